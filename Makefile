@@ -1,0 +1,43 @@
+# Gannet developer entry points. The README gives two set-up commands: `make run`, `make test`.
+# Everything is installed from scratch into .venv; nothing relies on what a machine happens to have.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DATA_DIR ?= $(HOME)/.gannet/store
+PYTEST_ARGS ?=
+
+.PHONY: run test lint unit bench install clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==25.3
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## run: install and start a single-node broker on $(DATA_DIR)
+run: $(STAMP)
+	$(BIN)/gannet broker run --data-dir $(DATA_DIR)
+
+## test: install, lint (ruff + mypy --strict) and run the test suite
+test: lint unit
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy -p gannet.node -p gannet.operator -p gannet.pipeline
+	$(BIN)/mypy tests bench
+
+unit: $(STAMP)
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+## bench: quick benchmarks (storage engine); figures go to bench/results/
+bench: $(STAMP)
+	$(BIN)/python -m bench.storage --quick
+
+clean:
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

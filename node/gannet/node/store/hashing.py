@@ -1,0 +1,55 @@
+"""Hash and checksum functions whose exact values are part of RocketMQ's formats.
+
+* :func:`java_string_hash` — Java ``String.hashCode`` (UTF-16 code units, 32-bit wrap-around).
+  Used for tag codes in consume queues and for index-file key hashes.
+* :func:`body_crc32` — IEEE CRC-32 masked with ``0x7FFFFFFF`` (``UtilAll.crc32``), stored in the
+  BODYCRC field of every commit-log record.
+
+Both are pure. ``java_string_hash`` sits on the dispatch hot path (every tag and key), so ASCII
+strings take a fast path over bytes.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+_MASK32 = 0xFFFFFFFF
+
+
+def to_java_int(value: int) -> int:
+    """Wrap an integer to a signed 32-bit Java ``int``."""
+    value &= _MASK32
+    return value - 0x1_0000_0000 if value & 0x8000_0000 else value
+
+
+def java_string_hash(text: str) -> int:
+    """Java ``String.hashCode()`` of ``text`` as a signed 32-bit int (empty string → 0)."""
+    h = 0
+    if text.isascii():
+        for code in text.encode("ascii"):
+            h = (31 * h + code) & _MASK32
+    else:
+        units = text.encode("utf-16-be")
+        for i in range(0, len(units), 2):
+            h = (31 * h + ((units[i] << 8) | units[i + 1])) & _MASK32
+    return h - 0x1_0000_0000 if h & 0x8000_0000 else h
+
+
+def tags_code(tags: str | None) -> int:
+    """Consume-queue tag code: the Java hash of ``TAGS`` sign-extended to a long; none → 0."""
+    if not tags:
+        return 0
+    return java_string_hash(tags)
+
+
+def index_key_hash(key: str) -> int:
+    """Index-file key hash: ``abs(hashCode)``; ``Integer.MIN_VALUE`` (whose abs overflows) → 0."""
+    h = java_string_hash(key)
+    if h == -0x8000_0000:
+        return 0
+    return abs(h)
+
+
+def body_crc32(body: bytes | bytearray | memoryview) -> int:
+    """RocketMQ body CRC: ``zlib.crc32`` with the sign bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF

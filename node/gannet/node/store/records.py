@@ -1,0 +1,492 @@
+"""Commit-log message records: the byte layout RocketMQ writes, encoded and decoded.
+
+Layout (big-endian; ``MessageExtEncoder.encode`` / ``MessageDecoder.decode``)::
+
+    off  size  field
+      0     4  TOTALSIZE            whole record, this field included
+      4     4  MAGICCODE            V1 0xDAA320A7 (1-byte topic length), V2 0xDAA320AB (2-byte)
+      8     4  BODYCRC              zlib.crc32(body) & 0x7FFFFFFF
+     12     4  QUEUEID
+     16     4  FLAG                 producer's user flag
+     20     8  QUEUEOFFSET          position in the consume queue (0 for prepared/rollback tx)
+     28     8  PHYSICALOFFSET       global commit-log offset of this record
+     36     4  SYSFLAG              see the SYSFLAG_* constants
+     40     8  BORNTIMESTAMP
+     48   8|20 BORNHOST             4 (IPv4) or 16 (IPv6) address bytes, then int port
+      .     8  STORETIMESTAMP
+      .   8|20 STOREHOST
+      .     4  RECONSUMETIMES
+      .     8  PREPARED TRANSACTION OFFSET
+      .   4+n  BODY length + body
+      . 1|2+t  TOPIC length + UTF-8 topic
+      .   2+p  PROPERTIES length (short) + UTF-8 properties string
+
+Total size = 4+4+4+4+4+8+8+4+8+bornHostLen+8+storeHostLen+4+8+4+n+topicLenSize+t+2+p, i.e.
+``91 + n + t + p`` for V1 with two IPv4 hosts. A BLANK record (end of a file) is 8 bytes:
+int remaining-bytes-in-file, int 0xCBD43194. The optional whole-record CRC reserves the last 20
+bytes of the properties: ``__CRC32#`` ``\\x01`` ten digits least-significant first ``\\x02``.
+
+Pure: no IO. Called by :mod:`commitlog` (append, recovery scan, reads), :mod:`dispatching`,
+the CLI and the pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import struct
+import zlib
+from dataclasses import dataclass, field
+
+from gannet.node.store import properties as props
+from gannet.node.store.errors import MessageTooLarge, PropertiesTooLarge, TopicNameIllegal
+from gannet.node.store.hashing import body_crc32, tags_code
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+MAGIC_BLANK = -875286124  # 0xCBD43194
+END_FILE_MIN_BLANK_LENGTH = 8
+
+SYSFLAG_COMPRESSED = 0x1
+SYSFLAG_MULTI_TAGS = 0x2
+SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
+SYSFLAG_TRANSACTION_PREPARED_TYPE = 0x4
+SYSFLAG_TRANSACTION_COMMIT_TYPE = 0x8
+SYSFLAG_TRANSACTION_ROLLBACK_TYPE = 0xC
+SYSFLAG_BORNHOST_V6 = 0x10
+SYSFLAG_STOREHOST_V6 = 0x20
+SYSFLAG_NEED_UNWRAP = 0x40
+SYSFLAG_INNER_BATCH = 0x80
+SYSFLAG_COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_LZ4 = 0x100
+COMPRESSION_ZSTD = 0x200
+COMPRESSION_ZLIB = 0x300
+
+CRC32_RESERVED_LENGTH = 20
+TOPIC_LENGTH_MAX_V1 = 127
+QUEUE_OFFSET_POSITION = 20
+PHYSICAL_OFFSET_POSITION = 28
+SYSFLAG_POSITION = 36
+BORN_HOST_POSITION = 48
+
+_HEAD = struct.Struct(">iiiiiqqiq")  # total..borntimestamp: 48 bytes
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_SHORT = struct.Struct(">h")
+_BLANK = struct.Struct(">ii")
+
+
+def transaction_type(sys_flag: int) -> int:
+    """``MessageSysFlag.getTransactionValue``: bits 2-3 of the sysFlag."""
+    return sys_flag & 0xC
+
+
+def host_length(sys_flag: int, v6_flag: int) -> int:
+    """Encoded size of a host field: 8 bytes for IPv4, 20 for IPv6."""
+    return 20 if sys_flag & v6_flag else 8
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    """Position of STORETIMESTAMP, which moves by 12 when the born host is IPv6."""
+    return BORN_HOST_POSITION + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
+
+
+def encode_host(host: str, port: int) -> bytes:
+    """``socketAddress2ByteBuffer``: address bytes, then the port as a 4-byte int."""
+    return ipaddress.ip_address(host).packed + _INT.pack(port)
+
+
+def decode_host(data: bytes | bytearray | memoryview) -> tuple[str, int]:
+    addr = bytes(data[:-4])
+    (port,) = _INT.unpack(bytes(data[-4:]))
+    return str(ipaddress.ip_address(addr)), port
+
+
+def is_ipv6(host: str) -> bool:
+    return ipaddress.ip_address(host).version == 6
+
+
+def java_length(text: str) -> int:
+    """Java ``String.length()``: UTF-16 code units."""
+    if text.isascii():
+        return len(text)
+    return len(text.encode("utf-16-be")) // 2
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as the store receives it and as it reads it back.
+
+    Fields set by the store on append (queue offset, physical offset, store timestamp, store
+    host, body CRC) are overwritten there; on read they carry the stored values.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp_ms: int = 0
+    born_host: tuple[str, int] = ("127.0.0.1", 0)
+    store_timestamp_ms: int = 0
+    store_host: tuple[str, int] = ("127.0.0.1", 0)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    body_crc: int = 0
+    store_size: int = 0
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(props.TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return props.split_keys(self.properties.get(props.KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(props.UNIQ_KEY)
+
+    def copy(self) -> Message:
+        return dataclasses.replace(self, properties=dict(self.properties))
+
+
+def encoded_length(
+    body_len: int, topic_len: int, props_len: int, sys_flag: int, *, v2: bool
+) -> int:
+    """``calMsgLength``: the TOTALSIZE of a record with these field sizes."""
+    return (
+        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
+        + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
+        + 8
+        + host_length(sys_flag, SYSFLAG_STOREHOST_V6)
+        + 4 + 8 + 4 + body_len
+        + (2 if v2 else 1) + topic_len
+        + 2 + props_len
+    )  # fmt: skip
+
+
+def encode(
+    msg: Message,
+    *,
+    body_size_max_bytes: int,
+    append_crc: bool = False,
+    force_v2: bool = False,
+) -> bytearray:
+    """Encode ``msg`` into a record buffer.
+
+    Host-IPv6 sysFlag bits are derived from the addresses, the body CRC is computed here. The
+    append path patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP afterwards with
+    :func:`patch_append_fields`. Raises :class:`MessageIllegal` subclasses for oversize parts.
+    """
+    body = msg.body
+    if len(body) > body_size_max_bytes:
+        raise MessageTooLarge(
+            f"message body is {len(body)} bytes; the limit (maxMessageSize) is "
+            f"{body_size_max_bytes} bytes"
+        )
+    sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    born = encode_host(*msg.born_host)
+    store = encode_host(*msg.store_host)
+    if len(born) == 20:
+        sys_flag |= SYSFLAG_BORNHOST_V6
+    if len(store) == 20:
+        sys_flag |= SYSFLAG_STOREHOST_V6
+    topic_bytes = msg.topic.encode("utf-8")
+    v2 = force_v2 or java_length(msg.topic) > TOPIC_LENGTH_MAX_V1
+    if len(topic_bytes) > (0x7FFF if v2 else 0xFF):
+        raise TopicNameIllegal(f"topic is {len(topic_bytes)} bytes, too long for the record")
+    prop_text = props.encode(msg.properties)
+    if append_crc:
+        if prop_text and not prop_text.endswith(props.PROPERTY_SEPARATOR):
+            prop_text += props.PROPERTY_SEPARATOR
+        prop_bytes = prop_text.encode("utf-8") + bytes(CRC32_RESERVED_LENGTH)
+    else:
+        prop_bytes = prop_text.encode("utf-8")
+    if len(prop_bytes) > props.PROPERTIES_LENGTH_MAX_BYTES:
+        raise PropertiesTooLarge(
+            f"encoded properties are {len(prop_bytes)} bytes; at most "
+            f"{props.PROPERTIES_LENGTH_MAX_BYTES} fit the record"
+        )
+    total = encoded_length(len(body), len(topic_bytes), len(prop_bytes), sys_flag, v2=v2)
+    crc = body_crc32(body)
+    parts = [
+        _HEAD.pack(
+            total,
+            MAGIC_V2 if v2 else MAGIC_V1,
+            crc,
+            msg.queue_id,
+            msg.flag,
+            msg.queue_offset,
+            msg.physical_offset,
+            sys_flag,
+            msg.born_timestamp_ms,
+        ),
+        born,
+        _LONG.pack(msg.store_timestamp_ms),
+        store,
+        _INT.pack(msg.reconsume_times),
+        _LONG.pack(msg.prepared_transaction_offset),
+        _INT.pack(len(body)),
+        body,
+        (_SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),))),
+        topic_bytes,
+        _SHORT.pack(len(prop_bytes)),
+        prop_bytes,
+    ]
+    buf = bytearray().join(parts)
+    if len(buf) != total:
+        raise AssertionError(f"encoded {len(buf)} bytes, computed {total}")
+    return buf
+
+
+def patch_append_fields(
+    buf: bytearray | memoryview,
+    start: int,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp_ms: int,
+    append_crc: bool = False,
+) -> None:
+    """Write the fields only known under the put lock into an encoded record at ``start``."""
+    _LONG.pack_into(buf, start + QUEUE_OFFSET_POSITION, queue_offset)
+    _LONG.pack_into(buf, start + PHYSICAL_OFFSET_POSITION, physical_offset)
+    (sys_flag,) = _INT.unpack_from(buf, start + SYSFLAG_POSITION)
+    _LONG.pack_into(buf, start + store_timestamp_position(sys_flag), store_timestamp_ms)
+    if append_crc:
+        (total,) = _INT.unpack_from(buf, start)
+        covered = total - CRC32_RESERVED_LENGTH
+        crc = zlib.crc32(buf[start : start + covered]) & 0x7FFFFFFF
+        buf[start + covered : start + total] = crc_property_tail(crc)
+
+
+def crc_property_tail(crc: int) -> bytes:
+    """``__CRC32#`` \\x01 ten digits least-significant first (0-padded) \\x02 — 20 bytes."""
+    digits = str(crc)[::-1].ljust(10, "0")
+    return f"{props.CRC32}\x01{digits}\x02".encode("ascii")
+
+
+def blank_record(remaining_bytes: int) -> bytes:
+    """The 8-byte end-of-file marker: remaining length, then the BLANK magic."""
+    return _BLANK.pack(remaining_bytes, MAGIC_BLANK)
+
+
+@dataclass(frozen=True, slots=True)
+class DispatchInfo:
+    """What one valid record contributes to consume queues and the index (``DispatchRequest``)."""
+
+    topic: str
+    queue_id: int
+    commit_offset: int
+    size: int
+    tags_code: int
+    store_timestamp_ms: int
+    queue_offset: int
+    keys: str | None
+    uniq_key: str | None
+    sys_flag: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+
+
+class CheckResult:
+    """Outcome of :func:`check_record` (``checkMessageAndReturnSize``).
+
+    ``ok`` with ``size == 0`` is a BLANK (end of file); ``ok`` with ``size > 0`` carries
+    ``info``; not ``ok`` carries ``error`` and ``size`` (> 0 when the declared size can be
+    trusted enough to skip the record, else -1).
+    """
+
+    __slots__ = ("error", "info", "ok", "size")
+
+    def __init__(
+        self, ok: bool, size: int, info: DispatchInfo | None = None, error: str = ""
+    ) -> None:
+        self.ok = ok
+        self.size = size
+        self.info = info
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"CheckResult(ok={self.ok}, size={self.size}, error={self.error!r})"
+
+
+def check_record(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    limit: int,
+    *,
+    check_crc: bool,
+    delivery_time_of_level: DelayResolver | None = None,
+) -> CheckResult:
+    """Validate the record at ``buf[pos:limit]`` field by field and extract its dispatch info.
+
+    ``limit`` is the end of the readable region (file end or write position). The rules are
+    RocketMQ's, tightened where a torn write could otherwise pass: every length must stay
+    inside the region and add up to TOTALSIZE.
+    """
+    avail = limit - pos
+    if avail < 8:
+        return CheckResult(False, -1, error="fewer than 8 bytes remain")
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        return CheckResult(True, 0)
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return CheckResult(False, -1, error=f"bad magic code 0x{magic & 0xFFFFFFFF:08X}")
+    if total <= 0 or total > avail or total < 91:
+        return CheckResult(False, -1, error=f"total size {total} outside the readable region")
+    try:
+        return _check_fields(buf, pos, total, magic, check_crc, delivery_time_of_level)
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        return CheckResult(False, total, error=f"undecodable record: {exc}")
+
+
+class DelayResolver:
+    """Maps a legacy delay level to the delivery timestamp of a stored message (§1.12)."""
+
+    def __init__(self, level_delays_ms: list[int]) -> None:
+        self.level_delays_ms = level_delays_ms
+
+    def delivery_timestamp(self, level: int, store_timestamp_ms: int) -> int:
+        level = min(level, len(self.level_delays_ms))
+        if level <= 0:
+            return store_timestamp_ms + 1000
+        return store_timestamp_ms + self.level_delays_ms[level - 1]
+
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+def _check_fields(
+    buf: bytes | bytearray | memoryview,
+    pos: int,
+    total: int,
+    magic: int,
+    check_crc: bool,
+    resolver: DelayResolver | None,
+) -> CheckResult:
+    _, _, crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, _born = _HEAD.unpack_from(
+        buf, pos
+    )
+    p = pos + 48 + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
+    (store_ts,) = _LONG.unpack_from(buf, p)
+    p += 8 + host_length(sys_flag, SYSFLAG_STOREHOST_V6) + 4
+    (prepared,) = _LONG.unpack_from(buf, p)
+    p += 8
+    (body_len,) = _INT.unpack_from(buf, p)
+    p += 4
+    end = pos + total
+    if body_len < 0 or p + body_len > end:
+        return CheckResult(False, total, error=f"body length {body_len} overruns the record")
+    if check_crc and body_crc32(buf[p : p + body_len]) != crc:
+        return CheckResult(False, total, error="body CRC mismatch")
+    p += body_len
+    if magic == MAGIC_V2:
+        (topic_len,) = _SHORT.unpack_from(buf, p)
+        p += 2
+    else:
+        topic_len = buf[p]
+        p += 1
+    if topic_len < 0 or p + topic_len > end:
+        return CheckResult(False, total, error=f"topic length {topic_len} overruns the record")
+    topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+    p += topic_len
+    (props_len,) = _SHORT.unpack_from(buf, p)
+    p += 2
+    if props_len < 0 or p + props_len != end:
+        return CheckResult(
+            False, total, error=f"lengths add up to {p + props_len - pos}, TOTALSIZE is {total}"
+        )
+    prop_map: dict[str, str] = {}
+    if props_len:
+        raw = bytes(buf[p : p + props_len])
+        if check_crc and raw.endswith(b"\x02") and raw[-20:-11] == b"__CRC32#\x01":
+            expected = int(raw[-11:-1].decode("ascii")[::-1])
+            actual = zlib.crc32(buf[pos : end - CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF
+            if expected != actual:
+                return CheckResult(False, total, error="whole-record CRC mismatch")
+        prop_map = props.decode(raw.decode("utf-8"))
+    tags = prop_map.get(props.TAGS)
+    code = tags_code(tags)
+    if resolver is not None and topic == SCHEDULE_TOPIC:
+        level = prop_map.get(props.DELAY_TIME_LEVEL)
+        if level is not None and level.isdigit():
+            code = resolver.delivery_timestamp(int(level), store_ts)
+    info = DispatchInfo(
+        topic=topic,
+        queue_id=queue_id,
+        commit_offset=physical_offset,
+        size=total,
+        tags_code=code,
+        store_timestamp_ms=store_ts,
+        queue_offset=queue_offset,
+        keys=prop_map.get(props.KEYS),
+        uniq_key=prop_map.get(props.UNIQ_KEY),
+        sys_flag=sys_flag,
+        prepared_transaction_offset=prepared,
+        properties=prop_map,
+    )
+    return CheckResult(True, total, info)
+
+
+def decode(buf: bytes | bytearray | memoryview, pos: int = 0) -> Message:
+    """Decode a whole record (``MessageDecoder.decode``, body not decompressed).
+
+    The caller has validated the record (or accepts a :class:`ValueError` on garbage).
+    """
+    try:
+        total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = (
+            _HEAD.unpack_from(buf, pos)
+        )
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            raise ValueError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
+        p = pos + 48
+        bl = host_length(sys_flag, SYSFLAG_BORNHOST_V6)
+        born_host = decode_host(buf[p : p + bl])
+        p += bl
+        (store_ts,) = _LONG.unpack_from(buf, p)
+        p += 8
+        sl = host_length(sys_flag, SYSFLAG_STOREHOST_V6)
+        store_host = decode_host(buf[p : p + sl])
+        p += sl
+        (reconsume,) = _INT.unpack_from(buf, p)
+        (prepared,) = _LONG.unpack_from(buf, p + 4)
+        (body_len,) = _INT.unpack_from(buf, p + 12)
+        p += 16
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _SHORT.unpack_from(buf, p)
+            p += 2
+        else:
+            topic_len = buf[p]
+            p += 1
+        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        p += topic_len
+        (props_len,) = _SHORT.unpack_from(buf, p)
+        p += 2
+        prop_map = props.decode(bytes(buf[p : p + props_len]).decode("utf-8"))
+    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        raise ValueError(f"undecodable record at {pos}: {exc}") from exc
+    return Message(
+        topic=topic,
+        body=body,
+        queue_id=queue_id,
+        flag=flag,
+        properties=prop_map,
+        sys_flag=sys_flag,
+        born_timestamp_ms=born_ts,
+        born_host=born_host,
+        store_timestamp_ms=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        queue_offset=queue_offset,
+        physical_offset=physical_offset,
+        body_crc=crc,
+        store_size=total,
+    )

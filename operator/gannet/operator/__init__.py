@@ -1,0 +1,1 @@
+"""Gannet's Kubernetes operator (kopf). Its handlers arrive with the operator issue."""
