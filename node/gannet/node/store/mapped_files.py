@@ -55,7 +55,9 @@ class MappedFile:
         "wrote_position",
     )
 
-    def __init__(self, path: Path, file_size: int, *, create: bool) -> None:
+    def __init__(
+        self, path: Path, file_size: int, *, create: bool, extend_short: bool = False
+    ) -> None:
         self.path = path
         self.file_size = file_size
         try:
@@ -66,6 +68,11 @@ class MappedFile:
             durable.allocate_file(path, file_size)
         self._fd = os.open(path, os.O_RDWR)
         actual = os.fstat(self._fd).st_size
+        if extend_short and actual < file_size:
+            # A newest file cut short (copied or crashed mid-allocation): the missing tail
+            # reads as zeros, so recovery cuts at the last valid record inside it.
+            os.ftruncate(self._fd, file_size)
+            actual = file_size
         if actual != file_size:
             os.close(self._fd)
             raise CorruptionError(
@@ -187,7 +194,8 @@ class MappedFileQueue:
             if path.stat().st_size == 0 and i == len(names) - 1:
                 durable.remove_file(path)
                 continue
-            self.files.append(MappedFile(path, self.file_size, create=False))
+            is_last = i == len(names) - 1
+            self.files.append(MappedFile(path, self.file_size, create=False, extend_short=is_last))
         for prev, nxt in zip(self.files, self.files[1:], strict=False):
             if nxt.file_from_offset != prev.file_from_offset + self.file_size:
                 raise CorruptionError(

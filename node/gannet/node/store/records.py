@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -74,6 +75,9 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
+
+Buffer = bytes | bytearray | memoryview | mmap.mmap
+"""Anything records can be read from: a file's mapping, a slice, a network buffer."""
 
 
 def transaction_type(sys_flag: int) -> int:
@@ -316,7 +320,7 @@ class CheckResult:
 
 
 def check_record(
-    buf: bytes | bytearray | memoryview,
+    buf: Buffer,
     pos: int,
     limit: int,
     *,
@@ -362,7 +366,7 @@ SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 
 def _check_fields(
-    buf: bytes | bytearray | memoryview,
+    buf: Buffer,
     pos: int,
     total: int,
     magic: int,
@@ -433,7 +437,7 @@ def _check_fields(
     return CheckResult(True, total, info)
 
 
-def decode(buf: bytes | bytearray | memoryview, pos: int = 0) -> Message:
+def decode(buf: Buffer, pos: int = 0) -> Message:
     """Decode a whole record (``MessageDecoder.decode``, body not decompressed).
 
     The caller has validated the record (or accepts a :class:`ValueError` on garbage).

@@ -1,0 +1,1 @@
+"""Gannet benchmarks (``make bench``); results go to ``bench/results/``."""

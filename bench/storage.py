@@ -1,0 +1,226 @@
+"""Storage-engine benchmark: appends/s and MB/s (ASYNC and SYNC group commit), reads/s by
+queue offset, key-query latency and recovery time per GiB.
+
+Run with ``make bench`` (``--quick``) or ``python -m bench.storage``. Each figure is the median
+of ``--repeat`` runs after a warm-up; results are appended as JSON lines to
+``bench/results/storage.jsonl`` and summarised in ``bench/results/STORAGE.md``.
+
+The SYNC figure is compared with the disk's own ceiling measured the same way: sequential
+appends of 64 KiB (64 producers × 1 KiB, the group a sync covers) each followed by
+``fdatasync`` on a preallocated file in the same directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gannet.node.store import querying
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.records import Message
+
+RESULTS = Path(__file__).parent / "results"
+BODY_1K = b"x" * 1024
+
+
+def make_config(root: Path, mode: FlushMode) -> StoreConfig:
+    return StoreConfig(
+        root_dir=root,
+        flush_mode=mode,
+        commitlog_file_size_bytes=256 * 1024 * 1024,
+        consume_queue_units_per_file=300_000,
+        index_hash_slots=500_000,
+        index_items_max=2_000_000,
+    )
+
+
+def message(i: int, topic: str = "BenchTopic") -> Message:
+    return Message(topic=topic, body=BODY_1K, queue_id=i % 8, properties={"KEYS": f"k{i}"})
+
+
+def bench_async_appends(root: Path, count: int, batch: int) -> dict[str, float]:
+    with MessageStore(make_config(root, FlushMode.ASYNC_FLUSH)).open() as store:
+        msgs = [message(i) for i in range(batch)]
+        t0 = time.perf_counter()
+        done = 0
+        while done < count:
+            store.put_messages_nowait([m.copy() for m in msgs])
+            done += batch
+        elapsed = time.perf_counter() - t0
+        end = store.commitlog.max_offset()
+        t1 = time.perf_counter()
+        store.wait_dispatched(end, 300)
+        dispatch_elapsed = time.perf_counter() - t1
+    return {
+        "appends_per_s": done / elapsed,
+        "mb_per_s": end / elapsed / 1e6,
+        "dispatch_catch_up_s": dispatch_elapsed,
+    }
+
+
+def bench_sync_appends(root: Path, producers: int, per_producer: int) -> dict[str, float]:
+    with MessageStore(make_config(root, FlushMode.SYNC_FLUSH)).open() as store:
+        barrier = threading.Barrier(producers + 1)
+
+        def run(p: int) -> None:
+            barrier.wait()
+            for i in range(per_producer):
+                store.put_message(message(p * per_producer + i))
+
+        threads = [threading.Thread(target=run, args=(p,)) for p in range(producers)]
+        for t in threads:
+            t.start()
+        barrier.wait()
+        t0 = time.perf_counter()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        total = producers * per_producer
+        syncs = store.flush.flush_count if store.flush else 0
+        end = store.commitlog.max_offset()
+    return {
+        "appends_per_s": total / elapsed,
+        "mb_per_s": end / elapsed / 1e6,
+        "messages_per_sync": total / max(1, syncs),
+    }
+
+
+def disk_fdatasync_mb_per_s(root: Path, chunk_bytes: int, seconds: float) -> float:
+    path = root / "fdatasync-probe"
+    size = 512 * 1024 * 1024
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.posix_fallocate(fd, 0, size)
+        chunk = b"y" * chunk_bytes
+        pos = 0
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds and pos + chunk_bytes <= size:
+            os.pwrite(fd, chunk, pos)
+            os.fdatasync(fd)
+            pos += chunk_bytes
+        return pos / (time.perf_counter() - t0) / 1e6
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
+def bench_reads_and_queries(root: Path, count: int) -> dict[str, float]:
+    with MessageStore(make_config(root, FlushMode.ASYNC_FLUSH)).open() as store:
+        for start in range(0, count, 64):
+            store.put_messages([message(i) for i in range(start, min(count, start + 64))])
+        store.wait_dispatched(store.commitlog.max_offset(), 300)
+        t0 = time.perf_counter()
+        read = 0
+        for q in range(8):
+            offset = 0
+            while True:
+                got = store.get_messages("BenchTopic", q, offset, 32)
+                if not got.messages:
+                    break
+                read += len(got.messages)
+                offset = got.next_begin_offset
+        read_elapsed = time.perf_counter() - t0
+        lat: list[float] = []
+        for i in range(0, count, max(1, count // 500)):
+            t = time.perf_counter()
+            found = querying.by_key(store, "BenchTopic", f"k{i}")
+            lat.append(time.perf_counter() - t)
+            assert found.messages, f"key k{i} not found"
+    lat.sort()
+    return {
+        "reads_per_s": read / read_elapsed,
+        "key_query_p50_ms": lat[len(lat) // 2] * 1e3,
+        "key_query_p99_ms": lat[int(len(lat) * 0.99)] * 1e3,
+    }
+
+
+def bench_recovery(root: Path, megabytes: int) -> dict[str, float]:
+    store = MessageStore(make_config(root, FlushMode.ASYNC_FLUSH)).open()
+    count = megabytes * 1024 * 1024 // 1100
+    for start in range(0, count, 256):
+        store.put_messages([message(i) for i in range(start, min(count, start + 256))])
+    size = store.commitlog.max_offset()
+    store.abandon()  # abnormal exit: full CRC scan from the checkpoint's safe point
+    t0 = time.perf_counter()
+    reopened = MessageStore(make_config(root, FlushMode.ASYNC_FLUSH)).open(start_services=False)
+    elapsed = time.perf_counter() - t0
+    scanned = reopened.recovery.records_scanned if reopened.recovery else 0
+    reopened.close()
+    return {"recovery_s_per_gib": elapsed / size * 2**30, "records_scanned": scanned}
+
+
+def median_of(repeat: int, fn: Callable[[], dict[str, float]]) -> dict[str, float]:
+    runs = [fn() for _ in range(repeat)]
+    return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="smaller counts (make bench)")
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    n = 100_000 if args.quick else 500_000
+    base = Path(tempfile.mkdtemp(prefix="gannet-bench-", dir=os.environ.get("BENCH_DIR")))
+    counter = iter(range(1_000_000))
+
+    def fresh() -> Path:
+        d = base / str(next(counter))
+        d.mkdir()
+        return d
+
+    results: dict[str, dict[str, float]] = {}
+    bench_async_appends(fresh(), 20_000, 1)  # warm-up
+    results["async_1_per_put"] = median_of(args.repeat, lambda: bench_async_appends(fresh(), n, 1))
+    results["async_32_per_put"] = median_of(
+        args.repeat, lambda: bench_async_appends(fresh(), n, 32)
+    )
+    results["sync_64_producers"] = median_of(
+        args.repeat, lambda: bench_sync_appends(fresh(), 64, n // 64 // 2)
+    )
+    disk = disk_fdatasync_mb_per_s(fresh(), 64 * 1100, 3.0)
+    results["disk_fdatasync_64k"] = {"mb_per_s": disk}
+    results["sync_64_producers"]["ratio_of_disk"] = results["sync_64_producers"]["mb_per_s"] / disk
+    results["reads_and_queries"] = median_of(1, lambda: bench_reads_and_queries(fresh(), n))
+    results["recovery"] = median_of(1, lambda: bench_recovery(fresh(), 128 if args.quick else 512))
+    report(results)
+
+
+def report(results: dict[str, dict[str, float]]) -> None:
+    RESULTS.mkdir(exist_ok=True)
+    meta = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+    }
+    with (RESULTS / "storage.jsonl").open("a") as out:
+        for name, figures in results.items():
+            out.write(json.dumps({"scenario": name, **figures, **meta}) + "\n")
+    lines = [
+        "# Storage benchmark",
+        "",
+        f"{meta['time']}, Python {meta['python']}, {meta['cpus']} CPUs, 1 KiB bodies.",
+        "",
+        "| scenario | figure | value |",
+        "| --- | --- | ---: |",
+    ]
+    for name, figures in results.items():
+        for key, value in figures.items():
+            lines.append(f"| {name} | {key} | {value:,.2f} |")
+    text = "\n".join(lines) + "\n"
+    (RESULTS / "STORAGE.md").write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,327 @@
+"""The ``gannet`` command: run a broker and work with store directories.
+
+Exit codes scripts can rely on: 0 success; 1 the check failed or nothing was found (damage
+reported by ``store verify``, no message for ``store get``/``query``); 2 wrong usage (click);
+3 the store could not be opened (locked by a running broker, unreadable, corrupt beyond
+recovery).
+
+Every command has ``--help``. Lists are rich tables; long work shows a progress bar.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from gannet.node.store import querying, verifying
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.consume_queues import Boundary
+from gannet.node.store.errors import StoreError
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.records import Message
+
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True)
+
+EXIT_CHECK_FAILED = 1
+EXIT_STORE_UNAVAILABLE = 3
+DEFAULT_DATA_DIR = Path.home() / ".gannet" / "store"
+
+data_dir_argument = click.argument(
+    "data_dir", type=click.Path(path_type=Path, file_okay=False), metavar="DIR"
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level to stderr.")
+def main(verbose: bool) -> None:
+    """Gannet: a RocketMQ-compatible, Raft-replicated message store."""
+    logging.basicConfig(
+        level=logging.INFO if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+# ---------------------------------------------------------------------------- broker
+@main.group()
+def broker() -> None:
+    """Run a broker node."""
+
+
+@broker.command("run")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    help="Store directory (created if missing).",
+)
+@click.option(
+    "--flush",
+    type=click.Choice(["async", "sync"]),
+    default="async",
+    show_default=True,
+    help="async: flush every 500 ms; sync: answer writers after fdatasync (group commit).",
+)
+@click.option("--file-size-mb", type=click.IntRange(1, 4096), default=1024, show_default=True)
+def broker_run(data_dir: Path, flush: str, file_size_mb: int) -> None:
+    """Open (and recover) the store, run its services until SIGINT/SIGTERM."""
+    config = StoreConfig(
+        root_dir=data_dir,
+        flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
+        commitlog_file_size_bytes=file_size_mb * 1024 * 1024,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with _opened(config, start_services=True) as store:
+        _print_state(store)
+        console.print("[green]store running[/]; press Ctrl-C to stop")
+        stop.wait()
+    console.print("store closed cleanly")
+
+
+def _print_state(store: MessageStore) -> None:
+    stats = store.statistics()
+    table = Table(title=f"Gannet store {store.config.root_dir}")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    for f in dataclasses.fields(stats):
+        table.add_row(f.name, str(getattr(stats, f.name)))
+    if store.recovery is not None:
+        table.add_row("recovery", store.recovery.stop_reason)
+    console.print(table)
+
+
+# ---------------------------------------------------------------------------- store
+@main.group()
+def store() -> None:
+    """Inspect, verify and query a store directory."""
+
+
+@store.command("inspect")
+@data_dir_argument
+def store_inspect(data_dir: Path) -> None:
+    """Files, offsets, topics and queues of a store directory (read-only)."""
+    _require_store(data_dir)
+    ins = verifying.inspect(data_dir)
+    files = Table(title="commit log")
+    files.add_column("file")
+    files.add_column("size", justify="right")
+    for name, size in ins.commitlog_files:
+        files.add_row(name, f"{size:,}")
+    console.print(files)
+    console.print(f"written end: {ins.commitlog_end:,}")
+    console.print(f"last shutdown: {'clean' if ins.clean_shutdown else 'ABNORMAL (abort file)'}")
+    queues = Table(title="consume queues")
+    for col in ("topic", "queue", "files", "min offset", "max offset"):
+        queues.add_column(col, justify="right" if col != "topic" else "left")
+    for q in ins.queues:
+        queues.add_row(q.topic, str(q.queue_id), str(q.files), str(q.min_offset), str(q.max_offset))
+    console.print(queues)
+    console.print(f"index files: {len(ins.index_files)}")
+    for name, value in ins.checkpoint.items():
+        console.print(f"checkpoint {name}: {value}")
+
+
+@store.command("verify")
+@data_dir_argument
+def store_verify(data_dir: Path) -> None:
+    """Check every record's CRC and every consume-queue entry; exit 1 on damage."""
+    _require_store(data_dir)
+    total = verifying.total_bytes(data_dir)
+    columns = (
+        TextColumn("verifying"),
+        BarColumn(),
+        DownloadColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task("verify", total=total)
+        report = verifying.verify(data_dir, progress=lambda n: bar.advance(task, n))
+    console.print(
+        f"{report.records_ok:,} records and {report.cq_units_ok:,} consume-queue entries valid; "
+        f"commit log ends at {report.commitlog_end:,}"
+    )
+    if report.clean:
+        console.print("[green]store is clean[/]")
+        return
+    table = Table(title="damage")
+    for col in ("where", "from", "to", "reason"):
+        table.add_column(col)
+    for d in report.damage:
+        table.add_row(d.where, str(d.start), str(d.end), d.reason)
+    console.print(table)
+    console.print(
+        "[red]damage found[/]: a broker start recovers by cutting at the last valid record"
+    )
+    sys.exit(EXIT_CHECK_FAILED)
+
+
+@store.command("get")
+@data_dir_argument
+@click.option("--offset", type=int, help="Commit-log offset of the record.")
+@click.option("--msg-id", help="Offset message id (32 or 56 hex digits).")
+@click.option("--topic", help="With --queue and --queue-offset.")
+@click.option("--queue", "queue_id", type=int, default=0, show_default=True)
+@click.option("--queue-offset", type=int)
+def store_get(
+    data_dir: Path,
+    offset: int | None,
+    msg_id: str | None,
+    topic: str | None,
+    queue_id: int,
+    queue_offset: int | None,
+) -> None:
+    """Print one message, by commit-log offset, offset message id or queue offset."""
+    chosen = [offset is not None, msg_id is not None, queue_offset is not None]
+    if sum(chosen) != 1:
+        raise click.UsageError("give exactly one of --offset, --msg-id, --topic/--queue-offset")
+    if queue_offset is not None and topic is None:
+        raise click.UsageError("--queue-offset needs --topic")
+    with _opened(_offline_config(data_dir), start_services=False) as st:
+        if offset is not None:
+            msg = st.read_message(offset)
+        elif msg_id is not None:
+            msg = querying.by_offset_msg_id(st, msg_id)
+        else:
+            assert topic is not None
+            assert queue_offset is not None
+            msg = querying.by_queue_offset(st, topic, queue_id, queue_offset)
+    if msg is None:
+        err_console.print("no message there")
+        sys.exit(EXIT_CHECK_FAILED)
+    _print_messages([msg])
+
+
+@store.command("query")
+@data_dir_argument
+@click.option("--topic", required=True)
+@click.option("--key", help="A KEYS token.")
+@click.option("--uniq-key", help="The client message id (UNIQ_KEY).")
+@click.option("--time", "time_text", help="Store time: epoch ms or ISO-8601; prints the offset.")
+@click.option("--queue", "queue_id", type=int, default=0, show_default=True)
+@click.option("--upper", is_flag=True, help="With --time: last message at or before the time.")
+@click.option("--max", "max_num", type=click.IntRange(1, 64), default=64, show_default=True)
+def store_query(
+    data_dir: Path,
+    topic: str,
+    key: str | None,
+    uniq_key: str | None,
+    time_text: str | None,
+    queue_id: int,
+    upper: bool,
+    max_num: int,
+) -> None:
+    """Find messages by key or unique key, or the queue offset for a store time."""
+    if sum(x is not None for x in (key, uniq_key, time_text)) != 1:
+        raise click.UsageError("give exactly one of --key, --uniq-key, --time")
+    with _opened(_offline_config(data_dir), start_services=False) as st:
+        if time_text is not None:
+            ts = _parse_time(time_text)
+            boundary = Boundary.UPPER if upper else Boundary.LOWER
+            found = querying.offset_by_time(st, topic, queue_id, ts, boundary)
+            console.print(f"{topic}/{queue_id} offset for {ts} ({boundary.name}): {found}")
+            return
+        if key is not None:
+            result = querying.by_key(st, topic, key, max_num=max_num)
+        else:
+            assert uniq_key is not None
+            result = querying.by_key(st, topic, uniq_key, unique=True)
+    if not result.messages:
+        err_console.print("no message matches")
+        sys.exit(EXIT_CHECK_FAILED)
+    _print_messages(result.messages)
+
+
+def _parse_time(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r} is neither epoch ms nor ISO-8601") from exc
+    return int(when.timestamp() * 1000)
+
+
+def _print_messages(msgs: list[Message]) -> None:
+    table = Table()
+    for col in ("topic", "queue", "queue offset", "commit offset", "stored", "keys", "tag", "body"):
+        table.add_column(col)
+    for m in msgs:
+        body = m.body[:60].decode("utf-8", "replace")
+        stored = dt.datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(
+            timespec="milliseconds"
+        )
+        table.add_row(
+            m.topic,
+            str(m.queue_id),
+            str(m.queue_offset),
+            str(m.physical_offset),
+            stored,
+            " ".join(m.keys),
+            m.tags or "",
+            body,
+        )
+    console.print(table)
+
+
+def _require_store(data_dir: Path) -> None:
+    if not (data_dir / "commitlog").is_dir():
+        err_console.print(f"{data_dir} is not a store directory (no commitlog/ inside)")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+
+
+def _offline_config(data_dir: Path) -> StoreConfig:
+    _require_store(data_dir)
+    files = verifying.commitlog_files(data_dir)
+    config = StoreConfig(root_dir=data_dir)
+    if files:
+        config = dataclasses.replace(config, commitlog_file_size_bytes=files[0].stat().st_size)
+    for _, _, qdir in verifying.consume_queue_dirs(data_dir):
+        cq_files = [p for p in qdir.iterdir() if p.is_file() and p.name.isdigit()]
+        if cq_files:
+            units = cq_files[0].stat().st_size // verifying.CQ_UNIT_SIZE
+            config = dataclasses.replace(config, consume_queue_units_per_file=units)
+            break
+    index_dir = data_dir / "index"
+    index_files = sorted(index_dir.iterdir()) if index_dir.is_dir() else []
+    if index_files:  # sizes follow the default ratio: items = 4 × slots
+        slots = (index_files[0].stat().st_size - 40) // 84
+        config = dataclasses.replace(config, index_hash_slots=slots, index_items_max=4 * slots)
+    wheel = data_dir / "timerwheel"
+    if wheel.exists():  # 2 × slots of 32 bytes
+        config = dataclasses.replace(config, timer_wheel_slots=wheel.stat().st_size // 64)
+    return config
+
+
+@contextmanager
+def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageStore]:
+    st = MessageStore(config)
+    try:
+        st.open(start_services=start_services)
+    except StoreError as exc:
+        err_console.print(f"[red]cannot open store[/]: {exc}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+    try:
+        if not start_services:
+            st.dispatch.dispatch_available()
+        yield st
+    finally:
+        st.close()
+
+
+if __name__ == "__main__":
+    main()

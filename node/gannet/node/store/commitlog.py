@@ -1,0 +1,274 @@
+"""The commit log: every message of every topic, appended to one sequence of files.
+
+Files are :class:`~gannet.node.store.mapped_files.MappedFile`\\ s of
+``commitlog_file_size_bytes`` (1 GiB by default) named by their 20-digit start offset; records
+use the layout of :mod:`records`. A record never straddles two files: when a record plus the
+8-byte minimum blank does not fit the room left, an 8-byte BLANK record (remaining length +
+magic 0xCBD43194) closes the file and the record goes to the next one
+(``END_FILE_MIN_BLANK_LENGTH``).
+
+Append: callers encode outside the lock (:func:`records.encode`); under ``put_lock`` the commit
+log assigns queue offsets (per ``"<topic>-<queueId>"``, only for non-transactional and
+commit-type messages), physical offsets and a non-decreasing store timestamp, patches them into
+the buffers and copies each file's share with one ``mmap`` slice write. Durability is the flush
+service's job (:mod:`flushing`); this module never syncs on the append path.
+
+Invariant: every byte below :meth:`CommitLog.max_offset` is a valid record or a BLANK, once
+recovery has run. Callers: :mod:`message_store`, :mod:`recovering`, :mod:`dispatching`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from gannet.node.store import records
+from gannet.node.store.config import StoreConfig
+from gannet.node.store.errors import CorruptionError, MessageTooLarge
+from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
+from gannet.node.store.msgids import create_offset_msg_id
+
+
+def queue_key(topic: str, queue_id: int) -> str:
+    """Key of the per-queue offset table (``CommitLog.generateKey``)."""
+    return f"{topic}-{queue_id}"
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    """Where one message went (``AppendMessageResult``)."""
+
+    wrote_offset: int
+    wrote_bytes: int
+    queue_offset: int
+    store_timestamp_ms: int
+    store_host: str
+    store_port: int
+
+    @property
+    def end_offset(self) -> int:
+        """Offset just past the record: the flush position that makes it durable."""
+        return self.wrote_offset + self.wrote_bytes
+
+    @property
+    def offset_msg_id(self) -> str:
+        return create_offset_msg_id(self.store_host, self.store_port, self.wrote_offset)
+
+
+@dataclass(slots=True)
+class Encoded:
+    """A message encoded outside the put lock, waiting for its offsets."""
+
+    buf: bytearray
+    topic: str
+    queue_id: int
+    sys_flag: int
+    gets_queue_offset: bool
+
+
+class CommitLog:
+    """Append and read records; positions are global byte offsets."""
+
+    def __init__(self, config: StoreConfig) -> None:
+        self.config = config
+        self.files = MappedFileQueue(config.commitlog_dir, config.commitlog_file_size_bytes)
+        self.put_lock = threading.Lock()
+        self.queue_offsets: dict[str, int] = {}
+        self.last_store_timestamp_ms = 0
+        self.append_crc = False
+
+    # --- lifecycle ---
+    def load(self) -> None:
+        self.files.load()
+
+    def close(self) -> None:
+        self.files.close()
+
+    # --- offsets ---
+    def min_offset(self) -> int:
+        """Start offset of the first file (0 for an empty log)."""
+        first = self.files.first_file()
+        return first.file_from_offset if first is not None else 0
+
+    def max_offset(self) -> int:
+        return self.files.max_offset()
+
+    def flushed_offset(self) -> int:
+        return self.files.flushed_offset()
+
+    def roll_next_file(self, offset: int) -> int:
+        return self.files.roll_next_file(offset)
+
+    # --- appending ---
+    def encode(self, msg: records.Message) -> Encoded:
+        """Encode outside the lock (CRC, property string, byte layout)."""
+        buf = records.encode(
+            msg,
+            body_size_max_bytes=self.config.message_body_size_max_bytes,
+            append_crc=self.append_crc,
+        )
+        limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
+        if len(buf) > limit:
+            raise MessageTooLarge(
+                f"record of {len(buf)} bytes does not fit a commit-log file of "
+                f"{self.config.commitlog_file_size_bytes} bytes"
+            )
+        tx = records.transaction_type(msg.sys_flag)
+        gets = tx in (records.SYSFLAG_TRANSACTION_NOT_TYPE, records.SYSFLAG_TRANSACTION_COMMIT_TYPE)
+        return Encoded(buf, msg.topic, msg.queue_id, msg.sys_flag, gets)
+
+    def append(self, batch: list[Encoded]) -> list[AppendResult]:
+        """Append encoded messages in order; returns one result per message.
+
+        Raises :class:`~gannet.node.store.errors.DiskFull` when a new file cannot be created;
+        messages before that point are written and their results are lost to the caller, so
+        they are treated as not acknowledged (they are valid records that a consumer may see,
+        which at-least-once delivery allows).
+        """
+        results: list[AppendResult] = []
+        host, port = self.config.store_host, self.config.store_port
+        with self.put_lock:
+            ts = max(now_ms(), self.last_store_timestamp_ms)
+            self.last_store_timestamp_ms = ts
+            pending = bytearray()
+            f = self.files.last_file_for_append(0)
+            offset = f.end_offset
+            for enc in batch:
+                size = len(enc.buf)
+                if size + records.END_FILE_MIN_BLANK_LENGTH > f.remaining_bytes - len(pending):
+                    self._write(f, pending)
+                    pending = bytearray()
+                    f.append(records.blank_record(f.remaining_bytes))
+                    f.wrote_position = f.file_size
+                    f = self.files.last_file_for_append(0)
+                    offset = f.end_offset
+                queue_offset = 0
+                if enc.gets_queue_offset:
+                    key = queue_key(enc.topic, enc.queue_id)
+                    queue_offset = self.queue_offsets.get(key, 0)
+                    self.queue_offsets[key] = queue_offset + 1
+                records.patch_append_fields(
+                    enc.buf,
+                    0,
+                    queue_offset=queue_offset,
+                    physical_offset=offset,
+                    store_timestamp_ms=ts,
+                    append_crc=self.append_crc,
+                )
+                pending += enc.buf
+                results.append(AppendResult(offset, size, queue_offset, ts, host, port))
+                offset += size
+            self._write(f, pending)
+        return results
+
+    @staticmethod
+    def _write(f: MappedFile, data: bytearray) -> None:
+        if data:
+            f.append(data)
+
+    # --- reading ---
+    def file_for(self, offset: int) -> MappedFile | None:
+        return self.files.find_file(offset)
+
+    def read(self, offset: int, size: int) -> bytes | None:
+        """Raw bytes of ``size`` at ``offset``, or None when not (or no longer) stored."""
+        f = self.files.find_file(offset)
+        if f is None:
+            return None
+        pos = offset - f.file_from_offset
+        if pos + size > f.wrote_position:
+            return None
+        return f.read(pos, size)
+
+    def record_size_at(self, offset: int) -> int:
+        """TOTALSIZE of the record at ``offset`` (−1 when not stored)."""
+        f = self.files.find_file(offset)
+        if f is None or offset - f.file_from_offset + 4 > f.wrote_position:
+            return -1
+        return f.read_int(offset - f.file_from_offset)
+
+    def read_message(self, offset: int) -> records.Message | None:
+        """Decode the record at ``offset`` (``lookMessageByOffset``), None if absent."""
+        size = self.record_size_at(offset)
+        if size <= 0:
+            return None
+        data = self.read(offset, size)
+        if data is None:
+            return None
+        try:
+            return records.decode(data)
+        except ValueError as exc:
+            raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
+
+    def store_timestamp_at(self, offset: int, size: int) -> int:
+        """Store time of the record at ``offset`` or −1 (time search, §3.6)."""
+        f = self.files.find_file(offset)
+        if f is None:
+            return -1
+        pos = offset - f.file_from_offset
+        if pos + max(size, 64) > f.wrote_position:
+            return -1
+        sys_flag = f.read_int(pos + records.SYSFLAG_POSITION)
+        return f.read_long(pos + records.store_timestamp_position(sys_flag))
+
+    def scan(
+        self, start: int, end: int, *, check_crc: bool
+    ) -> Iterator[tuple[int, records.CheckResult]]:
+        """Yield ``(offset, result)`` for each record from ``start`` up to ``end``.
+
+        BLANK records are followed to the next file. Stops at the first invalid record (that
+        result is yielded, so the caller sees where and why) or at ``end``.
+        """
+        offset = start
+        while offset < end:
+            f = self.files.find_file(offset)
+            if f is None:
+                return
+            pos = offset - f.file_from_offset
+            res = records.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
+            if res.ok and res.size == 0:
+                offset = self.files.roll_next_file(offset)
+                continue
+            if res.ok and offset + res.size > end:
+                return  # the record is written but lies past ``end`` (not committed yet)
+            if res.ok and res.info is not None and res.info.commit_offset != offset:
+                res = records.CheckResult(
+                    False,
+                    res.size,
+                    error=f"PHYSICALOFFSET field says {res.info.commit_offset}, record is at "
+                    f"{offset}",
+                )
+            yield offset, res
+            if not res.ok:
+                return
+            offset += res.size
+
+    @staticmethod
+    def first_record_info_of(f: MappedFile) -> records.DispatchInfo | None:
+        """The first record of a file, if it is valid (recovery's start-file choice)."""
+        res = records.check_record(f.buffer, 0, f.file_size, check_crc=False)
+        if res.ok and res.info is not None and res.info.commit_offset == f.file_from_offset:
+            return res.info
+        return None
+
+    # --- truncation ---
+    def truncate(self, offset: int) -> None:
+        """Cut the log at ``offset`` (a record boundary): later bytes are erased, later files
+        deleted. Used by recovery and by the Raft layer for a divergent suffix."""
+        with self.put_lock:
+            self.files.truncate_dirty_files(offset)
+
+    def set_queue_offsets(self, table: dict[str, int]) -> None:
+        with self.put_lock:
+            self.queue_offsets = dict(table)
+
+    def remove_queue_offsets(self, predicate: Callable[[str], bool]) -> None:
+        with self.put_lock:
+            for key in [k for k in self.queue_offsets if predicate(k)]:
+                del self.queue_offsets[key]

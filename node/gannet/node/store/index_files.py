@@ -1,0 +1,539 @@
+"""Index files: hash index from message keys to commit-log offsets (RocketMQ ``IndexFile``).
+
+Called by the dispatcher (:meth:`IndexService.build_index` for every dispatched record), by
+the query paths (by key and by unique key: :meth:`IndexService.query_offsets`), by recovery and
+Raft truncation (:meth:`IndexService.truncate_dirty`) and by the cleaner
+(:meth:`IndexService.delete_expired_file`). Byte-compatible with RocketMQ 5
+(``reference/store-format.md`` §4).
+
+Format. Files live in ``<root>/index/`` and are named by the local time of their creation,
+``yyyyMMddHHmmssSSS``. One file, all integers big-endian::
+
+    0                      header, 40 bytes
+                             0  8  beginTimestamp   store time (ms) of the first item
+                             8  8  endTimestamp     store time (ms) of the last item
+                            16  8  beginPhyOffset   commit-log offset of the first item
+                            24  8  endPhyOffset     commit-log offset of the last item
+                            32  4  hashSlotCount    slots that became non-empty
+                            36  4  indexCount       next item number; starts at 1
+    40                     hashSlots × 4-byte slots: item number of the newest item of the
+                           bucket, 0 (or anything <= 0 or > indexCount) = empty
+    40 + hashSlots × 4     itemsMax × 20-byte items, item n at 40 + hashSlots×4 + n×20:
+                             0  4  keyHash    abs(Java hashCode of "topic#key"), MIN_VALUE → 0
+                             4  8  phyOffset  commit-log offset of the message
+                            12  4  timeDiff   (storeTime − beginTimestamp) / 1000, in seconds
+                            16  4  prevIndex  the slot's previous value: the bucket's chain
+
+Item 0 is never used, so a file holds at most ``itemsMax − 1`` items. The bucket of a key is
+``keyHash mod hashSlots``; a lookup walks the chain from the slot through ``prevIndex`` and
+returns hash matches only: the caller re-checks the real key of each message. A new file
+inherits the previous file's end offset and end time as its begin and end values.
+
+Gannet addition: :meth:`IndexService.truncate_dirty` removes exactly the items at or past a
+commit-log offset (RocketMQ has no such operation; Raft truncates divergent suffixes). Items
+are appended in commit-log order, so the removed items are a suffix of the newest files; each is
+undone in reverse order of insertion (its slot gets the item's ``prevIndex`` back) and zeroed.
+
+Threading: one writer (the dispatch thread). Queries, cleanup and truncation take the service
+lock, so a query never reads a file that is being deleted.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import mmap
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from gannet.node.store import durable
+from gannet.node.store.config import StoreConfig
+from gannet.node.store.errors import CorruptionError
+from gannet.node.store.hashing import index_key_hash
+from gannet.node.store.properties import split_keys
+from gannet.node.store.records import (
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+    DispatchInfo,
+    transaction_type,
+)
+
+_log = logging.getLogger(__name__)
+
+HEADER_SIZE_BYTES = 40
+SLOT_SIZE_BYTES = 4
+ITEM_SIZE_BYTES = 20
+INVALID_INDEX = 0
+_INT_MAX = 2_147_483_647
+_HEADER = struct.Struct(">qqqqii")
+_ITEM = struct.Struct(">iqii")
+_INT = struct.Struct(">i")
+_ZERO_ITEM = bytes(ITEM_SIZE_BYTES)
+
+
+def index_file_size_bytes(hash_slots: int, items_max: int) -> int:
+    """Total file size: header, slots, items."""
+    return HEADER_SIZE_BYTES + hash_slots * SLOT_SIZE_BYTES + items_max * ITEM_SIZE_BYTES
+
+
+def slot_position(key_hash: int, hash_slots: int) -> int:
+    """Byte position of the slot of a (non-negative) key hash."""
+    return HEADER_SIZE_BYTES + (key_hash % hash_slots) * SLOT_SIZE_BYTES
+
+
+def item_position(hash_slots: int, item_number: int) -> int:
+    """Byte position of item ``item_number``: ``40 + slots×4 + n×20``."""
+    return HEADER_SIZE_BYTES + hash_slots * SLOT_SIZE_BYTES + item_number * ITEM_SIZE_BYTES
+
+
+def build_key(topic: str, key: str) -> str:
+    """The indexed string of a key (``IndexService.buildKey``)."""
+    return f"{topic}#{key}"
+
+
+def file_name_for(epoch_ms: int) -> str:
+    """``UtilAll.timeMillisToHumanString``: local time as ``yyyyMMddHHmmssSSS``."""
+    seconds = time.strftime("%Y%m%d%H%M%S", time.localtime(epoch_ms // 1000))
+    return f"{seconds}{epoch_ms % 1000:03d}"
+
+
+def epoch_ms_of_name(name: str) -> int | None:
+    """Inverse of :func:`file_name_for`, or None for a name of another shape."""
+    if len(name) != 17 or not name.isdigit():
+        return None
+    try:
+        local = datetime.datetime.strptime(name[:14], "%Y%m%d%H%M%S")  # naive = local time
+    except ValueError:
+        return None
+    return int(local.timestamp()) * 1000 + int(name[14:])
+
+
+def _time_diff_s(store_timestamp_ms: int, begin_timestamp_ms: int) -> int:
+    """Seconds since the file's begin time, clamped to ``[0, Integer.MAX_VALUE]``."""
+    if begin_timestamp_ms <= 0:
+        return 0
+    diff_ms = store_timestamp_ms - begin_timestamp_ms
+    diff_s = diff_ms // 1000 if diff_ms >= 0 else -(-diff_ms // 1000)  # Java truncation
+    return min(max(diff_s, 0), _INT_MAX)
+
+
+@dataclass(frozen=True, slots=True)
+class IndexItem:
+    """One 20-byte item as stored."""
+
+    key_hash: int
+    phy_offset: int
+    time_diff_s: int
+    prev_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueryOffsetResult:
+    """Hash matches for a key (newest file first) and the index's last update point."""
+
+    phy_offsets: list[int]
+    index_last_update_timestamp_ms: int
+    index_last_update_phy_offset: int
+
+
+class IndexFile:
+    """One mapped index file. Header fields are mirrored in attributes and written through.
+
+    Invariant: ``1 <= index_count <= items_max``; items ``1 .. index_count-1`` are written and
+    in commit-log order; every byte of item ``index_count`` and later is zero.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        hash_slots: int,
+        items_max: int,
+        *,
+        create: bool,
+        end_phy_offset: int = 0,
+        end_timestamp_ms: int = 0,
+    ) -> None:
+        self.path = path
+        self.hash_slots = hash_slots
+        self.items_max = items_max
+        self.file_size_bytes = index_file_size_bytes(hash_slots, items_max)
+        if create:
+            durable.allocate_file(path, self.file_size_bytes)
+        self._fd = os.open(path, os.O_RDWR)
+        actual = os.fstat(self._fd).st_size
+        if actual != self.file_size_bytes:
+            os.close(self._fd)
+            raise CorruptionError(
+                f"{path}: length {actual} differs from {self.file_size_bytes} (index_hash_slots="
+                f"{hash_slots}, index_items_max={items_max}); was it written with other settings?"
+            )
+        self._mm = mmap.mmap(self._fd, self.file_size_bytes, mmap.MAP_SHARED)
+        header: tuple[int, int, int, int, int, int] = _HEADER.unpack_from(self._mm, 0)
+        self.begin_timestamp_ms: int = header[0]
+        self.end_timestamp_ms: int = header[1]
+        self.begin_phy_offset: int = header[2]
+        self.end_phy_offset: int = header[3]
+        self.hash_slot_count: int = header[4]
+        self.index_count: int = header[5]
+        self.index_count = max(self.index_count, 1)
+        self._dirty = create
+        if create:
+            if end_phy_offset > 0:
+                self.begin_phy_offset = self.end_phy_offset = end_phy_offset
+            if end_timestamp_ms > 0:
+                self.begin_timestamp_ms = self.end_timestamp_ms = end_timestamp_ms
+            self._write_header()
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def is_full(self) -> bool:
+        """``isWriteFull``: no item can be added."""
+        return self.index_count >= self.items_max
+
+    def _write_header(self) -> None:
+        _HEADER.pack_into(
+            self._mm,
+            0,
+            self.begin_timestamp_ms,
+            self.end_timestamp_ms,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+        self._dirty = True
+
+    # --- writing ---
+    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one item for ``key`` (§4.4); False when the file is full."""
+        if self.index_count >= self.items_max:
+            return False
+        key_hash = index_key_hash(key)
+        slot_pos = slot_position(key_hash, self.hash_slots)
+        slot_value = self.read_slot_at(slot_pos)
+        time_diff_s = _time_diff_s(store_timestamp_ms, self.begin_timestamp_ms)
+        number = self.index_count
+        item_pos = item_position(self.hash_slots, number)
+        _ITEM.pack_into(self._mm, item_pos, key_hash, phy_offset, time_diff_s, slot_value)
+        _INT.pack_into(self._mm, slot_pos, number)
+        if number <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp_ms = store_timestamp_ms
+        if slot_value == INVALID_INDEX:
+            self.hash_slot_count += 1
+        self.index_count = number + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp_ms = store_timestamp_ms
+        self._write_header()
+        return True
+
+    def truncate_from(self, phy_offset: int) -> int:
+        """Undo every item whose phyOffset >= ``phy_offset``, newest first; items removed."""
+        number = self.index_count - 1
+        while number >= 1:
+            item = self.read_item(number)
+            if item.phy_offset < phy_offset:
+                break
+            slot_pos = slot_position(item.key_hash, self.hash_slots)
+            if self.read_slot_at(slot_pos) == number:
+                restored = item.prev_index if 0 < item.prev_index < number else INVALID_INDEX
+                _INT.pack_into(self._mm, slot_pos, restored)
+                if restored == INVALID_INDEX:
+                    self.hash_slot_count -= 1
+            item_pos = item_position(self.hash_slots, number)
+            self._mm[item_pos : item_pos + ITEM_SIZE_BYTES] = _ZERO_ITEM
+            number -= 1
+        removed = self.index_count - 1 - number
+        if removed:
+            self.index_count = number + 1
+            self._set_end_to_item(number)
+            self._write_header()
+        return removed
+
+    def _set_end_to_item(self, number: int) -> None:
+        """End offset and time from the item now last.
+
+        Items store whole seconds since the begin time, so after the first item the end time
+        loses its milliseconds (it can only move earlier, never past a kept item).
+        """
+        if number < 1:
+            self.end_phy_offset = self.begin_phy_offset
+            self.end_timestamp_ms = self.begin_timestamp_ms
+            return
+        item = self.read_item(number)
+        self.end_phy_offset = item.phy_offset
+        self.end_timestamp_ms = self.begin_timestamp_ms
+        if number > 1:
+            self.end_timestamp_ms += item.time_diff_s * 1000
+
+    # --- reading ---
+    def read_slot_at(self, slot_pos: int) -> int:
+        """Slot value at a byte position; values outside ``(0, index_count]`` read as 0."""
+        value: int = _INT.unpack_from(self._mm, slot_pos)[0]
+        if value <= INVALID_INDEX or value > self.index_count:
+            return INVALID_INDEX
+        return value
+
+    def read_item(self, number: int) -> IndexItem:
+        key_hash, phy_offset, time_diff_s, prev = _ITEM.unpack_from(
+            self._mm, item_position(self.hash_slots, number)
+        )
+        return IndexItem(key_hash, phy_offset, time_diff_s, prev)
+
+    def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
+        """Whether ``[begin_ms, end_ms]`` overlaps the file's time range (§4.5)."""
+        first, last = self.begin_timestamp_ms, self.end_timestamp_ms
+        return (
+            (begin_ms < first and end_ms > last)
+            or first <= begin_ms <= last
+            or first <= end_ms <= last
+        )
+
+    def select_phy_offsets(
+        self, key_hash: int, max_num: int, begin_ms: int, end_ms: int
+    ) -> list[int]:
+        """Walk the bucket chain of ``key_hash``: offsets of hash matches stored in the range."""
+        found: list[int] = []
+        number = self.read_slot_at(slot_position(key_hash, self.hash_slots))
+        if number == INVALID_INDEX or self.index_count <= 1:
+            return found
+        for _ in range(self.index_count):  # bounds a corrupted, cyclic chain
+            if len(found) >= max_num:
+                break
+            item = self.read_item(number)
+            if item.time_diff_s < 0:
+                break
+            item_ms = self.begin_timestamp_ms + item.time_diff_s * 1000
+            if item.key_hash == key_hash and begin_ms <= item_ms <= end_ms:
+                found.append(item.phy_offset)
+            prev = item.prev_index
+            if prev <= INVALID_INDEX or prev > self.index_count or prev == number:
+                break
+            if item_ms < begin_ms:
+                break
+            number = prev
+        return found
+
+    # --- lifecycle ---
+    def flush(self) -> None:
+        """fdatasync when anything changed since the last flush."""
+        if self._dirty and not self._mm.closed:
+            self._write_header()
+            durable.sync_data(self._fd, str(self.path))
+            self._dirty = False
+
+    def close(self) -> None:
+        if not self._mm.closed:
+            self._mm.close()
+            os.close(self._fd)
+
+    def destroy(self) -> None:
+        self.close()
+        durable.remove_file(self.path)
+
+
+class IndexService:
+    """The index files of a store, oldest first (``IndexService``).
+
+    ``index_msg_timestamp_ms`` reads the checkpoint's ``indexMsgTimestamp`` for :meth:`load`
+    when no value is passed there. ``on_full_file_flushed(end_timestamp_ms)`` is called after a
+    full file has been flushed (the store records it in the checkpoint); here this happens
+    synchronously, on the dispatch thread, when the next file is created. ``clock_ms`` gives the
+    creation time that names new files.
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        index_msg_timestamp_ms: Callable[[], int] | None = None,
+        on_full_file_flushed: Callable[[int], None] | None = None,
+        *,
+        clock_ms: Callable[[], int] | None = None,
+    ) -> None:
+        if config.index_items_max < 2 or config.index_hash_slots < 1:
+            raise ValueError("an index file needs index_items_max >= 2 and index_hash_slots >= 1")
+        self.config = config
+        self.directory = config.index_dir
+        self.files: list[IndexFile] = []
+        self._checkpoint_ms = index_msg_timestamp_ms
+        self._on_full_file_flushed = on_full_file_flushed
+        self._clock_ms = clock_ms if clock_ms is not None else _wall_clock_ms
+        self._lock = threading.RLock()
+
+    # --- lifecycle ---
+    def load(
+        self, last_exit_ok: bool, checkpoint_index_msg_timestamp_ms: int | None = None
+    ) -> None:
+        """Open every index file; after an abnormal exit drop files newer than the checkpoint."""
+        checkpoint_ms = checkpoint_index_msg_timestamp_ms
+        if checkpoint_ms is None:
+            checkpoint_ms = self._checkpoint_ms() if self._checkpoint_ms is not None else 0
+        self.directory.mkdir(parents=True, exist_ok=True)
+        paths = sorted(p for p in self.directory.iterdir() if p.is_file() and p.name.isdigit())
+        with self._lock:
+            for path in paths:
+                if path.stat().st_size == 0:
+                    durable.remove_file(path)  # a crash while creating it
+                    continue
+                f = self._open(path, create=False)
+                if not last_exit_ok and f.end_timestamp_ms > checkpoint_ms:
+                    _log.info("abnormal exit: dropping index file %s (newer than checkpoint)", path)
+                    f.destroy()
+                    continue
+                self.files.append(f)
+
+    def _open(
+        self, path: Path, *, create: bool, end_phy_offset: int = 0, end_ms: int = 0
+    ) -> IndexFile:
+        return IndexFile(
+            path,
+            self.config.index_hash_slots,
+            self.config.index_items_max,
+            create=create,
+            end_phy_offset=end_phy_offset,
+            end_timestamp_ms=end_ms,
+        )
+
+    def flush(self) -> None:
+        with self._lock:
+            for f in self.files:
+                f.flush()
+
+    def close(self) -> None:
+        """Flush and unmap every file."""
+        with self._lock:
+            for f in self.files:
+                f.flush()
+                f.close()
+            self.files = []
+
+    def last_file(self) -> IndexFile | None:
+        return self.files[-1] if self.files else None
+
+    def end_phy_offset(self) -> int:
+        """Commit-log offset of the newest indexed message (0 without files)."""
+        last = self.last_file()
+        return last.end_phy_offset if last is not None else 0
+
+    def end_timestamp_ms(self) -> int:
+        """Store time of the newest indexed message (0 without files)."""
+        last = self.last_file()
+        return last.end_timestamp_ms if last is not None else 0
+
+    # --- dispatch ---
+    def build_index(self, info: DispatchInfo) -> None:
+        """Index the unique key and every KEYS token of one dispatched record (§5)."""
+        if not self.config.index_enabled:
+            return
+        f = self._writable_file()
+        if info.commit_offset < f.end_phy_offset:
+            return  # already indexed
+        if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+            return
+        if info.uniq_key is not None:
+            f = self._put(f, build_key(info.topic, info.uniq_key), info)
+        for key in split_keys(info.keys):
+            f = self._put(f, build_key(info.topic, key), info)
+
+    def _put(self, f: IndexFile, key: str, info: DispatchInfo) -> IndexFile:
+        while not f.put_key(key, info.commit_offset, info.store_timestamp_ms):
+            _log.info("index file %s is full; creating the next one", f.name)
+            f = self._writable_file()
+        return f
+
+    def _writable_file(self) -> IndexFile:
+        """The last file if it has room, else a new file (and the full one is flushed)."""
+        last = self.last_file()
+        if last is not None and not last.is_full():
+            return last
+        end_phy, end_ms = (last.end_phy_offset, last.end_timestamp_ms) if last else (0, 0)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self._new_file_path()
+        created = self._open(path, create=True, end_phy_offset=end_phy, end_ms=end_ms)
+        with self._lock:
+            self.files.append(created)
+        if last is not None:
+            self._flush_full(last)
+        return created
+
+    def _flush_full(self, f: IndexFile) -> None:
+        end_ms = f.end_timestamp_ms if f.is_full() else 0
+        f.flush()
+        if end_ms > 0 and self._on_full_file_flushed is not None:
+            self._on_full_file_flushed(end_ms)
+
+    def _new_file_path(self) -> Path:
+        """Named by the clock; never equal to or (clock permitting) before the last name."""
+        epoch_ms = self._clock_ms()
+        last = self.last_file()
+        last_ms = epoch_ms_of_name(last.name) if last is not None else None
+        if last_ms is not None and epoch_ms <= last_ms:
+            epoch_ms = last_ms + 1
+        while (self.directory / file_name_for(epoch_ms)).exists():
+            epoch_ms += 1
+        return self.directory / file_name_for(epoch_ms)
+
+    # --- queries ---
+    def query_offsets(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> QueryOffsetResult:
+        """Commit-log offsets of hash matches of ``topic#key`` stored in ``[begin, end]``."""
+        max_num = min(max_num, self.config.index_query_results_max)
+        key_hash = index_key_hash(build_key(topic, key))
+        found: list[int] = []
+        last_ms = last_phy = 0
+        with self._lock:
+            if self.files:
+                last_ms, last_phy = self.files[-1].end_timestamp_ms, self.files[-1].end_phy_offset
+            for f in reversed(self.files):
+                if f.is_time_matched(begin_ms, end_ms):
+                    budget = max_num - len(found)
+                    found.extend(f.select_phy_offsets(key_hash, budget, begin_ms, end_ms))
+                if f.begin_timestamp_ms < begin_ms or len(found) >= max_num:
+                    break
+        return QueryOffsetResult(found, last_ms, last_phy)
+
+    # --- cleanup and truncation ---
+    def delete_expired_file(self, min_commit_offset: int) -> int:
+        """Delete oldest files whose endPhyOffset < ``min_commit_offset``, never the last."""
+        with self._lock:
+            if not self.files or self.files[0].end_phy_offset >= min_commit_offset:
+                return 0
+            doomed = 0
+            for f in self.files[:-1]:
+                if f.end_phy_offset >= min_commit_offset:
+                    break
+                doomed += 1
+            for f in self.files[:doomed]:
+                f.destroy()
+            self.files = self.files[doomed:]
+            return doomed
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Remove exactly the items whose phyOffset >= ``phy_offset`` (recovery, Raft).
+
+        Newest files whose items all go (or that are empty but inherited an end offset at or
+        past the cut) are deleted; the file spanning the cut is undone item by item.
+        """
+        with self._lock:
+            while self.files:
+                f = self.files[-1]
+                if f.end_phy_offset < phy_offset:
+                    break
+                if f.index_count <= 1 or f.read_item(1).phy_offset >= phy_offset:
+                    f.destroy()
+                    self.files.pop()
+                    continue
+                f.truncate_from(phy_offset)
+                f.flush()
+                break
+
+
+def _wall_clock_ms() -> int:
+    return time.time_ns() // 1_000_000

@@ -1,0 +1,385 @@
+"""The message store: one store directory opened, recovered and served (``DefaultMessageStore``).
+
+This is the storage engine's entry point. It owns the commit log, consume queues, index,
+checkpoint, flush and dispatch services, timer service and cleanup, and offers:
+
+* writes — :meth:`MessageStore.put_messages` (answers after the bytes are durable in SYNC_FLUSH;
+  group commit shares one fdatasync among concurrent writers) and
+  :meth:`MessageStore.put_messages_nowait` (returns a future for durability, for asyncio
+  callers);
+* reads — :meth:`get_messages` by queue offset with RocketMQ's status rules (§12),
+  :meth:`read_message` by commit-log offset;
+* queries — by offset message id, key, unique key, store time (see :mod:`querying`);
+* maintenance — :meth:`truncate` (Raft divergence), :meth:`clean_now`, :meth:`statistics`.
+
+Lifecycle: ``MessageStore(config)`` → :meth:`open` (lock, abort file, load, recover, start
+services) → use → :meth:`close` (stop services, flush everything, remove the abort file only
+when dispatch had caught up). Threads: flush, dispatch, housekeeping, timer; every public method
+is thread-safe.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+
+from gannet.node.store import properties as props
+from gannet.node.store import validation
+from gannet.node.store.checkpoints import Checkpoint
+from gannet.node.store.cleaning import CleanService
+from gannet.node.store.commitlog import AppendResult, CommitLog, now_ms
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.consume_queues import ConsumeQueueStore, CqUnit
+from gannet.node.store.dispatching import DispatchService
+from gannet.node.store.errors import (
+    DiskFull,
+    FlushTimeout,
+    StoreLocked,
+    StoreNotWritable,
+)
+from gannet.node.store.flushing import FlushService
+from gannet.node.store.index_files import IndexService
+from gannet.node.store.msgids import UniqKeyGenerator
+from gannet.node.store.reading import GetResult, read_queue
+from gannet.node.store.records import DispatchInfo, Message
+from gannet.node.store.recovering import RecoveryResult, offset_table_of, recover
+from gannet.node.store.timer_service import TimerService
+
+log = logging.getLogger(__name__)
+
+HOUSEKEEPING_INTERVAL_MS = 1_000
+ArrivalListener = Callable[[DispatchInfo], None]
+
+
+@dataclass(frozen=True, slots=True)
+class StoreStatistics:
+    """A snapshot for ``gannet store inspect``, metrics and the admin API."""
+
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    commit_offset: int
+    dispatched_offset: int
+    commitlog_files: int
+    consume_queues: int
+    index_files: int
+    timer_backlog: int
+    last_exit_ok: bool
+    disk_full: bool
+
+
+class MessageStore:
+    """A RocketMQ-compatible store directory, opened for reading and writing."""
+
+    def __init__(self, config: StoreConfig, *, commit_follows_flush: bool = True) -> None:
+        self.config = config
+        self.commitlog = CommitLog(config)
+        self.queues = ConsumeQueueStore(config)
+        self.index = IndexService(config) if config.index_enabled else None
+        self.checkpoint: Checkpoint | None = None
+        self.recovery: RecoveryResult | None = None
+        self.last_exit_ok = True
+        self.listeners: list[ArrivalListener] = []
+        self.uniq_keys = UniqKeyGenerator(config.store_host, os.getpid(), id(self) & 0x7FFFFFFF)
+        self.disk_full = False
+        self._commit_follows_flush = commit_follows_flush
+        self._lock_fd = -1
+        self._stop = threading.Event()
+        self._housekeeping: threading.Thread | None = None
+        self._opened = False
+        self.dispatch = DispatchService(self.commitlog, self._dispatchers())
+        self.flush: FlushService | None = None
+        self.cleaner = CleanService(self)
+        self.timers = TimerService(self)
+
+    # ------------------------------------------------------------------ lifecycle
+    def open(self, *, start_services: bool = True) -> MessageStore:
+        """Lock the directory, load and recover, then start the services."""
+        root = self.config.root_dir
+        root.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        self.last_exit_ok = not self.config.abort_path.exists()
+        self.config.abort_path.write_text(str(os.getpid()))
+        self.checkpoint = Checkpoint(self.config.checkpoint_path)
+        self.commitlog.load()
+        self.queues.load()
+        if self.index is not None:
+            self.index.load(self.last_exit_ok, self.checkpoint.index_msg_timestamp_ms)
+        self.recovery = recover(
+            self.commitlog,
+            self.queues,
+            self.index,
+            self.checkpoint,
+            last_exit_ok=self.last_exit_ok,
+            check_crc=self.config.check_crc_on_recover,
+        )
+        self.timers.load(self.recovery.process_offset)
+        end = self.commitlog.max_offset()
+        self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
+        self.flush = FlushService(self.config, self.commitlog, self.checkpoint, self._on_flushed)
+        self._opened = True
+        if start_services:
+            self.start_services()
+        return self
+
+    def start_services(self) -> None:
+        if self.flush is None:
+            raise StoreNotWritable("open() the store before starting its services")
+        self.flush.start()
+        self.dispatch.start()
+        self.timers.start()
+        self._housekeeping = threading.Thread(
+            target=self._housekeep, name="gannet-housekeeping", daemon=True
+        )
+        self._housekeeping.start()
+
+    def close(self) -> None:
+        """Stop services, flush everything, persist, release the directory."""
+        self._shut(clean=True)
+
+    def abandon(self) -> None:
+        """Drop the store as a crash would: no final flush, abort file left behind.
+
+        For tests of abnormal recovery inside one process. Data already copied to the page
+        cache stays, as it does when a process is killed.
+        """
+        self._shut(clean=False)
+
+    def _shut(self, *, clean: bool) -> None:
+        if not self._opened:
+            return
+        self._opened = False
+        self._stop.set()
+        self.timers.stop()
+        if self._housekeeping is not None:
+            self._housekeeping.join()
+        if self.flush is not None:
+            self.flush.stop(final_flush=clean)
+        if clean and self._commit_follows_flush:
+            self.dispatch.set_commit_offset(self._durable_end())
+        self.dispatch.stop(catch_up=clean)
+        caught_up = self.dispatch.behind_bytes() == 0
+        if clean:
+            self._flush_structures()
+        self.timers.close()
+        self.queues.close()
+        if self.index is not None:
+            self.index.close()
+        self.commitlog.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close(flush=clean)
+        fatal = self.flush is not None and self.flush.fatal_error is not None
+        if clean and caught_up and not fatal:
+            self.config.abort_path.unlink(missing_ok=True)
+        self._release_lock()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.config.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            os.close(fd)
+            raise StoreLocked(
+                f"{self.config.root_dir} is in use by another process (lock file "
+                f"{self.config.lock_path}); stop it or choose another --data-dir"
+            ) from exc
+        os.ftruncate(fd, 0)
+        os.write(fd, b"lock")
+        self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd >= 0:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    # ------------------------------------------------------------------ writing
+    def put_messages(
+        self, msgs: list[Message], *, timeout_s: float | None = None
+    ) -> list[AppendResult]:
+        """Append and return once durable as the flush mode defines (SYNC: fdatasync'ed)."""
+        results, durable = self.put_messages_nowait(msgs)
+        if durable is not None:
+            wait_s = timeout_s if timeout_s is not None else self.config.sync_flush_timeout_ms / 1e3
+            try:
+                durable.result(wait_s)
+            except TimeoutError as exc:
+                raise FlushTimeout(
+                    f"appended at {results[0].wrote_offset} but not flushed within "
+                    f"{wait_s:.1f} s (syncFlushTimeout)"
+                ) from exc
+        return results
+
+    def put_message(self, msg: Message) -> AppendResult:
+        return self.put_messages([msg])[0]
+
+    def put_messages_nowait(
+        self, msgs: list[Message]
+    ) -> tuple[list[AppendResult], Future[int] | None]:
+        """Append; return the results and, in SYNC_FLUSH, a future completing when durable."""
+        self._check_writable()
+        now = now_ms()
+        encoded = [self.commitlog.encode(self._prepare(m, now)) for m in msgs]
+        results = self.commitlog.append(encoded)
+        if self.config.flush_mode is FlushMode.SYNC_FLUSH and self.flush is not None:
+            return results, self.flush.request_flush(results[-1].end_offset)
+        if self._commit_follows_flush:
+            self.dispatch.set_commit_offset(results[-1].end_offset)
+        return results, None
+
+    def _check_writable(self) -> None:
+        if not self._opened:
+            raise StoreNotWritable("the store is not open")
+        if self.flush is not None and self.flush.fatal_error is not None:
+            raise StoreNotWritable(f"store stopped after a fatal error: {self.flush.fatal_error}")
+        if self.disk_full:
+            raise DiskFull(
+                f"disk usage of {self.config.root_dir} is above the warning ratio "
+                f"({self.config.disk_warning_ratio:.0%}); writes are refused until cleanup frees "
+                "space — lower fileReservedTime or add disk"
+            )
+
+    def _prepare(self, msg: Message, now: int) -> Message:
+        """Validate and complete a message before encoding (store host, unique key, timer)."""
+        validation.validate_topic(msg.topic)
+        msg.store_host = (self.config.store_host, self.config.store_port)
+        if msg.born_timestamp_ms == 0:
+            msg.born_timestamp_ms = now
+        if props.UNIQ_KEY not in msg.properties:
+            msg.properties[props.UNIQ_KEY] = self.uniq_keys.next_key(now)
+        return self.timers.route(msg, now)
+
+    # ------------------------------------------------------------------ commit / dispatch
+    def _durable_end(self) -> int:
+        if self.config.flush_mode is FlushMode.SYNC_FLUSH:
+            return self.commitlog.flushed_offset()
+        return self.commitlog.max_offset()
+
+    def _on_flushed(self, flushed_offset: int) -> None:
+        if self._commit_follows_flush and self.config.flush_mode is FlushMode.SYNC_FLUSH:
+            self.dispatch.set_commit_offset(flushed_offset)
+
+    def set_commit_offset(self, offset: int) -> None:
+        """Let dispatch reach ``offset`` (the Raft layer's commit point)."""
+        self.dispatch.set_commit_offset(min(offset, self.commitlog.max_offset()))
+
+    def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
+        return self.dispatch.wait_dispatched(offset, timeout_s)
+
+    def _dispatchers(self) -> list[Callable[[DispatchInfo], None]]:
+        chain: list[Callable[[DispatchInfo], None]] = [self._dispatch_consume_queue]
+        if self.index is not None:
+            chain.append(self.index.build_index)
+        chain.append(self._notify_arrival)
+        return chain
+
+    def _dispatch_consume_queue(self, info: DispatchInfo) -> None:
+        if info.sys_flag & 0xC in (0x0, 0x8):
+            cq = self.queues.find_or_create(info.topic, info.queue_id)
+            cq.put(info.commit_offset, info.size, info.tags_code, info.queue_offset)
+
+    def _notify_arrival(self, info: DispatchInfo) -> None:
+        for listener in self.listeners:
+            try:
+                listener(info)
+            except Exception:  # a listener must never stop dispatch
+                log.exception("message-arrival listener failed")
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        self.listeners.append(listener)
+
+    # ------------------------------------------------------------------ reading
+    def get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: Callable[[CqUnit], bool] | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages of a queue from ``offset`` (see :mod:`reading`)."""
+        return read_queue(self, topic, queue_id, offset, max_count, tag_filter)
+
+    def read_message(self, commit_offset: int) -> Message | None:
+        return self.commitlog.read_message(commit_offset)
+
+    def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.max_offset_in_queue() if cq is not None else 0
+
+    def min_offset_in_queue(self, topic: str, queue_id: int) -> int:
+        cq = self.queues.get(topic, queue_id)
+        return cq.min_offset_in_queue() if cq is not None else 0
+
+    # ------------------------------------------------------------------ maintenance
+    def truncate(self, offset: int) -> None:
+        """Cut the commit log and everything derived from it at ``offset`` (a record start).
+
+        Used by the Raft layer for a divergent suffix. Dispatch is paused meanwhile; queue
+        offsets are rebuilt from the consume queues.
+        """
+        with self.dispatch.paused(), self.commitlog.put_lock:
+            self.queues.truncate_dirty(offset)
+            if self.index is not None:
+                self.index.truncate_dirty(offset)
+            self.timers.truncate(offset)
+            self.commitlog.files.truncate_dirty_files(offset)
+            self.commitlog.queue_offsets = offset_table_of(self.queues)
+            reput = min(self.dispatch.reput_from, offset)
+            self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
+
+    def clean_now(self) -> int:
+        """Run cleanup at once, deleting expired files regardless of ``deleteWhen``."""
+        return self.cleaner.run(manual=True).commitlog_files_deleted
+
+    def _flush_structures(self) -> None:
+        self.queues.flush_all(0)
+        if self.index is not None:
+            self.index.flush()
+        if self.checkpoint is not None:
+            self.checkpoint.logics_msg_timestamp_ms = (
+                self.dispatch.last_dispatched_store_timestamp_ms
+            )
+            if self.index is not None:
+                self.checkpoint.index_msg_timestamp_ms = self.index.end_timestamp_ms()
+            self.checkpoint.flush()
+
+    def _housekeep(self) -> None:
+        interval_s = HOUSEKEEPING_INTERVAL_MS / 1000
+        last_clean = time.monotonic()
+        while not self._stop.wait(interval_s):
+            try:
+                self._flush_structures()
+                now = time.monotonic()
+                if (now - last_clean) * 1000 >= self.config.clean_resource_interval_ms:
+                    last_clean = now
+                    self.cleaner.run(manual=False)
+            except Exception:
+                log.exception("housekeeping failed")
+
+    def statistics(self) -> StoreStatistics:
+        return StoreStatistics(
+            min_offset=self.commitlog.min_offset(),
+            max_offset=self.commitlog.max_offset(),
+            flushed_offset=self.commitlog.flushed_offset(),
+            commit_offset=self.dispatch.commit_offset,
+            dispatched_offset=self.dispatch.reput_from,
+            commitlog_files=len(self.commitlog.files.files),
+            consume_queues=len(self.queues.queues()),
+            index_files=len(self.index.files) if self.index is not None else 0,
+            timer_backlog=self.timers.backlog(),
+            last_exit_ok=self.last_exit_ok,
+            disk_full=self.disk_full,
+        )

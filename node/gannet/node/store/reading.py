@@ -1,0 +1,113 @@
+"""Reading a queue by queue offset (``DefaultMessageStore.getMessage``), with RocketMQ's status
+rules, so that pull, Pop and the CLI share one definition of "what is there".
+
+Statuses (§12): no consume queue → NO_MATCHED_LOGIC_QUEUE; empty queue → NO_MESSAGE_IN_QUEUE;
+offset < min → OFFSET_TOO_SMALL (next = min); offset == max → OFFSET_OVERFLOW_ONE; offset > max
+→ OFFSET_OVERFLOW_BADLY (next = max); otherwise units are scanned — at most
+``max(16000, max_count × 20)`` bytes of consume queue, at most ``max_count`` messages and
+``READ_BYTES_MAX`` bytes of messages; all filtered out → NO_MATCHED_MESSAGE; units whose
+commit-log bytes are gone (cleaned) → MESSAGE_WAS_REMOVING; the file holding the offset is gone
+→ OFFSET_FOUND_NULL (next = start of the next file).
+
+Pure with respect to the store's state: no writes. Called by :class:`MessageStore`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from gannet.node.store.consume_queues import CqUnit
+
+if TYPE_CHECKING:
+    from gannet.node.store.message_store import MessageStore
+
+READ_COUNT_MAX = 1024
+READ_BYTES_MAX = 4 * 1024 * 1024
+PRE_BLANK_SIZE = 0x7FFFFFFF
+
+
+class GetStatus(enum.Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMessage:
+    """One record read through a consume queue: its raw bytes and where it lives."""
+
+    queue_offset: int
+    commit_offset: int
+    data: bytes
+    tags_code: int
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+def read_queue(
+    store: MessageStore,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    tag_filter: Callable[[CqUnit], bool] | None,
+) -> GetResult:
+    max_count = max(1, min(max_count, READ_COUNT_MAX))
+    cq = store.queues.get(topic, queue_id)
+    if cq is None:
+        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+    if hi == 0:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+    if offset < lo:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+    if offset == hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+    if offset > hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+    scan_units_max = max(16000, max_count * 20) // 20
+    units = cq.read_units(offset, min(scan_units_max, hi - offset))
+    if not units:
+        return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+    result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
+    commit_min = store.commitlog.min_offset()
+    removed = 0
+    size_total = 0
+    for unit in units:
+        result.next_begin_offset = unit.queue_offset + 1
+        if unit.size == PRE_BLANK_SIZE or unit.commit_offset < commit_min:
+            removed += 1
+            continue
+        if tag_filter is not None and not tag_filter(unit):
+            continue
+        data = store.commitlog.read(unit.commit_offset, unit.size)
+        if data is None:
+            removed += 1
+            continue
+        result.messages.append(
+            StoredMessage(unit.queue_offset, unit.commit_offset, data, unit.tags_code)
+        )
+        size_total += unit.size
+        if len(result.messages) >= max_count or size_total >= READ_BYTES_MAX:
+            break
+    if result.messages:
+        result.status = GetStatus.FOUND
+    elif removed:
+        result.status = GetStatus.MESSAGE_WAS_REMOVING
+    return result

@@ -1,0 +1,336 @@
+"""Topic configurations and ``<root>/config/topics.json``, RocketMQ's ``TopicConfigManager``.
+
+On disk (``TopicConfigSerializeWrapper``, written by :mod:`fastjson` as strict JSON)::
+
+    {
+        "dataVersion":{"counter":3,"stateVersion":0,"timestamp":1700000000000},
+        "topicConfigTable":{
+            "TopicTest":{
+                "attributes":{"message.type":"FIFO"},
+                "order":false,
+                "perm":6,
+                "readQueueNums":4,
+                "topicFilterType":"SINGLE_TAG",
+                "topicName":"TopicTest",
+                "topicSysFlag":0,
+                "writeQueueNums":4
+            }
+        }
+    }
+
+Every change bumps ``dataVersion`` and, unless the caller batches with ``persist=False``, is
+written at once (write temp, fsync, rotate the old file to ``.bak``, rename). Loading falls back
+to ``.bak`` when the main file is missing, empty or unparsable (:func:`fastjson.read_config_file`).
+Fields this module does not know are kept and written back, so a file from a newer RocketMQ
+survives a round trip.
+
+The message type of a topic is the attribute ``message.type`` (RocketMQ 5 ``TopicAttributes``):
+NORMAL, FIFO, DELAY, TRANSACTION or MIXED; a missing attribute means NORMAL. Admin requests name
+attributes with a ``+`` (set) or ``-`` (remove) prefix: :func:`apply_attribute_changes`.
+
+Called by the broker (auto-create, system topics), the admin service and the replication apply
+path. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import builtins
+import dataclasses
+import enum
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gannet.node.store import fastjson, validation
+from gannet.node.store.errors import MessageIllegal
+from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
+
+TOPICS_FILE_NAME = "topics.json"
+
+PERM_PRIORITY = 8
+PERM_READ = 4
+PERM_WRITE = 2
+PERM_INHERIT = 1
+
+QUEUE_NUMS_DEFAULT = 16
+QUEUE_NUMS_MAX = 65_535
+FILTER_SINGLE_TAG = "SINGLE_TAG"
+FILTER_MULTI_TAG = "MULTI_TAG"
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+
+
+class MessageType(enum.Enum):
+    """``TopicMessageType``: which messages a topic accepts."""
+
+    NORMAL = "NORMAL"
+    FIFO = "FIFO"
+    DELAY = "DELAY"
+    TRANSACTION = "TRANSACTION"
+    MIXED = "MIXED"
+
+
+_ACCEPTS = {
+    MessageType.MIXED: frozenset(
+        {MessageType.NORMAL, MessageType.FIFO, MessageType.DELAY, MessageType.TRANSACTION}
+    )
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TopicConfig:
+    """One topic (``org.apache.rocketmq.common.TopicConfig``), with RocketMQ's class defaults."""
+
+    topic_name: str
+    read_queue_nums: int = QUEUE_NUMS_DEFAULT
+    write_queue_nums: int = QUEUE_NUMS_DEFAULT
+    perm: int = PERM_READ | PERM_WRITE
+    topic_filter_type: str = FILTER_SINGLE_TAG
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: Mapping[str, str] = field(default_factory=dict, hash=False)
+    extra: Mapping[str, JsonValue] = field(default_factory=dict, hash=False, compare=False)
+    """JSON properties this module does not model, written back unchanged."""
+
+    @property
+    def message_type(self) -> MessageType:
+        """The ``message.type`` attribute; NORMAL when it is missing."""
+        value = self.attributes.get(MESSAGE_TYPE_ATTRIBUTE)
+        if value is None:
+            return MessageType.NORMAL
+        return _parse_message_type(value, self.topic_name)
+
+    @property
+    def accepted_message_types(self) -> frozenset[MessageType]:
+        """What producers may send here (MIXED accepts all four kinds)."""
+        kind = self.message_type
+        return _ACCEPTS.get(kind, frozenset({kind}))
+
+    @property
+    def readable(self) -> bool:
+        return bool(self.perm & PERM_READ)
+
+    @property
+    def writable(self) -> bool:
+        return bool(self.perm & PERM_WRITE)
+
+    def with_message_type(self, kind: MessageType) -> TopicConfig:
+        return dataclasses.replace(
+            self, attributes={**self.attributes, MESSAGE_TYPE_ATTRIBUTE: kind.value}
+        )
+
+    def to_json(self) -> JsonObject:
+        document: JsonObject = dict(self.extra)
+        document.update(
+            {
+                "attributes": dict(self.attributes),
+                "order": self.order,
+                "perm": self.perm,
+                "readQueueNums": self.read_queue_nums,
+                "topicFilterType": self.topic_filter_type,
+                "topicName": self.topic_name,
+                "topicSysFlag": self.topic_sys_flag,
+                "writeQueueNums": self.write_queue_nums,
+            }
+        )
+        return document
+
+    @classmethod
+    def from_json(cls, value: JsonValue, name: str) -> TopicConfig:
+        """Decode one table entry; ``name`` (its table key) fills a missing ``topicName``."""
+        if not isinstance(value, dict):
+            raise MessageIllegal(f"topic {name!r}: config is {type(value).__name__}, not object")
+        extra = {k: v for k, v in value.items() if k not in _TOPIC_KEYS}
+        return cls(
+            topic_name=_str(value.get("topicName"), name),
+            read_queue_nums=_int(value.get("readQueueNums"), QUEUE_NUMS_DEFAULT),
+            write_queue_nums=_int(value.get("writeQueueNums"), QUEUE_NUMS_DEFAULT),
+            perm=_int(value.get("perm"), PERM_READ | PERM_WRITE),
+            topic_filter_type=_str(value.get("topicFilterType"), FILTER_SINGLE_TAG),
+            topic_sys_flag=_int(value.get("topicSysFlag"), 0),
+            order=value.get("order") is True,
+            attributes=_str_map(value.get("attributes")),
+            extra=extra,
+        )
+
+    def check(self) -> None:
+        """Raise :class:`MessageIllegal` (or :class:`TopicNameIllegal`) for a bad config."""
+        validation.validate_topic(self.topic_name)
+        for label, count in (
+            ("readQueueNums", self.read_queue_nums),
+            ("writeQueueNums", self.write_queue_nums),
+        ):
+            if not 0 <= count <= QUEUE_NUMS_MAX:
+                raise MessageIllegal(
+                    f"topic {self.topic_name!r}: {label} is {count}; use 0 to {QUEUE_NUMS_MAX}"
+                )
+        if not 0 <= self.perm <= (PERM_PRIORITY | PERM_READ | PERM_WRITE | PERM_INHERIT):
+            raise MessageIllegal(
+                f"topic {self.topic_name!r}: perm is {self.perm}; combine READ=4, WRITE=2, "
+                "INHERIT=1, PRIORITY=8"
+            )
+        if MESSAGE_TYPE_ATTRIBUTE in self.attributes:
+            _parse_message_type(self.attributes[MESSAGE_TYPE_ATTRIBUTE], self.topic_name)
+
+
+_TOPIC_KEYS = frozenset(TopicConfig("-").to_json())
+
+
+def _parse_message_type(value: str, topic: str) -> MessageType:
+    try:
+        return MessageType(value)
+    except ValueError:
+        allowed = ", ".join(kind.value for kind in MessageType)
+        raise MessageIllegal(
+            f"topic {topic!r}: {MESSAGE_TYPE_ATTRIBUTE} is {value!r}; use one of {allowed}"
+        ) from None
+
+
+def apply_attribute_changes(
+    attributes: Mapping[str, str], changes: Mapping[str, str]
+) -> dict[str, str]:
+    """Apply admin-style changes: ``{"+message.type": "FIFO", "-other": ""}`` set and remove."""
+    result = dict(attributes)
+    for key, value in changes.items():
+        if key.startswith("+") and len(key) > 1:
+            result[key[1:]] = value
+        elif key.startswith("-") and len(key) > 1:
+            result.pop(key[1:], None)
+        else:
+            raise MessageIllegal(
+                f"attribute change {key!r} must start with '+' (set) or '-' (remove)"
+            )
+    return result
+
+
+def _int(value: JsonValue, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _str(value: JsonValue, default: str) -> str:
+    return value if isinstance(value, str) else default
+
+
+def _str_map(value: JsonValue) -> dict[str, str]:
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(v, str)}
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class TopicConfigManager:
+    """The topic table of one broker and its file ``<config_dir>/topics.json``.
+
+    Invariant: ``_data_version`` changes whenever ``_topics`` changes; ``_dirty`` is true
+    while the file does not hold the current table.
+    """
+
+    def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+        self._file = fastjson.ConfigFile(config_dir / TOPICS_FILE_NAME)
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._topics: dict[str, TopicConfig] = {}
+        self._extra: JsonObject = {}
+        self._data_version = DataVersion(timestamp_ms=clock_ms())
+        self._dirty = False
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    @property
+    def data_version(self) -> DataVersion:
+        with self._lock:
+            return self._data_version
+
+    def load(self) -> bool:
+        """Replace the table with the file's (or its backup's); False when there is none."""
+        with self._file.write_lock:
+            loaded = self._file.read()
+        if loaded is None:
+            return False
+        document = loaded.document
+        table = document.get("topicConfigTable")
+        topics = {}
+        if isinstance(table, dict):
+            topics = {name: TopicConfig.from_json(v, name) for name, v in table.items()}
+        with self._lock:
+            self._topics = topics
+            self._extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
+            self._data_version = DataVersion.from_json(document.get("dataVersion"))
+            self._dirty = loaded.main_unusable
+        return True
+
+    def get(self, name: str) -> TopicConfig | None:
+        with self._lock:
+            return self._topics.get(name)
+
+    def list(self) -> builtins.list[TopicConfig]:
+        """All topics, sorted by name."""
+        with self._lock:
+            return [self._topics[name] for name in sorted(self._topics)]
+
+    def __contains__(self, name: object) -> bool:
+        with self._lock:
+            return name in self._topics
+
+    def put(self, config: TopicConfig, *, persist: bool = True) -> None:
+        """Create or replace a topic after checking it; bumps the data version.
+
+        With ``persist`` (the default) the file is written before this returns.
+        """
+        config.check()
+        with self._lock:
+            if self._topics.get(config.topic_name) != config:
+                self._topics[config.topic_name] = config
+                self._changed()
+        if persist:
+            self.persist()
+
+    def delete(self, name: str, *, persist: bool = True) -> bool:
+        """Remove a topic; False when it did not exist."""
+        with self._lock:
+            if self._topics.pop(name, None) is None:
+                return False
+            self._changed()
+        if persist:
+            self.persist()
+        return True
+
+    def _changed(self) -> None:
+        self._data_version = self._data_version.next(self._clock_ms())
+        self._dirty = True
+
+    def to_json(self) -> JsonObject:
+        """The file's document for the current table."""
+        with self._lock:
+            return self._document()
+
+    def _document(self) -> JsonObject:
+        document: JsonObject = dict(self._extra)
+        document["dataVersion"] = self._data_version.to_json()
+        document["topicConfigTable"] = {n: c.to_json() for n, c in self._topics.items()}
+        return document
+
+    def persist(self) -> bool:
+        """Write the table if it changed since the last write; True when written."""
+        with self._file.write_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                document = self._document()
+                self._dirty = False
+            try:
+                self._file.write(document)
+            except BaseException:
+                with self._lock:
+                    self._dirty = True
+                raise
+            return True
+
+
+_WRAPPER_KEYS = frozenset({"dataVersion", "topicConfigTable"})

@@ -1,0 +1,287 @@
+"""Offline inspection and verification of a store directory, without changing it.
+
+:func:`verify` reads every commit-log record (structure, body CRC, whole-record CRC when
+present, PHYSICALOFFSET equal to the record's position) and every consume-queue unit (it must
+point at a valid record of the same topic, queue, queue offset, size and tag code). Damage is
+reported as ranges; a damaged commit-log file is reported from the first bad byte to its end
+(records never straddle files, so the next file is checked independently). The zero-filled
+tail of the newest file is the normal end of data, not damage.
+
+:func:`inspect` summarises files, offsets, topics and queues, checkpoint values and whether the
+last shutdown was clean.
+
+Files are opened read-only and memory-mapped with ``PROT_READ``; a running broker may keep
+writing meanwhile (the report is then a snapshot). Called by ``gannet store inspect|verify``
+and by the crash tests.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gannet.node.store import records
+
+_CQ_UNIT = struct.Struct(">qiq")
+CQ_UNIT_SIZE = 20
+PRE_BLANK_SIZE = 0x7FFFFFFF
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Damage:
+    where: str
+    start: int
+    end: int
+    reason: str
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    records_ok: int = 0
+    cq_units_ok: int = 0
+    commitlog_end: int = 0
+    damage: list[Damage] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not self.damage
+
+
+@contextmanager
+def _mapped(path: Path) -> Iterator[mmap.mmap | bytes]:
+    size = path.stat().st_size
+    if size == 0:
+        yield b""
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        try:
+            yield mm
+        finally:
+            mm.close()
+    finally:
+        os.close(fd)
+
+
+def commitlog_files(root: Path) -> list[Path]:
+    d = root / "commitlog"
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.is_file() and p.name.isdigit())
+
+
+def consume_queue_dirs(root: Path) -> list[tuple[str, int, Path]]:
+    base = root / "consumequeue"
+    found: list[tuple[str, int, Path]] = []
+    if not base.is_dir():
+        return found
+    for topic_dir in sorted(base.iterdir()):
+        if not topic_dir.is_dir():
+            continue
+        for qdir in sorted(topic_dir.iterdir(), key=lambda p: p.name):
+            if qdir.is_dir() and qdir.name.lstrip("-").isdigit():
+                found.append((topic_dir.name, int(qdir.name), qdir))
+    return found
+
+
+def total_bytes(root: Path) -> int:
+    """Bytes of commit log plus consume queue files, the unit of the progress bar."""
+    n = sum(p.stat().st_size for p in commitlog_files(root))
+    for _, _, qdir in consume_queue_dirs(root):
+        n += sum(p.stat().st_size for p in qdir.iterdir() if p.is_file())
+    return n
+
+
+def verify(root: Path, *, progress: Progress | None = None) -> VerifyReport:
+    report = VerifyReport()
+    files = commitlog_files(root)
+    for i, path in enumerate(files):
+        _verify_commitlog_file(path, report, is_last=i == len(files) - 1)
+        if progress is not None:
+            progress(path.stat().st_size)
+    if files:
+        _verify_consume_queues(root, files, report, progress)
+    return report
+
+
+def _verify_commitlog_file(path: Path, report: VerifyReport, *, is_last: bool) -> None:
+    start = int(path.name)
+    with _mapped(path) as buf:
+        size = len(buf)
+        pos = 0
+        while pos < size:
+            res = records.check_record(buf, pos, size, check_crc=True)
+            if res.ok and res.size == 0:
+                pos = size
+                break
+            if res.ok and res.info is not None and res.info.commit_offset != start + pos:
+                res = records.CheckResult(False, res.size, error="PHYSICALOFFSET mismatch")
+            if not res.ok:
+                zero_tail = buf[pos : pos + 8] in (b"", bytes(min(8, size - pos)))
+                if zero_tail and is_last:
+                    break
+                report.damage.append(
+                    Damage(path.name, start + pos, start + size, res.error or "invalid record")
+                )
+                break
+            report.records_ok += 1
+            pos += res.size
+        report.commitlog_end = start + pos
+
+
+class _CommitLogReader:
+    """Read-only access to records by global offset, mapping each file once."""
+
+    def __init__(self, files: list[Path], stack: ExitStack) -> None:
+        self.files = files
+        self.stack = stack
+        self.first = int(files[0].name)
+        self.file_size = files[0].stat().st_size
+        self.maps: dict[int, mmap.mmap | bytes] = {}
+
+    def record_at(self, offset: int) -> records.CheckResult | None:
+        index = (offset - self.first) // self.file_size
+        if offset < self.first or index >= len(self.files):
+            return None
+        buf = self.maps.get(index)
+        if buf is None:
+            buf = self.stack.enter_context(_mapped(self.files[index]))
+            self.maps[index] = buf
+        pos = offset - int(self.files[index].name)
+        return records.check_record(buf, pos, len(buf), check_crc=False)
+
+
+def _verify_consume_queues(
+    root: Path, files: list[Path], report: VerifyReport, progress: Progress | None
+) -> None:
+    with ExitStack() as stack:
+        reader = _CommitLogReader(files, stack)
+        for topic, qid, qdir in consume_queue_dirs(root):
+            _verify_queue(reader, topic, qid, qdir, report, progress)
+
+
+def _verify_queue(
+    reader: _CommitLogReader,
+    topic: str,
+    qid: int,
+    qdir: Path,
+    report: VerifyReport,
+    progress: Progress | None,
+) -> None:
+    for cq_file in sorted(p for p in qdir.iterdir() if p.is_file() and p.name.isdigit()):
+        base = int(cq_file.name) // CQ_UNIT_SIZE
+        with _mapped(cq_file) as buf:
+            for pos in range(0, len(buf) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+                offset, size, tags = _CQ_UNIT.unpack_from(buf, pos)
+                if offset == 0 and size == 0 and tags == 0:
+                    break  # end of written units
+                if size == PRE_BLANK_SIZE or offset < reader.first:
+                    continue  # pre-blank, or points into cleaned commit log
+                problem = _check_unit(reader, offset, size, tags, topic, qid)
+                qoff = base + pos // CQ_UNIT_SIZE
+                if problem:
+                    where = f"consumequeue/{topic}/{qid}"
+                    report.damage.append(Damage(where, qoff, qoff + 1, problem))
+                else:
+                    report.cq_units_ok += 1
+        if progress is not None:
+            progress(cq_file.stat().st_size)
+
+
+def _check_unit(
+    reader: _CommitLogReader, offset: int, size: int, tags: int, topic: str, qid: int
+) -> str:
+    res = reader.record_at(offset)
+    if res is None or not res.ok or res.info is None:
+        return f"points at commit-log offset {offset}, where there is no valid record"
+    info = res.info
+    if info.size != size:
+        return f"size {size} but the record at {offset} has {info.size} bytes"
+    if (info.topic, info.queue_id) != (topic, qid):
+        return f"record at {offset} belongs to {info.topic}/{info.queue_id}"
+    if info.tags_code != tags:
+        return f"tag code {tags} but the record's tags hash to {info.tags_code}"
+    return ""
+
+
+@dataclass(slots=True)
+class QueueSummary:
+    topic: str
+    queue_id: int
+    files: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(slots=True)
+class Inspection:
+    root: Path
+    commitlog_files: list[tuple[str, int]]
+    commitlog_end: int
+    queues: list[QueueSummary]
+    index_files: list[str]
+    checkpoint: dict[str, int]
+    clean_shutdown: bool
+
+
+def inspect(root: Path) -> Inspection:
+    files = commitlog_files(root)
+    report = VerifyReport()
+    if files:
+        _verify_commitlog_file(files[-1], report, is_last=True)
+    queues = [_summarise_queue(t, q, d) for t, q, d in consume_queue_dirs(root)]
+    index_dir = root / "index"
+    index_files = sorted(p.name for p in index_dir.iterdir()) if index_dir.is_dir() else []
+    return Inspection(
+        root=root,
+        commitlog_files=[(p.name, p.stat().st_size) for p in files],
+        commitlog_end=report.commitlog_end,
+        queues=queues,
+        index_files=index_files,
+        checkpoint=_read_checkpoint(root / "checkpoint"),
+        clean_shutdown=not (root / "abort").exists(),
+    )
+
+
+def _summarise_queue(topic: str, qid: int, qdir: Path) -> QueueSummary:
+    cq_files = sorted(p for p in qdir.iterdir() if p.is_file() and p.name.isdigit())
+    if not cq_files:
+        return QueueSummary(topic, qid, 0, 0, 0)
+    lo = hi = 0
+    with _mapped(cq_files[0]) as buf:
+        base = int(cq_files[0].name) // CQ_UNIT_SIZE
+        lo = base
+        for pos in range(0, len(buf) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+            _, size, _ = _CQ_UNIT.unpack_from(buf, pos)
+            if size != PRE_BLANK_SIZE:
+                lo = base + pos // CQ_UNIT_SIZE
+                break
+    with _mapped(cq_files[-1]) as buf:
+        base = int(cq_files[-1].name) // CQ_UNIT_SIZE
+        hi = base
+        for pos in range(0, len(buf) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+            if bytes(buf[pos : pos + CQ_UNIT_SIZE]) == bytes(CQ_UNIT_SIZE):
+                break
+            hi = base + pos // CQ_UNIT_SIZE + 1
+    return QueueSummary(topic, qid, len(cq_files), lo, hi)
+
+
+def _read_checkpoint(path: Path) -> dict[str, int]:
+    if not path.exists() or path.stat().st_size < 40:
+        return {}
+    data = path.read_bytes()[:40]
+    names = [
+        "physicMsgTimestamp",
+        "logicsMsgTimestamp",
+        "indexMsgTimestamp",
+        "masterFlushedOffset",
+        "confirmPhyOffset",
+    ]
+    return dict(zip(names, struct.unpack(">qqqqq", data), strict=True))
