@@ -13,13 +13,13 @@ appends of 64 KiB (64 producers × 1 KiB, the group a sync covers) each followed
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import platform
 import statistics
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,22 +69,24 @@ def bench_async_appends(root: Path, count: int, batch: int) -> dict[str, float]:
 
 
 def bench_sync_appends(root: Path, producers: int, per_producer: int) -> dict[str, float]:
-    with MessageStore(make_config(root, FlushMode.SYNC_FLUSH)).open() as store:
-        barrier = threading.Barrier(producers + 1)
+    """SYNC_FLUSH with ``producers`` concurrent asyncio writers, as the gRPC broker runs them:
+    each appends one message and awaits its durability future before the next."""
 
-        def run(p: int) -> None:
-            barrier.wait()
+    async def run(store: MessageStore) -> float:
+        waiters = store.durable_waiters(asyncio.get_running_loop())
+
+        async def producer(p: int) -> None:
             for i in range(per_producer):
-                store.put_message(message(p * per_producer + i))
+                _, durable_at = store.put_messages_nowait([message(p * per_producer + i)])
+                if durable_at is not None:
+                    await waiters.wait(durable_at)
 
-        threads = [threading.Thread(target=run, args=(p,)) for p in range(producers)]
-        for t in threads:
-            t.start()
-        barrier.wait()
         t0 = time.perf_counter()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - t0
+        await asyncio.gather(*(producer(p) for p in range(producers)))
+        return time.perf_counter() - t0
+
+    with MessageStore(make_config(root, FlushMode.SYNC_FLUSH)).open() as store:
+        elapsed = asyncio.run(run(store))
         total = producers * per_producer
         syncs = store.flush.flush_count if store.flush else 0
         end = store.commitlog.max_offset()

@@ -123,8 +123,15 @@ class CommitLog:
         gets = tx in (records.SYSFLAG_TRANSACTION_NOT_TYPE, records.SYSFLAG_TRANSACTION_COMMIT_TYPE)
         return Encoded(buf, msg.topic, msg.queue_id, msg.sys_flag, gets)
 
-    def append(self, batch: list[Encoded]) -> list[AppendResult]:
+    def append(
+        self,
+        batch: list[Encoded],
+        on_appended: Callable[[list[AppendResult]], None] | None = None,
+    ) -> list[AppendResult]:
         """Append encoded messages in order; returns one result per message.
+
+        ``on_appended`` runs under the put lock after the copy, so successive calls see the
+        batches in commit-log order (the dispatch hand-off relies on it).
 
         Raises :class:`~gannet.node.store.errors.DiskFull` when a new file cannot be created;
         messages before that point are written and their results are lost to the caller, so
@@ -165,6 +172,8 @@ class CommitLog:
                 results.append(AppendResult(offset, size, queue_offset, ts, host, port))
                 offset += size
             self._write(f, pending)
+            if on_appended is not None:
+                on_appended(results)
         return results
 
     @staticmethod

@@ -36,7 +36,6 @@ class StoreConfig:
     flush_least_pages: int = 4  # flushCommitLogLeastPages
     flush_thorough_interval_ms: int = 10_000  # flushCommitLogThoroughInterval
     sync_flush_timeout_ms: int = 5_000  # syncFlushTimeout
-    group_commit_requests_max: int = 100_000  # bound on waiting SYNC_FLUSH callers
     # --- consume queues (§3) ---
     consume_queue_units_per_file: int = 300_000  # mappedFileSizeConsumeQueue / 20
     consume_queue_flush_interval_ms: int = 1_000  # flushIntervalConsumeQueue

@@ -12,14 +12,18 @@ commit-type messages, index when enabled, then the message-arrival listeners tha
 polls); an invalid record stops the pass and is logged with its offset (recovery has cut torn
 tails, so this only happens on bytes damaged while the node runs).
 
-One thread; work per wake-up is bounded by ``DISPATCH_BATCH_RECORDS_MAX``. Called by
-:mod:`message_store`.
+Records appended by this node are handed over in memory (:meth:`DispatchService.offer`, in
+commit-log order, bounded by ``HANDOFF_RECORDS_MAX``) so that dispatch does not parse them
+again; anything else — recovery, a follower's replicated bytes, an overflowing hand-off — is
+parsed from the commit log. One thread; work per wake-up is bounded by
+``DISPATCH_BATCH_RECORDS_MAX``. Called by :mod:`message_store`.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable
 
 from gannet.node.store import records
@@ -29,6 +33,7 @@ from gannet.node.store.records import DispatchInfo
 log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_RECORDS_MAX = 4096
+HANDOFF_RECORDS_MAX = 100_000
 Dispatcher = Callable[[DispatchInfo], None]
 
 
@@ -46,6 +51,7 @@ class DispatchService:
         self._pass_lock = threading.Lock()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self._handoff: deque[DispatchInfo] = deque()
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="gannet-dispatch", daemon=True)
@@ -108,46 +114,67 @@ class DispatchService:
                 if n < DISPATCH_BATCH_RECORDS_MAX:
                     return total
 
+    def offer(self, infos: list[DispatchInfo]) -> None:
+        """Hand over the dispatch info of just-appended records (called under the put lock,
+        so in commit-log order). Saves re-reading them; when the hand-off queue is full the
+        dispatcher reads them from the commit log instead."""
+        if len(self._handoff) + len(infos) <= HANDOFF_RECORDS_MAX:
+            self._handoff.extend(infos)
+
+    def clear_handoff(self) -> None:
+        self._handoff.clear()
+
     def _dispatch_batch(self) -> int:
         end = self.commit_offset
-        start = self.reput_from
-        start = max(start, self.commitlog.min_offset())
+        offset = max(self.reput_from, self.commitlog.min_offset())
         count = 0
-        offset = start
-        for offset_at, res in self.commitlog.scan(start, end, check_crc=False):
-            if not res.ok or res.info is None:
-                if self.error is None:
-                    self.error = f"dispatch stopped at commit-log offset {offset_at}: {res.error}"
-                    log.error("%s", self.error)
-                offset = offset_at
-                break
-            info = res.info
+        handoff = self._handoff
+        while offset < end and count < DISPATCH_BATCH_RECORDS_MAX:
+            while handoff and handoff[0].commit_offset < offset:
+                handoff.popleft()
+            if handoff and handoff[0].commit_offset == offset:
+                info: DispatchInfo | None = handoff[0]
+                if offset + handoff[0].size > end:
+                    break  # appended, not committed yet
+                handoff.popleft()
+            else:
+                info, offset = self._read_record(offset, end)
+                if info is None:
+                    break
+            assert info is not None
             for dispatch in self.dispatchers:
                 dispatch(info)
             self.last_dispatched_store_timestamp_ms = info.store_timestamp_ms
-            offset = offset_at + res.size
+            offset = info.commit_offset + info.size
             count += 1
-            if count >= DISPATCH_BATCH_RECORDS_MAX:
-                break
-        else:
-            offset = self._end_after_blanks(offset, end)
         with self._cond:
             if offset > self.reput_from:
                 self.reput_from = offset
                 self._cond.notify_all()
         return count
 
-    def _end_after_blanks(self, offset: int, end: int) -> int:
-        """After a scan that ran out, the cursor may sit on a BLANK: skip to the commit end."""
+    def _read_record(self, offset: int, end: int) -> tuple[DispatchInfo | None, int]:
+        """Parse the record at ``offset`` from the commit log, following BLANKs.
+
+        Returns (info, its offset), or (None, where to resume) when nothing complete and
+        committed is there, or the bytes are invalid (logged once).
+        """
         while offset < end:
             f = self.commitlog.file_for(offset)
             if f is None:
-                return offset
-            res = records.check_record(
-                f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
-            )
+                return None, offset
+            pos = offset - f.file_from_offset
+            res = records.check_record(f.buffer, pos, f.wrote_position, check_crc=False)
             if res.ok and res.size == 0:
                 offset = self.commitlog.roll_next_file(offset)
-            else:
-                return offset
-        return offset
+                continue
+            if not res.ok or res.info is None or res.info.commit_offset != offset:
+                if self.error is None:
+                    reason = res.error or "PHYSICALOFFSET mismatch"
+                    self.error = f"dispatch stopped at commit-log offset {offset}: {reason}"
+                    log.error("%s", self.error)
+                return None, offset
+            if offset + res.size > end:
+                return None, offset
+            return res.info, offset
+        return None, offset

@@ -1,28 +1,33 @@
 """Flush services: when appended commit-log bytes become durable.
 
-* SYNC_FLUSH (group commit, ``GroupCommitService``): an appender registers the end offset of its
-  records with :meth:`FlushService.request_flush` and waits on the returned future. The flush
-  thread waits at most ``GROUP_COMMIT_WAIT_MS`` for work, then runs one ``fdatasync`` that covers
-  every request registered so far; all requests at or below the flushed offset complete
-  together. Many producers therefore share one sync, and a caller is only answered after its
-  bytes are durable. Waiting requests are bounded by ``group_commit_requests_max``.
+* SYNC_FLUSH (group commit, ``GroupCommitService``): an appender announces the end offset of its
+  records with :meth:`FlushService.request_flush` and waits until the flushed offset reaches it
+  (:meth:`FlushService.wait_flushed` for threads, :class:`OffsetWaiters` for asyncio). The flush
+  thread waits at most ``GROUP_COMMIT_WAIT_MS`` for work, then runs one ``fdatasync`` that
+  covers everything appended so far; every writer at or below the new flushed offset is
+  released together by one notification. Many producers therefore share one sync, and a writer
+  is only answered after its bytes are durable. Waiting is offset-based, so there is no
+  per-request queue to bound: the number of waiters is the number of callers.
 * ASYNC_FLUSH (``FlushRealTimeService``): every ``flush_interval_ms`` flush when at least
   ``flush_least_pages`` 4 KiB pages are dirty, and everything at least every
   ``flush_thorough_interval_ms``.
 
 After each flush the checkpoint's ``physicMsgTimestamp`` is set to the store time of the last
-record known flushed, and ``on_flushed(offset)`` is called (the message store moves the commit
-offset forward with it in SYNC mode). A failed fsync is fatal: the service records the error,
-fails every waiter, and stops (see :mod:`durable`). Called by :mod:`message_store`.
+record known flushed and every listener is called once with the flushed offset (the message
+store moves the commit offset with it in SYNC mode; asyncio waiters are released from there).
+A failed fsync is fatal: the service records the error, releases every waiter with it, and
+stops (see :mod:`durable`). Called by :mod:`message_store`.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 
 from gannet.node.store.checkpoints import Checkpoint
 from gannet.node.store.commitlog import CommitLog
@@ -32,24 +37,20 @@ from gannet.node.store.errors import FsyncFailed, StoreError, StoreNotWritable
 log = logging.getLogger(__name__)
 
 GROUP_COMMIT_WAIT_MS = 10
+FlushListener = Callable[[int], None]
 
 
 class FlushService:
     """One thread that makes the commit log durable, in the configured mode."""
 
-    def __init__(
-        self,
-        config: StoreConfig,
-        commitlog: CommitLog,
-        checkpoint: Checkpoint,
-        on_flushed: Callable[[int], None],
-    ) -> None:
+    def __init__(self, config: StoreConfig, commitlog: CommitLog, checkpoint: Checkpoint) -> None:
         self.config = config
         self.commitlog = commitlog
         self.checkpoint = checkpoint
-        self.on_flushed = on_flushed
+        self.listeners: list[FlushListener] = []
         self._cond = threading.Condition()
-        self._requests: list[tuple[int, Future[int]]] = []
+        self._requested_offset = 0
+        self.flushed_offset = commitlog.flushed_offset()
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.fatal_error: StoreError | None = None
@@ -70,56 +71,59 @@ class FlushService:
             self._thread.join()
             self._thread = None
         if final_flush and self.fatal_error is None:
-            self._flush(0)  # shutdown: everything
-        self._fail_all(StoreNotWritable("store is shutting down"))
-
-    # --- requests ---
-    def request_flush(self, end_offset: int) -> Future[int]:
-        """Future that completes with the flushed offset once ``end_offset`` is durable."""
-        fut: Future[int] = Future()
+            self._flush_or_die(0)  # shutdown: everything
         with self._cond:
-            if self.fatal_error is not None:
-                fut.set_exception(self.fatal_error)
-                return fut
-            if self._stopping:
-                fut.set_exception(StoreNotWritable("store is shutting down"))
-                return fut
-            if len(self._requests) >= self.config.group_commit_requests_max:
-                fut.set_exception(
-                    StoreNotWritable(
-                        f"{len(self._requests)} writers already wait for a flush "
-                        "(group_commit_requests_max); retry later"
-                    )
-                )
-                return fut
-            self._requests.append((end_offset, fut))
-            self._cond.notify()
-        return fut
+            self._cond.notify_all()
 
-    def wake(self) -> None:
+    def truncated(self, offset: int) -> None:
+        """The log was cut at ``offset``: positions past it no longer exist."""
         with self._cond:
-            self._cond.notify()
+            self._requested_offset = min(self._requested_offset, offset)
+            self.flushed_offset = min(self.flushed_offset, offset)
+
+    # --- writers ---
+    def request_flush(self, end_offset: int) -> None:
+        """Ask for everything up to ``end_offset`` to be made durable (SYNC_FLUSH)."""
+        with self._cond:
+            if end_offset > self._requested_offset:
+                self._requested_offset = end_offset
+                self._cond.notify_all()
+
+    def wait_flushed(self, end_offset: int, timeout_s: float) -> bool:
+        """Block until ``end_offset`` is durable; False on timeout. Raises after a fatal
+        fsync error or when the service stopped without reaching the offset."""
+        with self._cond:
+            ok = self._cond.wait_for(
+                lambda: (
+                    self.flushed_offset >= end_offset
+                    or self.fatal_error is not None
+                    or self._stopping
+                ),
+                timeout_s,
+            )
+            self.check_reached(end_offset)
+            return ok
+
+    def check_reached(self, end_offset: int) -> None:
+        if self.flushed_offset >= end_offset:
+            return
+        if self.fatal_error is not None:
+            raise StoreNotWritable(f"fsync failed; the node must stop: {self.fatal_error}")
+        if self._stopping:
+            raise StoreNotWritable("store is shutting down")
 
     # --- loops ---
     def _run_sync(self) -> None:
         while True:
             with self._cond:
-                if not self._requests and not self._stopping:
+                if self._requested_offset <= self.flushed_offset and not self._stopping:
                     self._cond.wait(GROUP_COMMIT_WAIT_MS / 1000)
                 if self._stopping:
                     return
-                batch, self._requests = self._requests, []
+                if self._requested_offset <= self.flushed_offset:
+                    continue
             if not self._flush_or_die(0):
-                self._complete(batch, StoreNotWritable("fsync failed; the node must stop"))
                 return
-            flushed = self.commitlog.flushed_offset()
-            waiting = [(o, f) for o, f in batch if o > flushed]
-            for o, f in batch:
-                if o <= flushed:
-                    f.set_result(flushed)
-            if waiting:  # written after our snapshot; the next round covers them
-                with self._cond:
-                    self._requests[:0] = waiting
 
     def _run(self) -> None:
         last_thorough = time.monotonic()
@@ -139,31 +143,87 @@ class FlushService:
                 return
 
     def _flush_or_die(self, least_pages: int) -> bool:
+        ts = self.commitlog.last_store_timestamp_ms
         try:
-            self._flush(least_pages)
+            flushed = self.commitlog.files.flush(least_pages)
         except FsyncFailed as exc:
             log.critical("%s", exc)
-            self.fatal_error = exc
-            self._fail_all(exc)
+            with self._cond:
+                self.fatal_error = exc
+                self._cond.notify_all()
+            self._notify(self.flushed_offset)
             return False
+        self.flush_count += 1
+        if flushed > self.flushed_offset:
+            self.checkpoint.physic_msg_timestamp_ms = ts
+            with self._cond:
+                self.flushed_offset = flushed
+                self._cond.notify_all()
+            self._notify(flushed)
         return True
 
-    def _flush(self, least_pages: int) -> None:
-        ts = self.commitlog.last_store_timestamp_ms
-        before = self.commitlog.flushed_offset()
-        flushed = self.commitlog.files.flush(least_pages)
-        self.flush_count += 1
-        if flushed > before:
-            self.checkpoint.physic_msg_timestamp_ms = ts
-            self.on_flushed(flushed)
+    def _notify(self, flushed: int) -> None:
+        for listener in self.listeners:
+            try:
+                listener(flushed)
+            except Exception:
+                log.exception("flush listener failed")
 
-    def _fail_all(self, exc: StoreError) -> None:
-        with self._cond:
-            batch, self._requests = self._requests, []
-        self._complete(batch, exc)
 
-    @staticmethod
-    def _complete(batch: list[tuple[int, Future[int]]], exc: StoreError) -> None:
-        for _, fut in batch:
-            if not fut.done():
-                fut.set_exception(exc)
+class OffsetWaiters:
+    """Asyncio side of offset-based waiting: futures released when an offset is reached.
+
+    The thread that moves the offset calls :meth:`advance` (thread-safe); at most one
+    callback is scheduled on the loop per burst of advances, and it releases every waiter at or
+    below the offset — one cross-thread wake-up per flush, however many writers wait.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, reached: int = 0) -> None:
+        self._loop = loop
+        self._reached = reached
+        self._heap: list[tuple[int, int, asyncio.Future[int]]] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._scheduled = False
+        self._error: BaseException | None = None
+
+    def wait(self, offset: int) -> asyncio.Future[int]:
+        """A future completing with the reached offset once it is ``>= offset`` (loop thread)."""
+        fut: asyncio.Future[int] = self._loop.create_future()
+        if self._error is not None:
+            fut.set_exception(self._error)
+        elif self._reached >= offset:
+            fut.set_result(self._reached)
+        else:
+            heapq.heappush(self._heap, (offset, next(self._seq), fut))
+        return fut
+
+    def advance(self, offset: int) -> None:
+        """Record a new reached offset (any thread)."""
+        with self._lock:
+            if offset <= self._reached:
+                return
+            self._reached = offset
+            if self._scheduled:
+                return
+            self._scheduled = True
+        self._loop.call_soon_threadsafe(self._release)
+
+    def fail(self, error: BaseException) -> None:
+        """Fail every waiter, now and later (fatal fsync error, shutdown)."""
+        self._error = error
+        self._loop.call_soon_threadsafe(self._release)
+
+    def _release(self) -> None:
+        with self._lock:
+            self._scheduled = False
+            reached = self._reached
+        heap = self._heap
+        while heap and (heap[0][0] <= reached or self._error is not None):
+            offset, _, fut = heapq.heappop(heap)
+            if fut.done():
+                continue
+            if offset <= reached or self._error is None:
+                fut.set_result(reached)
+            else:
+                fut.set_exception(self._error)

@@ -11,9 +11,18 @@ strings take a fast path over bytes.
 
 from __future__ import annotations
 
+import operator
 import zlib
+from functools import lru_cache
 
 _MASK32 = 0xFFFFFFFF
+_FAST_LENGTH_MAX = 256
+
+
+@lru_cache(maxsize=_FAST_LENGTH_MAX)
+def _powers_of_31(length: int) -> tuple[int, ...]:
+    """``31**(length-1-i) mod 2**32`` for every position ``i`` of a string of ``length``."""
+    return tuple(pow(31, length - 1 - i, 1 << 32) for i in range(length))
 
 
 def to_java_int(value: int) -> int:
@@ -26,8 +35,13 @@ def java_string_hash(text: str) -> int:
     """Java ``String.hashCode()`` of ``text`` as a signed 32-bit int (empty string → 0)."""
     h = 0
     if text.isascii():
-        for code in text.encode("ascii"):
-            h = (31 * h + code) & _MASK32
+        # hashCode is the polynomial sum(c[i] * 31**(n-1-i)) mod 2**32: one C-level pass.
+        data = text.encode("ascii")
+        if len(data) <= _FAST_LENGTH_MAX:
+            h = sum(map(operator.mul, data, _powers_of_31(len(data)))) & _MASK32
+        else:
+            for code in data:
+                h = (31 * h + code) & _MASK32
     else:
         units = text.encode("utf-16-be")
         for i in range(0, len(units), 2):

@@ -160,6 +160,7 @@ class IndexFile:
         self.path = path
         self.hash_slots = hash_slots
         self.items_max = items_max
+        self._items_base = HEADER_SIZE_BYTES + hash_slots * SLOT_SIZE_BYTES
         self.file_size_bytes = index_file_size_bytes(hash_slots, items_max)
         if create:
             durable.allocate_file(path, self.file_size_bytes)
@@ -211,17 +212,27 @@ class IndexFile:
 
     # --- writing ---
     def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one item for ``key`` (§4.4); False when the file is full."""
-        if self.index_count >= self.items_max:
+        """Add one item for ``key`` (§4.4); False when the file is full.
+
+        On the dispatch hot path, hence written out inline (same rules as
+        :func:`slot_position`, :meth:`read_slot_at`, :func:`_time_diff_s`).
+        """
+        number = self.index_count
+        if number >= self.items_max:
             return False
         key_hash = index_key_hash(key)
-        slot_pos = slot_position(key_hash, self.hash_slots)
-        slot_value = self.read_slot_at(slot_pos)
-        time_diff_s = _time_diff_s(store_timestamp_ms, self.begin_timestamp_ms)
-        number = self.index_count
-        item_pos = item_position(self.hash_slots, number)
-        _ITEM.pack_into(self._mm, item_pos, key_hash, phy_offset, time_diff_s, slot_value)
-        _INT.pack_into(self._mm, slot_pos, number)
+        slot_pos = HEADER_SIZE_BYTES + (key_hash % self.hash_slots) * SLOT_SIZE_BYTES
+        mm = self._mm
+        slot_value: int = _INT.unpack_from(mm, slot_pos)[0]
+        if slot_value <= INVALID_INDEX or slot_value > number:
+            slot_value = INVALID_INDEX
+        begin_ms = self.begin_timestamp_ms
+        time_diff_s = _time_diff_s(store_timestamp_ms, begin_ms) if begin_ms > 0 else 0
+        _ITEM.pack_into(
+            mm, self._items_base + number * ITEM_SIZE_BYTES, key_hash, phy_offset, time_diff_s,
+            slot_value,
+        )  # fmt: skip
+        _INT.pack_into(mm, slot_pos, number)
         if number <= 1:
             self.begin_phy_offset = phy_offset
             self.begin_timestamp_ms = store_timestamp_ms

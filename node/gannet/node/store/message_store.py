@@ -1,7 +1,9 @@
 """The message store: one store directory opened, recovered and served (``DefaultMessageStore``).
 
 This is the storage engine's entry point. It owns the commit log, consume queues, index,
-checkpoint, flush and dispatch services, timer service and cleanup, and offers:
+checkpoint, flush and dispatch services, timer service, cleanup and the config files
+(``topic_configs``, ``group_configs``, ``consumer_offsets``, persisted under ``config/``;
+consumer offsets every second when changed and at close), and offers:
 
 * writes — :meth:`MessageStore.put_messages` (answers after the bytes are durable in SYNC_FLUSH;
   group commit shares one fdatasync among concurrent writers) and
@@ -20,13 +22,13 @@ is thread-safe.
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import logging
 import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass
 
 from gannet.node.store import properties as props
@@ -36,6 +38,7 @@ from gannet.node.store.cleaning import CleanService
 from gannet.node.store.commitlog import AppendResult, CommitLog, now_ms
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import ConsumeQueueStore, CqUnit
+from gannet.node.store.consumer_offsets import ConsumerOffsetManager
 from gannet.node.store.dispatching import DispatchService
 from gannet.node.store.errors import (
     DiskFull,
@@ -43,17 +46,21 @@ from gannet.node.store.errors import (
     StoreLocked,
     StoreNotWritable,
 )
-from gannet.node.store.flushing import FlushService
+from gannet.node.store.flushing import FlushService, OffsetWaiters
+from gannet.node.store.group_configs import GroupConfigManager
+from gannet.node.store.hashing import tags_code
 from gannet.node.store.index_files import IndexService
 from gannet.node.store.msgids import UniqKeyGenerator
 from gannet.node.store.reading import GetResult, read_queue
 from gannet.node.store.records import DispatchInfo, Message
 from gannet.node.store.recovering import RecoveryResult, offset_table_of, recover
 from gannet.node.store.timer_service import TimerService
+from gannet.node.store.topic_configs import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
 HOUSEKEEPING_INTERVAL_MS = 1_000
+VALID_TOPICS_CACHE_MAX = 100_000
 ArrivalListener = Callable[[DispatchInfo], None]
 
 
@@ -74,6 +81,25 @@ class StoreStatistics:
     disk_full: bool
 
 
+def dispatch_info_of(msg: Message, res: AppendResult) -> DispatchInfo:
+    """What dispatch needs of a record this node just appended (no re-parse)."""
+    p = msg.properties
+    return DispatchInfo(
+        msg.topic,
+        msg.queue_id,
+        res.wrote_offset,
+        res.wrote_bytes,
+        tags_code(p.get(props.TAGS)),
+        res.store_timestamp_ms,
+        res.queue_offset,
+        p.get(props.KEYS),
+        p.get(props.UNIQ_KEY),
+        msg.sys_flag,
+        msg.prepared_transaction_offset,
+        p,
+    )
+
+
 class MessageStore:
     """A RocketMQ-compatible store directory, opened for reading and writing."""
 
@@ -88,11 +114,15 @@ class MessageStore:
         self.listeners: list[ArrivalListener] = []
         self.uniq_keys = UniqKeyGenerator(config.store_host, os.getpid(), id(self) & 0x7FFFFFFF)
         self.disk_full = False
+        self._valid_topics: set[str] = set()
         self._commit_follows_flush = commit_follows_flush
         self._lock_fd = -1
         self._stop = threading.Event()
         self._housekeeping: threading.Thread | None = None
         self._opened = False
+        self.topic_configs = TopicConfigManager(config.config_dir)
+        self.group_configs = GroupConfigManager(config.config_dir)
+        self.consumer_offsets = ConsumerOffsetManager(config.config_dir)
         self.dispatch = DispatchService(self.commitlog, self._dispatchers())
         self.flush: FlushService | None = None
         self.cleaner = CleanService(self)
@@ -107,6 +137,9 @@ class MessageStore:
         self.last_exit_ok = not self.config.abort_path.exists()
         self.config.abort_path.write_text(str(os.getpid()))
         self.checkpoint = Checkpoint(self.config.checkpoint_path)
+        self.topic_configs.load()
+        self.group_configs.load()
+        self.consumer_offsets.load()
         self.commitlog.load()
         self.queues.load()
         if self.index is not None:
@@ -122,7 +155,8 @@ class MessageStore:
         self.timers.load(self.recovery.process_offset)
         end = self.commitlog.max_offset()
         self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
-        self.flush = FlushService(self.config, self.commitlog, self.checkpoint, self._on_flushed)
+        self.flush = FlushService(self.config, self.commitlog, self.checkpoint)
+        self.flush.listeners.append(self._on_flushed)
         self._opened = True
         if start_services:
             self.start_services()
@@ -210,31 +244,37 @@ class MessageStore:
         self, msgs: list[Message], *, timeout_s: float | None = None
     ) -> list[AppendResult]:
         """Append and return once durable as the flush mode defines (SYNC: fdatasync'ed)."""
-        results, durable = self.put_messages_nowait(msgs)
-        if durable is not None:
+        results, durable_at = self.put_messages_nowait(msgs)
+        if durable_at is not None and self.flush is not None:
             wait_s = timeout_s if timeout_s is not None else self.config.sync_flush_timeout_ms / 1e3
-            try:
-                durable.result(wait_s)
-            except TimeoutError as exc:
+            if not self.flush.wait_flushed(durable_at, wait_s):
                 raise FlushTimeout(
                     f"appended at {results[0].wrote_offset} but not flushed within "
                     f"{wait_s:.1f} s (syncFlushTimeout)"
-                ) from exc
+                )
         return results
 
     def put_message(self, msg: Message) -> AppendResult:
         return self.put_messages([msg])[0]
 
-    def put_messages_nowait(
-        self, msgs: list[Message]
-    ) -> tuple[list[AppendResult], Future[int] | None]:
-        """Append; return the results and, in SYNC_FLUSH, a future completing when durable."""
+    def put_messages_nowait(self, msgs: list[Message]) -> tuple[list[AppendResult], int | None]:
+        """Append; return the results and, in SYNC_FLUSH, the offset that must be flushed
+        before they may be acknowledged (wait with :meth:`durable_waiters` or
+        ``flush.wait_flushed``); None when they may be acknowledged now."""
         self._check_writable()
         now = now_ms()
-        encoded = [self.commitlog.encode(self._prepare(m, now)) for m in msgs]
-        results = self.commitlog.append(encoded)
+        prepared = [self._prepare(m, now) for m in msgs]
+        encoded = [self.commitlog.encode(m) for m in prepared]
+
+        def hand_off(results: list[AppendResult]) -> None:
+            self.dispatch.offer(
+                [dispatch_info_of(m, r) for m, r in zip(prepared, results, strict=True)]
+            )
+
+        results = self.commitlog.append(encoded, hand_off)
         if self.config.flush_mode is FlushMode.SYNC_FLUSH and self.flush is not None:
-            return results, self.flush.request_flush(results[-1].end_offset)
+            self.flush.request_flush(results[-1].end_offset)
+            return results, results[-1].end_offset
         if self._commit_follows_flush:
             self.dispatch.set_commit_offset(results[-1].end_offset)
         return results, None
@@ -253,7 +293,11 @@ class MessageStore:
 
     def _prepare(self, msg: Message, now: int) -> Message:
         """Validate and complete a message before encoding (store host, unique key, timer)."""
-        validation.validate_topic(msg.topic)
+        if msg.topic not in self._valid_topics:
+            validation.validate_topic(msg.topic)
+            if len(self._valid_topics) >= VALID_TOPICS_CACHE_MAX:
+                self._valid_topics.clear()
+            self._valid_topics.add(msg.topic)
         msg.store_host = (self.config.store_host, self.config.store_port)
         if msg.born_timestamp_ms == 0:
             msg.born_timestamp_ms = now
@@ -270,6 +314,22 @@ class MessageStore:
     def _on_flushed(self, flushed_offset: int) -> None:
         if self._commit_follows_flush and self.config.flush_mode is FlushMode.SYNC_FLUSH:
             self.dispatch.set_commit_offset(flushed_offset)
+
+    def durable_waiters(self, loop: asyncio.AbstractEventLoop) -> OffsetWaiters:
+        """Asyncio waiters released as the flushed offset advances (one wake-up per flush)."""
+        if self.flush is None:
+            raise StoreNotWritable("open() the store first")
+        waiters = OffsetWaiters(loop, self.flush.flushed_offset)
+        flush = self.flush
+
+        def on_flushed(offset: int) -> None:
+            if flush.fatal_error is not None:
+                waiters.fail(StoreNotWritable(f"fsync failed: {flush.fatal_error}"))
+            else:
+                waiters.advance(offset)
+
+        flush.listeners.append(on_flushed)
+        return waiters
 
     def set_commit_offset(self, offset: int) -> None:
         """Let dispatch reach ``offset`` (the Raft layer's commit point)."""
@@ -336,6 +396,9 @@ class MessageStore:
                 self.index.truncate_dirty(offset)
             self.timers.truncate(offset)
             self.commitlog.files.truncate_dirty_files(offset)
+            self.dispatch.clear_handoff()
+            if self.flush is not None:
+                self.flush.truncated(offset)
             self.commitlog.queue_offsets = offset_table_of(self.queues)
             reput = min(self.dispatch.reput_from, offset)
             self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
@@ -345,6 +408,7 @@ class MessageStore:
         return self.cleaner.run(manual=True).commitlog_files_deleted
 
     def _flush_structures(self) -> None:
+        self.consumer_offsets.persist()
         self.queues.flush_all(0)
         if self.index is not None:
             self.index.flush()

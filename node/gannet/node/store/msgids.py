@@ -88,9 +88,8 @@ class UniqKeyGenerator:
                 self._month_start_ms = month_start_ms(now_ms)
                 self._month_end_ms = _next_month_start_ms(now_ms)
             elapsed_ms = max(0, now_ms - self._month_start_ms)
-            self._counter = (self._counter + 1) & 0xFFFF
-            tail = _UNIQ_TAIL.pack(elapsed_ms, self._counter)
-        return self._prefix + tail.hex().upper()
+            self._counter = counter = (self._counter + 1) & 0xFFFF
+        return f"{self._prefix}{elapsed_ms & 0xFFFFFFFF:08X}{counter:04X}"
 
 
 def _next_month_start_ms(now_ms: int) -> int:

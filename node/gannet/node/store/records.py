@@ -38,10 +38,12 @@ import mmap
 import struct
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import NamedTuple
 
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageTooLarge, PropertiesTooLarge, TopicNameIllegal
-from gannet.node.store.hashing import body_crc32, tags_code
+from gannet.node.store.hashing import tags_code
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
 MAGIC_V2 = -626843477  # 0xDAA320AB
@@ -95,6 +97,7 @@ def store_timestamp_position(sys_flag: int) -> int:
     return BORN_HOST_POSITION + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
 
 
+@lru_cache(maxsize=4096)
 def encode_host(host: str, port: int) -> bytes:
     """``socketAddress2ByteBuffer``: address bytes, then the port as a 4-byte int."""
     return ipaddress.ip_address(host).packed + _INT.pack(port)
@@ -199,10 +202,7 @@ def encode(
         sys_flag |= SYSFLAG_BORNHOST_V6
     if len(store) == 20:
         sys_flag |= SYSFLAG_STOREHOST_V6
-    topic_bytes = msg.topic.encode("utf-8")
-    v2 = force_v2 or java_length(msg.topic) > TOPIC_LENGTH_MAX_V1
-    if len(topic_bytes) > (0x7FFF if v2 else 0xFF):
-        raise TopicNameIllegal(f"topic is {len(topic_bytes)} bytes, too long for the record")
+    v2, topic_field = _topic_field(msg.topic, force_v2)
     prop_text = props.encode(msg.properties)
     if append_crc:
         if prop_text and not prop_text.endswith(props.PROPERTY_SEPARATOR):
@@ -215,13 +215,13 @@ def encode(
             f"encoded properties are {len(prop_bytes)} bytes; at most "
             f"{props.PROPERTIES_LENGTH_MAX_BYTES} fit the record"
         )
-    total = encoded_length(len(body), len(topic_bytes), len(prop_bytes), sys_flag, v2=v2)
-    crc = body_crc32(body)
-    parts = [
+    topic_len = len(topic_field) - (2 if v2 else 1)
+    total = encoded_length(len(body), topic_len, len(prop_bytes), sys_flag, v2=v2)
+    parts = (
         _HEAD.pack(
             total,
             MAGIC_V2 if v2 else MAGIC_V1,
-            crc,
+            zlib.crc32(body) & 0x7FFFFFFF,
             msg.queue_id,
             msg.flag,
             msg.queue_offset,
@@ -229,22 +229,40 @@ def encode(
             sys_flag,
             msg.born_timestamp_ms,
         ),
-        born,
-        _LONG.pack(msg.store_timestamp_ms),
-        store,
-        _INT.pack(msg.reconsume_times),
-        _LONG.pack(msg.prepared_transaction_offset),
-        _INT.pack(len(body)),
+        _middle_struct(len(born), len(store)).pack(
+            born,
+            msg.store_timestamp_ms,
+            store,
+            msg.reconsume_times,
+            msg.prepared_transaction_offset,
+            len(body),
+        ),
         body,
-        (_SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),))),
-        topic_bytes,
+        topic_field,
         _SHORT.pack(len(prop_bytes)),
         prop_bytes,
-    ]
+    )
     buf = bytearray().join(parts)
     if len(buf) != total:
         raise AssertionError(f"encoded {len(buf)} bytes, computed {total}")
     return buf
+
+
+@lru_cache(maxsize=4)
+def _middle_struct(born_len: int, store_len: int) -> struct.Struct:
+    """BORNHOST … BODY LENGTH in one pack: host bytes, store time, host, reconsume, prepared."""
+    return struct.Struct(f">{born_len}sq{store_len}siqi")
+
+
+@lru_cache(maxsize=4096)
+def _topic_field(topic: str, force_v2: bool) -> tuple[bool, bytes]:
+    """(is V2, the TOPIC length + bytes field) of a topic; cached, topics repeat."""
+    topic_bytes = topic.encode("utf-8")
+    v2 = force_v2 or java_length(topic) > TOPIC_LENGTH_MAX_V1
+    if len(topic_bytes) > (0x7FFF if v2 else 0xFF):
+        raise TopicNameIllegal(f"topic is {len(topic_bytes)} bytes, too long for the record")
+    length = _SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),))
+    return v2, length + topic_bytes
 
 
 def patch_append_fields(
@@ -279,9 +297,11 @@ def blank_record(remaining_bytes: int) -> bytes:
     return _BLANK.pack(remaining_bytes, MAGIC_BLANK)
 
 
-@dataclass(frozen=True, slots=True)
-class DispatchInfo:
-    """What one valid record contributes to consume queues and the index (``DispatchRequest``)."""
+class DispatchInfo(NamedTuple):
+    """What one valid record contributes to consume queues and the index (``DispatchRequest``).
+
+    A named tuple, not a dataclass: one is built per dispatched record, on the hot path.
+    """
 
     topic: str
     queue_id: int
@@ -297,7 +317,7 @@ class DispatchInfo:
     properties: dict[str, str]
 
 
-class CheckResult:
+class CheckResult(NamedTuple):
     """Outcome of :func:`check_record` (``checkMessageAndReturnSize``).
 
     ``ok`` with ``size == 0`` is a BLANK (end of file); ``ok`` with ``size > 0`` carries
@@ -305,18 +325,10 @@ class CheckResult:
     trusted enough to skip the record, else -1).
     """
 
-    __slots__ = ("error", "info", "ok", "size")
-
-    def __init__(
-        self, ok: bool, size: int, info: DispatchInfo | None = None, error: str = ""
-    ) -> None:
-        self.ok = ok
-        self.size = size
-        self.info = info
-        self.error = error
-
-    def __repr__(self) -> str:
-        return f"CheckResult(ok={self.ok}, size={self.size}, error={self.error!r})"
+    ok: bool
+    size: int
+    info: DispatchInfo | None = None
+    error: str = ""
 
 
 def check_record(
@@ -365,6 +377,20 @@ class DelayResolver:
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 
 
+_FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")  # both hosts IPv4: every field to BODY LENGTH
+_TOPICS: dict[bytes, str] = {}
+_TOPICS_CACHE_MAX = 10_000
+
+
+def _host_dependent_fields(buf: Buffer, pos: int, sys_flag: int) -> tuple[int, int, int]:
+    """(store time, prepared offset, position of BODY LENGTH) for any host kinds."""
+    p = pos + 48 + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
+    (store_ts,) = _LONG.unpack_from(buf, p)
+    p += 8 + host_length(sys_flag, SYSFLAG_STOREHOST_V6) + 4
+    (prepared,) = _LONG.unpack_from(buf, p)
+    return store_ts, prepared, p + 8
+
+
 def _check_fields(
     buf: Buffer,
     pos: int,
@@ -373,20 +399,20 @@ def _check_fields(
     check_crc: bool,
     resolver: DelayResolver | None,
 ) -> CheckResult:
-    _, _, crc, queue_id, _flag, queue_offset, physical_offset, sys_flag, _born = _HEAD.unpack_from(
-        buf, pos
-    )
-    p = pos + 48 + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
-    (store_ts,) = _LONG.unpack_from(buf, p)
-    p += 8 + host_length(sys_flag, SYSFLAG_STOREHOST_V6) + 4
-    (prepared,) = _LONG.unpack_from(buf, p)
-    p += 8
-    (body_len,) = _INT.unpack_from(buf, p)
-    p += 4
+    (sys_flag,) = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)
+    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0:
+        (_, _, crc, queue_id, _, queue_offset, physical_offset, _, _, _, store_ts, _, _,
+         prepared, body_len) = _FIXED_V4.unpack_from(buf, pos)  # fmt: skip
+        p = pos + _FIXED_V4.size
+    else:
+        _, _, crc, queue_id, _, queue_offset, physical_offset, _, _ = _HEAD.unpack_from(buf, pos)
+        store_ts, prepared, p = _host_dependent_fields(buf, pos, sys_flag)
+        (body_len,) = _INT.unpack_from(buf, p)
+        p += 4
     end = pos + total
     if body_len < 0 or p + body_len > end:
         return CheckResult(False, total, error=f"body length {body_len} overruns the record")
-    if check_crc and body_crc32(buf[p : p + body_len]) != crc:
+    if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
         return CheckResult(False, total, error="body CRC mismatch")
     p += body_len
     if magic == MAGIC_V2:
@@ -397,7 +423,12 @@ def _check_fields(
         p += 1
     if topic_len < 0 or p + topic_len > end:
         return CheckResult(False, total, error=f"topic length {topic_len} overruns the record")
-    topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+    raw_topic = bytes(buf[p : p + topic_len])
+    topic = _TOPICS.get(raw_topic)
+    if topic is None:
+        topic = raw_topic.decode("utf-8")
+        if len(_TOPICS) < _TOPICS_CACHE_MAX:
+            _TOPICS[raw_topic] = topic
     p += topic_len
     (props_len,) = _SHORT.unpack_from(buf, p)
     p += 2
@@ -414,25 +445,24 @@ def _check_fields(
             if expected != actual:
                 return CheckResult(False, total, error="whole-record CRC mismatch")
         prop_map = props.decode(raw.decode("utf-8"))
-    tags = prop_map.get(props.TAGS)
-    code = tags_code(tags)
+    code = tags_code(prop_map.get(props.TAGS))
     if resolver is not None and topic == SCHEDULE_TOPIC:
         level = prop_map.get(props.DELAY_TIME_LEVEL)
         if level is not None and level.isdigit():
             code = resolver.delivery_timestamp(int(level), store_ts)
     info = DispatchInfo(
-        topic=topic,
-        queue_id=queue_id,
-        commit_offset=physical_offset,
-        size=total,
-        tags_code=code,
-        store_timestamp_ms=store_ts,
-        queue_offset=queue_offset,
-        keys=prop_map.get(props.KEYS),
-        uniq_key=prop_map.get(props.UNIQ_KEY),
-        sys_flag=sys_flag,
-        prepared_transaction_offset=prepared,
-        properties=prop_map,
+        topic,
+        queue_id,
+        physical_offset,
+        total,
+        code,
+        store_ts,
+        queue_offset,
+        prop_map.get(props.KEYS),
+        prop_map.get(props.UNIQ_KEY),
+        sys_flag,
+        prepared,
+        prop_map,
     )
     return CheckResult(True, total, info)
 
