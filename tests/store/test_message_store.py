@@ -303,3 +303,44 @@ def test_second_process_cannot_open_a_locked_store(tmp_path: Path) -> None:
 
     with open_store(tmp_path), pytest.raises(StoreLocked, match="in use"):
         MessageStore(cfg(tmp_path)).open()
+
+
+def _local_ms(hour: int) -> int:
+    import datetime as dt
+
+    when = dt.datetime.now().astimezone().replace(hour=hour, minute=30, second=0, microsecond=0)
+    return int(when.timestamp() * 1000)
+
+
+def test_cleanup_runs_at_delete_when_hours_and_keeps_unexpired_files(tmp_path: Path) -> None:
+    with open_store(tmp_path, delete_when="03;04") as store:
+        put_all(store, 200)
+        store.cleaner.ratio_probe = lambda path: 0.10
+        files = sorted((tmp_path / "commitlog").iterdir())
+        for f in files[:2]:
+            os.utime(f, (1, 1))  # only the two oldest are past fileReservedTime
+        idle = store.cleaner.run(manual=False, now_ms=_local_ms(5))
+        assert (idle.reason, idle.commitlog_files_deleted) == ("idle", 0)
+        due = store.cleaner.run(manual=False, now_ms=_local_ms(4))
+        assert (due.reason, due.commitlog_files_deleted) == ("time", 2)
+        assert store.commitlog.min_offset() == int(files[2].name)
+
+
+def test_clean_forcibly_ratio_deletes_unexpired_files(tmp_path: Path) -> None:
+    with open_store(tmp_path, delete_when="04") as store:
+        put_all(store, 200)
+        files = sorted((tmp_path / "commitlog").iterdir())
+        store.cleaner.ratio_probe = lambda path: 0.87  # above 85 %: clean at once
+        result = store.cleaner.run(manual=False, now_ms=_local_ms(12))
+        assert result.reason == "space"
+        assert result.commitlog_files_deleted == min(len(files) - 1, 10)
+        assert not store.disk_full  # below the 90 % warning ratio
+
+
+def test_cleanup_policy_is_validated(tmp_path: Path) -> None:
+    from gannet.node.store.errors import StoreError
+
+    with open_store(tmp_path) as store:
+        with pytest.raises(StoreError, match="deleteWhen"):
+            store.cleaner.set_policy(delete_when="noon")
+        assert store.cleaner.set_policy(file_reserved_hours=1.5).file_reserved_hours == 1.5

@@ -257,3 +257,23 @@ def test_round_trip(topic, body, queue_id, flag, properties, born, store, ts, qo
     )
     assert back.queue_offset == qoff
     assert back.store_timestamp_ms == ts
+
+
+@given(
+    position=st.integers(0, len(EXPECTED_V1) - 1),
+    value=st.integers(0, 255),
+    cut=st.integers(8, len(EXPECTED_V1)),
+)
+def test_fast_structure_check_agrees_with_the_full_check(position, value, cut) -> None:
+    """Recovery's fast path must accept exactly what the full parser accepts."""
+    buf = bytearray(EXPECTED_V1)
+    buf[position] = value
+    full = records.check_record(buf, 0, cut, check_crc=True)
+    head, _size, error = records.check_structure(buf, 0, cut, check_crc=True)
+    assert (head is not None) == full.ok, (full.error, error)
+    if head is not None and full.info is not None:
+        assert (head.topic, head.queue_offset, head.size) == (
+            full.info.topic,
+            full.info.queue_offset,
+            full.info.size,
+        )

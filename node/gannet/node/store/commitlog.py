@@ -258,6 +258,35 @@ class CommitLog:
                 return
             offset += res.size
 
+    def scan_heads(
+        self, start: int, end: int, *, check_crc: bool
+    ) -> Iterator[tuple[int, records.RecordHead | None, str]]:
+        """Like :meth:`scan` but yields ``(offset, head, error)`` from
+        :func:`records.check_structure` (no property parsing): recovery's fast path. A final
+        ``(offset, None, error)`` marks an invalid record."""
+        offset = start
+        while offset < end:
+            f = self.files.find_file(offset)
+            if f is None:
+                return
+            pos = offset - f.file_from_offset
+            head, size, error = records.check_structure(
+                f.buffer, pos, f.wrote_position, check_crc=check_crc
+            )
+            if head is None and size == 0:
+                offset = self.files.roll_next_file(offset)
+                continue
+            if head is not None and head.physical_offset != offset:
+                error = f"PHYSICALOFFSET field says {head.physical_offset}, record is at {offset}"
+                head = None
+            if head is None:
+                yield offset, None, error
+                return
+            if offset + size > end:
+                return
+            yield offset, head, ""
+            offset += size
+
     @staticmethod
     def first_record_info_of(f: MappedFile) -> records.DispatchInfo | None:
         """The first record of a file, if it is valid (recovery's start-file choice)."""

@@ -467,6 +467,86 @@ def _check_fields(
     return CheckResult(True, total, info)
 
 
+class RecordHead(NamedTuple):
+    """The fields recovery needs of a record, read without decoding its properties."""
+
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    store_timestamp_ms: int
+
+
+def check_structure(
+    buf: Buffer, pos: int, limit: int, *, check_crc: bool
+) -> tuple[RecordHead | None, int, str]:
+    """Validate a record like :func:`check_record` (lengths, magic, body CRC, whole-record
+    CRC when present) but without parsing properties: recovery's fast path.
+
+    Returns ``(head, size, error)``: a head for a valid record, ``(None, 0, "")`` for a BLANK,
+    ``(None, size, error)`` for an invalid one.
+    """
+    if limit - pos < 8:
+        return None, -1, "fewer than 8 bytes remain"
+    total, magic = _BLANK.unpack_from(buf, pos)
+    if magic == MAGIC_BLANK:
+        return None, 0, ""
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return None, -1, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}"
+    if total <= 0 or total > limit - pos or total < 91:
+        return None, -1, f"total size {total} outside the readable region"
+    (sys_flag,) = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)
+    try:
+        if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0:
+            (_, _, crc, queue_id, _, queue_offset, physical_offset, _, _, _, store_ts, _, _,
+             _, body_len) = _FIXED_V4.unpack_from(buf, pos)  # fmt: skip
+            p = pos + _FIXED_V4.size
+        else:
+            _, _, crc, queue_id, _, queue_offset, physical_offset, _, _ = _HEAD.unpack_from(
+                buf, pos
+            )
+            store_ts, _, p = _host_dependent_fields(buf, pos, sys_flag)
+            (body_len,) = _INT.unpack_from(buf, p)
+            p += 4
+        end = pos + total
+        if body_len < 0 or p + body_len > end:
+            return None, total, f"body length {body_len} overruns the record"
+        if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
+            return None, total, "body CRC mismatch"
+        p += body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _SHORT.unpack_from(buf, p)
+            p += 2
+        else:
+            topic_len = buf[p]
+            p += 1
+        if topic_len < 0 or p + topic_len + 2 > end:
+            return None, total, f"topic length {topic_len} overruns the record"
+        raw_topic = bytes(buf[p : p + topic_len])
+        (props_len,) = _SHORT.unpack_from(buf, p + topic_len)
+        if props_len < 0 or p + topic_len + 2 + props_len != end:
+            return (
+                None,
+                total,
+                f"lengths add up to {p + topic_len + 2 + props_len - pos}, TOTALSIZE is {total}",
+            )
+        if check_crc and props_len >= CRC32_RESERVED_LENGTH:
+            tail = bytes(buf[end - CRC32_RESERVED_LENGTH : end])
+            if tail.startswith(b"__CRC32#\x01") and tail.endswith(b"\x02"):
+                expected = int(tail[9:19].decode("ascii")[::-1])
+                if zlib.crc32(buf[pos : end - CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF != expected:
+                    return None, total, "whole-record CRC mismatch"
+        topic = _TOPICS.get(raw_topic)
+        if topic is None:
+            topic = raw_topic.decode("utf-8")
+    except (struct.error, UnicodeDecodeError, ValueError) as exc:
+        return None, total, f"undecodable record: {exc}"
+    head = RecordHead(total, topic, queue_id, queue_offset, physical_offset, sys_flag, store_ts)
+    return head, total, ""
+
+
 def decode(buf: Buffer, pos: int = 0) -> Message:
     """Decode a whole record (``MessageDecoder.decode``, body not decompressed).
 

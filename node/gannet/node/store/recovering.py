@@ -76,20 +76,20 @@ def recover(
     process_offset = start_file.file_from_offset
     scanned_offsets: dict[str, int] = {}
     end = commitlog.max_offset()
-    for offset, res in commitlog.scan(start_file.file_from_offset, end, check_crc=check_crc):
-        if not res.ok or res.info is None:
+    scan = commitlog.scan_heads(start_file.file_from_offset, end, check_crc=check_crc)
+    for offset, head, error in scan:
+        if head is None:
             process_offset = offset
             if _is_zero_tail(commitlog, offset):
                 result.stop_reason = "end of written data"
             else:
                 result.damaged = True
-                result.stop_reason = f"cut at offset {offset}: {res.error}"
+                result.stop_reason = f"cut at offset {offset}: {error}"
             break
-        info = res.info
-        if info.commit_offset >= dispatch_from and info.sys_flag & 0xC in (0x0, 0x8):
-            key = queue_key(info.topic, info.queue_id)
-            scanned_offsets[key] = max(scanned_offsets.get(key, 0), info.queue_offset + 1)
-        process_offset = offset + res.size
+        if offset >= dispatch_from and head.sys_flag & 0xC in (0x0, 0x8):
+            key = queue_key(head.topic, head.queue_id)
+            scanned_offsets[key] = max(scanned_offsets.get(key, 0), head.queue_offset + 1)
+        process_offset = offset + head.size
         result.records_scanned += 1
     else:
         result.stop_reason = "end of written data"
