@@ -193,14 +193,20 @@ class CommitLog:
         pos = offset - f.file_from_offset
         if pos + size > f.wrote_position:
             return None
-        return f.read(pos, size)
+        try:
+            return f.read(pos, size)
+        except ValueError:  # unmapped by a concurrent cleanup: no longer stored
+            return None
 
     def record_size_at(self, offset: int) -> int:
         """TOTALSIZE of the record at ``offset`` (−1 when not stored)."""
         f = self.files.find_file(offset)
         if f is None or offset - f.file_from_offset + 4 > f.wrote_position:
             return -1
-        return f.read_int(offset - f.file_from_offset)
+        try:
+            return f.read_int(offset - f.file_from_offset)
+        except ValueError:  # unmapped by a concurrent cleanup
+            return -1
 
     def read_message(self, offset: int) -> records.Message | None:
         """Decode the record at ``offset`` (``lookMessageByOffset``), None if absent."""
@@ -223,8 +229,11 @@ class CommitLog:
         pos = offset - f.file_from_offset
         if pos + max(size, 64) > f.wrote_position:
             return -1
-        sys_flag = f.read_int(pos + records.SYSFLAG_POSITION)
-        return f.read_long(pos + records.store_timestamp_position(sys_flag))
+        try:
+            sys_flag = f.read_int(pos + records.SYSFLAG_POSITION)
+            return f.read_long(pos + records.store_timestamp_position(sys_flag))
+        except ValueError:  # unmapped by a concurrent cleanup
+            return -1
 
     def scan(
         self, start: int, end: int, *, check_crc: bool

@@ -243,7 +243,11 @@ class MessageStore:
     def put_messages(
         self, msgs: list[Message], *, timeout_s: float | None = None
     ) -> list[AppendResult]:
-        """Append and return once durable as the flush mode defines (SYNC: fdatasync'ed)."""
+        """Append and return once durable as the flush mode defines (SYNC: fdatasync'ed).
+
+        The store takes the messages over: it fills in store host, born time, ``UNIQ_KEY``
+        and, for delayed delivery, the timer properties, so callers must not reuse them.
+        """
         results, durable_at = self.put_messages_nowait(msgs)
         if durable_at is not None and self.flush is not None:
             wait_s = timeout_s if timeout_s is not None else self.config.sync_flush_timeout_ms / 1e3
