@@ -29,12 +29,11 @@ Thread-safe.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gannet.node.store import fastjson
+from gannet.node.store.config_tables import ConfigTable
 from gannet.node.store.errors import CorruptionError
 from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
 
@@ -92,7 +91,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class ConsumerOffsetManager:
+class ConsumerOffsetManager(ConfigTable):
     """Committed offsets of every (group, topic, queue) and their file.
 
     Invariants: ``_table`` maps ``"<topic>@<group>"`` to a non-empty ``{queue id: offset}``;
@@ -107,28 +106,10 @@ class ConsumerOffsetManager:
         clock_ms: Callable[[], int] = _now_ms,
         version_step_commits: int = VERSION_STEP_COMMITS,
     ) -> None:
-        self._file = fastjson.ConfigFile(config_dir / CONSUMER_OFFSETS_FILE_NAME)
-        self._clock_ms = clock_ms
+        super().__init__(config_dir / CONSUMER_OFFSETS_FILE_NAME, clock_ms)
         self._version_step_commits = version_step_commits
-        self._lock = threading.Lock()
         self._table: dict[str, dict[int, int]] = {}
-        self._data_version = DataVersion(timestamp_ms=clock_ms())
         self._commits_unversioned = 0
-        self._dirty = False
-
-    @property
-    def path(self) -> Path:
-        return self._file.path
-
-    @property
-    def data_version(self) -> DataVersion:
-        with self._lock:
-            return self._data_version
-
-    @property
-    def dirty(self) -> bool:
-        with self._lock:
-            return self._dirty
 
     def load(self) -> bool:
         """Replace the offsets with the file's (or its backup's); False when there is none."""
@@ -242,11 +223,6 @@ class ConsumerOffsetManager:
 
     # --- file ---
 
-    def to_json(self) -> JsonObject:
-        """The file's document for the current offsets."""
-        with self._lock:
-            return self._document()
-
     def _document(self) -> JsonObject:
         offset_table: JsonObject = {}
         group_topics: dict[str, list[str]] = {}
@@ -265,19 +241,3 @@ class ConsumerOffsetManager:
             "groupTopicMap": group_topic_map,
             "offsetTable": offset_table,
         }
-
-    def persist(self) -> bool:
-        """Write the offsets if they changed since the last write; True when written."""
-        with self._file.write_lock:
-            with self._lock:
-                if not self._dirty:
-                    return False
-                document = self._document()
-                self._dirty = False
-            try:
-                self._file.write(document)
-            except BaseException:
-                with self._lock:
-                    self._dirty = True
-                raise
-            return True

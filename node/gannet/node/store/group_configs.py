@@ -38,13 +38,13 @@ DLQ limits) and the replication apply path. Thread-safe.
 from __future__ import annotations
 
 import builtins
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import fastjson, validation
+from gannet.node.store import validation
+from gannet.node.store.config_tables import ConfigTable
 from gannet.node.store.errors import MessageIllegal
 from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
 
@@ -308,7 +308,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class GroupConfigManager:
+class GroupConfigManager(ConfigTable):
     """The consumer-group table of one broker and ``<config_dir>/subscriptionGroup.json``.
 
     Invariant: ``_data_version`` changes whenever ``_groups`` or ``_forbidden`` changes;
@@ -316,23 +316,10 @@ class GroupConfigManager:
     """
 
     def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = _now_ms) -> None:
-        self._file = fastjson.ConfigFile(config_dir / SUBSCRIPTION_GROUPS_FILE_NAME)
-        self._clock_ms = clock_ms
-        self._lock = threading.Lock()
+        super().__init__(config_dir / SUBSCRIPTION_GROUPS_FILE_NAME, clock_ms)
         self._groups: dict[str, SubscriptionGroupConfig] = {}
         self._forbidden: dict[str, dict[str, int]] = {}
         self._extra: JsonObject = {}
-        self._data_version = DataVersion(timestamp_ms=clock_ms())
-        self._dirty = False
-
-    @property
-    def path(self) -> Path:
-        return self._file.path
-
-    @property
-    def data_version(self) -> DataVersion:
-        with self._lock:
-            return self._data_version
 
     def load(self) -> bool:
         """Replace the tables with the file's (or its backup's); False when there is none."""
@@ -431,11 +418,6 @@ class GroupConfigManager:
         self._data_version = self._data_version.next(self._clock_ms())
         self._dirty = True
 
-    def to_json(self) -> JsonObject:
-        """The file's document for the current tables."""
-        with self._lock:
-            return self._document()
-
     def _document(self) -> JsonObject:
         document: JsonObject = dict(self._extra)
         document["dataVersion"] = self._data_version.to_json()
@@ -444,22 +426,6 @@ class GroupConfigManager:
         }
         document["subscriptionGroupTable"] = {n: c.to_json() for n, c in self._groups.items()}
         return document
-
-    def persist(self) -> bool:
-        """Write the tables if they changed since the last write; True when written."""
-        with self._file.write_lock:
-            with self._lock:
-                if not self._dirty:
-                    return False
-                document = self._document()
-                self._dirty = False
-            try:
-                self._file.write(document)
-            except BaseException:
-                with self._lock:
-                    self._dirty = True
-                raise
-            return True
 
 
 _WRAPPER_KEYS = frozenset({"dataVersion", "forbiddenTable", "subscriptionGroupTable"})

@@ -37,13 +37,13 @@ from __future__ import annotations
 import builtins
 import dataclasses
 import enum
-import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import fastjson, validation
+from gannet.node.store import validation
+from gannet.node.store.config_tables import ConfigTable
 from gannet.node.store.errors import MessageIllegal
 from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
 
@@ -222,7 +222,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class TopicConfigManager:
+class TopicConfigManager(ConfigTable):
     """The topic table of one broker and its file ``<config_dir>/topics.json``.
 
     Invariant: ``_data_version`` changes whenever ``_topics`` changes; ``_dirty`` is true
@@ -230,22 +230,9 @@ class TopicConfigManager:
     """
 
     def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = _now_ms) -> None:
-        self._file = fastjson.ConfigFile(config_dir / TOPICS_FILE_NAME)
-        self._clock_ms = clock_ms
-        self._lock = threading.Lock()
+        super().__init__(config_dir / TOPICS_FILE_NAME, clock_ms)
         self._topics: dict[str, TopicConfig] = {}
         self._extra: JsonObject = {}
-        self._data_version = DataVersion(timestamp_ms=clock_ms())
-        self._dirty = False
-
-    @property
-    def path(self) -> Path:
-        return self._file.path
-
-    @property
-    def data_version(self) -> DataVersion:
-        with self._lock:
-            return self._data_version
 
     def load(self) -> bool:
         """Replace the table with the file's (or its backup's); False when there is none."""
@@ -305,32 +292,11 @@ class TopicConfigManager:
         self._data_version = self._data_version.next(self._clock_ms())
         self._dirty = True
 
-    def to_json(self) -> JsonObject:
-        """The file's document for the current table."""
-        with self._lock:
-            return self._document()
-
     def _document(self) -> JsonObject:
         document: JsonObject = dict(self._extra)
         document["dataVersion"] = self._data_version.to_json()
         document["topicConfigTable"] = {n: c.to_json() for n, c in self._topics.items()}
         return document
-
-    def persist(self) -> bool:
-        """Write the table if it changed since the last write; True when written."""
-        with self._file.write_lock:
-            with self._lock:
-                if not self._dirty:
-                    return False
-                document = self._document()
-                self._dirty = False
-            try:
-                self._file.write(document)
-            except BaseException:
-                with self._lock:
-                    self._dirty = True
-                raise
-            return True
 
 
 _WRAPPER_KEYS = frozenset({"dataVersion", "topicConfigTable"})

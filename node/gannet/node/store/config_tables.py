@@ -1,0 +1,73 @@
+"""The shared skeleton of the three ``config/*.json`` managers (topics, subscription groups,
+consumer offsets): a lock over the in-memory tables, a ``dataVersion``, a dirty flag, and a
+:class:`~gannet.node.store.fastjson.ConfigFile` that writes snapshots atomically.
+
+Subclasses (:mod:`topic_configs`, :mod:`group_configs`, :mod:`consumer_offsets`) own their
+tables, their ``load`` and their :meth:`ConfigTable._document`; :meth:`ConfigTable.persist`
+is written once here. Invariant: ``_dirty`` is true while the file does not hold the tables.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from gannet.node.store import fastjson
+from gannet.node.store.fastjson import DataVersion, JsonObject
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class ConfigTable(abc.ABC):
+    """Tables persisted as one JSON document in one file."""
+
+    def __init__(self, path: Path, clock_ms: Callable[[], int]) -> None:
+        self._file = fastjson.ConfigFile(path)
+        self._clock_ms = clock_ms
+        self._lock = threading.Lock()
+        self._data_version = DataVersion(timestamp_ms=clock_ms())
+        self._dirty = False
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    @property
+    def data_version(self) -> DataVersion:
+        with self._lock:
+            return self._data_version
+
+    @property
+    def dirty(self) -> bool:
+        with self._lock:
+            return self._dirty
+
+    def to_json(self) -> JsonObject:
+        """The file's document for the current tables."""
+        with self._lock:
+            return self._document()
+
+    @abc.abstractmethod
+    def _document(self) -> JsonObject:
+        """The document to write; called with ``_lock`` held."""
+
+    def persist(self) -> bool:
+        """Write the tables if they changed since the last write; True when written."""
+        with self._file.write_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                document = self._document()
+                self._dirty = False
+            try:
+                self._file.write(document)
+            except BaseException:
+                with self._lock:
+                    self._dirty = True
+                raise
+            return True
