@@ -344,3 +344,15 @@ def test_cleanup_policy_is_validated(tmp_path: Path) -> None:
         with pytest.raises(StoreError, match="deleteWhen"):
             store.cleaner.set_policy(delete_when="noon")
         assert store.cleaner.set_policy(file_reserved_hours=1.5).file_reserved_hours == 1.5
+
+
+def test_truncate_refuses_an_offset_inside_a_record_or_outside_the_log(tmp_path: Path) -> None:
+    from gannet.node.store.errors import StoreError
+
+    with open_store(tmp_path) as store:
+        results = put_all(store, 5)
+        with pytest.raises(StoreError, match="not the start of a record"):
+            store.truncate(results[2].wrote_offset + 7)
+        with pytest.raises(StoreError, match="holds"):
+            store.truncate(results[-1].end_offset + 100)
+        assert store.commitlog.max_offset() == results[-1].end_offset

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gannet.node.store import properties as props
-from gannet.node.store import validation
+from gannet.node.store import records, validation
 from gannet.node.store.checkpoints import Checkpoint
 from gannet.node.store.cleaning import CleanService
 from gannet.node.store.commitlog import AppendResult, CommitLog, now_ms
@@ -42,6 +42,7 @@ from gannet.node.store.consumer_offsets import ConsumerOffsetManager
 from gannet.node.store.dispatching import DispatchService
 from gannet.node.store.errors import (
     DiskFull,
+    StoreError,
     FlushTimeout,
     StoreLocked,
     StoreNotWritable,
@@ -395,6 +396,7 @@ class MessageStore:
         offsets are rebuilt from the consume queues.
         """
         with self.dispatch.paused(), self.commitlog.put_lock:
+            self._check_record_boundary(offset)
             self.queues.truncate_dirty(offset)
             if self.index is not None:
                 self.index.truncate_dirty(offset)
@@ -406,6 +408,24 @@ class MessageStore:
             self.commitlog.queue_offsets = offset_table_of(self.queues)
             reput = min(self.dispatch.reput_from, offset)
             self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
+
+    def _check_record_boundary(self, offset: int) -> None:
+        end = self.commitlog.max_offset()
+        if offset == end:
+            return
+        if not self.commitlog.min_offset() <= offset < end:
+            raise StoreError(
+                f"cannot truncate at {offset}: the commit log holds "
+                f"[{self.commitlog.min_offset()}, {end})"
+            )
+        f = self.commitlog.file_for(offset)
+        if f is None or offset == f.file_from_offset:
+            return
+        head, size, _ = records.check_structure(
+            f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
+        )
+        if (head is None or head.physical_offset != offset) and size != 0:
+            raise StoreError(f"cannot truncate at {offset}: it is not the start of a record")
 
     def clean_now(self) -> int:
         """Run cleanup at once, deleting expired files regardless of ``deleteWhen``."""
