@@ -42,8 +42,8 @@ from gannet.node.store.consumer_offsets import ConsumerOffsetManager
 from gannet.node.store.dispatching import DispatchService
 from gannet.node.store.errors import (
     DiskFull,
-    StoreError,
     FlushTimeout,
+    StoreError,
     StoreLocked,
     StoreNotWritable,
 )
