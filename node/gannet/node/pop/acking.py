@@ -1,0 +1,247 @@
+"""Ack, batch ack, change invisible time and forward-to-DLQ of popped messages
+(RocketMQ ``AckMessageProcessor`` / ``ChangeInvisibleTimeProcessor``, §10.6–§10.7).
+
+Checks, in this order, each raising before anything is written: the handle parses; it names
+this broker; its queue offset lies in ``[minOffset, maxOffset)`` of the real topic (the retry
+topic when the flag says so); its invisible time has not elapsed (``now < popTime +
+invisibleTime``); and, when the checkpoint is still tracked in memory, it belongs to this group,
+the offset is one of its messages, and that message is not acked yet.
+
+An ack of a tracked checkpoint that is still only in memory just sets its bit; otherwise an ACK
+message (a batch ACK when several offsets of one checkpoint are acked together) is written to
+the checkpoint's revive queue, delivered at ``popTime + invisibleTime``. A handle whose
+checkpoint is no longer tracked (after a restart, or evicted) is acked by a written ACK only;
+duplicates are then harmless to revive.
+
+Change invisible time writes (or buffers) a new one-message checkpoint first — popTime = now, in
+the old revive queue unless it was retired — and then acks the old handle. Orderly handles
+(revive queue 999) are delegated to :mod:`ordering`.
+
+Called by :class:`gannet.node.pop.service.PopBroker`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from gannet.node.pop import checkpoints, receipts, retrying, revive_log
+from gannet.node.pop.acks import AckMsg
+from gannet.node.pop.checkpoints import PopCheckPoint
+from gannet.node.pop.context import PopContext
+from gannet.node.pop.errors import (
+    AlreadyAcked,
+    PopError,
+    ReceiptHandleExpired,
+    ReceiptHandleForeign,
+    ReceiptHandleUnknown,
+)
+from gannet.node.pop.merging import Inflight
+from gannet.node.pop.receipts import ReceiptHandle
+from gannet.node.store import records
+
+
+@dataclass(frozen=True, slots=True)
+class AckTarget:
+    """A validated ack: the handle, its real topic and, if tracked, its in-flight entry."""
+
+    group: str
+    topic: str
+    handle: ReceiptHandle
+    entry: Inflight | None
+    bit: int
+
+    def ack_msg(self) -> AckMsg:
+        h = self.handle
+        return AckMsg(
+            h.queue_offset,
+            h.ck_queue_offset,
+            self.group,
+            self.topic,
+            h.queue_id,
+            h.pop_time_ms,
+            h.broker_name,
+        )
+
+
+class AckService:
+    def __init__(self, ctx: PopContext) -> None:
+        self.ctx = ctx
+
+    def resolve(
+        self, group: str, topic: str, handle: str | ReceiptHandle, now_ms: int
+    ) -> AckTarget:
+        """Validate a handle for ``group``; call with ``ctx.buffer.lock`` held to act on it."""
+        h = receipts.parse(handle) if isinstance(handle, str) else handle
+        if h.broker_name != self.ctx.broker_name:
+            raise ReceiptHandleUnknown(
+                f"receipt handle names broker {h.broker_name!r}; this is {self.ctx.broker_name!r}"
+            )
+        real = receipts.real_topic(h.flag, group, topic)
+        store = self.ctx.store
+        lo = store.min_offset_in_queue(real, h.queue_id)
+        hi = store.max_offset_in_queue(real, h.queue_id)
+        if not lo <= h.queue_offset < hi:
+            raise ReceiptHandleUnknown(
+                f"receipt handle names offset {h.queue_offset} of {real!r} queue {h.queue_id}, "
+                f"which holds offsets [{lo}, {hi})"
+            )
+        if now_ms >= h.next_visible_time_ms:
+            raise ReceiptHandleExpired(
+                f"receipt handle expired at {h.next_visible_time_ms} (now {now_ms}); the "
+                "message may have been delivered again"
+            )
+        if h.is_order:
+            return AckTarget(group, real, h, None, 0)
+        key = checkpoints.revive_key(
+            real, group, h.queue_id, h.ck_queue_offset, h.pop_time_ms, h.broker_name
+        )
+        entry = self.ctx.buffer.find(key)
+        if entry is None or entry.ck is None:
+            owner = self.ctx.buffer.owner_of(
+                real, h.queue_id, h.ck_queue_offset, h.pop_time_ms, h.broker_name
+            )
+            if owner is not None and owner != group:
+                raise ReceiptHandleForeign(
+                    f"receipt handle belongs to group {owner!r}, not {group!r}"
+                )
+            return AckTarget(group, real, h, None, 0)
+        index = entry.ck.index_of(h.queue_offset)
+        if index < 0:
+            raise ReceiptHandleUnknown(
+                f"offset {h.queue_offset} is not part of the checkpoint at {h.ck_queue_offset}"
+            )
+        if entry.acked_bits >> index & 1:
+            raise AlreadyAcked(f"the message at offset {h.queue_offset} was already acked")
+        return AckTarget(group, real, h, entry, 1 << index)
+
+    # --- ack ---
+    def ack(self, group: str, topic: str, handle: str | ReceiptHandle, now_ms: int) -> None:
+        """Acknowledge one message; raises a :class:`PopError` with nothing changed."""
+        error = self.ack_many(group, topic, [handle], now_ms)[0]
+        if error is not None:
+            raise error
+
+    def ack_many(
+        self, group: str, topic: str, handles: list[str | ReceiptHandle], now_ms: int
+    ) -> list[PopError | None]:
+        """Acknowledge several messages (v2 AckMessage entries); one result per handle.
+
+        Acks of stored checkpoints are written together, one batch ACK per checkpoint."""
+        results: list[PopError | None] = []
+        to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
+        with self.ctx.buffer.lock:
+            for handle in handles:
+                try:
+                    target = self.resolve(group, topic, handle, now_ms)
+                    self._claim(target, to_write)
+                    results.append(None)
+                except PopError as exc:
+                    results.append(exc)
+            self._write_acks(to_write)
+            for targets in to_write.values():
+                for t in targets:
+                    if t.entry is not None:
+                        t.entry.acked_bits |= t.bit
+        self.ctx.commit_offsets()
+        return results
+
+    def _claim(
+        self, target: AckTarget, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]
+    ) -> None:
+        h = target.handle
+        if h.is_order:
+            raise ReceiptHandleUnknown("orderly handles are acked through the order service")
+        entry = target.entry
+        if entry is not None and not entry.stored:
+            entry.acked_bits |= target.bit
+            return
+        key = (target.topic, h.queue_id, h.ck_queue_offset, h.pop_time_ms, h.revive_qid)
+        pending = to_write.setdefault(key, [])
+        if any(p.handle.queue_offset == h.queue_offset for p in pending):
+            raise AlreadyAcked(f"offset {h.queue_offset} is acked twice in one request")
+        pending.append(target)
+
+    def _write_acks(self, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]) -> None:
+        store = self.ctx.store
+        msgs = []
+        for targets in to_write.values():
+            first = targets[0]
+            h = first.handle
+            ack = first.ack_msg()
+            if len(targets) > 1:
+                offsets = tuple(t.handle.queue_offset for t in targets)
+                ack = replace(ack, ack_offset=-1, ack_offsets=offsets)
+            deliver = h.next_visible_time_ms
+            msgs.append(revive_log.ack_message(store, ack, h.revive_qid, deliver))
+        if msgs:
+            store.put_messages(msgs)
+
+    # --- change invisible time ---
+    def change_invisible_time(
+        self,
+        group: str,
+        topic: str,
+        handle: str | ReceiptHandle,
+        invisible_time_ms: int,
+        now_ms: int,
+    ) -> ReceiptHandle:
+        """New checkpoint for the message, then ack of the old handle; returns the new handle."""
+        self.ctx.check_invisible_time(invisible_time_ms)
+        with self.ctx.buffer.lock:
+            target = self.resolve(group, topic, handle, now_ms)
+            h = target.handle
+            if h.is_order:
+                raise ReceiptHandleUnknown("orderly handles are changed through the order service")
+            revive_qid = h.revive_qid
+            if revive_qid >= self.ctx.revive_write_queues:
+                revive_qid = self.ctx.next_revive_qid()
+            ck = PopCheckPoint(
+                start_offset=h.queue_offset,
+                pop_time_ms=now_ms,
+                invisible_time_ms=invisible_time_ms,
+                num=1,
+                queue_id=h.queue_id,
+                topic=target.topic,
+                cid=group,
+                broker_name=h.broker_name,
+                offset_diffs=(0,),
+            )
+            stored = not self.ctx.buffer.may_buffer(ck, now_ms)
+            if stored:
+                revive_log.write_ck(self.ctx.store, ck, revive_qid)
+            self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, stored))
+            to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
+            self._claim(target, to_write)
+            self._write_acks(to_write)
+            if target.entry is not None:
+                target.entry.acked_bits |= target.bit
+        self.ctx.commit_offsets()
+        return ReceiptHandle(
+            ck_queue_offset=h.queue_offset,
+            pop_time_ms=now_ms,
+            invisible_time_ms=invisible_time_ms,
+            revive_qid=revive_qid,
+            flag=h.flag,
+            broker_name=h.broker_name,
+            queue_id=h.queue_id,
+            queue_offset=h.queue_offset,
+            commit_offset=h.commit_offset,
+        )
+
+    # --- forward to DLQ ---
+    def forward_to_dlq(
+        self, group: str, topic: str, handle: str | ReceiptHandle, now_ms: int
+    ) -> None:
+        """v2 ForwardMessageToDeadLetterQueue: copy the message to ``%DLQ%<group>``, then ack."""
+        with self.ctx.buffer.lock:
+            target = self.resolve(group, topic, handle, now_ms)
+            h = target.handle
+            store = self.ctx.store
+            got = store.get_messages(target.topic, h.queue_id, h.queue_offset, 1)
+            if not got.messages or got.messages[0].queue_offset != h.queue_offset:
+                raise ReceiptHandleUnknown(f"message at offset {h.queue_offset} is gone")
+            original = records.decode(got.messages[0].data)
+            dlq = retrying.dlq_message(original, group, retrying.original_topic_of(group, topic))
+            retrying.ensure_system_topic(store, dlq.topic, None)
+            store.put_messages([dlq])
+            self.ack(group, topic, h, now_ms)

@@ -1,0 +1,89 @@
+"""State shared by the Pop services of one broker: the store, settings, the in-flight buffer,
+queue locks, the seeded random source and the revive-queue round robin.
+
+Also the buffer's periodic work (:meth:`PopContext.flush_buffer`, RocketMQ's 5 ms scan): write
+buffered checkpoints that must be stored, commit consumer offsets over finished pops, forget
+checkpoints past their revive time. The broker calls it every ``buffer_scan_interval_ms``; tests
+call it with a virtual ``now_ms``.
+
+Created by :class:`gannet.node.pop.service.PopBroker`; used by :mod:`popping`, :mod:`acking`,
+:mod:`reviving`.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+
+from gannet.node.pop import revive_log
+from gannet.node.pop.config import PopConfig
+from gannet.node.pop.errors import InvisibleTimeIllegal
+from gannet.node.pop.locks import QueueLocks
+from gannet.node.pop.merging import Inflight, InflightBuffer
+from gannet.node.store.message_store import MessageStore
+
+
+class PopContext:
+    def __init__(self, store: MessageStore, config: PopConfig, rng: random.Random) -> None:
+        self.store = store
+        self.config = config
+        self.rng = rng
+        self.buffer = InflightBuffer(config)
+        self.locks = QueueLocks()
+        self._revive_counter = itertools.count()
+        self._flush_lock = threading.Lock()
+        revive = revive_log.ensure_revive_topic(store, config.revive_queue_count)
+        self.revive_write_queues = revive.write_queue_nums
+
+    @property
+    def broker_name(self) -> str:
+        return self.store.config.broker_name
+
+    def next_revive_qid(self) -> int:
+        return next(self._revive_counter) % self.revive_write_queues
+
+    def set_revive_queue_count(self, count: int) -> None:
+        """New checkpoints go to queues ``0..count-1``; older queues stay readable."""
+        if count < 1:
+            raise ValueError(f"revive queue count must be at least 1, not {count}")
+        revive_log.ensure_revive_topic(self.store, count)
+        self.revive_write_queues = count
+
+    def check_invisible_time(self, invisible_time_ms: int) -> None:
+        lo, hi = self.config.invisible_time_ms_min, self.config.invisible_time_ms_max
+        if not lo <= invisible_time_ms <= hi:
+            raise InvisibleTimeIllegal(
+                f"invisible time {invisible_time_ms} ms is outside [{lo}, {hi}] ms"
+            )
+
+    # --- buffer scan ---
+    def flush_buffer(self, now_ms: int) -> None:
+        """Store due buffered checkpoints, commit finished pops' offsets, expire old ones."""
+        with self._flush_lock:
+            self._store_entries(self.buffer.due_for_store(now_ms))
+            self.commit_offsets()
+            self.buffer.expire(now_ms)
+
+    def flush_all(self) -> None:
+        """Write every buffered checkpoint now (shutdown), then commit offsets."""
+        with self._flush_lock:
+            self._store_entries(self.buffer.unstored())
+            self.commit_offsets()
+
+    def _store_entries(self, entries: list[Inflight]) -> None:
+        for entry in entries:
+            with self.buffer.lock:
+                if entry.stored or entry.all_acked or entry.ck is None:
+                    continue
+                ck = entry.ck.with_bits(entry.acked_bits)
+                revive_log.write_ck(self.store, ck, entry.revive_qid)
+                entry.stored = True
+
+    def commit_offsets(self) -> None:
+        offsets = self.store.consumer_offsets
+        with self.buffer.lock:
+            for key, next_begin, count in self.buffer.committable():
+                topic, group, queue = key.rsplit("@", 2)
+                offsets.commit(group, topic, int(queue), next_begin)
+                self.buffer.release(key, count)

@@ -1,0 +1,197 @@
+"""In-flight checkpoints and in-memory ack matching (RocketMQ ``PopBufferMergeService``, §10.9).
+
+Two structures, guarded by one lock:
+
+* ``tracked`` — revive key → :class:`Inflight`, every checkpoint this broker created and whose
+  revive time has not yet passed (bounded by ``pop_ck_buffer_size_max``). A checkpoint is either
+  *buffered* (only in memory; acks just set bits) or *stored* (its CK message was written; acks
+  are written as ACK messages and also noted here, so a second ack of the same message is
+  refused). Buffered checkpoints whose messages are all acked before they must be stored are
+  dropped without ever being written — the whole point of the merge.
+* ``offsets`` — lock key ``topic@group@queueId`` → FIFO of pops with their ``nextBeginOffset``
+  (bounded by ``pop_ck_offset_queue_size_max`` per key). The head is committed as the consumer
+  offset once its checkpoint is stored or all its messages are acked (an empty "mock" pop that
+  only skipped filtered messages is done at once). Hence the consumer offset moves past popped
+  messages as soon as their CK is durable, and redelivery happens only through revive; a crash
+  before that loses only memory, and the messages are popped again from the committed offset.
+
+A buffered checkpoint is stored (with the in-memory ack bits as its ``bm``) when its pop is
+older than ``pop_ck_stay_buffer_time_ms`` or its revive time is nearer than
+``pop_ck_stay_buffer_timeout_ms``. A checkpoint is buffered at all only when its revive time is
+at least ``pop_ck_stay_buffer_timeout_ms + 1500`` away.
+
+Pure state (no IO, explicit ``now_ms``); :mod:`popping` and :mod:`acking` drive it and do the
+writes. Thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from gannet.node.pop import checkpoints
+from gannet.node.pop.checkpoints import PopCheckPoint
+from gannet.node.pop.config import PopConfig
+
+BUFFER_ENTRY_MARGIN_MS = 1_500
+
+
+@dataclass(slots=True)
+class Inflight:
+    """A tracked checkpoint. Invariant: ``acked_bits`` ⊆ ``ck.all_bits``; ``stored`` implies
+    the CK message was appended; ``ck`` is None only for a mock pop (offset advance only)."""
+
+    ck: PopCheckPoint | None
+    revive_qid: int
+    next_begin_offset: int
+    stored: bool
+    acked_bits: int = 0
+
+    @property
+    def all_acked(self) -> bool:
+        return self.ck is not None and self.acked_bits == self.ck.all_bits
+
+    @property
+    def offset_done(self) -> bool:
+        return self.ck is None or self.stored or self.all_acked
+
+
+@dataclass(frozen=True, slots=True)
+class BufferStatistics:
+    tracked: int
+    buffered: int
+    offset_queues: int
+    dropped_without_write_total: int
+
+
+class InflightBuffer:
+    def __init__(self, config: PopConfig) -> None:
+        self.config = config
+        self.lock = threading.RLock()
+        self._tracked: dict[str, Inflight] = {}
+        self._owners: dict[tuple[str, int, int, int, str], str] = {}
+        self._offsets: dict[str, deque[Inflight]] = {}
+        self.dropped_without_write_total = 0
+
+    # --- pop side ---
+    def latest_next_begin(self, lock_key: str) -> int | None:
+        with self.lock:
+            queue = self._offsets.get(lock_key)
+            return queue[-1].next_begin_offset if queue else None
+
+    def has_room(self, lock_key: str) -> bool:
+        with self.lock:
+            queue = self._offsets.get(lock_key)
+            if queue is not None and len(queue) >= self.config.pop_ck_offset_queue_size_max:
+                return False
+            return len(self._tracked) < self.config.pop_ck_buffer_size_max
+
+    def may_buffer(self, ck: PopCheckPoint, now_ms: int) -> bool:
+        margin = self.config.pop_ck_stay_buffer_timeout_ms + BUFFER_ENTRY_MARGIN_MS
+        return self.config.buffer_merge_enabled and ck.revive_time_ms - now_ms >= margin
+
+    def add(self, lock_key: str | None, entry: Inflight) -> None:
+        """Track a pop; ``lock_key`` None for a checkpoint with no offset role (change
+        invisible time, re-put)."""
+        with self.lock:
+            if entry.ck is not None:
+                ck = entry.ck
+                self._tracked[checkpoints.ck_revive_key(ck)] = entry
+                self._owners[_position(ck)] = ck.cid
+            if lock_key is not None:
+                self._offsets.setdefault(lock_key, deque()).append(entry)
+
+    def clear_offsets(self, lock_key: str) -> None:
+        with self.lock:
+            self._offsets.pop(lock_key, None)
+
+    # --- ack side ---
+    def find(self, key: str) -> Inflight | None:
+        with self.lock:
+            return self._tracked.get(key)
+
+    def owner_of(
+        self, topic: str, queue_id: int, start: int, pop_ms: int, broker: str
+    ) -> str | None:
+        with self.lock:
+            return self._owners.get((topic, queue_id, start, pop_ms, broker))
+
+    # --- scan side ---
+    def due_for_store(self, now_ms: int) -> list[Inflight]:
+        """Buffered checkpoints that must now be written (caller writes, then mark_stored)."""
+        out = []
+        with self.lock:
+            for entry in self._tracked.values():
+                ck = entry.ck
+                if ck is None or entry.stored or entry.all_acked:
+                    continue
+                too_old = now_ms - ck.pop_time_ms > self.config.pop_ck_stay_buffer_time_ms
+                near = ck.revive_time_ms - now_ms < self.config.pop_ck_stay_buffer_timeout_ms
+                if too_old or near:
+                    out.append(entry)
+        return out
+
+    def unstored(self) -> list[Inflight]:
+        """Every buffered checkpoint not yet written and not fully acked (for shutdown)."""
+        with self.lock:
+            return [
+                e
+                for e in self._tracked.values()
+                if e.ck is not None and not e.stored and not e.all_acked
+            ]
+
+    def committable(self) -> list[tuple[str, int, int]]:
+        """``(lock_key, next_begin_offset, count)`` of heads that are done; the caller commits
+        the offset, then calls :meth:`release`."""
+        out = []
+        with self.lock:
+            for key, queue in self._offsets.items():
+                count = 0
+                for entry in queue:
+                    if not entry.offset_done:
+                        break
+                    count += 1
+                if count:
+                    out.append((key, queue[count - 1].next_begin_offset, count))
+        return out
+
+    def release(self, lock_key: str, count: int) -> None:
+        with self.lock:
+            queue = self._offsets.get(lock_key)
+            if queue is None:
+                return
+            for _ in range(min(count, len(queue))):
+                queue.popleft()
+            if not queue:
+                del self._offsets[lock_key]
+
+    def expire(self, now_ms: int) -> int:
+        """Forget checkpoints past their revive time that are stored or fully acked; fully
+        acked buffered ones count as dropped without a write."""
+        with self.lock:
+            doomed = [
+                key
+                for key, e in self._tracked.items()
+                if e.ck is not None and e.ck.revive_time_ms <= now_ms and (e.stored or e.all_acked)
+            ]
+            for key in doomed:
+                entry = self._tracked.pop(key)
+                if entry.ck is not None:
+                    self._owners.pop(_position(entry.ck), None)
+                    if not entry.stored:
+                        self.dropped_without_write_total += 1
+            return len(doomed)
+
+    def statistics(self) -> BufferStatistics:
+        with self.lock:
+            return BufferStatistics(
+                tracked=len(self._tracked),
+                buffered=sum(1 for e in self._tracked.values() if not e.stored),
+                offset_queues=len(self._offsets),
+                dropped_without_write_total=self.dropped_without_write_total,
+            )
+
+
+def _position(ck: PopCheckPoint) -> tuple[str, int, int, int, str]:
+    return (ck.topic, ck.queue_id, ck.start_offset, ck.pop_time_ms, ck.broker_name)

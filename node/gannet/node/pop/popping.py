@@ -1,0 +1,275 @@
+"""Pop: take up to 32 messages from the queues of a topic and make them invisible
+(RocketMQ ``PopMessageProcessor``, store-format.md §10.2–§10.3).
+
+Order of queues: with probability ``pop_from_retry_probability_percent`` the group's retry topic
+``%RETRY%<group>_<topic>`` is read first; then the topic's read queues from a random start
+``(randomQ + i) mod n`` (or only the requested queue); then, if the batch is not full and the
+retry topic was not read first, the retry topic. Each queue is read under a non-blocking lock
+``topic@group@queueId``; a busy queue is skipped.
+
+Offset of a queue: the committed consumer offset (initialised on first use: MIN → the queue's
+min offset, also for retry topics; MAX → ``maxOffset − 1`` clamped at 0, and committed), raised
+to the ``nextBeginOffset`` of the latest pop still in the in-flight buffer. Every pop that found
+messages creates a checkpoint (kept in memory or written at once, see :mod:`merging`); a pop that
+only skipped filtered messages records an empty one that just advances the offset.
+
+Messages popped from a retry topic are returned under the original topic; every returned
+message carries its ``POP_CK`` extra info and a receipt handle (:mod:`receipts`).
+
+Called by :class:`gannet.node.pop.service.PopBroker`; orderly pops delegate to :mod:`ordering`.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from gannet.node.pop import receipts, revive_log
+from gannet.node.pop.checkpoints import PopCheckPoint
+from gannet.node.pop.context import PopContext
+from gannet.node.pop.errors import BatchSizeIllegal, UnknownTopicOrGroup
+from gannet.node.pop.filtering import MATCH_ALL, TagFilter
+from gannet.node.pop.locks import lock_key
+from gannet.node.pop.merging import Inflight
+from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
+from gannet.node.store import properties as props
+from gannet.node.store import records, validation
+from gannet.node.store.reading import GetResult, GetStatus
+
+_RESTART_STATUSES = (
+    GetStatus.OFFSET_TOO_SMALL,
+    GetStatus.OFFSET_OVERFLOW_BADLY,
+    GetStatus.OFFSET_FOUND_NULL,
+)
+_ADVANCE_STATUSES = (
+    GetStatus.NO_MATCHED_MESSAGE,
+    GetStatus.OFFSET_FOUND_NULL,
+    GetStatus.MESSAGE_WAS_REMOVING,
+    GetStatus.NO_MATCHED_LOGIC_QUEUE,
+)
+
+
+class InitMode(enum.IntEnum):
+    """``ConsumeInitMode``."""
+
+    MIN = 0
+    MAX = 1
+
+
+@dataclass(frozen=True, slots=True)
+class PoppedMessage:
+    """One popped message; ``message.topic`` is the original topic even for retries."""
+
+    message: records.Message
+    handle: ReceiptHandle
+
+    @property
+    def receipt_handle(self) -> str:
+        return self.handle.encode()
+
+    @property
+    def delivery_attempt(self) -> int:
+        return self.message.reconsume_times + 1
+
+
+@dataclass(slots=True)
+class PopResult:
+    messages: list[PoppedMessage] = field(default_factory=list)
+    pop_time_ms: int = 0
+    invisible_time_ms: int = 0
+    revive_qid: int = 0
+    rest_num: int = 0
+    start_offset_info: list[str] = field(default_factory=list)
+    msg_offset_info: list[str] = field(default_factory=list)
+
+    @property
+    def found(self) -> bool:
+        return bool(self.messages)
+
+
+@dataclass(frozen=True, slots=True)
+class PopRequest:
+    group: str
+    topic: str
+    queue_id: int
+    max_msgs: int
+    invisible_time_ms: int
+    now_ms: int
+    init_mode: InitMode = InitMode.MIN
+    tag_filter: TagFilter = MATCH_ALL
+    order: bool = False
+    attempt_id: str | None = None
+
+
+class PopService:
+    def __init__(self, ctx: PopContext) -> None:
+        self.ctx = ctx
+
+    # --- validation ---
+    def check(self, req: PopRequest) -> int:
+        """Validate; returns the topic's read queue count."""
+        if not 1 <= req.max_msgs <= self.ctx.config.pop_batch_messages_max:
+            raise BatchSizeIllegal(
+                f"max messages {req.max_msgs} is outside [1, "
+                f"{self.ctx.config.pop_batch_messages_max}]"
+            )
+        self.ctx.check_invisible_time(req.invisible_time_ms)
+        validation.validate_group(req.group)
+        topic = self.ctx.store.topic_configs.get(req.topic)
+        if topic is None or not topic.readable:
+            raise UnknownTopicOrGroup(f"topic {req.topic!r} does not exist or is not readable")
+        if req.queue_id >= topic.read_queue_nums:
+            raise UnknownTopicOrGroup(
+                f"queue {req.queue_id} of {req.topic!r} does not exist "
+                f"({topic.read_queue_nums} read queues)"
+            )
+        group = self.ctx.store.group_configs.get_or_create(req.group)
+        if not group.consume_enable:
+            raise UnknownTopicOrGroup(f"group {req.group!r} has consumption disabled")
+        return topic.read_queue_nums
+
+    # --- pop ---
+    def pop(self, req: PopRequest) -> PopResult:
+        queues = self.check(req)
+        random_q = self.ctx.rng.randrange(100)
+        need_retry = random_q < self.ctx.config.pop_from_retry_probability_percent
+        revive_qid = self.ctx.next_revive_qid()
+        result = PopResult(
+            pop_time_ms=req.now_ms, invisible_time_ms=req.invisible_time_ms, revive_qid=revive_qid
+        )
+        retry = validation.retry_topic_v1(req.group, req.topic)
+        if need_retry:
+            self._pop_topic(req, retry, result)
+        if req.queue_id < 0:
+            for i in range(queues):
+                self._pop_queue(req, req.topic, (random_q + i) % queues, result)
+        else:
+            self._pop_queue(req, req.topic, req.queue_id, result)
+        if not need_retry and len(result.messages) < req.max_msgs:
+            self._pop_topic(req, retry, result)
+        return result
+
+    def _pop_topic(self, req: PopRequest, topic: str, result: PopResult) -> None:
+        config = self.ctx.store.topic_configs.get(topic)
+        if config is None:
+            return
+        for queue_id in range(config.read_queue_nums):
+            self._pop_queue(req, topic, queue_id, result)
+
+    def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, result: PopResult) -> None:
+        wanted = req.max_msgs - len(result.messages)
+        store = self.ctx.store
+        key = lock_key(topic, req.group, queue_id)
+        if wanted <= 0:
+            return
+        with self.ctx.locks.holding(key, req.now_ms) as got:
+            if not got:
+                backlog = store.max_offset_in_queue(topic, queue_id) - self.pop_offset(
+                    req, topic, queue_id, key, init=False
+                )
+                result.rest_num += max(0, backlog)
+                return
+            offset = self.pop_offset(req, topic, queue_id, key, init=True)
+            got_msgs = self.read(req, topic, queue_id, offset, wanted)
+            self._register(req, topic, queue_id, key, offset, got_msgs, result)
+            result.rest_num += max(0, got_msgs.max_offset - got_msgs.next_begin_offset)
+        self.ctx.commit_offsets()
+
+    def pop_offset(
+        self, req: PopRequest, topic: str, queue_id: int, key: str, *, init: bool
+    ) -> int:
+        """``getPopOffset``: committed (or initial) offset, raised by in-flight pops."""
+        offsets = self.ctx.store.consumer_offsets
+        with self.ctx.buffer.lock:
+            offset = offsets.query(req.group, topic, queue_id)
+            if offset < 0:
+                offset = self._init_offset(req, topic, queue_id)
+                if init:
+                    offsets.commit(req.group, topic, queue_id, offset)
+            latest = self.ctx.buffer.latest_next_begin(key)
+        return offset if latest is None else max(offset, latest)
+
+    def _init_offset(self, req: PopRequest, topic: str, queue_id: int) -> int:
+        store = self.ctx.store
+        if req.init_mode is InitMode.MIN or validation.is_retry_topic(topic):
+            return store.min_offset_in_queue(topic, queue_id)
+        return max(0, store.max_offset_in_queue(topic, queue_id) - 1)
+
+    def read(
+        self, req: PopRequest, topic: str, queue_id: int, offset: int, wanted: int
+    ) -> GetResult:
+        store = self.ctx.store
+        tag_filter = None
+        if not validation.is_retry_topic(topic) and not req.tag_filter.matches_all:
+            tag_filter = req.tag_filter.accepts_unit
+        got = store.get_messages(topic, queue_id, offset, wanted, tag_filter)
+        if got.status in _RESTART_STATUSES and got.next_begin_offset != offset:
+            store.consumer_offsets.commit(req.group, topic, queue_id, got.next_begin_offset)
+            self.ctx.buffer.clear_offsets(lock_key(topic, req.group, queue_id))
+            got = store.get_messages(topic, queue_id, got.next_begin_offset, wanted, tag_filter)
+        return got
+
+    def _register(
+        self,
+        req: PopRequest,
+        topic: str,
+        queue_id: int,
+        key: str,
+        offset: int,
+        got: GetResult,
+        result: PopResult,
+    ) -> None:
+        buffer = self.ctx.buffer
+        advanced = got.next_begin_offset > offset
+        if got.status is not GetStatus.FOUND:
+            if advanced and got.status in _ADVANCE_STATUSES and buffer.has_room(key):
+                buffer.add(key, Inflight(None, result.revive_qid, got.next_begin_offset, True))
+            return
+        start = got.messages[0].queue_offset
+        ck = PopCheckPoint(
+            start_offset=start,
+            pop_time_ms=req.now_ms,
+            invisible_time_ms=req.invisible_time_ms,
+            num=len(got.messages),
+            queue_id=queue_id,
+            topic=topic,
+            cid=req.group,
+            broker_name=self.ctx.broker_name,
+            offset_diffs=tuple(m.queue_offset - start for m in got.messages),
+        )
+        if not buffer.has_room(key):
+            return
+        stored = not buffer.may_buffer(ck, req.now_ms)
+        if stored:
+            revive_log.write_ck(self.ctx.store, ck, result.revive_qid)
+        buffer.add(key, Inflight(ck, result.revive_qid, got.next_begin_offset, stored))
+        self._emit(req, topic, ck, got, result)
+
+    def _emit(
+        self, req: PopRequest, topic: str, ck: PopCheckPoint, got: GetResult, result: PopResult
+    ) -> None:
+        flag = receipts.topic_flag(topic)
+        original = req.topic
+        for stored_msg in got.messages:
+            msg = records.decode(stored_msg.data)
+            handle = ReceiptHandle(
+                ck_queue_offset=ck.start_offset,
+                pop_time_ms=ck.pop_time_ms,
+                invisible_time_ms=ck.invisible_time_ms,
+                revive_qid=result.revive_qid,
+                flag=flag,
+                broker_name=ck.broker_name,
+                queue_id=ck.queue_id,
+                queue_offset=stored_msg.queue_offset,
+                commit_offset=stored_msg.commit_offset,
+            )
+            if flag is not TopicFlag.NORMAL:
+                msg.topic = original
+            msg.properties.setdefault(props.POP_CK, handle.extra_info())
+            result.messages.append(PoppedMessage(msg, handle))
+        result.start_offset_info.append(
+            receipts.start_offset_info(flag, ck.queue_id, ck.start_offset)
+        )
+        result.msg_offset_info.append(
+            receipts.msg_offset_info(flag, ck.queue_id, [m.queue_offset for m in got.messages])
+        )

@@ -1,0 +1,205 @@
+"""The Pop broker facade: one object per store that the v2 gRPC service calls.
+
+* :meth:`PopBroker.pop` — ReceiveMessage (then :class:`polling.PollWaiters` to wait when empty);
+* :meth:`PopBroker.ack` / :meth:`PopBroker.ack_many` — AckMessage;
+* :meth:`PopBroker.change_invisible_time` — ChangeInvisibleDuration (returns the new handle);
+* :meth:`PopBroker.forward_to_dlq` — ForwardMessageToDeadLetterQueue;
+* :meth:`PopBroker.set_revive_queue_count` — admin / operator;
+* :meth:`PopBroker.tick` — the periodic work, with an explicit ``now_ms``: flush the in-flight
+  buffer, run one revive pass per revive queue. :meth:`start` runs it on a thread with the wall
+  clock; tests call it with virtual time.
+
+Orderly groups (``consume_message_orderly``) are routed to :mod:`ordering`. Lifecycle:
+construct after ``store.open()``, :meth:`close` before ``store.close()`` (it writes every
+buffered checkpoint so that the committed offsets stay behind un-acked messages only through
+stored checkpoints).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+from gannet.node.pop import ordering, receipts, revive_log
+from gannet.node.pop.acking import AckService
+from gannet.node.pop.config import PopConfig
+from gannet.node.pop.context import PopContext
+from gannet.node.pop.errors import PopError
+from gannet.node.pop.filtering import MATCH_ALL, TagFilter
+from gannet.node.pop.popping import InitMode, PopRequest, PopResult, PopService
+from gannet.node.pop.receipts import ReceiptHandle
+from gannet.node.pop.reviving import RevivePass, ReviveService
+from gannet.node.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class PopBroker:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: PopConfig | None = None,
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.config = config or PopConfig()
+        self.ctx = PopContext(store, self.config, rng or random.Random())
+        self.popper = PopService(self.ctx)
+        self.acker = AckService(self.ctx)
+        self.orders = ordering.OrderService(self.ctx, self.popper)
+        self._revivers: dict[int, ReviveService] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def store(self) -> MessageStore:
+        return self.ctx.store
+
+    # --- requests ---
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        *,
+        queue_id: int = -1,
+        max_msgs: int = 32,
+        invisible_time_ms: int,
+        now_ms: int,
+        init_mode: InitMode = InitMode.MIN,
+        tag_filter: TagFilter = MATCH_ALL,
+        order: bool | None = None,
+        attempt_id: str | None = None,
+    ) -> PopResult:
+        """Pop up to ``max_msgs``; orderly when asked or when the group is FIFO."""
+        if order is None:
+            config = self.store.group_configs.get(group)
+            order = config is not None and config.consume_message_orderly
+        req = PopRequest(
+            group, topic, queue_id, max_msgs, invisible_time_ms, now_ms, init_mode,
+            tag_filter, order, attempt_id,
+        )  # fmt: skip
+        if order:
+            return self.orders.pop(req)
+        return self.popper.pop(req)
+
+    def ack(self, group: str, topic: str, handle: str | ReceiptHandle, *, now_ms: int) -> None:
+        if self._is_order(handle):
+            self.orders.ack(group, topic, handle, now_ms)
+            return
+        self.acker.ack(group, topic, handle, now_ms)
+
+    def ack_many(
+        self, group: str, topic: str, handles: list[str | ReceiptHandle], *, now_ms: int
+    ) -> list[PopError | None]:
+        out: list[PopError | None] = []
+        plain: list[str | ReceiptHandle] = []
+        slots: list[int] = []
+        for h in handles:
+            if self._is_order(h):
+                try:
+                    self.orders.ack(group, topic, h, now_ms)
+                    out.append(None)
+                except PopError as exc:
+                    out.append(exc)
+            else:
+                slots.append(len(out))
+                out.append(None)
+                plain.append(h)
+        for slot, result in zip(
+            slots, self.acker.ack_many(group, topic, plain, now_ms), strict=True
+        ):
+            out[slot] = result
+        return out
+
+    def change_invisible_time(
+        self,
+        group: str,
+        topic: str,
+        handle: str | ReceiptHandle,
+        *,
+        invisible_time_ms: int,
+        now_ms: int,
+    ) -> ReceiptHandle:
+        if self._is_order(handle):
+            return self.orders.change_invisible_time(
+                group, topic, handle, invisible_time_ms, now_ms
+            )
+        return self.acker.change_invisible_time(group, topic, handle, invisible_time_ms, now_ms)
+
+    def forward_to_dlq(
+        self, group: str, topic: str, handle: str | ReceiptHandle, *, now_ms: int
+    ) -> None:
+        self.acker.forward_to_dlq(group, topic, handle, now_ms)
+
+    @staticmethod
+    def _is_order(handle: str | ReceiptHandle) -> bool:
+        if isinstance(handle, ReceiptHandle):
+            return handle.is_order
+        return receipts.parse(handle).is_order
+
+    # --- revive queues ---
+    def set_revive_queue_count(self, count: int) -> None:
+        self.ctx.set_revive_queue_count(count)
+
+    def revive_queue_ids(self) -> list[int]:
+        """Every revive queue still read: the current ones and retired ones."""
+        config = revive_log.ensure_revive_topic(self.store, self.ctx.revive_write_queues)
+        return list(range(config.read_queue_nums))
+
+    def reviver(self, revive_qid: int) -> ReviveService:
+        service = self._revivers.get(revive_qid)
+        if service is None:
+            service = self._revivers[revive_qid] = ReviveService(self.ctx, revive_qid)
+        return service
+
+    def revive(self, now_ms: int) -> list[RevivePass]:
+        return [self.reviver(q).revive_once(now_ms) for q in self.revive_queue_ids()]
+
+    def retired_queues_drained(self) -> bool:
+        """True when revive queues beyond the current count hold nothing unhandled."""
+        return all(
+            self.reviver(q).drained()
+            for q in self.revive_queue_ids()
+            if q >= self.ctx.revive_write_queues
+        )
+
+    # --- periodic work ---
+    def tick(self, now_ms: int) -> list[RevivePass]:
+        """Flush the in-flight buffer, then one revive pass per revive queue."""
+        self.ctx.flush_buffer(now_ms)
+        self.orders.sweep(now_ms)
+        return self.revive(now_ms)
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name="gannet-pop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        last_revive = 0
+        interval_s = self.config.buffer_scan_interval_ms / 1000
+        while not self._stop.wait(interval_s):
+            try:
+                now = _wall_ms()
+                self.ctx.flush_buffer(now)
+                if now - last_revive >= self.config.revive_interval_ms:
+                    last_revive = now
+                    self.revive(now)
+                    self.orders.sweep(now)
+            except Exception:
+                log.exception("pop housekeeping failed")
+
+    def close(self) -> None:
+        """Stop the thread and write every buffered checkpoint."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self.ctx.flush_all()
+        self.orders.persist()
