@@ -3,19 +3,22 @@
 Exit codes scripts can rely on: 0 success; 1 the check failed or nothing was found (damage
 reported by ``store verify``, no message for ``store get``/``query``); 2 wrong usage (click);
 3 the store could not be opened (locked by a running broker, unreadable, corrupt beyond
-recovery).
+recovery); 4 the broker could not be reached (``topic``, ``group``, ``message``, ``status``);
+5 the broker refused the request (bad name or value, already exists, refused change).
+
+``broker run`` serves RocketMQ 5 clients and the admin API; the admin commands live in
+:mod:`gannet.node.api.commands`.
 
 Every command has ``--help``. Lists are rich tables; long work shows a progress bar.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import datetime as dt
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +28,8 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gannet.node.api import commands, message_commands
+from gannet.node.broker import serving
 from gannet.node.store import querying, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import Boundary
@@ -76,21 +81,59 @@ def broker() -> None:
     help="async: flush every 500 ms; sync: answer writers after fdatasync (group commit).",
 )
 @click.option("--file-size-mb", type=click.IntRange(1, 4096), default=1024, show_default=True)
-def broker_run(data_dir: Path, flush: str, file_size_mb: int) -> None:
-    """Open (and recover) the store, run its services until SIGINT/SIGTERM."""
+@click.option(
+    "--listen",
+    default="127.0.0.1:8081",
+    show_default=True,
+    help="host:port for RocketMQ 5 clients (apache.rocketmq.v2) and the admin API.",
+)
+@click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
+@click.option("--broker-name", default="broker-a", show_default=True)
+def broker_run(
+    data_dir: Path,
+    flush: str,
+    file_size_mb: int,
+    listen: str,
+    cluster_name: str,
+    broker_name: str,
+) -> None:
+    """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
+    host, _, port_text = listen.rpartition(":")
+    if not host or not port_text.isdigit():
+        raise click.BadParameter(f"{listen!r} is not host:port", param_hint="--listen")
     config = StoreConfig(
         root_dir=data_dir,
         flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
         commitlog_file_size_bytes=file_size_mb * 1024 * 1024,
+        cluster_name=cluster_name,
+        broker_name=broker_name,
+        store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",
+        store_port=int(port_text),
     )
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with _opened(config, start_services=True) as store:
-        _print_state(store)
-        console.print("[green]store running[/]; press Ctrl-C to stop")
-        stop.wait()
-    console.print("store closed cleanly")
+    broker_config = serving.with_listen(serving.BrokerConfig(store=config), listen)
+    try:
+        asyncio.run(_serve(serving.Broker(broker_config)))
+    except StoreError as exc:
+        err_console.print(f"[red]cannot open store[/]: {exc}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+    except OSError as exc:
+        err_console.print(f"[red]cannot serve[/]: {exc}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+    console.print("broker stopped; store closed cleanly")
+
+
+async def _serve(running: serving.Broker) -> None:
+    await running.start()
+    _print_state(running.store)
+    endpoint = running.endpoint
+    console.print(f"[green]broker serving[/] on {endpoint} (RocketMQ 5 gRPC + Gannet admin)")
+    console.print(f"  create a topic:  gannet topic create TopicTest --endpoint {endpoint}")
+    console.print(
+        f'  Python client:   ClientConfiguration("{endpoint}", Credentials()); '
+        'Producer(config, ("TopicTest",))'
+    )
+    console.print("press Ctrl-C to stop")
+    await running.run_until_signalled()
 
 
 def _print_state(store: MessageStore) -> None:
@@ -321,6 +364,10 @@ def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageSto
         yield st
     finally:
         st.close()
+
+
+for _command in (*commands.COMMANDS, *message_commands.COMMANDS):
+    main.add_command(_command)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,329 @@
+"""The ``gannet.admin.v1.Admin`` servicer: topics, groups, offsets, queries, cleanup, status.
+
+Errors are gRPC status codes with a message naming the problem (see ``admin.proto``): store
+validation errors → INVALID_ARGUMENT, unknown names → NOT_FOUND, duplicates → ALREADY_EXISTS,
+refused changes (shrinking a topic) → FAILED_PRECONDITION. Each RPC runs in a worker thread
+(config files are fsync'ed on change), so the event loop keeps serving producers meanwhile.
+The conversions between protobuf and the store's types live in :mod:`admin_converting`.
+
+Created by :mod:`gannet.node.broker.serving`; called by the CLI and the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable
+from importlib import metadata
+from typing import NoReturn, TypeVar
+
+import grpc
+
+from gannet.node.api import admin_converting as conv
+from gannet.node.api import admin_querying
+from gannet.node.api.client_settings import ClientRegistry
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api.routes import BrokerIdentity
+from gannet.node.store import errors, querying, validation
+from gannet.node.store.consume_queues import Boundary
+from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.topic_configs import TopicConfig
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+TOPIC_QUEUE_NUMS_DEFAULT = 8
+TOPIC_QUEUE_NUMS_MAX = 1024
+
+
+class AdminError(Exception):
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _not_found(kind: str, name: str) -> AdminError:
+    return AdminError(grpc.StatusCode.NOT_FOUND, f"{kind} {name!r} does not exist")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("gannet")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class AdminServicer(admin_pb2_grpc.AdminServicer):
+    def __init__(
+        self, store: MessageStore, identity: BrokerIdentity, clients: ClientRegistry
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.clients = clients
+
+    async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
+        try:
+            return await asyncio.to_thread(work)
+        except AdminError as exc:
+            await _abort(context, exc.code, exc.message)
+        except errors.MessageIllegal as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except errors.StoreError as exc:
+            await _abort(context, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ topics
+    def _topic(self, name: str) -> TopicConfig:
+        config = self.store.topic_configs.get(name)
+        if config is None:
+            raise _not_found("topic", name)
+        return config
+
+    async def CreateTopic(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.TopicResponse:
+            name = request.name
+            validation.validate_topic(name, allow_system=False)
+            if name in self.store.topic_configs:
+                raise AdminError(grpc.StatusCode.ALREADY_EXISTS, f"topic {name!r} already exists")
+            queues = _queue_nums(request.queue_nums or TOPIC_QUEUE_NUMS_DEFAULT)
+            config = TopicConfig(name, read_queue_nums=queues, write_queue_nums=queues)
+            if request.HasField("perm"):
+                config = dataclasses.replace(config, perm=request.perm)
+            kind = conv.message_type_of(request.message_type) or conv.MessageType.NORMAL
+            config = config.with_message_type(kind)
+            self.store.topic_configs.put(config)
+            return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
+
+        return await self._run(context, work)
+
+    async def UpdateTopic(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.TopicResponse:
+            config = self._topic(request.name)
+            if request.HasField("queue_nums"):
+                queues = _queue_nums(request.queue_nums)
+                if queues < max(config.read_queue_nums, config.write_queue_nums):
+                    raise AdminError(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"topic {config.topic_name!r} has {config.write_queue_nums} queues; "
+                        "shrinking would strand messages, only growing is supported",
+                    )
+                config = dataclasses.replace(
+                    config, read_queue_nums=queues, write_queue_nums=queues
+                )
+            if request.HasField("perm"):
+                config = dataclasses.replace(config, perm=request.perm)
+            kind = conv.message_type_of(request.message_type)
+            if kind is not None:
+                config = config.with_message_type(kind)
+            self.store.topic_configs.put(config)
+            return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
+
+        return await self._run(context, work)
+
+    async def DeleteTopic(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.DeleteResponse:
+            if not self.store.topic_configs.delete(request.name):
+                raise _not_found("topic", request.name)
+            self.store.consumer_offsets.remove_topic(request.name)
+            return admin_pb2.DeleteResponse(deleted=True)
+
+        return await self._run(context, work)
+
+    async def ListTopics(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.ListTopicsResponse:
+            topics = [
+                conv.topic_pb(t)
+                for t in self.store.topic_configs.list()
+                if request.include_system or not conv.is_internal_topic(t.topic_name)
+            ]
+            return admin_pb2.ListTopicsResponse(topics=topics)
+
+        return await self._run(context, work)
+
+    async def DescribeTopic(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.DescribeTopicResponse:
+            config = self._topic(request.name)
+            queue_count = max(config.read_queue_nums, config.write_queue_nums)
+            queues = [
+                conv.queue_offsets_pb(self.store, config.topic_name, q) for q in range(queue_count)
+            ]
+            return admin_pb2.DescribeTopicResponse(
+                topic=conv.topic_pb(config),
+                queues=queues,
+                groups=self.store.consumer_offsets.groups_of(config.topic_name),
+            )
+
+        return await self._run(context, work)
+
+    # ------------------------------------------------------------------ groups
+    def _group(self, name: str) -> SubscriptionGroupConfig:
+        config = self.store.group_configs.get(name)
+        if config is None:
+            raise _not_found("group", name)
+        return config
+
+    async def CreateGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.GroupResponse:
+            validation.validate_group(request.name, allow_system=False)
+            if request.name in self.store.group_configs:
+                raise AdminError(
+                    grpc.StatusCode.ALREADY_EXISTS, f"group {request.name!r} already exists"
+                )
+            config = SubscriptionGroupConfig(request.name, consume_message_orderly=request.fifo)
+            if request.HasField("retry_max_times"):
+                config = dataclasses.replace(config, retry_max_times=request.retry_max_times)
+            self.store.group_configs.put(config)
+            return admin_pb2.GroupResponse(group=conv.group_pb(config))
+
+        return await self._run(context, work)
+
+    async def UpdateGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.GroupResponse:
+            config = self._group(request.name)
+            if request.HasField("fifo"):
+                config = dataclasses.replace(config, consume_message_orderly=request.fifo)
+            if request.HasField("retry_max_times"):
+                config = dataclasses.replace(config, retry_max_times=request.retry_max_times)
+            if request.HasField("consume_enable"):
+                config = dataclasses.replace(config, consume_enable=request.consume_enable)
+            self.store.group_configs.put(config)
+            return admin_pb2.GroupResponse(group=conv.group_pb(config))
+
+        return await self._run(context, work)
+
+    async def DeleteGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.DeleteResponse:
+            if not self.store.group_configs.delete(request.name):
+                raise _not_found("group", request.name)
+            self.store.consumer_offsets.remove_group(request.name)
+            return admin_pb2.DeleteResponse(deleted=True)
+
+        return await self._run(context, work)
+
+    async def ListGroups(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.ListGroupsResponse:
+            groups = [
+                conv.group_pb(g)
+                for g in self.store.group_configs.list()
+                if not validation.is_system_group(g.group_name)
+            ]
+            return admin_pb2.ListGroupsResponse(groups=groups)
+
+        return await self._run(context, work)
+
+    async def DescribeGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.DescribeGroupResponse:
+            config = self._group(request.name)
+            rows = []
+            for topic in self.store.consumer_offsets.topics_of(config.group_name):
+                offsets = self.store.consumer_offsets.query_all(config.group_name, topic)
+                rows += [
+                    conv.group_queue_pb(self.store, config.group_name, topic, q)
+                    for q in sorted(offsets)
+                ]
+            return admin_pb2.DescribeGroupResponse(
+                group=conv.group_pb(config), queues=rows, total_lag=sum(r.lag for r in rows)
+            )
+
+        return await self._run(context, work)
+
+    async def ResetOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.ResetOffsetResponse:
+            group = self._group(request.group).group_name
+            topic = self._topic(request.topic)
+            queue_count = max(topic.read_queue_nums, topic.write_queue_nums)
+            queue_ids = list(range(queue_count))
+            if request.HasField("queue_id"):
+                if not 0 <= request.queue_id < queue_count:
+                    raise AdminError(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        f"queue {request.queue_id} is not a queue of {topic.topic_name!r} "
+                        f"(0..{queue_count - 1})",
+                    )
+                queue_ids = [request.queue_id]
+            target = request.WhichOneof("target")
+            if target is None:
+                raise AdminError(
+                    grpc.StatusCode.INVALID_ARGUMENT, "give timestamp_ms or offset to reset to"
+                )
+            rows = []
+            for queue_id in queue_ids:
+                offset = self._reset_target(topic.topic_name, queue_id, request, target)
+                self.store.consumer_offsets.reset(group, topic.topic_name, queue_id, offset)
+                rows.append(conv.group_queue_pb(self.store, group, topic.topic_name, queue_id))
+            return admin_pb2.ResetOffsetResponse(queues=rows)
+
+        return await self._run(context, work)
+
+    def _reset_target(
+        self, topic: str, queue_id: int, request: admin_pb2.ResetOffsetRequest, target: str
+    ) -> int:
+        low = self.store.min_offset_in_queue(topic, queue_id)
+        high = self.store.max_offset_in_queue(topic, queue_id)
+        if target == "offset":
+            return min(max(request.offset, low), high)
+        if high == 0:
+            return 0
+        found = querying.offset_by_time(
+            self.store, topic, queue_id, request.timestamp_ms, Boundary.LOWER
+        )
+        return min(max(found, low), high)
+
+    # ------------------------------------------------------------------ messages
+    async def QueryMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.QueryMessageResponse:
+            validation.validate_topic(request.topic)
+            found = admin_querying.query(self.store, request)
+            return admin_pb2.QueryMessageResponse(
+                messages=[conv.stored_message_pb(m) for m in found]
+            )
+
+        return await self._run(context, work)
+
+    # ------------------------------------------------------------------ cleanup, status
+    async def Cleanup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.CleanupResponse:
+            changes = conv.policy_changes(request.change)
+            if changes:
+                self.store.cleaner.set_policy(**changes)
+            if request.trigger:
+                self.store.clean_now()
+            return conv.cleanup_pb(self.store.cleaner.policy, self.store.cleaner.last_result)
+
+        return await self._run(context, work)
+
+    async def GetStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.GetStatusResponse:
+            cfg = self.store.config
+            return admin_pb2.GetStatusResponse(
+                broker_name=cfg.broker_name,
+                cluster_name=cfg.cluster_name,
+                endpoint=f"{self.identity.host}:{self.identity.port}",
+                version=_version(),
+                data_dir=str(cfg.root_dir),
+                flush_mode=cfg.flush_mode.name,
+                topics=len(self.store.topic_configs.list()),
+                groups=len(self.store.group_configs.list()),
+                clients=self.clients.count(),
+                store=conv.statistics_pb(self.store.statistics()),
+            )
+
+        return await self._run(context, work)
+
+
+def _queue_nums(count: int) -> int:
+    if not 1 <= count <= TOPIC_QUEUE_NUMS_MAX:
+        raise AdminError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"queue_nums is {count}; use 1 to {TOPIC_QUEUE_NUMS_MAX}",
+        )
+    return count
+
+
+async def _abort(
+    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
+) -> NoReturn:
+    await context.abort(code, message)
+    raise AssertionError("context.abort returned")

@@ -1,0 +1,427 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class MessageType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MESSAGE_TYPE_UNSPECIFIED: _ClassVar[MessageType]
+    NORMAL: _ClassVar[MessageType]
+    FIFO: _ClassVar[MessageType]
+    DELAY: _ClassVar[MessageType]
+    TRANSACTION: _ClassVar[MessageType]
+    MIXED: _ClassVar[MessageType]
+MESSAGE_TYPE_UNSPECIFIED: MessageType
+NORMAL: MessageType
+FIFO: MessageType
+DELAY: MessageType
+TRANSACTION: MessageType
+MIXED: MessageType
+
+class Topic(_message.Message):
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "message_type", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    message_type: MessageType
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CreateTopicRequest(_message.Message):
+    __slots__ = ("name", "queue_nums", "message_type", "perm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue_nums: int
+    message_type: MessageType
+    perm: int
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class UpdateTopicRequest(_message.Message):
+    __slots__ = ("name", "queue_nums", "message_type", "perm")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    queue_nums: int
+    message_type: MessageType
+    perm: int
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ...) -> None: ...
+
+class TopicResponse(_message.Message):
+    __slots__ = ("topic",)
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ...) -> None: ...
+
+class DeleteTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class ListTopicsRequest(_message.Message):
+    __slots__ = ("include_system",)
+    INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
+    include_system: bool
+    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+
+class ListTopicsResponse(_message.Message):
+    __slots__ = ("topics",)
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    topics: _containers.RepeatedCompositeFieldContainer[Topic]
+    def __init__(self, topics: _Optional[_Iterable[_Union[Topic, _Mapping]]] = ...) -> None: ...
+
+class DescribeTopicRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class QueueOffsets(_message.Message):
+    __slots__ = ("queue_id", "min_offset", "max_offset", "earliest_store_time_ms")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    EARLIEST_STORE_TIME_MS_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    earliest_store_time_ms: int
+    def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., earliest_store_time_ms: _Optional[int] = ...) -> None: ...
+
+class DescribeTopicResponse(_message.Message):
+    __slots__ = ("topic", "queues", "groups")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    topic: Topic
+    queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
+    groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Group(_message.Message):
+    __slots__ = ("name", "fifo", "retry_max_times", "consume_enable", "retry_policy")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_POLICY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fifo: bool
+    retry_max_times: int
+    consume_enable: bool
+    retry_policy: str
+    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., consume_enable: _Optional[bool] = ..., retry_policy: _Optional[str] = ...) -> None: ...
+
+class CreateGroupRequest(_message.Message):
+    __slots__ = ("name", "fifo", "retry_max_times")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fifo: bool
+    retry_max_times: int
+    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+
+class UpdateGroupRequest(_message.Message):
+    __slots__ = ("name", "fifo", "retry_max_times", "consume_enable")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FIFO_FIELD_NUMBER: _ClassVar[int]
+    RETRY_MAX_TIMES_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_ENABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    fifo: bool
+    retry_max_times: int
+    consume_enable: bool
+    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., consume_enable: _Optional[bool] = ...) -> None: ...
+
+class GroupResponse(_message.Message):
+    __slots__ = ("group",)
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ...) -> None: ...
+
+class DeleteGroupRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListGroupsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListGroupsResponse(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[Group]
+    def __init__(self, groups: _Optional[_Iterable[_Union[Group, _Mapping]]] = ...) -> None: ...
+
+class DescribeGroupRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class GroupQueueOffset(_message.Message):
+    __slots__ = ("topic", "queue_id", "committed_offset", "max_offset", "lag")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    committed_offset: int
+    max_offset: int
+    lag: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+
+class DescribeGroupResponse(_message.Message):
+    __slots__ = ("group", "queues", "total_lag")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_LAG_FIELD_NUMBER: _ClassVar[int]
+    group: Group
+    queues: _containers.RepeatedCompositeFieldContainer[GroupQueueOffset]
+    total_lag: int
+    def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[GroupQueueOffset, _Mapping]]] = ..., total_lag: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetRequest(_message.Message):
+    __slots__ = ("group", "topic", "queue_id", "timestamp_ms", "offset")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    group: str
+    topic: str
+    queue_id: int
+    timestamp_ms: int
+    offset: int
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ResetOffsetResponse(_message.Message):
+    __slots__ = ("queues",)
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    queues: _containers.RepeatedCompositeFieldContainer[GroupQueueOffset]
+    def __init__(self, queues: _Optional[_Iterable[_Union[GroupQueueOffset, _Mapping]]] = ...) -> None: ...
+
+class QueueOffsetRef(_message.Message):
+    __slots__ = ("queue_id", "offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class TimeRange(_message.Message):
+    __slots__ = ("begin_ms", "end_ms")
+    BEGIN_MS_FIELD_NUMBER: _ClassVar[int]
+    END_MS_FIELD_NUMBER: _ClassVar[int]
+    begin_ms: int
+    end_ms: int
+    def __init__(self, begin_ms: _Optional[int] = ..., end_ms: _Optional[int] = ...) -> None: ...
+
+class QueryMessageRequest(_message.Message):
+    __slots__ = ("topic", "message_id", "key", "queue_offset", "time", "max_count")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TIME_FIELD_NUMBER: _ClassVar[int]
+    MAX_COUNT_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    message_id: str
+    key: str
+    queue_offset: QueueOffsetRef
+    time: TimeRange
+    max_count: int
+    def __init__(self, topic: _Optional[str] = ..., message_id: _Optional[str] = ..., key: _Optional[str] = ..., queue_offset: _Optional[_Union[QueueOffsetRef, _Mapping]] = ..., time: _Optional[_Union[TimeRange, _Mapping]] = ..., max_count: _Optional[int] = ...) -> None: ...
+
+class StoredMessage(_message.Message):
+    __slots__ = ("topic", "queue_id", "queue_offset", "commit_offset", "message_id", "tag", "keys", "properties", "body", "born_timestamp_ms", "store_timestamp_ms", "born_host", "store_size")
+    class PropertiesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_ID_FIELD_NUMBER: _ClassVar[int]
+    TAG_FIELD_NUMBER: _ClassVar[int]
+    KEYS_FIELD_NUMBER: _ClassVar[int]
+    PROPERTIES_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    BORN_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    STORE_TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
+    BORN_HOST_FIELD_NUMBER: _ClassVar[int]
+    STORE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    queue_offset: int
+    commit_offset: int
+    message_id: str
+    tag: str
+    keys: _containers.RepeatedScalarFieldContainer[str]
+    properties: _containers.ScalarMap[str, str]
+    body: bytes
+    born_timestamp_ms: int
+    store_timestamp_ms: int
+    born_host: str
+    store_size: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., queue_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., message_id: _Optional[str] = ..., tag: _Optional[str] = ..., keys: _Optional[_Iterable[str]] = ..., properties: _Optional[_Mapping[str, str]] = ..., body: _Optional[bytes] = ..., born_timestamp_ms: _Optional[int] = ..., store_timestamp_ms: _Optional[int] = ..., born_host: _Optional[str] = ..., store_size: _Optional[int] = ...) -> None: ...
+
+class QueryMessageResponse(_message.Message):
+    __slots__ = ("messages",)
+    MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    messages: _containers.RepeatedCompositeFieldContainer[StoredMessage]
+    def __init__(self, messages: _Optional[_Iterable[_Union[StoredMessage, _Mapping]]] = ...) -> None: ...
+
+class CleanupPolicy(_message.Message):
+    __slots__ = ("file_reserved_hours", "delete_when", "disk_max_used_ratio_percent", "disk_warning_ratio", "disk_clean_forcibly_ratio")
+    FILE_RESERVED_HOURS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_WHEN_FIELD_NUMBER: _ClassVar[int]
+    DISK_MAX_USED_RATIO_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DISK_WARNING_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DISK_CLEAN_FORCIBLY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    file_reserved_hours: float
+    delete_when: str
+    disk_max_used_ratio_percent: int
+    disk_warning_ratio: float
+    disk_clean_forcibly_ratio: float
+    def __init__(self, file_reserved_hours: _Optional[float] = ..., delete_when: _Optional[str] = ..., disk_max_used_ratio_percent: _Optional[int] = ..., disk_warning_ratio: _Optional[float] = ..., disk_clean_forcibly_ratio: _Optional[float] = ...) -> None: ...
+
+class CleanupPolicyChange(_message.Message):
+    __slots__ = ("file_reserved_hours", "delete_when", "disk_max_used_ratio_percent", "disk_warning_ratio", "disk_clean_forcibly_ratio")
+    FILE_RESERVED_HOURS_FIELD_NUMBER: _ClassVar[int]
+    DELETE_WHEN_FIELD_NUMBER: _ClassVar[int]
+    DISK_MAX_USED_RATIO_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DISK_WARNING_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DISK_CLEAN_FORCIBLY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    file_reserved_hours: float
+    delete_when: str
+    disk_max_used_ratio_percent: int
+    disk_warning_ratio: float
+    disk_clean_forcibly_ratio: float
+    def __init__(self, file_reserved_hours: _Optional[float] = ..., delete_when: _Optional[str] = ..., disk_max_used_ratio_percent: _Optional[int] = ..., disk_warning_ratio: _Optional[float] = ..., disk_clean_forcibly_ratio: _Optional[float] = ...) -> None: ...
+
+class CleanupResult(_message.Message):
+    __slots__ = ("started_ms", "reason", "disk_used_ratio", "commitlog_files_deleted", "consume_queue_files_deleted", "index_files_deleted", "bytes_freed")
+    STARTED_MS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    DISK_USED_RATIO_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_FILES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_QUEUE_FILES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FILES_DELETED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FREED_FIELD_NUMBER: _ClassVar[int]
+    started_ms: int
+    reason: str
+    disk_used_ratio: float
+    commitlog_files_deleted: int
+    consume_queue_files_deleted: int
+    index_files_deleted: int
+    bytes_freed: int
+    def __init__(self, started_ms: _Optional[int] = ..., reason: _Optional[str] = ..., disk_used_ratio: _Optional[float] = ..., commitlog_files_deleted: _Optional[int] = ..., consume_queue_files_deleted: _Optional[int] = ..., index_files_deleted: _Optional[int] = ..., bytes_freed: _Optional[int] = ...) -> None: ...
+
+class CleanupRequest(_message.Message):
+    __slots__ = ("change", "trigger")
+    CHANGE_FIELD_NUMBER: _ClassVar[int]
+    TRIGGER_FIELD_NUMBER: _ClassVar[int]
+    change: CleanupPolicyChange
+    trigger: bool
+    def __init__(self, change: _Optional[_Union[CleanupPolicyChange, _Mapping]] = ..., trigger: _Optional[bool] = ...) -> None: ...
+
+class CleanupResponse(_message.Message):
+    __slots__ = ("policy", "last_result")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    LAST_RESULT_FIELD_NUMBER: _ClassVar[int]
+    policy: CleanupPolicy
+    last_result: CleanupResult
+    def __init__(self, policy: _Optional[_Union[CleanupPolicy, _Mapping]] = ..., last_result: _Optional[_Union[CleanupResult, _Mapping]] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class StoreStatistics(_message.Message):
+    __slots__ = ("min_offset", "max_offset", "flushed_offset", "commit_offset", "dispatched_offset", "commitlog_files", "consume_queues", "index_files", "timer_backlog", "last_exit_ok", "disk_full")
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    FLUSHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DISPATCHED_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    COMMITLOG_FILES_FIELD_NUMBER: _ClassVar[int]
+    CONSUME_QUEUES_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FILES_FIELD_NUMBER: _ClassVar[int]
+    TIMER_BACKLOG_FIELD_NUMBER: _ClassVar[int]
+    LAST_EXIT_OK_FIELD_NUMBER: _ClassVar[int]
+    DISK_FULL_FIELD_NUMBER: _ClassVar[int]
+    min_offset: int
+    max_offset: int
+    flushed_offset: int
+    commit_offset: int
+    dispatched_offset: int
+    commitlog_files: int
+    consume_queues: int
+    index_files: int
+    timer_backlog: int
+    last_exit_ok: bool
+    disk_full: bool
+    def __init__(self, min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., commitlog_files: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., timer_backlog: _Optional[int] = ..., last_exit_ok: _Optional[bool] = ..., disk_full: _Optional[bool] = ...) -> None: ...
+
+class GetStatusResponse(_message.Message):
+    __slots__ = ("broker_name", "cluster_name", "endpoint", "version", "data_dir", "flush_mode", "topics", "groups", "clients", "store")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    DATA_DIR_FIELD_NUMBER: _ClassVar[int]
+    FLUSH_MODE_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    CLIENTS_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    cluster_name: str
+    endpoint: str
+    version: str
+    data_dir: str
+    flush_mode: str
+    topics: int
+    groups: int
+    clients: int
+    store: StoreStatistics
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., endpoint: _Optional[str] = ..., version: _Optional[str] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., clients: _Optional[int] = ..., store: _Optional[_Union[StoreStatistics, _Mapping]] = ...) -> None: ...

@@ -1,0 +1,287 @@
+"""SendMessage: validate a v2 ``SendMessageRequest`` and turn it into store records.
+
+The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
+:class:`~gannet.node.api.statuses.ApiError` whose message names the field:
+
+* zero messages, or messages for different topics → ``MESSAGE_CORRUPTED``; more than
+  ``batch_messages_max`` → ``PAYLOAD_TOO_LARGE``;
+* topic name → ``ILLEGAL_TOPIC``; unknown topic → ``TOPIC_NOT_FOUND`` (topics are created with
+  ``gannet topic create``; there is no auto-creation); not writable → ``FORBIDDEN``;
+* body empty / above 4 MiB → ``MESSAGE_BODY_EMPTY`` / ``MESSAGE_BODY_TOO_LARGE``;
+* blank message id → ``ILLEGAL_MESSAGE_ID``; tag → ``ILLEGAL_MESSAGE_TAG``; keys →
+  ``ILLEGAL_MESSAGE_KEY``; user properties → ``ILLEGAL_MESSAGE_PROPERTY_KEY`` or
+  ``MESSAGE_PROPERTIES_TOO_LARGE``; message group (blank, ≥ 64 bytes, control characters) →
+  ``ILLEGAL_MESSAGE_GROUP``; delivery time more than a day ahead → ``ILLEGAL_DELIVERY_TIME``;
+* the message's type (FIFO when it has a group, DELAY when it has a delivery time, else NORMAL)
+  must be one the topic accepts → ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``. Transactional, lite
+  and priority messages are ``UNSUPPORTED``.
+
+The client's message id is kept as ``UNIQ_KEY`` (it is the id consumers see); the message group
+becomes ``__SHARDINGKEY`` and picks the queue by a stable hash; a delivery time becomes
+``TIMER_DELIVER_MS`` so the store's timer delivers it. The Python client writes epoch
+*milliseconds* into ``Timestamp.seconds``; a seconds value above :data:`SECONDS_THAT_ARE_MS_MIN`
+is read as milliseconds.
+
+Pure functions; called by :mod:`messaging`.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import threading
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import Encoding, definition_pb2, service_pb2
+
+from gannet.node.api import statuses
+from gannet.node.api.statuses import ApiError
+from gannet.node.store import errors, records, validation
+from gannet.node.store import properties as props
+from gannet.node.store.topic_configs import MessageType, TopicConfig, TopicConfigManager
+
+BODY_SIZE_MAX_BYTES = 4 * 1024 * 1024  # maxMessageSize
+BATCH_MESSAGES_MAX = 1024
+MESSAGE_GROUP_BYTES_MAX = 64  # maxMessageGroupSize: a group of this size or more is refused
+DELAY_MS_MAX = 24 * 3600 * 1000  # maxDelayTimeMills
+SECONDS_THAT_ARE_MS_MIN = 100_000_000_000  # year 5138 in seconds, 1973 in milliseconds
+TRACE_CONTEXT = "TRACE_CONTEXT"
+
+
+@dataclass(frozen=True, slots=True)
+class SendLimits:
+    body_size_max_bytes: int = BODY_SIZE_MAX_BYTES
+    batch_messages_max: int = BATCH_MESSAGES_MAX
+    message_group_bytes_max: int = MESSAGE_GROUP_BYTES_MAX
+    delay_ms_max: int = DELAY_MS_MAX
+
+
+DEFAULT_LIMITS = SendLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedSend:
+    """Store records ready to append (all to one queue) and the ids to answer with."""
+
+    topic: TopicConfig
+    messages: tuple[records.Message, ...]
+    message_ids: tuple[str, ...]
+    message_group: str | None
+
+
+class QueueSelector:
+    """Round-robin over a topic's write queues (thread-safe, bounded by the counter only)."""
+
+    def __init__(self) -> None:
+        self._counter = itertools.count()
+        self._lock = threading.Lock()
+
+    def select(self, write_queue_nums: int, message_group: str | None) -> int:
+        if message_group is not None:
+            return zlib.crc32(message_group.encode("utf-8")) % write_queue_nums
+        with self._lock:
+            return next(self._counter) % write_queue_nums
+
+
+def prepare(
+    request: service_pb2.SendMessageRequest,
+    topics: TopicConfigManager,
+    *,
+    peer_host: str,
+    now_ms: int,
+    limits: SendLimits = DEFAULT_LIMITS,
+) -> PreparedSend:
+    """Validate the whole request; raise :class:`ApiError` for the first problem found."""
+    messages: Sequence[definition_pb2.Message] = request.messages
+    if not messages:
+        raise ApiError(statuses.MESSAGE_CORRUPTED, "SendMessageRequest.messages is empty")
+    if len(messages) > limits.batch_messages_max:
+        raise ApiError(
+            statuses.PAYLOAD_TOO_LARGE,
+            f"SendMessageRequest has {len(messages)} messages; at most "
+            f"{limits.batch_messages_max} per request",
+        )
+    topic_name = str(messages[0].topic.name)
+    if any(m.topic.name != topic_name for m in messages):
+        raise ApiError(statuses.MESSAGE_CORRUPTED, "all messages of a batch must share the topic")
+    topic = writable_topic(topics, topic_name)
+    converted = [_convert(m, topic, peer_host, now_ms, limits) for m in messages]
+    groups = {m.properties.get(props.SHARDING_KEY) for m in converted}
+    group = groups.pop() if len(groups) == 1 else None
+    ids = tuple(str(m.system_properties.message_id) for m in messages)
+    return PreparedSend(topic, tuple(converted), ids, group)
+
+
+def writable_topic(topics: TopicConfigManager, name: str) -> TopicConfig:
+    """The config of a topic clients may write; ApiError when the name or topic is wrong."""
+    check_topic_name(name)
+    config = topics.get(name)
+    if config is None:
+        raise ApiError(statuses.TOPIC_NOT_FOUND, topic_not_found_message(name))
+    if not config.writable or config.write_queue_nums <= 0:
+        raise ApiError(
+            statuses.FORBIDDEN,
+            f"topic {name!r} has no writable queue (perm={config.perm}, "
+            f"writeQueueNums={config.write_queue_nums}); change it with `gannet topic update`",
+        )
+    return config
+
+
+def check_topic_name(name: str) -> None:
+    try:
+        validation.validate_topic(name, allow_system=False)
+    except errors.MessageIllegal as exc:
+        raise ApiError(statuses.ILLEGAL_TOPIC, str(exc)) from None
+
+
+def topic_not_found_message(name: str) -> str:
+    return (
+        f"topic {name!r} does not exist (this broker does not create topics automatically); "
+        f"create it with `gannet topic create {name}`"
+    )
+
+
+def _convert(
+    pb: definition_pb2.Message,
+    topic: TopicConfig,
+    peer_host: str,
+    now_ms: int,
+    limits: SendLimits,
+) -> records.Message:
+    sp = pb.system_properties
+    body = bytes(pb.body)
+    _check_body(body, limits)
+    message_id = str(sp.message_id)
+    if not message_id.strip():
+        raise ApiError(statuses.ILLEGAL_MESSAGE_ID, "system_properties.message_id is blank")
+    tag = str(sp.tag) if sp.HasField("tag") else None
+    keys = [str(k) for k in sp.keys]
+    user = {str(k): str(v) for k, v in pb.user_properties.items()}
+    _check_tag_keys_properties(tag, keys, user)
+    properties = dict(user)
+    properties[props.UNIQ_KEY] = message_id
+    if tag is not None:
+        properties[props.TAGS] = tag
+    if keys:
+        properties[props.KEYS] = props.KEY_SEPARATOR.join(keys)
+    kind = _kind_and_special_properties(sp, properties, now_ms, limits)
+    _check_kind(kind, topic)
+    if sp.HasField("trace_context"):
+        properties[TRACE_CONTEXT] = str(sp.trace_context)
+    return records.Message(
+        topic=topic.topic_name,
+        body=body,
+        properties=properties,
+        sys_flag=records.SYSFLAG_COMPRESSED if sp.body_encoding == Encoding.GZIP else 0,
+        born_timestamp_ms=_timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
+        born_host=(_born_ip(str(sp.born_host), peer_host), 0),
+    )
+
+
+def _check_body(body: bytes, limits: SendLimits) -> None:
+    if not body:
+        raise ApiError(statuses.MESSAGE_BODY_EMPTY, "message body is empty")
+    if len(body) > limits.body_size_max_bytes:
+        raise ApiError(
+            statuses.MESSAGE_BODY_TOO_LARGE,
+            f"message body is {len(body)} bytes; at most {limits.body_size_max_bytes} are allowed",
+        )
+
+
+def _check_tag_keys_properties(tag: str | None, keys: list[str], user: dict[str, str]) -> None:
+    if tag is not None:
+        try:
+            validation.validate_tag(tag)
+        except errors.MessageIllegal as exc:
+            raise ApiError(statuses.ILLEGAL_MESSAGE_TAG, str(exc)) from None
+    try:
+        validation.validate_keys(keys)
+    except errors.MessageIllegal as exc:
+        raise ApiError(statuses.ILLEGAL_MESSAGE_KEY, str(exc)) from None
+    try:
+        validation.validate_user_properties(user, tag, keys)
+    except errors.PropertiesTooLarge as exc:
+        raise ApiError(statuses.MESSAGE_PROPERTIES_TOO_LARGE, str(exc)) from None
+    except errors.MessageIllegal as exc:
+        raise ApiError(statuses.ILLEGAL_MESSAGE_PROPERTY_KEY, str(exc)) from None
+
+
+def _kind_and_special_properties(
+    sp: definition_pb2.SystemProperties,
+    properties: dict[str, str],
+    now_ms: int,
+    limits: SendLimits,
+) -> MessageType:
+    """The message's type; sets ``__SHARDINGKEY`` / ``TIMER_DELIVER_MS`` as it goes."""
+    if sp.message_type == definition_pb2.TRANSACTION:
+        raise ApiError(statuses.UNSUPPORTED, "transactional messages are not supported yet")
+    if sp.HasField("lite_topic") or sp.HasField("priority"):
+        raise ApiError(statuses.UNSUPPORTED, "lite-topic and priority messages are not supported")
+    has_group = sp.HasField("message_group")
+    has_delivery = sp.HasField("delivery_timestamp")
+    if has_group and has_delivery:
+        raise ApiError(
+            statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            "a message cannot have both message_group (FIFO) and delivery_timestamp (DELAY)",
+        )
+    if has_group:
+        properties[props.SHARDING_KEY] = _checked_group(str(sp.message_group), limits)
+        return MessageType.FIFO
+    if has_delivery:
+        deliver_ms = _delivery_ms(sp.delivery_timestamp)
+        if deliver_ms - now_ms > limits.delay_ms_max:
+            raise ApiError(
+                statuses.ILLEGAL_DELIVERY_TIME,
+                f"delivery_timestamp {deliver_ms} ms is {deliver_ms - now_ms} ms ahead; at most "
+                f"{limits.delay_ms_max} ms (1 day) are allowed",
+            )
+        properties[props.TIMER_DELIVER_MS] = str(deliver_ms)
+        return MessageType.DELAY
+    return MessageType.NORMAL
+
+
+def _checked_group(group: str, limits: SendLimits) -> str:
+    if not group.strip():
+        raise ApiError(statuses.ILLEGAL_MESSAGE_GROUP, "message_group is blank")
+    size = len(group.encode("utf-8"))
+    if size >= limits.message_group_bytes_max:
+        raise ApiError(
+            statuses.ILLEGAL_MESSAGE_GROUP,
+            f"message_group is {size} bytes; it must be shorter than "
+            f"{limits.message_group_bytes_max} bytes",
+        )
+    if any(ord(c) <= 0x1F or 0x7F <= ord(c) <= 0x9F for c in group):
+        raise ApiError(statuses.ILLEGAL_MESSAGE_GROUP, "message_group has a control character")
+    return group
+
+
+def _check_kind(kind: MessageType, topic: TopicConfig) -> None:
+    if kind not in topic.accepted_message_types:
+        raise ApiError(
+            statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"topic {topic.topic_name!r} accepts {topic.message_type.value} messages; this "
+            f"message is {kind.value} (message_group makes FIFO, delivery_timestamp makes DELAY)",
+        )
+
+
+def _timestamp_ms(ts: Timestamp) -> int:
+    return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
+
+
+def _delivery_ms(ts: Timestamp) -> int:
+    """Epoch ms of a delivery time, tolerating the Python client's ms-in-seconds quirk."""
+    if int(ts.seconds) >= SECONDS_THAT_ARE_MS_MIN:
+        return int(ts.seconds)
+    return _timestamp_ms(ts)
+
+
+def _born_ip(born_host: str, peer_host: str) -> str:
+    for candidate in (born_host, peer_host):
+        try:
+            return str(ipaddress.ip_address(candidate))
+        except ValueError:
+            continue
+    return "127.0.0.1"

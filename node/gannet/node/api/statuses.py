@@ -1,0 +1,92 @@
+"""v2 status codes and the one exception type request handlers raise.
+
+Business errors travel inside v2 responses as ``Status{code, message}`` with gRPC status OK
+(``v2-protocol.md`` §2.1); every unary response carries a non-zero code. Handlers raise
+:class:`ApiError`; the servicer turns it into the response's ``status``. Store errors are mapped
+by type with :func:`from_store_error`, so a message that names the field reaches the client.
+
+Called by :mod:`messaging`, :mod:`sending`, :mod:`routes` and :mod:`admin`.
+"""
+
+from __future__ import annotations
+
+from rocketmq.grpc_protocol import Code, Status
+
+from gannet.node.store import errors
+
+OK: int = Code.OK
+BAD_REQUEST: int = Code.BAD_REQUEST
+ILLEGAL_TOPIC: int = Code.ILLEGAL_TOPIC
+ILLEGAL_CONSUMER_GROUP: int = Code.ILLEGAL_CONSUMER_GROUP
+ILLEGAL_MESSAGE_TAG: int = Code.ILLEGAL_MESSAGE_TAG
+ILLEGAL_MESSAGE_KEY: int = Code.ILLEGAL_MESSAGE_KEY
+ILLEGAL_MESSAGE_GROUP: int = Code.ILLEGAL_MESSAGE_GROUP
+ILLEGAL_MESSAGE_PROPERTY_KEY: int = Code.ILLEGAL_MESSAGE_PROPERTY_KEY
+ILLEGAL_MESSAGE_ID: int = Code.ILLEGAL_MESSAGE_ID
+ILLEGAL_DELIVERY_TIME: int = Code.ILLEGAL_DELIVERY_TIME
+ILLEGAL_OFFSET: int = Code.ILLEGAL_OFFSET
+MESSAGE_PROPERTY_CONFLICT_WITH_TYPE: int = Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+UNRECOGNIZED_CLIENT_TYPE: int = Code.UNRECOGNIZED_CLIENT_TYPE
+MESSAGE_CORRUPTED: int = Code.MESSAGE_CORRUPTED
+NOT_FOUND: int = Code.NOT_FOUND
+MESSAGE_NOT_FOUND: int = Code.MESSAGE_NOT_FOUND
+TOPIC_NOT_FOUND: int = Code.TOPIC_NOT_FOUND
+CONSUMER_GROUP_NOT_FOUND: int = Code.CONSUMER_GROUP_NOT_FOUND
+OFFSET_NOT_FOUND: int = Code.OFFSET_NOT_FOUND
+PAYLOAD_TOO_LARGE: int = Code.PAYLOAD_TOO_LARGE
+MESSAGE_BODY_TOO_LARGE: int = Code.MESSAGE_BODY_TOO_LARGE
+MESSAGE_BODY_EMPTY: int = Code.MESSAGE_BODY_EMPTY
+MESSAGE_PROPERTIES_TOO_LARGE: int = Code.MESSAGE_PROPERTIES_TOO_LARGE
+FORBIDDEN: int = Code.FORBIDDEN
+TOO_MANY_REQUESTS: int = Code.TOO_MANY_REQUESTS
+INTERNAL_SERVER_ERROR: int = Code.INTERNAL_SERVER_ERROR
+NOT_IMPLEMENTED: int = Code.NOT_IMPLEMENTED
+MASTER_PERSISTENCE_TIMEOUT: int = Code.MASTER_PERSISTENCE_TIMEOUT
+UNSUPPORTED: int = Code.UNSUPPORTED
+
+
+class ApiError(Exception):
+    """A request that cannot be served; ``code`` is a v2 ``Code``, ``message`` names the field."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    def status(self) -> Status:
+        return Status(code=self.code, message=self.message)
+
+
+def ok() -> Status:
+    return Status(code=OK, message="OK")
+
+
+def code_name(code: int) -> str:
+    """``"TOPIC_NOT_FOUND"`` for 40402; the number itself for an unknown code."""
+    try:
+        return str(Code.Name(code))
+    except ValueError:
+        return str(code)
+
+
+def from_store_error(exc: errors.StoreError, *, illegal_code: int = BAD_REQUEST) -> ApiError:
+    """The v2 answer to a store error; ``illegal_code`` is used for a plain MessageIllegal."""
+    if isinstance(exc, errors.TopicNameIllegal):
+        return ApiError(ILLEGAL_TOPIC, str(exc))
+    if isinstance(exc, errors.GroupNameIllegal):
+        return ApiError(ILLEGAL_CONSUMER_GROUP, str(exc))
+    if isinstance(exc, errors.PropertiesTooLarge):
+        return ApiError(MESSAGE_PROPERTIES_TOO_LARGE, str(exc))
+    if isinstance(exc, errors.MessageTooLarge):
+        return ApiError(MESSAGE_BODY_TOO_LARGE, str(exc))
+    if isinstance(exc, errors.MessageIllegal):
+        return ApiError(illegal_code, str(exc))
+    if isinstance(exc, errors.FlushTimeout):
+        return ApiError(MASTER_PERSISTENCE_TIMEOUT, str(exc))
+    return ApiError(INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+POP_NOT_SERVED = (
+    "Pop consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration, "
+    "ForwardMessageToDeadLetterQueue) is not served by this broker yet"
+)

@@ -1,0 +1,141 @@
+"""A broker: the store plus a grpc.aio server on the client port (8081 by default).
+
+:meth:`Broker.start` opens (and recovers) the store off the event loop, then serves
+``apache.rocketmq.v2.MessagingService`` and ``gannet.admin.v1.Admin`` on one port. The
+receive limit is raised to :data:`RECEIVE_MESSAGE_BYTES_MAX` (a 4 MiB body plus its envelope
+exceeds gRPC's 4 MiB default; the proxy allows 130 MiB), concurrent RPCs are capped at
+``concurrent_rpcs_max`` (beyond it gRPC answers RESOURCE_EXHAUSTED), and client keepalive
+pings down to once a minute are allowed (the Java client pings every 5 minutes).
+
+:meth:`Broker.stop` stops accepting, lets in-flight RPCs finish for up to ``shutdown_grace_s``,
+then closes the store — final flush, consume queues, index and checkpoint written, abort file
+removed. :meth:`Broker.run_until_signalled` does that on SIGTERM or SIGINT.
+
+Called by ``gannet broker run`` and :mod:`threads`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import signal
+from dataclasses import dataclass
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2
+
+from gannet.node.api import admin, messaging, routes, wire
+from gannet.node.api.gen import admin_pb2
+from gannet.node.store.config import StoreConfig
+from gannet.node.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+RECEIVE_MESSAGE_BYTES_MAX = 130 * 1024 * 1024  # grpcMaxInboundMessageSize
+SEND_MESSAGE_BYTES_MAX = 130 * 1024 * 1024
+CONCURRENT_RPCS_MAX = 4096
+SHUTDOWN_GRACE_S = 10.0
+PING_INTERVAL_MS_MIN = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    """Where the broker listens and what it calls itself; the store has its own config."""
+
+    store: StoreConfig
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 8081
+    advertised_host: str | None = None
+    """The host put in routes when the client's own endpoints are unusable."""
+    concurrent_rpcs_max: int = CONCURRENT_RPCS_MAX
+    receive_message_bytes_max: int = RECEIVE_MESSAGE_BYTES_MAX
+    shutdown_grace_s: float = SHUTDOWN_GRACE_S
+
+
+def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
+    return [
+        ("grpc.max_receive_message_length", config.receive_message_bytes_max),
+        ("grpc.max_send_message_length", SEND_MESSAGE_BYTES_MAX),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_ping_interval_without_data_ms", PING_INTERVAL_MS_MIN),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+class Broker:
+    """One store, one server. Invariant: ``store`` is open while ``server`` serves."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config
+        self.store = MessageStore(config.store)
+        self.server: grpc.aio.Server | None = None
+        self.port = 0
+        self.messaging: messaging.MessagingServicer | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """``host:port`` clients connect to."""
+        host = self.config.advertised_host or self.config.listen_host
+        return f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Open the store (recovery runs in a worker thread), then start serving."""
+        await asyncio.to_thread(self.store.open)
+        try:
+            await self._serve()
+        except BaseException:
+            await asyncio.to_thread(self.store.close)
+            raise
+
+    async def _serve(self) -> None:
+        cfg = self.config
+        server = grpc.aio.server(
+            options=_server_options(cfg), maximum_concurrent_rpcs=cfg.concurrent_rpcs_max
+        )
+        address = f"{cfg.listen_host}:{cfg.listen_port}"
+        self.port = server.add_insecure_port(address)
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address} (in use or not a local address)")
+        identity = routes.BrokerIdentity(
+            broker_name=cfg.store.broker_name,
+            host=cfg.advertised_host or cfg.listen_host,
+            port=self.port,
+        )
+        self.messaging = messaging.MessagingServicer(self.store, identity)
+        v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+        wire.register(server, v2_service, self.messaging, v2_status=True)
+        admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
+        admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
+        wire.register(server, admin_service, admin_servicer, v2_status=False)
+        await server.start()
+        self.server = server
+        log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Stop accepting, drain in-flight RPCs, then close the store cleanly."""
+        server, self.server = self.server, None
+        if server is not None:
+            await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
+        await asyncio.to_thread(self.store.close)
+
+    async def run_until_signalled(self) -> None:
+        """Serve until SIGTERM or SIGINT, then :meth:`stop`."""
+        stopping = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stopping.set)
+        try:
+            await stopping.wait()
+        finally:
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            await self.stop()
+
+
+def with_listen(config: BrokerConfig, listen: str) -> BrokerConfig:
+    """``config`` listening on ``host:port`` (``[::1]:8081`` for IPv6)."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit():
+        raise ValueError(f"--listen {listen!r} is not host:port")
+    return dataclasses.replace(config, listen_host=host.strip("[]"), listen_port=int(port))

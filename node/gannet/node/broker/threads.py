@@ -1,0 +1,67 @@
+"""Run a :class:`~gannet.node.broker.serving.Broker` on its own event-loop thread.
+
+The official Python client is synchronous from the caller's side and runs its own loop, so the
+tests (and anyone embedding a broker) start the broker here: :func:`start` returns once the
+server listens, :meth:`BrokerThread.stop` shuts it down gracefully and joins the thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+
+from gannet.node.broker.serving import Broker, BrokerConfig
+
+START_TIMEOUT_S = 60.0
+
+
+class BrokerThread:
+    """A running broker and the thread that owns its loop."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._loop = asyncio.new_event_loop()
+        self._started: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._stop: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="gannet-broker", daemon=True)
+
+    @property
+    def endpoint(self) -> str:
+        return self.broker.endpoint
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._main())
+        finally:
+            self._loop.close()
+
+    async def _main(self) -> None:
+        self._stop = asyncio.Event()
+        try:
+            await self.broker.start()
+        except BaseException as exc:
+            self._started.set_exception(exc)
+            return
+        self._started.set_result(None)
+        await self._stop.wait()
+        await self.broker.stop()
+
+    def begin(self) -> None:
+        """Start the thread and wait until the broker serves (or raise why it cannot)."""
+        self._thread.start()
+        self._started.result(timeout=START_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """Graceful stop (drain, close the store); returns when the thread has ended."""
+        if self._stop is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join()
+
+
+def start(config: BrokerConfig) -> BrokerThread:
+    """Start a broker thread; raises what the broker's start raised."""
+    running = BrokerThread(Broker(config))
+    running.begin()
+    return running

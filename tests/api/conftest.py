@@ -1,0 +1,78 @@
+"""Fixtures for the API tests: an in-process broker on an ephemeral 127.0.0.1 port."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Iterator
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store.config import FlushMode, StoreConfig
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
+    root = tmp_path_factory.mktemp("broker")
+    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
+    running = threads.start(BrokerConfig(store=store, listen_port=0))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def channel(broker: threads.BrokerThread) -> Iterator[grpc.Channel]:
+    options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
+    with grpc.insecure_channel(broker.endpoint, options=options) as ch:
+        yield ch
+
+
+@pytest.fixture(scope="module")
+def admin(channel: grpc.Channel) -> admin_pb2_grpc.AdminStub:
+    return admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="module")
+def messaging(channel: grpc.Channel) -> service_pb2_grpc.MessagingServiceStub:
+    return service_pb2_grpc.MessagingServiceStub(channel)
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{next(_names)}"
+
+
+@pytest.fixture
+def make_topic(admin: admin_pb2_grpc.AdminStub):
+    def make(kind: admin_pb2.MessageType = admin_pb2.NORMAL, queues: int = 4) -> str:
+        name = unique("T")
+        admin.CreateTopic(
+            admin_pb2.CreateTopicRequest(name=name, queue_nums=queues, message_type=kind)
+        )
+        return name
+
+    return make
+
+
+def settle(broker: threads.BrokerThread) -> None:
+    """Wait until every appended record is dispatched (consume queues, index) — no sleeping."""
+    store = broker.broker.store
+    assert store.wait_dispatched(store.commitlog.max_offset(), timeout_s=10)
+
+
+@pytest.fixture(autouse=True)
+def no_server_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Bad input must never surface as a logged server error."""
+    yield
+    errors = [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR and r.name.startswith(("gannet", "grpc"))
+    ]
+    assert errors == []
