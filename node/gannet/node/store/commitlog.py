@@ -22,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from gannet.node.store import records
 from gannet.node.store.config import StoreConfig
@@ -40,9 +40,8 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
-    """Where one message went (``AppendMessageResult``)."""
+class AppendResult(NamedTuple):
+    """Where one message went (``AppendMessageResult``); a named tuple, one per append."""
 
     wrote_offset: int
     wrote_bytes: int
@@ -61,14 +60,11 @@ class AppendResult:
         return create_offset_msg_id(self.store_host, self.store_port, self.wrote_offset)
 
 
-@dataclass(slots=True)
-class Encoded:
+class Encoded(NamedTuple):
     """A message encoded outside the put lock, waiting for its offsets."""
 
-    buf: bytearray
+    parts: records.RecordParts
     topic: str
-    queue_id: int
-    sys_flag: int
     gets_queue_offset: bool
 
 
@@ -107,21 +103,21 @@ class CommitLog:
 
     # --- appending ---
     def encode(self, msg: records.Message) -> Encoded:
-        """Encode outside the lock (CRC, property string, byte layout)."""
-        buf = records.encode(
+        """Encode what does not depend on the position, outside the lock."""
+        parts = records.split_record(
             msg,
             body_size_max_bytes=self.config.message_body_size_max_bytes,
             append_crc=self.append_crc,
         )
         limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
-        if len(buf) > limit:
+        if parts.total > limit:
             raise MessageTooLarge(
-                f"record of {len(buf)} bytes does not fit a commit-log file of "
+                f"record of {parts.total} bytes does not fit a commit-log file of "
                 f"{self.config.commitlog_file_size_bytes} bytes"
             )
         tx = records.transaction_type(msg.sys_flag)
         gets = tx in (records.SYSFLAG_TRANSACTION_NOT_TYPE, records.SYSFLAG_TRANSACTION_COMMIT_TYPE)
-        return Encoded(buf, msg.topic, msg.queue_id, msg.sys_flag, gets)
+        return Encoded(parts, msg.topic, gets)
 
     def append(
         self,
@@ -130,8 +126,10 @@ class CommitLog:
     ) -> list[AppendResult]:
         """Append encoded messages in order; returns one result per message.
 
-        ``on_appended`` runs under the put lock after the copy, so successive calls see the
-        batches in commit-log order (the dispatch hand-off relies on it).
+        Under the put lock each record's head is packed with its final offsets and store time
+        and the file's share of the batch is copied with one write. ``on_appended`` runs under
+        the lock after the copy, so successive calls see the batches in commit-log order (the
+        dispatch hand-off relies on it).
 
         Raises :class:`~gannet.node.store.errors.DiskFull` when a new file cannot be created;
         messages before that point are written and their results are lost to the caller, so
@@ -140,46 +138,51 @@ class CommitLog:
         """
         results: list[AppendResult] = []
         host, port = self.config.store_host, self.config.store_port
+        offsets = self.queue_offsets
+        pack_head = records.pack_head
         with self.put_lock:
             ts = max(now_ms(), self.last_store_timestamp_ms)
             self.last_store_timestamp_ms = ts
-            pending = bytearray()
+            chunks: list[bytes] = []
             f = self.files.last_file_for_append(0)
             offset = f.end_offset
+            room = f.remaining_bytes
             for enc in batch:
-                size = len(enc.buf)
-                if size + records.END_FILE_MIN_BLANK_LENGTH > f.remaining_bytes - len(pending):
-                    self._write(f, pending)
-                    pending = bytearray()
+                p = enc.parts
+                size = p.total
+                if size + records.END_FILE_MIN_BLANK_LENGTH > room:
+                    self._write(f, chunks)
+                    chunks = []
                     f.append(records.blank_record(f.remaining_bytes))
                     f.wrote_position = f.file_size
                     f = self.files.last_file_for_append(0)
                     offset = f.end_offset
+                    room = f.remaining_bytes
                 queue_offset = 0
                 if enc.gets_queue_offset:
-                    key = queue_key(enc.topic, enc.queue_id)
-                    queue_offset = self.queue_offsets.get(key, 0)
-                    self.queue_offsets[key] = queue_offset + 1
-                records.patch_append_fields(
-                    enc.buf,
-                    0,
-                    queue_offset=queue_offset,
-                    physical_offset=offset,
-                    store_timestamp_ms=ts,
-                    append_crc=self.append_crc,
-                )
-                pending += enc.buf
+                    key = f"{enc.topic}-{p.queue_id}"
+                    queue_offset = offsets.get(key, 0)
+                    offsets[key] = queue_offset + 1
+                if self.append_crc:
+                    record = bytearray().join(
+                        (pack_head(p, queue_offset, offset, ts), p.body, p.tail)
+                    )
+                    records.seal_crc(record)
+                    chunks.append(bytes(record))
+                else:
+                    chunks += (pack_head(p, queue_offset, offset, ts), p.body, p.tail)
                 results.append(AppendResult(offset, size, queue_offset, ts, host, port))
                 offset += size
-            self._write(f, pending)
+                room -= size
+            self._write(f, chunks)
             if on_appended is not None:
                 on_appended(results)
         return results
 
     @staticmethod
-    def _write(f: MappedFile, data: bytearray) -> None:
-        if data:
-            f.append(data)
+    def _write(f: MappedFile, chunks: list[bytes]) -> None:
+        if chunks:
+            f.append(b"".join(chunks))
 
     # --- reading ---
     def file_for(self, offset: int) -> MappedFile | None:

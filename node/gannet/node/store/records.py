@@ -176,18 +176,40 @@ def encoded_length(
     )  # fmt: skip
 
 
-def encode(
+class RecordParts(NamedTuple):
+    """A record encoded up to the fields only known under the put lock.
+
+    The append path packs the head with :func:`pack_head` once QUEUEOFFSET, PHYSICALOFFSET
+    and STORETIMESTAMP are known, then writes ``head + body + tail`` — no second copy, no
+    patching. ``tail`` is the TOPIC field, the PROPERTIES length and the properties.
+    """
+
+    total: int
+    magic: int
+    crc: int
+    queue_id: int
+    flag: int
+    sys_flag: int
+    born_timestamp_ms: int
+    born: bytes
+    store: bytes
+    reconsume_times: int
+    prepared_offset: int
+    body: bytes
+    tail: bytes
+
+
+def split_record(
     msg: Message,
     *,
     body_size_max_bytes: int,
     append_crc: bool = False,
     force_v2: bool = False,
-) -> bytearray:
-    """Encode ``msg`` into a record buffer.
+) -> RecordParts:
+    """Validate and encode everything of ``msg`` that does not depend on its position.
 
-    Host-IPv6 sysFlag bits are derived from the addresses, the body CRC is computed here. The
-    append path patches QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP afterwards with
-    :func:`patch_append_fields`. Raises :class:`MessageIllegal` subclasses for oversize parts.
+    Host-IPv6 sysFlag bits are derived from the addresses, the body CRC is computed here.
+    Raises :class:`MessageIllegal` subclasses for oversize parts.
     """
     body = msg.body
     if len(body) > body_size_max_bytes:
@@ -215,36 +237,72 @@ def encode(
             f"encoded properties are {len(prop_bytes)} bytes; at most "
             f"{props.PROPERTIES_LENGTH_MAX_BYTES} fit the record"
         )
+    tail = topic_field + _SHORT.pack(len(prop_bytes)) + prop_bytes
     topic_len = len(topic_field) - (2 if v2 else 1)
     total = encoded_length(len(body), topic_len, len(prop_bytes), sys_flag, v2=v2)
-    parts = (
-        _HEAD.pack(
-            total,
-            MAGIC_V2 if v2 else MAGIC_V1,
-            zlib.crc32(body) & 0x7FFFFFFF,
-            msg.queue_id,
-            msg.flag,
-            msg.queue_offset,
-            msg.physical_offset,
-            sys_flag,
-            msg.born_timestamp_ms,
-        ),
-        _middle_struct(len(born), len(store)).pack(
-            born,
-            msg.store_timestamp_ms,
-            store,
-            msg.reconsume_times,
-            msg.prepared_transaction_offset,
-            len(body),
-        ),
+    return RecordParts(
+        total,
+        MAGIC_V2 if v2 else MAGIC_V1,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        sys_flag,
+        msg.born_timestamp_ms,
+        born,
+        store,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
         body,
-        topic_field,
-        _SHORT.pack(len(prop_bytes)),
-        prop_bytes,
+        tail,
     )
-    buf = bytearray().join(parts)
-    if len(buf) != total:
-        raise AssertionError(f"encoded {len(buf)} bytes, computed {total}")
+
+
+def pack_head(
+    p: RecordParts, queue_offset: int, physical_offset: int, store_timestamp_ms: int
+) -> bytes:
+    """TOTALSIZE … BODY LENGTH of a record, with its position-dependent fields."""
+    if len(p.born) == 8 and len(p.store) == 8:
+        return _FIXED_V4.pack(
+            p.total, p.magic, p.crc, p.queue_id, p.flag, queue_offset, physical_offset,
+            p.sys_flag, p.born_timestamp_ms, p.born, store_timestamp_ms, p.store,
+            p.reconsume_times, p.prepared_offset, len(p.body),
+        )  # fmt: skip
+    head = _HEAD.pack(
+        p.total, p.magic, p.crc, p.queue_id, p.flag, queue_offset, physical_offset,
+        p.sys_flag, p.born_timestamp_ms,
+    )  # fmt: skip
+    middle = _middle_struct(len(p.born), len(p.store)).pack(
+        p.born, store_timestamp_ms, p.store, p.reconsume_times, p.prepared_offset, len(p.body)
+    )
+    return head + middle
+
+
+def seal_crc(record: bytearray) -> None:
+    """Fill the 20 reserved bytes at the end of a record with its whole-record CRC."""
+    covered = len(record) - CRC32_RESERVED_LENGTH
+    record[covered:] = crc_property_tail(zlib.crc32(record[:covered]) & 0x7FFFFFFF)
+
+
+def encode(
+    msg: Message,
+    *,
+    body_size_max_bytes: int,
+    append_crc: bool = False,
+    force_v2: bool = False,
+) -> bytearray:
+    """Encode ``msg`` into one record buffer with the offsets and store time it carries.
+
+    The append path uses :func:`split_record` and :func:`pack_head` directly; this is the
+    same layout in one call (tests, tools). With ``append_crc`` the reserved CRC tail is left
+    zeroed until :func:`patch_append_fields` (or :func:`seal_crc`) fills it.
+    """
+    p = split_record(
+        msg, body_size_max_bytes=body_size_max_bytes, append_crc=append_crc, force_v2=force_v2
+    )
+    head = pack_head(p, msg.queue_offset, msg.physical_offset, msg.store_timestamp_ms)
+    buf = bytearray().join((head, p.body, p.tail))
+    if len(buf) != p.total:
+        raise AssertionError(f"encoded {len(buf)} bytes, computed {p.total}")
     return buf
 
 
