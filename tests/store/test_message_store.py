@@ -356,3 +356,25 @@ def test_truncate_refuses_an_offset_inside_a_record_or_outside_the_log(tmp_path:
         with pytest.raises(StoreError, match="holds"):
             store.truncate(results[-1].end_offset + 100)
         assert store.commitlog.max_offset() == results[-1].end_offset
+
+
+def test_failed_fsync_stops_writes_for_good(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from gannet.node.store.errors import StoreNotWritable
+
+    store = open_store(tmp_path)
+    put_all(store, 2)
+
+    def broken(fd: int) -> None:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", broken)
+    with pytest.raises(StoreNotWritable, match="fsync failed"):
+        store.put_message(msg(2))
+    monkeypatch.undo()  # even with a healthy disk again, the node must not carry on
+    with pytest.raises(StoreNotWritable, match="fatal error"):
+        store.put_message(msg(3))
+    assert store.get_messages("TopicA", 0, 0, 2).status is GetStatus.FOUND  # reads go on
+    store.close()
+    assert (tmp_path / "abort").exists()  # the next start recovers abnormally
