@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gannet.node.pop import checkpoints, receipts, retrying, revive_log
+from gannet.node.pop import checkpoints, receipts, retrying
 from gannet.node.pop.acks import AckMsg
 from gannet.node.pop.checkpoints import PopCheckPoint
 from gannet.node.pop.context import PopContext
@@ -162,8 +162,7 @@ class AckService:
         pending.append(target)
 
     def _write_acks(self, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]) -> None:
-        store = self.ctx.store
-        msgs = []
+        out = []
         for targets in to_write.values():
             first = targets[0]
             h = first.handle
@@ -172,9 +171,8 @@ class AckService:
                 offsets = tuple(t.handle.queue_offset for t in targets)
                 ack = replace(ack, ack_offset=-1, ack_offsets=offsets)
             deliver = h.next_visible_time_ms
-            msgs.append(revive_log.ack_message(store, ack, h.revive_qid, deliver))
-        if msgs:
-            store.put_messages(msgs)
+            out.append((ack, h.revive_qid, deliver))
+        self.ctx.write_acks(out)
 
     # --- change invisible time ---
     def change_invisible_time(
@@ -208,7 +206,7 @@ class AckService:
             )
             stored = not self.ctx.buffer.may_buffer(ck, now_ms)
             if stored:
-                revive_log.write_ck(self.ctx.store, ck, revive_qid)
+                self.ctx.write_ck(ck, revive_qid)
             self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, stored))
             to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
             self._claim(target, to_write)

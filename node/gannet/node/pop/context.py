@@ -15,13 +15,18 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+import time
 
 from gannet.node.pop import revive_log
-from gannet.node.pop.config import PopConfig
+from gannet.node.pop.acks import AckMsg
+from gannet.node.pop.checkpoints import PopCheckPoint
+from gannet.node.pop.config import CK_DELIVER_LEAD_MS, RE_PUT_BACKOFF_S, PopConfig
 from gannet.node.pop.errors import InvisibleTimeIllegal
 from gannet.node.pop.locks import QueueLocks
 from gannet.node.pop.merging import Inflight, InflightBuffer
 from gannet.node.store.message_store import MessageStore
+
+REVIVE_HORIZON_MARGIN_MS = RE_PUT_BACKOFF_S[-1] * 1000
 
 
 class PopContext:
@@ -33,12 +38,47 @@ class PopContext:
         self.locks = QueueLocks()
         self._revive_counter = itertools.count()
         self._flush_lock = threading.Lock()
+        existed = store.topic_configs.get(revive_log.revive_topic(store)) is not None
         revive = revive_log.ensure_revive_topic(store, config.revive_queue_count)
         self.revive_write_queues = revive.write_queue_nums
+        self._flush_lock_deliveries = threading.Lock()
+        self._last_delivery_ms: dict[int, int] = {}
+        # CKs parked by an earlier process may reach any revive queue until this horizon.
+        self._restart_horizon_ms = (
+            time.time_ns() // 1_000_000 + config.invisible_time_ms_max + REVIVE_HORIZON_MARGIN_MS
+            if existed
+            else 0
+        )
 
     @property
     def broker_name(self) -> str:
         return self.store.config.broker_name
+
+    def write_ck(self, ck: PopCheckPoint, revive_qid: int) -> None:
+        """Append a CK message and note when it reaches its revive queue."""
+        revive_log.write_ck(self.store, ck, revive_qid)
+        self._note_delivery(revive_qid, ck.revive_time_ms - CK_DELIVER_LEAD_MS)
+
+    def write_acks(self, acks_to_write: list[tuple[AckMsg, int, int]]) -> None:
+        """Append ``(ack, revive_qid, deliver_ms)`` ACK messages in one write."""
+        if not acks_to_write:
+            return
+        self.store.put_messages(
+            [revive_log.ack_message(self.store, a, q, d) for a, q, d in acks_to_write]
+        )
+        for _, q, d in acks_to_write:
+            self._note_delivery(q, d)
+
+    def _note_delivery(self, revive_qid: int, deliver_ms: int) -> None:
+        with self._flush_lock_deliveries:
+            known = self._last_delivery_ms.get(revive_qid, 0)
+            self._last_delivery_ms[revive_qid] = max(known, deliver_ms)
+
+    def last_delivery_ms(self, revive_qid: int) -> int:
+        """Latest delivery time of a CK/ACK written to ``revive_qid`` by this process; before
+        any, a horizon covering whatever an earlier process may have parked."""
+        with self._flush_lock_deliveries:
+            return self._last_delivery_ms.get(revive_qid, self._restart_horizon_ms)
 
     def next_revive_qid(self) -> int:
         return next(self._revive_counter) % self.revive_write_queues
@@ -77,7 +117,7 @@ class PopContext:
                 if entry.stored or entry.all_acked or entry.ck is None:
                     continue
                 ck = entry.ck.with_bits(entry.acked_bits)
-                revive_log.write_ck(self.store, ck, entry.revive_qid)
+                self.write_ck(ck, entry.revive_qid)
                 entry.stored = True
 
     def commit_offsets(self) -> None:

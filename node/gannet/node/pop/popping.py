@@ -24,7 +24,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
-from gannet.node.pop import receipts, revive_log
+from gannet.node.pop import receipts
 from gannet.node.pop.checkpoints import PopCheckPoint
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import BatchSizeIllegal, UnknownTopicOrGroup
@@ -241,7 +241,7 @@ class PopService:
             return
         stored = not buffer.may_buffer(ck, req.now_ms)
         if stored:
-            revive_log.write_ck(self.ctx.store, ck, result.revive_qid)
+            self.ctx.write_ck(ck, result.revive_qid)
         buffer.add(key, Inflight(ck, result.revive_qid, got.next_begin_offset, stored))
         self._emit(req, topic, ck, got, result)
 

@@ -85,10 +85,12 @@ class ReviveService:
             validation.REVIVE_GROUP, self.topic, self.revive_qid
         )
 
-    def drained(self) -> bool:
-        """True when every message of this revive queue has been handled."""
+    def drained(self, now_ms: int) -> bool:
+        """True when nothing written to this revive queue is still parked in the timer and
+        every message in it has been handled."""
+        parked_until = self.ctx.last_delivery_ms(self.revive_qid) + REVIVE_EXPIRE_MARGIN_MS
         top = self.ctx.store.max_offset_in_queue(self.topic, self.revive_qid)
-        return self.progress() + 1 >= top
+        return now_ms > parked_until and self.progress() + 1 >= top
 
     def revive_once(self, now_ms: int) -> RevivePass:
         store = self.ctx.store
@@ -224,6 +226,9 @@ class ReviveService:
 
     def _re_put(self, ck: PopCheckPoint, indexes: list[int], counts: _Counts) -> bool:
         times = ck.parse_re_put_times()
+        qid = self.revive_qid
+        if qid >= self.ctx.revive_write_queues:  # retired: re-put into a current queue
+            qid = self.ctx.next_revive_qid()
         backoff_ms = RE_PUT_BACKOFF_S[min(times, len(RE_PUT_BACKOFF_S) - 1)] * 1000
         try:
             for j in indexes:
@@ -239,7 +244,7 @@ class ReviveService:
                     offset_diffs=(0,),
                     re_put_times=str(times + 1),
                 )
-                revive_log.write_ck(self.ctx.store, new, self.revive_qid)
+                self.ctx.write_ck(new, qid)
                 counts.re_put += 1
         except StoreError as exc:
             log.error("revive queue %d: re-put failed (%s); will retry", self.revive_qid, exc)

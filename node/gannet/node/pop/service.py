@@ -17,6 +17,7 @@ stored checkpoints).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import threading
@@ -161,13 +162,26 @@ class PopBroker:
     def revive(self, now_ms: int) -> list[RevivePass]:
         return [self.reviver(q).revive_once(now_ms) for q in self.revive_queue_ids()]
 
-    def retired_queues_drained(self) -> bool:
-        """True when revive queues beyond the current count hold nothing unhandled."""
+    def retired_queues_drained(self, now_ms: int) -> bool:
+        """True when revive queues beyond the current count hold nothing unhandled, neither
+        in the queue nor parked in the timer (then the operator may shrink the read count)."""
         return all(
-            self.reviver(q).drained()
+            self.reviver(q).drained(now_ms)
             for q in self.revive_queue_ids()
             if q >= self.ctx.revive_write_queues
         )
+
+    def shrink_drained_revive_queues(self, now_ms: int) -> bool:
+        """Stop reading retired revive queues once drained; True when the read count shrank."""
+        if not self.retired_queues_drained(now_ms):
+            return False
+        current = self.store.topic_configs.get(revive_log.revive_topic(self.store))
+        if current is None or current.read_queue_nums == self.ctx.revive_write_queues:
+            return False
+        self.store.topic_configs.put(
+            dataclasses.replace(current, read_queue_nums=self.ctx.revive_write_queues)
+        )
+        return True
 
     # --- periodic work ---
     def tick(self, now_ms: int) -> list[RevivePass]:
