@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import queue
 import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import commands
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store.config import FlushMode, StoreConfig
 
 pytestmark = pytest.mark.slow
 
@@ -47,3 +53,22 @@ def test_broker_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     assert "store closed cleanly" in rest
     assert not (data_dir / "abort").exists()
     assert "Persisted" in (data_dir / "config" / "topics.json").read_text()
+
+
+def test_stop_ends_telemetry_streams_instead_of_waiting_out_the_grace(tmp_path: Path) -> None:
+    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    running = threads.start(BrokerConfig(store=store, listen_port=0, shutdown_grace_s=60))
+    settings = definition_pb2.Settings(client_type=definition_pb2.PRODUCER)
+    settings.publishing.SetInParent()
+    outbox: queue.Queue[service_pb2.TelemetryCommand | None] = queue.Queue()
+    outbox.put(service_pb2.TelemetryCommand(settings=settings))
+    with commands.channel(running.endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        stream = stub.Telemetry(iter(outbox.get, None))
+        assert next(stream).status.code == 20000
+        started = time.monotonic()
+        running.stop()
+        elapsed_s = time.monotonic() - started
+        assert list(stream) == []  # the broker ended the stream
+        outbox.put(None)
+    assert elapsed_s < 10

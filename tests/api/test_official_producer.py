@@ -10,7 +10,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from gannet.node.api.gen import admin_pb2
 
-from .conftest import settle
+from .conftest import settle, unique
 
 
 @pytest.fixture
@@ -118,3 +118,19 @@ def test_normal_message_to_fifo_topic_is_refused(broker, make_topic, producer_fo
     producer = producer_for(topic)
     with pytest.raises(Exception, match="message type"):
         producer.send(_message(topic, b"x"))
+
+
+def test_simple_consumer_is_told_pop_is_not_served_yet(broker, admin, make_topic) -> None:
+    from rocketmq import FilterExpression, SimpleConsumer
+
+    topic = make_topic()
+    group = unique("G")
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group))
+    config = ClientConfiguration(broker.endpoint, Credentials(), request_timeout=5)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=5)
+    consumer.startup()
+    try:
+        with pytest.raises(Exception, match="not served"):
+            consumer.receive(16, 15)
+    finally:
+        consumer.shutdown()

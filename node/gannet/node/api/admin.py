@@ -287,7 +287,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         def work() -> admin_pb2.CleanupResponse:
             changes = conv.policy_changes(request.change)
             if changes:
-                self.store.cleaner.set_policy(**changes)
+                _set_policy(self.store, changes)
             if request.trigger:
                 self.store.clean_now()
             return conv.cleanup_pb(self.store.cleaner.policy, self.store.cleaner.last_result)
@@ -311,6 +311,23 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             )
 
         return await self._run(context, work)
+
+
+def _set_policy(store: MessageStore, changes: dict[str, object]) -> None:
+    for name in ("disk_warning_ratio", "disk_clean_forcibly_ratio"):
+        value = changes.get(name)
+        if isinstance(value, float) and not 0 < value <= 1:
+            raise AdminError(grpc.StatusCode.INVALID_ARGUMENT, f"{name} is {value}; use (0, 1]")
+    percent = changes.get("disk_max_used_ratio_percent")
+    if isinstance(percent, int) and not 1 <= percent <= 100:
+        raise AdminError(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"disk_max_used_ratio_percent is {percent}; use 1 to 100",
+        )
+    try:
+        store.cleaner.set_policy(**changes)
+    except errors.StoreError as exc:
+        raise AdminError(grpc.StatusCode.INVALID_ARGUMENT, str(exc)) from None
 
 
 def _queue_nums(count: int) -> int:

@@ -4,8 +4,10 @@ Served here: QueryRoute, Heartbeat, SendMessage (normal, FIFO, delayed, batches;
 the bytes are durable per the flush mode), QueryAssignment, Telemetry (settings replies),
 NotifyClientTermination, GetOffset / QueryOffset / UpdateOffset. Pop consumption
 (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) is
-delegated to a :class:`PopHandlers` when one is given, and answered ``NOT_IMPLEMENTED``
-otherwise. Everything else answers ``UNSUPPORTED`` or ``NOT_IMPLEMENTED`` in its ``status``.
+delegated to a :class:`PopHandlers` when one is given, and answered ``UNSUPPORTED`` with a
+message saying Pop is not served yet otherwise (``UNSUPPORTED`` rather than
+``NOT_IMPLEMENTED``: the Python client maps both to its Unsupported error but logs the latter as
+an unrecognized code). Everything else answers ``UNSUPPORTED`` in its ``status``.
 
 Every unary reply carries a non-zero status (the Python client rejects a missing one); errors
 are :class:`~gannet.node.api.statuses.ApiError` turned into the reply's status, and any other
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 Response = TypeVar("Response")
+T = TypeVar("T")
 
 
 class PopHandlers(Protocol):
@@ -100,6 +103,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.selector = sending.QueueSelector()
         self._waiters = store.durable_waiters(asyncio.get_running_loop())
         self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
+        self._closing = asyncio.Event()
 
     # ------------------------------------------------------------------ helpers
     async def _answer(
@@ -199,7 +203,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def Telemetry(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         client_id = client_id_of(context)
-        async for command in request_iterator:
+        async for command in self._until_closing(request_iterator):
             if command.WhichOneof("command") != "settings":
                 continue  # replies to server commands we never send
             try:
@@ -217,6 +221,28 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             if client_id:
                 self.clients.record_settings(client_id, reply)
             yield service_pb2.TelemetryCommand(status=statuses.ok(), settings=reply)
+
+    async def _until_closing(self, commands: AsyncIterator[T]) -> AsyncIterator[T]:
+        """The stream's commands until the client ends it or the broker shuts down."""
+        closing = asyncio.ensure_future(self._closing.wait())
+        iterator = aiter(commands)
+        try:
+            while True:
+                following = asyncio.ensure_future(anext(iterator, None))
+                await asyncio.wait({following, closing}, return_when=asyncio.FIRST_COMPLETED)
+                if not following.done():
+                    following.cancel()
+                    return
+                command = following.result()
+                if command is None:
+                    return
+                yield command
+        finally:
+            closing.cancel()
+
+    def begin_shutdown(self) -> None:
+        """End the long-lived streams so that the server's drain does not wait for them."""
+        self._closing.set()
 
     # ------------------------------------------------------------------ sending
     async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -319,7 +345,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                 yield response
             return
         yield service_pb2.ReceiveMessageResponse(
-            status=ApiError(statuses.NOT_IMPLEMENTED, statuses.POP_NOT_SERVED).status()
+            status=ApiError(statuses.UNSUPPORTED, statuses.POP_NOT_SERVED).status()
         )
 
     async def AckMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -362,4 +388,4 @@ def _unsupported(what: str) -> ApiError:
 
 
 def _not_served(make: Callable[..., Response]) -> Response:
-    return make(status=ApiError(statuses.NOT_IMPLEMENTED, statuses.POP_NOT_SERVED).status())
+    return make(status=ApiError(statuses.UNSUPPORTED, statuses.POP_NOT_SERVED).status())

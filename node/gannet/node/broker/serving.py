@@ -115,6 +115,8 @@ class Broker:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, drain in-flight RPCs, then close the store cleanly."""
         server, self.server = self.server, None
+        if self.messaging is not None:
+            self.messaging.begin_shutdown()
         if server is not None:
             await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
         await asyncio.to_thread(self.store.close)
