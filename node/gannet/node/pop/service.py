@@ -1,6 +1,7 @@
 """The Pop broker facade: one object per store that the v2 gRPC service calls.
 
-* :meth:`PopBroker.pop` — ReceiveMessage (then :class:`polling.PollWaiters` to wait when empty);
+* :meth:`PopBroker.pop` — ReceiveMessage; when it finds nothing, wait on
+  :attr:`PopBroker.waiters` (:class:`polling.PollWaiters`, already attached to the store);
 * :meth:`PopBroker.ack` / :meth:`PopBroker.ack_many` — AckMessage;
 * :meth:`PopBroker.change_invisible_time` — ChangeInvisibleDuration (returns the new handle);
 * :meth:`PopBroker.forward_to_dlq` — ForwardMessageToDeadLetterQueue;
@@ -29,6 +30,7 @@ from gannet.node.pop.config import PopConfig
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import PopError
 from gannet.node.pop.filtering import MATCH_ALL, TagFilter
+from gannet.node.pop.polling import PollWaiters
 from gannet.node.pop.popping import InitMode, PopRequest, PopResult, PopService
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.reviving import RevivePass, ReviveService
@@ -54,6 +56,8 @@ class PopBroker:
         self.popper = PopService(self.ctx)
         self.acker = AckService(self.ctx)
         self.orders = ordering.OrderService(self.ctx, self.popper)
+        self.waiters = PollWaiters(self.config)
+        self.waiters.attach(store)
         self._revivers: dict[int, ReviveService] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -187,6 +191,7 @@ class PopBroker:
     def tick(self, now_ms: int) -> list[RevivePass]:
         """Flush the in-flight buffer, then one revive pass per revive queue."""
         self.ctx.flush_buffer(now_ms)
+        self.waiters.expire(now_ms)
         self.orders.sweep(now_ms)
         return self.revive(now_ms)
 
@@ -202,6 +207,7 @@ class PopBroker:
             try:
                 now = _wall_ms()
                 self.ctx.flush_buffer(now)
+                self.waiters.expire(now)
                 if now - last_revive >= self.config.revive_interval_ms:
                     last_revive = now
                     self.revive(now)
