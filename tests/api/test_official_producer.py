@@ -134,3 +134,19 @@ def test_simple_consumer_is_told_pop_is_not_served_yet(broker, admin, make_topic
             consumer.receive(16, 15)
     finally:
         consumer.shutdown()
+
+
+def test_push_consumer_starts_with_the_broker_settings(broker, admin, make_topic) -> None:
+    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+
+    class Listener(MessageListener):  # type: ignore[misc]
+        def consume(self, message):
+            return ConsumeResult.SUCCESS
+
+    topic = make_topic()
+    group = unique("G")
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group))
+    config = ClientConfiguration(broker.endpoint, Credentials(), request_timeout=5)
+    consumer = PushConsumer(config, group, Listener(), {topic: FilterExpression("*")})
+    consumer.startup()  # blocks until the Telemetry settings reply arrives (10 s limit)
+    consumer.shutdown()

@@ -27,8 +27,8 @@ Pure functions; called by :mod:`messaging`.
 
 from __future__ import annotations
 
-import ipaddress
 import itertools
+import socket
 import threading
 import zlib
 from collections.abc import Sequence
@@ -278,10 +278,19 @@ def _delivery_ms(ts: Timestamp) -> int:
     return _timestamp_ms(ts)
 
 
-def _born_ip(born_host: str, peer_host: str) -> str:
-    for candidate in (born_host, peer_host):
+def _is_ip_literal(host: str) -> bool:
+    for family in (socket.AF_INET, socket.AF_INET6):
         try:
-            return str(ipaddress.ip_address(candidate))
-        except ValueError:
+            socket.inet_pton(family, host)
+        except (OSError, ValueError):
             continue
+        return True
+    return False
+
+
+def _born_ip(born_host: str, peer_host: str) -> str:
+    """The producer's address for the record: its own claim if it is an IP, else the peer's."""
+    for candidate in (born_host, peer_host):
+        if _is_ip_literal(candidate):
+            return candidate
     return "127.0.0.1"
