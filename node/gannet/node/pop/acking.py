@@ -141,7 +141,7 @@ class AckService:
             for targets in to_write.values():
                 for t in targets:
                     if t.entry is not None:
-                        t.entry.acked_bits |= t.bit
+                        self.ctx.buffer.mark_acked(t.entry, t.bit)
         self.ctx.commit_offsets()
         return results
 
@@ -153,7 +153,7 @@ class AckService:
             raise ReceiptHandleUnknown("orderly handles are acked through the order service")
         entry = target.entry
         if entry is not None and not entry.stored:
-            entry.acked_bits |= target.bit
+            self.ctx.buffer.mark_acked(entry, target.bit)
             return
         key = (target.topic, h.queue_id, h.ck_queue_offset, h.pop_time_ms, h.revive_qid)
         pending = to_write.setdefault(key, [])
@@ -212,7 +212,7 @@ class AckService:
             self._claim(target, to_write)
             self._write_acks(to_write)
             if target.entry is not None:
-                target.entry.acked_bits |= target.bit
+                self.ctx.buffer.mark_acked(target.entry, target.bit)
         self.ctx.commit_offsets()
         return ReceiptHandle(
             ck_queue_offset=h.queue_offset,

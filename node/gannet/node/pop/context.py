@@ -26,6 +26,7 @@ from gannet.node.pop.locks import QueueLocks
 from gannet.node.pop.merging import Inflight, InflightBuffer
 from gannet.node.store.message_store import MessageStore
 
+EXPIRE_INTERVAL_MS = 1_000  # how often tracked checkpoints past their revive time are dropped
 REVIVE_HORIZON_MARGIN_MS = RE_PUT_BACKOFF_S[-1] * 1000
 
 
@@ -38,6 +39,7 @@ class PopContext:
         self.locks = QueueLocks()
         self._revive_counter = itertools.count()
         self._flush_lock = threading.Lock()
+        self._last_expire_ms = 0
         existed = store.topic_configs.get(revive_log.revive_topic(store)) is not None
         revive = revive_log.ensure_revive_topic(store, config.revive_queue_count)
         self.revive_write_queues = revive.write_queue_nums
@@ -103,7 +105,9 @@ class PopContext:
         with self._flush_lock:
             self._store_entries(self.buffer.due_for_store(now_ms))
             self.commit_offsets()
-            self.buffer.expire(now_ms)
+            if now_ms - self._last_expire_ms >= EXPIRE_INTERVAL_MS or now_ms < self._last_expire_ms:
+                self._last_expire_ms = now_ms
+                self.buffer.expire(now_ms)
 
     def flush_all(self) -> None:
         """Write every buffered checkpoint now (shutdown), then commit offsets."""
@@ -118,7 +122,7 @@ class PopContext:
                     continue
                 ck = entry.ck.with_bits(entry.acked_bits)
                 self.write_ck(ck, entry.revive_qid)
-                entry.stored = True
+                self.buffer.mark_stored(entry)
 
     def commit_offsets(self) -> None:
         offsets = self.store.consumer_offsets

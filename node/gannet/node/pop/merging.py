@@ -47,6 +47,7 @@ class Inflight:
     next_begin_offset: int
     stored: bool
     acked_bits: int = 0
+    lock_key: str | None = None
 
     @property
     def all_acked(self) -> bool:
@@ -72,6 +73,8 @@ class InflightBuffer:
         self._tracked: dict[str, Inflight] = {}
         self._owners: dict[tuple[str, int, int, int, str], str] = {}
         self._offsets: dict[str, deque[Inflight]] = {}
+        self._buffered: dict[str, Inflight] = {}  # in memory only, not fully acked
+        self._dirty: set[str] = set()  # lock keys whose offset-queue head may be done
         self.dropped_without_write_total = 0
 
     # --- pop side ---
@@ -95,16 +98,41 @@ class InflightBuffer:
         """Track a pop; ``lock_key`` None for a checkpoint with no offset role (change
         invisible time, re-put)."""
         with self.lock:
+            entry.lock_key = lock_key
             if entry.ck is not None:
                 ck = entry.ck
-                self._tracked[checkpoints.ck_revive_key(ck)] = entry
+                key = checkpoints.ck_revive_key(ck)
+                self._tracked[key] = entry
                 self._owners[_position(ck)] = ck.cid
+                if not entry.stored:
+                    self._buffered[key] = entry
             if lock_key is not None:
                 self._offsets.setdefault(lock_key, deque()).append(entry)
+                if entry.offset_done:
+                    self._dirty.add(lock_key)
+
+    def mark_stored(self, entry: Inflight) -> None:
+        """The entry's CK message was written."""
+        with self.lock:
+            entry.stored = True
+            self._settled(entry)
+
+    def mark_acked(self, entry: Inflight, bits: int) -> None:
+        with self.lock:
+            entry.acked_bits |= bits
+            if entry.all_acked:
+                self._settled(entry)
+
+    def _settled(self, entry: Inflight) -> None:
+        if entry.ck is not None:
+            self._buffered.pop(checkpoints.ck_revive_key(entry.ck), None)
+        if entry.lock_key is not None:
+            self._dirty.add(entry.lock_key)
 
     def clear_offsets(self, lock_key: str) -> None:
         with self.lock:
-            self._offsets.pop(lock_key, None)
+            for entry in self._offsets.pop(lock_key, ()):
+                entry.lock_key = None
 
     # --- ack side ---
     def find(self, key: str) -> Inflight | None:
@@ -122,7 +150,7 @@ class InflightBuffer:
         """Buffered checkpoints that must now be written (caller writes, then mark_stored)."""
         out = []
         with self.lock:
-            for entry in self._tracked.values():
+            for entry in self._buffered.values():
                 ck = entry.ck
                 if ck is None or entry.stored or entry.all_acked:
                     continue
@@ -135,18 +163,18 @@ class InflightBuffer:
     def unstored(self) -> list[Inflight]:
         """Every buffered checkpoint not yet written and not fully acked (for shutdown)."""
         with self.lock:
-            return [
-                e
-                for e in self._tracked.values()
-                if e.ck is not None and not e.stored and not e.all_acked
-            ]
+            return list(self._buffered.values())
 
     def committable(self) -> list[tuple[str, int, int]]:
         """``(lock_key, next_begin_offset, count)`` of heads that are done; the caller commits
         the offset, then calls :meth:`release`."""
         out = []
         with self.lock:
-            for key, queue in self._offsets.items():
+            dirty, self._dirty = self._dirty, set()
+            for key in dirty:
+                queue = self._offsets.get(key)
+                if not queue:
+                    continue
                 count = 0
                 for entry in queue:
                     if not entry.offset_done:
@@ -187,7 +215,7 @@ class InflightBuffer:
         with self.lock:
             return BufferStatistics(
                 tracked=len(self._tracked),
-                buffered=sum(1 for e in self._tracked.values() if not e.stored),
+                buffered=len(self._buffered),
                 offset_queues=len(self._offsets),
                 dropped_without_write_total=self.dropped_without_write_total,
             )
