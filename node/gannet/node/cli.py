@@ -89,6 +89,11 @@ def broker() -> None:
 )
 @click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
 @click.option("--broker-name", default="broker-a", show_default=True)
+@click.option(
+    "--auto-create-topics",
+    is_flag=True,
+    help="Create unknown topics (MIXED type, 8 queues) when clients use them.",
+)
 def broker_run(
     data_dir: Path,
     flush: str,
@@ -96,6 +101,7 @@ def broker_run(
     listen: str,
     cluster_name: str,
     broker_name: str,
+    auto_create_topics: bool,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
@@ -110,7 +116,9 @@ def broker_run(
         store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",
         store_port=int(port_text),
     )
-    broker_config = serving.with_listen(serving.BrokerConfig(store=config), listen)
+    broker_config = serving.with_listen(
+        serving.BrokerConfig(store=config, auto_create_topics=auto_create_topics), listen
+    )
     try:
         asyncio.run(_serve(serving.Broker(broker_config)))
     except StoreError as exc:

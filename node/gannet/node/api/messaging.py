@@ -9,6 +9,11 @@ message saying Pop is not served yet otherwise (``UNSUPPORTED`` rather than
 ``NOT_IMPLEMENTED``: the Python client maps both to its Unsupported error but logs the latter as
 an unrecognized code). Everything else answers ``UNSUPPORTED`` in its ``status``.
 
+Unknown topics are ``TOPIC_NOT_FOUND`` unless the broker runs with ``auto_create_topics``; then
+QueryRoute or SendMessage creates them as MIXED topics (every message type) of
+:data:`AUTO_CREATED_QUEUE_NUMS` queues, since a route query cannot tell which type a producer
+will send.
+
 Every unary reply carries a non-zero status (the Python client rejects a missing one); errors
 are :class:`~gannet.node.api.statuses.ApiError` turned into the reply's status, and any other
 exception is logged and answered ``INTERNAL_SERVER_ERROR`` — never a gRPC error, except on the
@@ -32,11 +37,12 @@ from gannet.node.api import client_settings, routes, sending, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, querying, validation
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import TopicConfig
+from gannet.node.store.topic_configs import MessageType, TopicConfig
 
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
+AUTO_CREATED_QUEUE_NUMS = 8
 Response = TypeVar("Response")
 T = TypeVar("T")
 
@@ -94,8 +100,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         *,
         pop: PopHandlers | None = None,
         limits: sending.SendLimits = sending.DEFAULT_LIMITS,
+        auto_create_topics: bool = False,
     ) -> None:
         self.store = store
+        self.auto_create_topics = auto_create_topics
         self.identity = identity
         self.pop = pop
         self.limits = limits
@@ -123,9 +131,22 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             log.exception("%s failed", what)
             return make(status=ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}").status())
 
+    def _lookup_topic(self, name: str) -> TopicConfig | None:
+        """The topic's config; created as MIXED when auto-creation is on (name checked first)."""
+        config = self.store.topic_configs.get(name)
+        if config is None and self.auto_create_topics:
+            config = TopicConfig(
+                name,
+                read_queue_nums=AUTO_CREATED_QUEUE_NUMS,
+                write_queue_nums=AUTO_CREATED_QUEUE_NUMS,
+            ).with_message_type(MessageType.MIXED)
+            self.store.topic_configs.put(config)
+            log.info("auto-created topic %s", name)
+        return config
+
     def _topic(self, name: str) -> TopicConfig:
         sending.check_topic_name(name)
-        config = self.store.topic_configs.get(name)
+        config = self._lookup_topic(name)
         if config is None:
             raise ApiError(statuses.TOPIC_NOT_FOUND, sending.topic_not_found_message(name))
         return config
@@ -256,7 +277,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     ) -> service_pb2.SendMessageResponse:
         prepared = sending.prepare(
             request,
-            self.store.topic_configs,
+            self._lookup_topic,
             peer_host=peer_host,
             now_ms=_now_ms(),
             limits=self.limits,

@@ -6,7 +6,8 @@ The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
 * zero messages, or messages for different topics → ``MESSAGE_CORRUPTED``; more than
   ``batch_messages_max`` → ``PAYLOAD_TOO_LARGE``;
 * topic name → ``ILLEGAL_TOPIC``; unknown topic → ``TOPIC_NOT_FOUND`` (topics are created with
-  ``gannet topic create``; there is no auto-creation); not writable → ``FORBIDDEN``;
+  ``gannet topic create``; auto-creation is off unless the broker enables it); not writable →
+  ``FORBIDDEN``;
 * body empty / above 4 MiB → ``MESSAGE_BODY_EMPTY`` / ``MESSAGE_BODY_TOO_LARGE``;
 * blank message id → ``ILLEGAL_MESSAGE_ID``; tag → ``ILLEGAL_MESSAGE_TAG``; keys →
   ``ILLEGAL_MESSAGE_KEY``; user properties → ``ILLEGAL_MESSAGE_PROPERTY_KEY`` or
@@ -31,7 +32,7 @@ import itertools
 import socket
 import threading
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -41,7 +42,7 @@ from gannet.node.api import statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, records, validation
 from gannet.node.store import properties as props
-from gannet.node.store.topic_configs import MessageType, TopicConfig, TopicConfigManager
+from gannet.node.store.topic_configs import MessageType, TopicConfig
 
 BODY_SIZE_MAX_BYTES = 4 * 1024 * 1024  # maxMessageSize
 BATCH_MESSAGES_MAX = 1024
@@ -60,6 +61,8 @@ class SendLimits:
 
 
 DEFAULT_LIMITS = SendLimits()
+TopicLookup = Callable[[str], TopicConfig | None]
+"""A topic's config by name, None when unknown (may auto-create; see :mod:`messaging`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +91,7 @@ class QueueSelector:
 
 def prepare(
     request: service_pb2.SendMessageRequest,
-    topics: TopicConfigManager,
+    topic_of: TopicLookup,
     *,
     peer_host: str,
     now_ms: int,
@@ -107,7 +110,7 @@ def prepare(
     topic_name = str(messages[0].topic.name)
     if any(m.topic.name != topic_name for m in messages):
         raise ApiError(statuses.MESSAGE_CORRUPTED, "all messages of a batch must share the topic")
-    topic = writable_topic(topics, topic_name)
+    topic = writable_topic(topic_of, topic_name)
     converted = [_convert(m, topic, peer_host, now_ms, limits) for m in messages]
     groups = {m.properties.get(props.SHARDING_KEY) for m in converted}
     group = groups.pop() if len(groups) == 1 else None
@@ -115,10 +118,10 @@ def prepare(
     return PreparedSend(topic, tuple(converted), ids, group)
 
 
-def writable_topic(topics: TopicConfigManager, name: str) -> TopicConfig:
+def writable_topic(topic_of: TopicLookup, name: str) -> TopicConfig:
     """The config of a topic clients may write; ApiError when the name or topic is wrong."""
     check_topic_name(name)
-    config = topics.get(name)
+    config = topic_of(name)
     if config is None:
         raise ApiError(statuses.TOPIC_NOT_FOUND, topic_not_found_message(name))
     if not config.writable or config.write_queue_nums <= 0:

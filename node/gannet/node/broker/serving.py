@@ -51,6 +51,8 @@ class BrokerConfig:
     concurrent_rpcs_max: int = CONCURRENT_RPCS_MAX
     receive_message_bytes_max: int = RECEIVE_MESSAGE_BYTES_MAX
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
+    auto_create_topics: bool = False
+    """Create unknown topics (MIXED, 8 queues) on first route query or send; off by default."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -102,7 +104,9 @@ class Broker:
             host=cfg.advertised_host or cfg.listen_host,
             port=self.port,
         )
-        self.messaging = messaging.MessagingServicer(self.store, identity)
+        self.messaging = messaging.MessagingServicer(
+            self.store, identity, auto_create_topics=cfg.auto_create_topics
+        )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
         wire.register(server, v2_service, self.messaging, v2_status=True)
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
