@@ -9,10 +9,9 @@ message saying Pop is not served yet otherwise (``UNSUPPORTED`` rather than
 ``NOT_IMPLEMENTED``: the Python client maps both to its Unsupported error but logs the latter as
 an unrecognized code). Everything else answers ``UNSUPPORTED`` in its ``status``.
 
-Unknown topics are ``TOPIC_NOT_FOUND`` unless the broker runs with ``auto_create_topics``; then
-QueryRoute or SendMessage creates them as MIXED topics (every message type) of
-:data:`AUTO_CREATED_QUEUE_NUMS` queues, since a route query cannot tell which type a producer
-will send.
+Names are checked and looked up by :class:`~gannet.node.api.resources.Resources` (unknown
+topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset RPCs live in
+:mod:`offsets`.
 
 Every unary reply carries a non-zero status (the Python client rejects a missing one); errors
 are :class:`~gannet.node.api.statuses.ApiError` turned into the reply's status, and any other
@@ -31,18 +30,17 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, TypeVar
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
+from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from gannet.node.api import client_settings, routes, sending, statuses
+from gannet.node.api import client_settings, offsets, routes, sending, statuses
+from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
-from gannet.node.store import errors, querying, validation
+from gannet.node.store import errors, validation
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import MessageType, TopicConfig
 
 log = logging.getLogger(__name__)
 
 CLIENT_ID_HEADER = "x-mq-client-id"
-AUTO_CREATED_QUEUE_NUMS = 8
 Response = TypeVar("Response")
 T = TypeVar("T")
 
@@ -103,7 +101,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         auto_create_topics: bool = False,
     ) -> None:
         self.store = store
-        self.auto_create_topics = auto_create_topics
+        self.resources = Resources(store, auto_create_topics=auto_create_topics)
         self.identity = identity
         self.pop = pop
         self.limits = limits
@@ -131,53 +129,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             log.exception("%s failed", what)
             return make(status=ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}").status())
 
-    def _lookup_topic(self, name: str) -> TopicConfig | None:
-        """The topic's config; created as MIXED when auto-creation is on (name checked first)."""
-        config = self.store.topic_configs.get(name)
-        if config is None and self.auto_create_topics:
-            config = TopicConfig(
-                name,
-                read_queue_nums=AUTO_CREATED_QUEUE_NUMS,
-                write_queue_nums=AUTO_CREATED_QUEUE_NUMS,
-            ).with_message_type(MessageType.MIXED)
-            self.store.topic_configs.put(config)
-            log.info("auto-created topic %s", name)
-        return config
-
-    def _topic(self, name: str) -> TopicConfig:
-        sending.check_topic_name(name)
-        config = self._lookup_topic(name)
-        if config is None:
-            raise ApiError(statuses.TOPIC_NOT_FOUND, sending.topic_not_found_message(name))
-        return config
-
-    def _group(self, name: str) -> None:
-        try:
-            validation.validate_group(name, allow_system=False)
-        except errors.MessageIllegal as exc:
-            raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
-        if name not in self.store.group_configs:
-            raise ApiError(
-                statuses.CONSUMER_GROUP_NOT_FOUND,
-                f"consumer group {name!r} does not exist; create it with "
-                f"`gannet group create {name}`",
-            )
-
-    def _queue(self, queue: definition_pb2.MessageQueue) -> tuple[TopicConfig, int]:
-        config = self._topic(str(queue.topic.name))
-        queue_count = max(config.read_queue_nums, config.write_queue_nums)
-        if not 0 <= queue.id < queue_count:
-            raise ApiError(
-                statuses.BAD_REQUEST,
-                f"message_queue.id {queue.id} is not a queue of topic {config.topic_name!r} "
-                f"(0..{queue_count - 1})",
-            )
-        return config, int(queue.id)
-
     # ------------------------------------------------------------------ routes
     async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryRouteResponse:
-            config = self._topic(str(request.topic.name))
+            config = self.resources.topic(str(request.topic.name))
             endpoints = routes.usable_endpoints(request.endpoints, self.identity)
             queues = routes.message_queues(
                 config, self.identity, endpoints, str(request.topic.resource_namespace)
@@ -188,8 +143,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def QueryAssignment(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryAssignmentResponse:
-            config = self._topic(str(request.topic.name))
-            self._group(str(request.group.name))
+            config = self.resources.topic(str(request.topic.name))
+            self.resources.group(str(request.group.name))
             endpoints = routes.usable_endpoints(request.endpoints, self.identity)
             found = routes.assignments(
                 config, self.identity, endpoints, str(request.topic.resource_namespace)
@@ -277,7 +232,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     ) -> service_pb2.SendMessageResponse:
         prepared = sending.prepare(
             request,
-            self._lookup_topic,
+            self.resources.lookup_topic,
             peer_host=peer_host,
             now_ms=_now_ms(),
             limits=self.limits,
@@ -313,49 +268,19 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     # ------------------------------------------------------------------ offsets
     async def GetOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.GetOffsetResponse:
-            config, queue_id = self._queue(request.message_queue)
-            group = str(request.group.name)
-            self._group(group)
-            offset = self.store.consumer_offsets.query(group, config.topic_name, queue_id)
-            if offset < 0:
-                raise ApiError(
-                    statuses.OFFSET_NOT_FOUND,
-                    f"group {group!r} has no offset for {config.topic_name}/{queue_id}",
-                )
-            return service_pb2.GetOffsetResponse(status=statuses.ok(), offset=offset)
+            return offsets.get_offset(self.resources, request)
 
         return await self._answer(service_pb2.GetOffsetResponse, work, "GetOffset")
 
     async def UpdateOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.UpdateOffsetResponse:
-            config, queue_id = self._queue(request.message_queue)
-            group = str(request.group.name)
-            self._group(group)
-            top = self.store.max_offset_in_queue(config.topic_name, queue_id)
-            if not 0 <= request.offset <= top:
-                raise ApiError(
-                    statuses.ILLEGAL_OFFSET,
-                    f"offset {request.offset} is outside {config.topic_name}/{queue_id} (0..{top})",
-                )
-            self.store.consumer_offsets.commit(group, config.topic_name, queue_id, request.offset)
-            return service_pb2.UpdateOffsetResponse(status=statuses.ok())
+            return offsets.update_offset(self.resources, request)
 
         return await self._answer(service_pb2.UpdateOffsetResponse, work, "UpdateOffset")
 
     async def QueryOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryOffsetResponse:
-            config, queue_id = self._queue(request.message_queue)
-            topic = config.topic_name
-            policy = request.query_offset_policy
-            if policy == definition_pb2.BEGINNING:
-                offset = self.store.min_offset_in_queue(topic, queue_id)
-            elif policy == definition_pb2.END:
-                offset = self.store.max_offset_in_queue(topic, queue_id)
-            else:
-                ts = request.timestamp
-                at_ms = int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
-                offset = querying.offset_by_time(self.store, topic, queue_id, at_ms)
-            return service_pb2.QueryOffsetResponse(status=statuses.ok(), offset=offset)
+            return offsets.query_offset(self.resources, request)
 
         return await self._answer(service_pb2.QueryOffsetResponse, work, "QueryOffset")
 

@@ -1,0 +1,80 @@
+"""Topics, groups and queues named in v2 requests, checked and looked up.
+
+Every v2 handler resolves names through :class:`Resources`, so the answers agree: an illegal
+name is ``ILLEGAL_TOPIC`` / ``ILLEGAL_CONSUMER_GROUP`` (system names included), an unknown
+topic is ``TOPIC_NOT_FOUND`` and an unknown group ``CONSUMER_GROUP_NOT_FOUND``, each message
+telling how to create it. With ``auto_create_topics`` an unknown topic is created as a MIXED
+topic (every message type — a route query cannot tell which type a producer will send) of
+:data:`AUTO_CREATED_QUEUE_NUMS` queues.
+
+Used by :mod:`messaging` and :mod:`offsets` (and the Pop handlers when they are plugged in).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rocketmq.grpc_protocol import definition_pb2
+
+from gannet.node.api import sending, statuses
+from gannet.node.api.statuses import ApiError
+from gannet.node.store import errors, validation
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.topic_configs import MessageType, TopicConfig
+
+log = logging.getLogger(__name__)
+
+AUTO_CREATED_QUEUE_NUMS = 8
+
+
+class Resources:
+    def __init__(self, store: MessageStore, *, auto_create_topics: bool = False) -> None:
+        self.store = store
+        self.auto_create_topics = auto_create_topics
+
+    def lookup_topic(self, name: str) -> TopicConfig | None:
+        """The topic's config, auto-created when enabled; the caller checked the name."""
+        config = self.store.topic_configs.get(name)
+        if config is None and self.auto_create_topics:
+            config = TopicConfig(
+                name,
+                read_queue_nums=AUTO_CREATED_QUEUE_NUMS,
+                write_queue_nums=AUTO_CREATED_QUEUE_NUMS,
+            ).with_message_type(MessageType.MIXED)
+            self.store.topic_configs.put(config)
+            log.info("auto-created topic %s", name)
+        return config
+
+    def topic(self, name: str) -> TopicConfig:
+        """An existing topic clients may use, or ApiError."""
+        sending.check_topic_name(name)
+        config = self.lookup_topic(name)
+        if config is None:
+            raise ApiError(statuses.TOPIC_NOT_FOUND, sending.topic_not_found_message(name))
+        return config
+
+    def group(self, name: str) -> str:
+        """An existing consumer group clients may use, or ApiError."""
+        try:
+            validation.validate_group(name, allow_system=False)
+        except errors.MessageIllegal as exc:
+            raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+        if name not in self.store.group_configs:
+            raise ApiError(
+                statuses.CONSUMER_GROUP_NOT_FOUND,
+                f"consumer group {name!r} does not exist; create it with "
+                f"`gannet group create {name}`",
+            )
+        return name
+
+    def queue(self, queue: definition_pb2.MessageQueue) -> tuple[TopicConfig, int]:
+        """The topic and queue id of a request's ``message_queue``, or ApiError."""
+        config = self.topic(str(queue.topic.name))
+        queue_count = max(config.read_queue_nums, config.write_queue_nums)
+        if not 0 <= queue.id < queue_count:
+            raise ApiError(
+                statuses.BAD_REQUEST,
+                f"message_queue.id {queue.id} is not a queue of topic {config.topic_name!r} "
+                f"(0..{queue_count - 1})",
+            )
+        return config, int(queue.id)
