@@ -137,11 +137,12 @@ class AckService:
                     results.append(None)
                 except PopError as exc:
                     results.append(exc)
-            self._write_acks(to_write)
+            durable_at = self._write_acks(to_write)
             for targets in to_write.values():
                 for t in targets:
                     if t.entry is not None:
                         self.ctx.buffer.mark_acked(t.entry, t.bit)
+        self.ctx.wait_durable(durable_at)
         self.ctx.commit_offsets()
         return results
 
@@ -152,8 +153,8 @@ class AckService:
         if h.is_order:
             raise ReceiptHandleUnknown("orderly handles are acked through the order service")
         entry = target.entry
-        if entry is not None and not entry.stored:
-            self.ctx.buffer.mark_acked(entry, target.bit)
+        if entry is not None and not entry.stored and not entry.storing:
+            self.ctx.buffer.mark_acked(entry, target.bit)  # the CK will carry the bit
             return
         key = (target.topic, h.queue_id, h.ck_queue_offset, h.pop_time_ms, h.revive_qid)
         pending = to_write.setdefault(key, [])
@@ -161,7 +162,9 @@ class AckService:
             raise AlreadyAcked(f"offset {h.queue_offset} is acked twice in one request")
         pending.append(target)
 
-    def _write_acks(self, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]) -> None:
+    def _write_acks(
+        self, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]
+    ) -> int | None:
         out = []
         for targets in to_write.values():
             first = targets[0]
@@ -172,7 +175,7 @@ class AckService:
                 ack = replace(ack, ack_offset=-1, ack_offsets=offsets)
             deliver = h.next_visible_time_ms
             out.append((ack, h.revive_qid, deliver))
-        self.ctx.write_acks(out)
+        return self.ctx.write_acks_nowait(out)
 
     # --- change invisible time ---
     def change_invisible_time(
@@ -205,14 +208,15 @@ class AckService:
                 offset_diffs=(0,),
             )
             stored = not self.ctx.buffer.may_buffer(ck, now_ms)
-            if stored:
-                self.ctx.write_ck(ck, revive_qid)
+            ck_durable_at = self.ctx.write_cks_nowait([(ck, revive_qid)]) if stored else None
             self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, stored))
             to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
             self._claim(target, to_write)
-            self._write_acks(to_write)
+            # Appended after the new CK, so its durability covers the CK's as well.
+            ack_durable_at = self._write_acks(to_write)
             if target.entry is not None:
                 self.ctx.buffer.mark_acked(target.entry, target.bit)
+        self.ctx.wait_durable(ack_durable_at if ack_durable_at is not None else ck_durable_at)
         self.ctx.commit_offsets()
         return ReceiptHandle(
             ck_queue_offset=h.queue_offset,

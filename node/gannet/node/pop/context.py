@@ -24,6 +24,7 @@ from gannet.node.pop.config import CK_DELIVER_LEAD_MS, RE_PUT_BACKOFF_S, PopConf
 from gannet.node.pop.errors import InvisibleTimeIllegal
 from gannet.node.pop.locks import QueueLocks
 from gannet.node.pop.merging import Inflight, InflightBuffer
+from gannet.node.store.errors import FlushTimeout
 from gannet.node.store.message_store import MessageStore
 
 EXPIRE_INTERVAL_MS = 1_000  # how often tracked checkpoints past their revive time are dropped
@@ -56,20 +57,46 @@ class PopContext:
     def broker_name(self) -> str:
         return self.store.config.broker_name
 
-    def write_ck(self, ck: PopCheckPoint, revive_qid: int) -> None:
-        """Append a CK message and note when it reaches its revive queue."""
-        revive_log.write_ck(self.store, ck, revive_qid)
-        self._note_delivery(revive_qid, ck.revive_time_ms - CK_DELIVER_LEAD_MS)
+    # --- revive-log writes ---
+    # The *_nowait variants append and return the offset that must be durable before the
+    # write may be relied on (None: nothing to wait for), so that callers holding the buffer
+    # lock can release it before waiting: concurrent acks then share one group commit.
+    def write_cks_nowait(self, cks: list[tuple[PopCheckPoint, int]]) -> int | None:
+        """Append ``(checkpoint, revive_qid)`` CK messages in one write."""
+        if not cks:
+            return None
+        _, durable_at = self.store.put_messages_nowait(
+            [revive_log.ck_message(self.store, ck, q) for ck, q in cks]
+        )
+        for ck, q in cks:
+            self._note_delivery(q, ck.revive_time_ms - CK_DELIVER_LEAD_MS)
+        return durable_at
 
-    def write_acks(self, acks_to_write: list[tuple[AckMsg, int, int]]) -> None:
+    def write_ck(self, ck: PopCheckPoint, revive_qid: int) -> None:
+        """Append a CK message and wait until it is durable (per the flush mode)."""
+        self.wait_durable(self.write_cks_nowait([(ck, revive_qid)]))
+
+    def write_acks_nowait(self, acks_to_write: list[tuple[AckMsg, int, int]]) -> int | None:
         """Append ``(ack, revive_qid, deliver_ms)`` ACK messages in one write."""
         if not acks_to_write:
-            return
-        self.store.put_messages(
+            return None
+        _, durable_at = self.store.put_messages_nowait(
             [revive_log.ack_message(self.store, a, q, d) for a, q, d in acks_to_write]
         )
         for _, q, d in acks_to_write:
             self._note_delivery(q, d)
+        return durable_at
+
+    def wait_durable(self, durable_at: int | None) -> None:
+        """Wait (outside any lock) until ``durable_at`` is flushed; FlushTimeout otherwise."""
+        flush = self.store.flush
+        if durable_at is None or flush is None:
+            return
+        timeout_s = self.store.config.sync_flush_timeout_ms / 1000
+        if not flush.wait_flushed(durable_at, timeout_s):
+            raise FlushTimeout(
+                f"revive-log write up to {durable_at} not flushed within {timeout_s:.1f} s"
+            )
 
     def _note_delivery(self, revive_qid: int, deliver_ms: int) -> None:
         with self._flush_lock_deliveries:
@@ -116,13 +143,20 @@ class PopContext:
             self.commit_offsets()
 
     def _store_entries(self, entries: list[Inflight]) -> None:
-        for entry in entries:
-            with self.buffer.lock:
-                if entry.stored or entry.all_acked or entry.ck is None:
-                    continue
-                ck = entry.ck.with_bits(entry.acked_bits)
-                self.write_ck(ck, entry.revive_qid)
-                self.buffer.mark_stored(entry)
+        """Write buffered checkpoints (with their in-memory ack bits) in one append. While
+        the write becomes durable they are *storing*: new acks go to ACK records, and their
+        pops' offsets are committed only once they are *stored*."""
+        with self.buffer.lock:
+            doing = [
+                e for e in entries if not (e.stored or e.storing or e.all_acked or e.ck is None)
+            ]
+            cks = [(e.ck.with_bits(e.acked_bits), e.revive_qid) for e in doing if e.ck is not None]
+            durable_at = self.write_cks_nowait(cks)
+            for e in doing:
+                e.storing = True
+        self.wait_durable(durable_at)
+        for e in doing:
+            self.buffer.mark_stored(e)
 
     def commit_offsets(self) -> None:
         offsets = self.store.consumer_offsets

@@ -48,6 +48,7 @@ class Inflight:
     stored: bool
     acked_bits: int = 0
     lock_key: str | None = None
+    storing: bool = False  # CK appended, not yet durable
 
     @property
     def all_acked(self) -> bool:
@@ -115,6 +116,7 @@ class InflightBuffer:
         """The entry's CK message was written."""
         with self.lock:
             entry.stored = True
+            entry.storing = False
             self._settled(entry)
 
     def mark_acked(self, entry: Inflight, bits: int) -> None:
@@ -152,7 +154,7 @@ class InflightBuffer:
         with self.lock:
             for entry in self._buffered.values():
                 ck = entry.ck
-                if ck is None or entry.stored or entry.all_acked:
+                if ck is None or entry.stored or entry.storing or entry.all_acked:
                     continue
                 too_old = now_ms - ck.pop_time_ms > self.config.pop_ck_stay_buffer_time_ms
                 near = ck.revive_time_ms - now_ms < self.config.pop_ck_stay_buffer_timeout_ms
@@ -163,7 +165,7 @@ class InflightBuffer:
     def unstored(self) -> list[Inflight]:
         """Every buffered checkpoint not yet written and not fully acked (for shutdown)."""
         with self.lock:
-            return list(self._buffered.values())
+            return [e for e in self._buffered.values() if not e.storing]
 
     def committable(self) -> list[tuple[str, int, int]]:
         """``(lock_key, next_begin_offset, count)`` of heads that are done; the caller commits
