@@ -16,7 +16,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from gannet.node.api import commands
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
-from gannet.node.broker.serving import BrokerConfig
+from gannet.node.broker.serving import BrokerConfig, with_listen
 from gannet.node.store.config import FlushMode, StoreConfig
 
 pytestmark = pytest.mark.slow
@@ -72,3 +72,19 @@ def test_stop_ends_telemetry_streams_instead_of_waiting_out_the_grace(tmp_path: 
         assert list(stream) == []  # the broker ended the stream
         outbox.put(None)
     assert elapsed_s < 10
+
+
+def test_ipv6_loopback_listen(tmp_path: Path) -> None:
+    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    config = with_listen(BrokerConfig(store=store), "[::1]:0")
+    try:
+        running = threads.start(config)
+    except OSError:
+        pytest.skip("no IPv6 loopback here")
+    try:
+        assert running.endpoint.startswith("[::1]:")
+        with commands.channel(running.endpoint) as channel:
+            stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+            assert stub.GetStatus(admin_pb2.GetStatusRequest(), timeout=10).broker_name
+    finally:
+        running.stop()

@@ -135,11 +135,9 @@ async def _serve(running: serving.Broker) -> None:
     _print_state(running.store)
     endpoint = running.endpoint
     console.print(f"[green]broker serving[/] on {endpoint} (RocketMQ 5 gRPC + Gannet admin)")
-    console.print(f"  create a topic:  gannet topic create TopicTest --endpoint {endpoint}")
-    console.print(
-        f'  Python client:   ClientConfiguration("{endpoint}", Credentials()); '
-        'Producer(config, ("TopicTest",))'
-    )
+    console.print(f"  create a topic: gannet topic create TopicTest --endpoint {endpoint}")
+    console.print(f"  broker status:  gannet status --endpoint {endpoint}")
+    console.print(f'  Python client:  ClientConfiguration("{endpoint}", Credentials())')
     console.print("press Ctrl-C to stop")
     await running.run_until_signalled()
 

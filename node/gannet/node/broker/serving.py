@@ -79,7 +79,7 @@ class Broker:
     def endpoint(self) -> str:
         """``host:port`` clients connect to."""
         host = self.config.advertised_host or self.config.listen_host
-        return f"{host}:{self.port}"
+        return f"{_bracketed(host)}:{self.port}"
 
     async def start(self) -> None:
         """Open the store (recovery runs in a worker thread), then start serving."""
@@ -95,7 +95,7 @@ class Broker:
         server = grpc.aio.server(
             options=_server_options(cfg), maximum_concurrent_rpcs=cfg.concurrent_rpcs_max
         )
-        address = f"{cfg.listen_host}:{cfg.listen_port}"
+        address = f"{_bracketed(cfg.listen_host)}:{cfg.listen_port}"
         self.port = server.add_insecure_port(address)
         if self.port == 0:
             raise OSError(f"cannot listen on {address} (in use or not a local address)")
@@ -137,6 +137,11 @@ class Broker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await self.stop()
+
+
+def _bracketed(host: str) -> str:
+    """``[::1]`` for an IPv6 literal, the host itself otherwise."""
+    return f"[{host}]" if ":" in host else host
 
 
 def with_listen(config: BrokerConfig, listen: str) -> BrokerConfig:
