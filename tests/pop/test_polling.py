@@ -97,3 +97,62 @@ def test_thread_and_asyncio_waits() -> None:
         return aw.woken
 
     assert asyncio.run(main())
+
+
+def test_pop_long_polling_waits_for_a_message(harness: Harness) -> None:
+    async def main() -> list[str]:
+        task = asyncio.create_task(
+            harness.broker.pop_long_polling(
+                GROUP,
+                TOPIC,
+                poll_time_ms=20_000,
+                invisible_time_ms=INVISIBLE_MS,
+                clock_ms=lambda: harness.now,
+            )
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)  # the task pops (nothing) and waits
+        assert not task.done()
+        assert harness.broker.waiters.waiting() == 1
+        harness.produce(2, queue_id=1)  # dispatch wakes the waiter
+        result = await asyncio.wait_for(task, 30)
+        return [m.message.body.decode() for m in result.messages]
+
+    assert asyncio.run(main()) == ["m0", "m1"]
+    assert harness.broker.waiters.waiting() == 0
+
+
+def test_pop_long_polling_gives_up_at_its_deadline(harness: Harness) -> None:
+    async def main() -> int:
+        task = asyncio.create_task(
+            harness.broker.pop_long_polling(
+                GROUP,
+                TOPIC,
+                poll_time_ms=20_000,
+                invisible_time_ms=INVISIBLE_MS,
+                clock_ms=lambda: harness.now,
+            )
+        )
+        for _ in range(3):
+            await asyncio.sleep(0)
+        harness.advance(20_000)  # tick() expires the waiter
+        result = await asyncio.wait_for(task, 30)
+        return len(result.messages)
+
+    assert asyncio.run(main()) == 0
+    assert harness.broker.waiters.waiting() == 0
+
+
+def test_pop_long_polling_with_a_found_message_does_not_wait(harness: Harness) -> None:
+    harness.produce(1)
+    result = asyncio.run(
+        harness.broker.pop_long_polling(
+            GROUP,
+            TOPIC,
+            poll_time_ms=0,
+            invisible_time_ms=INVISIBLE_MS,
+            clock_ms=lambda: harness.now,
+        )
+    )
+    assert len(result.messages) == 1
+    assert harness.broker.waiters.waiting() == 0

@@ -23,6 +23,7 @@ import logging
 import random
 import threading
 import time
+from collections.abc import Awaitable, Callable
 
 from gannet.node.pop import ordering, receipts, revive_log
 from gannet.node.pop.acking import AckService
@@ -37,6 +38,10 @@ from gannet.node.pop.reviving import RevivePass, ReviveService
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+
+Runner = Callable[[Callable[[], PopResult]], Awaitable[PopResult]]
+"""Runs a blocking pop for an async caller, e.g. ``loop.run_in_executor`` wrapped."""
 
 
 def _wall_ms() -> int:
@@ -92,6 +97,55 @@ class PopBroker:
         if order:
             return self.orders.pop(req)
         return self.popper.pop(req)
+
+    async def pop_long_polling(
+        self,
+        group: str,
+        topic: str,
+        *,
+        poll_time_ms: int,
+        queue_id: int = -1,
+        max_msgs: int = 32,
+        invisible_time_ms: int,
+        init_mode: InitMode = InitMode.MIN,
+        tag_filter: TagFilter = MATCH_ALL,
+        attempt_id: str | None = None,
+        clock_ms: Callable[[], int] = _wall_ms,
+        run: Runner | None = None,
+    ) -> PopResult:
+        """ReceiveMessage with long polling: pop; if nothing was found, wait (at most
+        ``poll_time_ms``) until a message of the topic or its retry topic arrives, then pop
+        again. ``run`` executes the blocking pop (e.g. in a thread pool); by default inline.
+        Expired waits are woken by :meth:`tick` / the broker thread. Raises :class:`PopBusy`
+        when too many pops wait."""
+        deadline_ms = clock_ms() + poll_time_ms
+
+        def attempt() -> PopResult:
+            return self.pop(
+                group, topic, queue_id=queue_id, max_msgs=max_msgs,
+                invisible_time_ms=invisible_time_ms, now_ms=clock_ms(), init_mode=init_mode,
+                tag_filter=tag_filter, attempt_id=attempt_id,
+            )  # fmt: skip
+
+        async def inline(work: Callable[[], PopResult]) -> PopResult:
+            return work()
+
+        runner = run or inline
+        while True:
+            waiter = self.waiters.register(topic, group, queue_id, deadline_ms, clock_ms())
+            try:
+                result = await runner(attempt)
+            except BaseException:
+                if waiter is not None:
+                    self.waiters.cancel(waiter)
+                raise
+            if result.found or waiter is None:
+                if waiter is not None:
+                    self.waiters.cancel(waiter)
+                return result
+            await waiter.wait_async()
+            if waiter.expired:
+                return await runner(attempt)
 
     def ack(self, group: str, topic: str, handle: str | ReceiptHandle, *, now_ms: int) -> None:
         if self._is_order(handle):

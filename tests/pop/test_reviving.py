@@ -1,0 +1,148 @@
+"""Revive details: progress only past handled checkpoints, re-put on failure, the expiry rule,
+deleted groups, and the retry-first queue order."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from gannet.node.pop import checkpoints
+from gannet.node.pop.config import PopConfig
+from gannet.node.store import records, validation
+from gannet.node.store.errors import StoreNotWritable
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.records import Message
+from tests.pop.pop_harness import GROUP, INVISIBLE_MS, TOPIC, Harness, bodies_of
+
+RETRY = validation.retry_topic_v1(GROUP, TOPIC)
+REVIVE = validation.revive_topic("DefaultCluster")
+
+
+def _single_revive_queue(tmp_path: Path) -> Harness:
+    h = Harness(tmp_path, PopConfig(revive_queue_count=1, buffer_merge_enabled=False))
+    h.setup()
+    return h
+
+
+def test_progress_stops_before_the_first_unexpired_checkpoint(tmp_path: Path) -> None:
+    h = _single_revive_queue(tmp_path)
+    try:
+        h.produce(2, queue_id=0)
+        h.pop(1, queue_id=0, invisible_ms=10_000)
+        h.pop(1, queue_id=0, invisible_ms=100_000)
+        reviver = h.broker.reviver(0)
+        h.advance(13_000)
+        assert reviver.progress() == 0  # the first CK (revive-queue offset 0) is handled
+        assert h.store.max_offset_in_queue(REVIVE, 0) == 1
+        (m0,) = h.pop().messages  # a third CK, at revive-queue offset 2
+        assert m0.message.body == b"m0"
+        h.broker.ack(GROUP, TOPIC, m0.receipt_handle, now_ms=h.now)
+        h.advance(90_000)
+        assert reviver.progress() == 3  # both CKs and the ACK handled
+        assert bodies_of(h.pop()) == ["m1"]
+    finally:
+        h.close()
+
+
+def test_ck_is_not_expired_until_two_seconds_after_revive_time(tmp_path: Path) -> None:
+    h = _single_revive_queue(tmp_path)
+    try:
+        h.produce(1, queue_id=0)
+        pop_time = h.now
+        h.pop(1)
+        h.advance(INVISIBLE_MS + 1_500)
+        assert h.broker.reviver(0).progress() == -1
+        assert h.pop().messages == []
+        h.advance(1_000)
+        assert h.now - (pop_time + INVISIBLE_MS) > 2_000
+        assert len(h.pop().messages) == 1
+    finally:
+        h.close()
+
+
+def test_failed_retry_write_re_puts_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h = _single_revive_queue(tmp_path)
+    try:
+        h.produce(1, queue_id=0)
+        h.pop(1)
+        real_put = MessageStore.put_messages
+
+        def failing_put(self: MessageStore, msgs: list[Message], **kw: object) -> object:
+            if any(m.topic == RETRY for m in msgs):
+                raise StoreNotWritable("injected")
+            return real_put(self, msgs)
+
+        monkeypatch.setattr(MessageStore, "put_messages", failing_put)
+        passes = h.advance(INVISIBLE_MS + 3_000)
+        assert passes[0].re_put == 1
+        assert passes[0].cks_handled == 1
+        monkeypatch.setattr(MessageStore, "put_messages", real_put)
+        assert h.pop().messages == []
+        parked = [
+            records.decode(p.data)
+            for p in h.store.get_messages("rmq_sys_wheel_timer", 0, 0, 9).messages
+        ]
+        re_put = checkpoints.decode(parked[-1].body)
+        assert re_put.re_put_times == "1"
+        assert re_put.invisible_time_ms == INVISIBLE_MS + 10_000
+        h.advance(10_000)
+        again = h.pop()
+        assert bodies_of(again) == ["m0"]
+        assert again.messages[0].delivery_attempt == 2
+    finally:
+        h.close()
+
+
+def test_checkpoints_of_deleted_groups_are_skipped(tmp_path: Path) -> None:
+    h = _single_revive_queue(tmp_path)
+    try:
+        h.produce(1, queue_id=0)
+        h.pop(1)
+        h.store.group_configs.delete(GROUP)
+        passes = h.advance(INVISIBLE_MS + 3_000)
+        assert (passes[0].revived, passes[0].progress) == (0, 0)
+        assert h.store.topic_configs.get(RETRY) is None
+    finally:
+        h.close()
+
+
+def test_retry_topic_first_with_twenty_percent_probability(tmp_path: Path) -> None:
+    h = Harness(tmp_path, PopConfig(buffer_merge_enabled=False), seed=5)
+    h.setup()
+    try:
+        h.produce(1, queue_id=0)
+        h.pop()
+        h.advance(INVISIBLE_MS + 3_000)  # m0 now waits in the retry topic
+        h.produce(200, queue_id=1)
+        draw = random.Random(h.seed + 0)
+        draw.randrange(100)  # the first pop's draw
+        first_retry = []
+        for _ in range(40):
+            random_q = draw.randrange(100)
+            got = h.pop(1)
+            if got.messages[0].message.body == b"m0":
+                first_retry.append(random_q)
+                break
+        assert first_retry
+        assert first_retry[0] < 20
+    finally:
+        h.close()
+
+
+def test_queue_order_starts_at_the_random_draw(tmp_path: Path) -> None:
+    h = Harness(tmp_path, PopConfig(buffer_merge_enabled=False), seed=9)
+    h.setup()
+    try:
+        for q in range(4):
+            h.produce(10, queue_id=q)
+        draw = random.Random(h.seed)
+        for _ in range(12):
+            random_q = draw.randrange(100)
+            got = h.pop(1)
+            assert got.messages[0].handle.queue_id == random_q % 4
+    finally:
+        h.close()
