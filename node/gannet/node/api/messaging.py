@@ -46,7 +46,17 @@ T = TypeVar("T")
 
 
 class PopHandlers(Protocol):
-    """What the Pop consumption layer plugs in; same shapes as the servicer methods."""
+    """What the Pop consumption layer plugs in; same shapes as the servicer methods.
+
+    Built by a :data:`PopFactory` once the servicer exists (it can use the servicer's store,
+    ``resources``, ``clients`` and ``identity``). On broker stop, :meth:`begin_shutdown` is
+    called first (end long polls now), then — after the server drained — :meth:`close` in a
+    worker thread, before the store closes.
+    """
+
+    def begin_shutdown(self) -> None: ...
+
+    def close(self) -> None: ...
 
     def ReceiveMessage(  # noqa: N802 — gRPC method names
         self, request: service_pb2.ReceiveMessageRequest, context: grpc.aio.ServicerContext
@@ -67,6 +77,9 @@ class PopHandlers(Protocol):
         request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
         context: grpc.aio.ServicerContext,
     ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse: ...
+
+
+PopFactory = Callable[["MessagingServicer"], PopHandlers]
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -96,20 +109,20 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         store: MessageStore,
         identity: routes.BrokerIdentity,
         *,
-        pop: PopHandlers | None = None,
+        pop: PopFactory | None = None,
         limits: sending.SendLimits = sending.DEFAULT_LIMITS,
         auto_create_topics: bool = False,
     ) -> None:
         self.store = store
         self.resources = Resources(store, auto_create_topics=auto_create_topics)
         self.identity = identity
-        self.pop = pop
         self.limits = limits
         self.clients = client_settings.ClientRegistry()
         self.selector = sending.QueueSelector()
         self._waiters = store.durable_waiters(asyncio.get_running_loop())
         self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
         self._closing = asyncio.Event()
+        self.pop: PopHandlers | None = pop(self) if pop is not None else None
 
     # ------------------------------------------------------------------ helpers
     async def _answer(
@@ -219,6 +232,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     def begin_shutdown(self) -> None:
         """End the long-lived streams so that the server's drain does not wait for them."""
         self._closing.set()
+        if self.pop is not None:
+            self.pop.begin_shutdown()
 
     # ------------------------------------------------------------------ sending
     async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -68,8 +68,9 @@ def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
 class Broker:
     """One store, one server. Invariant: ``store`` is open while ``server`` serves."""
 
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, pop: messaging.PopFactory | None = None) -> None:
         self.config = config
+        self._pop_factory = pop
         self.store = MessageStore(config.store)
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -105,7 +106,7 @@ class Broker:
             port=self.port,
         )
         self.messaging = messaging.MessagingServicer(
-            self.store, identity, auto_create_topics=cfg.auto_create_topics
+            self.store, identity, pop=self._pop_factory, auto_create_topics=cfg.auto_create_topics
         )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
         wire.register(server, v2_service, self.messaging, v2_status=True)
@@ -123,6 +124,9 @@ class Broker:
             self.messaging.begin_shutdown()
         if server is not None:
             await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
+        pop = self.messaging.pop if self.messaging is not None else None
+        if pop is not None:
+            await asyncio.to_thread(pop.close)
         await asyncio.to_thread(self.store.close)
 
     async def run_until_signalled(self) -> None:

@@ -11,6 +11,7 @@ import asyncio
 import concurrent.futures
 import threading
 
+from gannet.node.api.messaging import PopFactory
 from gannet.node.broker.serving import Broker, BrokerConfig
 
 START_TIMEOUT_S = 60.0
@@ -60,8 +61,8 @@ class BrokerThread:
         self._thread.join()
 
 
-def start(config: BrokerConfig) -> BrokerThread:
+def start(config: BrokerConfig, *, pop: PopFactory | None = None) -> BrokerThread:
     """Start a broker thread; raises what the broker's start raised."""
-    running = BrokerThread(Broker(config))
+    running = BrokerThread(Broker(config, pop=pop))
     running.begin()
     return running
