@@ -114,12 +114,15 @@ def test_dead_letter_after_the_group_limit(harness: Harness) -> None:
         attempts += [m.delivery_attempt for m in got.messages]
         harness.advance(INVISIBLE_MS + 3_000)
     assert attempts == [1, 2, 3]
+    stats = harness.broker.statistics()
+    assert (stats.revived_total, stats.revive_write_queues) == (2, 8)
     for _ in range(3):
         assert harness.pop(group="GID_dlq").messages == []
         harness.advance(INVISIBLE_MS + 3_000)
     dlq = validation.dlq_topic("GID_dlq")
     dead = harness.store.get_messages(dlq, 0, 0, 10)
     assert len(dead.messages) == 1
+    assert harness.broker.statistics().dead_lettered_total == 1
     msg = records.decode(dead.messages[0].data)
     assert msg.body == b"m0"
     assert msg.properties[props.DLQ_ORIGIN_TOPIC] == TOPIC

@@ -72,3 +72,34 @@ def test_count_change_survives_restart(tmp_path: Path) -> None:
         assert h.broker.revive_queue_ids() == list(range(8))
     finally:
         h.close()
+
+
+def test_restart_after_shrinking_still_revives_the_retired_queues(tmp_path: Path) -> None:
+    h = Harness(tmp_path, PopConfig(revive_queue_count=8, buffer_merge_enabled=False))
+    h.setup()
+    try:
+        h.produce(64)
+        popped: Counter[str] = Counter()
+        for _ in range(4):
+            popped.update(m.message.body.decode() for m in h.pop(8).messages)
+        h.broker.set_revive_queue_count(2)
+        for _ in range(4):
+            got = h.pop(8)
+            assert got.revive_qid < 2
+            popped.update(m.message.body.decode() for m in got.messages)
+        h.config = PopConfig(revive_queue_count=2, buffer_merge_enabled=False)
+        h.restart()
+        assert _revive_queue_counts(h) == (8, 2)
+        h.advance(INVISIBLE_MS + 3_000)
+        back: Counter[str] = Counter()
+        while True:
+            got = h.pop(32)
+            if not got.messages:
+                break
+            back.update(m.message.body.decode() for m in got.messages)
+            for m in got.messages:
+                h.broker.ack(GROUP, TOPIC, m.receipt_handle, now_ms=h.now)
+        assert back == popped
+        assert not h.broker.retired_queues_drained(h.now)  # an earlier process may have parked more
+    finally:
+        h.close()

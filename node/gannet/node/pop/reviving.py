@@ -78,6 +78,9 @@ class ReviveService:
         self.ctx = ctx
         self.revive_qid = revive_qid
         self.topic = revive_log.revive_topic(ctx.store)
+        self.revived_total = 0
+        self.dead_lettered_total = 0
+        self.re_put_total = 0
 
     def progress(self) -> int:
         """Offset of the last handled revive-queue message, -1 when none."""
@@ -108,6 +111,9 @@ class ReviveService:
                     break
                 handled += 1
             handled_to = offset
+        self.revived_total += counts.revived
+        self.dead_lettered_total += counts.dead_lettered
+        self.re_put_total += counts.re_put
         if handled_to >= start:
             store.consumer_offsets.commit(
                 validation.REVIVE_GROUP, self.topic, self.revive_qid, handled_to

@@ -24,6 +24,7 @@ import random
 import threading
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from gannet.node.pop import ordering, receipts, revive_log
 from gannet.node.pop.acking import AckService
@@ -46,6 +47,22 @@ Runner = Callable[[Callable[[], PopResult]], Awaitable[PopResult]]
 
 def _wall_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class PopStatistics:
+    """A snapshot for metrics and the admin API."""
+
+    tracked_checkpoints: int
+    buffered_checkpoints: int
+    offset_queues: int
+    checkpoints_dropped_without_write_total: int
+    poll_waiters: int
+    revive_queues: int
+    revive_write_queues: int
+    revived_total: int
+    dead_lettered_total: int
+    re_put_total: int
 
 
 class PopBroker:
@@ -240,6 +257,22 @@ class PopBroker:
             dataclasses.replace(current, read_queue_nums=self.ctx.revive_write_queues)
         )
         return True
+
+    def statistics(self) -> PopStatistics:
+        buffer = self.ctx.buffer.statistics()
+        revivers = list(self._revivers.values())
+        return PopStatistics(
+            tracked_checkpoints=buffer.tracked,
+            buffered_checkpoints=buffer.buffered,
+            offset_queues=buffer.offset_queues,
+            checkpoints_dropped_without_write_total=buffer.dropped_without_write_total,
+            poll_waiters=self.waiters.waiting(),
+            revive_queues=len(self.revive_queue_ids()),
+            revive_write_queues=self.ctx.revive_write_queues,
+            revived_total=sum(r.revived_total for r in revivers),
+            dead_lettered_total=sum(r.dead_lettered_total for r in revivers),
+            re_put_total=sum(r.re_put_total for r in revivers),
+        )
 
     # --- periodic work ---
     def tick(self, now_ms: int) -> list[RevivePass]:
