@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 from gannet.node.store import records
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.errors import CorruptionError, MessageTooLarge
+from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
 from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
@@ -183,6 +183,70 @@ class CommitLog:
     def _write(f: MappedFile, chunks: list[bytes]) -> None:
         if chunks:
             f.append(b"".join(chunks))
+
+    # --- replication (the Raft layer) ---
+    def read_raw(self, offset: int, max_bytes: int) -> bytes:
+        """Bytes from ``offset`` as stored, at most ``max_bytes`` and never past the end of
+        the file holding ``offset`` (a leader ships ranges; BLANK tails included)."""
+        f = self.files.find_file(offset)
+        if f is None:
+            return b""
+        pos = offset - f.file_from_offset
+        end = min(f.wrote_position, pos + max_bytes)
+        try:
+            return f.read(pos, max(0, end - pos))
+        except ValueError:
+            return b""
+
+    def append_raw(self, offset: int, data: bytes) -> int:
+        """Write a leader's bytes at ``offset``, which must be this log's end; returns the new
+        end. Records may be split across calls. Queue offsets are not assigned here: the
+        caller rebuilds them from the complete records (:meth:`note_raw_records`)."""
+        with self.put_lock:
+            end = self.max_offset()
+            if offset != end:
+                raise StoreError(f"raw append at {offset}, but the commit log ends at {end}")
+            view = memoryview(data)
+            while view:
+                f = self.files.last_file_for_append(offset)
+                part = view[: f.remaining_bytes]
+                f.append(part)
+                offset += len(part)
+                view = view[len(part) :]
+            return offset
+
+    def note_raw_records(self, start: int, end: int) -> int:
+        """Account the complete records in ``[start, end)`` written by :meth:`append_raw`:
+        raise the queue-offset table and the last store time. Returns where the next call
+        must start (the first incomplete record, or ``end``)."""
+        with self.put_lock:
+            offset = start
+            for at, head, _ in self.scan_heads(start, end, check_crc=False):
+                if head is None:
+                    return at
+                if head.sys_flag & 0xC in (0x0, 0x8):
+                    key = queue_key(head.topic, head.queue_id)
+                    self.queue_offsets[key] = max(
+                        self.queue_offsets.get(key, 0), head.queue_offset + 1
+                    )
+                self.last_store_timestamp_ms = max(
+                    self.last_store_timestamp_ms, head.store_timestamp_ms
+                )
+                offset = at + head.size
+            return self._skip_blanks(offset, end)
+
+    def _skip_blanks(self, offset: int, end: int) -> int:
+        while offset < end:
+            f = self.files.find_file(offset)
+            if f is None:
+                return offset
+            head, size, _ = records.check_structure(
+                f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
+            )
+            if head is not None or size != 0:
+                return offset
+            offset = self.files.roll_next_file(offset)
+        return offset
 
     # --- reading ---
     def file_for(self, offset: int) -> MappedFile | None:

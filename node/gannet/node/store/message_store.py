@@ -116,6 +116,7 @@ class MessageStore:
         self.uniq_keys = UniqKeyGenerator(config.store_host, os.getpid(), id(self) & 0x7FFFFFFF)
         self.disk_full = False
         self._valid_topics: set[str] = set()
+        self._raw_scanned = 0
         self._commit_follows_flush = commit_follows_flush
         self._lock_fd = -1
         self._stop = threading.Event()
@@ -155,6 +156,7 @@ class MessageStore:
         )
         self.timers.load(self.recovery.process_offset)
         end = self.commitlog.max_offset()
+        self._raw_scanned = end
         self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
         self.flush = FlushService(self.config, self.commitlog, self.checkpoint)
         self.flush.listeners.append(self._on_flushed)
@@ -272,6 +274,7 @@ class MessageStore:
         encoded = [self.commitlog.encode(m) for m in prepared]
 
         def hand_off(results: list[AppendResult]) -> None:
+            self._raw_scanned = results[-1].end_offset  # nothing partial behind a local append
             self.dispatch.offer(
                 [dispatch_info_of(m, r) for m, r in zip(prepared, results, strict=True)]
             )
@@ -388,6 +391,27 @@ class MessageStore:
         cq = self.queues.get(topic, queue_id)
         return cq.min_offset_in_queue() if cq is not None else 0
 
+    # ------------------------------------------------------------------ replication
+    def read_replicated(self, offset: int, max_bytes: int) -> bytes:
+        """Raw commit-log bytes from ``offset`` for a follower (at most ``max_bytes``, never
+        past the end of the file holding ``offset``)."""
+        return self.commitlog.read_raw(offset, max_bytes)
+
+    def append_replicated(self, offset: int, data: bytes) -> int:
+        """Write a leader's bytes at ``offset`` (this log's end) and return the new end.
+
+        The bytes are the leader's, so replicas stay byte-identical; queue offsets and the
+        store time are raised from the complete records so that this node can lead later.
+        Durability is requested like any append (``durable_waiters`` / ``wait_flushed``);
+        dispatch still waits for :meth:`set_commit_offset`.
+        """
+        self._check_writable()
+        end = self.commitlog.append_raw(offset, data)
+        self._raw_scanned = self.commitlog.note_raw_records(self._raw_scanned, end)
+        if self.flush is not None:
+            self.flush.request_flush(end)
+        return end
+
     # ------------------------------------------------------------------ maintenance
     def truncate(self, offset: int) -> None:
         """Cut the commit log and everything derived from it at ``offset`` (a record start).
@@ -405,6 +429,7 @@ class MessageStore:
             self.dispatch.clear_handoff()
             if self.flush is not None:
                 self.flush.truncated(offset)
+            self._raw_scanned = min(self._raw_scanned, offset)
             self.commitlog.queue_offsets = offset_table_of(self.queues)
             reput = min(self.dispatch.reput_from, offset)
             self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
