@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
 	touch $(STAMP)
 
 install: $(STAMP)
