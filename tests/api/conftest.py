@@ -27,11 +27,40 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
     running.stop()
 
 
+CLIENT_ID = (("x-mq-client-id", "tests@1@0@api"),)
+
+
+class _WithClientId(
+    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
+    grpc.StreamStreamClientInterceptor,  # type: ignore[misc]
+):
+    """Adds the x-mq-client-id header every RocketMQ client sends (the broker requires it)."""
+
+    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return details._replace(metadata=[*(details.metadata or ()), *CLIENT_ID])
+
+    def intercept_unary_unary(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_unary_stream(self, continuation, details, request):
+        return continuation(self._details(details), request)
+
+    def intercept_stream_stream(self, continuation, details, requests):
+        return continuation(self._details(details), requests)
+
+
 @pytest.fixture(scope="module")
-def channel(broker: threads.BrokerThread) -> Iterator[grpc.Channel]:
+def raw_channel(broker: threads.BrokerThread) -> Iterator[grpc.Channel]:
+    """A channel without the client-id header."""
     options = [("grpc.max_send_message_length", 64 * 1024 * 1024)]
     with grpc.insecure_channel(broker.endpoint, options=options) as ch:
         yield ch
+
+
+@pytest.fixture(scope="module")
+def channel(raw_channel: grpc.Channel) -> grpc.Channel:
+    return grpc.intercept_channel(raw_channel, _WithClientId())
 
 
 @pytest.fixture(scope="module")

@@ -19,6 +19,8 @@ from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig, with_listen
 from gannet.node.store.config import FlushMode, StoreConfig
 
+from .conftest import CLIENT_ID
+
 pytestmark = pytest.mark.slow
 
 
@@ -64,7 +66,7 @@ def test_stop_ends_telemetry_streams_instead_of_waiting_out_the_grace(tmp_path: 
     outbox.put(service_pb2.TelemetryCommand(settings=settings))
     with commands.channel(running.endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
-        stream = stub.Telemetry(iter(outbox.get, None))
+        stream = stub.Telemetry(iter(outbox.get, None), metadata=CLIENT_ID)
         assert next(stream).status.code == 20000
         started = time.monotonic()
         running.stop()

@@ -12,6 +12,8 @@ from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 
+from .conftest import CLIENT_ID
+
 
 class FakePop:
     def __init__(self, servicer: MessagingServicer) -> None:
@@ -55,16 +57,26 @@ def test_pop_handlers_receive_the_calls_and_the_lifecycle(tmp_path: Path) -> Non
 
     store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
     running = threads.start(BrokerConfig(store=store, listen_port=0), pop=factory)
-    with commands.channel(running.endpoint) as channel:
-        stub = service_pb2_grpc.MessagingServiceStub(channel)
-        frames = list(stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(), timeout=5))
+    with commands.channel(running.endpoint) as plain:
+        stub = service_pb2_grpc.MessagingServiceStub(plain)
+        frames = list(
+            stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(), timeout=5, metadata=CLIENT_ID)
+        )
         assert [f.status.code for f in frames] == [Code.OK]
-        assert stub.AckMessage(service_pb2.AckMessageRequest(), timeout=5).status.code == Code.OK
+        assert (
+            stub.AckMessage(
+                service_pb2.AckMessageRequest(), timeout=5, metadata=CLIENT_ID
+            ).status.code
+            == Code.OK
+        )
         change = stub.ChangeInvisibleDuration(
-            service_pb2.ChangeInvisibleDurationRequest(), timeout=5
+            service_pb2.ChangeInvisibleDurationRequest(), timeout=5, metadata=CLIENT_ID
         )
         assert change.receipt_handle == "new"
         forward = service_pb2.ForwardMessageToDeadLetterQueueRequest()
-        assert stub.ForwardMessageToDeadLetterQueue(forward, timeout=5).status.code == Code.OK
+        assert (
+            stub.ForwardMessageToDeadLetterQueue(forward, timeout=5, metadata=CLIENT_ID).status.code
+            == Code.OK
+        )
     running.stop()
     assert made[0].calls == ["receive", "ack", "change", "dlq", "begin_shutdown", "close"]

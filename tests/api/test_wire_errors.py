@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
-from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api.gen import admin_pb2
 
@@ -213,3 +213,16 @@ def test_heartbeat_and_termination_answer_ok(messaging) -> None:
     assert beat.status.code == Code.OK
     bye = messaging.NotifyClientTermination(service_pb2.NotifyClientTerminationRequest(), timeout=5)
     assert bye.status.code == Code.OK
+
+
+def test_missing_client_id_is_client_id_required(raw_channel) -> None:
+    stub = service_pb2_grpc.MessagingServiceStub(raw_channel)
+    reply = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=5)
+    assert reply.status.code == Code.CLIENT_ID_REQUIRED
+    assert "x-mq-client-id" in reply.status.message
+    settings = definition_pb2.Settings(client_type=definition_pb2.PRODUCER)
+    settings.publishing.SetInParent()
+    replies = stub.Telemetry(iter([service_pb2.TelemetryCommand(settings=settings)]), timeout=5)
+    with pytest.raises(grpc.RpcError) as caught:
+        next(replies)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

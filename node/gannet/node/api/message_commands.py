@@ -9,6 +9,8 @@ codes are those of :mod:`commands`; registered by :mod:`gannet.node.cli`.
 from __future__ import annotations
 
 import datetime as dt
+import os
+import socket
 import time
 
 import click
@@ -17,7 +19,7 @@ from rich.table import Table
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
-from gannet.node.api import commands, statuses
+from gannet.node.api import commands, messaging, statuses
 from gannet.node.api.commands import CALL_TIMEOUT_S, console, endpoint_option
 from gannet.node.api.gen import admin_pb2
 
@@ -102,13 +104,19 @@ def message_send(
             )
             request = service_pb2.SendMessageRequest(messages=[msg])
             try:
-                reply = stub.SendMessage(request, timeout=CALL_TIMEOUT_S)
+                reply = stub.SendMessage(request, timeout=CALL_TIMEOUT_S, metadata=_metadata())
             except grpc.RpcError as exc:
                 commands.rpc_failed(endpoint, exc)
             _check_status(reply.status)
             for entry in reply.entries:
                 table.add_row(entry.message_id, str(entry.offset))
     console.print(table)
+
+
+def _metadata() -> tuple[tuple[str, str], ...]:
+    """The headers RocketMQ clients send; the broker requires a client id."""
+    client_id = f"{socket.gethostname()}@{os.getpid()}@gannet-cli"
+    return ((messaging.CLIENT_ID_HEADER, client_id), ("x-mq-language", "PYTHON"))
 
 
 def _check_status(status: definition_pb2.Status) -> None:

@@ -9,6 +9,10 @@ marker, and answers it itself:
   server-streaming RPCs → one such status frame;
 * the Telemetry stream, and every admin RPC → gRPC ``INVALID_ARGUMENT``.
 
+The same path refuses v2 requests without an ``x-mq-client-id`` header with
+``CLIENT_ID_REQUIRED``, as the proxy's ``validateContext`` does (every official client sends
+one).
+
 Called by :mod:`gannet.node.broker.serving`.
 """
 
@@ -66,25 +70,54 @@ async def _stream_guard(
         yield request
 
 
-def _unary(method: Callable[..., Any], out: type[ProtoMessage], v2: bool) -> Callable[..., Any]:
+@dataclass(frozen=True, slots=True)
+class Rules:
+    """How a service answers requests it refuses before the servicer sees them."""
+
+    v2_status: bool
+    """True: a v2 response with a ``status``; False: a gRPC INVALID_ARGUMENT."""
+    client_id_header: str | None = None
+    """A metadata key every request must carry non-blank (v2: ``x-mq-client-id``)."""
+
+
+def _refusal(
+    request: object, context: grpc.aio.ServicerContext, rules: Rules
+) -> statuses.ApiError | None:
+    """Why the request is refused before the servicer runs, or None."""
+    if isinstance(request, Malformed):
+        return statuses.ApiError(statuses.BAD_REQUEST, request.text())
+    if rules.client_id_header is not None:
+        for key, value in context.invocation_metadata() or ():
+            if key == rules.client_id_header and str(value).strip():
+                return None
+        return statuses.ApiError(
+            statuses.CLIENT_ID_REQUIRED,
+            f"the {rules.client_id_header} header is missing or blank; RocketMQ clients send it",
+        )
+    return None
+
+
+def _unary(method: Callable[..., Any], out: type[ProtoMessage], rules: Rules) -> Callable[..., Any]:
     async def handle(request: object, context: grpc.aio.ServicerContext) -> ProtoMessage:
-        if isinstance(request, Malformed):
-            if not v2:
-                await _abort_invalid(context, request)
-            return out(status=statuses.ApiError(statuses.BAD_REQUEST, request.text()).status())
+        refused = _refusal(request, context, rules)
+        if refused is not None:
+            if not rules.v2_status:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
+            return out(status=refused.status())
         return await method(request, context)
 
     return handle
 
 
 def _server_stream(
-    method: Callable[..., Any], out: type[ProtoMessage], v2: bool
+    method: Callable[..., Any], out: type[ProtoMessage], rules: Rules
 ) -> Callable[..., Any]:
     async def handle(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        if isinstance(request, Malformed):
-            if not v2:
-                await _abort_invalid(context, request)
-            yield out(status=statuses.ApiError(statuses.BAD_REQUEST, request.text()).status())
+        refused = _refusal(request, context, rules)
+        if refused is not None:
+            if not rules.v2_status:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
+            yield out(status=refused.status())
             return
         async for response in method(request, context):
             yield response
@@ -92,15 +125,18 @@ def _server_stream(
     return handle
 
 
-def _bidi(method: Callable[..., Any]) -> Callable[..., Any]:
+def _bidi(method: Callable[..., Any], rules: Rules) -> Callable[..., Any]:
     async def handle(requests: AsyncIterator[object], context: grpc.aio.ServicerContext) -> Any:
+        refused = _refusal(None, context, rules)
+        if refused is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
         async for response in method(_stream_guard(requests, context), context):
             yield response
 
     return handle
 
 
-def register(server: grpc.aio.Server, service: Any, servicer: object, *, v2_status: bool) -> None:
+def register(server: grpc.aio.Server, service: Any, servicer: object, rules: Rules) -> None:
     """Serve every method of ``service`` (a ServiceDescriptor) from ``servicer``."""
     handlers = {}
     for m in service.methods:
@@ -109,14 +145,14 @@ def register(server: grpc.aio.Server, service: Any, servicer: object, *, v2_stat
         decode = _decoder(request_cls, m.input_type.full_name)
         method = getattr(servicer, m.name)
         if m.client_streaming and m.server_streaming:
-            handler = grpc.stream_stream_rpc_method_handler(_bidi(method), decode, _encoder)
+            handler = grpc.stream_stream_rpc_method_handler(_bidi(method, rules), decode, _encoder)
         elif m.client_streaming:
             raise NotImplementedError(f"{m.full_name}: client-streaming methods are not used")
         elif m.server_streaming:
-            behaviour = _server_stream(method, response_cls, v2_status)
+            behaviour = _server_stream(method, response_cls, rules)
             handler = grpc.unary_stream_rpc_method_handler(behaviour, decode, _encoder)
         else:
-            behaviour = _unary(method, response_cls, v2_status)
+            behaviour = _unary(method, response_cls, rules)
             handler = grpc.unary_unary_rpc_method_handler(behaviour, decode, _encoder)
         handlers[m.name] = handler
     server.add_generic_rpc_handlers(

@@ -109,10 +109,11 @@ class Broker:
             self.store, identity, pop=self._pop_factory, auto_create_topics=cfg.auto_create_topics
         )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
-        wire.register(server, v2_service, self.messaging, v2_status=True)
+        v2_rules = wire.Rules(v2_status=True, client_id_header=messaging.CLIENT_ID_HEADER)
+        wire.register(server, v2_service, self.messaging, v2_rules)
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
-        wire.register(server, admin_service, admin_servicer, v2_status=False)
+        wire.register(server, admin_service, admin_servicer, wire.Rules(v2_status=False))
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
