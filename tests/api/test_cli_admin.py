@@ -118,3 +118,13 @@ def test_unreachable_broker_exits_4() -> None:
     result = CliRunner().invoke(main, ["status", "--endpoint", "127.0.0.1:1"])
     assert result.exit_code == 4, result.output
     assert "cannot reach" in result.output
+
+
+def test_message_send_fifo_and_delayed(gannet) -> None:
+    fifo, delayed = unique("CliFifo"), unique("CliDelay")
+    gannet("topic", "create", fifo, "--type", "fifo")
+    gannet("topic", "create", delayed, "--type", "delay")
+    gannet("message", "send", fifo, "in order", "--message-group", "g1", "--count", "3")
+    gannet("message", "send", fifo, "no group", code=5)  # NORMAL into a FIFO topic
+    gannet("message", "send", delayed, "later", "--delay-ms", "60000")
+    gannet("message", "send", delayed, "too late", "--delay-ms", str(2 * 86_400_000), code=5)
