@@ -1,0 +1,754 @@
+"""``RaftCore``: the Raft state machine of one node of a Gannet replication group.
+
+Called by the replication driver (``gannet.node.replication``), by the transcript tests and by
+the simulator (``gannet.node.testing.raft_sim``). Pure and single-threaded: inputs are
+``step`` (a peer's message), ``tick`` (one unit of time), ``propose`` (bytes to append, leader
+only), ``transfer_leadership`` and ``report_durable`` (the commit log is synced up to an offset);
+the output is ``ready()`` (see ``ready.py`` for the driver's contract), acknowledged with
+``advance``. Between ``ready()`` and ``advance()`` no other input is allowed.
+
+Rules that differ from textbook Raft because the log is the commit log:
+
+* Positions are byte offsets; the term of a byte comes from the leader-epoch list
+  (``epochs.EpochLog``). Log matching compares ``(prev_offset, term of the byte before it)``.
+* The commit offset is the highest offset *durable* on a majority, the leader's own durable
+  offset included (DLedger counted page-cache bytes; that loses acknowledged writes), and it
+  only moves to an offset whose byte was written in the current term (Raft §5.4.2). A new
+  leader appends a no-op record so that the previous terms' bytes commit without waiting for
+  a producer (DLedger left that off by default).
+* Followers answer an append once its bytes are durable: ``report_durable`` sends the
+  acknowledgement. A follower never truncates below its commit offset (dledger#316).
+* PreVote, leader stickiness (a node that hears from a leader ignores disruptive campaigns),
+  check-quorum (a leader that cannot hear a majority steps down) and leadership transfer by
+  ``TimeoutNow`` with a write fence.
+
+The leader sends only bytes the driver has written (``_written_offset``: the end of the
+entries of advanced Readies), so the driver can always read what a message names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from gannet.node.raft import quorum
+from gannet.node.raft.epochs import Epoch, EpochLog
+from gannet.node.raft.invariants import invariant
+from gannet.node.raft.messages import (
+    NO_NODE,
+    ZERO_OFFSET,
+    ZERO_TERM,
+    AppendEntries,
+    AppendResponse,
+    Busy,
+    ByteOffset,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    NodeId,
+    NotLeader,
+    PreVoteRequest,
+    PreVoteResponse,
+    Proposed,
+    Term,
+    TimeoutNow,
+    TransferStarted,
+    VoteRequest,
+    VoteResponse,
+)
+from gannet.node.raft.progress import Progress, ProgressState
+from gannet.node.raft.ready import AppendRange, HardState, Ready, Role, SoftState
+
+RandomTicks = Callable[[int], int]
+"""``random_ticks(n)`` returns an integer in ``[0, n)``; seeded by the driver."""
+
+NoopPayload = Callable[[ByteOffset, Term], bytes]
+"""Encodes the leader's election no-op record for ``(offset, term)``; never empty."""
+
+RecordEnd = Callable[[ByteOffset, ByteOffset], ByteOffset]
+"""``record_end(start, cap)``: the largest record boundary ``b`` with ``start < b <= cap`` in
+the local log, or the end of the record that starts at ``start`` if it alone exceeds ``cap``.
+Lets the leader cut ``AppendEntries`` at record boundaries without holding the records."""
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    node_id: NodeId
+    voters: tuple[NodeId, ...]
+    random_ticks: RandomTicks
+    noop_payload: NoopPayload
+    record_end: RecordEnd | None = None
+    election_timeout_ticks: int = 10
+    heartbeat_interval_ticks: int = 1
+    append_bytes_max: int = 1 << 20
+    inflight_messages_max: int = 64
+    inflight_bytes_max: int = 8 << 20
+    uncommitted_bytes_max: int = 64 << 20
+    pre_vote: bool = True
+    check_quorum: bool = True
+
+    def __post_init__(self) -> None:
+        invariant(self.node_id in self.voters, "a node must be one of the voters")
+        invariant(len(set(self.voters)) == len(self.voters), "duplicate voter")
+        invariant(NO_NODE not in self.voters, "node id 0 is reserved")
+        invariant(self.heartbeat_interval_ticks >= 1, "heartbeat every tick at most")
+        invariant(
+            self.election_timeout_ticks > self.heartbeat_interval_ticks,
+            "the election timeout must exceed the heartbeat interval",
+        )
+        invariant(self.append_bytes_max >= 1, "append_bytes_max must be positive")
+
+
+@dataclass(frozen=True, slots=True)
+class InitialState:
+    """What the driver recovered from disk: term and vote, the epoch file, the log end (all
+    bytes below it durable) and, if it keeps one, the last known commit offset."""
+
+    hard_state: HardState = field(default_factory=HardState)
+    epochs: tuple[Epoch, ...] = ()
+    last_offset: ByteOffset = ZERO_OFFSET
+    committed_offset: ByteOffset = ZERO_OFFSET
+    start_offset: ByteOffset = ZERO_OFFSET
+    start_term: Term = ZERO_TERM
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """A snapshot for ``gannet status`` and the tests."""
+
+    node_id: NodeId
+    role: Role
+    term: Term
+    vote: NodeId
+    leader_id: NodeId
+    last_offset: ByteOffset
+    last_term: Term
+    durable_offset: ByteOffset
+    committed_offset: ByteOffset
+    progress: tuple[tuple[NodeId, str, ByteOffset, ByteOffset, ByteOffset], ...]
+
+
+class RaftCore:
+    """One node's Raft state.
+
+    Invariant: ``committed_offset <= log.last_offset`` and it never decreases.
+    Invariant: ``durable_offset <= _written_offset <= log.last_offset``.
+    Invariant: ``_matched_offset`` (a follower's log equals the leader's up to it, this term)
+    is ``<= log.last_offset``; it resets when the term changes.
+    Invariant: at most one ``Ready`` is outstanding (``ready()`` … ``advance()``).
+    """
+
+    def __init__(self, config: Config, initial: InitialState | None = None) -> None:
+        state = initial or InitialState()
+        self.config = config
+        self.id = config.node_id
+        self.others = tuple(v for v in config.voters if v != config.node_id)
+        self.term = state.hard_state.term
+        self.vote = state.hard_state.vote
+        self.role = Role.FOLLOWER
+        self.leader_id = NO_NODE
+        self.log = EpochLog(
+            state.epochs,
+            last_offset=state.last_offset,
+            start_offset=state.start_offset,
+            start_term=state.start_term,
+        )
+        invariant(state.committed_offset <= state.last_offset, "commit beyond the log end")
+        self.committed_offset = state.committed_offset
+        self.durable_offset = state.last_offset
+        self._written_offset = state.last_offset
+        self._matched_offset = ByteOffset(0)
+        self._election_elapsed_ticks = 0
+        self._heartbeat_elapsed_ticks = 0
+        self._election_timeout_ticks = self._randomized_timeout()
+        self._votes: dict[NodeId, bool] = {}
+        self._progress: dict[NodeId, Progress] = {}
+        self._transferee = NO_NODE
+        self._transfer_elapsed_ticks = 0
+        self._timeout_now_sent = False
+        # Pending output, handed out by ready() and cleared by advance().
+        self._entries: list[AppendRange] = []
+        self._truncate_to: ByteOffset | None = None
+        self._messages: list[Message] = []
+        self._persisted_hard_state = HardState(self.term, self.vote)
+        self._reported_committed = self.committed_offset
+        self._reported_soft = self._soft_state()
+        self._outstanding: Ready | None = None
+
+    # ----------------------------------------------------------------- inputs
+
+    def tick(self) -> None:
+        self._check_no_outstanding()
+        if self.role is Role.LEADER:
+            self._tick_leader()
+        else:
+            self._election_elapsed_ticks += 1
+            if self._election_elapsed_ticks >= self._election_timeout_ticks:
+                self.campaign()
+
+    def campaign(self) -> None:
+        """Start an election now (as if the election timer fired)."""
+        self._check_no_outstanding()
+        if self.role is Role.LEADER:
+            return
+        if self.config.pre_vote:
+            self._start_pre_vote()
+        else:
+            self._start_election(transfer=False)
+
+    def propose(self, payload: bytes) -> Proposed | NotLeader | Busy:
+        self._check_no_outstanding()
+        invariant(len(payload) > 0, "empty proposal")
+        if self.role is not Role.LEADER:
+            return NotLeader(self.leader_id)
+        if self._transferee != NO_NODE:
+            return Busy("leadership transfer in progress")
+        uncommitted_bytes = self.log.last_offset - self.committed_offset + len(payload)
+        if uncommitted_bytes > self.config.uncommitted_bytes_max:
+            return Busy("uncommitted_bytes_max reached")
+        start = self.log.last_offset
+        end = ByteOffset(start + len(payload))
+        self._append(AppendRange(start, end, self.term, payload))
+        return Proposed(start, end, self.term)
+
+    def transfer_leadership(self, target: NodeId) -> TransferStarted | NotLeader | Busy:
+        self._check_no_outstanding()
+        if self.role is not Role.LEADER:
+            return NotLeader(self.leader_id)
+        if target not in self._progress:
+            return Busy(f"node {target} is not a follower of this group")
+        self._transferee = target
+        self._transfer_elapsed_ticks = 0
+        self._timeout_now_sent = False
+        self._maybe_send_timeout_now()
+        self._send_append(target)
+        return TransferStarted(target)
+
+    def report_durable(self, offset: ByteOffset) -> None:
+        """The commit log is synced up to ``offset``. Offsets past the written end (a write
+        cut by a later truncation) are clamped; going backwards is ignored."""
+        self._check_no_outstanding()
+        offset = ByteOffset(min(offset, self._written_offset))
+        if offset <= self.durable_offset:
+            return
+        self.durable_offset = offset
+        if self.role is Role.LEADER:
+            self._maybe_commit()
+        elif self.role is Role.FOLLOWER and self.leader_id != NO_NODE and self._matched_offset:
+            self._send_append_ack(self.leader_id)
+
+    def step(self, message: Message) -> None:
+        self._check_no_outstanding()
+        invariant(message.target == self.id, f"message for {message.target} given to {self.id}")
+        if message.sender not in self.config.voters or message.sender == self.id:
+            return
+        if message.term > self.term:
+            if not self._accept_higher_term(message):
+                return
+        elif message.term < self.term:
+            self._answer_stale(message)
+            return
+        self._dispatch(message)
+
+    # ----------------------------------------------------------------- output
+
+    def has_ready(self) -> bool:
+        return not self._build_ready().is_empty()
+
+    def ready(self) -> Ready:
+        invariant(self._outstanding is None, "ready() twice without advance()")
+        ready = self._build_ready()
+        self._outstanding = ready
+        return ready
+
+    def advance(self, ready: Ready) -> None:
+        invariant(ready is self._outstanding, "advance() with a Ready not from ready()")
+        self._outstanding = None
+        if ready.hard_state is not None:
+            self._persisted_hard_state = ready.hard_state
+        if ready.committed_offset is not None:
+            self._reported_committed = ready.committed_offset
+        if ready.soft_state is not None:
+            self._reported_soft = ready.soft_state
+        if ready.truncate_to is not None:
+            self._truncate_to = None
+        if ready.entries:
+            invariant(ready.entries[-1].end_offset == self.log.last_offset, "entries vs log")
+            self._written_offset = ready.entries[-1].end_offset
+        del self._entries[: len(ready.entries)]
+        del self._messages[: len(ready.messages)]
+        if self.role is Role.LEADER:
+            self._broadcast_appends()
+
+    def status(self) -> Status:
+        rows = tuple(
+            (node, pr.state.value, pr.next_offset, pr.match_offset, pr.durable_offset)
+            for node, pr in sorted(self._progress.items())
+        )
+        return Status(
+            self.id,
+            self.role,
+            self.term,
+            self.vote,
+            self.leader_id,
+            self.log.last_offset,
+            self.log.last_term,
+            self.durable_offset,
+            self.committed_offset,
+            rows,
+        )
+
+    # ------------------------------------------------------------- elections
+
+    def _start_pre_vote(self) -> None:
+        self.role = Role.PRE_CANDIDATE
+        self.leader_id = NO_NODE
+        self._reset_election_timer()
+        self._votes = {self.id: True}
+        if self._tally() is True:
+            self._start_election(transfer=False)
+            return
+        for node in self.others:
+            self._send(
+                PreVoteRequest(
+                    self.id, node, Term(self.term + 1), self.log.last_term, self.log.last_offset
+                )
+            )
+
+    def _start_election(self, *, transfer: bool) -> None:
+        self.role = Role.CANDIDATE
+        self.leader_id = NO_NODE
+        self.term = Term(self.term + 1)
+        self.vote = self.id
+        self._matched_offset = ByteOffset(0)
+        self._reset_election_timer()
+        self._votes = {self.id: True}
+        if self._tally() is True:
+            self._become_leader()
+            return
+        for node in self.others:
+            self._send(
+                VoteRequest(
+                    self.id, node, self.term, self.log.last_term, self.log.last_offset, transfer
+                )
+            )
+
+    def _tally(self) -> bool | None:
+        """True when a majority granted, False when a majority refused, else None."""
+        needed = quorum.majority(len(self.config.voters))
+        granted = sum(1 for v in self._votes.values() if v)
+        if granted >= needed:
+            return True
+        if len(self._votes) - granted >= needed:
+            return False
+        return None
+
+    def _log_up_to_date(self, last_term: Term, last_offset: ByteOffset) -> bool:
+        return (last_term, last_offset) >= (self.log.last_term, self.log.last_offset)
+
+    def _in_lease(self) -> bool:
+        """A node that heard from a live leader within an election timeout ignores
+        campaigns (the leader stickiness PreVote relies on)."""
+        if not self.config.check_quorum:
+            return False
+        if self.role is Role.LEADER:
+            return True
+        return (
+            self.leader_id != NO_NODE
+            and self._election_elapsed_ticks < self.config.election_timeout_ticks
+        )
+
+    def _become_follower(self, term: Term, leader: NodeId) -> None:
+        if term != self.term:
+            invariant(term > self.term, "terms never go backwards")
+            self.term = term
+            self.vote = NO_NODE
+            self._matched_offset = ByteOffset(0)
+        self.role = Role.FOLLOWER
+        self.leader_id = leader
+        self._progress = {}
+        self._votes = {}
+        self._transferee = NO_NODE
+        self._reset_election_timer()
+
+    def _become_leader(self) -> None:
+        invariant(self.role is Role.CANDIDATE, f"{self.role.value} cannot become leader")
+        self.role = Role.LEADER
+        self.leader_id = self.id
+        self._heartbeat_elapsed_ticks = 0
+        self._election_elapsed_ticks = 0
+        self._transferee = NO_NODE
+        self._progress = {
+            node: Progress(
+                self.log.last_offset,
+                inflight_messages_max=self.config.inflight_messages_max,
+                inflight_bytes_max=self.config.inflight_bytes_max,
+            )
+            for node in self.others
+        }
+        start = self.log.last_offset
+        payload = self.config.noop_payload(start, self.term)
+        invariant(len(payload) > 0, "the no-op record must not be empty")
+        end = ByteOffset(start + len(payload))
+        self._append(AppendRange(start, end, self.term, payload, noop=True))
+        for node in self.others:
+            self._send_append(node)
+
+    def _reset_election_timer(self) -> None:
+        self._election_elapsed_ticks = 0
+        self._election_timeout_ticks = self._randomized_timeout()
+
+    def _randomized_timeout(self) -> int:
+        base = self.config.election_timeout_ticks
+        jitter = self.config.random_ticks(base)
+        invariant(0 <= jitter < base, "random_ticks(n) must return a value in [0, n)")
+        return base + jitter
+
+    # ----------------------------------------------------------- dispatching
+
+    def _accept_higher_term(self, message: Message) -> bool:
+        """Handle a message from a later term; False means drop it."""
+        if isinstance(message, PreVoteRequest):
+            return True
+        if isinstance(message, PreVoteResponse) and message.granted:
+            return True
+        if isinstance(message, VoteRequest) and not message.transfer and self._in_lease():
+            return False
+        leader = message.sender if isinstance(message, AppendEntries | Heartbeat) else NO_NODE
+        self._become_follower(message.term, leader)
+        return True
+
+    def _answer_stale(self, message: Message) -> None:
+        """Tell a node from an older term about ours, so a deposed leader steps down."""
+        if isinstance(message, AppendEntries | Heartbeat):
+            self._send(
+                HeartbeatResponse(self.id, message.sender, self.term, ByteOffset(0), ByteOffset(0))
+            )
+        elif isinstance(message, PreVoteRequest):
+            self._send(PreVoteResponse(self.id, message.sender, self.term, False))
+
+    def _dispatch(self, message: Message) -> None:
+        match message:
+            case PreVoteRequest():
+                self._on_pre_vote_request(message)
+            case PreVoteResponse():
+                self._on_pre_vote_response(message)
+            case VoteRequest():
+                self._on_vote_request(message)
+            case VoteResponse():
+                self._on_vote_response(message)
+            case AppendEntries():
+                self._on_append(message)
+            case Heartbeat():
+                self._on_heartbeat(message)
+            case AppendResponse():
+                self._on_append_response(message)
+            case HeartbeatResponse():
+                self._on_heartbeat_response(message)
+            case TimeoutNow():
+                self._on_timeout_now(message)
+
+    def _on_pre_vote_request(self, m: PreVoteRequest) -> None:
+        granted = (
+            m.term > self.term
+            and not self._in_lease()
+            and self._log_up_to_date(m.last_term, m.last_offset)
+        )
+        self._send(PreVoteResponse(self.id, m.sender, m.term if granted else self.term, granted))
+
+    def _on_pre_vote_response(self, m: PreVoteResponse) -> None:
+        if self.role is not Role.PRE_CANDIDATE:
+            return
+        if m.granted and m.term != self.term + 1:
+            return
+        self._votes[m.sender] = m.granted
+        outcome = self._tally()
+        if outcome is True:
+            self._start_election(transfer=False)
+        elif outcome is False:
+            self._become_follower(self.term, NO_NODE)
+
+    def _on_vote_request(self, m: VoteRequest) -> None:
+        granted = (
+            self.role in (Role.FOLLOWER, Role.PRE_CANDIDATE)
+            and self.vote in (NO_NODE, m.sender)
+            and self._log_up_to_date(m.last_term, m.last_offset)
+        )
+        if granted:
+            if self.role is Role.PRE_CANDIDATE:
+                self._become_follower(self.term, NO_NODE)
+            self.vote = m.sender
+            self._reset_election_timer()
+        self._send(VoteResponse(self.id, m.sender, self.term, granted))
+
+    def _on_vote_response(self, m: VoteResponse) -> None:
+        if self.role is not Role.CANDIDATE:
+            return
+        self._votes[m.sender] = m.granted
+        outcome = self._tally()
+        if outcome is True:
+            self._become_leader()
+        elif outcome is False:
+            self._become_follower(self.term, NO_NODE)
+
+    def _on_timeout_now(self, m: TimeoutNow) -> None:
+        if self.role is Role.LEADER:
+            return
+        self._start_election(transfer=True)
+
+    # ------------------------------------------------------------- follower
+
+    def _on_append(self, m: AppendEntries) -> None:
+        invariant(self.role is not Role.LEADER, f"two leaders in term {self.term}")
+        if self.role is not Role.FOLLOWER or self.leader_id != m.sender:
+            self._become_follower(self.term, m.sender)
+        self._reset_election_timer()
+        if not self.log.matches(m.prev_offset, m.prev_term):
+            hint_term, hint_offset = self.log.divergence_hint(m.prev_offset, m.prev_term)
+            self._send(
+                AppendResponse(
+                    self.id,
+                    m.sender,
+                    self.term,
+                    False,
+                    rejected_prev_offset=m.prev_offset,
+                    hint_term=hint_term,
+                    hint_offset=hint_offset,
+                )
+            )
+            return
+        invariant(
+            not m.payload or len(m.payload) == m.end_offset - m.prev_offset,
+            "payload length differs from the range",
+        )
+        conflict = self.log.first_conflict(m.prev_offset, m.end_offset, m.entries_term)
+        if conflict is not None:
+            self._truncate(conflict)
+        appended = m.end_offset > self.log.last_offset
+        if appended:
+            start = self.log.last_offset
+            payload = m.payload[start - m.prev_offset :] if m.payload else b""
+            self._append(AppendRange(start, m.end_offset, m.entries_term, payload))
+        self._matched_offset = ByteOffset(max(self._matched_offset, m.end_offset))
+        self._follower_commit(m.leader_commit)
+        if not appended:
+            self._send_append_ack(m.sender)
+
+    def _on_heartbeat(self, m: Heartbeat) -> None:
+        if self.role is not Role.FOLLOWER or self.leader_id != m.sender:
+            self._become_follower(self.term, m.sender)
+        self._reset_election_timer()
+        self._follower_commit(m.leader_commit)
+        self._send(
+            HeartbeatResponse(
+                self.id, m.sender, self.term, self._matched_offset, self._follower_durable()
+            )
+        )
+
+    def _follower_commit(self, leader_commit: ByteOffset) -> None:
+        """Only the prefix known to match the leader can be declared committed here."""
+        offset = min(leader_commit, self._matched_offset)
+        if offset > self.committed_offset:
+            self.committed_offset = ByteOffset(offset)
+
+    def _follower_durable(self) -> ByteOffset:
+        return ByteOffset(min(self.durable_offset, self._matched_offset))
+
+    def _send_append_ack(self, leader: NodeId) -> None:
+        self._send(
+            AppendResponse(
+                self.id,
+                leader,
+                self.term,
+                True,
+                match_offset=self._matched_offset,
+                durable_offset=self._follower_durable(),
+            )
+        )
+
+    # --------------------------------------------------------------- leader
+
+    def _tick_leader(self) -> None:
+        self._heartbeat_elapsed_ticks += 1
+        self._election_elapsed_ticks += 1
+        if self._election_elapsed_ticks >= self.config.election_timeout_ticks:
+            self._election_elapsed_ticks = 0
+            if self.config.check_quorum and not self._quorum_active():
+                self._become_follower(self.term, NO_NODE)
+                return
+        if self._transferee != NO_NODE:
+            self._transfer_elapsed_ticks += 1
+            if self._transfer_elapsed_ticks >= self.config.election_timeout_ticks:
+                self._transferee = NO_NODE
+        for pr in self._progress.values():
+            if pr.state is ProgressState.REPLICATE and pr.inflight_count() > 0:
+                pr.stalled_ticks += 1
+                if pr.stalled_ticks >= self.config.election_timeout_ticks:
+                    pr.become_probe(pr.match_offset)
+        if self._heartbeat_elapsed_ticks >= self.config.heartbeat_interval_ticks:
+            self._heartbeat_elapsed_ticks = 0
+            for node, pr in self._progress.items():
+                self._send(Heartbeat(self.id, node, self.term, self.committed_offset))
+                if pr.state is ProgressState.PROBE:
+                    pr.probe_sent = False
+                    self._send_append(node)
+
+    def _quorum_active(self) -> bool:
+        active = 1 + sum(1 for pr in self._progress.values() if pr.recent_active)
+        for pr in self._progress.values():
+            pr.recent_active = False
+        return active >= quorum.majority(len(self.config.voters))
+
+    def _on_append_response(self, m: AppendResponse) -> None:
+        if self.role is not Role.LEADER:
+            return
+        pr = self._progress[m.sender]
+        pr.recent_active = True
+        if not m.success:
+            self._on_append_refused(m, pr)
+            return
+        pr.acknowledged(m.match_offset, m.durable_offset)
+        if pr.state is ProgressState.PROBE:
+            pr.become_replicate()
+        self._maybe_commit()
+        self._maybe_send_timeout_now()
+        self._send_append(m.sender)
+
+    def _on_append_refused(self, m: AppendResponse, pr: Progress) -> None:
+        if pr.state is ProgressState.REPLICATE and m.rejected_prev_offset < pr.match_offset:
+            return  # refusal of a message older than the last acknowledgement
+        if pr.state is ProgressState.PROBE and m.rejected_prev_offset != pr.next_offset:
+            return  # refusal of an older probe
+        invariant(m.hint_offset <= m.rejected_prev_offset, "hint beyond the refused offset")
+        candidate = min(m.hint_offset, self.log.end_for_term(m.hint_term))
+        candidate = max(candidate, self.log.start_offset)
+        invariant(
+            candidate < m.rejected_prev_offset or m.rejected_prev_offset == self.log.start_offset,
+            "divergence search must move backwards",
+        )
+        pr.become_probe(ByteOffset(candidate))
+        self._send_append(m.sender)
+
+    def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
+        if self.role is not Role.LEADER:
+            return
+        pr = self._progress[m.sender]
+        pr.recent_active = True
+        if m.match_offset > 0:
+            pr.acknowledged(m.match_offset, m.durable_offset)
+            self._maybe_commit()
+        self._send_append(m.sender)
+
+    def _maybe_commit(self) -> None:
+        durable = [self.durable_offset] + [pr.durable_offset for pr in self._progress.values()]
+        offset = quorum.quorum_offset(durable)
+        if offset <= self.committed_offset:
+            return
+        # Raft §5.4.2: count replicas only for bytes of the current term.
+        if self.log.term_at(offset) != self.term:
+            return
+        self.committed_offset = offset
+
+    def _maybe_send_timeout_now(self) -> None:
+        node = self._transferee
+        if node == NO_NODE or self._timeout_now_sent:
+            return
+        if self._progress[node].match_offset == self.log.last_offset:
+            self._send(TimeoutNow(self.id, node, self.term))
+            self._timeout_now_sent = True
+
+    def _broadcast_appends(self) -> None:
+        for node in self.others:
+            self._send_append(node)
+
+    def _send_append(self, node: NodeId) -> None:
+        """Send what the window allows to ``node``: one probe, or ranges in REPLICATE."""
+        pr = self._progress[node]
+        if pr.state is ProgressState.PROBE:
+            if not pr.probe_sent:
+                self._send(self._append_message(node, pr.next_offset))
+                pr.probe_sent = True
+            return
+        for _ in range(self.config.inflight_messages_max):
+            if pr.window_full() or pr.next_offset >= self._written_offset:
+                return
+            message = self._append_message(node, pr.next_offset)
+            pr.sent(message.end_offset, message.end_offset - message.prev_offset)
+            self._send(message)
+
+    def _append_message(self, node: NodeId, prev: ByteOffset) -> AppendEntries:
+        prev = ByteOffset(min(prev, self.log.last_offset))
+        end = prev
+        entries_term = self.term
+        if prev < self._written_offset:
+            cap = min(
+                self._written_offset,
+                self.log.end_of_byte_epoch(prev),
+                prev + self.config.append_bytes_max,
+            )
+            end = ByteOffset(cap)
+            if self.config.record_end is not None:
+                end = self.config.record_end(prev, end)
+                invariant(prev < end <= self._written_offset, "record_end out of range")
+            entries_term = self.log.term_at(ByteOffset(prev + 1))
+        return AppendEntries(
+            self.id,
+            node,
+            self.term,
+            prev,
+            self.log.term_at(prev),
+            end,
+            entries_term,
+            self.committed_offset,
+        )
+
+    # ------------------------------------------------------------ log edits
+
+    def _append(self, entry: AppendRange) -> None:
+        self.log.append(entry.start_offset, entry.end_offset, entry.term)
+        self._entries.append(entry)
+
+    def _truncate(self, offset: ByteOffset) -> None:
+        invariant(offset >= self.committed_offset, "truncating committed bytes")
+        self.log.truncate(offset)
+        kept: list[AppendRange] = []
+        for entry in self._entries:
+            if entry.end_offset <= offset:
+                kept.append(entry)
+            elif entry.start_offset < offset:
+                cut = offset - entry.start_offset
+                payload = entry.payload[:cut] if entry.payload else b""
+                kept.append(AppendRange(entry.start_offset, offset, entry.term, payload))
+        self._entries = kept
+        if offset < self._written_offset:
+            self._truncate_to = ByteOffset(
+                offset if self._truncate_to is None else min(offset, self._truncate_to)
+            )
+            self._written_offset = offset
+        self.durable_offset = ByteOffset(min(self.durable_offset, offset))
+        self._matched_offset = ByteOffset(min(self._matched_offset, offset))
+
+    # --------------------------------------------------------------- plumbing
+
+    def _send(self, message: Message) -> None:
+        self._messages.append(message)
+
+    def _soft_state(self) -> SoftState:
+        return SoftState(self.role, self.leader_id, self.term)
+
+    def _build_ready(self) -> Ready:
+        hard = HardState(self.term, self.vote)
+        soft = self._soft_state()
+        return Ready(
+            hard_state=None if hard == self._persisted_hard_state else hard,
+            truncate_to=self._truncate_to,
+            entries=tuple(self._entries),
+            messages=tuple(self._messages),
+            committed_offset=(
+                None if self.committed_offset == self._reported_committed else self.committed_offset
+            ),
+            soft_state=None if soft == self._reported_soft else soft,
+        )
+
+    def _check_no_outstanding(self) -> None:
+        invariant(self._outstanding is None, "input between ready() and advance()")

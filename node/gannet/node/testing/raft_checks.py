@@ -1,0 +1,148 @@
+"""Invariant checks of a simulated Gannet Raft group, run after every simulated event.
+
+Called by ``raft_runs.run_simulation`` (and usable from any test holding a
+``raft_sim.Cluster``). Each check is one named method; a failure raises
+``raft_sim.SimulationFailure`` with the check's name. The properties are those of
+``reference/raft.md`` §4.5, stated on commit-log bytes:
+
+* ``single_leader_per_term``: no two nodes lead in the same term.
+* ``monotonic_terms``: a node's term never decreases, restarts included (term and vote are
+  persisted before any message leaves).
+* ``committed_prefix_identical``: every node's bytes below its commit offset are a prefix of
+  the longest committed byte string seen so far (so replicas agree byte for byte, record ids
+  and terms included), and a node's commit offset never passes its log end nor goes back.
+* ``commit_on_majority_durable``: the committed bytes are *synced*, identically, on a majority
+  of the nodes' disks (crashed nodes' disks count: they keep synced bytes).
+* ``leader_completeness``: a node that becomes leader holds every committed byte.
+* ``acknowledged_writes_kept``: a proposal answered as committed lies inside the committed
+  bytes at the offset it was given.
+"""
+
+from __future__ import annotations
+
+from gannet.node.raft import quorum
+from gannet.node.raft.messages import NodeId, Term
+from gannet.node.testing.raft_sim import Cluster, SimulationFailure, node_term
+
+
+def require(condition: bool, check: str, detail: str) -> None:
+    if not condition:
+        raise SimulationFailure(f"{check}: {detail}")
+
+
+class Checker:
+    """Remembers what was observed so far in one simulated run.
+
+    Invariant: ``committed`` is the longest committed byte string observed on any node.
+    """
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.committed = b""
+        self.leader_of_term: dict[Term, NodeId] = {}
+        self.max_term: dict[NodeId, Term] = {}
+        self.commit_seen: dict[tuple[NodeId, int], int] = {}
+        self.leaders_checked: set[tuple[Term, NodeId]] = set()
+
+    def check(self) -> None:
+        self.monotonic_terms()
+        self.single_leader_per_term()
+        self.committed_prefix_identical()
+        self.commit_on_majority_durable()
+        self.acknowledged_writes_kept()
+
+    def monotonic_terms(self) -> None:
+        for node_id, node in self.cluster.nodes.items():
+            term = node_term(node)
+            before = self.max_term.get(node_id, Term(0))
+            require(term >= before, "monotonic_terms", f"n{node_id} term {before} -> {term}")
+            self.max_term[node_id] = term
+
+    def single_leader_per_term(self) -> None:
+        for node_id in self.cluster.leaders():
+            core = self.cluster.core(node_id)
+            first = self.leader_of_term.setdefault(core.term, node_id)
+            require(
+                first == node_id,
+                "single_leader_per_term",
+                f"n{first} and n{node_id} both lead term {core.term}",
+            )
+            if (core.term, node_id) not in self.leaders_checked:
+                self.leader_completeness(node_id)
+                self.leaders_checked.add((core.term, node_id))
+
+    def leader_completeness(self, node_id: NodeId) -> None:
+        data = self.cluster.nodes[node_id].log.data
+        require(
+            bytes(data[: len(self.committed)]) == self.committed,
+            "leader_completeness",
+            f"n{node_id} leads without all {len(self.committed)} committed bytes",
+        )
+
+    def committed_prefix_identical(self) -> None:
+        for node_id in self.cluster.up_ids():
+            node = self.cluster.nodes[node_id]
+            core = self.cluster.core(node_id)
+            offset = core.committed_offset
+            require(
+                core.log.last_offset == node.log.end_offset,
+                "driver_contract",
+                f"n{node_id} core log end {core.log.last_offset} vs disk {node.log.end_offset}",
+            )
+            require(
+                offset <= node.log.end_offset,
+                "committed_prefix_identical",
+                f"n{node_id} commit {offset} beyond its log end {node.log.end_offset}",
+            )
+            key = (node_id, node.restarts)
+            require(
+                offset >= self.commit_seen.get(key, 0),
+                "monotonic_commit",
+                f"n{node_id} commit went back to {offset}",
+            )
+            self.commit_seen[key] = offset
+            prefix = bytes(node.log.data[:offset])
+            shared = min(len(prefix), len(self.committed))
+            require(
+                prefix[:shared] == self.committed[:shared],
+                "committed_prefix_identical",
+                f"n{node_id} committed bytes differ below {shared}",
+            )
+            if len(prefix) > len(self.committed):
+                self.committed = prefix
+
+    def commit_on_majority_durable(self) -> None:
+        length = len(self.committed)
+        if length == 0:
+            return
+        holders = [
+            node_id
+            for node_id, node in self.cluster.nodes.items()
+            if node.log.synced_offset >= length and bytes(node.log.data[:length]) == self.committed
+        ]
+        require(
+            len(holders) >= quorum.majority(len(self.cluster.nodes)),
+            "commit_on_majority_durable",
+            f"{length} committed bytes synced only on {holders}",
+        )
+
+    def acknowledged_writes_kept(self) -> None:
+        for record_id in self.cluster.newly_acked:
+            start, end = self.cluster.acked[record_id]
+            require(
+                end <= len(self.committed),
+                "acknowledged_writes_kept",
+                f"record {record_id} [{start},{end}) acknowledged beyond the committed bytes",
+            )
+        self.cluster.newly_acked.clear()
+
+    def final_logs_hold_acknowledged(self) -> None:
+        """After the cluster converged: every node holds every acknowledged record."""
+        for node_id, node in self.cluster.nodes.items():
+            for record_id, (start, _end) in self.cluster.acked.items():
+                record = node.log.record_at(start)
+                require(
+                    record is not None and record.record_id == record_id,
+                    "acknowledged_writes_kept",
+                    f"n{node_id} lost acknowledged record {record_id} at {start}",
+                )

@@ -1,0 +1,237 @@
+"""One seeded run of a simulated Gannet Raft group: random faults, then heal and converge.
+
+Called by ``tests/raft/test_simulation.py``; re-run one seed with
+``GANNET_SIM_SEED=<seed> pytest tests/raft/test_simulation.py -k seed``. A run draws its
+group size (1, 3 or 5), limits and fault mix from the seed, plays ``event_count`` random
+events (deliver, drop, duplicate or reorder a message, tick, sync a disk, propose, crash,
+restart, partition, heal, transfer leadership) with ``Checker.check`` after each, then heals
+everything and requires the group to converge (liveness) with every acknowledged record on
+every node.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from gannet.node.raft.invariants import InvariantViolation
+from gannet.node.raft.messages import NodeId
+from gannet.node.raft.ready import Role
+from gannet.node.testing.raft_checks import Checker
+from gannet.node.testing.raft_sim import Cluster, SimulationFailure, describe
+
+RERUN_HINT = "GANNET_SIM_SEED={seed} .venv/bin/pytest -q tests/raft/test_simulation.py -k one_seed"
+CONVERGE_ROUNDS_MAX = 400
+TRACE_TAIL_EVENTS = 25
+
+
+@dataclass(frozen=True, slots=True)
+class RunStats:
+    seed: int
+    node_count: int
+    proposals_acked: int
+    leaders_elected: int
+    committed_bytes: int
+
+
+class Run:
+    """The state of one seeded run. Invariant: ``trace`` names every event played."""
+
+    def __init__(self, seed: int) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)
+        self.node_count = self.rng.choice([1, 3, 3, 3, 5, 5])
+        timing = {
+            "election_timeout_ticks": 10,
+            "heartbeat_interval_ticks": self.rng.choice([1, 2, 3]),
+            "append_bytes_max": self.rng.choice([40, 200, 4096]),
+            "inflight_messages_max": self.rng.choice([1, 4, 32]),
+            "inflight_bytes_max": self.rng.choice([100, 100_000]),
+            "pre_vote": self.rng.random() < 0.8,
+            "check_quorum": self.rng.random() < 0.8,
+        }
+        self.cluster = Cluster(self.node_count, seed=seed, timing=timing)
+        self.checker = Checker(self.cluster)
+        self.trace: list[str] = [f"seed {seed}: {self.node_count} nodes {timing}"]
+        self.next_record_id = 1
+        self.faults = self.rng.random() < 0.85
+
+    def play(self, event_count: int) -> RunStats:
+        try:
+            for _ in range(event_count):
+                self.random_event()
+                self.checker.check()
+            self.converge()
+        except (SimulationFailure, InvariantViolation) as failure:
+            tail = "\n  ".join(self.trace[-TRACE_TAIL_EVENTS:])
+            hint = RERUN_HINT.format(seed=self.seed)
+            raise SimulationFailure(
+                f"seed {self.seed} failed at event {len(self.trace) - 1}: {failure}\n"
+                f"re-run: {hint}\nlast events:\n  {tail}"
+            ) from failure
+        return RunStats(
+            self.seed,
+            self.node_count,
+            len(self.cluster.acked),
+            len(self.checker.leader_of_term),
+            len(self.checker.committed),
+        )
+
+    # ---------------------------------------------------------------- events
+
+    def random_event(self) -> None:
+        events: list[tuple[int, Callable[[], None]]] = [
+            (45, self.deliver),
+            (14, self.tick_all),
+            (12, self.sync_one),
+            (12, self.propose),
+        ]
+        if self.faults:
+            events += [
+                (4, self.drop),
+                (2, self.duplicate),
+                (1, self.crash),
+                (3, self.restart),
+                (1, self.partition),
+                (2, self.heal),
+                (1, self.transfer),
+            ]
+        total = sum(weight for weight, _ in events)
+        pick = self.rng.randrange(total)
+        for weight, event in events:
+            if pick < weight:
+                event()
+                return
+            pick -= weight
+
+    def deliver(self) -> None:
+        in_flight = self.cluster.in_flight
+        if not in_flight:
+            self.tick_all()
+            return
+        # Mostly oldest-first with a random skip: delays and reorders without starving.
+        index = min(int(self.rng.expovariate(0.5)), len(in_flight) - 1)
+        message = in_flight.pop(index)
+        delivered = self.cluster.deliver(message)
+        self.trace.append(f"deliver {describe(message)}" + ("" if delivered else " (lost)"))
+
+    def drop(self) -> None:
+        if self.cluster.in_flight:
+            index = self.rng.randrange(len(self.cluster.in_flight))
+            self.trace.append(f"drop {describe(self.cluster.in_flight.pop(index))}")
+
+    def duplicate(self) -> None:
+        if self.cluster.in_flight:
+            message = self.rng.choice(self.cluster.in_flight)
+            self.cluster.send(message)
+            self.trace.append(f"duplicate {describe(message)}")
+
+    def tick_all(self) -> None:
+        self.trace.append("tick all")
+        for node_id in self.cluster.up_ids():
+            self.cluster.tick(node_id)
+
+    def sync_one(self) -> None:
+        up = self.cluster.up_ids()
+        if up:
+            node_id = self.rng.choice(up)
+            self.trace.append(f"sync n{node_id}")
+            self.cluster.sync(node_id)
+
+    def propose(self) -> None:
+        up = self.cluster.up_ids()
+        if not up:
+            return
+        leaders = self.cluster.leaders()
+        node_id = self.rng.choice(leaders) if leaders and self.rng.random() < 0.9 else None
+        node_id = node_id or self.rng.choice(up)
+        record_id = self.next_record_id
+        self.next_record_id += 1
+        length_bytes = self.rng.randrange(16, 120)
+        outcome = self.cluster.propose(node_id, record_id, length_bytes)
+        self.trace.append(f"propose n{node_id} id={record_id} {length_bytes}B: {outcome}")
+
+    def crash(self) -> None:
+        up = self.cluster.up_ids()
+        if up:
+            node_id = self.rng.choice(up)
+            self.trace.append(f"crash n{node_id}")
+            self.cluster.crash(node_id)
+
+    def restart(self) -> None:
+        down = [n for n, node in self.cluster.nodes.items() if not node.up]
+        if down:
+            node_id = self.rng.choice(down)
+            self.trace.append(f"restart n{node_id}")
+            self.cluster.restart(node_id)
+
+    def partition(self) -> None:
+        groups = {node_id: self.rng.randrange(2) for node_id in self.cluster.nodes}
+        self.cluster.group_of = groups
+        self.trace.append(f"partition {groups}")
+
+    def heal(self) -> None:
+        self.cluster.group_of = {}
+        self.trace.append("heal")
+
+    def transfer(self) -> None:
+        leaders = self.cluster.leaders()
+        others = [NodeId(n) for n in self.cluster.nodes if n not in leaders]
+        if leaders and others:
+            leader, target = leaders[0], self.rng.choice(others)
+            outcome = self.cluster.core(leader).transfer_leadership(target)
+            self.cluster.drain(leader)
+            self.trace.append(f"transfer n{leader} -> n{target}: {outcome}")
+
+    # ------------------------------------------------------------- liveness
+
+    def converge(self) -> None:
+        """Heal, restart everyone, and require one leader with every log equal to its own
+        and fully committed within ``CONVERGE_ROUNDS_MAX`` rounds."""
+        self.trace.append("converge")
+        self.heal()
+        for node_id, node in self.cluster.nodes.items():
+            if not node.up:
+                self.cluster.restart(node_id)
+        marker = self.next_record_id
+        for _ in range(CONVERGE_ROUNDS_MAX):
+            self.round_robin()
+            leaders = self.cluster.leaders()
+            if len(leaders) == 1 and marker not in self.cluster.acked:
+                # A final write proves the group accepts writes after the faults; a leader
+                # change may drop it, so it is proposed again to whoever leads.
+                pending = self.cluster.nodes[leaders[0]].pending
+                if not any(p.record_id == marker for p in pending):
+                    self.cluster.propose(leaders[0], marker, 20)
+            if marker in self.cluster.acked and self.converged():
+                self.checker.final_logs_hold_acknowledged()
+                return
+        raise SimulationFailure(f"liveness: no convergence after {CONVERGE_ROUNDS_MAX} rounds")
+
+    def round_robin(self) -> None:
+        for _ in range(len(self.cluster.in_flight)):
+            self.cluster.deliver(self.cluster.in_flight.pop(0))
+        for node_id in self.cluster.up_ids():
+            self.cluster.sync(node_id)
+            self.cluster.tick(node_id)
+        self.checker.check()
+
+    def converged(self) -> bool:
+        leaders = self.cluster.leaders()
+        if len(leaders) != 1:
+            return False
+        leader = self.cluster.nodes[leaders[0]]
+        end = leader.log.end_offset
+        for node_id in self.cluster.nodes:
+            core = self.cluster.core(node_id)
+            node = self.cluster.nodes[node_id]
+            if core.committed_offset != end or node.log.data != leader.log.data:
+                return False
+            if node_id != leaders[0] and core.role is not Role.FOLLOWER:
+                return False
+        return True
+
+
+def run_simulation(seed: int, event_count: int = 400) -> RunStats:
+    return Run(seed).play(event_count)
