@@ -637,6 +637,11 @@ class RaftCore:
         if m.match_offset > 0:
             pr.acknowledged(m.match_offset, m.durable_offset)
             self._maybe_commit()
+        stalled = pr.stalled_ticks >= 2 * self.config.heartbeat_interval_ticks
+        if pr.state is ProgressState.REPLICATE and m.match_offset < pr.next_offset and stalled:
+            # Nothing acknowledged for two heartbeats while the follower is behind what was
+            # sent: a range was lost. Go back to where it matches (go-back-N).
+            pr.become_probe(pr.match_offset)
         self._send_append(m.sender)
 
     def _maybe_commit(self) -> None:

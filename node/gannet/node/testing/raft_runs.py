@@ -56,6 +56,8 @@ class Run:
         self.trace: list[str] = [f"seed {seed}: {self.node_count} nodes {timing}"]
         self.next_record_id = 1
         self.faults = self.rng.random() < 0.85
+        # Some runs crash often: elections interrupted by crashes test vote persistence.
+        self.crash_weight = self.rng.choice([1, 1, 6])
 
     def play(self, event_count: int) -> RunStats:
         try:
@@ -91,8 +93,8 @@ class Run:
             events += [
                 (4, self.drop),
                 (2, self.duplicate),
-                (1, self.crash),
-                (3, self.restart),
+                (self.crash_weight, self.crash),
+                (3 * self.crash_weight, self.restart),
                 (1, self.partition),
                 (2, self.heal),
                 (1, self.transfer),
