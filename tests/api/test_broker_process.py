@@ -90,3 +90,12 @@ def test_ipv6_loopback_listen(tmp_path: Path) -> None:
             assert stub.GetStatus(admin_pb2.GetStatusRequest(), timeout=10).broker_name
     finally:
         running.stop()
+
+
+def test_port_in_use_is_a_clear_error(tmp_path: Path, broker: threads.BrokerThread) -> None:
+    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    port = int(broker.endpoint.rsplit(":", 1)[1])
+    with pytest.raises(OSError, match="in use"):
+        threads.start(BrokerConfig(store=store, listen_port=port))
+    other = threads.start(BrokerConfig(store=store, listen_port=0))  # the store was released
+    other.stop()

@@ -97,9 +97,15 @@ class Broker:
             options=_server_options(cfg), maximum_concurrent_rpcs=cfg.concurrent_rpcs_max
         )
         address = f"{_bracketed(cfg.listen_host)}:{cfg.listen_port}"
-        self.port = server.add_insecure_port(address)
+        try:
+            self.port = server.add_insecure_port(address)
+        except RuntimeError:  # grpcio raises when bind fails
+            self.port = 0
         if self.port == 0:
-            raise OSError(f"cannot listen on {address} (in use or not a local address)")
+            raise OSError(
+                f"cannot listen on {address}: the port is in use or the host is not a local "
+                "address; stop the other process or choose another --listen"
+            )
         identity = routes.BrokerIdentity(
             broker_name=cfg.store.broker_name,
             host=cfg.advertised_host or cfg.listen_host,
