@@ -11,7 +11,8 @@ Nothing in this package performs IO, reads a clock or draws random numbers: thos
 the driver (``tests/raft/test_purity.py`` enforces the import ban). That is what lets
 ``tests/raft`` run transcripts and whole-cluster simulations deterministically.
 
-Modules: ``messages`` (wire messages and id types), ``epochs`` (the log model),
+Modules: ``messages`` (wire messages and id types), ``config`` (limits, restart state),
+``epochs`` (the log model),
 ``progress`` (per-follower replication state), ``quorum`` (majority arithmetic), ``ready``
 (the output contract), ``core`` (``RaftCore``), ``invariants`` (the crash-on-bug helper).
 """

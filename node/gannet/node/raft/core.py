@@ -28,16 +28,12 @@ entries of advanced Readies), so the driver can always read what a message names
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass, field
-
 from gannet.node.raft import quorum
-from gannet.node.raft.epochs import Epoch, EpochLog
+from gannet.node.raft.config import Config, InitialState, Status
+from gannet.node.raft.epochs import EpochLog
 from gannet.node.raft.invariants import invariant
 from gannet.node.raft.messages import (
     NO_NODE,
-    ZERO_OFFSET,
-    ZERO_TERM,
     AppendEntries,
     AppendResponse,
     Busy,
@@ -58,74 +54,6 @@ from gannet.node.raft.messages import (
 )
 from gannet.node.raft.progress import Progress, ProgressState
 from gannet.node.raft.ready import AppendRange, HardState, Ready, Role, SoftState
-
-RandomTicks = Callable[[int], int]
-"""``random_ticks(n)`` returns an integer in ``[0, n)``; seeded by the driver."""
-
-NoopPayload = Callable[[ByteOffset, Term], bytes]
-"""Encodes the leader's election no-op record for ``(offset, term)``; never empty."""
-
-RecordEnd = Callable[[ByteOffset, ByteOffset], ByteOffset]
-"""``record_end(start, cap)``: the largest record boundary ``b`` with ``start < b <= cap`` in
-the local log, or the end of the record that starts at ``start`` if it alone exceeds ``cap``.
-Lets the leader cut ``AppendEntries`` at record boundaries without holding the records."""
-
-
-@dataclass(frozen=True, slots=True)
-class Config:
-    node_id: NodeId
-    voters: tuple[NodeId, ...]
-    random_ticks: RandomTicks
-    noop_payload: NoopPayload
-    record_end: RecordEnd | None = None
-    election_timeout_ticks: int = 10
-    heartbeat_interval_ticks: int = 1
-    append_bytes_max: int = 1 << 20
-    inflight_messages_max: int = 64
-    inflight_bytes_max: int = 8 << 20
-    uncommitted_bytes_max: int = 64 << 20
-    pre_vote: bool = True
-    check_quorum: bool = True
-
-    def __post_init__(self) -> None:
-        invariant(self.node_id in self.voters, "a node must be one of the voters")
-        invariant(len(set(self.voters)) == len(self.voters), "duplicate voter")
-        invariant(NO_NODE not in self.voters, "node id 0 is reserved")
-        invariant(self.heartbeat_interval_ticks >= 1, "heartbeat every tick at most")
-        invariant(
-            self.election_timeout_ticks > self.heartbeat_interval_ticks,
-            "the election timeout must exceed the heartbeat interval",
-        )
-        invariant(self.append_bytes_max >= 1, "append_bytes_max must be positive")
-
-
-@dataclass(frozen=True, slots=True)
-class InitialState:
-    """What the driver recovered from disk: term and vote, the epoch file, the log end (all
-    bytes below it durable) and, if it keeps one, the last known commit offset."""
-
-    hard_state: HardState = field(default_factory=HardState)
-    epochs: tuple[Epoch, ...] = ()
-    last_offset: ByteOffset = ZERO_OFFSET
-    committed_offset: ByteOffset = ZERO_OFFSET
-    start_offset: ByteOffset = ZERO_OFFSET
-    start_term: Term = ZERO_TERM
-
-
-@dataclass(frozen=True, slots=True)
-class Status:
-    """A snapshot for ``gannet status`` and the tests."""
-
-    node_id: NodeId
-    role: Role
-    term: Term
-    vote: NodeId
-    leader_id: NodeId
-    last_offset: ByteOffset
-    last_term: Term
-    durable_offset: ByteOffset
-    committed_offset: ByteOffset
-    progress: tuple[tuple[NodeId, str, ByteOffset, ByteOffset, ByteOffset], ...]
 
 
 class RaftCore:

@@ -30,6 +30,7 @@ class Epoch:
 class EpochLog:
     """Byte positions and terms of one replica's log.
 
+    Invariant: ``_starts`` and ``_terms`` mirror ``_epochs`` field by field.
     Invariant: epochs have strictly increasing terms and strictly increasing start offsets,
     each in ``[start_offset, last_offset)``: no epoch is empty.
     Invariant: ``start_offset <= last_offset``; the bytes before ``start_offset`` (deleted by
@@ -50,6 +51,9 @@ class EpochLog:
         self.last_offset = last_offset
         # An epoch file may name a term whose first bytes were lost in a crash: drop it.
         self._epochs = [e for e in epochs if e.start_offset < last_offset]
+        # Parallel to _epochs, for binary searches without rebuilding a list per lookup.
+        self._starts = [e.start_offset for e in self._epochs]
+        self._terms = [e.term for e in self._epochs]
         for before, after in zip(self._epochs, self._epochs[1:], strict=False):
             invariant(before.term < after.term, "epoch terms must increase")
             invariant(before.start_offset < after.start_offset, "epoch starts must increase")
@@ -87,7 +91,7 @@ class EpochLog:
     def end_for_term(self, term: Term) -> ByteOffset:
         """Kafka's end offset for an epoch: where the largest epoch with a term ≤ ``term``
         ends in this log (the log start if there is none)."""
-        index = bisect.bisect_right([e.term for e in self._epochs], term) - 1
+        index = bisect.bisect_right(self._terms, term) - 1
         return self.start_offset if index < 0 else self.epoch_end(index)
 
     def matches(self, prev_offset: ByteOffset, prev_term: Term) -> bool:
@@ -127,15 +131,18 @@ class EpochLog:
         if not self._epochs or self._epochs[-1].term != term:
             invariant(term > self.last_term, f"term {term} after term {self.last_term}")
             self._epochs.append(Epoch(term, start))
+            self._starts.append(start)
+            self._terms.append(term)
         self.last_offset = end
 
     def truncate(self, offset: ByteOffset) -> None:
         invariant(self.start_offset <= offset <= self.last_offset, f"truncate to {offset}")
         while self._epochs and self._epochs[-1].start_offset >= offset:
             self._epochs.pop()
+            self._starts.pop()
+            self._terms.pop()
         self.last_offset = offset
 
     def _epoch_index(self, byte_offset: int) -> int:
         """Index of the epoch holding the byte at ``byte_offset``; -1 before the first."""
-        starts = [e.start_offset for e in self._epochs]
-        return bisect.bisect_right(starts, byte_offset) - 1
+        return bisect.bisect_right(self._starts, byte_offset) - 1

@@ -27,6 +27,7 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gannet.node.raft import config as raft_config
 from gannet.node.raft import core as raft_core
 from gannet.node.raft.epochs import Epoch
 from gannet.node.raft.invariants import invariant
@@ -126,7 +127,7 @@ class MemoryLog:
         self.truncate(self.synced_offset)
 
     def record_end(self, start: ByteOffset, cap: ByteOffset) -> ByteOffset:
-        """The core's ``record_end`` callback (see ``raft.core.RecordEnd``)."""
+        """The core's ``record_end`` callback (see ``raft.config.RecordEnd``)."""
         index = bisect.bisect_right(self._record_starts, cap - 1) - 1
         if index >= 0 and self.records[index].end_offset <= cap:
             end = self.records[index].end_offset
@@ -171,7 +172,7 @@ class SimNode:
             # Transcripts fix the jitter so elections by timeout are predictable.
             return rng.randrange(limit) if jitter is None else jitter % limit
 
-        config = raft_core.Config(
+        config = raft_config.Config(
             node_id=self.node_id,
             voters=self.voters,
             random_ticks=random_ticks,
@@ -179,7 +180,7 @@ class SimNode:
             record_end=self.log.record_end,
             **self.timing,  # type: ignore[arg-type]
         )
-        initial = raft_core.InitialState(
+        initial = raft_config.InitialState(
             hard_state=self.log.hard_state,
             epochs=tuple(self.log.epochs),
             last_offset=ByteOffset(self.log.end_offset),
