@@ -123,8 +123,14 @@ class MemoryLog:
     def sync(self) -> None:
         self.synced_offset = len(self.data)
 
-    def crash(self) -> None:
-        self.truncate(self.synced_offset)
+    def crash(self, unsynced_records_kept: int = 0) -> None:
+        """Power loss: bytes after the last sync are lost, except that the first
+        ``unsynced_records_kept`` unsynced records may have reached the disk anyway (recovery
+        cuts torn records, so survivors are whole records)."""
+        index = bisect.bisect_left(self._record_starts, self.synced_offset)
+        survivors = self.records[index : index + unsynced_records_kept]
+        self.truncate(survivors[-1].end_offset if survivors else self.synced_offset)
+        self.synced_offset = len(self.data)
 
     def record_end(self, start: ByteOffset, cap: ByteOffset) -> ByteOffset:
         """The core's ``record_end`` callback (see ``raft.config.RecordEnd``)."""
@@ -193,10 +199,10 @@ class SimNode:
     def up(self) -> bool:
         return self.core is not None
 
-    def crash(self) -> None:
+    def crash(self, unsynced_records_kept: int = 0) -> None:
         self.core = None
         self.pending = []
-        self.log.crash()
+        self.log.crash(unsynced_records_kept)
         self.restarts += 1
 
     def handle_ready(
@@ -336,8 +342,8 @@ class Cluster:
         self.drain(node_id)
         return outcome
 
-    def crash(self, node_id: NodeId) -> None:
-        self.nodes[node_id].crash()
+    def crash(self, node_id: NodeId, unsynced_records_kept: int = 0) -> None:
+        self.nodes[node_id].crash(unsynced_records_kept)
 
     def restart(self, node_id: NodeId) -> None:
         invariant(not self.nodes[node_id].up, f"node {node_id} is already up")
