@@ -87,3 +87,10 @@ def test_not_a_store_directory(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["store", "verify", str(tmp_path)])
     assert result.exit_code == 3
     assert "not a store directory" in result.output
+
+
+def test_pipeline_group_is_registered() -> None:
+    result = CliRunner().invoke(main, ["pipeline", "--help"])
+    assert result.exit_code == 0, result.output
+    for command in ("export", "rebuild", "verify"):
+        assert command in result.output

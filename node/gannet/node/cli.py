@@ -36,6 +36,7 @@ from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import StoreError
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
+from gannet.pipeline import cli as pipeline_commands
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
@@ -374,6 +375,7 @@ def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageSto
 
 for _command in (*commands.COMMANDS, *message_commands.COMMANDS):
     main.add_command(_command)
+main.add_command(pipeline_commands.pipeline)  # PySpark loads only when a job runs
 
 
 if __name__ == "__main__":
