@@ -185,6 +185,7 @@ class RaftCore:
 
     def ready(self) -> Ready:
         invariant(self._outstanding is None, "ready() twice without advance()")
+        self._check_invariants()
         ready = self._build_ready()
         self._outstanding = ready
         return ready
@@ -685,3 +686,13 @@ class RaftCore:
 
     def _check_no_outstanding(self) -> None:
         invariant(self._outstanding is None, "input between ready() and advance()")
+
+    def _check_invariants(self) -> None:
+        """The class invariants, checked when a Ready is handed out (cheap comparisons)."""
+        invariant(self.committed_offset <= self.log.last_offset, "commit beyond the log end")
+        invariant(self.committed_offset >= self._reported_committed, "commit went backwards")
+        invariant(self.durable_offset <= self._written_offset, "durable beyond written")
+        invariant(self._written_offset <= self.log.last_offset, "written beyond the log end")
+        invariant(self._matched_offset <= self.log.last_offset, "matched beyond the log end")
+        invariant(self.role is not Role.LEADER or self.leader_id == self.id, "leader names another")
+        invariant(self.role is Role.LEADER or not self._progress, "progress outside leadership")

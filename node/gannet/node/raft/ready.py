@@ -22,7 +22,34 @@ The driver's loop, in order:
 
 Whenever an fsync of the commit log completes (possibly much later, batching many Readies),
 the driver calls ``RaftCore.report_durable(offset)``: only durable bytes count toward the commit
-offset, on followers and on the leader itself.
+offset, on followers and on the leader itself. A report must describe an fsync that started
+after the last truncation the driver executed (bytes cut and rewritten are new bytes).
+
+Further rules: no input (``step``, ``tick``, ``propose``, ``report_durable``, …) between
+``ready()`` and ``advance()`` — queue incoming messages meanwhile; an ``AppendEntries`` names
+only bytes of Readies already advanced, so the driver can always read them; on a follower, an
+``AppendRange`` with an empty payload means "the bytes of the ``AppendEntries`` just stepped,
+from ``start_offset - prev_offset``", for drivers that keep payloads out of the core. On
+restart, ``config.InitialState`` gives the recovered term, vote, epochs and log end (all of it
+durable).
+
+A minimal synchronous loop::
+
+    while core.has_ready():
+        rd = core.ready()
+        if rd.truncate_to is not None:
+            log.truncate(rd.truncate_to)
+        for entry in rd.entries:
+            log.write(entry.start_offset, entry.payload, entry.term)
+        if rd.hard_state is not None:
+            state_file.save_durably(rd.hard_state)
+        for message in rd.messages:
+            network.send(with_payload_from(log, message))
+        if rd.committed_offset is not None:
+            store.set_commit_offset(rd.committed_offset)
+        core.advance(rd)
+    # later, from the flush task:
+    core.report_durable(log.sync())
 """
 
 from __future__ import annotations
