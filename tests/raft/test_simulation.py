@@ -45,3 +45,23 @@ def test_simulated_clusters_keep_every_invariant(chunk: int) -> None:
 
 def test_a_run_is_deterministic() -> None:
     assert run_simulation(7) == run_simulation(7)
+
+
+def test_a_failure_names_its_seed_and_how_to_rerun_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from gannet.node.testing import raft_checks
+    from gannet.node.testing.raft_sim import SimulationFailure
+
+    calls = []
+
+    def failing_check(self: raft_checks.Checker) -> None:
+        calls.append(1)
+        if len(calls) == 5:
+            raise SimulationFailure("single_leader_per_term: injected")
+
+    monkeypatch.setattr(raft_checks.Checker, "check", failing_check)
+    with pytest.raises(SimulationFailure) as failure:
+        run_simulation(1234)
+    text = str(failure.value)
+    assert "seed 1234 failed at event" in text
+    assert "GANNET_SIM_SEED=1234" in text
+    assert "injected" in text
