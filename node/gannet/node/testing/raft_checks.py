@@ -14,6 +14,8 @@ Called by ``raft_runs.run_simulation`` (and usable from any test holding a
 * ``commit_on_majority_durable``: the committed bytes are *synced*, identically, on a majority
   of the nodes' disks (crashed nodes' disks count: they keep synced bytes).
 * ``leader_completeness``: a node that becomes leader holds every committed byte.
+* ``consumers_see_only_committed``: what a node's driver dispatches to consumers (the commit
+  offsets of executed Readies) lies inside the committed bytes.
 * ``acknowledged_writes_kept``: a proposal answered as committed lies inside the committed
   bytes at the offset it was given.
 """
@@ -49,6 +51,7 @@ class Checker:
         self.single_leader_per_term()
         self.committed_prefix_identical()
         self.commit_on_majority_durable()
+        self.consumers_see_only_committed()
         self.acknowledged_writes_kept()
 
     def monotonic_terms(self) -> None:
@@ -125,6 +128,17 @@ class Checker:
             "commit_on_majority_durable",
             f"{length} committed bytes synced only on {holders}",
         )
+
+    def consumers_see_only_committed(self) -> None:
+        for node_id in self.cluster.up_ids():
+            node = self.cluster.nodes[node_id]
+            visible = node.dispatched_offset
+            require(
+                visible <= len(self.committed)
+                and bytes(node.log.data[:visible]) == self.committed[:visible],
+                "consumers_see_only_committed",
+                f"n{node_id} dispatches up to {visible}, beyond the committed bytes",
+            )
 
     def acknowledged_writes_kept(self) -> None:
         for record_id in self.cluster.newly_acked:

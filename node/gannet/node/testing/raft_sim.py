@@ -169,6 +169,8 @@ class SimNode:
     pending: list[Pending] = field(default_factory=list)
     restarts: int = 0
     fixed_jitter_ticks: int | None = None
+    dispatched_offset: int = 0
+    """What consumers may read: the last ``Ready.committed_offset`` the driver executed."""
 
     def start(self) -> raft_core.RaftCore:
         rng = random.Random(self.seed * 1_000_003 + self.node_id * 7_919 + self.restarts)
@@ -193,6 +195,7 @@ class SimNode:
         )
         self.core = raft_core.RaftCore(config, initial)
         self.pending = []
+        self.dispatched_offset = 0
         return self.core
 
     @property
@@ -229,6 +232,7 @@ class SimNode:
         done: list[Pending] = []
         if ready.committed_offset is not None:
             committed = ready.committed_offset
+            self.dispatched_offset = committed
             done = [p for p in self.pending if p.proposed.end_offset <= committed]
             self.pending = [p for p in self.pending if p.proposed.end_offset > committed]
             done = [p for p in done if self._still_holds(p)]
