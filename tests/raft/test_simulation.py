@@ -6,8 +6,8 @@ bytes, restarts, leadership transfers, proposals) with all invariants of
 ``gannet.node.testing.raft_checks`` checked after every event, then heals and requires
 convergence with every acknowledged record on every node.
 
-``SEED_COUNT`` seeds (500, about 20 s) run in the normal suite. A failure prints its seed and the command that
-re-runs it alone:
+``SEED_COUNT`` seeds (500, about 20 s) run in the normal suite. A failure prints its seed
+and the command that re-runs it alone:
 
     GANNET_SIM_SEED=<seed> .venv/bin/pytest -q tests/raft/test_simulation.py -k one_seed
 

@@ -4,9 +4,9 @@ Called by ``tests/raft/test_simulation.py``; re-run one seed with
 ``GANNET_SIM_SEED=<seed> pytest tests/raft/test_simulation.py -k seed``. A run draws its
 group size (1, 3 or 5), limits and fault mix from the seed, plays ``event_count`` random
 events (deliver, drop, duplicate or reorder a message, tick, sync a disk, propose, crash,
-restart, partition, heal, transfer leadership) with ``Checker.check`` after each, then heals
-everything and requires the group to converge (liveness) with every acknowledged record on
-every node.
+restart, partition, one-way link cut, heal, transfer leadership) with ``Checker.check``
+after each, then heals everything and requires the group to converge (liveness) with every
+acknowledged record on every node.
 """
 
 from __future__ import annotations
@@ -96,6 +96,7 @@ class Run:
                 (self.crash_weight, self.crash),
                 (3 * self.crash_weight, self.restart),
                 (1, self.partition),
+                (1, self.cut_one_way),
                 (2, self.heal),
                 (1, self.transfer),
             ]
@@ -175,8 +176,15 @@ class Run:
         self.cluster.group_of = groups
         self.trace.append(f"partition {groups}")
 
+    def cut_one_way(self) -> None:
+        if len(self.cluster.nodes) > 1:
+            a, b = self.rng.sample(sorted(self.cluster.nodes), 2)
+            self.cluster.cut_links.add((a, b))
+            self.trace.append(f"cut n{a} -> n{b}")
+
     def heal(self) -> None:
         self.cluster.group_of = {}
+        self.cluster.cut_links.clear()
         self.trace.append("heal")
 
     def transfer(self) -> None:

@@ -8,7 +8,7 @@ real driver must drive it (``ready.py``): truncate, write, persist hard state, s
 * ``MemoryLog``: one node's commit log as bytes, its record index and leader-epoch list, and a
   synced offset. ``crash()`` loses every byte written after the last sync (power loss).
 * the network: a bag of in-flight messages; delivery picks one at random (reordering and
-  delay), may drop or duplicate it, and partitions cut links.
+  delay), may drop or duplicate it; partitions cut links both ways, ``cut_links`` one way.
 * ``Checker``: after every event, the invariants of ``reference/raft.md`` §4.5 — one leader per
   term, terms monotonic per node across restarts, committed prefixes identical everywhere,
   commit only on bytes durable on a majority, leader completeness, no acknowledged proposal
@@ -283,6 +283,8 @@ class Cluster:
                 node.fixed_jitter_ticks = v - 1
         self.in_flight: list[Message] = []
         self.group_of: dict[NodeId, int] = {}
+        self.cut_links: set[tuple[NodeId, NodeId]] = set()
+        """One-way faults: messages from ``a`` to ``b`` are lost for each ``(a, b)``."""
         self.acked: dict[int, tuple[int, int]] = {}
         self.newly_acked: list[int] = []
         self.observer = observer
@@ -304,7 +306,8 @@ class Cluster:
             del self.in_flight[0]
 
     def connected(self, a: NodeId, b: NodeId) -> bool:
-        return self.group_of.get(a, 0) == self.group_of.get(b, 0)
+        same_side = self.group_of.get(a, 0) == self.group_of.get(b, 0)
+        return same_side and (a, b) not in self.cut_links
 
     def drain(self, node_id: NodeId) -> None:
         node = self.nodes[node_id]
