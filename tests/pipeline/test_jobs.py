@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from gannet.node.store.config import StoreConfig
-from gannet.pipeline import jobs, segments
+from gannet.pipeline import exporting, jobs, segments
 
 from .conftest import BrokerStore
 
@@ -33,6 +33,9 @@ def test_export_round_trip(spark, broker_store: BrokerStore, tmp_path: Path) -> 
     expected = [w for w in broker_store.written if w.consumable]
     assert report.messages == len(expected)
     assert {p.name for p in out.iterdir() if p.is_dir()} == {"topic=Orders", "topic=Payments"}
+    frame = spark.read.parquet(str(out))  # Spark reads the layout back, partitions included
+    assert frame.count() == len(expected)
+    assert {"topic", "date", "body", "properties", "keys"} <= set(frame.columns)
     rows = pq.read_table(out).to_pylist()
     assert len(rows) == len(expected)
     by_offset = {r["commit_offset"]: r for r in rows}
@@ -47,7 +50,7 @@ def test_export_round_trip(spark, broker_store: BrokerStore, tmp_path: Path) -> 
         assert row["message_id"] == w.uniq_key
         assert row["store_timestamp_ms"] == w.store_timestamp_ms
         assert dict(row["properties"])["UNIQ_KEY"] == w.uniq_key
-        assert str(row["date"]) == jobs.utc_date(w.store_timestamp_ms)
+        assert str(row["date"]) == exporting.utc_date(w.store_timestamp_ms)
 
 
 def test_export_keeps_chosen_topic_and_time_range(

@@ -108,6 +108,7 @@ def export_command(
     table = _summary("export")
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("messages", f"{report.messages:,}")
+    table.add_row("files", f"{report.files:,}")
     table.add_row("commit log", _mb_per_s(report.commitlog_bytes, report.elapsed_s))
     table.add_row("output", output)
     console.print(table)

@@ -7,8 +7,10 @@ it with the store's own codecs (:mod:`gannet.node.store.records` through
 bytes.
 
 * :func:`export` writes messages of chosen topics and store-time range to Parquet, partitioned
-  by ``topic`` and ``date`` (UTC date of the store time). Prepared and rolled-back
-  transactional records are not messages and are left out.
+  by ``topic`` and ``date`` (UTC date of the store time) in the layout of Spark's
+  ``partitionBy``; each task writes its segment's files with pyarrow (:mod:`exporting`), so
+  OUTPUT is a path every executor can write (shared storage) or a URI pyarrow knows
+  (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out.
 * :func:`rebuild` collects the dispatch infos of every segment and writes, on the driver and in
   commit-log order, the consume queues and index files with the store's own
   ``ConsumeQueueStore``/``IndexService`` — the same dispatch rules, so the same bytes as the
@@ -23,7 +25,9 @@ Usage on one machine (``--master`` defaults to ``local[*]``)::
     python -m gannet.pipeline.jobs verify ~/.gannet/store
     python -m gannet.pipeline.jobs export ~/.gannet/store /data/out --topic orders \\
         --since 2026-11-01T00:00:00Z --until 2026-11-02T00:00:00Z
-    python -m gannet.pipeline.jobs rebuild ~/.gannet/store /data/rebuilt
+    python -m gannet.pipeline.jobs rebuild ~/.gannet/store /data/rebuilt   # broker sizes:
+        # --cq-units-per-file, --index-hash-slots, --index-items-max (RocketMQ defaults)
+    python -m gannet.pipeline.jobs rebuild ~/.gannet/store --in-place     # broker stopped
     gannet pipeline verify ~/.gannet/store          # the same commands in the gannet CLI
 
 On a cluster, ``spark-submit`` runs a Python *file* (it has no ``-m``), so pass this module's
@@ -42,59 +46,29 @@ Under ``spark-submit`` the ``--master`` of ``spark-submit`` wins unless the job'
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
-import fcntl
 import os
+import posixpath
 import shutil
 import sys
 import time
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
-from pyspark.sql import types as st
 
-from gannet.node.store import records
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.consume_queues import ConsumeQueueStore
-from gannet.node.store.index_files import IndexService
-from gannet.node.store.msgids import create_offset_msg_id
-from gannet.node.store.properties import split_keys
 from gannet.node.store.records import DispatchInfo
-from gannet.pipeline import segments
+from gannet.pipeline import exporting, rebuilding, segments
 from gannet.pipeline.segments import Damage, Segment
 
 DEFAULT_MASTER = "local[*]"
 APP_NAME = "gannet-pipeline"
-_CONSUMABLE_TRANSACTION_TYPES = (
-    records.SYSFLAG_TRANSACTION_NOT_TYPE,
-    records.SYSFLAG_TRANSACTION_COMMIT_TYPE,
-)
-
-EXPORT_SCHEMA = st.StructType(
-    [
-        st.StructField("topic", st.StringType(), False),
-        st.StructField("queue_id", st.IntegerType(), False),
-        st.StructField("queue_offset", st.LongType(), False),
-        st.StructField("commit_offset", st.LongType(), False),
-        st.StructField("size_bytes", st.IntegerType(), False),
-        st.StructField("message_id", st.StringType(), False),
-        st.StructField("keys", st.ArrayType(st.StringType(), False), False),
-        st.StructField("tag", st.StringType(), True),
-        st.StructField("properties", st.MapType(st.StringType(), st.StringType(), False), False),
-        st.StructField("body", st.BinaryType(), False),
-        st.StructField("born_timestamp_ms", st.LongType(), False),
-        st.StructField("store_timestamp_ms", st.LongType(), False),
-        st.StructField("sys_flag", st.IntegerType(), False),
-        st.StructField("date", st.StringType(), False),
-    ]
-)
-"""Columns of an export; ``message_id`` is the UNIQ_KEY, else the offset message id."""
-
+SEGMENTS_PER_TASK_SLOT_IN_WAVE = 4  # rebuild: segments per Spark job = this × parallelism
 
 # --------------------------------------------------------------------------- session
 
@@ -102,7 +76,7 @@ EXPORT_SCHEMA = st.StructType(
 def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession:
     """A Spark session; ``master=None`` keeps spark-submit's master, else ``local[*]``.
 
-    Local masters bind to the loopback interface only.
+    Local masters bind to the loopback interface only. Spark logs errors only.
     """
     under_submit = "PYSPARK_GATEWAY_PORT" in os.environ
     chosen = master if master is not None else (None if under_submit else DEFAULT_MASTER)
@@ -117,7 +91,10 @@ def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession
             .config("spark.driver.bindAddress", "127.0.0.1")
             .config("spark.ui.enabled", "false")
         )
-    return builder.getOrCreate()
+    # The CLI draws its own progress bar; Spark's would interleave with it.
+    spark = builder.config("spark.ui.showConsoleProgress", "false").getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 def _segment_rdd(spark: SparkSession, found: list[Segment]) -> Any:
@@ -135,22 +112,9 @@ def _require_segments(source: Path) -> list[Segment]:
 # --------------------------------------------------------------------------- export
 
 
-@dataclass(frozen=True, slots=True)
-class ExportFilter:
-    """Which records an export keeps: topics (None = all) and store time in [since, until)."""
-
-    topics: frozenset[str] | None = None
-    since_ms: int | None = None
-    until_ms: int | None = None
-
-    def keeps(self, info: DispatchInfo) -> bool:
-        if records.transaction_type(info.sys_flag) not in _CONSUMABLE_TRANSACTION_TYPES:
-            return False
-        if self.topics is not None and info.topic not in self.topics:
-            return False
-        if self.since_ms is not None and info.store_timestamp_ms < self.since_ms:
-            return False
-        return self.until_ms is None or info.store_timestamp_ms < self.until_ms
+ExportFilter = exporting.ExportFilter
+KEEP_ALL = ExportFilter()
+EXPORT_MODES = ("errorifexists", "overwrite", "append", "ignore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,69 +122,52 @@ class ExportReport:
     segments: int
     commitlog_bytes: int
     messages: int
+    files: int
     elapsed_s: float
 
 
-def utc_date(epoch_ms: int) -> str:
-    """``YYYY-MM-DD`` of a store time in UTC: the ``date`` partition value."""
-    return dt.datetime.fromtimestamp(epoch_ms / 1000, dt.UTC).date().isoformat()
-
-
-def export_row(buf: records.Buffer, position: int, info: DispatchInfo) -> tuple[object, ...]:
-    """One Parquet row (in :data:`EXPORT_SCHEMA` order) of the record at ``position``."""
-    msg = records.decode(buf, position)
-    message_id = msg.uniq_key or create_offset_msg_id(*msg.store_host, info.commit_offset)
-    return (
-        msg.topic,
-        msg.queue_id,
-        msg.queue_offset,
-        info.commit_offset,
-        info.size,
-        message_id,
-        split_keys(info.keys),
-        msg.tags,
-        msg.properties,
-        msg.body,
-        msg.born_timestamp_ms,
-        msg.store_timestamp_ms,
-        msg.sys_flag,
-        utc_date(msg.store_timestamp_ms),
-    )
-
-
 def _export_partition(
-    keep: ExportFilter, counter: Any, parts: Iterable[Segment]
-) -> Iterator[tuple[object, ...]]:
-    """Executor side: rows of the kept records of each segment of this partition."""
+    keep: ExportFilter, output: str, parts: Iterable[Segment]
+) -> Iterator[exporting.SegmentExport]:
     for segment in parts:
-        kept = 0
-        with segments.mapped(segment) as buf:
-            for event in segments.scan(buf, segment):
-                if isinstance(event, segments.Record) and keep.keeps(event.info):
-                    kept += 1
-                    yield export_row(buf, event.position, event.info)
-        counter.add(kept)
+        yield exporting.export_segment(segment, keep, output)
 
 
 def export(
     spark: SparkSession,
     source: Path,
     output: str,
-    keep: ExportFilter = ExportFilter(),
+    keep: ExportFilter = KEEP_ALL,
     *,
     mode: str = "errorifexists",
 ) -> ExportReport:
-    """Write the kept messages of ``source`` to Parquet at ``output`` (``topic=…/date=…``)."""
+    """Write the kept messages of ``source`` to Parquet at ``output`` (``topic=…/date=…``).
+
+    ``mode`` is Spark's save mode: ``errorifexists`` refuses an existing output, ``overwrite``
+    deletes it first, ``append`` adds files, ``ignore`` does nothing when it exists.
+    """
     started = time.monotonic()
     found = _require_segments(source)
-    counter = spark.sparkContext.accumulator(0)
-    rows = _segment_rdd(spark, found).mapPartitions(partial(_export_partition, keep, counter))
-    frame = spark.createDataFrame(rows, EXPORT_SCHEMA)
-    frame.write.mode(mode).partitionBy("topic", "date").parquet(output)
+    if mode not in EXPORT_MODES:
+        raise ValueError(f"mode {mode!r} is not one of {', '.join(EXPORT_MODES)}")
+    filesystem, base = exporting.open_output(output)
+    exists = filesystem.get_file_info(base).type != pafs.FileType.NotFound
+    if exists and mode == "errorifexists":
+        raise FileExistsError(f"{output} exists; choose --mode overwrite or append")
+    done: list[exporting.SegmentExport] = []
+    if not (exists and mode == "ignore"):
+        if exists and mode == "overwrite":
+            filesystem.delete_dir(base)
+        work = _segment_rdd(spark, found).mapPartitions(partial(_export_partition, keep, output))
+        done = work.collect()
+        filesystem.create_dir(base, recursive=True)
+        with filesystem.open_output_stream(posixpath.join(base, "_SUCCESS")):
+            pass
     return ExportReport(
         segments=len(found),
         commitlog_bytes=sum(s.size_bytes for s in found),
-        messages=int(counter.value),
+        messages=sum(d.messages for d in done),
+        files=sum(d.files for d in done),
         elapsed_s=time.monotonic() - started,
     )
 
@@ -309,61 +256,36 @@ class RebuildReport:
     elapsed_s: float
 
 
-def _dispatch_partition(parts: Iterable[Segment]) -> Iterator[DispatchInfo | Damage]:
-    """Executor side: dispatch infos (without the property map) until a segment's damage."""
-    for segment in parts:
-        with segments.mapped(segment) as buf:
-            for event in segments.scan(buf, segment, check_crc=True):
-                if isinstance(event, segments.Record):
-                    yield event.info._replace(properties={})
-                elif isinstance(event, Damage):
-                    yield event
-                    break
+def _in_segment_order(spark: SparkSession, found: list[Segment]) -> Iterator[DispatchInfo | Damage]:
+    """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
-
-@dataclass(slots=True)
-class _Dispatcher:
-    """Driver side: the broker's dispatch chain (consume queue, then index) for one target.
-
-    Invariant: infos arrive in commit-log order; ``last_store_timestamp_ms`` is the store time
-    of the record being dispatched, which names index files created for it.
+    Each job (a *wave*) parses ``SEGMENTS_PER_TASK_SLOT_IN_WAVE × defaultParallelism``
+    segments: fewer jobs than one per segment, bounded driver memory. The next wave is parsed
+    on the executors while the driver dispatches the current one, so the driver holds at most
+    two waves of dispatch infos (about 100 bytes per record).
     """
+    context = spark.sparkContext
+    rdd = _segment_rdd(spark, found)
+    wave = max(1, int(context.defaultParallelism) * SEGMENTS_PER_TASK_SLOT_IN_WAVE)
+    waves = [range(i, min(len(found), i + wave)) for i in range(0, len(found), wave)]
 
-    config: StoreConfig
-    queues: ConsumeQueueStore = field(init=False)
-    index: IndexService | None = field(init=False)
-    records: int = 0
-    end_offset: int = 0
-    last_store_timestamp_ms: int = 0
+    def run(partitions: range) -> list[DispatchInfo | Damage]:
+        result: list[DispatchInfo | Damage] = context.runJob(
+            rdd, rebuilding.dispatch_events, partitions
+        )
+        return result
 
-    def __post_init__(self) -> None:
-        self.queues = ConsumeQueueStore(self.config)
-        self.index = None
-        if self.config.index_enabled:
-            self.index = IndexService(self.config, clock_ms=self._clock_ms)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="gannet-rebuild") as pool:
+        pending = [pool.submit(run, waves[0])] if waves else []
+        for index in range(len(waves)):
+            events = pending.pop().result()
+            if index + 1 < len(waves):
+                pending.append(pool.submit(run, waves[index + 1]))
+            yield from events
 
-    def _clock_ms(self) -> int:
-        return self.last_store_timestamp_ms or time.time_ns() // 1_000_000
 
-    def dispatch(self, info: DispatchInfo) -> None:
-        self.last_store_timestamp_ms = info.store_timestamp_ms
-        if records.transaction_type(info.sys_flag) in _CONSUMABLE_TRANSACTION_TYPES:
-            cq = self.queues.find_or_create(info.topic, info.queue_id)
-            cq.put(info.commit_offset, info.size, info.tags_code, info.queue_offset)
-        if self.index is not None:
-            self.index.build_index(info)
-        self.records += 1
-        self.end_offset = info.commit_offset + info.size
-
-    def close(self) -> tuple[int, int]:
-        """Flush and close everything; (consume queues, index files) written."""
-        queues = len(self.queues.queues())
-        index_files = len(self.index.files) if self.index is not None else 0
-        self.queues.flush_all(0)
-        self.queues.close()
-        if self.index is not None:
-            self.index.close()
-        return queues, index_files
+StoreLockedError = rebuilding.StoreLockedError
+store_config_for = rebuilding.store_config_for
 
 
 def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildReport:
@@ -371,19 +293,14 @@ def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildRe
     ``target.root_dir`` (which must not hold any yet), with ``target``'s file sizes."""
     started = time.monotonic()
     found = _require_segments(source)
-    _require_empty(target.consume_queue_dir)
-    _require_empty(target.index_dir)
+    rebuilding.require_empty(target.consume_queue_dir)
+    rebuilding.require_empty(target.index_dir)
     missing = segments.gaps(found)
     stop_at = missing[0] if missing else None
-    dispatcher = _Dispatcher(target)
+    dispatcher = rebuilding.Dispatcher(target)
     stopped: Damage | None = None
     try:
-        events: Iterator[DispatchInfo | Damage] = (
-            _segment_rdd(spark, found)
-            .mapPartitions(_dispatch_partition)
-            .toLocalIterator(prefetchPartitions=True)
-        )
-        for event in events:
+        for event in _in_segment_order(spark, found):
             if isinstance(event, Damage):
                 stopped = event
                 break
@@ -414,7 +331,7 @@ def rebuild_in_place(spark: SparkSession, config: StoreConfig) -> RebuildReport:
     root = config.root_dir
     staging = root / ".rebuild"
     shutil.rmtree(staging, ignore_errors=True)
-    with _store_lock(config):
+    with rebuilding.store_lock(config):
         report = rebuild(spark, root, dataclasses.replace(config, root_dir=staging))
         for name in ("consumequeue", "index"):
             shutil.rmtree(root / name, ignore_errors=True)
@@ -422,54 +339,6 @@ def rebuild_in_place(spark: SparkSession, config: StoreConfig) -> RebuildReport:
                 (staging / name).rename(root / name)
         shutil.rmtree(staging, ignore_errors=True)
     return report
-
-
-class StoreLockedError(RuntimeError):
-    """The store directory is open in a broker (its lock file is held)."""
-
-
-@contextmanager
-def _store_lock(config: StoreConfig) -> Iterator[None]:
-    """Hold the store's lock file, as a broker does, for the duration of the block."""
-    fd = os.open(config.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            raise StoreLockedError(
-                f"{config.root_dir} is open in a running broker; stop it first"
-            ) from exc
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _require_empty(directory: Path) -> None:
-    if directory.exists() and any(directory.iterdir()):
-        raise FileExistsError(f"{directory} is not empty; rebuild into a fresh directory")
-
-
-def store_config_for(
-    root: Path,
-    *,
-    commitlog_file_size_bytes: int,
-    consume_queue_units_per_file: int,
-    index_hash_slots: int,
-    index_items_max: int,
-    index_enabled: bool = True,
-) -> StoreConfig:
-    """The target of a rebuild: a store config with the sizes the broker used."""
-    return StoreConfig(
-        root_dir=root,
-        commitlog_file_size_bytes=commitlog_file_size_bytes,
-        consume_queue_units_per_file=consume_queue_units_per_file,
-        index_hash_slots=index_hash_slots,
-        index_items_max=index_items_max,
-        index_enabled=index_enabled,
-    )
 
 
 def main() -> None:

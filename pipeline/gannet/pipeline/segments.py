@@ -87,6 +87,15 @@ class End:
 ScanEvent = Record | Damage | End
 
 
+def is_consumable(sys_flag: int) -> bool:
+    """Whether a record is a message consumers see: not a prepared or rolled-back
+    transactional record (the consume-queue dispatch rule, §5)."""
+    return records.transaction_type(sys_flag) in (
+        records.SYSFLAG_TRANSACTION_NOT_TYPE,
+        records.SYSFLAG_TRANSACTION_COMMIT_TYPE,
+    )
+
+
 def is_segment_name(name: str) -> bool:
     return len(name) == SEGMENT_NAME_LENGTH and name.isdigit()
 
