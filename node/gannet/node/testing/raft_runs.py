@@ -48,8 +48,8 @@ class Run:
             "append_bytes_max": self.rng.choice([40, 200, 4096]),
             "inflight_messages_max": self.rng.choice([1, 4, 32]),
             "inflight_bytes_max": self.rng.choice([100, 100_000]),
-            "pre_vote": self.rng.random() < 0.8,
-            "check_quorum": self.rng.random() < 0.8,
+            "pre_vote": self.rng.random() < 0.5,
+            "check_quorum": self.rng.random() < 0.5,
         }
         self.cluster = Cluster(self.node_count, seed=seed, timing=timing)
         self.checker = Checker(self.cluster)
