@@ -134,3 +134,22 @@ def test_verify_finds_a_flipped_bit_and_a_torn_tail(
     clean = jobs.verify(spark, broker_store.config.root_dir)
     assert clean.clean
     assert clean.records_ok == len(broker_store.written)
+
+
+def test_rebuild_from_segment_copies_stops_at_damage_like_dispatch(
+    spark, broker_store: BrokerStore, tmp_path: Path
+) -> None:
+    copies = tmp_path / "copies"
+    shutil.copytree(broker_store.config.commitlog_dir, copies)
+    offsets = sorted(w.commit_offset for w in broker_store.written)
+    third = segments.find_segments(copies)[2]
+    damaged = next(o for o in offsets if o > third.start_offset + 1000)
+    _flip_bit_in_body(Path(third.path), damaged - third.start_offset)
+    target = dataclasses.replace(broker_store.config, root_dir=tmp_path / "rebuilt")
+
+    report = jobs.rebuild(spark, copies, target)
+
+    assert report.stopped_at is not None
+    assert (report.stopped_at.segment, report.stopped_at.start_offset) == (third.name, damaged)
+    assert report.records == offsets.index(damaged)
+    assert report.dispatched_end_offset == damaged

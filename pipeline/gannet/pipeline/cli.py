@@ -163,6 +163,8 @@ def rebuild_command(
             sys.exit(EXIT_STORE_UNAVAILABLE)
     _print_rebuild(report, config.root_dir)
     if report.stopped_at is not None:
+        if in_place:
+            err_console.print("the store's own files were left unchanged")
         sys.exit(EXIT_CHECK_FAILED)
 
 

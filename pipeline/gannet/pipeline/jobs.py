@@ -31,13 +31,16 @@ Usage on one machine (``--master`` defaults to ``local[*]``)::
     gannet pipeline verify ~/.gannet/store          # the same commands in the gannet CLI
 
 On a cluster, ``spark-submit`` runs a Python *file* (it has no ``-m``), so pass this module's
-path; segment folders must be readable at the same path on every executor (shared or copied
-storage), and the gannet code must be importable there (install the ``gannet[pipeline]``
-distribution on the workers, or ship it with ``--py-files``)::
+path. Segment folders must be readable at the same path on every executor (shared or copied
+storage; export OUTPUT likewise, or an ``hdfs://``/``s3://`` URI). Executors need pyarrow and
+the gannet code: install the ``gannet[pipeline]`` distribution on the workers, or ship the two
+source roots as one zip (``gannet`` is a namespace package; zipimport handles that)::
 
-    spark-submit --master spark://host:7077 \\
-        "$(python -c 'import gannet.pipeline.jobs as j; print(j.__file__)')" \\
-        export /shared/store /shared/export --topic orders
+    (cd node && zip -qr /tmp/gannet.zip gannet) && (cd pipeline && zip -qr /tmp/gannet.zip gannet)
+    spark-submit --master spark://host:7077 --py-files /tmp/gannet.zip \\
+        pipeline/gannet/pipeline/jobs.py export /shared/store /shared/export --topic orders
+    spark-submit --master spark://host:7077 --py-files /tmp/gannet.zip \\
+        "$(python -c 'import gannet.pipeline.jobs as j; print(j.__file__)')" verify /shared/store
 
 Under ``spark-submit`` the ``--master`` of ``spark-submit`` wins unless the job's own
 ``--master`` is given. Functions here take a ``SparkSession`` so tests share one session.
@@ -326,19 +329,27 @@ def rebuild_in_place(spark: SparkSession, config: StoreConfig) -> RebuildReport:
     """Replace the consume queues and index files of a store that no broker has open.
 
     The store's lock file is held meanwhile; the new files are built beside the store and
-    swapped in only after the rebuild finished.
+    swapped in only when the whole commit log was dispatched — after damage or a missing
+    segment the store is left as it was (the report says where the rebuild stopped).
     """
     root = config.root_dir
     staging = root / ".rebuild"
-    shutil.rmtree(staging, ignore_errors=True)
     with rebuilding.store_lock(config):
-        report = rebuild(spark, root, dataclasses.replace(config, root_dir=staging))
-        for name in ("consumequeue", "index"):
-            shutil.rmtree(root / name, ignore_errors=True)
-            if (staging / name).exists():
-                (staging / name).rename(root / name)
         shutil.rmtree(staging, ignore_errors=True)
+        try:
+            report = rebuild(spark, root, dataclasses.replace(config, root_dir=staging))
+            if report.stopped_at is None:
+                _swap_in(staging, root)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
     return report
+
+
+def _swap_in(staging: Path, root: Path) -> None:
+    for name in ("consumequeue", "index"):
+        shutil.rmtree(root / name, ignore_errors=True)
+        if (staging / name).exists():
+            (staging / name).rename(root / name)
 
 
 def main() -> None:
