@@ -86,6 +86,7 @@ class RaftCore:
         self.durable_offset = state.last_offset
         self._written_offset = state.last_offset
         self._matched_offset = ByteOffset(0)
+        self._acked_durable_offset = ByteOffset(0)  # last durable offset told to the leader
         self._election_elapsed_ticks = 0
         self._heartbeat_elapsed_ticks = 0
         self._election_timeout_ticks = self._randomized_timeout()
@@ -162,7 +163,11 @@ class RaftCore:
         self.durable_offset = offset
         if self.role is Role.LEADER:
             self._maybe_commit()
-        elif self.role is Role.FOLLOWER and self.leader_id != NO_NODE and self._matched_offset:
+        elif (
+            self.role is Role.FOLLOWER
+            and self.leader_id != NO_NODE
+            and self._follower_durable() > self._acked_durable_offset
+        ):
             self._send_append_ack(self.leader_id)
 
     def step(self, message: Message) -> None:
@@ -250,6 +255,7 @@ class RaftCore:
         self.term = Term(self.term + 1)
         self.vote = self.id
         self._matched_offset = ByteOffset(0)
+        self._acked_durable_offset = ByteOffset(0)
         self._reset_election_timer()
         self._votes = {self.id: True}
         if self._tally() is True:
@@ -293,6 +299,7 @@ class RaftCore:
             self.term = term
             self.vote = NO_NODE
             self._matched_offset = ByteOffset(0)
+            self._acked_durable_offset = ByteOffset(0)
         self.role = Role.FOLLOWER
         self.leader_id = leader
         self._progress = {}
@@ -484,6 +491,7 @@ class RaftCore:
         return ByteOffset(min(self.durable_offset, self._matched_offset))
 
     def _send_append_ack(self, leader: NodeId) -> None:
+        self._acked_durable_offset = self._follower_durable()
         self._send(
             AppendResponse(
                 self.id,
@@ -661,6 +669,7 @@ class RaftCore:
             self._written_offset = offset
         self.durable_offset = ByteOffset(min(self.durable_offset, offset))
         self._matched_offset = ByteOffset(min(self._matched_offset, offset))
+        self._acked_durable_offset = ByteOffset(min(self._acked_durable_offset, offset))
 
     # --------------------------------------------------------------- plumbing
 
