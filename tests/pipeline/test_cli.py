@@ -85,3 +85,14 @@ def test_rebuild_in_place_refuses_a_store_open_in_a_broker(
 def test_rebuild_needs_target_or_in_place(broker_store: BrokerStore) -> None:
     result = CliRunner().invoke(cli.pipeline, ["rebuild", str(broker_store.config.root_dir)])
     assert result.exit_code == 2
+
+
+def test_times_are_iso_8601_or_epoch_milliseconds() -> None:
+    convert = cli.TimestampParam().convert
+    assert convert("1970-01-02T00:00:00Z", None, None) == 86_400_000
+    assert convert("1970-01-02T01:00:00+01:00", None, None) == 86_400_000
+    assert convert("1970-01-02 00:00:00", None, None) == 86_400_000  # naive means UTC
+    assert convert("1795305600000", None, None) == 1_795_305_600_000
+    result = CliRunner().invoke(cli.pipeline, ["export", ".", "out", "--since", "yesterday"])
+    assert result.exit_code == 2
+    assert "neither ISO 8601 nor epoch milliseconds" in result.output

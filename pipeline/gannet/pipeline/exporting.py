@@ -23,7 +23,6 @@ import posixpath
 import urllib.parse
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -129,7 +128,7 @@ class _PartitionWriters:
     def __init__(self, output: str, segment: Segment) -> None:
         self.filesystem, self.base = open_output(output)
         self.file_stem = f"part-{segment.name}-{uuid.uuid4().hex[:12]}"
-        self.writers: dict[tuple[str, str], Any] = {}
+        self.writers: dict[tuple[str, str], pq.ParquetWriter] = {}
         self.buffers: dict[tuple[str, str], list[dict[str, object]]] = {}
 
     def add(self, key: tuple[str, str], row: dict[str, object]) -> None:

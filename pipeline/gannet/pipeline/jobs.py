@@ -19,6 +19,8 @@ bytes.
   uses its wall clock), so a rebuild is reproducible; compare index files by order.
 * :func:`verify` checks every record's structure, body CRC, whole-record CRC and
   PHYSICALOFFSET and reports damaged ranges (segment, from, to, reason) plus missing segments.
+  Files are only read; on a store a broker is writing, the report is a snapshot (a record
+  being appended at that moment may show as a torn tail).
 
 Usage on one machine (``--master`` defaults to ``local[*]``)::
 
