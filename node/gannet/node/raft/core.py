@@ -107,6 +107,7 @@ class RaftCore:
     # ----------------------------------------------------------------- inputs
 
     def tick(self) -> None:
+        """One unit of time: heartbeats, election timeouts, check-quorum, transfer expiry."""
         self._check_no_outstanding()
         if self.role is Role.LEADER:
             self._tick_leader()
@@ -126,6 +127,13 @@ class RaftCore:
             self._start_election(transfer=False)
 
     def propose(self, payload: bytes) -> Proposed | NotLeader | Busy:
+        """Append ``payload`` (whole encoded records, one or a batch) at ``log.last_offset``.
+
+        The driver encodes records for the offset it reads from ``log.last_offset`` just
+        before (physical offsets live inside RocketMQ records); nothing else can append in
+        between because the core is single-threaded. The producer is answered when a Ready's
+        ``committed_offset`` reaches ``Proposed.end_offset``.
+        """
         self._check_no_outstanding()
         invariant(len(payload) > 0, "empty proposal")
         if self.role is not Role.LEADER:
@@ -141,6 +149,8 @@ class RaftCore:
         return Proposed(start, end, self.term)
 
     def transfer_leadership(self, target: NodeId) -> TransferStarted | NotLeader | Busy:
+        """Hand leadership to ``target``: writes are fenced (``Busy``) until it campaigns or
+        an election timeout passes; ``TimeoutNow`` goes out once ``target`` has our log."""
         self._check_no_outstanding()
         if self.role is not Role.LEADER:
             return NotLeader(self.leader_id)
@@ -171,6 +181,7 @@ class RaftCore:
             self._send_append_ack(self.leader_id)
 
     def step(self, message: Message) -> None:
+        """Take one message from a peer (any order, duplicates and stale terms allowed)."""
         self._check_no_outstanding()
         invariant(message.target == self.id, f"message for {message.target} given to {self.id}")
         if message.sender not in self.config.voters or message.sender == self.id:
@@ -186,9 +197,11 @@ class RaftCore:
     # ----------------------------------------------------------------- output
 
     def has_ready(self) -> bool:
+        """Whether ``ready()`` would return something to do."""
         return not self._build_ready().is_empty()
 
     def ready(self) -> Ready:
+        """The pending work, in the order of ``ready.py``; call ``advance`` when done."""
         invariant(self._outstanding is None, "ready() twice without advance()")
         self._check_invariants()
         ready = self._build_ready()
@@ -196,6 +209,7 @@ class RaftCore:
         return ready
 
     def advance(self, ready: Ready) -> None:
+        """The driver executed ``ready``: its entries are written (not necessarily synced)."""
         invariant(ready is self._outstanding, "advance() with a Ready not from ready()")
         self._outstanding = None
         if ready.hard_state is not None:
@@ -215,6 +229,7 @@ class RaftCore:
             self._broadcast_appends()
 
     def status(self) -> Status:
+        """A snapshot for ``gannet status``: role, term, offsets, and followers' progress."""
         rows = tuple(
             (node, pr.state.value, pr.next_offset, pr.match_offset, pr.durable_offset)
             for node, pr in sorted(self._progress.items())
