@@ -3,6 +3,7 @@ Commands reuse the session-wide Spark session (``getOrCreate``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import os
 import shutil
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gannet.node.store import querying
+from gannet.node.store.message_store import MessageStore
 from gannet.pipeline import cli
 
 from .conftest import BrokerStore
@@ -64,6 +67,15 @@ def test_rebuild_in_place_restores_deleted_files(
         rebuilt = [p.read_bytes() for p in sorted((root / name).rglob("*")) if p.is_file()]
         assert rebuilt == expected
     assert not (root / ".rebuild").exists()
+    # The broker opens the rebuilt store and serves reads and key queries from it.
+    config = dataclasses.replace(broker_store.config, root_dir=root)
+    payments = [w for w in broker_store.written if w.topic == "Payments" and w.consumable]
+    with MessageStore(config).open() as store:
+        got = store.get_messages("Payments", 0, 0, 1000)
+        assert [m.commit_offset for m in got.messages] == [w.commit_offset for w in payments]
+        keyed = next(w for w in broker_store.written if w.keys)
+        found = querying.by_key(store, keyed.topic, keyed.keys[0])
+        assert keyed.commit_offset in [m.physical_offset for m in found.messages]
 
 
 def test_rebuild_in_place_refuses_a_store_open_in_a_broker(
