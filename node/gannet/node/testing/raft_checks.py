@@ -45,6 +45,9 @@ class Checker:
         self.max_term: dict[NodeId, Term] = {}
         self.commit_seen: dict[tuple[NodeId, int], int] = {}
         self.leaders_checked: set[tuple[Term, NodeId]] = set()
+        self.verified: dict[NodeId, tuple[int, int, int]] = {}
+        """Per node, (restarts, log version, commit offset) at its last full prefix check."""
+        self.durable_verified: tuple[int, ...] = ()
 
     def check(self) -> None:
         self.monotonic_terms()
@@ -104,6 +107,10 @@ class Checker:
                 f"n{node_id} commit went back to {offset}",
             )
             self.commit_seen[key] = offset
+            stamp = (node.restarts, node.log.version, offset)
+            if self.verified.get(node_id) == stamp:
+                continue  # nothing below the commit offset changed since the last check
+            self.verified[node_id] = stamp
             prefix = bytes(node.log.data[:offset])
             shared = min(len(prefix), len(self.committed))
             require(
@@ -118,6 +125,10 @@ class Checker:
         length = len(self.committed)
         if length == 0:
             return
+        stamp = (length, *(n.log.version for n in self.cluster.nodes.values()))
+        if stamp == self.durable_verified:
+            return  # no truncation anywhere and no new committed bytes since the last check
+        self.durable_verified = stamp
         holders = [
             node_id
             for node_id, node in self.cluster.nodes.items()

@@ -86,6 +86,8 @@ class MemoryLog:
         self.epochs: list[Epoch] = []
         self.synced_offset = 0
         self.hard_state = HardState()
+        self.version = 0
+        """Bumped by every truncation and crash: bytes below the end may have changed."""
 
     @property
     def end_offset(self) -> int:
@@ -113,6 +115,7 @@ class MemoryLog:
             offset == len(self.data) or self._record_starts[index] == offset,
             f"truncation at {offset} inside a record",
         )
+        self.version += 1
         del self.data[offset:]
         del self.records[index:]
         del self._record_starts[index:]
