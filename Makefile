@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= $(HOME)/.gannet/store
 PYTEST_ARGS ?=
+# promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
+PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
 .PHONY: run test lint unit bench install clean
 
@@ -18,6 +20,9 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 install: $(STAMP)
+
+$(PROMTOOL):
+	bash deploy/prometheus/install-promtool.sh
 
 ## run: install and start a single-node broker on $(DATA_DIR)
 run: $(STAMP)
@@ -32,7 +37,7 @@ lint: $(STAMP)
 	$(BIN)/mypy -p gannet.node -p gannet.operator -p gannet.pipeline
 	$(BIN)/mypy tests bench
 
-unit: $(STAMP)
+unit: $(STAMP) $(PROMTOOL)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 ## bench: quick benchmarks (storage engine); figures go to bench/results/

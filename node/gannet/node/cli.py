@@ -30,6 +30,7 @@ from rich.table import Table
 
 from gannet.node.api import commands, message_commands
 from gannet.node.broker import serving
+from gannet.node.metrics import http_serving
 from gannet.node.store import querying, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import Boundary
@@ -95,6 +96,12 @@ def broker() -> None:
     is_flag=True,
     help="Create unknown topics (MIXED type, 8 queues) when clients use them.",
 )
+@click.option(
+    "--metrics-listen",
+    default="127.0.0.1:5557",
+    show_default=True,
+    help="host:port for /metrics (Prometheus), /healthz and /readyz; '' disables it.",
+)
 def broker_run(
     data_dir: Path,
     flush: str,
@@ -103,11 +110,17 @@ def broker_run(
     cluster_name: str,
     broker_name: str,
     auto_create_topics: bool,
+    metrics_listen: str,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
     if not host or not port_text.isdigit():
         raise click.BadParameter(f"{listen!r} is not host:port", param_hint="--listen")
+    if metrics_listen:
+        try:
+            http_serving.parse_listen(metrics_listen)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
     config = StoreConfig(
         root_dir=data_dir,
         flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
@@ -118,7 +131,12 @@ def broker_run(
         store_port=int(port_text),
     )
     broker_config = serving.with_listen(
-        serving.BrokerConfig(store=config, auto_create_topics=auto_create_topics), listen
+        serving.BrokerConfig(
+            store=config,
+            auto_create_topics=auto_create_topics,
+            metrics_listen=metrics_listen or None,
+        ),
+        listen,
     )
     try:
         asyncio.run(_serve(serving.Broker(broker_config)))
@@ -139,6 +157,10 @@ async def _serve(running: serving.Broker) -> None:
     console.print(f"  create a topic: gannet topic create TopicTest --endpoint {endpoint}")
     console.print(f"  broker status:  gannet status --endpoint {endpoint}")
     console.print(f'  Python client:  ClientConfiguration("{endpoint}", Credentials())')
+    if running.metrics_server is not None:
+        host = running.config.metrics_listen or ""
+        url = f"http://{host.rpartition(':')[0]}:{running.metrics_server.port}"
+        console.print(f"  metrics:        {url}/metrics  (health: /healthz, /readyz)")
     console.print("press Ctrl-C to stop")
     await running.run_until_signalled()
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import grpc
@@ -35,7 +35,7 @@ from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 from gannet.node.api import client_settings, offsets, routes, sending, statuses
 from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
-from gannet.node.store import errors, validation
+from gannet.node.store import errors, records, validation
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -80,6 +80,8 @@ class PopHandlers(Protocol):
 
 
 PopFactory = Callable[["MessagingServicer"], PopHandlers]
+SentObserver = Callable[[str, Sequence[records.Message]], None]
+"""Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -112,8 +114,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         pop: PopFactory | None = None,
         limits: sending.SendLimits = sending.DEFAULT_LIMITS,
         auto_create_topics: bool = False,
+        on_sent: SentObserver | None = None,
     ) -> None:
         self.store = store
+        self._on_sent = on_sent
         self.resources = Resources(store, auto_create_topics=auto_create_topics)
         self.identity = identity
         self.limits = limits
@@ -257,6 +261,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         for message in messages:
             message.queue_id = queue_id
         results, durable_at = self.store.put_messages_nowait(messages)
+        if self._on_sent is not None:
+            self._on_sent(prepared.topic.topic_name, messages)
         if durable_at is not None:
             await self._wait_durable(durable_at)
         entries = [

@@ -11,6 +11,10 @@ pings down to once a minute are allowed (the Java client pings every 5 minutes).
 then closes the store — final flush, consume queues, index and checkpoint written, abort file
 removed. :meth:`Broker.run_until_signalled` does that on SIGTERM or SIGINT.
 
+With ``metrics_listen`` set, the metrics endpoint (:mod:`gannet.node.metrics`) starts before
+recovery, so ``/healthz`` answers and ``/readyz`` says 503 while the store recovers; it says
+200 only in the ``serving`` phase and closes last, after the store.
+
 Called by ``gannet broker run`` and :mod:`threads`.
 """
 
@@ -27,6 +31,7 @@ from rocketmq.grpc_protocol import service_pb2
 
 from gannet.node.api import admin, messaging, routes, wire
 from gannet.node.api.gen import admin_pb2
+from gannet.node.metrics import broker_metrics, http_serving, instrumenting
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
 
@@ -53,6 +58,9 @@ class BrokerConfig:
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
     auto_create_topics: bool = False
     """Create unknown topics (MIXED, 8 queues) on first route query or send; off by default."""
+    metrics_listen: str | None = None
+    """``host:port`` of ``/metrics``, ``/healthz``, ``/readyz`` (``gannet broker run``: 5557);
+    None: no endpoint and no metrics (tests running many brokers)."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -66,7 +74,10 @@ def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
 
 
 class Broker:
-    """One store, one server. Invariant: ``store`` is open while ``server`` serves."""
+    """One store, one server. Invariant: ``store`` is open while ``server`` serves.
+
+    ``phase`` goes created → recovering → starting → serving → stopping → stopped.
+    """
 
     def __init__(self, config: BrokerConfig, *, pop: messaging.PopFactory | None = None) -> None:
         self.config = config
@@ -75,6 +86,30 @@ class Broker:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.messaging: messaging.MessagingServicer | None = None
+        self.phase = "created"
+        self.metrics: broker_metrics.BrokerMetrics | None = None
+        self.metrics_server: http_serving.MetricsServer | None = None
+        if config.metrics_listen:
+            self.metrics = broker_metrics.BrokerMetrics()
+            self.metrics.describe_broker(
+                broker_name=config.store.broker_name, cluster=config.store.cluster_name
+            )
+            self.metrics.watch_store(self.store, self._store_open)
+            self.metrics.watch_readiness(self.not_ready_reason)
+
+    def _store_open(self) -> bool:
+        return self.phase in ("starting", "serving")
+
+    def not_ready_reason(self) -> str | None:
+        """None when clients can be served; otherwise why not (``/readyz`` answers it)."""
+        if self.phase == "serving":
+            return None
+        return {
+            "created": "broker not started",
+            "recovering": "store recovering",
+            "starting": "gRPC server not serving yet",
+            "stopping": "stopping",
+        }.get(self.phase, "stopped")
 
     @property
     def endpoint(self) -> str:
@@ -84,12 +119,36 @@ class Broker:
 
     async def start(self) -> None:
         """Open the store (recovery runs in a worker thread), then start serving."""
-        await asyncio.to_thread(self.store.open)
+        self.phase = "recovering"
+        self._start_metrics_server()
+        try:
+            await asyncio.to_thread(self.store.open)
+        except BaseException:
+            self.phase = "stopped"
+            await self._close_metrics_server()
+            raise
+        self.phase = "starting"
         try:
             await self._serve()
         except BaseException:
+            self.phase = "stopped"
             await asyncio.to_thread(self.store.close)
+            await self._close_metrics_server()
             raise
+        self.phase = "serving"
+
+    def _start_metrics_server(self) -> None:
+        if self.metrics is None or not self.config.metrics_listen:
+            return
+        self.metrics_server = http_serving.MetricsServer(
+            self.config.metrics_listen, self.metrics.registry, self.not_ready_reason
+        )
+        log.info("metrics on %s (port %d)", self.config.metrics_listen, self.metrics_server.port)
+
+    async def _close_metrics_server(self) -> None:
+        server, self.metrics_server = self.metrics_server, None
+        if server is not None:
+            await asyncio.to_thread(server.close)
 
     async def _serve(self) -> None:
         cfg = self.config
@@ -112,20 +171,34 @@ class Broker:
             port=self.port,
         )
         self.messaging = messaging.MessagingServicer(
-            self.store, identity, pop=self._pop_factory, auto_create_topics=cfg.auto_create_topics
+            self.store,
+            identity,
+            pop=self._pop_factory,
+            auto_create_topics=cfg.auto_create_topics,
+            on_sent=self.metrics.on_sent if self.metrics is not None else None,
         )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
         v2_rules = wire.Rules(v2_status=True, client_id_header=messaging.CLIENT_ID_HEADER)
-        wire.register(server, v2_service, self.messaging, v2_rules)
+        wire.register(
+            server, v2_service, self._measured(self.messaging, v2_service, True), v2_rules
+        )
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
-        wire.register(server, admin_service, admin_servicer, wire.Rules(v2_status=False))
+        admin_measured = self._measured(admin_servicer, admin_service, False)
+        wire.register(server, admin_service, admin_measured, wire.Rules(v2_status=False))
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
 
+    def _measured(self, servicer: object, service: object, timed: bool) -> object:
+        """``servicer`` itself, or its instrumented stand-in when metrics are on."""
+        if self.metrics is None:
+            return servicer
+        return instrumenting.instrument(servicer, service, self.metrics.rpc, timed=timed)
+
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, drain in-flight RPCs, then close the store cleanly."""
+        self.phase = "stopping"
         server, self.server = self.server, None
         if self.messaging is not None:
             self.messaging.begin_shutdown()
@@ -135,6 +208,8 @@ class Broker:
         if pop is not None:
             await asyncio.to_thread(pop.close)
         await asyncio.to_thread(self.store.close)
+        self.phase = "stopped"
+        await self._close_metrics_server()
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then :meth:`stop`."""

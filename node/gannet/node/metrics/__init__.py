@@ -1,0 +1,13 @@
+"""Prometheus metrics and health endpoints of a broker (port 5557 by default).
+
+* :mod:`broker_metrics` — one :class:`~broker_metrics.BrokerMetrics` per broker: its own
+  registry (never the process-global one, so a test process can run several brokers), the
+  hot-path counters for sends, the RPC histograms and the store/cleanup collectors.
+* :mod:`store_collecting` — gauges read from ``MessageStore.statistics()`` at scrape time and
+  the running totals of cleanup runs.
+* :mod:`instrumenting` — wraps a gRPC servicer so every RPC is timed and counted in flight.
+* :mod:`http_serving` — the bounded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``.
+
+Wired together by :mod:`gannet.node.broker.serving`; names follow ``shared/DESIGN.md`` §5
+(prefix ``gannet_``, base units, counters end in ``_total``).
+"""

@@ -1,0 +1,147 @@
+"""The metrics of one broker: a private registry and everything registered on it.
+
+Families (all prefixed ``gannet_``; bounded labels only):
+
+* ``gannet_messages_in_total{topic}``, ``gannet_bytes_in_total{topic}`` — messages and body
+  bytes appended by SendMessage. At most ``topics_max`` topic values (1000 by default); later
+  topics are counted under ``topic="_other"`` so a topic storm cannot grow the series set.
+* ``gannet_message_size_bytes`` — body size histogram (no topic label: 12 series, not 12 per
+  topic).
+* ``gannet_rpc_duration_seconds{rpc, code}``, ``gannet_grpc_inflight_requests`` —
+  :mod:`instrumenting`.
+* ``gannet_store_*`` gauges and ``gannet_cleanup_*_total`` counters — :mod:`store_collecting`.
+* ``gannet_broker_info{broker_name, cluster, version}`` and ``gannet_broker_ready`` (1 while
+  ``/readyz`` answers 200).
+* ``process_*`` — prometheus_client's process collector (CPU seconds, resident memory, open
+  file descriptors, start time).
+
+The hot path is :meth:`BrokerMetrics.on_sent`: one dict lookup for the topic's cached label
+children, then three locked additions per message. ``_created`` series are switched off
+process-wide (they double the series count and no dashboard uses them).
+
+Created by :class:`gannet.node.broker.serving.Broker`, which hands :meth:`on_sent` to the
+messaging servicer and serves :attr:`registry` over HTTP.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily, Metric
+
+from gannet.node.metrics import instrumenting, store_collecting
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.records import Message
+
+TOPICS_MAX = 1000
+OTHER_TOPIC = "_other"
+MESSAGE_SIZE_BUCKETS_BYTES = (
+    128.0,
+    1024.0,
+    4096.0,
+    16384.0,
+    65536.0,
+    262144.0,
+    1048576.0,
+    2097152.0,
+    4194304.0,
+    16777216.0,
+)
+
+prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+@dataclass(frozen=True, slots=True)
+class _TopicChildren:
+    messages: Any
+    bytes: Any
+
+
+def _version() -> str:
+    try:
+        return metadata.version("gannet")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class _ReadyCollector:
+    """``gannet_broker_ready`` computed at scrape time from the broker's own answer."""
+
+    def __init__(self, not_ready_reason: Callable[[], str | None]) -> None:
+        self._not_ready_reason = not_ready_reason
+
+    def collect(self) -> list[Metric]:
+        ready = self._not_ready_reason() is None
+        doc = "1 while the broker is ready (store recovered, gRPC serving)."
+        return [GaugeMetricFamily("gannet_broker_ready", doc, value=int(ready))]
+
+
+class BrokerMetrics:
+    """One broker's registry. Invariant: at most ``topics_max`` + 1 topic label values."""
+
+    def __init__(self, *, topics_max: int = TOPICS_MAX) -> None:
+        self.registry = CollectorRegistry()
+        self.topics_max = topics_max
+        self.rpc = instrumenting.RpcMeter(self.registry)
+        self.cleanup = store_collecting.CleanupTally(self.registry)
+        self._messages_in = Counter(
+            "gannet_messages_in_total",
+            "Messages appended by SendMessage, by topic.",
+            ["topic"],
+            registry=self.registry,
+        )
+        self._bytes_in = Counter(
+            "gannet_bytes_in_total",
+            "Message body bytes appended by SendMessage, by topic.",
+            ["topic"],
+            registry=self.registry,
+        )
+        self._message_size = Histogram(
+            "gannet_message_size_bytes",
+            "Body size of the messages appended by SendMessage.",
+            buckets=MESSAGE_SIZE_BUCKETS_BYTES,
+            registry=self.registry,
+        )
+        self._topics: dict[str, _TopicChildren] = {}
+        prometheus_client.ProcessCollector(registry=self.registry)
+
+    def describe_broker(self, *, broker_name: str, cluster: str) -> None:
+        info = Info("gannet_broker", "This broker's name and version.", registry=self.registry)
+        info.info({"broker_name": broker_name, "cluster": cluster, "version": _version()})
+
+    def watch_store(self, store: MessageStore, is_open: Callable[[], bool]) -> None:
+        """Export ``store``'s gauges at scrape time and count its cleanup runs."""
+        self.registry.register(store_collecting.StoreCollector(store, is_open))
+        self.cleanup.attach(store.cleaner)
+
+    def watch_readiness(self, not_ready_reason: Callable[[], str | None]) -> None:
+        self.registry.register(_ReadyCollector(not_ready_reason))
+
+    def _children(self, topic: str) -> _TopicChildren:
+        children = self._topics.get(topic)
+        if children is not None:
+            return children
+        if len(self._topics) >= self.topics_max:
+            topic = OTHER_TOPIC
+            children = self._topics.get(topic)
+            if children is not None:
+                return children
+        children = _TopicChildren(self._messages_in.labels(topic), self._bytes_in.labels(topic))
+        self._topics[topic] = children
+        return children
+
+    def on_sent(self, topic: str, messages: Sequence[Message]) -> None:
+        """Count messages just appended to ``topic`` (event-loop thread; keep it cheap)."""
+        children = self._children(topic)
+        total_bytes = 0
+        for message in messages:
+            size = len(message.body)
+            total_bytes += size
+            self._message_size.observe(size)
+        children.messages.inc(len(messages))
+        children.bytes.inc(total_bytes)

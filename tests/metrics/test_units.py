@@ -1,0 +1,48 @@
+"""BrokerMetrics without a broker: bounded topic labels, private registries, code names."""
+
+from __future__ import annotations
+
+from gannet.node.metrics import broker_metrics, instrumenting
+from gannet.node.store.records import Message
+
+from .conftest import samples
+
+
+def _text(metrics: broker_metrics.BrokerMetrics) -> str:
+    from prometheus_client import generate_latest
+
+    return generate_latest(metrics.registry).decode()
+
+
+def test_topics_past_the_limit_are_counted_as_other() -> None:
+    metrics = broker_metrics.BrokerMetrics(topics_max=2)
+    for topic in ("A", "B", "C", "D", "A"):
+        metrics.on_sent(topic, [Message(topic=topic, body=b"xyz")])
+    found = samples(_text(metrics))
+    topics = {
+        dict(labels)["topic"]: v
+        for (name, labels), v in found.items()
+        if name == "gannet_messages_in_total"
+    }
+    assert topics == {"A": 2, "B": 1, "_other": 2}
+    assert found[("gannet_bytes_in_total", frozenset({("topic", "_other")}))] == 6
+
+
+def test_each_broker_has_its_own_registry() -> None:
+    first = broker_metrics.BrokerMetrics()
+    second = broker_metrics.BrokerMetrics()  # the global registry would refuse duplicates
+    first.on_sent("T", [Message(topic="T", body=b"1")])
+    assert ("gannet_messages_in_total", frozenset({("topic", "T")})) in samples(_text(first))
+    assert ("gannet_messages_in_total", frozenset({("topic", "T")})) not in samples(_text(second))
+
+
+def test_no_created_series() -> None:
+    metrics = broker_metrics.BrokerMetrics()
+    metrics.on_sent("T", [Message(topic="T", body=b"1")])
+    assert "_created" not in _text(metrics)
+
+
+def test_code_names() -> None:
+    assert instrumenting.code_name(20000) == "OK"
+    assert instrumenting.code_name(40402) == "TOPIC_NOT_FOUND"
+    assert instrumenting.code_name(12345) == "12345"
