@@ -214,3 +214,23 @@ def test_without_buffer_merge_cks_and_acks_are_written(tmp_path: Path) -> None:
         assert bodies_of(h.pop()) == ["m2"]
     finally:
         h.close()
+
+
+def test_change_invisible_in_the_millisecond_of_the_pop(tmp_path: Path) -> None:
+    """Regression (simulation seed 3): the new CK of the batch's first message had the old CK's
+    revive key, so revive matched the old ack to it and lost the rest of the batch."""
+    for merge in (True, False):
+        h = Harness(tmp_path / str(merge), PopConfig(buffer_merge_enabled=merge))
+        h.setup()
+        try:
+            h.produce(2, queue_id=3)
+            first, second = h.pop(2, queue_id=3, invisible_ms=5_000).messages
+            new = h.broker.change_invisible_time(
+                GROUP, TOPIC, first.handle, invisible_time_ms=1_000, now_ms=h.now
+            )
+            assert new.pop_time_ms == first.handle.pop_time_ms + 1
+            h.advance(8_000)
+            assert sorted(bodies_of(h.pop())) == ["m0", "m1"]
+            assert second.handle.queue_offset == 1
+        finally:
+            h.close()

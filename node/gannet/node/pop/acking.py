@@ -13,9 +13,11 @@ the checkpoint's revive queue, delivered at ``popTime + invisibleTime``. A handl
 checkpoint is no longer tracked (after a restart, or evicted) is acked by a written ACK only;
 duplicates are then harmless to revive.
 
-Change invisible time writes (or buffers) a new one-message checkpoint first — popTime = now, in
-the old revive queue unless it was retired — and then acks the old handle. Orderly handles
-(revive queue 999) are delegated to :mod:`ordering`.
+Change invisible time first writes a new one-message checkpoint (never only buffered: the old
+ack may let the message be forgotten) — popTime = now, or one millisecond after the old pop time
+if that is not later, so the two checkpoints never share a revive key; in the old revive queue
+unless it was retired — and then acks the old handle. Orderly handles (revive queue 999) are
+delegated to :mod:`ordering`.
 
 Called by :class:`gannet.node.pop.service.PopBroker`.
 """
@@ -196,9 +198,13 @@ class AckService:
             revive_qid = h.revive_qid
             if revive_qid >= self.ctx.revive_write_queues:
                 revive_qid = self.ctx.next_revive_qid()
+            # The new CK must not share the revive key (topic, group, queue, start offset,
+            # pop time, broker) of the old one, or revive could match the old ack to it: a
+            # change in the very millisecond of the pop moves the new pop time on by 1 ms.
+            pop_time_ms = max(now_ms, h.pop_time_ms + 1)
             ck = PopCheckPoint(
                 start_offset=h.queue_offset,
-                pop_time_ms=now_ms,
+                pop_time_ms=pop_time_ms,
                 invisible_time_ms=invisible_time_ms,
                 num=1,
                 queue_id=h.queue_id,
@@ -207,9 +213,11 @@ class AckService:
                 broker_name=h.broker_name,
                 offset_diffs=(0,),
             )
-            stored = not self.ctx.buffer.may_buffer(ck, now_ms)
-            ck_durable_at = self.ctx.write_cks_nowait([(ck, revive_qid)]) if stored else None
-            self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, stored))
+            # Never buffered: acking the old handle may let its pop's offset be committed (or
+            # writes an ACK record), so only a stored new CK keeps the message from being lost
+            # in a crash (found by the simulation, seed 39).
+            ck_durable_at = self.ctx.write_cks_nowait([(ck, revive_qid)])
+            self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, True))
             to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
             self._claim(target, to_write)
             # Appended after the new CK, so its durability covers the CK's as well.
@@ -220,7 +228,7 @@ class AckService:
         self.ctx.commit_offsets()
         return ReceiptHandle(
             ck_queue_offset=h.queue_offset,
-            pop_time_ms=now_ms,
+            pop_time_ms=pop_time_ms,
             invisible_time_ms=invisible_time_ms,
             revive_qid=revive_qid,
             flag=h.flag,

@@ -5,9 +5,10 @@ A pass reads the revive queue from the stored progress + 1, at most
 ``revive_pass_messages_max`` messages (``revive_batch_messages_max`` per read):
 
 1. **Consume.** CK messages are parsed and kept in offset order under their revive key
-   ``topic + cid + queueId + startOffset + popTime + brokerName`` (a duplicate CK, as the
-   at-least-once timer may deliver after a crash, is ignored); ACK and batch-ACK messages set
-   bits in the CK with the same key (unmatched acks are ignored: their CK was handled already).
+   ``topic + cid + queueId + startOffset + popTime + brokerName`` (an exact duplicate, as the
+   at-least-once timer may deliver after a crash, is ignored; distinct CKs sharing a key are
+   all kept); ACK and batch-ACK messages set bits in the CKs with the same key (unmatched acks
+   are ignored: their CK was handled already).
    ``endTime`` = the largest ``TIMER_DELIVER_MS`` seen, raised to ``now`` when the queue was
    read to its end and the timer has nothing due — everything due by ``now`` has been delivered.
 2. **Revive.** In revive-queue order, a CK is expired when ``endTime − reviveTime > 2000 ms``;
@@ -59,8 +60,10 @@ class RevivePass:
 
 @dataclass(slots=True)
 class _Scan:
-    cks: dict[str, PopCheckPoint] = field(default_factory=dict)
-    order: list[tuple[int, str | None]] = field(default_factory=list)
+    cks: dict[int, PopCheckPoint] = field(default_factory=dict)  # by revive-queue offset
+    by_key: dict[str, list[int]] = field(default_factory=dict)  # revive key -> offsets
+    order: list[tuple[int, bool]] = field(default_factory=list)  # (offset, is a CK to handle)
+    bodies: set[PopCheckPoint] = field(default_factory=set)  # CKs as read, to spot duplicates
     end_time_ms: int = 0
     next_offset: int = 0
     read: int = 0
@@ -102,8 +105,8 @@ class ReviveService:
         counts = _Counts()
         handled_to = start - 1
         handled = 0
-        for offset, key in scan.order:
-            ck = scan.cks.get(key) if key is not None else None
+        for offset, is_ck in scan.order:
+            ck = scan.cks.get(offset) if is_ck else None
             if ck is not None:
                 if scan.end_time_ms - ck.revive_time_ms <= REVIVE_EXPIRE_MARGIN_MS:
                     break
@@ -164,29 +167,31 @@ class ReviveService:
             if tag == checkpoints.CK_TAG:
                 ck = checkpoints.decode(msg.body)
                 key = checkpoints.ck_revive_key(ck)
-                if not ck.topic or not ck.cid or key in scan.cks:
-                    scan.order.append((offset, None))
+                if not ck.topic or not ck.cid or ck in scan.bodies:
+                    scan.order.append((offset, False))  # an exact duplicate (timer redelivery)
                     return
-                scan.cks[key] = replace(ck, revive_offset=offset)
-                scan.order.append((offset, key))
+                scan.bodies.add(ck)
+                scan.cks[offset] = replace(ck, revive_offset=offset)
+                scan.by_key.setdefault(key, []).append(offset)
+                scan.order.append((offset, True))
                 return
             if tag in (checkpoints.ACK_TAG, checkpoints.BATCH_ACK_TAG):
                 self._apply_ack(scan, acks.decode(msg.body))
         except PopRequestIllegal as exc:
             log.warning("revive queue %d offset %d: %s; skipped", self.revive_qid, offset, exc)
-        scan.order.append((offset, None))
+        scan.order.append((offset, False))
 
     def _apply_ack(self, scan: _Scan, ack: acks.AckMsg) -> None:
-        key = ack.revive_key(self.ctx.broker_name)
-        ck = scan.cks.get(key)
-        if ck is None:
-            return
-        bits = 0
-        for offset in ack.offsets():
-            index = ck.index_of(offset)
-            if index >= 0:
-                bits |= 1 << index
-        scan.cks[key] = ck.with_bits(bits)
+        """Set the acked bits in every CK with the ack's key (normally one; several only when
+        pop times repeated, e.g. after a clock step — then the ack counts for each)."""
+        for ck_offset in scan.by_key.get(ack.revive_key(self.ctx.broker_name), ()):
+            ck = scan.cks[ck_offset]
+            bits = 0
+            for offset in ack.offsets():
+                index = ck.index_of(offset)
+                if index >= 0:
+                    bits |= 1 << index
+            scan.cks[ck_offset] = ck.with_bits(bits)
 
     # --- revive phase ---
     def _revive(self, ck: PopCheckPoint, counts: _Counts) -> bool:
