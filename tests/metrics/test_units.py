@@ -46,3 +46,19 @@ def test_code_names() -> None:
     assert instrumenting.code_name(20000) == "OK"
     assert instrumenting.code_name(40402) == "TOPIC_NOT_FOUND"
     assert instrumenting.code_name(12345) == "12345"
+
+
+def test_size_buckets_count_a_value_equal_to_a_bound_in_that_bucket() -> None:
+    metrics = broker_metrics.BrokerMetrics()
+    metrics.on_sent("T", [Message(topic="T", body=b"x" * n) for n in (1, 128, 129, 5_000_000)])
+    found = samples(_text(metrics))
+
+    def bucket(le: str) -> float:
+        return found[("gannet_message_size_bytes_bucket", frozenset({("le", le)}))]
+
+    assert bucket("128.0") == 2
+    assert bucket("1024.0") == 3
+    assert bucket("4.194304e+06") == 3
+    assert bucket("+Inf") == 4
+    assert found[("gannet_message_size_bytes_count", frozenset())] == 4
+    assert found[("gannet_message_size_bytes_sum", frozenset())] == 1 + 128 + 129 + 5_000_000

@@ -119,8 +119,8 @@ class Broker:
 
     async def start(self) -> None:
         """Open the store (recovery runs in a worker thread), then start serving."""
-        self.phase = "recovering"
         self._start_metrics_server()
+        self.phase = "recovering"
         try:
             await asyncio.to_thread(self.store.open)
         except BaseException:
@@ -199,6 +199,13 @@ class Broker:
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, drain in-flight RPCs, then close the store cleanly."""
         self.phase = "stopping"
+        try:
+            await self._stop_serving(grace_s)
+        finally:
+            self.phase = "stopped"
+            await self._close_metrics_server()
+
+    async def _stop_serving(self, grace_s: float | None) -> None:
         server, self.server = self.server, None
         if self.messaging is not None:
             self.messaging.begin_shutdown()
@@ -208,8 +215,6 @@ class Broker:
         if pop is not None:
             await asyncio.to_thread(pop.close)
         await asyncio.to_thread(self.store.close)
-        self.phase = "stopped"
-        await self._close_metrics_server()
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then :meth:`stop`."""

@@ -3,6 +3,8 @@
 * :mod:`broker_metrics` — one :class:`~broker_metrics.BrokerMetrics` per broker: its own
   registry (never the process-global one, so a test process can run several brokers), the
   hot-path counters for sends, the RPC histograms and the store/cleanup collectors.
+* :mod:`tallies` — lock-free counts and histograms for the hot path (single writer: the
+  event-loop thread), turned into metric families at scrape time.
 * :mod:`store_collecting` — gauges read from ``MessageStore.statistics()`` at scrape time and
   the running totals of cleanup runs.
 * :mod:`instrumenting` — wraps a gRPC servicer so every RPC is timed and counted in flight.

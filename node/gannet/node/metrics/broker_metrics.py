@@ -15,9 +15,11 @@ Families (all prefixed ``gannet_``; bounded labels only):
 * ``process_*`` — prometheus_client's process collector (CPU seconds, resident memory, open
   file descriptors, start time).
 
-The hot path is :meth:`BrokerMetrics.on_sent`: one dict lookup for the topic's cached label
-children, then three locked additions per message. ``_created`` series are switched off
-process-wide (they double the series count and no dashboard uses them).
+The hot path is :meth:`BrokerMetrics.on_sent`: one dict lookup for the topic's tally, then
+plain additions and a bisect per message (:mod:`tallies`: no locks, the event-loop thread is
+the only writer; about 1 µs per message against 6 µs with prometheus_client's own counters).
+``_created`` series are switched off process-wide (they double the series count and no
+dashboard uses them).
 
 Created by :class:`gannet.node.broker.serving.Broker`, which hands :meth:`on_sent` to the
 messaging servicer and serves :attr:`registry` over HTTP.
@@ -26,15 +28,18 @@ messaging servicer and serves :attr:`registry` over HTTP.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from importlib import metadata
-from typing import Any
 
 import prometheus_client
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client import CollectorRegistry, Info
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
-from gannet.node.metrics import instrumenting, store_collecting
+from gannet.node.metrics import instrumenting, store_collecting, tallies
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 
@@ -56,10 +61,14 @@ MESSAGE_SIZE_BUCKETS_BYTES = (
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
-@dataclass(frozen=True, slots=True)
-class _TopicChildren:
-    messages: Any
-    bytes: Any
+class _TopicTally:
+    """Messages and body bytes appended to one topic (event-loop thread writes)."""
+
+    __slots__ = ("bytes", "messages")
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
 
 
 def _version() -> str:
@@ -82,32 +91,20 @@ class _ReadyCollector:
 
 
 class BrokerMetrics:
-    """One broker's registry. Invariant: at most ``topics_max`` + 1 topic label values."""
+    """One broker's registry and its send tallies (a collector on that registry).
+
+    Invariant: at most ``topics_max`` + 1 topic label values.
+    """
 
     def __init__(self, *, topics_max: int = TOPICS_MAX) -> None:
         self.registry = CollectorRegistry()
         self.topics_max = topics_max
-        self.rpc = instrumenting.RpcMeter(self.registry)
+        self.rpc = instrumenting.RpcMeter()
+        self.registry.register(self.rpc)
         self.cleanup = store_collecting.CleanupTally(self.registry)
-        self._messages_in = Counter(
-            "gannet_messages_in_total",
-            "Messages appended by SendMessage, by topic.",
-            ["topic"],
-            registry=self.registry,
-        )
-        self._bytes_in = Counter(
-            "gannet_bytes_in_total",
-            "Message body bytes appended by SendMessage, by topic.",
-            ["topic"],
-            registry=self.registry,
-        )
-        self._message_size = Histogram(
-            "gannet_message_size_bytes",
-            "Body size of the messages appended by SendMessage.",
-            buckets=MESSAGE_SIZE_BUCKETS_BYTES,
-            registry=self.registry,
-        )
-        self._topics: dict[str, _TopicChildren] = {}
+        self._topics: dict[str, _TopicTally] = {}
+        self._sizes = tallies.HistogramTally(MESSAGE_SIZE_BUCKETS_BYTES)
+        self.registry.register(self)
         prometheus_client.ProcessCollector(registry=self.registry)
 
     def describe_broker(self, *, broker_name: str, cluster: str) -> None:
@@ -122,26 +119,41 @@ class BrokerMetrics:
     def watch_readiness(self, not_ready_reason: Callable[[], str | None]) -> None:
         self.registry.register(_ReadyCollector(not_ready_reason))
 
-    def _children(self, topic: str) -> _TopicChildren:
-        children = self._topics.get(topic)
-        if children is not None:
-            return children
+    def _new_topic(self, topic: str) -> _TopicTally:
         if len(self._topics) >= self.topics_max:
             topic = OTHER_TOPIC
-            children = self._topics.get(topic)
-            if children is not None:
-                return children
-        children = _TopicChildren(self._messages_in.labels(topic), self._bytes_in.labels(topic))
-        self._topics[topic] = children
-        return children
+            tally = self._topics.get(topic)
+            if tally is not None:
+                return tally
+        tally = self._topics[topic] = _TopicTally()
+        return tally
 
     def on_sent(self, topic: str, messages: Sequence[Message]) -> None:
-        """Count messages just appended to ``topic`` (event-loop thread; keep it cheap)."""
-        children = self._children(topic)
+        """Count messages just appended to ``topic`` (event-loop thread only; keep it cheap)."""
+        tally = self._topics.get(topic) or self._new_topic(topic)
         total_bytes = 0
         for message in messages:
             size = len(message.body)
             total_bytes += size
-            self._message_size.observe(size)
-        children.messages.inc(len(messages))
-        children.bytes.inc(total_bytes)
+            self._sizes.observe(size)
+        tally.messages += len(messages)
+        tally.bytes += total_bytes
+
+    def collect(self) -> list[Metric]:
+        """The send families, built from the tallies at scrape time (HTTP thread)."""
+        messages = CounterMetricFamily(
+            "gannet_messages_in", "Messages appended by SendMessage, by topic.", labels=["topic"]
+        )
+        body_bytes = CounterMetricFamily(
+            "gannet_bytes_in",
+            "Message body bytes appended by SendMessage, by topic.",
+            labels=["topic"],
+        )
+        for topic, tally in list(self._topics.items()):
+            messages.add_metric([topic], tally.messages)
+            body_bytes.add_metric([topic], tally.bytes)
+        sizes = HistogramMetricFamily(
+            "gannet_message_size_bytes", "Body size of the messages appended by SendMessage."
+        )
+        self._sizes.add_to(sizes, [])
+        return [messages, body_bytes, sizes]

@@ -9,8 +9,9 @@ stream) last as long as a client wants, so they are counted in flight but not ti
 that ``wire`` refuses before the servicer runs (undecodable, no client id) are not seen here.
 
 Both label sets are bounded: ``rpc`` by the service's methods, ``code`` by the v2 ``Code``
-enum. Label children are cached, so a call costs two clock reads, a dict lookup and three
-locked additions.
+enum. Label children are cached and the figures are :mod:`tallies` (no locks: every servicer
+method runs on the broker's event-loop thread), so a call costs two clock reads, a dict lookup
+and a bisect — about 1.5 µs.
 
 Called by :mod:`gannet.node.broker.serving` through
 :class:`~gannet.node.metrics.broker_metrics.BrokerMetrics`.
@@ -23,8 +24,10 @@ import types
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
 from rocketmq.grpc_protocol import Code
+
+from gannet.node.metrics import tallies
 
 RPC_DURATION_BUCKETS_S = (
     0.0005,
@@ -57,22 +60,20 @@ def code_name(code: int) -> str:
 
 
 class RpcMeter:
-    """The RPC families of one registry, with cached label children."""
+    """The RPC figures of one broker, kept as :mod:`tallies` (event-loop thread only).
 
-    def __init__(self, registry: CollectorRegistry) -> None:
-        self.inflight = Gauge(
-            "gannet_grpc_inflight_requests",
-            "gRPC calls being served now (unary and streaming, client and admin services).",
-            registry=registry,
-        )
-        self.duration = Histogram(
+    Registered on a registry as a collector: :meth:`collect` builds the families at scrape time.
+    """
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self._durations = tallies.LabelledHistograms(
             "gannet_rpc_duration_seconds",
             "Time to answer a unary apache.rocketmq.v2 RPC, by method and v2 status code.",
-            ["rpc", "code"],
-            buckets=RPC_DURATION_BUCKETS_S,
-            registry=registry,
+            ("rpc", "code"),
+            RPC_DURATION_BUCKETS_S,
         )
-        self._children: dict[tuple[str, int | None], Any] = {}
+        self._children: dict[tuple[str, int | None], tallies.HistogramTally] = {}
 
     def observe(self, rpc: str, code: int | None, seconds: float) -> None:
         """One answered call; ``code`` None when the method raised."""
@@ -80,8 +81,16 @@ class RpcMeter:
         child = self._children.get(key)
         if child is None:
             label = RAISED if code is None else code_name(code)
-            child = self._children[key] = self.duration.labels(rpc, label)
+            child = self._children[key] = self._durations.child(rpc, label)
         child.observe(seconds)
+
+    def collect(self) -> list[Metric]:
+        inflight = GaugeMetricFamily(
+            "gannet_grpc_inflight_requests",
+            "gRPC calls being served now (unary and streaming, client and admin services).",
+            value=self.inflight,
+        )
+        return [inflight, self._durations.family()]
 
 
 def _status_code(response: ProtoMessage) -> int | None:
@@ -91,7 +100,7 @@ def _status_code(response: ProtoMessage) -> int | None:
 
 def _timed_unary(method: Method, rpc: str, meter: RpcMeter) -> Method:
     async def handle(request: object, context: object) -> ProtoMessage:
-        meter.inflight.inc()
+        meter.inflight += 1
         started = time.perf_counter()
         code: int | None = None
         try:
@@ -100,24 +109,30 @@ def _timed_unary(method: Method, rpc: str, meter: RpcMeter) -> Method:
             return response
         finally:
             meter.observe(rpc, code, time.perf_counter() - started)
-            meter.inflight.dec()
+            meter.inflight -= 1
 
     return handle
 
 
 def _counted_unary(method: Method, meter: RpcMeter) -> Method:
     async def handle(request: object, context: object) -> ProtoMessage:
-        with meter.inflight.track_inprogress():
+        meter.inflight += 1
+        try:
             return await method(request, context)
+        finally:
+            meter.inflight -= 1
 
     return handle
 
 
 def _counted_stream(method: Method, meter: RpcMeter) -> Method:
     async def handle(request: object, context: object) -> AsyncIterator[ProtoMessage]:
-        with meter.inflight.track_inprogress():
+        meter.inflight += 1
+        try:
             async for response in method(request, context):
                 yield response
+        finally:
+            meter.inflight -= 1
 
     return handle
 
