@@ -110,3 +110,14 @@ def test_fifo_state_survives_restart(harness: Harness) -> None:
     for m in first.messages:
         harness.broker.ack(FIFO, TOPIC, m.receipt_handle, now_ms=harness.now)
     assert bodies_of(harness.pop(2, group=FIFO, queue_id=0)) == ["m2"]
+
+
+def test_fifo_forward_to_dlq_unblocks_the_queue(harness: Harness) -> None:
+    _setup(harness)
+    harness.produce(2, queue_id=0)
+    (m,) = harness.pop(1, group=FIFO, queue_id=0).messages
+    harness.broker.forward_to_dlq(FIFO, TOPIC, m.receipt_handle, now_ms=harness.now)
+    harness.settle()
+    assert bodies_of(harness.pop(1, group=FIFO, queue_id=0)) == ["m1"]
+    dead = harness.store.get_messages(validation.dlq_topic(FIFO), 0, 0, 5).messages
+    assert [records.decode(d.data).body for d in dead] == [b"m0"]

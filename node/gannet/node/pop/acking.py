@@ -24,6 +24,7 @@ Called by :class:`gannet.node.pop.service.PopBroker`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from gannet.node.pop import checkpoints, receipts, retrying
@@ -240,9 +241,15 @@ class AckService:
 
     # --- forward to DLQ ---
     def forward_to_dlq(
-        self, group: str, topic: str, handle: str | ReceiptHandle, now_ms: int
+        self,
+        group: str,
+        topic: str,
+        handle: str | ReceiptHandle,
+        now_ms: int,
+        ack: Callable[[ReceiptHandle], None] | None = None,
     ) -> None:
-        """v2 ForwardMessageToDeadLetterQueue: copy the message to ``%DLQ%<group>``, then ack."""
+        """v2 ForwardMessageToDeadLetterQueue: copy the message to ``%DLQ%<group>``, then ack
+        it (with ``ack`` when given, e.g. the orderly ack)."""
         with self.ctx.buffer.lock:
             target = self.resolve(group, topic, handle, now_ms)
             h = target.handle
@@ -254,4 +261,7 @@ class AckService:
             dlq = retrying.dlq_message(original, group, retrying.original_topic_of(group, topic))
             retrying.ensure_system_topic(store, dlq.topic, None)
             store.put_messages([dlq])
-            self.ack(group, topic, h, now_ms)
+            if ack is not None:
+                ack(h)
+            else:
+                self.ack(group, topic, h, now_ms)

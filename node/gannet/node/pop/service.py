@@ -211,7 +211,10 @@ class PopBroker:
     def forward_to_dlq(
         self, group: str, topic: str, handle: str | ReceiptHandle, *, now_ms: int
     ) -> None:
-        self.acker.forward_to_dlq(group, topic, handle, now_ms)
+        def ack(h: ReceiptHandle) -> None:
+            self.ack(group, topic, h, now_ms=now_ms)
+
+        self.acker.forward_to_dlq(group, topic, handle, now_ms, ack)
 
     @staticmethod
     def _is_order(handle: str | ReceiptHandle) -> bool:
