@@ -62,3 +62,28 @@ def test_size_buckets_count_a_value_equal_to_a_bound_in_that_bucket() -> None:
     assert bucket("+Inf") == 4
     assert found[("gannet_message_size_bytes_count", frozenset())] == 4
     assert found[("gannet_message_size_bytes_sum", frozenset())] == 1 + 128 + 129 + 5_000_000
+
+
+def test_requests_past_the_limit_get_a_bare_503() -> None:
+    import socket
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from gannet.node.metrics import http_serving
+
+    from .conftest import http_get
+
+    server = http_serving.MetricsServer(
+        "127.0.0.1:0", CollectorRegistry(), lambda: None, requests_inflight_max=1
+    )
+    try:
+        with socket.create_connection(("127.0.0.1", server.port)):  # holds the only slot
+            status, _ = http_get(server.port, "/healthz")
+        assert status == 503
+        # The slot frees once the handler thread sees the held connection close.
+        deadline = time.monotonic() + 10
+        while http_get(server.port, "/healthz")[0] == 503:
+            assert time.monotonic() < deadline, "the slot was never released"
+    finally:
+        server.close()
