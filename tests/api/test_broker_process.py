@@ -29,7 +29,7 @@ def test_broker_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     args = [
         sys.executable, "-m", "gannet.node.cli", "broker", "run",
         "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--file-size-mb", "4",
-        "--flush", "sync",
+        "--flush", "sync", "--metrics-listen", "",
     ]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -28,6 +28,7 @@ import logging
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -102,6 +103,7 @@ class CleanService:
             disk_clean_forcibly_ratio=cfg.disk_clean_forcibly_ratio,
         )
         self.last_result: CleanResult | None = None
+        self.listeners: list[Callable[[CleanResult], None]] = []
         self._last_min_offset = -1
         self.ratio_probe = disk_used_ratio
 
@@ -124,6 +126,8 @@ class CleanService:
             result = self._delete_commitlog_files(result, now, clean_at_once)
         result = self._delete_derived_files(result)
         self.last_result = result
+        for listener in self.listeners:
+            listener(result)
         if result.commitlog_files_deleted:
             log.info("cleanup (%s): %s", reason, result)
         return result
