@@ -81,7 +81,9 @@ def read_queue(
         return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
     if offset > hi:
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-    scan_units_max = max(16000, max_count * 20) // 20
+    # A filter may skip units, so scan up to maxFilterMessageSize of queue; without one
+    # exactly max_count units are wanted (pre-blank and removed units are rare).
+    scan_units_max = max(16000, max_count * 20) // 20 if tag_filter is not None else max_count
     units = cq.read_units(offset, min(scan_units_max, hi - offset))
     if not units:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
