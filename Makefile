@@ -40,9 +40,10 @@ lint: $(STAMP)
 unit: $(STAMP) $(PROMTOOL)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-## bench: quick benchmarks (storage engine); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop); figures go to bench/results/
 bench: $(STAMP)
 	$(BIN)/python -m bench.storage --quick
+	$(BIN)/python -m bench.pop --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
