@@ -120,18 +120,24 @@ def test_normal_message_to_fifo_topic_is_refused(broker, make_topic, producer_fo
         producer.send(_message(topic, b"x"))
 
 
-def test_simple_consumer_is_told_pop_is_not_served_yet(broker, admin, make_topic) -> None:
+def test_simple_consumer_receives_from_the_default_broker(
+    broker, admin, make_topic, producer_for
+) -> None:
     from rocketmq import FilterExpression, SimpleConsumer
 
     topic = make_topic()
+    sent = producer_for(topic).send(_message(topic, b"popped"))
+    settle(broker)
     group = unique("G")
     admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group))
     config = ClientConfiguration(broker.endpoint, Credentials(), request_timeout=5)
     consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=5)
     consumer.startup()
     try:
-        with pytest.raises(Exception, match="not served"):
-            consumer.receive(16, 15)
+        [received] = consumer.receive(16, 15)  # already there: no long-poll wait
+        assert received.message_id == sent.message_id
+        assert received.body == b"popped"
+        consumer.ack(received)
     finally:
         consumer.shutdown()
 

@@ -142,16 +142,15 @@ def test_malformed_protobuf_gets_bad_request(channel) -> None:
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_pop_rpcs_answer_unsupported_until_pop_is_served(messaging, make_topic) -> None:
+def test_pop_rpcs_check_the_group_and_end_transaction_is_unsupported(messaging, make_topic) -> None:
     topic = definition_pb2.Resource(name=make_topic())
     group = definition_pb2.Resource(name="g")
     ack = messaging.AckMessage(service_pb2.AckMessageRequest(group=group, topic=topic), timeout=5)
-    assert ack.status.code == Code.UNSUPPORTED
-    assert "Pop" in ack.status.message
+    assert ack.status.code == Code.CONSUMER_GROUP_NOT_FOUND
     frames = list(
         messaging.ReceiveMessage(service_pb2.ReceiveMessageRequest(group=group), timeout=5)
     )
-    assert [f.status.code for f in frames] == [Code.UNSUPPORTED]
+    assert [f.status.code for f in frames] == [Code.CONSUMER_GROUP_NOT_FOUND]
     end = messaging.EndTransaction(service_pb2.EndTransactionRequest(), timeout=5)
     assert end.status.code == Code.UNSUPPORTED
 

@@ -4,10 +4,11 @@ Served here: QueryRoute, Heartbeat, SendMessage (normal, FIFO, delayed, batches;
 the bytes are durable per the flush mode), QueryAssignment, Telemetry (settings replies),
 NotifyClientTermination, GetOffset / QueryOffset / UpdateOffset. Pop consumption
 (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) is
-delegated to a :class:`PopHandlers` when one is given, and answered ``UNSUPPORTED`` with a
-message saying Pop is not served yet otherwise (``UNSUPPORTED`` rather than
-``NOT_IMPLEMENTED``: the Python client maps both to its Unsupported error but logs the latter as
-an unrecognized code). Everything else answers ``UNSUPPORTED`` in its ``status``.
+delegated to a :class:`PopHandlers` (the broker plugs in :mod:`receiving` by default), and
+answered ``UNSUPPORTED`` with a message saying Pop is not served yet when there is none
+(``UNSUPPORTED`` rather than ``NOT_IMPLEMENTED``: the Python client maps both to its Unsupported
+error but logs the latter as an unrecognized code). Everything else answers ``UNSUPPORTED`` in
+its ``status``.
 
 Names are checked and looked up by :class:`~gannet.node.api.resources.Resources` (unknown
 topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset RPCs live in

@@ -15,6 +15,11 @@ With ``metrics_listen`` set, the metrics endpoint (:mod:`gannet.node.metrics`) s
 recovery, so ``/healthz`` answers and ``/readyz`` says 503 while the store recovers; it says
 200 only in the ``serving`` phase and closes last, after the store.
 
+Pop consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration,
+ForwardMessageToDeadLetterQueue) is served by :mod:`gannet.node.api.receiving` on a
+:class:`~gannet.node.pop.service.PopBroker` started with the server unless another ``pop``
+factory is given; it is closed after the drain and before the store.
+
 Called by ``gannet broker run`` and :mod:`threads`.
 """
 
@@ -29,7 +34,7 @@ from dataclasses import dataclass
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
-from gannet.node.api import admin, messaging, routes, wire
+from gannet.node.api import admin, messaging, receiving, routes, wire
 from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import broker_metrics, http_serving, instrumenting
 from gannet.node.store.config import StoreConfig
@@ -81,7 +86,7 @@ class Broker:
 
     def __init__(self, config: BrokerConfig, *, pop: messaging.PopFactory | None = None) -> None:
         self.config = config
-        self._pop_factory = pop
+        self._pop_factory = pop if pop is not None else receiving.factory()
         self.store = MessageStore(config.store)
         self.server: grpc.aio.Server | None = None
         self.port = 0
@@ -132,6 +137,7 @@ class Broker:
             await self._serve()
         except BaseException:
             self.phase = "stopped"
+            await self._close_pop()
             await asyncio.to_thread(self.store.close)
             await self._close_metrics_server()
             raise
@@ -211,10 +217,14 @@ class Broker:
             self.messaging.begin_shutdown()
         if server is not None:
             await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
+        await self._close_pop()
+        await asyncio.to_thread(self.store.close)
+
+    async def _close_pop(self) -> None:
+        """Close the Pop layer (stops its thread, writes its checkpoints) before the store."""
         pop = self.messaging.pop if self.messaging is not None else None
         if pop is not None:
             await asyncio.to_thread(pop.close)
-        await asyncio.to_thread(self.store.close)
 
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then :meth:`stop`."""

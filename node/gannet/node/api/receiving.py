@@ -1,0 +1,496 @@
+"""Pop consumption over v2: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
+ForwardMessageToDeadLetterQueue served by :class:`~gannet.node.pop.service.PopBroker`.
+
+The rules are the v2 proxy's (``v2-protocol.md`` §4.6–§4.9, §4.11):
+
+* **ReceiveMessage** — the group must exist and the topic be readable; the polling time is the
+  request's ``long_polling_timeout`` (else half the remaining deadline), clamped to
+  [``polling_ms_min``, ``polling_ms_max``] (5 s – 20 s) and cut to the remaining deadline less
+  :attr:`ReceiveLimits.deadline_margin_ms`; when less than the minimum remains the answer is
+  ``ILLEGAL_POLLING_TIME``. The invisible time must be in [10 s, 12 h]
+  (``ILLEGAL_INVISIBLE_TIME``) unless ``auto_renew``, which uses 60 s. The filter is a tag
+  expression (``ILLEGAL_FILTER_EXPRESSION`` when it names no tag; SQL92 → ``NOT_IMPLEMENTED``).
+  ``batch_size`` is capped at 32. All queues of the topic are popped (queue id -1); orderly
+  groups pop orderly. A popped message whose tag does not really match (tag-hash collision) is
+  acked silently, as the proxy does. The stream is ``status`` (``OK``, ``MESSAGE_NOT_FOUND``
+  when nothing came, ``TOO_MANY_REQUESTS`` when too many pops wait), one frame per message,
+  then ``delivery_timestamp``; an invalid request gets a single ``status`` frame.
+* **AckMessage** — one entry status per request entry; the top-level status is the entries'
+  single code, or ``MULTIPLE_RESULTS`` when they differ.
+* **ChangeInvisibleDuration** — the duration must be in [0, 12 h]; answers the new handle.
+* **ForwardMessageToDeadLetterQueue** — moves the message to ``%DLQ%<group>`` and acks it.
+
+Decision: a group's first pop starts at each queue's *minimum* offset (``ConsumeInitMode.MIN``,
+the store's ``InitMode.MIN``), not ``MAX`` as the proxy asks: RocketMQ's broker starts at 0
+anyway while a queue's first message is in memory (``initPopOffsetByCheckMsgInMem``), and a
+store without that distinction would otherwise hide every message sent before the group's
+first receive. ``auto_renew`` gets the 60 s invisible time but is not renewed yet.
+
+Blocking Pop calls run in worker threads (:func:`asyncio.to_thread`). :meth:`begin_shutdown`
+ends waiting long polls at once (they answer ``MESSAGE_NOT_FOUND``).
+
+Plugged into :class:`~gannet.node.api.messaging.MessagingServicer` by
+:mod:`gannet.node.broker.serving` through :func:`factory`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeVar
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
+
+from gannet.node.api import sending, statuses
+from gannet.node.api.statuses import ApiError
+from gannet.node.pop import errors as pop_errors
+from gannet.node.pop import filtering, receipts
+from gannet.node.pop.config import PopConfig
+from gannet.node.pop.filtering import TagFilter
+from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
+from gannet.node.pop.receipts import ReceiptHandle
+from gannet.node.pop.service import PopBroker
+from gannet.node.store import errors, msgids, records, validation
+from gannet.node.store import properties as props
+
+if TYPE_CHECKING:
+    from gannet.node.api.messaging import MessagingServicer, PopFactory
+
+log = logging.getLogger(__name__)
+
+Response = TypeVar("Response")
+T = TypeVar("T")
+
+BATCH_MESSAGES_MAX = 32  # ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST
+
+
+@dataclass(frozen=True, slots=True)
+class ReceiveLimits:
+    """The proxy's consumer limits (``ProxyConfig``), in ms."""
+
+    polling_ms_min: int = 5_000  # grpcClientConsumerMinLongPollingTimeoutMillis
+    polling_ms_max: int = 20_000  # grpcClientConsumerMaxLongPollingTimeoutMillis
+    deadline_margin_ms: int = 200
+    """Kept free of the client's deadline so the answer arrives before it."""
+    receive_invisible_ms_min: int = 10_000  # minInvisibleTimeMillsForRecv
+    invisible_ms_max: int = 12 * 3_600_000  # maxInvisibleTimeMills
+    auto_renew_invisible_ms: int = 60_000  # defaultInvisibleTimeMills
+    init_mode: InitMode = InitMode.MIN
+
+
+DEFAULT_LIMITS = ReceiveLimits()
+
+
+def factory(limits: ReceiveLimits = DEFAULT_LIMITS, config: PopConfig | None = None) -> PopFactory:
+    """A pop factory for :class:`~gannet.node.broker.serving.Broker`: a started PopBroker on
+    the servicer's store, served by :class:`PopHandler`."""
+
+    def make(servicer: MessagingServicer) -> PopHandler:
+        pop = PopBroker(servicer.store, config)
+        pop.start()
+        return PopHandler(servicer, pop, limits)
+
+    return make
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _ms(duration: object) -> int:
+    seconds = int(getattr(duration, "seconds", 0))
+    nanos = int(getattr(duration, "nanos", 0))
+    return seconds * 1000 + nanos // 1_000_000
+
+
+def _timestamp(ms: int) -> Timestamp:
+    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def pop_error(exc: pop_errors.PopError) -> ApiError:
+    """The v2 answer to a Pop error (each class's docstring names its code)."""
+    text = str(exc)
+    if isinstance(exc, pop_errors.SqlFilterNotSupported):
+        return ApiError(statuses.NOT_IMPLEMENTED, text)
+    if isinstance(exc, pop_errors.FilterExpressionIllegal):
+        return ApiError(Code.ILLEGAL_FILTER_EXPRESSION, text)
+    if isinstance(exc, pop_errors.InvisibleTimeIllegal):
+        return ApiError(Code.ILLEGAL_INVISIBLE_TIME, text)
+    if isinstance(exc, pop_errors.ReceiptHandleIllegal | pop_errors.AlreadyAcked):
+        return ApiError(Code.INVALID_RECEIPT_HANDLE, text)
+    if isinstance(exc, pop_errors.UnknownTopicOrGroup):
+        return ApiError(statuses.TOPIC_NOT_FOUND, text)
+    if isinstance(exc, pop_errors.PopBusy):
+        return ApiError(statuses.TOO_MANY_REQUESTS, text)
+    if isinstance(exc, pop_errors.PopRequestIllegal):
+        return ApiError(statuses.BAD_REQUEST, text)
+    return ApiError(statuses.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {text}")
+
+
+def _api_error(exc: Exception, what: str) -> ApiError:
+    if isinstance(exc, ApiError):
+        return exc
+    if isinstance(exc, pop_errors.PopError):
+        return pop_error(exc)
+    if isinstance(exc, errors.StoreError):
+        return statuses.from_store_error(exc)
+    log.exception("%s failed", what)
+    return ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}")
+
+
+def parse_handle(text: str) -> ReceiptHandle:
+    if not text.strip():
+        raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is blank")
+    try:
+        return receipts.parse(text)
+    except pop_errors.PopError as exc:
+        raise pop_error(exc) from None
+
+
+def tag_filter_of(expression: definition_pb2.FilterExpression) -> TagFilter:
+    kind = (
+        filtering.ExpressionType.SQL92
+        if expression.type == definition_pb2.SQL
+        else filtering.ExpressionType.TAG
+    )
+    try:
+        return filtering.parse(str(expression.expression), kind)
+    except pop_errors.PopError as exc:
+        raise pop_error(exc) from None
+
+
+# ---------------------------------------------------------------------- messages
+_HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {sending.TRACE_CONTEXT}
+
+
+def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition_pb2.Message:
+    """A popped message as a v2 ``Message`` with the system properties clients need."""
+    msg = popped.message
+    p = msg.properties
+    store_host, store_port = msg.store_host
+    message_id = msg.uniq_key or msgids.create_offset_msg_id(
+        store_host, store_port, msg.physical_offset
+    )
+    sp = definition_pb2.SystemProperties(
+        message_id=message_id,
+        keys=msg.keys,
+        body_digest=definition_pb2.Digest(
+            type=definition_pb2.MD5, checksum=hashlib.md5(msg.body).hexdigest().upper()
+        ),
+        body_encoding=(
+            Encoding.GZIP if msg.sys_flag & records.SYSFLAG_COMPRESSED else Encoding.IDENTITY
+        ),
+        message_type=_message_type(p),
+        born_timestamp=_timestamp(msg.born_timestamp_ms),
+        born_host=p.get(props.BORN_HOST) or msg.born_host[0],
+        store_timestamp=_timestamp(msg.store_timestamp_ms),
+        store_host=f"{store_host}:{store_port}",
+        receipt_handle=popped.receipt_handle,
+        queue_id=msg.queue_id,
+        queue_offset=msg.queue_offset,
+        delivery_attempt=popped.delivery_attempt,
+    )
+    if msg.tags is not None:
+        sp.tag = msg.tags
+    if props.SHARDING_KEY in p:
+        sp.message_group = p[props.SHARDING_KEY]
+    deliver_ms = p.get(props.TIMER_DELIVER_MS)
+    if deliver_ms is not None and deliver_ms.isdigit():
+        sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver_ms)))
+    elif p.get(props.TIMER_DELAY_SEC, "").isdigit():
+        sp.delivery_timestamp.CopyFrom(_timestamp(now_ms + int(p[props.TIMER_DELAY_SEC]) * 1000))
+    if sending.TRACE_CONTEXT in p:
+        sp.trace_context = p[sending.TRACE_CONTEXT]
+    if props.DLQ_ORIGIN_TOPIC in p or props.DLQ_ORIGIN_MESSAGE_ID in p:
+        sp.dead_letter_queue.CopyFrom(
+            definition_pb2.DeadLetterQueue(
+                topic=p.get(props.DLQ_ORIGIN_TOPIC, ""),
+                message_id=p.get(props.DLQ_ORIGIN_MESSAGE_ID, ""),
+            )
+        )
+    user = {
+        k: v
+        for k, v in p.items()
+        if k not in _HIDDEN_PROPERTIES and not k.startswith(props.TRANSIENT_PREFIX)
+    }
+    return definition_pb2.Message(
+        topic=definition_pb2.Resource(name=msg.topic, resource_namespace=namespace),
+        user_properties=user,
+        system_properties=sp,
+        body=msg.body,
+    )
+
+
+def _message_type(p: dict[str, str]) -> int:
+    if p.get(props.TRANSACTION_PREPARED) == "true":
+        return int(definition_pb2.TRANSACTION)
+    if any(k in p for k in (props.DELAY_TIME_LEVEL, props.TIMER_DELIVER_MS, props.TIMER_DELAY_SEC)):
+        return int(definition_pb2.DELAY)
+    if props.SHARDING_KEY in p:
+        return int(definition_pb2.FIFO)
+    return int(definition_pb2.NORMAL)
+
+
+# ---------------------------------------------------------------------- handler
+class PopHandler:
+    """The servicer's Pop handlers (:class:`~gannet.node.api.messaging.PopHandlers`)."""
+
+    def __init__(
+        self, servicer: MessagingServicer, pop: PopBroker, limits: ReceiveLimits = DEFAULT_LIMITS
+    ) -> None:
+        self.servicer = servicer
+        self.resources = servicer.resources
+        self.pop = pop
+        self.limits = limits
+        self._closing = asyncio.Event()
+
+    # --- lifecycle ---
+    def begin_shutdown(self) -> None:
+        self._closing.set()
+
+    def close(self) -> None:
+        self.pop.close()
+
+    # --- ReceiveMessage ---
+    async def ReceiveMessage(  # noqa: N802 — gRPC method names
+        self, request: service_pb2.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
+        try:
+            status, frames = await self._receive(request, context)
+        except Exception as exc:
+            error = _api_error(exc, "ReceiveMessage")
+            yield service_pb2.ReceiveMessageResponse(status=error.status())
+            return
+        yield service_pb2.ReceiveMessageResponse(status=status)
+        for message in frames:
+            yield service_pb2.ReceiveMessageResponse(message=message)
+        yield service_pb2.ReceiveMessageResponse(delivery_timestamp=_timestamp(_now_ms()))
+
+    def polling_ms(
+        self, request: service_pb2.ReceiveMessageRequest, remaining_s: float | None
+    ) -> int:
+        """The long-polling time of a request (see the module docstring)."""
+        lim = self.limits
+        remaining_ms = None if remaining_s is None else int(remaining_s * 1000)
+        if request.HasField("long_polling_timeout"):
+            wanted = _ms(request.long_polling_timeout)
+        elif remaining_ms is not None:
+            wanted = remaining_ms // 2
+        else:
+            wanted = lim.polling_ms_max
+        wanted = min(max(wanted, lim.polling_ms_min), lim.polling_ms_max)
+        if remaining_ms is None:
+            return wanted
+        usable = remaining_ms - lim.deadline_margin_ms
+        if wanted <= usable:
+            return wanted
+        if usable >= lim.polling_ms_min:
+            return usable
+        raise ApiError(
+            Code.ILLEGAL_POLLING_TIME,
+            f"deadline time remaining is not enough: {max(remaining_ms, 0)} ms left, long "
+            f"polling needs at least {lim.polling_ms_min} ms plus {lim.deadline_margin_ms} ms",
+        )
+
+    def invisible_ms(self, request: service_pb2.ReceiveMessageRequest) -> int:
+        lim = self.limits
+        if request.auto_renew:
+            return lim.auto_renew_invisible_ms
+        value = _ms(request.invisible_duration)
+        if not lim.receive_invisible_ms_min <= value <= lim.invisible_ms_max:
+            raise ApiError(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {value} ms is outside [{lim.receive_invisible_ms_min}, "
+                f"{lim.invisible_ms_max}] ms",
+            )
+        return value
+
+    async def _receive(
+        self, request: service_pb2.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> tuple[definition_pb2.Status, list[definition_pb2.Message]]:
+        group = self.resources.group(str(request.group.name))
+        topic = self.resources.topic(str(request.message_queue.topic.name))
+        if not topic.readable:
+            raise ApiError(statuses.FORBIDDEN, f"topic {topic.topic_name!r} has no readable queue")
+        tag_filter = tag_filter_of(request.filter_expression)
+        invisible_ms = self.invisible_ms(request)
+        if request.batch_size <= 0:
+            raise ApiError(statuses.BAD_REQUEST, f"batch_size {request.batch_size} is not >= 1")
+        poll_ms = self.polling_ms(request, context.time_remaining())
+        attempt_id = str(request.attempt_id) if request.HasField("attempt_id") else None
+        work = self.pop.pop_long_polling(
+            group,
+            topic.topic_name,
+            poll_time_ms=poll_ms,
+            max_msgs=min(int(request.batch_size), BATCH_MESSAGES_MAX),
+            invisible_time_ms=invisible_ms,
+            init_mode=self.limits.init_mode,
+            tag_filter=tag_filter,
+            attempt_id=attempt_id,
+            run=_in_thread,
+        )
+        try:
+            result = await self._unless_closing(work)
+        except pop_errors.PopBusy:
+            return ApiError(statuses.TOO_MANY_REQUESTS, "polling full").status(), []
+        if result is None:
+            return _not_found("broker is shutting down"), []
+        if not result.found:
+            return _not_found("no new message"), []
+        delivered = await self._drop_mismatched(group, tag_filter, result)
+        if not delivered:
+            return _not_found("no match message"), []
+        now = _now_ms()
+        namespace = str(request.message_queue.topic.resource_namespace)
+        return statuses.ok(), [message_pb(m, namespace, now) for m in delivered]
+
+    async def _unless_closing(self, work: Awaitable[PopResult]) -> PopResult | None:
+        """``work``'s result, or None when the broker begins shutting down first."""
+        task = asyncio.ensure_future(work)
+        closing = asyncio.ensure_future(self._closing.wait())
+        try:
+            await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
+            if task.done():
+                return task.result()
+            task.cancel()
+            return None
+        finally:
+            closing.cancel()
+            if not task.done():
+                task.cancel()
+
+    async def _drop_mismatched(
+        self, group: str, tag_filter: TagFilter, result: PopResult
+    ) -> list[PoppedMessage]:
+        """Messages whose tag really matches; the others (hash collisions) are acked."""
+        if tag_filter.matches_all:
+            return list(result.messages)
+        keep = [m for m in result.messages if tag_filter.matches_tag(m.message.tags)]
+        drop = [m for m in result.messages if not tag_filter.matches_tag(m.message.tags)]
+        if drop:
+            handles: list[str | ReceiptHandle] = [m.handle for m in drop]
+            topic = drop[0].message.topic
+            await asyncio.to_thread(self.pop.ack_many, group, topic, handles, now_ms=_now_ms())
+        return keep
+
+    # --- AckMessage ---
+    async def AckMessage(  # noqa: N802
+        self, request: service_pb2.AckMessageRequest, context: grpc.aio.ServicerContext
+    ) -> service_pb2.AckMessageResponse:
+        async def work() -> service_pb2.AckMessageResponse:
+            group = self.resources.group(str(request.group.name))
+            topic = self.resources.topic(str(request.topic.name)).topic_name
+            if not request.entries:
+                raise ApiError(statuses.BAD_REQUEST, "entries is empty: nothing to acknowledge")
+            entries: list[service_pb2.AckMessageResultEntry] = []
+            slots: list[int] = []
+            handles: list[str | ReceiptHandle] = []
+            for entry in request.entries:
+                result = service_pb2.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle
+                )
+                try:
+                    handles.append(parse_handle(str(entry.receipt_handle)))
+                    slots.append(len(entries))
+                    result.status.CopyFrom(statuses.ok())
+                except ApiError as exc:
+                    result.status.CopyFrom(exc.status())
+                entries.append(result)
+            if handles:
+                outcomes = await asyncio.to_thread(
+                    self.pop.ack_many, group, topic, handles, now_ms=_now_ms()
+                )
+                for slot, outcome in zip(slots, outcomes, strict=True):
+                    if outcome is not None:
+                        entries[slot].status.CopyFrom(pop_error(outcome).status())
+            codes = {e.status.code for e in entries}
+            if len(codes) == 1:
+                status = entries[0].status
+            else:
+                status = definition_pb2.Status(
+                    code=Code.MULTIPLE_RESULTS, message="entries have different results"
+                )
+            return service_pb2.AckMessageResponse(status=status, entries=entries)
+
+        return await _answer(service_pb2.AckMessageResponse, work, "AckMessage")
+
+    # --- ChangeInvisibleDuration ---
+    async def ChangeInvisibleDuration(  # noqa: N802
+        self,
+        request: service_pb2.ChangeInvisibleDurationRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> service_pb2.ChangeInvisibleDurationResponse:
+        async def work() -> service_pb2.ChangeInvisibleDurationResponse:
+            group = self.resources.group(str(request.group.name))
+            topic = self.resources.topic(str(request.topic.name)).topic_name
+            value = _ms(request.invisible_duration)
+            if not 0 <= value <= self.limits.invisible_ms_max:
+                raise ApiError(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible_duration {value} ms is outside [0, "
+                    f"{self.limits.invisible_ms_max}] ms",
+                )
+            handle = parse_handle(str(request.receipt_handle))
+            new = await asyncio.to_thread(
+                self.pop.change_invisible_time,
+                group,
+                topic,
+                handle,
+                invisible_time_ms=value,
+                now_ms=_now_ms(),
+            )
+            return service_pb2.ChangeInvisibleDurationResponse(
+                status=statuses.ok(), receipt_handle=new.encode()
+            )
+
+        return await _answer(
+            service_pb2.ChangeInvisibleDurationResponse, work, "ChangeInvisibleDuration"
+        )
+
+    # --- ForwardMessageToDeadLetterQueue ---
+    async def ForwardMessageToDeadLetterQueue(  # noqa: N802
+        self,
+        request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+        async def work() -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
+            group = self.resources.group(str(request.group.name))
+            topic = self.resources.topic(str(request.topic.name)).topic_name
+            handle = parse_handle(str(request.receipt_handle))
+            if handle.commit_offset < 0:
+                raise ApiError(
+                    Code.INVALID_RECEIPT_HANDLE,
+                    "receipt_handle has no commit-log offset (9th field)",
+                )
+            await asyncio.to_thread(self.pop.forward_to_dlq, group, topic, handle, now_ms=_now_ms())
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=statuses.ok())
+
+        return await _answer(
+            service_pb2.ForwardMessageToDeadLetterQueueResponse,
+            work,
+            "ForwardMessageToDeadLetterQueue",
+        )
+
+
+async def _in_thread(work: Callable[[], PopResult]) -> PopResult:
+    return await asyncio.to_thread(work)
+
+
+def _not_found(text: str) -> definition_pb2.Status:
+    return definition_pb2.Status(code=statuses.MESSAGE_NOT_FOUND, message=text)
+
+
+async def _answer(
+    make: Callable[..., Response], work: Callable[[], Awaitable[Response]], what: str
+) -> Response:
+    """Run ``work``; on failure answer ``make(status=...)`` instead."""
+    try:
+        return await work()
+    except Exception as exc:
+        return make(status=_api_error(exc, what).status())
