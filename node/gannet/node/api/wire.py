@@ -147,7 +147,7 @@ def register(server: grpc.aio.Server, service: Any, servicer: object, rules: Rul
         if m.client_streaming and m.server_streaming:
             handler = grpc.stream_stream_rpc_method_handler(_bidi(method, rules), decode, _encoder)
         elif m.client_streaming:
-            raise NotImplementedError(f"{m.full_name}: client-streaming methods are not used")
+            raise TypeError(f"{m.full_name}: client-streaming methods have no wire handler")
         elif m.server_streaming:
             behaviour = _server_stream(method, response_cls, rules)
             handler = grpc.unary_stream_rpc_method_handler(behaviour, decode, _encoder)
