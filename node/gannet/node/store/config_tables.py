@@ -52,6 +52,24 @@ class ConfigTable(abc.ABC):
         with self._lock:
             return self._document()
 
+    def load(self) -> bool:
+        """Replace the tables with the file's (or its backup's); False when there is none."""
+        with self._file.write_lock:
+            loaded = self._file.read()
+        if loaded is None:
+            return False
+        install = self._parse(loaded.document, loaded.source)
+        with self._lock:
+            install()
+            self._data_version = DataVersion.from_json(loaded.document.get("dataVersion"))
+            self._dirty = loaded.main_unusable
+        return True
+
+    @abc.abstractmethod
+    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
+        """Build the tables from a loaded document (no lock held); return the step that puts
+        them in place, which :meth:`load` runs under ``_lock``."""
+
     @abc.abstractmethod
     def _document(self) -> JsonObject:
         """The document to write; called with ``_lock`` held."""

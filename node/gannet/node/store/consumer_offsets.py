@@ -35,7 +35,7 @@ from pathlib import Path
 
 from gannet.node.store.config_tables import ConfigTable
 from gannet.node.store.errors import CorruptionError
-from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
+from gannet.node.store.fastjson import JsonObject, JsonValue
 
 CONSUMER_OFFSETS_FILE_NAME = "consumerOffset.json"
 TOPIC_GROUP_SEPARATOR = "@"
@@ -111,26 +111,20 @@ class ConsumerOffsetManager(ConfigTable):
         self._table: dict[str, dict[int, int]] = {}
         self._commits_unversioned = 0
 
-    def load(self) -> bool:
-        """Replace the offsets with the file's (or its backup's); False when there is none."""
-        with self._file.write_lock:
-            loaded = self._file.read()
-        if loaded is None:
-            return False
-        document = loaded.document
+    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
         raw = document.get("offsetTable")
         table: dict[str, dict[int, int]] = {}
         if isinstance(raw, dict):
             for key, value in raw.items():
-                offsets = _queue_offsets(loaded.source, key, value)
+                offsets = _queue_offsets(source, key, value)
                 if offsets:
                     table[key] = offsets
-        with self._lock:
+
+        def install() -> None:
             self._table = table
-            self._data_version = DataVersion.from_json(document.get("dataVersion"))
             self._commits_unversioned = 0
-            self._dirty = loaded.main_unusable
-        return True
+
+        return install
 
     # --- updates ---
 

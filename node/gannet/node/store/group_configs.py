@@ -46,7 +46,7 @@ from pathlib import Path
 from gannet.node.store import validation
 from gannet.node.store.config_tables import ConfigTable
 from gannet.node.store.errors import MessageIllegal
-from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
+from gannet.node.store.fastjson import JsonObject, JsonValue
 
 SUBSCRIPTION_GROUPS_FILE_NAME = "subscriptionGroup.json"
 
@@ -321,24 +321,20 @@ class GroupConfigManager(ConfigTable):
         self._forbidden: dict[str, dict[str, int]] = {}
         self._extra: JsonObject = {}
 
-    def load(self) -> bool:
-        """Replace the tables with the file's (or its backup's); False when there is none."""
-        with self._file.write_lock:
-            loaded = self._file.read()
-        if loaded is None:
-            return False
-        document = loaded.document
+    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
         table = document.get("subscriptionGroupTable")
         groups = {}
         if isinstance(table, dict):
             groups = {n: SubscriptionGroupConfig.from_json(v, n) for n, v in table.items()}
-        with self._lock:
+        forbidden = _forbidden_table(document.get("forbiddenTable"))
+        extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
+
+        def install() -> None:
             self._groups = groups
-            self._forbidden = _forbidden_table(document.get("forbiddenTable"))
-            self._extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
-            self._data_version = DataVersion.from_json(document.get("dataVersion"))
-            self._dirty = loaded.main_unusable
-        return True
+            self._forbidden = forbidden
+            self._extra = extra
+
+        return install
 
     def get(self, name: str) -> SubscriptionGroupConfig | None:
         with self._lock:

@@ -45,7 +45,7 @@ from pathlib import Path
 from gannet.node.store import validation
 from gannet.node.store.config_tables import ConfigTable
 from gannet.node.store.errors import MessageIllegal
-from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
+from gannet.node.store.fastjson import JsonObject, JsonValue
 
 TOPICS_FILE_NAME = "topics.json"
 
@@ -234,23 +234,18 @@ class TopicConfigManager(ConfigTable):
         self._topics: dict[str, TopicConfig] = {}
         self._extra: JsonObject = {}
 
-    def load(self) -> bool:
-        """Replace the table with the file's (or its backup's); False when there is none."""
-        with self._file.write_lock:
-            loaded = self._file.read()
-        if loaded is None:
-            return False
-        document = loaded.document
+    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
         table = document.get("topicConfigTable")
         topics = {}
         if isinstance(table, dict):
             topics = {name: TopicConfig.from_json(v, name) for name, v in table.items()}
-        with self._lock:
+        extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
+
+        def install() -> None:
             self._topics = topics
-            self._extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
-            self._data_version = DataVersion.from_json(document.get("dataVersion"))
-            self._dirty = loaded.main_unusable
-        return True
+            self._extra = extra
+
+        return install
 
     def get(self, name: str) -> TopicConfig | None:
         with self._lock:
