@@ -425,3 +425,95 @@ class GetStatusResponse(_message.Message):
     clients: int
     store: StoreStatistics
     def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., endpoint: _Optional[str] = ..., version: _Optional[str] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., clients: _Optional[int] = ..., store: _Optional[_Union[StoreStatistics, _Mapping]] = ...) -> None: ...
+
+class GetReviveQueuesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SetReviveQueueCountRequest(_message.Message):
+    __slots__ = ("count",)
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    count: int
+    def __init__(self, count: _Optional[int] = ...) -> None: ...
+
+class ReviveQueue(_message.Message):
+    __slots__ = ("queue_id", "draining", "revive_offset", "max_offset")
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    REVIVE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    queue_id: int
+    draining: bool
+    revive_offset: int
+    max_offset: int
+    def __init__(self, queue_id: _Optional[int] = ..., draining: _Optional[bool] = ..., revive_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+
+class ReviveQueuesResponse(_message.Message):
+    __slots__ = ("active_count", "queues")
+    ACTIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
+    QUEUES_FIELD_NUMBER: _ClassVar[int]
+    active_count: int
+    queues: _containers.RepeatedCompositeFieldContainer[ReviveQueue]
+    def __init__(self, active_count: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[ReviveQueue, _Mapping]]] = ...) -> None: ...
+
+class GetRaftStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RaftPeer(_message.Message):
+    __slots__ = ("node_id", "peer_endpoint", "client_endpoint", "match_offset", "lag_bytes", "reachable")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    MATCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    peer_endpoint: str
+    client_endpoint: str
+    match_offset: int
+    lag_bytes: int
+    reachable: bool
+    def __init__(self, node_id: _Optional[str] = ..., peer_endpoint: _Optional[str] = ..., client_endpoint: _Optional[str] = ..., match_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., reachable: _Optional[bool] = ...) -> None: ...
+
+class RaftStatus(_message.Message):
+    __slots__ = ("node_id", "role", "term", "leader_id", "leader_client_endpoint", "commit_offset", "last_offset", "durable_offset", "peers", "elections_total", "leader_changes_total")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAST_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DURABLE_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    PEERS_FIELD_NUMBER: _ClassVar[int]
+    ELECTIONS_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CHANGES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    role: str
+    term: int
+    leader_id: str
+    leader_client_endpoint: str
+    commit_offset: int
+    last_offset: int
+    durable_offset: int
+    peers: _containers.RepeatedCompositeFieldContainer[RaftPeer]
+    elections_total: int
+    leader_changes_total: int
+    def __init__(self, node_id: _Optional[str] = ..., role: _Optional[str] = ..., term: _Optional[int] = ..., leader_id: _Optional[str] = ..., leader_client_endpoint: _Optional[str] = ..., commit_offset: _Optional[int] = ..., last_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., peers: _Optional[_Iterable[_Union[RaftPeer, _Mapping]]] = ..., elections_total: _Optional[int] = ..., leader_changes_total: _Optional[int] = ...) -> None: ...
+
+class TransferLeadershipRequest(_message.Message):
+    __slots__ = ("target_node_id", "timeout_ms")
+    TARGET_NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    target_node_id: str
+    timeout_ms: int
+    def __init__(self, target_node_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class TransferLeadershipResponse(_message.Message):
+    __slots__ = ("leader_id", "term")
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    TERM_FIELD_NUMBER: _ClassVar[int]
+    leader_id: str
+    term: int
+    def __init__(self, leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...

@@ -104,6 +104,26 @@ class AdminStub:
                 request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetStatusResponse.FromString,
                 _registered_method=True)
+        self.GetReviveQueues = channel.unary_unary(
+                '/gannet.admin.v1.Admin/GetReviveQueues',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetReviveQueuesRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ReviveQueuesResponse.FromString,
+                _registered_method=True)
+        self.SetReviveQueueCount = channel.unary_unary(
+                '/gannet.admin.v1.Admin/SetReviveQueueCount',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.SetReviveQueueCountRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ReviveQueuesResponse.FromString,
+                _registered_method=True)
+        self.GetRaftStatus = channel.unary_unary(
+                '/gannet.admin.v1.Admin/GetRaftStatus',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetRaftStatusRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.RaftStatus.FromString,
+                _registered_method=True)
+        self.TransferLeadership = channel.unary_unary(
+                '/gannet.admin.v1.Admin/TransferLeadership',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer:
@@ -193,6 +213,30 @@ class AdminServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetReviveQueues(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetReviveQueueCount(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetRaftStatus(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TransferLeadership(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +309,26 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetStatusRequest.FromString,
                     response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetStatusResponse.SerializeToString,
+            ),
+            'GetReviveQueues': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetReviveQueues,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetReviveQueuesRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ReviveQueuesResponse.SerializeToString,
+            ),
+            'SetReviveQueueCount': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetReviveQueueCount,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.SetReviveQueueCountRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ReviveQueuesResponse.SerializeToString,
+            ),
+            'GetRaftStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRaftStatus,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetRaftStatusRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.RaftStatus.SerializeToString,
+            ),
+            'TransferLeadership': grpc.unary_unary_rpc_method_handler(
+                    servicer.TransferLeadership,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -645,6 +709,114 @@ class Admin:
             '/gannet.admin.v1.Admin/GetStatus',
             gannet_dot_admin_dot_v1_dot_admin__pb2.GetStatusRequest.SerializeToString,
             gannet_dot_admin_dot_v1_dot_admin__pb2.GetStatusResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetReviveQueues(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/GetReviveQueues',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.GetReviveQueuesRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.ReviveQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetReviveQueueCount(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/SetReviveQueueCount',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.SetReviveQueueCountRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.ReviveQueuesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRaftStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/GetRaftStatus',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.GetRaftStatusRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.RaftStatus.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TransferLeadership(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/TransferLeadership',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
             options,
             channel_credentials,
             insecure,
