@@ -1,8 +1,10 @@
-"""Regenerate the admin API's Python code (``gen/``) from ``protos/``.
+"""Regenerate the Python code of Gannet's own APIs (``gen/``) from ``protos/``.
 
-``protoc`` (from grpcio-tools, a dev dependency) writes ``gannet/admin/v1/admin_pb2*.py``; the
-files are flattened into one folder and the gRPC module's import of ``gannet.admin.v1`` is
-rewritten to ``gannet.node.api.gen``, because ``gannet`` is this project's namespace package.
+``protoc`` (from grpcio-tools, a dev dependency) writes ``gannet/admin/v1/admin_pb2*.py`` (the
+admin API) and ``gannet/raft/v1/peer_pb2*.py`` (the Raft peer API); the files are flattened into
+one folder and each gRPC module's import of its proto package (``gannet.admin.v1``,
+``gannet.raft.v1``) is rewritten to ``gannet.node.api.gen``, because ``gannet`` is this
+project's namespace package.
 ``python -m gannet.node.api.generating`` rewrites ``gen/``; the test suite regenerates into a
 temporary folder and compares, so committed code never goes stale.
 """
@@ -17,10 +19,19 @@ from pathlib import Path
 API_DIR = Path(__file__).resolve().parent
 PROTO_ROOT = API_DIR / "protos"
 GEN_DIR = API_DIR / "gen"
-PROTO_FILES = ("gannet/admin/v1/admin.proto",)
-GENERATED_NAMES = ("admin_pb2.py", "admin_pb2.pyi", "admin_pb2_grpc.py")
-_PROTO_IMPORT = "from gannet.admin.v1 import admin_pb2"
-_PACKAGE_IMPORT = "from gannet.node.api.gen import admin_pb2"
+PROTO_FILES = ("gannet/admin/v1/admin.proto", "gannet/raft/v1/peer.proto")
+GENERATED_NAMES = (
+    "admin_pb2.py",
+    "admin_pb2.pyi",
+    "admin_pb2_grpc.py",
+    "peer_pb2.py",
+    "peer_pb2.pyi",
+    "peer_pb2_grpc.py",
+)
+_IMPORT_REWRITES = (
+    ("from gannet.admin.v1 import admin_pb2", "from gannet.node.api.gen import admin_pb2"),
+    ("from gannet.raft.v1 import peer_pb2", "from gannet.node.api.gen import peer_pb2"),
+)
 
 
 def generate(out_dir: Path) -> list[Path]:
@@ -41,12 +52,16 @@ def generate(out_dir: Path) -> list[Path]:
         ]
         if protoc.main(args) != 0:
             raise RuntimeError(f"protoc failed: {' '.join(args)}")
-        produced = Path(tmp) / "gannet" / "admin" / "v1"
+        produced = {
+            Path(name).stem: Path(tmp) / Path(name).parent for name in PROTO_FILES
+        }  # admin -> <tmp>/gannet/admin/v1
         written = []
         for name in GENERATED_NAMES:
-            text = (produced / name).read_text()
+            text = (produced[name.split("_pb2")[0]] / name).read_text()
+            for proto_import, package_import in _IMPORT_REWRITES:
+                text = text.replace(proto_import, package_import)
             target = out_dir / name
-            target.write_text(text.replace(_PROTO_IMPORT, _PACKAGE_IMPORT))
+            target.write_text(text)
             written.append(target)
     return written
 
