@@ -33,7 +33,7 @@ from typing import Protocol, TypeVar
 import grpc
 from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
 
-from gannet.node.api import client_settings, offsets, routes, sending, statuses
+from gannet.node.api import client_settings, offsets, pulling, routes, sending, statuses
 from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, records, validation
@@ -83,6 +83,8 @@ class PopHandlers(Protocol):
 PopFactory = Callable[["MessagingServicer"], PopHandlers]
 SentObserver = Callable[[str, Sequence[records.Message]], None]
 """Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
+ReceivedObserver = Callable[[str, str, Sequence[records.Message]], None]
+"""Told (topic, group, messages) when messages are handed to a consumer; metrics use it."""
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -116,9 +118,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         limits: sending.SendLimits = sending.DEFAULT_LIMITS,
         auto_create_topics: bool = False,
         on_sent: SentObserver | None = None,
+        on_received: ReceivedObserver | None = None,
     ) -> None:
         self.store = store
         self._on_sent = on_sent
+        self.on_received = on_received
         self.resources = Resources(store, auto_create_topics=auto_create_topics)
         self.identity = identity
         self.limits = limits
@@ -333,9 +337,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     # ------------------------------------------------------------------ not served
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        yield service_pb2.PullMessageResponse(
-            status=_unsupported("PullMessage (pull consumers)").status()
-        )
+        async for response in pulling.pull_message(self, request, context):
+            yield response
 
     async def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return service_pb2.EndTransactionResponse(
