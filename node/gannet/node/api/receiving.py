@@ -346,6 +346,9 @@ class PopHandler:
         delivered = await self._drop_mismatched(group, tag_filter, result)
         if not delivered:
             return _not_found("no match message"), []
+        observer = self.servicer.on_received
+        if observer is not None:
+            observer(topic.topic_name, group, [m.message for m in delivered])
         now = _now_ms()
         namespace = str(request.message_queue.topic.resource_namespace)
         return statuses.ok(), [message_pb(m, namespace, now) for m in delivered]

@@ -37,6 +37,7 @@ from rocketmq.grpc_protocol import service_pb2
 from gannet.node.api import admin, messaging, receiving, routes, wire
 from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import broker_metrics, http_serving, instrumenting
+from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
 
@@ -101,6 +102,13 @@ class Broker:
             )
             self.metrics.watch_store(self.store, self._store_open)
             self.metrics.watch_readiness(self.not_ready_reason)
+            self.metrics.watch_consumers(self.store, self._pop_broker, self._store_open)
+            self.metrics.rpc.inflight_max = config.concurrent_rpcs_max
+
+    def _pop_broker(self) -> PopBroker | None:
+        """The default Pop layer's broker (None before serving or with another factory)."""
+        handler = self.messaging.pop if self.messaging is not None else None
+        return handler.pop if isinstance(handler, receiving.PopHandler) else None
 
     def _store_open(self) -> bool:
         return self.phase in ("starting", "serving")
@@ -182,6 +190,7 @@ class Broker:
             pop=self._pop_factory,
             auto_create_topics=cfg.auto_create_topics,
             on_sent=self.metrics.on_sent if self.metrics is not None else None,
+            on_received=self.metrics.on_received if self.metrics is not None else None,
         )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
         v2_rules = wire.Rules(v2_status=True, client_id_header=messaging.CLIENT_ID_HEADER)

@@ -5,8 +5,15 @@ Families (all prefixed ``gannet_``; bounded labels only):
 * ``gannet_messages_in_total{topic}``, ``gannet_bytes_in_total{topic}`` — messages and body
   bytes appended by SendMessage. At most ``topics_max`` topic values (1000 by default); later
   topics are counted under ``topic="_other"`` so a topic storm cannot grow the series set.
+* ``gannet_messages_out_total{topic, group}``, ``gannet_bytes_out_total{topic, group}`` —
+  messages and body bytes handed to consumers (ReceiveMessage). At most ``pairs_max`` (topic,
+  group) pairs (1000); later pairs count under ``topic="_other", group="_other"``.
 * ``gannet_message_size_bytes`` — body size histogram (no topic label: 12 series, not 12 per
   topic).
+* ``gannet_consumer_*`` — lag, ready, in flight, retries, DLQ per (topic, group):
+  :mod:`consumer_collecting`; ``gannet_pop_*`` — buffer merge and revive queues:
+  :mod:`pop_collecting`; ``gannet_raft_*`` — :mod:`raft_collecting` (once :meth:`watch_raft`
+  is called by the replication layer).
 * ``gannet_rpc_duration_seconds{rpc, code}``, ``gannet_grpc_inflight_requests`` —
   :mod:`instrumenting`.
 * ``gannet_store_*`` gauges and ``gannet_cleanup_*_total`` counters — :mod:`store_collecting`.
@@ -15,14 +22,15 @@ Families (all prefixed ``gannet_``; bounded labels only):
 * ``process_*`` — prometheus_client's process collector (CPU seconds, resident memory, open
   file descriptors, start time).
 
-The hot path is :meth:`BrokerMetrics.on_sent`: one dict lookup for the topic's tally, then
-plain additions and a bisect per message (:mod:`tallies`: no locks, the event-loop thread is
-the only writer; about 1 µs per message against 6 µs with prometheus_client's own counters).
+The hot paths are :meth:`BrokerMetrics.on_sent` and :meth:`BrokerMetrics.on_received`: one
+dict lookup for the tally, then plain additions (and a bisect per sent message;
+:mod:`tallies`: no locks, the event-loop thread is the only writer; about 1 µs per message
+against 6 µs with prometheus_client's own counters).
 ``_created`` series are switched off process-wide (they double the series count and no
 dashboard uses them).
 
-Created by :class:`gannet.node.broker.serving.Broker`, which hands :meth:`on_sent` to the
-messaging servicer and serves :attr:`registry` over HTTP.
+Created by :class:`gannet.node.broker.serving.Broker`, which hands :meth:`on_sent` and
+:meth:`on_received` to the messaging servicer and serves :attr:`registry` over HTTP.
 """
 
 from __future__ import annotations
@@ -39,11 +47,20 @@ from prometheus_client.core import (
     Metric,
 )
 
-from gannet.node.metrics import instrumenting, store_collecting, tallies
+from gannet.node.metrics import (
+    consumer_collecting,
+    instrumenting,
+    pop_collecting,
+    raft_collecting,
+    store_collecting,
+    tallies,
+)
+from gannet.node.pop.service import PopBroker
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 
 TOPICS_MAX = 1000
+PAIRS_MAX = 1000
 OTHER_TOPIC = "_other"
 MESSAGE_SIZE_BUCKETS_BYTES = (
     128.0,
@@ -96,9 +113,11 @@ class BrokerMetrics:
     Invariant: at most ``topics_max`` + 1 topic label values.
     """
 
-    def __init__(self, *, topics_max: int = TOPICS_MAX) -> None:
+    def __init__(self, *, topics_max: int = TOPICS_MAX, pairs_max: int = PAIRS_MAX) -> None:
         self.registry = CollectorRegistry()
         self.topics_max = topics_max
+        self.pairs_max = pairs_max
+        self._out: dict[tuple[str, str], _TopicTally] = {}
         self.rpc = instrumenting.RpcMeter()
         self.registry.register(self.rpc)
         self.cleanup = store_collecting.CleanupTally(self.registry)
@@ -118,6 +137,19 @@ class BrokerMetrics:
 
     def watch_readiness(self, not_ready_reason: Callable[[], str | None]) -> None:
         self.registry.register(_ReadyCollector(not_ready_reason))
+
+    def watch_consumers(
+        self, store: MessageStore, pop: Callable[[], PopBroker | None], is_open: Callable[[], bool]
+    ) -> None:
+        """Export consumer lag/ready/in-flight/retries/DLQ and Pop's figures at scrape time."""
+        self.registry.register(
+            consumer_collecting.ConsumerCollector(store, pop, is_open, pairs_max=self.pairs_max)
+        )
+        self.registry.register(pop_collecting.PopCollector(pop, is_open))
+
+    def watch_raft(self, raft_status: raft_collecting.RaftStatusSource) -> None:
+        """Export ``gannet_raft_*`` from ``raft_status()`` (None: not replicating)."""
+        self.registry.register(raft_collecting.RaftCollector(raft_status))
 
     def _new_topic(self, topic: str) -> _TopicTally:
         if len(self._topics) >= self.topics_max:
@@ -139,8 +171,25 @@ class BrokerMetrics:
         tally.messages += len(messages)
         tally.bytes += total_bytes
 
+    def _new_pair(self, key: tuple[str, str]) -> _TopicTally:
+        if len(self._out) >= self.pairs_max:
+            key = (OTHER_TOPIC, OTHER_TOPIC)
+            tally = self._out.get(key)
+            if tally is not None:
+                return tally
+        tally = self._out[key] = _TopicTally()
+        return tally
+
+    def on_received(self, topic: str, group: str, messages: Sequence[Message]) -> None:
+        """Count messages handed to ``group`` (event-loop thread only; keep it cheap)."""
+        key = (topic, group)
+        tally = self._out.get(key) or self._new_pair(key)
+        tally.messages += len(messages)
+        tally.bytes += sum(len(message.body) for message in messages)
+
     def collect(self) -> list[Metric]:
-        """The send families, built from the tallies at scrape time (HTTP thread)."""
+        """The send and receive families, built from the tallies at scrape time (HTTP
+        thread)."""
         messages = CounterMetricFamily(
             "gannet_messages_in", "Messages appended by SendMessage, by topic.", labels=["topic"]
         )
@@ -156,4 +205,17 @@ class BrokerMetrics:
             "gannet_message_size_bytes", "Body size of the messages appended by SendMessage."
         )
         self._sizes.add_to(sizes, [])
-        return [messages, body_bytes, sizes]
+        out_messages = CounterMetricFamily(
+            "gannet_messages_out",
+            "Messages handed to consumers by ReceiveMessage, by topic and group.",
+            labels=["topic", "group"],
+        )
+        out_bytes = CounterMetricFamily(
+            "gannet_bytes_out",
+            "Message body bytes handed to consumers by ReceiveMessage, by topic and group.",
+            labels=["topic", "group"],
+        )
+        for (topic, group), tally in list(self._out.items()):
+            out_messages.add_metric([topic, group], tally.messages)
+            out_bytes.add_metric([topic, group], tally.bytes)
+        return [messages, body_bytes, sizes, out_messages, out_bytes]

@@ -67,6 +67,8 @@ class RpcMeter:
 
     def __init__(self) -> None:
         self.inflight = 0
+        self.inflight_max: int | None = None
+        """The server's concurrent-RPC limit (beyond it gRPC answers RESOURCE_EXHAUSTED)."""
         self._durations = tallies.LabelledHistograms(
             "gannet_rpc_duration_seconds",
             "Time to answer a unary apache.rocketmq.v2 RPC, by method and v2 status code.",
@@ -90,7 +92,15 @@ class RpcMeter:
             "gRPC calls being served now (unary and streaming, client and admin services).",
             value=self.inflight,
         )
-        return [inflight, self._durations.family()]
+        found: list[Metric] = [inflight, self._durations.family()]
+        if self.inflight_max is not None:
+            limit = GaugeMetricFamily(
+                "gannet_grpc_inflight_requests_limit",
+                "Concurrent gRPC calls the server accepts; more are refused RESOURCE_EXHAUSTED.",
+                value=self.inflight_max,
+            )
+            found.append(limit)
+        return found
 
 
 def _status_code(response: ProtoMessage) -> int | None:

@@ -213,6 +213,19 @@ class InflightBuffer:
                         self.dropped_without_write_total += 1
             return len(doomed)
 
+    def inflight_messages(self) -> dict[tuple[str, str], int]:
+        """Popped, not yet acked messages of tracked checkpoints by (CK topic, group); for
+        metrics (one pass under the lock)."""
+        counts: dict[tuple[str, str], int] = {}
+        with self.lock:
+            for entry in self._tracked.values():
+                ck = entry.ck
+                if ck is not None:
+                    key = (ck.topic, ck.cid)
+                    unacked = (ck.all_bits & ~entry.acked_bits).bit_count()
+                    counts[key] = counts.get(key, 0) + unacked
+        return counts
+
     def statistics(self) -> BufferStatistics:
         with self.lock:
             return BufferStatistics(

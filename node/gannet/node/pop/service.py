@@ -237,6 +237,10 @@ class PopBroker:
             service = self._revivers[revive_qid] = ReviveService(self.ctx, revive_qid)
         return service
 
+    def revivers(self) -> dict[int, ReviveService]:
+        """The revive services created so far, by revive queue id (a copy, for metrics)."""
+        return dict(self._revivers)
+
     def revive(self, now_ms: int) -> list[RevivePass]:
         return [self.reviver(q).revive_once(now_ms) for q in self.revive_queue_ids()]
 
