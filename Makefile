@@ -44,6 +44,7 @@ unit: $(STAMP) $(PROMTOOL)
 bench: $(STAMP)
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
+	$(BIN)/python -m bench.metrics --quick
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
