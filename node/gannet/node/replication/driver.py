@@ -1,0 +1,569 @@
+"""``ReplicationNode``: the asyncio driver of one node's Raft core, over the real store.
+
+Created and started by the broker (:mod:`gannet.node.broker.serving`) when its config has a
+``replication`` section; the v2 servicer asks it whether this node leads, proposes what it
+appended and waits for the commit; the admin servicer reads its status and asks for transfers.
+Everything runs on the broker's event loop; the core is only touched there.
+
+The loop follows ``raft/ready.py``. For each ``Ready``:
+
+1. ``truncate_to``: :meth:`MessageStore.truncate` (commit log, consume queues, index, timers).
+2. the leader-epoch file is rewritten if the core's epoch list changed (before any byte of a new
+   term is written: every byte on disk has an epoch);
+3. ``entries``: a follower writes the leader's exact bytes with
+   :meth:`MessageStore.append_replicated`; a leader's own proposals are already in the store and
+   are skipped; a leader's no-op record (:mod:`noop`) is written like a follower's bytes;
+4. ``hard_state``: term and vote written durably (:mod:`state_files`) before any message;
+5. ``messages``: AppendEntries get their payload from the commit log
+   (:meth:`MessageStore.read_replicated`, file after file), then go to :mod:`transport`;
+6. ``committed_offset``: :meth:`MessageStore.set_commit_offset` (dispatch, hence consumers, stop
+   there), and producers waiting for an offset at or below it are answered;
+7. ``soft_state``: role changes start/stop the store's timer service (only a leader appends
+   delayed messages) and fail the commit waiters of a deposed leader (their bytes may be cut).
+
+Durability: a flush listener on the store posts every fsync result to the loop and the core is
+told with ``report_durable`` — only fsyncs that started after the last truncation count (flush
+rounds are numbered; a round that may have started before a truncation is ignored and replaced
+by an fsync of our own).
+
+Leader appends: any store append (a producer's send, a timer firing, a Pop checkpoint) lands in
+the commit log first; :meth:`propose_local` proposes the bytes between the core's log end and the
+store's end. Senders call it at once; the tick calls it for appends made by store threads.
+Bytes appended on a node that is not leader (a stray timer write) are cut before the next
+append of the leader's bytes. Catch-up of an empty or far-behind follower is the ordinary
+pipeline: ``AppendEntries`` of up to ``append_bytes_max`` read straight from the segment files,
+``inflight_messages_max`` of them in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import dataclasses
+import heapq
+import itertools
+import logging
+import random
+from dataclasses import dataclass
+
+from gannet.node.raft.config import Config, InitialState
+from gannet.node.raft.core import RaftCore
+from gannet.node.raft.epochs import Epoch
+from gannet.node.raft.messages import (
+    NO_NODE,
+    AppendEntries,
+    Busy,
+    ByteOffset,
+    Message,
+    NodeId,
+    NotLeader,
+    Term,
+)
+from gannet.node.raft.ready import HardState, Ready, Role
+from gannet.node.replication import noop
+from gannet.node.replication.config import PeerSpec, ReplicationConfig
+from gannet.node.replication.state_files import RaftStateFiles
+from gannet.node.replication.transport import PeerTransport
+from gannet.node.store.message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+TRANSFER_TIMEOUT_S = 5.0
+
+
+class ReplicationError(Exception):
+    """Base of what the driver answers instead of accepting a write."""
+
+
+class NotLeaderError(ReplicationError):
+    """This node does not lead; ``leader`` is the member it believes does (None: unknown)."""
+
+    def __init__(self, node_id: int, leader: PeerSpec | None) -> None:
+        self.leader = leader
+        where = (
+            f"node {leader.node_id} at {leader.client_endpoint}"
+            if leader is not None
+            else "not known yet (election in progress)"
+        )
+        super().__init__(f"node {node_id} is not the Raft leader; the leader is {where}")
+
+
+class ReplicationBusy(ReplicationError):
+    """The leader refuses writes for now (transfer in progress, uncommitted bytes limit)."""
+
+
+class CommitUncertain(ReplicationError):
+    """Written on the leader but not known committed: leadership was lost or time ran out."""
+
+
+@dataclass(frozen=True, slots=True)
+class PeerStatus:
+    node_id: int
+    peer_endpoint: str
+    client_endpoint: str
+    match_offset: int
+    """The leader's view; -1 when this node does not lead."""
+    lag_bytes: int
+    reachable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class NodeStatus:
+    node_id: int
+    role: str
+    term: int
+    leader_id: int
+    leader_client_endpoint: str
+    commit_offset: int
+    last_offset: int
+    durable_offset: int
+    peers: tuple[PeerStatus, ...]
+    elections_total: int
+    leader_changes_total: int
+
+
+class ReplicationNode:
+    """One node's Raft driver. Invariant: the core is only touched on the loop thread."""
+
+    def __init__(self, store: MessageStore, config: ReplicationConfig) -> None:
+        self.store = store
+        self.config = config
+        self.files = RaftStateFiles(store.config.root_dir / "raft")
+        self.transport = PeerTransport(config, self._on_message)
+        self.core: RaftCore | None = None
+        self.elections_total = 0
+        self.leader_changes_total = 0
+        self.fatal_error: BaseException | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tick_task: asyncio.Task[None] | None = None
+        self._persisted_epochs: tuple[Epoch, ...] = ()
+        self._local_ranges: collections.deque[tuple[int, int]] = collections.deque()
+        self._waiters: list[tuple[int, int, asyncio.Future[int]]] = []
+        self._waiter_seq = itertools.count()
+        self._leader_changed = asyncio.Event()
+        self._valid_flush_round = 0
+        self._own_fsync_running = False
+        self._last_durable = 0
+        self._processing = False
+        self._stopped = False
+        self._role = Role.FOLLOWER
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """Recover term, vote and epochs; build the core; serve peers; start ticking."""
+        self._loop = asyncio.get_running_loop()
+        flush = self.store.flush
+        if flush is None:
+            raise ReplicationError("open the store before starting replication")
+        seed = (
+            self.config.seed
+            if self.config.seed is not None
+            else random.SystemRandom().getrandbits(32)
+        )
+        log.info("raft node %d: election jitter seed %d", self.config.node_id, seed)
+        rng = random.Random(seed)
+        initial = self._initial_state()
+        core_config = Config(
+            node_id=NodeId(self.config.node_id),
+            voters=tuple(NodeId(p.node_id) for p in self.config.peers),
+            random_ticks=rng.randrange,
+            noop_payload=self._noop_payload,
+            election_timeout_ticks=self.config.election_timeout_ticks,
+            heartbeat_interval_ticks=self.config.heartbeat_interval_ticks,
+            append_bytes_max=self.config.append_bytes_max,
+            inflight_messages_max=self.config.inflight_messages_max,
+            inflight_bytes_max=self.config.inflight_bytes_max,
+            uncommitted_bytes_max=self.config.uncommitted_bytes_max,
+        )
+        self.core = RaftCore(core_config, initial)
+        self._persisted_epochs = self.core.log.epochs
+        if self._persisted_epochs != tuple(self.files.load_epochs()):
+            self.files.save_epochs(self._persisted_epochs)
+        self._last_durable = initial.last_offset
+        # Only a leader appends on its own: delayed messages wait until this node leads.
+        await asyncio.to_thread(self.store.timers.stop)
+        flush.listeners.append(self._on_flushed_thread)
+        await self.transport.start()
+        if len(self.config.peers) == 1:
+            self.core.campaign()  # a group of one elects itself at once
+        self._process()
+        self._tick_task = asyncio.create_task(self._tick_loop(), name="raft-tick")
+
+    async def stop(self) -> None:
+        """Stop ticking and serving peers; fail whoever still waits for a commit."""
+        self._stopped = True
+        if self._tick_task is not None:
+            self._tick_task.cancel()
+            await asyncio.gather(self._tick_task, return_exceptions=True)
+            self._tick_task = None
+        flush = self.store.flush
+        if flush is not None and self._on_flushed_thread in flush.listeners:
+            flush.listeners.remove(self._on_flushed_thread)
+        await self.transport.stop()
+        self._fail_waiters("the node is stopping")
+
+    def _initial_state(self) -> InitialState:
+        hard = self.files.load_hard_state()
+        epochs = self.files.load_epochs()
+        last = self.store.commitlog.max_offset()
+        start = self.store.commitlog.min_offset() if last > 0 else 0
+        before = [e for e in epochs if e.start_offset < start]
+        kept = [e for e in epochs if e.start_offset >= start and e.start_offset < last]
+        start_term = before[-1].term if before else Term(0)
+        if before and (not kept or kept[0].start_offset > start) and last > start:
+            kept.insert(0, Epoch(before[-1].term, ByteOffset(start)))
+        if not kept and last > start:
+            # A store written before replication was configured: its bytes become term 1.
+            log.warning(
+                "commit log [%d, %d) has no leader-epoch file; adopting it as term 1", start, last
+            )
+            kept = [Epoch(Term(1), ByteOffset(start))]
+            if hard.term < 1:
+                hard = HardState(Term(1), NO_NODE)
+                self.files.save_hard_state(hard)
+        return InitialState(
+            hard_state=hard,
+            epochs=tuple(kept),
+            last_offset=ByteOffset(last),
+            start_offset=ByteOffset(start),
+            start_term=start_term,
+        )
+
+    def _noop_payload(self, offset: ByteOffset, term: Term) -> bytes:
+        return noop.encode_noop(self.store, offset, term, self.config.node_id)
+
+    # ------------------------------------------------------------------ inputs
+    async def _tick_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        interval_s = self.config.tick_interval_s
+        next_at = loop.time()
+        while True:
+            next_at += interval_s
+            delay_s = next_at - loop.time()
+            if delay_s > 0:
+                await asyncio.sleep(delay_s)
+            else:
+                next_at = loop.time()
+            if not self._usable():
+                continue
+            core = self._core()
+            if core.role is Role.LEADER:
+                self._propose_pending()
+            core.tick()
+            self._process()
+
+    def _on_message(self, message: Message) -> None:
+        if not self._usable():
+            return
+        self._core().step(message)
+        self._process()
+
+    def _on_flushed_thread(self, offset: int) -> None:
+        """Flush thread: hand the fsync result (and its round number) to the loop."""
+        loop, flush = self._loop, self.store.flush
+        if loop is None or flush is None or self._stopped:
+            return
+        round_number = flush.flush_count
+        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
+            loop.call_soon_threadsafe(self._on_flushed, offset, round_number)
+
+    def _on_flushed(self, offset: int, round_number: int) -> None:
+        if not self._usable():
+            return
+        if round_number < self._valid_flush_round:
+            self._start_own_fsync()
+            return
+        self._report_durable(offset)
+
+    def _report_durable(self, offset: int) -> None:
+        self._last_durable = max(self._last_durable, offset)
+        self._core().report_durable(ByteOffset(offset))
+        self._process()
+
+    def _start_own_fsync(self) -> None:
+        """After a truncation: an fsync that certainly started after it."""
+        if self._own_fsync_running:
+            return
+        self._own_fsync_running = True
+        valid_from = self._valid_flush_round
+
+        async def run() -> None:
+            try:
+                offset = await asyncio.to_thread(self.store.commitlog.files.flush, 0)
+            finally:
+                self._own_fsync_running = False
+            if valid_from == self._valid_flush_round and self._usable():
+                self._report_durable(offset)
+            elif self._usable():
+                self._start_own_fsync()
+
+        asyncio.get_running_loop().create_task(run())
+
+    # ------------------------------------------------------------------ the Ready loop
+    def _process(self) -> None:
+        core = self._core()
+        if self._processing:
+            return
+        self._processing = True
+        try:
+            while core.has_ready():
+                ready = core.ready()
+                try:
+                    self._execute(ready)
+                except BaseException as exc:
+                    self.fatal_error = exc
+                    log.critical("raft node %d stops: %s", self.config.node_id, exc, exc_info=True)
+                    self._fail_waiters(f"replication stopped after an error: {exc}")
+                    raise
+                core.advance(ready)
+        finally:
+            self._processing = False
+
+    def _execute(self, ready: Ready) -> None:
+        core = self._core()
+        if ready.truncate_to is not None:
+            self._truncate(ready.truncate_to)
+        if core.log.epochs != self._persisted_epochs:
+            self.files.save_epochs(core.log.epochs)
+            self._persisted_epochs = core.log.epochs
+        for entry in ready.entries:
+            if self._local_ranges and self._local_ranges[0] == (
+                entry.start_offset,
+                entry.end_offset,
+            ):
+                self._local_ranges.popleft()  # our own proposal: already in the store
+                continue
+            self._write(entry.start_offset, entry.payload)
+        if ready.hard_state is not None:
+            self.files.save_hard_state(ready.hard_state)
+        for message in ready.messages:
+            self._send(message)
+        if ready.committed_offset is not None:
+            self.store.set_commit_offset(ready.committed_offset)
+            if core.role is Role.LEADER:
+                self._release_waiters(ready.committed_offset)
+        if ready.soft_state is not None:
+            self._on_soft_state(ready.soft_state.role)
+
+    def _truncate(self, offset: int) -> None:
+        log.warning(
+            "raft node %d: cutting a divergent suffix at %d (log end %d)",
+            self.config.node_id,
+            offset,
+            self.store.commitlog.max_offset(),
+        )
+        self.store.truncate(offset)
+        flush = self.store.flush
+        # A flush round in progress may have started before the cut: skip it and the next.
+        self._valid_flush_round = (flush.flush_count if flush is not None else 0) + 2
+        self._last_durable = min(self._last_durable, offset)
+        self._local_ranges.clear()
+
+    def _write(self, start: int, payload: bytes) -> None:
+        end = self.store.commitlog.max_offset()
+        if end > start:
+            # Bytes appended here while not leading (or proposals refused): never acknowledged.
+            self._truncate(start)
+        elif end < start:
+            raise ReplicationError(f"asked to write at {start} but the commit log ends at {end}")
+        if not payload:
+            raise ReplicationError(f"range at {start} came without its bytes")
+        self.store.append_replicated(start, payload)
+
+    def _send(self, message: Message) -> None:
+        if (
+            isinstance(message, AppendEntries)
+            and message.end_offset > message.prev_offset
+            and not message.payload
+        ):
+            try:
+                payload = self._read(message.prev_offset, message.end_offset)
+            except ReplicationError as exc:
+                log.warning("raft node %d: %s", self.config.node_id, exc)
+                return
+            message = dataclasses.replace(message, payload=payload)
+        self.transport.send(message)
+
+    def _read(self, start: int, end: int) -> bytes:
+        """Commit-log bytes ``[start, end)``, read file after file."""
+        parts: list[bytes] = []
+        position = start
+        while position < end:
+            chunk = self.store.read_replicated(position, end - position)
+            if not chunk:
+                raise ReplicationError(
+                    f"the commit log holds no bytes at {position} (wanted [{start}, {end})): "
+                    "deleted by retention? a follower this far behind needs a fresh copy"
+                )
+            parts.append(chunk)
+            position += len(chunk)
+        return b"".join(parts)
+
+    def _on_soft_state(self, role: Role) -> None:
+        was = self._role
+        self._role = role
+        if role is Role.CANDIDATE:
+            self.elections_total += 1
+        self._leader_changed.set()
+        self._leader_changed = asyncio.Event()
+        if role is Role.LEADER and was is not Role.LEADER:
+            self.leader_changes_total += 1
+            log.info("raft node %d leads term %d", self.config.node_id, self._core().term)
+            self.store.timers.start()
+        elif was is Role.LEADER and role is not Role.LEADER:
+            log.info("raft node %d no longer leads", self.config.node_id)
+            self._fail_waiters("leadership was lost before the write committed")
+            asyncio.get_running_loop().create_task(asyncio.to_thread(self.store.timers.stop))
+
+    # ------------------------------------------------------------------ the broker's side
+    def _usable(self) -> bool:
+        return self.core is not None and self.fatal_error is None and not self._stopped
+
+    def _core(self) -> RaftCore:
+        if self.core is None:
+            raise ReplicationError("replication is not started")
+        return self.core
+
+    def is_leader(self) -> bool:
+        return self._usable() and self._core().role is Role.LEADER
+
+    def leader(self) -> PeerSpec | None:
+        """The member this node believes leads (itself included), or None."""
+        if self.core is None or self.core.leader_id == NO_NODE:
+            return None
+        return self.config.peer(self.core.leader_id)
+
+    def check_leader(self) -> None:
+        """Raise :class:`NotLeaderError` unless this node leads and accepts writes."""
+        if self.fatal_error is not None:
+            raise ReplicationBusy(f"replication stopped after an error: {self.fatal_error}")
+        if not self.is_leader():
+            raise NotLeaderError(self.config.node_id, self.leader())
+
+    def propose_local(self) -> int:
+        """Propose the store's bytes past the core's log end; returns where they end.
+
+        Called by the send path right after ``put_messages_nowait``; raises
+        :class:`NotLeaderError` or :class:`ReplicationBusy` (the bytes then stay local and are
+        proposed by a later call, or cut when another node leads).
+        """
+        self.check_leader()
+        core = self._core()
+        end = self.store.commitlog.max_offset()
+        start = core.log.last_offset
+        if end <= start:
+            return start
+        outcome = core.propose(self._read(start, end))
+        if isinstance(outcome, NotLeader):
+            raise NotLeaderError(self.config.node_id, self.leader())
+        if isinstance(outcome, Busy):
+            raise ReplicationBusy(f"the leader refuses writes for now: {outcome.reason}")
+        self._local_ranges.append((outcome.start_offset, outcome.end_offset))
+        # The fsync of these bytes may already have been reported (and clamped): repeat it.
+        core.report_durable(ByteOffset(self._last_durable))
+        self._process()
+        return outcome.end_offset
+
+    def _propose_pending(self) -> None:
+        try:
+            self.propose_local()
+        except ReplicationError as exc:
+            log.debug("pending local bytes not proposed: %s", exc)
+
+    async def wait_committed(self, end_offset: int, timeout_s: float | None = None) -> None:
+        """Return once the commit offset reaches ``end_offset`` in this leader's term."""
+        loop = asyncio.get_running_loop()
+        core = self._core()
+        if core.committed_offset >= end_offset and core.role is Role.LEADER:
+            return
+        future: asyncio.Future[int] = loop.create_future()
+        heapq.heappush(self._waiters, (end_offset, next(self._waiter_seq), future))
+        wait_s = self.config.commit_timeout_s if timeout_s is None else timeout_s
+        try:
+            await asyncio.wait_for(asyncio.shield(future), wait_s)
+        except TimeoutError:
+            future.cancel()
+            raise CommitUncertain(
+                f"written at the leader but not committed by a majority within {wait_s:.1f} s; "
+                "the message may or may not survive"
+            ) from None
+
+    def _release_waiters(self, committed: int) -> None:
+        while self._waiters and self._waiters[0][0] <= committed:
+            _, _, future = heapq.heappop(self._waiters)
+            if not future.done():
+                future.set_result(committed)
+
+    def _fail_waiters(self, reason: str) -> None:
+        waiters, self._waiters = self._waiters, []
+        for _, _, future in waiters:
+            if not future.done():
+                future.set_exception(
+                    CommitUncertain(f"{reason}; the message may or may not survive")
+                )
+
+    async def transfer_leadership(self, target: int | None, timeout_s: float | None) -> int:
+        """Hand leadership to ``target`` (None: the most caught-up follower); returns the new
+        leader's id once it leads (as this node sees it)."""
+        core = self._core()
+        self.check_leader()
+        if target is None:
+            rows = core.status().progress
+            if not rows:
+                return self.config.node_id  # a group of one: nothing to hand over
+            target = max(rows, key=lambda row: row[3])[0]
+        if target == self.config.node_id:
+            return target
+        outcome = core.transfer_leadership(NodeId(target))
+        if isinstance(outcome, NotLeader):
+            raise NotLeaderError(self.config.node_id, self.leader())
+        if isinstance(outcome, Busy):
+            raise ReplicationBusy(outcome.reason)
+        self._process()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (TRANSFER_TIMEOUT_S if timeout_s is None else timeout_s)
+        while core.leader_id != target:
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise ReplicationBusy(
+                    f"node {target} did not take leadership in time; leader is {core.leader_id}"
+                )
+            try:
+                await asyncio.wait_for(self._leader_changed.wait(), remaining)
+            except TimeoutError:
+                continue
+        return target
+
+    def status(self) -> NodeStatus:
+        core = self._core()
+        s = core.status()
+        progress = {row[0]: row for row in s.progress}
+        peers = []
+        for p in self.config.others():
+            row = progress.get(NodeId(p.node_id))
+            match = row[3] if row is not None else -1
+            peers.append(
+                PeerStatus(
+                    node_id=p.node_id,
+                    peer_endpoint=p.peer_endpoint,
+                    client_endpoint=p.client_endpoint,
+                    match_offset=match,
+                    lag_bytes=s.last_offset - match if match >= 0 else -1,
+                    reachable=self.transport.reachable(p.node_id),
+                )
+            )
+        leader = self.leader()
+        return NodeStatus(
+            node_id=self.config.node_id,
+            role=s.role.value,
+            term=s.term,
+            leader_id=s.leader_id,
+            leader_client_endpoint=leader.client_endpoint if leader is not None else "",
+            commit_offset=s.committed_offset,
+            last_offset=s.last_offset,
+            durable_offset=s.durable_offset,
+            peers=tuple(peers),
+            elections_total=self.elections_total,
+            leader_changes_total=self.leader_changes_total,
+        )

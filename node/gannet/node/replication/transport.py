@@ -1,0 +1,196 @@
+"""Raft messages over gRPC: the ``gannet.raft.v1.Peer`` server and one outbound stream per peer.
+
+Used by :mod:`driver`. The server (its own port, 8091 by default) steps every message that
+arrives on a ``Deliver`` stream into the driver's ``on_message`` callback, on the event loop.
+For each other member a sender task keeps one ``Deliver`` client stream open and writes that
+member's messages to it in order; when the stream fails it reconnects after a back-off and the
+messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
+go-back-N).
+
+Limits: each outbound queue holds at most ``outbound_messages_max`` messages and
+``outbound_bytes_max`` bytes; a message past either is dropped and counted, never blocking the
+driver. gRPC messages up to :data:`GRPC_MESSAGE_BYTES_MAX` pass (an AppendEntries carries at most
+``append_bytes_max`` of payload).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable
+
+import grpc
+
+from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
+from gannet.node.raft.messages import Message
+from gannet.node.replication import peer_wire
+from gannet.node.replication.config import PeerSpec, ReplicationConfig
+
+log = logging.getLogger(__name__)
+
+GRPC_MESSAGE_BYTES_MAX = 64 << 20
+RECONNECT_BACKOFF_S = 0.2
+CONNECT_TIMEOUT_S = 2.0
+
+
+class _Outbox:
+    """A bounded FIFO of messages for one peer (messages and bytes)."""
+
+    def __init__(self, messages_max: int, bytes_max: int) -> None:
+        self._items: collections.deque[tuple[Message, int]] = collections.deque()
+        self._bytes = 0
+        self._messages_max = messages_max
+        self._bytes_max = bytes_max
+        self._ready = asyncio.Event()
+        self.dropped_total = 0
+
+    def put(self, message: Message) -> None:
+        size = peer_wire.size_bytes(message)
+        if len(self._items) >= self._messages_max or self._bytes + size > self._bytes_max:
+            self.dropped_total += 1
+            return
+        self._items.append((message, size))
+        self._bytes += size
+        self._ready.set()
+
+    async def get(self) -> Message:
+        while not self._items:
+            self._ready.clear()
+            await self._ready.wait()
+        message, size = self._items.popleft()
+        self._bytes -= size
+        return message
+
+    def clear(self) -> None:
+        self.dropped_total += len(self._items)
+        self._items.clear()
+        self._bytes = 0
+
+
+class _PeerServicer(peer_pb2_grpc.PeerServicer):
+    def __init__(self, transport: PeerTransport) -> None:
+        self._transport = transport
+
+    async def Deliver(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        received = 0
+        async for raw in request_iterator:
+            error = self._transport.refusal(raw)
+            if error is not None:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)
+                return peer_pb2.DeliverSummary(messages_received=received)
+            self._transport.deliver(peer_wire.from_proto(raw))
+            received += 1
+        return peer_pb2.DeliverSummary(messages_received=received)
+
+
+class PeerTransport:
+    """Server plus one sender per other member. Start and stop on the driver's event loop."""
+
+    def __init__(self, config: ReplicationConfig, on_message: Callable[[Message], None]) -> None:
+        self.config = config
+        self._on_message = on_message
+        self._server: grpc.aio.Server | None = None
+        self.port = 0
+        self._outboxes = {
+            p.node_id: _Outbox(config.outbound_messages_max, config.outbound_bytes_max)
+            for p in config.others()
+        }
+        self._connected: dict[int, bool] = {p.node_id: False for p in config.others()}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = asyncio.Event()
+        self.received_total = 0
+
+    async def start(self) -> None:
+        options = [
+            ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.so_reuseport", 0),
+        ]
+        server = grpc.aio.server(options=options)
+        peer_pb2_grpc.add_PeerServicer_to_server(_PeerServicer(self), server)  # type: ignore[no-untyped-call]
+        try:
+            self.port = server.add_insecure_port(self.config.peer_listen)
+        except RuntimeError:
+            self.port = 0
+        if self.port == 0:
+            raise OSError(
+                f"cannot listen for peers on {self.config.peer_listen}: the port is in use or the "
+                "host is not local; choose another --peer-listen"
+            )
+        await server.start()
+        self._server = server
+        for peer in self.config.others():
+            self._tasks.append(
+                asyncio.create_task(self._send_loop(peer), name=f"raft-peer-{peer.node_id}")
+            )
+
+    async def stop(self) -> None:
+        self._stopping.set()
+        for outbox in self._outboxes.values():
+            outbox.clear()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(0.5)
+
+    # ------------------------------------------------------------------ in
+    def refusal(self, raw: peer_pb2.RaftMessage) -> str | None:
+        if raw.group != self.config.group:
+            return (
+                f"node {raw.sender} is in group {raw.group!r}, this node in {self.config.group!r}"
+            )
+        if raw.target != self.config.node_id:
+            return f"message for node {raw.target} reached node {self.config.node_id}"
+        return None
+
+    def deliver(self, message: Message) -> None:
+        self.received_total += 1
+        self._on_message(message)
+
+    # ------------------------------------------------------------------ out
+    def send(self, message: Message) -> None:
+        outbox = self._outboxes.get(message.target)
+        if outbox is not None and not self._stopping.is_set():
+            outbox.put(message)
+
+    def reachable(self, node_id: int) -> bool:
+        """Whether the stream to ``node_id`` is open now."""
+        return self._connected.get(node_id, False)
+
+    def dropped_total(self) -> int:
+        return sum(o.dropped_total for o in self._outboxes.values())
+
+    async def _send_loop(self, peer: PeerSpec) -> None:
+        outbox = self._outboxes[peer.node_id]
+        options = [
+            ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ]
+        while not self._stopping.is_set():
+            channel = grpc.aio.insecure_channel(peer.peer_endpoint, options=options)
+            try:
+                await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
+                self._connected[peer.node_id] = True
+                stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
+                await stub.Deliver(self._stream(outbox))
+            except (grpc.aio.AioRpcError, TimeoutError, ConnectionError) as exc:
+                log.debug("peer %s stream ended: %s", peer, exc)
+            finally:
+                self._connected[peer.node_id] = False
+                await channel.close(None)
+            outbox.clear()  # stale after a gap; the core re-sends what matters
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), RECONNECT_BACKOFF_S)
+
+    async def _stream(self, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
+        group = self.config.group
+        while True:
+            message = await outbox.get()
+            yield peer_wire.to_proto(message, group)
