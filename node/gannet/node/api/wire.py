@@ -13,20 +13,28 @@ The same path refuses v2 requests without an ``x-mq-client-id`` header with
 ``CLIENT_ID_REQUIRED``, as the proxy's ``validateContext`` does (every official client sends
 one).
 
+With a :class:`Gate` (``--auth-file``, :mod:`gannet.node.api.auth`) every call is
+authenticated before it is decoded further and every request (each Telemetry command) is
+authorized; refusals are v2 ``UNAUTHORIZED`` / ``FORBIDDEN`` statuses, or for admin RPCs and
+the Telemetry stream gRPC ``UNAUTHENTICATED`` / ``PERMISSION_DENIED``. With an ``inflight``
+limiter (:mod:`gannet.node.api.limits`) a client past its in-flight cap gets
+``TOO_MANY_REQUESTS`` (admin: ``RESOURCE_EXHAUSTED``).
+
 Called by :mod:`gannet.node.broker.serving`.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
+from rocketmq.grpc_protocol import Code
 
-from gannet.node.api import statuses
+from gannet.node.api import limits, statuses
 
 ProtoMessage = Any  # generated protobuf classes are untyped at this boundary
 
@@ -61,13 +69,53 @@ async def _abort_invalid(context: grpc.aio.ServicerContext, bad: Malformed) -> N
 
 
 async def _stream_guard(
-    requests: AsyncIterator[object], context: grpc.aio.ServicerContext
+    requests: AsyncIterator[object],
+    context: grpc.aio.ServicerContext,
+    authorize: Callable[[object], None] | None = None,
 ) -> AsyncIterator[object]:
     async for request in requests:
         if isinstance(request, Malformed):
             await _abort_invalid(context, request)
             return
+        if authorize is not None:
+            try:
+                authorize(request)
+            except statuses.ApiError as refused:
+                await context.abort(_grpc_code(refused.code), refused.message)
+                return
         yield request
+
+
+class Gate(Protocol):
+    """Authentication and authorization (:class:`gannet.node.api.auth.WireGate`).
+
+    Both raise :class:`~gannet.node.api.statuses.ApiError` to refuse."""
+
+    def authenticate(self, metadata: Iterable[tuple[str, str]], peer_host: str) -> object: ...
+
+    def authorize(self, account: object, method: str, request: object) -> None: ...
+
+
+_GRPC_CODES = {
+    Code.UNAUTHORIZED: grpc.StatusCode.UNAUTHENTICATED,
+    statuses.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
+    statuses.TOO_MANY_REQUESTS: grpc.StatusCode.RESOURCE_EXHAUSTED,
+}
+
+
+def _grpc_code(code: int) -> grpc.StatusCode:
+    """The gRPC status for a refusal where no v2 status can carry it."""
+    return _GRPC_CODES.get(code, grpc.StatusCode.INVALID_ARGUMENT)
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
+    return [(str(k), str(v)) for k, v in context.invocation_metadata() or ()]
+
+
+def _peer_host(context: grpc.aio.ServicerContext) -> str:
+    """``127.0.0.1`` of ``ipv4:127.0.0.1:5555``; ``::1`` of ``ipv6:%5B::1%5D:5555``."""
+    _, _, rest = str(context.peer() or "").partition(":")
+    return rest.rpartition(":")[0].replace("%5B", "[").replace("%5D", "]").strip("[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,62 +126,156 @@ class Rules:
     """True: a v2 response with a ``status``; False: a gRPC INVALID_ARGUMENT."""
     client_id_header: str | None = None
     """A metadata key every request must carry non-blank (v2: ``x-mq-client-id``)."""
+    gate: Gate | None = None
+    """Authenticates and authorizes every call; None: open broker."""
+    inflight: limits.InflightPerClient | None = None
+    """Caps requests in flight per ``client_id_header`` value; None: no per-client cap."""
 
 
 def _refusal(
-    request: object, context: grpc.aio.ServicerContext, rules: Rules
+    request: object, context: grpc.aio.ServicerContext, rules: Rules, method: str = ""
 ) -> statuses.ApiError | None:
-    """Why the request is refused before the servicer runs, or None."""
+    """Why the request is refused before the servicer runs, or None.
+
+    Order: authentication (before anything about the request is revealed), decoding, client
+    id, authorization."""
+    try:
+        account = _authenticated(context, rules)
+    except statuses.ApiError as refused:
+        return refused
+    return _checked(request, context, rules, method, account)
+
+
+def _authenticated(context: grpc.aio.ServicerContext, rules: Rules) -> object:
+    """The caller's account (None without a gate); raises ApiError to refuse."""
+    if rules.gate is None:
+        return None
+    return rules.gate.authenticate(_metadata(context), _peer_host(context))
+
+
+def _checked(
+    request: object,
+    context: grpc.aio.ServicerContext,
+    rules: Rules,
+    method: str,
+    account: object,
+) -> statuses.ApiError | None:
+    """The checks after authentication; ``request`` None (a stream's start): no authorization."""
     if isinstance(request, Malformed):
         return statuses.ApiError(statuses.BAD_REQUEST, request.text())
-    if rules.client_id_header is not None:
-        for key, value in context.invocation_metadata() or ():
-            if key == rules.client_id_header and str(value).strip():
-                return None
+    if rules.client_id_header is not None and not _client_id(context, rules.client_id_header):
         return statuses.ApiError(
             statuses.CLIENT_ID_REQUIRED,
             f"the {rules.client_id_header} header is missing or blank; RocketMQ clients send it",
         )
+    if rules.gate is not None and request is not None:
+        try:
+            rules.gate.authorize(account, method, request)
+        except statuses.ApiError as refused:
+            return refused
     return None
 
 
-def _unary(method: Callable[..., Any], out: type[ProtoMessage], rules: Rules) -> Callable[..., Any]:
+def _client_id(context: grpc.aio.ServicerContext, header: str) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == header and str(value).strip():
+            return str(value)
+    return ""
+
+
+class _Admitted:
+    """Holds one per-client in-flight slot for the duration of a call (``with``)."""
+
+    def __init__(self, rules: Rules, context: grpc.aio.ServicerContext) -> None:
+        self._limiter = rules.inflight
+        self._client = _client_id(context, rules.client_id_header or "")
+        if self._limiter is not None:
+            self._limiter.acquire(self._client)
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        if self._limiter is not None:
+            self._limiter.release(self._client)
+
+
+def _admission(
+    request: object, context: grpc.aio.ServicerContext, rules: Rules, name: str
+) -> _Admitted | statuses.ApiError:
+    """An in-flight slot for the call, or why it is refused."""
+    refused = _refusal(request, context, rules, name)
+    if refused is not None:
+        return refused
+    try:
+        return _Admitted(rules, context)
+    except statuses.ApiError as busy:
+        return busy
+
+
+def _unary(
+    method: Callable[..., Any], out: type[ProtoMessage], rules: Rules, name: str
+) -> Callable[..., Any]:
     async def handle(request: object, context: grpc.aio.ServicerContext) -> ProtoMessage:
-        refused = _refusal(request, context, rules)
-        if refused is not None:
+        admitted = _admission(request, context, rules, name)
+        if isinstance(admitted, statuses.ApiError):
+            refused = admitted
             if not rules.v2_status:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
+                await context.abort(_grpc_code(refused.code), refused.message)
             return out(status=refused.status())
-        return await method(request, context)
+        with admitted:
+            return await method(request, context)
 
     return handle
 
 
 def _server_stream(
-    method: Callable[..., Any], out: type[ProtoMessage], rules: Rules
+    method: Callable[..., Any], out: type[ProtoMessage], rules: Rules, name: str
 ) -> Callable[..., Any]:
     async def handle(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        refused = _refusal(request, context, rules)
-        if refused is not None:
+        admitted = _admission(request, context, rules, name)
+        if isinstance(admitted, statuses.ApiError):
+            refused = admitted
             if not rules.v2_status:
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
+                await context.abort(_grpc_code(refused.code), refused.message)
             yield out(status=refused.status())
             return
-        async for response in method(request, context):
-            yield response
+        with admitted:
+            async for response in method(request, context):
+                yield response
 
     return handle
 
 
-def _bidi(method: Callable[..., Any], rules: Rules) -> Callable[..., Any]:
+def _bidi(method: Callable[..., Any], rules: Rules, name: str) -> Callable[..., Any]:
     async def handle(requests: AsyncIterator[object], context: grpc.aio.ServicerContext) -> Any:
-        refused = _refusal(None, context, rules)
+        account: object = None
+        try:
+            account = _authenticated(context, rules)
+            refused = _checked(None, context, rules, name, account)
+        except statuses.ApiError as error:
+            refused = error
         if refused is not None:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, refused.message)
-        async for response in method(_stream_guard(requests, context), context):
+            await context.abort(_grpc_code(refused.code), refused.message)
+        authorize = _command_authorizer(rules.gate, account, name)
+        async for response in method(_stream_guard(requests, context, authorize), context):
             yield response
 
     return handle
+
+
+def _command_authorizer(
+    gate: Gate | None, account: object, name: str
+) -> Callable[[object], None] | None:
+    """Authorizes each command of a stream authenticated once at its start (not again: the
+    stream's one set of headers would count as a replay)."""
+    if gate is None:
+        return None
+
+    def authorize(command: object) -> None:
+        gate.authorize(account, name, command)
+
+    return authorize
 
 
 def register(server: grpc.aio.Server, service: Any, servicer: object, rules: Rules) -> None:
@@ -145,14 +287,15 @@ def register(server: grpc.aio.Server, service: Any, servicer: object, rules: Rul
         decode = _decoder(request_cls, m.input_type.full_name)
         method = getattr(servicer, m.name)
         if m.client_streaming and m.server_streaming:
-            handler = grpc.stream_stream_rpc_method_handler(_bidi(method, rules), decode, _encoder)
+            behaviour = _bidi(method, rules, m.name)
+            handler = grpc.stream_stream_rpc_method_handler(behaviour, decode, _encoder)
         elif m.client_streaming:
             raise TypeError(f"{m.full_name}: client-streaming methods have no wire handler")
         elif m.server_streaming:
-            behaviour = _server_stream(method, response_cls, rules)
+            behaviour = _server_stream(method, response_cls, rules, m.name)
             handler = grpc.unary_stream_rpc_method_handler(behaviour, decode, _encoder)
         else:
-            behaviour = _unary(method, response_cls, rules)
+            behaviour = _unary(method, response_cls, rules, m.name)
             handler = grpc.unary_unary_rpc_method_handler(behaviour, decode, _encoder)
         handlers[m.name] = handler
     server.add_generic_rpc_handlers(

@@ -20,6 +20,12 @@ ForwardMessageToDeadLetterQueue) is served by :mod:`gannet.node.api.receiving` o
 :class:`~gannet.node.pop.service.PopBroker` started with the server unless another ``pop``
 factory is given; it is closed after the drain and before the store.
 
+Security (``docs/security.md``): with ``auth_file`` every call is authenticated and authorized
+(:mod:`gannet.node.api.auth`; refusals counted in ``Broker.authenticator.denials_total``); with
+``tls_cert``/``tls_key`` the client port serves TLS only, and ``tls_client_ca`` makes it mutual
+(:mod:`gannet.node.api.tls`). Each v2 client id has at most ``inflight_per_client_max`` calls
+in flight (:mod:`gannet.node.api.limits`).
+
 Called by ``gannet broker run`` and :mod:`threads`.
 """
 
@@ -30,11 +36,12 @@ import dataclasses
 import logging
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
-from gannet.node.api import admin, messaging, receiving, routes, wire
+from gannet.node.api import admin, auth, limits, messaging, receiving, routes, tls, wire
 from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import broker_metrics, http_serving, instrumenting
 from gannet.node.pop.service import PopBroker
@@ -67,6 +74,17 @@ class BrokerConfig:
     metrics_listen: str | None = None
     """``host:port`` of ``/metrics``, ``/healthz``, ``/readyz`` (``gannet broker run``: 5557);
     None: no endpoint and no metrics (tests running many brokers)."""
+    auth_file: Path | None = None
+    """Access keys, secrets and rights (a JSON/YAML file or a Secret directory); None: open."""
+    auth_skew_s: float = auth.SKEW_S_DEFAULT
+    """Largest accepted distance of a request's ``x-mq-date-time`` from the broker clock."""
+    tls_cert: Path | None = None
+    """PEM certificate (chain) of the client port; with ``tls_key`` the port is TLS-only."""
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    """PEM CA that client certificates must chain to (mutual TLS); None: no client certs."""
+    inflight_per_client_max: int = limits.INFLIGHT_PER_CLIENT_MAX
+    """Calls in flight per v2 client id; more get TOO_MANY_REQUESTS."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -95,6 +113,12 @@ class Broker:
         self.phase = "created"
         self.metrics: broker_metrics.BrokerMetrics | None = None
         self.metrics_server: http_serving.MetricsServer | None = None
+        self.authenticator: auth.Authenticator | None = None
+        if config.auth_file is not None:
+            self.authenticator = auth.Authenticator(
+                auth.load(config.auth_file), skew_s=config.auth_skew_s
+            )
+        self._tls = _tls_credentials(config)
         if config.metrics_listen:
             self.metrics = broker_metrics.BrokerMetrics()
             self.metrics.describe_broker(
@@ -171,7 +195,10 @@ class Broker:
         )
         address = f"{_bracketed(cfg.listen_host)}:{cfg.listen_port}"
         try:
-            self.port = server.add_insecure_port(address)
+            if self._tls is not None:
+                self.port = server.add_secure_port(address, self._tls)
+            else:
+                self.port = server.add_insecure_port(address)
         except RuntimeError:  # grpcio raises when bind fails
             self.port = 0
         if self.port == 0:
@@ -193,14 +220,22 @@ class Broker:
             on_received=self.metrics.on_received if self.metrics is not None else None,
         )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
-        v2_rules = wire.Rules(v2_status=True, client_id_header=messaging.CLIENT_ID_HEADER)
+        authenticator = self.authenticator
+        v2_rules = wire.Rules(
+            v2_status=True,
+            client_id_header=messaging.CLIENT_ID_HEADER,
+            gate=auth.WireGate(authenticator, "v2") if authenticator else None,
+            inflight=limits.InflightPerClient(cfg.inflight_per_client_max),
+        )
         wire.register(
             server, v2_service, self._measured(self.messaging, v2_service, True), v2_rules
         )
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
         admin_measured = self._measured(admin_servicer, admin_service, False)
-        wire.register(server, admin_service, admin_measured, wire.Rules(v2_status=False))
+        admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
+        admin_rules = wire.Rules(v2_status=False, gate=admin_gate)
+        wire.register(server, admin_service, admin_measured, admin_rules)
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
@@ -247,6 +282,17 @@ class Broker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await self.stop()
+
+
+def _tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:
+    """Server credentials of the client port, or None for plaintext; raises TlsFileError."""
+    if config.tls_cert is None and config.tls_key is None:
+        if config.tls_client_ca is not None:
+            raise tls.TlsFileError("--tls-client-ca needs --tls-cert and --tls-key")
+        return None
+    if config.tls_cert is None or config.tls_key is None:
+        raise tls.TlsFileError("TLS needs both --tls-cert and --tls-key")
+    return tls.server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
 
 
 def _bracketed(host: str) -> str:
