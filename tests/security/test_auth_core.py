@@ -205,7 +205,7 @@ def test_load_file_yaml_and_secret_directory(tmp_path: Path):
                         "allow": [{"actions": ["pub"], "topics": "x"}],
                     }
                 ]
-            },  # noqa: E501
+            },
             "topics: expected a list",
         ),
     ],

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from gannet.node.api import commands, message_commands
+from gannet.node.api import auth, commands, message_commands, tls
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
 from gannet.node.store import querying, verifying
@@ -102,6 +102,34 @@ def broker() -> None:
     show_default=True,
     help="host:port for /metrics (Prometheus), /healthz and /readyz; '' disables it.",
 )
+@click.option(
+    "--auth-file",
+    type=click.Path(path_type=Path, exists=True),
+    help="Require signed requests: access keys, secrets and pub/sub/admin rights (JSON/YAML "
+    "file, or a directory mounted from a Kubernetes Secret). See docs/security.md.",
+)
+@click.option(
+    "--auth-skew-s",
+    type=click.FloatRange(1, 86400),
+    default=900,
+    show_default=True,
+    help="Accepted distance of a request's x-mq-date-time from the broker clock.",
+)
+@click.option(
+    "--tls-cert",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="PEM certificate of the client port (with --tls-key: TLS only).",
+)
+@click.option(
+    "--tls-key",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="PEM private key of --tls-cert.",
+)
+@click.option(
+    "--tls-client-ca",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="Require client certificates signed by this PEM CA (mutual TLS).",
+)
 def broker_run(
     data_dir: Path,
     flush: str,
@@ -111,6 +139,11 @@ def broker_run(
     broker_name: str,
     auto_create_topics: bool,
     metrics_listen: str,
+    auth_file: Path | None,
+    auth_skew_s: float,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
@@ -135,11 +168,20 @@ def broker_run(
             store=config,
             auto_create_topics=auto_create_topics,
             metrics_listen=metrics_listen or None,
+            auth_file=auth_file,
+            auth_skew_s=auth_skew_s,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
         ),
         listen,
     )
     try:
-        asyncio.run(_serve(serving.Broker(broker_config)))
+        running = serving.Broker(broker_config)
+    except (auth.CredentialsError, tls.TlsFileError) as exc:
+        raise click.BadParameter(str(exc)) from None
+    try:
+        asyncio.run(_serve(running))
     except StoreError as exc:
         err_console.print(f"[red]cannot open store[/]: {exc}")
         sys.exit(EXIT_STORE_UNAVAILABLE)
@@ -157,6 +199,12 @@ async def _serve(running: serving.Broker) -> None:
     console.print(f"  create a topic: gannet topic create TopicTest --endpoint {endpoint}")
     console.print(f"  broker status:  gannet status --endpoint {endpoint}")
     console.print(f'  Python client:  ClientConfiguration("{endpoint}", Credentials())')
+    if running.authenticator is not None:
+        keys = len(running.authenticator.accounts)
+        console.print(f"  authentication: on, {keys} access keys (clients: Credentials(ak, sk))")
+    if running.config.tls_cert is not None:
+        mutual = " with client certificates" if running.config.tls_client_ca else ""
+        console.print(f"  TLS:            on{mutual} (Python client: tls_enable=True)")
     if running.metrics_server is not None:
         host = running.config.metrics_listen or ""
         url = f"http://{host.rpartition(':')[0]}:{running.metrics_server.port}"
