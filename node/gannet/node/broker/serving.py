@@ -119,6 +119,8 @@ class Broker:
                 auth.load(config.auth_file), skew_s=config.auth_skew_s
             )
         self._tls = _tls_credentials(config)
+        self.inflight = limits.InflightPerClient(config.inflight_per_client_max)
+        """v2 calls in flight per client id (refusals in ``inflight.refused_total``)."""
         if config.metrics_listen:
             self.metrics = broker_metrics.BrokerMetrics()
             self.metrics.describe_broker(
@@ -225,7 +227,7 @@ class Broker:
             v2_status=True,
             client_id_header=messaging.CLIENT_ID_HEADER,
             gate=auth.WireGate(authenticator, "v2") if authenticator else None,
-            inflight=limits.InflightPerClient(cfg.inflight_per_client_max),
+            inflight=self.inflight,
         )
         wire.register(
             server, v2_service, self._measured(self.messaging, v2_service, True), v2_rules
