@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit bench install clean
+.PHONY: run test lint unit bench install clean dashboards
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
 	$(BIN)/python -m bench.metrics --quick
+
+## dashboards: rebuild charts/gannet/dashboards/*.json and the chart's alert-rules copy
+dashboards: $(STAMP)
+	$(BIN)/python -m deploy.dashboards.build
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

@@ -16,7 +16,9 @@ topics ``%RETRY%<group>_<topic>`` / ``+<topic>`` are folded into ``<topic>``):
   ready. One commit-log read per queue that has ready messages.
 * **retries** / **DLQ** — messages written to the group's retry topics and to ``%DLQ%<group>``:
   the sum of those topics' max queue offsets (queue offsets never go back, so they are
-  counters; after a restart they continue from the stored value).
+  counters; after a restart they continue from the stored value). Every group with a pair
+  exports its DLQ count, 0 before its DLQ topic exists, so the first dead letter is an
+  increase Prometheus can see.
 
 Groups appear once they have a committed offset or a tracked checkpoint; system groups
 (``CID_RMQ_SYS_*``) and topics (``rmq_sys_*``) are left out. Bounded: the first
@@ -158,7 +160,9 @@ def figures_of(view: ConsumerView, now_ms: int, *, pairs_max: int = PAIRS_MAX) -
             snapshot.pairs[key] = by_pair[key]
         else:
             snapshot.pairs.setdefault((OTHER, OTHER), ConsumerFigures()).absorb(by_pair[key])
-    groups = sorted(view.dead_lettered().items())
+    dead = {group: 0 for _, group in by_pair}  # a series from the start: increase() sees 0->1
+    dead.update(view.dead_lettered())
+    groups = sorted(dead.items())
     for index, (group, count) in enumerate(groups):
         label = group if index < pairs_max else OTHER
         snapshot.dead_lettered[label] = snapshot.dead_lettered.get(label, 0) + count

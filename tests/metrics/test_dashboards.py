@@ -1,0 +1,160 @@
+"""The Grafana dashboards and the chart's alert rules: committed files equal what
+``deploy/dashboards/build.py`` builds, every panel has a unit, a description and valid PromQL
+that names only metrics a broker (or the operator, by contract) exports, and the chart's
+PrometheusRule template renders the same groups as the plain rules file."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from rocketmq.grpc_protocol import Code
+
+from deploy.dashboards import build
+from gannet.node.api.gen import admin_pb2
+from gannet.node.metrics import raft_collecting
+
+from .conftest import REPO, RPC_TIMEOUT_S, create_topic, metrics_port, run_promtool, samples, scrape
+from .conftest import send as send_messages
+from .test_consumers import Peer, Status, receive
+
+RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"
+METRIC_NAME = re.compile(r"\b(?:gannet_[a-z0-9_]+|process_[a-z_]+|up)\b(?=\s*[{\[)])")
+VARIABLES = {"$cluster": ".+", "$topic": ".+", "$group": ".+", "$__rate_interval": "1m"}
+
+
+def expressions() -> list[tuple[str, str, str]]:
+    """(dashboard uid, panel title, expr) of every target."""
+    return [
+        (d.uid, panel.title, target.expr)
+        for d in build.dashboards()
+        for panel in d.panels()
+        for target in panel.targets
+    ]
+
+
+def rule_expressions() -> list[tuple[str, str]]:
+    document = yaml.safe_load(RULES.read_text())
+    return [
+        (rule["alert"], rule["expr"]) for group in document["groups"] for rule in group["rules"]
+    ]
+
+
+def substituted(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+def test_committed_files_are_what_the_builder_builds() -> None:
+    stale = [
+        str(path.relative_to(REPO))
+        for path, text in build.rendered().items()
+        if not path.exists() or path.read_text() != text
+    ]
+    assert not stale, f"run `python -m deploy.dashboards.build`: {stale}"
+    committed = {p.name for p in build.DASHBOARDS_DIR.glob("*.json")}
+    assert committed == {f"{d.uid}.json" for d in build.dashboards()}
+
+
+def test_the_six_dashboards_exist_with_their_variables() -> None:
+    titles = {}
+    for path in build.DASHBOARDS_DIR.glob("*.json"):
+        document = json.loads(path.read_text())
+        assert document["schemaVersion"] >= 39
+        names = [v["name"] for v in document["templating"]["list"]]
+        assert names[0] == "datasource"
+        titles[document["title"]] = names
+    assert set(titles) == {
+        "Gannet / Cluster overview",
+        "Gannet / Topics and consumer groups",
+        "Gannet / Pop and revive",
+        "Gannet / Raft replication",
+        "Gannet / Storage and cleanup",
+        "Gannet / Operator",
+    }
+    assert titles["Gannet / Topics and consumer groups"] == [
+        "datasource",
+        "cluster",
+        "topic",
+        "group",
+    ]
+    assert "cluster" in titles["Gannet / Cluster overview"]
+
+
+def test_every_panel_has_unit_description_and_expressions() -> None:
+    for path in build.DASHBOARDS_DIR.glob("*.json"):
+        for panel in json.loads(path.read_text())["panels"]:
+            if panel["type"] == "row":
+                continue
+            where = f"{path.name}: {panel['title']}"
+            assert panel["fieldConfig"]["defaults"]["unit"], where
+            assert len(panel["description"]) > 20, where
+            assert panel["targets"], where
+            for target in panel["targets"]:
+                assert target["expr"].strip(), where
+                assert target["datasource"] == {"type": "prometheus", "uid": "${datasource}"}
+
+
+def test_every_expression_is_valid_promql(tmp_path: Path, promtool: str) -> None:
+    """promtool checks each expression as a recording rule (variables substituted)."""
+    rules = [
+        {"record": f"check:{i}", "expr": substituted(expr)}
+        for i, (_, _, expr) in enumerate(expressions())
+    ]
+    path = tmp_path / "panels.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "panels", "rules": rules}]}))
+    run_promtool(promtool, "check", "rules", str(path))
+
+
+def _known_metric_names(port: int) -> set[str]:
+    names = {name for name, _ in samples(scrape(port))}
+    status = Status(peers=[Peer("n2", 1)])
+    names |= {s.name for f in raft_collecting.families(status) for s in f.samples}
+    return names | build.OPERATOR_METRICS | build.FOREIGN_METRICS
+
+
+def test_expressions_and_rules_name_only_exported_metrics(broker, admin, messaging) -> None:
+    topic = create_topic(admin)
+    group = f"G-{topic}"
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=RPC_TIMEOUT_S)
+    assert send_messages(messaging, topic, [b"x"]).status.code == Code.OK
+    store = broker.broker.store
+    assert store.wait_dispatched(store.commitlog.max_offset(), timeout_s=10)
+    assert receive(messaging, topic, group, 1)
+    known = _known_metric_names(metrics_port(broker))
+    used = {
+        (where, name)
+        for *where_parts, expr in expressions()
+        for name in METRIC_NAME.findall(expr)
+        for where in ["/".join(where_parts)]
+    }
+    used |= {
+        (alert, name) for alert, expr in rule_expressions() for name in METRIC_NAME.findall(expr)
+    }
+    assert len({name for _, name in used}) > 40
+    unknown = sorted((where, name) for where, name in used if name not in known)
+    assert not unknown, unknown
+
+
+def test_chart_prometheus_rule_renders_the_rules_file(tmp_path: Path) -> None:
+    helm_python = pytest.importorskip("helm_python")
+    chart = tmp_path / "gannet"
+    (chart / "templates").mkdir(parents=True)
+    (chart / "files").mkdir()
+    (chart / "Chart.yaml").write_text("apiVersion: v2\nname: gannet\nversion: 0.1.0\n")
+    shutil.copy(REPO / "charts/gannet/templates/prometheusrule.yaml", chart / "templates")
+    shutil.copy(build.RULES_CHART_COPY, chart / "files")
+    loaded = helm_python.Chart.load(chart)
+    values = {"metrics": {"prometheusRule": {"enabled": True, "labels": {"release": "kps"}}}}
+    rendered = loaded.render(values, name="r1", namespace="ns", is_install=True)
+    document = yaml.safe_load(rendered["gannet/templates/prometheusrule.yaml"])
+    assert document["kind"] == "PrometheusRule"
+    assert document["metadata"]["labels"]["release"] == "kps"
+    assert document["spec"]["groups"] == yaml.safe_load(RULES.read_text())["groups"]
+    off = loaded.render({}, name="r1", namespace="ns", is_install=True)
+    assert not off["gannet/templates/prometheusrule.yaml"].strip()
