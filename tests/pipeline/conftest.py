@@ -1,16 +1,22 @@
-"""Fixtures of the pipeline tests: one local Spark session for the whole run, and one store
+"""Fixtures of the pipeline tests: one local Spark session for the whole run, one store
 written by the broker's own MessageStore (small files, so it has many segments, consume-queue
-files and index files) that every job reads."""
+files and index files) that every job reads, and one in-process broker that the ``gannet``
+data-source tests read from and write to."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import grpc
 import pytest
 
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import SYSFLAG_TRANSACTION_PREPARED_TYPE, Message
@@ -97,3 +103,53 @@ def broker_store(tmp_path_factory: pytest.TempPathFactory) -> BrokerStore:
             )
         assert store.wait_dispatched(written[-1].commit_offset + 1)
     return BrokerStore(config, written)
+
+
+# --------------------------------------------------------------------------- data source
+CLIENT_METADATA = (("x-mq-client-id", "tests@1@0@pipeline"),)
+_topic_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def gannet_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
+    """One in-process broker on an ephemeral 127.0.0.1 port for the data-source tests."""
+    root = tmp_path_factory.mktemp("source-broker")
+    store = StoreConfig.for_tests(root, flush_mode=FlushMode.ASYNC_FLUSH)
+    running = threads.start(BrokerConfig(store=store, listen_port=0))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="session")
+def gannet_admin(gannet_broker: threads.BrokerThread) -> Iterator[admin_pb2_grpc.AdminStub]:
+    with grpc.insecure_channel(gannet_broker.endpoint) as channel:
+        yield admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture(scope="session")
+def gannet_spark(spark: object) -> object:
+    """The session Spark with ``format("gannet")`` registered."""
+    import gannet.pipeline
+
+    gannet.pipeline.register(spark)
+    return spark
+
+
+def new_topic(
+    admin: admin_pb2_grpc.AdminStub,
+    queues: int = 3,
+    kind: admin_pb2.MessageType = admin_pb2.NORMAL,
+) -> str:
+    name = f"DS-{next(_topic_names)}"
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=name, queue_nums=queues, message_type=kind),
+        metadata=CLIENT_METADATA,
+        timeout=10,
+    )
+    return name
+
+
+def settle(broker: threads.BrokerThread) -> None:
+    """Wait until every appended record is dispatched (consume queues, index)."""
+    store = broker.broker.store
+    assert store.wait_dispatched(store.commitlog.max_offset(), timeout_s=10)

@@ -1,0 +1,88 @@
+"""Queue-offset ranges of the ``gannet`` data source: splitting them into Spark partitions,
+sharing a per-trigger limit among queues, and the JSON form of streaming offsets.
+
+A range is ``[start, end)`` in queue offsets of one queue. Streaming offsets are what Spark
+checkpoints: a JSON object of queue id (string) → next queue offset to read, e.g.
+``{"0": 120, "1": 97}``; a queue missing from a start offset (a queue added to the topic
+later) starts at 0.
+
+Pure; used by :mod:`reading`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRange:
+    queue_id: int
+    start: int
+    end: int
+
+    @property
+    def count(self) -> int:
+        return max(0, self.end - self.start)
+
+
+def split(ranges: list[QueueRange], count_max: int) -> list[QueueRange]:
+    """Each non-empty range cut into pieces of at most ``count_max`` offsets, in order."""
+    if count_max < 1:
+        raise ValueError(f"count_max must be >= 1, not {count_max}")
+    pieces: list[QueueRange] = []
+    for r in ranges:
+        for start in range(r.start, r.end, count_max):
+            pieces.append(QueueRange(r.queue_id, start, min(start + count_max, r.end)))
+    return pieces
+
+
+def apportion(
+    start: Mapping[int, int], latest: Mapping[int, int], limit: int | None
+) -> dict[int, int]:
+    """End offsets moving at most ``limit`` offsets in total past ``start``, shared fairly.
+
+    Queues with less available than an equal share keep theirs; the rest is split among the
+    others (lowest queue ids get the remainder), so no queue starves. Queues only in
+    ``latest`` start at 0; an end is never behind its start.
+    """
+    begin = {q: start.get(q, 0) for q in latest}
+    for q, offset in start.items():
+        begin.setdefault(q, offset)
+    available = {q: max(0, latest.get(q, begin[q]) - begin[q]) for q in begin}
+    if limit is None:
+        return {q: begin[q] + available[q] for q in begin}
+    if limit < 0:
+        raise ValueError(f"limit must be >= 0, not {limit}")
+    granted = dict.fromkeys(begin, 0)
+    wanting = sorted(q for q in begin if available[q] > 0)
+    left = limit
+    while wanting and left > 0:
+        share, extra = divmod(left, len(wanting))
+        still: list[int] = []
+        for i, q in enumerate(wanting):
+            give = min(available[q] - granted[q], share + (1 if i < extra else 0))
+            granted[q] += give
+            left -= give
+            if granted[q] < available[q]:
+                still.append(q)
+        if len(still) == len(wanting) and share == 0 and extra == 0:
+            break
+        wanting = still
+    return {q: begin[q] + granted[q] for q in begin}
+
+
+def to_json_offsets(offsets: Mapping[int, int]) -> dict[str, int]:
+    return {str(q): int(offsets[q]) for q in sorted(offsets)}
+
+
+def from_json_offsets(raw: Mapping[str, object]) -> dict[int, int]:
+    """Offsets from a checkpoint; ValueError naming a malformed entry."""
+    result: dict[int, int] = {}
+    for key, value in raw.items():
+        if not str(key).isdigit() or isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(
+                f"streaming offset entry {key!r}: {value!r} is not queue id → queue offset"
+            )
+        result[int(key)] = value
+    return result

@@ -1,0 +1,164 @@
+"""Rows of the ``gannet`` data source: the read schema, v2 messages turned into rows, and
+written rows turned into v2 messages.
+
+Read schema (:data:`READ_SCHEMA`)::
+
+    topic string, queue_id int, queue_offset bigint, message_id string,
+    keys array<string>, tag string, properties map<string,string>, body binary,
+    born_timestamp timestamp, store_timestamp timestamp
+
+``properties`` are the user properties (system properties such as ``KEYS``/``TAGS`` are in
+their own columns). Timestamps have millisecond precision (the store's).
+
+Written columns (:data:`WRITE_COLUMNS`): ``body`` (binary or string, required, non-empty);
+optional ``keys`` (array<string> or one string), ``tag`` (string), ``properties``
+(map<string,string>), ``message_group`` (string: a FIFO message), ``delivery_time``
+(timestamp, or bigint epoch ms: a delayed message). The read-only columns of the read schema
+may be present (so a read DataFrame can be written to another topic) and are ignored; any
+other column is refused. Nulls mean "not set".
+
+Pure; used by :mod:`reading` and :mod:`writing`.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import threading
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from rocketmq.grpc_protocol import definition_pb2
+
+READ_SCHEMA = (
+    "topic string, queue_id int, queue_offset bigint, message_id string, "
+    "keys array<string>, tag string, properties map<string,string>, body binary, "
+    "born_timestamp timestamp, store_timestamp timestamp"
+)
+READ_ONLY_COLUMNS = frozenset(
+    {"topic", "queue_id", "queue_offset", "message_id", "born_timestamp", "store_timestamp"}
+)
+WRITE_COLUMNS: Mapping[str, tuple[str, ...]] = {
+    "body": ("binary", "string"),
+    "keys": ("array<string>", "string"),
+    "tag": ("string",),
+    "properties": ("map<string,string>",),
+    "message_group": ("string",),
+    "delivery_time": ("timestamp", "timestamp_ntz", "bigint"),
+}
+
+Row = tuple[Any, ...]
+
+
+def _datetime(ts: Timestamp) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=dt.UTC)
+
+
+def message_row(message: definition_pb2.Message) -> Row:
+    """One read row, in :data:`READ_SCHEMA` order."""
+    sp = message.system_properties
+    return (
+        str(message.topic.name),
+        int(sp.queue_id),
+        int(sp.queue_offset),
+        str(sp.message_id),
+        [str(k) for k in sp.keys],
+        str(sp.tag) if sp.HasField("tag") else None,
+        dict(message.user_properties),
+        bytes(message.body),
+        _datetime(sp.born_timestamp),
+        _datetime(sp.store_timestamp),
+    )
+
+
+def check_write_schema(fields: Sequence[tuple[str, str]]) -> None:
+    """``fields`` are (name, simpleString type); ValueError naming what is wrong."""
+    names = [name for name, _ in fields]
+    if "body" not in names:
+        raise ValueError(
+            f"df.write.format('gannet') needs a 'body' column (binary or string); columns: "
+            f"{', '.join(names)}"
+        )
+    for name, kind in fields:
+        if name in READ_ONLY_COLUMNS:
+            continue
+        allowed = WRITE_COLUMNS.get(name)
+        if allowed is None:
+            raise ValueError(
+                f"column {name!r} cannot be written; allowed: {', '.join(WRITE_COLUMNS)} "
+                f"(and the read-only {', '.join(sorted(READ_ONLY_COLUMNS))}, which are ignored)"
+            )
+        if kind not in allowed:
+            raise ValueError(f"column {name!r} is {kind}; it must be {' or '.join(allowed)}")
+
+
+class MessageIds:
+    """RocketMQ 5 message ids (v1: ``01`` + MAC(6 B) + pid(2 B) + seconds since 2021-01-01
+    UTC (4 B) + a counter (4 B), upper-case hex), as the official clients make them."""
+
+    EPOCH_S = 1_609_459_200  # 2021-01-01T00:00:00Z
+
+    def __init__(self) -> None:
+        fixed = uuid.getnode().to_bytes(6, "big") + (os.getpid() & 0xFFFF).to_bytes(2, "big")
+        self._prefix = "01" + fixed.hex().upper()
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            self._counter = (self._counter + 1) & 0xFFFFFFFF
+            counter = self._counter
+        seconds = (int(time.time()) - self.EPOCH_S) & 0xFFFFFFFF
+        return self._prefix + f"{seconds:08X}{counter:08X}"
+
+
+def _epoch_ms(value: object, what: str) -> int:
+    if isinstance(value, dt.datetime):  # naive ones are local times, as Spark hands them
+        return int(value.timestamp() * 1000)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    raise ValueError(f"{what} must be a timestamp or epoch milliseconds, not {value!r}")
+
+
+def row_message(
+    row: Mapping[str, Any], topic: str, message_id: str, now_ms: int
+) -> definition_pb2.Message:
+    """A v2 message of one written row; ValueError naming the bad field."""
+    body = row.get("body")
+    if isinstance(body, str):
+        body = body.encode()
+    if not isinstance(body, bytes | bytearray) or not body:
+        raise ValueError(f"body must be non-empty bytes or string, not {body!r:.60}")
+    sp = definition_pb2.SystemProperties(
+        message_id=message_id,
+        body_encoding=definition_pb2.IDENTITY,
+        message_type=definition_pb2.NORMAL,
+        born_timestamp=Timestamp(seconds=now_ms // 1000, nanos=(now_ms % 1000) * 1_000_000),
+    )
+    keys = row.get("keys")
+    if isinstance(keys, str):
+        keys = [keys]
+    if keys:
+        sp.keys.extend(str(k) for k in keys if k is not None)
+    tag = row.get("tag")
+    if tag is not None:
+        sp.tag = str(tag)
+    group = row.get("message_group")
+    if group is not None:
+        sp.message_group = str(group)
+        sp.message_type = definition_pb2.FIFO
+    delivery = row.get("delivery_time")
+    if delivery is not None:
+        ms = _epoch_ms(delivery, "delivery_time")
+        sp.delivery_timestamp.CopyFrom(Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000))
+        sp.message_type = definition_pb2.DELAY
+    properties = row.get("properties") or {}
+    return definition_pb2.Message(
+        topic=definition_pb2.Resource(name=topic),
+        user_properties={str(k): str(v) for k, v in properties.items() if v is not None},
+        system_properties=sp,
+        body=bytes(body),
+    )

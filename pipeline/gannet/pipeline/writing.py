@@ -1,0 +1,181 @@
+"""Batch writer of the ``gannet`` data source: ``df.write.format("gannet")``.
+
+Each Spark task converts its rows to v2 messages (:func:`gannet.pipeline.rows.row_message`,
+a fresh RocketMQ message id per row) and sends them with SendMessage in batches of at most
+``batchSize`` messages and ``batchBytes`` body bytes. A batch never mixes message groups: the
+broker puts a whole request into one queue, chosen by the group for FIFO messages, so rows of
+one group stay in order in one queue.
+
+A batch answered with a retryable code (``TOO_MANY_REQUESTS``, ``INTERNAL_SERVER_ERROR``,
+persistence timeouts, ``HA_NOT_AVAILABLE``) or a transport error (UNAVAILABLE,
+DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED) is resent with the same message ids after a backoff of
+``retryBackoffMs``, doubling up to :data:`BACKOFF_MS_MAX`, at most ``maxRetries`` times. Any
+other failure, or running out of retries, fails the task with :class:`GannetWriteError`
+naming the partition, the rows of the failed batch, its first message id and the broker's
+code and message. Batches before it were written: delivery is at-least-once (a retried Spark
+task sends its rows again, with new ids).
+
+Used by :mod:`gannet.pipeline.datasource`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceWriter, WriterCommitMessage
+from rocketmq.grpc_protocol import definition_pb2
+
+from gannet.pipeline import calling, rows
+from gannet.pipeline.calling import BrokerConnection, BrokerError
+from gannet.pipeline.options import WriteOptions
+
+BACKOFF_MS_MAX = 10_000
+
+
+class GannetWriteError(RuntimeError):
+    """A batch of rows could not be sent; the message says which and why."""
+
+
+@dataclass(frozen=True)
+class SentMessages(WriterCommitMessage):
+    partition_id: int
+    messages: int
+    batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """Messages of consecutive rows ``first_row .. first_row + len(messages) - 1``."""
+
+    first_row: int
+    messages: list[definition_pb2.Message]
+
+
+def batches(
+    messages: Iterable[tuple[int, definition_pb2.Message]],
+    *,
+    messages_max: int,
+    bytes_max: int,
+) -> Iterator[Batch]:
+    """Group (row index, message) pairs into batches (see the module docstring)."""
+    current: list[definition_pb2.Message] = []
+    first_row, size_bytes, group = 0, 0, ""
+    for index, message in messages:
+        body_bytes = len(message.body)
+        this_group = str(message.system_properties.message_group)
+        if current and (
+            len(current) >= messages_max
+            or size_bytes + body_bytes > bytes_max
+            or this_group != group
+        ):
+            yield Batch(first_row, current)
+            current, size_bytes = [], 0
+        if not current:
+            first_row, group = index, this_group
+        current.append(message)
+        size_bytes += body_bytes
+    if current:
+        yield Batch(first_row, current)
+
+
+def _retryable(exc: Exception) -> bool:
+    if isinstance(exc, BrokerError):
+        return exc.retryable
+    if isinstance(exc, grpc.RpcError):
+        return exc.code() in calling.RETRYABLE_GRPC
+    return False
+
+
+def send_with_retries(
+    send: Callable[[list[definition_pb2.Message]], object],
+    batch: Batch,
+    *,
+    retries_max: int,
+    backoff_ms_first: int,
+    sleep: Callable[[float], None] = time.sleep,
+) -> int:
+    """Send one batch; the number of attempts it took. Raises the last error when it fails."""
+    backoff_ms = backoff_ms_first
+    attempt = 1
+    while True:
+        try:
+            send(batch.messages)
+            return attempt
+        except (BrokerError, grpc.RpcError) as exc:
+            if not _retryable(exc) or attempt > retries_max:
+                raise
+        sleep(backoff_ms / 1000)
+        backoff_ms = min(backoff_ms * 2, BACKOFF_MS_MAX)
+        attempt += 1
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, grpc.RpcError):
+        return f"gRPC {exc.code().name}: {exc.details()}"
+    return str(exc)
+
+
+class Writer(DataSourceWriter):
+    def __init__(self, opts: WriteOptions) -> None:
+        self.opts = opts
+
+    def write(self, iterator: Iterator[Any]) -> SentMessages:
+        context = TaskContext.get()
+        partition_id = context.partitionId() if context is not None else 0
+        ids = rows.MessageIds()
+        sent = count = 0
+        with BrokerConnection(self.opts.endpoints, timeout_s=self.opts.timeout_s) as conn:
+            converted = self._messages(iterator, ids, partition_id)
+            for batch in batches(
+                converted,
+                messages_max=self.opts.batch_messages_max,
+                bytes_max=self.opts.batch_bytes_max,
+            ):
+                self._send(conn, batch, partition_id)
+                sent += len(batch.messages)
+                count += 1
+        return SentMessages(partition_id, sent, count)
+
+    def _messages(
+        self, iterator: Iterator[Any], ids: rows.MessageIds, partition_id: int
+    ) -> Iterator[tuple[int, definition_pb2.Message]]:
+        for index, row in enumerate(iterator):
+            fields = row.asDict() if hasattr(row, "asDict") else dict(row)
+            try:
+                message = rows.row_message(
+                    fields, self.opts.topic, ids.next(), time.time_ns() // 1_000_000
+                )
+            except ValueError as exc:
+                raise GannetWriteError(
+                    f"partition {partition_id}, row {index}: {exc}; nothing from this row on "
+                    "was sent"
+                ) from None
+            yield index, message
+
+    def _send(self, conn: BrokerConnection, batch: Batch, partition_id: int) -> None:
+        try:
+            send_with_retries(
+                conn.send,
+                batch,
+                retries_max=self.opts.retries_max,
+                backoff_ms_first=self.opts.backoff_ms_first,
+            )
+        except (BrokerError, grpc.RpcError) as exc:
+            last = batch.first_row + len(batch.messages) - 1
+            raise GannetWriteError(
+                f"partition {partition_id}: rows {batch.first_row}..{last} "
+                f"({len(batch.messages)} messages, first message id "
+                f"{batch.messages[0].system_properties.message_id}) were not written to topic "
+                f"{self.opts.topic!r}: {_describe(exc)}; earlier rows of this partition were"
+            ) from None
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to finish: every batch was acknowledged durable when it was sent."""
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing to undo: sent messages cannot be withdrawn (at-least-once)."""

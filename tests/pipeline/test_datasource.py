@@ -1,0 +1,258 @@
+"""The ``gannet`` Spark data source on local Spark against an in-process broker: batch reads
+give back exactly what the official client produced, ranges/filters/timestamps select the
+right rows, writes round-trip, and bad options or rows fail with messages naming them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+from gannet.node.api.gen import admin_pb2
+from gannet.node.broker import threads
+
+from .conftest import new_topic, settle
+
+MESSAGES = 30
+
+
+@pytest.fixture(scope="module")
+def produced(gannet_broker: threads.BrokerThread, gannet_admin: Any) -> dict[str, Any]:
+    """A 3-queue topic with MESSAGES messages from the official Producer, and their receipts."""
+    topic = new_topic(gannet_admin, queues=3)
+    config = ClientConfiguration(gannet_broker.endpoint, Credentials(), request_timeout=5)
+    producer = Producer(config, (topic,))
+    producer.startup()
+    sent = {}
+    try:
+        for i in range(MESSAGES):
+            msg = Message()
+            msg.topic = topic
+            msg.body = f"payload {i}".encode() * (1 + i % 3)
+            msg.tag = "even" if i % 2 == 0 else "odd"
+            msg.keys = f"k{i}"
+            msg.keys = "all"
+            msg.add_property("n", str(i))
+            receipt = producer.send(msg)
+            sent[receipt.message_id] = (i, msg.body, receipt.offset)
+    finally:
+        producer.shutdown()
+    settle(gannet_broker)
+    return {"topic": topic, "sent": sent}
+
+
+def _reader(spark: Any, broker: threads.BrokerThread, topic: str, **options: object) -> Any:
+    reader = spark.read.format("gannet").option("endpoints", broker.endpoint)
+    reader = reader.option("topic", topic)
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader
+
+
+def test_batch_read_gives_back_what_the_official_producer_sent(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, produced: dict[str, Any]
+) -> None:
+    rows = _reader(gannet_spark, gannet_broker, produced["topic"]).load().collect()
+    sent = produced["sent"]
+    assert len(rows) == MESSAGES
+    assert {r.message_id for r in rows} == set(sent)
+    for row in rows:
+        i, body, offset = sent[row.message_id]
+        assert row.topic == produced["topic"]
+        assert row.body == body
+        assert sorted(row.keys) == sorted([f"k{i}", "all"])
+        assert row.tag == ("even" if i % 2 == 0 else "odd")
+        assert row.properties == {"n": str(i)}
+        assert row.queue_offset == offset
+        assert isinstance(row.born_timestamp, dt.datetime)
+        assert row.store_timestamp >= row.born_timestamp - dt.timedelta(seconds=1)
+    by_queue: dict[int, list[int]] = {}
+    for row in rows:
+        by_queue.setdefault(row.queue_id, []).append(row.queue_offset)
+    assert len(by_queue) == 3  # the producer spreads over every queue
+    for offsets in by_queue.values():
+        assert sorted(offsets) == list(range(len(offsets)))  # no gap, no duplicate
+
+
+def test_large_ranges_are_split_into_partitions(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, produced: dict[str, Any]
+) -> None:
+    df = _reader(gannet_spark, gannet_broker, produced["topic"], maxPartitionMessages=4).load()
+    per_queue: dict[int, int] = {}
+    for row in df.select("queue_id").collect():
+        per_queue[row.queue_id] = per_queue.get(row.queue_id, 0) + 1
+    assert df.rdd.getNumPartitions() == sum(-(-n // 4) for n in per_queue.values())
+    assert df.count() == MESSAGES
+
+
+def test_offsets_queues_and_tag_filter_select_rows(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, produced: dict[str, Any]
+) -> None:
+    topic = produced["topic"]
+    ranged = _reader(
+        gannet_spark,
+        gannet_broker,
+        topic,
+        queues="0,1",
+        startingOffsets='{"0": 1, "1": -2}',
+        endingOffsets='{"0": 3}',
+    ).load()
+    got = sorted((r.queue_id, r.queue_offset) for r in ranged.collect())
+    queue1 = [offset for q, offset in got if q == 1]
+    assert [(q, offset) for q, offset in got if q == 0] == [(0, 1), (0, 2)]
+    assert queue1
+    assert queue1 == list(range(len(queue1)))  # earliest..latest
+    evens = _reader(gannet_spark, gannet_broker, topic, filter="even").load().collect()
+    assert len(evens) == MESSAGES // 2
+    assert {r.tag for r in evens} == {"even"}
+
+
+def test_timestamps_bound_the_read(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, gannet_admin: Any
+) -> None:
+    topic = new_topic(gannet_admin, queues=1)
+    _write(gannet_spark, gannet_broker, topic, [{"body": b"old-1"}, {"body": b"old-2"}])
+    first = _reader(gannet_spark, gannet_broker, topic).load().collect()
+    boundary_ms = max(int(r.store_timestamp.timestamp() * 1000) for r in first) + 1
+    _write(gannet_spark, gannet_broker, topic, [{"body": b"new-1"}])
+    newer = _reader(gannet_spark, gannet_broker, topic, startingTimestamp=boundary_ms).load()
+    assert [r.body for r in newer.collect()] == [b"new-1"]
+    older = _reader(gannet_spark, gannet_broker, topic, endingTimestamp=boundary_ms).load()
+    assert sorted(r.body for r in older.collect()) == [b"old-1", b"old-2"]
+
+
+def _write(
+    spark: Any,
+    broker: threads.BrokerThread,
+    topic: str,
+    records: list[dict[str, Any]],
+    schema: str = "body binary",
+    **options: object,
+) -> None:
+    columns = [c.split()[0] for c in schema.split(", ")]
+    # One partition: one task sends the rows in order (several tasks would interleave).
+    df = spark.createDataFrame([tuple(r.get(c) for c in columns) for r in records], schema)
+    df = df.coalesce(1)
+    writer = df.write.format("gannet").option("endpoints", broker.endpoint).option("topic", topic)
+    for key, value in options.items():
+        writer = writer.option(key, value)
+    writer.mode("append").save()
+
+
+def test_write_then_read_round_trip(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, gannet_admin: Any
+) -> None:
+    topic = new_topic(gannet_admin, queues=2)
+    records: list[dict[str, Any]] = [
+        {
+            "body": f"row {i}".encode(),
+            "keys": [f"key{i}"],
+            "tag": f"t{i % 3}",
+            "properties": {"source": "spark", "i": str(i)},
+        }
+        for i in range(40)
+    ]
+    schema = "body binary, keys array<string>, tag string, properties map<string,string>"
+    _write(gannet_spark, gannet_broker, topic, records, schema, batchSize=7)
+    settle(gannet_broker)
+    rows = _reader(gannet_spark, gannet_broker, topic).load().collect()
+    got = sorted((r.body, tuple(r.keys), r.tag, tuple(sorted(r.properties.items()))) for r in rows)
+    want = sorted(
+        (r["body"], tuple(r["keys"]), r["tag"], tuple(sorted(r["properties"].items())))
+        for r in records
+    )
+    assert got == want
+    assert len({r.message_id for r in rows}) == 40
+
+
+def test_message_groups_keep_order_in_one_queue(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, gannet_admin: Any
+) -> None:
+    topic = new_topic(gannet_admin, queues=4, kind=admin_pb2.FIFO)
+    records = [{"body": f"{g}-{i}".encode(), "message_group": g} for i in range(6) for g in "ab"]
+    _write(gannet_spark, gannet_broker, topic, records, "body binary, message_group string")
+    rows = _reader(gannet_spark, gannet_broker, topic).load().collect()
+    for group in "ab":
+        mine = sorted(
+            (r.queue_offset, r.queue_id, r.body) for r in rows if r.body[:1] == group.encode()
+        )
+        assert len({q for _, q, _ in mine}) == 1
+        assert [b for _, _, b in mine] == [f"{group}-{i}".encode() for i in range(6)]
+
+
+def test_a_read_dataframe_can_be_written_to_another_topic(
+    gannet_spark: Any,
+    gannet_broker: threads.BrokerThread,
+    produced: dict[str, Any],
+    gannet_admin: Any,
+) -> None:
+    target = new_topic(gannet_admin, queues=1)
+    source = _reader(gannet_spark, gannet_broker, produced["topic"]).load()
+    source.drop("tag").write.format("gannet").option("endpoints", gannet_broker.endpoint).option(
+        "topic", target
+    ).mode("append").save()
+    copied = _reader(gannet_spark, gannet_broker, target).load().collect()
+    assert sorted(r.body for r in copied) == sorted(b for _, b, _ in produced["sent"].values())
+
+
+def _failure(action: Callable[[], object]) -> str:
+    """The text of the error ``action`` fails with (Spark wraps a worker's error in its own)."""
+    try:
+        action()
+    except Exception as exc:
+        return str(exc)
+    raise AssertionError("expected the action to fail")
+
+
+@pytest.mark.parametrize(
+    ("options", "needle"),
+    [
+        ({"topic": None}, "option 'topic' is required"),
+        ({"startingOffsets": "soon"}, "option 'startingOffsets' must be 'earliest'"),
+        ({"startingOffsets": '{"x": 1}'}, "queue id 'x'"),
+        ({"maxPartitionMessages": "0"}, "option 'maxPartitionMessages' must be in 1.."),
+        ({"colour": "red"}, "unknown option(s) colour"),
+        ({"queues": "0,9"}, "option 'queues': 9 not readable"),
+        ({"topic": "NoSuchTopic"}, "TOPIC_NOT_FOUND"),
+        ({"endpoints": "localhost"}, "is not host:port"),
+        ({"startingTimestamp": "yesterday"}, "epoch milliseconds or ISO-8601"),
+    ],
+)
+def test_bad_read_options_fail_with_clear_errors(
+    gannet_spark: Any,
+    gannet_broker: threads.BrokerThread,
+    produced: dict[str, Any],
+    options: dict[str, str | None],
+    needle: str,
+) -> None:
+    reader = gannet_spark.read.format("gannet")
+    merged = {"endpoints": gannet_broker.endpoint, "topic": produced["topic"], **options}
+    for key, value in merged.items():
+        if value is not None:
+            reader = reader.option(key, value)
+    assert needle in _failure(lambda: reader.load().collect())
+
+
+def test_bad_writes_fail_with_clear_errors(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, gannet_admin: Any
+) -> None:
+    topic = new_topic(gannet_admin, queues=1)
+    spark, broker = gannet_spark, gannet_broker
+    text = _failure(lambda: _write(spark, broker, topic, [{"colour": "x"}], "colour string"))
+    assert "needs a 'body' column" in text
+    extra = [{"body": b"x", "extra": 1}]
+    text = _failure(lambda: _write(spark, broker, topic, extra, "body binary, extra int"))
+    assert "column 'extra' cannot be written" in text
+    empty = [{"body": b"ok"}, {"body": b""}]
+    text = _failure(lambda: _write(spark, broker, topic, empty, batchSize=1))
+    assert "row 1: body must be non-empty" in text
+    text = _failure(lambda: _write(spark, broker, "NoSuchTopic", [{"body": b"x"}]))
+    assert "rows 0..0" in text
+    assert "TOPIC_NOT_FOUND" in text
+    df = spark.createDataFrame([(b"x",)], "body binary")
+    writer = df.write.format("gannet").option("endpoints", broker.endpoint)
+    text = _failure(lambda: writer.option("topic", topic).mode("overwrite").save())
+    assert "append-only" in text
