@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api.gen import admin_pb2
@@ -225,3 +226,242 @@ def test_missing_client_id_is_client_id_required(raw_channel) -> None:
     with pytest.raises(grpc.RpcError) as caught:
         next(replies)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+# ------------------------------------------------------------------ every RPC, malformed bytes
+_UNARY_RPCS = [
+    ("QueryRoute", service_pb2.QueryRouteResponse),
+    ("Heartbeat", service_pb2.HeartbeatResponse),
+    ("QueryAssignment", service_pb2.QueryAssignmentResponse),
+    ("AckMessage", service_pb2.AckMessageResponse),
+    ("ChangeInvisibleDuration", service_pb2.ChangeInvisibleDurationResponse),
+    ("ForwardMessageToDeadLetterQueue", service_pb2.ForwardMessageToDeadLetterQueueResponse),
+    ("EndTransaction", service_pb2.EndTransactionResponse),
+    ("NotifyClientTermination", service_pb2.NotifyClientTerminationResponse),
+]
+
+
+@pytest.mark.parametrize(("method", "response"), _UNARY_RPCS)
+def test_malformed_protobuf_on_every_unary_rpc(channel, method, response) -> None:
+    call = channel.unary_unary(
+        f"/apache.rocketmq.v2.MessagingService/{method}",
+        response_deserializer=response.FromString,
+    )
+    reply = call(b"\x0a\x05ab", timeout=5)  # field 1 claims 5 bytes, 2 follow
+    assert reply.status.code == Code.BAD_REQUEST
+    assert f"{method}Request" in reply.status.message
+
+
+# ------------------------------------------------------------------ missing fields
+def test_send_missing_fields_are_named(messaging, make_topic) -> None:
+    topic = make_topic()
+    no_id = _send_request(topic)
+    no_id.messages[0].system_properties.ClearField("message_id")
+    assert _code(messaging, no_id) == (
+        Code.ILLEGAL_MESSAGE_ID,
+        "system_properties.message_id is blank",
+    )
+    no_topic = _send_request(topic)
+    no_topic.messages[0].ClearField("topic")
+    code, message = _code(messaging, no_topic)
+    assert code == Code.ILLEGAL_TOPIC
+    assert "topic" in message
+    no_body = _send_request(topic)
+    no_body.messages[0].ClearField("body")
+    assert _code(messaging, no_body)[0] == Code.MESSAGE_BODY_EMPTY
+
+
+def _receive(messaging, timeout_s: float = 5, **fields) -> list[service_pb2.ReceiveMessageResponse]:
+    request = service_pb2.ReceiveMessageRequest(**fields)
+    return list(messaging.ReceiveMessage(request, timeout=timeout_s))
+
+
+def _only_status(frames) -> tuple[int, str]:
+    assert [f.WhichOneof("content") for f in frames] == ["status"]
+    return frames[0].status.code, frames[0].status.message
+
+
+def test_receive_missing_or_bad_fields(messaging, admin, make_topic) -> None:
+    topic = make_topic()
+    group = "wire-receiver"
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group))
+    queue = definition_pb2.MessageQueue(topic=definition_pb2.Resource(name=topic))
+    group_pb = definition_pb2.Resource(name=group)
+    invisible = Duration(seconds=30)
+    code, message = _only_status(_receive(messaging, message_queue=queue, batch_size=1))
+    assert code == Code.ILLEGAL_CONSUMER_GROUP
+    assert "group" in message
+    code, message = _only_status(
+        _receive(messaging, group=group_pb, batch_size=1, invisible_duration=invisible)
+    )
+    assert code == Code.ILLEGAL_TOPIC
+    assert "topic" in message
+    # No invisible_duration (and no auto_renew): 0 ms is below the 10 s floor.
+    code, message = _only_status(
+        _receive(messaging, group=group_pb, message_queue=queue, batch_size=1)
+    )
+    assert code == Code.ILLEGAL_INVISIBLE_TIME
+    assert "invisible_duration" in message
+    code, message = _only_status(
+        _receive(
+            messaging,
+            group=group_pb,
+            message_queue=queue,
+            batch_size=1,
+            invisible_duration=Duration(seconds=13 * 3600),
+        )
+    )
+    assert code == Code.ILLEGAL_INVISIBLE_TIME
+    code, message = _only_status(
+        _receive(messaging, group=group_pb, message_queue=queue, invisible_duration=invisible)
+    )
+    assert code == Code.BAD_REQUEST
+    assert "batch_size" in message
+    code, message = _only_status(
+        _receive(
+            messaging,
+            group=group_pb,
+            message_queue=queue,
+            batch_size=1,
+            invisible_duration=invisible,
+            filter_expression=definition_pb2.FilterExpression(
+                type=definition_pb2.TAG, expression="||"
+            ),
+        )
+    )
+    assert code == Code.ILLEGAL_FILTER_EXPRESSION
+    bad_group = definition_pb2.Resource(name="bad group!")
+    code, message = _only_status(
+        _receive(
+            messaging,
+            group=bad_group,
+            message_queue=queue,
+            batch_size=1,
+            invisible_duration=invisible,
+        )
+    )
+    assert code == Code.ILLEGAL_CONSUMER_GROUP
+    missing = definition_pb2.MessageQueue(topic=definition_pb2.Resource(name="NoSuchTopic"))
+    code, message = _only_status(
+        _receive(
+            messaging,
+            group=group_pb,
+            message_queue=missing,
+            batch_size=1,
+            invisible_duration=invisible,
+        )
+    )
+    assert code == Code.TOPIC_NOT_FOUND
+    assert "NoSuchTopic" in message
+
+
+def test_receive_batch_size_is_capped_at_32(broker, messaging, admin, make_topic) -> None:
+    topic = make_topic(queues=1)
+    request = _send_request(topic)
+    for i in range(40):
+        request.messages.extend(
+            _send_request(topic, message_id=f"0102FC000000013E000B13F97D0001{i:04d}").messages
+        )
+    assert messaging.SendMessage(request, timeout=5).status.code == Code.OK
+    settle(broker)
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name="wire-batch"))
+    frames = _receive(
+        messaging,
+        timeout_s=10,
+        group=definition_pb2.Resource(name="wire-batch"),
+        message_queue=definition_pb2.MessageQueue(topic=definition_pb2.Resource(name=topic)),
+        batch_size=1000,
+        invisible_duration=Duration(seconds=30),
+    )
+    assert frames[0].status.code == Code.OK
+    assert sum(f.WhichOneof("content") == "message" for f in frames) == 32
+
+
+def test_send_batch_above_the_limit_is_payload_too_large(messaging, make_topic) -> None:
+    topic = make_topic()
+    request = _send_request(topic)
+    one = request.messages[0]
+    request.messages.extend([one] * 1024)
+    code, message = _code(messaging, request)
+    assert code == Code.PAYLOAD_TOO_LARGE
+    assert "1025 messages" in message
+
+
+def test_pop_rpcs_missing_fields_and_garbage_handles(messaging, admin, make_topic) -> None:
+    topic_pb = definition_pb2.Resource(name=make_topic())
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name="wire-acker"))
+    group_pb = definition_pb2.Resource(name="wire-acker")
+    ack = messaging.AckMessage(
+        service_pb2.AckMessageRequest(group=group_pb, topic=topic_pb), timeout=5
+    )
+    assert ack.status.code == Code.BAD_REQUEST
+    assert "entries" in ack.status.message
+    no_topic = messaging.AckMessage(
+        service_pb2.AckMessageRequest(
+            group=group_pb, entries=[service_pb2.AckMessageEntry(receipt_handle="x")]
+        ),
+        timeout=5,
+    )
+    assert no_topic.status.code == Code.ILLEGAL_TOPIC
+    garbage = [
+        "",
+        "x",
+        "1 2 3",
+        "a b c d e f g h i",
+        "0 1700000000000 30000 1 0 broker-a 0 0 zz",
+        "\x00\xff" * 20,
+        "9" * 400,
+    ]
+    for handle in garbage:
+        change = service_pb2.ChangeInvisibleDurationRequest(
+            group=group_pb, topic=topic_pb, receipt_handle=handle
+        )
+        change.invisible_duration.FromSeconds(10)
+        reply = messaging.ChangeInvisibleDuration(change, timeout=5)
+        assert reply.status.code == Code.INVALID_RECEIPT_HANDLE, handle
+        assert "receipt" in reply.status.message.lower() or "handle" in reply.status.message
+        forward = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+            group=group_pb, topic=topic_pb, receipt_handle=handle
+        )
+        reply = messaging.ForwardMessageToDeadLetterQueue(forward, timeout=5)
+        assert reply.status.code == Code.INVALID_RECEIPT_HANDLE, handle
+        acked = messaging.AckMessage(
+            service_pb2.AckMessageRequest(
+                group=group_pb,
+                topic=topic_pb,
+                entries=[service_pb2.AckMessageEntry(receipt_handle=handle)],
+            ),
+            timeout=5,
+        )
+        assert acked.entries[0].status.code == Code.INVALID_RECEIPT_HANDLE, handle
+    negative = service_pb2.ChangeInvisibleDurationRequest(
+        group=group_pb, topic=topic_pb, receipt_handle="x"
+    )
+    negative.invisible_duration.seconds = -1
+    reply = messaging.ChangeInvisibleDuration(negative, timeout=5)
+    assert reply.status.code == Code.ILLEGAL_INVISIBLE_TIME
+    assert "invisible_duration" in reply.status.message
+    unknown = service_pb2.ChangeInvisibleDurationRequest(
+        group=definition_pb2.Resource(name="nobody-here"), topic=topic_pb, receipt_handle="x"
+    )
+    assert messaging.ChangeInvisibleDuration(unknown, timeout=5).status.code == (
+        Code.CONSUMER_GROUP_NOT_FOUND
+    )
+    forward_unknown = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+        group=definition_pb2.Resource(name="nobody-here"), topic=topic_pb, receipt_handle="x"
+    )
+    assert messaging.ForwardMessageToDeadLetterQueue(forward_unknown, timeout=5).status.code == (
+        Code.CONSUMER_GROUP_NOT_FOUND
+    )
+
+
+def test_query_route_and_assignment_missing_fields(messaging, make_topic) -> None:
+    route = messaging.QueryRoute(service_pb2.QueryRouteRequest(), timeout=5)
+    assert route.status.code == Code.ILLEGAL_TOPIC
+    assert "topic" in route.status.message
+    assignment = messaging.QueryAssignment(
+        service_pb2.QueryAssignmentRequest(topic=definition_pb2.Resource(name=make_topic())),
+        timeout=5,
+    )
+    assert assignment.status.code == Code.ILLEGAL_CONSUMER_GROUP
+    assert "group" in assignment.status.message
