@@ -22,6 +22,7 @@ import grpc
 
 from gannet.node.api import admin_converting as conv
 from gannet.node.api import admin_querying
+from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.api.routes import BrokerIdentity
@@ -57,6 +58,9 @@ def _version() -> str:
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
+    raft: RaftAdmin | None = None
+    """Set by the broker; None answers the Raft RPCs as a group of one."""
+
     def __init__(
         self, store: MessageStore, identity: BrokerIdentity, clients: ClientRegistry
     ) -> None:
@@ -73,6 +77,16 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except errors.StoreError as exc:
             await _abort(context, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ raft
+    def _raft(self) -> RaftAdmin:
+        return self.raft if self.raft is not None else RaftAdmin(self.store, self.identity, None)
+
+    async def GetRaftStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return await self._raft().get_raft_status(request, context)
+
+    async def TransferLeadership(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return await self._raft().transfer_leadership(request, context)
 
     # ------------------------------------------------------------------ topics
     def _topic(self, name: str) -> TopicConfig:

@@ -31,11 +31,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import grpc
-from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import client_settings, offsets, pulling, routes, sending, statuses
 from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
+from gannet.node.replication.driver import ReplicationError, ReplicationNode
 from gannet.node.store import errors, records, validation
 from gannet.node.store.message_store import MessageStore
 
@@ -119,8 +120,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         auto_create_topics: bool = False,
         on_sent: SentObserver | None = None,
         on_received: ReceivedObserver | None = None,
+        replication: ReplicationNode | None = None,
     ) -> None:
         self.store = store
+        self.replication = replication
         self._on_sent = on_sent
         self.on_received = on_received
         self.resources = Resources(store, auto_create_topics=auto_create_topics)
@@ -155,7 +158,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryRouteResponse:
             config = self.resources.topic(str(request.topic.name))
-            endpoints = routes.usable_endpoints(request.endpoints, self.identity)
+            endpoints = self._route_endpoints(request.endpoints)
             queues = routes.message_queues(
                 config, self.identity, endpoints, str(request.topic.resource_namespace)
             )
@@ -167,7 +170,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> service_pb2.QueryAssignmentResponse:
             config = self.resources.topic(str(request.topic.name))
             self.resources.group(str(request.group.name))
-            endpoints = routes.usable_endpoints(request.endpoints, self.identity)
+            endpoints = self._route_endpoints(request.endpoints)
             found = routes.assignments(
                 config, self.identity, endpoints, str(request.topic.resource_namespace)
             )
@@ -254,6 +257,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def _send(
         self, request: service_pb2.SendMessageRequest, peer_host: str
     ) -> service_pb2.SendMessageResponse:
+        self._check_leader()
         prepared = sending.prepare(
             request,
             self.resources.lookup_topic,
@@ -268,7 +272,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         results, durable_at = self.store.put_messages_nowait(messages)
         if self._on_sent is not None:
             self._on_sent(prepared.topic.topic_name, messages)
-        if durable_at is not None:
+        if self.replication is not None:
+            await self._wait_committed(self.replication)
+        elif durable_at is not None:
             await self._wait_durable(durable_at)
         entries = [
             service_pb2.SendResultEntry(
@@ -280,6 +286,35 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             for message_id, result in zip(prepared.message_ids, results, strict=True)
         ]
         return service_pb2.SendMessageResponse(status=statuses.ok(), entries=entries)
+
+    # ------------------------------------------------------------------ replication
+    def _route_endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
+        if self.replication is None:
+            return routes.usable_endpoints(requested, self.identity)
+        return routes.leader_endpoints(self.replication)
+
+    def _check_leader(self) -> None:
+        if self.replication is not None:
+            try:
+                self.replication.check_leader()
+            except ReplicationError as exc:
+                raise routes.replication_refusal(exc) from None
+
+    def _leader_refusal(self) -> definition_pb2.Status | None:
+        """Pop writes checkpoints, so only the leader serves it."""
+        try:
+            self._check_leader()
+        except ApiError as exc:
+            return exc.status()
+        return None
+
+    async def _wait_committed(self, replication: ReplicationNode) -> None:
+        """Propose what was just appended, then wait until a majority has it durable."""
+        try:
+            end_offset = replication.propose_local()
+            await replication.wait_committed(end_offset)
+        except ReplicationError as exc:
+            raise routes.replication_refusal(exc) from None
 
     async def _wait_durable(self, offset: int) -> None:
         try:
@@ -312,6 +347,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     # ------------------------------------------------------------------ Pop (delegated)
     async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if (refused := self._leader_refusal()) is not None:
+            yield service_pb2.ReceiveMessageResponse(status=refused)
+            return
         if self.pop is not None:
             async for response in self.pop.ReceiveMessage(request, context):
                 yield response
@@ -321,16 +359,22 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         )
 
     async def AckMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if (refused := self._leader_refusal()) is not None:
+            return service_pb2.AckMessageResponse(status=refused)
         if self.pop is not None:
             return await self.pop.AckMessage(request, context)
         return _not_served(service_pb2.AckMessageResponse)
 
     async def ChangeInvisibleDuration(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if (refused := self._leader_refusal()) is not None:
+            return service_pb2.ChangeInvisibleDurationResponse(status=refused)
         if self.pop is not None:
             return await self.pop.ChangeInvisibleDuration(request, context)
         return _not_served(service_pb2.ChangeInvisibleDurationResponse)
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if (refused := self._leader_refusal()) is not None:
+            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=refused)
         if self.pop is not None:
             return await self.pop.ForwardMessageToDeadLetterQueue(request, context)
         return _not_served(service_pb2.ForwardMessageToDeadLetterQueueResponse)

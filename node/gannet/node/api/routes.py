@@ -9,6 +9,16 @@ reach us when they are usable, else the broker's advertised endpoint.
 
 QueryAssignment gives push consumers every readable queue of the topic, one assignment each.
 
+Replicated brokers (a Raft group) publish the *leader*: every member answers a route with the
+leader's client endpoint (:func:`leader_endpoints`), so clients write where writes are accepted.
+A write that still reaches a non-leader (a stale route) is refused with
+``HA_NOT_AVAILABLE`` and a message naming the leader's node id and client endpoint
+(:func:`replication_refusal`): the code RocketMQ uses when the replica set cannot take a
+write (``SLAVE_NOT_AVAILABLE``); a client refreshes its route and sends again.
+``MASTER_PERSISTENCE_TIMEOUT`` answers a write that was appended but not known committed
+(time out, or leadership lost meanwhile), as for a flush timeout; ``TOO_MANY_REQUESTS`` one
+refused by the leader's uncommitted-bytes limit or a leadership transfer in progress.
+
 Pure functions; called by :mod:`messaging`.
 """
 
@@ -17,8 +27,17 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from rocketmq.grpc_protocol import definition_pb2
+from rocketmq.grpc_protocol import Code, definition_pb2
 
+from gannet.node.api import statuses
+from gannet.node.api.statuses import ApiError
+from gannet.node.replication.driver import (
+    CommitUncertain,
+    NotLeaderError,
+    ReplicationBusy,
+    ReplicationError,
+    ReplicationNode,
+)
 from gannet.node.store.topic_configs import MessageType, TopicConfig
 
 _MESSAGE_TYPES = {
@@ -27,6 +46,9 @@ _MESSAGE_TYPES = {
     MessageType.DELAY: definition_pb2.DELAY,
     MessageType.TRANSACTION: definition_pb2.TRANSACTION,
 }
+
+HA_NOT_AVAILABLE: int = Code.HA_NOT_AVAILABLE
+"""A write reached a replica that is not the Raft leader (or no leader is known)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +60,35 @@ class BrokerIdentity:
     port: int
 
     def endpoints(self) -> definition_pb2.Endpoints:
-        return definition_pb2.Endpoints(
-            scheme=address_scheme(self.host),
-            addresses=[definition_pb2.Address(host=self.host, port=self.port)],
+        return endpoints_of(self.host, self.port)
+
+
+def endpoints_of(host: str, port: int) -> definition_pb2.Endpoints:
+    return definition_pb2.Endpoints(
+        scheme=address_scheme(host), addresses=[definition_pb2.Address(host=host, port=port)]
+    )
+
+
+def leader_endpoints(replication: ReplicationNode) -> definition_pb2.Endpoints:
+    """The Raft leader's client endpoint; ``HA_NOT_AVAILABLE`` while none is known."""
+    leader = replication.leader()
+    if leader is None:
+        raise ApiError(
+            HA_NOT_AVAILABLE,
+            "no Raft leader is known yet (election in progress); retry in a second",
         )
+    return endpoints_of(leader.host, leader.client_port)
+
+
+def replication_refusal(exc: ReplicationError) -> ApiError:
+    """The v2 status of a write the replication layer did not take (module docstring)."""
+    if isinstance(exc, NotLeaderError):
+        return ApiError(HA_NOT_AVAILABLE, str(exc))
+    if isinstance(exc, CommitUncertain):
+        return ApiError(statuses.MASTER_PERSISTENCE_TIMEOUT, str(exc))
+    if isinstance(exc, ReplicationBusy):
+        return ApiError(statuses.TOO_MANY_REQUESTS, str(exc))
+    return ApiError(statuses.INTERNAL_SERVER_ERROR, str(exc))
 
 
 def address_scheme(host: str) -> int:

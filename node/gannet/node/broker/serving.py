@@ -26,6 +26,13 @@ Security (``docs/security.md``): with ``auth_file`` every call is authenticated 
 (:mod:`gannet.node.api.tls`). Each v2 client id has at most ``inflight_per_client_max`` calls
 in flight (:mod:`gannet.node.api.limits`).
 
+Replication (``docs/architecture.md``, Replication): with ``replication`` set the broker is one
+member of a Raft group. The store then dispatches only up to the Raft commit offset, a
+:class:`~gannet.node.replication.driver.ReplicationNode` serves ``gannet.raft.v1.Peer`` on the
+peer port, sends are answered once a majority has them durable, and routes name the leader.
+It starts after recovery and before the client port, and stops after the drain, before Pop
+and the store. Without it (None) the broker is a group of one and commit follows the flush.
+
 Called by ``gannet broker run`` and :mod:`threads`.
 """
 
@@ -42,9 +49,12 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2
 
 from gannet.node.api import admin, auth, limits, messaging, receiving, routes, tls, wire
+from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import broker_metrics, http_serving, instrumenting
 from gannet.node.pop.service import PopBroker
+from gannet.node.replication.config import ReplicationConfig
+from gannet.node.replication.driver import ReplicationNode
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
 
@@ -85,6 +95,8 @@ class BrokerConfig:
     """PEM CA that client certificates must chain to (mutual TLS); None: no client certs."""
     inflight_per_client_max: int = limits.INFLIGHT_PER_CLIENT_MAX
     """Calls in flight per v2 client id; more get TOO_MANY_REQUESTS."""
+    replication: ReplicationConfig | None = None
+    """This node's Raft group (node id, members, peer port); None: a single node."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -106,7 +118,8 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, pop: messaging.PopFactory | None = None) -> None:
         self.config = config
         self._pop_factory = pop if pop is not None else receiving.factory()
-        self.store = MessageStore(config.store)
+        self.store = MessageStore(config.store, commit_follows_flush=config.replication is None)
+        self.replication: ReplicationNode | None = None
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.messaging: messaging.MessagingServicer | None = None
@@ -168,9 +181,11 @@ class Broker:
             raise
         self.phase = "starting"
         try:
+            await self._start_replication()
             await self._serve()
         except BaseException:
             self.phase = "stopped"
+            await self._stop_replication()
             await self._close_pop()
             await asyncio.to_thread(self.store.close)
             await self._close_metrics_server()
@@ -220,6 +235,7 @@ class Broker:
             auto_create_topics=cfg.auto_create_topics,
             on_sent=self.metrics.on_sent if self.metrics is not None else None,
             on_received=self.metrics.on_received if self.metrics is not None else None,
+            replication=self.replication,
         )
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
         authenticator = self.authenticator
@@ -233,6 +249,9 @@ class Broker:
             server, v2_service, self._measured(self.messaging, v2_service, True), v2_rules
         )
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
+        admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
+        if self.metrics is not None and self.replication is not None:
+            self.metrics.watch_raft(admin_servicer.raft.status)
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
         admin_measured = self._measured(admin_servicer, admin_service, False)
         admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
@@ -241,6 +260,15 @@ class Broker:
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+
+    async def _start_replication(self) -> None:
+        if self.config.replication is not None:
+            self.replication = ReplicationNode(self.store, self.config.replication)
+            await self.replication.start()
+
+    async def _stop_replication(self) -> None:
+        if self.replication is not None:
+            await self.replication.stop()
 
     def _measured(self, servicer: object, service: object, timed: bool) -> object:
         """``servicer`` itself, or its instrumented stand-in when metrics are on."""
@@ -263,6 +291,7 @@ class Broker:
             self.messaging.begin_shutdown()
         if server is not None:
             await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
+        await self._stop_replication()
         await self._close_pop()
         await asyncio.to_thread(self.store.close)
 

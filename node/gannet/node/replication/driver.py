@@ -45,6 +45,7 @@ import heapq
 import itertools
 import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gannet.node.raft.config import Config, InitialState
@@ -148,6 +149,7 @@ class ReplicationNode:
         self._processing = False
         self._stopped = False
         self._role = Role.FOLLOWER
+        self._watchers: list[asyncio.Future[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -319,6 +321,10 @@ class ReplicationNode:
                 core.advance(ready)
         finally:
             self._processing = False
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
 
     def _execute(self, ready: Ready) -> None:
         core = self._core()
@@ -534,6 +540,27 @@ class ReplicationNode:
             except TimeoutError:
                 continue
         return target
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The event loop this node runs on (tests and tools submit coroutines to it)."""
+        if self._loop is None:
+            raise ReplicationError("replication is not started")
+        return self._loop
+
+    async def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> None:
+        """Return once ``predicate()`` holds, re-checked after every executed Ready; raises
+        TimeoutError after ``timeout_s``."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while not predicate():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise TimeoutError(f"raft node {self.config.node_id}: condition not met")
+            watcher: asyncio.Future[None] = loop.create_future()
+            self._watchers.append(watcher)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(watcher, min(remaining, self.config.tick_interval_s * 5))
 
     def status(self) -> NodeStatus:
         core = self._core()

@@ -101,8 +101,12 @@ class PeerTransport:
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self.received_total = 0
+        self.partitioned = False
+        """Fault injection (tests, drills): while True every message in or out is dropped."""
 
     async def start(self) -> None:
+        """Serve peers and connect to them (again, after :meth:`stop`)."""
+        self._stopping = asyncio.Event()
         options = [
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
@@ -149,13 +153,15 @@ class PeerTransport:
         return None
 
     def deliver(self, message: Message) -> None:
+        if self.partitioned:
+            return
         self.received_total += 1
         self._on_message(message)
 
     # ------------------------------------------------------------------ out
     def send(self, message: Message) -> None:
         outbox = self._outboxes.get(message.target)
-        if outbox is not None and not self._stopping.is_set():
+        if outbox is not None and not self._stopping.is_set() and not self.partitioned:
             outbox.put(message)
 
     def reachable(self, node_id: int) -> bool:
