@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit bench install clean dashboards
+.PHONY: run test lint unit bench install clean dashboards e2e-prometheus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ bench: $(STAMP)
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
 	$(BIN)/python -m bench.metrics --quick
+
+## e2e-prometheus: a real Prometheus scrapes a broker under load; every dashboard and alert
+## expression is evaluated through its HTTP API (about 30 s; also part of `make unit`)
+e2e-prometheus: $(STAMP) $(PROMTOOL)
+	$(BIN)/python -m e2e.prometheus.scenario
 
 ## dashboards: rebuild charts/gannet/dashboards/*.json and the chart's alert-rules copy
 dashboards: $(STAMP)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs promtool from Debian's `prometheus` package, for `make unit` (tests/metrics runs
-# `promtool check metrics`, `check rules` and `test rules`). Called by the Makefile only when
-# promtool is missing.
+# Installs promtool and the prometheus server binary from Debian's `prometheus` package, for
+# `make unit` (tests/metrics runs `promtool check metrics`, `check rules` and `test rules`, and
+# the e2e scenario of e2e/prometheus, which starts its own server on a free 127.0.0.1 port) and
+# `make e2e-prometheus`. Called by the Makefile only when promtool is missing.
 #
-# We want the tool, not the server: a temporary policy-rc.d (exit 101) forbids the package's
-# maintainer scripts to start the daemon, and where systemd runs, the unit is disabled and
-# stopped afterwards, so no Prometheus is left listening on :9090.
+# We want the binaries, not the system service: a temporary policy-rc.d (exit 101) forbids the
+# package's maintainer scripts to start the daemon, and where systemd runs, the unit is
+# disabled and stopped afterwards, so no Prometheus is left listening on :9090.
 set -euo pipefail
 
 if [ "$(id -u)" = 0 ]; then
@@ -37,4 +38,5 @@ if [ -d /run/systemd/system ]; then
     "${sudo[@]}" systemctl disable --now prometheus.service >/dev/null 2>&1 || true
 fi
 command -v promtool >/dev/null
+command -v prometheus >/dev/null
 promtool --version 2>&1 | head -1

@@ -1,0 +1,342 @@
+"""End-to-end: a real Prometheus scrapes Gannet brokers under load from the official RocketMQ
+client, then every PromQL expression of every dashboard panel and alert rule is evaluated
+through Prometheus's HTTP API.
+
+Timeline (about 40 s on a single node):
+
+1. Start the cluster (a list of broker metrics endpoints; one broker for now) and Prometheus
+   (1 s scrape and rule evaluation, ``cluster="e2e"`` on every target).
+2. Load: the official ``Producer`` sends to two topics; two ``SimpleConsumer`` groups receive
+   and ack, one of them leaving every 10th message un-acked (10 s invisible time), so revive
+   redelivers it through the retry topic.
+3. **Silence check**: every alert expression returns nothing while the cluster is healthy.
+4. Faults: 10 050 messages for a group that stopped consuming (consumer lag above the alert
+   threshold), one message forwarded to the dead-letter queue, sends to a missing topic
+   (error panel).
+5. **Dashboards**: every panel expression (variables set to match everything,
+   ``$__rate_interval`` = 30 s) must return data — except panels that need Raft replication
+   or the operator when the cluster exports neither; those are listed as not checked.
+6. **Alerts fire**: the consumer-lag and dead-letter expressions return series; then a broker
+   is killed and the broker-down expression returns it. The ``for:`` durations are left to
+   ``promtool test rules`` (deploy/prometheus/gannet-rules.test.yml).
+
+Run ``make e2e-prometheus`` or ``python -m e2e.prometheus.scenario``; tests/metrics runs it
+too when the prometheus binary is present. :func:`run` returns a :class:`Report`; an optional
+``on_loaded`` callback sees Prometheus and the load window before the faults (the README
+pictures are drawn there, :mod:`e2e.prometheus.render`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import yaml
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
+
+from deploy.dashboards import build
+from e2e.prometheus import harness
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+
+CLIENT_ID = (("x-mq-client-id", "e2e@1@0@prometheus"),)
+RPC_TIMEOUT_S = 15.0
+RATE_INTERVAL = "30s"
+VARIABLES = {"$cluster": ".+", "$topic": ".+", "$group": ".+", "$__rate_interval": RATE_INTERVAL}
+LAG_MESSAGES = 10_050  # above GannetConsumerLagHigh's 10000
+PROVOKED = ("GannetConsumerLagHigh", "GannetDeadLetters", "GannetBrokerDown")
+_ids = itertools.count()
+
+
+@dataclass
+class Report:
+    panels_checked: list[str] = field(default_factory=list)
+    panels_empty: list[str] = field(default_factory=list)
+    panels_not_checked: list[str] = field(default_factory=list)  # need raft / operator
+    alerts_silent_when_healthy: list[str] = field(default_factory=list)
+    alerts_noisy_when_healthy: list[str] = field(default_factory=list)
+    alerts_fired: list[str] = field(default_factory=list)
+    alerts_not_fired: list[str] = field(default_factory=list)
+    alerts_not_provoked: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.panels_empty or self.alerts_noisy_when_healthy or self.alerts_not_fired)
+
+    def text(self) -> str:
+        lines = [
+            f"panels with data: {len(self.panels_checked)}",
+            f"panels EMPTY: {self.panels_empty}",
+            f"panels not checked (need Raft or the operator): {self.panels_not_checked}",
+            f"alerts silent while healthy: {len(self.alerts_silent_when_healthy)}",
+            f"alerts NOISY while healthy: {self.alerts_noisy_when_healthy}",
+            f"alerts fired on provoked faults: {self.alerts_fired}",
+            f"alerts NOT fired: {self.alerts_not_fired}",
+            f"alerts not provoked here: {self.alerts_not_provoked}",
+            f"took {self.seconds:.1f} s",
+        ]
+        return "\n".join(lines)
+
+
+def substituted(expr: str) -> str:
+    for name, value in VARIABLES.items():
+        expr = expr.replace(name, value)
+    return expr
+
+
+def alert_rules() -> list[tuple[str, str]]:
+    document = yaml.safe_load(harness.RULES.read_text())
+    return [(r["alert"], r["expr"]) for g in document["groups"] for r in g["rules"]]
+
+
+# ---------------------------------------------------------------------- load
+class Load:
+    """Official-client traffic: a producer per topic, two consumer groups, until stopped."""
+
+    def __init__(self, endpoint: str) -> None:
+        self.endpoint = endpoint
+        self.config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+        self.stopping = threading.Event()
+        self.threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+        self.sent = 0
+        self.acked = 0
+        self.left_unacked = 0
+
+    def start(self) -> None:
+        self._spawn(self._produce, ("Orders", "Payments"))
+        self._spawn(self._consume, "billing", "Orders", 10)
+        self._spawn(self._consume, "audit", "Payments", 0)
+
+    def _spawn(self, target: Callable[..., None], *args: object) -> None:
+        def guarded() -> None:
+            try:
+                target(*args)
+            except BaseException as exc:  # reported by stop()
+                self.errors.append(exc)
+
+        thread = threading.Thread(target=guarded, daemon=True)
+        thread.start()
+        self.threads.append(thread)
+
+    def _produce(self, topics: tuple[str, ...]) -> None:
+        producer = Producer(self.config, topics)
+        producer.startup()
+        try:
+            for i in itertools.count():
+                if self.stopping.is_set():
+                    return
+                message = Message()
+                message.topic = topics[i % len(topics)]
+                message.body = b"e2e-" + b"x" * (64 + (i * 37) % 4000)
+                message.tag = "TagA"
+                producer.send(message)
+                self.sent += 1
+                self.stopping.wait(0.004)
+        finally:
+            producer.shutdown()
+
+    def _consume(self, group: str, topic: str, leave_every: int) -> None:
+        consumer = SimpleConsumer(self.config, group, {topic: FilterExpression("*")})
+        consumer.startup()
+        try:
+            seen = 0
+            while not self.stopping.is_set():
+                for message in consumer.receive(16, 10):
+                    seen += 1
+                    if leave_every and seen % leave_every == 0:
+                        self.left_unacked += 1
+                        continue
+                    consumer.ack(message)
+                    self.acked += 1
+        finally:
+            consumer.shutdown()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        for thread in self.threads:
+            thread.join(timeout=30)
+        if self.errors:
+            raise RuntimeError(f"load failed: {self.errors[0]!r}") from self.errors[0]
+
+
+def _send_raw(stub: service_pb2_grpc.MessagingServiceStub, topic: str, count: int) -> int:
+    request = service_pb2.SendMessageRequest()
+    for _ in range(count):
+        message = request.messages.add(body=b"backlog")
+        message.topic.name = topic
+        message.system_properties.message_id = f"0102FC000000013E000B13F97E{next(_ids):08X}"
+    return int(stub.SendMessage(request, metadata=CLIENT_ID, timeout=RPC_TIMEOUT_S).status.code)
+
+
+def _receive_raw(
+    stub: service_pb2_grpc.MessagingServiceStub, topic: str, group: str
+) -> list[definition_pb2.Message]:
+    request = service_pb2.ReceiveMessageRequest(
+        group=definition_pb2.Resource(name=group),
+        message_queue=definition_pb2.MessageQueue(topic=definition_pb2.Resource(name=topic)),
+        filter_expression=definition_pb2.FilterExpression(type=definition_pb2.TAG, expression="*"),
+        batch_size=1,
+    )
+    request.invisible_duration.FromSeconds(60)
+    frames = stub.ReceiveMessage(request, metadata=CLIENT_ID, timeout=RPC_TIMEOUT_S)
+    return [f.message for f in frames if f.WhichOneof("content") == "message"]
+
+
+def provoke_faults(endpoint: str) -> None:
+    """Consumer lag above the threshold, one dead letter, and refused sends."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        assert _send_raw(stub, "Backlog", 1) == Code.OK
+        deadline = time.monotonic() + 20
+        got: list[definition_pb2.Message] = []
+        while not got and time.monotonic() < deadline:
+            got = _receive_raw(stub, "Backlog", "reporting")
+        if not got:
+            raise RuntimeError("group reporting never received its first message")
+        for _ in range(LAG_MESSAGES // 150 + 1):
+            assert _send_raw(stub, "Backlog", 150) == Code.OK
+        forward = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+            group=definition_pb2.Resource(name="reporting"),
+            topic=definition_pb2.Resource(name="Backlog"),
+            receipt_handle=got[0].system_properties.receipt_handle,
+            message_id=got[0].system_properties.message_id,
+        )
+        reply = stub.ForwardMessageToDeadLetterQueue(
+            forward, metadata=CLIENT_ID, timeout=RPC_TIMEOUT_S
+        )
+        assert reply.status.code == Code.OK, reply.status
+        for _ in range(3):
+            assert _send_raw(stub, "NoSuchTopic", 1) == Code.TOPIC_NOT_FOUND
+
+
+def create_resources(endpoint: str) -> None:
+    with grpc.insecure_channel(endpoint) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        for topic in ("Orders", "Payments", "Backlog"):
+            admin.CreateTopic(
+                admin_pb2.CreateTopicRequest(name=topic, queue_nums=4), timeout=RPC_TIMEOUT_S
+            )
+        for group in ("billing", "audit", "reporting"):
+            admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=RPC_TIMEOUT_S)
+
+
+# ---------------------------------------------------------------------- checks
+def _has_data(prometheus: harness.Prometheus, expr: str) -> bool:
+    return bool(prometheus.query(substituted(expr)))
+
+
+def check_silence(prometheus: harness.Prometheus, report: Report) -> None:
+    for alert, expr in alert_rules():
+        target = report.alerts_noisy_when_healthy if _has_data(prometheus, expr) else None
+        (target if target is not None else report.alerts_silent_when_healthy).append(alert)
+
+
+def check_dashboards(prometheus: harness.Prometheus, report: Report) -> None:
+    raft = _has_data(prometheus, "gannet_raft_role")
+    operator = _has_data(prometheus, "gannet_operator_resources")
+    for dashboard in build.dashboards():
+        for panel in dashboard.panels():
+            for i, target in enumerate(panel.targets):
+                where = f"{dashboard.uid}/{panel.title}#{i}"
+                if _has_data(prometheus, target.expr):
+                    report.panels_checked.append(where)
+                elif (panel.requires == "raft" and not raft) or (
+                    panel.requires == "operator" and not operator
+                ):
+                    report.panels_not_checked.append(where)
+                else:
+                    report.panels_empty.append(where)
+
+
+def wait_for_data(prometheus: harness.Prometheus, expr: str, timeout_s: float) -> None:
+    harness.wait_for(lambda: _has_data(prometheus, expr), timeout_s, f"data for {expr}")
+
+
+def run(
+    workdir: Path,
+    *,
+    start_cluster: Callable[[Path], harness.Cluster] = harness.start_single_node,
+    on_loaded: Callable[[harness.Prometheus, float, float], None] | None = None,
+) -> Report:
+    started = time.monotonic()
+    report = Report()
+    cluster = start_cluster(workdir / "cluster")
+    prometheus = None
+    load = None
+    try:
+        prometheus = harness.start_prometheus(
+            workdir / "prometheus", cluster.metrics_endpoints, cluster=cluster.name
+        )
+        nodes = len(cluster.metrics_endpoints)
+        harness.wait_for(lambda: prometheus.targets_up() == nodes, 30, "every target up")
+        create_resources(cluster.client_endpoint)
+        load_started = time.time()
+        load = Load(cluster.client_endpoint)
+        load.start()
+        wait_for_data(prometheus, 'gannet_consumer_inflight_messages{group="billing"}', 30)
+        wait_for_data(prometheus, f"rate(gannet_messages_out_total[{RATE_INTERVAL}]) > 0", 30)
+        check_silence(prometheus, report)
+        provoke_faults(cluster.client_endpoint)
+        # Revive redelivers the un-acked billing messages 10 s after their receive.
+        wait_for_data(prometheus, "gannet_consumer_retry_messages_total > 0", 40)
+        wait_for_data(
+            prometheus, f"rate(gannet_consumer_retry_messages_total[{RATE_INTERVAL}])", 10
+        )
+        check_dashboards(prometheus, report)
+        rules = dict(alert_rules())
+        for alert in ("GannetConsumerLagHigh", "GannetDeadLetters"):
+            fired = _has_data(prometheus, rules[alert])
+            (report.alerts_fired if fired else report.alerts_not_fired).append(alert)
+        if on_loaded is not None:
+            on_loaded(prometheus, load_started, time.time())
+        load.stop()
+        load = None
+        cluster.brokers[-1].kill()
+        try:
+            wait_for_data(prometheus, rules["GannetBrokerDown"], 15)
+            report.alerts_fired.append("GannetBrokerDown")
+        except TimeoutError:
+            report.alerts_not_fired.append("GannetBrokerDown")
+        report.alerts_not_provoked = [a for a in rules if a not in PROVOKED]
+    finally:
+        if load is not None:
+            load.stopping.set()
+        if prometheus is not None:
+            prometheus.stop()
+        cluster.stop()
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Prometheus end-to-end check of Gannet.")
+    parser.add_argument("--workdir", type=Path, help="keep logs and data here")
+    args = parser.parse_args()
+    if args.workdir is not None:
+        report = run(args.workdir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="gannet-e2e-prometheus-") as tmp:
+            report = run(Path(tmp))
+    print(report.text())
+    return 0 if report.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
