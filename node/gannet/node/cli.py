@@ -31,6 +31,8 @@ from rich.table import Table
 from gannet.node.api import auth, commands, message_commands, tls
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
+from gannet.node.replication import commands as replication_commands
+from gannet.node.replication import config as replication_config
 from gannet.node.store import querying, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import Boundary
@@ -130,6 +132,20 @@ def broker() -> None:
     type=click.Path(path_type=Path, exists=True, dir_okay=False),
     help="Require client certificates signed by this PEM CA (mutual TLS).",
 )
+@click.option(
+    "--node-id",
+    type=click.IntRange(1),
+    help="This broker's id in its Raft group (with --peers); without it: a single node.",
+)
+@click.option(
+    "--peers",
+    help="Every member of the Raft group, this node included: "
+    "id=host:peer_port/client_port,... (e.g. 1=10.0.0.1:8091/8081,2=10.0.0.2:8091/8081).",
+)
+@click.option(
+    "--peer-listen",
+    help="host:port of the Raft peer service (default: --listen's host, port 8091).",
+)
 def broker_run(
     data_dir: Path,
     flush: str,
@@ -144,6 +160,9 @@ def broker_run(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_client_ca: Path | None,
+    node_id: int | None,
+    peers: str | None,
+    peer_listen: str | None,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
@@ -173,6 +192,7 @@ def broker_run(
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
+            replication=_replication(node_id, peers, peer_listen, host),
         ),
         listen,
     )
@@ -189,6 +209,25 @@ def broker_run(
         err_console.print(f"[red]cannot serve[/]: {exc}")
         sys.exit(EXIT_STORE_UNAVAILABLE)
     console.print("broker stopped; store closed cleanly")
+
+
+def _replication(
+    node_id: int | None, peers: str | None, peer_listen: str | None, host: str
+) -> replication_config.ReplicationConfig | None:
+    if node_id is None and peers is None:
+        if peer_listen is not None:
+            raise click.BadParameter("needs --node-id and --peers", param_hint="--peer-listen")
+        return None
+    if node_id is None or peers is None:
+        raise click.BadParameter("give both --node-id and --peers (or neither)")
+    try:
+        return replication_config.ReplicationConfig(
+            node_id=node_id,
+            peers=replication_config.parse_peers(peers),
+            peer_listen=peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}",
+        )
+    except replication_config.ReplicationConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peers") from None
 
 
 async def _serve(running: serving.Broker) -> None:
@@ -446,6 +485,7 @@ def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageSto
 for _command in (*commands.COMMANDS, *message_commands.COMMANDS):
     main.add_command(_command)
 main.add_command(pipeline_commands.pipeline)  # PySpark loads only when a job runs
+main.add_command(replication_commands.cluster)
 
 
 if __name__ == "__main__":

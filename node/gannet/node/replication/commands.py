@@ -1,0 +1,171 @@
+"""``gannet cluster up``: a local Raft group of brokers, one process each, for development.
+
+Registered on the ``gannet`` command by :mod:`gannet.node.cli`. Node ``i`` (1-based) gets
+``--data-root/node<i>``, client port ``base_port + i - 1``, peer port ``base_port + 10 + i - 1``
+and metrics port ``metrics_base_port + i - 1`` on ``--host`` (127.0.0.1 by default; any local
+address such as 127.0.0.2 works on Linux). The command prints the endpoints, then waits: on
+Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SIGKILL after
+:data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
+is 1.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from gannet.node.replication.config import PeerSpec
+
+STOP_TIMEOUT_S = 30.0
+NODES_MAX = 9
+console = Console()
+
+
+def plan(nodes: int, host: str, base_port: int) -> tuple[PeerSpec, ...]:
+    """The members of a local group (pure; ``cluster up`` and tests use it)."""
+    return tuple(
+        PeerSpec(i, host, base_port + 10 + i - 1, base_port + i - 1) for i in range(1, nodes + 1)
+    )
+
+
+def broker_argv(
+    peer: PeerSpec,
+    peers: tuple[PeerSpec, ...],
+    data_root: Path,
+    flush: str,
+    metrics_port: int | None,
+) -> list[str]:
+    """The ``gannet broker run`` command line of one member."""
+    return [
+        sys.executable,
+        "-m",
+        "gannet.node.cli",
+        "broker",
+        "run",
+        "--data-dir",
+        str(data_root / f"node{peer.node_id}"),
+        "--flush",
+        flush,
+        "--listen",
+        peer.client_endpoint,
+        "--broker-name",
+        "broker-a",
+        "--metrics-listen",
+        f"{peer.host}:{metrics_port}" if metrics_port is not None else "",
+        "--node-id",
+        str(peer.node_id),
+        "--peers",
+        ",".join(str(p) for p in peers),
+        "--peer-listen",
+        peer.peer_endpoint,
+    ]
+
+
+@click.group()
+def cluster() -> None:
+    """A local Raft group of brokers (development and tests)."""
+
+
+@cluster.command("up")
+@click.option("--nodes", type=click.IntRange(1, NODES_MAX), default=3, show_default=True)
+@click.option(
+    "--data-root",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=Path("gannet-cluster"),
+    show_default=True,
+    help="Each node's store goes to DATA_ROOT/node<i>.",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Local address to bind.")
+@click.option(
+    "--base-port",
+    type=click.IntRange(1024, 65000),
+    default=8081,
+    show_default=True,
+    help="Client port of node 1; node i: base+i-1; peer ports: base+10+i-1.",
+)
+@click.option(
+    "--metrics-base-port",
+    type=click.IntRange(0, 65000),
+    default=5557,
+    show_default=True,
+    help="Metrics port of node 1 (node i: base+i-1); 0 disables metrics.",
+)
+@click.option("--flush", type=click.Choice(["async", "sync"]), default="sync", show_default=True)
+def cluster_up(
+    nodes: int, data_root: Path, host: str, base_port: int, metrics_base_port: int, flush: str
+) -> None:
+    """Start NODES brokers as one Raft group and run until Ctrl-C or SIGTERM."""
+    peers = plan(nodes, host, base_port)
+    data_root.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    processes: dict[int, subprocess.Popen[bytes]] = {}
+    try:
+        for peer in peers:
+            metrics = metrics_base_port + peer.node_id - 1 if metrics_base_port else None
+            log_path = data_root / f"node{peer.node_id}.log"
+            with log_path.open("ab") as log_file:
+                processes[peer.node_id] = subprocess.Popen(
+                    broker_argv(peer, peers, data_root, flush, metrics),
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        _print_table(peers, data_root)
+        failed = _wait(processes, stop)
+    finally:
+        _stop_all(processes)
+    if failed is not None:
+        console.print(f"[red]node {failed} exited[/]; see {data_root}/node{failed}.log")
+        sys.exit(1)
+    console.print("cluster stopped")
+
+
+def _print_table(peers: tuple[PeerSpec, ...], data_root: Path) -> None:
+    table = Table(title=f"Gannet Raft group of {len(peers)}")
+    for column in ("node", "client endpoint", "peer endpoint", "data dir", "log"):
+        table.add_column(column)
+    for p in peers:
+        table.add_row(
+            str(p.node_id),
+            p.client_endpoint,
+            p.peer_endpoint,
+            str(data_root / f"node{p.node_id}"),
+            str(data_root / f"node{p.node_id}.log"),
+        )
+    console.print(table)
+    endpoints = ";".join(p.client_endpoint for p in peers)
+    console.print(f'clients: ClientConfiguration("{peers[0].client_endpoint}", Credentials())')
+    console.print(
+        f"status:  gannet status --endpoint {peers[0].client_endpoint}  (all: {endpoints})"
+    )
+    console.print("press Ctrl-C to stop")
+
+
+def _wait(processes: dict[int, subprocess.Popen[bytes]], stop: threading.Event) -> int | None:
+    """Until ``stop`` is set (None) or a broker exits (its node id)."""
+    while not stop.wait(0.5):
+        for node_id, process in processes.items():
+            if process.poll() is not None:
+                return node_id
+    return None
+
+
+def _stop_all(processes: dict[int, subprocess.Popen[bytes]]) -> None:
+    for process in processes.values():
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+    for process in processes.values():
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
