@@ -1,0 +1,325 @@
+"""The one module that talks to Gannet brokers: the admin gRPC API (``gannet.admin.v1.Admin``).
+
+Used by :mod:`gannet.operator.handlers`. Every call has a deadline (``timeout_s``); gRPC errors
+become :class:`BrokerUnavailable` (retry later; condition ``BrokerUnavailable``) or
+:class:`BrokerRefused` (the broker said no; condition ``BrokerRefused`` with its message).
+``NOT_FOUND`` on describe calls becomes ``None``. Results come back as the planning modules'
+plain dataclasses, so nothing protobuf-shaped leaks into planning.
+
+Channels are cached per endpoint (at most :data:`CHANNELS_MAX`; the least recently used one is
+closed past that) and closed by :meth:`Brokers.close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import dataclasses
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+import grpc.aio
+
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
+from gannet.operator.group_planning import BrokerGroup
+from gannet.operator.specs import CleanupSpec, Permission
+from gannet.operator.topic_planning import BrokerTopic
+
+CHANNELS_MAX = 64
+T = TypeVar("T")
+
+_UNAVAILABLE = {
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.RESOURCE_EXHAUSTED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNKNOWN,
+}
+
+
+class BrokerError(Exception):
+    """A broker call failed; ``str()`` names the endpoint, the call and the cause."""
+
+
+class BrokerUnavailable(BrokerError):
+    """The broker did not answer in time or could not be reached; try again later."""
+
+
+class BrokerRefused(BrokerError):
+    """The broker answered with a refusal (bad value, refused change, unsupported call)."""
+
+
+class NotFound(BrokerError):
+    """The topic or group does not exist (describe calls turn this into None)."""
+
+
+class AlreadyExists(BrokerRefused):
+    """A create found the topic or group already there."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicFigures:
+    queues: int
+    max_offsets: tuple[int, ...]
+    messages: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupFigures:
+    lag: int
+    lag_by_topic: tuple[tuple[str, int], ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CleanupRun:
+    files_deleted: int
+    bytes_freed: int
+    started_ms: int
+
+
+_TYPE_NAMES = {
+    admin_pb2.NORMAL: "NORMAL",
+    admin_pb2.FIFO: "FIFO",
+    admin_pb2.DELAY: "DELAY",
+    admin_pb2.TRANSACTION: "TRANSACTION",
+    admin_pb2.MIXED: "MIXED",
+}
+_TYPE_VALUES = {name: value for value, name in _TYPE_NAMES.items()}
+
+
+class Brokers:
+    """Admin calls to brokers by endpoint (``host:port``)."""
+
+    def __init__(self, *, timeout_s: float = 5.0) -> None:
+        if timeout_s <= 0:
+            raise ValueError(f"timeout_s is {timeout_s}; use a positive number of seconds")
+        self.timeout_s = timeout_s
+        self._channels: collections.OrderedDict[str, grpc.aio.Channel] = collections.OrderedDict()
+        self._closing: set[asyncio.Task[None]] = set()
+
+    def _stub(self, endpoint: str) -> Any:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(endpoint)
+            self._channels[endpoint] = channel
+            while len(self._channels) > CHANNELS_MAX:
+                _, old = self._channels.popitem(last=False)
+                task = asyncio.get_running_loop().create_task(old.close())
+                self._closing.add(task)
+                task.add_done_callback(self._closing.discard)
+        self._channels.move_to_end(endpoint)
+        return admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+    async def close(self) -> None:
+        channels, self._channels = list(self._channels.values()), collections.OrderedDict()
+        for channel in channels:
+            await channel.close()
+        if self._closing:
+            await asyncio.gather(*self._closing)
+
+    async def _call(self, endpoint: str, name: str, request: Any) -> Any:
+        method: Callable[..., Awaitable[Any]] = getattr(self._stub(endpoint), name)
+        try:
+            return await method(request, timeout=self.timeout_s)
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code()
+            where = f"{name} on {endpoint}"
+            if code == grpc.StatusCode.NOT_FOUND:
+                raise NotFound(f"{where}: {exc.details()}") from None
+            if code in _UNAVAILABLE:
+                raise BrokerUnavailable(
+                    f"{where}: {code.name} {exc.details() or ''}".strip()
+                ) from None
+            if code == grpc.StatusCode.ALREADY_EXISTS:
+                raise AlreadyExists(f"{where}: {exc.details()}") from None
+            if code == grpc.StatusCode.UNIMPLEMENTED:
+                raise BrokerRefused(f"{where}: this broker does not implement {name}") from None
+            raise BrokerRefused(f"{where}: {code.name} {exc.details() or ''}".strip()) from None
+
+    # ------------------------------------------------------------------ topics
+    async def describe_topic(
+        self, endpoint: str, name: str
+    ) -> tuple[BrokerTopic, TopicFigures] | None:
+        try:
+            answer = await self._call(
+                endpoint, "DescribeTopic", admin_pb2.DescribeTopicRequest(name=name)
+            )
+        except NotFound:
+            return None
+        topic = answer.topic
+        queues = max(topic.read_queue_nums, topic.write_queue_nums)
+        offsets = sorted(answer.queues, key=lambda q: q.queue_id)
+        figures = TopicFigures(
+            queues=queues,
+            max_offsets=tuple(q.max_offset for q in offsets),
+            messages=sum(max(0, q.max_offset - q.min_offset) for q in offsets),
+        )
+        observed = BrokerTopic(
+            name=topic.name,
+            queues=queues,
+            permission=Permission.of_perm(topic.perm),
+            message_type=_TYPE_NAMES.get(topic.message_type, "NORMAL"),
+        )
+        return observed, figures
+
+    async def create_topic(
+        self, endpoint: str, name: str, *, queues: int, permission: Permission, message_type: str
+    ) -> None:
+        await self._call(
+            endpoint,
+            "CreateTopic",
+            admin_pb2.CreateTopicRequest(
+                name=name,
+                queue_nums=queues,
+                message_type=_TYPE_VALUES[message_type],
+                perm=permission.value,
+            ),
+        )
+
+    async def update_topic(
+        self,
+        endpoint: str,
+        name: str,
+        *,
+        queues: int | None,
+        permission: Permission | None,
+        message_type: str | None,
+    ) -> None:
+        request = admin_pb2.UpdateTopicRequest(name=name)
+        if queues is not None:
+            request.queue_nums = queues
+        if permission is not None:
+            request.perm = permission.value
+        if message_type is not None:
+            request.message_type = _TYPE_VALUES[message_type]
+        await self._call(endpoint, "UpdateTopic", request)
+
+    async def delete_topic(self, endpoint: str, name: str) -> bool:
+        """True when deleted, False when it was already gone."""
+        try:
+            await self._call(endpoint, "DeleteTopic", admin_pb2.DeleteTopicRequest(name=name))
+        except NotFound:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ groups
+    async def describe_group(
+        self, endpoint: str, name: str
+    ) -> tuple[BrokerGroup, GroupFigures] | None:
+        try:
+            answer = await self._call(
+                endpoint, "DescribeGroup", admin_pb2.DescribeGroupRequest(name=name)
+            )
+        except NotFound:
+            return None
+        group = answer.group
+        by_topic: dict[str, int] = {}
+        for queue in answer.queues:
+            by_topic[queue.topic] = by_topic.get(queue.topic, 0) + max(0, queue.lag)
+        observed = BrokerGroup(
+            name=group.name,
+            fifo=group.fifo,
+            retry_max_times=group.retry_max_times,
+            consume_enabled=group.consume_enable,
+            retry_policy=group.retry_policy or "CUSTOMIZED",
+        )
+        return observed, GroupFigures(answer.total_lag, tuple(sorted(by_topic.items())))
+
+    async def create_group(
+        self, endpoint: str, name: str, *, fifo: bool, retry_max_times: int
+    ) -> None:
+        await self._call(
+            endpoint,
+            "CreateGroup",
+            admin_pb2.CreateGroupRequest(name=name, fifo=fifo, retry_max_times=retry_max_times),
+        )
+
+    async def update_group(
+        self,
+        endpoint: str,
+        name: str,
+        *,
+        fifo: bool | None,
+        retry_max_times: int | None,
+        consume_enabled: bool | None,
+    ) -> None:
+        request = admin_pb2.UpdateGroupRequest(name=name)
+        if fifo is not None:
+            request.fifo = fifo
+        if retry_max_times is not None:
+            request.retry_max_times = retry_max_times
+        if consume_enabled is not None:
+            request.consume_enable = consume_enabled
+        await self._call(endpoint, "UpdateGroup", request)
+
+    async def delete_group(self, endpoint: str, name: str) -> bool:
+        try:
+            await self._call(endpoint, "DeleteGroup", admin_pb2.DeleteGroupRequest(name=name))
+        except NotFound:
+            return False
+        return True
+
+    # ------------------------------------------------------------------ cluster
+    async def cleanup(
+        self, endpoint: str, policy: CleanupSpec, *, trigger: bool
+    ) -> CleanupRun | None:
+        """Apply the cleanup policy; with ``trigger`` also clean now and return the figures."""
+        change = admin_pb2.CleanupPolicyChange(
+            file_reserved_hours=policy.file_reserved_hours,
+            disk_max_used_ratio_percent=policy.disk_max_used_ratio_percent,
+            disk_warning_ratio=policy.disk_warning_ratio,
+            disk_clean_forcibly_ratio=policy.disk_clean_forcibly_ratio,
+        )
+        answer = await self._call(
+            endpoint, "Cleanup", admin_pb2.CleanupRequest(change=change, trigger=trigger)
+        )
+        if not trigger or not answer.HasField("last_result"):
+            return None
+        result = answer.last_result
+        return CleanupRun(
+            files_deleted=(
+                result.commitlog_files_deleted
+                + result.consume_queue_files_deleted
+                + result.index_files_deleted
+            ),
+            bytes_freed=result.bytes_freed,
+            started_ms=result.started_ms,
+        )
+
+    async def revive_queues(self, endpoint: str) -> ReviveView:
+        answer = await self._call(endpoint, "GetReviveQueues", admin_pb2.GetReviveQueuesRequest())
+        return _revive_view(answer)
+
+    async def set_revive_queue_count(self, endpoint: str, count: int) -> ReviveView:
+        answer = await self._call(
+            endpoint, "SetReviveQueueCount", admin_pb2.SetReviveQueueCountRequest(count=count)
+        )
+        return _revive_view(answer)
+
+    async def raft_status(self, endpoint: str) -> RaftView:
+        answer = await self._call(endpoint, "GetRaftStatus", admin_pb2.GetRaftStatusRequest())
+        peers = tuple(
+            PeerView(node_id=p.node_id, reachable=p.reachable, lag_bytes=p.lag_bytes)
+            for p in answer.peers
+        )
+        return RaftView(
+            leader_id=answer.leader_id, term=answer.term, peers=peers, node_id=answer.node_id
+        )
+
+    async def transfer_leadership(self, endpoint: str, *, target: str = "") -> str:
+        answer = await self._call(
+            endpoint,
+            "TransferLeadership",
+            admin_pb2.TransferLeadershipRequest(
+                target_node_id=target, timeout_ms=int(self.timeout_s * 1000)
+            ),
+        )
+        return str(answer.leader_id)
+
+
+def _revive_view(answer: Any) -> ReviveView:
+    draining = tuple(sorted(q.queue_id for q in answer.queues if q.draining))
+    return ReviveView(active_count=answer.active_count, draining=draining)

@@ -1,0 +1,718 @@
+"""kopf handlers for GannetCluster, Topic and ConsumerGroup: thin glue, no decisions.
+
+:func:`register` puts every handler on a ``kopf.OperatorRegistry`` bound to one
+:class:`Context` (broker client, Kubernetes client, endpoints, clock), so tests can run the
+operator in-process against an API emulator and in-process brokers (``tests/operator``), and
+:mod:`gannet.operator.running` runs the same handlers for real.
+
+Each handler reads the resource, asks the broker or the API for what exists, lets a pure planning
+module decide (:mod:`topic_planning`, :mod:`group_planning`, :mod:`cluster_planning`,
+:mod:`schedules`, :mod:`manifests`), carries the plan out and writes ``status``:
+``observedGeneration``, ``conditions`` and live figures. Create, update and resume react at once;
+a timer per resource (``refresh_interval_s``) re-runs the same level-based reconcile and
+refreshes the figures, which also heals drift (a topic deleted behind the operator's back is
+created again). Broker outages become ``Ready=False reason=BrokerUnavailable`` plus a kopf
+retry; refusals become ``BrokerRefused`` without retry storms (the timer tries again).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as dt
+import time
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, Protocol
+
+import kopf
+
+from gannet.operator import (
+    brokers,
+    claims,
+    cluster_planning,
+    conditions,
+    group_planning,
+    manifests,
+    resources,
+    schedules,
+    specs,
+    topic_planning,
+)
+from gannet.operator.brokers import BrokerRefused, Brokers, BrokerUnavailable
+from gannet.operator.conditions import Condition
+from gannet.operator.kube import Kube, KubeError
+from gannet.operator.metrics import OperatorMetrics
+
+TOPICS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.TOPIC_KIND])
+GROUPS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.GROUP_KIND])
+CLUSTERS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.CLUSTER_KIND])
+FIGURES_TOPICS_MAX = 100
+
+
+class Endpoints(Protocol):
+    """Where a cluster's brokers answer the admin API."""
+
+    def client(self, namespace: str, cluster: str) -> str: ...
+
+    def pod(self, namespace: str, cluster: str, ordinal: int) -> str: ...
+
+
+class ServiceEndpoints:
+    """In-cluster DNS names of the Services that :mod:`manifests` creates."""
+
+    def client(self, namespace: str, cluster: str) -> str:
+        return manifests.client_endpoint(cluster, namespace)
+
+    def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
+        return manifests.pod_endpoint(cluster, namespace, ordinal)
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+@dataclasses.dataclass
+class Context:
+    brokers: Brokers
+    kube: Kube
+    metrics: OperatorMetrics
+    endpoints: Endpoints = dataclasses.field(default_factory=ServiceEndpoints)
+    clock: Callable[[], dt.datetime] = utc_now
+    refresh_interval_s: float = 30.0
+    retry_delay_s: float = 10.0
+
+
+def _flag(meta: Mapping[str, Any], annotation: str, *, default: bool) -> bool:
+    value = (meta.get("annotations") or {}).get(annotation)
+    return default if value is None else str(value).lower() == "true"
+
+
+def _with_condition(
+    ctx: Context, status: Mapping[str, Any], condition: Condition, generation: int | None
+) -> list[dict[str, Any]]:
+    return conditions.merge(
+        status.get("conditions"), condition, generation=generation, now=ctx.clock()
+    )
+
+
+def _write_ready(
+    ctx: Context,
+    patch: kopf.Patch,
+    status: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    condition: Condition,
+) -> None:
+    generation = meta.get("generation")
+    patch.status["conditions"] = _with_condition(ctx, status, condition, generation)
+    if generation is not None:
+        patch.status["observedGeneration"] = generation
+
+
+class _Outcome:
+    """Result label of one reconcile, set by the handler body."""
+
+    def __init__(self) -> None:
+        self.result = "success"
+
+
+@contextlib.contextmanager
+def _observed(ctx: Context, kind: str) -> Iterator[_Outcome]:
+    outcome = _Outcome()
+    started = time.monotonic()
+    try:
+        yield outcome
+    except Exception:
+        outcome.result = "failed"
+        raise
+    finally:
+        ctx.metrics.observe(kind, outcome.result, time.monotonic() - started)
+
+
+def _unavailable(ctx: Context, exc: Exception) -> kopf.TemporaryError:
+    return kopf.TemporaryError(str(exc), delay=ctx.retry_delay_s)
+
+
+def _claim_of(
+    name: str,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    parse: Callable[[str, Mapping[str, Any]], Any],
+    held_key: str,
+    namespace: str,
+) -> dict[claims.ClaimKey, claims.Claim] | None:
+    try:
+        parsed = parse(name, spec)
+    except specs.SpecError:
+        return None
+    broker_name = parsed.topic_name if hasattr(parsed, "topic_name") else parsed.group_name
+    key = claims.ClaimKey(namespace, parsed.cluster, broker_name)
+    holds = status.get(held_key) == broker_name
+    created = str(meta.get("creationTimestamp") or "")
+    return {key: claims.Claim(resource=name, created=created, holds=holds)}
+
+
+def _any(fn: Callable[..., Any]) -> Any:
+    """kopf's handler protocols list every keyword it passes; ours take the few they use."""
+    return fn
+
+
+def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
+    """Register every handler of the operator on ``registry``."""
+
+    # ------------------------------------------------------------------ watch bookkeeping
+    for kind, resource in (
+        (resources.TOPIC_KIND, TOPICS),
+        (resources.GROUP_KIND, GROUPS),
+        (resources.CLUSTER_KIND, CLUSTERS),
+    ):
+
+        def seen(
+            event: Mapping[str, Any], meta: Mapping[str, Any], _kind: str = kind, **_: Any
+        ) -> None:
+            ctx.metrics.seen(
+                _kind,
+                str(meta.get("namespace") or ""),
+                str(meta.get("name") or ""),
+                str(meta.get("resourceVersion") or ""),
+                deleted=event.get("type") == "DELETED",
+            )
+
+        kopf.on.event(*resource, id=f"seen-{kind.lower()}", registry=registry)(_any(seen))
+
+    # ------------------------------------------------------------------ topics
+    def topic_claims(name: str, namespace: str, spec: Any, status: Any, meta: Any, **_: Any) -> Any:
+        return _claim_of(name, spec, status, meta, specs.topic_spec, "topicName", namespace)
+
+    kopf.index(*TOPICS, id="topic_claims", registry=registry)(_any(topic_claims))
+
+    async def reconcile_topic(
+        name: str,
+        namespace: str,
+        spec: Any,
+        status: Any,
+        meta: Any,
+        patch: kopf.Patch,
+        topic_claims: kopf.Index[claims.ClaimKey, claims.Claim],
+        **_: Any,
+    ) -> None:
+        with _observed(ctx, resources.TOPIC_KIND) as outcome:
+            try:
+                topic = specs.topic_spec(name, spec)
+            except specs.SpecError as exc:
+                outcome.result = "refused"
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.INVALID_SPEC, str(exc)),
+                )
+                return
+            key = claims.ClaimKey(namespace, topic.cluster, topic.topic_name)
+            winner = claims.owner(topic_claims.get(key, []))
+            held = status.get("topicName")
+            endpoint = ctx.endpoints.client(namespace, topic.cluster)
+            try:
+                described = None
+                if not (held and held != topic.topic_name) and (
+                    winner is None or winner.resource == name
+                ):
+                    described = await ctx.brokers.describe_topic(endpoint, topic.topic_name)
+                plan = topic_planning.plan(
+                    topic,
+                    None if described is None else described[0],
+                    held_name=held,
+                    winner=winner,
+                    resource=name,
+                    managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
+                    paused=_flag(meta, resources.PAUSE_ANNOTATION, default=False),
+                )
+                if plan.action is not None:
+                    await _apply_topic(ctx, endpoint, plan.action)
+                    described = await ctx.brokers.describe_topic(endpoint, topic.topic_name)
+            except BrokerUnavailable as exc:
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.BROKER_UNAVAILABLE, str(exc)),
+                )
+                raise _unavailable(ctx, exc) from None
+            except BrokerRefused as exc:
+                outcome.result = "refused"
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.BROKER_REFUSED, str(exc)),
+                )
+                return
+            if plan.condition.status is not True:
+                outcome.result = "refused"
+            _write_ready(ctx, patch, status, meta, plan.condition)
+            if plan.holds is not None:
+                patch.status["topicName"] = plan.holds
+            if described is not None and (winner is None or winner.resource == name):
+                observed, figures = described
+                patch.status["queues"] = figures.queues
+                patch.status["messageType"] = observed.message_type
+                patch.status["permission"] = observed.permission.name
+                patch.status["maxOffsets"] = list(figures.max_offsets)
+                patch.status["messages"] = figures.messages
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(*TOPICS, id="reconcile", registry=registry)(_any(reconcile_topic))
+    kopf.timer(
+        *TOPICS,
+        id="refresh",
+        interval=ctx.refresh_interval_s,
+        initial_delay=ctx.refresh_interval_s,
+        registry=registry,
+    )(_any(reconcile_topic))
+
+    async def release_topic(
+        name: str,
+        namespace: str,
+        spec: Any,
+        status: Any,
+        meta: Any,
+        topic_claims: kopf.Index[claims.ClaimKey, claims.Claim],
+        **_: Any,
+    ) -> None:
+        held = status.get("topicName")
+        try:
+            topic = specs.topic_spec(name, spec)
+        except specs.SpecError:
+            return
+        winner = claims.owner(
+            topic_claims.get(claims.ClaimKey(namespace, topic.cluster, held or ""), [])
+        )
+        if not topic_planning.should_delete(
+            held_name=held,
+            managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
+            is_owner=winner is None or winner.resource == name,
+        ):
+            return
+        if not await _cluster_exists(ctx, namespace, topic.cluster):
+            return  # the brokers are gone with their cluster; nothing to release
+        try:
+            await ctx.brokers.delete_topic(ctx.endpoints.client(namespace, topic.cluster), held)
+        except BrokerUnavailable as exc:
+            raise _unavailable(ctx, exc) from None
+
+    kopf.on.delete(*TOPICS, id="release", registry=registry)(_any(release_topic))
+
+    # ------------------------------------------------------------------ consumer groups
+    def group_claims(name: str, namespace: str, spec: Any, status: Any, meta: Any, **_: Any) -> Any:
+        return _claim_of(name, spec, status, meta, specs.group_spec, "groupName", namespace)
+
+    kopf.index(*GROUPS, id="group_claims", registry=registry)(_any(group_claims))
+
+    async def reconcile_group(
+        name: str,
+        namespace: str,
+        spec: Any,
+        status: Any,
+        meta: Any,
+        patch: kopf.Patch,
+        group_claims: kopf.Index[claims.ClaimKey, claims.Claim],
+        **_: Any,
+    ) -> None:
+        with _observed(ctx, resources.GROUP_KIND) as outcome:
+            try:
+                group = specs.group_spec(name, spec)
+            except specs.SpecError as exc:
+                outcome.result = "refused"
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.INVALID_SPEC, str(exc)),
+                )
+                return
+            key = claims.ClaimKey(namespace, group.cluster, group.group_name)
+            winner = claims.owner(group_claims.get(key, []))
+            held = status.get("groupName")
+            endpoint = ctx.endpoints.client(namespace, group.cluster)
+            owner = winner is None or winner.resource == name
+            try:
+                described = None
+                plan = None
+                for _attempt in range(2):  # a create may need an update (consumeEnabled=false)
+                    if not (held and held != group.group_name) and owner:
+                        described = await ctx.brokers.describe_group(endpoint, group.group_name)
+                    plan = group_planning.plan(
+                        group,
+                        None if described is None else described[0],
+                        held_name=held,
+                        winner=winner,
+                        resource=name,
+                        managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
+                        paused=_flag(meta, resources.PAUSE_ANNOTATION, default=False),
+                    )
+                    if plan.action is None:
+                        break
+                    await _apply_group(ctx, endpoint, plan.action)
+                    described = await ctx.brokers.describe_group(endpoint, group.group_name)
+            except BrokerUnavailable as exc:
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.BROKER_UNAVAILABLE, str(exc)),
+                )
+                raise _unavailable(ctx, exc) from None
+            except BrokerRefused as exc:
+                outcome.result = "refused"
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.BROKER_REFUSED, str(exc)),
+                )
+                return
+            assert plan is not None
+            if plan.condition.status is not True:
+                outcome.result = "refused"
+            _write_ready(ctx, patch, status, meta, plan.condition)
+            if plan.holds is not None:
+                patch.status["groupName"] = plan.holds
+            if described is not None and owner:
+                figures = described[1]
+                patch.status["lag"] = figures.lag
+                patch.status["topics"] = [
+                    {"topic": t, "lag": lag} for t, lag in figures.lag_by_topic[:FIGURES_TOPICS_MAX]
+                ]
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(*GROUPS, id="reconcile", registry=registry)(_any(reconcile_group))
+    kopf.timer(
+        *GROUPS,
+        id="refresh",
+        interval=ctx.refresh_interval_s,
+        initial_delay=ctx.refresh_interval_s,
+        registry=registry,
+    )(_any(reconcile_group))
+
+    async def release_group(
+        name: str,
+        namespace: str,
+        spec: Any,
+        status: Any,
+        meta: Any,
+        group_claims: kopf.Index[claims.ClaimKey, claims.Claim],
+        **_: Any,
+    ) -> None:
+        held = status.get("groupName")
+        try:
+            group = specs.group_spec(name, spec)
+        except specs.SpecError:
+            return
+        winner = claims.owner(
+            group_claims.get(claims.ClaimKey(namespace, group.cluster, held or ""), [])
+        )
+        if not topic_planning.should_delete(
+            held_name=held,
+            managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
+            is_owner=winner is None or winner.resource == name,
+        ):
+            return
+        if not await _cluster_exists(ctx, namespace, group.cluster):
+            return
+        try:
+            await ctx.brokers.delete_group(ctx.endpoints.client(namespace, group.cluster), held)
+        except BrokerUnavailable as exc:
+            raise _unavailable(ctx, exc) from None
+
+    kopf.on.delete(*GROUPS, id="release", registry=registry)(_any(release_group))
+
+    # ------------------------------------------------------------------ clusters
+    async def reconcile_cluster(
+        name: str,
+        namespace: str,
+        spec: Any,
+        status: Any,
+        meta: Any,
+        patch: kopf.Patch,
+        **_: Any,
+    ) -> None:
+        with _observed(ctx, resources.CLUSTER_KIND) as outcome:
+            try:
+                cluster = specs.cluster_spec(spec)
+            except specs.SpecError as exc:
+                outcome.result = "refused"
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, conditions.INVALID_SPEC, str(exc)),
+                )
+                return
+            try:
+                await _reconcile_cluster(ctx, name, namespace, cluster, status, meta, patch)
+            except KubeError as exc:
+                _write_ready(
+                    ctx,
+                    patch,
+                    status,
+                    meta,
+                    Condition(conditions.READY, False, "KubernetesError", str(exc)),
+                )
+                raise kopf.TemporaryError(str(exc), delay=ctx.retry_delay_s) from None
+
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(*CLUSTERS, id="reconcile", registry=registry)(_any(reconcile_cluster))
+    kopf.timer(
+        *CLUSTERS,
+        id="refresh",
+        interval=ctx.refresh_interval_s,
+        registry=registry,
+    )(_any(reconcile_cluster))
+
+
+async def _apply_topic(ctx: Context, endpoint: str, action: Any) -> None:
+    if isinstance(action, topic_planning.CreateTopic):
+        # AlreadyExists: created meanwhile (by the timer or another pass); describe again instead.
+        with contextlib.suppress(brokers.AlreadyExists):
+            await ctx.brokers.create_topic(
+                endpoint,
+                action.name,
+                queues=action.queues,
+                permission=action.permission,
+                message_type=action.message_type,
+            )
+    else:
+        await ctx.brokers.update_topic(
+            endpoint,
+            action.name,
+            queues=action.queues,
+            permission=action.permission,
+            message_type=action.message_type,
+        )
+
+
+async def _apply_group(ctx: Context, endpoint: str, action: Any) -> None:
+    if isinstance(action, group_planning.CreateGroup):
+        with contextlib.suppress(brokers.AlreadyExists):
+            await ctx.brokers.create_group(
+                endpoint, action.name, fifo=action.fifo, retry_max_times=action.retry_max_times
+            )
+    else:
+        await ctx.brokers.update_group(
+            endpoint,
+            action.name,
+            fifo=action.fifo,
+            retry_max_times=action.retry_max_times,
+            consume_enabled=action.consume_enabled,
+        )
+
+
+async def _cluster_exists(ctx: Context, namespace: str, cluster: str) -> bool:
+    try:
+        found = await ctx.kube.get(
+            resources.API_VERSION, resources.CLUSTER_KIND, namespace, cluster
+        )
+    except KubeError:
+        return True  # unknown: assume it exists and try the broker
+    return found is not None
+
+
+async def _leader_view(
+    ctx: Context, namespace: str, cluster: str
+) -> cluster_planning.RaftView | None:
+    """The leader's view of the group, asking the leader itself when another member answered."""
+    try:
+        view = await ctx.brokers.raft_status(ctx.endpoints.client(namespace, cluster))
+        if view.leader_id and view.node_id != view.leader_id:
+            leader = cluster_planning.ordinal(view.leader_id)
+            if leader >= 0:
+                view = await ctx.brokers.raft_status(ctx.endpoints.pod(namespace, cluster, leader))
+    except (BrokerUnavailable, BrokerRefused):
+        return None
+    return view if view.leader_id else None
+
+
+async def _reconcile_cluster(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    cluster: specs.ClusterSpec,
+    status: Mapping[str, Any],
+    meta: Mapping[str, Any],
+    patch: kopf.Patch,
+) -> None:
+    generation = meta.get("generation")
+    uid = str(meta.get("uid") or "")
+    sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name)
+    current = None if sts is None else int(sts.get("spec", {}).get("replicas", 0))
+    raft = None
+    if current is not None and cluster.replicas < current:
+        raft = await _leader_view(ctx, namespace, name)
+    decision = cluster_planning.decide_replicas(
+        desired=cluster.replicas, current=current, raft=raft, cluster=name
+    )
+    if decision.transfer_away_from is not None:
+        with contextlib.suppress(BrokerUnavailable, BrokerRefused):
+            away = cluster_planning.ordinal(decision.transfer_away_from)
+            await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
+    for obj in manifests.build(name, namespace, uid, cluster, replicas=decision.replicas):
+        await ctx.kube.apply(obj)
+    sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name) or {}
+    sts_status = sts.get("status") or {}
+    ready = int(sts_status.get("readyReplicas") or 0)
+    found = list(status.get("conditions") or ())
+    found = conditions.merge(found, decision.condition, generation=generation, now=ctx.clock())
+
+    # Rolling restarts, one pod per pass, leader last.
+    leader = raft or await _leader_view(ctx, namespace, name)
+    step = await _roll(ctx, name, namespace, sts, decision.replicas, leader)
+    found = conditions.merge(
+        found, cluster_planning.roll_condition(step), generation=generation, now=ctx.clock()
+    )
+
+    # Broker-side settings: revive-queue count, cleanup policy and schedule.
+    settings_condition = await _broker_settings(
+        ctx, name, namespace, cluster, status, patch, decision.replicas
+    )
+    found = conditions.merge(found, settings_condition, generation=generation, now=ctx.clock())
+    found = conditions.merge(
+        found,
+        cluster_planning.ready_condition(desired=decision.replicas, ready=ready),
+        generation=generation,
+        now=ctx.clock(),
+    )
+    patch.status["conditions"] = found
+    patch.status["observedGeneration"] = generation
+    patch.status["replicas"] = decision.replicas
+    patch.status["readyReplicas"] = ready
+    patch.status["selector"] = manifests.selector_text(name)
+    patch.status["clientEndpoint"] = manifests.client_endpoint(name, namespace)
+    if leader is not None:
+        patch.status["leader"] = leader.leader_id
+        patch.status["term"] = leader.term
+
+
+async def _roll(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    sts: Mapping[str, Any],
+    replicas: int,
+    leader: cluster_planning.RaftView | None,
+) -> cluster_planning.RollStep:
+    update_revision = (sts.get("status") or {}).get("updateRevision")
+    if not update_revision:
+        return cluster_planning.Done()
+    pods = await ctx.kube.list("v1", "Pod", namespace, labels=manifests.selector_labels(name))
+    views = [_pod_view(pod) for pod in pods]
+    step = cluster_planning.next_roll_step(
+        views,
+        update_revision=update_revision,
+        replicas=replicas,
+        leader_id=None if leader is None else leader.leader_id,
+    )
+    if isinstance(step, cluster_planning.TransferLeadership):
+        with contextlib.suppress(BrokerUnavailable, BrokerRefused):
+            away = cluster_planning.ordinal(step.away_from)
+            await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
+    elif isinstance(step, cluster_planning.DeletePod):
+        await ctx.kube.delete("v1", "Pod", namespace, step.name)
+    return step
+
+
+def _pod_view(pod: Mapping[str, Any]) -> cluster_planning.PodView:
+    meta = pod.get("metadata") or {}
+    pod_conditions = (pod.get("status") or {}).get("conditions") or []
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in pod_conditions)
+    return cluster_planning.PodView(
+        name=str(meta.get("name")),
+        revision=str((meta.get("labels") or {}).get("controller-revision-hash", "")),
+        ready=ready,
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+async def _broker_settings(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    cluster: specs.ClusterSpec,
+    status: Mapping[str, Any],
+    patch: kopf.Patch,
+    replicas: int,
+) -> Condition:
+    client = ctx.endpoints.client(namespace, name)
+    problems: list[str] = []
+    try:
+        revive = await ctx.brokers.revive_queues(client)
+        change = cluster_planning.revive_change(cluster.revive_queue_count, revive)
+        if change is not None:
+            revive = await ctx.brokers.set_revive_queue_count(client, change)
+        patch.status["reviveQueues"] = {
+            "active": revive.active_count,
+            "draining": list(revive.draining),
+        }
+    except (BrokerUnavailable, BrokerRefused) as exc:
+        problems.append(f"revive queues: {exc}")
+    problems.extend(await _cleanup(ctx, name, namespace, cluster, status, patch, replicas))
+    if problems:
+        return Condition(
+            "BrokerSettings", False, conditions.BROKER_UNAVAILABLE, "; ".join(problems)
+        )
+    return Condition(
+        "BrokerSettings", True, conditions.RECONCILED, "revive queues and cleanup applied"
+    )
+
+
+async def _cleanup(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    cluster: specs.ClusterSpec,
+    status: Mapping[str, Any],
+    patch: kopf.Patch,
+    replicas: int,
+) -> list[str]:
+    """Apply the cleanup policy on every member, and run a cleanup when the schedule is due."""
+    recorded = status.get("cleanup") or {}
+    now = ctx.clock()
+    decision = schedules.decide(
+        cluster.cleanup.schedule,
+        now=now,
+        next_run=schedules.parse_time(recorded.get("nextRunTime")),
+    )
+    problems: list[str] = []
+    files = freed = answered = 0
+    for ordinal in range(replicas):
+        endpoint = ctx.endpoints.pod(namespace, name, ordinal)
+        try:
+            run = await ctx.brokers.cleanup(endpoint, cluster.cleanup, trigger=decision.run)
+        except (BrokerUnavailable, BrokerRefused) as exc:
+            problems.append(f"cleanup on {manifests.pod_name(name, ordinal)}: {exc}")
+            continue
+        answered += 1
+        if run is not None:
+            files += run.files_deleted
+            freed += run.bytes_freed
+    section: dict[str, Any] = {
+        "nextRunTime": None
+        if decision.next_run is None
+        else conditions.timestamp(decision.next_run)
+    }
+    if decision.run:
+        section.update(
+            lastRunTime=conditions.timestamp(now),
+            lastRunFilesDeleted=files,
+            lastRunBytesFreed=freed,
+            lastRunBrokers=answered,
+            lastRunErrors=problems[:9],
+        )
+    patch.status["cleanup"] = section
+    return problems

@@ -1,0 +1,347 @@
+"""Kubernetes objects for one GannetCluster (pure; no IO).
+
+:func:`build` turns a cluster's name, namespace, uid and :class:`~gannet.operator.specs.ClusterSpec`
+into the objects the operator keeps applied (``handlers`` → ``kube.apply``):
+
+- ``<name>-peers``: headless Service (``publishNotReadyAddresses``) giving each pod the stable
+  DNS name ``<name>-<i>.<name>-peers.<ns>.svc`` that the Raft peers list uses;
+- ``<name>-client``: the client Service (8081, RocketMQ 5 clients and the admin API; 5557
+  metrics);
+- ``<name>-config``: ConfigMap with the broker settings (peers list, flush mode, file size); its
+  hash is a pod-template annotation, so a change rolls the pods;
+- ``<name>``: StatefulSet, one Raft group. ``podManagementPolicy: Parallel`` because a Raft group
+  needs a majority up before any member is ready; ``updateStrategy: OnDelete`` because the
+  operator rolls pods itself, one at a time, after moving leadership away
+  (:mod:`gannet.operator.cluster_planning`);
+- ``<name>``: PodDisruptionBudget allowing at most a minority of members down;
+- ``<name>``: ServiceMonitor (``monitoring.coreos.com/v1``) when enabled in the spec.
+
+Every object carries the cluster as controlling ownerReference, so deleting the GannetCluster
+garbage-collects them. The broker command line is
+``gannet broker run --node-id $(POD_NAME) --peers id=host:peerport/clientport,... --peer-listen
+0.0.0.0:8091 --listen 0.0.0.0:8081 --metrics-listen 0.0.0.0:5557 --data-dir /var/lib/gannet``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from gannet.operator import resources
+from gannet.operator.resources import CLIENT_PORT, METRICS_PORT, PEER_PORT
+from gannet.operator.specs import ClusterSpec
+
+DATA_DIR = "/var/lib/gannet"
+RUN_AS_USER = 10001
+CONFIG_HASH_ANNOTATION = "gannet.io/config-hash"
+
+Manifest = dict[str, Any]
+
+
+def peers_service_name(cluster: str) -> str:
+    return f"{cluster}-peers"
+
+
+def client_service_name(cluster: str) -> str:
+    return f"{cluster}-client"
+
+
+def config_map_name(cluster: str) -> str:
+    return f"{cluster}-config"
+
+
+def pod_name(cluster: str, ordinal: int) -> str:
+    return f"{cluster}-{ordinal}"
+
+
+def pod_host(cluster: str, namespace: str, ordinal: int) -> str:
+    return f"{pod_name(cluster, ordinal)}.{peers_service_name(cluster)}.{namespace}.svc"
+
+
+def client_endpoint(cluster: str, namespace: str) -> str:
+    return f"{client_service_name(cluster)}.{namespace}.svc:{CLIENT_PORT}"
+
+
+def pod_endpoint(cluster: str, namespace: str, ordinal: int) -> str:
+    return f"{pod_host(cluster, namespace, ordinal)}:{CLIENT_PORT}"
+
+
+def peers_flag(cluster: str, namespace: str, replicas: int) -> str:
+    """``--peers`` value: ``id=host:peerport/clientport`` for every member, comma-separated."""
+    return ",".join(
+        f"{pod_name(cluster, i)}={pod_host(cluster, namespace, i)}:{PEER_PORT}/{CLIENT_PORT}"
+        for i in range(replicas)
+    )
+
+
+def selector_labels(cluster: str) -> dict[str, str]:
+    return {
+        resources.NAME_LABEL: "gannet",
+        resources.INSTANCE_LABEL: cluster,
+        resources.COMPONENT_LABEL: "broker",
+    }
+
+
+def selector_text(cluster: str) -> str:
+    """The label selector as text, for ``status.selector`` (scale subresource)."""
+    return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items()))
+
+
+def _labels(cluster: str) -> dict[str, str]:
+    return {**selector_labels(cluster), resources.MANAGED_BY_LABEL: "gannet-operator"}
+
+
+def _metadata(name: str, cluster: str, namespace: str, uid: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": namespace,
+        "labels": _labels(cluster),
+        "ownerReferences": [
+            {
+                "apiVersion": resources.API_VERSION,
+                "kind": resources.CLUSTER_KIND,
+                "name": cluster,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def max_unavailable(replicas: int) -> int:
+    """Members that may be down while a majority stays up (at least 1, so drains can proceed)."""
+    return max(1, (replicas - 1) // 2)
+
+
+def config_data(cluster: str, namespace: str, spec: ClusterSpec, replicas: int) -> dict[str, str]:
+    return {
+        "GANNET_PEERS": peers_flag(cluster, namespace, replicas),
+        "GANNET_FLUSH": spec.flush_mode,
+        "GANNET_FILE_SIZE_MB": str(spec.commitlog_file_size_mb),
+        "GANNET_CLUSTER": cluster,
+        "GANNET_METRICS_LISTEN": f"0.0.0.0:{METRICS_PORT}" if spec.metrics_enabled else "",
+    }
+
+
+def config_hash(data: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _args(spec: ClusterSpec) -> list[str]:
+    args = [
+        "broker",
+        "run",
+        "--data-dir",
+        DATA_DIR,
+        "--node-id",
+        "$(POD_NAME)",
+        "--peers",
+        "$(GANNET_PEERS)",
+        "--peer-listen",
+        f"0.0.0.0:{PEER_PORT}",
+        "--listen",
+        f"0.0.0.0:{CLIENT_PORT}",
+        "--metrics-listen",
+        "$(GANNET_METRICS_LISTEN)",
+        "--flush",
+        "$(GANNET_FLUSH)",
+        "--file-size-mb",
+        "$(GANNET_FILE_SIZE_MB)",
+        "--cluster",
+        "$(GANNET_CLUSTER)",
+        "--broker-name",
+        "$(POD_NAME)",
+    ]
+    if spec.auto_create_topics:
+        args.append("--auto-create-topics")
+    return args
+
+
+def _probes(spec: ClusterSpec) -> dict[str, Any]:
+    if spec.metrics_enabled:
+        live: dict[str, Any] = {"httpGet": {"path": "/healthz", "port": "metrics"}}
+        ready: dict[str, Any] = {"httpGet": {"path": "/readyz", "port": "metrics"}}
+    else:
+        live = ready = {"tcpSocket": {"port": "client"}}
+    return {
+        "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
+        "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 3},
+        "startupProbe": {**live, "periodSeconds": 5, "failureThreshold": 120},
+    }
+
+
+def _container(spec: ClusterSpec) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "broker",
+        "image": spec.image,
+        "imagePullPolicy": spec.image_pull_policy,
+        "args": _args(spec),
+        "env": [
+            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+        ],
+        "envFrom": [],  # filled with the ConfigMap by stateful_set()
+        "ports": [
+            {"name": "client", "containerPort": CLIENT_PORT, "protocol": "TCP"},
+            {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
+        ],
+        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        **_probes(spec),
+    }
+    if spec.resources:
+        container["resources"] = {k: dict(v) for k, v in spec.resources.items()}
+    return container
+
+
+def stateful_set(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
+) -> Manifest:
+    """The broker StatefulSet with ``replicas`` members (which may lag spec.replicas while a
+    scale-down is refused)."""
+    data = config_data(cluster, namespace, spec, replicas)
+    container = _container(spec)
+    container["envFrom"] = [{"configMapRef": {"name": config_map_name(cluster)}}]
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": 30,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "fsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "enableServiceLinks": False,
+    }
+    sts_spec: dict[str, Any] = {
+        "replicas": replicas,
+        "serviceName": peers_service_name(cluster),
+        "podManagementPolicy": "Parallel",
+        "updateStrategy": {"type": "OnDelete"},
+        "selector": {"matchLabels": selector_labels(cluster)},
+        "template": {
+            "metadata": {
+                "labels": _labels(cluster),
+                "annotations": {CONFIG_HASH_ANNOTATION: config_hash(data)},
+            },
+            "spec": pod_spec,
+        },
+    }
+    storage = spec.storage
+    if storage.type == "ephemeral":
+        pod_spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+    else:
+        claim_spec: dict[str, Any] = {
+            "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": storage.size}},
+        }
+        if storage.storage_class:
+            claim_spec["storageClassName"] = storage.storage_class
+        sts_spec["volumeClaimTemplates"] = [
+            {"metadata": {"name": "data", "labels": selector_labels(cluster)}, "spec": claim_spec}
+        ]
+        policy = "Delete" if storage.delete_claim else "Retain"
+        sts_spec["persistentVolumeClaimRetentionPolicy"] = {
+            "whenDeleted": policy,
+            "whenScaled": policy,
+        }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _metadata(cluster, cluster, namespace, uid),
+        "spec": sts_spec,
+    }
+
+
+def config_map(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
+) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(config_map_name(cluster), cluster, namespace, uid),
+        "data": config_data(cluster, namespace, spec, replicas),
+    }
+
+
+def peers_service(cluster: str, namespace: str, uid: str) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(peers_service_name(cluster), cluster, namespace, uid),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": selector_labels(cluster),
+            "ports": [
+                {"name": "peer", "port": PEER_PORT, "targetPort": "peer", "protocol": "TCP"},
+                {"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"},
+            ],
+        },
+    }
+
+
+def client_service(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -> Manifest:
+    ports = [{"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}]
+    if spec.metrics_enabled:
+        ports.append(
+            {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}
+        )
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(client_service_name(cluster), cluster, namespace, uid),
+        "spec": {"type": "ClusterIP", "selector": selector_labels(cluster), "ports": ports},
+    }
+
+
+def disruption_budget(cluster: str, namespace: str, uid: str, *, replicas: int) -> Manifest:
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _metadata(cluster, cluster, namespace, uid),
+        "spec": {
+            "maxUnavailable": max_unavailable(replicas),
+            "selector": {"matchLabels": selector_labels(cluster)},
+        },
+    }
+
+
+def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -> Manifest:
+    metadata = _metadata(cluster, cluster, namespace, uid)
+    metadata["labels"] = {**metadata["labels"], **spec.service_monitor.labels}
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": metadata,
+        "spec": {
+            "selector": {"matchLabels": selector_labels(cluster)},
+            "namespaceSelector": {"matchNames": [namespace]},
+            "endpoints": [
+                {"port": "metrics", "path": "/metrics", "interval": spec.service_monitor.interval}
+            ],
+        },
+    }
+
+
+def build(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
+) -> list[Manifest]:
+    """Every object of the cluster, in apply order (Services and config before the pods)."""
+    objects = [
+        peers_service(cluster, namespace, uid),
+        client_service(cluster, namespace, uid, spec),
+        config_map(cluster, namespace, uid, spec, replicas=replicas),
+        stateful_set(cluster, namespace, uid, spec, replicas=replicas),
+        disruption_budget(cluster, namespace, uid, replicas=replicas),
+    ]
+    if spec.metrics_enabled and spec.service_monitor.enabled:
+        objects.append(service_monitor(cluster, namespace, uid, spec))
+    return objects

@@ -1,0 +1,158 @@
+"""Run the operator: kopf settings, login, the metrics/liveness server, and the kopf loop.
+
+``gannet operator run`` (:mod:`gannet.operator.commands`) calls :func:`run`; tests call it too,
+with an emulated API server, in-process brokers, an :class:`~gannet.operator.handlers.Endpoints`
+that points at them and an injected clock. Everything the operator needs is built here and
+passed down explicitly; nothing lives in module globals.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import kopf
+
+from gannet.operator import handlers, kube, metrics, resources
+from gannet.operator.brokers import Brokers
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Options:
+    namespaces: tuple[str, ...] = ()  # empty: every namespace
+    metrics_listen: str | None = "0.0.0.0:8080"  # /metrics and /healthz; None disables
+    refresh_interval_s: float = 30.0
+    retry_delay_s: float = 10.0
+    broker_timeout_s: float = 5.0
+    kube_timeout_s: float = 30.0
+    stall_timeout_s: float = 300.0
+    # An API server URL used without credentials (tests, `kubectl proxy`); None: in-cluster
+    # service account, else KUBECONFIG / ~/.kube/config.
+    server: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in (
+            "refresh_interval_s",
+            "retry_delay_s",
+            "broker_timeout_s",
+            "kube_timeout_s",
+            "stall_timeout_s",
+        ):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ValueError(f"{name} is {value}; use a positive number of seconds")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{text!r} is not host:port")
+    return host.strip("[]"), int(port)
+
+
+def settings(options: Options) -> kopf.OperatorSettings:
+    result = kopf.OperatorSettings()
+    result.persistence.finalizer = resources.FINALIZER
+    result.posting.level = logging.WARNING
+    result.peering.standalone = True  # one replica, Deployment strategy Recreate
+    result.scanning.disabled = True  # the handlers name their resources
+    result.networking.request_timeout = options.kube_timeout_s * 2
+    result.networking.connect_timeout = options.kube_timeout_s
+    result.watching.server_timeout = 300
+    result.watching.client_timeout = 330
+    result.queueing.error_delays = (1, 2, 5, 10, 30)
+    return result
+
+
+def _login(options: Options) -> Callable[..., kopf.ConnectionInfo | None]:
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        if options.server is not None:
+            return kopf.ConnectionInfo(server=options.server, insecure=True)
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    return login
+
+
+def registry_for(ctx: handlers.Context, options: Options) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+    login = _login(options)
+
+    async def login_and_share(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        info = login(**kwargs)
+        if info is not None:
+            await ctx.kube.connect(kube.access_from(info))
+        return info
+
+    kopf.on.login(id="login", registry=registry)(handlers._any(login_and_share))
+    handlers.register(registry, ctx)
+    return registry
+
+
+def lister(ctx: handlers.Context, options: Options) -> metrics.Lister:
+    async def listed() -> list[metrics.Listed]:
+        found: list[metrics.Listed] = []
+        for kind in metrics.KINDS:
+            for namespace in options.namespaces or (None,):
+                for item in await ctx.kube.list(resources.API_VERSION, kind, namespace):
+                    meta = item.get("metadata") or {}
+                    found.append(
+                        metrics.Listed(
+                            kind,
+                            str(meta.get("namespace") or ""),
+                            str(meta.get("name") or ""),
+                            str(meta.get("resourceVersion") or ""),
+                        )
+                    )
+        return found
+
+    return listed
+
+
+async def run(
+    options: Options,
+    *,
+    stop_flag: asyncio.Event | None = None,
+    ready_flag: asyncio.Event | None = None,
+    endpoints: handlers.Endpoints | None = None,
+    clock: Callable[[], dt.datetime] = handlers.utc_now,
+    operator_metrics: metrics.OperatorMetrics | None = None,
+) -> None:
+    """Run until ``stop_flag`` is set (or forever); closes every client on the way out."""
+    ctx = handlers.Context(
+        brokers=Brokers(timeout_s=options.broker_timeout_s),
+        kube=kube.Kube(timeout_s=options.kube_timeout_s),
+        metrics=operator_metrics or metrics.OperatorMetrics(),
+        endpoints=endpoints or handlers.ServiceEndpoints(),
+        clock=clock,
+        refresh_interval_s=options.refresh_interval_s,
+        retry_delay_s=options.retry_delay_s,
+    )
+    runner = None
+    if options.metrics_listen:
+        host, port = parse_listen(options.metrics_listen)
+        liveness = metrics.Liveness(
+            ctx.metrics, lister(ctx, options), stall_timeout_s=options.stall_timeout_s
+        )
+        runner = await metrics.serve(metrics.application(ctx.metrics, liveness), host, port)
+        log.info("operator metrics on http://%s:%d/metrics", host, port)
+    try:
+        await kopf.operator(
+            registry=registry_for(ctx, options),
+            settings=settings(options),
+            clusterwide=not options.namespaces,
+            namespaces=options.namespaces,
+            standalone=True,
+            stop_flag=stop_flag,
+            ready_flag=ready_flag,
+        )
+    finally:
+        if runner is not None:
+            await runner.cleanup()
+        await ctx.brokers.close()
+        await ctx.kube.close()

@@ -1,0 +1,139 @@
+"""What to do for one Topic resource, given what the broker has (pure; no IO).
+
+Called by :mod:`gannet.operator.handlers` on create, update, resume and on the refresh timer;
+the resulting :class:`TopicPlan` is carried out by :mod:`gannet.operator.brokers` calls and its
+condition written to ``status``. Rules, as Strimzi's KafkaTopic:
+
+- the topic is missing → create it with the spec's queues, permission and message type;
+- queues may grow (UpdateTopic), never shrink → ``Ready=False reason=NotSupported``;
+- permission and message type changes are applied;
+- the topic name is fixed once created (``status.topicName``); a changed ``spec.topicName``
+  (rename) → ``NotSupported`` and the old topic stays as it is;
+- another resource owning the same topic → ``ResourceConflict`` (see :mod:`claims`);
+- ``gannet.io/managed: "false"`` or ``gannet.io/pause-reconciliation: "true"`` → no changes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from gannet.operator import claims, conditions
+from gannet.operator.conditions import Condition
+from gannet.operator.specs import Permission, TopicSpec
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class BrokerTopic:
+    """A topic as the broker reports it."""
+
+    name: str
+    queues: int
+    permission: Permission
+    message_type: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreateTopic:
+    name: str
+    queues: int
+    permission: Permission
+    message_type: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class UpdateTopic:
+    name: str
+    queues: int | None
+    permission: Permission | None
+    message_type: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicPlan:
+    action: CreateTopic | UpdateTopic | None
+    condition: Condition
+    # The name to record in status.topicName (None: leave it as it is).
+    holds: str | None
+
+
+def plan(
+    spec: TopicSpec,
+    observed: BrokerTopic | None,
+    *,
+    held_name: str | None,
+    winner: claims.Claim | None,
+    resource: str,
+    managed: bool = True,
+    paused: bool = False,
+) -> TopicPlan:
+    """The plan for resource ``resource``; ``observed`` is the broker's topic (None: missing)."""
+    if held_name and held_name != spec.topic_name:
+        return TopicPlan(
+            None,
+            Condition(
+                conditions.READY,
+                False,
+                conditions.NOT_SUPPORTED,
+                f"renaming topic {held_name!r} to {spec.topic_name!r} is not supported; "
+                f"set spec.topicName back to {held_name!r} or create a new Topic resource",
+            ),
+            None,
+        )
+    if winner is not None and winner.resource != resource:
+        return TopicPlan(
+            None,
+            Condition(
+                conditions.READY,
+                False,
+                conditions.RESOURCE_CONFLICT,
+                claims.conflict_message("topic", spec.topic_name, winner),
+            ),
+            None,
+        )
+    if not managed or paused:
+        reason = "Unmanaged" if not managed else conditions.PAUSED
+        return TopicPlan(
+            None,
+            Condition(conditions.READY, None, reason, "changes are not applied to the brokers"),
+            None,
+        )
+    if observed is None:
+        return TopicPlan(
+            CreateTopic(spec.topic_name, spec.queues, spec.permission, spec.message_type),
+            _ready(spec),
+            spec.topic_name,
+        )
+    if spec.queues < observed.queues:
+        return TopicPlan(
+            None,
+            Condition(
+                conditions.READY,
+                False,
+                conditions.NOT_SUPPORTED,
+                f"decreasing queues of topic {spec.topic_name!r} from {observed.queues} to "
+                f"{spec.queues} is not supported",
+            ),
+            spec.topic_name,
+        )
+    update = UpdateTopic(
+        spec.topic_name,
+        spec.queues if spec.queues != observed.queues else None,
+        spec.permission if spec.permission != observed.permission else None,
+        spec.message_type if spec.message_type != observed.message_type else None,
+    )
+    changed = (update.queues, update.permission, update.message_type) != (None, None, None)
+    return TopicPlan(update if changed else None, _ready(spec), spec.topic_name)
+
+
+def _ready(spec: TopicSpec) -> Condition:
+    return Condition(
+        conditions.READY,
+        True,
+        conditions.RECONCILED,
+        f"topic {spec.topic_name!r} has {spec.queues} queues",
+    )
+
+
+def should_delete(*, held_name: str | None, managed: bool, is_owner: bool) -> bool:
+    """Whether deleting the resource deletes the topic: only the owner's, only when managed."""
+    return bool(held_name) and managed and is_owner

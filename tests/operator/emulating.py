@@ -1,0 +1,124 @@
+"""A KMock Kubernetes emulator that behaves enough like an API server for kopf.
+
+kmock 0.8 keeps objects in memory but does not emulate ``resourceVersion``, ``generation``,
+``uid`` or ``creationTimestamp``, and answers a failed JSON-patch ``test`` with 500. kopf guards
+its finalizer and ``patch.fns`` edits with a ``test`` on ``metadata.resourceVersion`` and
+re-applies them on 422 (what a real API server answers), so this subclass:
+
+- stamps a fresh, increasing ``resourceVersion`` on every create and update;
+- sets ``uid``, ``creationTimestamp`` and ``generation: 1`` on create, and bumps ``generation``
+  when an update changes ``spec`` (status and metadata edits do not);
+- turns ``jsonpatch.JsonPatchTestFailed`` into HTTP 422 ``Invalid``;
+- answers lists with the current ``resourceVersion`` and, when a watch names one, does not
+  replay objects that are not newer (kmock replays every object as ADDED, so kopf saw each
+  object twice, the second time stale, and its ``test``-guarded finalizer patch failed for good).
+
+It overrides kmock's private ``_handle``, hence ``kmock==0.8`` is pinned.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import itertools
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp.web
+import attrs
+import jsonpatch
+import kmock
+from kmock._internal import dicts, enums, rendering
+
+
+@attrs.frozen
+class Invalid(kmock.KubernetesError):
+    status: int = 422
+    reason: str = "Invalid"
+    message: str = "the patch's test operation failed (resourceVersion changed)"
+
+
+_versions = itertools.count(1000)
+_last_version = 0
+
+
+def _next_version() -> str:
+    global _last_version  # noqa: PLW0603 - one counter for the whole emulated "etcd"
+    _last_version = next(_versions)
+    return str(_last_version)
+
+
+@attrs.define(kw_only=True)
+class ApiServerEmulator(kmock.KubernetesEmulator):
+    def _current(self, request: rendering.Request) -> dict[str, Any] | None:
+        assert request.resource is not None
+        assert request.name is not None
+        key = (request.resource, request.namespace, request.name)
+        if key not in self._objects or self._objects[key].deleted:
+            return None
+        return copy.deepcopy(dict(self._objects[key].raw))
+
+    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.resource is not None and request.action == enums.action.CREATE:
+            data = request.data  # stamped in place: kmock tracks the request object itself
+            metadata = data.setdefault("metadata", {})
+            metadata["resourceVersion"] = _next_version()
+            metadata.setdefault("uid", str(uuid.uuid4()))
+            metadata.setdefault(
+                "creationTimestamp",
+                dt.datetime.now(dt.UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
+            )
+            metadata.setdefault("generation", 1)
+        elif (
+            request.resource is not None
+            and request.action == enums.action.UPDATE
+            and request.name is not None
+        ):
+            self._stamp(request)
+        try:
+            return await super()._handle(request)
+        except jsonpatch.JsonPatchTestFailed:
+            return await self._render_error(Invalid())
+
+    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+        listing = await super()._serve_list(request)
+        assert isinstance(listing, dict)
+        listing["metadata"] = {"resourceVersion": str(_last_version)}
+        return listing
+
+    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+        since = request.params.get("resourceVersion", "")
+        since_version = int(since) if since.isdigit() else -1
+        replaying = True
+        async for event in super()._serve_watch(request):
+            if replaying and isinstance(event, dict):
+                version = str(event.get("object", {}).get("metadata", {}).get("resourceVersion"))
+                if version.isdigit() and int(version) <= since_version:
+                    continue
+            elif not isinstance(event, dict):
+                replaying = True  # the b"" that opens the stream precedes the replay
+            yield event
+
+    def _stamp(self, request: rendering.Request) -> None:
+        current = self._current(request)
+        version = _next_version()
+        data = request.data
+        generation_bump = False
+        if current is not None and request.subresource != "status":
+            try:
+                updated = dicts.patch_dict(current, copy.deepcopy(data))
+            except jsonpatch.JsonPatchException:
+                updated = current
+            generation_bump = updated.get("spec") != current.get("spec")
+        generation = int((current or {}).get("metadata", {}).get("generation", 1)) + 1
+        if isinstance(data, list):
+            # Appended after the caller's operations, so that their `test` sees the old version.
+            data.append({"op": "add", "path": "/metadata/resourceVersion", "value": version})
+            if generation_bump:
+                data.append({"op": "add", "path": "/metadata/generation", "value": generation})
+            return
+        metadata = data.setdefault("metadata", {})
+        metadata["resourceVersion"] = version
+        if generation_bump:
+            metadata["generation"] = generation
