@@ -4,13 +4,19 @@ official ``rocketmq-python-client`` Producer writes."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import grpc
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import routes
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store import records
+from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import Cluster
 
@@ -170,3 +176,55 @@ def test_divergent_suffix_of_a_cut_off_leader_is_truncated(cluster: Cluster) -> 
     assert cluster.commitlog_bytes(old, end) == cluster.commitlog_bytes(new, end)
     expected = sorted([b"common-1", b"common-2", b"new-1", b"new-2", b"new-3"])
     assert _bodies(cluster, old, topic) == expected
+
+
+def test_raft_status_and_leadership_transfer_over_the_admin_api(cluster: Cluster) -> None:
+    cluster.start_all()
+    leader = cluster.leader()
+    target = next(i for i in cluster.nodes if i != leader)
+    cluster.wait(leader, lambda: cluster.commit_offset(leader) > 0)
+    with grpc.insecure_channel(cluster.endpoint(leader)) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        status = admin.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=5)
+        assert (status.role, status.node_id, status.leader_id) == (
+            "leader",
+            str(leader),
+            str(leader),
+        )
+        assert status.term >= 1
+        assert status.commit_offset > 0  # the no-op record committed
+        assert sorted(p.node_id for p in status.peers) == sorted(
+            str(i) for i in cluster.nodes if i != leader
+        )
+        reply = admin.TransferLeadership(
+            admin_pb2.TransferLeadershipRequest(target_node_id=str(target), timeout_ms=10_000),
+            timeout=15,
+        )
+        assert reply.leader_id == str(target)
+        with pytest.raises(grpc.RpcError) as refused:
+            admin.TransferLeadership(
+                admin_pb2.TransferLeadershipRequest(target_node_id="9"), timeout=5
+            )
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert cluster.leader() == target
+    with grpc.insecure_channel(cluster.endpoint(leader)) as channel:
+        admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        status = admin.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=5)
+        assert status.role == "follower"
+        assert status.leader_id == str(target)
+        assert status.leader_client_endpoint == cluster.peers[target - 1].client_endpoint
+
+
+def test_single_node_broker_reports_a_group_of_one(tmp_path: Path) -> None:
+    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    running = threads.start(BrokerConfig(store=store, listen_port=0))
+    try:
+        with grpc.insecure_channel(running.endpoint) as channel:
+            admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+            status = admin.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=5)
+            assert (status.role, status.leader_id, len(status.peers)) == ("leader", "1", 0)
+            with pytest.raises(grpc.RpcError) as refused:
+                admin.TransferLeadership(admin_pb2.TransferLeadershipRequest(), timeout=5)
+            assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        running.stop()
