@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import shutil
 import sys
 import tempfile
 import threading
@@ -60,6 +61,7 @@ RATE_INTERVAL = "30s"
 VARIABLES = {"$cluster": ".+", "$topic": ".+", "$group": ".+", "$__rate_interval": RATE_INTERVAL}
 LAG_MESSAGES = 10_050  # above GannetConsumerLagHigh's 10000
 PROVOKED = ("GannetConsumerLagHigh", "GannetDeadLetters", "GannetBrokerDown")
+DISK_CLEAN_FORCIBLY_RATIO = 0.85  # the store's default, as gannet_store_disk_clean_forcibly_ratio
 _ids = itertools.count()
 
 
@@ -242,10 +244,23 @@ def _has_data(prometheus: harness.Prometheus, expr: str) -> bool:
     return bool(prometheus.query(substituted(expr)))
 
 
-def check_silence(prometheus: harness.Prometheus, report: Report) -> None:
+def disk_really_above_clean_forcibly(data_dir: Path) -> bool:
+    """Whether the disk under the brokers is itself above the clean-forcibly ratio (then the
+    disk alert is right to fire: a shared machine, not a healthy cluster)."""
+    usage = shutil.disk_usage(data_dir)
+    return (usage.total - usage.free) / usage.total > DISK_CLEAN_FORCIBLY_RATIO
+
+
+def check_silence(prometheus: harness.Prometheus, report: Report, data_dir: Path) -> None:
     for alert, expr in alert_rules():
-        target = report.alerts_noisy_when_healthy if _has_data(prometheus, expr) else None
-        (target if target is not None else report.alerts_silent_when_healthy).append(alert)
+        noisy = _has_data(prometheus, expr)
+        disk_alert = alert == "GannetDiskAboveCleanForciblyRatio"
+        if noisy and disk_alert and disk_really_above_clean_forcibly(data_dir):
+            report.alerts_fired.append(alert)  # the test machine's disk is that full
+            continue
+        (report.alerts_noisy_when_healthy if noisy else report.alerts_silent_when_healthy).append(
+            alert
+        )
 
 
 def check_dashboards(prometheus: harness.Prometheus, report: Report) -> None:
@@ -274,7 +289,10 @@ def run(
     *,
     start_cluster: Callable[[Path], harness.Cluster] = harness.start_single_node,
     on_loaded: Callable[[harness.Prometheus, float, float], None] | None = None,
+    extra_load_s: float = 0.0,
 ) -> Report:
+    """The scenario of the module docstring; ``extra_load_s`` keeps the load running that much
+    longer before ``on_loaded`` (longer curves for pictures)."""
     started = time.monotonic()
     report = Report()
     cluster = start_cluster(workdir / "cluster")
@@ -292,7 +310,7 @@ def run(
         load.start()
         wait_for_data(prometheus, 'gannet_consumer_inflight_messages{group="billing"}', 30)
         wait_for_data(prometheus, f"rate(gannet_messages_out_total[{RATE_INTERVAL}]) > 0", 30)
-        check_silence(prometheus, report)
+        check_silence(prometheus, report, workdir)
         provoke_faults(cluster.client_endpoint)
         # Revive redelivers the un-acked billing messages 10 s after their receive.
         wait_for_data(prometheus, "gannet_consumer_retry_messages_total > 0", 40)
@@ -305,6 +323,7 @@ def run(
             fired = _has_data(prometheus, rules[alert])
             (report.alerts_fired if fired else report.alerts_not_fired).append(alert)
         if on_loaded is not None:
+            load.stopping.wait(extra_load_s)
             on_loaded(prometheus, load_started, time.time())
         load.stop()
         load = None
@@ -314,7 +333,8 @@ def run(
             report.alerts_fired.append("GannetBrokerDown")
         except TimeoutError:
             report.alerts_not_fired.append("GannetBrokerDown")
-        report.alerts_not_provoked = [a for a in rules if a not in PROVOKED]
+        done = {*PROVOKED, *report.alerts_fired}
+        report.alerts_not_provoked = [a for a in rules if a not in done]
     finally:
         if load is not None:
             load.stopping.set()

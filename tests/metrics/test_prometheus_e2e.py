@@ -23,7 +23,7 @@ def test_every_dashboard_and_alert_expression_against_a_real_prometheus(tmp_path
     assert report.panels_checked
     assert not report.panels_empty, report.panels_empty
     assert not report.alerts_noisy_when_healthy, report.alerts_noisy_when_healthy
-    assert sorted(report.alerts_fired) == sorted(scenario.PROVOKED), report.alerts_not_fired
+    assert set(scenario.PROVOKED) <= set(report.alerts_fired), report.alerts_not_fired
     # Only panels that need Raft or the operator may go unchecked (a single node without
     # replication or operator exports neither).
     needing = {f"{d.uid}/{p.title}" for d in build.dashboards() for p in d.panels() if p.requires}
