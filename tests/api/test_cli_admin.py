@@ -39,7 +39,10 @@ def test_help_everywhere() -> None:
         ["group", "reset-offset"],
         ["message"],
         ["message", "send"],
+        ["message", "receive"],
         ["message", "query"],
+        ["pop"],
+        ["pop", "revive-queues"],
         ["status"],
         ["broker", "run"],
     ):

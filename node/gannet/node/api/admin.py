@@ -1,4 +1,5 @@
-"""The ``gannet.admin.v1.Admin`` servicer: topics, groups, offsets, queries, cleanup, status.
+"""The ``gannet.admin.v1.Admin`` servicer: topics, groups, offsets, queries, cleanup, status,
+revive-queue count (of the running :class:`~gannet.node.pop.service.PopBroker`).
 
 Errors are gRPC status codes with a message naming the problem (see ``admin.proto``): store
 validation errors → INVALID_ARGUMENT, unknown names → NOT_FOUND, duplicates → ALREADY_EXISTS,
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from importlib import metadata
 from typing import NoReturn, TypeVar
@@ -21,11 +23,13 @@ from typing import NoReturn, TypeVar
 import grpc
 
 from gannet.node.api import admin_converting as conv
-from gannet.node.api import admin_querying
+from gannet.node.api import admin_querying, receiving
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.api.routes import BrokerIdentity
+from gannet.node.pop import revive_log
+from gannet.node.pop.service import PopBroker
 from gannet.node.store import errors, querying, validation
 from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.group_configs import SubscriptionGroupConfig
@@ -37,6 +41,7 @@ T = TypeVar("T")
 
 TOPIC_QUEUE_NUMS_DEFAULT = 8
 TOPIC_QUEUE_NUMS_MAX = 1024
+REVIVE_QUEUE_COUNT_MAX = 64
 
 
 class AdminError(Exception):
@@ -325,6 +330,57 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             )
 
         return await self._run(context, work)
+
+    # --- revive queues (Pop checkpoints) ---
+    def _pop(self) -> PopBroker:
+        pop = receiving.pop_broker_of(self.store)
+        if pop is None:
+            raise AdminError(
+                grpc.StatusCode.FAILED_PRECONDITION, "this broker does not serve Pop consumption"
+            )
+        return pop
+
+    async def GetReviveQueues(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.ReviveQueuesResponse:
+            pop = self._pop()
+            pop.shrink_drained_revive_queues(_wall_ms())
+            return _revive_queues_pb(pop)
+
+        return await self._run(context, work)
+
+    async def SetReviveQueueCount(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.ReviveQueuesResponse:
+            count = int(request.count)
+            if not 1 <= count <= REVIVE_QUEUE_COUNT_MAX:
+                raise AdminError(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"count {count} is outside 1..{REVIVE_QUEUE_COUNT_MAX}",
+                )
+            pop = self._pop()
+            pop.set_revive_queue_count(count)
+            pop.shrink_drained_revive_queues(_wall_ms())
+            return _revive_queues_pb(pop)
+
+        return await self._run(context, work)
+
+
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _revive_queues_pb(pop: PopBroker) -> admin_pb2.ReviveQueuesResponse:
+    """Every revive queue still read; those at or past the active count are draining."""
+    active = pop.ctx.revive_write_queues
+    reply = admin_pb2.ReviveQueuesResponse(active_count=active)
+    topic = revive_log.revive_topic(pop.store)
+    for queue_id in pop.revive_queue_ids():
+        reply.queues.add(
+            queue_id=queue_id,
+            draining=queue_id >= active,
+            revive_offset=pop.reviver(queue_id).progress() + 1,
+            max_offset=pop.store.max_offset_in_queue(topic, queue_id),
+        )
+    return reply
 
 
 def _set_policy(store: MessageStore, changes: dict[str, object]) -> None:

@@ -1,4 +1,4 @@
-"""``gannet topic|group|message|status``: the admin CLI, a client of a running broker.
+"""``gannet topic|group|pop|message|status``: the admin CLI, a client of a running broker.
 
 Each command talks to ``--endpoint`` (default ``127.0.0.1:8081``) over ``gannet.admin.v1``
 (``message send`` uses ``apache.rocketmq.v2`` SendMessage, exactly like a producer). Results
@@ -312,4 +312,46 @@ def parse_time_ms(text: str) -> int:
         raise click.BadParameter(f"{text!r} is neither epoch ms nor ISO-8601") from exc
 
 
-COMMANDS = (topic, group)
+@click.group("pop")
+def pop() -> None:
+    """Pop consumption settings of a running broker."""
+
+
+REVIVE_QUEUE_COUNT_MAX = 64
+
+
+@pop.command("revive-queues")
+@click.option(
+    "--set",
+    "count",
+    type=click.IntRange(1, REVIVE_QUEUE_COUNT_MAX),
+    help="Spread new checkpoints over this many revive queues; queues beyond it drain first.",
+)
+@endpoint_option
+def pop_revive_queues(count: int | None, endpoint: str) -> None:
+    """Show (or change with --set) the revive queues that bring back unacked messages."""
+    if count is None:
+        reply = admin_call(
+            endpoint,
+            lambda s: s.GetReviveQueues(admin_pb2.GetReviveQueuesRequest(), timeout=CALL_TIMEOUT_S),
+        )
+    else:
+        request = admin_pb2.SetReviveQueueCountRequest(count=count)
+        reply = admin_call(
+            endpoint, lambda s: s.SetReviveQueueCount(request, timeout=CALL_TIMEOUT_S)
+        )
+    table = Table(title=f"revive queues: {reply.active_count} active")
+    for col in ("queue", "state", "revive offset", "max offset", "backlog"):
+        table.add_column(col, justify="right" if col != "state" else "left")
+    for q in reply.queues:
+        table.add_row(
+            str(q.queue_id),
+            "draining" if q.draining else "active",
+            str(q.revive_offset),
+            str(q.max_offset),
+            str(max(q.max_offset - q.revive_offset, 0)),
+        )
+    console.print(table)
+
+
+COMMANDS = (topic, group, pop)

@@ -1,8 +1,10 @@
-"""``gannet message send|query`` and ``gannet status``: messages and broker state over gRPC.
+"""``gannet message send|receive|query`` and ``gannet status``: messages and broker state over gRPC.
 
 ``message send`` is a producer: it sends through ``apache.rocketmq.v2`` SendMessage with a
-client-style message id, so it exercises exactly what RocketMQ clients use (receive comes with
-Pop consumption). ``message query`` and ``status`` use the admin API. Shared helpers and exit
+client-style message id, so it exercises exactly what RocketMQ clients use. ``message receive``
+is a simple consumer: ReceiveMessage (Pop with long polling) then one batched AckMessage, unless
+``--no-ack`` leaves the messages invisible for ``--invisible``. ``message query`` and ``status``
+use the admin API. Shared helpers and exit
 codes are those of :mod:`commands`; registered by :mod:`gannet.node.cli`.
 """
 
@@ -26,9 +28,43 @@ from gannet.node.api.gen import admin_pb2
 SEND_COUNT_MAX = 100_000
 
 
+RECEIVE_COUNT_MAX = 10_000
+RECEIVE_BATCH_MAX = 32  # messages per ReceiveMessage (the broker caps batch_size at 32)
+LONG_POLL_S_MAX = 20.0  # the broker clamps long polling to 5 s - 20 s
+LONG_POLL_S_MIN = 5.0
+DEADLINE_SLACK_S = 3.0  # client deadline beyond the long poll
+
+
 @click.group()
 def message() -> None:
-    """Send and find messages (receiving comes with Pop consumption)."""
+    """Send, receive and find messages."""
+
+
+_UNITS_S = (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0))
+
+
+def parse_duration_s(text: str) -> float:
+    """Seconds in ``30s``, ``500ms``, ``2m``, ``1h`` or bare seconds (``1.5``); ValueError."""
+    cleaned = text.strip().lower()
+    number, scale = cleaned, 1.0
+    for unit, unit_s in _UNITS_S:
+        if cleaned.endswith(unit):
+            number, scale = cleaned[: -len(unit)], unit_s
+            break
+    try:
+        seconds = float(number) * scale
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration like 30s, 500ms, 2m or 1h") from None
+    if not seconds >= 0 or seconds == float("inf"):
+        raise ValueError(f"{text!r} is not a finite duration of 0 or more")
+    return seconds
+
+
+def _duration_option(ctx: click.Context, param: click.Parameter, value: str) -> float:
+    try:
+        return parse_duration_s(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _build_message(
@@ -125,6 +161,193 @@ def _check_status(status: definition_pb2.Status) -> None:
     name = statuses.code_name(status.code)
     exit_code = commands.EXIT_NOT_FOUND if 40400 <= status.code < 40500 else commands.EXIT_REFUSED
     commands.fail(f"[red]refused[/] ({name}): {status.message}", exit_code)
+
+
+@message.command("receive")
+@click.option("--group", "group_name", required=True, help="Consumer group (must exist).")
+@click.option("--topic", "topic_name", required=True, help="Topic to receive from.")
+@click.option(
+    "--count",
+    type=click.IntRange(1, RECEIVE_COUNT_MAX),
+    default=1,
+    show_default=True,
+    help="Receive at most this many messages.",
+)
+@click.option("--tag", "tag_expression", default="*", show_default=True, help="Tag filter: a||b.")
+@click.option(
+    "--ack/--no-ack",
+    default=True,
+    show_default=True,
+    help="Acknowledge what was received, or leave it invisible for --invisible.",
+)
+@click.option(
+    "--invisible",
+    "invisible_s",
+    callback=_duration_option,
+    default="30s",
+    show_default=True,
+    help="Invisible time of received messages (10s - 12h).",
+)
+@click.option(
+    "--wait",
+    "wait_s",
+    callback=_duration_option,
+    default="20s",
+    show_default=True,
+    help="Give up when no message came for this long (the broker long-polls 5s - 20s).",
+)
+@click.option("--show-body", is_flag=True, help="Print whole bodies, not a 60-char preview.")
+@endpoint_option
+def message_receive(
+    group_name: str,
+    topic_name: str,
+    count: int,
+    tag_expression: str,
+    ack: bool,
+    invisible_s: float,
+    wait_s: float,
+    show_body: bool,
+    endpoint: str,
+) -> None:
+    """Receive up to COUNT messages of TOPIC as GROUP (Pop), print them, then ack them.
+
+    Exit 0 when something came; 1 when nothing came within --wait or the group or topic does
+    not exist; 4 broker unreachable; 5 refused (bad filter or invisible time, ack refused).
+    """
+    received: list[definition_pb2.Message] = []
+    acked: dict[str, str] = {}
+    with commands.channel(endpoint) as channel:
+        stub = service_pb2_grpc.MessagingServiceStub(channel)
+        deadline = time.monotonic() + wait_s
+        while len(received) < count:
+            remaining_s = deadline - time.monotonic()
+            if remaining_s <= 0 and received:
+                break
+            batch = _receive_batch(
+                stub,
+                endpoint,
+                group_name,
+                topic_name,
+                tag_expression,
+                min(count - len(received), RECEIVE_BATCH_MAX),
+                invisible_s,
+                max(remaining_s, 0.0),
+            )
+            received.extend(batch)
+            if not batch and time.monotonic() >= deadline:
+                break
+        if ack and received:
+            acked = _ack_all(stub, endpoint, group_name, topic_name, received)
+    if not received:
+        commands.fail(f"no message within {wait_s:g} s", commands.EXIT_NOT_FOUND)
+    _print_received(received, acked if ack else None, invisible_s, show_body)
+    failed = [code for code in acked.values() if code != "OK"]
+    if failed:
+        commands.fail(
+            f"[red]{len(failed)} of {len(received)} acks refused[/] ({', '.join(set(failed))})",
+            commands.EXIT_REFUSED,
+        )
+
+
+def _receive_batch(
+    stub: service_pb2_grpc.MessagingServiceStub,
+    endpoint: str,
+    group_name: str,
+    topic_name: str,
+    tag_expression: str,
+    batch_size: int,
+    invisible_s: float,
+    wait_s: float,
+) -> list[definition_pb2.Message]:
+    """One ReceiveMessage call: the messages it delivered (exits on a refusal)."""
+    request = service_pb2.ReceiveMessageRequest(batch_size=batch_size, auto_renew=False)
+    request.group.name = group_name
+    request.message_queue.topic.name = topic_name
+    request.message_queue.id = -1
+    request.filter_expression.type = definition_pb2.TAG
+    request.filter_expression.expression = tag_expression
+    request.invisible_duration.FromMilliseconds(round(invisible_s * 1000))
+    long_poll_s = min(max(wait_s, 0.0), LONG_POLL_S_MAX)
+    request.long_polling_timeout.FromMilliseconds(round(long_poll_s * 1000))
+    timeout_s = max(long_poll_s, LONG_POLL_S_MIN) + DEADLINE_SLACK_S
+    messages: list[definition_pb2.Message] = []
+    try:
+        for frame in stub.ReceiveMessage(request, timeout=timeout_s, metadata=_metadata()):
+            kind = frame.WhichOneof("content")
+            if kind == "status" and frame.status.code not in (
+                statuses.OK,
+                statuses.MESSAGE_NOT_FOUND,
+            ):
+                _check_status(frame.status)
+            elif kind == "message":
+                messages.append(frame.message)
+    except grpc.RpcError as exc:
+        commands.rpc_failed(endpoint, exc)
+    return messages
+
+
+def _ack_all(
+    stub: service_pb2_grpc.MessagingServiceStub,
+    endpoint: str,
+    group_name: str,
+    topic_name: str,
+    messages: list[definition_pb2.Message],
+) -> dict[str, str]:
+    """Ack ``messages`` in batches; the code name per receipt handle."""
+    result: dict[str, str] = {}
+    for start in range(0, len(messages), RECEIVE_BATCH_MAX):
+        chunk = messages[start : start + RECEIVE_BATCH_MAX]
+        request = service_pb2.AckMessageRequest(
+            entries=[
+                service_pb2.AckMessageEntry(
+                    message_id=m.system_properties.message_id,
+                    receipt_handle=m.system_properties.receipt_handle,
+                )
+                for m in chunk
+            ]
+        )
+        request.group.name = group_name
+        request.topic.name = topic_name
+        try:
+            reply = stub.AckMessage(request, timeout=CALL_TIMEOUT_S, metadata=_metadata())
+        except grpc.RpcError as exc:
+            commands.rpc_failed(endpoint, exc)
+        if not reply.entries:
+            _check_status(reply.status)
+        for entry in reply.entries:
+            result[entry.receipt_handle] = statuses.code_name(entry.status.code)
+    return result
+
+
+def _print_received(
+    messages: list[definition_pb2.Message],
+    acked: dict[str, str] | None,
+    invisible_s: float,
+    show_body: bool,
+) -> None:
+    table = Table(title=f"received {len(messages)}")
+    for col in ("message id", "queue", "offset", "attempt", "tag", "keys", "body", "state"):
+        table.add_column(col)
+    for m in messages:
+        sp = m.system_properties
+        body = m.body.decode("utf-8", "replace")
+        if not show_body:
+            body = body[: commands.BODY_SHOWN_CHARS]
+        if acked is None:
+            state = f"invisible {invisible_s:g} s"
+        else:
+            state = "acked" if acked.get(sp.receipt_handle) == "OK" else "ack refused"
+        table.add_row(
+            sp.message_id,
+            str(sp.queue_id),
+            str(sp.queue_offset),
+            str(sp.delivery_attempt),
+            sp.tag if sp.HasField("tag") else "",
+            " ".join(sp.keys),
+            body,
+            state,
+        )
+    console.print(table)
 
 
 @message.command("query")

@@ -29,6 +29,9 @@ first receive. ``auto_renew`` gets the 60 s invisible time but is not renewed ye
 Blocking Pop calls run in worker threads (:func:`asyncio.to_thread`). :meth:`begin_shutdown`
 ends waiting long polls at once (they answer ``MESSAGE_NOT_FOUND``).
 
+:func:`pop_broker_of` finds the PopBroker serving a store (registered by :func:`factory` while
+it runs), for the admin API's revive-queue RPCs (:mod:`gannet.node.api.admin`).
+
 Plugged into :class:`~gannet.node.api.messaging.MessagingServicer` by
 :mod:`gannet.node.broker.serving` through :func:`factory`.
 """
@@ -38,7 +41,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
@@ -58,6 +63,7 @@ from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
 from gannet.node.store import errors, msgids, records, validation
 from gannet.node.store import properties as props
+from gannet.node.store.message_store import MessageStore
 
 if TYPE_CHECKING:
     from gannet.node.api.messaging import MessagingServicer, PopFactory
@@ -94,9 +100,21 @@ def factory(limits: ReceiveLimits = DEFAULT_LIMITS, config: PopConfig | None = N
     def make(servicer: MessagingServicer) -> PopHandler:
         pop = PopBroker(servicer.store, config)
         pop.start()
+        with _serving_lock:
+            _serving[servicer.store] = pop
         return PopHandler(servicer, pop, limits)
 
     return make
+
+
+_serving: weakref.WeakKeyDictionary[MessageStore, PopBroker] = weakref.WeakKeyDictionary()
+_serving_lock = threading.Lock()
+
+
+def pop_broker_of(store: MessageStore) -> PopBroker | None:
+    """The running PopBroker of ``store`` (None when Pop is not served or has closed)."""
+    with _serving_lock:
+        return _serving.get(store)
 
 
 def _now_ms() -> int:
@@ -255,6 +273,9 @@ class PopHandler:
         self._closing.set()
 
     def close(self) -> None:
+        with _serving_lock:
+            if _serving.get(self.pop.store) is self.pop:
+                del _serving[self.pop.store]
         self.pop.close()
 
     # --- ReceiveMessage ---

@@ -306,6 +306,7 @@ class PopBroker:
                     last_revive = now
                     self.revive(now)
                     self.orders.sweep(now)
+                    self.shrink_drained_revive_queues(now)
             except Exception:
                 log.exception("pop housekeeping failed")
 
