@@ -7,6 +7,10 @@
   event-loop thread), turned into metric families at scrape time.
 * :mod:`store_collecting` — gauges read from ``MessageStore.statistics()`` at scrape time and
   the running totals of cleanup runs.
+* :mod:`consumer_collecting` — lag, ready, in-flight, retries and DLQ per (topic, group),
+  computed at scrape time from consumer offsets, consume queues and Pop's checkpoints.
+* :mod:`pop_collecting` — Pop's buffer merge, long polls and revive queues at scrape time.
+* :mod:`raft_collecting` — ``gannet_raft_*`` from a ``raft_status()`` callable.
 * :mod:`instrumenting` — wraps a gRPC servicer so every RPC is timed and counted in flight.
 * :mod:`http_serving` — the bounded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``.
 
