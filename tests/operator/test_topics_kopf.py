@@ -12,7 +12,10 @@ from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from tests.operator.conftest import operator_env, ready
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning"),
+]
 
 
 def describe(broker: threads.BrokerThread, name: str) -> admin_pb2.DescribeTopicResponse | None:
@@ -93,5 +96,117 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             figures = env.metrics.reconciliations
             assert figures.labels(kind="Topic", result="success")._value.get() >= 2
             assert figures.labels(kind="Topic", result="refused")._value.get() >= 2
+
+    asyncio.run(scenario())
+
+
+def describe_group(
+    broker: threads.BrokerThread, name: str
+) -> admin_pb2.DescribeGroupResponse | None:
+    with grpc.insecure_channel(broker.endpoint) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            found: admin_pb2.DescribeGroupResponse = stub.DescribeGroup(
+                admin_pb2.DescribeGroupRequest(name=name), timeout=5
+            )
+        except grpc.RpcError as exc:
+            if exc.code() != grpc.StatusCode.NOT_FOUND:
+                raise
+            return None
+        return found
+
+
+def test_second_topic_resource_for_the_same_topic_is_a_conflict(
+    broker: threads.BrokerThread,
+) -> None:
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint) as env:
+            await env.apply("GannetCluster", "main", {"replicas": 1})
+            await env.apply("Topic", "payments", {"cluster": "main", "queues": 2})
+            await env.wait_for("Topic", "payments", ready)
+            await env.apply(
+                "Topic", "payments-copy", {"cluster": "main", "topicName": "payments", "queues": 8}
+            )
+            obj = await env.wait_for(
+                "Topic",
+                "payments-copy",
+                lambda o: ready(o, status="False", reason="ResourceConflict"),
+            )
+            assert obj is not None
+            assert "'payments'" in obj["status"]["conditions"][0]["message"]
+            assert "topicName" not in obj["status"]
+            found = await asyncio.to_thread(describe, broker, "payments")
+            assert found is not None
+            assert found.topic.write_queue_nums == 2  # the loser changed nothing
+
+            # Deleting the loser leaves the topic alone.
+            await env.delete("Topic", "payments-copy")
+            await env.wait_for("Topic", "payments-copy", lambda o: o is None)
+            assert await asyncio.to_thread(describe, broker, "payments") is not None
+            owner = await env.get("Topic", "payments")
+            assert ready(owner)
+
+    asyncio.run(scenario())
+
+
+def test_consumer_group_lifecycle(broker: threads.BrokerThread) -> None:
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint) as env:
+            await env.apply("GannetCluster", "main", {"replicas": 1})
+            await env.apply(
+                "ConsumerGroup",
+                "billing",
+                {"cluster": "main", "fifo": True, "maxDeliveryAttempts": 5},
+            )
+            obj = await env.wait_for("ConsumerGroup", "billing", ready)
+            assert obj is not None
+            assert obj["status"]["groupName"] == "billing"
+            assert obj["status"]["lag"] == 0
+            found = await asyncio.to_thread(describe_group, broker, "billing")
+            assert found is not None
+            assert (found.group.fifo, found.group.retry_max_times) == (True, 4)
+
+            await env.apply(
+                "ConsumerGroup",
+                "billing",
+                {
+                    "cluster": "main",
+                    "fifo": False,
+                    "maxDeliveryAttempts": 3,
+                    "consumeEnabled": False,
+                },
+            )
+            await env.wait_for(
+                "ConsumerGroup",
+                "billing",
+                lambda o: ready(o) and o is not None and o["metadata"]["generation"] == 2,
+            )
+            found = await asyncio.to_thread(describe_group, broker, "billing")
+            assert found is not None
+            assert (found.group.fifo, found.group.retry_max_times) == (False, 2)
+            assert found.group.consume_enable is False
+
+            # A retry policy the admin API cannot set is reported, not silently ignored.
+            await env.apply(
+                "ConsumerGroup",
+                "billing",
+                {
+                    "cluster": "main",
+                    "retryPolicy": "EXPONENTIAL"
+                    if found.group.retry_policy != "EXPONENTIAL"
+                    else "CUSTOMIZED",
+                },
+            )
+            obj = await env.wait_for(
+                "ConsumerGroup",
+                "billing",
+                lambda o: ready(o, status="False", reason="NotSupported"),
+            )
+            assert obj is not None
+            assert "retry policy" in obj["status"]["conditions"][0]["message"]
+
+            await env.delete("ConsumerGroup", "billing")
+            await env.wait_for("ConsumerGroup", "billing", lambda o: o is None)
+            assert await asyncio.to_thread(describe_group, broker, "billing") is None
 
     asyncio.run(scenario())

@@ -236,8 +236,17 @@ class Kube:
         namespace, name = desired["metadata"]["namespace"], desired["metadata"]["name"]
         existing = await self.get(api_version, kind, namespace, name)
         if existing is None:
-            await self._request("POST", resource_path(api_version, kind, namespace), body=desired)
-            return "created"
+            try:
+                await self._request(
+                    "POST", resource_path(api_version, kind, namespace), body=desired
+                )
+            except KubeError as exc:
+                if exc.status != 409:
+                    raise
+                # Created meanwhile (another pass of the operator): update it instead.
+                existing = await self.get(api_version, kind, namespace, name) or {}
+            else:
+                return "created"
         body = update_body(desired)
         if contains(existing, body):
             return "unchanged"

@@ -186,6 +186,8 @@ def _cleanup(spec: Mapping[str, Any]) -> CleanupSpec:
         )
     hours = _get(section, "cleanup.fileReservedHours", float, 72.0)
     _in_range("cleanup.fileReservedHours", hours, 0, 87600)
+    if hours == 0:
+        raise SpecError("spec.cleanup.fileReservedHours is 0; use a positive number of hours")
     percent = _get(section, "cleanup.diskMaxUsedRatioPercent", int, 75)
     _in_range("cleanup.diskMaxUsedRatioPercent", percent, 10, 95)
     warning = _get(section, "cleanup.diskWarningRatio", float, 0.85)
