@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit bench install clean dashboards e2e-prometheus
+.PHONY: run test lint unit bench install clean dashboards e2e-prometheus bench-full bench-debs bench-peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -40,11 +40,37 @@ lint: $(STAMP)
 unit: $(STAMP) $(PROMTOOL)
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
-## bench: quick benchmarks (storage engine, Pop); figures go to bench/results/
-bench: $(STAMP)
+# Peer benchmark (bench/peers, bench/loadgen): the bench extra, Debian's nats-server and
+# redis-server, and Apache RocketMQ jars from Maven Central (cached in bench/peers/.cache).
+# `make test` needs none of this.
+BENCH_STAMP := $(VENV)/.bench-installed
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+APT_INSTALL := $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends
+
+$(BENCH_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/pip install --quiet -e '.[dev,pipeline,bench]'
+	touch $(BENCH_STAMP)
+
+bench-debs:
+	command -v nats-server >/dev/null && command -v redis-server >/dev/null || \
+	  { $(SUDO) apt-get update -q && $(APT_INSTALL) nats-server redis-server; }
+
+## bench-peers: install every peer (nats-server, redis-server, JDK + Maven, RocketMQ jars)
+bench-peers: $(BENCH_STAMP) bench-debs
+	command -v java >/dev/null && command -v mvn >/dev/null || \
+	  { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless maven; }
+	$(BIN)/python -c 'from bench.peers import rocketmq; print(rocketmq.fetch())'
+
+## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams
+bench-full: bench-peers
+	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis
+
+## bench: quick benchmarks (storage engine, Pop, Gannet vs Redis S1+S3); figures go to bench/results/
+bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
 	$(BIN)/python -m bench.metrics --quick
+	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
 ## e2e-prometheus: a real Prometheus scrapes a broker under load; every dashboard and alert
 ## expression is evaluated through its HTTP API (about 30 s; also part of `make unit`)

@@ -1,0 +1,121 @@
+"""One measured phase of a benchmark run: start N load-generator worker processes (spawned, so
+no gRPC state is inherited), let each connect and warm up, release them together through a
+barrier, meter the broker processes (:class:`bench.peers.processes.Meter`) until every worker
+reports, and combine the workers' figures. Called by :mod:`bench.loadgen.run`."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import queue
+import threading
+import traceback
+from dataclasses import dataclass
+from typing import Any
+
+from bench.loadgen import drivers, stats
+from bench.peers import processes
+
+READY_TIMEOUT_S = 180.0
+RESULT_GRACE_S = 120.0
+
+
+class PhaseError(RuntimeError):
+    """A worker failed; the message holds its traceback."""
+
+
+@dataclass
+class PhaseResult:
+    done: int
+    errors: int
+    elapsed_s: float
+    payload_bytes: int
+    latency_ms: dict[str, float]
+    usage: processes.Usage
+    first_error: str
+
+    @property
+    def msgs_per_s(self) -> float:
+        return self.done / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def _worker(
+    role: str, spec: drivers.WorkerSpec, barrier: Any, counter: Any, out: Any
+) -> None:  # pragma: no cover - runs in a child process
+    if spec.cpus and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, set(spec.cpus))
+    try:
+        if role == "produce":
+            result = drivers.PRODUCERS[spec.client](spec, barrier)
+        else:
+            result = drivers.CONSUMERS[spec.client](spec, barrier, counter)
+        out.put((spec.worker, result, ""))
+    except BaseException:
+        barrier.abort()
+        out.put((spec.worker, None, traceback.format_exc()[-3000:]))
+
+
+def combine(results: list[drivers.WorkerResult], usage: processes.Usage) -> PhaseResult:
+    """Totals over workers; elapsed runs from the first worker's start to the last message."""
+    active = [r for r in results if r.done > 0]
+    elapsed = max(r.end_s for r in active) - min(r.start_s for r in active) if active else 0.0
+    latencies = [x for r in results for x in r.latencies_s]
+    return PhaseResult(
+        done=sum(r.done for r in results),
+        errors=sum(r.errors for r in results),
+        elapsed_s=elapsed,
+        payload_bytes=sum(r.payload_bytes for r in results),
+        latency_ms=stats.latency_summary(latencies),
+        usage=usage,
+        first_error=next((r.first_error for r in results if r.first_error), ""),
+    )
+
+
+def run(role: str, specs: list[drivers.WorkerSpec], meter_pids: list[int]) -> PhaseResult:
+    """Run ``specs`` (all of one role: "produce" or "consume") and meter ``meter_pids``."""
+    ctx = multiprocessing.get_context("spawn")
+    barrier = ctx.Barrier(len(specs) + 1)
+    counter = ctx.Value("q", 0)
+    out = ctx.Queue(maxsize=len(specs) * 2)
+    workers = [
+        ctx.Process(target=_worker, args=(role, spec, barrier, counter, out), daemon=True)
+        for spec in specs
+    ]
+    for worker in workers:
+        worker.start()
+    try:
+        try:
+            barrier.wait(timeout=READY_TIMEOUT_S)
+        except threading.BrokenBarrierError as exc:
+            raise PhaseError(f"{role} workers failed to get ready: {_errors(out)}") from exc
+        timeout_s = max(s.deadline_s for s in specs) + RESULT_GRACE_S
+        results: list[drivers.WorkerResult] = []
+        with processes.Meter(meter_pids) as meter:
+            for _ in specs:
+                try:
+                    _, result, error = out.get(timeout=timeout_s)
+                except queue.Empty as exc:
+                    raise PhaseError(f"{role} workers silent for {timeout_s:.0f} s") from exc
+                if result is None:
+                    raise PhaseError(f"{role} worker failed:\n{error}")
+                results.append(result)
+        assert meter.usage is not None
+        return combine(results, meter.usage)
+    finally:
+        for worker in workers:
+            worker.join(timeout=10)
+            if worker.is_alive():
+                worker.kill()
+                worker.join(timeout=10)
+
+
+def _errors(out: Any) -> str:
+    texts = []
+    while True:
+        try:
+            _, _, error = out.get(timeout=2)
+        except queue.Empty:
+            break
+        if error:
+            texts.append(error)
+    return "\n".join(texts) or "(no worker reported an error; a worker may have died)"

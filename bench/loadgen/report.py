@@ -1,0 +1,292 @@
+"""``python -m bench.loadgen.report``: render ``bench/results/REPORT.md`` and the plots in
+``bench/results/img/`` from ``bench/results/peers.jsonl``.
+
+For every (scenario, system, mode, durability) only the most recent run id is used, and the
+median over its repetitions is shown (:func:`bench.loadgen.stats.medians`). Each peer row carries
+Gannet's figure ÷ the peer's. The issue's targets are checked at the top. Pure rendering
+(:func:`render`) is separate from file IO (:func:`write`) so tests feed it a fixture.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from bench.loadgen import stats
+from bench.loadgen.scenarios import SCENARIOS
+
+Key = tuple[str, str, str, str]
+PLOTS = (
+    ("produce_msgs_per_s", "produce msgs/s", "throughput_produce.png"),
+    ("consume_msgs_per_s", "receive+ack msgs/s", "throughput_consume.png"),
+    ("send_p99_ms", "send latency p99 (ms)", "latency_p99.png"),
+    ("broker_cpu_us_per_msg", "broker CPU µs per message produced", "cpu_per_msg.png"),
+    ("broker_peak_rss_bytes", "broker peak RSS (bytes)", "rss.png"),
+    ("write_amplification", "bytes written ÷ payload bytes", "write_amplification.png"),
+)
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    records = []
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{number}: not JSON: {exc}") from exc
+    return records
+
+
+def latest(records: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The records of the most recent run id of each (scenario, system, mode, durability)."""
+    newest: dict[Key, str] = {}
+    listed = list(records)
+    for rec in listed:
+        key = stats.key_of(rec)
+        newest[key] = max(newest.get(key, ""), str(rec["run_id"]))
+    return [r for r in listed if str(r["run_id"]) == newest[stats.key_of(r)]]
+
+
+def _fmt(value: Any, digits: int = 0) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float | int):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.2f}×"
+
+
+def targets(table: Mapping[Key, Mapping[str, Any]]) -> list[str]:
+    """The issue's acceptance targets, each with the figures and met / not met / not measured."""
+    lines = []
+
+    def row(scenario: str, system: str, mode: str) -> Mapping[str, Any] | None:
+        for key, value in table.items():
+            if key[:3] == (scenario, system, mode) and "async" in key[3]:
+                return value
+        return None
+
+    for scenario in ("S1", "S2"):
+        mine, peer = row(scenario, "gannet", "stock"), row(scenario, "rocketmq", "stock")
+        for metric, label in (
+            ("produce_msgs_per_s", "produce"),
+            ("consume_msgs_per_s", "receive+ack"),
+        ):
+            g = None if mine is None else mine.get(metric)
+            p = None if peer is None else peer.get(metric)
+            r = stats.ratio(g, p)
+            verdict = "not measured" if r is None else ("met" if r >= 1.0 else "NOT met")
+            lines.append(
+                f"- {scenario} official client, {label}: Gannet {_fmt(g)}/s vs RocketMQ "
+                f"{_fmt(p)}/s = {_ratio(r)} (target ≥ 1.00×): **{verdict}**"
+            )
+    batched = {k[1]: v for k, v in table.items() if k[0] == "S3" and k[2] == "batched"}
+    mine_b = batched.get("gannet", {}).get("produce_msgs_per_s")
+    peers = {s: v.get("produce_msgs_per_s") for s, v in batched.items() if s != "gannet"}
+    peers = {s: v for s, v in peers.items() if v}
+    if peers:
+        best = max(peers, key=lambda s: peers[s] or 0.0)
+        r = stats.ratio(mine_b, peers[best])
+        verdict = "not measured" if r is None else ("met" if r >= 0.5 else "NOT met")
+        lines.append(
+            f"- S3 batched produce: Gannet {_fmt(mine_b)}/s vs fastest peer {best} "
+            f"{_fmt(peers[best])}/s = {_ratio(r)} (target ≥ 0.50×): **{verdict}**"
+        )
+    else:
+        lines.append("- S3 batched produce vs fastest peer: **not measured** (no peer S3 rows)")
+    return lines
+
+
+def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
+    """The Markdown report for ``records`` (plots already written, named in ``images``)."""
+    measured = [r for r in records if not r.get("skipped")]
+    skipped = [r for r in records if r.get("skipped")]
+    current = latest(measured)
+    table = stats.medians(current)
+    loads = [r["loadavg"][0] for r in current if r.get("loadavg")]
+    preliminary = any(r.get("preliminary") for r in current)
+    out = ["# Gannet beside peer brokers", ""]
+    if preliminary:
+        out += [
+            f"> **PRELIMINARY.** 1-minute load average before runs: {min(loads):.1f}–"
+            f"{max(loads):.1f} on {current[0].get('environment', {}).get('cpus', '?')} CPUs: "
+            "other work shared the machine, so absolute figures are low and noisy. Rerun "
+            "`make bench-full` on a quiet machine for figures to quote; ratios are the "
+            "portable part.",
+            "",
+        ]
+    out += [
+        "Generated by `python -m bench.loadgen.report` from `bench/results/peers.jsonl` "
+        "(most recent run of each row; median over its repetitions). Produce and consume are "
+        "measured in separate phases: producers first (consumers not running), then Pop "
+        "receive + ack until every message is back. Broker CPU is user+system time of all "
+        "broker processes from `/proc/<pid>/stat`; write amplification is `/proc/<pid>/io` "
+        "write_bytes over both phases ÷ payload bytes produced. Send latency is request → "
+        "answer; at fixed rates it is measured from the actual send (coordinated omission is "
+        "not corrected).",
+        "",
+        "## Targets (issue 9)",
+        "",
+        *targets(table),
+        "",
+        "## Systems",
+        "",
+        "| system | version | durability | settings |",
+        "| --- | --- | --- | --- |",
+    ]
+    seen: set[str] = set()
+    for rec in current:
+        name = f"{rec['system']} / {rec['durability']}"
+        if name in seen:
+            continue
+        seen.add(name)
+        settings = ", ".join(
+            f"{k}={v}" for k, v in (rec.get("settings") or {}).get("system", {}).items()
+        )
+        out.append(f"| {rec['system']} | {rec['version']} | {rec['durability']} | {settings} |")
+    env = current[0].get("environment", {}) if current else {}
+    if env:
+        out += ["", "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + "."]
+    out += ["", "## Results by scenario", ""]
+    produce_ratio = stats.ratios(table, "produce_msgs_per_s")
+    consume_ratio = stats.ratios(table, "consume_msgs_per_s")
+    cpu_ratio = stats.ratios(table, "broker_cpu_us_per_msg")
+    for scenario_id in sorted({k[0] for k in table}, key=lambda s: int(s[1:])):
+        scenario = SCENARIOS.get(scenario_id)
+        title = scenario.title if scenario else scenario_id
+        out += [f"### {scenario_id}: {title}", ""]
+        if scenario is not None:
+            out += [
+                f"{scenario.purpose}. Full run: {scenario.messages:,} measured messages after "
+                f"{scenario.warmup_messages:,} warm-up (quick runs: a fifth), at most "
+                f"{scenario.max_duration_s:.0f} s per phase; topics × queues "
+                f"{scenario.topics}×{scenario.queues_per_topic}, "
+                f"producers/consumers {scenario.producers}/{scenario.consumers}, in flight "
+                f"{scenario.in_flight} per producer, batch {scenario.batch}, rate "
+                f"{_fmt(scenario.rate_msgs_per_s) if scenario.rate_msgs_per_s else 'max'}.",
+                "",
+            ]
+        out += [
+            "| system | mode | durability | msg bytes | produce msgs/s | MB/s | send p50 / p99 / "
+            "p99.9 ms | receive+ack msgs/s | CPU µs/msg | RSS MiB | write amp. | runs | "
+            "Gannet ÷ peer (produce / consume / CPU) |",
+            "| --- | --- | --- " + "| ---: " * 10 + "|",
+        ]
+        for key in sorted(k for k in table if k[0] == scenario_id):
+            row = table[key]
+            rss = row.get("broker_peak_rss_bytes")
+            ratio_text = "–"
+            if not key[1].startswith("gannet"):
+                ratio_text = " / ".join(
+                    _ratio(r.get(key)) for r in (produce_ratio, consume_ratio, cpu_ratio)
+                )
+            failed = f" ({row['failed_runs']} failed)" if row["failed_runs"] else ""
+            out.append(
+                f"| {key[1]} | {key[2]} | {key[3]} | {_fmt(row.get('message_size_bytes'))} | "
+                f"{_fmt(row.get('produce_msgs_per_s'))} | {_fmt(row.get('produce_mb_per_s'), 1)} | "
+                f"{_fmt(row.get('send_p50_ms'), 1)} / {_fmt(row.get('send_p99_ms'), 1)} / "
+                f"{_fmt(row.get('send_p99.9_ms'), 1)} | {_fmt(row.get('consume_msgs_per_s'))} | "
+                f"{_fmt(row.get('broker_cpu_us_per_msg'))} | "
+                f"{_fmt(None if rss is None else rss / 2**20)} | "
+                f"{_fmt(row.get('write_amplification'), 2)} | {row['runs']}{failed} | "
+                f"{ratio_text} |"
+            )
+        errors = sorted({e for k, v in table.items() if k[0] == scenario_id for e in v["errors"]})
+        if errors:
+            out += ["", "Failed runs:", *(f"- `{e[:300]}`" for e in errors)]
+        out.append("")
+    if skipped:
+        out += ["## Not run", ""]
+        for rec in latest(skipped):
+            out.append(
+                f"- {rec['scenario']} {rec['system']} ({rec['durability']}): {rec['skipped'][:300]}"
+            )
+        out.append("")
+    if images:
+        out += ["## Plots", ""]
+        out += [f"![{name}](img/{name})" for name in images]
+        out.append("")
+    return "\n".join(out)
+
+
+def plot(table: Mapping[Key, Mapping[str, Any]], img_dir: Path) -> list[str]:
+    """Grouped bar charts (scenario on x, one bar per system/mode) for each metric of PLOTS."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    img_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    scenarios = sorted({k[0] for k in table}, key=lambda s: int(s[1:]))
+    series = sorted({(k[1], k[3]) for k in table})
+    for metric, label, name in PLOTS:
+        fig, ax = plt.subplots(figsize=(10, 4.5))
+        width = 0.8 / max(1, len(series))
+        plotted = False
+        for i, (system, durability) in enumerate(series):
+            values = []
+            for scenario in scenarios:
+                row = next(
+                    (
+                        v
+                        for k, v in table.items()
+                        if k[0] == scenario and (k[1], k[3]) == (system, durability)
+                    ),
+                    None,
+                )
+                values.append(float((row or {}).get(metric) or 0.0))
+            if any(values):
+                plotted = True
+            xs = [x + i * width for x in range(len(scenarios))]
+            ax.bar(xs, values, width, label=f"{system} ({durability})")
+        if not plotted:
+            plt.close(fig)
+            continue
+        ax.set_xticks([x + width * (len(series) - 1) / 2 for x in range(len(scenarios))], scenarios)
+        ax.set_ylabel(label)
+        ax.set_title(label)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(img_dir / name, dpi=90)
+        plt.close(fig)
+        written.append(name)
+    return written
+
+
+def write(jsonl: Path, report_path: Path, img_dir: Path) -> None:
+    records = load(jsonl)
+    current = latest([r for r in records if not r.get("skipped")])
+    images = plot(stats.medians(current), img_dir)
+    report_path.write_text(render(records, images))
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--jsonl",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=Path(__file__).resolve().parent.parent / "results" / "peers.jsonl",
+    show_default=True,
+)
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=Path(__file__).resolve().parent.parent / "results" / "REPORT.md",
+    show_default=True,
+)
+def main(jsonl: Path, out: Path) -> None:
+    """Render REPORT.md and img/*.png from the JSON lines of bench.loadgen.run."""
+    write(jsonl, out, out.parent / "img")
+    click.echo(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

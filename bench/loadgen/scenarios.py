@@ -1,0 +1,253 @@
+"""The benchmark scenarios S1–S9 of performance.md §5 as data: message size, topics × queues,
+producers / consumers, send mode, rate, durability and the bounds (message count, duration,
+warm-up, repetitions) of each run. Pure; :mod:`bench.loadgen.run` picks scenarios from here and
+the report prints their settings.
+
+Two send modes per system:
+- ``stock``: one message per request, as users' clients do (official RocketMQ client
+  ``Producer.send_async``; nats-py ``js.publish``; redis-py ``XADD``), a bounded number in flight.
+- ``batched``: ``batch`` messages per request (raw ``SendMessage`` with ``batch`` entries for
+  RocketMQ and Gannet; a redis pipeline of ``batch`` XADDs; for NATS, which has no batch publish,
+  ``batch`` × in-flight async publishes).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Mode(StrEnum):
+    STOCK = "stock"
+    BATCHED = "batched"
+
+
+class Flush(StrEnum):
+    ASYNC = "async"  # acknowledged before fsync; flushed within ~0.5-1 s
+    SYNC = "sync"  # acknowledged after fdatasync (group commit)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One load shape. Counts are totals over all producers; every run stops at whichever of
+    ``messages`` or ``max_duration_s`` comes first."""
+
+    id: str
+    title: str
+    message_size_bytes: int
+    topics: int
+    queues_per_topic: int
+    producers: int
+    consumers: int
+    mode: Mode
+    batch: int = 1
+    in_flight: int = 64  # per producer: requests awaiting an answer
+    rate_msgs_per_s: float | None = None  # None = as fast as possible
+    flush: Flush = Flush.ASYNC
+    replicas: int = 1
+    messages: int = 20_000
+    warmup_messages: int = 1_000
+    max_duration_s: float = 60.0
+    repetitions: int = 3
+    consume: bool = True
+    purpose: str = ""
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.message_size_bytes < 1:
+            problems.append(f"message_size_bytes={self.message_size_bytes} (must be >= 1)")
+        if min(self.topics, self.queues_per_topic, self.producers) < 1:
+            problems.append("topics, queues_per_topic and producers must be >= 1")
+        if self.consumers < 0 or self.batch < 1 or self.in_flight < 1:
+            problems.append("consumers >= 0, batch >= 1 and in_flight >= 1 are required")
+        if self.mode is Mode.STOCK and self.batch != 1:
+            problems.append(f"stock mode sends one message per request, not batch={self.batch}")
+        if self.messages < self.producers:
+            problems.append(f"messages={self.messages} < producers={self.producers}")
+        if self.rate_msgs_per_s is not None and self.rate_msgs_per_s <= 0:
+            problems.append(f"rate_msgs_per_s={self.rate_msgs_per_s} (must be > 0)")
+        if self.max_duration_s <= 0 or self.repetitions < 1:
+            problems.append("max_duration_s > 0 and repetitions >= 1 are required")
+        if problems:
+            raise ValueError(f"scenario {self.id}: " + "; ".join(problems))
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.messages * self.message_size_bytes
+
+    def topic_names(self, run_tag: str) -> list[str]:
+        return [f"bench-{self.id}-{run_tag}-{i}" for i in range(self.topics)]
+
+    def share(self, worker: int, workers: int, total: int) -> int:
+        """How many of ``total`` messages worker ``worker`` of ``workers`` handles."""
+        return total // workers + (1 if worker < total % workers else 0)
+
+    def quick(self) -> Scenario:
+        """The same shape with a fifth of the messages, one repetition and a short bound."""
+        return dataclasses.replace(
+            self,
+            messages=max(self.producers * 10, self.messages // 5),
+            warmup_messages=max(self.producers, self.warmup_messages // 5),
+            repetitions=1,
+            max_duration_s=min(self.max_duration_s, 20.0),
+        )
+
+    def settings(self) -> dict[str, object]:
+        """The scenario as plain JSON values (for results and the report)."""
+        values = dataclasses.asdict(self)
+        values["mode"] = self.mode.value
+        values["flush"] = self.flush.value
+        return values
+
+
+KIB = 1024
+
+SCENARIOS: dict[str, Scenario] = {
+    s.id: s
+    for s in [
+        Scenario(
+            "S1",
+            "1 topic, 1 queue, 1 KiB, stock client",
+            KIB,
+            1,
+            1,
+            1,
+            1,
+            Mode.STOCK,
+            messages=10_000,
+            purpose="single-queue ordered ceiling; per-RPC cost",
+        ),
+        Scenario(
+            "S2",
+            "1 topic, 16 queues, 1 KiB, 4p/4c, stock client",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.STOCK,
+            messages=20_000,
+            in_flight=16,
+            purpose="headline stock-client throughput",
+        ),
+        Scenario(
+            "S3",
+            "1 topic, 16 queues, 100 B, batch 32",
+            100,
+            1,
+            16,
+            4,
+            4,
+            Mode.BATCHED,
+            batch=32,
+            in_flight=4,
+            messages=200_000,
+            warmup_messages=10_000,
+            purpose="per-message overhead once the RPC cost is amortised",
+        ),
+        Scenario(
+            "S4",
+            "fixed 2,000 msgs/s, 1 KiB, 4p/4c",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.STOCK,
+            in_flight=16,
+            rate_msgs_per_s=2_000,
+            messages=20_000,
+            max_duration_s=30,
+            purpose="publish latency percentiles at a sustainable load",
+        ),
+        Scenario(
+            "S5",
+            "durable: sync flush, 1 KiB, 16p, batch 32",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.BATCHED,
+            batch=32,
+            in_flight=4,
+            flush=Flush.SYNC,
+            messages=100_000,
+            warmup_messages=5_000,
+            purpose="durability cost (fdatasync + group commit)",
+        ),
+        Scenario(
+            "S6",
+            "replicated R3, 1 KiB, batch 32",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.BATCHED,
+            batch=32,
+            in_flight=4,
+            replicas=3,
+            messages=100_000,
+            warmup_messages=5_000,
+            purpose="replication cost vs S3/S5",
+        ),
+        Scenario(
+            "S7",
+            "backlog drain, 1 KiB, batch 32",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.BATCHED,
+            batch=32,
+            in_flight=4,
+            messages=200_000,
+            warmup_messages=5_000,
+            purpose="read path: produce a backlog with consumers stopped, then drain it",
+        ),
+        Scenario(
+            "S8",
+            "100 topics × 4 queues, fixed 2,000 msgs/s",
+            KIB,
+            100,
+            4,
+            8,
+            8,
+            Mode.STOCK,
+            in_flight=8,
+            rate_msgs_per_s=2_000,
+            messages=20_000,
+            max_duration_s=30,
+            purpose="metadata / many files / routes overhead",
+        ),
+        Scenario(
+            "S9",
+            "large messages, 64 KiB, 1p/1c",
+            64 * KIB,
+            1,
+            1,
+            1,
+            1,
+            Mode.STOCK,
+            in_flight=8,
+            messages=2_000,
+            warmup_messages=100,
+            purpose="MB/s and per-message cost of large bodies",
+        ),
+    ]
+}
+
+QUICK_IDS = ("S1", "S3")
+
+
+def select(ids: list[str], *, quick: bool) -> list[Scenario]:
+    """Scenarios by id (``["all"]`` for every one), shrunk by :meth:`Scenario.quick` if asked."""
+    wanted = list(SCENARIOS) if ids == ["all"] else ids
+    unknown = [i for i in wanted if i not in SCENARIOS]
+    if unknown:
+        raise ValueError(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
+    chosen = [SCENARIOS[i] for i in wanted]
+    return [s.quick() for s in chosen] if quick else chosen

@@ -1,0 +1,225 @@
+"""The pure parts of the peer benchmark (bench/peers, bench/loadgen): scenario definitions,
+/proc parsing, percentiles, medians and ratios, report rendering from a fixture, and the
+process helpers on a real child (``sleep``) — no Java, NATS or Redis needed."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.loadgen import phases, report, scenarios, stats
+from bench.loadgen.drivers import WorkerResult
+from bench.peers import processes, procfs, rocketmq
+from bench.peers.base import Layout
+
+STAT = "4242 (python3 (x) y) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 3 0"
+IO = "rchar: 100\nwchar: 2048\nsyscr: 1\nsyscw: 2\nread_bytes: 0\nwrite_bytes: 8192\n"
+
+
+def test_stat_counts_fields_after_the_last_parenthesis() -> None:
+    times = procfs.parse_stat(STAT, ticks_per_s=100)
+    assert times.user_s == 2.5
+    assert times.system_s == 0.75
+    assert times.total_s == 3.25
+
+
+@pytest.mark.parametrize("bad", ["no parens 1 2 3", "1 (x) S 1 2"])
+def test_stat_of_the_wrong_shape_is_refused_by_name(bad: str) -> None:
+    with pytest.raises(procfs.ProcFormatError, match="/proc stat"):
+        procfs.parse_stat(bad)
+
+
+def test_io_status_loadavg_children() -> None:
+    assert procfs.parse_io(IO)["write_bytes"] == 8192
+    assert procfs.parse_io(IO)["wchar"] == 2048
+    assert procfs.parse_rss_bytes("Name:\tx\nVmRSS:\t   1234 kB\n") == 1234 * 1024
+    assert procfs.parse_loadavg("0.50 1.25 3.00 2/345 6789\n") == (0.5, 1.25, 3.0)
+    assert procfs.parse_children("12 13 \n") == [12, 13]
+    with pytest.raises(procfs.ProcFormatError, match="VmRSS"):
+        procfs.parse_rss_bytes("Name: kthread\n")
+    with pytest.raises(procfs.ProcFormatError, match="not an integer"):
+        procfs.parse_io("write_bytes: lots\n")
+
+
+def test_every_scenario_of_performance_md_is_defined_and_bounded() -> None:
+    assert list(scenarios.SCENARIOS) == [f"S{i}" for i in range(1, 10)]
+    for s in scenarios.SCENARIOS.values():
+        assert s.messages > 0
+        assert s.max_duration_s <= 60
+        assert s.repetitions == 3
+        quick = s.quick()
+        assert quick.repetitions == 1
+        assert quick.messages <= s.messages
+        assert quick.max_duration_s <= 20
+    assert scenarios.SCENARIOS["S3"].batch == 32
+    assert scenarios.SCENARIOS["S5"].flush is scenarios.Flush.SYNC
+    assert scenarios.SCENARIOS["S6"].replicas == 3
+    assert scenarios.SCENARIOS["S8"].topics == 100
+    assert scenarios.SCENARIOS["S9"].message_size_bytes == 64 * 1024
+
+
+def test_bad_scenarios_are_refused_with_the_reason() -> None:
+    with pytest.raises(ValueError, match=r"S1.*stock mode sends one message per request"):
+        scenarios.Scenario("S1", "x", 10, 1, 1, 1, 1, scenarios.Mode.STOCK, batch=4)
+    with pytest.raises(ValueError, match="message_size_bytes=0"):
+        scenarios.Scenario("Sx", "x", 0, 1, 1, 1, 1, scenarios.Mode.STOCK)
+    with pytest.raises(ValueError, match="unknown scenario"):
+        scenarios.select(["S42"], quick=True)
+    assert [s.id for s in scenarios.select(["all"], quick=False)][-1] == "S9"
+
+
+def test_shares_add_up_to_the_total() -> None:
+    s = scenarios.SCENARIOS["S2"]
+    assert sum(s.share(i, 3, 20_000) for i in range(3)) == 20_000
+    assert [s.share(i, 3, 10) for i in range(3)] == [4, 3, 3]
+
+
+def test_percentiles_are_nearest_rank() -> None:
+    values = [float(i) for i in range(1, 101)]
+    assert stats.percentile(values, 50) == 50.0
+    assert stats.percentile(values, 99) == 99.0
+    assert stats.percentile(values, 100) == 100.0
+    assert stats.percentile([7.0], 99.9) == 7.0
+    summary = stats.latency_summary([0.001 * i for i in range(1, 1001)])
+    assert summary["p50"] == pytest.approx(500.0)
+    assert summary["p99.9"] == pytest.approx(999.0)
+    assert summary["max"] == pytest.approx(1000.0)
+    assert stats.latency_summary([]) == {}
+    with pytest.raises(ValueError, match="no values"):
+        stats.percentile([], 50)
+
+
+def _rec(
+    system: str, rep: int, produce: float, consume: float, run_id: str = "r2"
+) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "scenario": "S1",
+        "system": system,
+        "mode": "stock",
+        "durability": "async flush, R1",
+        "version": f"{system} 1.0",
+        "repetition": rep,
+        "message_size_bytes": 1024,
+        "produce_msgs_per_s": produce,
+        "consume_msgs_per_s": consume,
+        "broker_cpu_us_per_msg": 100.0 if system == "gannet" else 50.0,
+        "send_latency_ms": {"p50": 1.0, "p99": 2.0 + rep},
+        "loadavg": [3.0, 2.0, 1.0],
+        "preliminary": True,
+        "settings": {"system": {"flush": "async"}},
+        "environment": {"cpus": 2},
+    }
+
+
+def test_medians_over_repetitions_and_gannet_ratios() -> None:
+    records = [
+        _rec("gannet", 0, 100, 10),
+        _rec("gannet", 1, 300, 30),
+        _rec("gannet", 2, 200, 20),
+        _rec("rocketmq", 0, 400, 40),
+        {**_rec("rocketmq", 1, 0, 0), "error": "boom"},
+    ]
+    table = stats.medians(records)
+    mine = table[("S1", "gannet", "stock", "async flush, R1")]
+    theirs = table[("S1", "rocketmq", "stock", "async flush, R1")]
+    assert mine["produce_msgs_per_s"] == 200
+    assert mine["send_p99_ms"] == 3.0
+    assert theirs["runs"] == 1
+    assert theirs["failed_runs"] == 1
+    assert theirs["errors"] == ["boom"]
+    ratios = stats.ratios(table, "produce_msgs_per_s")
+    assert ratios == {("S1", "rocketmq", "stock", "async flush, R1"): 0.5}
+    assert stats.ratio(1.0, 0.0) is None
+
+
+def test_report_renders_targets_ratios_and_skips_from_a_fixture(tmp_path: Path) -> None:
+    lines = [
+        _rec("gannet", 0, 999, 1, run_id="r1"),  # an older run of the same row: ignored
+        _rec("gannet", 0, 200, 20),
+        _rec("rocketmq", 0, 400, 10),
+        {"run_id": "r2", "scenario": "S5", "system": "nats", "mode": "batched",
+         "durability": "sync flush, R1", "skipped": "nats-server 2.9 has no per-message fsync"},
+    ]  # fmt: skip
+    jsonl = tmp_path / "peers.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    out = tmp_path / "REPORT.md"
+    report.write(jsonl, out, tmp_path / "img")
+    text = out.read_text()
+    assert "PRELIMINARY" in text
+    assert "Gannet 200/s vs RocketMQ 400/s = 0.50× (target ≥ 1.00×): **NOT met**" in text
+    assert "Gannet 20/s vs RocketMQ 10/s = 2.00× (target ≥ 1.00×): **met**" in text
+    assert "| rocketmq | stock | async flush, R1 | 1,024 | 400 |" in text
+    assert "0.50× / 2.00× / 2.00×" in text
+    assert "999" not in text
+    assert "nats-server 2.9 has no per-message fsync" in text
+    assert (tmp_path / "img" / "throughput_produce.png").stat().st_size > 1000
+
+
+def test_report_names_the_line_that_is_not_json(tmp_path: Path) -> None:
+    jsonl = tmp_path / "peers.jsonl"
+    jsonl.write_text(json.dumps(_rec("gannet", 0, 1, 1)) + "\n{oops\n")
+    with pytest.raises(ValueError, match=r"peers.jsonl:2: not JSON"):
+        report.load(jsonl)
+
+
+def test_combining_workers_spans_first_start_to_last_message() -> None:
+    a = WorkerResult(done=100, start_s=10.0, end_s=12.0, payload_bytes=100, latencies_s=[0.001])
+    b = WorkerResult(done=300, start_s=10.5, end_s=14.0, payload_bytes=300, latencies_s=[0.003])
+    idle = WorkerResult(errors=2, first_error="refused")
+    usage = processes.Usage(cpu_s=0.2, write_bytes=800, peak_rss_bytes=1)
+    result = phases.combine([a, b, idle], usage)
+    assert result.done == 400
+    assert result.elapsed_s == 4.0
+    assert result.msgs_per_s == 100.0
+    assert result.errors == 2
+    assert result.first_error == "refused"
+    assert result.latency_ms["max"] == pytest.approx(3.0)
+
+
+def test_rocketmq_topics_json_and_broker_conf() -> None:
+    layout = Layout(("a", "b"), 16, "g")
+    table = json.loads(rocketmq.topics_json(layout))["topicConfigTable"]
+    assert table["a"]["readQueueNums"] == table["b"]["writeQueueNums"] == 16
+    assert table["a"]["perm"] == 6
+    conf = rocketmq.broker_conf(Path("/s"), 9876, 20911, "sync")
+    assert "flushDiskType=SYNC_FLUSH\n" in conf
+    assert "namesrvAddr=127.0.0.1:9876\n" in conf
+    assert "brokerRole=ASYNC_MASTER\n" in conf
+    assert "rocketmq-proxy" in rocketmq.POM.read_text()
+    assert f"<rocketmq.version>{rocketmq.VERSION}</rocketmq.version>" in rocketmq.POM.read_text()
+
+
+@pytest.mark.timeout(30)
+def test_child_process_group_is_started_metered_and_stopped(tmp_path: Path) -> None:
+    script = "import socket,time;s=socket.socket();s.bind(('127.0.0.1',0));s.listen();" \
+        "print(s.getsockname()[1],flush=True);sum(range(3_000_000));time.sleep(60)"  # fmt: skip
+    child = processes.spawn("py", [sys.executable, "-c", script], tmp_path / "c.log")
+    try:
+        processes.wait_log(child, "\n", timeout_s=20)
+        port = int(child.log_tail().split()[0])
+        processes.wait_port(child, "127.0.0.1", port, timeout_s=10)
+        with processes.Meter([child.pid]) as meter:
+            socket.create_connection(("127.0.0.1", port)).close()
+        assert meter.usage is not None
+        assert meter.usage.peak_rss_bytes > 1_000_000
+        assert child.pid in processes.descendants(child.pid)
+    finally:
+        code = processes.stop(child, grace_s=5)
+    assert code is not None
+    assert child.process.poll() is not None
+
+
+@pytest.mark.timeout(30)
+def test_a_child_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
+    child = processes.spawn(
+        "dies", [sys.executable, "-c", "print('bad config: port');raise SystemExit(3)"],
+        tmp_path / "d.log",
+    )  # fmt: skip
+    with pytest.raises(processes.PeerError, match=r"(?s)exited with 3.*bad config"):
+        processes.wait_port(child, "127.0.0.1", processes.free_port(), timeout_s=20)
