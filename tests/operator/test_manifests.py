@@ -1,0 +1,126 @@
+"""Pure manifest building for a GannetCluster, and the Kubernetes client's pure helpers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gannet.operator import kube, manifests, specs
+
+K8S_VERSION = "1.33"
+
+
+def build(replicas: int = 3, **spec: Any) -> list[dict[str, Any]]:
+    return manifests.build(
+        "main",
+        "demo",
+        "uid-1",
+        specs.cluster_spec({"replicas": replicas, **spec}),
+        replicas=replicas,
+    )
+
+
+def by_kind(objects: list[dict[str, Any]], kind: str, name: str | None = None) -> dict[str, Any]:
+    return next(
+        o for o in objects if o["kind"] == kind and (name is None or o["metadata"]["name"] == name)
+    )
+
+
+def test_every_object_validates_against_kubernetes_schemas() -> None:
+    objects = build(metrics={"serviceMonitor": {"enabled": True}})
+    kinds = sorted(o["kind"] for o in objects)
+    assert kinds == [
+        "ConfigMap",
+        "PodDisruptionBudget",
+        "Service",
+        "Service",
+        "ServiceMonitor",
+        "StatefulSet",
+    ]
+    for obj in objects:
+        assert obj["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+        if obj["kind"] == "ServiceMonitor":
+            continue  # a CRD kind; kubernetes-validate knows built-in kinds only
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_ephemeral_storage_and_no_metrics() -> None:
+    objects = build(1, storage={"type": "ephemeral"}, metrics={"enabled": False})
+    sts = by_kind(objects, "StatefulSet")
+    assert "volumeClaimTemplates" not in sts["spec"]
+    assert sts["spec"]["template"]["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    assert container["livenessProbe"]["tcpSocket"] == {"port": "client"}
+    assert by_kind(objects, "ConfigMap")["data"]["GANNET_METRICS_LISTEN"] == ""
+    client = by_kind(objects, "Service", "main-client")
+    assert [p["name"] for p in client["spec"]["ports"]] == ["client"]
+    assert all(o["kind"] != "ServiceMonitor" for o in objects)
+    for obj in objects:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_config_change_changes_the_pod_template() -> None:
+    sync = by_kind(build(flushMode="sync"), "StatefulSet")
+    async_ = by_kind(build(flushMode="async"), "StatefulSet")
+    key = manifests.CONFIG_HASH_ANNOTATION
+    assert (
+        sync["spec"]["template"]["metadata"]["annotations"][key]
+        != async_["spec"]["template"]["metadata"]["annotations"][key]
+    )
+
+
+@given(st.integers(1, 9))
+def test_peers_and_disruption_budget_follow_the_size(replicas: int) -> None:
+    objects = build(replicas)
+    peers = by_kind(objects, "ConfigMap")["data"]["GANNET_PEERS"].split(",")
+    assert [p.partition("=")[0] for p in peers] == [f"main-{i}" for i in range(replicas)]
+    assert all(p.endswith(".main-peers.demo.svc:8091/8081") for p in peers)
+    budget = by_kind(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"]
+    assert budget >= 1
+    if replicas >= 3:
+        assert replicas - budget > replicas // 2  # a majority stays up
+    assert by_kind(objects, "StatefulSet")["spec"]["replicas"] == replicas
+
+
+def test_apply_patches_only_mutable_statefulset_fields() -> None:
+    sts = by_kind(build(), "StatefulSet")
+    body = kube.update_body(sts)
+    assert set(body["spec"]) == {
+        "replicas",
+        "template",
+        "updateStrategy",
+        "persistentVolumeClaimRetentionPolicy",
+    }
+    assert body["metadata"] == {"labels": sts["metadata"]["labels"]}
+    service = by_kind(build(), "Service", "main-peers")
+    assert kube.update_body(service)["spec"] == service["spec"]
+
+
+def test_contains_ignores_server_defaults() -> None:
+    desired = {"spec": {"ports": [{"port": 1}], "type": "ClusterIP"}}
+    existing = {"spec": {"ports": [{"port": 1, "protocol": "TCP"}], "type": "ClusterIP", "x": 1}}
+    assert kube.contains(existing, desired)
+    assert not kube.contains(existing, {"spec": {"ports": [{"port": 2}]}})
+    assert not kube.contains(existing, {"spec": {"ports": [{"port": 1}, {"port": 2}]}})
+
+
+def test_resource_paths() -> None:
+    assert kube.resource_path("v1", "Pod", "ns", "p") == "/api/v1/namespaces/ns/pods/p"
+    assert (
+        kube.resource_path("gannet.io/v1alpha1", "Topic", None) == "/apis/gannet.io/v1alpha1/topics"
+    )
+    with pytest.raises(ValueError, match="not one the operator manages"):
+        kube.resource_path("v1", "Secret", "ns")
+
+
+def test_bad_cluster_spec_names_the_field() -> None:
+    with pytest.raises(specs.SpecError, match=r"spec\.replicas is 0; use 1 to 9"):
+        specs.cluster_spec({"replicas": 0})
+    with pytest.raises(specs.SpecError, match=r"spec\.cleanup\.schedule"):
+        specs.cluster_spec({"cleanup": {"schedule": "61 * * * *"}})
+    with pytest.raises(specs.SpecError, match=r"spec\.resources\.limits\.gpu"):
+        specs.cluster_spec({"resources": {"limits": {"gpu": 1}}})
