@@ -11,6 +11,7 @@ from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
 from gannet.node.metrics import consumer_collecting as cc
 from gannet.node.metrics import raft_collecting
+from gannet.node.replication import driver
 
 from .conftest import (
     CLIENT_ID,
@@ -137,6 +138,22 @@ def test_raft_exports_nothing_without_replication_and_lag_only_on_the_leader() -
     assert follower[("gannet_raft_term", frozenset())] == 3
 
 
+def _node_status_fits(status: driver.NodeStatus) -> raft_collecting.RaftStatusLike:
+    return status  # mypy checks that the replication layer's status fits the collector
+
+
+def test_replication_node_status_fits_the_collector() -> None:
+    peers = (
+        driver.PeerStatus(2, "p2", "c2", match_offset=90, lag_bytes=10, reachable=True),
+        driver.PeerStatus(3, "p3", "c3", match_offset=-1, lag_bytes=-1, reachable=False),
+    )
+    status = driver.NodeStatus(1, "leader", 4, 1, "c1", 100, 100, 100, peers, 1, 1)
+    found = _raft_samples(_node_status_fits(status))  # type: ignore[arg-type]
+    assert found[("gannet_raft_follower_lag_bytes", frozenset({("peer", "2")}))] == 10
+    assert ("gannet_raft_follower_lag_bytes", frozenset({("peer", "3")})) not in found
+    assert found[("gannet_raft_peer_reachable", frozenset({("peer", "3")}))] == 0
+
+
 def test_admin_raft_status_message_fits_the_collector() -> None:
     status = admin_pb2.RaftStatus(node_id="a", role="leader", term=1, commit_offset=5)
     status.peers.add(node_id="b", lag_bytes=7, reachable=True)
@@ -209,6 +226,7 @@ def test_receive_ack_and_dlq_move_the_consumer_figures(broker, admin, messaging)
         forward, metadata=CLIENT_ID, timeout=RPC_TIMEOUT_S
     )
     assert reply.status.code == Code.OK
+    _settle(broker)  # the DLQ message is counted once dispatched to its consume queue
     text = scrape(port)
     assert value(text, "gannet_consumer_inflight_messages", **pair) == 1
     assert value(text, "gannet_consumer_lag_messages", **pair) == 3

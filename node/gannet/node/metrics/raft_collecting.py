@@ -3,7 +3,8 @@
 The callable returns anything shaped like the admin API's ``RaftStatus`` message
 (``gannet.admin.v1``: ``node_id``, ``role``, ``term``, ``commit_offset``, ``last_offset``,
 ``peers[].node_id`` / ``lag_bytes`` / ``reachable``, ``elections_total``,
-``leader_changes_total``) — the protobuf itself or the replication layer's own status object —
+``leader_changes_total``) — the protobuf itself or the replication layer's own
+``replication.driver.NodeStatus`` (integer node ids become label strings) —
 or None when this node does not replicate (then nothing is exported, so a single-node broker
 without Raft shows no ``gannet_raft_*`` series at all).
 
@@ -18,7 +19,7 @@ Families (all per node; peers bounded by the group size):
 * ``gannet_raft_elections_total``, ``gannet_raft_leader_changes_total``.
 
 Wired by whoever builds the replication layer:
-``BrokerMetrics.watch_raft(lambda: replicator.status())``.
+``BrokerMetrics.watch_raft(lambda: node.status() if node is running else None)``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ PEERS_MAX = 16
 
 class RaftPeerLike(Protocol):
     @property
-    def node_id(self) -> str: ...
+    def node_id(self) -> str | int: ...
 
     @property
     def lag_bytes(self) -> int: ...
@@ -48,7 +49,7 @@ class RaftPeerLike(Protocol):
 
 class RaftStatusLike(Protocol):
     @property
-    def node_id(self) -> str: ...
+    def node_id(self) -> str | int: ...
 
     @property
     def role(self) -> str: ...
@@ -96,8 +97,10 @@ def families(status: RaftStatusLike) -> list[Metric]:
         for peer in list(status.peers)[:PEERS_MAX]:
             if peer.node_id == status.node_id:
                 continue
-            lag.add_metric([peer.node_id], max(0, int(peer.lag_bytes)))
-            reachable.add_metric([peer.node_id], int(bool(peer.reachable)))
+            name = str(peer.node_id)
+            if peer.lag_bytes >= 0:  # -1: the leader does not know the follower's match yet
+                lag.add_metric([name], int(peer.lag_bytes))
+            reachable.add_metric([name], int(bool(peer.reachable)))
     return [
         role,
         GaugeMetricFamily("gannet_raft_term", "Current Raft term.", value=status.term),
