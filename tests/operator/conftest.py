@@ -23,7 +23,7 @@ import pytest
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.operator import kube, metrics, resources, running
+from gannet.operator import handlers, kube, metrics, resources, running
 from tests.operator.emulating import ApiServerEmulator
 
 NAMESPACE = "demo"
@@ -36,19 +36,6 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
     running_broker = threads.start(BrokerConfig(store=store, listen_port=0))
     yield running_broker
     running_broker.stop()
-
-
-@dataclasses.dataclass
-class FixedEndpoints:
-    """Every cluster and pod is the one in-process broker."""
-
-    endpoint: str
-
-    def client(self, namespace: str, cluster: str) -> str:
-        return self.endpoint
-
-    def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
-        return self.endpoint
 
 
 @dataclasses.dataclass
@@ -165,7 +152,7 @@ async def operator_env(
             running.run(
                 options,
                 ready_flag=started,
-                endpoints=FixedEndpoints(endpoint),
+                endpoints=handlers.FixedEndpoints(endpoint),
                 clock=clock,
                 operator_metrics=operator_metrics,
             )

@@ -39,6 +39,7 @@ from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import StoreError
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
+from gannet.operator import commands as operator_commands
 from gannet.pipeline import cli as pipeline_commands
 
 console = Console()
@@ -485,6 +486,7 @@ def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageSto
 for _command in (*commands.COMMANDS, *message_commands.COMMANDS):
     main.add_command(_command)
 main.add_command(pipeline_commands.pipeline)  # PySpark loads only when a job runs
+main.add_command(operator_commands.operator)  # kopf loads only when the operator runs
 main.add_command(replication_commands.cluster)
 
 

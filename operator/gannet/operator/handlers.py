@@ -67,6 +67,19 @@ class ServiceEndpoints:
         return manifests.pod_endpoint(cluster, namespace, ordinal)
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class FixedEndpoints:
+    """One endpoint for every cluster and member (brokers outside Kubernetes; tests)."""
+
+    endpoint: str
+
+    def client(self, namespace: str, cluster: str) -> str:
+        return self.endpoint
+
+    def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
+        return self.endpoint
+
+
 def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
