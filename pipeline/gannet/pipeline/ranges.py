@@ -42,9 +42,9 @@ def apportion(
 ) -> dict[int, int]:
     """End offsets moving at most ``limit`` offsets in total past ``start``, shared fairly.
 
-    Queues with less available than an equal share keep theirs; the rest is split among the
-    others (lowest queue ids get the remainder), so no queue starves. Queues only in
-    ``latest`` start at 0; an end is never behind its start.
+    Queues with less available than an equal share take all of theirs; the rest is split
+    equally among the others (lowest queue ids get the remainder), so no queue starves.
+    Queues only in ``latest`` start at 0; an end is never behind its start.
     """
     begin = {q: start.get(q, 0) for q in latest}
     for q, offset in start.items():
@@ -54,21 +54,20 @@ def apportion(
         return {q: begin[q] + available[q] for q in begin}
     if limit < 0:
         raise ValueError(f"limit must be >= 0, not {limit}")
+    # Water-filling: the queues with least available first, each taking at most an equal
+    # share of what is left; leftovers of the integer division go one each to the lowest ids.
     granted = dict.fromkeys(begin, 0)
-    wanting = sorted(q for q in begin if available[q] > 0)
+    order = sorted((q for q in begin if available[q] > 0), key=lambda q: (available[q], q))
     left = limit
-    while wanting and left > 0:
-        share, extra = divmod(left, len(wanting))
-        still: list[int] = []
-        for i, q in enumerate(wanting):
-            give = min(available[q] - granted[q], share + (1 if i < extra else 0))
-            granted[q] += give
-            left -= give
-            if granted[q] < available[q]:
-                still.append(q)
-        if len(still) == len(wanting) and share == 0 and extra == 0:
+    for i, q in enumerate(order):
+        granted[q] = min(available[q], left // (len(order) - i))
+        left -= granted[q]
+    for q in sorted(order):
+        if left == 0:
             break
-        wanting = still
+        if granted[q] < available[q]:
+            granted[q] += 1
+            left -= 1
     return {q: begin[q] + granted[q] for q in begin}
 
 

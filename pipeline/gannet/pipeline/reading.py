@@ -28,7 +28,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from rocketmq.grpc_protocol import Code, definition_pb2
 
 from gannet.pipeline import options, ranges, rows
@@ -179,11 +184,17 @@ class BatchReader(DataSourceReader):
         return read_range(self.opts, partition)
 
 
-class StreamReader(DataSourceStreamReader):
-    """``spark.readStream.format("gannet")``."""
+class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("gannet")``.
+
+    With ``trigger(availableNow=True)`` the queues' ends at the start of the query are the
+    target (:meth:`prepareForTriggerAvailableNow`): micro-batches, still bounded by
+    ``maxMessagesPerTrigger``, stop there.
+    """
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
+        self._target: dict[int, int] | None = None
 
     def _connect(self) -> BrokerConnection:
         return BrokerConnection(self.opts.endpoints, timeout_s=self.opts.timeout_s)
@@ -201,12 +212,18 @@ class StreamReader(DataSourceStreamReader):
             return ReadAllAvailable()
         return ReadMaxRows(self.opts.trigger_messages_max)
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
+    def _latest(self) -> dict[int, int]:
         with self._connect() as conn:
-            latest = {
+            return {
                 q: conn.query_offset(self.opts.topic, q, definition_pb2.END)
                 for q in queue_ids(conn, self.opts)
             }
+
+    def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
+        self._target = self._latest()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
+        latest = self._latest() if self._target is None else self._target
         rows_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
         end = ranges.apportion(ranges.from_json_offsets(start), latest, rows_max)
         return ranges.to_json_offsets(end)
