@@ -83,3 +83,9 @@ dashboards: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+
+.PHONY: manifests
+
+## manifests: re-render deploy/gannet.yaml from charts/gannet (tests check it is current)
+manifests: $(STAMP)
+	$(BIN)/python -m deploy.render
