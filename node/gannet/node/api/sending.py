@@ -28,12 +28,14 @@ Pure functions; called by :mod:`messaging`.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import socket
 import threading
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Encoding, definition_pb2, service_pb2
@@ -50,6 +52,8 @@ MESSAGE_GROUP_BYTES_MAX = 64  # maxMessageGroupSize: a group of this size or mor
 DELAY_MS_MAX = 24 * 3600 * 1000  # maxDelayTimeMills
 SECONDS_THAT_ARE_MS_MIN = 100_000_000_000  # year 5138 in seconds, 1973 in milliseconds
 TRACE_CONTEXT = "TRACE_CONTEXT"
+_GZIP = int(Encoding.GZIP)  # the enum wrapper's attribute lookup is a Python call per use
+IP_LITERALS_CACHED_MAX = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,7 +115,8 @@ def prepare(
     if any(m.topic.name != topic_name for m in messages):
         raise ApiError(statuses.MESSAGE_CORRUPTED, "all messages of a batch must share the topic")
     topic = writable_topic(topic_of, topic_name)
-    converted = [_convert(m, topic, peer_host, now_ms, limits) for m in messages]
+    accepted = topic.accepted_message_types  # parsed from the attributes: once per request
+    converted = [_convert(m, topic, accepted, peer_host, now_ms, limits) for m in messages]
     groups = {m.properties.get(props.SHARDING_KEY) for m in converted}
     group = groups.pop() if len(groups) == 1 else None
     ids = tuple(str(m.system_properties.message_id) for m in messages)
@@ -150,6 +155,7 @@ def topic_not_found_message(name: str) -> str:
 def _convert(
     pb: definition_pb2.Message,
     topic: TopicConfig,
+    accepted: frozenset[MessageType],
     peer_host: str,
     now_ms: int,
     limits: SendLimits,
@@ -171,14 +177,15 @@ def _convert(
     if keys:
         properties[props.KEYS] = props.KEY_SEPARATOR.join(keys)
     kind = _kind_and_special_properties(sp, properties, now_ms, limits)
-    _check_kind(kind, topic)
+    if kind not in accepted:
+        _refuse_kind(kind, topic)
     if sp.HasField("trace_context"):
         properties[TRACE_CONTEXT] = str(sp.trace_context)
     return records.Message(
         topic=topic.topic_name,
         body=body,
         properties=properties,
-        sys_flag=records.SYSFLAG_COMPRESSED if sp.body_encoding == Encoding.GZIP else 0,
+        sys_flag=records.SYSFLAG_COMPRESSED if sp.body_encoding == _GZIP else 0,
         born_timestamp_ms=_timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
         born_host=(_born_ip(str(sp.born_host), peer_host), 0),
     )
@@ -261,13 +268,12 @@ def _checked_group(group: str, limits: SendLimits) -> str:
     return group
 
 
-def _check_kind(kind: MessageType, topic: TopicConfig) -> None:
-    if kind not in topic.accepted_message_types:
-        raise ApiError(
-            statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-            f"topic {topic.topic_name!r} accepts {topic.message_type.value} messages; this "
-            f"message is {kind.value} (message_group makes FIFO, delivery_timestamp makes DELAY)",
-        )
+def _refuse_kind(kind: MessageType, topic: TopicConfig) -> NoReturn:
+    raise ApiError(
+        statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        f"topic {topic.topic_name!r} accepts {topic.message_type.value} messages; this "
+        f"message is {kind.value} (message_group makes FIFO, delivery_timestamp makes DELAY)",
+    )
 
 
 def _timestamp_ms(ts: Timestamp) -> int:
@@ -281,6 +287,7 @@ def _delivery_ms(ts: Timestamp) -> int:
     return _timestamp_ms(ts)
 
 
+@functools.lru_cache(maxsize=IP_LITERALS_CACHED_MAX)
 def _is_ip_literal(host: str) -> bool:
     for family in (socket.AF_INET, socket.AF_INET6):
         try:
