@@ -65,10 +65,11 @@ bench-peers: $(BENCH_STAMP) bench-debs
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis
 
-## bench: quick benchmarks (storage engine, Pop, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, v2 broker, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
+	$(BIN)/python -m bench.broker --quick
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
