@@ -1,19 +1,23 @@
 """GannetCluster reconciled by kopf (in-process, KMock API emulator): the StatefulSet, Services,
-ConfigMap, PodDisruptionBudget and ServiceMonitor are created with the right shape; scale-down
-is refused while no leader vouches for it; the cleanup schedule (injected clock) triggers the
-admin Cleanup RPC on the in-process broker and the status reports the run."""
+ConfigMap, PodDisruptionBudget and ServiceMonitor are created with the right shape; the cleanup
+schedule (injected clock) triggers the admin Cleanup RPC on the in-process broker and the status
+reports the run. Scale-down safety, leadership transfer, rolling restarts and the revive-queue
+roll-out run against a scriptable admin server (:mod:`tests.operator.fake_admin`) that plays a
+three-member Raft group."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
 import kmock
 import pytest
 
 from gannet.node.broker import threads
-from tests.operator.conftest import NAMESPACE, FakeClock, operator_env
+from tests.operator import fake_admin
+from tests.operator.conftest import NAMESPACE, Env, FakeClock, operator_env
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -29,7 +33,7 @@ def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
     )
 
 
-def test_cluster_objects_and_refused_scale_down(broker: threads.BrokerThread) -> None:
+def test_cluster_objects_and_scale_up(broker: threads.BrokerThread) -> None:
     async def scenario() -> None:
         async with operator_env(broker.endpoint) as env:
             env.api.resources["monitoring.coreos.com/v1/servicemonitors"] = kmock.ResourceInfo(
@@ -87,27 +91,12 @@ def test_cluster_objects_and_refused_scale_down(broker: threads.BrokerThread) ->
             assert monitor is not None
             assert monitor["metadata"]["labels"]["release"] == "prom"
 
-            # Scale-down needs the leader's word that every member is caught up; this broker
-            # cannot give it (no Raft group behind it), so the StatefulSet keeps 3 members.
-            await env.apply("GannetCluster", "main", {**spec, "replicas": 1})
-            cluster = await env.wait_for(
-                "GannetCluster",
-                "main",
-                lambda o: (o or {}).get("status", {}).get("observedGeneration") == 2,
-            )
-            scaling = condition(cluster, "Scaling")
-            assert scaling is not None
-            assert (scaling["status"], scaling["reason"]) == ("False", "ScaleDownBlocked")
-            sts = await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main")
-            assert sts is not None
-            assert sts["spec"]["replicas"] == 3
-
             # Scale-up is applied at once, with the new members in the peers list.
             await env.apply("GannetCluster", "main", {**spec, "replicas": 5})
             await env.wait_for(
                 "GannetCluster",
                 "main",
-                lambda o: (o or {}).get("status", {}).get("observedGeneration") == 3,
+                lambda o: (o or {}).get("status", {}).get("observedGeneration") == 2,
             )
             sts = await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main")
             assert sts is not None
@@ -161,5 +150,136 @@ def test_cleanup_schedule_triggers_cleanup(broker: threads.BrokerThread) -> None
             assert report["lastRunErrors"] == []
             assert report["lastRunFilesDeleted"] >= 0
             assert broker.broker.store.cleaner.last_result is not None
+
+    asyncio.run(scenario())
+
+
+def generation_seen(generation: int) -> Callable[[dict[str, Any] | None], bool]:
+    def check(obj: dict[str, Any] | None) -> bool:
+        return ((obj or {}).get("status") or {}).get("observedGeneration") == generation
+
+    return check
+
+
+async def replicas_of(env: Env) -> int:
+    sts = await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main")
+    assert sts is not None
+    return int(sts["spec"]["replicas"])
+
+
+def test_scale_down_waits_for_a_caught_up_group_and_moves_the_leader_first() -> None:
+    admin = fake_admin.FakeAdmin(
+        leader_id="main-0", peers=[("main-0", True, 0), ("main-1", True, 0), ("main-2", True, 900)]
+    )
+
+    async def scenario() -> None:
+        with fake_admin.serving(admin) as endpoint:
+            async with operator_env(endpoint) as env:
+                await env.apply("GannetCluster", "main", {"replicas": 3})
+                await env.wait_for("GannetCluster", "main", generation_seen(1))
+                await env.apply("GannetCluster", "main", {"replicas": 1})
+                cluster = await env.wait_for("GannetCluster", "main", generation_seen(2))
+                scaling = condition(cluster, "Scaling")
+                assert scaling is not None
+                assert (scaling["status"], scaling["reason"]) == ("False", "ScaleDownBlocked")
+                assert "main-2" in scaling["message"]  # the lagging member is named
+                assert await replicas_of(env) == 3
+
+                # The leader is among the removed members: leadership moves first.
+                admin.leader_id = "main-2"
+                admin.peers = [("main-0", True, 0), ("main-1", True, 0), ("main-2", True, 0)]
+                await env.apply("GannetCluster", "main", {"replicas": 2})
+                cluster = await env.wait_for("GannetCluster", "main", generation_seen(3))
+                assert admin.count("TransferLeadership") == 1
+                scaling = condition(cluster, "Scaling")
+                assert scaling is not None
+                assert "transferring leadership" in scaling["message"]
+                assert await replicas_of(env) == 3
+
+                # Leader kept, everyone caught up: the scale-down goes through.
+                admin.leader_id = "main-0"
+                await env.apply("GannetCluster", "main", {"replicas": 1})
+                cluster = await env.wait_for("GannetCluster", "main", generation_seen(4))
+                assert await replicas_of(env) == 1
+                assert cluster is not None
+                assert cluster["status"]["leader"] == "main-0"
+
+    asyncio.run(scenario())
+
+
+def test_revive_queue_count_is_rolled_out_and_reported() -> None:
+    admin = fake_admin.FakeAdmin(revive_active=8)
+
+    async def scenario() -> None:
+        with fake_admin.serving(admin) as endpoint:
+            async with operator_env(endpoint) as env:
+                await env.apply(
+                    "GannetCluster", "main", {"replicas": 1, "pop": {"reviveQueueCount": 4}}
+                )
+                cluster = await env.wait_for(
+                    "GannetCluster",
+                    "main",
+                    lambda o: (
+                        ((o or {}).get("status") or {}).get("reviveQueues", {}).get("active") == 4
+                    ),
+                )
+                assert cluster is not None
+                assert cluster["status"]["reviveQueues"]["draining"] == [4, 5, 6, 7]
+                assert ("SetReviveQueueCount", 4) in admin.calls
+                settings = condition(cluster, "BrokerSettings")
+                assert settings is not None
+                assert settings["status"] == "True"
+
+    asyncio.run(scenario())
+
+
+def pod(name: str, revision: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "labels": {
+                "app.kubernetes.io/name": "gannet",
+                "app.kubernetes.io/instance": "main",
+                "app.kubernetes.io/component": "broker",
+                "controller-revision-hash": revision,
+            },
+        },
+        "spec": {"containers": [{"name": "broker", "image": "x"}]},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }
+
+
+def test_rolling_restart_deletes_one_follower_at_a_time() -> None:
+    admin = fake_admin.FakeAdmin(leader_id="main-2")
+
+    async def scenario() -> None:
+        with fake_admin.serving(admin) as endpoint:
+            async with operator_env(endpoint, refresh_interval_s=0.1) as env:
+                for name, revision in (("main-0", "v1"), ("main-1", "v2"), ("main-2", "v1")):
+                    await env.kube.apply(pod(name, revision))
+                await env.apply("GannetCluster", "main", {"replicas": 3})
+                await env.wait_for("GannetCluster", "main", generation_seen(1))
+                await env.kube.patch(
+                    "apps/v1",
+                    "StatefulSet",
+                    NAMESPACE,
+                    "main",
+                    {"status": {"updateRevision": "v2", "readyReplicas": 3}},
+                )
+                # main-2 leads, main-1 is current: main-0 is the one to restart.
+                cluster = await env.wait_for(
+                    "GannetCluster",
+                    "main",
+                    lambda o: (condition(o, "RollingUpdate") or {}).get("reason") == "Waiting",
+                )
+                assert await env.kube.get("v1", "Pod", NAMESPACE, "main-0") is None
+                assert await env.kube.get("v1", "Pod", NAMESPACE, "main-2") is not None
+                rolling = condition(cluster, "RollingUpdate")
+                assert rolling is not None
+                assert "pods do not exist yet" in rolling["message"]
+                assert admin.count("TransferLeadership") == 0
 
     asyncio.run(scenario())

@@ -230,6 +230,18 @@ class Kube:
         result = await self._request("DELETE", resource_path(api_version, kind, namespace, name))
         return result is not None
 
+    async def patch(
+        self, api_version: str, kind: str, namespace: str, name: str, body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch one object; None when it does not exist."""
+        result = await self._request(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name),
+            body=dict(body),
+            content_type="application/merge-patch+json",
+        )
+        return None if result is None else dict(result)
+
     async def apply(self, desired: Mapping[str, Any]) -> str:
         """Create or update ``desired``; returns "created", "updated" or "unchanged"."""
         api_version, kind = str(desired["apiVersion"]), str(desired["kind"])
