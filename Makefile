@@ -73,8 +73,8 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
-## e2e-prometheus: a real Prometheus scrapes a broker under load; every dashboard and alert
-## expression is evaluated through its HTTP API (about 30 s; also part of `make unit`)
+## e2e-prometheus: a real Prometheus scrapes a local 3-node cluster under load; every dashboard
+## and alert expression is evaluated through its HTTP API (about 50 s; also in `make unit`)
 e2e-prometheus: $(STAMP) $(PROMTOOL)
 	$(BIN)/python -m e2e.prometheus.scenario
 

@@ -29,6 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
+
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"
 START_TIMEOUT_S = 30.0
@@ -97,10 +101,19 @@ def gannet_command() -> list[str]:
     return [str(found)] if found.exists() else [sys.executable, "-m", "gannet.node.cli"]
 
 
-def start_broker(workdir: Path, name: str = "broker-a", cluster: str = "e2e") -> BrokerProcess:
+def start_broker(
+    workdir: Path,
+    name: str = "broker-a",
+    cluster: str = "e2e",
+    *,
+    client: str | None = None,
+    raft: list[str] | None = None,
+    wait: bool = True,
+) -> BrokerProcess:
+    """``gannet broker run`` on free ports; ``raft``: extra ``--node-id``/``--peers`` args."""
     data = workdir / name
     data.mkdir(parents=True, exist_ok=True)
-    client = f"127.0.0.1:{free_port()}"
+    client = client or f"127.0.0.1:{free_port()}"
     metrics = f"127.0.0.1:{free_port()}"
     log_path = workdir / f"{name}.log"
     command = [
@@ -121,16 +134,26 @@ def start_broker(workdir: Path, name: str = "broker-a", cluster: str = "e2e") ->
         cluster,
         "--flush",
         "sync",
+        *(raft or []),
     ]
     with log_path.open("wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
     broker = BrokerProcess(name, process, client, metrics, log_path)
+    if wait:
+        wait_ready(broker)
+    return broker
+
+
+def wait_ready(broker: BrokerProcess) -> None:
     try:
-        wait_for(lambda: _alive_and(process, metrics, "/readyz"), START_TIMEOUT_S, f"{name} ready")
+        wait_for(
+            lambda: _alive_and(broker.process, broker.metrics_endpoint, "/readyz"),
+            START_TIMEOUT_S,
+            f"{broker.name} ready",
+        )
     except BaseException:
         broker.kill()
         raise
-    return broker
 
 
 def _alive_and(process: subprocess.Popen[bytes], host_port: str, path: str) -> bool:
@@ -157,6 +180,54 @@ class Cluster:
 def start_single_node(workdir: Path) -> Cluster:
     broker = start_broker(workdir)
     return Cluster(broker.client_endpoint, [broker.metrics_endpoint], [broker])
+
+
+def raft_leader(endpoints: list[str]) -> str | None:
+    """The client endpoint of the node that says it leads, or None."""
+    for endpoint in endpoints:
+        with grpc.insecure_channel(endpoint) as channel:
+            admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                status = admin.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=5)
+            except grpc.RpcError:
+                continue
+            if status.role == "leader":
+                return endpoint
+    return None
+
+
+def start_three_nodes(workdir: Path) -> Cluster:
+    """A local 3-node Raft group (``--node-id``/``--peers``); the client endpoint is the
+    leader's once one is elected. Brokers are listed followers first, leader last."""
+    clients = [f"127.0.0.1:{free_port()}" for _ in range(3)]
+    peers = [free_port() for _ in range(3)]
+    members = ",".join(
+        f"{i + 1}=127.0.0.1:{peers[i]}/{clients[i].rpartition(':')[2]}" for i in range(3)
+    )
+    brokers = []
+    try:
+        for i in range(3):
+            raft = ["--node-id", str(i + 1), "--peers", members]
+            raft += ["--peer-listen", f"127.0.0.1:{peers[i]}"]
+            brokers.append(
+                start_broker(workdir, f"broker-{i + 1}", client=clients[i], raft=raft, wait=False)
+            )
+        for broker in brokers:
+            wait_ready(broker)
+        found: list[str] = []
+
+        def elected() -> bool:
+            leader = raft_leader(clients)
+            found[:] = [leader] if leader else []
+            return bool(found)
+
+        wait_for(elected, START_TIMEOUT_S, "a Raft leader")
+    except BaseException:
+        for broker in brokers:
+            broker.kill()
+        raise
+    brokers.sort(key=lambda b: b.client_endpoint == found[0])
+    return Cluster(found[0], [b.metrics_endpoint for b in brokers], brokers)
 
 
 def prometheus_binary() -> str:

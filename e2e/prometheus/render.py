@@ -1,10 +1,10 @@
 """Pictures of the main Grafana dashboards for the README, drawn with matplotlib from the very
 panel expressions of ``deploy/dashboards/build.py``, evaluated by a real Prometheus over the
-load of :mod:`e2e.prometheus.scenario` (``query_range``, 1 s step).
+load of :mod:`e2e.prometheus.scenario` on a local 3-node cluster (``query_range``, 1 s step).
 
 Each picture is one dashboard: a grid with one plot per time-series panel (its title and unit,
 one line per returned series, labelled by the panel's legend format) and the last value of
-each stat panel. Raft and operator panels are skipped when nothing exports them (single node).
+each stat panel. Panels that need the operator are skipped when nothing exports them.
 
 ``python -m e2e.prometheus.render [--load-s 60]`` writes ``docs/img/dashboard-<uid>.png``.
 """
@@ -29,7 +29,7 @@ from deploy.dashboards import build
 from e2e.prometheus import harness, scenario
 
 OUT_DIR = harness.REPO / "docs" / "img"
-RENDERED = ("gannet-cluster", "gannet-topics", "gannet-pop", "gannet-storage")
+RENDERED = ("gannet-cluster", "gannet-topics", "gannet-pop", "gannet-raft", "gannet-storage")
 RATE_INTERVAL = "5s"
 STEP_S = 1.0
 COLUMNS = 3
@@ -37,25 +37,24 @@ COLUMNS = 3
 _BINARY = ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB"))
 
 
-def _scale(unit: str, values: list[float]) -> tuple[list[float], str]:
-    """Values in a readable unit and the axis label for ``unit`` (a Grafana unit id)."""
+def _scale(unit: str, values: list[float]) -> tuple[float, str]:
+    """``(divisor, label)`` that shows ``values`` (all of one panel) in a readable unit;
+    ``unit`` is the panel's Grafana unit id."""
     finite = [abs(v) for v in values if math.isfinite(v)]
     top = max(finite, default=0.0)
     if unit == "percentunit":
-        return [v * 100 for v in values], "%"
+        return 0.01, "%"
     if unit in ("bytes", "Bps"):
         suffix = "/s" if unit == "Bps" else ""
         for factor, name in _BINARY:
             if top >= factor:
-                return [v / factor for v in values], name + suffix
-        return values, "B" + suffix
+                return factor, name + suffix
+        return 1.0, "B" + suffix
     if unit == "s":
-        if 0 < top < 0.1:
-            return [v * 1000 for v in values], "ms"
-        return values, "s"
+        return (0.001, "ms") if 0 < top < 0.1 else (1.0, "s")
     if unit.startswith("suffix:"):
-        return values, unit.split(":", 1)[1].strip()
-    return values, {"reqps": "req/s", "none": ""}.get(unit, unit)
+        return 1.0, unit.split(":", 1)[1].strip()
+    return 1.0, {"reqps": "req/s", "none": ""}.get(unit, unit)
 
 
 def _legend(template: str, metric: dict[str, str]) -> str:
@@ -90,12 +89,12 @@ def draw(
             panels.append((panel, found))
     rows = math.ceil(len(panels) / COLUMNS)
     figure, axes = plt.subplots(rows, COLUMNS, figsize=(5.2 * COLUMNS, 2.7 * rows), squeeze=False)
-    figure.suptitle(f"{dashboard.title} — e2e load on one broker", fontsize=13)
+    figure.suptitle(f"{dashboard.title} — e2e load on a local 3-node cluster", fontsize=13)
     for ax, (panel, found) in zip(axes.flat, panels, strict=False):
         _plot(ax, panel, found)
     for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
-    figure.tight_layout()
+    figure.tight_layout(rect=(0, 0, 1, 0.97))
     return figure
 
 
@@ -105,16 +104,14 @@ def _plot(ax: Any, panel: build.Panel, found: list[tuple[str, list[float], list[
         ax.axis("off")
         text = []
         for label, _, values in found[:4]:
-            scaled, unit = _scale(panel.unit, values[-1:])
-            text.append(
-                f"{scaled[0]:,.3g} {unit}".strip() + ("" if len(found) == 1 else f" {label}")
-            )
+            divisor, unit = _scale(panel.unit, values[-1:])
+            shown = f"{values[-1] / divisor:,.3g} {unit}".strip()
+            text.append(shown + ("" if len(found) == 1 else f" {label}"))
         ax.text(0.5, 0.5, "\n".join(text) or "no data", ha="center", va="center", fontsize=16)
         return
-    unit = ""
+    divisor, unit = _scale(panel.unit, [v for _, _, values in found[:8] for v in values])
     for label, times, values in found[:8]:
-        scaled, unit = _scale(panel.unit, values)
-        ax.plot(times, scaled, label=label[:40], linewidth=1.2)
+        ax.plot(times, [v / divisor for v in values], label=label[:40], linewidth=1.2)
     ax.set_ylabel(unit, fontsize=8)
     ax.set_xlabel("s", fontsize=8)
     ax.tick_params(labelsize=7)
@@ -145,6 +142,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gannet-render-") as tmp:
         report = scenario.run(
             Path(tmp),
+            start_cluster=harness.start_three_nodes,
             on_loaded=lambda prom, start, end: render_all(prom, start, end, args.out),
             extra_load_s=args.load_s,
         )

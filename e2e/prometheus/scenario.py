@@ -2,9 +2,10 @@
 client, then every PromQL expression of every dashboard panel and alert rule is evaluated
 through Prometheus's HTTP API.
 
-Timeline (about 40 s on a single node):
+Timeline (about 25 s on a single node, 50 s on three):
 
-1. Start the cluster (a list of broker metrics endpoints; one broker for now) and Prometheus
+1. Start the cluster — a local 3-node Raft group of ``gannet broker run`` processes
+   (:func:`harness.start_three_nodes`, the default) or a single broker — and Prometheus
    (1 s scrape and rule evaluation, ``cluster="e2e"`` on every target).
 2. Load: the official ``Producer`` sends to two topics; two ``SimpleConsumer`` groups receive
    and ack, one of them leaving every 10th message un-acked (10 s invisible time), so revive
@@ -16,9 +17,10 @@ Timeline (about 40 s on a single node):
 5. **Dashboards**: every panel expression (variables set to match everything,
    ``$__rate_interval`` = 30 s) must return data — except panels that need Raft replication
    or the operator when the cluster exports neither; those are listed as not checked.
-6. **Alerts fire**: the consumer-lag and dead-letter expressions return series; then a broker
-   is killed and the broker-down expression returns it. The ``for:`` durations are left to
-   ``promtool test rules`` (deploy/prometheus/gannet-rules.test.yml).
+6. **Alerts fire**: the consumer-lag and dead-letter expressions return series; then a
+   follower is killed and the broker-down expression returns it; on three nodes the leader is
+   killed next and the no-leader expression returns the cluster. The ``for:`` durations are
+   left to ``promtool test rules`` (deploy/prometheus/gannet-rules.test.yml).
 
 Run ``make e2e-prometheus`` or ``python -m e2e.prometheus.scenario``; tests/metrics runs it
 too when the prometheus binary is present. :func:`run` returns a :class:`Report`; an optional
@@ -280,6 +282,16 @@ def check_dashboards(prometheus: harness.Prometheus, report: Report) -> None:
                     report.panels_empty.append(where)
 
 
+def _expect_firing(
+    prometheus: harness.Prometheus, report: Report, alert: str, rules: dict[str, str]
+) -> None:
+    try:
+        wait_for_data(prometheus, rules[alert], 20)
+        report.alerts_fired.append(alert)
+    except TimeoutError:
+        report.alerts_not_fired.append(alert)
+
+
 def wait_for_data(prometheus: harness.Prometheus, expr: str, timeout_s: float) -> None:
     harness.wait_for(lambda: _has_data(prometheus, expr), timeout_s, f"data for {expr}")
 
@@ -327,12 +339,11 @@ def run(
             on_loaded(prometheus, load_started, time.time())
         load.stop()
         load = None
-        cluster.brokers[-1].kill()
-        try:
-            wait_for_data(prometheus, rules["GannetBrokerDown"], 15)
-            report.alerts_fired.append("GannetBrokerDown")
-        except TimeoutError:
-            report.alerts_not_fired.append("GannetBrokerDown")
+        cluster.brokers[0].kill()  # a follower when there are several
+        _expect_firing(prometheus, report, "GannetBrokerDown", rules)
+        if len(cluster.brokers) >= 3:
+            cluster.brokers[-1].kill()  # the leader: the last node cannot win an election
+            _expect_firing(prometheus, report, "GannetNoLeader", rules)
         done = {*PROVOKED, *report.alerts_fired}
         report.alerts_not_provoked = [a for a in rules if a not in done]
     finally:
@@ -348,12 +359,16 @@ def run(
 def main() -> int:
     parser = argparse.ArgumentParser(description="Prometheus end-to-end check of Gannet.")
     parser.add_argument("--workdir", type=Path, help="keep logs and data here")
+    parser.add_argument(
+        "--nodes", type=int, choices=(1, 3), default=3, help="brokers (3: a local Raft group)"
+    )
     args = parser.parse_args()
+    start = harness.start_three_nodes if args.nodes == 3 else harness.start_single_node
     if args.workdir is not None:
-        report = run(args.workdir)
+        report = run(args.workdir, start_cluster=start)
     else:
         with tempfile.TemporaryDirectory(prefix="gannet-e2e-prometheus-") as tmp:
-            report = run(Path(tmp))
+            report = run(Path(tmp), start_cluster=start)
     print(report.text())
     return 0 if report.ok else 1
 
