@@ -233,6 +233,29 @@ def test_receive_ack_and_dlq_move_the_consumer_figures(broker, admin, messaging)
     assert value(text, "gannet_consumer_dlq_messages_total", group=group) == 1
 
 
+def test_pulled_messages_count_as_messages_out(broker, admin, messaging) -> None:
+    topic = create_topic(admin)
+    group = f"P-{topic}"
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=RPC_TIMEOUT_S)
+    assert send(messaging, topic, [b"p" * 10] * 3).status.code == Code.OK
+    _settle(broker)
+    queue_id = next(q for q in range(2) if broker.broker.store.max_offset_in_queue(topic, q) == 3)
+    request = service_pb2.PullMessageRequest(
+        group=definition_pb2.Resource(name=group),
+        message_queue=definition_pb2.MessageQueue(
+            topic=definition_pb2.Resource(name=topic), id=queue_id
+        ),
+        offset=0,
+        batch_size=8,
+        filter_expression=definition_pb2.FilterExpression(type=definition_pb2.TAG, expression="*"),
+    )
+    frames = list(messaging.PullMessage(request, metadata=CLIENT_ID, timeout=RPC_TIMEOUT_S))
+    assert sum(f.WhichOneof("content") == "message" for f in frames) == 3
+    text = scrape(metrics_port(broker))
+    assert value(text, "gannet_messages_out_total", topic=topic, group=group) == 3
+    assert value(text, "gannet_bytes_out_total", topic=topic, group=group) == 30
+
+
 def test_pop_and_revive_families_are_exported(broker) -> None:
     found = samples(scrape(metrics_port(broker)))
     names = {name for name, _ in found}

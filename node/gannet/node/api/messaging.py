@@ -84,8 +84,9 @@ class PopHandlers(Protocol):
 PopFactory = Callable[["MessagingServicer"], PopHandlers]
 SentObserver = Callable[[str, Sequence[records.Message]], None]
 """Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
-ReceivedObserver = Callable[[str, str, Sequence[records.Message]], None]
-"""Told (topic, group, messages) when messages are handed to a consumer; metrics use it."""
+ReceivedObserver = Callable[[str, str, Sequence[records.Message | definition_pb2.Message]], None]
+"""Told (topic, group, messages) when messages are handed to a consumer (ReceiveMessage,
+PullMessage); metrics use it (only ``body`` is read)."""
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -381,7 +382,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     # ------------------------------------------------------------------ not served
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        observer = self.on_received
         async for response in pulling.pull_message(self, request, context):
+            if observer is not None and response.HasField("message"):
+                topic = str(request.message_queue.topic.name)
+                observer(topic, str(request.group.name), [response.message])
             yield response
 
     async def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

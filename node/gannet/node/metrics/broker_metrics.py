@@ -6,8 +6,9 @@ Families (all prefixed ``gannet_``; bounded labels only):
   bytes appended by SendMessage. At most ``topics_max`` topic values (1000 by default); later
   topics are counted under ``topic="_other"`` so a topic storm cannot grow the series set.
 * ``gannet_messages_out_total{topic, group}``, ``gannet_bytes_out_total{topic, group}`` —
-  messages and body bytes handed to consumers (ReceiveMessage). At most ``pairs_max`` (topic,
-  group) pairs (1000); later pairs count under ``topic="_other", group="_other"``.
+  messages and body bytes handed to consumers (ReceiveMessage, PullMessage). At most
+  ``pairs_max`` (topic, group) pairs (1000); later pairs count under ``topic="_other",
+  group="_other"``.
 * ``gannet_message_size_bytes`` — body size histogram (no topic label: 12 series, not 12 per
   topic).
 * ``gannet_consumer_*`` — lag, ready, in flight, retries, DLQ per (topic, group):
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from importlib import metadata
+from typing import Protocol
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Info
@@ -76,6 +78,13 @@ MESSAGE_SIZE_BUCKETS_BYTES = (
 )
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+class HasBody(Protocol):
+    """A stored message or a v2 protobuf message: all the receive tally reads."""
+
+    @property
+    def body(self) -> bytes: ...
 
 
 class _TopicTally:
@@ -180,8 +189,9 @@ class BrokerMetrics:
         tally = self._out[key] = _TopicTally()
         return tally
 
-    def on_received(self, topic: str, group: str, messages: Sequence[Message]) -> None:
-        """Count messages handed to ``group`` (event-loop thread only; keep it cheap)."""
+    def on_received(self, topic: str, group: str, messages: Sequence[HasBody]) -> None:
+        """Count messages handed to ``group`` by ReceiveMessage or PullMessage (event-loop
+        thread only; keep it cheap)."""
         key = (topic, group)
         tally = self._out.get(key) or self._new_pair(key)
         tally.messages += len(messages)
@@ -207,12 +217,12 @@ class BrokerMetrics:
         self._sizes.add_to(sizes, [])
         out_messages = CounterMetricFamily(
             "gannet_messages_out",
-            "Messages handed to consumers by ReceiveMessage, by topic and group.",
+            "Messages handed to consumers (ReceiveMessage, PullMessage), by topic and group.",
             labels=["topic", "group"],
         )
         out_bytes = CounterMetricFamily(
             "gannet_bytes_out",
-            "Message body bytes handed to consumers by ReceiveMessage, by topic and group.",
+            "Message body bytes handed to consumers (Receive/PullMessage), by topic and group.",
             labels=["topic", "group"],
         )
         for (topic, group), tally in list(self._out.items()):
