@@ -75,10 +75,18 @@ def reply_settings(
     else:
         raise ApiError(
             statuses.UNRECOGNIZED_CLIENT_TYPE,
-            f"client type {definition_pb2.ClientType.Name(kind)} with {pub_sub} is not served; "
+            f"client type {_client_type_name(kind)} with {pub_sub} is not served; "
             "use a producer, push consumer or simple consumer",
         )
     return reply
+
+
+def _client_type_name(kind: int) -> str:
+    """``PRODUCER`` for 1; the number itself for a value the enum does not define (fuzzing)."""
+    try:
+        return str(definition_pb2.ClientType.Name(kind))
+    except ValueError:
+        return str(kind)
 
 
 def _merge_producer(reply: definition_pb2.Settings, body_size_max_bytes: int) -> None:

@@ -71,6 +71,26 @@ def to_proto(message: Message, group: str) -> peer_pb2.RaftMessage:
 
 
 def from_proto(m: peer_pb2.RaftMessage) -> Message:
+    """The core message of ``m``; raises :class:`PeerWireError` for a message no correct peer
+    sends (no body, an AppendEntries whose payload does not fill its range, an end before its
+    start), so that hostile bytes never reach the core's invariants (found by tests/fuzz)."""
+    message = _decode(m)
+    if isinstance(message, AppendEntries):
+        if message.end_offset < message.prev_offset:
+            raise PeerWireError(
+                f"AppendEntries from node {m.sender} ends at {message.end_offset}, "
+                f"before its start {message.prev_offset}"
+            )
+        span = message.end_offset - message.prev_offset
+        if message.payload and len(message.payload) != span:
+            raise PeerWireError(
+                f"AppendEntries from node {m.sender} carries {len(message.payload)} bytes "
+                f"for a range of {span}"
+            )
+    return message
+
+
+def _decode(m: peer_pb2.RaftMessage) -> Message:
     sender, target, term = NodeId(m.sender), NodeId(m.target), Term(m.term)
     kind = m.WhichOneof("body")
     if kind == "pre_vote_request":

@@ -80,7 +80,12 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
             if error is not None:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)
                 return peer_pb2.DeliverSummary(messages_received=received)
-            self._transport.deliver(peer_wire.from_proto(raw))
+            try:
+                message = peer_wire.from_proto(raw)
+            except peer_wire.PeerWireError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+                return peer_pb2.DeliverSummary(messages_received=received)
+            self._transport.deliver(message)
             received += 1
         return peer_pb2.DeliverSummary(messages_received=received)
 
