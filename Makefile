@@ -90,3 +90,12 @@ clean:
 ## manifests: re-render deploy/gannet.yaml from charts/gannet (tests check it is current)
 manifests: $(STAMP)
 	$(BIN)/python -m deploy.render
+
+.PHONY: e2e-operator e2e-kind
+## e2e-operator: operator and broker processes against the KMock API (also run by make test)
+e2e-operator: $(STAMP)
+	$(BIN)/python -m e2e.operator.scenario
+
+## e2e-kind: the operator on a kind cluster (needs docker, kind, kubectl)
+e2e-kind: $(STAMP)
+	bash e2e/operator/kind.sh

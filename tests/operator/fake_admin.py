@@ -21,7 +21,7 @@ from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 
 @dataclasses.dataclass
 class FakeAdmin(admin_pb2_grpc.AdminServicer):
-    leader_id: str = "main-0"
+    leader_id: str = "1"  # Raft node ids: pod ordinal + 1
     peers: list[tuple[str, bool, int]] = dataclasses.field(default_factory=list)
     revive_active: int = 8
     revive_draining: list[int] = dataclasses.field(default_factory=list)
@@ -42,7 +42,7 @@ class FakeAdmin(admin_pb2_grpc.AdminServicer):
 
     def TransferLeadership(self, request: Any, context: Any) -> Any:
         self.calls.append(("TransferLeadership", request.target_node_id))
-        return admin_pb2.TransferLeadershipResponse(leader_id="main-0", term=8)
+        return admin_pb2.TransferLeadershipResponse(leader_id="1", term=8)
 
     def _revive(self) -> admin_pb2.ReviveQueuesResponse:
         queues = [admin_pb2.ReviveQueue(queue_id=i) for i in range(self.revive_active)]

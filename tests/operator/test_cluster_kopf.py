@@ -69,13 +69,14 @@ def test_cluster_objects_and_scale_up(broker: threads.BrokerThread) -> None:
             claim = sts["spec"]["volumeClaimTemplates"][0]["spec"]
             assert claim["storageClassName"] == "fast"
             assert claim["resources"]["requests"]["storage"] == "5Gi"
-            args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
-            assert args[args.index("--node-id") + 1] == "$(POD_NAME)"
+            container = sts["spec"]["template"]["spec"]["containers"][0]
+            assert '--node-id "$$((${POD_NAME##*-} + 1))"' in container["command"][2]
+            args = container["args"]
             assert args[args.index("--peers") + 1] == "$(GANNET_PEERS)"
             config = await env.kube.get("v1", "ConfigMap", NAMESPACE, "main-config")
             assert config is not None
             peers = config["data"]["GANNET_PEERS"].split(",")
-            assert peers[2] == "main-2=main-2.main-peers.demo.svc:8091/8081"
+            assert peers[2] == "3=main-2.main-peers.demo.svc:8091/8081"
             peers_service = await env.kube.get("v1", "Service", NAMESPACE, "main-peers")
             assert peers_service is not None
             assert peers_service["spec"]["clusterIP"] == "None"
@@ -169,7 +170,7 @@ async def replicas_of(env: Env) -> int:
 
 def test_scale_down_waits_for_a_caught_up_group_and_moves_the_leader_first() -> None:
     admin = fake_admin.FakeAdmin(
-        leader_id="main-0", peers=[("main-0", True, 0), ("main-1", True, 0), ("main-2", True, 900)]
+        leader_id="1", peers=[("1", True, 0), ("2", True, 0), ("3", True, 900)]
     )
 
     async def scenario() -> None:
@@ -186,8 +187,8 @@ def test_scale_down_waits_for_a_caught_up_group_and_moves_the_leader_first() -> 
                 assert await replicas_of(env) == 3
 
                 # The leader is among the removed members: leadership moves first.
-                admin.leader_id = "main-2"
-                admin.peers = [("main-0", True, 0), ("main-1", True, 0), ("main-2", True, 0)]
+                admin.leader_id = "3"  # runs in pod main-2
+                admin.peers = [("1", True, 0), ("2", True, 0), ("3", True, 0)]
                 await env.apply("GannetCluster", "main", {"replicas": 2})
                 cluster = await env.wait_for("GannetCluster", "main", generation_seen(3))
                 assert admin.count("TransferLeadership") == 1
@@ -197,7 +198,7 @@ def test_scale_down_waits_for_a_caught_up_group_and_moves_the_leader_first() -> 
                 assert await replicas_of(env) == 3
 
                 # Leader kept, everyone caught up: the scale-down goes through.
-                admin.leader_id = "main-0"
+                admin.leader_id = "1"
                 await env.apply("GannetCluster", "main", {"replicas": 1})
                 cluster = await env.wait_for("GannetCluster", "main", generation_seen(4))
                 assert await replicas_of(env) == 1
@@ -253,7 +254,7 @@ def pod(name: str, revision: str) -> dict[str, Any]:
 
 
 def test_rolling_restart_deletes_one_follower_at_a_time() -> None:
-    admin = fake_admin.FakeAdmin(leader_id="main-2")
+    admin = fake_admin.FakeAdmin(leader_id="3")  # pod main-2
 
     async def scenario() -> None:
         with fake_admin.serving(admin) as endpoint:

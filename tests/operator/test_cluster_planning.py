@@ -17,7 +17,8 @@ def raft(leader: str, *peers: tuple[str, bool, int]) -> cp.RaftView:
     return cp.RaftView(leader, 3, tuple(cp.PeerView(*p) for p in peers), node_id=leader)
 
 
-CAUGHT_UP = raft("c-0", ("c-0", True, 0), ("c-1", True, 0), ("c-2", True, 0))
+# Raft node ids are pod ordinal + 1: node "1" runs in pod c-0.
+CAUGHT_UP = raft("1", ("1", True, 0), ("2", True, 0), ("3", True, 0))
 
 
 def test_scale_up_and_first_creation_are_accepted() -> None:
@@ -32,7 +33,7 @@ def test_scale_down_needs_a_caught_up_group() -> None:
     assert refused.replicas == 3
     assert (refused.condition.status, refused.condition.reason) == (False, "ScaleDownBlocked")
     assert "no leader" in refused.condition.message
-    lagging = raft("c-0", ("c-0", True, 0), ("c-1", True, 0), ("c-2", True, 4096))
+    lagging = raft("1", ("1", True, 0), ("2", True, 0), ("3", True, 4096))
     refused = cp.decide_replicas(desired=2, current=3, raft=lagging, cluster="c")
     assert refused.replicas == 3
     assert "c-2" in refused.condition.message
@@ -41,7 +42,7 @@ def test_scale_down_needs_a_caught_up_group() -> None:
 
 
 def test_scale_down_moves_leadership_off_a_removed_member_first() -> None:
-    view = raft("c-2", ("c-0", True, 0), ("c-1", True, 0), ("c-2", True, 0))
+    view = raft("3", ("1", True, 0), ("2", True, 0), ("3", True, 0))
     decision = cp.decide_replicas(desired=2, current=3, raft=view, cluster="c")
     assert decision.replicas == 3
     assert decision.transfer_away_from == "c-2"
@@ -53,24 +54,24 @@ def pods(*specs: tuple[str, str, bool]) -> list[cp.PodView]:
 
 def test_roll_goes_followers_first_highest_ordinal_first_leader_last() -> None:
     current = pods(("c-0", "old", True), ("c-1", "old", True), ("c-2", "old", True))
-    step = cp.next_roll_step(current, update_revision="new", replicas=3, leader_id="c-2")
+    step = cp.next_roll_step(current, update_revision="new", replicas=3, leader_pod="c-2")
     assert step == cp.DeletePod("c-1")
     current = pods(("c-0", "old", True), ("c-1", "new", True), ("c-2", "old", True))
-    assert cp.next_roll_step(current, update_revision="new", replicas=3, leader_id="c-2") == (
+    assert cp.next_roll_step(current, update_revision="new", replicas=3, leader_pod="c-2") == (
         cp.DeletePod("c-0")
     )
     current = pods(("c-0", "new", True), ("c-1", "new", True), ("c-2", "old", True))
-    assert cp.next_roll_step(current, update_revision="new", replicas=3, leader_id="c-2") == (
+    assert cp.next_roll_step(current, update_revision="new", replicas=3, leader_pod="c-2") == (
         cp.TransferLeadership("c-2")
     )
-    assert cp.next_roll_step(current, update_revision="new", replicas=3, leader_id="c-0") == (
+    assert cp.next_roll_step(current, update_revision="new", replicas=3, leader_pod="c-0") == (
         cp.DeletePod("c-2")
     )
 
 
 def test_roll_waits_for_every_member_to_be_ready() -> None:
     current = pods(("c-0", "old", True), ("c-1", "new", False), ("c-2", "old", True))
-    step = cp.next_roll_step(current, update_revision="new", replicas=3, leader_id="c-0")
+    step = cp.next_roll_step(current, update_revision="new", replicas=3, leader_pod="c-0")
     assert isinstance(step, cp.Wait)
     assert "c-1" in step.reason
 
@@ -87,7 +88,9 @@ def test_roll_never_restarts_a_leader_or_a_pod_while_another_is_down(
         for i, (updated, ready) in enumerate(states)
     ]
     leader = f"c-{leader_ordinal}" if leader_ordinal < len(states) else None
-    step = cp.next_roll_step(current, update_revision="new", replicas=len(states), leader_id=leader)
+    step = cp.next_roll_step(
+        current, update_revision="new", replicas=len(states), leader_pod=leader
+    )
     if isinstance(step, cp.DeletePod):
         assert all(p.ready for p in current)
         assert step.name != leader or len(current) == 1
@@ -102,9 +105,14 @@ def test_revive_change() -> None:
     assert cp.revive_change(4, cp.ReviveView(8, ())) == 4
 
 
-def test_ordinal() -> None:
+def test_ordinals_and_node_ids() -> None:
     assert cp.ordinal("main-12") == 12
     assert cp.ordinal("main") == -1
+    assert cp.node_id(0) == "1"
+    assert cp.node_ordinal("3") == 2
+    assert cp.node_ordinal("0") == -1
+    assert cp.node_ordinal("main-1") == -1
+    assert cp.pod_of_node("main", "2") == "main-1"
 
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

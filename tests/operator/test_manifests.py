@@ -77,7 +77,10 @@ def test_config_change_changes_the_pod_template() -> None:
 def test_peers_and_disruption_budget_follow_the_size(replicas: int) -> None:
     objects = build(replicas)
     peers = by_kind(objects, "ConfigMap")["data"]["GANNET_PEERS"].split(",")
-    assert [p.partition("=")[0] for p in peers] == [f"main-{i}" for i in range(replicas)]
+    assert [p.partition("=")[0] for p in peers] == [str(i + 1) for i in range(replicas)]
+    assert [p.partition("=")[2].partition(".")[0] for p in peers] == [
+        f"main-{i}" for i in range(replicas)
+    ]
     assert all(p.endswith(".main-peers.demo.svc:8091/8081") for p in peers)
     budget = by_kind(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"]
     assert budget >= 1

@@ -38,7 +38,8 @@ class PeerView:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class RaftView:
-    """The leader's view of the group (from GetRaftStatus on the leader)."""
+    """The leader's view of the group (from GetRaftStatus on the leader); ids are Raft node ids
+    ("1", "2", ...: pod ordinal + 1)."""
 
     leader_id: str
     term: int
@@ -50,13 +51,27 @@ class RaftView:
 class ReplicaDecision:
     replicas: int  # what the StatefulSet gets now
     condition: Condition
-    transfer_away_from: str | None = None  # the leader to move before a scale-down
+    transfer_away_from: str | None = None  # the leader's pod, to move leadership off first
 
 
 def ordinal(pod: str) -> int:
-    """The StatefulSet ordinal at the end of a pod (or node) name; -1 when there is none."""
+    """The StatefulSet ordinal at the end of a pod name; -1 when there is none."""
     _, _, tail = pod.rpartition("-")
     return int(tail) if tail.isdigit() else -1
+
+
+def node_id(pod_ordinal: int) -> str:
+    """Raft node ids are 1-based integers: pod ``<cluster>-<i>`` runs node ``i + 1``."""
+    return str(pod_ordinal + 1)
+
+
+def node_ordinal(node: str) -> int:
+    """The pod ordinal of Raft node ``node`` ("3" runs in pod ``<cluster>-2``); -1 if unknown."""
+    return int(node) - 1 if node.isdigit() and int(node) >= 1 else -1
+
+
+def pod_of_node(cluster: str, node: str) -> str:
+    return f"{cluster}-{node_ordinal(node)}" if node_ordinal(node) >= 0 else f"node {node}"
 
 
 def decide_replicas(
@@ -84,15 +99,16 @@ def decide_replicas(
     if raft is None or not raft.leader_id:
         return blocked("no leader answers GetRaftStatus")
     lagging = [
-        p.node_id
+        pod_of_node(cluster, p.node_id)
         for p in raft.peers
         if p.node_id != raft.leader_id and (not p.reachable or p.lag_bytes != 0)
     ]
     if lagging:
         return blocked(f"members not caught up: {', '.join(sorted(lagging))}")
-    if ordinal(raft.leader_id) >= desired:
-        decision = blocked(f"leader {raft.leader_id} is being removed; transferring leadership")
-        return dataclasses.replace(decision, transfer_away_from=raft.leader_id)
+    if node_ordinal(raft.leader_id) >= desired:
+        leader = pod_of_node(cluster, raft.leader_id)
+        decision = blocked(f"leader {leader} is being removed; transferring leadership")
+        return dataclasses.replace(decision, transfer_away_from=leader)
     return ReplicaDecision(
         desired,
         Condition(SCALING, True, "ScalingDown", f"scaling down from {current} to {desired}"),
@@ -131,7 +147,7 @@ RollStep = Wait | TransferLeadership | DeletePod | Done
 
 
 def next_roll_step(
-    pods: list[PodView], *, update_revision: str, replicas: int, leader_id: str | None
+    pods: list[PodView], *, update_revision: str, replicas: int, leader_pod: str | None
 ) -> RollStep:
     """The one thing to do now to bring every pod to ``update_revision``."""
     outdated = [p for p in pods if p.revision != update_revision]
@@ -142,9 +158,9 @@ def next_roll_step(
     unready = sorted(p.name for p in pods if not p.ready or p.terminating)
     if unready:
         return Wait(f"waiting for {', '.join(unready)} to be ready")
-    outdated.sort(key=lambda p: (p.name == leader_id, -ordinal(p.name)))
+    outdated.sort(key=lambda p: (p.name == leader_pod, -ordinal(p.name)))
     victim = outdated[0]
-    if victim.name == leader_id and len(pods) > 1:
+    if victim.name == leader_pod and len(pods) > 1:
         return TransferLeadership(victim.name)
     return DeletePod(victim.name)
 

@@ -544,7 +544,7 @@ async def _leader_view(
     try:
         view = await ctx.brokers.raft_status(ctx.endpoints.client(namespace, cluster))
         if view.leader_id and view.node_id != view.leader_id:
-            leader = cluster_planning.ordinal(view.leader_id)
+            leader = cluster_planning.node_ordinal(view.leader_id)
             if leader >= 0:
                 view = await ctx.brokers.raft_status(ctx.endpoints.pod(namespace, cluster, leader))
     except (BrokerUnavailable, BrokerRefused):
@@ -608,7 +608,7 @@ async def _reconcile_cluster(
     patch.status["selector"] = manifests.selector_text(name)
     patch.status["clientEndpoint"] = manifests.client_endpoint(name, namespace)
     if leader is not None:
-        patch.status["leader"] = leader.leader_id
+        patch.status["leader"] = cluster_planning.pod_of_node(name, leader.leader_id)
         patch.status["term"] = leader.term
 
 
@@ -629,7 +629,7 @@ async def _roll(
         views,
         update_revision=update_revision,
         replicas=replicas,
-        leader_id=None if leader is None else leader.leader_id,
+        leader_pod=None if leader is None else cluster_planning.pod_of_node(name, leader.leader_id),
     )
     if isinstance(step, cluster_planning.TransferLeadership):
         with contextlib.suppress(BrokerUnavailable, BrokerRefused):

@@ -17,9 +17,9 @@ into the objects the operator keeps applied (``handlers`` → ``kube.apply``):
 - ``<name>``: ServiceMonitor (``monitoring.coreos.com/v1``) when enabled in the spec.
 
 Every object carries the cluster as controlling ownerReference, so deleting the GannetCluster
-garbage-collects them. The broker command line is
-``gannet broker run --node-id $(POD_NAME) --peers id=host:peerport/clientport,... --peer-listen
-0.0.0.0:8091 --listen 0.0.0.0:8081 --metrics-listen 0.0.0.0:5557 --data-dir /var/lib/gannet``.
+garbage-collects them. The broker command line is ``gannet broker run --node-id <ordinal + 1>
+--peers 1=<cluster>-0.<cluster>-peers.<ns>.svc:8091/8081,... --peer-listen 0.0.0.0:8091 --listen
+0.0.0.0:8081 --metrics-listen 0.0.0.0:5557 --data-dir /var/lib/gannet ...``.
 """
 
 from __future__ import annotations
@@ -68,9 +68,10 @@ def pod_endpoint(cluster: str, namespace: str, ordinal: int) -> str:
 
 
 def peers_flag(cluster: str, namespace: str, replicas: int) -> str:
-    """``--peers`` value: ``id=host:peerport/clientport`` for every member, comma-separated."""
+    """``--peers`` value: ``id=host:peerport/clientport`` for every member, comma-separated.
+    Raft node ids are 1-based integers: pod ``<cluster>-<i>`` is node ``i + 1``."""
     return ",".join(
-        f"{pod_name(cluster, i)}={pod_host(cluster, namespace, i)}:{PEER_PORT}/{CLIENT_PORT}"
+        f"{i + 1}={pod_host(cluster, namespace, i)}:{PEER_PORT}/{CLIENT_PORT}"
         for i in range(replicas)
     )
 
@@ -129,14 +130,21 @@ def config_hash(data: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# The node id is the pod's ordinal + 1, computed by the shell from the pod name (a StatefulSet
+# template cannot do arithmetic). `$$` is Kubernetes' escape for a literal `$` in a command.
+BROKER_COMMAND = [
+    "/bin/sh",
+    "-c",
+    'exec gannet broker run --node-id "$$((${POD_NAME##*-} + 1))" "$@"',
+    "gannet",
+]
+
+
 def _args(spec: ClusterSpec) -> list[str]:
+    """Arguments after ``gannet broker run --node-id N`` (see :data:`BROKER_COMMAND`)."""
     args = [
-        "broker",
-        "run",
         "--data-dir",
         DATA_DIR,
-        "--node-id",
-        "$(POD_NAME)",
         "--peers",
         "$(GANNET_PEERS)",
         "--peer-listen",
@@ -177,6 +185,7 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
         "name": "broker",
         "image": spec.image,
         "imagePullPolicy": spec.image_pull_policy,
+        "command": BROKER_COMMAND,
         "args": _args(spec),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
