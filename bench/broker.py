@@ -86,21 +86,15 @@ class BrokerProcess:
         return 0
 
 
-_LAUNCH_UVLOOP = "import sys, uvloop; uvloop.install(); from gannet.node.cli import main; main()"
-
-
 @contextlib.contextmanager
 def broker_process(root: Path, style: str) -> Iterator[BrokerProcess]:
-    args = [
-        "broker", "run", "--data-dir", str(root), "--listen", "127.0.0.1:0",
-        "--flush", "async", "--metrics-listen", "",
-    ]  # fmt: skip
-    if style == "uvloop":
-        command = [sys.executable, "-c", _LAUNCH_UVLOOP, *args]
-    elif style == "asyncio":
-        command = [sys.executable, "-m", "gannet.node.cli", *args]
-    else:
+    if style not in STYLES:
         raise ValueError(f"unknown server style {style!r}; use one of {STYLES}")
+    command = [
+        sys.executable, "-m", "gannet.node.cli", "broker", "run", "--data-dir", str(root),
+        "--listen", "127.0.0.1:0", "--flush", "async", "--metrics-listen", "",
+        "--event-loop", style,
+    ]  # fmt: skip
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         assert proc.stdout is not None
