@@ -77,11 +77,17 @@ class Report:
     alerts_fired: list[str] = field(default_factory=list)
     alerts_not_fired: list[str] = field(default_factory=list)
     alerts_not_provoked: list[str] = field(default_factory=list)
+    double_counted: list[str] = field(default_factory=list)  # consumer series on 2+ nodes
     seconds: float = 0.0
 
     @property
     def ok(self) -> bool:
-        return not (self.panels_empty or self.alerts_noisy_when_healthy or self.alerts_not_fired)
+        return not (
+            self.panels_empty
+            or self.alerts_noisy_when_healthy
+            or self.alerts_not_fired
+            or self.double_counted
+        )
 
     def text(self) -> str:
         lines = [
@@ -93,6 +99,7 @@ class Report:
             f"alerts fired on provoked faults: {self.alerts_fired}",
             f"alerts NOT fired: {self.alerts_not_fired}",
             f"alerts not provoked here: {self.alerts_not_provoked}",
+            f"consumer series exported by more than one node: {self.double_counted}",
             f"took {self.seconds:.1f} s",
         ]
         return "\n".join(lines)
@@ -330,6 +337,11 @@ def run(
             prometheus, f"rate(gannet_consumer_retry_messages_total[{RATE_INTERVAL}])", 10
         )
         check_dashboards(prometheus, report)
+        # Only the node serving Pop (the leader) exports consumer figures; sums stay true.
+        for series in prometheus.query(
+            "count by (topic, group) (gannet_consumer_lag_messages) > 1"
+        ):
+            report.double_counted.append(str(series["metric"]))
         rules = dict(alert_rules())
         for alert in ("GannetConsumerLagHigh", "GannetDeadLetters"):
             fired = _has_data(prometheus, rules[alert])

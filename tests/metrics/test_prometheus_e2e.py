@@ -1,7 +1,9 @@
-"""The Prometheus end-to-end scenario (``e2e/prometheus/scenario.py``, 30-60 s): a real
-Prometheus scrapes a local 3-node Raft group of broker processes under official-client load;
-every dashboard expression returns data, every alert expression is silent while healthy, and
-the provoked ones (consumer lag, dead letters, broker down, no leader) fire."""
+"""The fast variant of the Prometheus end-to-end scenario (``e2e/prometheus/scenario.py``,
+about 25 s on one broker process; ``make e2e-prometheus`` runs the same scenario on a local
+3-node Raft group, about 50 s, where the Raft panels and the no-leader alert are checked too):
+a real Prometheus scrapes the broker under official-client load; every dashboard expression
+returns data, every alert expression is silent while healthy, and the provoked ones (consumer
+lag, dead letters, broker down) fire."""
 
 from __future__ import annotations
 
@@ -15,19 +17,19 @@ from e2e.prometheus import harness, scenario
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
-def test_every_dashboard_and_alert_expression_on_a_three_node_cluster(tmp_path: Path) -> None:
+@pytest.mark.timeout(180)
+def test_every_dashboard_and_alert_expression_against_a_real_prometheus(tmp_path: Path) -> None:
     if shutil.which("prometheus") is None and not Path("/usr/bin/prometheus").exists():
         pytest.skip("prometheus is not installed (make unit installs Debian's prometheus package)")
-    report = scenario.run(tmp_path, start_cluster=harness.start_three_nodes)
+    report = scenario.run(tmp_path, start_cluster=harness.start_single_node)
     print(report.text())
-    assert len(report.panels_checked) > 50
+    assert len(report.panels_checked) > 45
     assert not report.panels_empty, report.panels_empty
     assert not report.alerts_noisy_when_healthy, report.alerts_noisy_when_healthy
-    provoked = {*scenario.PROVOKED, "GannetNoLeader"}
-    assert provoked <= set(report.alerts_fired), report.alerts_not_fired
-    # Only the operator's panels may go unchecked: no operator runs here.
-    operator = {f"{d.uid}/{p.title}" for d in build.dashboards() for p in d.panels() if p.requires}
-    operator = {w for w in operator if w.startswith("gannet-operator/")}
+    assert not report.double_counted, report.double_counted
+    assert set(scenario.PROVOKED) <= set(report.alerts_fired), report.alerts_not_fired
+    # Only panels that need Raft or the operator may go unchecked: a single node without
+    # replication or operator exports neither.
+    needing = {f"{d.uid}/{p.title}" for d in build.dashboards() for p in d.panels() if p.requires}
     for where in report.panels_not_checked:
-        assert where.rsplit("#", 1)[0] in operator, where
+        assert where.rsplit("#", 1)[0] in needing, where
