@@ -39,7 +39,6 @@ Called by ``gannet broker run`` and :mod:`threads`.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import signal
@@ -133,10 +132,6 @@ class Broker:
                 auth.load(config.auth_file), skew_s=config.auth_skew_s
             )
         self._tls = _tls_credentials(config)
-        self.failure: str | None = None
-        """Why the node stopped itself (a failed fsync); None while healthy."""
-        self._failing_task: asyncio.Future[None] | None = None
-        self._signalled: asyncio.Event | None = None
         self.inflight = limits.InflightPerClient(config.inflight_per_client_max)
         """v2 calls in flight per client id (refusals in ``inflight.refused_total``)."""
         if config.metrics_listen:
@@ -171,7 +166,6 @@ class Broker:
             "recovering": "store recovering",
             "starting": "gRPC server not serving yet",
             "stopping": "stopping",
-            "failed": f"stopped after a fatal error: {self.failure}",
         }.get(self.phase, "stopped")
 
     @property
@@ -202,39 +196,6 @@ class Broker:
             await self._close_metrics_server()
             raise
         self.phase = "serving"
-        self._watch_fatal_flush()
-
-    def _watch_fatal_flush(self) -> None:
-        """A failed commit-log fsync stops the node (``durable``: never continue after one).
-
-        The flush thread tells its listeners after the failure; the loop then stops serving
-        at once (clients see UNAVAILABLE, Raft peers lose this member and elect another
-        leader), closes Pop and the store (the abort file stays, so the next start recovers
-        abnormally), and ``phase`` becomes ``failed``; ``gannet broker run`` exits 3."""
-        flush = self.store.flush
-        if flush is None:
-            return
-        loop = asyncio.get_running_loop()
-
-        def on_flushed(_offset: int) -> None:
-            error = flush.fatal_error
-            if error is not None and self.failure is None:
-                self.failure = str(error)
-                with contextlib.suppress(RuntimeError):  # the loop is closing anyway
-                    loop.call_soon_threadsafe(self._begin_failing)
-
-        flush.listeners.append(on_flushed)
-
-    def _begin_failing(self) -> None:
-        self._failing_task = asyncio.ensure_future(self._fail())
-
-    async def _fail(self) -> None:
-        log.critical("stopping the node: %s", self.failure)
-        if self.phase in ("serving", "starting"):
-            await self.stop(grace_s=0)
-        self.phase = "failed"
-        if self._signalled is not None:
-            self._signalled.set()
 
     def _start_metrics_server(self) -> None:
         if self.metrics is None or not self.config.metrics_listen:
@@ -322,8 +283,6 @@ class Broker:
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, drain in-flight RPCs, then close the store cleanly."""
-        if self.phase in ("stopping", "stopped", "failed"):
-            return
         self.phase = "stopping"
         try:
             await self._stop_serving(grace_s)
@@ -350,7 +309,6 @@ class Broker:
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then :meth:`stop`."""
         stopping = asyncio.Event()
-        self._signalled = stopping
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stopping.set)
