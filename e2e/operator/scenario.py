@@ -4,17 +4,22 @@ official RocketMQ client uses them.
 Pieces (all on 127.0.0.1): a ``gannet broker run`` process; the Kubernetes API played by the KMock
 emulator of ``tests/operator/emulating.py`` in this process (no real control plane can be built
 on this machine: see docs/operator.md); ``gannet operator run --server <emulator>
---broker-endpoint <broker>`` as a separate process. Timeline (about 10 s):
+--broker-endpoint <broker>`` as a separate process. Timeline (about 15 s):
 
 1. Start the broker and the emulator, then the operator; wait for its ``/healthz``.
 2. Apply a GannetCluster, a Topic (4 queues) and a ConsumerGroup; wait until both report
    ``Ready=True`` for their generation; the topic and group exist on the broker.
 3. The official ``Producer`` sends 20 messages to the topic; the official ``SimpleConsumer`` of
    the group receives and acks all 20.
-4. Grow the topic to 6 queues; the broker follows. Try to shrink it to 2: ``NotSupported``.
-5. Delete the Topic and the ConsumerGroup; the finalizer holds them until the broker has
+4. Revive-queue count changed under load: 30 messages received, half acked, the other half
+   made visible again after 1 s (their checkpoints sit in the revive queues); the
+   GannetCluster's ``pop.reviveQueueCount`` goes 8 → 2 while 30 more messages are sent; the
+   operator rolls it out (status shows 2 active queues); every one of the 60 messages is
+   received and acked — none lost across the draining queues.
+5. Grow the topic to 6 queues; the broker follows. Try to shrink it to 2: ``NotSupported``.
+6. Delete the Topic and the ConsumerGroup; the finalizer holds them until the broker has
    dropped them; then both are gone from the broker.
-6. The operator's ``/metrics`` counts successful Topic reconciliations.
+7. The operator's ``/metrics`` counts successful Topic reconciliations.
 
 Run ``python -m e2e.operator.scenario``; ``tests/operator/test_e2e.py`` runs it in CI.
 ``make e2e-kind`` is the same story on a real kind cluster for machines with Docker
@@ -109,6 +114,9 @@ def process(command: list[str], log: Path, ready_url: str, what: str) -> Iterato
 class Report:
     sent: int
     received: int
+    revive_sent: int
+    revive_acked: int
+    revive_active_after: int
     topic_queues_after_growth: int
     shrink_reason: str
     topic_reconciliations: float
@@ -138,32 +146,68 @@ def _queues(endpoint: str, topic: str) -> int:
     return int(answer.topic.write_queue_nums)
 
 
-def produce_and_consume(endpoint: str, topic: str, group: str) -> tuple[int, int]:
-    """Send MESSAGES with the official Producer, receive and ack them with SimpleConsumer."""
+def send(endpoint: str, topic: str, bodies: list[bytes]) -> None:
+    """Send with the official Producer (each send answered after the broker stored it)."""
     config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
     producer = Producer(config, (topic,))
     producer.startup()
     try:
-        for i in range(MESSAGES):
+        for body in bodies:
             message = Message()
             message.topic = topic
-            message.body = f"order-{i}".encode()
+            message.body = body
             message.tag = "e2e"
             producer.send(message)
     finally:
         producer.shutdown()
-    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=1)
-    consumer.startup()
-    bodies: set[bytes] = set()
-    try:
+
+
+class Reader:
+    """The official SimpleConsumer of one group, remembering every body it acked."""
+
+    def __init__(self, endpoint: str, topic: str, group: str) -> None:
+        config = ClientConfiguration(endpoint, Credentials(), request_timeout=10)
+        self.consumer = SimpleConsumer(
+            config, group, {topic: FilterExpression("*")}, await_duration=1
+        )
+        self.consumer.startup()
+        self.acked: set[bytes] = set()
+
+    def receive(self, wanted: int, *, ack_every: int = 1) -> int:
+        """Receive until ``wanted`` messages came; ack every ``ack_every``-th, and make the others
+        visible again after 1 s (their checkpoints wait in the revive queues). Returns the count."""
+        got = 0
         deadline = time.monotonic() + START_TIMEOUT_S
-        while len(bodies) < MESSAGES and time.monotonic() < deadline:
-            for received in consumer.receive(32, 30):
-                bodies.add(received.body)
-                consumer.ack(received)
+        while got < wanted and time.monotonic() < deadline:
+            for received in self.consumer.receive(32, 30):
+                got += 1
+                if got % ack_every == 0 or received.body in self.acked:
+                    self.consumer.ack(received)
+                    self.acked.add(received.body)
+                else:
+                    self.consumer.change_invisible_duration(received, 1)
+        return got
+
+    def ack_until(self, bodies: set[bytes]) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not bodies <= self.acked and time.monotonic() < deadline:
+            for received in self.consumer.receive(32, 30):
+                self.consumer.ack(received)
+                self.acked.add(received.body)
+
+    def close(self) -> None:
+        self.consumer.shutdown()
+
+
+def produce_and_consume(endpoint: str, topic: str, group: str) -> tuple[int, int]:
+    """Send MESSAGES with the official Producer, receive and ack them with SimpleConsumer."""
+    send(endpoint, topic, [f"order-{i}".encode() for i in range(MESSAGES)])
+    reader = Reader(endpoint, topic, group)
+    try:
+        reader.ack_until({f"order-{i}".encode() for i in range(MESSAGES)})
     finally:
-        consumer.shutdown()
-    return MESSAGES, len(bodies)
+        reader.close()
+    return MESSAGES, len(reader.acked)
 
 
 async def _scenario(workdir: Path) -> Report:
@@ -241,7 +285,7 @@ async def _scenario(workdir: Path) -> Report:
 
 
 async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
-    await env.apply("GannetCluster", "main", {"replicas": 1})
+    await env.apply("GannetCluster", "main", {"replicas": 1, "pop": {"reviveQueueCount": 8}})
     await env.apply("Topic", "e2e-orders", {"cluster": "main", "queues": 4})
     await env.apply("ConsumerGroup", "e2e-readers", {"cluster": "main"})
     await env.wait_for("Topic", "e2e-orders", ready, timeout_s=30)
@@ -254,6 +298,7 @@ async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
     )
     if received != sent:
         raise AssertionError(f"sent {sent} messages, received {received}")
+    revive = await _revive_under_load(env, broker)
 
     await env.apply("Topic", "e2e-orders", {"cluster": "main", "queues": 6})
     await env.wait_for(
@@ -280,7 +325,39 @@ async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
     scraped = await asyncio.to_thread(_scrape, f"http://{operator_metrics}/metrics")
     line = 'gannet_operator_reconciliations_total{kind="Topic",result="success"} '
     count = next(float(x.split()[-1]) for x in scraped.splitlines() if x.startswith(line))
-    return Report(sent, received, grown, refused["status"]["conditions"][0]["reason"], count, 0.0)
+    reason = refused["status"]["conditions"][0]["reason"]
+    return Report(sent, received, *revive, grown, reason, count, 0.0)
+
+
+async def _revive_under_load(env: Env, broker: str) -> tuple[int, int, int]:
+    """Change the revive-queue count while messages flow and checkpoints wait for revive."""
+    first = [f"revive-a-{i}".encode() for i in range(30)]
+    second = [f"revive-b-{i}".encode() for i in range(30)]
+    await env.apply("Topic", "e2e-revive", {"cluster": "main", "queues": 4})
+    await env.wait_for("Topic", "e2e-revive", ready, timeout_s=30)
+    reader = await asyncio.to_thread(Reader, broker, "e2e-revive", "e2e-readers")
+    try:
+        await asyncio.to_thread(send, broker, "e2e-revive", first)
+        await asyncio.to_thread(reader.receive, len(first), ack_every=2)
+        # Under load: the count changes while the second batch is being sent.
+        sending = asyncio.create_task(asyncio.to_thread(send, broker, "e2e-revive", second))
+        await env.apply("GannetCluster", "main", {"replicas": 1, "pop": {"reviveQueueCount": 2}})
+        cluster = await env.wait_for(
+            "GannetCluster",
+            "main",
+            lambda o: ((o or {}).get("status") or {}).get("reviveQueues", {}).get("active") == 2,
+            timeout_s=30,
+        )
+        await sending
+        await asyncio.to_thread(reader.ack_until, set(first) | set(second))
+    finally:
+        await asyncio.to_thread(reader.close)
+    missing = (set(first) | set(second)) - reader.acked
+    if missing:
+        raise AssertionError(f"{len(missing)} messages lost across the revive change: {missing}")
+    await env.delete("Topic", "e2e-revive")
+    assert cluster is not None
+    return len(first) + len(second), len(reader.acked), cluster["status"]["reviveQueues"]["active"]
 
 
 def _scrape(url: str) -> str:
