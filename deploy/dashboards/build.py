@@ -130,7 +130,7 @@ def _cluster_overview() -> Dashboard:
             ),
             p(
                 "Brokers ready",
-                "Brokers whose /readyz answers 200 (store recovered, serving).",
+                "Brokers whose /readyz answers 200 (store recovered, Raft leader known, serving).",
                 "none",
                 t(f"sum(gannet_broker_ready{{{C}}})"),
                 kind="stat",

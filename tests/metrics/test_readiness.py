@@ -95,3 +95,26 @@ def test_no_metrics_listen_means_no_endpoint_and_no_metrics(tmp_path: Path) -> N
 def test_bad_metrics_listen_values_are_refused(listen: str) -> None:
     with pytest.raises(ValueError, match="not host:port"):
         http_serving.parse_listen(listen)
+
+
+class _Replication:
+    """Stands in for a ReplicationNode: only ``leader()`` is asked."""
+
+    def __init__(self) -> None:
+        self.known_leader: object | None = None
+
+    def leader(self) -> object | None:
+        return self.known_leader
+
+
+def test_readyz_needs_a_known_raft_leader_when_replicating(tmp_path: Path) -> None:
+    broker = Broker(broker_config(tmp_path))
+    broker.phase = "serving"
+    assert broker.not_ready_reason() is None  # a single node has no Raft
+    replication = _Replication()
+    broker.replication = replication  # type: ignore[assignment]
+    reason = broker.not_ready_reason()
+    assert reason is not None
+    assert "no Raft leader" in reason
+    replication.known_leader = "node 2"
+    assert broker.not_ready_reason() is None

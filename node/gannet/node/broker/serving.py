@@ -160,6 +160,8 @@ class Broker:
     def not_ready_reason(self) -> str | None:
         """None when clients can be served; otherwise why not (``/readyz`` answers it)."""
         if self.phase == "serving":
+            if self.replication is not None and self.replication.leader() is None:
+                return "no Raft leader known (an election is running or no majority is up)"
             return None
         return {
             "created": "broker not started",

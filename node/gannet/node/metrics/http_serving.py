@@ -4,8 +4,8 @@
   scraper asks for it in ``Accept``).
 * ``GET /healthz`` — 200 ``ok`` whenever the process answers at all (liveness).
 * ``GET /readyz`` — 200 ``ready`` when the broker's ``not_ready_reason()`` is None, else 503
-  with the reason (``store recovering``, ``gRPC server not serving``, ``stopping``). Raft's
-  "the group has a leader" condition joins the reason function when replication is served.
+  with the reason (``store recovering``, ``gRPC server not serving``, ``stopping``, and on a
+  replicating node ``no Raft leader known``).
 
 A ``ThreadingHTTPServer`` on its own thread, kept off the broker's event loop so that a busy
 loop cannot make probes time out. Bounded: at most ``requests_inflight_max`` requests are
