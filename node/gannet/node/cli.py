@@ -220,6 +220,9 @@ def broker_run(
     except OSError as exc:
         err_console.print(f"[red]cannot serve[/]: {exc}")
         sys.exit(EXIT_STORE_UNAVAILABLE)
+    if running.phase == "failed":
+        err_console.print(f"[red]broker stopped itself[/]: {running.failure}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
     console.print("broker stopped; store closed cleanly")
 
 

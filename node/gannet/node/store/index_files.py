@@ -416,11 +416,13 @@ class IndexService:
             for f in self.files:
                 f.flush()
 
-    def close(self) -> None:
-        """Flush and unmap every file."""
+    def close(self, *, flush: bool = True) -> None:
+        """Flush (unless dropped as by a crash, e.g. after a failed fsync) and unmap every
+        file."""
         with self._lock:
             for f in self.files:
-                f.flush()
+                if flush:
+                    f.flush()
                 f.close()
             self.files = []
 

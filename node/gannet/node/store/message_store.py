@@ -207,7 +207,7 @@ class MessageStore:
         self.timers.close()
         self.queues.close()
         if self.index is not None:
-            self.index.close()
+            self.index.close(flush=clean)
         self.commitlog.close()
         if self.checkpoint is not None:
             self.checkpoint.close(flush=clean)
