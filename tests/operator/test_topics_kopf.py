@@ -4,6 +4,7 @@ a real in-process Gannet broker: create, update, refusals, conflicts, delete wit
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import grpc
 import pytest
@@ -208,5 +209,24 @@ def test_consumer_group_lifecycle(broker: threads.BrokerThread) -> None:
             await env.delete("ConsumerGroup", "billing")
             await env.wait_for("ConsumerGroup", "billing", lambda o: o is None)
             assert await asyncio.to_thread(describe_group, broker, "billing") is None
+
+    asyncio.run(scenario())
+
+
+def test_unreachable_broker_is_reported_and_retried() -> None:
+    async def scenario() -> None:
+        with socket.socket() as closed:  # a port nobody listens on
+            closed.bind(("127.0.0.1", 0))
+            endpoint = f"127.0.0.1:{closed.getsockname()[1]}"
+        async with operator_env(endpoint) as env:
+            await env.apply("Topic", "lonely", {"cluster": "main"})
+            obj = await env.wait_for(
+                "Topic", "lonely", lambda o: ready(o, status="False", reason="BrokerUnavailable")
+            )
+            assert obj is not None
+            assert endpoint in obj["status"]["conditions"][0]["message"]
+            # Retried after retry_delay_s (0.5 s here): more than one failed attempt is counted.
+            failed = env.metrics.reconciliations.labels(kind="Topic", result="failed")
+            await env.wait_for("Topic", "lonely", lambda o: failed._value.get() >= 2)
 
     asyncio.run(scenario())
