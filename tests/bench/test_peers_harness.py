@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from bench.loadgen import phases, report, scenarios, stats
+from bench.loadgen import phases, profile, report, scenarios, stats
 from bench.loadgen.drivers import WorkerResult
 from bench.peers import processes, procfs, rocketmq
 from bench.peers.base import Layout
@@ -223,3 +223,36 @@ def test_a_child_that_dies_is_reported_with_its_log(tmp_path: Path) -> None:
     )  # fmt: skip
     with pytest.raises(processes.PeerError, match=r"(?s)exited with 3.*bad config"):
         processes.wait_port(child, "127.0.0.1", processes.free_port(), timeout_s=20)
+
+
+COLLAPSED = """\
+_run (grpc/aio/_server.py:10);send (/w/node/gannet/node/api/messaging.py:5);put (/w/node/gannet/node/store/message_store.py:9) 30
+_run (grpc/aio/_server.py:10);send (/w/node/gannet/node/api/messaging.py:5) 10
+_run (grpc/aio/_server.py:10);ParseFromString (google/protobuf/message.py:3) 60
+"""  # noqa: E501
+
+
+def test_collapsed_stacks_are_aggregated_by_function_and_area() -> None:
+    p = profile.parse_collapsed(COLLAPSED.splitlines())
+    assert p.total == 100
+    assert p.self_samples.most_common(1)[0] == ("ParseFromString (google/protobuf/message.py)", 60)
+    assert p.inclusive["_run (grpc/aio/_server.py)"] == 100
+    assert p.inclusive["send (gannet/node/api/messaging.py)"] == 40
+    assert p.areas == {"protobuf": 60, "gannet store": 30, "gannet api (v2 servicers)": 10}
+    text = profile.render("phase", p, messages=1000, cpu_s=0.5)
+    assert "**500 µs/message**" in text
+    assert "| protobuf | 60.0% | 300 |" in text
+    with pytest.raises(ValueError, match="line 1 has no trailing count"):
+        profile.parse_collapsed(["a;b;c"])
+
+
+def test_generated_profile_section_keeps_the_hand_written_text() -> None:
+    doc = "# P\n\nfindings\n\n<!-- profile:begin -->\nold\n<!-- profile:end -->\n\nmore\n"
+    new = profile.splice(doc, "fresh")
+    assert "old" not in new
+    assert "fresh" in new
+    assert new.startswith("# P\n\nfindings")
+    assert new.endswith("more\n")
+    assert profile.splice("# P\n", "x").endswith(
+        "<!-- profile:begin -->\nx\n<!-- profile:end -->\n"
+    )
