@@ -39,6 +39,7 @@ Called by ``gannet broker run`` and :mod:`threads`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import signal
@@ -132,6 +133,10 @@ class Broker:
                 auth.load(config.auth_file), skew_s=config.auth_skew_s
             )
         self._tls = _tls_credentials(config)
+        self.failure: str | None = None
+        """Why the node stopped itself (a failed fsync); None while healthy."""
+        self._failing_task: asyncio.Future[None] | None = None
+        self._signalled: asyncio.Event | None = None
         self.inflight = limits.InflightPerClient(config.inflight_per_client_max)
         """v2 calls in flight per client id (refusals in ``inflight.refused_total``)."""
         if config.metrics_listen:
@@ -168,6 +173,7 @@ class Broker:
             "recovering": "store recovering",
             "starting": "gRPC server not serving yet",
             "stopping": "stopping",
+            "failed": f"stopped after a fatal error: {self.failure}",
         }.get(self.phase, "stopped")
 
     @property
@@ -198,6 +204,42 @@ class Broker:
             await self._close_metrics_server()
             raise
         self.phase = "serving"
+        self._watch_fatal_flush()
+
+    def _watch_fatal_flush(self) -> None:
+        """A failed commit-log fsync stops the node (``durable``: never continue after one).
+
+        The flush thread tells its listeners after the failure; the loop then stops serving
+        at once (clients see UNAVAILABLE, Raft peers lose this member and elect another
+        leader), closes Pop and the store (the abort file stays, so the next start recovers
+        abnormally), and ``phase`` becomes ``failed``; ``gannet broker run`` exits 3."""
+        flush = self.store.flush
+        if flush is None:
+            return
+        loop = asyncio.get_running_loop()
+
+        def on_flushed(_offset: int) -> None:
+            error = flush.fatal_error
+            if error is not None and self.failure is None:
+                self.failure = str(error)
+                with contextlib.suppress(RuntimeError):  # the loop is closing anyway
+                    loop.call_soon_threadsafe(self._begin_failing)
+
+        flush.listeners.append(on_flushed)
+
+    def _begin_failing(self) -> None:
+        self._failing_task = asyncio.ensure_future(self._fail())
+
+    async def _fail(self) -> None:
+        log.critical("stopping the node: %s", self.failure)
+        try:
+            if self.phase in ("serving", "starting"):
+                await self.stop(grace_s=0)
+        except Exception:  # the node is going down; whatever else failed is secondary
+            log.exception("while stopping after: %s", self.failure)
+        self.phase = "failed"
+        if self._signalled is not None:
+            self._signalled.set()
 
     def _start_metrics_server(self) -> None:
         if self.metrics is None or not self.config.metrics_listen:
@@ -285,6 +327,8 @@ class Broker:
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Stop accepting, drain in-flight RPCs, then close the store cleanly."""
+        if self.phase in ("stopping", "stopped", "failed"):
+            return
         self.phase = "stopping"
         try:
             await self._stop_serving(grace_s)
@@ -300,7 +344,8 @@ class Broker:
             await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
         await self._stop_replication()
         await self._close_pop()
-        await asyncio.to_thread(self.store.close)
+        # After a failed fsync nothing more is synced: the store is dropped as a crash would.
+        await asyncio.to_thread(self.store.abandon if self.failure else self.store.close)
 
     async def _close_pop(self) -> None:
         """Close the Pop layer (stops its thread, writes its checkpoints) before the store."""
@@ -311,6 +356,7 @@ class Broker:
     async def run_until_signalled(self) -> None:
         """Serve until SIGTERM or SIGINT, then :meth:`stop`."""
         stopping = asyncio.Event()
+        self._signalled = stopping
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stopping.set)
