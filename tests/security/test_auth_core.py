@@ -229,3 +229,15 @@ def test_missing_and_repeated(tmp_path: Path):
     (empty / "b.json").write_text(json.dumps(ACCOUNTS))
     with pytest.raises(auth.CredentialsError, match="'root' is repeated"):
         auth.load(empty)
+
+
+def test_denials_are_exported_as_a_prometheus_counter():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    authenticator = _authenticator()
+    with pytest.raises(auth.Denied):
+        authenticator.authenticate(_headers("root", "wrong"), "h")
+    registry = CollectorRegistry()
+    registry.register(auth.DenialsCollector(authenticator))
+    text = generate_latest(registry).decode()
+    assert 'gannet_auth_denials_total{reason="bad_signature"} 1.0' in text

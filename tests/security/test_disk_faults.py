@@ -119,8 +119,8 @@ def test_failed_fsync_stops_the_node(broker, monkeypatch, tmp_path):
         try:
             reply = _send(stub, "lost")
             answer = f"v2 {Code.Name(reply.status.code)}: {reply.status.message}"
-        except grpc.RpcError as error:  # the node may already be gone
-            answer = f"grpc {error.code().name}"
+        except grpc.RpcError as gone:  # the node may already be gone
+            answer = f"grpc {gone.code().name}"
         assert not answer.startswith("v2 OK"), answer
         _wait_until(lambda: broker.broker.phase == "failed")
         monkeypatch.undo()

@@ -59,6 +59,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 from rocketmq.grpc_protocol import Code
 
 from gannet.node.api import statuses
@@ -540,3 +542,21 @@ class WireGate:
         if not isinstance(account, Account):
             raise TypeError(f"wire passed back {type(account).__name__}, not an Account")
         self.authenticator.authorize(account, needs(self.service, method, request))
+
+
+class DenialsCollector:
+    """``gannet_auth_denials_total{reason}``: refusals of an :class:`Authenticator` by reason,
+    read at scrape time; the broker registers it on its metrics registry when auth is on."""
+
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
+
+    def collect(self) -> list[Metric]:
+        family = CounterMetricFamily(
+            "gannet_auth_denials",
+            "Requests refused by authentication or authorization, by reason.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self._authenticator.denials_total.items()):
+            family.add_metric([reason], count)
+        return [family]

@@ -146,6 +146,8 @@ class Broker:
             )
             self.metrics.watch_store(self.store, self._store_open)
             self.metrics.watch_readiness(self.not_ready_reason)
+            if self.authenticator is not None:
+                self.metrics.registry.register(auth.DenialsCollector(self.authenticator))
             self.metrics.watch_consumers(self.store, self._pop_broker, self._serves_consumers)
             self.metrics.rpc.inflight_max = config.concurrent_rpcs_max
 
