@@ -50,7 +50,7 @@ RI = "$__rate_interval"
 FOREIGN_METRICS = frozenset(
     {"up", "process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds"}
 )
-# The operator's metrics (issue: operator); a contract until the operator exports them.
+# The operator's metrics (gannet.operator.metrics; tests/metrics checks them against it).
 OPERATOR_METRICS = frozenset(
     {
         "gannet_operator_reconciliations_total",
@@ -708,13 +708,14 @@ def _operator() -> Dashboard:
                 requires="operator",
             ),
             p(
-                "Failed reconciliations",
-                "Reconciliations that did not succeed in the last hour, by kind.",
+                "Failed and refused reconciliations",
+                "Reconciliations that failed (broker or API error, retried) or were refused "
+                "(a condition says why, e.g. a queue shrink) in the last hour, by kind.",
                 "none",
                 t(
-                    "sum by (kind) (increase(gannet_operator_reconciliations_total"
+                    "sum by (kind, result) (increase(gannet_operator_reconciliations_total"
                     '{result!="success"}[1h]))',
-                    "{{kind}}",
+                    "{{kind}} {{result}}",
                 ),
                 requires="operator",
             ),

@@ -17,6 +17,7 @@ from rocketmq.grpc_protocol import Code
 from deploy.dashboards import build
 from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import raft_collecting
+from gannet.operator import metrics as operator_metrics
 
 from .conftest import REPO, RPC_TIMEOUT_S, create_topic, metrics_port, run_promtool, samples, scrape
 from .conftest import send as send_messages
@@ -111,11 +112,22 @@ def test_every_expression_is_valid_promql(tmp_path: Path, promtool: str) -> None
     run_promtool(promtool, "check", "rules", str(path))
 
 
+def _operator_metric_names() -> set[str]:
+    """Sample names the operator's own registry exports (one reconcile observed)."""
+    registry = operator_metrics.OperatorMetrics()
+    registry.observe("Topic", "failed", 0.1)
+    return {s.name for f in registry.registry.collect() for s in f.samples}
+
+
+def test_operator_contract_matches_the_operator() -> None:
+    assert _operator_metric_names() >= build.OPERATOR_METRICS
+
+
 def _known_metric_names(port: int) -> set[str]:
     names = {name for name, _ in samples(scrape(port))}
     status = Status(peers=[Peer("n2", 1)])
     names |= {s.name for f in raft_collecting.families(status) for s in f.samples}
-    return names | build.OPERATOR_METRICS | build.FOREIGN_METRICS
+    return names | _operator_metric_names() | build.FOREIGN_METRICS
 
 
 def test_expressions_and_rules_name_only_exported_metrics(broker, admin, messaging) -> None:
