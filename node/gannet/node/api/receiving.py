@@ -24,7 +24,12 @@ Decision: a group's first pop starts at each queue's *minimum* offset (``Consume
 the store's ``InitMode.MIN``), not ``MAX`` as the proxy asks: RocketMQ's broker starts at 0
 anyway while a queue's first message is in memory (``initPopOffsetByCheckMsgInMem``), and a
 store without that distinction would otherwise hide every message sent before the group's
-first receive. ``auto_renew`` gets the 60 s invisible time but is not renewed yet.
+first receive.
+
+``auto_renew`` receives (push consumers) get the 60 s invisible time and the broker renews it
+until the client acks, nacks or goes away (:mod:`renewing`): a renewal task on the event loop
+changes the invisible time shortly before it runs out, and Ack / ChangeInvisibleDuration /
+ForwardMessageToDeadLetterQueue with the handle the client holds use the newest one.
 
 Blocking Pop calls run in worker threads (:func:`asyncio.to_thread`). :meth:`begin_shutdown`
 ends waiting long polls at once (they answer ``MESSAGE_NOT_FOUND``).
@@ -53,6 +58,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
 from gannet.node.api import sending, statuses
+from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import filtering, receipts
@@ -74,6 +80,7 @@ Response = TypeVar("Response")
 T = TypeVar("T")
 
 BATCH_MESSAGES_MAX = 32  # ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST
+CLIENT_ID_HEADER = "x-mq-client-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +100,11 @@ class ReceiveLimits:
 DEFAULT_LIMITS = ReceiveLimits()
 
 
-def factory(limits: ReceiveLimits = DEFAULT_LIMITS, config: PopConfig | None = None) -> PopFactory:
+def factory(
+    limits: ReceiveLimits = DEFAULT_LIMITS,
+    config: PopConfig | None = None,
+    renewal: RenewalLimits | None = None,
+) -> PopFactory:
     """A pop factory for :class:`~gannet.node.broker.serving.Broker`: a started PopBroker on
     the servicer's store, served by :class:`PopHandler`."""
 
@@ -102,7 +113,7 @@ def factory(limits: ReceiveLimits = DEFAULT_LIMITS, config: PopConfig | None = N
         pop.start()
         with _serving_lock:
             _serving[servicer.store] = pop
-        return PopHandler(servicer, pop, limits)
+        return PopHandler(servicer, pop, limits, renewal)
 
     return make
 
@@ -260,19 +271,27 @@ class PopHandler:
     """The servicer's Pop handlers (:class:`~gannet.node.api.messaging.PopHandlers`)."""
 
     def __init__(
-        self, servicer: MessagingServicer, pop: PopBroker, limits: ReceiveLimits = DEFAULT_LIMITS
+        self,
+        servicer: MessagingServicer,
+        pop: PopBroker,
+        limits: ReceiveLimits = DEFAULT_LIMITS,
+        renewal: RenewalLimits | None = None,
     ) -> None:
         self.servicer = servicer
         self.resources = servicer.resources
         self.pop = pop
         self.limits = limits
+        self.renewals = RenewalTable(renewal)
         self._closing = asyncio.Event()
+        self._renewed = asyncio.Condition()
+        self._renew_task: asyncio.Task[None] | None = None
 
     # --- lifecycle ---
     def begin_shutdown(self) -> None:
         self._closing.set()
 
     def close(self) -> None:
+        self.renewals.clear()
         with _serving_lock:
             if _serving.get(self.pop.store) is self.pop:
                 del _serving[self.pop.store]
@@ -371,8 +390,72 @@ class PopHandler:
         if observer is not None:
             observer(topic.topic_name, group, [m.message for m in delivered])
         now = _now_ms()
+        if request.auto_renew:
+            self._start_renewing(group, topic.topic_name, delivered, _client_id(context), now)
         namespace = str(request.message_queue.topic.resource_namespace)
         return statuses.ok(), [message_pb(m, namespace, now) for m in delivered]
+
+    # --- auto-renew ---
+    def _start_renewing(
+        self, group: str, topic: str, delivered: list[PoppedMessage], client_id: str, now_ms: int
+    ) -> None:
+        for m in delivered:
+            self.renewals.add(group, topic, m.receipt_handle, m.handle, client_id, now_ms)
+        if self._renew_task is None or self._renew_task.done():
+            self._renew_task = asyncio.get_running_loop().create_task(self._renew_loop())
+
+    async def _renew_loop(self) -> None:
+        """Renew due handles every ``check_interval_ms`` until shutdown or nothing is left."""
+        interval_s = self.renewals.limits.check_interval_ms / 1000
+        while len(self.renewals) and not self._closing.is_set():
+            try:
+                await asyncio.wait_for(self._closing.wait(), interval_s)
+                return
+            except TimeoutError:
+                pass
+            due = self.renewals.due(_now_ms(), self._client_seen_ms)
+            if not due:
+                continue
+            try:
+                await asyncio.to_thread(self._renew_all, due)
+            finally:
+                async with self._renewed:
+                    self._renewed.notify_all()
+
+    def _renew_all(self, due: list[Renewal]) -> None:
+        for entry in due:
+            try:
+                new = self.pop.change_invisible_time(
+                    entry.group,
+                    entry.topic,
+                    entry.current,
+                    invisible_time_ms=self.limits.auto_renew_invisible_ms,
+                    now_ms=_now_ms(),
+                )
+            except (pop_errors.PopError, errors.StoreError) as exc:
+                log.info("auto-renew of %s stopped: %s", entry.original, exc)
+                self.renewals.renewed(entry, None)
+            except BaseException:
+                self.renewals.renewed(entry, None)
+                raise
+            else:
+                self.renewals.renewed(entry, new)
+
+    def _client_seen_ms(self, client_id: str) -> int | None:
+        info = self.servicer.clients.get(client_id)
+        return None if info is None else info.last_seen_ms
+
+    async def _release(self, group: str, text: str) -> ReceiptHandle:
+        """The handle to act on for the one the client sent: the newest renewal of it (which
+        ends renewing it), else the parsed handle itself."""
+        while True:
+            entry = self.renewals.take(group, text)
+            if entry is None:
+                return parse_handle(text)
+            if not entry.renewing:
+                return entry.current
+            async with self._renewed:
+                await self._renewed.wait()
 
     async def _unless_closing(self, work: Awaitable[PopResult]) -> PopResult | None:
         """``work``'s result, or None when the broker begins shutting down first."""
@@ -420,7 +503,7 @@ class PopHandler:
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle
                 )
                 try:
-                    handles.append(parse_handle(str(entry.receipt_handle)))
+                    handles.append(await self._release(group, str(entry.receipt_handle)))
                     slots.append(len(entries))
                     result.status.CopyFrom(statuses.ok())
                 except ApiError as exc:
@@ -460,7 +543,7 @@ class PopHandler:
                     f"invisible_duration {value} ms is outside [0, "
                     f"{self.limits.invisible_ms_max}] ms",
                 )
-            handle = parse_handle(str(request.receipt_handle))
+            handle = await self._release(group, str(request.receipt_handle))
             new = await asyncio.to_thread(
                 self.pop.change_invisible_time,
                 group,
@@ -486,7 +569,7 @@ class PopHandler:
         async def work() -> service_pb2.ForwardMessageToDeadLetterQueueResponse:
             group = self.resources.group(str(request.group.name))
             topic = self.resources.topic(str(request.topic.name)).topic_name
-            handle = parse_handle(str(request.receipt_handle))
+            handle = await self._release(group, str(request.receipt_handle))
             if handle.commit_offset < 0:
                 raise ApiError(
                     Code.INVALID_RECEIPT_HANDLE,
@@ -500,6 +583,13 @@ class PopHandler:
             work,
             "ForwardMessageToDeadLetterQueue",
         )
+
+
+def _client_id(context: grpc.aio.ServicerContext) -> str:
+    for key, value in context.invocation_metadata() or ():
+        if key == CLIENT_ID_HEADER:
+            return str(value)
+    return ""
 
 
 async def _in_thread(work: Callable[[], PopResult]) -> PopResult:
