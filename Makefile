@@ -65,10 +65,12 @@ bench-peers: $(BENCH_STAMP) bench-debs
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis
 
-## bench: quick benchmarks (storage engine, Pop, v2 broker, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, Spark pipeline, v2 broker, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
+	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
+	$(BIN)/python -m bench.pipeline --quick
 	$(BIN)/python -m bench.broker --quick
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis

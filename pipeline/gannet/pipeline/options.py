@@ -22,7 +22,7 @@ Option names are case-insensitive (Spark lower-cases them). Reading (``spark.rea
                             offsets (default 100000)
 ``maxMessagesPerTrigger``   streaming: at most this many offsets per micro-batch, shared
                             fairly by the queues (default unlimited)
-``pullBatchSize``           messages per PullMessage (default 256, at most 1024)
+``pullBatchSize``           messages per PullMessage (default and most: 1024)
 ``failOnDataLoss``          ``true`` (default): fail when a start offset was cleaned up;
                             ``false``: continue at the queue's earliest offset
 ``requestTimeoutSeconds``   per-RPC deadline (default 30)
@@ -283,7 +283,7 @@ def read_options(options: Mapping[str, str], *, streaming: bool) -> ReadOptions:
         trigger_messages_max=(
             None if trigger is None else _int(opts, "maxMessagesPerTrigger", 0, 1, 2**62)
         ),
-        pull_batch_size=_int(opts, "pullBatchSize", 256, 1, PULL_BATCH_MAX),
+        pull_batch_size=_int(opts, "pullBatchSize", PULL_BATCH_MAX, 1, PULL_BATCH_MAX),
         fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
         timeout_s=_timeout(opts),
     )
