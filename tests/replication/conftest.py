@@ -20,6 +20,7 @@ import grpc
 import pytest
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api.messaging import PopFactory
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
@@ -44,7 +45,10 @@ def free_ports(count: int) -> list[int]:
 
 
 class Cluster:
-    def __init__(self, root: Path, size: int, *, seed: int = 1) -> None:
+    def __init__(
+        self, root: Path, size: int, *, seed: int = 1, pop: PopFactory | None = None
+    ) -> None:
+        self.pop = pop
         ports = free_ports(2 * size)
         self.root = root
         self.seed = seed
@@ -67,7 +71,7 @@ class Cluster:
         return BrokerConfig(store=store, listen_port=peer.client_port, replication=replication)
 
     def start(self, node_id: int) -> threads.BrokerThread:
-        running = threads.start(self.config(node_id))
+        running = threads.start(self.config(node_id), pop=self.pop)
         self.nodes[node_id] = running
         return running
 
@@ -107,18 +111,30 @@ class Cluster:
         self.wait(first, agreed, timeout_s)
         leader = self.raft(first).leader()
         assert leader is not None
-        self.wait(leader.node_id, lambda: self.raft(leader.node_id).is_leader(), timeout_s)
+        self.wait(leader.node_id, lambda: self.raft(leader.node_id).is_serving_leader(), timeout_s)
         return leader.node_id
 
     def endpoint(self, node_id: int) -> str:
         return self.nodes[node_id].endpoint
 
+    def admin(self, node_id: int, call: Callable[[admin_pb2_grpc.AdminStub], Any]) -> Any:
+        with grpc.insecure_channel(self.endpoint(node_id)) as channel:
+            return call(admin_pb2_grpc.AdminStub(channel))  # type: ignore[no-untyped-call]
+
     def create_topic(self, name: str, queues: int = 4) -> None:
-        """Topic configs are per node (not replicated yet): create it on every member."""
+        """Create the topic on the leader (answered once committed and applied there) and wait
+        until every running member applied it too (configs are replicated through the log)."""
+        leader = self.leader()
+        request = admin_pb2.CreateTopicRequest(name=name, queue_nums=queues)
+        self.admin(leader, lambda stub: stub.CreateTopic(request, timeout=10))
+        self.wait_replicated(self.last_offset(leader))
         for node_id in self.nodes:
-            with grpc.insecure_channel(self.endpoint(node_id)) as channel:
-                stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
-                stub.CreateTopic(admin_pb2.CreateTopicRequest(name=name, queue_nums=queues))
+            assert name in self.nodes[node_id].broker.store.topic_configs
+
+    def last_offset(self, node_id: int) -> int:
+        core = self.raft(node_id).core
+        assert core is not None
+        return int(core.log.last_offset)
 
     def crash(self, node_id: int) -> None:
         """Stop a node as SIGKILL would: no drain, no final flush, abort file left."""

@@ -152,7 +152,7 @@ class Producer(threading.Thread):
 
 def test_sigkill_of_the_leader_under_load_loses_no_acknowledged_message(group: Group) -> None:
     leader = group.leader([1, 2, 3])
-    group.create_topic([1, 2, 3])
+    group.create_topic([leader])  # replicated to the others through the log
     producer = Producer(group)
     producer.leader = leader
     producer.start()

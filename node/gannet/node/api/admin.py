@@ -83,6 +83,14 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         except errors.StoreError as exc:
             await _abort(context, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
 
+    async def _write(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
+        """A config change: refused on a Raft follower, answered after commit on the leader."""
+        raft = self._raft()
+        await raft.before_write(context)
+        result = await self._run(context, work)
+        await raft.after_write(context)
+        return result
+
     # ------------------------------------------------------------------ raft
     def _raft(self) -> RaftAdmin:
         return self.raft if self.raft is not None else RaftAdmin(self.store, self.identity, None)
@@ -115,7 +123,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             self.store.topic_configs.put(config)
             return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     async def UpdateTopic(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.TopicResponse:
@@ -139,7 +147,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             self.store.topic_configs.put(config)
             return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     async def DeleteTopic(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.DeleteResponse:
@@ -148,7 +156,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             self.store.consumer_offsets.remove_topic(request.name)
             return admin_pb2.DeleteResponse(deleted=True)
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     async def ListTopics(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.ListTopicsResponse:
@@ -196,7 +204,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             self.store.group_configs.put(config)
             return admin_pb2.GroupResponse(group=conv.group_pb(config))
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     async def UpdateGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.GroupResponse:
@@ -210,7 +218,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             self.store.group_configs.put(config)
             return admin_pb2.GroupResponse(group=conv.group_pb(config))
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     async def DeleteGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.DeleteResponse:
@@ -219,7 +227,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             self.store.consumer_offsets.remove_group(request.name)
             return admin_pb2.DeleteResponse(deleted=True)
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     async def ListGroups(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.ListGroupsResponse:
@@ -274,7 +282,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 rows.append(conv.group_queue_pb(self.store, group, topic.topic_name, queue_id))
             return admin_pb2.ResetOffsetResponse(queues=rows)
 
-        return await self._run(context, work)
+        return await self._write(context, work)
 
     def _reset_target(
         self, topic: str, queue_id: int, request: admin_pb2.ResetOffsetRequest, target: str

@@ -4,6 +4,13 @@
 delegates) and builds the ``RaftStatus`` message the metrics collector exports. A broker
 without replication answers as a group of one: role ``leader``, term 0, commit offset = the
 store's commit offset, no peers; a transfer there is ``FAILED_PRECONDITION``.
+
+Admin writes (topics, groups, offset resets) of a replicated broker go through
+:meth:`RaftAdmin.before_write` / :meth:`RaftAdmin.after_write`: a follower refuses them with
+``FAILED_PRECONDITION`` naming the leader (they are not forwarded: the CLI and the operator
+retry against the named endpoint); the leader answers once the change's record is committed
+and applied (:mod:`gannet.node.replication.config_log`), ``UNAVAILABLE`` when that is not
+known (leadership lost, time-out: the change may or may not survive).
 Created by :mod:`gannet.node.broker.serving`.
 """
 
@@ -16,6 +23,7 @@ import grpc
 from gannet.node.api.gen import admin_pb2
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.replication.driver import (
+    CommitUncertain,
     NotLeaderError,
     ReplicationBusy,
     ReplicationError,
@@ -74,6 +82,32 @@ class RaftAdmin:
             elections_total=s.elections_total,
             leader_changes_total=s.leader_changes_total,
         )
+
+    async def before_write(self, context: grpc.aio.ServicerContext) -> None:
+        """Refuse an admin write unless this node leads (no-op for a group of one)."""
+        node = self.replication
+        if node is None:
+            return
+        try:
+            node.check_leader()
+        except ReplicationError as exc:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{exc}; send admin writes to the leader",
+            )
+
+    async def after_write(self, context: grpc.aio.ServicerContext) -> None:
+        """Answer an admin write only once its config records are committed and applied."""
+        node = self.replication
+        if node is None:
+            return
+        try:
+            await node.commit_pending()
+        except NotLeaderError as exc:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, f"{exc}; the change may be lost")
+        except (CommitUncertain, ReplicationError) as exc:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
 
     async def get_raft_status(
         self, request: admin_pb2.GetRaftStatusRequest, context: grpc.aio.ServicerContext

@@ -57,7 +57,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import sending, statuses
+from gannet.node.api import routes, sending, statuses
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
@@ -67,6 +67,7 @@ from gannet.node.pop.filtering import TagFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
+from gannet.node.replication.driver import ReplicationError
 from gannet.node.store import errors, msgids, records, validation
 from gannet.node.store import properties as props
 from gannet.node.store.message_store import MessageStore
@@ -110,6 +111,9 @@ def factory(
 
     def make(servicer: MessagingServicer) -> PopHandler:
         pop = PopBroker(servicer.store, config)
+        if servicer.replication is not None:  # only the Raft leader revives (pop/service.py)
+            pop.set_leading(servicer.replication.is_serving_leader())
+            servicer.replication.role_listeners.append(pop.set_leading)
         pop.start()
         with _serving_lock:
             _serving[servicer.store] = pop
@@ -516,6 +520,7 @@ class PopHandler:
                 for slot, outcome in zip(slots, outcomes, strict=True):
                     if outcome is not None:
                         entries[slot].status.CopyFrom(pop_error(outcome).status())
+                await self._replicated()
             codes = {e.status.code for e in entries}
             if len(codes) == 1:
                 status = entries[0].status
@@ -526,6 +531,17 @@ class PopHandler:
             return service_pb2.AckMessageResponse(status=status, entries=entries)
 
         return await _answer(service_pb2.AckMessageResponse, work, "AckMessage")
+
+    async def _replicated(self) -> None:
+        """Raft group: answer an ack only once its records (ACK, consumer-offset commit) are
+        committed, so a new leader never hands out an acknowledged message again."""
+        replication = self.servicer.replication
+        if replication is None:
+            return
+        try:
+            await replication.wait_committed(replication.propose_local())
+        except ReplicationError as exc:
+            raise routes.replication_refusal(exc) from None
 
     # --- ChangeInvisibleDuration ---
     async def ChangeInvisibleDuration(  # noqa: N802

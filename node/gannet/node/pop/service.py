@@ -10,6 +10,11 @@
   buffer, run one revive pass per revive queue. :meth:`start` runs it on a thread with the wall
   clock; tests call it with virtual time.
 
+Raft: only the leader writes on its own. :meth:`PopBroker.set_leading` (False on a follower,
+wired by :mod:`gannet.node.api.receiving` to the replication node's role) pauses the thread's
+buffer flush, revive passes and revive-queue shrinking, and :meth:`close` then writes nothing;
+True (a leader that applied the previous terms' log) resumes them.
+
 Orderly groups (``consume_message_orderly``) are routed to :mod:`ordering`. Lifecycle:
 construct after ``store.open()``, :meth:`close` before ``store.close()`` (it writes every
 buffered checkpoint so that the committed offsets stay behind un-acked messages only through
@@ -83,6 +88,19 @@ class PopBroker:
         self._revivers: dict[int, ReviveService] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._leading = threading.Event()
+        self._leading.set()
+
+    @property
+    def leading(self) -> bool:
+        """False while paused as a Raft follower (see the module docstring)."""
+        return self._leading.is_set()
+
+    def set_leading(self, leading: bool) -> None:
+        if leading:
+            self._leading.set()
+        else:
+            self._leading.clear()
 
     @property
     def store(self) -> MessageStore:
@@ -298,6 +316,8 @@ class PopBroker:
         last_revive = 0
         interval_s = self.config.buffer_scan_interval_ms / 1000
         while not self._stop.wait(interval_s):
+            if not self._leading.is_set():
+                continue  # a Raft follower: the leader revives and writes checkpoints
             try:
                 now = _wall_ms()
                 self.ctx.flush_buffer(now)
@@ -316,5 +336,6 @@ class PopBroker:
         if self._thread is not None:
             self._thread.join()
             self._thread = None
-        self.ctx.flush_all()
+        if self._leading.is_set():
+            self.ctx.flush_all()
         self.orders.persist()

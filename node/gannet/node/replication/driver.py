@@ -19,7 +19,12 @@ The loop follows ``raft/ready.py``. For each ``Ready``:
 6. ``committed_offset``: :meth:`MessageStore.set_commit_offset` (dispatch, hence consumers, stop
    there), and producers waiting for an offset at or below it are answered;
 7. ``soft_state``: role changes start/stop the store's timer service (only a leader appends
-   delayed messages) and fail the commit waiters of a deposed leader (their bytes may be cut).
+   delayed messages), fail the commit waiters of a deposed leader (their bytes may be cut) and
+   tell :attr:`ReplicationNode.role_listeners` (the broker pauses Pop's revive on followers).
+
+Configuration (:mod:`config_log`): topic/group configs and consumer offsets changed on the
+leader become records of ``rmq_sys_GANNET_CONFIG`` applied on dispatch by every replica; a new
+leader appends a snapshot of its tables once everything before its election is applied.
 
 Durability: a flush listener on the store posts every fsync result to the loop and the core is
 told with ``report_durable`` — only fsyncs that started after the last truncation count (flush
@@ -64,6 +69,7 @@ from gannet.node.raft.messages import (
 from gannet.node.raft.ready import HardState, Ready, Role
 from gannet.node.replication import noop
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
+from gannet.node.replication.config_log import ConfigLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
 from gannet.node.store.message_store import MessageStore
@@ -150,6 +156,13 @@ class ReplicationNode:
         self._stopped = False
         self._role = Role.FOLLOWER
         self._watchers: list[asyncio.Future[None]] = []
+        self.config_log = ConfigLog(store, config.node_id, self.is_leader)
+        self.role_listeners: list[Callable[[bool], None]] = []
+        """Called on the loop with True once this node leads and has applied the previous
+        terms' log (:meth:`is_serving_leader`), False when it stops leading."""
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._caught_up_term = -1
+        """The term in which this leader applied everything before its election."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -183,6 +196,7 @@ class ReplicationNode:
         if self._persisted_epochs != tuple(self.files.load_epochs()):
             self.files.save_epochs(self._persisted_epochs)
         self._last_durable = initial.last_offset
+        await asyncio.to_thread(self.config_log.install)
         # Only a leader appends on its own: delayed messages wait until this node leads.
         await asyncio.to_thread(self.store.timers.stop)
         flush.listeners.append(self._on_flushed_thread)
@@ -199,6 +213,10 @@ class ReplicationNode:
             self._tick_task.cancel()
             await asyncio.gather(self._tick_task, return_exceptions=True)
             self._tick_task = None
+        if self._snapshot_task is not None:
+            self._snapshot_task.cancel()
+            await asyncio.gather(self._snapshot_task, return_exceptions=True)
+        self.config_log.uninstall()
         flush = self.store.flush
         if flush is not None and self._on_flushed_thread in flush.listeners:
             flush.listeners.remove(self._on_flushed_thread)
@@ -417,10 +435,69 @@ class ReplicationNode:
             self.leader_changes_total += 1
             log.info("raft node %d leads term %d", self.config.node_id, self._core().term)
             self.store.timers.start()
+            self._snapshot_task = asyncio.get_running_loop().create_task(
+                self._snapshot_when_caught_up(self._core().term)
+            )
         elif was is Role.LEADER and role is not Role.LEADER:
             log.info("raft node %d no longer leads", self.config.node_id)
             self._fail_waiters("leadership was lost before the write committed")
             asyncio.get_running_loop().create_task(asyncio.to_thread(self.store.timers.stop))
+            self._tell_role(False)
+
+    def _tell_role(self, leading: bool) -> None:
+        for listener in list(self.role_listeners):
+            try:
+                listener(leading)
+            except Exception:  # a listener must never stop the Ready loop
+                log.exception("raft role listener failed")
+
+    async def _snapshot_when_caught_up(self, term: int) -> None:
+        """New leader: once everything before the election is committed and applied, append a
+        snapshot of the config tables (replicas replace theirs with it)."""
+        core = self._core()
+        target = core.log.last_offset
+        try:
+            await self.wait_until(
+                lambda: core.term != term or core.committed_offset >= target,
+                self.config.commit_timeout_s * 4,
+            )
+            if core.term != term or not self.is_leader():
+                return
+            if not await asyncio.to_thread(self.store.wait_dispatched, target, 10.0):
+                log.warning(
+                    "raft node %d: dispatch did not reach %d; no config snapshot",
+                    self.config.node_id,
+                    target,
+                )
+                self._caught_up_term = term
+                self._tell_role(True)
+                return
+            if core.term != term or not self.is_leader():
+                return
+            self._caught_up_term = term
+            self._tell_role(True)
+            self._process()  # wake wait_until watchers
+            await asyncio.to_thread(self.config_log.append_snapshot)
+            self._propose_pending()
+        except TimeoutError:
+            log.warning(
+                "raft node %d: term %d did not commit its start; no config snapshot",
+                self.config.node_id,
+                term,
+            )
+        except Exception:
+            log.exception("raft node %d: config snapshot failed", self.config.node_id)
+
+    async def commit_pending(self, timeout_s: float | None = None) -> int:
+        """Propose what this leader appended, wait until it is committed and dispatched (so
+        config records are applied everywhere up to it); returns the offset waited for.
+        Raises :class:`NotLeaderError`, :class:`ReplicationBusy` or :class:`CommitUncertain`."""
+        end = self.propose_local()
+        await self.wait_committed(end, timeout_s)
+        wait_s = self.config.commit_timeout_s if timeout_s is None else timeout_s
+        if not await asyncio.to_thread(self.store.wait_dispatched, end, wait_s):
+            raise CommitUncertain(f"committed up to {end} but not applied within {wait_s:.1f} s")
+        return end
 
     # ------------------------------------------------------------------ the broker's side
     def _usable(self) -> bool:
@@ -440,12 +517,23 @@ class ReplicationNode:
             return None
         return self.config.peer(self.core.leader_id)
 
+    def is_serving_leader(self) -> bool:
+        """Leads and has applied every config record of the terms before its election (until
+        then Pop could hand out messages whose acks are not applied here yet)."""
+        return self.is_leader() and self._caught_up_term == self._core().term
+
     def check_leader(self) -> None:
-        """Raise :class:`NotLeaderError` unless this node leads and accepts writes."""
+        """Raise :class:`NotLeaderError` unless this node leads and accepts writes
+        (:class:`ReplicationBusy` while a new leader still applies the previous terms)."""
         if self.fatal_error is not None:
             raise ReplicationBusy(f"replication stopped after an error: {self.fatal_error}")
         if not self.is_leader():
             raise NotLeaderError(self.config.node_id, self.leader())
+        if self._caught_up_term != self._core().term:
+            raise ReplicationBusy(
+                f"node {self.config.node_id} was just elected and still applies the log of the "
+                "previous terms; retry in a moment"
+            )
 
     def propose_local(self) -> int:
         """Propose the store's bytes past the core's log end; returns where they end.
@@ -466,7 +554,9 @@ class ReplicationNode:
         if isinstance(outcome, Busy):
             raise ReplicationBusy(f"the leader refuses writes for now: {outcome.reason}")
         self._local_ranges.append((outcome.start_offset, outcome.end_offset))
-        # The fsync of these bytes may already have been reported (and clamped): repeat it.
+        self._process()
+        # The fsync of these bytes may already have been reported (and clamped to the written
+        # end, which the Ready just executed raised): repeat it.
         core.report_durable(ByteOffset(self._last_durable))
         self._process()
         return outcome.end_offset

@@ -5,18 +5,28 @@ consumer offsets): a lock over the in-memory tables, a ``dataVersion``, a dirty 
 Subclasses (:mod:`topic_configs`, :mod:`group_configs`, :mod:`consumer_offsets`) own their
 tables, their ``load`` and their :meth:`ConfigTable._document`; :meth:`ConfigTable.persist`
 is written once here. Invariant: ``_dirty`` is true while the file does not hold the tables.
+
+Replication hook: when :attr:`ConfigTable.journal` is set (by
+:mod:`gannet.node.replication.config_log`), every change is also handed to it as a small JSON
+object (``{"op": "topic.put", ...}``, format documented there), under the table's lock so that
+the journal sees changes in the order they were made. Changes made inside
+:meth:`ConfigTable.replaying` (the apply path of replicated records) are not journaled again.
 """
 
 from __future__ import annotations
 
 import abc
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from gannet.node.store import fastjson
 from gannet.node.store.fastjson import DataVersion, JsonObject
+
+ConfigJournal = Callable[[JsonObject], None]
+"""Receives each change of a table (called with the table's lock held: keep it short)."""
 
 
 def now_ms() -> int:
@@ -32,6 +42,23 @@ class ConfigTable(abc.ABC):
         self._lock = threading.Lock()
         self._data_version = DataVersion(timestamp_ms=clock_ms())
         self._dirty = False
+        self.journal: ConfigJournal | None = None
+        self._replaying = threading.local()
+
+    @contextlib.contextmanager
+    def replaying(self) -> Iterator[None]:
+        """Changes made by this thread inside the block are not handed to :attr:`journal`."""
+        self._replaying.active = True
+        try:
+            yield
+        finally:
+            self._replaying.active = False
+
+    def _journal(self, change: JsonObject) -> None:
+        """Hand ``change`` to the journal (call with ``_lock`` held, after the change)."""
+        journal = self.journal
+        if journal is not None and not getattr(self._replaying, "active", False):
+            journal(change)
 
     @property
     def path(self) -> Path:

@@ -87,6 +87,10 @@ def _queue_offsets(path: Path, key: str, value: JsonValue) -> dict[int, int]:
     return offsets
 
 
+def _offset_change(op: str, group: str, topic: str, queue_id: int, offset: int) -> JsonObject:
+    return {"op": op, "group": group, "topic": topic, "queue": queue_id, "offset": offset}
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -142,6 +146,7 @@ class ConsumerOffsetManager(ConfigTable):
             self._commits_unversioned += 1
             if self._commits_unversioned >= self._version_step_commits:
                 self._bump_version()
+            self._journal(_offset_change("offset.commit", group, topic, queue_id, offset))
 
     def reset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Set an offset by operator decision (reset to a time or an offset); bumps the version."""
@@ -151,6 +156,7 @@ class ConsumerOffsetManager(ConfigTable):
         with self._lock:
             self._table.setdefault(table_key(group, topic), {})[queue_id] = offset
             self._bump_version()
+            self._journal(_offset_change("offset.reset", group, topic, queue_id, offset))
 
     def remove(self, group: str, topic: str) -> bool:
         """Forget the offsets of one (group, topic); False when there were none."""
@@ -158,6 +164,7 @@ class ConsumerOffsetManager(ConfigTable):
             if self._table.pop(table_key(group, topic), None) is None:
                 return False
             self._bump_version()
+            self._journal({"op": "offset.remove", "keys": [table_key(group, topic)]})
             return True
 
     def remove_group(self, group: str) -> int:
@@ -179,7 +186,29 @@ class ConsumerOffsetManager(ConfigTable):
                 del self._table[key]
             if doomed:
                 self._bump_version()
+                self._journal({"op": "offset.remove", "keys": list[JsonValue](doomed)})
             return len(doomed)
+
+    def remove_keys(self, keys: list[str]) -> None:
+        """Forget the offsets of these ``offsetTable`` keys (the replicated form of removals)."""
+        with self._lock:
+            doomed = [key for key in keys if key in self._table]
+            for key in doomed:
+                del self._table[key]
+            if doomed:
+                self._bump_version()
+                self._journal({"op": "offset.remove", "keys": list[JsonValue](doomed)})
+
+    def table(self) -> dict[str, dict[int, int]]:
+        """A copy of the whole ``offsetTable`` (``"<topic>@<group>"`` → ``{queue: offset}``)."""
+        with self._lock:
+            return {key: dict(offsets) for key, offsets in self._table.items() if offsets}
+
+    def replace_table(self, table: dict[str, dict[int, int]]) -> None:
+        """Install ``table`` as the whole ``offsetTable`` (a replicated snapshot)."""
+        with self._lock:
+            self._table = {key: dict(offsets) for key, offsets in table.items() if offsets}
+            self._bump_version()
 
     def _bump_version(self) -> None:
         self._data_version = self._data_version.next(self._clock_ms())

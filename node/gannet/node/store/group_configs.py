@@ -377,6 +377,9 @@ class GroupConfigManager(ConfigTable):
             if self._groups.get(config.group_name) != config:
                 self._groups[config.group_name] = config
                 self._changed()
+                self._journal(
+                    {"op": "group.put", "name": config.group_name, "config": config.to_json()}
+                )
         if persist:
             self.persist()
 
@@ -387,6 +390,7 @@ class GroupConfigManager(ConfigTable):
                 return False
             self._forbidden.pop(name, None)
             self._changed()
+            self._journal({"op": "group.delete", "name": name})
         if persist:
             self.persist()
         return True

@@ -270,6 +270,9 @@ class TopicConfigManager(ConfigTable):
             if self._topics.get(config.topic_name) != config:
                 self._topics[config.topic_name] = config
                 self._changed()
+                self._journal(
+                    {"op": "topic.put", "name": config.topic_name, "config": config.to_json()}
+                )
         if persist:
             self.persist()
 
@@ -279,6 +282,7 @@ class TopicConfigManager(ConfigTable):
             if self._topics.pop(name, None) is None:
                 return False
             self._changed()
+            self._journal({"op": "topic.delete", "name": name})
         if persist:
             self.persist()
         return True
