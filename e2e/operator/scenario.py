@@ -285,7 +285,15 @@ async def _scenario(workdir: Path) -> Report:
 
 
 async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
-    await env.apply("GannetCluster", "main", {"replicas": 1, "pop": {"reviveQueueCount": 8}})
+    # The disk ratios at their maximum: on a shared machine the disk may be fuller than the
+    # defaults allow, and the operator pushes this policy to the broker before anything is sent.
+    cluster_spec = {
+        "replicas": 1,
+        "pop": {"reviveQueueCount": 8},
+        "cleanup": {"diskWarningRatio": 1.0, "diskCleanForciblyRatio": 1.0},
+    }
+    await env.apply("GannetCluster", "main", cluster_spec)
+    await env.wait_for("GannetCluster", "main", _settings_applied, timeout_s=30)
     await env.apply("Topic", "e2e-orders", {"cluster": "main", "queues": 4})
     await env.apply("ConsumerGroup", "e2e-readers", {"cluster": "main"})
     await env.wait_for("Topic", "e2e-orders", ready, timeout_s=30)
@@ -298,7 +306,7 @@ async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
     )
     if received != sent:
         raise AssertionError(f"sent {sent} messages, received {received}")
-    revive = await _revive_under_load(env, broker)
+    revive = await _revive_under_load(env, broker, cluster_spec)
 
     await env.apply("Topic", "e2e-orders", {"cluster": "main", "queues": 6})
     await env.wait_for(
@@ -329,7 +337,18 @@ async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
     return Report(sent, received, *revive, grown, reason, count, 0.0)
 
 
-async def _revive_under_load(env: Env, broker: str) -> tuple[int, int, int]:
+def _settings_applied(obj: dict[str, Any] | None) -> bool:
+    found = [
+        c
+        for c in ((obj or {}).get("status") or {}).get("conditions") or ()
+        if c["type"] == "BrokerSettings"
+    ]
+    return bool(found) and found[0]["status"] == "True"
+
+
+async def _revive_under_load(
+    env: Env, broker: str, cluster_spec: dict[str, Any]
+) -> tuple[int, int, int]:
     """Change the revive-queue count while messages flow and checkpoints wait for revive."""
     first = [f"revive-a-{i}".encode() for i in range(30)]
     second = [f"revive-b-{i}".encode() for i in range(30)]
@@ -341,7 +360,7 @@ async def _revive_under_load(env: Env, broker: str) -> tuple[int, int, int]:
         await asyncio.to_thread(reader.receive, len(first), ack_every=2)
         # Under load: the count changes while the second batch is being sent.
         sending = asyncio.create_task(asyncio.to_thread(send, broker, "e2e-revive", second))
-        await env.apply("GannetCluster", "main", {"replicas": 1, "pop": {"reviveQueueCount": 2}})
+        await env.apply("GannetCluster", "main", {**cluster_spec, "pop": {"reviveQueueCount": 2}})
         cluster = await env.wait_for(
             "GannetCluster",
             "main",

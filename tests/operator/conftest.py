@@ -23,7 +23,7 @@ import pytest
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.operator import handlers, kube, metrics, resources, running
+from gannet.operator import contexts, kube, metrics, resources, running
 from tests.operator.emulating import ApiServerEmulator
 
 NAMESPACE = "demo"
@@ -152,7 +152,7 @@ async def operator_env(
             running.run(
                 options,
                 ready_flag=started,
-                endpoints=handlers.FixedEndpoints(endpoint),
+                endpoints=contexts.FixedEndpoints(endpoint),
                 clock=clock,
                 operator_metrics=operator_metrics,
             )

@@ -88,7 +88,7 @@ def run(
     verbose: bool,
 ) -> None:
     """Run the operator until SIGINT/SIGTERM."""
-    from gannet.operator import handlers, running  # noqa: PLC0415 - kopf loads only now
+    from gannet.operator import contexts, running  # noqa: PLC0415 - kopf loads only now
 
     if metrics_listen:
         try:
@@ -113,7 +113,7 @@ def run(
         server=server,
     )
     try:
-        endpoints = handlers.FixedEndpoints(broker_endpoint) if broker_endpoint else None
+        endpoints = contexts.FixedEndpoints(broker_endpoint) if broker_endpoint else None
         asyncio.run(running.run(options, endpoints=endpoints))
     except KeyboardInterrupt:
         pass

@@ -18,81 +18,31 @@ retry; refusals become ``BrokerRefused`` without retry storms (the timer tries a
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import datetime as dt
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any, Protocol
+from typing import Any
 
 import kopf
 
 from gannet.operator import (
     brokers,
     claims,
-    cluster_planning,
+    cluster_handling,
     conditions,
     group_planning,
-    manifests,
     resources,
-    schedules,
     specs,
     topic_planning,
 )
-from gannet.operator.brokers import BrokerRefused, Brokers, BrokerUnavailable
+from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
 from gannet.operator.conditions import Condition
-from gannet.operator.kube import Kube, KubeError
-from gannet.operator.metrics import OperatorMetrics
+from gannet.operator.contexts import Context
+from gannet.operator.kube import KubeError
 
 TOPICS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.TOPIC_KIND])
 GROUPS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.GROUP_KIND])
 CLUSTERS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.CLUSTER_KIND])
 FIGURES_TOPICS_MAX = 100
-
-
-class Endpoints(Protocol):
-    """Where a cluster's brokers answer the admin API."""
-
-    def client(self, namespace: str, cluster: str) -> str: ...
-
-    def pod(self, namespace: str, cluster: str, ordinal: int) -> str: ...
-
-
-class ServiceEndpoints:
-    """In-cluster DNS names of the Services that :mod:`manifests` creates."""
-
-    def client(self, namespace: str, cluster: str) -> str:
-        return manifests.client_endpoint(cluster, namespace)
-
-    def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
-        return manifests.pod_endpoint(cluster, namespace, ordinal)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class FixedEndpoints:
-    """One endpoint for every cluster and member (brokers outside Kubernetes; tests)."""
-
-    endpoint: str
-
-    def client(self, namespace: str, cluster: str) -> str:
-        return self.endpoint
-
-    def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
-        return self.endpoint
-
-
-def utc_now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
-@dataclasses.dataclass
-class Context:
-    brokers: Brokers
-    kube: Kube
-    metrics: OperatorMetrics
-    endpoints: Endpoints = dataclasses.field(default_factory=ServiceEndpoints)
-    clock: Callable[[], dt.datetime] = utc_now
-    refresh_interval_s: float = 30.0
-    retry_delay_s: float = 10.0
 
 
 def _flag(meta: Mapping[str, Any], annotation: str, *, default: bool) -> bool:
@@ -469,7 +419,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                 )
                 return
             try:
-                await _reconcile_cluster(ctx, name, namespace, cluster, status, meta, patch)
+                await cluster_handling.reconcile(ctx, name, namespace, cluster, status, meta, patch)
             except KubeError as exc:
                 _write_ready(
                     ctx,
@@ -535,197 +485,3 @@ async def _cluster_exists(ctx: Context, namespace: str, cluster: str) -> bool:
     except KubeError:
         return True  # unknown: assume it exists and try the broker
     return found is not None
-
-
-async def _leader_view(
-    ctx: Context, namespace: str, cluster: str
-) -> cluster_planning.RaftView | None:
-    """The leader's view of the group, asking the leader itself when another member answered."""
-    try:
-        view = await ctx.brokers.raft_status(ctx.endpoints.client(namespace, cluster))
-        if view.leader_id and view.node_id != view.leader_id:
-            leader = cluster_planning.node_ordinal(view.leader_id)
-            if leader >= 0:
-                view = await ctx.brokers.raft_status(ctx.endpoints.pod(namespace, cluster, leader))
-    except (BrokerUnavailable, BrokerRefused):
-        return None
-    return view if view.leader_id else None
-
-
-async def _reconcile_cluster(
-    ctx: Context,
-    name: str,
-    namespace: str,
-    cluster: specs.ClusterSpec,
-    status: Mapping[str, Any],
-    meta: Mapping[str, Any],
-    patch: kopf.Patch,
-) -> None:
-    generation = meta.get("generation")
-    uid = str(meta.get("uid") or "")
-    sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name)
-    current = None if sts is None else int(sts.get("spec", {}).get("replicas", 0))
-    raft = None
-    if current is not None and cluster.replicas < current:
-        raft = await _leader_view(ctx, namespace, name)
-    decision = cluster_planning.decide_replicas(
-        desired=cluster.replicas, current=current, raft=raft, cluster=name
-    )
-    if decision.transfer_away_from is not None:
-        with contextlib.suppress(BrokerUnavailable, BrokerRefused):
-            away = cluster_planning.ordinal(decision.transfer_away_from)
-            await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
-    for obj in manifests.build(name, namespace, uid, cluster, replicas=decision.replicas):
-        await ctx.kube.apply(obj)
-    sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name) or {}
-    sts_status = sts.get("status") or {}
-    ready = int(sts_status.get("readyReplicas") or 0)
-    found = list(status.get("conditions") or ())
-    found = conditions.merge(found, decision.condition, generation=generation, now=ctx.clock())
-
-    # Rolling restarts, one pod per pass, leader last.
-    leader = raft or await _leader_view(ctx, namespace, name)
-    step = await _roll(ctx, name, namespace, sts, decision.replicas, leader)
-    found = conditions.merge(
-        found, cluster_planning.roll_condition(step), generation=generation, now=ctx.clock()
-    )
-
-    # Broker-side settings: revive-queue count, cleanup policy and schedule.
-    settings_condition = await _broker_settings(
-        ctx, name, namespace, cluster, status, patch, decision.replicas
-    )
-    found = conditions.merge(found, settings_condition, generation=generation, now=ctx.clock())
-    found = conditions.merge(
-        found,
-        cluster_planning.ready_condition(desired=decision.replicas, ready=ready),
-        generation=generation,
-        now=ctx.clock(),
-    )
-    patch.status["conditions"] = found
-    patch.status["observedGeneration"] = generation
-    patch.status["replicas"] = decision.replicas
-    patch.status["readyReplicas"] = ready
-    patch.status["selector"] = manifests.selector_text(name)
-    patch.status["clientEndpoint"] = manifests.client_endpoint(name, namespace)
-    if leader is not None:
-        patch.status["leader"] = cluster_planning.pod_of_node(name, leader.leader_id)
-        patch.status["term"] = leader.term
-
-
-async def _roll(
-    ctx: Context,
-    name: str,
-    namespace: str,
-    sts: Mapping[str, Any],
-    replicas: int,
-    leader: cluster_planning.RaftView | None,
-) -> cluster_planning.RollStep:
-    update_revision = (sts.get("status") or {}).get("updateRevision")
-    if not update_revision:
-        return cluster_planning.Done()
-    pods = await ctx.kube.list("v1", "Pod", namespace, labels=manifests.selector_labels(name))
-    views = [_pod_view(pod) for pod in pods]
-    step = cluster_planning.next_roll_step(
-        views,
-        update_revision=update_revision,
-        replicas=replicas,
-        leader_pod=None if leader is None else cluster_planning.pod_of_node(name, leader.leader_id),
-    )
-    if isinstance(step, cluster_planning.TransferLeadership):
-        with contextlib.suppress(BrokerUnavailable, BrokerRefused):
-            away = cluster_planning.ordinal(step.away_from)
-            await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
-    elif isinstance(step, cluster_planning.DeletePod):
-        await ctx.kube.delete("v1", "Pod", namespace, step.name)
-    return step
-
-
-def _pod_view(pod: Mapping[str, Any]) -> cluster_planning.PodView:
-    meta = pod.get("metadata") or {}
-    pod_conditions = (pod.get("status") or {}).get("conditions") or []
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in pod_conditions)
-    return cluster_planning.PodView(
-        name=str(meta.get("name")),
-        revision=str((meta.get("labels") or {}).get("controller-revision-hash", "")),
-        ready=ready,
-        terminating=bool(meta.get("deletionTimestamp")),
-    )
-
-
-async def _broker_settings(
-    ctx: Context,
-    name: str,
-    namespace: str,
-    cluster: specs.ClusterSpec,
-    status: Mapping[str, Any],
-    patch: kopf.Patch,
-    replicas: int,
-) -> Condition:
-    client = ctx.endpoints.client(namespace, name)
-    problems: list[str] = []
-    try:
-        revive = await ctx.brokers.revive_queues(client)
-        change = cluster_planning.revive_change(cluster.revive_queue_count, revive)
-        if change is not None:
-            revive = await ctx.brokers.set_revive_queue_count(client, change)
-        patch.status["reviveQueues"] = {
-            "active": revive.active_count,
-            "draining": list(revive.draining),
-        }
-    except (BrokerUnavailable, BrokerRefused) as exc:
-        problems.append(f"revive queues: {exc}")
-    problems.extend(await _cleanup(ctx, name, namespace, cluster, status, patch, replicas))
-    if problems:
-        return Condition(
-            "BrokerSettings", False, conditions.BROKER_UNAVAILABLE, "; ".join(problems)
-        )
-    return Condition(
-        "BrokerSettings", True, conditions.RECONCILED, "revive queues and cleanup applied"
-    )
-
-
-async def _cleanup(
-    ctx: Context,
-    name: str,
-    namespace: str,
-    cluster: specs.ClusterSpec,
-    status: Mapping[str, Any],
-    patch: kopf.Patch,
-    replicas: int,
-) -> list[str]:
-    """Apply the cleanup policy on every member, and run a cleanup when the schedule is due."""
-    recorded = status.get("cleanup") or {}
-    now = ctx.clock()
-    decision = schedules.decide(
-        cluster.cleanup.schedule,
-        now=now,
-        next_run=schedules.parse_time(recorded.get("nextRunTime")),
-    )
-    problems: list[str] = []
-    files = freed = answered = 0
-    for ordinal in range(replicas):
-        endpoint = ctx.endpoints.pod(namespace, name, ordinal)
-        try:
-            run = await ctx.brokers.cleanup(endpoint, cluster.cleanup, trigger=decision.run)
-        except (BrokerUnavailable, BrokerRefused) as exc:
-            problems.append(f"cleanup on {manifests.pod_name(name, ordinal)}: {exc}")
-            continue
-        answered += 1
-        if run is not None:
-            files += run.files_deleted
-            freed += run.bytes_freed
-    section: dict[str, Any] = {
-        "nextRunTime": None
-        if decision.next_run is None
-        else conditions.timestamp(decision.next_run)
-    }
-    if decision.run:
-        section.update(
-            lastRunTime=conditions.timestamp(now),
-            lastRunFilesDeleted=files,
-            lastRunBytesFreed=freed,
-            lastRunBrokers=answered,
-            lastRunErrors=problems[:9],
-        )
-    patch.status["cleanup"] = section
-    return problems

@@ -1,7 +1,7 @@
 """Run the operator: kopf settings, login, the metrics/liveness server, and the kopf loop.
 
 ``gannet operator run`` (:mod:`gannet.operator.commands`) calls :func:`run`; tests call it too,
-with an emulated API server, in-process brokers, an :class:`~gannet.operator.handlers.Endpoints`
+with an emulated API server, in-process brokers, an :class:`~gannet.operator.contexts.Endpoints`
 that points at them and an injected clock. Everything the operator needs is built here and
 passed down explicitly; nothing lives in module globals.
 """
@@ -13,11 +13,11 @@ import dataclasses
 import datetime as dt
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
-from gannet.operator import handlers, kube, metrics, resources
+from gannet.operator import contexts, handlers, kube, metrics, resources
 from gannet.operator.brokers import Brokers
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ def _login(options: Options) -> Callable[..., kopf.ConnectionInfo | None]:
     return login
 
 
-def registry_for(ctx: handlers.Context, options: Options) -> kopf.OperatorRegistry:
+def registry_for(ctx: contexts.Context, options: Options) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
     login = _login(options)
 
@@ -89,12 +89,12 @@ def registry_for(ctx: handlers.Context, options: Options) -> kopf.OperatorRegist
             await ctx.kube.connect(kube.access_from(info))
         return info
 
-    kopf.on.login(id="login", registry=registry)(handlers._any(login_and_share))
+    kopf.on.login(id="login", registry=registry)(cast(Any, login_and_share))
     handlers.register(registry, ctx)
     return registry
 
 
-def lister(ctx: handlers.Context, options: Options) -> metrics.Lister:
+def lister(ctx: contexts.Context, options: Options) -> metrics.Lister:
     async def listed() -> list[metrics.Listed]:
         found: list[metrics.Listed] = []
         for kind in metrics.KINDS:
@@ -119,16 +119,16 @@ async def run(
     *,
     stop_flag: asyncio.Event | None = None,
     ready_flag: asyncio.Event | None = None,
-    endpoints: handlers.Endpoints | None = None,
-    clock: Callable[[], dt.datetime] = handlers.utc_now,
+    endpoints: contexts.Endpoints | None = None,
+    clock: Callable[[], dt.datetime] = contexts.utc_now,
     operator_metrics: metrics.OperatorMetrics | None = None,
 ) -> None:
     """Run until ``stop_flag`` is set (or forever); closes every client on the way out."""
-    ctx = handlers.Context(
+    ctx = contexts.Context(
         brokers=Brokers(timeout_s=options.broker_timeout_s),
         kube=kube.Kube(timeout_s=options.kube_timeout_s),
         metrics=operator_metrics or metrics.OperatorMetrics(),
-        endpoints=endpoints or handlers.ServiceEndpoints(),
+        endpoints=endpoints or contexts.ServiceEndpoints(),
         clock=clock,
         refresh_interval_s=options.refresh_interval_s,
         retry_delay_s=options.retry_delay_s,
