@@ -24,6 +24,7 @@ from rocketmq.v5.util.message_id_codec import MessageIdCodec
 from gannet.node.api import commands, messaging, statuses
 from gannet.node.api.commands import CALL_TIMEOUT_S, console, endpoint_option
 from gannet.node.api.gen import admin_pb2
+from gannet.node.replication import status_view
 
 SEND_COUNT_MAX = 100_000
 
@@ -424,7 +425,7 @@ def _print_messages(messages: list[admin_pb2.StoredMessage], show_body: bool) ->
 @click.command("status")
 @endpoint_option
 def status(endpoint: str) -> None:
-    """Broker identity, topic/group/client counts and store statistics."""
+    """Broker identity, topic/group/client counts, store statistics and Raft state."""
     request = admin_pb2.GetStatusRequest()
     reply = commands.admin_call(endpoint, lambda s: s.GetStatus(request, timeout=CALL_TIMEOUT_S))
     table = Table(title=f"Gannet broker {reply.broker_name} ({reply.cluster_name})")
@@ -435,6 +436,13 @@ def status(endpoint: str) -> None:
     for field in admin_pb2.StoreStatistics.DESCRIPTOR.fields:
         table.add_row(f"store.{field.name}", str(getattr(reply.store, field.name)))
     console.print(table)
+    raft_request = admin_pb2.GetRaftStatusRequest()
+    raft = commands.admin_call(
+        endpoint, lambda s: s.GetRaftStatus(raft_request, timeout=CALL_TIMEOUT_S)
+    )
+    console.print(status_view.node_table(raft))
+    if raft.peers:
+        console.print(status_view.peers_table(raft))
 
 
 COMMANDS = (message, status)

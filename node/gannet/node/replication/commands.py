@@ -1,4 +1,5 @@
-"""``gannet cluster up``: a local Raft group of brokers, one process each, for development.
+"""``gannet cluster up``: a local Raft group of brokers, one process each, for development;
+``gannet cluster status --endpoints a,b,c``: every member's Raft state in one table.
 
 Registered on the ``gannet`` command by :mod:`gannet.node.cli`. Node ``i`` (1-based) gets
 ``--data-root/node<i>``, client port ``base_port + i - 1``, peer port ``base_port + 10 + i - 1``
@@ -7,6 +8,11 @@ address such as 127.0.0.2 works on Linux). The command prints the endpoints, the
 Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SIGKILL after
 :data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
 is 1.
+
+``cluster status`` asks each endpoint for ``GetRaftStatus`` and prints one row per member and
+the leader's view of its followers (match offset, lag). Exit codes: 0 every member answered
+and all name the same leader; 2 the members answered but do not agree on one leader (election
+in progress, a split view); 4 some member could not be reached (the others are still shown).
 """
 
 from __future__ import annotations
@@ -18,12 +24,18 @@ import threading
 from pathlib import Path
 
 import click
+import grpc
 from rich.console import Console
 from rich.table import Table
 
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.replication import status_view
 from gannet.node.replication.config import PeerSpec
 
 STOP_TIMEOUT_S = 30.0
+STATUS_TIMEOUT_S = 5.0
+EXIT_NO_AGREED_LEADER = 2
+EXIT_UNREACHABLE = 4
 NODES_MAX = 9
 console = Console()
 
@@ -169,3 +181,43 @@ def _stop_all(processes: dict[int, subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+@cluster.command("status")
+@click.option(
+    "--endpoints",
+    default="127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083",
+    show_default=True,
+    envvar="GANNET_ENDPOINTS",
+    help="Comma-separated client endpoints (host:port) of the members (env GANNET_ENDPOINTS).",
+)
+def cluster_status(endpoints: str) -> None:
+    """Role, term, leader and offsets of every member; the leader's followers' match and lag."""
+    wanted = [e.strip() for e in endpoints.split(",") if e.strip()]
+    if not wanted:
+        raise click.BadParameter("give at least one host:port", param_hint="--endpoints")
+    for endpoint in wanted:
+        host, _, port = endpoint.rpartition(":")
+        if not host or not port.isdigit():
+            raise click.BadParameter(f"{endpoint!r} is not host:port", param_hint="--endpoints")
+    members = [ask_status(e) for e in wanted]
+    console.print(status_view.members_table(members))
+    leader = status_view.agreed_leader(members)
+    if leader is not None:
+        console.print(status_view.peers_table(leader))
+    if any(m.status is None for m in members):
+        sys.exit(EXIT_UNREACHABLE)
+    if leader is None:
+        console.print("[yellow]the members do not agree on one leader[/]")
+        sys.exit(EXIT_NO_AGREED_LEADER)
+
+
+def ask_status(endpoint: str) -> status_view.MemberStatus:
+    """One member's ``GetRaftStatus`` (or the reason it did not answer)."""
+    with grpc.insecure_channel(endpoint) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            reply = stub.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=STATUS_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            return status_view.MemberStatus(endpoint, None, exc.code().name)
+    return status_view.MemberStatus(endpoint, reply)
