@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import shutil
+import subprocess
 
 import aiohttp
 import pytest
@@ -84,3 +86,21 @@ def test_endpoint_serves_metrics_and_liveness() -> None:
 def test_unknown_result_is_a_programming_error() -> None:
     with pytest.raises(ValueError, match="result 'ok'"):
         metrics.OperatorMetrics().observe("Topic", "ok", 0.1)
+
+
+def test_promtool_finds_the_metric_names_clean() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (make unit installs Debian's prometheus package)")
+    operator_metrics = metrics.OperatorMetrics()
+    operator_metrics.observe("ConsumerGroup", "failed", 1.5)
+    operator_metrics.seen("GannetCluster", "ns", "main", "1", deleted=False)
+    checked = subprocess.run(
+        [promtool, "check", "metrics"],
+        input=operator_metrics.render(),
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert checked.stdout.strip() == b""
