@@ -20,9 +20,10 @@ from typing import Any
 import grpc
 import pytest
 from google.protobuf import message_factory
+from google.protobuf.duration_pb2 import Duration
 from hypothesis import given
 from hypothesis import strategies as st
-from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import receiving
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
@@ -183,7 +184,7 @@ def test_hostile_values(live, channel, quiet_server, service, method):
 
     @SEEDED
     @fuzz_settings(30)
-    @given(protos.hostile(method.input_type))
+    @given(st.one_of(protos.hostile(method.input_type), protos.anchored(method.input_type)))
     def check(data: bytes) -> None:
         outcome = _judge(service, method, channel, data, _metadata())
         tally[outcome] = tally.get(outcome, 0) + 1
@@ -261,3 +262,142 @@ def test_regression_telemetry_unknown_client_type(live, channel, quiet_server):
         _call(channel, V2, telemetry, command.SerializeToString(), _metadata())
     assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "client type 70 with publishing is not served" in (error.value.details() or "")
+
+
+@st.composite
+def _sends(draw: st.DrawFn) -> bytes:
+    """SendMessage requests that pass the name checks: hostile system and user properties."""
+    properties = protos.hostile(definition_pb2.SystemProperties.DESCRIPTOR, depth=2)
+    messages = []
+    for i in range(draw(st.integers(1, 3))):
+        system = definition_pb2.SystemProperties.FromString(draw(properties))
+        if not system.message_id or draw(st.booleans()):
+            system.message_id = f"FUZZ{i:04d}"
+        messages.append(
+            definition_pb2.Message(
+                topic=definition_pb2.Resource(name="FuzzT"),
+                body=draw(st.binary(min_size=1, max_size=64)),
+                system_properties=system,
+                user_properties=draw(
+                    st.dictionaries(protos.HOSTILE_TEXT, protos.HOSTILE_TEXT, max_size=3)
+                ),
+            )
+        )
+    return bytes(service_pb2.SendMessageRequest(messages=messages).SerializeToString())
+
+
+def test_hostile_sends(live, channel, quiet_server):
+    tally: dict[str, int] = {}
+    method = V2.methods_by_name["SendMessage"]
+
+    @SEEDED
+    @fuzz_settings(60)
+    @given(_sends())
+    def check(data: bytes) -> None:
+        outcome = _judge(V2, method, channel, data, _metadata())
+        tally[outcome] = tally.get(outcome, 0) + 1
+
+    check()
+    print(tally)
+    assert tally.get("v2 OK", 0) > 0  # some reached the store
+    _still_serving(live)
+
+
+def _receipt_handles(channel: grpc.Channel) -> list[str]:
+    """Real receipt handles of messages popped from FuzzT by FuzzG."""
+    stub = service_pb2_grpc.MessagingServiceStub(channel)
+    for i in range(4):
+        message = definition_pb2.Message(
+            topic=definition_pb2.Resource(name="FuzzT"),
+            body=b"r",
+            system_properties=definition_pb2.SystemProperties(message_id=f"RH{i}"),
+        )
+        sent = stub.SendMessage(
+            service_pb2.SendMessageRequest(messages=[message]), timeout=10, metadata=_metadata()
+        )
+        assert sent.status.code == Code.OK
+    request = service_pb2.ReceiveMessageRequest(
+        group=definition_pb2.Resource(name="FuzzG"),
+        message_queue=definition_pb2.MessageQueue(
+            topic=definition_pb2.Resource(name="FuzzT"), id=-1
+        ),
+        filter_expression=definition_pb2.FilterExpression(expression="*"),
+        batch_size=32,
+        invisible_duration=Duration(seconds=60),
+        long_polling_timeout=Duration(seconds=1),
+    )
+    handles: list[str] = []
+    for _ in range(5):
+        replies = stub.ReceiveMessage(request, metadata=_metadata(), timeout=15)
+        handles += [
+            r.message.system_properties.receipt_handle for r in replies if r.HasField("message")
+        ]
+        if handles:
+            break
+    assert handles, "nothing to receive"
+    return handles
+
+
+@st.composite
+def _mutated_handle(draw: st.DrawFn, handles: list[str]) -> str:
+    handle = list(draw(st.sampled_from(handles)))
+    for _ in range(draw(st.integers(0, 4))):
+        pos = draw(st.integers(0, max(0, len(handle) - 1)))
+        how = draw(st.sampled_from(["replace", "insert", "delete", "cut"]))
+        char = draw(st.sampled_from(list(" 0123456789-_abcfZ\x00é")))
+        if how == "replace" and handle:
+            handle[pos] = char
+        elif how == "insert":
+            handle.insert(pos, char)
+        elif how == "delete" and handle:
+            del handle[pos]
+        else:
+            del handle[pos:]
+    return "".join(handle)
+
+
+def test_hostile_receipt_handles(live, channel, quiet_server):
+    handles = _receipt_handles(channel)
+    tally: dict[str, int] = {}
+    durations = st.builds(
+        Duration,
+        seconds=st.sampled_from([-1, 0, 1, 30, 10**9, 2**40]),
+        nanos=st.sampled_from([0, 1, 999_999_999]),
+    )
+
+    @SEEDED
+    @fuzz_settings(60)
+    @given(_mutated_handle(handles), st.sampled_from(["ack", "change", "dlq"]), durations)
+    def check(handle: str, kind: str, duration: Duration) -> None:
+        group = definition_pb2.Resource(name="FuzzG")
+        topic = definition_pb2.Resource(name="FuzzT")
+        if kind == "ack":
+            name = "AckMessage"
+            entry = service_pb2.AckMessageEntry(message_id="RH0", receipt_handle=handle)
+            request: Any = service_pb2.AckMessageRequest(group=group, topic=topic, entries=[entry])
+        elif kind == "change":
+            name = "ChangeInvisibleDuration"
+            request = service_pb2.ChangeInvisibleDurationRequest(
+                group=group,
+                topic=topic,
+                receipt_handle=handle,
+                invisible_duration=duration,
+                message_id="RH0",
+            )
+        else:
+            name = "ForwardMessageToDeadLetterQueue"
+            request = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+                group=group,
+                topic=topic,
+                receipt_handle=handle,
+                message_id="RH0",
+                delivery_attempt=duration.seconds % 100,
+                max_delivery_attempts=16,
+            )
+        data = request.SerializeToString()
+        outcome = _judge(V2, V2.methods_by_name[name], channel, data, _metadata())
+        tally[f"{name} {outcome}"] = tally.get(f"{name} {outcome}", 0) + 1
+
+    check()
+    print(tally)
+    _still_serving(live)
