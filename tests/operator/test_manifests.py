@@ -127,3 +127,38 @@ def test_bad_cluster_spec_names_the_field() -> None:
         specs.cluster_spec({"cleanup": {"schedule": "61 * * * *"}})
     with pytest.raises(specs.SpecError, match=r"spec\.resources\.limits\.gpu"):
         specs.cluster_spec({"resources": {"limits": {"gpu": 1}}})
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
+def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
+    import asyncio
+
+    import kmock
+
+    from tests.operator.emulating import ApiServerEmulator
+
+    async def scenario() -> None:
+        api = ApiServerEmulator()
+        api.resources.load_bundled()
+        async with api, kmock.Server(api) as server:
+            client = kube.Kube(kube.Access(server=str(server.url).rstrip("/")), timeout_s=10)
+            try:
+                sts = by_kind(build(), "StatefulSet")
+                assert await client.apply(sts) == "created"
+                assert await client.apply(sts) == "unchanged"
+                bigger = by_kind(build(5), "StatefulSet")
+                assert await client.apply(bigger) == "updated"
+                patch = [r for r in api if r.method == kmock.method.PATCH][-1]
+                assert "volumeClaimTemplates" not in patch.data["spec"]
+                assert "selector" not in patch.data["spec"]
+                stored = await client.get("apps/v1", "StatefulSet", "demo", "main")
+                assert stored is not None
+                assert stored["spec"]["replicas"] == 5
+                assert await client.get("apps/v1", "StatefulSet", "demo", "other") is None
+                with pytest.raises(ValueError, match="v1/Secret is not one the operator manages"):
+                    await client.apply({**sts, "apiVersion": "v1", "kind": "Secret"})
+            finally:
+                await client.close()
+
+    asyncio.run(scenario())
