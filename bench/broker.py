@@ -95,17 +95,27 @@ def broker_process(root: Path, style: str) -> Iterator[BrokerProcess]:
         "--listen", "127.0.0.1:0", "--flush", "async", "--metrics-listen", "",
         "--event-loop", style,
     ]  # fmt: skip
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    with _serving_process(command, "broker serving") as running:
+        yield running
+
+
+@contextlib.contextmanager
+def _serving_process(command: list[str], ready_text: str) -> Iterator[BrokerProcess]:
+    """Start ``command``; its first line containing ``ready_text`` names ``on host:port``."""
+    repo = Path(__file__).resolve().parent.parent
+    proc = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=repo
+    )
     try:
         assert proc.stdout is not None
         seen = []
         for line in proc.stdout:
             seen.append(line)
-            if "broker serving" in line:
+            if ready_text in line:
                 break
         match = re.search(r"on (127\.0\.0\.1:\d+)", "".join(seen))
         if match is None:
-            raise RuntimeError("broker did not start:\n" + "".join(seen))
+            raise RuntimeError(f"{command[:3]} did not start:\n" + "".join(seen))
         threading.Thread(target=proc.stdout.read, daemon=True).start()  # keep the pipe drained
         yield BrokerProcess(proc, match.group(1))
     finally:
@@ -115,6 +125,53 @@ def broker_process(root: Path, style: str) -> Iterator[BrokerProcess]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def _echo_server(style: str) -> None:
+    """A grpc.aio server answering every SendMessage with a canned OK: the per-call floor of
+    the server style, with none of Gannet's work (run in a subprocess by :func:`echo_process`)."""
+    import asyncio
+
+    reply = service_pb2.SendMessageResponse()
+    reply.status.code, reply.status.message = 20000, "OK"
+
+    async def send(request: object, context: object) -> service_pb2.SendMessageResponse:
+        return reply
+
+    handler = grpc.method_handlers_generic_handler(
+        "apache.rocketmq.v2.MessagingService",
+        {
+            "SendMessage": grpc.unary_unary_rpc_method_handler(
+                send,
+                request_deserializer=service_pb2.SendMessageRequest.FromString,
+                response_serializer=service_pb2.SendMessageResponse.SerializeToString,
+            )
+        },
+    )
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        print(f"echo serving on 127.0.0.1:{port}", flush=True)
+        stopping = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stopping.set)
+        await stopping.wait()
+        await server.stop(1)
+
+    factory = None
+    if style == "uvloop":
+        import uvloop
+
+        factory = uvloop.new_event_loop
+    with asyncio.Runner(loop_factory=factory) as runner:
+        runner.run(serve())
+
+
+def echo_process(style: str) -> contextlib.AbstractContextManager[BrokerProcess]:
+    code = f"from bench.broker import _echo_server; _echo_server({style!r})"
+    return _serving_process([sys.executable, "-c", code], "echo serving")
 
 
 def _admin_setup(endpoint: str) -> None:
@@ -188,6 +245,31 @@ def _batched_worker(
     endpoint: str, in_flight: int, start: Any, stop_at: Any, out: Any, ready: Any
 ) -> None:
     payload = _batch_request_bytes(BODY_BATCHED_BYTES, os.getpid())
+    _raw_send(endpoint, payload, BATCH_MESSAGES, in_flight, start, stop_at, out, ready)
+
+
+def _single_worker(
+    endpoint: str, in_flight: int, start: Any, stop_at: Any, out: Any, ready: Any
+) -> None:
+    """Raw 1-message (1 KiB) SendMessage calls: the official client's RPCs without its cost."""
+    request = service_pb2.SendMessageRequest.FromString(
+        _batch_request_bytes(BODY_OFFICIAL_BYTES, os.getpid())
+    )
+    del request.messages[1:]
+    payload = request.SerializeToString()
+    _raw_send(endpoint, payload, 1, in_flight, start, stop_at, out, ready)
+
+
+def _raw_send(
+    endpoint: str,
+    payload: bytes,
+    batch: int,
+    in_flight: int,
+    start: Any,
+    stop_at: Any,
+    out: Any,
+    ready: Any,
+) -> None:
     with grpc.insecure_channel(endpoint) as channel:
         call = channel.unary_unary(
             "/apache.rocketmq.v2.MessagingService/SendMessage",
@@ -205,12 +287,12 @@ def _batched_worker(
             if len(window) >= in_flight:
                 reply = window.popleft().result()
                 if reply.status.code == 20000:
-                    sent += BATCH_MESSAGES
+                    sent += batch
                 else:
                     errors += 1
         for future in window:
             reply = future.result()
-            sent += BATCH_MESSAGES if reply.status.code == 20000 else 0
+            sent += batch if reply.status.code == 20000 else 0
         out.put({"sent": sent, "errors": errors, "ended": time.time()})
 
 
@@ -468,6 +550,8 @@ def run_style(style: str, seconds: float, profile: bool) -> dict[str, Any]:
             print(style, "batched", result["batched"], flush=True)
             result["pop"] = _run_workers(broker, _pop_worker, POP_PROCESSES, 1, seconds)
             print(style, "pop", result["pop"], flush=True)
+            result["single_raw"] = _run_workers(broker, _single_worker, 2, 16, seconds)
+            print(style, "single raw", result["single_raw"], flush=True)
             half = result["official"]["msgs_per_s"] / 2
             result["latency"] = _latency(broker, max(half, 50.0), min(seconds, 5.0))
             print(style, "latency", result["latency"], flush=True)
@@ -482,23 +566,26 @@ def run_style(style: str, seconds: float, profile: bool) -> dict[str, Any]:
                 )  # fmt: skip
                 print(result["profile_official"], flush=True)
             result["broker_rss_bytes"] = broker.rss_bytes()
-            result["machine_after"] = _machine()
-            return result
+        with echo_process(style) as echo:
+            result["grpc_floor"] = _run_workers(echo, _single_worker, 2, 16, seconds)
+            print(style, "grpc floor (canned reply)", result["grpc_floor"], flush=True)
+        result["machine_after"] = _machine()
+        return result
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="5 s windows (about 1.5 min)")
-    parser.add_argument("--seconds", type=float, help="window per scenario (default 5 / 15)")
+    parser.add_argument("--quick", action="store_true", help="4 s windows (about 2 min)")
+    parser.add_argument("--seconds", type=float, help="window per scenario (default 4 / 15)")
     parser.add_argument("--style", choices=STYLES, action="append", help="repeatable")
     parser.add_argument("--profile", action="store_true", help="py-spy the broker")
     parser.add_argument(
         "--send-path-only", action="store_true", help="only the in-process send path (no gRPC)"
     )
     args = parser.parse_args()
-    seconds = args.seconds or (5.0 if args.quick else 15.0)
+    seconds = args.seconds or (4.0 if args.quick else 15.0)
     styles = args.style or list(STYLES)
     import grpc as grpc_module
 
