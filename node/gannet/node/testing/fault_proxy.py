@@ -101,6 +101,9 @@ class FaultProxy:
         if mode is Mode.PARTITION:
             self._close_all()
 
+    def _partitioned(self) -> bool:
+        return self.mode is Mode.PARTITION
+
     def _close_all(self) -> None:
         for writer in list(self._writers):
             writer.close()
@@ -117,7 +120,7 @@ class FaultProxy:
             self.counters.refused_total += 1
             writer.close()
             return
-        if self.mode is Mode.PARTITION:  # partitioned while we dialled the target
+        if self._partitioned():  # partitioned while we dialled the target
             self.counters.refused_total += 1
             for w in (writer, up_writer):
                 w.close()
