@@ -242,8 +242,11 @@ def prometheus_binary() -> str:
     return found
 
 
-def prometheus_config(targets: list[str], cluster: str, rules: Path) -> str:
-    """The scrape config: job ``gannet-broker`` every second, label ``cluster``."""
+def prometheus_config(
+    targets: list[str], cluster: str, rules: Path, operator_targets: list[str] | None = None
+) -> str:
+    """The scrape config: jobs ``gannet-broker`` (and ``gannet-operator``) every second,
+    label ``cluster``."""
     document = {
         "global": {
             "scrape_interval": f"{SCRAPE_INTERVAL_S}s",
@@ -258,6 +261,13 @@ def prometheus_config(targets: list[str], cluster: str, rules: Path) -> str:
             }
         ],
     }
+    if operator_targets:
+        document["scrape_configs"].append(  # type: ignore[attr-defined]
+            {
+                "job_name": "gannet-operator",
+                "static_configs": [{"targets": operator_targets, "labels": {"cluster": cluster}}],
+            }
+        )
     return json.dumps(document, indent=2)  # YAML is a superset of JSON
 
 
@@ -304,11 +314,16 @@ class Prometheus:
 
 
 def start_prometheus(
-    workdir: Path, targets: list[str], *, cluster: str = "e2e", rules: Path = RULES
+    workdir: Path,
+    targets: list[str],
+    *,
+    cluster: str = "e2e",
+    rules: Path = RULES,
+    operator_targets: list[str] | None = None,
 ) -> Prometheus:
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
-    config.write_text(prometheus_config(targets, cluster, rules))
+    config.write_text(prometheus_config(targets, cluster, rules, operator_targets))
     address = f"127.0.0.1:{free_port()}"
     log_path = workdir / "prometheus.log"
     command = [

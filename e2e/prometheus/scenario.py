@@ -19,8 +19,13 @@ Timeline (about 25 s on a single node, 50 s on three):
    or the operator when the cluster exports neither; those are listed as not checked.
 6. **Alerts fire**: the consumer-lag and dead-letter expressions return series; then a
    follower is killed and the broker-down expression returns it; on three nodes the leader is
-   killed next and the no-leader expression returns the cluster. The ``for:`` durations are
-   left to ``promtool test rules`` (deploy/prometheus/gannet-rules.test.yml).
+   killed next and the no-leader expression returns the cluster; the operator, whose broker is
+   gone, fails its reconciles and the reconcile-failure expression returns them. The ``for:``
+   durations are left to ``promtool test rules`` (deploy/prometheus/gannet-rules.test.yml).
+
+The operator (:mod:`operating`: ``gannet operator run`` against the KMock API emulator,
+reconciling a GannetCluster, a Topic and a ConsumerGroup and refusing a Topic shrink) is
+scraped by the same Prometheus, so the Operator dashboard is checked with real data too.
 
 Run ``make e2e-prometheus`` or ``python -m e2e.prometheus.scenario``; tests/metrics runs it
 too when the prometheus binary is present. :func:`run` returns a :class:`Report`; an optional
@@ -54,7 +59,7 @@ from rocketmq import (
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from deploy.dashboards import build
-from e2e.prometheus import harness
+from e2e.prometheus import harness, operating
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@prometheus"),)
@@ -309,6 +314,7 @@ def run(
     start_cluster: Callable[[Path], harness.Cluster] = harness.start_single_node,
     on_loaded: Callable[[harness.Prometheus, float, float], None] | None = None,
     extra_load_s: float = 0.0,
+    with_operator: bool = True,
 ) -> Report:
     """The scenario of the module docstring; ``extra_load_s`` keeps the load running that much
     longer before ``on_loaded`` (longer curves for pictures)."""
@@ -317,12 +323,23 @@ def run(
     cluster = start_cluster(workdir / "cluster")
     prometheus = None
     load = None
+    operator = None
     try:
+        operator_targets = []
+        if with_operator:
+            operator = operating.OperatorUnderTest(workdir / "operator", cluster.client_endpoint)
+            operator.start()
+            operator_targets.append(operator.metrics_endpoint)
         prometheus = harness.start_prometheus(
-            workdir / "prometheus", cluster.metrics_endpoints, cluster=cluster.name
+            workdir / "prometheus",
+            cluster.metrics_endpoints,
+            cluster=cluster.name,
+            operator_targets=operator_targets,
         )
         nodes = len(cluster.metrics_endpoints)
         harness.wait_for(lambda: prometheus.targets_up() == nodes, 30, "every target up")
+        if operator is not None:
+            wait_for_data(prometheus, 'up{job="gannet-operator"} == 1', 30)
         create_resources(cluster.client_endpoint)
         load_started = time.time()
         load = Load(cluster.client_endpoint)
@@ -356,6 +373,8 @@ def run(
         if len(cluster.brokers) >= 3:
             cluster.brokers[-1].kill()  # the leader: the last node cannot win an election
             _expect_firing(prometheus, report, "GannetNoLeader", rules)
+        if operator is not None:  # its broker is gone: its periodic reconciles now fail
+            _expect_firing(prometheus, report, "GannetOperatorReconcileFailures", rules)
         done = {*PROVOKED, *report.alerts_fired}
         report.alerts_not_provoked = [a for a in rules if a not in done]
     finally:
@@ -363,6 +382,8 @@ def run(
             load.stopping.set()
         if prometheus is not None:
             prometheus.stop()
+        if operator is not None:
+            operator.stop()
         cluster.stop()
     report.seconds = time.monotonic() - started
     return report
