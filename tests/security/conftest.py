@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,31 +49,11 @@ def write_accounts(path: Path) -> Path:
     return path
 
 
-class Signed(
-    grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
-    grpc.UnaryStreamClientInterceptor,  # type: ignore[misc]
-):
-    """Signs each call as the official clients do (fresh date-time and request id)."""
-
-    def __init__(self, access_key: str, secret_key: str) -> None:
-        self.access_key = access_key
-        self.secret_key = secret_key
+class Signed(auth.SigningInterceptor):
+    """The admin clients' signing interceptor plus the client id v2 calls need."""
 
     def metadata(self) -> list[tuple[str, str]]:
-        return [
-            *auth.signed_metadata(self.access_key, self.secret_key, time.time()),
-            ("x-mq-client-id", "security-tests@1@0@x"),
-            ("x-mq-request-id", str(uuid.uuid4())),
-        ]
-
-    def _details(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return details._replace(metadata=[*(details.metadata or ()), *self.metadata()])
-
-    def intercept_unary_unary(self, continuation, details, request):
-        return continuation(self._details(details), request)
-
-    def intercept_unary_stream(self, continuation, details, request):
-        return continuation(self._details(details), request)
+        return [*super().metadata(), ("x-mq-client-id", "security-tests@1@0@x")]
 
 
 @pytest.fixture(scope="module")
