@@ -285,12 +285,12 @@ async def _scenario(workdir: Path) -> Report:
 
 
 async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
-    # The disk ratios at their maximum: on a shared machine the disk may be fuller than the
-    # defaults allow, and the operator pushes this policy to the broker before anything is sent.
+    # The operator pushes the cleanup policy and the revive-queue count to the broker
+    # (condition BrokerSettings) before anything is sent.
     cluster_spec = {
         "replicas": 1,
         "pop": {"reviveQueueCount": 8},
-        "cleanup": {"diskWarningRatio": 1.0, "diskCleanForciblyRatio": 1.0},
+        "cleanup": {"fileReservedHours": 48, "diskMaxUsedRatioPercent": 90},
     }
     await env.apply("GannetCluster", "main", cluster_spec)
     await env.wait_for("GannetCluster", "main", _settings_applied, timeout_s=30)

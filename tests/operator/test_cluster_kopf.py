@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import os
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -16,6 +18,7 @@ import kmock
 import pytest
 
 from gannet.node.broker import threads
+from gannet.node.store.records import Message
 from tests.operator import fake_admin
 from tests.operator.conftest import NAMESPACE, Env, FakeClock, operator_env
 
@@ -112,8 +115,23 @@ def test_cluster_objects_and_scale_up(broker: threads.BrokerThread) -> None:
     asyncio.run(scenario())
 
 
+def fill_and_age_commit_log(broker: threads.BrokerThread) -> int:
+    """Write a few 64 KiB commit-log files and date all but the active one 3 days back (the
+    clean-up compares file modification times; nothing sleeps). Returns the aged count."""
+    store = broker.broker.store
+    for i in range(60):
+        store.put_message(Message(topic="cleanup-fill", body=bytes([i % 256]) * 4096))
+    sealed = store.commitlog.files.files[:-1]
+    three_days_ago = time.time() - 3 * 24 * 3600
+    for mapped in sealed:
+        os.utime(mapped.path, (three_days_ago, three_days_ago))
+    return len(sealed)
+
+
 def test_cleanup_schedule_triggers_cleanup(broker: threads.BrokerThread) -> None:
     clock = FakeClock(dt.datetime(2026, 3, 1, 3, 59, 0, tzinfo=dt.UTC))
+    aged = fill_and_age_commit_log(broker)
+    assert aged >= 2
 
     async def scenario() -> None:
         async with operator_env(broker.endpoint, clock=clock, refresh_interval_s=0.1) as env:
@@ -149,7 +167,9 @@ def test_cleanup_schedule_triggers_cleanup(broker: threads.BrokerThread) -> None
             assert report["nextRunTime"] == "2026-03-02T04:00:00Z"
             assert report["lastRunBrokers"] == 1
             assert report["lastRunErrors"] == []
-            assert report["lastRunFilesDeleted"] >= 0
+            # The aged commit-log files went (plus the consume-queue/index files into them).
+            assert report["lastRunFilesDeleted"] >= aged
+            assert report["lastRunBytesFreed"] >= aged * 64 * 1024
             assert broker.broker.store.cleaner.last_result is not None
 
     asyncio.run(scenario())
