@@ -353,3 +353,47 @@ def test_customized_retry_policy_is_sent_to_push_consumers(
     store = broker.broker.store
     _wait_until(lambda: store.max_offset_in_queue(dlq, 0) == 1, 20, "the DLQ copy")
     assert [(m, a) for m, _, a in listener.seen()] == [(message_id, 1)]
+
+
+def test_fifo_push_consumer_orders_groups_and_forwards_poison_to_the_dlq(
+    broker, admin, make_topic, config, started
+):
+    """A FIFO push consumer consumes each message group in order; a message its listener keeps
+    failing is retried locally ``max_attempts`` times, then ForwardMessageToDeadLetterQueue
+    moves it to ``%DLQ%<group>`` and the group goes on."""
+    topic = make_topic(admin_pb2.FIFO, queues=2)
+    group = _group(admin, fifo=True, retry_max_times=1)  # 2 attempts
+    _retry_every_second(broker, group)
+    lock = threading.Lock()
+    seen: list[str] = []
+
+    class Listener(MessageListener):  # type: ignore[misc]
+        def consume(self, message: Any) -> Any:
+            body = message.body.decode()
+            with lock:
+                seen.append(body)
+            return ConsumeResult.FAILURE if body == "a:poison" else ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(config, group, Listener(), {topic: FilterExpression("*")})
+    consumer.startup()
+    started.append(consumer)
+    producer = _producer(config, started, topic)
+    bodies = {"a": ["a:0", "a:poison", "a:1"], "b": [f"b:{i}" for i in range(4)]}
+    for i in range(4):
+        for g, items in bodies.items():
+            if i < len(items):
+                producer.send(_message(topic, items[i].encode(), message_group=g))
+    dlq = f"%DLQ%{group}"
+    store = broker.broker.store
+    _wait_until(
+        lambda: store.max_offset_in_queue(dlq, 0) == 1 and len(seen) >= 8, 20, "all deliveries"
+    )
+    with lock:
+        order = list(seen)
+    for g, items in bodies.items():
+        mine = [b for b in order if b.startswith(g + ":")]
+        expected = [x for item in items for x in ([item] * 2 if item == "a:poison" else [item])]
+        assert mine == expected, (g, order)
+    request = admin_pb2.QueryMessageRequest(topic=dlq, max_count=4)
+    request.queue_offset.queue_id, request.queue_offset.offset = 0, 0
+    assert [m.body for m in admin.QueryMessage(request).messages] == [b"a:poison"]
