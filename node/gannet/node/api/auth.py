@@ -12,12 +12,13 @@ The official RocketMQ 5 clients sign every call with two metadata headers
 broker's UTC or its local wall clock. Clients in another time zone than both must run with
 ``TZ=UTC``.
 
-The signature covers only a one-second time stamp, so one client legitimately sends the same
-signature many times a second (every call, on the stream and unary channels alike). Replay
-protection therefore remembers, for the skew window and within bounded tables
-(:class:`ReplayGuard`): the peer address each signature was first seen from — the same
-signature from another address is a replay — and each ``(signature, x-mq-request-id)`` pair —
-a verbatim resend of one call is a replay (clients put a fresh uuid4 in every call).
+The signature covers only a one-second time stamp, so the same signature legitimately arrives
+many times a second — every call of one client, and the calls of every host sharing an access
+key (a fleet of producers). Signatures cannot be told apart, so replay protection is per call:
+a signed request must carry ``x-mq-request-id`` (every official client puts a fresh uuid4 in
+each call) and each ``(signature, request id)`` pair is accepted once within twice the skew
+window (:class:`ReplayGuard`, bounded). A captured signature sent again with a *new* request id
+inside the window is not detectable — the protocol signs nothing else; TLS prevents capture.
 
 Rights (:class:`Account`): each access key has grants of actions ``pub``, ``sub``, ``admin``
 on topic and group name patterns (:func:`fnmatch.fnmatchcase` wildcards, ``*`` for all).
@@ -298,49 +299,35 @@ def _malformed(detail: str) -> Denied:
 
 
 class ReplayGuard:
-    """Signatures seen within ``window_s``: first peer host, and the request ids used.
+    """``(signature, request id)`` pairs seen within ``window_s``.
 
-    Invariant: each table holds at most ``entries_max`` entries, oldest first; entries older
-    than ``window_s`` are dropped when met, and the oldest entries when a table is full.
+    Invariant: the table holds at most ``entries_max`` pairs, oldest first; pairs older than
+    ``window_s`` are dropped when met, and the oldest pairs when the table is full.
     """
 
     def __init__(self, window_s: float, entries_max: int = REPLAY_ENTRIES_MAX) -> None:
         self._window_s = window_s
         self._entries_max = entries_max
-        self._hosts: OrderedDict[str, tuple[str, float]] = OrderedDict()
         self._requests: OrderedDict[tuple[str, str], float] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._hosts) + len(self._requests)
+        return len(self._requests)
 
-    def check(self, signature: str, host: str, request_id: str, now_s: float) -> str | None:
+    def check(self, signature: str, request_id: str, now_s: float) -> str | None:
         """Remember this use; a message saying why it is a replay, or None."""
         self._expire(now_s)
-        first = self._hosts.get(signature)
-        if first is not None and first[0] != host:
-            return f"signature replayed: first used from {first[0]}, now from {host}"
-        if first is None:
-            self._hosts[signature] = (host, now_s)
-            _trim(self._hosts, self._entries_max)
-        if request_id:
-            key = (signature, request_id)
-            if key in self._requests:
-                return f"request replayed: {REQUEST_ID_HEADER} {request_id[:64]!r} was already used"
-            self._requests[key] = now_s
-            _trim(self._requests, self._entries_max)
+        key = (signature, request_id)
+        if key in self._requests:
+            return f"request replayed: {REQUEST_ID_HEADER} {request_id[:64]!r} was already used"
+        self._requests[key] = now_s
+        while len(self._requests) > self._entries_max:
+            self._requests.popitem(last=False)
         return None
 
     def _expire(self, now_s: float) -> None:
         oldest = now_s - self._window_s
-        while self._hosts and next(iter(self._hosts.values()))[1] < oldest:
-            self._hosts.popitem(last=False)
         while self._requests and next(iter(self._requests.values())) < oldest:
             self._requests.popitem(last=False)
-
-
-def _trim(table: OrderedDict[Any, Any], entries_max: int) -> None:
-    while len(table) > entries_max:
-        table.popitem(last=False)
 
 
 class Authenticator:
@@ -361,15 +348,15 @@ class Authenticator:
         self.denials_total: dict[str, int] = {}
         """Refusals by reason (``bad_signature``, ``forbidden``, …) since start."""
 
-    def authenticate(self, metadata: Iterable[tuple[str, str]], peer_host: str) -> Account:
+    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
         """The caller's account; raises :class:`Denied` (``UNAUTHORIZED``)."""
         try:
-            return self._authenticate(dict(metadata), peer_host)
+            return self._authenticate(dict(metadata))
         except Denied as denied:
             self._count(denied.reason)
             raise
 
-    def _authenticate(self, headers: Mapping[str, str], peer_host: str) -> Account:
+    def _authenticate(self, headers: Mapping[str, str]) -> Account:
         value = headers.get(AUTHORIZATION_HEADER, "")
         if not value.strip():
             raise _unauthorized("unsigned", "the request is not signed: no authorization header")
@@ -405,9 +392,13 @@ class Authenticator:
                 f"{DATE_TIME_HEADER} {date_time} is {shown} off the broker clock (UTC and local);"
                 f" at most {self.skew_s:.0f} s",
             )
-        replay = self._replays.check(
-            parsed.signature.lower(), peer_host, headers.get(REQUEST_ID_HEADER, ""), now_s
-        )
+        request_id = headers.get(REQUEST_ID_HEADER, "")
+        if not request_id.strip():
+            raise _unauthorized(
+                "no_request_id",
+                f"a signed request needs an {REQUEST_ID_HEADER} header (a fresh id per call)",
+            )
+        replay = self._replays.check(parsed.signature.lower(), request_id, now_s)
         if replay is not None:
             raise _unauthorized("replayed", replay)
         return account
@@ -537,8 +528,8 @@ class WireGate:
         self.authenticator = authenticator
         self.service = service
 
-    def authenticate(self, metadata: Iterable[tuple[str, str]], peer_host: str) -> Account:
-        return self.authenticator.authenticate(metadata, peer_host)
+    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
+        return self.authenticator.authenticate(metadata)
 
     def authorize(self, account: object, method: str, request: object) -> None:
         if not isinstance(account, Account):

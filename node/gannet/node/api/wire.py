@@ -91,7 +91,7 @@ class Gate(Protocol):
 
     Both raise :class:`~gannet.node.api.statuses.ApiError` to refuse."""
 
-    def authenticate(self, metadata: Iterable[tuple[str, str]], peer_host: str) -> object: ...
+    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> object: ...
 
     def authorize(self, account: object, method: str, request: object) -> None: ...
 
@@ -110,12 +110,6 @@ def _grpc_code(code: int) -> grpc.StatusCode:
 
 def _metadata(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
     return [(str(k), str(v)) for k, v in context.invocation_metadata() or ()]
-
-
-def _peer_host(context: grpc.aio.ServicerContext) -> str:
-    """``127.0.0.1`` of ``ipv4:127.0.0.1:5555``; ``::1`` of ``ipv6:%5B::1%5D:5555``."""
-    _, _, rest = str(context.peer() or "").partition(":")
-    return rest.rpartition(":")[0].replace("%5B", "[").replace("%5D", "]").strip("[]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,7 +144,7 @@ def _authenticated(context: grpc.aio.ServicerContext, rules: Rules) -> object:
     """The caller's account (None without a gate); raises ApiError to refuse."""
     if rules.gate is None:
         return None
-    return rules.gate.authenticate(_metadata(context), _peer_host(context))
+    return rules.gate.authenticate(_metadata(context))
 
 
 def _checked(
