@@ -93,7 +93,7 @@ def broker_process(root: Path, style: str) -> Iterator[BrokerProcess]:
     command = [
         sys.executable, "-m", "gannet.node.cli", "broker", "run", "--data-dir", str(root),
         "--listen", "127.0.0.1:0", "--flush", "async", "--metrics-listen", "",
-        "--event-loop", style,
+        "--event-loop", style, "--file-size-mb", "256",
     ]  # fmt: skip
     with _serving_process(command, "broker serving") as running:
         yield running
