@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit bench install clean dashboards e2e-prometheus bench-full bench-debs bench-peers
+.PHONY: run test lint unit bench install clean dashboards e2e e2e-prometheus bench-full bench-debs bench-peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,6 +74,11 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.broker --quick
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
+
+## e2e: replication faults on a local 3-node group of broker processes under official-client load
+## (SIGKILL, SIGSTOP and a proxy partition of the leader; about 1 min; not part of `make test`)
+e2e: $(STAMP)
+	$(BIN)/python -m e2e.replication.scenario
 
 ## e2e-prometheus: a real Prometheus scrapes a local 3-node cluster under load; every dashboard
 ## and alert expression is evaluated through its HTTP API (about 50 s; also in `make unit`)

@@ -1,0 +1,409 @@
+"""A 3-node Raft group of ``gannet broker run`` processes on 127.0.0.1 with a TCP fault proxy
+on every peer link, official-client load, and the checks every scenario ends with.
+
+Used by :mod:`e2e.replication.scenario` (``make e2e``) and ``bench/replication.py``.
+
+Links: node ``i`` dials node ``j``'s peer port through its own proxy ``(i, j)``
+(:mod:`gannet.node.testing.fault_proxy`): each node gets its own ``--peers`` list in which the
+other members' peer endpoints are the proxies' ports, and listens on its real peer port with
+``--peer-listen``. Cutting both proxies of every pair that involves node ``n`` isolates it.
+
+Checks (:meth:`ProcessGroup.verify`):
+
+* no acknowledged message lost: every receipt's key is found by ``QueryMessage`` on every node,
+  at the receipt's queue and offset (duplicates from the client's own retries are counted);
+* at most one leader per term: a monitor thread samples every node's ``GetRaftStatus`` every
+  ``MONITOR_INTERVAL_S`` during the whole scenario;
+* replicas converge: once the load stops and faults heal, every node reports the same commit
+  offset equal to its last offset, and the commit-log files are byte-identical up to it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.replication.config import PeerSpec
+from gannet.node.testing.fault_proxy import FaultProxy, Mode, ProxyThread
+
+MONITOR_INTERVAL_S = 0.1
+STATUS_TIMEOUT_S = 1.0
+FILE_SIZE_MB = 4
+STOP_TIMEOUT_S = 30.0
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def wait_for(condition: object, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
+    """Poll ``condition()`` (other processes: there is nothing to await) until true."""
+    assert callable(condition)
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        pause.wait(interval_s)
+
+
+@dataclass
+class Receipt:
+    """An acknowledged send: its key, the message id and queue offset the broker answered
+    (the broker picks the queue itself, so the client's queue is not part of it)."""
+
+    key: str
+    message_id: str
+    offset: int
+    acked_at_s: float
+
+
+class ProcessGroup:
+    """``size`` broker processes, proxies on the peer links, a status monitor."""
+
+    def __init__(self, root: Path, size: int = 3, *, flush: str = "sync") -> None:
+        self.root = root
+        self.size = size
+        self.flush = flush
+        ports = free_ports(2 * size)
+        self.client_ports = ports[:size]
+        self.peer_ports = ports[size:]
+        self.proxies = ProxyThread()
+        self.links: dict[tuple[int, int], FaultProxy] = {}
+        for i in self.ids:
+            for j in self.ids:
+                if i != j:
+                    self.links[(i, j)] = self.proxies.add("127.0.0.1", self.peer_ports[j - 1])
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.leaders_by_term: dict[int, set[int]] = {}
+        self._monitor_stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+
+    @property
+    def ids(self) -> list[int]:
+        return list(range(1, self.size + 1))
+
+    def client_endpoint(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.client_ports[node_id - 1]}"
+
+    def _peers_arg(self, node_id: int) -> str:
+        specs = []
+        for j in self.ids:
+            port = self.peer_ports[j - 1] if j == node_id else self.links[(node_id, j)].port
+            specs.append(str(PeerSpec(j, "127.0.0.1", port, self.client_ports[j - 1])))
+        return ",".join(specs)
+
+    # ------------------------------------------------------------------ processes
+    def start(self, node_id: int | None = None) -> None:
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        for i in [node_id] if node_id is not None else self.ids:
+            argv = [
+                sys.executable, "-m", "gannet.node.cli", "broker", "run",
+                "--data-dir", str(self.root / f"node{i}"),
+                "--flush", self.flush,
+                "--file-size-mb", str(FILE_SIZE_MB),
+                "--listen", self.client_endpoint(i),
+                "--metrics-listen", "",
+                "--node-id", str(i),
+                "--peers", self._peers_arg(i),
+                "--peer-listen", f"127.0.0.1:{self.peer_ports[i - 1]}",
+            ]  # fmt: skip
+            with (self.root / f"node{i}.log").open("ab") as log:
+                self.processes[i] = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env
+                )
+        if self._monitor is None:
+            self._monitor = threading.Thread(target=self._watch, name="raft-monitor", daemon=True)
+            self._monitor.start()
+
+    def alive(self) -> list[int]:
+        return [i for i, p in self.processes.items() if p.poll() is None]
+
+    def kill(self, node_id: int) -> None:
+        process = self.processes[node_id]
+        process.send_signal(signal.SIGKILL)
+        process.wait(10)
+
+    def pause(self, node_id: int) -> None:
+        self.processes[node_id].send_signal(signal.SIGSTOP)
+
+    def resume(self, node_id: int) -> None:
+        self.processes[node_id].send_signal(signal.SIGCONT)
+
+    def isolate(self, node_id: int) -> None:
+        """Cut every peer link to and from ``node_id`` (clients still reach it)."""
+        for (i, j), proxy in self.links.items():
+            if node_id in (i, j):
+                self.proxies.set_mode(proxy, Mode.PARTITION)
+
+    def heal(self) -> None:
+        self.proxies.heal()
+
+    def close(self) -> None:
+        self._monitor_stop.set()
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._monitor is not None:
+            self._monitor.join(5)
+        self.proxies.close()
+
+    # ------------------------------------------------------------------ status
+    def status(self, node_id: int) -> admin_pb2.RaftStatus | None:
+        with grpc.insecure_channel(self.client_endpoint(node_id)) as channel:
+            stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                reply: admin_pb2.RaftStatus = stub.GetRaftStatus(
+                    admin_pb2.GetRaftStatusRequest(), timeout=STATUS_TIMEOUT_S
+                )
+            except grpc.RpcError:
+                return None
+            return reply
+
+    def _watch(self) -> None:
+        while not self._monitor_stop.wait(MONITOR_INTERVAL_S):
+            for node_id in self.alive():
+                s = self.status(node_id)
+                if s is not None and s.role == "leader":
+                    self.leaders_by_term.setdefault(s.term, set()).add(int(s.node_id))
+
+    def leader(self, among: list[int] | None = None, timeout_s: float = 30.0) -> int:
+        """The member every node of ``among`` names as leader, once it leads."""
+        ids = among if among is not None else self.alive()
+        found: list[int] = []
+
+        def agreed() -> bool:
+            seen = [self.status(i) for i in ids]
+            if any(s is None for s in seen):
+                return False
+            leaders = {s.leader_id for s in seen if s is not None}
+            if len(leaders) != 1:
+                return False
+            leader = int(leaders.pop() or 0)
+            if leader not in ids:
+                return False
+            found[:] = [leader]
+            return True
+
+        wait_for(agreed, timeout_s, f"one leader among {ids}")
+        return found[0]
+
+    def current_leader(self, timeout_s: float = 20.0) -> int:
+        """The node that reports itself leader in the highest term any node reports (a
+        paused or cut-off node may still believe it leads an older term)."""
+        found: list[int] = []
+
+        def newest() -> bool:
+            seen = [s for s in (self.status(i) for i in self.alive()) if s is not None]
+            leaders = [s for s in seen if s.role == "leader"]
+            if not leaders:
+                return False
+            best = max(leaders, key=lambda s: s.term)
+            if any(s.term > best.term for s in seen):
+                return False  # an election is under way
+            found[:] = [int(best.node_id)]
+            return True
+
+        wait_for(newest, timeout_s, "a leader in the newest term")
+        return found[0]
+
+    def admin_call(self, node_id: int, method: str, request: object) -> object:
+        with grpc.insecure_channel(self.client_endpoint(node_id)) as channel:
+            stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+            return getattr(stub, method)(request, timeout=10)
+
+    def create_topic(self, topic: str, queues: int = 4) -> None:
+        """On the leader (retried across an election), answered once committed."""
+        deadline = time.monotonic() + 30
+        while True:
+            leader = self.leader()
+            try:
+                self.admin_call(
+                    leader,
+                    "CreateTopic",
+                    admin_pb2.CreateTopicRequest(name=topic, queue_nums=queues),
+                )
+                return
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                    return
+                if time.monotonic() > deadline:
+                    raise
+
+    # ------------------------------------------------------------------ checks
+    def converged(self, timeout_s: float = 30.0) -> int:
+        """Wait until every node reports the same commit offset = last offset; return it."""
+        found: list[int] = []
+
+        def same() -> bool:
+            seen = [self.status(i) for i in self.ids]
+            if any(s is None for s in seen):
+                return False
+            offsets = {(s.commit_offset, s.last_offset) for s in seen if s is not None}
+            if len(offsets) != 1:
+                return False
+            commit, last = offsets.pop()
+            found[:] = [commit]
+            return commit == last
+
+        wait_for(same, timeout_s, "every replica to reach the same commit offset", 0.2)
+        return found[0]
+
+    def commitlog_bytes(self, node_id: int, upto: int) -> bytes:
+        directory = self.root / f"node{node_id}" / "commitlog"
+        out = bytearray()
+        for path in sorted(directory.iterdir()):
+            if len(out) >= upto:
+                break
+            with path.open("rb") as f:
+                out += f.read(upto - len(out))
+        return bytes(out[:upto])
+
+    @staticmethod
+    def _query_key(
+        stub: admin_pb2_grpc.AdminStub, topic: str, key: str, timeout_s: float = 10.0
+    ) -> list[admin_pb2.StoredMessage]:
+        """Messages with ``key``; retried for a while (a replica may still be dispatching)."""
+        deadline = time.monotonic() + timeout_s
+        pause = threading.Event()
+        while True:
+            found = list(
+                stub.QueryMessage(
+                    admin_pb2.QueryMessageRequest(topic=topic, key=key), timeout=10
+                ).messages
+            )
+            if found or time.monotonic() > deadline:
+                return found
+            pause.wait(0.1)
+
+    def verify(self, topic: str, receipts: list[Receipt]) -> VerifyReport:
+        """The three checks of the module docstring (raises AssertionError naming a failure)."""
+        split = {t: ids for t, ids in self.leaders_by_term.items() if len(ids) > 1}
+        assert not split, f"more than one leader in a term: {split}"
+        commit = self.converged()
+        reference = self.commitlog_bytes(1, commit)
+        for node_id in self.ids[1:]:
+            assert self.commitlog_bytes(node_id, commit) == reference, (
+                f"node {node_id}'s commit log differs from node 1's below {commit}"
+            )
+        duplicates = 0
+        for node_id in self.ids:
+            with grpc.insecure_channel(self.client_endpoint(node_id)) as channel:
+                stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+                for r in receipts:
+                    found = self._query_key(stub, topic, r.key)
+                    positions = {(m.message_id, m.queue_offset) for m in found}
+                    assert (r.message_id, r.offset) in positions, (
+                        f"node {node_id}: acknowledged {r.key} ({r.message_id}) not at queue "
+                        f"offset {r.offset} (found {sorted(positions)})"
+                    )
+                    duplicates += len(found) - 1
+        return VerifyReport(
+            commit_offset=commit,
+            acknowledged=len(receipts),
+            duplicates=duplicates // self.size,
+            terms=len(self.leaders_by_term),
+        )
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    commit_offset: int
+    acknowledged: int
+    duplicates: int
+    """Extra copies of acknowledged keys (the client's own retries after a lost answer)."""
+    terms: int
+
+
+class Load(threading.Thread):
+    """The official ``Producer`` sending one message at a time to the leader; a failed send
+    (node gone, leader changed) makes it find the leader and start a new producer."""
+
+    def __init__(self, group: ProcessGroup, topic: str) -> None:
+        super().__init__(name="load", daemon=True)
+        self.group = group
+        self.topic = topic
+        self.receipts: list[Receipt] = []
+        self.failures = 0
+        self.done = threading.Event()
+        self.progress = threading.Condition()
+
+    def run(self) -> None:
+        number = 0
+        pause = threading.Event()
+        while not self.done.is_set():
+            try:
+                leader = self.group.current_leader()
+            except AssertionError:
+                continue
+            config = ClientConfiguration(
+                self.group.client_endpoint(leader), Credentials(), request_timeout=3
+            )
+            producer = Producer(config, (self.topic,))
+            try:
+                producer.startup()
+            except Exception:  # any start failure: find the leader again
+                self.failures += 1
+                pause.wait(0.2)
+                continue
+            try:
+                while not self.done.is_set():
+                    number += 1
+                    key = f"k{number}"
+                    message = Message()
+                    message.topic = self.topic
+                    message.body = key.encode()
+                    message.keys = key
+                    try:
+                        receipt = producer.send(message)
+                    except Exception:  # timeouts, refusals, dead node
+                        self.failures += 1
+                        break
+                    with self.progress:
+                        self.receipts.append(
+                            Receipt(
+                                key, str(receipt.message_id), int(receipt.offset), time.monotonic()
+                            )
+                        )
+                        self.progress.notify_all()
+            finally:
+                with contextlib.suppress(Exception):
+                    producer.shutdown()
+
+    def wait_acks(self, count: int, timeout_s: float = 40.0) -> None:
+        with self.progress:
+            ok = self.progress.wait_for(lambda: len(self.receipts) >= count, timeout_s)
+        assert ok, f"only {len(self.receipts)} of {count} sends acknowledged in {timeout_s} s"
+
+    def stop(self) -> list[Receipt]:
+        self.done.set()
+        self.join(60)
+        return list(self.receipts)
