@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.pipeline import options, ranges, rows, writing
+from gannet.pipeline import options, ranges, reading, rows, writing
 from gannet.pipeline.calling import BrokerError
 from gannet.pipeline.options import OptionError
 from gannet.pipeline.ranges import QueueRange
@@ -251,3 +251,23 @@ def test_send_gives_up_on_permanent_errors_and_after_its_retries() -> None:
             busy, batch, retries_max=2, backoff_ms_first=1, sleep=sleeps.append
         )
     assert len(sleeps) == 2
+
+
+class _Cleaned:
+    """A connection whose queue now starts at offset 10 (older messages cleaned up)."""
+
+    def query_offset(self, topic: str, queue_id: int, policy: int, at_ms: int = 0) -> int:
+        assert policy == definition_pb2.BEGINNING
+        return 10
+
+
+def test_a_cleaned_start_fails_or_skips_as_failondataloss_says() -> None:
+    illegal = BrokerError("PullMessage", Code.ILLEGAL_OFFSET, "offset 3 is outside")
+    strict = options.read_options(BASE, streaming=False)
+    with pytest.raises(reading.GannetReadError, match=r"messages 3\.\.9 were cleaned up"):
+        reading._after_illegal_offset(_Cleaned(), strict, 0, 3, illegal)  # type: ignore[arg-type]
+    lenient = options.read_options({**BASE, "failOnDataLoss": "false"}, streaming=False)
+    assert reading._after_illegal_offset(_Cleaned(), lenient, 0, 3, illegal) == 10  # type: ignore[arg-type]
+    other = BrokerError("PullMessage", Code.FORBIDDEN, "not readable")
+    with pytest.raises(reading.GannetReadError, match="FORBIDDEN"):
+        reading._after_illegal_offset(_Cleaned(), lenient, 0, 3, other)  # type: ignore[arg-type]

@@ -21,7 +21,8 @@ reading in :mod:`gannet.pipeline.reading` (PullMessage, QueryOffset, QueryRoute)
 :mod:`gannet.pipeline.writing` (SendMessage batches). The Python code runs in Spark's Python
 workers, so executors need the ``gannet`` package (``pip install gannet[pipeline]`` or
 ``--py-files``, see :mod:`gannet.pipeline.jobs`) and network access to the broker's client port.
-Writes append only; ``mode("overwrite")`` is refused (a topic cannot be truncated).
+Writes append only; ``mode("overwrite")`` is refused (a topic cannot be truncated), and an
+unknown topic is refused on the driver, before any task runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from gannet.pipeline import options, reading, rows, writing
+from gannet.pipeline.calling import BrokerConnection, BrokerError
 from gannet.pipeline.options import OptionError
 
 NAME = "gannet"
@@ -67,7 +69,13 @@ class GannetDataSource(DataSource):
             rows.check_write_schema([(f.name, f.dataType.simpleString()) for f in schema.fields])
         except ValueError as exc:
             raise OptionError(str(exc)) from None
-        return writing.Writer(options.write_options(self.options))
+        opts = options.write_options(self.options)
+        with BrokerConnection(opts.endpoints, timeout_s=opts.timeout_s) as conn:
+            try:
+                conn.readable_queue_ids(opts.topic)  # fails before any task for a bad topic
+            except BrokerError as exc:
+                raise OptionError(f"option 'topic': {exc}") from None
+        return writing.Writer(opts)
 
 
 def register(spark: Any) -> None:
