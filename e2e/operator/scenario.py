@@ -60,6 +60,7 @@ from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator import kube, metrics, resources
 from tests.operator.conftest import Env, ready
 from tests.operator.emulating import ApiServerEmulator
+from tests.operator.stores import stack_store
 
 START_TIMEOUT_S = 30.0
 MESSAGES = 20
@@ -209,18 +210,6 @@ def produce_and_consume(endpoint: str, topic: str, group: str) -> tuple[int, int
     finally:
         reader.close()
     return MESSAGES, len(reader.acked)
-
-
-def stack_store(workdir: Path) -> Path:
-    """The broker's store directory: on tmpfs (/dev/shm) when it has room, else in ``workdir``.
-    The store refuses writes while its disk is above 90 % used, and a shared build machine's
-    disk can be (other jobs' benchmark files); this scenario is about the operator."""
-    shm = Path("/dev/shm")
-    if shm.is_dir() and os.access(shm, os.W_OK) and shutil.disk_usage(shm).free > 1 << 30:
-        return Path(tempfile.mkdtemp(prefix="gannet-operator-e2e-", dir=shm))
-    store = workdir / "store"
-    store.mkdir(parents=True, exist_ok=True)
-    return store
 
 
 async def _scenario(workdir: Path) -> Report:

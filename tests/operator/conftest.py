@@ -13,6 +13,7 @@ import contextlib
 import dataclasses
 import datetime as dt
 import json
+import shutil
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
@@ -25,17 +26,24 @@ from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.operator import contexts, kube, metrics, resources, running
 from tests.operator.emulating import ApiServerEmulator
+from tests.operator.stores import stack_store
 
 NAMESPACE = "demo"
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
-    root = tmp_path_factory.mktemp("broker")
+    # On tmpfs when it has room: the store refuses writes above 90 % disk use, and a shared
+    # machine's disk can be that full (see tests.operator.stores).
+    root = stack_store(tmp_path_factory.mktemp("broker"))
     store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
     running_broker = threads.start(BrokerConfig(store=store, listen_port=0))
-    yield running_broker
-    running_broker.stop()
+    try:
+        yield running_broker
+    finally:
+        running_broker.stop()
+        if root.is_relative_to("/dev/shm"):
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @dataclasses.dataclass
