@@ -3,22 +3,28 @@ offset with every field, batches, tag filters, long polling, and bad requests' c
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
+import grpc
 import pytest
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
+from gannet.node.api import pulling
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store.config import FlushMode, StoreConfig
 
-from .conftest import settle, unique
+from .conftest import _WithClientId, settle, unique
 
 PULL_TIMEOUT_S = 30
 
@@ -248,3 +254,35 @@ def test_unknown_topic_group_and_bad_filter_are_named(
     assert frames[0].status.code == Code.MESSAGE_NOT_FOUND
     frames = _pull(messaging, topic, 0, 0, expression="||")
     assert [f.status.code for f in frames] == [Code.ILLEGAL_FILTER_EXPRESSION]
+
+
+def _wait_until(predicate: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.005)
+
+
+def test_broker_shutdown_ends_a_waiting_pull_at_once(tmp_path: Path) -> None:
+    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    running = threads.start(BrokerConfig(store=store, listen_port=0))
+    try:
+        messaging_servicer = running.broker.messaging
+        assert messaging_servicer is not None
+        with grpc.insecure_channel(running.endpoint) as plain:
+            admin = admin_pb2_grpc.AdminStub(plain)  # type: ignore[no-untyped-call]
+            admin.CreateTopic(admin_pb2.CreateTopicRequest(name="T", queue_nums=1))
+            with_id = grpc.intercept_channel(plain, _WithClientId())
+            stub = service_pb2_grpc.MessagingServiceStub(with_id)
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                parked = pool.submit(_pull, stub, "T", 0, 0, polling_ms=15_000)
+                _wait_until(lambda: pulling.waiting_pulls(messaging_servicer) == 1)
+                started = time.monotonic()
+                stopping = pool.submit(running.stop)
+                status, messages, next_offset = _parts(parked.result(timeout=10))
+                assert time.monotonic() - started < 5  # not the 15 s poll
+                assert status.code == Code.MESSAGE_NOT_FOUND
+                assert (messages, next_offset) == ([], 0)
+                stopping.result(timeout=15)
+    finally:
+        running.stop()

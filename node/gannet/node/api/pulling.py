@@ -124,6 +124,10 @@ class _Arrivals:
                 if not waiting:
                     del self._waiting[(topic, queue_id)]
 
+    def waiting(self) -> int:
+        """How many pulls wait now."""
+        return self._count
+
     def on_dispatch(self, info: DispatchInfo) -> None:
         key = (info.topic, info.queue_id)
         if key not in self._waiting:  # unlocked peek: the common case is nobody waiting
@@ -144,11 +148,19 @@ class PullHandler:
     """Serves PullMessage for one servicer (see the module docstring)."""
 
     def __init__(self, servicer: MessagingServicer, limits: PullLimits = DEFAULT_LIMITS) -> None:
-        self.servicer = servicer
+        # Not the servicer itself: :data:`_handlers` is keyed weakly by it, so the handler
+        # must not keep it alive. The servicer sets ``_closing`` in ``begin_shutdown``;
+        # waiting on it lets the server's drain end at once instead of after the longest poll.
+        self.store = servicer.store
         self.resources = servicer.resources
+        self._closing = servicer._closing
         self.limits = limits
         self._arrivals = _Arrivals(asyncio.get_running_loop(), limits.waiters_max)
         servicer.store.add_arrival_listener(self._arrivals.on_dispatch)
+
+    def waiting(self) -> int:
+        """How many pulls wait in a long poll now."""
+        return self._arrivals.waiting()
 
     async def pull(
         self, request: service_pb2.PullMessageRequest, context: grpc.aio.ServicerContext
@@ -193,7 +205,7 @@ class PullHandler:
     def _read(
         self, topic: str, queue_id: int, offset: int, wanted: int, tag_filter: TagFilter
     ) -> GetResult:
-        store = self.servicer.store
+        store = self.store
         accepts = None if tag_filter.matches_all else tag_filter.accepts_unit
         got = store.get_messages(topic, queue_id, offset, wanted, accepts)
         empty = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
@@ -214,9 +226,7 @@ class PullHandler:
 
     async def _wait(self, arrived: asyncio.Future[None], timeout_s: float) -> bool:
         """True when a message arrived; False on timeout or broker shutdown."""
-        # The servicer sets its ``_closing`` event in ``begin_shutdown``; waiting on it lets the
-        # server's drain end at once instead of after the longest long poll.
-        closing: asyncio.Future[object] = asyncio.ensure_future(self.servicer._closing.wait())
+        closing: asyncio.Future[object] = asyncio.ensure_future(self._closing.wait())
         waited: set[asyncio.Future[object]] = {arrived, closing}  # type: ignore[arg-type]
         try:
             done, _ = await asyncio.wait(
@@ -268,6 +278,12 @@ def handler_of(servicer: MessagingServicer) -> PullHandler:
     if handler is None:
         handler = _handlers[servicer] = PullHandler(servicer)
     return handler
+
+
+def waiting_pulls(servicer: MessagingServicer) -> int:
+    """How many pulls of ``servicer`` wait in a long poll now (any thread)."""
+    handler = _handlers.get(servicer)
+    return 0 if handler is None else handler.waiting()
 
 
 async def pull_message(
