@@ -230,3 +230,27 @@ def test_unreachable_broker_is_reported_and_retried() -> None:
             await env.wait_for("Topic", "lonely", lambda o: failed._value.get() >= 2)
 
     asyncio.run(scenario())
+
+
+def test_topic_deleted_behind_the_operators_back_is_created_again(
+    broker: threads.BrokerThread,
+) -> None:
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint, refresh_interval_s=0.2) as env:
+            await env.apply("GannetCluster", "main", {"replicas": 1})
+            await env.apply("Topic", "drifting", {"cluster": "main", "queues": 3})
+            await env.wait_for("Topic", "drifting", ready)
+            with grpc.insecure_channel(broker.endpoint) as channel:
+                stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+                stub.DeleteTopic(admin_pb2.DeleteTopicRequest(name="drifting"), timeout=5)
+            assert await asyncio.to_thread(describe, broker, "drifting") is None
+            # Two more refresh passes (each writes status, so each is a watch event) are at
+            # least one full pass after the deletion.
+            done = env.metrics.reconciliations.labels(kind="Topic", result="success")
+            target = done._value.get() + 2
+            await env.wait_for("Topic", "drifting", lambda o: done._value.get() >= target)
+            found = await asyncio.to_thread(describe, broker, "drifting")
+            assert found is not None
+            assert found.topic.write_queue_nums == 3
+
+    asyncio.run(scenario())

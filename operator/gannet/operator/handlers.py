@@ -1,5 +1,8 @@
 """kopf handlers for GannetCluster, Topic and ConsumerGroup: thin glue, no decisions.
 
+The Topic and ConsumerGroup handlers are here; the GannetCluster pass they call is
+:mod:`gannet.operator.cluster_handling`.
+
 :func:`register` puts every handler on a ``kopf.OperatorRegistry`` bound to one
 :class:`Context` (broker client, Kubernetes client, endpoints, clock), so tests can run the
 operator in-process against an API emulator and in-process brokers (``tests/operator``), and
