@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
@@ -189,6 +190,24 @@ def test_write_then_read_round_trip(
     assert sorted(map(content, copied)) == sorted(want)
     assert {r.topic for r in copied} == {target}
     assert not {r.message_id for r in copied} & set(produced["sent"])
+
+
+def test_delivery_time_delays_a_written_message(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, gannet_admin: Any
+) -> None:
+    topic = new_topic(gannet_admin, queues=1, kind=admin_pb2.DELAY)
+    deliver_at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=2)
+    df = gannet_spark.createDataFrame(
+        [(b"later", deliver_at)], "body binary, delivery_time timestamp"
+    )
+    writer = df.write.format("gannet").option("endpoints", gannet_broker.endpoint)
+    writer.option("topic", topic).mode("append").save()
+    with BrokerConnection([gannet_broker.endpoint]) as conn:
+        pulled = conn.pull(topic, 0, 0, batch_size=8, polling_ms=15_000)  # wakes on delivery
+    assert [m.body for m in pulled.messages] == [b"later"]
+    stored = pulled.messages[0].system_properties.store_timestamp
+    assert stored.seconds + 1 >= int(deliver_at.timestamp())  # not before its time (1 s ticks)
+    assert pulled.messages[0].system_properties.message_type == definition_pb2.DELAY
 
 
 def _failure(action: Callable[[], object]) -> str:
