@@ -3,6 +3,11 @@ source of the CRDs), the way the API server would for ``spec``.
 
 The CRDs use OpenAPI v3.0 schemas, whose ``exclusiveMinimum`` is a boolean as in JSON Schema
 draft 4, so draft 4 is the validator; ``x-kubernetes-*`` keywords are ignored by it.
+
+Structural schemas may not say ``additionalProperties: false`` next to ``properties`` (the API
+server rejects such a CRD); unknown fields are instead pruned, or refused by strict field
+validation (``kubectl apply``'s default). :func:`strict` adds the refusal to every object
+schema that lists its properties and does not preserve unknown fields, as that validation does.
 """
 
 from __future__ import annotations
@@ -34,12 +39,42 @@ def schema(kind: str) -> dict[str, Any]:
     return result
 
 
+def strict(node: Any) -> Any:
+    """A copy of a schema in which listed-properties objects refuse unknown fields."""
+    if isinstance(node, list):
+        return [strict(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {key: strict(value) for key, value in node.items()}
+    if "properties" in node and not node.get("x-kubernetes-preserve-unknown-fields"):
+        result["additionalProperties"] = False
+    return result
+
+
+def structural_problems(node: Any, path: str = "") -> list[str]:
+    """Places where a schema breaks a structural-schema rule the API server enforces."""
+    if isinstance(node, list):
+        return [p for i, item in enumerate(node) for p in structural_problems(item, f"{path}[{i}]")]
+    if not isinstance(node, dict):
+        return []
+    found = []
+    if "properties" in node and "additionalProperties" in node:
+        found.append(f"{path}: additionalProperties beside properties")
+    if node.get("x-kubernetes-int-or-string") and "type" in node:
+        found.append(f"{path}: int-or-string with a type")
+    if "properties" in node and node.get("type") != "object":
+        found.append(f"{path}: properties without type: object")
+    for key, value in node.items():
+        found += structural_problems(value, f"{path}.{key}")
+    return found
+
+
 def errors(document: dict[str, Any]) -> list[str]:
     """Schema violations of one resource ("" path means the root)."""
     kind = document.get("kind")
     if kind not in crds():
         return [f"kind {kind!r} has no CRD"]
-    validator = jsonschema.Draft4Validator(schema(kind))
+    validator = jsonschema.Draft4Validator(strict(schema(kind)))
     return [
         f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
         for error in validator.iter_errors(document)

@@ -36,6 +36,8 @@ def test_crds_match_the_operator_names() -> None:
         assert "Ready" in columns
         assert "Age" in columns
         assert version["schema"]["openAPIV3Schema"]["properties"]["spec"]["type"] == "object"
+        schema = version["schema"]["openAPIV3Schema"]
+        assert crd_schemas.structural_problems(schema) == [], kind
     scale = found["GannetCluster"]["spec"]["versions"][0]["subresources"]["scale"]
     assert scale == {
         "specReplicasPath": ".spec.replicas",
