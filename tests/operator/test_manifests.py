@@ -52,7 +52,9 @@ def test_ephemeral_storage_and_no_metrics() -> None:
     objects = build(1, storage={"type": "ephemeral"}, metrics={"enabled": False})
     sts = by_kind(objects, "StatefulSet")
     assert "volumeClaimTemplates" not in sts["spec"]
-    assert sts["spec"]["template"]["spec"]["volumes"] == [{"name": "data", "emptyDir": {}}]
+    volumes = sts["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "data", "emptyDir": {}} in volumes
+    assert [v["name"] for v in volumes] == ["tmp", "data"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["tcpSocket"] == {"port": "client"}
     assert by_kind(objects, "ConfigMap")["data"]["GANNET_METRICS_LISTEN"] == ""

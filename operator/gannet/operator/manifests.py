@@ -196,7 +196,11 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
             {"name": "peer", "containerPort": PEER_PORT, "protocol": "TCP"},
             {"name": "metrics", "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
-        "volumeMounts": [{"name": "data", "mountPath": DATA_DIR}],
+        # The root filesystem is read-only; /tmp is a small scratch volume.
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -244,8 +248,9 @@ def stateful_set(
         },
     }
     storage = spec.storage
+    pod_spec["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]
     if storage.type == "ephemeral":
-        pod_spec["volumes"] = [{"name": "data", "emptyDir": {}}]
+        pod_spec["volumes"].append({"name": "data", "emptyDir": {}})
     else:
         claim_spec: dict[str, Any] = {
             "accessModes": ["ReadWriteOnce"],
