@@ -9,6 +9,7 @@ re-applies them on 422 (what a real API server answers), so this subclass:
 - sets ``uid``, ``creationTimestamp`` and ``generation: 1`` on create, and bumps ``generation``
   when an update changes ``spec`` (status and metadata edits do not);
 - turns ``jsonpatch.JsonPatchTestFailed`` into HTTP 422 ``Invalid``;
+- answers 404 to creates of kinds it does not serve (kmock stores anything);
 - answers lists with the current ``resourceVersion`` and, when a watch names one, does not
   replay objects that are not newer (kmock replays every object as ADDED, so kopf saw each
   object twice, the second time stale, and its ``test``-guarded finalizer patch failed for good).
@@ -61,6 +62,10 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         if request.resource is not None and request.action == enums.action.CREATE:
+            declared = kmock.KubernetesScaffold._get_resources(self)
+            if not any(resource == request.resource for resource in declared):
+                # A kind nobody declared (e.g. a CRD that is not installed): 404, as a server.
+                return await self._render_error(kmock.KubernetesResourceNotFoundError())
             data = request.data  # stamped in place: kmock tracks the request object itself
             metadata = data.setdefault("metadata", {})
             metadata["resourceVersion"] = _next_version()

@@ -94,6 +94,9 @@ def test_cluster_objects_and_scale_up(broker: threads.BrokerThread) -> None:
             )
             assert monitor is not None
             assert monitor["metadata"]["labels"]["release"] == "prom"
+            monitoring = condition(cluster, "Monitoring")
+            assert monitoring is not None
+            assert monitoring["status"] == "True"
 
             # Scale-up is applied at once, with the new members in the peers list.
             await env.apply("GannetCluster", "main", {**spec, "replicas": 5})
@@ -302,5 +305,27 @@ def test_rolling_restart_deletes_one_follower_at_a_time() -> None:
                 assert rolling is not None
                 assert "pods do not exist yet" in rolling["message"]
                 assert admin.count("TransferLeadership") == 0
+
+    asyncio.run(scenario())
+
+
+def test_missing_service_monitor_crd_is_a_condition_not_a_failure(
+    broker: threads.BrokerThread,
+) -> None:
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint) as env:  # no servicemonitors resource served
+            spec = {"replicas": 1, "metrics": {"serviceMonitor": {"enabled": True}}}
+            await env.apply("GannetCluster", "main", spec)
+            cluster = await env.wait_for(
+                "GannetCluster", "main", lambda o: condition(o, "Monitoring") is not None
+            )
+            monitoring = condition(cluster, "Monitoring")
+            assert monitoring is not None
+            assert (monitoring["status"], monitoring["reason"]) == (
+                "False",
+                "ServiceMonitorUnavailable",
+            )
+            assert "CRD installed" in monitoring["message"]
+            assert await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main") is not None
 
     asyncio.run(scenario())

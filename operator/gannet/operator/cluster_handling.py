@@ -19,6 +19,7 @@ from gannet.operator import cluster_planning, conditions, manifests, schedules, 
 from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
+from gannet.operator.kube import KubeError
 
 
 async def _leader_view(
@@ -59,13 +60,26 @@ async def reconcile(
         with contextlib.suppress(BrokerUnavailable, BrokerRefused):
             away = cluster_planning.ordinal(decision.transfer_away_from)
             await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
+    monitoring: Condition | None = None
     for obj in manifests.build(name, namespace, uid, cluster, replicas=decision.replicas):
-        await ctx.kube.apply(obj)
+        if obj["kind"] != "ServiceMonitor":
+            await ctx.kube.apply(obj)
+            continue
+        # Optional: without prometheus-operator the brokers still run; say so in a condition.
+        try:
+            await ctx.kube.apply(obj)
+            monitoring = Condition(
+                "Monitoring", True, conditions.RECONCILED, "ServiceMonitor applied"
+            )
+        except KubeError as exc:
+            monitoring = Condition("Monitoring", False, "ServiceMonitorUnavailable", str(exc))
     sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name) or {}
     sts_status = sts.get("status") or {}
     ready = int(sts_status.get("readyReplicas") or 0)
     found = list(status.get("conditions") or ())
     found = conditions.merge(found, decision.condition, generation=generation, now=ctx.clock())
+    if monitoring is not None:
+        found = conditions.merge(found, monitoring, generation=generation, now=ctx.clock())
 
     # Rolling restarts, one pod per pass, leader last.
     leader = raft or await _leader_view(ctx, namespace, name)

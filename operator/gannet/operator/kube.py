@@ -190,8 +190,14 @@ class Kube:
             async with session.request(
                 verb, path, json=body, headers=headers, params=params
             ) as response:
+                if response.status == 404 and verb != "POST":
+                    return None  # the object does not exist
                 if response.status == 404:
-                    return None
+                    raise KubeError(
+                        f"{verb} {path}: HTTP 404; the API server does not serve this kind "
+                        "(is its CRD installed?)",
+                        status=404,
+                    )
                 payload = await response.json(content_type=None)
                 if response.status >= 400:
                     message = payload.get("message") if isinstance(payload, dict) else payload
