@@ -65,7 +65,7 @@ bench-peers: $(BENCH_STAMP) bench-debs
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis
 
-## bench: quick benchmarks (storage engine, Pop, Spark pipeline, v2 broker, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, Spark pipeline, v2 broker, replication, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
@@ -73,6 +73,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.pipeline --quick
 	$(BIN)/python -m bench.broker --quick
 	$(BIN)/python -m bench.metrics --quick
+	$(BIN)/python -m bench.replication --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
 ## e2e: replication faults on a local 3-node group of broker processes under official-client load

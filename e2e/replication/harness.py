@@ -82,10 +82,23 @@ class Receipt:
 class ProcessGroup:
     """``size`` broker processes, proxies on the peer links, a status monitor."""
 
-    def __init__(self, root: Path, size: int = 3, *, flush: str = "sync") -> None:
+    def __init__(
+        self,
+        root: Path,
+        size: int = 3,
+        *,
+        flush: str = "sync",
+        proxied: bool = True,
+        replicated: bool = True,
+    ) -> None:
+        """``proxied=False``: peers dial each other directly (benchmarks);
+        ``replicated=False`` (size 1): a broker without ``--node-id``, today's single node."""
+        if not replicated and size != 1:
+            raise ValueError("an unreplicated group has exactly one broker")
         self.root = root
         self.size = size
         self.flush = flush
+        self.replicated = replicated
         ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
@@ -93,7 +106,7 @@ class ProcessGroup:
         self.links: dict[tuple[int, int], FaultProxy] = {}
         for i in self.ids:
             for j in self.ids:
-                if i != j:
+                if i != j and proxied:
                     self.links[(i, j)] = self.proxies.add("127.0.0.1", self.peer_ports[j - 1])
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.leaders_by_term: dict[int, set[int]] = {}
@@ -110,13 +123,15 @@ class ProcessGroup:
     def _peers_arg(self, node_id: int) -> str:
         specs = []
         for j in self.ids:
-            port = self.peer_ports[j - 1] if j == node_id else self.links[(node_id, j)].port
+            link = self.links.get((node_id, j))
+            port = link.port if link is not None else self.peer_ports[j - 1]
             specs.append(str(PeerSpec(j, "127.0.0.1", port, self.client_ports[j - 1])))
         return ",".join(specs)
 
     # ------------------------------------------------------------------ processes
     def start(self, node_id: int | None = None) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.root.mkdir(parents=True, exist_ok=True)
         for i in [node_id] if node_id is not None else self.ids:
             argv = [
                 sys.executable, "-m", "gannet.node.cli", "broker", "run",
@@ -125,10 +140,13 @@ class ProcessGroup:
                 "--file-size-mb", str(FILE_SIZE_MB),
                 "--listen", self.client_endpoint(i),
                 "--metrics-listen", "",
-                "--node-id", str(i),
-                "--peers", self._peers_arg(i),
-                "--peer-listen", f"127.0.0.1:{self.peer_ports[i - 1]}",
             ]  # fmt: skip
+            if self.replicated:
+                argv += [
+                    "--node-id", str(i),
+                    "--peers", self._peers_arg(i),
+                    "--peer-listen", f"127.0.0.1:{self.peer_ports[i - 1]}",
+                ]  # fmt: skip
             with (self.root / f"node{i}.log").open("ab") as log:
                 self.processes[i] = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env

@@ -16,6 +16,7 @@ Created by :mod:`gannet.node.broker.serving`.
 
 from __future__ import annotations
 
+import contextlib
 from typing import NoReturn
 
 import grpc
@@ -88,6 +89,10 @@ class RaftAdmin:
         node = self.replication
         if node is None:
             return
+        if node.is_leader() and not node.is_serving_leader():
+            # just elected: it serves once the previous terms are applied (milliseconds)
+            with contextlib.suppress(TimeoutError):
+                await node.wait_until(node.is_serving_leader, node.config.commit_timeout_s)
         try:
             node.check_leader()
         except ReplicationError as exc:
