@@ -37,6 +37,7 @@ waiting pulls.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -177,12 +178,12 @@ class PullHandler:
         wait_ms = self.polling_ms(request, context.time_remaining())
         wanted = min(int(request.batch_size), self.limits.batch_messages_max)
         deadline = time.monotonic() + wait_ms / 1000
-        while True:
-            arrived = self._arrivals.register(topic, queue_id)  # before reading: no lost wake
+        read = functools.partial(self._read, topic, queue_id, offset, wanted, tag_filter)
+        got = await asyncio.to_thread(read)
+        while got.status is GetStatus.OFFSET_OVERFLOW_ONE and time.monotonic() < deadline:
+            arrived = self._arrivals.register(topic, queue_id)
             try:
-                got = await asyncio.to_thread(
-                    self._read, topic, queue_id, offset, wanted, tag_filter
-                )
+                got = await asyncio.to_thread(read)  # again: a message may have come meanwhile
                 left_s = deadline - time.monotonic()
                 if got.status is not GetStatus.OFFSET_OVERFLOW_ONE or left_s <= 0:
                     break
@@ -190,6 +191,7 @@ class PullHandler:
                     break
             finally:
                 self._arrivals.forget(topic, queue_id, arrived)
+            got = await asyncio.to_thread(read)
         namespace = str(request.message_queue.topic.resource_namespace)
         return self._answer(got, tag_filter, namespace)
 
