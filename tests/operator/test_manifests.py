@@ -164,3 +164,17 @@ def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
                 await client.close()
 
     asyncio.run(scenario())
+
+
+def test_access_takes_kopfs_credentials() -> None:
+    import ssl
+
+    import kopf
+
+    plain = kube.access_from(kopf.ConnectionInfo(server="http://127.0.0.1:8001", token="t0k"))
+    assert plain.headers == {"Authorization": "Bearer t0k"}
+    assert plain.tls is None
+    secure = kube.access_from(kopf.ConnectionInfo(server="https://k8s:6443", insecure=True))
+    assert secure.headers == {}
+    assert secure.tls is not None
+    assert secure.tls.verify_mode == ssl.CERT_NONE

@@ -51,29 +51,20 @@ class KubeError(Exception):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Access:
-    """Where the API server is and how to authenticate."""
+    """Where the API server is and how to authenticate: request headers (bearer token, basic
+    auth) and the TLS context (CA, client certificate); ``tls=None`` for plain HTTP."""
 
     server: str
-    token: str | None = None
-    ca_path: str | None = None
-    ca_data: str | None = None
-    insecure: bool = False
-    certificate_path: str | None = None
-    private_key_path: str | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    tls: ssl.SSLContext | None = None
 
 
 def access_from(info: Any) -> Access:
-    """An :class:`Access` from a ``kopf.ConnectionInfo`` (as returned by kopf's login helpers)."""
-    ca_data = info.ca_data.decode() if isinstance(info.ca_data, bytes) else info.ca_data
-    return Access(
-        server=str(info.server),
-        token=info.token,
-        ca_path=None if info.ca_path is None else str(info.ca_path),
-        ca_data=ca_data,
-        insecure=bool(info.insecure),
-        certificate_path=None if info.certificate_path is None else str(info.certificate_path),
-        private_key_path=None if info.private_key_path is None else str(info.private_key_path),
-    )
+    """An :class:`Access` from a ``kopf.ConnectionInfo`` (kopf's login result): kopf builds the
+    headers and the TLS context itself, including kubeconfig's inline ``*-data`` certificates."""
+    server = str(info.server)
+    tls = info.as_ssl_context() if server.startswith("https") else None
+    return Access(server=server, headers=dict(info.as_http_headers()), tls=tls)
 
 
 def resource_path(
@@ -147,26 +138,15 @@ class Kube:
             await self.close()
             self._access = access
 
-    def _ssl(self) -> ssl.SSLContext | bool:
-        if not self.access.server.startswith("https"):
-            return False
-        if self.access.insecure:
-            return False
-        context = ssl.create_default_context(cafile=self.access.ca_path, cadata=self.access.ca_data)
-        if self.access.certificate_path:
-            context.load_cert_chain(self.access.certificate_path, self.access.private_key_path)
-        return context
-
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            headers = {"Accept": "application/json"}
-            if self.access.token:
-                headers["Authorization"] = f"Bearer {self.access.token}"
             self._session = aiohttp.ClientSession(
                 base_url=self.access.server.rstrip("/"),
-                headers=headers,
+                headers={"Accept": "application/json", **self.access.headers},
                 timeout=aiohttp.ClientTimeout(total=self.timeout_s),
-                connector=aiohttp.TCPConnector(ssl=self._ssl(), limit=16),
+                connector=aiohttp.TCPConnector(
+                    ssl=self.access.tls if self.access.tls is not None else False, limit=16
+                ),
             )
         return self._session
 
