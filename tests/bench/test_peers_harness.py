@@ -242,6 +242,7 @@ def test_collapsed_stacks_are_aggregated_by_function_and_area() -> None:
     text = profile.render("phase", p, messages=1000, cpu_s=0.5)
     assert "**500 µs/message**" in text
     assert "| protobuf | 60.0% | 300 |" in text
+    assert "`send (gannet/node/api/messaging.py)` | 40.0%" in text
     with pytest.raises(ValueError, match="line 1 has no trailing count"):
         profile.parse_collapsed(["a;b;c"])
 
@@ -256,3 +257,9 @@ def test_generated_profile_section_keeps_the_hand_written_text() -> None:
     assert profile.splice("# P\n", "x").endswith(
         "<!-- profile:begin -->\nx\n<!-- profile:end -->\n"
     )
+
+
+def test_a_frame_holding_a_newline_is_joined_to_its_count() -> None:
+    p = profile.parse_collapsed(["a (x.py:1);weird", "name (y.py:2) 5", "a (x.py:1) 2"])
+    assert p.total == 7
+    assert p.self_samples["weird\nname (y.py)"] + p.self_samples["weirdname (y.py)"] == 5
