@@ -131,6 +131,11 @@ class Cluster:
         for node_id in self.nodes:
             assert name in self.nodes[node_id].broker.store.topic_configs
 
+    def create_topic_on(self, node_id: int, name: str, queues: int = 4) -> None:
+        """Create the topic through ``node_id`` (a leader) without waiting for the others."""
+        request = admin_pb2.CreateTopicRequest(name=name, queue_nums=queues)
+        self.admin(node_id, lambda stub: stub.CreateTopic(request, timeout=10))
+
     def last_offset(self, node_id: int) -> int:
         core = self.raft(node_id).core
         assert core is not None

@@ -288,3 +288,31 @@ def _raw_receive(
         if response.WhichOneof("content") == "message":
             bodies.append(bytes(response.message.body))
     return bodies
+
+
+def test_a_cut_off_leaders_uncommitted_change_is_undone_by_the_new_leaders_snapshot(
+    cluster: Cluster,
+) -> None:
+    cluster.start_all()
+    old = cluster.leader()
+    cluster.create_topic("CfgKept")
+    node = cluster.raft(old)
+    store = cluster.nodes[old].broker.store
+
+    async def change_while_cut_off() -> int:
+        node.transport.partitioned = True  # from here on nothing reaches the others
+        store.topic_configs.put(TopicConfig("CfgStray"))  # applied here, journaled, never committed
+        return node.propose_local()
+
+    stray_end = cluster.run(old, change_while_cut_off, 10)
+    assert stray_end > cluster.commit_offset(old)
+    assert "CfgStray" in store.topic_configs
+    others = [i for i in cluster.nodes if i != old]
+    new = cluster.leader(others)
+    cluster.create_topic_on(new, "CfgAfterCut")
+    node.transport.partitioned = False  # heal: the old leader's suffix is cut, snapshot applied
+    cluster.wait_replicated(cluster.last_offset(new))
+    assert "CfgStray" not in store.topic_configs
+    assert _tables(cluster, old) == _tables(cluster, new)
+    applied = store.consumer_offsets.query(config_log.APPLIER_GROUP, config_log.CONFIG_TOPIC, 0)
+    assert applied == store.max_offset_in_queue(config_log.CONFIG_TOPIC, 0)

@@ -263,6 +263,14 @@ class ConfigLog:
                     position = stored.queue_offset + 1
                     self._set_applied(position)
 
+    def after_truncate(self) -> None:
+        """A divergent suffix was cut: config records past the queue's new end will be
+        replaced by the leader's, so the saved progress must not skip them on a restart."""
+        with self._apply_lock:
+            end = self.store.max_offset_in_queue(CONFIG_TOPIC, 0)
+            if self.applied_offset() > end:
+                self._set_applied(end)
+
     def _on_dispatched(self, info: DispatchInfo) -> None:
         """Dispatch thread: a committed record reached the consume queues."""
         if info.topic != CONFIG_TOPIC:

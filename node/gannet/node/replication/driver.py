@@ -383,6 +383,7 @@ class ReplicationNode:
         self._valid_flush_round = (flush.flush_count if flush is not None else 0) + 2
         self._last_durable = min(self._last_durable, offset)
         self._local_ranges.clear()
+        self.config_log.after_truncate()
 
     def _write(self, start: int, payload: bytes) -> None:
         end = self.store.commitlog.max_offset()
