@@ -134,6 +134,7 @@ async def operator_env(
     *,
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     refresh_interval_s: float = 3600.0,
+    endpoints: contexts.Endpoints | None = None,
 ) -> AsyncIterator[Env]:
     api = ApiServerEmulator()
     api.resources.load_bundled()
@@ -160,7 +161,7 @@ async def operator_env(
             running.run(
                 options,
                 ready_flag=started,
-                endpoints=contexts.FixedEndpoints(endpoint),
+                endpoints=endpoints or contexts.FixedEndpoints(endpoint),
                 clock=clock,
                 operator_metrics=operator_metrics,
             )

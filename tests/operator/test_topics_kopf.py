@@ -4,6 +4,7 @@ a real in-process Gannet broker: create, update, refusals, conflicts, delete wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 
 import grpc
@@ -11,6 +12,7 @@ import pytest
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
+from tests.operator import fake_admin
 from tests.operator.conftest import operator_env, ready
 
 pytestmark = [
@@ -252,5 +254,36 @@ def test_topic_deleted_behind_the_operators_back_is_created_again(
             found = await asyncio.to_thread(describe, broker, "drifting")
             assert found is not None
             assert found.topic.write_queue_nums == 3
+
+    asyncio.run(scenario())
+
+
+@dataclasses.dataclass
+class SplitEndpoints:
+    """The client Service lands on a follower (the fake admin server, which names node 2 as
+    leader and refuses everything else); pod main-1 (node 2) is the real broker."""
+
+    follower: str
+    leader: str
+
+    def client(self, namespace: str, cluster: str) -> str:
+        return self.follower
+
+    def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
+        return self.leader if ordinal == 1 else self.follower
+
+
+def test_admin_writes_go_to_the_raft_leader(broker: threads.BrokerThread) -> None:
+    follower = fake_admin.FakeAdmin(leader_id="2")
+
+    async def scenario() -> None:
+        with fake_admin.serving(follower) as follower_endpoint:
+            endpoints = SplitEndpoints(follower_endpoint, broker.endpoint)
+            async with operator_env(broker.endpoint, endpoints=endpoints) as env:
+                await env.apply("GannetCluster", "main", {"replicas": 3})
+                await env.apply("Topic", "routed", {"cluster": "main", "queues": 2})
+                await env.wait_for("Topic", "routed", ready)
+                assert await asyncio.to_thread(describe, broker, "routed") is not None
+                assert follower.count("GetRaftStatus") >= 1
 
     asyncio.run(scenario())

@@ -15,7 +15,7 @@ from typing import Any
 
 import kopf
 
-from gannet.operator import cluster_planning, conditions, manifests, schedules, specs
+from gannet.operator import cluster_planning, conditions, contexts, manifests, schedules, specs
 from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
@@ -159,7 +159,7 @@ async def _broker_settings(
     patch: kopf.Patch,
     replicas: int,
 ) -> Condition:
-    client = ctx.endpoints.client(namespace, name)
+    client = await contexts.admin_endpoint(ctx, namespace, name)  # Pop runs on the leader
     problems: list[str] = []
     try:
         revive = await ctx.brokers.revive_queues(client)

@@ -32,6 +32,7 @@ from gannet.operator import (
     claims,
     cluster_handling,
     conditions,
+    contexts,
     group_planning,
     resources,
     specs,
@@ -178,8 +179,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
             key = claims.ClaimKey(namespace, topic.cluster, topic.topic_name)
             winner = claims.owner(topic_claims.get(key, []))
             held = status.get("topicName")
-            endpoint = ctx.endpoints.client(namespace, topic.cluster)
             try:
+                endpoint = await contexts.admin_endpoint(ctx, namespace, topic.cluster)
                 described = None
                 if not (held and held != topic.topic_name) and (
                     winner is None or winner.resource == name
@@ -265,7 +266,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         if not await _cluster_exists(ctx, namespace, topic.cluster):
             return  # the brokers are gone with their cluster; nothing to release
         try:
-            await ctx.brokers.delete_topic(ctx.endpoints.client(namespace, topic.cluster), held)
+            endpoint = await contexts.admin_endpoint(ctx, namespace, topic.cluster)
+            await ctx.brokers.delete_topic(endpoint, held)
         except BrokerUnavailable as exc:
             raise _unavailable(ctx, exc) from None
 
@@ -303,9 +305,9 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
             key = claims.ClaimKey(namespace, group.cluster, group.group_name)
             winner = claims.owner(group_claims.get(key, []))
             held = status.get("groupName")
-            endpoint = ctx.endpoints.client(namespace, group.cluster)
             owner = winner is None or winner.resource == name
             try:
+                endpoint = await contexts.admin_endpoint(ctx, namespace, group.cluster)
                 described = None
                 plan = None
                 for _attempt in range(2):  # a create may need an update (consumeEnabled=false)
@@ -392,7 +394,8 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         if not await _cluster_exists(ctx, namespace, group.cluster):
             return
         try:
-            await ctx.brokers.delete_group(ctx.endpoints.client(namespace, group.cluster), held)
+            endpoint = await contexts.admin_endpoint(ctx, namespace, group.cluster)
+            await ctx.brokers.delete_group(endpoint, held)
         except BrokerUnavailable as exc:
             raise _unavailable(ctx, exc) from None
 
