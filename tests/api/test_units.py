@@ -59,11 +59,11 @@ def test_client_id_tags_keys_and_group_become_properties() -> None:
     assert prepared.message_ids == ("0102FC000000013E000B13F97D00000001",)
 
 
-def test_transaction_and_priority_are_unsupported() -> None:
+def test_transactions_are_flagged_and_priority_is_unsupported() -> None:
     topic = TopicConfig("T").with_message_type(MessageType.MIXED)
-    with pytest.raises(ApiError) as caught:
-        _prepare(topic, _request(topic, message_type=definition_pb2.TRANSACTION))
-    assert caught.value.code == Code.UNSUPPORTED
+    prepared = _prepare(topic, _request(topic, message_type=definition_pb2.TRANSACTION))
+    assert prepared.transactional
+    assert not _prepare(topic, _request(topic)).transactional
     with pytest.raises(ApiError) as caught:
         _prepare(topic, _request(topic, priority=1))
     assert caught.value.code == Code.UNSUPPORTED

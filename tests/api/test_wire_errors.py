@@ -143,7 +143,9 @@ def test_malformed_protobuf_gets_bad_request(channel) -> None:
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_pop_rpcs_check_the_group_and_end_transaction_is_unsupported(messaging, make_topic) -> None:
+def test_pop_rpcs_check_the_group_and_end_transaction_checks_the_topic(
+    messaging, make_topic
+) -> None:
     topic = definition_pb2.Resource(name=make_topic())
     group = definition_pb2.Resource(name="g")
     ack = messaging.AckMessage(service_pb2.AckMessageRequest(group=group, topic=topic), timeout=5)
@@ -153,7 +155,7 @@ def test_pop_rpcs_check_the_group_and_end_transaction_is_unsupported(messaging, 
     )
     assert [f.status.code for f in frames] == [Code.CONSUMER_GROUP_NOT_FOUND]
     end = messaging.EndTransaction(service_pb2.EndTransactionRequest(), timeout=5)
-    assert end.status.code == Code.UNSUPPORTED
+    assert end.status.code == Code.ILLEGAL_TOPIC
 
 
 def test_query_assignment_needs_an_existing_group(messaging, admin, make_topic) -> None:

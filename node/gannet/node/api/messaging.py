@@ -2,7 +2,9 @@
 
 Served here: QueryRoute, Heartbeat, SendMessage (normal, FIFO, delayed, batches; answered once
 the bytes are durable per the flush mode), QueryAssignment, Telemetry (settings replies),
-NotifyClientTermination, GetOffset / QueryOffset / UpdateOffset. Pop consumption
+NotifyClientTermination, GetOffset / QueryOffset / UpdateOffset, and transactional messages
+(half messages, EndTransaction, orphan checks pushed on producers' Telemetry streams:
+:mod:`transactions`; single broker only). Pop consumption
 (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) is
 delegated to a :class:`PopHandlers` (the broker plugs in :mod:`receiving` by default), and
 answered ``UNSUPPORTED`` with a message saying Pop is not served yet when there is none
@@ -33,7 +35,15 @@ from typing import Protocol, TypeVar
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import client_settings, offsets, pulling, routes, sending, statuses
+from gannet.node.api import (
+    client_settings,
+    offsets,
+    pulling,
+    routes,
+    sending,
+    statuses,
+    transactions,
+)
 from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
 from gannet.node.replication.driver import ReplicationError, ReplicationNode
@@ -136,6 +146,14 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
         self._closing = asyncio.Event()
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
+        # Transactions on a single broker only (half messages are not replicated yet).
+        self.transactions = (
+            transactions.TransactionHandler(
+                store, lambda name: self.resources.topic(name).topic_name, self._wait_durable
+            )
+            if replication is None
+            else None
+        )
 
     # ------------------------------------------------------------------ helpers
     async def _answer(
@@ -205,9 +223,29 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def Telemetry(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         client_id = client_id_of(context)
-        async for command in self._until_closing(request_iterator):
+        handler = self.transactions if client_id else None
+        outbox = handler.open_stream(client_id) if handler is not None else None
+        try:
+            async for command in self._telemetry(request_iterator, context, client_id, outbox):
+                yield command
+        finally:
+            if handler is not None and outbox is not None:
+                handler.close_stream(client_id, outbox)
+
+    async def _telemetry(
+        self,
+        request_iterator: AsyncIterator[service_pb2.TelemetryCommand],
+        context: grpc.aio.ServicerContext,
+        client_id: str,
+        outbox: asyncio.Queue[transactions.Outgoing] | None,
+    ) -> AsyncIterator[service_pb2.TelemetryCommand]:
+        merged = transactions.with_outbox(request_iterator, outbox)
+        async for command in self._until_closing(merged):
+            if isinstance(command, transactions.Outgoing):
+                yield command.command  # a transaction check for this producer
+                continue
             if command.WhichOneof("command") != "settings":
-                continue  # replies to server commands we never send
+                continue  # replies to server commands (transaction checks answer by RPC)
             try:
                 reply = client_settings.reply_settings(
                     command.settings,
@@ -222,6 +260,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                 return
             if client_id:
                 self.clients.record_settings(client_id, reply)
+                if self.transactions is not None:
+                    self.transactions.publishing(client_id, reply)
             yield service_pb2.TelemetryCommand(status=statuses.ok(), settings=reply)
 
     async def _until_closing(self, commands: AsyncIterator[T]) -> AsyncIterator[T]:
@@ -247,6 +287,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self._closing.set()
         if self.pop is not None:
             self.pop.begin_shutdown()
+        if self.transactions is not None:
+            self.transactions.begin_shutdown()
 
     # ------------------------------------------------------------------ sending
     async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -270,6 +312,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         messages = list(prepared.messages)
         for message in messages:
             message.queue_id = queue_id
+        if prepared.transactional:
+            if self.transactions is None:
+                raise ApiError(
+                    statuses.UNSUPPORTED, "transactional messages are not served by a Raft group"
+                )
+            messages = self.transactions.to_half(messages)
         results, durable_at = self.store.put_messages_nowait(messages)
         if self._on_sent is not None:
             self._on_sent(prepared.topic.topic_name, messages)
@@ -277,14 +325,19 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             await self._wait_committed(self.replication)
         elif durable_at is not None:
             await self._wait_durable(durable_at)
+        transaction_ids = list(prepared.message_ids)
+        if prepared.transactional and self.transactions is not None:
+            transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
         entries = [
             service_pb2.SendResultEntry(
                 status=statuses.ok(),
                 message_id=message_id,
-                transaction_id=message_id,
+                transaction_id=transaction_id,
                 offset=result.queue_offset,
             )
-            for message_id, result in zip(prepared.message_ids, results, strict=True)
+            for message_id, transaction_id, result in zip(
+                prepared.message_ids, transaction_ids, results, strict=True
+            )
         ]
         return service_pb2.SendMessageResponse(status=statuses.ok(), entries=entries)
 
@@ -390,9 +443,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             yield response
 
     async def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        return service_pb2.EndTransactionResponse(
-            status=_unsupported("EndTransaction (transactional messages)").status()
-        )
+        if self.transactions is None:
+            return service_pb2.EndTransactionResponse(
+                status=_unsupported("EndTransaction on a Raft group").status()
+            )
+        return await self.transactions.EndTransaction(request)
 
     async def RecallMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return service_pb2.RecallMessageResponse(status=_unsupported("RecallMessage").status())

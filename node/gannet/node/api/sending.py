@@ -14,8 +14,10 @@ The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
   ``MESSAGE_PROPERTIES_TOO_LARGE``; message group (blank, ≥ 64 bytes, control characters) →
   ``ILLEGAL_MESSAGE_GROUP``; delivery time more than a day ahead → ``ILLEGAL_DELIVERY_TIME``;
 * the message's type (FIFO when it has a group, DELAY when it has a delivery time, else NORMAL)
-  must be one the topic accepts → ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``. Transactional, lite
-  and priority messages are ``UNSUPPORTED``.
+  must be one the topic accepts → ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``. A transactional
+  message (``message_type`` TRANSACTION) is sent alone, without message group or delivery time
+  (``BAD_REQUEST`` / ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``); :mod:`transactions` stores it as
+  a half message. Lite and priority messages are ``UNSUPPORTED``.
 
 The client's message id is kept as ``UNIQ_KEY`` (it is the id consumers see); the message group
 becomes ``__SHARDINGKEY`` and picks the queue by a stable hash; a delivery time becomes
@@ -77,6 +79,7 @@ class PreparedSend:
     messages: tuple[records.Message, ...]
     message_ids: tuple[str, ...]
     message_group: str | None
+    transactional: bool = False
 
 
 class QueueSelector:
@@ -120,7 +123,15 @@ def prepare(
     groups = {m.properties.get(props.SHARDING_KEY) for m in converted}
     group = groups.pop() if len(groups) == 1 else None
     ids = tuple(str(m.system_properties.message_id) for m in messages)
-    return PreparedSend(topic, tuple(converted), ids, group)
+    transactional = any(
+        m.system_properties.message_type == definition_pb2.TRANSACTION for m in messages
+    )
+    if transactional and len(messages) > 1:
+        raise ApiError(
+            statuses.BAD_REQUEST,
+            f"a transactional message is sent alone; this request has {len(messages)} messages",
+        )
+    return PreparedSend(topic, tuple(converted), ids, group, transactional)
 
 
 def writable_topic(topic_of: TopicLookup, name: str) -> TopicConfig:
@@ -226,12 +237,17 @@ def _kind_and_special_properties(
     limits: SendLimits,
 ) -> MessageType:
     """The message's type; sets ``__SHARDINGKEY`` / ``TIMER_DELIVER_MS`` as it goes."""
-    if sp.message_type == definition_pb2.TRANSACTION:
-        raise ApiError(statuses.UNSUPPORTED, "transactional messages are not supported yet")
     if sp.HasField("lite_topic") or sp.HasField("priority"):
         raise ApiError(statuses.UNSUPPORTED, "lite-topic and priority messages are not supported")
     has_group = sp.HasField("message_group")
     has_delivery = sp.HasField("delivery_timestamp")
+    if sp.message_type == definition_pb2.TRANSACTION:
+        if has_group or has_delivery:
+            raise ApiError(
+                statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                "a transactional message cannot have message_group or delivery_timestamp",
+            )
+        return MessageType.TRANSACTION
     if has_group and has_delivery:
         raise ApiError(
             statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,

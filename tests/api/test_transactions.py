@@ -1,0 +1,239 @@
+"""Transactional messages with the official Producer: half messages stay invisible until
+EndTransaction COMMIT, ROLLBACK drops them, an orphaned half message is resolved through the
+producer's TransactionChecker (RecoverOrphanedTransactionCommand over Telemetry), and bad
+EndTransaction requests are answered with INVALID_TRANSACTION_ID / BAD_REQUEST."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+    TransactionChecker,
+    TransactionResolution,
+)
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
+
+from gannet.node.api import receiving, transactions
+from gannet.node.api.gen import admin_pb2
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store.config import FlushMode, StoreConfig
+
+from .conftest import settle, unique
+
+pytestmark = pytest.mark.timeout(60)
+
+QUICK = receiving.ReceiveLimits(polling_ms_min=0, polling_ms_max=200)
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
+    root = tmp_path_factory.mktemp("tx-broker")
+    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
+    running = threads.start(BrokerConfig(store=store, listen_port=0), pop=receiving.factory(QUICK))
+    assert running.broker.messaging is not None
+    handler = running.broker.messaging.transactions
+    assert handler is not None
+    handler.service.limits = transactions.TransactionLimits(
+        check_after_ms=300, check_interval_ms=300, check_max=3
+    )
+    yield running
+    running.stop()
+
+
+class Checker(TransactionChecker):  # type: ignore[misc]
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+        self.checked: list[Any] = []
+        self.called = threading.Event()
+
+    def check(self, message: Any) -> Any:
+        self.checked.append(message)
+        self.called.set()
+        return self.answer
+
+
+@pytest.fixture
+def clients() -> Iterator[list[Any]]:
+    started: list[Any] = []
+    yield started
+    for client in reversed(started):
+        client.shutdown()
+
+
+def _setup(broker, admin, clients, checker: Checker) -> tuple[str, Any, Any]:
+    topic, group = unique("Tx"), unique("TxG")
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=2, message_type=admin_pb2.TRANSACTION)
+    )
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group))
+    config = ClientConfiguration(broker.endpoint, Credentials(), request_timeout=5)
+    producer = Producer(config, (topic,), checker)
+    producer.startup()
+    clients.append(producer)
+    consumer = SimpleConsumer(config, group, {topic: FilterExpression("*")}, await_duration=0)
+    consumer.startup()
+    clients.append(consumer)
+    return topic, producer, consumer
+
+
+def _message(topic: str, body: bytes) -> Message:
+    msg = Message()
+    msg.topic, msg.body, msg.tag, msg.keys = topic, body, "TxTag", "tx-key"
+    msg.add_property("order", "42")
+    return msg
+
+
+def _receive(consumer: Any, timeout_s: float) -> list[Any]:
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while not got and time.monotonic() < deadline:
+        got = consumer.receive(32, 15)
+    return got
+
+
+def test_commit_makes_the_half_message_visible(broker, admin, clients) -> None:
+    topic, producer, consumer = _setup(
+        broker, admin, clients, Checker(TransactionResolution.COMMIT)
+    )
+    transaction = producer.begin_transaction()
+    receipt = producer.send(_message(topic, b"paid"), transaction)
+    assert len(receipt.transaction_id) == 16
+    settle(broker)
+    assert _receive(consumer, 0.6) == []  # a half message is invisible
+    transaction.commit()
+    settle(broker)
+    [got] = _receive(consumer, 5)
+    assert (got.message_id, got.body, got.tag) == (receipt.message_id, b"paid", "TxTag")
+    assert got.properties == {"order": "42"}
+    assert list(got.keys) == ["tx-key"]
+    consumer.ack(got)
+
+
+def test_rollback_drops_the_half_message(broker, admin, clients) -> None:
+    topic, producer, consumer = _setup(
+        broker, admin, clients, Checker(TransactionResolution.COMMIT)
+    )
+    transaction = producer.begin_transaction()
+    producer.send(_message(topic, b"cancelled"), transaction)
+    transaction.rollback()
+    settle(broker)
+    assert _receive(consumer, 1.0) == []  # and no check asks about it later
+    service = broker.broker.messaging.transactions.service
+    assert service.rolled_back_total >= 1
+
+
+def test_orphaned_half_message_is_resolved_by_the_checker(broker, admin, clients) -> None:
+    checker = Checker(TransactionResolution.COMMIT)
+    topic, producer, consumer = _setup(broker, admin, clients, checker)
+    transaction = producer.begin_transaction()
+    receipt = producer.send(_message(topic, b"orphan"), transaction)  # never ended
+    assert checker.called.wait(15), "the broker never asked the producer's checker"
+    [asked] = checker.checked[:1]
+    assert (asked.message_id, asked.topic, asked.body) == (receipt.message_id, topic, b"orphan")
+    [got] = _receive(consumer, 10)  # the checker said COMMIT
+    assert got.message_id == receipt.message_id
+    consumer.ack(got)
+
+
+def test_unresolved_orphan_is_rolled_back_after_the_checks(broker, admin, clients) -> None:
+    checker = Checker(TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    topic, producer, consumer = _setup(broker, admin, clients, checker)
+    producer.send(_message(topic, b"undecided"), producer.begin_transaction())
+    service = broker.broker.messaging.transactions.service
+    before = service.abandoned_total
+    deadline = time.monotonic() + 15
+    while service.abandoned_total == before:
+        assert time.monotonic() < deadline, "never abandoned"
+        time.sleep(0.05)
+    assert len(checker.checked) >= 3
+    assert _receive(consumer, 0.5) == []
+
+
+def _half(messaging, topic: str, message_id: str) -> str:
+    msg = definition_pb2.Message(body=b"x")
+    msg.topic.name = topic
+    msg.system_properties.message_id = message_id
+    msg.system_properties.message_type = definition_pb2.TRANSACTION
+    reply = messaging.SendMessage(service_pb2.SendMessageRequest(messages=[msg]), timeout=5)
+    assert reply.status.code == Code.OK, reply.status
+    return str(reply.entries[0].transaction_id)
+
+
+def test_bad_end_transaction_requests(broker, messaging, admin) -> None:
+    topic = unique("TxW")
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, message_type=admin_pb2.TRANSACTION))
+    transaction_id = _half(messaging, topic, "0102FC000000013E000B13F97D00000077")
+
+    def end(**fields: Any) -> definition_pb2.Status:
+        request = service_pb2.EndTransactionRequest(
+            transaction_id=fields.pop("transaction_id", transaction_id),
+            message_id=fields.pop("message_id", "0102FC000000013E000B13F97D00000077"),
+            resolution=fields.pop("resolution", definition_pb2.COMMIT),
+        )
+        request.topic.name = fields.pop("topic", topic)
+        return messaging.EndTransaction(request, timeout=5).status
+
+    for bad in ("", "zz", "0000000000000001", "7FFFFFFFFFFFFFFF", "not-hex-at-all!!"):
+        status = end(transaction_id=bad)
+        assert status.code == Code.INVALID_TRANSACTION_ID, (bad, status)
+        assert "transaction_id" in status.message
+    assert end(message_id="other").code == Code.INVALID_TRANSACTION_ID
+    other = unique("TxO")
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=other, message_type=admin_pb2.TRANSACTION))
+    assert end(topic=other).code == Code.INVALID_TRANSACTION_ID
+    assert end(topic="NoSuchTopic").code == Code.TOPIC_NOT_FOUND
+    status = end(resolution=definition_pb2.TRANSACTION_RESOLUTION_UNSPECIFIED)
+    assert (status.code, "resolution" in status.message) == (Code.BAD_REQUEST, True)
+    assert end().code == Code.OK
+    again = end(resolution=definition_pb2.ROLLBACK)
+    assert again.code == Code.INVALID_TRANSACTION_ID
+    assert "already" in again.message
+
+
+def test_transactional_send_rules(broker, messaging, admin, make_topic) -> None:
+    normal = make_topic()
+    msg = definition_pb2.Message(body=b"x")
+    msg.topic.name = normal
+    msg.system_properties.message_id = "0102FC000000013E000B13F97D00000088"
+    msg.system_properties.message_type = definition_pb2.TRANSACTION
+    reply = messaging.SendMessage(service_pb2.SendMessageRequest(messages=[msg]), timeout=5)
+    assert reply.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE  # NORMAL topic
+    topic = unique("TxR")
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, message_type=admin_pb2.TRANSACTION))
+    msg.topic.name = topic
+    two = service_pb2.SendMessageRequest(messages=[msg, msg])
+    reply = messaging.SendMessage(two, timeout=5)
+    assert (reply.status.code, "alone" in reply.status.message) == (Code.BAD_REQUEST, True)
+    msg.system_properties.message_group = "g"
+    reply = messaging.SendMessage(service_pb2.SendMessageRequest(messages=[msg]), timeout=5)
+    assert reply.status.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
+def test_pending_half_messages_are_recovered_from_the_store(broker, messaging, admin) -> None:
+    topic = unique("TxS")
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, message_type=admin_pb2.TRANSACTION))
+    open_id = _half(messaging, topic, "0102FC000000013E000B13F97D00000099")
+    ended_id = _half(messaging, topic, "0102FC000000013E000B13F97D0000009A")
+    request = service_pb2.EndTransactionRequest(
+        transaction_id=ended_id,
+        message_id="0102FC000000013E000B13F97D0000009A",
+        resolution=definition_pb2.ROLLBACK,
+    )
+    request.topic.name = topic
+    assert messaging.EndTransaction(request, timeout=5).status.code == Code.OK
+    settle(broker)
+    fresh = transactions.TransactionService(broker.broker.store)  # as after a restart
+    pending = set(fresh._pending)
+    assert transactions.parse_transaction_id(open_id) in pending
+    assert transactions.parse_transaction_id(ended_id) not in pending
