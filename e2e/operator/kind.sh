@@ -28,18 +28,20 @@ kind load docker-image "$IMAGE" --name "$CLUSTER"
 
 kubectl apply -f deploy/gannet.yaml
 kubectl -n gannet rollout status deployment/gannet-gannet-operator --timeout=180s
-# The examples ask for 3 members and 20Gi volumes; kind's local-path provisioner serves them.
-kubectl apply -f deploy/examples/gannetcluster.yaml
+# One member: clients follow the routes a broker hands out, which name pod DNS names in a
+# replicated group (unreachable from this host); a single broker names 127.0.0.1:8081, which
+# the port-forward below serves. kind's local-path provisioner serves the volume.
+sed 's/replicas: 3/replicas: 1/' deploy/examples/gannetcluster.yaml | kubectl apply -f -
 kubectl -n gannet wait gannetcluster/main --for=condition=Ready --timeout=300s
 kubectl apply -f deploy/examples/topic.yaml -f deploy/examples/consumergroup.yaml
 kubectl -n gannet wait topic/orders consumergroup/billing --for=condition=Ready --timeout=120s
 
-kubectl -n gannet port-forward service/main-client 18081:8081 >/dev/null 2>&1 &
+kubectl -n gannet port-forward service/main-client 8081:8081 >/dev/null 2>&1 &
 FORWARD_PID=$!
-for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/18081) 2>/dev/null && break; sleep 0.2; done
+for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/8081) 2>/dev/null && break; sleep 0.2; done
 "$PY" - <<'PY'
 from e2e.operator import scenario
-sent, received = scenario.produce_and_consume("127.0.0.1:18081", "orders", "billing")
+sent, received = scenario.produce_and_consume("127.0.0.1:8081", "orders", "billing")
 assert (sent, received) == (scenario.MESSAGES, scenario.MESSAGES), (sent, received)
 print(f"official client: sent {sent}, received and acked {received}")
 PY
@@ -47,7 +49,7 @@ PY
 kubectl -n gannet delete topic/orders --timeout=120s
 "$PY" - <<'PY'
 from e2e.operator import scenario
-assert not scenario._exists("127.0.0.1:18081", "topic", "orders"), "topic survived its resource"
+assert not scenario._exists("127.0.0.1:8081", "topic", "orders"), "topic survived its resource"
 print("topic removed from the brokers")
 PY
 echo "e2e-kind: passed"
