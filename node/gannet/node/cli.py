@@ -4,7 +4,10 @@ Exit codes scripts can rely on: 0 success; 1 the check failed or nothing was fou
 reported by ``store verify``, no message for ``store get``/``query``); 2 wrong usage (click);
 3 the store could not be opened (locked by a running broker, unreadable, corrupt beyond
 recovery); 4 the broker could not be reached (``topic``, ``group``, ``message``, ``status``);
-5 the broker refused the request (bad name or value, already exists, refused change).
+5 the broker refused the request (bad name or value, already exists, refused change; also an
+unsigned call or a key without the right: the message names ``--access-key``/``--secret-key``).
+The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`` and
+``GANNET_SECRET_KEY``) and ``--tls``/``--tls-ca`` for a broker with ``--auth-file`` and TLS.
 
 ``broker run`` serves RocketMQ 5 clients and the admin API; the admin commands live in
 :mod:`gannet.node.api.commands`.

@@ -13,7 +13,8 @@ rights, counting refusals by reason (plain ints for the metrics registry, export
 :class:`DenialsCollector` as ``gannet_auth_denials_total{reason}``). :mod:`gannet.node.api.wire`
 calls :class:`WireGate` for every request when the broker runs with ``--auth-file``.
 :class:`SigningInterceptor` signs every call of a synchronous channel as the official clients
-do (the admin CLI, tests).
+do, and :func:`client_channel` opens the channel of Gannet's own clients (the admin CLI's
+``commands.channel``) with the :class:`ClientSecurity` it is given: TLS and signing.
 """
 
 from __future__ import annotations
@@ -21,13 +22,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import grpc
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from gannet.node.api import signing, statuses
+from gannet.node.api import signing, statuses, tls
 from gannet.node.api.credentials import (
     ACCOUNTS_MAX,
     PATTERNS_MAX,
@@ -70,6 +73,7 @@ __all__ = [
     "Action",
     "Authenticator",
     "Authorization",
+    "ClientSecurity",
     "CredentialsError",
     "DenialsCollector",
     "Denied",
@@ -79,6 +83,7 @@ __all__ = [
     "ReplayGuard",
     "SigningInterceptor",
     "WireGate",
+    "client_channel",
     "load",
     "needs",
     "parse_accounts",
@@ -206,3 +211,48 @@ class SigningInterceptor(
 
     def intercept_unary_stream(self, continuation: Any, details: Any, request: Any) -> Any:
         return continuation(self._signed(details), request)
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSecurity:
+    """How one of Gannet's own clients reaches a broker: signing key, TLS trust, client cert.
+
+    ``tls_ca`` (trust this PEM CA instead of the system roots) and ``tls_cert``/``tls_key``
+    (present a client certificate to a broker with ``--tls-client-ca``) imply ``tls``.
+    """
+
+    access_key: str | None = None
+    secret_key: str | None = field(default=None, repr=False)
+    tls: bool = False
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ValueError(
+                "give both --access-key and --secret-key (or GANNET_ACCESS_KEY and "
+                "GANNET_SECRET_KEY), or neither"
+            )
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("a client certificate needs both --tls-cert and --tls-key")
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls or self.tls_ca is not None or self.tls_cert is not None
+
+
+def client_channel(
+    endpoint: str, security: ClientSecurity, options: Sequence[tuple[str, Any]] = ()
+) -> tuple[grpc.Channel, grpc.Channel]:
+    """``(channel to use, channel to close)``: TLS when ``security`` asks for it, every call
+    signed when it has an access key. Raises :class:`tls.TlsFileError` for unusable PEM files."""
+    if security.uses_tls:
+        credentials = tls.channel_credentials(security.tls_ca, security.tls_cert, security.tls_key)
+        raw = grpc.secure_channel(endpoint, credentials, options=list(options))
+    else:
+        raw = grpc.insecure_channel(endpoint, options=list(options))
+    if security.access_key and security.secret_key:
+        signer = SigningInterceptor(security.access_key, security.secret_key)
+        return grpc.intercept_channel(raw, signer), raw
+    return raw, raw

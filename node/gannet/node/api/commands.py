@@ -3,7 +3,11 @@
 Each command talks to ``--endpoint`` (default ``127.0.0.1:8081``) over ``gannet.admin.v1``
 (``message send`` uses ``apache.rocketmq.v2`` SendMessage, exactly like a producer). Results
 are rich tables; errors print the broker's message. Exit codes (see :mod:`gannet.node.cli`):
-1 nothing found, 4 broker unreachable, 5 request refused.
+1 nothing found, 2 wrong usage (also an unusable --tls-* file), 4 broker unreachable, 5
+request refused (also unsigned or not allowed: the message says which option to pass).
+``--access-key``/``--secret-key`` (env ``GANNET_ACCESS_KEY``/``GANNET_SECRET_KEY``) sign every
+call for a broker with ``--auth-file``; ``--tls``/``--tls-ca`` (and ``--tls-cert``/``--tls-key``
+for mutual TLS) reach a TLS-only broker (:func:`channel`).
 
 Registered on the ``gannet`` group by :mod:`gannet.node.cli`.
 """
@@ -14,21 +18,25 @@ import datetime as dt
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import NoReturn, TypeVar
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
 
 import click
 import grpc
 from rich.console import Console
 from rich.table import Table
 
+from gannet.node.api import auth, tls
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXIT_NOT_FOUND = 1
 EXIT_UNREACHABLE = 4
+EXIT_USAGE = 2
 EXIT_REFUSED = 5
 DEFAULT_ENDPOINT = "127.0.0.1:8081"
 CALL_TIMEOUT_S = 10.0
@@ -38,13 +46,96 @@ _TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
 _PERMS = {"rw": 6, "r": 4, "w": 2, "none": 0}
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
-endpoint_option = click.option(
+_endpoint = click.option(
     "--endpoint",
     default=DEFAULT_ENDPOINT,
     show_default=True,
     envvar="GANNET_ENDPOINT",
     help="Broker host:port (env GANNET_ENDPOINT).",
 )
+_SECURITY_META = "gannet.client_security"
+
+
+def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    """Keep a security option for :func:`channel` (the commands do not take it as argument)."""
+    ctx.meta.setdefault(_SECURITY_META, {})[param.name] = value
+    return value
+
+
+_security_options = (
+    click.option(
+        "--access-key",
+        envvar="GANNET_ACCESS_KEY",
+        expose_value=False,
+        callback=_remember,
+        help="Sign requests with this access key (env GANNET_ACCESS_KEY); a broker with "
+        "--auth-file requires it.",
+    ),
+    click.option(
+        "--secret-key",
+        envvar="GANNET_SECRET_KEY",
+        expose_value=False,
+        callback=_remember,
+        help="Secret of --access-key (env GANNET_SECRET_KEY; prefer the env variable).",
+    ),
+    click.option(
+        "--tls",
+        is_flag=True,
+        envvar="GANNET_TLS",
+        expose_value=False,
+        callback=_remember,
+        help="Connect with TLS, trusting the system roots (env GANNET_TLS=1).",
+    ),
+    click.option(
+        "--tls-ca",
+        type=click.Path(path_type=Path, exists=True, dir_okay=False),
+        envvar="GANNET_TLS_CA",
+        expose_value=False,
+        callback=_remember,
+        help="TLS, trusting this PEM CA (env GANNET_TLS_CA).",
+    ),
+    click.option(
+        "--tls-cert",
+        type=click.Path(path_type=Path, exists=True, dir_okay=False),
+        envvar="GANNET_TLS_CERT",
+        expose_value=False,
+        callback=_remember,
+        help="TLS client certificate (PEM) for a broker with --tls-client-ca "
+        "(env GANNET_TLS_CERT).",
+    ),
+    click.option(
+        "--tls-key",
+        type=click.Path(path_type=Path, exists=True, dir_okay=False),
+        envvar="GANNET_TLS_KEY",
+        expose_value=False,
+        callback=_remember,
+        help="Private key of --tls-cert (env GANNET_TLS_KEY).",
+    ),
+)
+
+
+def endpoint_option(command: F) -> F:
+    """``--endpoint`` plus the security options every broker command takes."""
+    for option in (*reversed(_security_options), _endpoint):
+        command = option(command)
+    return command
+
+
+def client_security() -> auth.ClientSecurity:
+    """The security options of the running command (env variables included)."""
+    ctx = click.get_current_context(silent=True)
+    given: dict[str, Any] = ctx.meta.get(_SECURITY_META, {}) if ctx is not None else {}
+    try:
+        return auth.ClientSecurity(
+            access_key=given.get("access_key") or None,
+            secret_key=given.get("secret_key") or None,
+            tls=bool(given.get("tls")),
+            tls_ca=given.get("tls_ca"),
+            tls_cert=given.get("tls_cert"),
+            tls_key=given.get("tls_key"),
+        )
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
 
 
 def fail(message: str, code: int) -> NoReturn:
@@ -58,8 +149,12 @@ def channel(endpoint: str) -> Iterator[grpc.Channel]:
         ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
         ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ]
-    with grpc.insecure_channel(endpoint, options=options) as channel:
-        yield channel
+    try:
+        opened, raw = auth.client_channel(endpoint, client_security(), options)
+    except tls.TlsFileError as exc:
+        fail(f"[red]cannot use TLS[/]: {exc}", EXIT_USAGE)
+    with raw:
+        yield opened
 
 
 def admin_call(endpoint: str, call: Callable[[admin_pb2_grpc.AdminStub], T]) -> T:
@@ -76,8 +171,22 @@ def rpc_failed(endpoint: str, exc: grpc.RpcError) -> NoReturn:
     if code in _UNREACHABLE:
         fail(
             f"[red]cannot reach a broker at {endpoint}[/] ({code.name}); start one with "
-            "`gannet broker run` or pass --endpoint",
+            "`gannet broker run` or pass --endpoint; a broker serving TLS needs --tls (and "
+            "--tls-ca for a private CA), a plaintext one no --tls",
             EXIT_UNREACHABLE,
+        )
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        fail(
+            f"[red]not authenticated[/]: {exc.details()}; the broker requires signed requests: "
+            "pass --access-key and --secret-key (or set GANNET_ACCESS_KEY and GANNET_SECRET_KEY)"
+            " of a key in its --auth-file",
+            EXIT_REFUSED,
+        )
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        fail(
+            f"[red]not allowed[/]: {exc.details()}; use an access key with the admin right on "
+            "it (docs/security.md)",
+            EXIT_REFUSED,
         )
     if code == grpc.StatusCode.NOT_FOUND:
         fail(f"[red]not found[/]: {exc.details()}", EXIT_NOT_FOUND)
