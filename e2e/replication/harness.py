@@ -413,8 +413,8 @@ class Load(threading.Thread):
                         )
                         self.progress.notify_all()
             finally:
-                with contextlib.suppress(Exception):
-                    producer.shutdown()
+                # in the background: shutting down a client of a frozen node blocks for seconds
+                threading.Thread(target=_shutdown_quietly, args=(producer,), daemon=True).start()
 
     def wait_acks(self, count: int, timeout_s: float = 40.0) -> None:
         with self.progress:
@@ -425,3 +425,8 @@ class Load(threading.Thread):
         self.done.set()
         self.join(60)
         return list(self.receipts)
+
+
+def _shutdown_quietly(producer: Producer) -> None:
+    with contextlib.suppress(Exception):
+        producer.shutdown()
