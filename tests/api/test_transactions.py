@@ -5,6 +5,7 @@ EndTransaction requests are answered with INVALID_TRANSACTION_ID / BAD_REQUEST."
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Iterator
@@ -237,3 +238,21 @@ def test_pending_half_messages_are_recovered_from_the_store(broker, messaging, a
     pending = set(fresh._pending)
     assert transactions.parse_transaction_id(open_id) in pending
     assert transactions.parse_transaction_id(ended_id) not in pending
+
+
+def test_too_many_open_transactions_are_refused(broker, messaging, admin) -> None:
+    topic = unique("TxM")
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, message_type=admin_pb2.TRANSACTION))
+    service = broker.broker.messaging.transactions.service
+    saved = service.limits
+    service.limits = dataclasses.replace(saved, pending_max=service.pending())
+    try:
+        msg = definition_pb2.Message(body=b"x")
+        msg.topic.name = topic
+        msg.system_properties.message_id = "0102FC000000013E000B13F97D000000AB"
+        msg.system_properties.message_type = definition_pb2.TRANSACTION
+        reply = messaging.SendMessage(service_pb2.SendMessageRequest(messages=[msg]), timeout=5)
+        assert reply.status.code == Code.TOO_MANY_REQUESTS
+        assert "transactions are open" in reply.status.message
+    finally:
+        service.limits = saved

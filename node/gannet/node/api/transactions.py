@@ -12,8 +12,9 @@ Storage format (as RocketMQ's broker):
   **ROLLBACK** then append an **op record** to ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0: tag
   ``d``, body = the half message's commit-log offset in decimal. A half message with an op
   record is resolved; a second EndTransaction for it is refused (``INVALID_TRANSACTION_ID``).
-* On start the op topic is read back, then the half topic: every half message without an op
-  record is pending again (at most ``pending_max``).
+* Only open transactions are kept in memory (at most ``pending_max``; a transactional send
+  beyond that is ``TOO_MANY_REQUESTS``). On start the op topic is read back, then the half
+  topic: every half message without an op record is open again.
 
 **Orphan checks.** A pending half message older than ``check_after_ms`` (RocketMQ
 ``transactionTimeOut``, 6 s) is offered to a connected producer of its topic as a
@@ -167,7 +168,6 @@ class TransactionService:
         self.limits = limits or TransactionLimits()
         self._lock = threading.Lock()
         self._pending: dict[int, _Pending] = {}
-        self._resolved: set[int] = set()
         self.committed_total = 0
         self.rolled_back_total = 0
         self.abandoned_total = 0
@@ -187,12 +187,14 @@ class TransactionService:
             offset = got.next_begin_offset
 
     def _recover(self) -> None:
+        resolved: set[int] = set()
+
         def op(message: records.Message, _: int) -> None:
             if message.body.isdigit():
-                self._resolved.add(int(message.body))
+                resolved.add(int(message.body))
 
         def half(message: records.Message, commit_offset: int) -> None:
-            if commit_offset in self._resolved or len(self._pending) >= self.limits.pending_max:
+            if commit_offset in resolved or len(self._pending) >= self.limits.pending_max:
                 return
             topic = message.properties.get(props.REAL_TOPIC, "")
             self._pending[commit_offset] = _Pending(
@@ -237,13 +239,12 @@ class TransactionService:
                 f"transaction_id {transaction_id} is not the one of message_id {message_id!r}",
             )
         with self._lock:
-            if offset in self._resolved:
-                raise ApiError(
-                    Code.INVALID_TRANSACTION_ID,
-                    f"transaction_id {transaction_id} has already been committed or rolled back",
-                )
-            self._resolved.add(offset)
-            self._pending.pop(offset, None)
+            pending = self._pending.pop(offset, None)
+        if pending is None:  # only open transactions are tracked (memory: open ones only)
+            raise ApiError(
+                Code.INVALID_TRANSACTION_ID,
+                f"transaction_id {transaction_id} has already been committed or rolled back",
+            )
         writes = [self._op(offset)]
         if commit:
             writes.insert(0, self._real(half))
@@ -251,7 +252,7 @@ class TransactionService:
             results, durable_at = self.store.put_messages_nowait(writes)
         except BaseException:
             with self._lock:
-                self._resolved.discard(offset)
+                self._pending[offset] = pending
             raise
         with self._lock:
             if commit:
@@ -415,7 +416,14 @@ class TransactionHandler:
 
     # --- sending ---
     def to_half(self, messages: list[records.Message]) -> list[records.Message]:
-        """The half messages to store instead (creates the transaction topics on first use)."""
+        """The half messages to store instead (creates the transaction topics on first use);
+        ``TOO_MANY_REQUESTS`` while ``pending_max`` transactions are open."""
+        if self.service.pending() + len(messages) > self.service.limits.pending_max:
+            raise ApiError(
+                statuses.TOO_MANY_REQUESTS,
+                f"{self.service.pending()} transactions are open (at most "
+                f"{self.service.limits.pending_max}); commit or roll back some first",
+            )
         ensure_topics(self.service.store)
         return to_half(messages)
 
