@@ -62,7 +62,7 @@ from tests.operator.conftest import Env, ready
 from tests.operator.emulating import ApiServerEmulator
 from tests.operator.stores import stack_store
 
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 60.0  # upper bounds: a shared 2-core machine can be very busy
 MESSAGES = 20
 
 
@@ -279,7 +279,9 @@ async def _scenario(workdir: Path) -> Report:
                 )
                 client = kube.Kube(kube.Access(server=url), timeout_s=10)
                 try:
-                    env = Env(api, url, client, metrics.OperatorMetrics())
+                    env = Env(
+                        api, url, client, metrics.OperatorMetrics(), wait_timeout_s=START_TIMEOUT_S
+                    )
                     report = await _story(env, broker, operator_metrics)
                 finally:
                     await client.close()
@@ -299,11 +301,11 @@ async def _story(env: Env, broker: str, operator_metrics: str) -> Report:
         "cleanup": {"fileReservedHours": 48, "diskMaxUsedRatioPercent": 90},
     }
     await env.apply("GannetCluster", "main", cluster_spec)
-    await env.wait_for("GannetCluster", "main", _settings_applied, timeout_s=30)
+    await env.wait_for("GannetCluster", "main", _settings_applied)
     await env.apply("Topic", "e2e-orders", {"cluster": "main", "queues": 4})
     await env.apply("ConsumerGroup", "e2e-readers", {"cluster": "main"})
-    await env.wait_for("Topic", "e2e-orders", ready, timeout_s=30)
-    await env.wait_for("ConsumerGroup", "e2e-readers", ready, timeout_s=30)
+    await env.wait_for("Topic", "e2e-orders", ready)
+    await env.wait_for("ConsumerGroup", "e2e-readers", ready)
     assert await asyncio.to_thread(_exists, broker, "topic", "e2e-orders")
     assert await asyncio.to_thread(_exists, broker, "group", "e2e-readers")
 
@@ -359,7 +361,7 @@ async def _revive_under_load(
     first = [f"revive-a-{i}".encode() for i in range(30)]
     second = [f"revive-b-{i}".encode() for i in range(30)]
     await env.apply("Topic", "e2e-revive", {"cluster": "main", "queues": 4})
-    await env.wait_for("Topic", "e2e-revive", ready, timeout_s=30)
+    await env.wait_for("Topic", "e2e-revive", ready)
     reader = await asyncio.to_thread(Reader, broker, "e2e-revive", "e2e-readers")
     try:
         await asyncio.to_thread(send, broker, "e2e-revive", first)
@@ -371,7 +373,6 @@ async def _revive_under_load(
             "GannetCluster",
             "main",
             lambda o: ((o or {}).get("status") or {}).get("reviveQueues", {}).get("active") == 2,
-            timeout_s=30,
         )
         await sending
         await asyncio.to_thread(reader.ack_until, set(first) | set(second))

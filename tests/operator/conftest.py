@@ -60,6 +60,8 @@ class Env:
     url: str
     kube: kube.Kube
     metrics: metrics.OperatorMetrics
+    # An upper bound only (states are awaited on the watch); generous for a loaded machine.
+    wait_timeout_s: float = 30.0
 
     async def apply(self, kind: str, name: str, spec: dict[str, Any], **meta: Any) -> None:
         await self.kube.apply(
@@ -83,7 +85,7 @@ class Env:
         name: str,
         predicate: Callable[[dict[str, Any] | None], bool],
         *,
-        timeout_s: float = 15.0,
+        timeout_s: float | None = None,
     ) -> dict[str, Any] | None:
         """The first state of the object (None: gone) that satisfies ``predicate``, read from a
         watch stream so that no state change is missed and nothing sleeps."""
@@ -92,7 +94,7 @@ class Env:
         if predicate(last):
             return last
         async with (
-            asyncio.timeout(timeout_s),
+            asyncio.timeout(self.wait_timeout_s if timeout_s is None else timeout_s),
             aiohttp.ClientSession() as session,
             session.get(f"{self.url}{path}", params={"watch": "true"}) as response,
         ):

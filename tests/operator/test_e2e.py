@@ -12,7 +12,7 @@ from e2e.operator import scenario
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(240)
 @pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
 def test_topic_resource_to_messages_and_back(tmp_path: Path) -> None:
     report = scenario.run(tmp_path)
