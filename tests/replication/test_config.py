@@ -316,3 +316,44 @@ def test_a_cut_off_leaders_uncommitted_change_is_undone_by_the_new_leaders_snaps
     assert _tables(cluster, old) == _tables(cluster, new)
     applied = store.consumer_offsets.query(config_log.APPLIER_GROUP, config_log.CONFIG_TOPIC, 0)
     assert applied == store.max_offset_in_queue(config_log.CONFIG_TOPIC, 0)
+
+
+def test_replay_from_the_saved_progress_is_idempotent(tmp_path: Path) -> None:
+    """Records in the config queue are applied from the applier's saved offset on start; a
+    replay from an older offset (offsets file older than the topics file) changes nothing."""
+    with MessageStore(StoreConfig.for_tests(tmp_path)).open() as store:
+        writer = config_log.ConfigLog(store, 1, lambda: True)
+        changes: list[JsonObject] = [
+            {"op": "topic.put", "name": "R", "config": TopicConfig("R").to_json()},
+            {"op": "group.put", "name": "G", "config": SubscriptionGroupConfig("G").to_json()},
+            {"op": "offset.commit", "group": "G", "topic": "R", "queue": 0, "offset": 3},
+            {"op": "offset.commit", "group": "G", "topic": "R", "queue": 0, "offset": 7},
+            {"op": "topic.delete", "name": "R"},
+            {"op": "topic.put", "name": "R", "config": TopicConfig("R", perm=4).to_json()},
+        ]
+        end = 0
+        for change in changes:
+            end = writer.append(change)
+        assert store.wait_dispatched(end, 10)
+        reader = config_log.ConfigLog(store, 2, lambda: False)  # another node's view
+        reader.install()
+        try:
+            first = _store_tables(store)
+            assert reader.applied_offset() == len(changes)
+            assert store.topic_configs.get("R") == TopicConfig("R", perm=4)
+            assert store.consumer_offsets.query("G", "R", 0) == 7
+            with store.consumer_offsets.replaying():
+                store.consumer_offsets.commit(
+                    config_log.APPLIER_GROUP, config_log.CONFIG_TOPIC, 0, 1
+                )
+            reader.catch_up(store.max_offset_in_queue(config_log.CONFIG_TOPIC, 0))
+            assert _store_tables(store) == first
+            assert reader.applied_total == 2 * len(changes) - 1
+        finally:
+            reader.uninstall()
+
+
+def _store_tables(store: MessageStore) -> tuple[object, ...]:
+    offsets = store.consumer_offsets.table()
+    offsets.pop(f"{config_log.CONFIG_TOPIC}@{config_log.APPLIER_GROUP}", None)
+    return (store.topic_configs.list(), store.group_configs.list(), offsets)
