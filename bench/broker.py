@@ -160,6 +160,9 @@ def _echo_server(style: str) -> None:
         await stopping.wait()
         await server.stop(1)
 
+    if style == "sync":
+        _sync_echo_server()
+        return
     factory = None
     if style == "uvloop":
         import uvloop
@@ -167,6 +170,33 @@ def _echo_server(style: str) -> None:
         factory = uvloop.new_event_loop
     with asyncio.Runner(loop_factory=factory) as runner:
         runner.run(serve())
+
+
+def _sync_echo_server() -> None:
+    """The same canned reply from grpc's sync server (thread pool of 8)."""
+    from concurrent import futures
+
+    reply = service_pb2.SendMessageResponse()
+    reply.status.code, reply.status.message = 20000, "OK"
+    sync_handler = grpc.method_handlers_generic_handler(
+        "apache.rocketmq.v2.MessagingService",
+        {
+            "SendMessage": grpc.unary_unary_rpc_method_handler(
+                lambda request, context: reply,
+                request_deserializer=service_pb2.SendMessageRequest.FromString,
+                response_serializer=service_pb2.SendMessageResponse.SerializeToString,
+            )
+        },
+    )
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server.add_generic_rpc_handlers((sync_handler,))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    print(f"echo serving on 127.0.0.1:{port}", flush=True)
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    stopping.wait()
+    server.stop(1)
 
 
 def echo_process(style: str) -> contextlib.AbstractContextManager[BrokerProcess]:
@@ -598,6 +628,16 @@ def main() -> None:
         print("send path without gRPC:", paths, flush=True)
         if args.send_path_only:
             return
+        with echo_process("sync") as echo:
+            floor = _run_workers(echo, _single_worker, 2, 16, seconds)
+        record = {
+            "scenario": "grpc_floor_sync",
+            "at": stamp,
+            "result": floor,
+            "machine": _machine(),
+        }
+        out.write(json.dumps(record) + "\n")
+        print("grpc floor, sync thread-pool server (canned reply):", floor, flush=True)
         for style in styles:
             result = run_style(style, seconds, args.profile)
             result.update({"at": stamp, "seconds": seconds, "grpcio": grpc_module.__version__})
