@@ -26,13 +26,17 @@ class Authority:
     key: ec.EllipticCurvePrivateKey
     cert_file: Path
 
-    def issue(self, directory: Path, name: str, *, server: bool) -> Issued:
+    def issue(self, directory: Path, name: str, *, server: bool, client: bool = False) -> Issued:
+        """``server``: serverAuth; ``client`` (or not ``server``): clientAuth — a Raft peer,
+        both server and client of its peers, needs both."""
         key = ec.generate_private_key(ec.SECP256R1())
-        usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
+        usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
+        if client or not server:
+            usages.append(ExtendedKeyUsageOID.CLIENT_AUTH)
         builder = (
             _base(name, key, self.cert.subject)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+            .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
             .add_extension(
                 x509.SubjectAlternativeName(
                     [

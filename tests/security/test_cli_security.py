@@ -38,5 +38,42 @@ def test_tls_key_without_certificate_is_a_usage_error(tmp_path: Path):
 def test_help_lists_the_security_options():
     result = CliRunner().invoke(cli.main, ["broker", "run", "--help"])
     assert result.exit_code == 0
-    for option in ("--auth-file", "--auth-skew-s", "--tls-cert", "--tls-key", "--tls-client-ca"):
+    for option in (
+        "--auth-file",
+        "--auth-skew-s",
+        "--tls-cert",
+        "--tls-key",
+        "--tls-client-ca",
+        "--peer-tls-cert",
+        "--peer-tls-key",
+        "--peer-tls-ca",
+    ):
         assert option in result.output
+
+
+def test_peer_tls_needs_all_three_files(tmp_path: Path):
+    cert = tmp_path / "node.crt"
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    code, output = _run(
+        tmp_path,
+        "--node-id", "1", "--peers", "1=127.0.0.1:18091/18081",
+        "--peer-tls-cert", str(cert),
+    )  # fmt: skip
+    assert code == 2
+    assert "needs all three of --peer-tls-cert, --peer-tls-key, --peer-tls-ca" in output
+    assert not (tmp_path / "data").exists()
+
+
+def test_peer_tls_file_that_is_not_pem_is_named(tmp_path: Path):
+    good = tmp_path / "node.crt"
+    good.write_text("-----BEGIN CERTIFICATE-----\n")
+    bad = tmp_path / "ca.crt"
+    bad.write_text("hello\n")
+    code, output = _run(
+        tmp_path,
+        "--node-id", "1", "--peers", "1=127.0.0.1:18091/18081",
+        "--peer-tls-cert", str(good), "--peer-tls-key", str(good), "--peer-tls-ca", str(bad),
+    )  # fmt: skip
+    assert code == 2
+    assert "cluster CA" in output
+    assert "is not PEM" in output

@@ -152,6 +152,22 @@ def broker() -> None:
     help="host:port of the Raft peer service (default: --listen's host, port 8091).",
 )
 @click.option(
+    "--peer-tls-cert",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="PEM certificate of this node on the peer port (mutual TLS between Raft peers; with "
+    "--peer-tls-key and --peer-tls-ca).",
+)
+@click.option(
+    "--peer-tls-key",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="PEM private key of --peer-tls-cert.",
+)
+@click.option(
+    "--peer-tls-ca",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="Cluster CA (PEM): peers must present a certificate it signed, in both directions.",
+)
+@click.option(
     "--event-loop",
     type=click.Choice(["uvloop", "asyncio"]),
     default="uvloop",
@@ -176,6 +192,9 @@ def broker_run(
     node_id: int | None,
     peers: str | None,
     peer_listen: str | None,
+    peer_tls_cert: Path | None,
+    peer_tls_key: Path | None,
+    peer_tls_ca: Path | None,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
@@ -186,6 +205,7 @@ def broker_run(
             http_serving.parse_listen(metrics_listen)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
+    peer_tls = _peer_tls(peer_tls_cert, peer_tls_key, peer_tls_ca)
     config = StoreConfig(
         root_dir=data_dir,
         flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
@@ -205,7 +225,7 @@ def broker_run(
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
-            replication=_replication(node_id, peers, peer_listen, host),
+            replication=_replication(node_id, peers, peer_listen, host, peer_tls),
         ),
         listen,
     )
@@ -229,12 +249,36 @@ def broker_run(
     console.print("broker stopped; store closed cleanly")
 
 
+def _peer_tls(
+    cert: Path | None, key: Path | None, ca: Path | None
+) -> replication_config.PeerTls | None:
+    given = [cert, key, ca]
+    if all(p is None for p in given):
+        return None
+    if cert is None or key is None or ca is None:
+        raise click.BadParameter(
+            "peer TLS needs all three of --peer-tls-cert, --peer-tls-key, --peer-tls-ca"
+        )
+    try:
+        for path, what in ((cert, "certificate"), (key, "private key"), (ca, "cluster CA")):
+            tls.read_pem(path, what)
+    except tls.TlsFileError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return replication_config.PeerTls(cert, key, ca)
+
+
 def _replication(
-    node_id: int | None, peers: str | None, peer_listen: str | None, host: str
+    node_id: int | None,
+    peers: str | None,
+    peer_listen: str | None,
+    host: str,
+    peer_tls: replication_config.PeerTls | None = None,
 ) -> replication_config.ReplicationConfig | None:
     if node_id is None and peers is None:
-        if peer_listen is not None:
-            raise click.BadParameter("needs --node-id and --peers", param_hint="--peer-listen")
+        if peer_listen is not None or peer_tls is not None:
+            raise click.BadParameter(
+                "needs --node-id and --peers", param_hint="--peer-listen/--peer-tls-*"
+            )
         return None
     if node_id is None or peers is None:
         raise click.BadParameter("give both --node-id and --peers (or neither)")
@@ -243,6 +287,7 @@ def _replication(
             node_id=node_id,
             peers=replication_config.parse_peers(peers),
             peer_listen=peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}",
+            peer_tls=peer_tls,
         )
     except replication_config.ReplicationConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--peers") from None
@@ -262,6 +307,9 @@ async def _serve(running: serving.Broker) -> None:
     if running.config.tls_cert is not None:
         mutual = " with client certificates" if running.config.tls_client_ca else ""
         console.print(f"  TLS:            on{mutual} (Python client: tls_enable=True)")
+    replication = running.config.replication
+    if replication is not None and replication.peer_tls is not None:
+        console.print("  peer TLS:       on, mutual (cluster CA)")
     if running.metrics_server is not None:
         host = running.config.metrics_listen or ""
         url = f"http://{host.rpartition(':')[0]}:{running.metrics_server.port}"

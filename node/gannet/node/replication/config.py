@@ -5,11 +5,16 @@ tests directly); read by :mod:`driver` and :mod:`transport`. A member is written
 ``id=host:peer_port/client_port`` (``2=10.0.0.2:8091/8081``): the peer port serves
 ``gannet.raft.v1.Peer``, the client port the RocketMQ v2 and admin APIs, so any node can name the
 leader's client endpoint to a client.
+
+With :class:`PeerTls` (``--peer-tls-cert``, ``--peer-tls-key``, ``--peer-tls-ca``) the peer
+port and every outbound peer stream use mutual TLS: each member presents its own certificate,
+and accepts only certificates signed by the cluster CA (``docs/security.md``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 PEER_PORT_DEFAULT = 8091
 TICK_INTERVAL_S = 0.1
@@ -50,6 +55,19 @@ class PeerSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class PeerTls:
+    """Mutual TLS between members: this node's PEM certificate and key, and the cluster CA
+    that signed every member's certificate (read by :mod:`transport` at construction)."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    server_name: str | None = None
+    """Name to expect in the other members' certificates instead of their --peers host
+    (gRPC ``ssl_target_name_override``); None: the host as written in --peers."""
+
+
+@dataclass(frozen=True, slots=True)
 class ReplicationConfig:
     """This node's id, every member (itself included), where to serve peers, and limits."""
 
@@ -69,6 +87,8 @@ class ReplicationConfig:
     outbound_bytes_max: int = OUTBOUND_BYTES_MAX
     seed: int | None = None
     """Election-jitter seed; None: drawn from the OS (logged)."""
+    peer_tls: PeerTls | None = None
+    """Mutual TLS on the peer port and peer streams; None: plaintext (a trusted network)."""
 
     def __post_init__(self) -> None:
         ids = [p.node_id for p in self.peers]

@@ -11,6 +11,12 @@ Limits: each outbound queue holds at most ``outbound_messages_max`` messages and
 ``outbound_bytes_max`` bytes; a message past either is dropped and counted, never blocking the
 driver. gRPC messages up to :data:`GRPC_MESSAGE_BYTES_MAX` pass (an AppendEntries carries at most
 ``append_bytes_max`` of payload).
+
+With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
+and every outbound stream presents this node's certificate and trusts only that CA
+(:mod:`gannet.node.api.tls`): a process without a cluster certificate can neither deliver a
+message to a member nor receive one; its handshakes fail before any RPC. The PEM files are
+read once, when the transport is built.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
+from gannet.node.api import tls
 from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
 from gannet.node.replication import peer_wire
@@ -105,6 +112,16 @@ class PeerTransport:
         self._connected: dict[int, bool] = {p.node_id: False for p in config.others()}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
+        self._server_credentials: grpc.ServerCredentials | None = None
+        self._channel_credentials: grpc.ChannelCredentials | None = None
+        peer_tls = config.peer_tls
+        if peer_tls is not None:
+            self._server_credentials = tls.server_credentials(
+                peer_tls.cert_file, peer_tls.key_file, client_ca_file=peer_tls.ca_file
+            )
+            self._channel_credentials = tls.channel_credentials(
+                peer_tls.ca_file, peer_tls.cert_file, peer_tls.key_file
+            )
         self.received_total = 0
         self.partitioned = False
         """Fault injection (tests, drills): while True every message in or out is dropped."""
@@ -120,7 +137,12 @@ class PeerTransport:
         server = grpc.aio.server(options=options)
         peer_pb2_grpc.add_PeerServicer_to_server(_PeerServicer(self), server)  # type: ignore[no-untyped-call]
         try:
-            self.port = server.add_insecure_port(self.config.peer_listen)
+            if self._server_credentials is not None:
+                self.port = server.add_secure_port(
+                    self.config.peer_listen, self._server_credentials
+                )
+            else:
+                self.port = server.add_insecure_port(self.config.peer_listen)
         except RuntimeError:
             self.port = 0
         if self.port == 0:
@@ -178,14 +200,17 @@ class PeerTransport:
 
     async def _send_loop(self, peer: PeerSpec) -> None:
         outbox = self._outboxes[peer.node_id]
-        options = [
+        options: list[tuple[str, str | int]] = [
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
+        peer_tls = self.config.peer_tls
+        if peer_tls is not None and peer_tls.server_name is not None:
+            options.append(("grpc.ssl_target_name_override", peer_tls.server_name))
         while not self._stopping.is_set():
-            channel = grpc.aio.insecure_channel(peer.peer_endpoint, options=options)
+            channel = self._channel(peer.peer_endpoint, options)
             try:
                 await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
                 self._connected[peer.node_id] = True
@@ -199,6 +224,11 @@ class PeerTransport:
             outbox.clear()  # stale after a gap; the core re-sends what matters
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), RECONNECT_BACKOFF_S)
+
+    def _channel(self, endpoint: str, options: list[tuple[str, str | int]]) -> grpc.aio.Channel:
+        if self._channel_credentials is not None:
+            return grpc.aio.secure_channel(endpoint, self._channel_credentials, options=options)
+        return grpc.aio.insecure_channel(endpoint, options=options)
 
     async def _stream(self, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
         group = self.config.group
