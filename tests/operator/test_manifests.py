@@ -48,6 +48,24 @@ def test_every_object_validates_against_kubernetes_schemas() -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+def test_service_monitor_labels_series_as_the_dashboards_select_them() -> None:
+    monitor = by_kind(build(metrics={"serviceMonitor": {"enabled": True}}), "ServiceMonitor")
+    (endpoint,) = monitor["spec"]["endpoints"]
+    labels = {r["targetLabel"]: r["replacement"] for r in endpoint["relabelings"]}
+    assert labels == {"job": "gannet-broker", "cluster": "main"}
+
+
+def test_cleanup_ratio_defaults_match_the_store() -> None:
+    import dataclasses
+
+    from gannet.node.store.config import StoreConfig
+
+    defaults = {f.name: f.default for f in dataclasses.fields(StoreConfig)}
+    cleanup = specs.cluster_spec({"replicas": 1}).cleanup
+    assert cleanup.disk_warning_ratio == defaults["disk_warning_ratio"]
+    assert cleanup.disk_clean_forcibly_ratio == defaults["disk_clean_forcibly_ratio"]
+
+
 def test_ephemeral_storage_and_no_metrics() -> None:
     objects = build(1, storage={"type": "ephemeral"}, metrics={"enabled": False})
     sts = by_kind(objects, "StatefulSet")

@@ -339,7 +339,16 @@ def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -
             "selector": {"matchLabels": selector_labels(cluster)},
             "namespaceSelector": {"matchNames": [namespace]},
             "endpoints": [
-                {"port": "metrics", "path": "/metrics", "interval": spec.service_monitor.interval}
+                {
+                    "port": "metrics",
+                    "path": "/metrics",
+                    "interval": spec.service_monitor.interval,
+                    # The dashboards and alert rules select job=~"gannet.*" and a cluster label.
+                    "relabelings": [
+                        {"targetLabel": "job", "replacement": "gannet-broker"},
+                        {"targetLabel": "cluster", "replacement": cluster},
+                    ],
+                }
             ],
         },
     }

@@ -190,9 +190,9 @@ def _cleanup(spec: Mapping[str, Any]) -> CleanupSpec:
         raise SpecError("spec.cleanup.fileReservedHours is 0; use a positive number of hours")
     percent = _get(section, "cleanup.diskMaxUsedRatioPercent", int, 75)
     _in_range("cleanup.diskMaxUsedRatioPercent", percent, 10, 95)
-    warning = _get(section, "cleanup.diskWarningRatio", float, 0.85)
+    warning = _get(section, "cleanup.diskWarningRatio", float, 0.9)
     _in_range("cleanup.diskWarningRatio", warning, 0.1, 1)
-    forcibly = _get(section, "cleanup.diskCleanForciblyRatio", float, 0.9)
+    forcibly = _get(section, "cleanup.diskCleanForciblyRatio", float, 0.85)
     _in_range("cleanup.diskCleanForciblyRatio", forcibly, 0.1, 1)
     return CleanupSpec(schedule, hours, percent, warning, forcibly)
 
