@@ -36,12 +36,8 @@ def latency_summary(latencies_s: Iterable[float]) -> dict[str, float]:
 
 def key_of(record: Mapping[str, Any]) -> tuple[str, str, str, str]:
     """The identity of a measurement: (scenario, system, mode, durability)."""
-    return (
-        str(record["scenario"]),
-        str(record["system"]),
-        str(record["mode"]),
-        str(record["durability"]),
-    )
+    durability = str(record["durability"]).split(" (", 1)[0]  # notes in parentheses aside
+    return (str(record["scenario"]), str(record["system"]), str(record["mode"]), durability)
 
 
 METRICS = (

@@ -4,6 +4,7 @@ groups are created through the admin API (``gannet.admin.v1.Admin``)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ from bench.peers.base import Layout, Running, durability_text
 
 BROKER_CPUS = "0"
 START_TIMEOUT_S = 60.0
+CLUSTER_START_TIMEOUT_S = 180.0
 
 
 def version() -> str:
@@ -104,13 +106,17 @@ def _is_free(port: int) -> bool:
 
 
 def _leader(child: processes.Child, endpoints: list[str]) -> str:
-    """The node that accepts an admin write (followers refuse), polled until an election."""
-    deadline = time.monotonic() + START_TIMEOUT_S
+    """The node that accepts an admin write (followers refuse, naming the leader once there is
+    one), polled until an election has happened."""
+    deadline = time.monotonic() + CLUSTER_START_TIMEOUT_S
     last: Exception | None = None
+    probe = 0
     while time.monotonic() < deadline:
         for endpoint in endpoints:
+            probe += 1
+            name = f"bench-leader-probe-{os.getpid()}-{probe}"
             try:
-                _create_on(endpoint, [f"bench-leader-probe-{int(time.time())}"], 1, "bench-probe")
+                _create_on(endpoint, [name], 1, name)
                 return endpoint
             except grpc.RpcError as exc:
                 last = exc

@@ -263,3 +263,11 @@ def test_a_frame_holding_a_newline_is_joined_to_its_count() -> None:
     p = profile.parse_collapsed(["a (x.py:1);weird", "name (y.py:2) 5", "a (x.py:1) 2"])
     assert p.total == 7
     assert p.self_samples["weird\nname (y.py)"] + p.self_samples["weirdname (y.py)"] == 5
+
+
+def test_notes_in_parentheses_do_not_split_a_durability_class() -> None:
+    nats = {**_rec("nats", 0, 100, 10), "durability": "async flush, R1 (no fsync per publish)"}
+    table = stats.medians([_rec("gannet", 0, 50, 10), nats])
+    assert stats.ratios(table, "produce_msgs_per_s") == {
+        ("S1", "nats", "stock", "async flush, R1"): 0.5
+    }
