@@ -30,7 +30,7 @@ import grpc
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from gannet.node.api import signing, statuses, tls
+from gannet.node.api import credentials, signing, statuses, tls
 from gannet.node.api.credentials import (
     ACCOUNTS_MAX,
     PATTERNS_MAX,
@@ -103,8 +103,12 @@ class Authenticator:
         skew_s: float = SKEW_S_DEFAULT,
         replay_entries_max: int = REPLAY_ENTRIES_MAX,
         clock: Callable[[], float] = time.time,
+        reloader: credentials.Reloader | None = None,
     ) -> None:
+        """``reloader``: polled before each call; its accounts replace ``accounts`` when the
+        credentials files change (:class:`gannet.node.api.credentials.Reloader`)."""
         self.accounts = dict(accounts)
+        self.reloader = reloader
         self.skew_s = skew_s
         self._clock = clock
         self._replays = ReplayGuard(2 * skew_s, replay_entries_max)
@@ -113,6 +117,8 @@ class Authenticator:
 
     def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
         """The caller's account; raises :class:`Denied` (``UNAUTHORIZED``)."""
+        if self.reloader is not None and self.reloader.poll():
+            self.accounts = self.reloader.accounts
         accounts = self.accounts  # one snapshot for the whole check
 
         def secret_of(access_key: str) -> str | None:
@@ -166,6 +172,7 @@ class WireGate:
 
 class DenialsCollector:
     """``gannet_auth_denials_total{reason}``: refusals of an :class:`Authenticator` by reason,
+    and ``gannet_auth_credentials_reloads_total{result}`` when it reloads its credentials;
     read at scrape time; the broker registers it on its metrics registry when auth is on."""
 
     def __init__(self, authenticator: Authenticator) -> None:
@@ -179,7 +186,18 @@ class DenialsCollector:
         )
         for reason, count in sorted(self._authenticator.denials_total.items()):
             family.add_metric([reason], count)
-        return [family]
+        reloader = self._authenticator.reloader
+        if reloader is None:
+            return [family]
+        reloads = CounterMetricFamily(
+            "gannet_auth_credentials_reloads",
+            "Changes of the credentials files seen, by result (ok: applied; failed: the old "
+            "credentials were kept).",
+            labels=["result"],
+        )
+        reloads.add_metric(["ok"], reloader.reloads_total)
+        reloads.add_metric(["failed"], reloader.failures_total)
+        return [family, reloads]
 
 
 class SigningInterceptor(

@@ -13,20 +13,35 @@ across the files. Errors name the file and the field (``accounts[0].secret_key: 
 non-empty string``). Limits: :data:`ACCOUNTS_MAX` accounts per file, :data:`PATTERNS_MAX`
 patterns per grant list.
 
-Called by :mod:`gannet.node.broker.serving` at start (through :func:`load`).
+Reload (:class:`Reloader`): a Secret rotation or an edited file is picked up while the broker
+runs. :meth:`Reloader.poll` (called by the authenticator before it checks a call, so at most
+once every ``interval_s``) compares a fingerprint of the files — inode, mtime in ns and size of
+each file, following the ``..data`` symlinks a Secret mount swaps atomically — with the last
+one; when it changed, every file is read again and the new accounts replace the old ones in one
+assignment. A new set that does not load (bad JSON, a missing field, a file half-written) keeps
+the old accounts and logs one ERROR naming the file and the field; the next change is tried
+again.
+
+Called by :mod:`gannet.node.broker.serving` at start (:class:`Reloader`, or :func:`load`).
 """
 
 from __future__ import annotations
 
 import importlib
 import json
-from collections.abc import Mapping
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from gannet.node.api.grants import Account, Action, Grant
 
+log = logging.getLogger(__name__)
+
 ACCOUNTS_MAX = 10_000
+RELOAD_INTERVAL_S = 2.0
 PATTERNS_MAX = 1_000
 SECRET_FILE_SUFFIXES = (".json", ".yaml", ".yml")
 
@@ -140,3 +155,79 @@ def _patterns(item: Mapping[str, object], key: str, where: str) -> tuple[str, ..
     if len(raw) > PATTERNS_MAX:
         raise CredentialsError(f"{where}.{key}: {len(raw)} patterns; at most {PATTERNS_MAX}")
     return tuple(raw)
+
+
+Fingerprint = tuple[tuple[str, int, int, int], ...]
+
+
+def fingerprint(path: Path) -> Fingerprint:
+    """``(name, inode, mtime ns, size)`` of every credentials file of ``path`` (symlinks
+    followed); a file that cannot be listed or stat'ed counts with zeros (so it differs)."""
+    try:
+        files = files_of(path)
+    except CredentialsError:
+        return ((str(path), 0, 0, 0),)
+    found = []
+    for file in files:
+        try:
+            st = os.stat(file)
+        except OSError:
+            found.append((file.name, 0, 0, 0))
+            continue
+        found.append((file.name, st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(found)
+
+
+class Reloader:
+    """The accounts of ``path``, read again when its files change (checked at most every
+    ``interval_s``). Raises :class:`CredentialsError` at construction if the first read fails.
+
+    Invariant: :attr:`accounts` is always a complete set that loaded without error.
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        interval_s: float = RELOAD_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.interval_s = interval_s
+        self._clock = clock
+        self._fingerprint = fingerprint(path)
+        self.accounts: dict[str, Account] = load(path)
+        self._checked_at_s = clock()
+        self.reloads_total = 0
+        self.failures_total = 0
+        self.last_error: str | None = None
+        """Why the newest change was not used; None once a change loaded."""
+
+    def poll(self) -> bool:
+        """Reload if the interval passed and the files changed; True when new accounts apply."""
+        now_s = self._clock()
+        if now_s - self._checked_at_s < self.interval_s:
+            return False
+        self._checked_at_s = now_s
+        seen = fingerprint(self.path)
+        if seen == self._fingerprint:
+            return False
+        self._fingerprint = seen
+        try:
+            accounts = load(self.path)
+        except CredentialsError as exc:
+            self.failures_total += 1
+            self.last_error = str(exc)
+            log.error(
+                "credentials %s changed but cannot be used: %s; keeping the %d access keys "
+                "loaded before",
+                self.path,
+                exc,
+                len(self.accounts),
+            )
+            return False
+        self.accounts = accounts
+        self.reloads_total += 1
+        self.last_error = None
+        log.warning("credentials %s reloaded: %d access keys", self.path, len(accounts))
+        return True

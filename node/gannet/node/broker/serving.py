@@ -49,7 +49,17 @@ from pathlib import Path
 import grpc
 from rocketmq.grpc_protocol import service_pb2
 
-from gannet.node.api import admin, auth, limits, messaging, receiving, routes, tls, wire
+from gannet.node.api import (
+    admin,
+    auth,
+    credentials,
+    limits,
+    messaging,
+    receiving,
+    routes,
+    tls,
+    wire,
+)
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import broker_metrics, http_serving, instrumenting
@@ -89,6 +99,8 @@ class BrokerConfig:
     """Access keys, secrets and rights (a JSON/YAML file or a Secret directory); None: open."""
     auth_skew_s: float = auth.SKEW_S_DEFAULT
     """Largest accepted distance of a request's ``x-mq-date-time`` from the broker clock."""
+    auth_reload_interval_s: float = credentials.RELOAD_INTERVAL_S
+    """How often (at most) a call checks whether ``auth_file`` changed; a change is reloaded."""
     tls_cert: Path | None = None
     """PEM certificate (chain) of the client port; with ``tls_key`` the port is TLS-only."""
     tls_key: Path | None = None
@@ -129,8 +141,11 @@ class Broker:
         self.metrics_server: http_serving.MetricsServer | None = None
         self.authenticator: auth.Authenticator | None = None
         if config.auth_file is not None:
+            reloader = credentials.Reloader(
+                config.auth_file, interval_s=config.auth_reload_interval_s
+            )
             self.authenticator = auth.Authenticator(
-                auth.load(config.auth_file), skew_s=config.auth_skew_s
+                reloader.accounts, skew_s=config.auth_skew_s, reloader=reloader
             )
         self._tls = _tls_credentials(config)
         self.failure: str | None = None
