@@ -48,7 +48,11 @@ def _run_until_caught_up(
         .trigger(availableNow=True)
         .start()
     )
-    assert query.awaitTermination(STREAM_TIMEOUT_S), "the availableNow query did not finish"
+    try:
+        finished = query.awaitTermination(STREAM_TIMEOUT_S)
+    finally:
+        query.stop()  # a no-op when finished; otherwise it must not outlive the test
+    assert finished, "the availableNow query did not finish"
     assert query.exception() is None
 
 
