@@ -389,7 +389,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def UpdateOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.UpdateOffsetResponse:
-            return offsets.update_offset(self.resources, request)
+            self._check_leader()  # a follower refuses it: offsets change through the log
+            reply = offsets.update_offset(self.resources, request)
+            if self.replication is not None:
+                await self._wait_committed(self.replication)  # its offset.commit record
+            return reply
 
         return await self._answer(service_pb2.UpdateOffsetResponse, work, "UpdateOffset")
 

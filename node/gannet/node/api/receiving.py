@@ -533,8 +533,10 @@ class PopHandler:
         return await _answer(service_pb2.AckMessageResponse, work, "AckMessage")
 
     async def _replicated(self) -> None:
-        """Raft group: answer an ack only once its records (ACK, consumer-offset commit) are
-        committed, so a new leader never hands out an acknowledged message again."""
+        """Raft group: answer an ack, an invisible-time change or a DLQ forward only once what
+        it wrote (ACK and checkpoint records, the DLQ copy, consumer-offset commits) is
+        committed, so a new leader never hands out an acknowledged message again and keeps
+        every changed invisible time."""
         replication = self.servicer.replication
         if replication is None:
             return
@@ -568,6 +570,7 @@ class PopHandler:
                 invisible_time_ms=value,
                 now_ms=_now_ms(),
             )
+            await self._replicated()
             return service_pb2.ChangeInvisibleDurationResponse(
                 status=statuses.ok(), receipt_handle=new.encode()
             )
@@ -592,6 +595,7 @@ class PopHandler:
                     "receipt_handle has no commit-log offset (9th field)",
                 )
             await asyncio.to_thread(self.pop.forward_to_dlq, group, topic, handle, now_ms=_now_ms())
+            await self._replicated()
             return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=statuses.ok())
 
         return await _answer(

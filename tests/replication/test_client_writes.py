@@ -1,0 +1,165 @@
+"""Every v2 client write on a Raft group is answered after commit and refused on a follower.
+
+In-process 3-broker groups on 127.0.0.1 (see ``conftest``). A consumer offset set with
+``UpdateOffset`` and an invisible time changed with ``ChangeInvisibleDuration`` on the leader
+are present on the leader elected after it crashes right after answering; a follower refuses
+both (and ``ForwardMessageToDeadLetterQueue``) with ``HA_NOT_AVAILABLE`` naming the leader and
+changes nothing.
+"""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
+
+from gannet.node.api.gen import admin_pb2
+
+from .conftest import Cluster
+from .test_cluster import CLIENT_ID, _send_all, _stub
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _update_offset(
+    stub: service_pb2_grpc.MessagingServiceStub, group: str, topic: str, queue_id: int, offset: int
+) -> definition_pb2.Status:
+    request = service_pb2.UpdateOffsetRequest(offset=offset)
+    request.group.name = group
+    request.message_queue.topic.name = topic
+    request.message_queue.id = queue_id
+    reply = stub.UpdateOffset(request, metadata=CLIENT_ID, timeout=15)
+    return reply.status
+
+
+def _receive(
+    stub: service_pb2_grpc.MessagingServiceStub, topic: str, group: str, invisible_s: int
+) -> list[definition_pb2.Message]:
+    request = service_pb2.ReceiveMessageRequest(batch_size=1, auto_renew=False)
+    request.group.name = group
+    request.message_queue.topic.name = topic
+    request.filter_expression.type = definition_pb2.TAG
+    request.filter_expression.expression = "*"
+    request.invisible_duration.seconds = invisible_s
+    request.long_polling_timeout.seconds = 1
+    return [
+        response.message
+        for response in stub.ReceiveMessage(request, metadata=CLIENT_ID, timeout=10)
+        if response.WhichOneof("content") == "message"
+    ]
+
+
+def _change_invisible(
+    stub: service_pb2_grpc.MessagingServiceStub,
+    topic: str,
+    group: str,
+    message: definition_pb2.Message,
+    invisible_s: int,
+) -> service_pb2.ChangeInvisibleDurationResponse:
+    request = service_pb2.ChangeInvisibleDurationRequest(
+        receipt_handle=message.system_properties.receipt_handle,
+        message_id=message.system_properties.message_id,
+    )
+    request.group.name = group
+    request.topic.name = topic
+    request.invisible_duration.seconds = invisible_s
+    reply: service_pb2.ChangeInvisibleDurationResponse = stub.ChangeInvisibleDuration(
+        request, metadata=CLIENT_ID, timeout=15
+    )
+    return reply
+
+
+def _forward_to_dlq(
+    stub: service_pb2_grpc.MessagingServiceStub,
+    topic: str,
+    group: str,
+    message: definition_pb2.Message,
+) -> definition_pb2.Status:
+    request = service_pb2.ForwardMessageToDeadLetterQueueRequest(
+        receipt_handle=message.system_properties.receipt_handle,
+        message_id=message.system_properties.message_id,
+        delivery_attempt=1,
+        max_delivery_attempts=16,
+    )
+    request.group.name = group
+    request.topic.name = topic
+    reply = stub.ForwardMessageToDeadLetterQueue(request, metadata=CLIENT_ID, timeout=15)
+    return reply.status
+
+
+def _setup(cluster: Cluster, topic: str, group: str, queues: int) -> int:
+    cluster.start_all()
+    leader = cluster.leader()
+    cluster.create_topic(topic, queues=queues)
+    cluster.admin(leader, lambda a: a.CreateGroup(admin_pb2.CreateGroupRequest(name=group)))
+    return leader
+
+
+def test_update_offset_commits_before_the_answer_and_followers_refuse_it(
+    cluster: Cluster,
+) -> None:
+    topic, group = "CwOffset", "GCwOffset"
+    old = _setup(cluster, topic, group, queues=1)
+    _send_all(cluster.endpoint(old), topic, [f"m{i}".encode() for i in range(5)])
+    follower = next(i for i in cluster.nodes if i != old)
+    leader_endpoint = cluster.peers[old - 1].client_endpoint
+    with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
+        refused = _update_offset(_stub(channel), group, topic, 0, 4)
+    assert refused.code == Code.HA_NOT_AVAILABLE, refused.message
+    assert leader_endpoint in refused.message
+    assert cluster.nodes[follower].broker.store.consumer_offsets.query(group, topic, 0) != 4
+    with grpc.insecure_channel(cluster.endpoint(old)) as channel:
+        status = _update_offset(_stub(channel), group, topic, 0, 3)
+    assert status.code == definition_pb2.OK, status.message
+    cluster.crash(old)  # at once: the answer came after the record committed
+    new = cluster.leader(sorted(cluster.nodes))
+    assert cluster.nodes[new].broker.store.consumer_offsets.query(group, topic, 0) == 3
+
+
+def test_changed_invisible_time_survives_failover_and_followers_refuse_pop_writes(
+    cluster: Cluster,
+) -> None:
+    topic, group = "CwInvisible", "GCwInvisible"
+    old = _setup(cluster, topic, group, queues=1)
+    _send_all(cluster.endpoint(old), topic, [b"come-back", b"to-dlq"])
+    with grpc.insecure_channel(cluster.endpoint(old)) as channel:
+        stub = _stub(channel)
+        popped = _receive(stub, topic, group, invisible_s=3600)
+        popped += _receive(stub, topic, group, invisible_s=3600)
+    assert sorted(m.body for m in popped) == [b"come-back", b"to-dlq"]
+    back = next(m for m in popped if m.body == b"come-back")
+    dead = next(m for m in popped if m.body == b"to-dlq")
+    follower = next(i for i in cluster.nodes if i != old)
+    leader_endpoint = cluster.peers[old - 1].client_endpoint
+    with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
+        stub = _stub(channel)
+        change = _change_invisible(stub, topic, group, back, 1)
+        forward = _forward_to_dlq(stub, topic, group, dead)
+    for refused in (change.status, forward):
+        assert refused.code == Code.HA_NOT_AVAILABLE, refused.message
+        assert leader_endpoint in refused.message
+    with grpc.insecure_channel(cluster.endpoint(old)) as channel:
+        stub = _stub(channel)
+        changed = _change_invisible(stub, topic, group, back, 1)
+        assert changed.status.code == definition_pb2.OK, changed.status.message
+        forwarded = _forward_to_dlq(stub, topic, group, dead)
+        assert forwarded.code == definition_pb2.OK, forwarded.message
+    cluster.crash(old)  # at once: both answers came after their records committed
+    new = cluster.leader(sorted(cluster.nodes))
+    again: list[bytes] = []
+    with grpc.insecure_channel(cluster.endpoint(new)) as channel:
+        stub = _stub(channel)
+        for _ in range(25):  # 1 s invisible now, not an hour: the new leader revives it
+            again += [m.body for m in _receive(stub, topic, group, invisible_s=3600)]
+            if again:
+                break
+    assert again == [b"come-back"]
+    store = cluster.nodes[new].broker.store
+    dlq = f"%DLQ%{group}"
+    assert dlq in store.topic_configs
+    bodies = []
+    for stored in store.get_messages(dlq, 0, 0, 10).messages:
+        message = store.read_message(stored.commit_offset)
+        assert message is not None
+        bodies.append(message.body)
+    assert bodies == [b"to-dlq"]
