@@ -137,7 +137,7 @@ def test_resource_paths() -> None:
         kube.resource_path("gannet.io/v1alpha1", "Topic", None) == "/apis/gannet.io/v1alpha1/topics"
     )
     with pytest.raises(ValueError, match="not one the operator manages"):
-        kube.resource_path("v1", "Secret", "ns")
+        kube.resource_path("v1", "Node", "ns")
 
 
 def test_bad_cluster_spec_names_the_field() -> None:

@@ -61,7 +61,20 @@ async def reconcile(
             away = cluster_planning.ordinal(decision.transfer_away_from)
             await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
     monitoring: Condition | None = None
+    certificates: Condition | None = None
     for obj in manifests.build(name, namespace, uid, cluster, replicas=decision.replicas):
+        if obj["kind"] == "Certificate":
+            # Needs cert-manager; without its CRD the pods wait for their Secret: say so.
+            try:
+                await ctx.kube.apply(obj)
+            except KubeError as exc:
+                certificates = Condition("Certificates", False, "CertManagerUnavailable", str(exc))
+            else:
+                if certificates is None:
+                    certificates = Condition(
+                        "Certificates", True, conditions.RECONCILED, "Certificates applied"
+                    )
+            continue
         if obj["kind"] != "ServiceMonitor":
             await ctx.kube.apply(obj)
             continue
@@ -80,6 +93,8 @@ async def reconcile(
     found = conditions.merge(found, decision.condition, generation=generation, now=ctx.clock())
     if monitoring is not None:
         found = conditions.merge(found, monitoring, generation=generation, now=ctx.clock())
+    if certificates is not None:
+        found = conditions.merge(found, certificates, generation=generation, now=ctx.clock())
 
     # Rolling restarts, one pod per pass, leader last.
     leader = raft or await _leader_view(ctx, namespace, name)

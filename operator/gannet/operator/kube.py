@@ -1,7 +1,8 @@
 """The one module that talks to the Kubernetes API for the operator's own objects.
 
 kopf watches the custom resources and writes their status; everything else the operator owns
-(StatefulSet, Services, ConfigMap, PodDisruptionBudget, ServiceMonitor, pod deletes during a
+(StatefulSet, Services, ConfigMap, PodDisruptionBudget, ServiceMonitor, cert-manager
+Certificates, reads of the operator's credentials Secrets, pod deletes during a
 roll, listings for the liveness check) goes through :class:`Kube`, a small aiohttp client over
 the same credentials kopf logged in with (:func:`access_from`). Writes are create-or-merge-patch:
 :meth:`Kube.apply` creates a missing object, leaves an equal one alone, and otherwise patches
@@ -28,6 +29,8 @@ _KINDS: dict[tuple[str, str], str] = {
     ("apps/v1", "StatefulSet"): "statefulsets",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
+    ("cert-manager.io/v1", "Certificate"): "certificates",
+    ("v1", "Secret"): "secrets",
     ("gannet.io/v1alpha1", "GannetCluster"): "gannetclusters",
     ("gannet.io/v1alpha1", "Topic"): "topics",
     ("gannet.io/v1alpha1", "ConsumerGroup"): "consumergroups",

@@ -14,7 +14,16 @@ into the objects the operator keeps applied (``handlers`` → ``kube.apply``):
   operator rolls pods itself, one at a time, after moving leadership away
   (:mod:`gannet.operator.cluster_planning`);
 - ``<name>``: PodDisruptionBudget allowing at most a minority of members down;
-- ``<name>``: ServiceMonitor (``monitoring.coreos.com/v1``) when enabled in the spec.
+- ``<name>``: ServiceMonitor (``monitoring.coreos.com/v1``) when enabled in the spec;
+- ``<name>-client-tls`` / ``<name>-peer-tls``: cert-manager ``Certificate`` objects
+  (``cert-manager.io/v1``) when ``spec.security.tls`` / ``peerTls`` name an issuer; they fill the
+  Secrets of the same names with ``tls.crt``, ``tls.key`` and ``ca.crt``.
+
+Security (``spec.security``): the credentials Secret is mounted read-only at
+:data:`AUTH_DIR` and passed as ``--auth-file`` (the broker reads every ``*.json``/``*.yaml`` key
+of the directory); the client TLS Secret at :data:`TLS_DIR` (``--tls-cert``/``--tls-key``) and
+the peer TLS Secret at :data:`PEER_TLS_DIR` (``--peer-tls-cert``/``--peer-tls-key``/
+``--peer-tls-ca``, the cluster CA being the Secret's ``ca.crt``).
 
 Every object carries the cluster as controlling ownerReference, so deleting the GannetCluster
 garbage-collects them. The broker command line is ``gannet broker run --node-id <ordinal + 1>
@@ -30,9 +39,15 @@ from typing import Any
 
 from gannet.operator import resources
 from gannet.operator.resources import CLIENT_PORT, METRICS_PORT, PEER_PORT
-from gannet.operator.specs import ClusterSpec
+from gannet.operator.specs import ClusterSpec, TlsSpec
 
 DATA_DIR = "/var/lib/gannet"
+AUTH_DIR = "/etc/gannet/auth"
+TLS_DIR = "/etc/gannet/tls"
+PEER_TLS_DIR = "/etc/gannet/peer-tls"
+# Secret files readable by the pod's group only (fsGroup), never written.
+SECRET_MODE = 0o440
+CERT_MANAGER_API_VERSION = "cert-manager.io/v1"
 RUN_AS_USER = 10001
 CONFIG_HASH_ANNOTATION = "gannet.io/config-hash"
 
@@ -53,6 +68,22 @@ def config_map_name(cluster: str) -> str:
 
 def pod_name(cluster: str, ordinal: int) -> str:
     return f"{cluster}-{ordinal}"
+
+
+def client_tls_secret_name(cluster: str, spec: ClusterSpec) -> str | None:
+    """The Secret with the client port's certificate (None: no TLS)."""
+    return _tls_secret(cluster, spec.security.tls, "client")
+
+
+def peer_tls_secret_name(cluster: str, spec: ClusterSpec) -> str | None:
+    """The Secret with the peers' certificate and the cluster CA (None: no peer TLS)."""
+    return _tls_secret(cluster, spec.security.peer_tls, "peer")
+
+
+def _tls_secret(cluster: str, tls: TlsSpec, purpose: str) -> str | None:
+    if not tls.enabled:
+        return None
+    return tls.secret_name or f"{cluster}-{purpose}-tls"
 
 
 def pod_host(cluster: str, namespace: str, ordinal: int) -> str:
@@ -164,7 +195,35 @@ def _args(spec: ClusterSpec) -> list[str]:
     ]
     if spec.auto_create_topics:
         args.append("--auto-create-topics")
+    if spec.security.auth.enabled:
+        args += ["--auth-file", AUTH_DIR]
+    if spec.security.tls.enabled:
+        args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
+    if spec.security.peer_tls.enabled:
+        args += [
+            "--peer-tls-cert",
+            f"{PEER_TLS_DIR}/tls.crt",
+            "--peer-tls-key",
+            f"{PEER_TLS_DIR}/tls.key",
+            "--peer-tls-ca",
+            f"{PEER_TLS_DIR}/ca.crt",
+        ]
     return args
+
+
+def _secret_volumes(cluster: str, spec: ClusterSpec) -> list[tuple[str, str, str]]:
+    """``(volume name, Secret name, mount path)`` of every Secret the brokers read."""
+    found: list[tuple[str, str, str]] = []
+    credentials = spec.security.auth.credentials_secret
+    if spec.security.auth.enabled and credentials:
+        found.append(("auth", credentials, AUTH_DIR))
+    client = client_tls_secret_name(cluster, spec)
+    if client:
+        found.append(("tls", client, TLS_DIR))
+    peer = peer_tls_secret_name(cluster, spec)
+    if peer:
+        found.append(("peer-tls", peer, PEER_TLS_DIR))
+    return found
 
 
 def _probes(spec: ClusterSpec) -> dict[str, Any]:
@@ -221,6 +280,10 @@ def stateful_set(
     data = config_data(cluster, namespace, spec, replicas)
     container = _container(spec)
     container["envFrom"] = [{"configMapRef": {"name": config_map_name(cluster)}}]
+    secrets = _secret_volumes(cluster, spec)
+    container["volumeMounts"] += [
+        {"name": volume, "mountPath": path, "readOnly": True} for volume, _, path in secrets
+    ]
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "terminationGracePeriodSeconds": 30,
@@ -249,6 +312,10 @@ def stateful_set(
     }
     storage = spec.storage
     pod_spec["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]
+    pod_spec["volumes"] += [
+        {"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}}
+        for volume, secret, _ in secrets
+    ]
     if storage.type == "ephemeral":
         pod_spec["volumes"].append({"name": "data", "emptyDir": {}})
     else:
@@ -354,11 +421,71 @@ def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -
     }
 
 
+def tls_dns_names(cluster: str, namespace: str, replicas: int) -> list[str]:
+    """Names a broker certificate covers: every pod of the headless Service (and a wildcard over
+    it, so a scale-up needs no new certificate) and the client Service."""
+    peers = f"{peers_service_name(cluster)}.{namespace}.svc"
+    client = f"{client_service_name(cluster)}.{namespace}.svc"
+    names = [pod_host(cluster, namespace, i) for i in range(replicas)]
+    names += [f"*.{peers}", f"*.{peers}.cluster.local", client, f"{client}.cluster.local"]
+    names += [client_service_name(cluster), f"{client_service_name(cluster)}.{namespace}"]
+    return names
+
+
+def certificates(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
+) -> list[Manifest]:
+    """cert-manager ``Certificate`` objects for the TLS settings that name an issuer. Peer
+    certificates serve and dial (server and client auth); ``ca.crt`` in their Secret is the
+    cluster CA that every peer checks the others against."""
+    found: list[Manifest] = []
+    for tls, purpose, usages in (
+        (spec.security.tls, "client", ["server auth", "digital signature", "key encipherment"]),
+        (
+            spec.security.peer_tls,
+            "peer",
+            ["server auth", "client auth", "digital signature", "key encipherment"],
+        ),
+    ):
+        if not tls.enabled or tls.issuer is None:
+            continue
+        name = f"{cluster}-{purpose}-tls"
+        found.append(
+            {
+                "apiVersion": CERT_MANAGER_API_VERSION,
+                "kind": "Certificate",
+                "metadata": _metadata(name, cluster, namespace, uid),
+                "spec": {
+                    "secretName": name,
+                    "commonName": f"{cluster}-{purpose}",
+                    "dnsNames": tls_dns_names(cluster, namespace, replicas),
+                    "duration": "2160h",
+                    "renewBefore": "360h",
+                    "privateKey": {
+                        "algorithm": "ECDSA",
+                        "size": 256,
+                        "encoding": "PKCS8",
+                        "rotationPolicy": "Always",
+                    },
+                    "usages": usages,
+                    "issuerRef": {
+                        "name": tls.issuer.name,
+                        "kind": tls.issuer.kind,
+                        "group": tls.issuer.group,
+                    },
+                },
+            }
+        )
+    return found
+
+
 def build(
     cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
 ) -> list[Manifest]:
-    """Every object of the cluster, in apply order (Services and config before the pods)."""
+    """Every object of the cluster, in apply order (Services, config and certificates before
+    the pods)."""
     objects = [
+        *certificates(cluster, namespace, uid, spec, replicas=replicas),
         peers_service(cluster, namespace, uid),
         client_service(cluster, namespace, uid, spec),
         config_map(cluster, namespace, uid, spec, replicas=replicas),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,6 +88,50 @@ class ServiceMonitorSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class IssuerRef:
+    """A cert-manager issuer: ``name``, ``kind`` (Issuer or ClusterIssuer) and API ``group``."""
+
+    name: str
+    kind: str
+    group: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TlsSpec:
+    """TLS of one port: off, certificates from an existing Secret (``tls.crt``, ``tls.key``,
+    ``ca.crt``), or a Secret that cert-manager fills from ``issuer``."""
+
+    enabled: bool
+    secret_name: str | None
+    issuer: IssuerRef | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AuthSpec:
+    """Signed requests: ``credentials_secret`` holds the brokers' credentials file (or one file
+    per key, the directory form); ``operator_credentials_secret`` the operator's own admin key
+    (``accessKey``/``secretKey``), None: the operator's default key."""
+
+    enabled: bool
+    credentials_secret: str | None
+    operator_credentials_secret: str | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SecuritySpec:
+    auth: AuthSpec
+    tls: TlsSpec
+    peer_tls: TlsSpec
+
+
+NO_TLS = TlsSpec(enabled=False, secret_name=None, issuer=None)
+NO_SECURITY = SecuritySpec(AuthSpec(False, None, None), NO_TLS, NO_TLS)
+ISSUER_KINDS = ("Issuer", "ClusterIssuer")
+# A Kubernetes object name (DNS-1123 subdomain), as the CRD schema's pattern.
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class ClusterSpec:
     replicas: int
     image: str
@@ -100,6 +145,7 @@ class ClusterSpec:
     cleanup: CleanupSpec
     metrics_enabled: bool
     service_monitor: ServiceMonitorSpec
+    security: SecuritySpec = NO_SECURITY
 
 
 def _get(spec: Mapping[str, Any], path: str, kind: type, default: Any) -> Any:
@@ -224,6 +270,63 @@ def _resources(spec: Mapping[str, Any]) -> dict[str, dict[str, str]]:
     return result
 
 
+def _secret_name(section: Mapping[str, Any], path: str) -> str | None:
+    name = _get(section, path, str, "") or None
+    if name is not None and not _NAME.match(name):
+        raise SpecError(f"spec.{path} is {name!r}; use a Secret name (lowercase, digits, '-', '.')")
+    return name
+
+
+def _tls(security: Mapping[str, Any], key: str) -> TlsSpec:
+    section = _section(security, key)
+    path = f"security.{key}"
+    enabled = _get(section, f"{path}.enabled", bool, False)
+    secret = _secret_name(section, f"{path}.secretName")
+    manager = _section(section, "certManager")
+    issuer: IssuerRef | None = None
+    if manager:
+        ref = _section(manager, "issuerRef")
+        ref_path = f"{path}.certManager.issuerRef"
+        name = _get(ref, f"{ref_path}.name", str, "")
+        if not name:
+            raise SpecError(f"spec.{ref_path}.name is missing; name the cert-manager issuer")
+        kind = _one_of(
+            f"{ref_path}.kind", _get(ref, f"{ref_path}.kind", str, "Issuer"), ISSUER_KINDS
+        )
+        group = _get(ref, f"{ref_path}.group", str, "cert-manager.io")
+        issuer = IssuerRef(name=name, kind=kind, group=group)
+    if not enabled:
+        return NO_TLS
+    if (secret is None) == (issuer is None):
+        raise SpecError(
+            f"spec.{path} is enabled; give exactly one of secretName and certManager.issuerRef"
+        )
+    return TlsSpec(enabled=True, secret_name=secret, issuer=issuer)
+
+
+def _security(spec: Mapping[str, Any]) -> SecuritySpec:
+    security = _section(spec, "security")
+    auth = _section(security, "auth")
+    enabled = _get(auth, "security.auth.enabled", bool, False)
+    credentials = _secret_name(auth, "security.auth.credentialsSecret")
+    if enabled and credentials is None:
+        raise SpecError(
+            "spec.security.auth.credentialsSecret is missing; name the Secret holding the "
+            "brokers' credentials file (auth is enabled)"
+        )
+    return SecuritySpec(
+        auth=AuthSpec(
+            enabled=enabled,
+            credentials_secret=credentials if enabled else None,
+            operator_credentials_secret=(
+                _secret_name(auth, "security.auth.operatorCredentialsSecret") if enabled else None
+            ),
+        ),
+        tls=_tls(security, "tls"),
+        peer_tls=_tls(security, "peerTls"),
+    )
+
+
 def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     """A GannetCluster's spec with defaults filled in."""
     replicas = _get(spec, "replicas", int, 3)
@@ -259,4 +362,5 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
             interval=_get(monitor, "metrics.serviceMonitor.interval", str, "30s"),
             labels={str(k): str(v) for k, v in dict(labels).items()},
         ),
+        security=_security(spec),
     )
