@@ -176,8 +176,8 @@ def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
                 assert stored is not None
                 assert stored["spec"]["replicas"] == 5
                 assert await client.get("apps/v1", "StatefulSet", "demo", "other") is None
-                with pytest.raises(ValueError, match="v1/Secret is not one the operator manages"):
-                    await client.apply({**sts, "apiVersion": "v1", "kind": "Secret"})
+                with pytest.raises(ValueError, match="v1/Node is not one the operator manages"):
+                    await client.apply({**sts, "apiVersion": "v1", "kind": "Node"})
             finally:
                 await client.close()
 
