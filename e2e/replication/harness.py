@@ -28,8 +28,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
@@ -37,6 +39,9 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 from gannet.node.testing.fault_proxy import FaultProxy, Mode, ProxyThread
+
+if TYPE_CHECKING:
+    from e2e.replication.secure import Security
 
 MONITOR_INTERVAL_S = 0.1
 STATUS_TIMEOUT_S = 1.0
@@ -90,15 +95,19 @@ class ProcessGroup:
         flush: str = "sync",
         proxied: bool = True,
         replicated: bool = True,
+        security: Security | None = None,
     ) -> None:
         """``proxied=False``: peers dial each other directly (benchmarks);
-        ``replicated=False`` (size 1): a broker without ``--node-id``, today's single node."""
+        ``replicated=False`` (size 1): a broker without ``--node-id``, today's single node;
+        ``security``: auth, TLS on the client port and mutual TLS between peers
+        (:mod:`e2e.replication.secure`)."""
         if not replicated and size != 1:
             raise ValueError("an unreplicated group has exactly one broker")
         self.root = root
         self.size = size
         self.flush = flush
         self.replicated = replicated
+        self.security = security
         ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
@@ -147,6 +156,8 @@ class ProcessGroup:
                     "--peers", self._peers_arg(i),
                     "--peer-listen", f"127.0.0.1:{self.peer_ports[i - 1]}",
                 ]  # fmt: skip
+            if self.security is not None:
+                argv += self.security.broker_args(i)
             with (self.root / f"node{i}.log").open("ab") as log:
                 self.processes[i] = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env
@@ -195,8 +206,18 @@ class ProcessGroup:
         self.proxies.close()
 
     # ------------------------------------------------------------------ status
+    @contextlib.contextmanager
+    def channel(self, node_id: int) -> Iterator[grpc.Channel]:
+        """A channel to ``node_id``'s client port (signed and TLS with ``security``)."""
+        if self.security is not None:
+            with self.security.channel(self.client_endpoint(node_id)) as secured:
+                yield secured
+            return
+        with grpc.insecure_channel(self.client_endpoint(node_id)) as plain:
+            yield plain
+
     def status(self, node_id: int) -> admin_pb2.RaftStatus | None:
-        with grpc.insecure_channel(self.client_endpoint(node_id)) as channel:
+        with self.channel(node_id) as channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             try:
                 reply: admin_pb2.RaftStatus = stub.GetRaftStatus(
@@ -254,7 +275,7 @@ class ProcessGroup:
         return found[0]
 
     def admin_call(self, node_id: int, method: str, request: object) -> object:
-        with grpc.insecure_channel(self.client_endpoint(node_id)) as channel:
+        with self.channel(node_id) as channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             return getattr(stub, method)(request, timeout=10)
 
@@ -334,7 +355,7 @@ class ProcessGroup:
             )
         duplicates = 0
         for node_id in self.ids:
-            with grpc.insecure_channel(self.client_endpoint(node_id)) as channel:
+            with self.channel(node_id) as channel:
                 stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
                 for r in receipts:
                     found = self._query_key(stub, topic, r.key)
@@ -382,10 +403,12 @@ class Load(threading.Thread):
                 leader = self.group.current_leader()
             except AssertionError:
                 continue
+            security = self.group.security
+            credentials = security.credentials() if security is not None else Credentials()
             config = ClientConfiguration(
-                self.group.client_endpoint(leader), Credentials(), request_timeout=3
+                self.group.client_endpoint(leader), credentials, request_timeout=3
             )
-            producer = Producer(config, (self.topic,))
+            producer = Producer(config, (self.topic,), tls_enable=security is not None)
             try:
                 producer.startup()
             except Exception:  # any start failure: find the leader again

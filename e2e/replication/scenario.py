@@ -7,7 +7,10 @@ Scenarios (each on a fresh group in its own directory, each bounded by ``SCENARI
 * ``pause`` — SIGSTOP of the leader (a frozen process: no errors, just silence); a new leader
   takes over; SIGCONT: the old leader learns the new term and steps down;
 * ``partition`` — every peer link of the leader cut by the fault proxies (clients still reach
-  it); the majority elects a new leader; heal: the old leader's uncommitted suffix is cut.
+  it); the majority elects a new leader; heal: the old leader's uncommitted suffix is cut;
+* ``kill-secure``, ``pause-secure``, ``partition-secure`` — the same with authentication and
+  TLS on (:mod:`e2e.replication.secure`): brokers with ``--auth-file``, a TLS-only client port
+  and mutual TLS between peers; the Producer signs and uses TLS, the harness's admin calls too.
 
 After each: no acknowledged message lost (at its queue and offset on every node), at most one
 leader per term (sampled every 100 ms throughout), replicas converge byte-identical up to the
@@ -31,6 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from e2e.replication.harness import Load, ProcessGroup
+from e2e.replication.secure import Security
 
 SCENARIO_LIMIT_S = 60.0
 ACKS_BEFORE = 40
@@ -70,12 +74,29 @@ FAULTS: dict[str, Callable[[ProcessGroup, int], Callable[[], None]]] = {
     "kill": _kill,
     "pause": _pause,
     "partition": _partition,
+    "kill-secure": _kill,
+    "pause-secure": _pause,
+    "partition-secure": _partition,
 }
+SECURE = {"kill-secure", "pause-secure", "partition-secure"}
+
+
+_SECURITY: list[Security] = []
+
+
+def _security(base: Path) -> Security:
+    """One cluster CA and key for every secure scenario of this process: the official client
+    reads its trusted roots once per process."""
+    if not _SECURITY:
+        _SECURITY.append(Security.make(base / "security", [1, 2, 3]))
+        _SECURITY[0].trust_in_this_process()
+    return _SECURITY[0]
 
 
 def run_one(name: str, root: Path) -> Outcome:
     started = time.monotonic()
-    group = ProcessGroup(root)
+    security = _security(root.parent) if name in SECURE else None
+    group = ProcessGroup(root, security=security)
     load: Load | None = None
     try:
         group.start()
