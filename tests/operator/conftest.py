@@ -24,7 +24,7 @@ import pytest
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.operator import contexts, kube, metrics, resources, running
+from gannet.operator import brokers, contexts, kube, metrics, resources, running
 from tests.operator.emulating import ApiServerEmulator
 from tests.operator.stores import stack_store
 
@@ -137,6 +137,7 @@ async def operator_env(
     clock: Callable[[], dt.datetime] = lambda: dt.datetime.now(dt.UTC),
     refresh_interval_s: float = 3600.0,
     endpoints: contexts.Endpoints | None = None,
+    broker_security: brokers.Security = brokers.PLAIN,
 ) -> AsyncIterator[Env]:
     api = ApiServerEmulator()
     api.resources.load_bundled()
@@ -156,6 +157,7 @@ async def operator_env(
             refresh_interval_s=refresh_interval_s,
             retry_delay_s=0.5,
             broker_timeout_s=5,
+            broker_security=broker_security,
         )
         started = asyncio.Event()
         operator_metrics = metrics.OperatorMetrics()

@@ -6,8 +6,17 @@ become :class:`BrokerUnavailable` (retry later; condition ``BrokerUnavailable``)
 ``NOT_FOUND`` on describe calls becomes ``None``. Results come back as the planning modules'
 plain dataclasses, so nothing protobuf-shaped leaks into planning.
 
-Channels are cached per endpoint (at most :data:`CHANNELS_MAX`; the least recently used one is
-closed past that) and closed by :meth:`Brokers.close`.
+Channels are cached per endpoint and :class:`Security` (at most :data:`CHANNELS_MAX`; the least
+recently used one is closed past that) and closed by :meth:`Brokers.close`.
+
+Security: a broker run with ``--auth-file`` wants every call signed by a key with the ``admin``
+right, and a broker with ``--tls-cert`` serves TLS only. :class:`Security` holds the operator's
+access key and secret (each call carries fresh ``MQv2-HMAC-SHA1`` metadata from
+:class:`gannet.node.api.auth.SigningInterceptor`) and the CA it trusts for TLS. The default comes
+from the operator's options; :meth:`Brokers.use` sets another one for a cluster's endpoints
+(:func:`gannet.operator.contexts.secure` reads it from the cluster's Secrets). A refused
+signature or a key without the admin right becomes :class:`Unauthorized` (condition reason
+``Unauthorized``), naming where the operator's key comes from.
 """
 
 from __future__ import annotations
@@ -15,12 +24,13 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, ClassVar, TypeVar
 
 import grpc
 import grpc.aio
 
+from gannet.node.api import auth
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
 from gannet.operator.group_planning import BrokerGroup
@@ -51,6 +61,23 @@ class BrokerUnavailable(BrokerError):
 class BrokerRefused(BrokerError):
     """The broker answered with a refusal (bad value, refused change, unsupported call)."""
 
+    reason: ClassVar[str] = "BrokerRefused"
+    """The Ready condition's reason for this refusal."""
+
+
+class Unauthorized(BrokerRefused):
+    """The broker refused the operator's signature (UNAUTHENTICATED) or its key lacks the
+    admin right (PERMISSION_DENIED)."""
+
+    reason: ClassVar[str] = "Unauthorized"
+
+
+_AUTH_HINT = (
+    "the broker refused the operator's credentials; check the admin key in "
+    "security.auth.operatorCredentialsSecret (or the operator's --access-key) against the "
+    "cluster's credentialsSecret"
+)
+
 
 class NotFound(BrokerError):
     """The topic or group does not exist (describe calls turn this into None)."""
@@ -80,6 +107,30 @@ class CleanupRun:
     started_ms: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Security:
+    """How the operator reaches a broker: the admin key it signs with (None: unsigned calls)
+    and TLS (``ca_pem``: trust this PEM CA; None with ``tls``: the system roots)."""
+
+    access_key: str | None = None
+    secret_key: str | None = dataclasses.field(default=None, repr=False)
+    tls: bool = False
+    ca_pem: bytes | None = dataclasses.field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ValueError("an admin key needs both its access key and its secret key")
+        if self.ca_pem is not None and b"-----BEGIN " not in self.ca_pem:
+            raise ValueError("the broker CA is not PEM (no '-----BEGIN' line)")
+
+    @property
+    def signs(self) -> bool:
+        return bool(self.access_key and self.secret_key)
+
+
+PLAIN = Security()
+
+
 _TYPE_NAMES = {
     admin_pb2.NORMAL: "NORMAL",
     admin_pb2.FIFO: "FIFO",
@@ -93,24 +144,47 @@ _TYPE_VALUES = {name: value for value, name in _TYPE_NAMES.items()}
 class Brokers:
     """Admin calls to brokers by endpoint (``host:port``)."""
 
-    def __init__(self, *, timeout_s: float = 5.0) -> None:
+    def __init__(self, *, timeout_s: float = 5.0, security: Security = PLAIN) -> None:
         if timeout_s <= 0:
             raise ValueError(f"timeout_s is {timeout_s}; use a positive number of seconds")
         self.timeout_s = timeout_s
-        self._channels: collections.OrderedDict[str, grpc.aio.Channel] = collections.OrderedDict()
+        self.security = security
+        self._by_endpoint: collections.OrderedDict[str, Security] = collections.OrderedDict()
+        self._channels: collections.OrderedDict[tuple[str, Security], grpc.aio.Channel] = (
+            collections.OrderedDict()
+        )
         self._closing: set[asyncio.Task[None]] = set()
 
-    def _stub(self, endpoint: str) -> Any:
-        channel = self._channels.get(endpoint)
+    def use(self, endpoints: Iterable[str], security: Security | None) -> None:
+        """Reach ``endpoints`` with ``security`` from now on (None: the default again)."""
+        for endpoint in endpoints:
+            if security is None:
+                self._by_endpoint.pop(endpoint, None)
+                continue
+            self._by_endpoint[endpoint] = security
+            self._by_endpoint.move_to_end(endpoint)
+            while len(self._by_endpoint) > CHANNELS_MAX * 16:
+                self._by_endpoint.popitem(last=False)
+
+    def security_of(self, endpoint: str) -> Security:
+        return self._by_endpoint.get(endpoint, self.security)
+
+    def _stub(self, endpoint: str, security: Security) -> Any:
+        key = (endpoint, security)
+        channel = self._channels.get(key)
         if channel is None:
-            channel = grpc.aio.insecure_channel(endpoint)
-            self._channels[endpoint] = channel
+            if security.tls:
+                credentials = grpc.ssl_channel_credentials(root_certificates=security.ca_pem)
+                channel = grpc.aio.secure_channel(endpoint, credentials)
+            else:
+                channel = grpc.aio.insecure_channel(endpoint)
+            self._channels[key] = channel
             while len(self._channels) > CHANNELS_MAX:
                 _, old = self._channels.popitem(last=False)
                 task = asyncio.get_running_loop().create_task(old.close())
                 self._closing.add(task)
                 task.add_done_callback(self._closing.discard)
-        self._channels.move_to_end(endpoint)
+        self._channels.move_to_end(key)
         return admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
 
     async def close(self) -> None:
@@ -121,12 +195,21 @@ class Brokers:
             await asyncio.gather(*self._closing)
 
     async def _call(self, endpoint: str, name: str, request: Any) -> Any:
-        method: Callable[..., Awaitable[Any]] = getattr(self._stub(endpoint), name)
+        security = self.security_of(endpoint)
+        method: Callable[..., Awaitable[Any]] = getattr(self._stub(endpoint, security), name)
+        metadata: list[tuple[str, str]] = []
+        if security.access_key and security.secret_key:
+            signer = auth.SigningInterceptor(security.access_key, security.secret_key)
+            metadata = signer.metadata()
         try:
-            return await method(request, timeout=self.timeout_s)
+            return await method(request, timeout=self.timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             where = f"{name} on {endpoint}"
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+                raise Unauthorized(
+                    f"{where}: {code.name} {exc.details() or ''}; {_AUTH_HINT}"
+                ) from None
             if code == grpc.StatusCode.NOT_FOUND:
                 raise NotFound(f"{where}: {exc.details()}") from None
             if code in _UNAVAILABLE:

@@ -16,7 +16,7 @@ from typing import Any
 import kopf
 
 from gannet.operator import cluster_planning, conditions, contexts, manifests, schedules, specs
-from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
+from gannet.operator.brokers import BrokerRefused, BrokerUnavailable, Unauthorized
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
 from gannet.operator.kube import KubeError
@@ -48,6 +48,12 @@ async def reconcile(
 ) -> None:
     generation = meta.get("generation")
     uid = str(meta.get("uid") or "")
+    security: Condition | None = None
+    try:
+        await contexts.secure(ctx, namespace, name, cluster)
+    except Unauthorized as exc:
+        # The objects are still applied; broker calls below report the refusal too.
+        security = Condition("BrokerAccess", False, Unauthorized.reason, str(exc))
     sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name)
     current = None if sts is None else int(sts.get("spec", {}).get("replicas", 0))
     raft = None
@@ -95,6 +101,13 @@ async def reconcile(
         found = conditions.merge(found, monitoring, generation=generation, now=ctx.clock())
     if certificates is not None:
         found = conditions.merge(found, certificates, generation=generation, now=ctx.clock())
+    if cluster.security.tls.enabled or cluster.security.auth.operator_credentials_secret:
+        found = conditions.merge(
+            found,
+            security or Condition("BrokerAccess", True, conditions.RECONCILED, "Secrets read"),
+            generation=generation,
+            now=ctx.clock(),
+        )
 
     # Rolling restarts, one pod per pass, leader last.
     leader = raft or await _leader_view(ctx, namespace, name)

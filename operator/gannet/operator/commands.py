@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+from pathlib import Path
 
 import click
 
@@ -76,6 +77,31 @@ def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
     help="Send every admin call to this broker instead of the clusters' Services "
     "(development: brokers running outside Kubernetes).",
 )
+@click.option(
+    "--access-key",
+    envvar="GANNET_ACCESS_KEY",
+    help="Admin access key the operator signs broker calls with (env GANNET_ACCESS_KEY; the "
+    "chart sets it from its admin credentials Secret). A GannetCluster's "
+    "security.auth.operatorCredentialsSecret overrides it for that cluster.",
+)
+@click.option(
+    "--secret-key",
+    envvar="GANNET_SECRET_KEY",
+    help="Secret of --access-key (env GANNET_SECRET_KEY).",
+)
+@click.option(
+    "--broker-tls",
+    is_flag=True,
+    envvar="GANNET_BROKER_TLS",
+    help="Reach brokers over TLS (clusters with security.tls enabled use TLS anyway).",
+)
+@click.option(
+    "--broker-tls-ca",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    envvar="GANNET_BROKER_TLS_CA",
+    help="PEM CA trusted for brokers' TLS certificates (implies --broker-tls); default: the "
+    "ca.crt of the cluster's TLS Secret, else the system roots.",
+)
 @click.option("-v", "--verbose", is_flag=True, help="Log at DEBUG level.")
 def run(
     namespaces: tuple[str, ...],
@@ -85,10 +111,28 @@ def run(
     stall_timeout_s: float,
     server: str | None,
     broker_endpoint: str | None,
+    access_key: str | None,
+    secret_key: str | None,
+    broker_tls: bool,
+    broker_tls_ca: Path | None,
     verbose: bool,
 ) -> None:
     """Run the operator until SIGINT/SIGTERM."""
     from gannet.operator import contexts, running  # noqa: PLC0415 - kopf loads only now
+    from gannet.operator.brokers import Security  # noqa: PLC0415
+
+    try:
+        ca_pem = broker_tls_ca.read_bytes() if broker_tls_ca is not None else None
+        security = Security(
+            access_key=access_key or None,
+            secret_key=secret_key or None,
+            tls=broker_tls or ca_pem is not None,
+            ca_pem=ca_pem,
+        )
+    except (OSError, ValueError) as exc:
+        raise click.BadParameter(
+            str(exc), param_hint="--access-key/--secret-key/--broker-tls-ca"
+        ) from None
 
     if metrics_listen:
         try:
@@ -111,6 +155,7 @@ def run(
         broker_timeout_s=broker_timeout_s,
         stall_timeout_s=stall_timeout_s,
         server=server,
+        broker_security=security,
     )
     try:
         endpoints = contexts.FixedEndpoints(broker_endpoint) if broker_endpoint else None

@@ -4,19 +4,24 @@ Built once by :mod:`gannet.operator.running` (or by a test) and closed over by t
 :mod:`gannet.operator.handlers` and :mod:`gannet.operator.cluster_handling`. ``Endpoints`` says
 where a cluster's brokers answer the admin API: the in-cluster Service names by default, one
 fixed address for brokers outside Kubernetes and for tests. :func:`admin_endpoint` finds the
-member that accepts admin writes (the Raft leader).
+member that accepts admin writes (the Raft leader), after :func:`secure` has told the broker
+client how to reach the cluster: the admin key from ``spec.security.auth.operatorCredentialsSecret``
+(a Secret with ``accessKey`` and ``secretKey``; without it the operator's own key) and, with
+``spec.security.tls`` enabled, TLS trusting the ``ca.crt`` of the cluster's client TLS Secret.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import dataclasses
 import datetime as dt
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
 
-from gannet.operator import cluster_planning, manifests
-from gannet.operator.brokers import BrokerError, Brokers
-from gannet.operator.kube import Kube
+from gannet.operator import cluster_planning, manifests, resources, specs
+from gannet.operator.brokers import BrokerError, Brokers, Security, Unauthorized
+from gannet.operator.kube import Kube, KubeError
 from gannet.operator.metrics import OperatorMetrics
 
 
@@ -66,10 +71,82 @@ class Context:
     retry_delay_s: float = 10.0
 
 
+def _secret_value(secret: Mapping[str, Any], key: str, where: str) -> str:
+    encoded = (secret.get("data") or {}).get(key)
+    if not encoded:
+        raise Unauthorized(f"{where} has no {key!r} entry; it needs accessKey and secretKey")
+    try:
+        return base64.b64decode(encoded, validate=True).decode().strip()
+    except (binascii.Error, UnicodeDecodeError):
+        raise Unauthorized(f"{where}: {key!r} is not base64-encoded text") from None
+
+
+async def _read_secret(ctx: Context, namespace: str, name: str, where: str) -> dict[str, Any]:
+    try:
+        secret = await ctx.kube.get("v1", "Secret", namespace, name)
+    except KubeError as exc:
+        raise Unauthorized(f"{where}: cannot read Secret {namespace}/{name}: {exc}") from None
+    if secret is None:
+        raise Unauthorized(f"{where}: Secret {namespace}/{name} does not exist")
+    return secret
+
+
+async def cluster_security(
+    ctx: Context, namespace: str, spec: specs.ClusterSpec, cluster: str
+) -> Security | None:
+    """How to reach ``cluster``'s brokers; None: the operator's default (:attr:`Brokers.security`).
+    Raises :class:`Unauthorized` when a named Secret is missing or malformed."""
+    auth, tls = spec.security.auth, spec.security.tls
+    if not tls.enabled and not auth.operator_credentials_secret:
+        return None
+    access_key, secret_key = ctx.brokers.security.access_key, ctx.brokers.security.secret_key
+    if auth.operator_credentials_secret:
+        where = f"spec.security.auth.operatorCredentialsSecret {auth.operator_credentials_secret}"
+        secret = await _read_secret(ctx, namespace, auth.operator_credentials_secret, where)
+        access_key = _secret_value(secret, "accessKey", where)
+        secret_key = _secret_value(secret, "secretKey", where)
+    ca_pem = ctx.brokers.security.ca_pem
+    tls_secret = manifests.client_tls_secret_name(cluster, spec)
+    if tls_secret is not None:
+        where = f"spec.security.tls Secret {tls_secret}"
+        found = await _read_secret(ctx, namespace, tls_secret, where)
+        encoded = (found.get("data") or {}).get("ca.crt")
+        if encoded:
+            ca_pem = base64.b64decode(encoded)
+    try:
+        return Security(
+            access_key=access_key,
+            secret_key=secret_key,
+            tls=tls.enabled or ctx.brokers.security.tls,
+            ca_pem=ca_pem,
+        )
+    except ValueError as exc:
+        raise Unauthorized(f"GannetCluster {namespace}/{cluster}: {exc}") from None
+
+
+async def secure(
+    ctx: Context, namespace: str, cluster: str, spec: specs.ClusterSpec | None = None
+) -> None:
+    """Point the broker client at ``cluster``'s security settings (from ``spec``, else read from
+    the GannetCluster, and its Secrets) for the client endpoint and every member's endpoint."""
+    if spec is None:
+        body = await ctx.kube.get(resources.API_VERSION, resources.CLUSTER_KIND, namespace, cluster)
+        try:
+            spec = None if body is None else specs.cluster_spec(body.get("spec") or {})
+        except specs.SpecError:
+            spec = None  # the GannetCluster's own status says what is wrong
+    security = None if spec is None else await cluster_security(ctx, namespace, spec, cluster)
+    endpoints = [ctx.endpoints.client(namespace, cluster)]
+    endpoints += [ctx.endpoints.pod(namespace, cluster, i) for i in range(specs.REPLICAS_MAX)]
+    ctx.brokers.use(endpoints, security)
+
+
 async def admin_endpoint(ctx: Context, namespace: str, cluster: str) -> str:
     """Where admin writes go: the Raft leader's client endpoint, as followers refuse them
     ("send admin writes to the leader"). Falls back to the client Service when no leader is
-    known; the call that follows then reports the broker's state."""
+    known; the call that follows then reports the broker's state. Raises
+    :class:`~gannet.operator.brokers.Unauthorized` when the cluster's Secrets are unusable."""
+    await secure(ctx, namespace, cluster)
     client = ctx.endpoints.client(namespace, cluster)
     try:
         view = await ctx.brokers.raft_status(client)

@@ -214,7 +214,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                     patch,
                     status,
                     meta,
-                    Condition(conditions.READY, False, conditions.BROKER_REFUSED, str(exc)),
+                    Condition(conditions.READY, False, exc.reason, str(exc)),
                 )
                 return
             if plan.condition.status is not True:
@@ -342,7 +342,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                     patch,
                     status,
                     meta,
-                    Condition(conditions.READY, False, conditions.BROKER_REFUSED, str(exc)),
+                    Condition(conditions.READY, False, exc.reason, str(exc)),
                 )
                 return
             assert plan is not None

@@ -18,7 +18,7 @@ from typing import Any, cast
 import kopf
 
 from gannet.operator import contexts, handlers, kube, metrics, resources
-from gannet.operator.brokers import Brokers
+from gannet.operator.brokers import PLAIN, Brokers, Security
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,8 @@ class Options:
     # An API server URL used without credentials (tests, `kubectl proxy`); None: in-cluster
     # service account, else KUBECONFIG / ~/.kube/config.
     server: str | None = None
+    # The admin key and TLS trust for brokers whose GannetCluster names none of its own.
+    broker_security: Security = PLAIN
 
     def __post_init__(self) -> None:
         for name in (
@@ -125,7 +127,7 @@ async def run(
 ) -> None:
     """Run until ``stop_flag`` is set (or forever); closes every client on the way out."""
     ctx = contexts.Context(
-        brokers=Brokers(timeout_s=options.broker_timeout_s),
+        brokers=Brokers(timeout_s=options.broker_timeout_s, security=options.broker_security),
         kube=kube.Kube(timeout_s=options.kube_timeout_s),
         metrics=operator_metrics or metrics.OperatorMetrics(),
         endpoints=endpoints or contexts.ServiceEndpoints(),

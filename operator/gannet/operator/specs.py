@@ -37,6 +37,7 @@ class Permission(enum.Enum):
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 RETRY_POLICIES = ("EXPONENTIAL", "CUSTOMIZED")
 QUEUES_MAX = 1024
+REPLICAS_MAX = 9
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -330,7 +331,7 @@ def _security(spec: Mapping[str, Any]) -> SecuritySpec:
 def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     """A GannetCluster's spec with defaults filled in."""
     replicas = _get(spec, "replicas", int, 3)
-    _in_range("replicas", replicas, 1, 9)
+    _in_range("replicas", replicas, 1, REPLICAS_MAX)
     size_mb = _get(spec, "commitLogFileSizeMb", int, 1024)
     _in_range("commitLogFileSizeMb", size_mb, 1, 4096)
     revive = _get(_section(spec, "pop"), "pop.reviveQueueCount", int, 8)
