@@ -117,3 +117,13 @@ def test_tls_ca_that_is_not_pem_is_a_usage_error(secured: Secured, tmp_path: Pat
     result = _run(secured, "topic", "list", "--tls-ca", str(bogus))
     assert result.exit_code == 2
     assert "is not PEM" in result.output
+
+
+def test_cluster_status_signs_and_uses_tls(secured: Secured) -> None:
+    args = ["cluster", "status", "--endpoints", secured.endpoint]
+    plain = CliRunner().invoke(cli.main, args, catch_exceptions=False)
+    assert plain.exit_code == 4  # the member could not be asked
+    signed = CliRunner().invoke(cli.main, [*args, *_as(ADMIN, secured)], catch_exceptions=False)
+    assert "UNAVAILABLE" not in signed.output
+    assert "UNAUTHENTICATED" not in signed.output
+    assert signed.exit_code == 0, signed.output

@@ -114,11 +114,17 @@ _security_options = (
 )
 
 
-def endpoint_option(command: F) -> F:
-    """``--endpoint`` plus the security options every broker command takes."""
-    for option in (*reversed(_security_options), _endpoint):
+def security_options(command: F) -> F:
+    """``--access-key``, ``--secret-key``, ``--tls``, ``--tls-ca``, ``--tls-cert``, ``--tls-key``
+    (read by :func:`channel`); for commands with their own endpoint options."""
+    for option in reversed(_security_options):
         command = option(command)
     return command
+
+
+def endpoint_option(command: F) -> F:
+    """``--endpoint`` plus the security options every broker command takes."""
+    return _endpoint(security_options(command))
 
 
 def client_security() -> auth.ClientSecurity:

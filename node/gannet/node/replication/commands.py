@@ -28,6 +28,7 @@ import grpc
 from rich.console import Console
 from rich.table import Table
 
+from gannet.node.api import commands as api_commands
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import status_view
 from gannet.node.replication.config import PeerSpec
@@ -191,6 +192,7 @@ def _stop_all(processes: dict[int, subprocess.Popen[bytes]]) -> None:
     envvar="GANNET_ENDPOINTS",
     help="Comma-separated client endpoints (host:port) of the members (env GANNET_ENDPOINTS).",
 )
+@api_commands.security_options
 def cluster_status(endpoints: str) -> None:
     """Role, term, leader and offsets of every member; the leader's followers' match and lag."""
     wanted = [e.strip() for e in endpoints.split(",") if e.strip()]
@@ -214,7 +216,7 @@ def cluster_status(endpoints: str) -> None:
 
 def ask_status(endpoint: str) -> status_view.MemberStatus:
     """One member's ``GetRaftStatus`` (or the reason it did not answer)."""
-    with grpc.insecure_channel(endpoint) as channel:
+    with api_commands.channel(endpoint) as channel:  # signed and TLS when options ask
         stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
         try:
             reply = stub.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=STATUS_TIMEOUT_S)
