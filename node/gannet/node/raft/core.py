@@ -22,6 +22,16 @@ Rules that differ from textbook Raft because the log is the commit log:
   check-quorum (a leader that cannot hear a majority steps down) and leadership transfer by
   ``TimeoutNow`` with a write fence.
 
+Retention and catch-up below it: the driver tells the core with ``compact_log`` that the bytes
+before an offset were deleted (only committed bytes ever are). A follower that needs bytes
+before the leader's log start — its probe at the leader's start is refused, or its next offset
+falls below it — gets ``ResetLogStart(start_offset, start_term)`` instead of a probe; it
+discards its whole log (``Ready.log_reset``), restarts it empty there, counts the bytes before
+it as committed and answers like an empty append, after which ordinary streaming follows. A
+follower never resets below its own commit offset (it ignores such a message). An
+``AppendEntries`` whose ``prev_offset`` lies before the follower's log start is refused with
+the hint ``(0, 0)``, which sends the leader's search to its own log start.
+
 The leader sends only bytes the driver has written (``_written_offset``: the end of the
 entries of advanced Readies), so the driver can always read what a message names.
 """
@@ -46,6 +56,7 @@ from gannet.node.raft.messages import (
     PreVoteRequest,
     PreVoteResponse,
     Proposed,
+    ResetLogStart,
     Term,
     TimeoutNow,
     TransferStarted,
@@ -53,7 +64,7 @@ from gannet.node.raft.messages import (
     VoteResponse,
 )
 from gannet.node.raft.progress import Progress, ProgressState
-from gannet.node.raft.ready import AppendRange, HardState, Ready, Role, SoftState
+from gannet.node.raft.ready import AppendRange, HardState, LogReset, Ready, Role, SoftState
 
 
 class RaftCore:
@@ -98,6 +109,7 @@ class RaftCore:
         # Pending output, handed out by ready() and cleared by advance().
         self._entries: list[AppendRange] = []
         self._truncate_to: ByteOffset | None = None
+        self._log_reset: LogReset | None = None
         self._messages: list[Message] = []
         self._persisted_hard_state = HardState(self.term, self.vote)
         self._reported_committed = self.committed_offset
@@ -180,6 +192,20 @@ class RaftCore:
         ):
             self._send_append_ack(self.leader_id)
 
+    def compact_log(self, start_offset: ByteOffset) -> None:
+        """Retention deleted the local bytes before ``start_offset`` (all committed): the log
+        starts there now. Followers that still need older bytes are reset to it."""
+        self._check_no_outstanding()
+        start = ByteOffset(min(start_offset, self.log.last_offset))
+        if start <= self.log.start_offset:
+            return
+        self.log.compact(start)
+        for node, pr in self._progress.items():
+            if pr.next_offset < start:
+                pr.become_probe(start)
+                pr.reset_pending = True
+                self._send_append(node)
+
     def step(self, message: Message) -> None:
         """Take one message from a peer (any order, duplicates and stale terms allowed)."""
         self._check_no_outstanding()
@@ -220,6 +246,8 @@ class RaftCore:
             self._reported_soft = ready.soft_state
         if ready.truncate_to is not None:
             self._truncate_to = None
+        if ready.log_reset is not None and ready.log_reset == self._log_reset:
+            self._log_reset = None
         if ready.entries:
             invariant(ready.entries[-1].end_offset == self.log.last_offset, "entries vs log")
             self._written_offset = ready.entries[-1].end_offset
@@ -398,6 +426,8 @@ class RaftCore:
                 self._on_heartbeat_response(message)
             case TimeoutNow():
                 self._on_timeout_now(message)
+            case ResetLogStart():
+                self._on_reset_log_start(message)
 
     def _on_pre_vote_request(self, m: PreVoteRequest) -> None:
         granted = (
@@ -455,7 +485,10 @@ class RaftCore:
             self._become_follower(self.term, m.sender)
         self._reset_election_timer()
         if not self.log.matches(m.prev_offset, m.prev_term):
-            hint_term, hint_offset = self.log.divergence_hint(m.prev_offset, m.prev_term)
+            if m.prev_offset < self.log.start_offset:
+                hint_term, hint_offset = Term(0), ByteOffset(0)  # search down to its start
+            else:
+                hint_term, hint_offset = self.log.divergence_hint(m.prev_offset, m.prev_term)
             self._send(
                 AppendResponse(
                     self.id,
@@ -484,6 +517,32 @@ class RaftCore:
         self._follower_commit(m.leader_commit)
         if not appended:
             self._send_append_ack(m.sender)
+
+    def _on_reset_log_start(self, m: ResetLogStart) -> None:
+        invariant(self.role is not Role.LEADER, f"two leaders in term {self.term}")
+        if self.role is not Role.FOLLOWER or self.leader_id != m.sender:
+            self._become_follower(self.term, m.sender)
+        self._reset_election_timer()
+        start = m.start_offset
+        holds = (
+            self.log.start_offset <= start <= self.log.last_offset
+            and self.log.term_at(start) == m.start_term
+        )
+        if not holds:
+            if start < self.committed_offset:
+                return  # never discard committed bytes (see the module docstring)
+            self.log.reset(start, m.start_term)
+            self._entries = []
+            self._truncate_to = None
+            self._log_reset = LogReset(start, m.start_term)
+            self._written_offset = start
+            self.durable_offset = start
+            self._acked_durable_offset = ByteOffset(0)
+            self._matched_offset = start
+            self.committed_offset = ByteOffset(max(self.committed_offset, start))
+        self._matched_offset = ByteOffset(max(self._matched_offset, start))
+        self._follower_commit(m.leader_commit)
+        self._send_append_ack(m.sender)
 
     def _on_heartbeat(self, m: Heartbeat) -> None:
         if self.role is not Role.FOLLOWER or self.leader_id != m.sender:
@@ -572,6 +631,12 @@ class RaftCore:
         if pr.state is ProgressState.PROBE and m.rejected_prev_offset != pr.next_offset:
             return  # refusal of an older probe
         invariant(m.hint_offset <= m.rejected_prev_offset, "hint beyond the refused offset")
+        if m.rejected_prev_offset <= self.log.start_offset:
+            # Refused at our log start: the follower needs bytes retention deleted.
+            pr.become_probe(self.log.start_offset)
+            pr.reset_pending = True
+            self._send_append(m.sender)
+            return
         candidate = min(m.hint_offset, self.log.end_for_term(m.hint_term))
         candidate = max(candidate, self.log.start_offset)
         invariant(
@@ -599,7 +664,7 @@ class RaftCore:
     def _maybe_commit(self) -> None:
         durable = [self.durable_offset] + [pr.durable_offset for pr in self._progress.values()]
         offset = quorum.quorum_offset(durable)
-        if offset <= self.committed_offset:
+        if offset <= self.committed_offset or offset < self.log.start_offset:
             return
         # Raft §5.4.2: count replicas only for bytes of the current term.
         if self.log.term_at(offset) != self.term:
@@ -623,7 +688,19 @@ class RaftCore:
         pr = self._progress[node]
         if pr.state is ProgressState.PROBE:
             if not pr.probe_sent:
-                self._send(self._append_message(node, pr.next_offset))
+                if pr.reset_pending or pr.next_offset < self.log.start_offset:
+                    self._send(
+                        ResetLogStart(
+                            self.id,
+                            node,
+                            self.term,
+                            self.log.start_offset,
+                            self.log.start_term,
+                            self.committed_offset,
+                        )
+                    )
+                else:
+                    self._send(self._append_message(node, pr.next_offset))
                 pr.probe_sent = True
             return
         for _ in range(self.config.inflight_messages_max):
@@ -706,6 +783,7 @@ class RaftCore:
                 None if self.committed_offset == self._reported_committed else self.committed_offset
             ),
             soft_state=None if soft == self._reported_soft else soft,
+            log_reset=self._log_reset,
         )
 
     def _check_no_outstanding(self) -> None:

@@ -129,7 +129,9 @@ class EpochLog:
         invariant(start == self.last_offset, f"append at {start}, log ends at {self.last_offset}")
         invariant(end > start, "empty append")
         if not self._epochs or self._epochs[-1].term != term:
-            invariant(term > self.last_term, f"term {term} after term {self.last_term}")
+            # The first epoch after the log start may continue the start's term.
+            newer = term > self.last_term or (not self._epochs and term == self.start_term)
+            invariant(newer, f"term {term} after term {self.last_term}")
             self._epochs.append(Epoch(term, start))
             self._starts.append(start)
             self._terms.append(term)
@@ -142,6 +144,39 @@ class EpochLog:
             self._starts.pop()
             self._terms.pop()
         self.last_offset = offset
+
+    def reset(self, start_offset: ByteOffset, start_term: Term) -> None:
+        """Discard the whole log; it restarts empty at ``start_offset``, the byte before it of
+        ``start_term`` (a follower told to start at the leader's retention start)."""
+        self._epochs.clear()
+        self._starts.clear()
+        self._terms.clear()
+        self.start_offset = start_offset
+        self.start_term = start_term
+        self.last_offset = start_offset
+
+    def compact(self, start_offset: ByteOffset) -> None:
+        """Retention deleted the bytes before ``start_offset``: the log now starts there.
+        Epochs that end before it are dropped; the one holding it starts at it."""
+        invariant(
+            self.start_offset <= start_offset <= self.last_offset,
+            f"compact to {start_offset} outside [{self.start_offset}, {self.last_offset}]",
+        )
+        if start_offset == self.start_offset:
+            return
+        term = self.term_at(start_offset)
+        index = self._epoch_index(start_offset)
+        kept = self._epochs[index:] if index >= 0 else list(self._epochs)
+        if kept and kept[0].start_offset < start_offset:
+            if start_offset < self.last_offset:
+                kept[0] = Epoch(kept[0].term, start_offset)
+            else:
+                kept = kept[1:]
+        self._epochs = kept
+        self._starts = [e.start_offset for e in kept]
+        self._terms = [e.term for e in kept]
+        self.start_offset = start_offset
+        self.start_term = term
 
     def _epoch_index(self, byte_offset: int) -> int:
         """Index of the epoch holding the byte at ``byte_offset``; -1 before the first."""

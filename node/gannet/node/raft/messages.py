@@ -140,6 +140,22 @@ class TimeoutNow:
     term: Term
 
 
+@dataclass(frozen=True, slots=True)
+class ResetLogStart:
+    """Catch-up below the leader's retention: the follower needs bytes before the leader's
+    ``log.start_offset`` (deleted), so it discards its whole log and restarts it empty at
+    ``start_offset``, whose preceding byte was written in ``start_term``. The bytes before it
+    are committed (retention deletes only committed bytes), hence identical on every replica
+    that holds them. Answered with an ``AppendResponse`` (``match_offset == start_offset``)."""
+
+    sender: NodeId
+    target: NodeId
+    term: Term
+    start_offset: ByteOffset
+    start_term: Term
+    leader_commit: ByteOffset
+
+
 Message = (
     PreVoteRequest
     | PreVoteResponse
@@ -150,6 +166,7 @@ Message = (
     | Heartbeat
     | HeartbeatResponse
     | TimeoutNow
+    | ResetLogStart
 )
 
 

@@ -54,6 +54,9 @@ class Progress:
         self.match_offset = ByteOffset(0)
         self.durable_offset = ByteOffset(0)
         self.probe_sent = False
+        self.reset_pending = False
+        """In PROBE: the follower needs bytes before the leader's log start, so the probe is a
+        ``ResetLogStart`` (cleared when the follower matches)."""
         self.recent_active = False
         self.stalled_ticks = 0
         self.inflight_messages_max = inflight_messages_max
@@ -76,6 +79,7 @@ class Progress:
         self.match_offset = min(self.match_offset, next_offset)
         self.durable_offset = min(self.durable_offset, self.match_offset)
         self.probe_sent = False
+        self.reset_pending = False
         self.stalled_ticks = 0
         self._inflight.clear()
         self.inflight_bytes = 0
@@ -84,6 +88,7 @@ class Progress:
         self.state = ProgressState.REPLICATE
         self.next_offset = self.match_offset
         self.probe_sent = False
+        self.reset_pending = False
         self.stalled_ticks = 0
         self._inflight.clear()
         self.inflight_bytes = 0

@@ -7,6 +7,8 @@ divergent suffix is cut with ``truncate_to``.
 
 The driver's loop, in order:
 
+0. ``log_reset``: a follower told (``ResetLogStart``) to start at the leader's retention start:
+   wipe the commit log and everything derived from it and restart it empty at that offset.
 1. ``truncate_to``: cut the commit log (and the leader-epoch file, consume queues, index) to
    that offset. Never below the commit offset (the core checks this).
 2. ``entries``: write the ranges at their offsets (page cache is enough here); a range whose
@@ -105,6 +107,16 @@ class AppendRange:
 
 
 @dataclass(frozen=True, slots=True)
+class LogReset:
+    """Discard the whole local log (commit log, consume queues, index, timers) and restart it
+    empty at ``start_offset``; the byte before it was written in ``start_term`` (keep both so
+    that a restart knows the term at the log start)."""
+
+    start_offset: ByteOffset
+    start_term: Term
+
+
+@dataclass(frozen=True, slots=True)
 class Ready:
     hard_state: HardState | None
     truncate_to: ByteOffset | None
@@ -112,6 +124,8 @@ class Ready:
     messages: tuple[Message, ...]
     committed_offset: ByteOffset | None
     soft_state: SoftState | None
+    log_reset: LogReset | None = None
+    """Executed first, before ``truncate_to`` (see the loop above)."""
 
     @property
     def must_sync(self) -> bool:
@@ -126,4 +140,5 @@ class Ready:
             and not self.messages
             and self.committed_offset is None
             and self.soft_state is None
+            and self.log_reset is None
         )

@@ -17,6 +17,7 @@ from gannet.node.raft.messages import (
     NodeId,
     PreVoteRequest,
     PreVoteResponse,
+    ResetLogStart,
     Term,
     TimeoutNow,
     VoteRequest,
@@ -67,6 +68,10 @@ def to_proto(message: Message, group: str) -> peer_pb2.RaftMessage:
             out.heartbeat_response.durable_offset = message.durable_offset
         case TimeoutNow():
             out.timeout_now.SetInParent()
+        case ResetLogStart():
+            out.reset_log_start.start_offset = message.start_offset
+            out.reset_log_start.start_term = message.start_term
+            out.reset_log_start.leader_commit = message.leader_commit
     return out
 
 
@@ -140,6 +145,16 @@ def _decode(m: peer_pb2.RaftMessage) -> Message:
         )
     if kind == "timeout_now":
         return TimeoutNow(sender, target, term)
+    if kind == "reset_log_start":
+        z = m.reset_log_start
+        return ResetLogStart(
+            sender,
+            target,
+            term,
+            ByteOffset(z.start_offset),
+            Term(z.start_term),
+            ByteOffset(z.leader_commit),
+        )
     raise PeerWireError(f"RaftMessage from node {m.sender} has no body")
 
 

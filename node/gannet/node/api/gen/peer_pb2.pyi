@@ -6,7 +6,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class RaftMessage(_message.Message):
-    __slots__ = ("group", "sender", "target", "term", "pre_vote_request", "pre_vote_response", "vote_request", "vote_response", "append_entries", "append_response", "heartbeat", "heartbeat_response", "timeout_now")
+    __slots__ = ("group", "sender", "target", "term", "pre_vote_request", "pre_vote_response", "vote_request", "vote_response", "append_entries", "append_response", "heartbeat", "heartbeat_response", "timeout_now", "reset_log_start")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     TARGET_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class RaftMessage(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_RESPONSE_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_NOW_FIELD_NUMBER: _ClassVar[int]
+    RESET_LOG_START_FIELD_NUMBER: _ClassVar[int]
     group: str
     sender: int
     target: int
@@ -33,7 +34,8 @@ class RaftMessage(_message.Message):
     heartbeat: Heartbeat
     heartbeat_response: HeartbeatResponse
     timeout_now: TimeoutNow
-    def __init__(self, group: _Optional[str] = ..., sender: _Optional[int] = ..., target: _Optional[int] = ..., term: _Optional[int] = ..., pre_vote_request: _Optional[_Union[PreVoteRequest, _Mapping]] = ..., pre_vote_response: _Optional[_Union[PreVoteResponse, _Mapping]] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., append_entries: _Optional[_Union[AppendEntries, _Mapping]] = ..., append_response: _Optional[_Union[AppendResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNow, _Mapping]] = ...) -> None: ...
+    reset_log_start: ResetLogStart
+    def __init__(self, group: _Optional[str] = ..., sender: _Optional[int] = ..., target: _Optional[int] = ..., term: _Optional[int] = ..., pre_vote_request: _Optional[_Union[PreVoteRequest, _Mapping]] = ..., pre_vote_response: _Optional[_Union[PreVoteResponse, _Mapping]] = ..., vote_request: _Optional[_Union[VoteRequest, _Mapping]] = ..., vote_response: _Optional[_Union[VoteResponse, _Mapping]] = ..., append_entries: _Optional[_Union[AppendEntries, _Mapping]] = ..., append_response: _Optional[_Union[AppendResponse, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., heartbeat_response: _Optional[_Union[HeartbeatResponse, _Mapping]] = ..., timeout_now: _Optional[_Union[TimeoutNow, _Mapping]] = ..., reset_log_start: _Optional[_Union[ResetLogStart, _Mapping]] = ...) -> None: ...
 
 class PreVoteRequest(_message.Message):
     __slots__ = ("last_term", "last_offset")
@@ -114,6 +116,16 @@ class HeartbeatResponse(_message.Message):
 class TimeoutNow(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class ResetLogStart(_message.Message):
+    __slots__ = ("start_offset", "start_term", "leader_commit")
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    START_TERM_FIELD_NUMBER: _ClassVar[int]
+    LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    start_offset: int
+    start_term: int
+    leader_commit: int
+    def __init__(self, start_offset: _Optional[int] = ..., start_term: _Optional[int] = ..., leader_commit: _Optional[int] = ...) -> None: ...
 
 class DeliverSummary(_message.Message):
     __slots__ = ("messages_received",)
