@@ -214,14 +214,14 @@ def test_epoch_log_compact_and_reset() -> None:
     )
     log.compact(ByteOffset(150))
     assert (log.start_offset, log.start_term) == (150, 3)
-    assert log.epochs == (Epoch(Term(3), ByteOffset(150)), Epoch(Term(4), ByteOffset(300)))
+    assert list(log.epochs) == [Epoch(Term(3), ByteOffset(150)), Epoch(Term(4), ByteOffset(300))]
     assert log.term_at(ByteOffset(300)) == 3
     log.compact(ByteOffset(300))
     assert (log.start_offset, log.start_term) == (300, 3)
-    assert log.epochs == (Epoch(Term(4), ByteOffset(300)),)
+    assert list(log.epochs) == [Epoch(Term(4), ByteOffset(300))]
     log.compact(ByteOffset(400))
     assert (log.start_offset, log.start_term, log.last_offset) == (400, 4, 400)
-    assert log.epochs == ()
+    assert list(log.epochs) == []
     log.reset(ByteOffset(1024), Term(9))
     assert (log.start_offset, log.start_term, log.last_offset) == (1024, 9, 1024)
     assert log.last_term == 9
