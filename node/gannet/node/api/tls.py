@@ -12,18 +12,34 @@ certificate give mutual TLS: a peer without a certificate from the cluster CA ca
 in either direction. In Kubernetes the files come from a Secret (cert-manager's ``tls.crt``,
 ``tls.key``, ``ca.crt``).
 
-Files are read once, at start; errors name the file and what is wrong with it. Called by
-:mod:`gannet.node.broker.serving` and the replication layer.
+Errors name the file and what is wrong with it. Called by :mod:`gannet.node.broker.serving`
+and the replication layer.
+
+Rotation (:class:`ReloadingServerCredentials`): the server ports use gRPC's dynamic
+credentials, whose fetcher runs at each TLS handshake. At most every ``interval_s`` it compares
+a fingerprint of the certificate, key and CA files (inode, mtime in ns, size; symlinks
+followed, so a Secret mount's ``..data`` swap counts); on a change the new PEMs serve the next
+handshakes (open connections keep theirs). Files that cannot be read or are not PEM keep the
+old certificate and log one ERROR. Whether client certificates are required is fixed at start.
+Outbound channel credentials are built when a channel is opened (peers: at each reconnect).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
+log = logging.getLogger(__name__)
+
 PEM_BYTES_MAX = 1024 * 1024
+RELOAD_INTERVAL_S = 2.0
 _PEM_MARKER = b"-----BEGIN "
 
 
@@ -84,3 +100,73 @@ def channel_credentials(
     return grpc.ssl_channel_credentials(
         root_certificates=ca, private_key=key, certificate_chain=cert
     )
+
+
+def fingerprint(paths: tuple[Path, ...]) -> tuple[tuple[int, int, int], ...]:
+    """``(inode, mtime ns, size)`` of each file (symlinks followed); zeros for a missing one."""
+    found = []
+    for path in paths:
+        try:
+            st = os.stat(path)
+        except OSError:
+            found.append((0, 0, 0))
+            continue
+        found.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(found)
+
+
+class ReloadingServerCredentials:
+    """Server credentials that pick up rotated certificate, key and CA files (module docstring).
+
+    Invariant: the configuration served is always one whose three files were all read as PEM.
+    """
+
+    def __init__(
+        self,
+        cert_file: Path,
+        key_file: Path,
+        client_ca_file: Path | None = None,
+        *,
+        interval_s: float = RELOAD_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._paths = (cert_file, key_file) + ((client_ca_file,) if client_ca_file else ())
+        self.interval_s = interval_s
+        self._clock = clock
+        self._lock = threading.Lock()  # the fetcher runs on gRPC's handshake threads
+        self._fingerprint = fingerprint(self._paths)
+        self._checked_at_s = clock()
+        self.reloads_total = 0
+        self.failures_total = 0
+        self.credentials = grpc.dynamic_ssl_server_credentials(
+            self._configuration(),
+            self.fetch,
+            require_client_authentication=client_ca_file is not None,
+        )
+
+    def _configuration(self) -> grpc.ServerCertificateConfiguration:
+        cert = read_pem(self._paths[0], "certificate")
+        key = read_pem(self._paths[1], "private key")
+        ca = read_pem(self._paths[2], "client CA") if len(self._paths) > 2 else None
+        return grpc.ssl_server_certificate_configuration([(key, cert)], root_certificates=ca)
+
+    def fetch(self) -> grpc.ServerCertificateConfiguration | None:
+        """gRPC's fetcher: a new configuration when the files changed, None to keep the old."""
+        with self._lock:
+            now_s = self._clock()
+            if now_s - self._checked_at_s < self.interval_s:
+                return None
+            self._checked_at_s = now_s
+            seen = fingerprint(self._paths)
+            if seen == self._fingerprint:
+                return None
+            self._fingerprint = seen
+            try:
+                configuration = self._configuration()
+            except TlsFileError as exc:
+                self.failures_total += 1
+                log.error("TLS files changed but cannot be used: %s; keeping the old ones", exc)
+                return None
+            self.reloads_total += 1
+            log.warning("TLS certificate %s reloaded", self._paths[0])
+            return configuration

@@ -106,6 +106,8 @@ class BrokerConfig:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     """PEM CA that client certificates must chain to (mutual TLS); None: no client certs."""
+    tls_reload_interval_s: float = tls.RELOAD_INTERVAL_S
+    """How often (at most) a TLS handshake checks whether the PEM files changed (rotation)."""
     inflight_per_client_max: int = limits.INFLIGHT_PER_CLIENT_MAX
     """Calls in flight per v2 client id; more get TOO_MANY_REQUESTS."""
     replication: ReplicationConfig | None = None
@@ -393,7 +395,12 @@ def _tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:
         return None
     if config.tls_cert is None or config.tls_key is None:
         raise tls.TlsFileError("TLS needs both --tls-cert and --tls-key")
-    return tls.server_credentials(config.tls_cert, config.tls_key, config.tls_client_ca)
+    return tls.ReloadingServerCredentials(
+        config.tls_cert,
+        config.tls_key,
+        config.tls_client_ca,
+        interval_s=config.tls_reload_interval_s,
+    ).credentials
 
 
 def _bracketed(host: str) -> str:

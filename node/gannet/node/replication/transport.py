@@ -15,8 +15,9 @@ driver. gRPC messages up to :data:`GRPC_MESSAGE_BYTES_MAX` pass (an AppendEntrie
 With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
 and every outbound stream presents this node's certificate and trusts only that CA
 (:mod:`gannet.node.api.tls`): a process without a cluster certificate can neither deliver a
-message to a member nor receive one; its handshakes fail before any RPC. The PEM files are
-read once, when the transport is built.
+message to a member nor receive one; its handshakes fail before any RPC. Rotated files are
+picked up: by the server at its next handshakes (:class:`tls.ReloadingServerCredentials`), by
+the senders when they reconnect (credentials rebuilt when the files' fingerprint changed).
 """
 
 from __future__ import annotations
@@ -115,13 +116,12 @@ class PeerTransport:
         self._server_credentials: grpc.ServerCredentials | None = None
         self._channel_credentials: grpc.ChannelCredentials | None = None
         peer_tls = config.peer_tls
+        self._channel_fingerprint: tuple[tuple[int, int, int], ...] = ()
         if peer_tls is not None:
-            self._server_credentials = tls.server_credentials(
-                peer_tls.cert_file, peer_tls.key_file, client_ca_file=peer_tls.ca_file
-            )
-            self._channel_credentials = tls.channel_credentials(
-                peer_tls.ca_file, peer_tls.cert_file, peer_tls.key_file
-            )
+            self._server_credentials = tls.ReloadingServerCredentials(
+                peer_tls.cert_file, peer_tls.key_file, peer_tls.ca_file
+            ).credentials
+            self._channel_credentials = self._peer_channel_credentials()
         self.received_total = 0
         self.partitioned = False
         """Fault injection (tests, drills): while True every message in or out is dropped."""
@@ -227,8 +227,30 @@ class PeerTransport:
 
     def _channel(self, endpoint: str, options: list[tuple[str, str | int]]) -> grpc.aio.Channel:
         if self._channel_credentials is not None:
+            self._channel_credentials = self._peer_channel_credentials()
             return grpc.aio.secure_channel(endpoint, self._channel_credentials, options=options)
         return grpc.aio.insecure_channel(endpoint, options=options)
+
+    def _peer_channel_credentials(self) -> grpc.ChannelCredentials:
+        """This node's client credentials, rebuilt when its PEM files changed (a failed read
+        keeps the previous ones)."""
+        peer_tls = self.config.peer_tls
+        assert peer_tls is not None
+        paths = (peer_tls.ca_file, peer_tls.cert_file, peer_tls.key_file)
+        seen = tls.fingerprint(paths)
+        current = self._channel_credentials
+        if current is not None and seen == self._channel_fingerprint:
+            return current
+        try:
+            fresh = tls.channel_credentials(*paths)
+        except tls.TlsFileError as exc:
+            if current is None:
+                raise
+            self._channel_fingerprint = seen  # logged once per change, not per reconnect
+            log.error("peer TLS files changed but cannot be used: %s; keeping the old ones", exc)
+            return current
+        self._channel_fingerprint = seen
+        return fresh
 
     async def _stream(self, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
         group = self.config.group
