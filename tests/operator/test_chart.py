@@ -1,10 +1,15 @@
 """The Helm chart: lints, renders for several value sets, every rendered object validates
 against the Kubernetes schemas (kubernetes-validate) or, for Gannet kinds, the CRD schema;
 RBAC stays least-privilege; dashboards become labelled ConfigMaps; values.schema.json rejects
-bad values; deploy/gannet.yaml is a current render."""
+bad values; deploy/gannet.yaml is a current render; auth is on by default with a generated admin
+Secret that the operator and the chart's brokers share, TLS comes from cert-manager."""
 
 from __future__ import annotations
 
+import base64
+import shutil
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import helm_python
@@ -13,6 +18,8 @@ import pytest
 import yaml
 
 from deploy import render
+from gannet.node.api import credentials
+from gannet.operator import manifests, specs
 from tests.operator import crd_schemas
 
 K8S_VERSION = "1.33"
@@ -37,6 +44,18 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "rbac": {"create": False},
         "serviceAccount": {"create": False, "name": "ops"},
         "dashboards": {"enabled": False},
+        "security": {"auth": {"enabled": False}},
+    },
+    "auth-on": {"cluster": {"enabled": True}},
+    "tls-cert-manager": {
+        "cluster": {"enabled": True},
+        "security": {
+            "tls": {"enabled": True, "certManager": {"issuerRef": {"name": "gannet-ca"}}},
+            "peerTls": {
+                "enabled": True,
+                "certManager": {"issuerRef": {"name": "peers-ca", "kind": "Issuer"}},
+            },
+        },
     },
 }
 
@@ -140,11 +159,13 @@ def test_rbac_is_least_privilege() -> None:
         for rule in rules(documents):
             assert "*" not in rule["verbs"]
             assert "*" not in rule["resources"]
-            assert "secrets" not in rule["resources"]
             if "gannet.io" in rule["apiGroups"]:
                 assert not {"create", "delete"} & set(rule["verbs"])
             if "delete" in rule["verbs"]:
                 assert rule["resources"] == ["pods"]  # rolling restarts only
+            if "secrets" in rule["resources"]:
+                # Named Secrets only: never list or watch every Secret.
+                assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
 
 
 def test_dashboards_become_labelled_config_maps() -> None:
@@ -165,6 +186,12 @@ def test_dashboards_become_labelled_config_maps() -> None:
         ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
         ({"operator": {"refreshIntervalSeconds": 0}}, "/operator/refreshIntervalSeconds"),
         ({"operator": {"watchNamespaces": ["Bad_Name"]}}, "/operator/watchNamespaces"),
+        ({"security": {"auth": {"enabled": "yes"}}}, "/security/auth/enabled"),
+        ({"security": {"tls": {"secretName": "Bad_Name"}}}, "/security/tls/secretName"),
+        (
+            {"security": {"peerTls": {"certManager": {"issuerRef": {"kind": "Vault"}}}}},
+            "/security/peerTls/certManager/issuerRef/kind",
+        ),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None:
@@ -180,3 +207,87 @@ def test_deploy_manifests_are_current() -> None:
     for document in documents:
         if document["kind"] not in FOREIGN_KINDS:
             kubernetes_validate.validate(document, K8S_VERSION, strict=True)
+
+
+def by_kind(documents: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    return next(d for d in documents if d["kind"] == kind)
+
+
+def test_auth_is_on_by_default_with_a_generated_admin_secret() -> None:
+    documents = rendered(VALUE_SETS["auth-on"])
+    secret = by_kind(documents, "Secret")
+    assert secret["metadata"]["name"] == "gannet-gannet-admin"
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert data["accessKey"] == "gannet-admin"
+    assert len(data["secretKey"]) == 40
+    assert data["secretKey"].isalnum()
+    # A fresh install generates a fresh key (helm template has no existing Secret to look up).
+    again = by_kind(rendered(VALUE_SETS["auth-on"]), "Secret")
+    assert base64.b64decode(again["data"]["secretKey"]).decode() != data["secretKey"]
+    # admin.json is a credentials file the broker loads: the admin account with every right.
+    directory = Path(tempfile.mkdtemp())
+    try:
+        (directory / "admin.json").write_text(data["admin.json"])
+        (directory / "accessKey").write_text(data["accessKey"])  # as mounted: skipped
+        accounts = credentials.load(directory)
+    finally:
+        shutil.rmtree(directory)
+    assert set(accounts) == {"gannet-admin"}
+    assert accounts["gannet-admin"].secret_key == data["secretKey"]
+    # The operator signs with that key...
+    deployment = by_kind(documents, "Deployment")
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["GANNET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {
+        "name": "gannet-gannet-admin",
+        "key": "accessKey",
+    }
+    assert env["GANNET_SECRET_KEY"]["valueFrom"]["secretKeyRef"]["key"] == "secretKey"
+    # ...and the chart's brokers require it.
+    cluster = by_kind(documents, "GannetCluster")
+    security = specs.cluster_spec(cluster["spec"]).security
+    assert security.auth.enabled
+    assert security.auth.credentials_secret == "gannet-gannet-admin"
+    assert security.auth.operator_credentials_secret == "gannet-gannet-admin"
+    assert not security.tls.enabled
+
+
+def test_auth_off_and_an_own_secret_render_no_secret() -> None:
+    off = rendered(VALUE_SETS["bare"])
+    assert "Secret" not in kinds(off)
+    assert "env" not in by_kind(off, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    own = rendered({"security": {"auth": {"createAdminSecret": False, "adminSecret": "mine"}}})
+    assert "Secret" not in kinds(own)
+    container = by_kind(own, "Deployment")["spec"]["template"]["spec"]["containers"][0]
+    assert container["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "mine"
+
+
+def test_tls_with_cert_manager_reaches_the_cluster_spec() -> None:
+    cluster = by_kind(rendered(VALUE_SETS["tls-cert-manager"]), "GannetCluster")
+    security = specs.cluster_spec(cluster["spec"]).security
+    assert security.tls.issuer == specs.IssuerRef("gannet-ca", "ClusterIssuer", "cert-manager.io")
+    assert security.peer_tls.issuer == specs.IssuerRef("peers-ca", "Issuer", "cert-manager.io")
+    objects = manifests.build(
+        "gannet", "gannet", "uid", specs.cluster_spec(cluster["spec"]), replicas=3
+    )
+    names = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Certificate")
+    assert names == ["gannet-client-tls", "gannet-peer-tls"]
+
+
+def test_cluster_spec_security_wins_over_the_chart_values() -> None:
+    values = {
+        "cluster": {
+            "enabled": True,
+            "spec": {"security": {"tls": {"enabled": True, "secretName": "own-certs"}}},
+        },
+        "security": {"tls": {"enabled": True, "certManager": {"issuerRef": {"name": "ca"}}}},
+    }
+    cluster = by_kind(rendered(values), "GannetCluster")
+    assert cluster["spec"]["security"]["tls"]["secretName"] == "own-certs"
+    assert cluster["spec"]["security"]["auth"]["enabled"] is True
+
+
+def test_tls_without_a_source_fails_the_render() -> None:
+    values = {"cluster": {"enabled": True}, "security": {"tls": {"enabled": True}}}
+    with pytest.raises(helm_python.HelmError, match=r"secretName or certManager\.issuerRef\.name"):
+        rendered(values)

@@ -24,3 +24,23 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name (.Chart.Version | replace "+" "_") 
 {{- define "gannet.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
+
+{{- define "gannet.adminSecretName" -}}
+{{- default (printf "%s-gannet-admin" .Release.Name | trunc 63 | trimSuffix "-") .Values.security.auth.adminSecret -}}
+{{- end -}}
+
+{{/* spec.security for the chart's GannetCluster from .Values.security (a TLS value set). */}}
+{{- define "gannet.tlsSpec" -}}
+{{- if .enabled -}}
+{{- if .secretName -}}
+{{- dict "enabled" true "secretName" .secretName | toJson -}}
+{{- else -}}
+{{- if not .certManager.issuerRef.name -}}
+{{- fail "security.tls/peerTls: enabled needs secretName or certManager.issuerRef.name" -}}
+{{- end -}}
+{{- dict "enabled" true "certManager" (dict "issuerRef" .certManager.issuerRef) | toJson -}}
+{{- end -}}
+{{- else -}}
+{{- dict "enabled" false | toJson -}}
+{{- end -}}
+{{- end -}}
