@@ -64,9 +64,10 @@ from gannet.node.raft.messages import (
     Message,
     NodeId,
     NotLeader,
+    ResetLogStart,
     Term,
 )
-from gannet.node.raft.ready import HardState, Ready, Role
+from gannet.node.raft.ready import HardState, LogReset, Ready, Role
 from gannet.node.replication import noop
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.config_log import ConfigLog
@@ -163,6 +164,10 @@ class ReplicationNode:
         self._snapshot_task: asyncio.Task[None] | None = None
         self._caught_up_term = -1
         """The term in which this leader applied everything before its election."""
+        self._snapshot_offset = -1
+        """Where this leader's latest config snapshot ends (-1: none in this term)."""
+        self._reset_snapshot_task: asyncio.Task[None] | None = None
+        self.log_resets_total = 0
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -231,6 +236,9 @@ class ReplicationNode:
         before = [e for e in epochs if e.start_offset < start]
         kept = [e for e in epochs if e.start_offset >= start and e.start_offset < last]
         start_term = before[-1].term if before else Term(0)
+        reset = self.files.load_log_start()
+        if not before and reset is not None and reset[0] == start:
+            start_term = reset[1]  # the log was reset to start here (ResetLogStart)
         if before and (not kept or kept[0].start_offset > start) and last > start:
             kept.insert(0, Epoch(before[-1].term, ByteOffset(start)))
         if not kept and last > start:
@@ -270,6 +278,7 @@ class ReplicationNode:
             core = self._core()
             if core.role is Role.LEADER:
                 self._propose_pending()
+            self._compact_to_store_start()
             core.tick()
             self._process()
 
@@ -346,6 +355,8 @@ class ReplicationNode:
 
     def _execute(self, ready: Ready) -> None:
         core = self._core()
+        if ready.log_reset is not None:
+            self._reset_log(ready.log_reset)
         if ready.truncate_to is not None:
             self._truncate(ready.truncate_to)
         if core.log.epochs != self._persisted_epochs:
@@ -385,6 +396,34 @@ class ReplicationNode:
         self._local_ranges.clear()
         self.config_log.after_truncate()
 
+    def _reset_log(self, reset: LogReset) -> None:
+        """Catch-up below the leader's retention: restart the store's log empty at the leader's
+        log start; the leader's config snapshot (appended after it) replaces the tables."""
+        log.warning(
+            "raft node %d: the leader's log starts at %d, past what this node holds (log end "
+            "%d): discarding the local log and restarting it there",
+            self.config.node_id,
+            reset.start_offset,
+            self.store.commitlog.max_offset(),
+        )
+        self.store.reset_to(reset.start_offset)
+        self.files.save_log_start(reset.start_offset, reset.start_term)
+        flush = self.store.flush
+        self._valid_flush_round = (flush.flush_count if flush is not None else 0) + 2
+        self._last_durable = reset.start_offset
+        self._local_ranges.clear()
+        self.config_log.after_truncate()
+        self.log_resets_total += 1
+
+    def _compact_to_store_start(self) -> None:
+        """Retention deleted commit-log files: tell the core where the log starts now."""
+        core = self._core()
+        if self.store.commitlog.max_offset() <= 0:
+            return
+        start = self.store.commitlog.min_offset()
+        if start > core.log.start_offset:
+            core.compact_log(ByteOffset(start))
+
     def _write(self, start: int, payload: bytes) -> None:
         end = self.store.commitlog.max_offset()
         if end > start:
@@ -397,6 +436,8 @@ class ReplicationNode:
         self.store.append_replicated(start, payload)
 
     def _send(self, message: Message) -> None:
+        if isinstance(message, ResetLogStart):
+            self._snapshot_for_reset(message.start_offset)
         if (
             isinstance(message, AppendEntries)
             and message.end_offset > message.prev_offset
@@ -434,6 +475,7 @@ class ReplicationNode:
         self._leader_changed = asyncio.Event()
         if role is Role.LEADER and was is not Role.LEADER:
             self.leader_changes_total += 1
+            self._snapshot_offset = -1
             log.info("raft node %d leads term %d", self.config.node_id, self._core().term)
             self.store.timers.start()
             self._snapshot_task = asyncio.get_running_loop().create_task(
@@ -478,7 +520,8 @@ class ReplicationNode:
             self._caught_up_term = term
             self._tell_role(True)
             self._process()  # wake wait_until watchers
-            await asyncio.to_thread(self.config_log.append_snapshot)
+            end = await asyncio.to_thread(self.config_log.append_snapshot)
+            self._snapshot_offset = end
             self._propose_pending()
         except TimeoutError:
             log.warning(
@@ -488,6 +531,31 @@ class ReplicationNode:
             )
         except Exception:
             log.exception("raft node %d: config snapshot failed", self.config.node_id)
+
+    def _snapshot_for_reset(self, start_offset: int) -> None:
+        """A follower restarts at ``start_offset``: make sure a config snapshot follows it in
+        the log (the records before it are gone), appending a fresh one unless this term's
+        last snapshot is already at or past it."""
+        if self._snapshot_offset >= start_offset or self._reset_snapshot_task is not None:
+            return
+        if not self.is_serving_leader():
+            return  # the election snapshot, still to come, is past the start
+        term = self._core().term
+
+        async def append() -> None:
+            try:
+                end = await asyncio.to_thread(self.config_log.append_snapshot)
+                if self._usable() and self._core().term == term:
+                    self._snapshot_offset = end
+                    self._propose_pending()
+            except Exception:
+                log.exception(
+                    "raft node %d: config snapshot for a reset failed", self.config.node_id
+                )
+            finally:
+                self._reset_snapshot_task = None
+
+        self._reset_snapshot_task = asyncio.get_running_loop().create_task(append())
 
     async def commit_pending(self, timeout_s: float | None = None) -> int:
         """Propose what this leader appended, wait until it is committed and dispatched (so

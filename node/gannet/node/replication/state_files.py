@@ -1,4 +1,4 @@
-"""The two small files that make a node's Raft state survive a crash, in ``<store>/raft/``.
+"""The small files that make a node's Raft state survive a crash, in ``<store>/raft/``.
 
 Written by :mod:`driver`, read by it at start.
 
@@ -16,6 +16,11 @@ The file is rewritten the same atomic way whenever the list changes (a new term'
 or a truncation) and *before* the bytes of a new term are written, so every byte on disk has
 an epoch; a line whose start is at or past the log end (its bytes were lost in a crash) is
 ignored by the core on load.
+
+``log-start`` — written when the log was reset to start at the leader's retention start
+(``ResetLogStart``): one line ``<start_offset> <start_term>``, the term of the byte just before
+the log's first byte (it was deleted, so no epoch line can tell it). Read at start only while
+the commit log still begins at that offset. Same atomic replacement.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class RaftStateFiles:
         self.directory = directory
         self.hard_state_path = directory / "hardstate"
         self.epochs_path = directory / "leader-epoch"
+        self.log_start_path = directory / "log-start"
         directory.mkdir(parents=True, exist_ok=True)
 
     def load_hard_state(self) -> HardState:
@@ -94,3 +100,18 @@ class RaftStateFiles:
 
     def save_epochs(self, epochs: tuple[Epoch, ...]) -> None:
         write_durably(self.epochs_path, "".join(f"{e.term} {e.start_offset}\n" for e in epochs))
+
+    def load_log_start(self) -> tuple[ByteOffset, Term] | None:
+        """``(start_offset, start_term)`` of the last log reset, or None."""
+        if not self.log_start_path.exists():
+            return None
+        text = self.log_start_path.read_text().strip()
+        parts = text.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise StateFileError(
+                f"{self.log_start_path}: expected '<start_offset> <start_term>', got {text!r}"
+            )
+        return ByteOffset(int(parts[0])), Term(int(parts[1]))
+
+    def save_log_start(self, start_offset: int, start_term: int) -> None:
+        write_durably(self.log_start_path, f"{start_offset} {start_term}\n")

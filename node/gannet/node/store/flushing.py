@@ -81,6 +81,12 @@ class FlushService:
             self._requested_offset = min(self._requested_offset, offset)
             self.flushed_offset = min(self.flushed_offset, offset)
 
+    def reset_to(self, offset: int) -> None:
+        """The log was discarded and restarts empty at ``offset`` (Raft catch-up)."""
+        with self._cond:
+            self._requested_offset = offset
+            self.flushed_offset = offset
+
     # --- writers ---
     def request_flush(self, end_offset: int) -> None:
         """Ask for everything up to ``end_offset`` to be made durable (SYNC_FLUSH)."""

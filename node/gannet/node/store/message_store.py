@@ -12,7 +12,8 @@ consumer offsets every second when changed and at close), and offers:
 * reads — :meth:`get_messages` by queue offset with RocketMQ's status rules (§12),
   :meth:`read_message` by commit-log offset;
 * queries — by offset message id, key, unique key, store time (see :mod:`querying`);
-* maintenance — :meth:`truncate` (Raft divergence), :meth:`clean_now`, :meth:`statistics`.
+* maintenance — :meth:`truncate` (Raft divergence), :meth:`reset_to` (Raft catch-up below
+  the leader's retention), :meth:`clean_now`, :meth:`statistics`.
 
 Lifecycle: ``MessageStore(config)`` → :meth:`open` (lock, abort file, load, recover, start
 services) → use → :meth:`close` (stop services, flush everything, remove the abort file only
@@ -31,8 +32,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from gannet.node.store import durable, records, validation
 from gannet.node.store import properties as props
-from gannet.node.store import records, validation
 from gannet.node.store.checkpoints import Checkpoint
 from gannet.node.store.cleaning import CleanService
 from gannet.node.store.commitlog import AppendResult, CommitLog, now_ms
@@ -433,6 +434,37 @@ class MessageStore:
             self.commitlog.queue_offsets = offset_table_of(self.queues)
             reput = min(self.dispatch.reput_from, offset)
             self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
+
+    def reset_to(self, offset: int) -> None:
+        """Discard the whole commit log and everything derived from it (consume queues, index,
+        timers) and restart the log empty at ``offset``, its first file named by that offset.
+
+        Used by the Raft layer when a follower needs bytes its leader's retention deleted: it
+        then starts at the leader's first commit-log file, so ``offset`` must be a multiple of
+        the commit-log file size (RocketMQ opens a log whose first file starts above 0). Config
+        tables and consumer offsets are kept (the leader's config snapshot replaces them).
+        """
+        size = self.config.commitlog_file_size_bytes
+        if offset < 0 or offset % size:
+            raise StoreError(
+                f"cannot restart the commit log at {offset}: not a multiple of the commit-log "
+                f"file size ({size} bytes)"
+            )
+        with self.dispatch.paused(), self.commitlog.put_lock:
+            self.timers.truncate(0)
+            for cq in self.queues.queues():
+                self.queues.destroy_queue(cq.topic, cq.queue_id)
+            if self.index is not None:
+                self.index.truncate_dirty(0)
+            self.commitlog.files.destroy()
+            self.commitlog.files.create_file(offset)
+            durable.sync_directory(self.config.commitlog_dir)
+            self.dispatch.clear_handoff()
+            if self.flush is not None:
+                self.flush.reset_to(offset)
+            self._raw_scanned = offset
+            self.commitlog.queue_offsets = {}
+            self.dispatch.reset(offset, offset)
 
     def _check_record_boundary(self, offset: int) -> None:
         end = self.commitlog.max_offset()

@@ -42,6 +42,7 @@ from gannet.node.raft.messages import (
     PreVoteRequest,
     PreVoteResponse,
     Proposed,
+    ResetLogStart,
     Term,
     TimeoutNow,
     VoteRequest,
@@ -394,3 +395,8 @@ def describe(message: Message) -> str:
             return f"{head} match={message.match_offset} durable={message.durable_offset}"
         case TimeoutNow():
             return head
+        case ResetLogStart():
+            return (
+                f"{head} start=({message.start_offset},t{message.start_term})"
+                f" commit={message.leader_commit}"
+            )
