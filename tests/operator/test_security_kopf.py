@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import kmock
 import pytest
 from click.testing import CliRunner
 
@@ -230,3 +231,62 @@ def test_cli_refuses_half_a_key() -> None:
     )
     assert result.exit_code == 2
     assert "both its access key and its secret key" in result.output
+
+
+def condition(obj: dict[str, Any] | None, type_: str) -> dict[str, Any] | None:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or ()
+    return next((c for c in conditions if c["type"] == type_), None)
+
+
+CERT_MANAGED = {
+    "replicas": 3,
+    "security": {
+        "tls": {"enabled": True, "certManager": {"issuerRef": {"name": "gannet-ca"}}},
+        "peerTls": {"enabled": True, "certManager": {"issuerRef": {"name": "gannet-ca"}}},
+    },
+}
+
+
+def test_cert_manager_certificates_are_created(broker: threads.BrokerThread) -> None:
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint) as env:
+            env.api.resources["cert-manager.io/v1/certificates"] = kmock.ResourceInfo(
+                kind="Certificate", namespaced=True, verbs={"get", "list", "create", "patch"}
+            )
+            # The client TLS Secret cert-manager would fill, with the CA the operator trusts.
+            await env.apply("GannetCluster", "main", CERT_MANAGED)
+            cluster = await env.wait_for(
+                "GannetCluster", "main", lambda o: condition(o, "Certificates") is not None
+            )
+            found = condition(cluster, "Certificates")
+            assert found is not None
+            assert found["status"] == "True", found
+            for name in ("main-client-tls", "main-peer-tls"):
+                certificate = await env.kube.get(
+                    "cert-manager.io/v1", "Certificate", NAMESPACE, name
+                )
+                assert certificate is not None, name
+                assert certificate["spec"]["secretName"] == name
+                assert "main-2.main-peers.demo.svc" in certificate["spec"]["dnsNames"]
+            sts = await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main")
+            assert sts is not None
+            volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+            assert volumes["peer-tls"]["secret"]["secretName"] == "main-peer-tls"
+
+    asyncio.run(scenario())
+
+
+def test_missing_cert_manager_crd_is_a_condition(broker: threads.BrokerThread) -> None:
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint) as env:  # no certificates resource served
+            await env.apply("GannetCluster", "main", CERT_MANAGED)
+            cluster = await env.wait_for(
+                "GannetCluster", "main", lambda o: condition(o, "Certificates") is not None
+            )
+            found = condition(cluster, "Certificates")
+            assert found is not None
+            assert (found["status"], found["reason"]) == ("False", "CertManagerUnavailable")
+            assert "certificates" in found["message"]
+            assert await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main") is not None
+
+    asyncio.run(scenario())

@@ -187,7 +187,10 @@ async def _broker_settings(
     patch: kopf.Patch,
     replicas: int,
 ) -> Condition:
-    client = await contexts.admin_endpoint(ctx, namespace, name)  # Pop runs on the leader
+    try:
+        client = await contexts.admin_endpoint(ctx, namespace, name, cluster)  # Pop: the leader
+    except Unauthorized as exc:
+        return Condition("BrokerSettings", False, Unauthorized.reason, str(exc))
     problems: list[str] = []
     try:
         revive = await ctx.brokers.revive_queues(client)

@@ -108,8 +108,12 @@ async def cluster_security(
     ca_pem = ctx.brokers.security.ca_pem
     tls_secret = manifests.client_tls_secret_name(cluster, spec)
     if tls_secret is not None:
-        where = f"spec.security.tls Secret {tls_secret}"
-        found = await _read_secret(ctx, namespace, tls_secret, where)
+        # Not there yet (cert-manager still issuing): TLS with the default trust; the calls
+        # then fail as unavailable until the Secret appears.
+        try:
+            found = await ctx.kube.get("v1", "Secret", namespace, tls_secret) or {}
+        except KubeError:
+            found = {}
         encoded = (found.get("data") or {}).get("ca.crt")
         if encoded:
             ca_pem = base64.b64decode(encoded)
@@ -141,12 +145,14 @@ async def secure(
     ctx.brokers.use(endpoints, security)
 
 
-async def admin_endpoint(ctx: Context, namespace: str, cluster: str) -> str:
+async def admin_endpoint(
+    ctx: Context, namespace: str, cluster: str, spec: specs.ClusterSpec | None = None
+) -> str:
     """Where admin writes go: the Raft leader's client endpoint, as followers refuse them
     ("send admin writes to the leader"). Falls back to the client Service when no leader is
     known; the call that follows then reports the broker's state. Raises
     :class:`~gannet.operator.brokers.Unauthorized` when the cluster's Secrets are unusable."""
-    await secure(ctx, namespace, cluster)
+    await secure(ctx, namespace, cluster, spec)
     client = ctx.endpoints.client(namespace, cluster)
     try:
         view = await ctx.brokers.raft_status(client)
