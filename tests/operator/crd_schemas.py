@@ -8,6 +8,7 @@ Structural schemas may not say ``additionalProperties: false`` next to ``propert
 server rejects such a CRD); unknown fields are instead pruned, or refused by strict field
 validation (``kubectl apply``'s default). :func:`strict` adds the refusal to every object
 schema that lists its properties and does not preserve unknown fields, as that validation does.
+``x-kubernetes-validations`` CEL rules are evaluated with cel-python (:func:`rule_violations`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import functools
 from pathlib import Path
 from typing import Any
 
+import celpy
+import celpy.adapter
 import jsonschema
 import yaml
 
@@ -69,16 +72,38 @@ def structural_problems(node: Any, path: str = "") -> list[str]:
     return found
 
 
+def rule_violations(node: Any, value: Any, path: str = "") -> list[str]:
+    """Messages of the ``x-kubernetes-validations`` CEL rules that ``value`` breaks, evaluated
+    with cel-python after the API server's defaulting of each object's direct properties."""
+    if not isinstance(node, dict) or not isinstance(value, dict):
+        return []
+    properties = node.get("properties") or {}
+    defaulted = {
+        **{k: p["default"] for k, p in properties.items() if "default" in p},
+        **value,
+    }
+    found: list[str] = []
+    for rule in node.get("x-kubernetes-validations") or ():
+        environment = celpy.Environment()
+        program = environment.program(environment.compile(rule["rule"]))
+        if not program.evaluate({"self": celpy.adapter.json_to_cel(defaulted)}):
+            found.append(f"{path}: {rule['message']}")
+    for key, child in properties.items():
+        found += rule_violations(child, defaulted.get(key), f"{path}.{key}")
+    return found
+
+
 def errors(document: dict[str, Any]) -> list[str]:
-    """Schema violations of one resource ("" path means the root)."""
+    """Schema violations of one resource ("" path means the root), CEL rules included."""
     kind = document.get("kind")
     if kind not in crds():
         return [f"kind {kind!r} has no CRD"]
     validator = jsonschema.Draft4Validator(strict(schema(kind)))
-    return [
+    found = [
         f"{'.'.join(str(p) for p in error.absolute_path)}: {error.message}"
         for error in validator.iter_errors(document)
     ]
+    return found or rule_violations(schema(kind), document)
 
 
 def load_all(path: Path) -> list[dict[str, Any]]:
