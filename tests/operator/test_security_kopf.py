@@ -290,3 +290,18 @@ def test_missing_cert_manager_crd_is_a_condition(broker: threads.BrokerThread) -
             assert await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main") is not None
 
     asyncio.run(scenario())
+
+
+def test_cli_refuses_a_ca_that_is_not_pem(tmp_path: Path) -> None:
+    not_pem = tmp_path / "ca.txt"
+    not_pem.write_text("hello")
+    result = CliRunner().invoke(main, ["operator", "run", "--broker-tls-ca", str(not_pem)])
+    assert result.exit_code == 2
+    assert "not PEM" in result.output
+
+
+def test_cli_help_names_the_security_options() -> None:
+    result = CliRunner().invoke(main, ["operator", "run", "--help"])
+    assert result.exit_code == 0
+    for option in ("--access-key", "--secret-key", "--broker-tls", "--broker-tls-ca"):
+        assert option in result.output
