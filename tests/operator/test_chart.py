@@ -6,21 +6,25 @@ Secret that the operator and the chart's brokers share, TLS comes from cert-mana
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import json
 import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import helm_python
+import kmock
 import kubernetes_validate
 import pytest
 import yaml
 
 from deploy import render
 from gannet.node.api import credentials
-from gannet.operator import manifests, specs
+from gannet.operator import kube, manifests, specs
 from tests.operator import crd_schemas
+from tests.operator.emulating import ApiServerEmulator
 
 K8S_VERSION = "1.33"
 CHART = str(render.CHART)
@@ -292,3 +296,54 @@ def test_tls_without_a_source_fails_the_render() -> None:
     values = {"cluster": {"enabled": True}, "security": {"tls": {"enabled": True}}}
     with pytest.raises(helm_python.HelmError, match=r"secretName or certManager\.issuerRef\.name"):
         rendered(values)
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning")
+def test_upgrade_keeps_an_existing_admin_secret() -> None:
+    """Rendered cluster-aware against the KMock API emulator holding the Secret: helm's
+    ``lookup`` finds it and the chart keeps its key instead of generating a new one."""
+
+    async def scenario() -> dict[str, str]:
+        api = ApiServerEmulator()
+        api.resources.load_bundled()
+        async with api, kmock.Server(api) as server:
+            url = str(server.url).rstrip("/")
+            client = kube.Kube(kube.Access(server=url), timeout_s=10)
+            try:
+                await client.apply(
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Secret",
+                        "metadata": {"name": "gannet-gannet-admin", "namespace": "gannet"},
+                        "data": {"secretKey": base64.b64encode(b"kept-secret-key").decode()},
+                    }
+                )
+            finally:
+                await client.close()
+
+            def upgrade() -> dict[str, str]:
+                config = helm_python.Config(kube_apiserver=url, namespace="gannet")
+                chart = helm_python.Chart.load(CHART)
+                try:
+                    files: dict[str, str] = config.render(
+                        chart, {}, name="gannet", namespace="gannet", is_upgrade=True
+                    )
+                    return files
+                finally:
+                    chart.close()
+                    config.close()
+
+            return await asyncio.to_thread(upgrade)
+
+    files = asyncio.run(scenario())
+    secret = next(
+        d
+        for path, text in files.items()
+        if path.endswith(".yaml")
+        for d in yaml.safe_load_all(text)
+        if d and d["kind"] == "Secret"
+    )
+    assert base64.b64decode(secret["data"]["secretKey"]) == b"kept-secret-key"
+    admin = json.loads(base64.b64decode(secret["data"]["admin.json"]))
+    assert admin["accounts"][0]["secret_key"] == "kept-secret-key"
