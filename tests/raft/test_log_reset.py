@@ -227,3 +227,24 @@ def test_epoch_log_compact_and_reset() -> None:
     assert log.last_term == 9
     assert log.matches(ByteOffset(1024), Term(9))
     assert not log.matches(ByteOffset(1000), Term(9))
+
+
+def test_a_follower_restarted_in_the_same_term_learns_the_commit_without_new_writes() -> None:
+    leader = _leader_with_retention(start=0, last=1000)
+    follower = _core(N2)
+    seen: list[Message] = []
+    _run({N1: leader, N2: follower}, seen)
+    assert leader.committed_offset == 1008
+    restarted = _core(
+        N2,
+        InitialState(
+            hard_state=HardState(follower.term, follower.vote),
+            epochs=follower.log.epochs,
+            last_offset=follower.log.last_offset,
+        ),
+    )
+    assert restarted.committed_offset == 0
+    for _ in range(3):  # heartbeats: the answer's match 0 makes the leader probe again
+        leader.tick()
+        _run({N1: leader, N2: restarted}, seen)
+    assert restarted.committed_offset == 1008

@@ -82,6 +82,16 @@ def test_a_wiped_member_restarts_at_the_leaders_retention_start(cluster: Cluster
     assert wiped_store.consumer_offsets.query(group, topic, 1) == 7
     assert "ResetAfter" in wiped_store.topic_configs
 
+    # A restart keeps the reset log (and its start term, from raft/log-start): no second reset.
+    assert (cluster.root / f"node{wiped}" / "raft" / "log-start").read_text() != ""
+    cluster.crash(wiped)
+    cluster.start(wiped)
+    cluster.wait_replicated(cluster.last_offset(leader))
+    assert cluster.raft(wiped).log_resets_total == 0
+    core = cluster.raft(wiped).core
+    assert core is not None
+    assert node.core is not None
+    assert (core.log.start_offset, core.log.start_term) == (start, node.core.log.start_term)
     cluster.admin(
         leader,
         lambda a: a.TransferLeadership(

@@ -655,9 +655,14 @@ class RaftCore:
             pr.acknowledged(m.match_offset, m.durable_offset)
             self._maybe_commit()
         stalled = pr.stalled_ticks >= 2 * self.config.heartbeat_interval_ticks
+        restarted = m.match_offset == 0 < pr.match_offset and pr.inflight_count() == 0
         if pr.state is ProgressState.REPLICATE and m.match_offset < pr.next_offset and stalled:
             # Nothing acknowledged for two heartbeats while the follower is behind what was
             # sent: a range was lost. Go back to where it matches (go-back-N).
+            pr.become_probe(pr.match_offset)
+        elif pr.state is ProgressState.REPLICATE and restarted:
+            # The follower restarted in this term (it matched nothing since): with nothing new
+            # to send it would never learn the commit, so probe where it matched before.
             pr.become_probe(pr.match_offset)
         self._send_append(m.sender)
 
