@@ -217,9 +217,8 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
     if skipped:
         out += ["## Not run", ""]
         for rec in latest(skipped):
-            out.append(
-                f"- {rec['scenario']} {rec['system']} ({rec['durability']}): {rec['skipped'][:300]}"
-            )
+            reason = " ".join(str(rec["skipped"]).split())[:300]
+            out.append(f"- {rec['scenario']} {rec['system']} ({rec['durability']}): {reason}")
         out.append("")
     if images:
         out += ["## Plots", ""]

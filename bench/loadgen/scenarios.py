@@ -189,9 +189,11 @@ SCENARIOS: dict[str, Scenario] = {
             batch=32,
             in_flight=4,
             replicas=3,
+            flush=Flush.SYNC,
             messages=100_000,
             warmup_messages=5_000,
-            purpose="replication cost vs S3/S5",
+            purpose="replication cost vs S5 (sync flush: with async flush `gannet cluster up` "
+            "committed nothing within 5 s on 2026-11-22)",
         ),
         Scenario(
             "S7",
