@@ -1,15 +1,17 @@
 """Catch-up below the leader's retention, in a 3-broker in-process group (64 KiB commit-log
 files, real sockets on 127.0.0.1).
 
-A member is stopped and its store wiped; meanwhile the group writes several files, sets a
-consumer offset and creates a topic, and the leader's cleanup deletes every commit-log file
-but the last. The wiped member rejoins: the leader tells it to restart at its first file
-(``ResetLogStart``), it ends byte-identical to the leader from there, gets the config tables
-through a fresh snapshot, and after a leadership transfer serves the topics and offsets.
+A member is stopped and its store wiped (or it is cut off, still running); meanwhile the
+group writes several files, sets a consumer offset and creates a topic, and the leader's
+cleanup deletes every commit-log file but the last. The member rejoins: the leader tells it
+to restart at its first file (``ResetLogStart``), it ends byte-identical to the leader from
+there, gets the config tables through a fresh snapshot, keeps its reset log over a restart,
+and after a leadership transfer serves the topics and offsets.
 """
 
 from __future__ import annotations
 
+import functools
 import shutil
 import time
 
@@ -29,6 +31,10 @@ pytestmark = pytest.mark.timeout(150)
 YEAR_MS = 365 * 24 * 3_600_000
 
 
+def _committed(cluster: Cluster, node_id: int, offset: int) -> bool:
+    return cluster.commit_offset(node_id) >= offset
+
+
 def _clean_all_but_the_last_file(store: MessageStore) -> None:
     """Cleanup as if every file were past its reserved time (a run deletes a few at most)."""
     later_ms = time.time_ns() // 1_000_000 + YEAR_MS
@@ -39,15 +45,21 @@ def _clean_all_but_the_last_file(store: MessageStore) -> None:
     raise AssertionError(f"cleanup left {len(store.commitlog.files.files)} commit-log files")
 
 
-def test_a_wiped_member_restarts_at_the_leaders_retention_start(cluster: Cluster) -> None:
+@pytest.mark.parametrize("how", ["wiped", "partitioned"])
+def test_a_member_behind_retention_restarts_at_the_leaders_log_start(
+    cluster: Cluster, how: str
+) -> None:
     cluster.start_all()
     leader = cluster.leader()
     wiped = next(i for i in cluster.nodes if i != leader)
     topic, group = "ResetTopic", "GReset"
     cluster.create_topic(topic, queues=2)
     cluster.admin(leader, lambda a: a.CreateGroup(admin_pb2.CreateGroupRequest(name=group)))
-    cluster.crash(wiped)
-    shutil.rmtree(cluster.root / f"node{wiped}")
+    if how == "wiped":
+        cluster.crash(wiped)
+        shutil.rmtree(cluster.root / f"node{wiped}")
+    else:
+        cluster.raft(wiped).transport.partitioned = True  # keeps running, hears nothing
     bodies = [bytes([i]) * 4000 for i in range(80)]  # about five 64 KiB files
     _send_all(cluster.endpoint(leader), topic, bodies)
     with grpc.insecure_channel(cluster.endpoint(leader)) as channel:
@@ -57,8 +69,11 @@ def test_a_wiped_member_restarts_at_the_leaders_retention_start(cluster: Cluster
         request.message_queue.id = 1
         reply = _stub(channel).UpdateOffset(request, metadata=CLIENT_ID, timeout=15)
         assert reply.status.code == definition_pb2.OK, reply.status.message
-    cluster.create_topic("ResetAfter", queues=1)
-    cluster.wait_replicated(cluster.last_offset(leader))
+    cluster.create_topic_on(leader, "ResetAfter", queues=1)
+    target = cluster.last_offset(leader)
+    for node_id in cluster.nodes:
+        if node_id != wiped:
+            cluster.wait(node_id, functools.partial(_committed, cluster, node_id, target))
     leader_store = cluster.nodes[leader].broker.store
     _clean_all_but_the_last_file(leader_store)
     start = leader_store.commitlog.min_offset()
@@ -66,7 +81,11 @@ def test_a_wiped_member_restarts_at_the_leaders_retention_start(cluster: Cluster
     node = cluster.raft(leader)
     cluster.wait(leader, lambda: node.core is not None and node.core.log.start_offset == start)
 
-    cluster.start(wiped)  # an empty store: it needs bytes from 0, deleted on the leader
+    if how == "wiped":
+        cluster.start(wiped)  # it needs bytes the leader deleted
+    else:
+        assert cluster.last_offset(wiped) < start
+        cluster.raft(wiped).transport.partitioned = False
     end = cluster.last_offset(leader)
     cluster.wait_replicated(end)
     cluster.wait(wiped, lambda: cluster.raft(wiped).log_resets_total == 1)

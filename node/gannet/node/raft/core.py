@@ -691,6 +691,10 @@ class RaftCore:
     def _send_append(self, node: NodeId) -> None:
         """Send what the window allows to ``node``: one probe, or ranges in REPLICATE."""
         pr = self._progress[node]
+        if pr.state is ProgressState.REPLICATE and pr.next_offset < self.log.start_offset:
+            # An answer from before a restart or a reset matched bytes we no longer hold.
+            pr.become_probe(self.log.start_offset)
+            pr.reset_pending = True
         if pr.state is ProgressState.PROBE:
             if not pr.probe_sent:
                 if pr.reset_pending or pr.next_offset < self.log.start_offset:
