@@ -7,6 +7,8 @@ Everything runs on the broker's event loop; the core is only touched there.
 
 The loop follows ``raft/ready.py``. For each ``Ready``:
 
+0. ``log_reset``: :meth:`MessageStore.reset_to` (the whole log discarded, restarted empty at
+   the leader's log start) and ``raft/log-start`` written (:mod:`state_files`);
 1. ``truncate_to``: :meth:`MessageStore.truncate` (commit log, consume queues, index, timers).
 2. the leader-epoch file is rewritten if the core's epoch list changed (before any byte of a new
    term is written: every byte on disk has an epoch);
@@ -38,6 +40,12 @@ Bytes appended on a node that is not leader (a stray timer write) are cut before
 append of the leader's bytes. Catch-up of an empty or far-behind follower is the ordinary
 pipeline: ``AppendEntries`` of up to ``append_bytes_max`` read straight from the segment files,
 ``inflight_messages_max`` of them in flight.
+
+Below the leader's retention (``tests/replication/test_log_reset.py``): every tick the core is
+told where the store's commit log starts (``compact_log``); a follower that needs deleted bytes
+gets ``ResetLogStart`` from the core, and when this leader sends one it appends a fresh config
+snapshot (unless this term's last snapshot already lies past the start), so the reset member
+gets whole tables.
 """
 
 from __future__ import annotations
