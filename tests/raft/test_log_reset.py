@@ -22,6 +22,7 @@ from gannet.node.raft.messages import (
     VoteResponse,
 )
 from gannet.node.raft.ready import HardState, LogReset, Role
+from gannet.node.replication import peer_wire
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
 VOTERS = (N1, N2, N3)
@@ -248,3 +249,10 @@ def test_a_follower_restarted_in_the_same_term_learns_the_commit_without_new_wri
         leader.tick()
         _run({N1: leader, N2: restarted}, seen)
     assert restarted.committed_offset == 1008
+
+
+def test_reset_log_start_round_trips_on_the_peer_wire() -> None:
+    message = ResetLogStart(N1, N2, Term(4), ByteOffset(1 << 30), Term(3), ByteOffset(5 << 30))
+    wire = peer_wire.to_proto(message, "g")
+    assert wire.WhichOneof("body") == "reset_log_start"
+    assert peer_wire.from_proto(wire) == message
