@@ -46,9 +46,16 @@ def free_ports(count: int) -> list[int]:
 
 class Cluster:
     def __init__(
-        self, root: Path, size: int, *, seed: int = 1, pop: PopFactory | None = None
+        self,
+        root: Path,
+        size: int,
+        *,
+        seed: int = 1,
+        pop: PopFactory | None = None,
+        flush_mode: FlushMode = FlushMode.SYNC_FLUSH,
     ) -> None:
         self.pop = pop
+        self.flush_mode = flush_mode
         ports = free_ports(2 * size)
         self.root = root
         self.seed = seed
@@ -59,7 +66,7 @@ class Cluster:
 
     def config(self, node_id: int) -> BrokerConfig:
         peer = self.peers[node_id - 1]
-        store = StoreConfig.for_tests(self.root / f"node{node_id}", flush_mode=FlushMode.SYNC_FLUSH)
+        store = StoreConfig.for_tests(self.root / f"node{node_id}", flush_mode=self.flush_mode)
         replication = ReplicationConfig(
             node_id=node_id,
             peers=self.peers,

@@ -28,10 +28,12 @@ Configuration (:mod:`config_log`): topic/group configs and consumer offsets chan
 leader become records of ``rmq_sys_GANNET_CONFIG`` applied on dispatch by every replica; a new
 leader appends a snapshot of its tables once everything before its election is applied.
 
-Durability: a flush listener on the store posts every fsync result to the loop and the core is
-told with ``report_durable`` — only fsyncs that started after the last truncation count (flush
-rounds are numbered; a round that may have started before a truncation is ignored and replaced
-by an fsync of our own).
+Durability: in ASYNC_FLUSH, bytes written to the commit log (page cache) count as durable — the
+flush mode's own trade, as Kafka's acks=all without fsync: a commit then means written on a
+majority. In SYNC_FLUSH a flush listener on the store posts every fsync result to the loop and
+the core is told with ``report_durable`` — only fsyncs that started after the last truncation
+count (flush rounds are numbered; a round that may have started before a truncation is ignored
+and replaced by an fsync of our own).
 
 Leader appends: any store append (a producer's send, a timer firing, a Pop checkpoint) lands in
 the commit log first; :meth:`propose_local` proposes the bytes between the core's log end and the
@@ -81,6 +83,7 @@ from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.config_log import ConfigLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
+from gannet.node.store.config import FlushMode
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -161,6 +164,7 @@ class ReplicationNode:
         self._valid_flush_round = 0
         self._own_fsync_running = False
         self._last_durable = 0
+        self._written_is_durable = store.config.flush_mode is FlushMode.ASYNC_FLUSH
         self._processing = False
         self._stopped = False
         self._role = Role.FOLLOWER
@@ -354,6 +358,8 @@ class ReplicationNode:
                     self._fail_waiters(f"replication stopped after an error: {exc}")
                     raise
                 core.advance(ready)
+                if ready.entries and self._written_is_durable:
+                    self._report_durable(self.store.commitlog.max_offset())
         finally:
             self._processing = False
         watchers, self._watchers = self._watchers, []
