@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit bench install clean dashboards e2e e2e-prometheus bench-full bench-debs bench-peers
+.PHONY: run test lint unit java bench install clean dashboards e2e e2e-prometheus bench-full bench-debs bench-peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,7 +37,11 @@ lint: $(STAMP)
 	$(BIN)/mypy -p gannet.node -p gannet.operator -p gannet.pipeline
 	$(BIN)/mypy tests bench
 
-unit: $(STAMP) $(PROMTOOL)
+# Java runs PySpark in tests/pipeline (local[2]).
+java:
+	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
+
+unit: $(STAMP) $(PROMTOOL) java
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Peer benchmark (bench/peers, bench/loadgen): the bench extra, Debian's nats-server and
