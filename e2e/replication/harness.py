@@ -327,7 +327,7 @@ class ProcessGroup:
         return bytes(out[:upto])
 
     @staticmethod
-    def _query_key(
+    def query_key(
         stub: admin_pb2_grpc.AdminStub, topic: str, key: str, timeout_s: float = 10.0
     ) -> list[admin_pb2.StoredMessage]:
         """Messages with ``key``; retried for a while (a replica may still be dispatching)."""
@@ -358,7 +358,7 @@ class ProcessGroup:
             with self.channel(node_id) as channel:
                 stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
                 for r in receipts:
-                    found = self._query_key(stub, topic, r.key)
+                    found = self.query_key(stub, topic, r.key)
                     positions = {(m.message_id, m.queue_offset) for m in found}
                     assert (r.message_id, r.offset) in positions, (
                         f"node {node_id}: acknowledged {r.key} ({r.message_id}) not at queue "
@@ -386,10 +386,12 @@ class Load(threading.Thread):
     """The official ``Producer`` sending one message at a time to the leader; a failed send
     (node gone, leader changed) makes it find the leader and start a new producer."""
 
-    def __init__(self, group: ProcessGroup, topic: str) -> None:
+    def __init__(self, group: ProcessGroup, topic: str, key_prefix: str = "k") -> None:
+        """Keys are ``key_prefix`` + a count: give each Load of one group its own prefix."""
         super().__init__(name="load", daemon=True)
         self.group = group
         self.topic = topic
+        self.key_prefix = key_prefix
         self.receipts: list[Receipt] = []
         self.failures = 0
         self.done = threading.Event()
@@ -418,7 +420,7 @@ class Load(threading.Thread):
             try:
                 while not self.done.is_set():
                     number += 1
-                    key = f"k{number}"
+                    key = f"{self.key_prefix}{number}"
                     message = Message()
                     message.topic = self.topic
                     message.body = key.encode()
