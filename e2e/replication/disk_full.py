@@ -16,8 +16,12 @@ Called by :func:`e2e.replication.scenario.run_one`. Steps, on a 3-node group of 
    **stays leader** in the same term for ``HOLD_S`` (a full disk does not move leadership), so
    writes are refused group-wide — the documented behaviour this scenario asserts; reads of
    every acknowledged message (``QueryMessage`` by key, at its queue offset) work on node 1;
+   Pop consumption through the official SimpleConsumer is a write too (its checkpoint goes to
+   the commit log), so on the full node it is refused with the same disk error (asserted: the
+   disk error or every message, never a hang or another failure);
 4. the ballast is removed, ``Cleanup`` runs again, ``disk_full`` clears and the Producer gets
    ``ACKS_AFTER`` more acknowledgements (``resume_s``: space freed → first new acknowledgement);
+   the SimpleConsumer then receives every acknowledged message from node 1;
 5. :meth:`~e2e.replication.harness.ProcessGroup.verify`: nothing acknowledged lost, one leader
    per term, replicas byte-identical.
 """
@@ -33,7 +37,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 from e2e.replication.harness import Load, ProcessGroup, Receipt, wait_for
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
@@ -43,6 +54,9 @@ DISK_SIZE_MB = 640
 FILL_RATIO = 0.95
 FULL_NODE = 1
 MOUNT_TIMEOUT_S = 10.0
+CONSUMER_GROUP = "E2eDiskFullReaders"
+CONSUME_TIMEOUT_S = 20.0
+INVISIBLE_S = 30
 HOLD_S = 3.0
 """How long the full leader is watched (election timeout: 10 ticks of 0.1 s)."""
 
@@ -113,6 +127,8 @@ class DiskFullReport:
     refusal: str
     """What the official Producer raised for the send to the full leader."""
     resume_s: float
+    pop_while_full: str
+    """What the official SimpleConsumer got from the full node."""
 
 
 def refused_send(group: ProcessGroup, node_id: int, topic: str) -> str:
@@ -178,6 +194,40 @@ def check_reads(group: ProcessGroup, node_id: int, topic: str, receipts: list[Re
             )
 
 
+def consume(
+    group: ProcessGroup, node_id: int, topic: str, receipts: list[Receipt], timeout_s: float
+) -> tuple[set[str], str]:
+    """Receive (and ack) through the official SimpleConsumer of ``CONSUMER_GROUP`` from
+    ``node_id`` until every receipt's message id arrived or ``timeout_s`` passed; the ids
+    received and the first error the client raised ("" when none)."""
+    security = group.security
+    credentials = security.credentials() if security is not None else Credentials()
+    config = ClientConfiguration(group.client_endpoint(node_id), credentials, request_timeout=10)
+    consumer = SimpleConsumer(
+        config,
+        CONSUMER_GROUP,
+        {topic: FilterExpression("*")},
+        await_duration=0,
+        tls_enable=security is not None,
+    )
+    consumer.startup()
+    wanted = {r.message_id for r in receipts}
+    seen: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    try:
+        while wanted - seen and time.monotonic() < deadline:
+            try:
+                batch = consumer.receive(32, INVISIBLE_S)
+                for m in batch:
+                    seen.add(str(m.message_id))
+                    consumer.ack(m)
+            except Exception as exc:  # the client's answer is the thing under test
+                return seen & wanted, f"{type(exc).__name__}: {exc}"
+        return seen & wanted, ""
+    finally:
+        threading.Thread(target=_shutdown_quietly, args=(consumer,), daemon=True).start()
+
+
 def hold_leadership(group: ProcessGroup, term: int) -> None:
     """For ``HOLD_S`` (several election timeouts) node 1 keeps leading ``term`` and no node
     moves to a newer term: a full disk does not move leadership (polled: other processes)."""
@@ -204,6 +254,7 @@ def run_disk_full(
     group.start()
     group.create_topic(topic)
     make_leader(group, FULL_NODE)
+    group.admin_call(FULL_NODE, "CreateGroup", admin_pb2.CreateGroupRequest(name=CONSUMER_GROUP))
     before = Load(group, topic, key_prefix="b")
     before.start()
     before.wait_acks(acks_before)
@@ -230,6 +281,17 @@ def run_disk_full(
         f"{follower_refusal}"
     )
     check_reads(group, FULL_NODE, topic, receipts)
+    popped, pop_error = consume(group, FULL_NODE, topic, receipts, CONSUME_TIMEOUT_S)
+    if pop_error:
+        # Pop writes its checkpoint to the commit log, so a full store refuses it: the client
+        # must get the disk error, not a hang or an unexplained failure.
+        assert "disk usage" in pop_error, f"Pop receive on the full node failed: {pop_error}"
+        pop_while_full = f"refused ({len(popped)} received first): {pop_error}"
+    else:
+        assert len(popped) == len(receipts), (
+            f"Pop receive on the full node returned {len(popped)} of {len(receipts)} messages"
+        )
+        pop_while_full = f"all {len(popped)} received"
     hold_leadership(group, term)
 
     freed_at = time.monotonic()
@@ -242,6 +304,12 @@ def run_disk_full(
     resume_s = after.receipts[0].acked_at_s - freed_at
     after.wait_acks(acks_after)
     receipts += after.stop()
+    popped, pop_error = consume(group, FULL_NODE, topic, receipts, CONSUME_TIMEOUT_S)
+    assert not pop_error, f"Pop receive after space returned failed: {pop_error}"
+    missing = len(receipts) - len(popped)
+    assert not missing, f"{missing} of {len(receipts)} acknowledged messages never received"
 
     report = group.verify(topic, receipts)
-    return DiskFullReport(report.acknowledged, report.duplicates, report.terms, refusal, resume_s)
+    return DiskFullReport(
+        report.acknowledged, report.duplicates, report.terms, refusal, resume_s, pop_while_full
+    )

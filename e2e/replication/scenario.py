@@ -109,6 +109,7 @@ def run_disk_full(name: str, root: Path, security: Security | None) -> Outcome:
         seconds = time.monotonic() - started
         assert seconds < SCENARIO_LIMIT_S, f"took {seconds:.0f} s (limit {SCENARIO_LIMIT_S:.0f})"
         console.print(f"  refusal seen by the Producer: {report.refusal[:300]}")
+        console.print(f"  SimpleConsumer on the full node: {report.pop_while_full[:300]}")
         return Outcome(
             name,
             True,
