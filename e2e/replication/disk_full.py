@@ -313,3 +313,40 @@ def run_disk_full(
     return DiskFullReport(
         report.acknowledged, report.duplicates, report.terms, refusal, resume_s, pop_while_full
     )
+
+
+def run_follower_full(
+    group: ProcessGroup, disk: SmallDisk, topic: str, acks_before: int, acks_after: int
+) -> DiskFullReport:
+    """``disk-full-follower`` (opt-in, a reproducer): node 1 on ``disk`` follows node 2. While
+    node 1's disk is full the group keeps acknowledging through the other two; once space
+    returns node 1 must catch up without a restart. Today it does not — the driver treats the
+    follower's refused append as fatal and its Raft node stops (docs/security.md, "Not done
+    yet") — so :meth:`ProcessGroup.verify` times out waiting for the replicas to converge."""
+    group.start()
+    group.create_topic(topic)
+    leader = FULL_NODE % group.size + 1
+    make_leader(group, leader)
+    load = Load(group, topic)
+    load.start()
+    load.wait_acks(acks_before)
+    disk.fill_to(FILL_RATIO)
+    run_cleanup(group)
+    assert disk_full(group), f"node 1 does not report disk_full at {disk.used_ratio():.0%} used"
+    acked = len(load.receipts)
+    load.wait_acks(acked + acks_after)
+    assert group.current_leader() == leader, "leadership moved to or from the full follower"
+    freed_at = time.monotonic()
+    disk.free_ballast()
+    run_cleanup(group)
+    assert not disk_full(group), "node 1 still reports disk_full after the ballast was removed"
+    receipts = load.stop()
+    report = group.verify(topic, receipts)
+    return DiskFullReport(
+        report.acknowledged,
+        report.duplicates,
+        report.terms,
+        "",
+        time.monotonic() - freed_at,
+        "not tried",
+    )
