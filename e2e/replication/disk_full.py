@@ -318,11 +318,10 @@ def run_disk_full(
 def run_follower_full(
     group: ProcessGroup, disk: SmallDisk, topic: str, acks_before: int, acks_after: int
 ) -> DiskFullReport:
-    """``disk-full-follower`` (opt-in, a reproducer): node 1 on ``disk`` follows node 2. While
-    node 1's disk is full the group keeps acknowledging through the other two; once space
-    returns node 1 must catch up without a restart. Today it does not — the driver treats the
-    follower's refused append as fatal and its Raft node stops (docs/security.md, "Not done
-    yet") — so :meth:`ProcessGroup.verify` times out waiting for the replicas to converge."""
+    """``disk-full-follower``: node 1 on ``disk`` follows node 2. While node 1's disk is full the
+    group keeps acknowledging and node 1 keeps taking the leader's bytes (the full flag refuses
+    producers, not replication); :meth:`ProcessGroup.verify` requires the replicas to converge
+    byte-identical."""
     group.start()
     group.create_topic(topic)
     leader = FULL_NODE % group.size + 1

@@ -15,9 +15,9 @@ Scenarios (each on a fresh group in its own directory, each bounded by ``SCENARI
   up (:mod:`e2e.replication.disk_full`): sends are refused with the disk error, the leader keeps
   leading (writes refused group-wide), acknowledged messages stay readable, writes resume once
   space returns. Needs root to mount; otherwise reported *skipped* with the reason;
-* ``disk-full-follower`` — opt-in reproducer, not in the default list: a follower's disk fills
-  up; the group must keep serving and the follower catch up once space returns (it does not
-  today: its Raft node stops on the refused append).
+* ``disk-full-follower`` — a follower's disk fills up; the group keeps serving and the follower
+  keeps taking the leader's bytes (disk-full refuses producers, not replication), so the
+  replicas converge.
 
 After each: no acknowledged message lost (at its queue and offset on every node), at most one
 leader per term (sampled every 100 ms throughout), replicas converge byte-identical up to the
@@ -88,9 +88,8 @@ FAULTS: dict[str, Callable[[ProcessGroup, int], Callable[[], None]]] = {
     "partition-secure": _partition,
 }
 DISK_FULL = {"disk-full", "disk-full-secure", "disk-full-follower"}
-DEFAULT = [*FAULTS, "disk-full", "disk-full-secure"]
-SCENARIOS = [*DEFAULT, "disk-full-follower"]
-"""``disk-full-follower`` is opt-in (``--only``): it reproduces a known gap and fails today."""
+DEFAULT = [*FAULTS, "disk-full", "disk-full-secure", "disk-full-follower"]
+SCENARIOS = DEFAULT
 SECURE = {"kill-secure", "pause-secure", "partition-secure", "disk-full-secure"}
 
 

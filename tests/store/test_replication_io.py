@@ -10,7 +10,7 @@ import pytest
 
 from gannet.node.store import verifying
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.errors import StoreError
+from gannet.node.store.errors import DiskFull, StoreError
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 
@@ -61,3 +61,20 @@ def test_raw_append_must_continue_the_log(tmp_path: Path) -> None:
             store.append_replicated(100, b"x")
     finally:
         store.close()
+
+
+def test_a_follower_above_its_warning_ratio_still_takes_the_leaders_bytes(tmp_path: Path) -> None:
+    """Disk-full refuses producers (admission), never the leader's replicated bytes: a follower
+    that refused them would stop replicating although a majority may have committed them."""
+    leader = open_store(tmp_path / "leader")
+    follower = open_store(tmp_path / "follower")
+    try:
+        leader.put_message(Message(topic="T", body=b"committed elsewhere"))
+        follower.disk_full = True
+        with pytest.raises(DiskFull, match="warning ratio"):
+            follower.put_message(Message(topic="T", body=b"producer write"))
+        end = leader.commitlog.max_offset()
+        assert follower.append_replicated(0, leader.read_replicated(0, end)) == end
+    finally:
+        leader.close()
+        follower.close()

@@ -288,12 +288,14 @@ class MessageStore:
             self.dispatch.set_commit_offset(results[-1].end_offset)
         return results, None
 
-    def _check_writable(self) -> None:
+    def _check_writable(self, *, admission: bool = True) -> None:
+        """Refuse writes to a closed or failed store, and new producer writes (``admission``)
+        while the disk is above the warning ratio."""
         if not self._opened:
             raise StoreNotWritable("the store is not open")
         if self.flush is not None and self.flush.fatal_error is not None:
             raise StoreNotWritable(f"store stopped after a fatal error: {self.flush.fatal_error}")
-        if self.disk_full:
+        if admission and self.disk_full:
             raise DiskFull(
                 f"disk usage of {self.config.root_dir} is above the warning ratio "
                 f"({self.config.disk_warning_ratio:.0%}); writes are refused until cleanup frees "
@@ -406,7 +408,10 @@ class MessageStore:
         Durability is requested like any append (``durable_waiters`` / ``wait_flushed``);
         dispatch still waits for :meth:`set_commit_offset`.
         """
-        self._check_writable()
+        # The leader admits writes; a follower above its warning ratio still takes the bytes a
+        # majority may already have committed (cleanup frees its space; a write that really
+        # finds no space fails and stops the node).
+        self._check_writable(admission=False)
         end = self.commitlog.append_raw(offset, data)
         self._raw_scanned = self.commitlog.note_raw_records(self._raw_scanned, end)
         if self.flush is not None:
