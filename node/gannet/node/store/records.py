@@ -502,7 +502,9 @@ def _check_fields(
             actual = zlib.crc32(buf[pos : end - CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF
             if expected != actual:
                 return CheckResult(False, total, error="whole-record CRC mismatch")
-        prop_map = props.decode(raw.decode("utf-8"))
+        # Invalid UTF-8 becomes U+FFFD, as Java's new String(bytes, UTF_8) does in RocketMQ:
+        # no CRC covers V1 properties, and recovery's fast path does not decode them either.
+        prop_map = props.decode(raw.decode("utf-8", errors="replace"))
     code = tags_code(prop_map.get(props.TAGS))
     if resolver is not None and topic == SCHEDULE_TOPIC:
         level = prop_map.get(props.DELAY_TIME_LEVEL)
@@ -641,7 +643,7 @@ def decode(buf: Buffer, pos: int = 0) -> Message:
         p += topic_len
         (props_len,) = _SHORT.unpack_from(buf, p)
         p += 2
-        prop_map = props.decode(bytes(buf[p : p + props_len]).decode("utf-8"))
+        prop_map = props.decode(bytes(buf[p : p + props_len]).decode("utf-8", errors="replace"))
     except (struct.error, IndexError, UnicodeDecodeError) as exc:
         raise ValueError(f"undecodable record at {pos}: {exc}") from exc
     return Message(
