@@ -6,6 +6,8 @@ Scenarios (each on a fresh group in its own directory, each bounded by ``SCENARI
   catches up;
 * ``pause`` — SIGSTOP of the leader (a frozen process: no errors, just silence); a new leader
   takes over; SIGCONT: the old leader learns the new term and steps down;
+* ``pause-follower`` — SIGSTOP of a follower: the leader keeps leading and commits with the
+  other follower; SIGCONT: the paused follower catches up;
 * ``partition`` — every peer link of the leader cut by the fault proxies (clients still reach
   it); the majority elects a new leader; heal: the old leader's uncommitted suffix is cut;
 * ``kill-secure``, ``pause-secure``, ``partition-secure`` — the same with authentication and
@@ -74,6 +76,16 @@ def _pause(group: ProcessGroup, leader: int) -> Callable[[], None]:
     return lambda: group.resume(leader)
 
 
+def _pause_follower(group: ProcessGroup, leader: int) -> Callable[[], None]:
+    follower = _a_follower(group, leader)
+    group.pause(follower)
+    return lambda: group.resume(follower)
+
+
+def _a_follower(group: ProcessGroup, leader: int) -> int:
+    return next(i for i in group.ids if i != leader)
+
+
 def _partition(group: ProcessGroup, leader: int) -> Callable[[], None]:
     group.isolate(leader)
     return group.heal
@@ -82,6 +94,7 @@ def _partition(group: ProcessGroup, leader: int) -> Callable[[], None]:
 FAULTS: dict[str, Callable[[ProcessGroup, int], Callable[[], None]]] = {
     "kill": _kill,
     "pause": _pause,
+    "pause-follower": _pause_follower,
     "partition": _partition,
     "kill-secure": _kill,
     "pause-secure": _pause,
@@ -90,6 +103,8 @@ FAULTS: dict[str, Callable[[ProcessGroup, int], Callable[[], None]]] = {
 DISK_FULL = {"disk-full", "disk-full-secure", "disk-full-follower"}
 DEFAULT = [*FAULTS, "disk-full", "disk-full-secure", "disk-full-follower"]
 SCENARIOS = DEFAULT
+LEADER_STAYS = {"pause-follower"}
+"""Faults of a follower: the leader keeps leading and the remaining majority keeps committing."""
 SECURE = {"kill-secure", "pause-secure", "partition-secure", "disk-full-secure"}
 
 
@@ -154,9 +169,14 @@ def run_one(name: str, root: Path) -> Outcome:
         leader = group.leader()
         faulted_at = time.monotonic()
         undo = FAULTS[name](group, leader)
-        others = [i for i in group.ids if i != leader]
-        new_leader = group.leader(others)
-        assert new_leader != leader
+        if name in LEADER_STAYS:
+            follower = _a_follower(group, leader)
+            others = [i for i in group.ids if i != follower]
+            assert group.leader(others) == leader, "leadership moved although a follower paused"
+        else:
+            others = [i for i in group.ids if i != leader]
+            new_leader = group.leader(others)
+            assert new_leader != leader
         acked = len(load.receipts)
         load.wait_acks(acked + 1)
         failover_s = load.receipts[acked].acked_at_s - faulted_at
