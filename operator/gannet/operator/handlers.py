@@ -49,6 +49,24 @@ CLUSTERS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.CLUS
 FIGURES_TOPICS_MAX = 100
 
 
+def _reconcile_and_refresh(
+    resource: tuple[str, str, str],
+    handler: Callable[..., Any],
+    ctx: Context,
+    registry: kopf.OperatorRegistry,
+) -> None:
+    """Run ``handler`` on create, update and resume, and on the refresh timer."""
+    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
+        decorator(*resource, id="reconcile", registry=registry)(_any(handler))
+    kopf.timer(
+        *resource,
+        id="refresh",
+        interval=ctx.refresh_interval_s,
+        initial_delay=ctx.refresh_interval_s,
+        registry=registry,
+    )(_any(handler))
+
+
 def _flag(meta: Mapping[str, Any], annotation: str, *, default: bool) -> bool:
     value = (meta.get("annotations") or {}).get(annotation)
     return default if value is None else str(value).lower() == "true"
@@ -230,15 +248,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                 patch.status["maxOffsets"] = list(figures.max_offsets)
                 patch.status["messages"] = figures.messages
 
-    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(*TOPICS, id="reconcile", registry=registry)(_any(reconcile_topic))
-    kopf.timer(
-        *TOPICS,
-        id="refresh",
-        interval=ctx.refresh_interval_s,
-        initial_delay=ctx.refresh_interval_s,
-        registry=registry,
-    )(_any(reconcile_topic))
+    _reconcile_and_refresh(TOPICS, reconcile_topic, ctx, registry)
 
     async def release_topic(
         name: str,
@@ -358,15 +368,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                     {"topic": t, "lag": lag} for t, lag in figures.lag_by_topic[:FIGURES_TOPICS_MAX]
                 ]
 
-    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(*GROUPS, id="reconcile", registry=registry)(_any(reconcile_group))
-    kopf.timer(
-        *GROUPS,
-        id="refresh",
-        interval=ctx.refresh_interval_s,
-        initial_delay=ctx.refresh_interval_s,
-        registry=registry,
-    )(_any(reconcile_group))
+    _reconcile_and_refresh(GROUPS, reconcile_group, ctx, registry)
 
     async def release_group(
         name: str,
