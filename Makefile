@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit java bench install clean dashboards e2e e2e-prometheus bench-full bench-debs bench-peers
+.PHONY: run test lint unit java bench install clean dashboards e2e e2e-prometheus bench-full bench-standard bench-debs bench-peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ bench-peers: $(BENCH_STAMP) bench-debs
 ## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis
+
+## bench-standard: bench-full at a fifth of the messages with medians of 3 (about 45 min on 2 cores)
+bench-standard: bench-peers
+	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis \
+	  --scale 0.2 --repetitions 3
 
 ## bench: quick benchmarks (storage engine, Pop, Spark pipeline, v2 broker, replication, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs

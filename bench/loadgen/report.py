@@ -105,6 +105,31 @@ def targets(table: Mapping[Key, Mapping[str, Any]]) -> list[str]:
     return lines
 
 
+def sizes(records: Iterable[Mapping[str, Any]]) -> dict[str, list[str]]:
+    """Per scenario id, the effective sizes its records ran with (from each line's
+    ``settings.scenario``: measured and warm-up messages, repetitions, scale), one text per
+    distinct combination, naming the systems when the combinations differ."""
+    seen: dict[str, dict[str, set[str]]] = {}
+    for rec in records:
+        scenario = (rec.get("settings") or {}).get("scenario") or {}
+        if "messages" not in scenario:
+            continue
+        text = (
+            f"{scenario['messages']:,} measured messages after "
+            f"{scenario.get('warmup_messages', 0):,} warm-up, "
+            f"{scenario.get('repetitions', '?')} repetition(s), "
+            f"scale {scenario.get('scale', 1.0):g}"
+        )
+        seen.setdefault(str(rec["scenario"]), {}).setdefault(text, set()).add(str(rec["system"]))
+    out: dict[str, list[str]] = {}
+    for scenario_id, texts in seen.items():
+        if len(texts) == 1:
+            out[scenario_id] = list(texts)
+        else:
+            out[scenario_id] = [f"{t} ({', '.join(sorted(s))})" for t, s in sorted(texts.items())]
+    return out
+
+
 def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
     """The Markdown report for ``records`` (plots already written, named in ``images``)."""
     measured = [r for r in records if not r.get("skipped")]
@@ -166,6 +191,21 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
     env = current[0].get("environment", {}) if current else {}
     if env:
         out += ["", "Environment: " + ", ".join(f"{k} {v}" for k, v in env.items()) + "."]
+    run_sizes = sizes(current)
+    scales = sorted(
+        {
+            f"{float(((r.get('settings') or {}).get('scenario') or {}).get('scale', 1.0)):g}"
+            for r in current
+            if ((r.get("settings") or {}).get("scenario") or {}).get("messages")
+        }
+    )
+    if scales:
+        out += [
+            "",
+            f"Run sizes: scale {', '.join(scales)} of each scenario's defined message and "
+            "warm-up counts (`--scale`); the effective counts and repetitions are stated under "
+            "each scenario.",
+        ]
     out += ["", "## Results by scenario", ""]
     produce_ratio = stats.ratios(table, "produce_msgs_per_s")
     consume_ratio = stats.ratios(table, "consume_msgs_per_s")
@@ -176,8 +216,9 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
         out += [f"### {scenario_id}: {title}", ""]
         if scenario is not None:
             out += [
-                f"{scenario.purpose}. Full run: {scenario.messages:,} measured messages after "
-                f"{scenario.warmup_messages:,} warm-up (quick runs: a fifth), at most "
+                f"{scenario.purpose}. Defined: {scenario.messages:,} measured messages after "
+                f"{scenario.warmup_messages:,} warm-up, {scenario.repetitions} repetitions, "
+                "at most "
                 f"{scenario.max_duration_s:.0f} s per phase; topics × queues "
                 f"{scenario.topics}×{scenario.queues_per_topic}, "
                 f"producers/consumers {scenario.producers}/{scenario.consumers}, in flight "
@@ -185,6 +226,8 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
                 f"{_fmt(scenario.rate_msgs_per_s) if scenario.rate_msgs_per_s else 'max'}.",
                 "",
             ]
+        if run_sizes.get(scenario_id):
+            out += ["Measured here: " + "; ".join(run_sizes[scenario_id]) + ".", ""]
         out += [
             "| system | mode | durability | msg bytes | produce msgs/s | MB/s | send p50 / p99 / "
             "p99.9 ms | receive+ack msgs/s | CPU µs/msg | RSS MiB | write amp. | runs | "

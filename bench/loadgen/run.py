@@ -179,6 +179,7 @@ def skipped(run_id: str, scenario: Scenario, system: str, reason: str) -> dict[s
         "system": system,
         "mode": scenario.mode.value,
         "durability": f"{scenario.flush.value} flush, R{scenario.replicas}",
+        "settings": {"scenario": scenario.settings()},
         "skipped": reason,
     }
 
@@ -249,25 +250,51 @@ def _print(rec: dict[str, Any]) -> None:
 )
 @click.option("--quick", is_flag=True, help="A fifth of the messages, one repetition.")
 @click.option(
+    "--scale",
+    type=click.FloatRange(min=0.0, min_open=True, max=100.0),
+    default=None,
+    help="Multiply every scenario's message and warm-up counts by this (0.2 = the quick sizes).",
+)
+@click.option(
+    "--repetitions",
+    type=click.IntRange(min=1, max=100),
+    default=None,
+    help="Repetitions per scenario and system, instead of each scenario's own (3).",
+)
+@click.option(
     "--out",
     type=click.Path(dir_okay=False, path_type=Path),
     default=RESULTS / "peers.jsonl",
     show_default=True,
 )
 @click.option("--report/--no-report", default=True, help="Regenerate REPORT.md afterwards.")
-def main(scenarios: str, systems: str, quick: bool, out: Path, report: bool) -> None:
+def main(
+    scenarios: str,
+    systems: str,
+    quick: bool,
+    scale: float | None,
+    repetitions: int | None,
+    out: Path,
+    report: bool,
+) -> None:
     """Run scenarios S1-S9 against Gannet and peer brokers; append results as JSON lines.
 
-    Exit code 0 when every run completed, 1 when some run failed (its line holds the error),
-    2 for bad arguments."""
+    The effective message counts, repetitions and scale of each scenario are recorded in every
+    line's settings.scenario and stated in the report. Exit code 0 when every run completed,
+    1 when some run failed (its line holds the error), 2 for bad arguments."""
     chosen_systems = [s.strip() for s in systems.split(",") if s.strip()]
     unknown = [s for s in chosen_systems if s not in SYSTEMS]
     if unknown:
         raise click.BadParameter(f"unknown system(s) {unknown}", param_hint="--systems")
     try:
-        chosen = select([s.strip() for s in scenarios.split(",")], quick=quick)
+        chosen = select(
+            [s.strip() for s in scenarios.split(",")],
+            quick=quick,
+            scale=scale,
+            repetitions=repetitions,
+        )
     except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--scenarios") from exc
+        raise click.BadParameter(str(exc), param_hint="--scenarios/--quick") from exc
     run_id = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
     out.parent.mkdir(parents=True, exist_ok=True)
     failed = 0

@@ -52,6 +52,7 @@ class Scenario:
     repetitions: int = 3
     consume: bool = True
     purpose: str = ""
+    scale: float = 1.0  # factor applied to the defined message and warm-up counts (recorded)
 
     def __post_init__(self) -> None:
         problems = []
@@ -69,6 +70,8 @@ class Scenario:
             problems.append(f"rate_msgs_per_s={self.rate_msgs_per_s} (must be > 0)")
         if self.max_duration_s <= 0 or self.repetitions < 1:
             problems.append("max_duration_s > 0 and repetitions >= 1 are required")
+        if not 0 < self.scale <= MAX_SCALE:
+            problems.append(f"scale={self.scale} (must be > 0 and <= {MAX_SCALE:g})")
         if problems:
             raise ValueError(f"scenario {self.id}: " + "; ".join(problems))
 
@@ -86,11 +89,26 @@ class Scenario:
     def quick(self) -> Scenario:
         """The same shape with a fifth of the messages, one repetition and a short bound."""
         return dataclasses.replace(
+            self.scaled(QUICK_SCALE, repetitions=1), max_duration_s=min(self.max_duration_s, 20.0)
+        )
+
+    def scaled(self, scale: float, *, repetitions: int | None = None) -> Scenario:
+        """The same shape with message and warm-up counts multiplied by ``scale`` (at least 10
+        messages and 1 warm-up message per producer) and, if given, ``repetitions`` instead of
+        the scenario's own. ``scale`` on the result records the product of every factor
+        applied since the definition."""
+        if not 0 < scale <= MAX_SCALE:
+            raise ValueError(
+                f"scenario {self.id}: scale={scale} (must be > 0 and <= {MAX_SCALE:g})"
+            )
+        if repetitions is not None and repetitions < 1:
+            raise ValueError(f"scenario {self.id}: repetitions={repetitions} (must be >= 1)")
+        return dataclasses.replace(
             self,
-            messages=max(self.producers * 10, self.messages // 5),
-            warmup_messages=max(self.producers, self.warmup_messages // 5),
-            repetitions=1,
-            max_duration_s=min(self.max_duration_s, 20.0),
+            messages=max(self.producers * 10, round(self.messages * scale)),
+            warmup_messages=max(self.producers, round(self.warmup_messages * scale)),
+            repetitions=self.repetitions if repetitions is None else repetitions,
+            scale=round(self.scale * scale, 6),
         )
 
     def settings(self) -> dict[str, object]:
@@ -102,6 +120,8 @@ class Scenario:
 
 
 KIB = 1024
+QUICK_SCALE = 0.2
+MAX_SCALE = 100.0
 
 SCENARIOS: dict[str, Scenario] = {
     s.id: s
@@ -245,11 +265,25 @@ SCENARIOS: dict[str, Scenario] = {
 QUICK_IDS = ("S1", "S3")
 
 
-def select(ids: list[str], *, quick: bool) -> list[Scenario]:
-    """Scenarios by id (``["all"]`` for every one), shrunk by :meth:`Scenario.quick` if asked."""
+def select(
+    ids: list[str],
+    *,
+    quick: bool,
+    scale: float | None = None,
+    repetitions: int | None = None,
+) -> list[Scenario]:
+    """Scenarios by id (``["all"]`` for every one), shrunk by :meth:`Scenario.quick` if asked,
+    or with counts multiplied by ``scale`` and/or ``repetitions`` overridden
+    (:meth:`Scenario.scaled`). ``quick`` fixes both, so it cannot be combined with them."""
+    if quick and (scale is not None or repetitions is not None):
+        raise ValueError("quick already means scale 0.2 and 1 repetition; give one or the other")
     wanted = list(SCENARIOS) if ids == ["all"] else ids
     unknown = [i for i in wanted if i not in SCENARIOS]
     if unknown:
         raise ValueError(f"unknown scenario(s) {unknown}; known: {', '.join(SCENARIOS)}")
     chosen = [SCENARIOS[i] for i in wanted]
-    return [s.quick() for s in chosen] if quick else chosen
+    if quick:
+        return [s.quick() for s in chosen]
+    if scale is None and repetitions is None:
+        return chosen
+    return [s.scaled(1.0 if scale is None else scale, repetitions=repetitions) for s in chosen]

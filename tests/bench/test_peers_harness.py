@@ -271,3 +271,64 @@ def test_notes_in_parentheses_do_not_split_a_durability_class() -> None:
     assert stats.ratios(table, "produce_msgs_per_s") == {
         ("S1", "nats", "stock", "async flush, R1"): 0.5
     }
+
+
+def test_scale_and_repetitions_override_counts_and_are_recorded() -> None:
+    chosen = scenarios.select(["S1", "S3"], quick=False, scale=0.2, repetitions=3)
+    s1, s3 = chosen
+    assert (s1.messages, s1.warmup_messages, s1.repetitions, s1.scale) == (2_000, 200, 3, 0.2)
+    assert (s3.messages, s3.warmup_messages) == (40_000, 2_000)
+    assert s1.settings()["scale"] == 0.2
+    assert s1.settings()["messages"] == 2_000
+    assert s1.quick().messages == s1.messages // 5  # factors compound from the given scenario
+    assert s1.quick().scale == pytest.approx(0.04)
+    tiny = scenarios.SCENARIOS["S2"].scaled(0.0001)
+    assert tiny.messages == 40  # at least 10 per producer
+    assert tiny.warmup_messages == 4
+    only_reps = scenarios.select(["S9"], quick=False, repetitions=5)[0]
+    assert (only_reps.messages, only_reps.repetitions) == (2_000, 5)
+    assert scenarios.select(["S9"], quick=False)[0] is scenarios.SCENARIOS["S9"]
+    assert scenarios.SCENARIOS["S1"].quick().scale == 0.2
+
+
+def test_bad_scale_or_repetitions_are_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="scale=0"):
+        scenarios.SCENARIOS["S1"].scaled(0)
+    with pytest.raises(ValueError, match="repetitions=0"):
+        scenarios.SCENARIOS["S1"].scaled(1.0, repetitions=0)
+    with pytest.raises(ValueError, match="quick already means"):
+        scenarios.select(["S1"], quick=True, scale=0.5)
+
+
+def test_run_cli_refuses_bad_sizes_with_exit_code_2() -> None:
+    from click.testing import CliRunner
+
+    from bench.loadgen import run
+
+    runner = CliRunner()
+    for args, needle in (
+        (["--scale", "0"], "--scale"),
+        (["--repetitions", "0"], "--repetitions"),
+        (["--quick", "--repetitions", "2"], "quick already means"),
+        (["--systems", "gannet,kafkaesque"], "unknown system"),
+    ):
+        done = runner.invoke(run.main, [*args, "--no-report"])
+        assert done.exit_code == 2, (args, done.output)
+        assert needle in done.output
+
+
+def test_report_states_the_effective_sizes_of_each_run(tmp_path: Path) -> None:
+    sized = scenarios.SCENARIOS["S1"].scaled(0.2, repetitions=3).settings()
+    lines = [
+        {**_rec("gannet", rep, 200, 20), "settings": {"scenario": sized, "system": {}}}
+        for rep in range(3)
+    ]
+    lines.append({**_rec("redis", 0, 100, 10), "settings": {"scenario": {**sized, "scale": 1.0,
+                  "messages": 10_000, "warmup_messages": 1_000, "repetitions": 1}}})  # fmt: skip
+    text = report.render(lines, [])
+    assert "Run sizes: scale 0.2, 1 of each scenario's defined" in text
+    assert "2,000 measured messages after 200 warm-up, 3 repetition(s), scale 0.2 (gannet)" in text
+    assert "10,000 measured messages after 1,000 warm-up, 1 repetition(s), scale 1 (redis)" in text
+    uniform = report.render(lines[:3], [])
+    assert "Measured here: 2,000 measured messages after 200 warm-up, 3 repetition(s), " \
+        "scale 0.2." in uniform  # fmt: skip
