@@ -45,7 +45,7 @@ unit: $(STAMP) $(PROMTOOL) java
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Peer benchmark (bench/peers, bench/loadgen): the bench extra, Debian's nats-server and
-# redis-server, and Apache RocketMQ jars from Maven Central (cached in bench/peers/.cache).
+# redis-server, and Apache RocketMQ and Kafka jars from Maven Central (cached in bench/peers/.cache).
 # `make test` needs none of this.
 BENCH_STAMP := $(VENV)/.bench-installed
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -59,19 +59,20 @@ bench-debs:
 	command -v nats-server >/dev/null && command -v redis-server >/dev/null || \
 	  { $(SUDO) apt-get update -q && $(APT_INSTALL) nats-server redis-server; }
 
-## bench-peers: install every peer (nats-server, redis-server, JDK + Maven, RocketMQ jars)
+## bench-peers: install every peer (nats-server, redis-server, JDK + Maven, RocketMQ and Kafka jars)
 bench-peers: $(BENCH_STAMP) bench-debs
 	command -v java >/dev/null && command -v mvn >/dev/null || \
 	  { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless maven; }
 	$(BIN)/python -c 'from bench.peers import rocketmq; print(rocketmq.fetch())'
+	$(BIN)/python -c 'from bench.peers import kafka; print(kafka.fetch())'
 
-## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams
+## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams, Kafka
 bench-full: bench-peers
-	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis
+	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka
 
 ## bench-standard: bench-full at a fifth of the messages with medians of 3 (about 45 min on 2 cores)
 bench-standard: bench-peers
-	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis \
+	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
 ## bench: quick benchmarks (storage engine, Pop, Spark pipeline, v2 broker, replication, Gannet vs Redis S1+S3); figures go to bench/results/

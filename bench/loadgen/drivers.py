@@ -12,6 +12,10 @@
 - ``nats_*``: nats-py JetStream (``js.publish`` awaited per message; pull-consumer fetch + ack).
 - ``redis_*``: redis-py asyncio (``XADD`` per message, or a pipeline of ``batch``;
   ``XREADGROUP COUNT 32`` + one ``XACK`` per batch).
+- ``kafka_*``: confluent-kafka (librdkafka): one ``produce()`` per message, ``acks=all``,
+  ``linger.ms=0`` (stock) or linger/batch settings for ~32 messages per request (batched),
+  bounded in flight; a consumer group member committing offsets after each batch of up to 32
+  (:func:`kafka_producer_config`, :func:`kafka_consumer_config`).
 
 A worker gets a :class:`WorkerSpec`, gets ready (connects, warms up), waits on the shared
 barrier so that the measurement starts for every worker at once, runs, and returns a
@@ -53,8 +57,8 @@ class Counter(Protocol):
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    system: str  # gannet | rocketmq | nats | redis
-    client: str  # rmq_stock | rmq_raw | nats | redis
+    system: str  # gannet | rocketmq | nats | redis | kafka
+    client: str  # rmq_stock | rmq_raw | nats | redis | kafka
     endpoint: str
     scenario: Scenario
     worker: int
@@ -638,15 +642,193 @@ async def _redis_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -
     return result
 
 
+# --- Apache Kafka (confluent-kafka / librdkafka) --------------------------------------------
+
+KAFKA_BATCH_LINGER_MS = 5
+KAFKA_ASSIGN_TIMEOUT_S = 30.0
+KAFKA_ASSIGN_SETTLE_S = 1.0
+
+
+def kafka_producer_config(spec: WorkerSpec) -> dict[str, Any]:
+    """librdkafka settings of a producer. Both modes: ``acks=all``, idempotence off (as the
+    other clients: no dedup), one ``produce()`` per message, the number of messages awaiting
+    their delivery report bounded by the driver (see :func:`kafka_in_flight`).
+
+    - stock: ``linger.ms=0``: a request leaves as soon as the client has a message. librdkafka
+      still puts messages that queued up while a request was in flight into the next request;
+      that is how its users see it, so it is not prevented.
+    - batched: ``linger.ms=5``, ``batch.num.messages=batch`` (32) and ``batch.size`` room for
+      ``batch`` messages: a request per partition carries up to 32 messages, the counterpart
+      of a 32-entry ``SendMessage`` or a 32-XADD pipeline."""
+    scenario = spec.scenario
+    config: dict[str, Any] = {
+        "bootstrap.servers": spec.endpoint,
+        "acks": "all",
+        "enable.idempotence": False,
+        "message.timeout.ms": 30_000,
+        "queue.buffering.max.messages": max(1000, kafka_in_flight(scenario) * 2),
+    }
+    if scenario.mode is Mode.BATCHED:
+        config.update(
+            {
+                "linger.ms": KAFKA_BATCH_LINGER_MS,
+                "batch.num.messages": scenario.batch,
+                "batch.size": scenario.batch * (scenario.message_size_bytes + 128),
+            }
+        )
+    else:
+        config["linger.ms"] = 0
+    return config
+
+
+def kafka_in_flight(scenario: Scenario) -> int:
+    """Messages a producer may have awaiting delivery: ``in_flight`` requests' worth."""
+    return scenario.in_flight * (scenario.batch if scenario.mode is Mode.BATCHED else 1)
+
+
+def kafka_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
+    from confluent_kafka import Producer  # type: ignore[import-not-found,unused-ignore]
+
+    scenario, result = spec.scenario, WorkerResult()
+    producer = Producer(kafka_producer_config(spec))
+    body = _body(scenario.message_size_bytes, spec.worker)
+    limit = kafka_in_flight(scenario)
+    outstanding = 0
+    measuring = False
+
+    def send(i: int) -> None:
+        nonlocal outstanding
+        while outstanding >= limit:
+            producer.poll(1.0)  # runs delivery callbacks, which lower ``outstanding``
+        t0 = time.monotonic()
+        measured = measuring
+
+        def done(err: Any, _msg: Any) -> None:
+            nonlocal outstanding
+            outstanding -= 1
+            if err is not None:
+                result.fail(err)
+            elif measured:
+                result.record(time.monotonic() - t0, 1, scenario.message_size_bytes)
+
+        while True:
+            try:
+                producer.produce(spec.topics[i % len(spec.topics)], body, on_delivery=done)
+                break
+            except BufferError:
+                producer.poll(0.1)
+        outstanding += 1
+        producer.poll(0)
+
+    def drain() -> None:
+        deadline = time.monotonic() + 60
+        while outstanding and time.monotonic() < deadline:
+            producer.poll(0.5)
+
+    for i in range(spec.warmup_messages):
+        send(i)
+    drain()
+    barrier.wait(timeout=120)
+    measuring = True
+    result.start_s = time.monotonic()
+    for i in range(spec.messages):
+        if time.monotonic() - result.start_s > spec.deadline_s:
+            break
+        _pace(scenario, spec.workers, result.start_s, i)
+        send(i)
+    drain()
+    producer.flush(10)
+    return result
+
+
+def kafka_consumer_config(spec: WorkerSpec) -> dict[str, Any]:
+    """A member of consumer group ``spec.group`` (KIP-848 protocol), offsets committed by the
+    driver: ``enable.auto.commit=false`` and a synchronous ``commit()`` after every batch of
+    up to 32 messages. Kafka's ack is that offset commit per partition: it acknowledges
+    everything up to an offset, not message by message as a Pop ack does, and a message is
+    not hidden from other members while in process (each partition has one reader)."""
+    return {
+        "bootstrap.servers": spec.endpoint,
+        "group.id": spec.group,
+        "group.protocol": "consumer",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+    }
+
+
+def kafka_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> WorkerResult:
+    from confluent_kafka import Consumer  # type: ignore[import-not-found,unused-ignore]
+
+    result = WorkerResult()
+    consumer = Consumer(kafka_consumer_config(spec))
+    size = spec.scenario.message_size_bytes
+    started = False
+
+    def on_assign(c: Any, partitions: list[Any]) -> None:
+        # Before the barrier, hold new partitions paused so that librdkafka does not prefetch
+        # messages outside the measured (and metered) window.
+        c.incremental_assign(partitions)
+        if not started and partitions:
+            c.pause(partitions)
+
+    consumer.subscribe(list(spec.topics), on_assign=on_assign)
+    try:
+        _kafka_wait_assignment(spec, consumer)
+        barrier.wait(timeout=120)
+        started = True
+        result.start_s = time.monotonic()
+        assigned = consumer.assignment()
+        if assigned:
+            consumer.resume(assigned)
+
+        def receive() -> int:
+            t0 = time.monotonic()
+            messages = consumer.consume(32, timeout=1.0)
+            good = [m for m in messages if m.error() is None]
+            for m in messages:
+                if m.error() is not None:
+                    result.fail(m.error())
+            if not good:
+                return 0
+            consumer.commit(asynchronous=False)
+            result.record(time.monotonic() - t0, len(good), size)
+            return len(good)
+
+        _consume_loop(spec, counter, result, receive)
+    finally:
+        consumer.close()
+    return result
+
+
+def _kafka_wait_assignment(spec: WorkerSpec, consumer: Any) -> None:
+    """Poll until this member's assignment has not changed for KAFKA_ASSIGN_SETTLE_S (the group
+    has settled), or give up after KAFKA_ASSIGN_TIMEOUT_S (a member may get no partitions when
+    the group has more members than partitions). Partitions stay paused, so nothing is read."""
+    deadline = time.monotonic() + KAFKA_ASSIGN_TIMEOUT_S
+    last: list[tuple[str, int]] = []
+    stable_since = time.monotonic()
+    while time.monotonic() < deadline:
+        message = consumer.poll(0.1)
+        if message is not None and message.error() is None:
+            raise RuntimeError("a paused partition delivered a message before the barrier")
+        now = [(p.topic, p.partition) for p in consumer.assignment()]
+        if now != last:
+            last, stable_since = now, time.monotonic()
+        elif now and time.monotonic() - stable_since >= KAFKA_ASSIGN_SETTLE_S:
+            return
+
+
 PRODUCERS: dict[str, Callable[[WorkerSpec, Barrier], WorkerResult]] = {
     "rmq_stock": rmq_stock_produce,
     "rmq_raw": rmq_raw_produce,
     "nats": nats_produce,
     "redis": redis_produce,
+    "kafka": kafka_produce,
 }
 CONSUMERS: dict[str, Callable[[WorkerSpec, Barrier, Counter], WorkerResult]] = {
     "rmq_stock": rmq_stock_consume,
     "rmq_raw": rmq_raw_consume,
     "nats": nats_consume,
     "redis": redis_consume,
+    "kafka": kafka_consume,
 }

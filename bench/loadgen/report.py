@@ -166,8 +166,8 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
             [
                 "Caveat: these verdicts come from runs with "
                 f"{min(v['runs'] for v in table.values())} repetition(s) on a loaded machine; "
-                "the JVM peers (RocketMQ) ran only a few thousand messages, so their JIT was "
-                "not warm. Treat them as a smoke test of the comparison, not as the result.",
+                "the JVM peers (RocketMQ, Kafka) ran only a few thousand messages, so their JIT "
+                "was not warm. Treat them as a smoke test of the comparison, not as the result.",
                 "",
             ]
             if preliminary and table

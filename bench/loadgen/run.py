@@ -29,7 +29,7 @@ from rich.table import Table
 
 from bench.loadgen import drivers, phases
 from bench.loadgen.scenarios import Mode, Scenario, select
-from bench.peers import gannet, natsjs, processes, redisstreams, rocketmq
+from bench.peers import gannet, kafka, natsjs, processes, redisstreams, rocketmq
 from bench.peers.base import Layout, Running
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
@@ -41,6 +41,7 @@ SYSTEMS: dict[str, Starter] = {
     "rocketmq": rocketmq.start,
     "nats": natsjs.start,
     "redis": redisstreams.start,
+    "kafka": kafka.start,
 }
 CLIENTS = {
     ("gannet", Mode.STOCK): "rmq_stock",
@@ -51,6 +52,8 @@ CLIENTS = {
     ("nats", Mode.BATCHED): "nats",
     ("redis", Mode.STOCK): "redis",
     ("redis", Mode.BATCHED): "redis",
+    ("kafka", Mode.STOCK): "kafka",
+    ("kafka", Mode.BATCHED): "kafka",
 }
 console = Console(stderr=True)
 
@@ -81,6 +84,15 @@ def specs_for(
     ]
 
 
+def _version_or_none(distribution: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return None
+
+
 def environment() -> dict[str, Any]:
     from importlib.metadata import version
 
@@ -91,6 +103,7 @@ def environment() -> dict[str, Any]:
         "rocketmq_python_client": version("rocketmq-python-client"),
         "nats_py": version("nats-py"),
         "redis_py": version("redis"),
+        "confluent_kafka": _version_or_none("confluent-kafka"),
         "cpus": os.cpu_count(),
         "kernel": platform.release(),
         "pinning": "broker CPU 0, load generator CPU 1" if LOADGEN_CPUS else "none (1 CPU)",

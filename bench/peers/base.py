@@ -22,7 +22,7 @@ class Layout:
 
 @dataclass
 class Running:
-    system: str  # gannet | gannet-r3 | rocketmq | nats | redis
+    system: str  # gannet | gannet-r3 | rocketmq | nats | nats-r3 | redis | kafka
     version: str
     endpoint: str  # what the drivers connect to
     children: list[processes.Child]
