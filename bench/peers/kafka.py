@@ -96,6 +96,17 @@ def java_version() -> str:
     return out.stderr.splitlines()[0] if out.stderr else "java ?"
 
 
+def client_version() -> str:
+    """The Python client and the librdkafka inside it, e.g. ``confluent-kafka 2.16.1
+    (librdkafka 2.16.0)``."""
+    from importlib.metadata import version
+
+    import confluent_kafka  # type: ignore[import-not-found,unused-ignore]
+
+    library = confluent_kafka.libversion()[0]
+    return f"confluent-kafka {version('confluent-kafka')} (librdkafka {library})"
+
+
 def cluster_id() -> str:
     """A random cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes in
     URL-safe base64 without padding (22 characters)."""
@@ -180,7 +191,7 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
         settings={"mode": "KRaft broker+controller, 1 node", "heap": HEAP, "cpus": BROKER_CPUS,
                   "partitions": f"{layout.queues} per topic (= queues)",
                   "topic config": ", ".join(f"{k}={v}" for k, v in config.items()) or "defaults",
-                  "group.protocol": "consumer (KIP-848)"},
+                  "group.protocol": "consumer (KIP-848)", "client": client_version()},
     )  # fmt: skip
 
 

@@ -108,6 +108,7 @@ def test_a_tiny_s1_against_kafka_gets_every_message_back(tmp_path: Path) -> None
     running = kafka.start(tmp_path, "async", 1, layout)
     try:
         assert running.version.startswith(f"Apache Kafka {kafka.VERSION}")
+        assert "librdkafka" in str(running.settings["client"])
         produce = phases.run(
             "produce", run.specs_for("produce", running, "kafka", scenario, layout), running.pids
         )
