@@ -5,10 +5,15 @@ the report prints their settings.
 
 Two send modes per system:
 - ``stock``: one message per request, as users' clients do (official RocketMQ client
-  ``Producer.send_async``; nats-py ``js.publish``; redis-py ``XADD``), a bounded number in flight.
+  ``Producer.send_async``; nats-py ``js.publish``; redis-py ``XADD``; confluent-kafka
+  ``produce()`` with ``linger.ms=0``), a bounded number in flight.
 - ``batched``: ``batch`` messages per request (raw ``SendMessage`` with ``batch`` entries for
   RocketMQ and Gannet; a redis pipeline of ``batch`` XADDs; for NATS, which has no batch publish,
-  ``batch`` × in-flight async publishes).
+  ``batch`` × in-flight async publishes; for Kafka, librdkafka batches of up to ``batch``
+  messages per partition, ``linger.ms=5``).
+
+``scale`` (``--scale`` of :mod:`bench.loadgen.run`) multiplies the message and warm-up counts;
+the effective counts, repetitions and scale travel with every result line.
 """
 
 from __future__ import annotations
