@@ -95,6 +95,18 @@ def _committed_and_end(endpoint: str, topic: str, group: str, partitions: int) -
         consumer.close()
 
 
+def _topic_config(endpoint: str, topic: str) -> dict[str, str]:
+    from confluent_kafka.admin import AdminClient  # type: ignore[import-not-found,unused-ignore]
+    from confluent_kafka.admin._config import (  # type: ignore[import-not-found,unused-ignore]
+        ConfigResource,
+    )
+
+    admin = AdminClient({"bootstrap.servers": endpoint})
+    resource = ConfigResource("topic", topic)
+    entries = admin.describe_configs([resource])[resource].result(timeout=30)
+    return {name: str(entry.value) for name, entry in entries.items()}
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 def test_a_tiny_s1_against_kafka_gets_every_message_back(tmp_path: Path) -> None:
@@ -122,6 +134,11 @@ def test_a_tiny_s1_against_kafka_gets_every_message_back(tmp_path: Path) -> None
         # of each partition is that partition's end offset.
         offsets = _committed_and_end(running.endpoint, layout.topics[0], layout.group, 1)
         assert offsets == [(220, 220)]
+        # The sync-flush scenarios' topics carry flush.messages=1 (fsync after every append).
+        durable = Layout((f"durable-{tag}",), 2, layout.group)
+        kafka.create_topics(running.endpoint, durable, kafka.topic_config("sync"))
+        assert _topic_config(running.endpoint, durable.topics[0])["flush.messages"] == "1"
+        assert _topic_config(running.endpoint, layout.topics[0])["flush.messages"] != "1"
     finally:
         running.stop()
     assert all(child.process.poll() is not None for child in running.children)
