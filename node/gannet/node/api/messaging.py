@@ -318,7 +318,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                     statuses.UNSUPPORTED, "transactional messages are not served by a Raft group"
                 )
             messages = self.transactions.to_half(messages)
-        results, durable_at = self.store.put_messages_nowait(messages)
+        results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
         if self._on_sent is not None:
             self._on_sent(prepared.topic.topic_name, messages)
         if self.replication is not None:

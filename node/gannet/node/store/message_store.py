@@ -63,6 +63,7 @@ log = logging.getLogger(__name__)
 
 HOUSEKEEPING_INTERVAL_MS = 1_000
 VALID_TOPICS_CACHE_MAX = 100_000
+INLINE_DISPATCH_RECORDS_MAX = 256  # records a send dispatches itself; the rest wakes the thread
 ArrivalListener = Callable[[DispatchInfo], None]
 
 
@@ -265,10 +266,16 @@ class MessageStore:
     def put_message(self, msg: Message) -> AppendResult:
         return self.put_messages([msg])[0]
 
-    def put_messages_nowait(self, msgs: list[Message]) -> tuple[list[AppendResult], int | None]:
+    def put_messages_nowait(
+        self, msgs: list[Message], *, dispatch_inline: bool = False
+    ) -> tuple[list[AppendResult], int | None]:
         """Append; return the results and, in SYNC_FLUSH, the offset that must be flushed
         before they may be acknowledged (wait with :meth:`durable_waiters` or
-        ``flush.wait_flushed``); None when they may be acknowledged now."""
+        ``flush.wait_flushed``); None when they may be acknowledged now.
+
+        ``dispatch_inline``: when the append commits at once (ASYNC_FLUSH, no Raft), dispatch
+        it in the calling thread instead of waking the dispatch thread (see
+        :mod:`dispatching`); only for callers that hold no lock a dispatcher could take."""
         self._check_writable()
         now = now_ms()
         prepared = [self._prepare(m, now) for m in msgs]
@@ -285,7 +292,8 @@ class MessageStore:
             self.flush.request_flush(results[-1].end_offset)
             return results, results[-1].end_offset
         if self._commit_follows_flush:
-            self.dispatch.set_commit_offset(results[-1].end_offset)
+            inline = INLINE_DISPATCH_RECORDS_MAX if dispatch_inline else 0
+            self.dispatch.set_commit_offset(results[-1].end_offset, inline_records_max=inline)
         return results, None
 
     def _check_writable(self, *, admission: bool = True) -> None:
