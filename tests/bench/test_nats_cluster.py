@@ -52,6 +52,7 @@ async def _roundtrip(url: str, topic: str, durable: str, count: int) -> tuple[in
         await nc.close()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_an_r3_cluster_replicates_streams_and_returns_every_message(tmp_path: Path) -> None:
     if shutil.which("nats-server") is None:
