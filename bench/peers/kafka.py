@@ -109,8 +109,13 @@ def client_version() -> str:
 
 def cluster_id() -> str:
     """A random cluster id as ``kafka-storage random-uuid`` prints it: 16 random bytes in
-    URL-safe base64 without padding (22 characters)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+    URL-safe base64 without padding (22 characters), never starting with ``-`` (Kafka's
+    ``Uuid.randomUuid`` draws again for those too: the tool's argument parser would read such
+    an id as an option)."""
+    while True:
+        text = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not text.startswith("-"):
+            return text
 
 
 def server_properties(data_dir: Path, broker_port: int, controller_port: int) -> str:

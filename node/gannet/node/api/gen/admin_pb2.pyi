@@ -85,13 +85,13 @@ class DeleteResponse(_message.Message):
     __slots__ = ("deleted",)
     DELETED_FIELD_NUMBER: _ClassVar[int]
     deleted: bool
-    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+    def __init__(self, deleted: bool = ...) -> None: ...
 
 class ListTopicsRequest(_message.Message):
     __slots__ = ("include_system",)
     INCLUDE_SYSTEM_FIELD_NUMBER: _ClassVar[int]
     include_system: bool
-    def __init__(self, include_system: _Optional[bool] = ...) -> None: ...
+    def __init__(self, include_system: bool = ...) -> None: ...
 
 class ListTopicsResponse(_message.Message):
     __slots__ = ("topics",)
@@ -139,7 +139,7 @@ class Group(_message.Message):
     retry_max_times: int
     consume_enable: bool
     retry_policy: str
-    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., consume_enable: _Optional[bool] = ..., retry_policy: _Optional[str] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., fifo: bool = ..., retry_max_times: _Optional[int] = ..., consume_enable: bool = ..., retry_policy: _Optional[str] = ...) -> None: ...
 
 class CreateGroupRequest(_message.Message):
     __slots__ = ("name", "fifo", "retry_max_times")
@@ -149,7 +149,7 @@ class CreateGroupRequest(_message.Message):
     name: str
     fifo: bool
     retry_max_times: int
-    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., retry_max_times: _Optional[int] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., fifo: bool = ..., retry_max_times: _Optional[int] = ...) -> None: ...
 
 class UpdateGroupRequest(_message.Message):
     __slots__ = ("name", "fifo", "retry_max_times", "consume_enable")
@@ -161,7 +161,7 @@ class UpdateGroupRequest(_message.Message):
     fifo: bool
     retry_max_times: int
     consume_enable: bool
-    def __init__(self, name: _Optional[str] = ..., fifo: _Optional[bool] = ..., retry_max_times: _Optional[int] = ..., consume_enable: _Optional[bool] = ...) -> None: ...
+    def __init__(self, name: _Optional[str] = ..., fifo: bool = ..., retry_max_times: _Optional[int] = ..., consume_enable: bool = ...) -> None: ...
 
 class GroupResponse(_message.Message):
     __slots__ = ("group",)
@@ -362,7 +362,7 @@ class CleanupRequest(_message.Message):
     TRIGGER_FIELD_NUMBER: _ClassVar[int]
     change: CleanupPolicyChange
     trigger: bool
-    def __init__(self, change: _Optional[_Union[CleanupPolicyChange, _Mapping]] = ..., trigger: _Optional[bool] = ...) -> None: ...
+    def __init__(self, change: _Optional[_Union[CleanupPolicyChange, _Mapping]] = ..., trigger: bool = ...) -> None: ...
 
 class CleanupResponse(_message.Message):
     __slots__ = ("policy", "last_result")
@@ -400,7 +400,7 @@ class StoreStatistics(_message.Message):
     timer_backlog: int
     last_exit_ok: bool
     disk_full: bool
-    def __init__(self, min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., commitlog_files: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., timer_backlog: _Optional[int] = ..., last_exit_ok: _Optional[bool] = ..., disk_full: _Optional[bool] = ...) -> None: ...
+    def __init__(self, min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., flushed_offset: _Optional[int] = ..., commit_offset: _Optional[int] = ..., dispatched_offset: _Optional[int] = ..., commitlog_files: _Optional[int] = ..., consume_queues: _Optional[int] = ..., index_files: _Optional[int] = ..., timer_backlog: _Optional[int] = ..., last_exit_ok: bool = ..., disk_full: bool = ...) -> None: ...
 
 class GetStatusResponse(_message.Message):
     __slots__ = ("broker_name", "cluster_name", "endpoint", "version", "data_dir", "flush_mode", "topics", "groups", "clients", "store")
@@ -446,7 +446,7 @@ class ReviveQueue(_message.Message):
     draining: bool
     revive_offset: int
     max_offset: int
-    def __init__(self, queue_id: _Optional[int] = ..., draining: _Optional[bool] = ..., revive_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, queue_id: _Optional[int] = ..., draining: bool = ..., revive_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class ReviveQueuesResponse(_message.Message):
     __slots__ = ("active_count", "queues")
@@ -474,7 +474,7 @@ class RaftPeer(_message.Message):
     match_offset: int
     lag_bytes: int
     reachable: bool
-    def __init__(self, node_id: _Optional[str] = ..., peer_endpoint: _Optional[str] = ..., client_endpoint: _Optional[str] = ..., match_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., reachable: _Optional[bool] = ...) -> None: ...
+    def __init__(self, node_id: _Optional[str] = ..., peer_endpoint: _Optional[str] = ..., client_endpoint: _Optional[str] = ..., match_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., reachable: bool = ...) -> None: ...
 
 class RaftStatus(_message.Message):
     __slots__ = ("node_id", "role", "term", "leader_id", "leader_client_endpoint", "commit_offset", "last_offset", "durable_offset", "peers", "elections_total", "leader_changes_total")

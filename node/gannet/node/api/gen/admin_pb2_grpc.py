@@ -5,7 +5,7 @@ import warnings
 
 from gannet.node.api.gen import admin_pb2 as gannet_dot_admin_dot_v1_dot_admin__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gannet/admin/v1/admin_pb2_grpc.py depends on'
+        + f' but the generated code in gannet/admin/v1/admin_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class AdminStub:
+class AdminStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -126,7 +126,7 @@ class AdminStub:
                 _registered_method=True)
 
 
-class AdminServicer:
+class AdminServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def CreateTopic(self, request, context):
@@ -338,7 +338,7 @@ def add_AdminServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Admin:
+class Admin(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod

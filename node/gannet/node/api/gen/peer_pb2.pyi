@@ -49,7 +49,7 @@ class PreVoteResponse(_message.Message):
     __slots__ = ("granted",)
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     granted: bool
-    def __init__(self, granted: _Optional[bool] = ...) -> None: ...
+    def __init__(self, granted: bool = ...) -> None: ...
 
 class VoteRequest(_message.Message):
     __slots__ = ("last_term", "last_offset", "transfer")
@@ -59,13 +59,13 @@ class VoteRequest(_message.Message):
     last_term: int
     last_offset: int
     transfer: bool
-    def __init__(self, last_term: _Optional[int] = ..., last_offset: _Optional[int] = ..., transfer: _Optional[bool] = ...) -> None: ...
+    def __init__(self, last_term: _Optional[int] = ..., last_offset: _Optional[int] = ..., transfer: bool = ...) -> None: ...
 
 class VoteResponse(_message.Message):
     __slots__ = ("granted",)
     GRANTED_FIELD_NUMBER: _ClassVar[int]
     granted: bool
-    def __init__(self, granted: _Optional[bool] = ...) -> None: ...
+    def __init__(self, granted: bool = ...) -> None: ...
 
 class AppendEntries(_message.Message):
     __slots__ = ("prev_offset", "prev_term", "end_offset", "entries_term", "leader_commit", "payload")
@@ -97,7 +97,7 @@ class AppendResponse(_message.Message):
     rejected_prev_offset: int
     hint_term: int
     hint_offset: int
-    def __init__(self, success: _Optional[bool] = ..., match_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., rejected_prev_offset: _Optional[int] = ..., hint_term: _Optional[int] = ..., hint_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, success: bool = ..., match_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., rejected_prev_offset: _Optional[int] = ..., hint_term: _Optional[int] = ..., hint_offset: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
     __slots__ = ("leader_commit",)

@@ -5,7 +5,7 @@ import warnings
 
 from gannet.node.api.gen import peer_pb2 as gannet_dot_raft_dot_v1_dot_peer__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 
@@ -18,14 +18,14 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in gannet/raft/v1/peer_pb2_grpc.py depends on'
+        + f' but the generated code in gannet/raft/v1/peer_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
     )
 
 
-class PeerStub:
+class PeerStub(object):
     """Missing associated documentation comment in .proto file."""
 
     def __init__(self, channel):
@@ -41,7 +41,7 @@ class PeerStub:
                 _registered_method=True)
 
 
-class PeerServicer:
+class PeerServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Deliver(self, request_iterator, context):
@@ -67,7 +67,7 @@ def add_PeerServicer_to_server(servicer, server):
 
 
  # This class is part of an EXPERIMENTAL API.
-class Peer:
+class Peer(object):
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
