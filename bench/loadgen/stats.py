@@ -45,6 +45,7 @@ METRICS = (
     "produce_mb_per_s",
     "consume_msgs_per_s",
     "broker_cpu_us_per_msg",
+    "consume_cpu_us_per_msg",
     "broker_peak_rss_bytes",
     "write_amplification",
     "send_p50_ms",

@@ -332,3 +332,39 @@ def test_report_states_the_effective_sizes_of_each_run(tmp_path: Path) -> None:
     uniform = report.render(lines[:3], [])
     assert "Measured here: 2,000 measured messages after 200 warm-up, 3 repetition(s), " \
         "scale 0.2." in uniform  # fmt: skip
+
+
+def _row(scenario: str, system: str, mode: str, durability: str, **metrics: float) -> Any:
+    return {
+        **_rec(system, 0, metrics.pop("produce", 0.0), metrics.pop("consume", 0.0)),
+        "scenario": scenario,
+        "mode": mode,
+        "durability": durability,
+        **metrics,
+    }
+
+
+def test_report_judges_the_earlier_targets_on_one_core_and_names_next_steps() -> None:
+    lines = [
+        _row("S2", "gannet", "stock", "async flush, R1", produce=900, broker_cpu_us_per_msg=400),
+        _row("S2", "redis", "stock", "async flush, R1", produce=1800, consume=10),
+        _row("S3", "gannet", "batched", "async flush, R1", produce=9_000, consume=2_000,
+             broker_cpu_us_per_msg=10, consume_cpu_us_per_msg=500),
+        _row("S3", "redis", "batched", "async flush, R1", produce=4_500, consume=4_000),
+        _row("S5", "gannet", "batched", "sync flush, R1", produce=4_000),
+        _row("S6", "gannet-r3", "batched", "sync flush, R3", produce=1_000),
+    ]  # fmt: skip
+    text = report.render(lines, [])
+    # One-core capacity = 1e6 / CPU µs per message: 2,500/s of 5,000 is half the target.
+    assert "| 4 | official client, 1 msg/RPC (S2 produce) ≥ 5,000/s | 900/s | 400 | 2,500/s | " \
+        "**NOT met** (0.50× of target) |" in text  # fmt: skip
+    assert "≥ 80,000/s | 9,000/s | 10 | 100,000/s | met (1.25×) |" in text
+    assert "(S3 consume) ≥ 12,000/s | 2,000/s | 500 | 2,000/s | **NOT met** (0.17× of" in text
+    assert "| 5 | 3-node ÷ 1-node batched produce (S6 ÷ S5, sync flush) ≥ 0.50 | 0.25× |" in text
+    assert "| redis | S2 (stock) | 0.50× | 0.00× |" in text
+    assert "- **stock consume**:" in text
+    assert "| redis | S3 (batched) | 2.00× | 0.50× |" in text
+    # Only the kinds where Gannet trails get a next step.
+    assert "- **stock produce**:" in text
+    assert "- **batched consume**:" in text
+    assert "- **batched produce**:" not in text
