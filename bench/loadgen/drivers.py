@@ -546,7 +546,7 @@ async def _nats_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) ->
             t0 = time.monotonic()
             try:
                 messages = await sub.fetch(32, timeout=1)
-            except NatsTimeout:
+            except (TimeoutError, NatsTimeout):  # nats-py raises either when idle
                 messages = []
             for m in messages:
                 await m.ack()

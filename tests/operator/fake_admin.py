@@ -56,7 +56,10 @@ class FakeAdmin(admin_pb2_grpc.AdminServicer):
         self.calls.append(("SetReviveQueueCount", request.count))
         old = self.revive_active
         self.revive_active = request.count
-        self.revive_draining = list(range(request.count, old))
+        # As the broker: queues past the count keep draining until empty, so setting the same
+        # count again (a refresh timer racing the create handler) changes nothing.
+        retired = set(self.revive_draining) | set(range(request.count, old))
+        self.revive_draining = sorted(q for q in retired if q >= request.count)
         return self._revive()
 
     def Cleanup(self, request: Any, context: Any) -> Any:

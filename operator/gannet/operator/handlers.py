@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import kopf
@@ -165,243 +166,9 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
 
         kopf.on.event(*resource, id=f"seen-{kind.lower()}", registry=registry)(_any(seen))
 
-    # ------------------------------------------------------------------ topics
-    def topic_claims(name: str, namespace: str, spec: Any, status: Any, meta: Any, **_: Any) -> Any:
-        return _claim_of(name, spec, status, meta, specs.topic_spec, "topicName", namespace)
-
-    kopf.index(*TOPICS, id="topic_claims", registry=registry)(_any(topic_claims))
-
-    async def reconcile_topic(
-        name: str,
-        namespace: str,
-        spec: Any,
-        status: Any,
-        meta: Any,
-        patch: kopf.Patch,
-        topic_claims: kopf.Index[claims.ClaimKey, claims.Claim],
-        **_: Any,
-    ) -> None:
-        with _observed(ctx, resources.TOPIC_KIND) as outcome:
-            try:
-                topic = specs.topic_spec(name, spec)
-            except specs.SpecError as exc:
-                outcome.result = "refused"
-                _write_ready(
-                    ctx,
-                    patch,
-                    status,
-                    meta,
-                    Condition(conditions.READY, False, conditions.INVALID_SPEC, str(exc)),
-                )
-                return
-            key = claims.ClaimKey(namespace, topic.cluster, topic.topic_name)
-            winner = claims.owner(topic_claims.get(key, []))
-            held = status.get("topicName")
-            try:
-                endpoint = await contexts.admin_endpoint(ctx, namespace, topic.cluster)
-                described = None
-                if not (held and held != topic.topic_name) and (
-                    winner is None or winner.resource == name
-                ):
-                    described = await ctx.brokers.describe_topic(endpoint, topic.topic_name)
-                plan = topic_planning.plan(
-                    topic,
-                    None if described is None else described[0],
-                    held_name=held,
-                    winner=winner,
-                    resource=name,
-                    managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
-                    paused=_flag(meta, resources.PAUSE_ANNOTATION, default=False),
-                )
-                if plan.action is not None:
-                    await _apply_topic(ctx, endpoint, plan.action)
-                    described = await ctx.brokers.describe_topic(endpoint, topic.topic_name)
-            except BrokerUnavailable as exc:
-                _write_ready(
-                    ctx,
-                    patch,
-                    status,
-                    meta,
-                    Condition(conditions.READY, False, conditions.BROKER_UNAVAILABLE, str(exc)),
-                )
-                raise _unavailable(ctx, exc) from None
-            except BrokerRefused as exc:
-                outcome.result = "refused"
-                _write_ready(
-                    ctx,
-                    patch,
-                    status,
-                    meta,
-                    Condition(conditions.READY, False, exc.reason, str(exc)),
-                )
-                return
-            if plan.condition.status is not True:
-                outcome.result = "refused"
-            _write_ready(ctx, patch, status, meta, plan.condition)
-            if plan.holds is not None:
-                patch.status["topicName"] = plan.holds
-            if described is not None and (winner is None or winner.resource == name):
-                observed, figures = described
-                patch.status["queues"] = figures.queues
-                patch.status["messageType"] = observed.message_type
-                patch.status["permission"] = observed.permission.name
-                patch.status["maxOffsets"] = list(figures.max_offsets)
-                patch.status["messages"] = figures.messages
-
-    _reconcile_and_refresh(TOPICS, reconcile_topic, ctx, registry)
-
-    async def release_topic(
-        name: str,
-        namespace: str,
-        spec: Any,
-        status: Any,
-        meta: Any,
-        topic_claims: kopf.Index[claims.ClaimKey, claims.Claim],
-        **_: Any,
-    ) -> None:
-        held = status.get("topicName")
-        try:
-            topic = specs.topic_spec(name, spec)
-        except specs.SpecError:
-            return
-        winner = claims.owner(
-            topic_claims.get(claims.ClaimKey(namespace, topic.cluster, held or ""), [])
-        )
-        if not topic_planning.should_delete(
-            held_name=held,
-            managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
-            is_owner=winner is None or winner.resource == name,
-        ):
-            return
-        if not await _cluster_exists(ctx, namespace, topic.cluster):
-            return  # the brokers are gone with their cluster; nothing to release
-        try:
-            endpoint = await contexts.admin_endpoint(ctx, namespace, topic.cluster)
-            await ctx.brokers.delete_topic(endpoint, held)
-        except BrokerUnavailable as exc:
-            raise _unavailable(ctx, exc) from None
-
-    kopf.on.delete(*TOPICS, id="release", registry=registry)(_any(release_topic))
-
-    # ------------------------------------------------------------------ consumer groups
-    def group_claims(name: str, namespace: str, spec: Any, status: Any, meta: Any, **_: Any) -> Any:
-        return _claim_of(name, spec, status, meta, specs.group_spec, "groupName", namespace)
-
-    kopf.index(*GROUPS, id="group_claims", registry=registry)(_any(group_claims))
-
-    async def reconcile_group(
-        name: str,
-        namespace: str,
-        spec: Any,
-        status: Any,
-        meta: Any,
-        patch: kopf.Patch,
-        group_claims: kopf.Index[claims.ClaimKey, claims.Claim],
-        **_: Any,
-    ) -> None:
-        with _observed(ctx, resources.GROUP_KIND) as outcome:
-            try:
-                group = specs.group_spec(name, spec)
-            except specs.SpecError as exc:
-                outcome.result = "refused"
-                _write_ready(
-                    ctx,
-                    patch,
-                    status,
-                    meta,
-                    Condition(conditions.READY, False, conditions.INVALID_SPEC, str(exc)),
-                )
-                return
-            key = claims.ClaimKey(namespace, group.cluster, group.group_name)
-            winner = claims.owner(group_claims.get(key, []))
-            held = status.get("groupName")
-            owner = winner is None or winner.resource == name
-            try:
-                endpoint = await contexts.admin_endpoint(ctx, namespace, group.cluster)
-                described = None
-                plan = None
-                for _attempt in range(2):  # a create may need an update (consumeEnabled=false)
-                    if not (held and held != group.group_name) and owner:
-                        described = await ctx.brokers.describe_group(endpoint, group.group_name)
-                    plan = group_planning.plan(
-                        group,
-                        None if described is None else described[0],
-                        held_name=held,
-                        winner=winner,
-                        resource=name,
-                        managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
-                        paused=_flag(meta, resources.PAUSE_ANNOTATION, default=False),
-                    )
-                    if plan.action is None:
-                        break
-                    await _apply_group(ctx, endpoint, plan.action)
-                    described = await ctx.brokers.describe_group(endpoint, group.group_name)
-            except BrokerUnavailable as exc:
-                _write_ready(
-                    ctx,
-                    patch,
-                    status,
-                    meta,
-                    Condition(conditions.READY, False, conditions.BROKER_UNAVAILABLE, str(exc)),
-                )
-                raise _unavailable(ctx, exc) from None
-            except BrokerRefused as exc:
-                outcome.result = "refused"
-                _write_ready(
-                    ctx,
-                    patch,
-                    status,
-                    meta,
-                    Condition(conditions.READY, False, exc.reason, str(exc)),
-                )
-                return
-            assert plan is not None
-            if plan.condition.status is not True:
-                outcome.result = "refused"
-            _write_ready(ctx, patch, status, meta, plan.condition)
-            if plan.holds is not None:
-                patch.status["groupName"] = plan.holds
-            if described is not None and owner:
-                figures = described[1]
-                patch.status["lag"] = figures.lag
-                patch.status["topics"] = [
-                    {"topic": t, "lag": lag} for t, lag in figures.lag_by_topic[:FIGURES_TOPICS_MAX]
-                ]
-
-    _reconcile_and_refresh(GROUPS, reconcile_group, ctx, registry)
-
-    async def release_group(
-        name: str,
-        namespace: str,
-        spec: Any,
-        status: Any,
-        meta: Any,
-        group_claims: kopf.Index[claims.ClaimKey, claims.Claim],
-        **_: Any,
-    ) -> None:
-        held = status.get("groupName")
-        try:
-            group = specs.group_spec(name, spec)
-        except specs.SpecError:
-            return
-        winner = claims.owner(
-            group_claims.get(claims.ClaimKey(namespace, group.cluster, held or ""), [])
-        )
-        if not topic_planning.should_delete(
-            held_name=held,
-            managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
-            is_owner=winner is None or winner.resource == name,
-        ):
-            return
-        if not await _cluster_exists(ctx, namespace, group.cluster):
-            return
-        try:
-            endpoint = await contexts.admin_endpoint(ctx, namespace, group.cluster)
-            await ctx.brokers.delete_group(endpoint, held)
-        except BrokerUnavailable as exc:
-            raise _unavailable(ctx, exc) from None
-
-    kopf.on.delete(*GROUPS, id="release", registry=registry)(_any(release_group))
+    # ------------------------------------------------------------------ topics and groups
+    for named in (NAMED_TOPIC, NAMED_GROUP):
+        _register_named(named, ctx, registry)
 
     # ------------------------------------------------------------------ clusters
     async def reconcile_cluster(
@@ -446,6 +213,169 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         interval=ctx.refresh_interval_s,
         registry=registry,
     )(_any(reconcile_cluster))
+
+
+@dataclass(frozen=True)
+class _Named:
+    """What differs between the Topic and the ConsumerGroup handlers. Both resources name one
+    broker object, claimed by the oldest resource naming it (:mod:`claims`), planned by a pure
+    module and carried out through the admin API; the reconcile and release bodies are shared
+    (:func:`_reconcile_named`, :func:`_release_named`)."""
+
+    kind: str
+    resource: tuple[str, str, str]
+    index_id: str  # kopf passes the claims index under this keyword
+    held_key: str  # status field naming the broker object this resource holds
+    parse: Callable[[str, Mapping[str, Any]], Any]  # specs.SpecError on a bad spec
+    broker_name: Callable[[Any], str]
+    plan: Callable[..., Any]  # (spec, observed | None, held_name=, winner=, ...) -> plan
+    plan_passes: int  # a group's create may need an update next (consumeEnabled=false)
+    describe: Callable[[Context, str, str], Awaitable[Any]]  # (observed, figures) | None
+    apply: Callable[[Context, str, Any], Awaitable[None]]
+    delete: Callable[[Context, str, str], Awaitable[object]]
+    write_figures: Callable[[kopf.Patch, Any], None]
+
+
+def _topic_figures(patch: kopf.Patch, described: Any) -> None:
+    observed, figures = described
+    patch.status["queues"] = figures.queues
+    patch.status["messageType"] = observed.message_type
+    patch.status["permission"] = observed.permission.name
+    patch.status["maxOffsets"] = list(figures.max_offsets)
+    patch.status["messages"] = figures.messages
+
+
+def _group_figures(patch: kopf.Patch, described: Any) -> None:
+    figures = described[1]
+    patch.status["lag"] = figures.lag
+    patch.status["topics"] = [
+        {"topic": t, "lag": lag} for t, lag in figures.lag_by_topic[:FIGURES_TOPICS_MAX]
+    ]
+
+
+def _register_named(named: _Named, ctx: Context, registry: kopf.OperatorRegistry) -> None:
+    def claim(name: str, namespace: str, spec: Any, status: Any, meta: Any, **_: Any) -> Any:
+        return _claim_of(name, spec, status, meta, named.parse, named.held_key, namespace)
+
+    async def reconcile(**kwargs: Any) -> None:
+        await _reconcile_named(named, ctx, **kwargs)
+
+    async def release(**kwargs: Any) -> None:
+        await _release_named(named, ctx, **kwargs)
+
+    kopf.index(*named.resource, id=named.index_id, registry=registry)(_any(claim))
+    _reconcile_and_refresh(named.resource, reconcile, ctx, registry)
+    kopf.on.delete(*named.resource, id="release", registry=registry)(_any(release))
+
+
+async def _reconcile_named(
+    named: _Named,
+    ctx: Context,
+    *,
+    name: str,
+    namespace: str,
+    spec: Any,
+    status: Any,
+    meta: Any,
+    patch: kopf.Patch,
+    **kwargs: Any,
+) -> None:
+    with _observed(ctx, named.kind) as outcome:
+        try:
+            parsed = named.parse(name, spec)
+        except specs.SpecError as exc:
+            outcome.result = "refused"
+            _write_ready(
+                ctx,
+                patch,
+                status,
+                meta,
+                Condition(conditions.READY, False, conditions.INVALID_SPEC, str(exc)),
+            )
+            return
+        broker_name = named.broker_name(parsed)
+        index: kopf.Index[claims.ClaimKey, claims.Claim] = kwargs[named.index_id]
+        winner = claims.owner(
+            index.get(claims.ClaimKey(namespace, parsed.cluster, broker_name), [])
+        )
+        held = status.get(named.held_key)
+        owner = winner is None or winner.resource == name
+        try:
+            endpoint = await contexts.admin_endpoint(ctx, namespace, parsed.cluster)
+            described = None
+            plan = None
+            for _pass in range(named.plan_passes):
+                if not (held and held != broker_name) and owner:
+                    described = await named.describe(ctx, endpoint, broker_name)
+                plan = named.plan(
+                    parsed,
+                    None if described is None else described[0],
+                    held_name=held,
+                    winner=winner,
+                    resource=name,
+                    managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
+                    paused=_flag(meta, resources.PAUSE_ANNOTATION, default=False),
+                )
+                if plan.action is None:
+                    break
+                await named.apply(ctx, endpoint, plan.action)
+                described = await named.describe(ctx, endpoint, broker_name)
+        except BrokerUnavailable as exc:
+            _write_ready(
+                ctx,
+                patch,
+                status,
+                meta,
+                Condition(conditions.READY, False, conditions.BROKER_UNAVAILABLE, str(exc)),
+            )
+            raise _unavailable(ctx, exc) from None
+        except BrokerRefused as exc:
+            outcome.result = "refused"
+            _write_ready(
+                ctx, patch, status, meta, Condition(conditions.READY, False, exc.reason, str(exc))
+            )
+            return
+        assert plan is not None
+        if plan.condition.status is not True:
+            outcome.result = "refused"
+        _write_ready(ctx, patch, status, meta, plan.condition)
+        if plan.holds is not None:
+            patch.status[named.held_key] = plan.holds
+        if described is not None and owner:
+            named.write_figures(patch, described)
+
+
+async def _release_named(
+    named: _Named,
+    ctx: Context,
+    *,
+    name: str,
+    namespace: str,
+    spec: Any,
+    status: Any,
+    meta: Any,
+    **kwargs: Any,
+) -> None:
+    held = status.get(named.held_key)
+    try:
+        parsed = named.parse(name, spec)
+    except specs.SpecError:
+        return
+    index: kopf.Index[claims.ClaimKey, claims.Claim] = kwargs[named.index_id]
+    winner = claims.owner(index.get(claims.ClaimKey(namespace, parsed.cluster, held or ""), []))
+    if not topic_planning.should_delete(
+        held_name=held,
+        managed=_flag(meta, resources.MANAGED_ANNOTATION, default=True),
+        is_owner=winner is None or winner.resource == name,
+    ):
+        return
+    if not await _cluster_exists(ctx, namespace, parsed.cluster):
+        return  # the brokers are gone with their cluster; nothing to release
+    try:
+        endpoint = await contexts.admin_endpoint(ctx, namespace, parsed.cluster)
+        await named.delete(ctx, endpoint, held)
+    except BrokerUnavailable as exc:
+        raise _unavailable(ctx, exc) from None
 
 
 async def _apply_topic(ctx: Context, endpoint: str, action: Any) -> None:
@@ -493,3 +423,33 @@ async def _cluster_exists(ctx: Context, namespace: str, cluster: str) -> bool:
     except KubeError:
         return True  # unknown: assume it exists and try the broker
     return found is not None
+
+
+NAMED_TOPIC = _Named(
+    kind=resources.TOPIC_KIND,
+    resource=TOPICS,
+    index_id="topic_claims",
+    held_key="topicName",
+    parse=specs.topic_spec,
+    broker_name=lambda parsed: str(parsed.topic_name),
+    plan=topic_planning.plan,
+    plan_passes=1,
+    describe=lambda ctx, endpoint, name: ctx.brokers.describe_topic(endpoint, name),
+    apply=_apply_topic,
+    delete=lambda ctx, endpoint, name: ctx.brokers.delete_topic(endpoint, name),
+    write_figures=_topic_figures,
+)
+NAMED_GROUP = _Named(
+    kind=resources.GROUP_KIND,
+    resource=GROUPS,
+    index_id="group_claims",
+    held_key="groupName",
+    parse=specs.group_spec,
+    broker_name=lambda parsed: str(parsed.group_name),
+    plan=group_planning.plan,
+    plan_passes=2,
+    describe=lambda ctx, endpoint, name: ctx.brokers.describe_group(endpoint, name),
+    apply=_apply_group,
+    delete=lambda ctx, endpoint, name: ctx.brokers.delete_group(endpoint, name),
+    write_figures=_group_figures,
+)
