@@ -257,15 +257,31 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
     current = latest(measured)
     table = stats.medians(current)
     loads = [r["loadavg"][0] for r in current if r.get("loadavg")]
+    busy = [r["cpu_busy_before"] for r in current if r.get("cpu_busy_before") is not None]
     preliminary = any(r.get("preliminary") for r in current)
+    cpus = current[0].get("environment", {}).get("cpus", "?") if current else "?"
     out = ["# Gannet beside peer brokers", ""]
-    if preliminary:
+    if preliminary and busy:
+        out += [
+            f"> **PRELIMINARY.** CPU busy before runs (system under test idle): "
+            f"{min(busy):.0%}–{max(busy):.0%} of {cpus} CPUs: other work shared the machine, "
+            "so absolute figures are low and noisy. Rerun on a quiet machine for figures to "
+            "quote; ratios are the portable part.",
+            "",
+        ]
+    elif preliminary:
         out += [
             f"> **PRELIMINARY.** 1-minute load average before runs: {min(loads):.1f}–"
-            f"{max(loads):.1f} on {current[0].get('environment', {}).get('cpus', '?')} CPUs: "
-            "other work shared the machine, so absolute figures are low and noisy. Rerun "
-            "`make bench-full` on a quiet machine for figures to quote; ratios are the "
+            f"{max(loads):.1f} on {cpus} CPUs. These lines predate the CPU-busy check, and the "
+            "load average also carries the harness's own previous run, so it cannot tell a "
+            "quiet machine from a shared one; treat absolute figures with care, ratios are the "
             "portable part.",
+            "",
+        ]
+    elif busy:
+        out += [
+            f"Machine: CPU busy before runs {min(busy):.0%}–{max(busy):.0%} of {cpus} CPUs "
+            "with the system under test idle (no other work).",
             "",
         ]
     out += [

@@ -33,6 +33,7 @@ from bench.peers import gannet, kafka, natsjs, processes, redisstreams, rocketmq
 from bench.peers.base import Layout, Running
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
+BUSY_PRELIMINARY_MIN = 0.15  # of all CPUs, with the system under test idle: other work runs
 LOADGEN_CPUS = (1,) if (os.cpu_count() or 1) > 1 else ()
 
 Starter = Callable[[Path, str, int, Layout], Running]
@@ -120,13 +121,16 @@ def record(
     consume: phases.PhaseResult | None,
     load_before: tuple[float, float, float],
     error: str = "",
+    cpu_busy_before: float | None = None,
 ) -> dict[str, Any]:
     """One JSON line. Rates are msgs/s over the measured part; ``broker_cpu_us_per_msg`` is
     broker CPU (user+system of every broker process) during the produce phase per message
     produced, ``consume_cpu_us_per_msg`` the same for the consume phase;
     ``write_amplification`` = bytes the broker processes wrote to storage during both phases
-    (``/proc/<pid>/io`` write_bytes) ÷ payload bytes produced; ``preliminary`` is true when
-    the 1-minute load average before the run exceeded 0.5 (other work on the machine)."""
+    (``/proc/<pid>/io`` write_bytes) ÷ payload bytes produced; ``cpu_busy_before`` is the share
+    of all CPUs busy during 1 s before the repetition (the system under test idle), and
+    ``preliminary`` is true when it exceeded :data:`BUSY_PRELIMINARY_MIN` (other work on the
+    machine); without it (older lines), when the 1-minute load average exceeded 0.5."""
     rec: dict[str, Any] = {
         "run_id": run_id,
         "ts": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -143,7 +147,12 @@ def record(
         "settings": {"scenario": scenario.settings(), "system": running.settings},
         "loadavg": list(load_before),
         "loadavg_after": list(processes.loadavg()),
-        "preliminary": load_before[0] > 0.5,
+        "cpu_busy_before": None if cpu_busy_before is None else round(cpu_busy_before, 3),
+        "preliminary": (
+            load_before[0] > 0.5
+            if cpu_busy_before is None
+            else cpu_busy_before > BUSY_PRELIMINARY_MIN
+        ),
         "environment": environment(),
     }
     if error:
@@ -212,6 +221,7 @@ def run_system(run_id: str, scenario: Scenario, system: str, workdir: Path) -> l
     try:
         for repetition in range(scenario.repetitions):
             load_before = processes.loadavg()
+            busy_before = processes.cpu_busy_fraction()
             produce = consume = None
             error = ""
             try:
@@ -227,8 +237,9 @@ def run_system(run_id: str, scenario: Scenario, system: str, workdir: Path) -> l
             except phases.PhaseError as exc:
                 error = str(exc)
             rec = record(
-                run_id, scenario, running, client, repetition, produce, consume, load_before, error
-            )
+                run_id, scenario, running, client, repetition, produce, consume, load_before,
+                error, busy_before,
+            )  # fmt: skip
             lines.append(rec)
             _print(rec)
     finally:

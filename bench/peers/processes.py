@@ -207,3 +207,13 @@ class Meter:
 
 def loadavg() -> tuple[float, float, float]:
     return procfs.parse_loadavg(Path("/proc/loadavg").read_text())
+
+
+def cpu_busy_fraction(window_s: float = 1.0) -> float:
+    """Share of all CPUs busy over the next ``window_s`` (``/proc/stat``). Taken while the
+    system under test idles between repetitions, it shows other work on the machine, which the
+    1-minute load average cannot: that still carries the harness's own previous run."""
+    busy0, total0 = procfs.parse_cpu_times(Path("/proc/stat").read_text())
+    time.sleep(window_s)
+    busy1, total1 = procfs.parse_cpu_times(Path("/proc/stat").read_text())
+    return (busy1 - busy0) / max(1, total1 - total0)

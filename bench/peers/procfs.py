@@ -87,6 +87,19 @@ def parse_loadavg(text: str) -> tuple[float, float, float]:
     return float(parts[0]), float(parts[1]), float(parts[2])
 
 
+def parse_cpu_times(text: str) -> tuple[int, int]:
+    """(busy, total) clock ticks of all CPUs from ``/proc/stat``'s first ``cpu`` line; busy
+    leaves out idle and iowait."""
+    for line in text.splitlines():
+        if line.startswith("cpu "):
+            ticks = [int(v) for v in line.split()[1:]]
+            if len(ticks) < 5:
+                break
+            total = sum(ticks[:8])  # user nice system idle iowait irq softirq steal
+            return total - ticks[3] - ticks[4], total
+    raise ProcFormatError("/proc/stat has no complete 'cpu' line")
+
+
 def parse_children(text: str) -> list[int]:
     """Child pids from ``/proc/<pid>/task/<tid>/children`` (space separated)."""
     return [int(p) for p in text.split()]

@@ -368,3 +368,23 @@ def test_report_judges_the_earlier_targets_on_one_core_and_names_next_steps() ->
     assert "- **stock produce**:" in text
     assert "- **batched consume**:" in text
     assert "- **batched produce**:" not in text
+
+
+def test_cpu_times_leave_out_idle_and_iowait() -> None:
+    text = "cpu  100 5 50 800 40 3 2 0 0 0\ncpu0 50 2 25 400 20 1 1 0 0 0\nintr 1\n"
+    assert procfs.parse_cpu_times(text) == (160, 1000)
+    with pytest.raises(procfs.ProcFormatError, match="no complete 'cpu' line"):
+        procfs.parse_cpu_times("cpu0 1 2 3 4 5\n")
+    busy = processes.cpu_busy_fraction(0.05)
+    assert 0.0 <= busy <= 1.0
+
+
+def test_report_banner_follows_the_cpu_busy_check() -> None:
+    quiet = [{**_rec("gannet", 0, 100, 10), "cpu_busy_before": 0.02, "preliminary": False}]
+    text = report.render(quiet, [])
+    assert "PRELIMINARY" not in text
+    assert "Machine: CPU busy before runs 2%–2% of 2 CPUs" in text
+    shared = [{**_rec("gannet", 0, 100, 10), "cpu_busy_before": 0.4, "preliminary": True}]
+    assert "CPU busy before runs (system under test idle): 40%–40%" in report.render(shared, [])
+    old = [_rec("gannet", 0, 100, 10)]  # no cpu_busy_before: judged by the load average
+    assert "predate the CPU-busy check" in report.render(old, [])
