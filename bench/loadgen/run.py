@@ -127,8 +127,9 @@ def record(
     broker CPU (user+system of every broker process) during the produce phase per message
     produced, ``consume_cpu_us_per_msg`` the same for the consume phase;
     ``write_amplification`` = bytes the broker processes wrote to storage during both phases
-    (``/proc/<pid>/io`` write_bytes) ÷ payload bytes produced; ``cpu_busy_before`` is the share
-    of all CPUs busy during 1 s before the repetition (the system under test idle), and
+    (``/proc/<pid>/io`` write_bytes) ÷ payload bytes produced; ``other_busy_before`` is the share
+    of all CPUs that processes other than the system under test kept busy during 1 s before
+    the repetition, and
     ``preliminary`` is true when it exceeded :data:`BUSY_PRELIMINARY_MIN` (other work on the
     machine); without it (older lines), when the 1-minute load average exceeded 0.5."""
     rec: dict[str, Any] = {
@@ -147,7 +148,7 @@ def record(
         "settings": {"scenario": scenario.settings(), "system": running.settings},
         "loadavg": list(load_before),
         "loadavg_after": list(processes.loadavg()),
-        "cpu_busy_before": None if cpu_busy_before is None else round(cpu_busy_before, 3),
+        "other_busy_before": None if cpu_busy_before is None else round(cpu_busy_before, 3),
         "preliminary": (
             load_before[0] > 0.5
             if cpu_busy_before is None
@@ -221,7 +222,7 @@ def run_system(run_id: str, scenario: Scenario, system: str, workdir: Path) -> l
     try:
         for repetition in range(scenario.repetitions):
             load_before = processes.loadavg()
-            busy_before = processes.cpu_busy_fraction()
+            busy_before = processes.cpu_busy_fraction(exclude_roots=running.pids)
             produce = consume = None
             error = ""
             try:

@@ -209,11 +209,18 @@ def loadavg() -> tuple[float, float, float]:
     return procfs.parse_loadavg(Path("/proc/loadavg").read_text())
 
 
-def cpu_busy_fraction(window_s: float = 1.0) -> float:
-    """Share of all CPUs busy over the next ``window_s`` (``/proc/stat``). Taken while the
-    system under test idles between repetitions, it shows other work on the machine, which the
-    1-minute load average cannot: that still carries the harness's own previous run."""
+def cpu_busy_fraction(window_s: float = 1.0, exclude_roots: Sequence[int] = ()) -> float:
+    """Share of all CPUs that other work kept busy over the next ``window_s``: machine-wide
+    busy time (``/proc/stat``) minus the CPU time of the process trees ``exclude_roots`` (the
+    system under test, whose JIT and GC still run between repetitions). The 1-minute load
+    average cannot tell this: it still carries the harness's own previous run."""
+
+    def own_s() -> float:
+        return Meter(list(exclude_roots))._read()[0] if exclude_roots else 0.0
+
     busy0, total0 = procfs.parse_cpu_times(Path("/proc/stat").read_text())
+    own0 = own_s()
     time.sleep(window_s)
     busy1, total1 = procfs.parse_cpu_times(Path("/proc/stat").read_text())
-    return (busy1 - busy0) / max(1, total1 - total0)
+    own_ticks = (own_s() - own0) * procfs.CLOCK_TICKS_PER_S
+    return max(0.0, busy1 - busy0 - own_ticks) / max(1, total1 - total0)

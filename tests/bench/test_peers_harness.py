@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -377,14 +378,32 @@ def test_cpu_times_leave_out_idle_and_iowait() -> None:
         procfs.parse_cpu_times("cpu0 1 2 3 4 5\n")
     busy = processes.cpu_busy_fraction(0.05)
     assert 0.0 <= busy <= 1.0
+    # A process tree that spins is excluded when named: what is left is everything else.
+    spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        assert processes.cpu_busy_fraction(0.5, exclude_roots=[spinner.pid]) < 0.4
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def test_report_banner_follows_the_cpu_busy_check() -> None:
-    quiet = [{**_rec("gannet", 0, 100, 10), "cpu_busy_before": 0.02, "preliminary": False}]
+    quiet = [{**_rec("gannet", 0, 100, 10), "other_busy_before": 0.02, "preliminary": False}]
     text = report.render(quiet, [])
     assert "PRELIMINARY" not in text
-    assert "Machine: CPU busy before runs 2%–2% of 2 CPUs" in text
-    shared = [{**_rec("gannet", 0, 100, 10), "cpu_busy_before": 0.4, "preliminary": True}]
-    assert "CPU busy before runs (system under test idle): 40%–40%" in report.render(shared, [])
+    assert "other work than the system under test kept 2%–2% of 2 CPUs busy before runs" in text
+    shared = [{**_rec("gannet", 0, 100, 10), "other_busy_before": 0.4, "preliminary": True}]
+    assert "other work than the system under test kept 40%–40% of 2 CPUs" in report.render(
+        shared, []
+    )
+    machine = [{**_rec("gannet", 0, 100, 10), "cpu_busy_before": 0.3, "preliminary": True}]
+    assert "own background work included, was 30%–30%" in report.render(machine, [])
     old = [_rec("gannet", 0, 100, 10)]  # no cpu_busy_before: judged by the load average
     assert "predate the CPU-busy check" in report.render(old, [])
+
+
+def test_a_scenario_note_is_printed_under_its_table() -> None:
+    rows = [{**_rec("gannet", 0, 100, 10), "scenario": "S9", "message_size_bytes": 65536}]
+    text = report.render(rows, [])
+    assert "Note: Receive + ack of 64 KiB messages is bound by the official Python client" in text
+    assert "Note:" not in report.render([_rec("gannet", 0, 100, 10)], [])
