@@ -78,14 +78,7 @@ def fetch() -> Path:
         "mvn", "-B", "-q", "-f", str(POM), "dependency:copy-dependencies",
         f"-DoutputDirectory={lib}",
     ]  # fmt: skip
-    try:
-        done = subprocess.run(
-            command, check=False, capture_output=True, text=True, timeout=FETCH_TIMEOUT_S
-        )
-    except FileNotFoundError as exc:
-        raise processes.PeerError(
-            f"mvn is not installed (make bench-peers installs it): {exc}"
-        ) from exc
+    done = _run_tool(command, "mvn", FETCH_TIMEOUT_S)
     if done.returncode != 0 or not marker.exists():
         raise processes.PeerError(f"mvn could not fetch Kafka {VERSION}:\n{done.stdout[-2000:]}")
     return lib
@@ -105,6 +98,18 @@ def client_version() -> str:
 
     library = confluent_kafka.libversion()[0]
     return f"confluent-kafka {version('confluent-kafka')} (librdkafka {library})"
+
+
+def _run_tool(command: list[str], tool: str, timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` to completion; a missing ``tool`` is a PeerError naming the install step."""
+    try:
+        return subprocess.run(
+            command, check=False, capture_output=True, text=True, timeout=timeout_s
+        )
+    except FileNotFoundError as exc:
+        raise processes.PeerError(
+            f"{tool} is not installed (make bench-peers installs it): {exc}"
+        ) from exc
 
 
 def cluster_id() -> str:
@@ -204,14 +209,7 @@ def _format(lib: Path, log4j: Path, properties: Path, log_path: Path) -> None:
     """``kafka-storage format``: write meta.properties and the bootstrap checkpoint."""
     command = _java("256m", lib, log4j, "kafka.tools.StorageTool", "format", "-t", cluster_id(),
                     "-c", str(properties))  # fmt: skip
-    try:
-        done = subprocess.run(
-            command, check=False, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S
-        )
-    except FileNotFoundError as exc:
-        raise processes.PeerError(
-            f"java is not installed (make bench-peers installs it): {exc}"
-        ) from exc
+    done = _run_tool(command, "java", FORMAT_TIMEOUT_S)
     output = done.stdout + done.stderr
     log_path.write_text(output)
     if done.returncode != 0:
