@@ -35,6 +35,7 @@ class FakeView:
     stored_ms: dict[tuple[str, int, int], int] = field(default_factory=dict)
     inflight_counts: dict[tuple[str, str], int] = field(default_factory=dict)
     dlq: dict[str, int] = field(default_factory=dict)
+    configured_groups: list[str] = field(default_factory=list)
 
     def pairs(self) -> list[tuple[str, str]]:
         return list(self.offsets)
@@ -50,6 +51,9 @@ class FakeView:
 
     def dead_lettered(self) -> dict[str, int]:
         return self.dlq
+
+    def groups(self) -> list[str]:
+        return self.configured_groups
 
 
 def test_ready_counts_from_the_furthest_of_committed_min_and_popped() -> None:
@@ -93,6 +97,13 @@ def test_pairs_past_the_bound_are_summed_under_other() -> None:
     assert other.ready_messages == 4 + 5
     assert other.lag_seconds == 4.0
     assert snapshot.dead_lettered == {"G": 0, "G0": 1, "G1": 1, "_other": 3}
+
+
+def test_every_configured_group_has_a_dlq_series_at_zero_before_it_consumes() -> None:
+    view = FakeView(configured_groups=["Fresh", "CID_RMQ_SYS_TRANS", "Dead"], dlq={"Dead": 2})
+    snapshot = cc.figures_of(view, NOW_MS)
+    assert snapshot.pairs == {}
+    assert snapshot.dead_lettered == {"Dead": 2, "Fresh": 0}
 
 
 @dataclass
@@ -198,6 +209,9 @@ def test_receive_ack_and_dlq_move_the_consumer_figures(broker, admin, messaging)
     topic = create_topic(admin)
     group = f"G-{topic}"
     admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=RPC_TIMEOUT_S)
+    # The DLQ counter exists at 0 from the moment the group exists, before any receive:
+    # Prometheus stores the 0, so increase() sees the group's first dead letter.
+    assert value(scrape(port), "gannet_consumer_dlq_messages_total", group=group) == 0
     bodies = [b"x" * 100] * 6
     for body in bodies:  # one per send so that both queues get some
         assert send(messaging, topic, [body]).status.code == Code.OK

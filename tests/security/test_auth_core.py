@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def test_refusals_name_the_problem_and_are_counted(headers, reason, words):
     assert refused.value.code == Code.UNAUTHORIZED
     assert refused.value.reason == reason
     assert words in refused.value.message
-    assert authenticator.denials_total == {reason: 1}
+    assert _counted(authenticator) == {reason: 1}
 
 
 def test_bad_hex_signature_is_a_bad_signature_not_a_crash():
@@ -84,7 +85,7 @@ def test_same_signature_many_calls_from_one_host_pass_but_not_a_verbatim_resend(
         authenticator.authenticate(_headers("root", "root-secret", request_id=f"r{i}"))
     with pytest.raises(auth.Denied, match="request replayed"):
         authenticator.authenticate(_headers("root", "root-secret", request_id="r3"))
-    assert authenticator.denials_total == {"replayed": 1}
+    assert _counted(authenticator) == {"replayed": 1}
 
 
 def test_hosts_sharing_a_key_in_one_second_are_all_served():
@@ -99,7 +100,7 @@ def test_hosts_sharing_a_key_in_one_second_are_all_served():
     clock[0] += 50  # still inside the window (twice the skew): still a replay
     with pytest.raises(auth.Denied, match="request replayed"):
         authenticator.authenticate(_headers("root", "root-secret", request_id="host2"))
-    assert authenticator.denials_total == {"replayed": 2}
+    assert _counted(authenticator) == {"replayed": 2}
 
 
 def test_replay_entries_expire_after_the_window():
@@ -145,7 +146,7 @@ def test_authorize_refuses_with_forbidden_naming_the_right():
         authenticator.authorize(account, [Need(Action.PUB, Kind.TOPIC, "TopicA")])
     assert refused.value.code == Code.FORBIDDEN
     assert refused.value.message == "access key 'sub-a' may not pub topic 'TopicA'"
-    assert authenticator.denials_total == {"forbidden": 1}
+    assert _counted(authenticator) == {"forbidden": 1}
 
 
 def _resource(name: str) -> definition_pb2.Resource:
@@ -246,6 +247,32 @@ def test_missing_and_repeated(tmp_path: Path):
     (empty / "b.json").write_text(json.dumps(ACCOUNTS))
     with pytest.raises(auth.CredentialsError, match="'root' is repeated"):
         auth.load(empty)
+
+
+def _counted(authenticator: auth.Authenticator) -> dict[str, int]:
+    """The reasons refused at least once."""
+    return {reason: n for reason, n in authenticator.denials_total.items() if n}
+
+
+def test_every_refusal_reason_is_a_known_label():
+    """Each reason the signing check can refuse with is in DENIAL_REASONS (exported at 0)."""
+    from gannet.node.api import signing
+
+    source = Path(signing.__file__).read_text()
+    used = set(re.findall(r'_unauthorized\(\s*"([a-z_]+)"', source))
+    used |= set(re.findall(r'Denied\(UNAUTHORIZED, "([a-z_]+)"', source))
+    assert used
+    assert used <= set(signing.DENIAL_REASONS), used - set(signing.DENIAL_REASONS)
+
+
+def test_denials_are_exported_at_zero_before_the_first_refusal():
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    registry = CollectorRegistry()
+    registry.register(auth.DenialsCollector(_authenticator()))
+    text = generate_latest(registry).decode()
+    for reason in ("bad_signature", "forbidden", "unsigned", "replayed"):
+        assert f'gannet_auth_denials_total{{reason="{reason}"}} 0.0' in text
 
 
 def test_denials_are_exported_as_a_prometheus_counter():

@@ -44,6 +44,7 @@ from gannet.node.api.signing import (
     AUTHORIZATION_HEADER,
     DATE_TIME_FORMAT,
     DATE_TIME_HEADER,
+    DENIAL_REASONS,
     REPLAY_ENTRIES_MAX,
     REQUEST_ID_HEADER,
     SCHEME,
@@ -112,8 +113,9 @@ class Authenticator:
         self.skew_s = skew_s
         self._clock = clock
         self._replays = ReplayGuard(2 * skew_s, replay_entries_max)
-        self.denials_total: dict[str, int] = {}
-        """Refusals by reason (``bad_signature``, ``forbidden``, …) since start."""
+        self.denials_total: dict[str, int] = dict.fromkeys((*DENIAL_REASONS, "forbidden"), 0)
+        """Refusals by reason (``bad_signature``, ``forbidden``, …) since start; every known
+        reason is there at 0 from the start, so ``increase()`` sees the first denial."""
 
     def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
         """The caller's account; raises :class:`Denied` (``UNAUTHORIZED``)."""

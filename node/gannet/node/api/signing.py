@@ -46,6 +46,17 @@ DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 SKEW_S_DEFAULT = 15 * 60.0
 REPLAY_ENTRIES_MAX = 100_000
 AUTHORIZATION_BYTES_MAX = 1024
+DENIAL_REASONS = (
+    "unsigned",
+    "malformed_authorization",
+    "bad_date_time",
+    "unknown_access_key",
+    "bad_signature",
+    "clock_skew",
+    "no_request_id",
+    "replayed",
+)
+"""Every ``reason`` :func:`check` can refuse with (metrics labels, exported at 0 from start)."""
 _DATE_TIME = re.compile(r"[0-9]{8}T[0-9]{6}Z")
 UNAUTHORIZED: int = Code.UNAUTHORIZED
 

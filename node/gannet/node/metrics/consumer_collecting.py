@@ -16,9 +16,12 @@ topics ``%RETRY%<group>_<topic>`` / ``+<topic>`` are folded into ``<topic>``):
   ready. One commit-log read per queue that has ready messages.
 * **retries** / **DLQ** — messages written to the group's retry topics and to ``%DLQ%<group>``:
   the sum of those topics' max queue offsets (queue offsets never go back, so they are
-  counters; after a restart they continue from the stored value). Every group with a pair
-  exports its DLQ count, 0 before its DLQ topic exists, so the first dead letter is an
-  increase Prometheus can see.
+  counters; after a restart they continue from the stored value). Every group the broker
+  knows (its subscription group config, created by ``group create``, the operator or a
+  client's first heartbeat) or that has a pair exports its DLQ count, 0 before its DLQ topic
+  exists: the 0 sample is there from the moment the group exists, so ``increase()`` sees the
+  group's first dead letter even when it comes within one scrape interval of the group's first
+  receive.
 
 Groups appear once they have a committed offset or a tracked checkpoint; system groups
 (``CID_RMQ_SYS_*``) and topics (``rmq_sys_*``) are left out. Bounded: the first
@@ -108,6 +111,11 @@ class ConsumerView(Protocol):
         """Messages in ``%DLQ%<group>`` by group."""
         ...
 
+    def groups(self) -> list[str]:
+        """Every consumer group with a subscription group config (system groups included;
+        :func:`figures_of` leaves them out)."""
+        ...
+
 
 @dataclass(slots=True)
 class Snapshot:
@@ -160,7 +168,9 @@ def figures_of(view: ConsumerView, now_ms: int, *, pairs_max: int = PAIRS_MAX) -
             snapshot.pairs[key] = by_pair[key]
         else:
             snapshot.pairs.setdefault((OTHER, OTHER), ConsumerFigures()).absorb(by_pair[key])
-    dead = {group: 0 for _, group in by_pair}  # a series from the start: increase() sees 0->1
+    # A series from the moment the group exists, so increase() sees its first dead letter.
+    dead = {group: 0 for group in view.groups() if not validation.is_system_group(group)}
+    dead.update({group: 0 for _, group in by_pair})
     dead.update(view.dead_lettered())
     groups = sorted(dead.items())
     for index, (group, count) in enumerate(groups):
@@ -228,6 +238,9 @@ class StoreView:
                 )
                 out[name[len(prefix) :]] = total
         return out
+
+    def groups(self) -> list[str]:
+        return [config.group_name for config in self.store.group_configs.list()]
 
 
 def _now_ms() -> int:
