@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from gannet.node.metrics import broker_metrics, instrumenting
 from gannet.node.store.records import Message
 
@@ -87,3 +89,37 @@ def test_requests_past_the_limit_get_a_bare_503() -> None:
             assert time.monotonic() < deadline, "the slot was never released"
     finally:
         server.close()
+
+
+def test_recovery_truncation_is_counted_before_the_store_opens(tmp_path: Path) -> None:
+    import struct
+
+    from gannet.node.store.config import FlushMode, StoreConfig
+    from gannet.node.store.message_store import MessageStore
+
+    config = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    with MessageStore(config).open() as store:
+        last = [store.put_message(Message(topic="T", body=b"x" * 500)) for _ in range(5)][-1]
+    segment = tmp_path / "commitlog" / f"{0:020d}"
+    with open(segment, "r+b") as f:  # tear the last record, as a crash mid-write does
+        f.seek(last.wrote_offset + 300)
+        f.write(b"\xab" * 100)
+    with open(tmp_path / "checkpoint", "r+b") as f:  # flushed only up to the record before
+        f.seek(40)
+        f.write(struct.pack(">q", last.wrote_offset))
+    (tmp_path / "abort").write_text("1")
+    metrics = broker_metrics.BrokerMetrics()
+    store = MessageStore(config)
+    metrics.watch_store(store, lambda: False)
+    before = samples(_text(metrics))
+    assert before[("gannet_store_truncations_total", frozenset({("cause", "recovery")}))] == 0
+    store.open(start_services=False)
+    try:
+        found = samples(_text(metrics))
+    finally:
+        store.close()
+    recovery = frozenset({("cause", "recovery")})
+    assert found[("gannet_store_truncations_total", recovery)] == 1
+    assert found[("gannet_store_truncated_bytes_total", recovery)] == last.wrote_bytes
+    divergence = frozenset({("cause", "divergence")})
+    assert found[("gannet_store_truncations_total", divergence)] == 0

@@ -18,6 +18,7 @@ from gannet.node.store.errors import (
     DiskFull,
     MessageTooLarge,
     PropertiesTooLarge,
+    RecoveryRefused,
     TopicNameIllegal,
 )
 from gannet.node.store.message_store import MessageStore
@@ -166,6 +167,8 @@ def test_damaged_tail_is_cut_at_the_last_valid_record(tmp_path: Path, damage: st
             f.seek(pos + size)
             f.write(b"\x00\x00\x01\x00\xda\xa3\x20\xa7" + b"\x55" * 200)
     (tmp_path / "abort").write_text("1")
+    # a crash: the checkpoint last saw the log flushed up to the record before the last one
+    set_flushed_floor(tmp_path, path_start(path) + pos)
     with open_store(tmp_path) as store:
         rec = store.recovery
         assert rec is not None
@@ -184,10 +187,19 @@ def path_start(path: Path) -> int:
     return int(path.name)
 
 
+def set_flushed_floor(root: Path, offset: int) -> None:
+    """Write the checkpoint's flushedPhyOffset (@40) as a crash would have left it."""
+    with open(root / "checkpoint", "r+b") as f:
+        f.seek(40)
+        f.write(struct.pack(">q", offset))
+
+
 def test_truncated_last_file_is_extended_and_cut(tmp_path: Path) -> None:
     path, pos, size = _last_record(tmp_path)
-    os.truncate(path, pos + size // 2)
-    with open_store(tmp_path) as store:
+    os.truncate(path, pos + size // 2)  # after a clean shutdown: damage, not a torn write
+    with pytest.raises(RecoveryRefused, match=path.name):
+        open_store(tmp_path)
+    with open_store(tmp_path, force_recover=True) as store:
         assert store.recovery is not None
         assert store.recovery.process_offset == pos + path_start(path)
         assert path.stat().st_size == 65536

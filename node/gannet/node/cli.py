@@ -168,6 +168,13 @@ def broker() -> None:
     help="Cluster CA (PEM): peers must present a certificate it signed, in both directions.",
 )
 @click.option(
+    "--force-recover",
+    is_flag=True,
+    help="Start even when recovery would cut commit-log data that was flushed (damage, not a "
+    "torn write): cut at the last valid record, keeping the removed bytes in DIR/quarantine/ "
+    "and a corrupt checkpoint as checkpoint.corrupt-<time>. Without it such a start is refused.",
+)
+@click.option(
     "--event-loop",
     type=click.Choice(["uvloop", "asyncio"]),
     default="uvloop",
@@ -195,6 +202,7 @@ def broker_run(
     peer_tls_cert: Path | None,
     peer_tls_key: Path | None,
     peer_tls_ca: Path | None,
+    force_recover: bool,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
@@ -214,6 +222,7 @@ def broker_run(
         broker_name=broker_name,
         store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",
         store_port=int(port_text),
+        force_recover=force_recover,
     )
     broker_config = serving.with_listen(
         serving.BrokerConfig(

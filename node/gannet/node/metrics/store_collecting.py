@@ -6,6 +6,11 @@ between scrapes. Offsets are byte positions in the commit log, hence the ``_byte
 While the store is not open (recovery, shutdown) only ``gannet_store_open 0`` is exported; a
 store that closes under a scrape exports what it read before the failure.
 
+:class:`StoreCollector` also exports the store's truncation tally
+(:class:`~gannet.node.store.recovering.TruncationTally`) as counters,
+``gannet_store_truncations_total`` and ``gannet_store_truncated_bytes_total`` by ``cause``, at
+every scrape, open or not: a cut made by recovery is counted before the store opens.
+
 :class:`CleanupTally` counts what every cleanup run removed. The clean service keeps only its
 latest result and runs every ``clean_resource_interval_ms`` (10 s by default), faster than a
 typical scrape interval, so the tally taps :meth:`CleanService.run` itself rather than polling
@@ -21,10 +26,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gannet.node.store import cleaning
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.recovering import TRUNCATION_CAUSES
 
 log = logging.getLogger(__name__)
 
@@ -181,6 +187,7 @@ class StoreCollector:
         yield GaugeMetricFamily(
             "gannet_store_open", "1 while the store is open (recovered).", value=int(is_open)
         )
+        yield from self._truncations()
         if not is_open:
             return
         try:
@@ -190,6 +197,26 @@ class StoreCollector:
             return
         for name, documentation, read in _GAUGES:
             yield GaugeMetricFamily(name, documentation, value=float(read(figures)))
+
+    def _truncations(self) -> Iterator[Metric]:
+        tally = self._store.truncations
+        events = CounterMetricFamily(
+            "gannet_store_truncations",
+            "Commit-log cuts that removed data, by cause (recovery: torn tail or forced cut at "
+            "start; divergence: Raft divergent suffix; catch_up: log discarded to follow the "
+            "leader).",
+            labels=["cause"],
+        )
+        removed = CounterMetricFamily(
+            "gannet_store_truncated_bytes",
+            "Commit-log bytes those cuts removed, by cause.",
+            labels=["cause"],
+        )
+        for cause in TRUNCATION_CAUSES:
+            events.add_metric([cause], tally.events[cause])
+            removed.add_metric([cause], tally.bytes[cause])
+        yield events
+        yield removed
 
 
 class CleanupTally:

@@ -30,6 +30,7 @@ class StoreConfig:
     commitlog_file_size_bytes: int = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
     message_body_size_max_bytes: int = 4 * 1024 * 1024  # maxMessageSize
     check_crc_on_recover: bool = True  # checkCRCOnRecover
+    force_recover: bool = False  # Gannet: cut damage below the flushed floor, keeping the bytes
     # --- flushing (§7) ---
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH  # flushDiskType
     flush_interval_ms: int = 500  # flushIntervalCommitLog
@@ -103,6 +104,11 @@ class StoreConfig:
     @property
     def abort_path(self) -> Path:
         return self.root_dir / "abort"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        """Where ``force_recover`` keeps the commit-log bytes recovery cut off."""
+        return self.root_dir / "quarantine"
 
     @property
     def lock_path(self) -> Path:

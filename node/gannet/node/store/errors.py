@@ -50,6 +50,18 @@ class CorruptionError(StoreError):
     """A file holds bytes that the format does not allow (bad magic, CRC, length...)."""
 
 
+class RecoveryRefused(CorruptionError):
+    """Recovery would have to cut commit-log bytes that were flushed (or more than a crash can
+    leave unflushed); the store does not open. The text names the file, the offset, the bytes
+    at stake and ``--force-recover``, which cuts anyway and keeps the cut bytes aside."""
+
+    def __init__(self, message: str, *, path: str, offset: int, bytes_at_stake: int) -> None:
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+        self.bytes_at_stake = bytes_at_stake
+
+
 class FsyncFailed(StoreError):
     """fsync/fdatasync failed. Fatal: the data it covered may be lost; stop the node."""
 

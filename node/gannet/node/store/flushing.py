@@ -13,10 +13,11 @@
   ``flush_thorough_interval_ms``.
 
 After each flush the checkpoint's ``physicMsgTimestamp`` is set to the store time of the last
-record known flushed and every listener is called once with the flushed offset (the message
-store moves the commit offset with it in SYNC mode; asyncio waiters are released from there).
-A failed fsync is fatal: the service records the error, releases every waiter with it, and
-stops (see :mod:`durable`). Called by :mod:`message_store`.
+record known flushed and its ``flushedPhyOffset`` to the flushed offset (recovery's floor), and
+every listener is called once with the flushed offset (the message store moves the commit
+offset with it in SYNC mode; asyncio waiters are released from there). A failed fsync is fatal:
+the service records the error, releases every waiter with it, and stops (see :mod:`durable`).
+Called by :mod:`message_store`.
 """
 
 from __future__ import annotations
@@ -162,6 +163,7 @@ class FlushService:
         self.flush_count += 1
         if flushed > self.flushed_offset:
             self.checkpoint.physic_msg_timestamp_ms = ts
+            self.checkpoint.flushed_phy_offset = flushed
             with self._cond:
                 self.flushed_offset = flushed
                 self._cond.notify_all()

@@ -55,7 +55,12 @@ from gannet.node.store.index_files import IndexService
 from gannet.node.store.msgids import UniqKeyGenerator
 from gannet.node.store.reading import GetResult, read_queue
 from gannet.node.store.records import DispatchInfo, Message
-from gannet.node.store.recovering import RecoveryResult, offset_table_of, recover
+from gannet.node.store.recovering import (
+    RecoveryResult,
+    TruncationTally,
+    offset_table_of,
+    recover,
+)
 from gannet.node.store.timer_service import TimerService
 from gannet.node.store.topic_configs import TopicConfigManager
 
@@ -117,6 +122,7 @@ class MessageStore:
         self.listeners: list[ArrivalListener] = []
         self.uniq_keys = UniqKeyGenerator(config.store_host, os.getpid(), id(self) & 0x7FFFFFFF)
         self.disk_full = False
+        self.truncations = TruncationTally()
         self._valid_topics: set[str] = set()
         self._raw_scanned = 0
         self._commit_follows_flush = commit_follows_flush
@@ -138,9 +144,33 @@ class MessageStore:
         root = self.config.root_dir
         root.mkdir(parents=True, exist_ok=True)
         self._take_lock()
-        self.last_exit_ok = not self.config.abort_path.exists()
+        abort_existed = self.config.abort_path.exists()
+        try:
+            self._load_and_recover(abort_existed)
+        except BaseException:
+            self._undo_failed_open(abort_existed)
+            raise
+        assert self.recovery is not None
+        assert self.checkpoint is not None
+        self.truncations.record("recovery", self.recovery.truncated_bytes)
+        end = self.commitlog.max_offset()
+        self._raw_scanned = end
+        self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
+        self.flush = FlushService(self.config, self.commitlog, self.checkpoint)
+        self.flush.listeners.append(self._on_flushed)
+        self._opened = True
+        if start_services:
+            self.start_services()
+        return self
+
+    def _load_and_recover(self, abort_existed: bool) -> None:
+        self.last_exit_ok = not abort_existed
+        self.checkpoint = Checkpoint(self.config.checkpoint_path, repair=self.config.force_recover)
+        if self.checkpoint.trust == "repaired" or (
+            self.checkpoint.trust == "new" and self._has_commitlog_files()
+        ):
+            self.last_exit_ok = False  # nothing says what was flushed: scan everything
         self.config.abort_path.write_text(str(os.getpid()))
-        self.checkpoint = Checkpoint(self.config.checkpoint_path)
         self.topic_configs.load()
         self.group_configs.load()
         self.consumer_offsets.load()
@@ -155,17 +185,33 @@ class MessageStore:
             self.checkpoint,
             last_exit_ok=self.last_exit_ok,
             check_crc=self.config.check_crc_on_recover,
+            force=self.config.force_recover,
+            quarantine_dir=self.config.quarantine_dir,
         )
         self.timers.load(self.recovery.process_offset)
-        end = self.commitlog.max_offset()
-        self._raw_scanned = end
-        self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
-        self.flush = FlushService(self.config, self.commitlog, self.checkpoint)
-        self.flush.listeners.append(self._on_flushed)
-        self._opened = True
-        if start_services:
-            self.start_services()
-        return self
+
+    def _undo_failed_open(self, abort_existed: bool) -> None:
+        """Leave the directory as found after a refused open: files closed unchanged, no abort
+        file the store did not find (a refusal is not a crash), the lock released."""
+        index, checkpoint = self.index, self.checkpoint
+        closers: list[Callable[[], None]] = [self.timers.close, self.queues.close]
+        closers.append(self.commitlog.close)
+        if index is not None:
+            closers.append(lambda: index.close(flush=False))
+        if checkpoint is not None:
+            closers.append(lambda: checkpoint.close(flush=False))
+        for close in closers:
+            try:
+                close()
+            except Exception:
+                log.exception("closing after a failed open")
+        if not abort_existed:
+            self.config.abort_path.unlink(missing_ok=True)
+        self._release_lock()
+
+    def _has_commitlog_files(self) -> bool:
+        directory = self.config.commitlog_dir
+        return directory.is_dir() and any(p.name.isdigit() for p in directory.iterdir())
 
     def start_services(self) -> None:
         if self.flush is None:
@@ -435,6 +481,9 @@ class MessageStore:
         """
         with self.dispatch.paused(), self.commitlog.put_lock:
             self._check_record_boundary(offset)
+            removed = self.commitlog.max_offset() - offset
+            if self.checkpoint is not None:
+                self.checkpoint.lower_flushed_offset(offset)
             self.queues.truncate_dirty(offset)
             if self.index is not None:
                 self.index.truncate_dirty(offset)
@@ -447,6 +496,11 @@ class MessageStore:
             self.commitlog.queue_offsets = offset_table_of(self.queues)
             reput = min(self.dispatch.reput_from, offset)
             self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
+        if removed > 0:
+            log.warning(
+                "commit log cut at %d (Raft divergent suffix): %d bytes removed", offset, removed
+            )
+        self.truncations.record("divergence", removed)
 
     def reset_to(self, offset: int) -> None:
         """Discard the whole commit log and everything derived from it (consume queues, index,
@@ -464,6 +518,9 @@ class MessageStore:
                 f"file size ({size} bytes)"
             )
         with self.dispatch.paused(), self.commitlog.put_lock:
+            removed = self.commitlog.max_offset() - self.commitlog.min_offset()
+            if self.checkpoint is not None:
+                self.checkpoint.lower_flushed_offset(0)
             self.timers.truncate(0)
             for cq in self.queues.queues():
                 self.queues.destroy_queue(cq.topic, cq.queue_id)
@@ -478,6 +535,11 @@ class MessageStore:
             self._raw_scanned = offset
             self.commitlog.queue_offsets = {}
             self.dispatch.reset(offset, offset)
+        if removed > 0:
+            log.warning(
+                "commit log discarded (%d bytes) to restart at %d (Raft catch-up)", removed, offset
+            )
+        self.truncations.record("catch_up", removed)
 
     def _check_record_boundary(self, offset: int) -> None:
         end = self.commitlog.max_offset()

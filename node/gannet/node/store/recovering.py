@@ -13,28 +13,78 @@ Called once by :meth:`MessageStore.load` after the files are opened. The steps f
 3. Scan forward validating every record (body CRC when ``check_crc_on_recover``, and the
    PHYSICALOFFSET field must equal the record's position). The first invalid record — torn
    write, zero-filled tail, flipped bit, cut file — ends the valid log: ``process_offset``.
-4. Truncate consume-queue entries, index items and timer entries that point at or past
-   ``process_offset``, then the commit log itself (tail zeroed, later files deleted).
-5. Rebuild the per-queue next-offset table: the consume queues' max offsets, raised by the
+4. Guard (Gannet; RocketMQ and Kafka cut or skip silently here). The *bytes at stake* are
+   ``[process_offset, stake_end)``, ``stake_end`` being just past the last non-zero byte of the
+   log after the cut (zeros are preallocated space, not data). A scan that stopped on zeros
+   looks :data:`ZERO_GAP_PEEK_BYTES` further for data; a longer run of zeros is taken for the
+   end of the log, as RocketMQ does. The cut is a torn *tail* only if all of these hold:
+
+   a. ``process_offset >= flushedPhyOffset`` of the checkpoint (every byte below it had been
+      fdatasync'ed; 0 = unknown, e.g. a store written by RocketMQ);
+   b. nothing is at stake after a normal exit (a clean shutdown flushes everything);
+   c. ``stake_end - process_offset <= commitlog_file_size_bytes`` — the *last unflushed
+      region*: the flush service writes full files first and flushes at least every
+      ``flush_thorough_interval_ms``, so a crash leaves at most the newest mapped file's worth
+      unflushed.
+
+   Otherwise recovery raises :class:`~gannet.node.store.errors.RecoveryRefused` naming the
+   file, the offset, the bytes at stake and what to do, and changes nothing. With
+   ``force_recover`` it cuts anyway after copying the bytes at stake to
+   ``<root>/quarantine/<commit-log file name>.truncated-<offset>`` (one file per commit-log
+   file touched, fsync'ed), and logs at WARNING. Every cut that removes data is logged at
+   WARNING and counted in :class:`TruncationTally` (exported as
+   ``gannet_store_truncations_total`` / ``gannet_store_truncated_bytes_total``).
+5. Truncate consume-queue entries, index items and timer entries that point at or past
+   ``process_offset``, then the commit log itself (tail zeroed, later files deleted); the
+   checkpoint's flushed offset is lowered to the cut first.
+6. Rebuild the per-queue next-offset table: the consume queues' max offsets, raised by the
    queue offsets of records found in the scan that are not dispatched yet.
 
 Nothing here dispatches: the dispatch service starts at ``dispatch_from`` and goes up to the
 commit offset, idempotently (consume queues skip entries they hold, the index skips offsets
-below its end).
+below its end). The Raft layer's truncation of a divergent suffix does not come here: it is
+:meth:`MessageStore.truncate`, which needs no guard (its cut is above the commit point by
+construction) and is counted with cause ``divergence``.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from gannet.node.store import durable
 from gannet.node.store.checkpoints import Checkpoint
 from gannet.node.store.commitlog import CommitLog, queue_key
 from gannet.node.store.consume_queues import ConsumeQueueStore
+from gannet.node.store.errors import RecoveryRefused
 from gannet.node.store.index_files import IndexService
 from gannet.node.store.mapped_files import MappedFile
 
 log = logging.getLogger(__name__)
+
+ZERO_GAP_PEEK_BYTES = 4 * 1024 * 1024
+_SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+TRUNCATION_CAUSES = ("recovery", "divergence", "catch_up")
+
+
+class TruncationTally:
+    """Commit-log truncations that removed data, by cause: ``recovery`` (a torn tail or a
+    forced cut at start), ``divergence`` (the Raft layer cut a divergent suffix), ``catch_up``
+    (the Raft layer discarded the log to restart at the leader's first file). Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.events = dict.fromkeys(TRUNCATION_CAUSES, 0)
+        self.bytes = dict.fromkeys(TRUNCATION_CAUSES, 0)
+
+    def record(self, cause: str, removed_bytes: int) -> None:
+        if removed_bytes <= 0:
+            return
+        with self._lock:
+            self.events[cause] += 1
+            self.bytes[cause] += removed_bytes
 
 
 @dataclass(slots=True)
@@ -49,6 +99,12 @@ class RecoveryResult:
     damaged: bool = False
     stop_reason: str = ""
     queue_offsets: dict[str, int] = field(default_factory=dict)
+    flushed_floor: int = 0
+    """The checkpoint's flushed offset recovery trusted (0: unknown)."""
+    truncated_bytes: int = 0
+    """Data bytes (up to the last non-zero byte) the cut removed."""
+    quarantined: list[Path] = field(default_factory=list)
+    """Where ``force_recover`` kept the bytes it cut."""
 
 
 def recover(
@@ -59,8 +115,14 @@ def recover(
     *,
     last_exit_ok: bool,
     check_crc: bool,
+    force: bool = False,
+    quarantine_dir: Path | None = None,
 ) -> RecoveryResult:
+    """Recover (see the module docstring); raises :class:`RecoveryRefused` when the cut would
+    remove flushed data and ``force`` is not set."""
     result = RecoveryResult(last_exit_ok=last_exit_ok)
+    floor = checkpoint.flushed_phy_offset
+    result.flushed_floor = floor
     cq_max_phy = queues.recover()
     min_offset = commitlog.min_offset()
     dispatch_from = max(cq_max_phy, min_offset)
@@ -68,6 +130,16 @@ def recover(
         dispatch_from = min(dispatch_from, max(index.end_phy_offset(), min_offset))
     files = commitlog.files.files
     if not files:
+        if floor > 0 and not force:
+            raise RecoveryRefused(
+                f"recovery refused: the commit log {commitlog.config.commitlog_dir} has no "
+                f"files, but the checkpoint says {floor:,} bytes were flushed to it; restore "
+                "the files, or start with --force-recover to begin an empty log",
+                path=str(commitlog.config.commitlog_dir),
+                offset=0,
+                bytes_at_stake=floor,
+            )
+        checkpoint.lower_flushed_offset(0)
         queues.destroy_all()
         result.dispatch_from = 0
         return result
@@ -77,6 +149,7 @@ def recover(
     scanned_offsets: dict[str, int] = {}
     end = commitlog.max_offset()
     scan = commitlog.scan_heads(start_file.file_from_offset, end, check_crc=check_crc)
+    error = ""
     for offset, head, error in scan:
         if head is None:
             process_offset = offset
@@ -93,6 +166,9 @@ def recover(
         result.records_scanned += 1
     else:
         result.stop_reason = "end of written data"
+    stake_end = _stake_end(commitlog, process_offset, damaged=result.damaged)
+    _guard(commitlog, result, process_offset, stake_end, floor, error, force, quarantine_dir)
+    checkpoint.lower_flushed_offset(process_offset)
     _truncate_all(commitlog, queues, index, process_offset)
     result.process_offset = process_offset
     result.dispatch_from = min(dispatch_from, process_offset)
@@ -113,6 +189,129 @@ def recover(
         result.dispatch_from,
     )
     return result
+
+
+def _guard(
+    commitlog: CommitLog,
+    result: RecoveryResult,
+    cut: int,
+    stake_end: int,
+    floor: int,
+    error: str,
+    force: bool,
+    quarantine_dir: Path | None,
+) -> None:
+    """Refuse (or, forced, quarantine) a cut that is not a torn tail (module docstring, 4)."""
+    stake = stake_end - cut
+    region = commitlog.config.commitlog_file_size_bytes
+    reasons: list[str] = []
+    if cut < floor:
+        reasons.append(
+            f"the checkpoint says every byte below offset {floor:,} had been flushed to disk"
+        )
+    if stake > 0 and result.last_exit_ok:
+        reasons.append("the last shutdown was clean (no abort file), so nothing was unflushed")
+    if stake > region:
+        reasons.append(
+            f"that is more than one commit-log file ({region:,} bytes), the most a crash can "
+            "leave unflushed"
+        )
+    f = commitlog.files.find_file(cut) or commitlog.files.files[-1]
+    what = error or "zeros where flushed records should be"
+    if reasons and not force:
+        root = commitlog.config.root_dir
+        short = (
+            f"; the log ends {floor - stake_end:,} bytes short of it" if floor > stake_end else ""
+        )
+        raise RecoveryRefused(
+            f"recovery refused: commit-log file {f.path} is invalid at offset {cut:,} "
+            f"(position {cut - f.file_from_offset:,} in the file: {what}); cutting there "
+            f"would remove {stake:,} bytes of data (offsets {cut:,} to {stake_end:,}), but "
+            f"{'; and '.join(reasons)}{short}. This is damage, not a torn write. Copy {root} "
+            f"aside, check it with `gannet store verify {root}`, then start the broker with "
+            f"--force-recover to cut at {cut:,} and keep the removed bytes in "
+            f"{root / 'quarantine'}",
+            path=str(f.path),
+            offset=cut,
+            bytes_at_stake=max(stake, floor - cut),
+        )
+    if stake <= 0 and not reasons:
+        return
+    if force and quarantine_dir is not None and stake > 0:
+        result.quarantined = _quarantine(commitlog, cut, stake_end, quarantine_dir)
+    result.truncated_bytes = max(stake, 0)
+    log.warning(
+        "recovery cut the commit log at offset %d in %s (%s): %d bytes of data removed "
+        "(offsets %d to %d)%s%s",
+        cut,
+        f.path,
+        what,
+        max(stake, 0),
+        cut,
+        stake_end,
+        f"; FORCED past: {'; '.join(reasons)}" if reasons else " (a torn tail)",
+        f"; kept in {', '.join(str(p) for p in result.quarantined)}" if result.quarantined else "",
+    )
+
+
+def _stake_end(commitlog: CommitLog, cut: int, *, damaged: bool) -> int:
+    """Just past the last non-zero byte at or after ``cut`` (``cut`` when there is none)."""
+    files = [f for f in commitlog.files.files if f.file_from_offset + f.file_size > cut]
+    if not files:
+        return cut
+    if not damaged:
+        first = files[0]
+        lo = cut - first.file_from_offset
+        hi = min(first.file_size, lo + ZERO_GAP_PEEK_BYTES)
+        if _last_nonzero(first, lo, hi) < 0 and not _any_data_after(files[1:]):
+            return cut
+    for f in reversed(files):
+        lo = max(0, cut - f.file_from_offset)
+        last = _last_nonzero(f, lo, f.file_size)
+        if last >= 0:
+            return f.file_from_offset + last + 1
+    return cut
+
+
+def _any_data_after(files: list[MappedFile]) -> bool:
+    """Whether a later file holds data: its first 8 bytes (a record or BLANK header)."""
+    return any(f.read(0, 8) != bytes(8) for f in files)
+
+
+def _last_nonzero(f: MappedFile, lo: int, hi: int) -> int:
+    """Position of the last non-zero byte of ``f`` in ``[lo, hi)``, or -1."""
+    top = hi
+    while top > lo:
+        bottom = max(lo, top - _SCAN_CHUNK_BYTES)
+        kept = f.read(bottom, top - bottom).rstrip(b"\0")
+        if kept:
+            return bottom + len(kept) - 1
+        top = bottom
+    return -1
+
+
+def _quarantine(commitlog: CommitLog, cut: int, stake_end: int, directory: Path) -> list[Path]:
+    """Copy ``[cut, stake_end)`` to ``<file name>.truncated-<offset>`` files, one per
+    commit-log file touched, fsync'ed; returns their paths."""
+    directory.mkdir(parents=True, exist_ok=True)
+    kept: list[Path] = []
+    for f in commitlog.files.files:
+        start = max(cut, f.file_from_offset)
+        stop = min(stake_end, f.file_from_offset + f.file_size)
+        if start >= stop:
+            continue
+        target = directory / f"{f.path.name}.truncated-{start}"
+        with open(target, "wb") as out:
+            pos = start - f.file_from_offset
+            while pos < stop - f.file_from_offset:
+                n = min(_SCAN_CHUNK_BYTES, stop - f.file_from_offset - pos)
+                out.write(f.read(pos, n))
+                pos += n
+            out.flush()
+            durable.sync_data(out.fileno(), str(target))
+        kept.append(target)
+    durable.sync_directory(directory)
+    return kept
 
 
 def offset_table_of(queues: ConsumeQueueStore) -> dict[str, int]:

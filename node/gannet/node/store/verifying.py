@@ -274,14 +274,15 @@ def _summarise_queue(topic: str, qid: int, qdir: Path) -> QueueSummary:
 
 
 def _read_checkpoint(path: Path) -> dict[str, int]:
-    if not path.exists() or path.stat().st_size < 40:
+    if not path.exists() or path.stat().st_size < 48:
         return {}
-    data = path.read_bytes()[:40]
+    data = path.read_bytes()[:48]
     names = [
         "physicMsgTimestamp",
         "logicsMsgTimestamp",
         "indexMsgTimestamp",
         "masterFlushedOffset",
         "confirmPhyOffset",
+        "flushedPhyOffset",
     ]
-    return dict(zip(names, struct.unpack(">qqqqq", data), strict=True))
+    return dict(zip(names, struct.unpack(">qqqqqq", data), strict=True))
