@@ -53,6 +53,8 @@ BATCH_MESSAGES_MAX = 1024
 MESSAGE_GROUP_BYTES_MAX = 64  # maxMessageGroupSize: a group of this size or more is refused
 DELAY_MS_MAX = 24 * 3600 * 1000  # maxDelayTimeMills
 SECONDS_THAT_ARE_MS_MIN = 100_000_000_000  # year 5138 in seconds, 1973 in milliseconds
+TIMESTAMP_SECONDS_MIN = -62_135_596_800  # 0001-01-01T00:00:00Z (protobuf Timestamp range)
+TIMESTAMP_SECONDS_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z
 TRACE_CONTEXT = "TRACE_CONTEXT"
 _GZIP = int(Encoding.GZIP)  # the enum wrapper's attribute lookup is a Python call per use
 IP_LITERALS_CACHED_MAX = 4096
@@ -197,7 +199,7 @@ def _convert(
         body=body,
         properties=properties,
         sys_flag=records.SYSFLAG_COMPRESSED if sp.body_encoding == _GZIP else 0,
-        born_timestamp_ms=_timestamp_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
+        born_timestamp_ms=_born_ms(sp.born_timestamp) if sp.HasField("born_timestamp") else 0,
         born_host=(_born_ip(str(sp.born_host), peer_host), 0),
     )
 
@@ -296,10 +298,41 @@ def _timestamp_ms(ts: Timestamp) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
+def _valid_timestamp(ts: Timestamp) -> bool:
+    """protobuf's ``Timestamps.isValid``: 0001-01-01 to 9999-12-31, nanos in [0, 1e9)."""
+    return (
+        TIMESTAMP_SECONDS_MIN <= int(ts.seconds) <= TIMESTAMP_SECONDS_MAX
+        and 0 <= int(ts.nanos) < 1_000_000_000
+    )
+
+
+def _born_ms(ts: Timestamp) -> int:
+    """Epoch ms of a born time; a Timestamp protobuf calls invalid is refused (the proxy's
+    ``Timestamps.toMillis`` throws on it; the record field is a 64-bit long)."""
+    if not _valid_timestamp(ts):
+        raise ApiError(
+            statuses.BAD_REQUEST,
+            f"system_properties.born_timestamp (seconds={int(ts.seconds)}, "
+            f"nanos={int(ts.nanos)}) is not a valid timestamp: seconds must lie in "
+            f"[{TIMESTAMP_SECONDS_MIN}, {TIMESTAMP_SECONDS_MAX}] and nanos in [0, 999999999]",
+        )
+    return _timestamp_ms(ts)
+
+
 def _delivery_ms(ts: Timestamp) -> int:
-    """Epoch ms of a delivery time, tolerating the Python client's ms-in-seconds quirk."""
-    if int(ts.seconds) >= SECONDS_THAT_ARE_MS_MIN:
-        return int(ts.seconds)
+    """Epoch ms of a delivery time, tolerating the Python client's ms-in-seconds quirk.
+
+    A time before the epoch or after year 9999 (as seconds or as the quirk's milliseconds)
+    is ``ILLEGAL_DELIVERY_TIME``."""
+    seconds, nanos = int(ts.seconds), int(ts.nanos)
+    if SECONDS_THAT_ARE_MS_MIN <= seconds <= TIMESTAMP_SECONDS_MAX * 1000 and nanos == 0:
+        return seconds
+    if not _valid_timestamp(ts) or seconds < 0:
+        raise ApiError(
+            statuses.ILLEGAL_DELIVERY_TIME,
+            f"system_properties.delivery_timestamp (seconds={seconds}, nanos={nanos}) is not "
+            "a time between 1970 and 9999",
+        )
     return _timestamp_ms(ts)
 
 

@@ -131,53 +131,93 @@ class CommitLog:
         the lock after the copy, so successive calls see the batches in commit-log order (the
         dispatch hand-off relies on it).
 
+        All or nothing per message: every record is packed before any queue offset is
+        reserved, so a record that cannot be encoded (a field out of range) changes nothing.
         Raises :class:`~gannet.node.store.errors.DiskFull` when a new file cannot be created;
         messages before that point are written and their results are lost to the caller, so
         they are treated as not acknowledged (they are valid records that a consumer may see,
-        which at-least-once delivery allows).
+        which at-least-once delivery allows); the offsets of the messages not written are given
+        back, so the queue has no hole.
         """
-        results: list[AppendResult] = []
         host, port = self.config.store_host, self.config.store_port
-        offsets = self.queue_offsets
-        pack_head = records.pack_head
         with self.put_lock:
             ts = max(now_ms(), self.last_store_timestamp_ms)
-            self.last_store_timestamp_ms = ts
-            chunks: list[bytes] = []
             f = self.files.last_file_for_append(0)
-            offset = f.end_offset
-            room = f.remaining_bytes
-            for enc in batch:
-                p = enc.parts
-                size = p.total
-                if size + records.END_FILE_MIN_BLANK_LENGTH > room:
+            # Phase 1 (nothing changes yet): lay the batch out, assign offsets in a private
+            # table and pack every record. Any exception here leaves the queue offsets, the
+            # files and the store time as they were: no offset is reserved for a message
+            # that is not written.
+            plan, results, reserved = self._lay_out(batch, f, ts, host, port)
+            # Phase 2: reserve the offsets and copy the bytes.
+            self.last_store_timestamp_ms = ts
+            self.queue_offsets.update(reserved)
+            written = 0
+            try:
+                for roll, chunks, count in plan:
+                    if roll:
+                        f.append(records.blank_record(f.remaining_bytes))
+                        f.wrote_position = f.file_size
+                        f = self.files.last_file_for_append(0)
                     self._write(f, chunks)
-                    chunks = []
-                    f.append(records.blank_record(f.remaining_bytes))
-                    f.wrote_position = f.file_size
-                    f = self.files.last_file_for_append(0)
-                    offset = f.end_offset
-                    room = f.remaining_bytes
-                queue_offset = 0
-                if enc.gets_queue_offset:
-                    key = f"{enc.topic}-{p.queue_id}"
-                    queue_offset = offsets.get(key, 0)
-                    offsets[key] = queue_offset + 1
-                if self.append_crc:
-                    record = bytearray().join(
-                        (pack_head(p, queue_offset, offset, ts), p.body, p.tail)
-                    )
-                    records.seal_crc(record)
-                    chunks.append(bytes(record))
-                else:
-                    chunks += (pack_head(p, queue_offset, offset, ts), p.body, p.tail)
-                results.append(AppendResult(offset, size, queue_offset, ts, host, port))
-                offset += size
-                room -= size
-            self._write(f, chunks)
+                    written += count
+            except BaseException:
+                self._unreserve(batch[written:], results[written:])
+                raise
             if on_appended is not None:
                 on_appended(results)
         return results
+
+    def _lay_out(
+        self, batch: list[Encoded], f: MappedFile, ts: int, host: str, port: int
+    ) -> tuple[list[tuple[bool, list[bytes], int]], list[AppendResult], dict[str, int]]:
+        """Per file touched: (roll to a new file first, byte chunks, messages); the results;
+        the queue offsets the batch reserves (next offset per key)."""
+        pack_head = records.pack_head
+        offsets = self.queue_offsets
+        reserved: dict[str, int] = {}
+        results: list[AppendResult] = []
+        plan: list[tuple[bool, list[bytes], int]] = []
+        chunks: list[bytes] = []
+        count = 0
+        roll = False
+        offset = f.end_offset
+        room = f.remaining_bytes
+        file_size = f.file_size
+        for enc in batch:
+            p = enc.parts
+            size = p.total
+            if size + records.END_FILE_MIN_BLANK_LENGTH > room:
+                plan.append((roll, chunks, count))
+                chunks, count, roll = [], 0, True
+                offset += room  # the BLANK closes the file; the next one starts here
+                room = file_size
+            queue_offset = 0
+            if enc.gets_queue_offset:
+                key = f"{enc.topic}-{p.queue_id}"
+                queue_offset = reserved.get(key, -1)
+                if queue_offset < 0:
+                    queue_offset = offsets.get(key, 0)
+                reserved[key] = queue_offset + 1
+            if self.append_crc:
+                record = bytearray().join((pack_head(p, queue_offset, offset, ts), p.body, p.tail))
+                records.seal_crc(record)
+                chunks.append(bytes(record))
+            else:
+                chunks += (pack_head(p, queue_offset, offset, ts), p.body, p.tail)
+            count += 1
+            results.append(AppendResult(offset, size, queue_offset, ts, host, port))
+            offset += size
+            room -= size
+        plan.append((roll, chunks, count))
+        return plan, results, reserved
+
+    def _unreserve(self, batch: list[Encoded], results: list[AppendResult]) -> None:
+        """Give back the queue offsets of messages that were not written (lowest per key)."""
+        for enc, res in zip(batch, results, strict=True):
+            if enc.gets_queue_offset:
+                key = f"{enc.topic}-{enc.parts.queue_id}"
+                current = self.queue_offsets.get(key, 0)
+                self.queue_offsets[key] = min(current, res.queue_offset)
 
     @staticmethod
     def _write(f: MappedFile, chunks: list[bytes]) -> None:

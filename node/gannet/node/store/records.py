@@ -42,7 +42,12 @@ from functools import lru_cache
 from typing import NamedTuple
 
 from gannet.node.store import properties as props
-from gannet.node.store.errors import MessageTooLarge, PropertiesTooLarge, TopicNameIllegal
+from gannet.node.store.errors import (
+    MessageIllegal,
+    MessageTooLarge,
+    PropertiesTooLarge,
+    TopicNameIllegal,
+)
 from gannet.node.store.hashing import tags_code
 
 MAGIC_V1 = -626843481  # 0xDAA320A7
@@ -77,6 +82,8 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _BLANK = struct.Struct(">ii")
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 """Anything records can be read from: a file's mapping, a slice, a network buffer."""
@@ -209,8 +216,11 @@ def split_record(
     """Validate and encode everything of ``msg`` that does not depend on its position.
 
     Host-IPv6 sysFlag bits are derived from the addresses, the body CRC is computed here.
-    Raises :class:`MessageIllegal` subclasses for oversize parts.
+    Raises :class:`MessageIllegal` subclasses for oversize parts and for a field outside its
+    Java type's range: every value :func:`pack_head` packs later is checked here, so that the
+    append path, which reserves queue offsets, cannot fail on a message's own fields.
     """
+    _check_ranges(msg)
     body = msg.body
     if len(body) > body_size_max_bytes:
         raise MessageTooLarge(
@@ -255,6 +265,25 @@ def split_record(
         body,
         tail,
     )
+
+
+def _check_ranges(msg: Message) -> None:
+    """Raise :class:`MessageIllegal` naming the first int/long field out of range."""
+    int32_fields = (
+        ("queue id", msg.queue_id),
+        ("flag", msg.flag),
+        ("sysFlag", msg.sys_flag),
+        ("reconsume times", msg.reconsume_times),
+    )
+    for name, value in int32_fields:
+        if not INT32_MIN <= value <= INT32_MAX:
+            raise MessageIllegal(f"record field {name} is {value}; it must fit a 32-bit int")
+    for name, value in (
+        ("born timestamp", msg.born_timestamp_ms),
+        ("prepared transaction offset", msg.prepared_transaction_offset),
+    ):
+        if not INT64_MIN <= value <= INT64_MAX:
+            raise MessageIllegal(f"record field {name} is {value}; it must fit a 64-bit long")
 
 
 def pack_head(

@@ -37,7 +37,10 @@ Called once by :meth:`MessageStore.load` after the files are opened. The steps f
 5. Truncate consume-queue entries, index items and timer entries that point at or past
    ``process_offset``, then the commit log itself (tail zeroed, later files deleted); the
    checkpoint's flushed offset is lowered to the cut first.
-6. Rebuild the per-queue next-offset table: the consume queues' max offsets, raised by the
+6. Refuse a store whose queue numbering has a hole (:mod:`queue_consistency`): a consume
+   queue's first or last entry pointing at a record with another queue offset, or a scanned
+   record numbered past its queue's next offset.
+7. Rebuild the per-queue next-offset table: the consume queues' max offsets, raised by the
    queue offsets of records found in the scan that are not dispatched yet.
 
 Nothing here dispatches: the dispatch service starts at ``dispatch_from`` and goes up to the
@@ -61,6 +64,7 @@ from gannet.node.store.consume_queues import ConsumeQueueStore
 from gannet.node.store.errors import RecoveryRefused
 from gannet.node.store.index_files import IndexService
 from gannet.node.store.mapped_files import MappedFile
+from gannet.node.store.queue_consistency import TailGapCheck, check_queue_ends
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +151,7 @@ def recover(
     result.start_offset = start_file.file_from_offset
     process_offset = start_file.file_from_offset
     scanned_offsets: dict[str, int] = {}
+    gaps = TailGapCheck(queues, start_file.file_from_offset)
     end = commitlog.max_offset()
     scan = commitlog.scan_heads(start_file.file_from_offset, end, check_crc=check_crc)
     error = ""
@@ -159,6 +164,8 @@ def recover(
                 result.damaged = True
                 result.stop_reason = f"cut at offset {offset}: {error}"
             break
+        if head.sys_flag & 0xC in (0x0, 0x8):
+            gaps.see(head.topic, head.queue_id, head.queue_offset, offset)
         if offset >= dispatch_from and head.sys_flag & 0xC in (0x0, 0x8):
             key = queue_key(head.topic, head.queue_id)
             scanned_offsets[key] = max(scanned_offsets.get(key, 0), head.queue_offset + 1)
@@ -170,6 +177,7 @@ def recover(
     _guard(commitlog, result, process_offset, stake_end, floor, error, force, quarantine_dir)
     checkpoint.lower_flushed_offset(process_offset)
     _truncate_all(commitlog, queues, index, process_offset)
+    check_queue_ends(commitlog, queues)
     result.process_offset = process_offset
     result.dispatch_from = min(dispatch_from, process_offset)
     table = offset_table_of(queues)

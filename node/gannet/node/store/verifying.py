@@ -2,7 +2,10 @@
 
 :func:`verify` reads every commit-log record (structure, body CRC, whole-record CRC when
 present, PHYSICALOFFSET equal to the record's position) and every consume-queue unit (it must
-point at a valid record of the same topic, queue, queue offset, size and tag code). Damage is
+point at a valid record of the same topic, queue, size and tag code, and the record's stored
+QUEUEOFFSET must equal the unit's position in its queue: a queue whose numbering shifted, e.g.
+after a send that reserved an offset and then failed, is reported per entry with topic, queue
+and offset). Damage is
 reported as ranges; a damaged commit-log file is reported from the first bad byte to its end
 (records never straddle files, so the next file is checked independently). The zero-filled
 tail of the newest file is the normal end of data, not damage.
@@ -184,8 +187,8 @@ def _verify_queue(
                     break  # end of written units
                 if size == PRE_BLANK_SIZE or offset < reader.first:
                     continue  # pre-blank, or points into cleaned commit log
-                problem = _check_unit(reader, offset, size, tags, topic, qid)
                 qoff = base + pos // CQ_UNIT_SIZE
+                problem = _check_unit(reader, offset, size, tags, topic, qid, qoff)
                 if problem:
                     where = f"consumequeue/{topic}/{qid}"
                     report.damage.append(Damage(where, qoff, qoff + 1, problem))
@@ -196,7 +199,13 @@ def _verify_queue(
 
 
 def _check_unit(
-    reader: _CommitLogReader, offset: int, size: int, tags: int, topic: str, qid: int
+    reader: _CommitLogReader,
+    offset: int,
+    size: int,
+    tags: int,
+    topic: str,
+    qid: int,
+    queue_offset: int,
 ) -> str:
     res = reader.record_at(offset)
     if res is None or not res.ok or res.info is None:
@@ -208,6 +217,11 @@ def _check_unit(
         return f"record at {offset} belongs to {info.topic}/{info.queue_id}"
     if info.tags_code != tags:
         return f"tag code {tags} but the record's tags hash to {info.tags_code}"
+    if info.queue_offset != queue_offset:
+        return (
+            f"topic {topic} queue {qid} offset {queue_offset}: the record at commit-log offset "
+            f"{offset} has queue offset {info.queue_offset} (the queue's numbering is shifted)"
+        )
     return ""
 
 

@@ -1,0 +1,124 @@
+"""A queue's numbering: a failed append never leaves a hole, ``verify`` reports a shifted
+queue with topic, queue and offset, and recovery refuses a store written with a hole."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gannet.node.store import verifying
+from gannet.node.store.commitlog import queue_key
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.errors import CorruptionError, MessageIllegal
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.records import Message
+
+TOPIC = "HostT"
+
+
+def open_store(root: Path) -> MessageStore:
+    return MessageStore(StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)).open()
+
+
+def good(i: int) -> Message:
+    return Message(topic=TOPIC, body=f"m{i}".encode(), properties={"UNIQ_KEY": f"u{i}"})
+
+
+@pytest.mark.parametrize(
+    "field",
+    [
+        {"born_timestamp_ms": -(2**63) * 1000},
+        {"born_timestamp_ms": 2**63},
+        {"flag": 2**31},
+        {"reconsume_times": -(2**31) - 1},
+        {"prepared_transaction_offset": 2**64},
+    ],
+)
+def test_a_record_that_cannot_be_packed_reserves_nothing(tmp_path: Path, field) -> None:
+    with open_store(tmp_path) as store:
+        first = store.put_message(good(0))
+        bad = good(1)
+        for name, value in field.items():
+            setattr(bad, name, value)
+        with pytest.raises(MessageIllegal, match="must fit"):
+            store.put_messages([good(2), bad])  # the whole batch is refused
+        after = store.put_message(good(3))
+        assert (first.queue_offset, after.queue_offset) == (0, 1)
+        assert store.commitlog.queue_offsets[queue_key(TOPIC, 0)] == 2
+        assert store.wait_dispatched(after.end_offset)
+    assert verifying.verify(tmp_path).clean
+
+
+def test_append_packs_everything_before_reserving(tmp_path: Path, monkeypatch) -> None:
+    """Even a failure the field checks do not foresee leaves no reserved offset behind."""
+    from gannet.node.store import records
+
+    with open_store(tmp_path) as store:
+        store.put_message(good(0))
+        real = records.pack_head
+        calls = {"n": 0}
+
+        def failing(*args: object, **kw: object) -> bytes:
+            calls["n"] += 1
+            if calls["n"] == 2:
+                raise ValueError("simulated encoder failure")
+            return real(*args, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(records, "pack_head", failing)
+        with pytest.raises(ValueError, match="simulated"):
+            store.put_messages([good(1), good(2)])
+        monkeypatch.setattr(records, "pack_head", real)
+        after = store.put_message(good(3))
+        assert after.queue_offset == 1
+        assert store.wait_dispatched(after.end_offset)
+    assert verifying.verify(tmp_path).clean
+
+
+def _write_with_hole(root: Path) -> None:
+    """What the old append path left on disk: offsets 0, 1, (reserved, failed), 3, 4."""
+    with open_store(root) as store:
+        store.put_message(good(0))
+        store.put_message(good(1))
+        store.commitlog.queue_offsets[queue_key(TOPIC, 0)] += 1  # the lost reservation
+        for i in (3, 4):
+            res = store.put_message(good(i))
+        assert store.wait_dispatched(res.end_offset)
+
+
+def test_verify_reports_a_shifted_queue(tmp_path: Path) -> None:
+    _write_with_hole(tmp_path)
+    report = verifying.verify(tmp_path)
+    shifted = [d for d in report.damage if "numbering is shifted" in d.reason]
+    assert [(d.where, d.start) for d in shifted] == [
+        (f"consumequeue/{TOPIC}/0", 2),
+        (f"consumequeue/{TOPIC}/0", 3),
+    ]
+    assert f"topic {TOPIC} queue 0 offset 2" in shifted[0].reason
+    assert "queue offset 3" in shifted[0].reason
+
+
+def test_recovery_refuses_a_shifted_queue(tmp_path: Path) -> None:
+    _write_with_hole(tmp_path)
+    with pytest.raises(CorruptionError, match=f"topic {TOPIC} queue 0: the entry at offset 3"):
+        open_store(tmp_path)
+
+
+def test_recovery_refuses_a_hole_in_the_undispatched_tail(tmp_path: Path) -> None:
+    _write_with_hole(tmp_path)
+    # Lose the consume queue: recovery rebuilds it from the records and meets the hole.
+    for f in (tmp_path / "consumequeue" / TOPIC / "0").iterdir():
+        f.unlink()
+    (tmp_path / "abort").write_bytes(b"")
+    with pytest.raises(CorruptionError, match="has queue offset 3, but the queue continues"):
+        open_store(tmp_path)
+
+
+def test_a_clean_store_reopens(tmp_path: Path) -> None:
+    with open_store(tmp_path) as store:
+        for i in range(5):
+            res = store.put_message(good(i))
+        assert store.wait_dispatched(res.end_offset)
+    (tmp_path / "abort").write_bytes(b"")
+    with open_store(tmp_path) as store:
+        assert store.put_message(good(5)).queue_offset == 5
