@@ -75,11 +75,14 @@ def test_group_round_trip_and_reset(gannet, broker) -> None:
     for _ in range(3):
         gannet("message", "send", topic, "payload")
     settle(broker)
-    out = gannet("group", "reset-offset", group, topic, "--to-offset", "1")
-    assert "after reset" in out
+    plan = gannet("group", "reset-offset", group, topic, "--to-offset", "1")
+    assert "dry run: nothing changed; add --execute" in plan
+    assert "total lag: 0" in gannet("group", "describe", group)  # the plan changed nothing
+    out = gannet("group", "reset-offset", group, topic, "--to-offset", "1", "--execute")
+    assert f"offsets of {group} reset" in out
     described = gannet("group", "describe", group)
     assert "total lag: 2" in described
-    gannet("group", "reset-offset", group, topic, "--to-time", "0")
+    gannet("group", "reset-offset", group, topic, "--to-time", "0", "--execute")
     assert "total lag: 3" in gannet("group", "describe", group)
     gannet("group", "reset-offset", group, topic, code=2)  # neither --to-time nor --to-offset
     gannet("group", "delete", group, "--yes")

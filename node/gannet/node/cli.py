@@ -1,18 +1,23 @@
 """The ``gannet`` command: run a broker and work with store directories.
 
-Exit codes scripts can rely on: 0 success; 1 the check failed or nothing was found (damage
-reported by ``store verify``, no message for ``store get``/``query``); 2 wrong usage (click);
-3 the store could not be opened (locked by a running broker, unreadable, corrupt beyond
-recovery); 4 the broker could not be reached (``topic``, ``group``, ``message``, ``status``);
-5 the broker refused the request (bad name or value, already exists, refused change; also an
-unsigned call or a key without the right: the message names ``--access-key``/``--secret-key``).
+Exit codes scripts can rely on (also in ``gannet --help`` and the README): 0 success; 1 the
+check failed or nothing was found (damage reported by ``store verify``, no message for ``store
+get``/``query``); 2 wrong usage (click: unknown option, bad value, malformed endpoint or message
+id); 3 the store could not be opened (not a store directory, held by a running broker,
+unreadable, corrupt beyond recovery); 4 the broker could not be reached (``topic``, ``group``,
+``message``, ``status``); 5 the broker refused the request (bad or reserved name, already
+exists, refused change; also an unsigned call or a key without the right: the message names
+``--access-key``/``--secret-key``). Bad input never prints a traceback: one line says what is
+wrong (``tests/test_cli_bad_input.py`` runs every command with wrong arguments).
 The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`` and
 ``GANNET_SECRET_KEY``) and ``--tls``/``--tls-ca`` for a broker with ``--auth-file`` and TLS.
 
 ``broker run`` serves RocketMQ 5 clients and the admin API; the admin commands live in
 :mod:`gannet.node.api.commands`.
 
-Every command has ``--help``. Lists are rich tables; long work shows a progress bar.
+Every command has ``--help``. Lists are rich tables (``-o json|yaml`` for scripts, never cut
+when piped: :mod:`gannet.node.output`); long work shows a progress bar. gRPC's C-core logging
+stays quiet unless ``--verbose`` (:mod:`gannet.node.grpc_logging`).
 """
 
 from __future__ import annotations
@@ -20,34 +25,39 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import datetime as dt
+import fcntl
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 import uvloop
-from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from gannet.node import grpc_logging, output  # grpc_logging first: before grpc loads
 from gannet.node.api import auth, commands, message_commands, tls
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
+from gannet.node.output import Column, emit, output_option
 from gannet.node.replication import commands as replication_commands
 from gannet.node.replication import config as replication_config
-from gannet.node.store import querying, verifying
+from gannet.node.store import msgids, querying, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import Boundary
-from gannet.node.store.errors import StoreError
+from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 from gannet.operator import commands as operator_commands
 from gannet.pipeline import cli as pipeline_commands
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+console = output.console
+err_console = output.err_console
+_ = grpc_logging  # imported for its effect (GRPC_VERBOSITY before grpc loads)
 
 EXIT_CHECK_FAILED = 1
 EXIT_STORE_UNAVAILABLE = 3
@@ -58,10 +68,21 @@ data_dir_argument = click.argument(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level to stderr.")
+EXIT_CODES_HELP = (
+    "Exit codes: 0 success; 1 check failed or nothing found; 2 wrong usage (unknown option, "
+    "bad value, malformed endpoint or message id); 3 store unavailable (not a store directory, "
+    "held by a running broker, unreadable); 4 broker unreachable; 5 broker refused the request."
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
+@click.version_option(package_name="gannet", prog_name="gannet")
+@click.option(
+    "-v", "--verbose", is_flag=True, help="Log at INFO level to stderr (and gRPC's own errors)."
+)
 def main(verbose: bool) -> None:
     """Gannet: a RocketMQ-compatible, Raft-replicated message store."""
+    output.fit_to_stdout()
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -347,31 +368,87 @@ def store() -> None:
 
 @store.command("inspect")
 @data_dir_argument
+@output_option
 def store_inspect(data_dir: Path) -> None:
-    """Files, offsets, topics and queues of a store directory (read-only)."""
+    """Files, offsets, topics and queues of a store directory (read-only; a running broker may
+    hold it: the figures are then a live snapshot)."""
     _require_store(data_dir)
+    holder = held_by(data_dir)
     ins = verifying.inspect(data_dir)
-    files = Table(title="commit log")
-    files.add_column("file")
-    files.add_column("size", justify="right")
-    for name, size in ins.commitlog_files:
-        files.add_row(name, f"{size:,}")
-    console.print(files)
-    console.print(f"written end: {ins.commitlog_end:,}")
-    console.print(f"last shutdown: {'clean' if ins.clean_shutdown else 'ABNORMAL (abort file)'}")
-    queues = Table(title="consume queues")
-    for col in ("topic", "queue", "files", "min offset", "max offset"):
-        queues.add_column(col, justify="right" if col != "topic" else "left")
-    for q in ins.queues:
-        queues.add_row(q.topic, str(q.queue_id), str(q.files), str(q.min_offset), str(q.max_offset))
-    console.print(queues)
-    console.print(f"index files: {len(ins.index_files)}")
-    for name, value in ins.checkpoint.items():
-        console.print(f"checkpoint {name}: {value}")
+    files = [{"name": name, "size": size} for name, size in ins.commitlog_files]
+    queues = [
+        {
+            "topic": q.topic,
+            "queue": q.queue_id,
+            "files": q.files,
+            "min_offset": q.min_offset,
+            "max_offset": q.max_offset,
+        }
+        for q in ins.queues
+    ]
+    if holder is not None:
+        state = f"held by {holder} (open now; figures are a live snapshot)"
+    else:
+        state = "last shutdown: " + ("clean" if ins.clean_shutdown else "ABNORMAL (abort file)")
+    document = {
+        "commitlog_files": files,
+        "written_end": ins.commitlog_end,
+        "held_by_broker": holder is not None,
+        "clean_shutdown": None if holder is not None else ins.clean_shutdown,
+        "queues": queues,
+        "index_files": len(ins.index_files),
+        "checkpoint": dict(ins.checkpoint),
+    }
+    queue_columns = (
+        Column("topic", "topic"),
+        Column("queue", "queue", numeric=True),
+        Column("files", "files", numeric=True),
+        Column("min_offset", "min offset", numeric=True),
+        Column("max_offset", "max offset", numeric=True),
+    )
+    file_columns = (
+        Column("name", "file"),
+        Column("size", "size", numeric=True, show="{:,}".format),
+    )
+    emit(
+        document,
+        output.table("commit log", file_columns, files),
+        f"written end: {ins.commitlog_end:,}",
+        state,
+        output.table("consume queues", queue_columns, queues),
+        f"index files: {len(ins.index_files)}",
+        *(f"checkpoint {name}: {value}" for name, value in ins.checkpoint.items()),
+    )
+
+
+def held_by(data_dir: Path) -> str | None:
+    """``"a running broker (pid N)"`` while a process holds the store's lock, else None.
+
+    Tries a shared ``flock`` on the lock file the broker holds exclusively (and lets go at
+    once); the pid is the one the broker writes into its abort file.
+    """
+    try:
+        fd = os.open(StoreConfig(root_dir=data_dir).lock_path, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        try:
+            pid = (data_dir / "abort").read_text().strip()
+        except OSError:
+            pid = ""
+        return "a running broker" + (f" (pid {pid})" if pid.isdigit() else "")
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
 
 
 @store.command("verify")
 @data_dir_argument
+@output_option
 def store_verify(data_dir: Path) -> None:
     """Check every record's CRC and every consume-queue entry; exit 1 on damage."""
     _require_store(data_dir)
@@ -385,32 +462,54 @@ def store_verify(data_dir: Path) -> None:
     with Progress(*columns, console=err_console, transient=True) as bar:
         task = bar.add_task("verify", total=total)
         report = verifying.verify(data_dir, progress=lambda n: bar.advance(task, n))
-    console.print(
+    damage = [
+        {"where": d.where, "from": d.start, "to": d.end, "reason": d.reason} for d in report.damage
+    ]
+    summary = (
         f"{report.records_ok:,} records and {report.cq_units_ok:,} consume-queue entries valid; "
         f"commit log ends at {report.commitlog_end:,}"
     )
+    renderables: list[Any] = [summary]
     if report.clean:
-        console.print("[green]store is clean[/]")
-        return
-    table = Table(title="damage")
-    for col in ("where", "from", "to", "reason"):
-        table.add_column(col)
-    for d in report.damage:
-        table.add_row(d.where, str(d.start), str(d.end), d.reason)
-    console.print(table)
-    console.print(
-        "[red]damage found[/]: a broker start recovers by cutting at the last valid record"
+        renderables.append("[green]store is clean[/]")
+    else:
+        damage_columns = (
+            Column("where", "where"),
+            Column("from", "from", numeric=True),
+            Column("to", "to", numeric=True),
+            Column("reason", "reason"),
+        )
+        renderables += [
+            output.table("damage", damage_columns, damage),
+            "[red]damage found[/]: a broker start recovers by cutting at the last valid record",
+        ]
+    emit(
+        {
+            "records_ok": report.records_ok,
+            "consume_queue_entries_ok": report.cq_units_ok,
+            "commitlog_end": report.commitlog_end,
+            "clean": report.clean,
+            "damage": damage,
+        },
+        *renderables,
     )
-    sys.exit(EXIT_CHECK_FAILED)
+    if not report.clean:
+        sys.exit(EXIT_CHECK_FAILED)
 
 
 @store.command("get")
 @data_dir_argument
-@click.option("--offset", type=int, help="Commit-log offset of the record.")
-@click.option("--msg-id", help="Offset message id (32 or 56 hex digits).")
-@click.option("--topic", help="With --queue and --queue-offset.")
-@click.option("--queue", "queue_id", type=int, default=0, show_default=True)
-@click.option("--queue-offset", type=int)
+@click.option("--offset", type=click.IntRange(0), help="Commit-log offset of the record.")
+@click.option(
+    "--msg-id",
+    callback=commands.message_id_callback,
+    help="Message id: the client's (34 hex digits, as every table shows; found through the "
+    "index) or an offset message id (32 or 56 hex digits).",
+)
+@click.option("--topic", help="With --queue-offset; narrows a --msg-id lookup.")
+@click.option("--queue", "queue_id", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--queue-offset", type=click.IntRange(0))
+@output_option
 def store_get(
     data_dir: Path,
     offset: int | None,
@@ -419,7 +518,7 @@ def store_get(
     queue_id: int,
     queue_offset: int | None,
 ) -> None:
-    """Print one message, by commit-log offset, offset message id or queue offset."""
+    """Print one message, by commit-log offset, message id or queue offset."""
     chosen = [offset is not None, msg_id is not None, queue_offset is not None]
     if sum(chosen) != 1:
         raise click.UsageError("give exactly one of --offset, --msg-id, --topic/--queue-offset")
@@ -427,28 +526,68 @@ def store_get(
         raise click.UsageError("--queue-offset needs --topic")
     with _opened(_offline_config(data_dir), start_services=False) as st:
         if offset is not None:
-            msg = st.read_message(offset)
+            found = _read_at(st, offset)
+            msgs = [found] if found is not None else []
         elif msg_id is not None:
-            msg = querying.by_offset_msg_id(st, msg_id)
+            msgs = by_message_id(st, msg_id, topic)
         else:
             assert topic is not None
             assert queue_offset is not None
-            msg = querying.by_queue_offset(st, topic, queue_id, queue_offset)
-    if msg is None:
+            found = querying.by_queue_offset(st, topic, queue_id, queue_offset)
+            msgs = [found] if found is not None else []
+    if not msgs:
         err_console.print("no message there")
         sys.exit(EXIT_CHECK_FAILED)
-    _print_messages([msg])
+    _print_messages(msgs)
+
+
+def _read_at(st: MessageStore, offset: int) -> Message | None:
+    """The record at a commit-log offset; None when no valid record starts there."""
+    try:
+        return st.read_message(offset)
+    except (StoreError, ValueError, IndexError):
+        return None
+
+
+def by_message_id(st: MessageStore, msg_id: str, topic: str | None) -> list[Message]:
+    """Messages with this id: an offset message id decodes to a commit-log offset; otherwise
+    (or when nothing valid is there) the id is looked up as the client's unique key in the
+    index, in ``topic`` or in every topic of the store."""
+    try:
+        decoded = msgids.decode_offset_msg_id(msg_id)
+    except MessageIllegal:
+        decoded = None
+    if decoded is not None:
+        found = _read_at(st, decoded.commit_offset)
+        if found is not None and topic in (None, found.topic):
+            return [found]
+    topics = [topic] if topic is not None else sorted(_topics_of(st))
+    messages: list[Message] = []
+    for name in topics:
+        messages += querying.by_key(st, name, msg_id, unique=True).messages
+    return messages
+
+
+def _topics_of(st: MessageStore) -> set[str]:
+    names = {q.topic for q in st.queues.queues()}
+    names.update(t.topic_name for t in st.topic_configs.list())
+    return names
 
 
 @store.command("query")
 @data_dir_argument
 @click.option("--topic", required=True)
 @click.option("--key", help="A KEYS token.")
-@click.option("--uniq-key", help="The client message id (UNIQ_KEY).")
+@click.option(
+    "--uniq-key",
+    callback=commands.message_id_callback,
+    help="The client message id (UNIQ_KEY, as tables show); an offset message id works too.",
+)
 @click.option("--time", "time_text", help="Store time: epoch ms or ISO-8601; prints the offset.")
-@click.option("--queue", "queue_id", type=int, default=0, show_default=True)
+@click.option("--queue", "queue_id", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--upper", is_flag=True, help="With --time: last message at or before the time.")
 @click.option("--max", "max_num", type=click.IntRange(1, 64), default=64, show_default=True)
+@output_option
 def store_query(
     data_dir: Path,
     topic: str,
@@ -462,22 +601,31 @@ def store_query(
     """Find messages by key or unique key, or the queue offset for a store time."""
     if sum(x is not None for x in (key, uniq_key, time_text)) != 1:
         raise click.UsageError("give exactly one of --key, --uniq-key, --time")
+    ts = _parse_time(time_text) if time_text is not None else None
     with _opened(_offline_config(data_dir), start_services=False) as st:
-        if time_text is not None:
-            ts = _parse_time(time_text)
+        if ts is not None:
             boundary = Boundary.UPPER if upper else Boundary.LOWER
             found = querying.offset_by_time(st, topic, queue_id, ts, boundary)
-            console.print(f"{topic}/{queue_id} offset for {ts} ({boundary.name}): {found}")
+            emit(
+                {
+                    "topic": topic,
+                    "queue": queue_id,
+                    "time_ms": ts,
+                    "boundary": boundary.name,
+                    "offset": found,
+                },
+                f"{topic}/{queue_id} offset for {ts} ({boundary.name}): {found}",
+            )
             return
         if key is not None:
-            result = querying.by_key(st, topic, key, max_num=max_num)
+            messages = querying.by_key(st, topic, key, max_num=max_num).messages
         else:
             assert uniq_key is not None
-            result = querying.by_key(st, topic, uniq_key, unique=True)
-    if not result.messages:
+            messages = by_message_id(st, uniq_key, topic)
+    if not messages:
         err_console.print("no message matches")
         sys.exit(EXIT_CHECK_FAILED)
-    _print_messages(result.messages)
+    _print_messages(messages)
 
 
 def _parse_time(text: str) -> int:
@@ -485,31 +633,43 @@ def _parse_time(text: str) -> int:
         return int(text)
     try:
         when = dt.datetime.fromisoformat(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"{text!r} is neither epoch ms nor ISO-8601") from exc
-    return int(when.timestamp() * 1000)
+        return int(when.timestamp() * 1000)
+    except (ValueError, OverflowError, OSError):
+        raise click.BadParameter(
+            f"{text!r} is neither epoch ms nor ISO-8601", param_hint="--time"
+        ) from None
+
+
+STORED_COLUMNS = (
+    Column("topic", "topic"),
+    Column("queue", "queue", numeric=True),
+    Column("queue_offset", "queue offset", numeric=True),
+    Column("commit_offset", "commit offset", numeric=True),
+    Column("message_id", "message id"),
+    Column("store_timestamp_ms", "stored", show=output.time_text),
+    Column("keys", "keys"),
+    Column("tag", "tag"),
+    Column("body", "body"),
+)
 
 
 def _print_messages(msgs: list[Message]) -> None:
-    table = Table()
-    for col in ("topic", "queue", "queue offset", "commit offset", "stored", "keys", "tag", "body"):
-        table.add_column(col)
-    for m in msgs:
-        body = m.body[:60].decode("utf-8", "replace")
-        stored = dt.datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(
-            timespec="milliseconds"
-        )
-        table.add_row(
-            m.topic,
-            str(m.queue_id),
-            str(m.queue_offset),
-            str(m.physical_offset),
-            stored,
-            " ".join(m.keys),
-            m.tags or "",
-            body,
-        )
-    console.print(table)
+    rows = [
+        {
+            "topic": m.topic,
+            "queue": m.queue_id,
+            "queue_offset": m.queue_offset,
+            "commit_offset": m.physical_offset,
+            "message_id": m.uniq_key,
+            "store_timestamp_ms": m.store_timestamp_ms,
+            "keys": list(m.keys),
+            "tag": m.tags,
+            **output.body_fields(m.body, commands.BODY_SHOWN_CHARS),
+        }
+        for m in msgs
+    ]
+    table_rows = [{**r, "body": output.body_text(r)} for r in rows]
+    emit(rows, output.table(None, STORED_COLUMNS, table_rows))
 
 
 def _require_store(data_dir: Path) -> None:
@@ -546,6 +706,14 @@ def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageSto
     st = MessageStore(config)
     try:
         st.open(start_services=start_services)
+    except StoreLocked:
+        holder = held_by(config.root_dir) or "another process"
+        err_console.print(
+            f"[red]cannot open store[/]: {config.root_dir} is held by {holder}; ask the broker "
+            "instead (gannet message query, gannet topic describe) or stop it first",
+            highlight=False,
+        )
+        sys.exit(EXIT_STORE_UNAVAILABLE)
     except StoreError as exc:
         err_console.print(f"[red]cannot open store[/]: {exc}")
         sys.exit(EXIT_STORE_UNAVAILABLE)

@@ -6,9 +6,10 @@ PySpark is imported only when a command runs (:mod:`gannet.pipeline.jobs` needs 
 ``gannet`` command works without the ``pipeline`` extra installed.
 
 Exit codes follow ``gannet``'s: 0 success; 1 damage found (``verify``), a rebuild stopped at
-damage, or a bad source/target; 2 wrong usage (click); 3 the store is open in a broker
-(``rebuild --in-place``). While a job runs a progress bar counts finished Spark tasks (one per
-segment); a summary table follows.
+damage, or a bad target; 2 wrong usage (click); 3 SOURCE is neither a store directory nor a
+folder of commit-log segments (checked before Spark starts, the same answer as ``gannet store
+verify``), or the store is open in a broker (``rebuild --in-place``). While a job runs a
+progress bar counts finished Spark tasks (one per segment); a summary table follows.
 """
 
 from __future__ import annotations
@@ -22,15 +23,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+
+from gannet.node import output
+from gannet.pipeline import segments
 
 if TYPE_CHECKING:
     from gannet.pipeline import jobs
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
+console = output.console
+err_console = output.err_console
 
 EXIT_CHECK_FAILED = 1
 EXIT_STORE_UNAVAILABLE = 3
@@ -73,6 +76,20 @@ def pipeline() -> None:
 
     SOURCE is a store directory (its commitlog/ is used) or a folder of segment copies.
     """
+    output.fit_to_stdout()
+
+
+def _require_source(source: Path) -> None:
+    """Exit 3 (as ``gannet store verify`` does) unless SOURCE is a store directory or holds
+    commit-log segments: one check before a JVM starts."""
+    if (source / "commitlog").is_dir() or segments.find_segments(source):
+        return
+    err_console.print(
+        f"{source} is not a store directory (no commitlog/ inside) nor a folder of commit-log "
+        "segments",
+        highlight=False,
+    )
+    sys.exit(EXIT_STORE_UNAVAILABLE)
 
 
 @pipeline.command("export")
@@ -99,6 +116,7 @@ def export_command(
     master: str | None,
 ) -> None:
     """Write messages to Parquet at OUTPUT, partitioned by topic and date (UTC)."""
+    _require_source(source)
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     keep = jobs.ExportFilter(frozenset(topics) if topics else None, since, until)
@@ -138,7 +156,8 @@ def rebuild_command(
     The file sizes must be the broker's (its consume-queue and index settings) for the files
     to match what the broker writes.
     """
-    from gannet.pipeline import jobs, segments  # noqa: PLC0415 - PySpark only when a job runs
+    _require_source(source)
+    from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     if in_place == (target is not None):
         raise click.UsageError("give either TARGET or --in-place")
@@ -173,6 +192,7 @@ def rebuild_command(
 @master_option
 def verify_command(source: Path, master: str | None) -> None:
     """Check every record's structure and CRCs; list damaged ranges and exit 1 on damage."""
+    _require_source(source)
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     spark = jobs.session(master)
@@ -240,8 +260,6 @@ def _segment_errors() -> Iterator[None]:
 @contextmanager
 def _spark_progress(spark: Any, label: str, source: Path) -> Iterator[None]:
     """A progress bar of finished Spark tasks (one task per segment), polled from a thread."""
-    from gannet.pipeline import segments  # noqa: PLC0415 - keeps this module light
-
     try:
         total = len(segments.find_segments(source))
     except FileNotFoundError:

@@ -112,6 +112,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
         def work() -> admin_pb2.TopicResponse:
             name = request.name
             validation.validate_topic(name, allow_system=False)
+            cfg = self.store.config
+            validation.refuse_reserved_topic(name, cfg.cluster_name, cfg.broker_name)
             if name in self.store.topic_configs:
                 raise AdminError(grpc.StatusCode.ALREADY_EXISTS, f"topic {name!r} already exists")
             queues = _queue_nums(request.queue_nums or TOPIC_QUEUE_NUMS_DEFAULT)
@@ -275,13 +277,24 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 raise AdminError(
                     grpc.StatusCode.INVALID_ARGUMENT, "give timestamp_ms or offset to reset to"
                 )
-            rows = []
+            rows, before = [], []
             for queue_id in queue_ids:
+                now = conv.group_queue_pb(self.store, group, topic.topic_name, queue_id)
+                before.append(now)
                 offset = self._reset_target(topic.topic_name, queue_id, request, target)
+                if request.dry_run:
+                    planned = admin_pb2.GroupQueueOffset()
+                    planned.CopyFrom(now)
+                    planned.committed_offset = offset
+                    planned.lag = max(now.max_offset - offset, 0)
+                    rows.append(planned)
+                    continue
                 self.store.consumer_offsets.reset(group, topic.topic_name, queue_id, offset)
                 rows.append(conv.group_queue_pb(self.store, group, topic.topic_name, queue_id))
-            return admin_pb2.ResetOffsetResponse(queues=rows)
+            return admin_pb2.ResetOffsetResponse(queues=rows, before=before)
 
+        if request.dry_run:  # a plan changes nothing: no Raft write, a follower answers too
+            return await self._run(context, work)
         return await self._write(context, work)
 
     def _reset_target(

@@ -1,10 +1,13 @@
 """``gannet topic|group|pop|message|status``: the admin CLI, a client of a running broker.
 
-Each command talks to ``--endpoint`` (default ``127.0.0.1:8081``) over ``gannet.admin.v1``
-(``message send`` uses ``apache.rocketmq.v2`` SendMessage, exactly like a producer). Results
-are rich tables; errors print the broker's message. Exit codes (see :mod:`gannet.node.cli`):
-1 nothing found, 2 wrong usage (also an unusable --tls-* file), 4 broker unreachable, 5
-request refused (also unsigned or not allowed: the message says which option to pass).
+Each command talks to ``--endpoint`` (default ``127.0.0.1:8081``; host:port, checked before
+any call) over ``gannet.admin.v1`` (``message send`` uses ``apache.rocketmq.v2`` SendMessage,
+exactly like a producer). Results are rich tables, or JSON/YAML with ``-o``
+(:mod:`gannet.node.output`); errors print the broker's message on one line. Exit codes (see
+:mod:`gannet.node.cli`): 1 nothing found, 2 wrong usage (also a malformed --endpoint or an
+unusable --tls-* file), 4 broker unreachable, 5 request refused (also unsigned or not allowed:
+the message says which option to pass). ``group reset-offset`` shows its plan and changes
+offsets only with ``--execute``.
 ``--access-key``/``--secret-key`` (env ``GANNET_ACCESS_KEY``/``GANNET_SECRET_KEY``) sign every
 call for a broker with ``--auth-file``; ``--tls``/``--tls-ca`` (and ``--tls-cert``/``--tls-key``
 for mutual TLS) reach a TLS-only broker (:func:`channel`).
@@ -23,14 +26,13 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 import grpc
-from rich.console import Console
-from rich.table import Table
+from rich.markup import escape
 
+from gannet.node import output
 from gannet.node.api import auth, tls
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.output import Column, console, emit, err_console, output_option
 
-console = Console()
-err_console = Console(stderr=True, soft_wrap=True)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,11 +48,45 @@ _TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
 _PERMS = {"rw": 6, "r": 4, "w": 2, "none": 0}
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 
+PORT_MAX = 65535
+
+
+def check_endpoint(text: str) -> str:
+    """``text`` when it is ``host:port`` (``[v6]:port`` for IPv6); ValueError naming the
+    problem otherwise (an empty value, a URL scheme or path, a port that is no number in
+    1-65535)."""
+    example = f"e.g. {DEFAULT_ENDPOINT}"
+    if not text.strip():
+        raise ValueError(f"the endpoint is empty; give host:port, {example}")
+    if "/" in text:
+        raise ValueError(
+            f"{text!r} is a URL; give host:port only, without scheme or path, {example}"
+        )
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or any(ch.isspace() for ch in text):
+        raise ValueError(f"{text!r} is not host:port, {example}")
+    if ":" in host and not (host.startswith("[") and host.endswith("]")):
+        raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:8081")
+    if not port.isdigit() or not 1 <= int(port) <= PORT_MAX:
+        raise ValueError(f"{text!r}: the port {port!r} is not a number from 1 to {PORT_MAX}")
+    return text
+
+
+def endpoint_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_endpoint(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+
+
 _endpoint = click.option(
     "--endpoint",
     default=DEFAULT_ENDPOINT,
     show_default=True,
     envvar="GANNET_ENDPOINT",
+    callback=endpoint_callback,
     help="Broker host:port (env GANNET_ENDPOINT).",
 )
 _SECURITY_META = "gannet.client_security"
@@ -145,7 +181,8 @@ def client_security() -> auth.ClientSecurity:
 
 
 def fail(message: str, code: int) -> NoReturn:
-    err_console.print(message)
+    """Print ``message`` (rich markup; escape values) on one stderr line and exit ``code``."""
+    err_console.print(message, highlight=False)
     sys.exit(code)
 
 
@@ -174,6 +211,7 @@ def admin_call(endpoint: str, call: Callable[[admin_pb2_grpc.AdminStub], T]) -> 
 
 def rpc_failed(endpoint: str, exc: grpc.RpcError) -> NoReturn:
     code = exc.code()
+    details = escape(exc.details() or "")
     if code in _UNREACHABLE:
         fail(
             f"[red]cannot reach a broker at {endpoint}[/] ({code.name}); start one with "
@@ -183,43 +221,82 @@ def rpc_failed(endpoint: str, exc: grpc.RpcError) -> NoReturn:
         )
     if code == grpc.StatusCode.UNAUTHENTICATED:
         fail(
-            f"[red]not authenticated[/]: {exc.details()}; the broker requires signed requests: "
+            f"[red]not authenticated[/]: {details}; the broker requires signed requests: "
             "pass --access-key and --secret-key (or set GANNET_ACCESS_KEY and GANNET_SECRET_KEY)"
             " of a key in its --auth-file",
             EXIT_REFUSED,
         )
     if code == grpc.StatusCode.PERMISSION_DENIED:
         fail(
-            f"[red]not allowed[/]: {exc.details()}; use an access key with the admin right on "
+            f"[red]not allowed[/]: {details}; use an access key with the admin right on "
             "it (docs/security.md)",
             EXIT_REFUSED,
         )
     if code == grpc.StatusCode.NOT_FOUND:
-        fail(f"[red]not found[/]: {exc.details()}", EXIT_NOT_FOUND)
-    fail(f"[red]refused[/] ({code.name}): {exc.details()}", EXIT_REFUSED)
+        fail(f"[red]not found[/]: {details}", EXIT_NOT_FOUND)
+    fail(f"[red]refused[/] ({code.name}): {details}", EXIT_REFUSED)
+
+
+_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
+MESSAGE_ID_LENGTHS = (32, 34, 56)
+
+
+def check_message_id(text: str) -> str:
+    """``text`` when it can be a message id: the id clients and every ``gannet`` table show
+    (34 hex digits; 32 from RocketMQ 4 clients) or an offset message id (32 or 56 hex digits);
+    ValueError naming the problem otherwise."""
+    if not text or any(ch not in _HEX_DIGITS for ch in text) or len(text) not in MESSAGE_ID_LENGTHS:
+        raise ValueError(
+            f"{text!r} is not a message id: give the id a client or a gannet table shows (34 hex "
+            "digits, e.g. 0102FC0000000136EC0B1878D100000000) or an offset message id (32 or 56 "
+            "hex digits)"
+        )
+    return text.upper()
+
+
+def message_id_callback(
+    ctx: click.Context, param: click.Parameter, value: str | None
+) -> str | None:
+    if value is None:
+        return None
+    try:
+        return check_message_id(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _type_value(name: str | None) -> admin_pb2.MessageType:
     return admin_pb2.MessageType.Value(name.upper()) if name else admin_pb2.MESSAGE_TYPE_UNSPECIFIED
 
 
-def _print_topics(topics: list[admin_pb2.Topic]) -> None:
-    table = Table(title="topics")
-    for col in ("topic", "read queues", "write queues", "perm", "message type"):
-        table.add_column(col, justify="left" if col == "topic" else "right")
-    for t in topics:
-        table.add_row(
-            t.name,
-            str(t.read_queue_nums),
-            str(t.write_queue_nums),
-            _perm_text(t.perm),
-            admin_pb2.MessageType.Name(t.message_type),
-        )
-    console.print(table)
+TOPIC_COLUMNS = (
+    Column("name", "topic"),
+    Column("read_queues", "read queues", numeric=True),
+    Column("write_queues", "write queues", numeric=True),
+    Column("perm", "perm", numeric=True),
+    Column("message_type", "message type", numeric=True),
+)
+
+
+def topic_row(t: admin_pb2.Topic) -> dict[str, Any]:
+    return {
+        "name": t.name,
+        "read_queues": t.read_queue_nums,
+        "write_queues": t.write_queue_nums,
+        "perm": _perm_text(t.perm),
+        "message_type": admin_pb2.MessageType.Name(t.message_type),
+    }
 
 
 def _perm_text(perm: int) -> str:
     return ("r" if perm & 4 else "") + ("w" if perm & 2 else "") or "none"
+
+
+def _topic_summary(t: admin_pb2.Topic) -> str:
+    row = topic_row(t)
+    return (
+        f"topic {t.name}: {row['write_queues']} queues, {row['message_type']}, perm {row['perm']}"
+    )
 
 
 # ---------------------------------------------------------------------------- topic
@@ -235,13 +312,16 @@ def topic() -> None:
 @click.option("--perm", type=click.Choice(list(_PERMS)), default="rw", show_default=True)
 @endpoint_option
 def topic_create(name: str, queues: int, kind: str, perm: str, endpoint: str) -> None:
-    """Create topic NAME (producers get TOPIC_NOT_FOUND until it exists)."""
+    """Create topic NAME (producers get TOPIC_NOT_FOUND until it exists).
+
+    Reserved names are refused: system topics, the %RETRY% and %DLQ% prefixes, the cluster and
+    broker names.
+    """
     request = admin_pb2.CreateTopicRequest(
         name=name, queue_nums=queues, message_type=_type_value(kind), perm=_PERMS[perm]
     )
     reply = admin_call(endpoint, lambda s: s.CreateTopic(request, timeout=CALL_TIMEOUT_S))
-    console.print(f"[green]created[/] topic {name}")
-    _print_topics([reply.topic])
+    console.print(f"[green]created[/] {_topic_summary(reply.topic)}", highlight=False)
 
 
 @topic.command("update")
@@ -260,8 +340,7 @@ def topic_update(
     if perm is not None:
         request.perm = _PERMS[perm]
     reply = admin_call(endpoint, lambda s: s.UpdateTopic(request, timeout=CALL_TIMEOUT_S))
-    console.print(f"[green]updated[/] topic {name}")
-    _print_topics([reply.topic])
+    console.print(f"[green]updated[/] {_topic_summary(reply.topic)}", highlight=False)
 
 
 @topic.command("delete")
@@ -272,46 +351,55 @@ def topic_delete(name: str, endpoint: str) -> None:
     """Delete topic NAME's config and offsets (stored messages age out with cleanup)."""
     request = admin_pb2.DeleteTopicRequest(name=name)
     admin_call(endpoint, lambda s: s.DeleteTopic(request, timeout=CALL_TIMEOUT_S))
-    console.print(f"[green]deleted[/] topic {name}")
+    console.print(f"[green]deleted[/] topic {name}", highlight=False)
 
 
 @topic.command("list")
 @click.option("--all", "include_system", is_flag=True, help="Include retry, DLQ, system topics.")
+@output_option
 @endpoint_option
 def topic_list(include_system: bool, endpoint: str) -> None:
     """List topics."""
     request = admin_pb2.ListTopicsRequest(include_system=include_system)
     reply = admin_call(endpoint, lambda s: s.ListTopics(request, timeout=CALL_TIMEOUT_S))
-    _print_topics(list(reply.topics))
+    rows = [topic_row(t) for t in reply.topics]
+    emit(rows, output.table("topics", TOPIC_COLUMNS, rows))
+
+
+QUEUE_COLUMNS = (
+    Column("queue", "queue", numeric=True),
+    Column("min_offset", "min offset", numeric=True),
+    Column("max_offset", "max offset", numeric=True),
+    Column("messages", "messages", numeric=True),
+    Column("earliest_store_time_ms", "earliest stored", numeric=True, show=output.time_text),
+)
 
 
 @topic.command("describe")
 @click.argument("name")
+@output_option
 @endpoint_option
 def topic_describe(name: str, endpoint: str) -> None:
     """Config, per-queue min/max offsets and consuming groups of topic NAME."""
     request = admin_pb2.DescribeTopicRequest(name=name)
     reply = admin_call(endpoint, lambda s: s.DescribeTopic(request, timeout=CALL_TIMEOUT_S))
-    _print_topics([reply.topic])
-    table = Table(title=f"queues of {name}")
-    for col in ("queue", "min offset", "max offset", "messages", "earliest stored"):
-        table.add_column(col, justify="right")
-    for q in reply.queues:
-        table.add_row(
-            str(q.queue_id),
-            str(q.min_offset),
-            str(q.max_offset),
-            str(q.max_offset - q.min_offset),
-            _time_text(q.earliest_store_time_ms),
-        )
-    console.print(table)
-    console.print(f"groups with offsets: {', '.join(reply.groups) or '(none)'}")
-
-
-def _time_text(ms: int) -> str:
-    if ms < 0:
-        return "-"
-    return dt.datetime.fromtimestamp(ms / 1000).isoformat(timespec="milliseconds")
+    queues = [
+        {
+            "queue": q.queue_id,
+            "min_offset": q.min_offset,
+            "max_offset": q.max_offset,
+            "messages": q.max_offset - q.min_offset,
+            "earliest_store_time_ms": q.earliest_store_time_ms,
+        }
+        for q in reply.queues
+    ]
+    groups = list(reply.groups)
+    emit(
+        {"topic": topic_row(reply.topic), "queues": queues, "groups": groups},
+        output.table("topic", TOPIC_COLUMNS, [topic_row(reply.topic)]),
+        output.table(f"queues of {name}", QUEUE_COLUMNS, queues),
+        f"groups with offsets: {', '.join(groups) or '(none)'}",
+    )
 
 
 # ---------------------------------------------------------------------------- group
@@ -320,26 +408,42 @@ def group() -> None:
     """Create, list and inspect consumer groups; reset their offsets."""
 
 
-def _print_groups(groups: list[admin_pb2.Group]) -> None:
-    table = Table(title="consumer groups")
-    for col in ("group", "fifo", "retry max times", "consume enabled", "retry policy"):
-        table.add_column(col)
-    for g in groups:
-        table.add_row(
-            g.name, str(g.fifo), str(g.retry_max_times), str(g.consume_enable), g.retry_policy
-        )
-    console.print(table)
+GROUP_COLUMNS = (
+    Column("name", "group"),
+    Column("fifo", "fifo"),
+    Column("retry_max_times", "retry max times", numeric=True),
+    Column("consume_enabled", "consume enabled"),
+    Column("retry_policy", "retry policy"),
+)
 
 
-def _print_group_offsets(title: str, rows: list[admin_pb2.GroupQueueOffset]) -> None:
-    table = Table(title=title)
-    for col in ("topic", "queue", "committed", "max offset", "lag"):
-        table.add_column(col, justify="left" if col == "topic" else "right")
-    for r in rows:
-        table.add_row(
-            r.topic, str(r.queue_id), str(r.committed_offset), str(r.max_offset), str(r.lag)
-        )
-    console.print(table)
+def group_row(g: admin_pb2.Group) -> dict[str, Any]:
+    return {
+        "name": g.name,
+        "fifo": g.fifo,
+        "retry_max_times": g.retry_max_times,
+        "consume_enabled": g.consume_enable,
+        "retry_policy": g.retry_policy,
+    }
+
+
+OFFSET_COLUMNS = (
+    Column("topic", "topic"),
+    Column("queue", "queue", numeric=True),
+    Column("committed", "committed", numeric=True),
+    Column("max_offset", "max offset", numeric=True),
+    Column("lag", "lag", numeric=True),
+)
+
+
+def offset_row(r: admin_pb2.GroupQueueOffset) -> dict[str, Any]:
+    return {
+        "topic": r.topic,
+        "queue": r.queue_id,
+        "committed": r.committed_offset,
+        "max_offset": r.max_offset,
+        "lag": r.lag,
+    }
 
 
 @group.command("create")
@@ -351,8 +455,12 @@ def group_create(name: str, fifo: bool, retry_max_times: int, endpoint: str) -> 
     """Create consumer group NAME."""
     request = admin_pb2.CreateGroupRequest(name=name, fifo=fifo, retry_max_times=retry_max_times)
     reply = admin_call(endpoint, lambda s: s.CreateGroup(request, timeout=CALL_TIMEOUT_S))
-    console.print(f"[green]created[/] group {name}")
-    _print_groups([reply.group])
+    g = reply.group
+    console.print(
+        f"[green]created[/] group {g.name}: fifo {output.cell(g.fifo)}, "
+        f"retry max times {g.retry_max_times}",
+        highlight=False,
+    )
 
 
 @group.command("delete")
@@ -363,28 +471,46 @@ def group_delete(name: str, endpoint: str) -> None:
     """Delete consumer group NAME and its committed offsets."""
     request = admin_pb2.DeleteGroupRequest(name=name)
     admin_call(endpoint, lambda s: s.DeleteGroup(request, timeout=CALL_TIMEOUT_S))
-    console.print(f"[green]deleted[/] group {name}")
+    console.print(f"[green]deleted[/] group {name}", highlight=False)
 
 
 @group.command("list")
+@output_option
 @endpoint_option
 def group_list(endpoint: str) -> None:
     """List consumer groups."""
     request = admin_pb2.ListGroupsRequest()
     reply = admin_call(endpoint, lambda s: s.ListGroups(request, timeout=CALL_TIMEOUT_S))
-    _print_groups(list(reply.groups))
+    rows = [group_row(g) for g in reply.groups]
+    emit(rows, output.table("consumer groups", GROUP_COLUMNS, rows))
 
 
 @group.command("describe")
 @click.argument("name")
+@output_option
 @endpoint_option
 def group_describe(name: str, endpoint: str) -> None:
     """Config, committed offsets and lag per queue of group NAME."""
     request = admin_pb2.DescribeGroupRequest(name=name)
     reply = admin_call(endpoint, lambda s: s.DescribeGroup(request, timeout=CALL_TIMEOUT_S))
-    _print_groups([reply.group])
-    _print_group_offsets(f"offsets of {name}", list(reply.queues))
-    console.print(f"total lag: {reply.total_lag}")
+    rows = [offset_row(r) for r in reply.queues]
+    emit(
+        {"group": group_row(reply.group), "queues": rows, "total_lag": reply.total_lag},
+        output.table("consumer group", GROUP_COLUMNS, [group_row(reply.group)]),
+        output.table(f"offsets of {name}", OFFSET_COLUMNS, rows),
+        f"total lag: {reply.total_lag}",
+    )
+
+
+RESET_COLUMNS = (
+    Column("topic", "topic"),
+    Column("queue", "queue", numeric=True),
+    Column("committed_before", "committed now", numeric=True),
+    Column("committed", "new committed", numeric=True),
+    Column("max_offset", "max offset", numeric=True),
+    Column("lag_before", "lag now", numeric=True),
+    Column("lag", "new lag", numeric=True),
+)
 
 
 @group.command("reset-offset")
@@ -393,6 +519,13 @@ def group_describe(name: str, endpoint: str) -> None:
 @click.option("--to-time", help="Epoch ms or ISO-8601: first message stored at or after it.")
 @click.option("--to-offset", type=click.IntRange(0), help="A queue offset (clamped per queue).")
 @click.option("--queue", "queue_id", type=click.IntRange(0), help="Only this queue.")
+@click.option(
+    "--dry-run/--execute",
+    default=True,
+    show_default=True,
+    help="Show the plan (committed offsets now and after) without changing anything, or apply it.",
+)
+@output_option
 @endpoint_option
 def group_reset_offset(
     name: str,
@@ -400,12 +533,16 @@ def group_reset_offset(
     to_time: str | None,
     to_offset: int | None,
     queue_id: int | None,
+    dry_run: bool,
     endpoint: str,
 ) -> None:
-    """Move group NAME's offsets on TOPIC to a time or an offset."""
+    """Move group NAME's offsets on TOPIC to a time or an offset.
+
+    Shows the plan first (as kafka-consumer-groups does); --execute applies it.
+    """
     if (to_time is None) == (to_offset is None):
         raise click.UsageError("give exactly one of --to-time, --to-offset")
-    request = admin_pb2.ResetOffsetRequest(group=name, topic=topic_name)
+    request = admin_pb2.ResetOffsetRequest(group=name, topic=topic_name, dry_run=dry_run)
     if to_time is not None:
         request.timestamp_ms = parse_time_ms(to_time)
     else:
@@ -414,7 +551,23 @@ def group_reset_offset(
     if queue_id is not None:
         request.queue_id = queue_id
     reply = admin_call(endpoint, lambda s: s.ResetOffset(request, timeout=CALL_TIMEOUT_S))
-    _print_group_offsets(f"offsets of {name} after reset", list(reply.queues))
+    rows = []
+    for after, before in zip(reply.queues, reply.before, strict=True):
+        row = offset_row(after)
+        row["committed_before"] = before.committed_offset
+        row["lag_before"] = before.lag
+        rows.append(row)
+    title = f"reset plan for {name} on {topic_name}" if dry_run else f"offsets of {name} reset"
+    note = (
+        "[yellow]dry run[/]: nothing changed; add --execute to apply this plan"
+        if dry_run
+        else f"[green]reset[/] {len(rows)} queues"
+    )
+    emit(
+        {"group": name, "topic": topic_name, "executed": not dry_run, "queues": rows},
+        output.table(title, RESET_COLUMNS, rows),
+        note,
+    )
 
 
 def parse_time_ms(text: str) -> int:
@@ -423,8 +576,8 @@ def parse_time_ms(text: str) -> int:
         return int(text)
     try:
         return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
-    except ValueError as exc:
-        raise click.BadParameter(f"{text!r} is neither epoch ms nor ISO-8601") from exc
+    except (ValueError, OverflowError, OSError):
+        raise click.BadParameter(f"{text!r} is neither epoch ms nor ISO-8601") from None
 
 
 @click.group("pop")
@@ -433,6 +586,13 @@ def pop() -> None:
 
 
 REVIVE_QUEUE_COUNT_MAX = 64
+REVIVE_COLUMNS = (
+    Column("queue", "queue", numeric=True),
+    Column("state", "state"),
+    Column("revive_offset", "revive offset", numeric=True),
+    Column("max_offset", "max offset", numeric=True),
+    Column("backlog", "backlog", numeric=True),
+)
 
 
 @pop.command("revive-queues")
@@ -442,6 +602,7 @@ REVIVE_QUEUE_COUNT_MAX = 64
     type=click.IntRange(1, REVIVE_QUEUE_COUNT_MAX),
     help="Spread new checkpoints over this many revive queues; queues beyond it drain first.",
 )
+@output_option
 @endpoint_option
 def pop_revive_queues(count: int | None, endpoint: str) -> None:
     """Show (or change with --set) the revive queues that bring back unacked messages."""
@@ -455,18 +616,20 @@ def pop_revive_queues(count: int | None, endpoint: str) -> None:
         reply = admin_call(
             endpoint, lambda s: s.SetReviveQueueCount(request, timeout=CALL_TIMEOUT_S)
         )
-    table = Table(title=f"revive queues: {reply.active_count} active")
-    for col in ("queue", "state", "revive offset", "max offset", "backlog"):
-        table.add_column(col, justify="right" if col != "state" else "left")
-    for q in reply.queues:
-        table.add_row(
-            str(q.queue_id),
-            "draining" if q.draining else "active",
-            str(q.revive_offset),
-            str(q.max_offset),
-            str(max(q.max_offset - q.revive_offset, 0)),
-        )
-    console.print(table)
+    rows = [
+        {
+            "queue": q.queue_id,
+            "state": "draining" if q.draining else "active",
+            "revive_offset": q.revive_offset,
+            "max_offset": q.max_offset,
+            "backlog": max(q.max_offset - q.revive_offset, 0),
+        }
+        for q in reply.queues
+    ]
+    emit(
+        {"active_count": reply.active_count, "queues": rows},
+        output.table(f"revive queues: {reply.active_count} active", REVIVE_COLUMNS, rows),
+    )
 
 
 COMMANDS = (topic, group, pop)

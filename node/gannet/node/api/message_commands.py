@@ -4,29 +4,36 @@
 client-style message id, so it exercises exactly what RocketMQ clients use. ``message receive``
 is a simple consumer: ReceiveMessage (Pop with long polling) then one batched AckMessage, unless
 ``--no-ack`` leaves the messages invisible for ``--invisible``. ``message query`` and ``status``
-use the admin API. Shared helpers and exit
-codes are those of :mod:`commands`; registered by :mod:`gannet.node.cli`.
+use the admin API. ``send`` prints each message's id, queue and queue offset (the v2 reply
+names no queue, so the CLI looks the sent ids up through the admin API, for at most
+:data:`SEND_QUEUE_LOOKUP_MAX` messages). Every command takes ``-o json|yaml``.
+Shared helpers and exit codes are those of :mod:`commands`; registered by
+:mod:`gannet.node.cli`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import os
 import socket
 import time
+from typing import Any
 
 import click
 import grpc
-from rich.table import Table
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
+from gannet.node import output
 from gannet.node.api import commands, messaging, statuses
-from gannet.node.api.commands import CALL_TIMEOUT_S, console, endpoint_option
-from gannet.node.api.gen import admin_pb2
+from gannet.node.api.commands import CALL_TIMEOUT_S, endpoint_option
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.output import Column, emit, output_option
 from gannet.node.replication import status_view
 
 SEND_COUNT_MAX = 100_000
+SEND_QUEUE_LOOKUP_MAX = 64  # sent messages whose queue the CLI looks up
+SEND_QUEUE_LOOKUP_S = 5.0  # until the broker has indexed them
+SEND_QUEUE_LOOKUP_PAUSE_S = 0.02
 
 
 RECEIVE_COUNT_MAX = 10_000
@@ -115,6 +122,7 @@ def _parse_properties(pairs: tuple[str, ...]) -> dict[str, str]:
 @click.option("--message-group", help="FIFO message group (the topic must be FIFO).")
 @click.option("--delay-ms", type=click.IntRange(1), help="Deliver this many ms from now.")
 @click.option("--count", type=click.IntRange(1, SEND_COUNT_MAX), default=1, show_default=True)
+@output_option
 @endpoint_option
 def message_send(
     topic_name: str,
@@ -127,11 +135,9 @@ def message_send(
     count: int,
     endpoint: str,
 ) -> None:
-    """Send BODY to TOPIC (COUNT times); prints message ids and queue offsets."""
+    """Send BODY to TOPIC (COUNT times); prints message ids, queues and queue offsets."""
     properties = _parse_properties(props)
-    table = Table(title=f"sent to {topic_name}")
-    for col in ("message id", "offset"):
-        table.add_column(col)
+    rows: list[dict[str, Any]] = []
     with commands.channel(endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         for _ in range(count):
@@ -146,8 +152,41 @@ def message_send(
                 commands.rpc_failed(endpoint, exc)
             _check_status(reply.status)
             for entry in reply.entries:
-                table.add_row(entry.message_id, str(entry.offset))
-    console.print(table)
+                rows.append({"message_id": entry.message_id, "queue": None, "offset": entry.offset})
+        if len(rows) <= SEND_QUEUE_LOOKUP_MAX:
+            _look_up_queues(channel, endpoint, topic_name, rows)
+    emit(rows, output.table(f"sent to {topic_name}", SEND_COLUMNS, rows))
+
+
+SEND_COLUMNS = (
+    Column("message_id", "message id"),
+    Column("queue", "queue", numeric=True),
+    Column("offset", "queue offset", numeric=True),
+)
+
+
+def _look_up_queues(
+    channel: grpc.Channel, endpoint: str, topic_name: str, rows: list[dict[str, Any]]
+) -> None:
+    """Fill each row's queue from the broker's index (QueryMessage by id); rows the broker has
+    not indexed within :data:`SEND_QUEUE_LOOKUP_S` keep None."""
+    stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+    deadline = time.monotonic() + SEND_QUEUE_LOOKUP_S
+    for row in rows:
+        request = admin_pb2.QueryMessageRequest(
+            topic=topic_name, message_id=row["message_id"], max_count=1
+        )
+        while True:
+            try:
+                reply = stub.QueryMessage(request, timeout=CALL_TIMEOUT_S)
+            except grpc.RpcError as exc:
+                commands.rpc_failed(endpoint, exc)
+            if reply.messages:
+                row["queue"] = reply.messages[0].queue_id
+                break
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(SEND_QUEUE_LOOKUP_PAUSE_S)
 
 
 def _metadata() -> tuple[tuple[str, str], ...]:
@@ -198,6 +237,7 @@ def _check_status(status: definition_pb2.Status) -> None:
     help="Give up when no message came for this long (the broker long-polls 5s - 20s).",
 )
 @click.option("--show-body", is_flag=True, help="Print whole bodies, not a 60-char preview.")
+@output_option
 @endpoint_option
 def message_receive(
     group_name: str,
@@ -320,40 +360,54 @@ def _ack_all(
     return result
 
 
+RECEIVED_COLUMNS = (
+    Column("message_id", "message id"),
+    Column("queue", "queue", numeric=True),
+    Column("offset", "offset", numeric=True),
+    Column("attempt", "attempt", numeric=True),
+    Column("tag", "tag"),
+    Column("keys", "keys"),
+    Column("body", "body"),
+    Column("state", "state"),
+)
+
+
 def _print_received(
     messages: list[definition_pb2.Message],
     acked: dict[str, str] | None,
     invisible_s: float,
     show_body: bool,
 ) -> None:
-    table = Table(title=f"received {len(messages)}")
-    for col in ("message id", "queue", "offset", "attempt", "tag", "keys", "body", "state"):
-        table.add_column(col)
+    rows = []
     for m in messages:
         sp = m.system_properties
-        body = m.body.decode("utf-8", "replace")
-        if not show_body:
-            body = body[: commands.BODY_SHOWN_CHARS]
         if acked is None:
             state = f"invisible {invisible_s:g} s"
         else:
             state = "acked" if acked.get(sp.receipt_handle) == "OK" else "ack refused"
-        table.add_row(
-            sp.message_id,
-            str(sp.queue_id),
-            str(sp.queue_offset),
-            str(sp.delivery_attempt),
-            sp.tag if sp.HasField("tag") else "",
-            " ".join(sp.keys),
-            body,
-            state,
-        )
-    console.print(table)
+        row: dict[str, Any] = {
+            "message_id": sp.message_id,
+            "queue": sp.queue_id,
+            "offset": sp.queue_offset,
+            "attempt": sp.delivery_attempt,
+            "tag": sp.tag if sp.HasField("tag") else None,
+            "keys": list(sp.keys),
+            **output.body_fields(m.body, None if show_body else commands.BODY_SHOWN_CHARS),
+            "state": state,
+        }
+        rows.append(row)
+    table_rows = [{**r, "body": output.body_text(r)} for r in rows]
+    emit(rows, output.table(f"received {len(messages)}", RECEIVED_COLUMNS, table_rows))
 
 
 @message.command("query")
 @click.argument("topic_name", metavar="TOPIC")
-@click.option("--id", "message_id", help="Message id (client id or offset message id).")
+@click.option(
+    "--id",
+    "message_id",
+    callback=commands.message_id_callback,
+    help="Message id: the client's (34 hex digits, as tables show) or an offset message id.",
+)
 @click.option("--key", help="A message key.")
 @click.option("--queue", "queue_id", type=click.IntRange(0), help="With --offset.")
 @click.option("--offset", type=click.IntRange(0), help="Queue offset (needs --queue).")
@@ -361,6 +415,7 @@ def _print_received(
 @click.option("--until", help="With --since: stored at or before (default now).")
 @click.option("--max", "max_count", type=click.IntRange(1, 64), default=32, show_default=True)
 @click.option("--show-body", is_flag=True, help="Print whole bodies, not a 60-char preview.")
+@output_option
 @endpoint_option
 def message_query(
     topic_name: str,
@@ -399,50 +454,76 @@ def message_query(
     _print_messages(list(reply.messages), show_body)
 
 
+MESSAGE_COLUMNS = (
+    Column("message_id", "message id"),
+    Column("queue", "queue", numeric=True),
+    Column("offset", "offset", numeric=True),
+    Column("store_timestamp_ms", "stored", show=output.time_text),
+    Column("tag", "tag"),
+    Column("keys", "keys"),
+    Column("body", "body"),
+)
+
+
 def _print_messages(messages: list[admin_pb2.StoredMessage], show_body: bool) -> None:
-    table = Table()
-    for col in ("message id", "queue", "offset", "stored", "tag", "keys", "body"):
-        table.add_column(col)
-    for m in messages:
-        body = m.body.decode("utf-8", "replace")
-        if not show_body:
-            body = body[: commands.BODY_SHOWN_CHARS]
-        stored = dt.datetime.fromtimestamp(m.store_timestamp_ms / 1000).isoformat(
-            timespec="milliseconds"
-        )
-        table.add_row(
-            m.message_id,
-            str(m.queue_id),
-            str(m.queue_offset),
-            stored,
-            m.tag,
-            " ".join(m.keys),
-            body,
-        )
-    console.print(table)
+    rows = [
+        {
+            "message_id": m.message_id,
+            "topic": m.topic,
+            "queue": m.queue_id,
+            "offset": m.queue_offset,
+            "commit_offset": m.commit_offset,
+            "store_timestamp_ms": m.store_timestamp_ms,
+            "tag": m.tag or None,
+            "keys": list(m.keys),
+            **output.body_fields(m.body, None if show_body else commands.BODY_SHOWN_CHARS),
+        }
+        for m in messages
+    ]
+    table_rows = [{**r, "body": output.body_text(r)} for r in rows]
+    emit(rows, output.table(None, MESSAGE_COLUMNS, table_rows))
 
 
 @click.command("status")
+@output_option
 @endpoint_option
 def status(endpoint: str) -> None:
     """Broker identity, topic/group/client counts, store statistics and Raft state."""
     request = admin_pb2.GetStatusRequest()
     reply = commands.admin_call(endpoint, lambda s: s.GetStatus(request, timeout=CALL_TIMEOUT_S))
-    table = Table(title=f"Gannet broker {reply.broker_name} ({reply.cluster_name})")
-    table.add_column("item")
-    table.add_column("value", justify="right")
-    for name in ("endpoint", "version", "data_dir", "flush_mode", "topics", "groups", "clients"):
-        table.add_row(name, str(getattr(reply, name)))
-    for field in admin_pb2.StoreStatistics.DESCRIPTOR.fields:
-        table.add_row(f"store.{field.name}", str(getattr(reply.store, field.name)))
-    console.print(table)
     raft_request = admin_pb2.GetRaftStatusRequest()
     raft = commands.admin_call(
         endpoint, lambda s: s.GetRaftStatus(raft_request, timeout=CALL_TIMEOUT_S)
     )
-    console.print(status_view.node_table(raft))
+    broker: dict[str, Any] = {
+        name: getattr(reply, name)
+        for name in (
+            "broker_name",
+            "cluster_name",
+            "endpoint",
+            "version",
+            "data_dir",
+            "flush_mode",
+            "topics",
+            "groups",
+            "clients",
+        )
+    }
+    store = {
+        f.name: getattr(reply.store, f.name) for f in admin_pb2.StoreStatistics.DESCRIPTOR.fields
+    }
+    items = {k: v for k, v in broker.items() if k not in ("broker_name", "cluster_name")}
+    items.update({f"store.{k}": v for k, v in store.items()})
+    renderables: list[Any] = [
+        output.items_table(f"Gannet broker {reply.broker_name} ({reply.cluster_name})", items),
+        status_view.node_table(raft),
+    ]
     if raft.peers:
-        console.print(status_view.peers_table(raft))
+        renderables.append(status_view.peers_table(raft))
+    emit(
+        {"broker": broker, "store": store, "raft": status_view.raft_document(raft)},
+        *renderables,
+    )
 
 
 COMMANDS = (message, status)

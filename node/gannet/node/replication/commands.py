@@ -10,24 +10,28 @@ Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SI
 is 1.
 
 ``cluster status`` asks each endpoint for ``GetRaftStatus`` and prints one row per member and
-the leader's view of its followers (match offset, lag). Exit codes: 0 every member answered
+the leader's view of its followers (match offset, lag); ``-o json|yaml`` for scripts. Without
+``--endpoints`` it asks the member at ``GANNET_ENDPOINT`` (as every other command does;
+127.0.0.1:8081 when unset) and then the peers that member names. Exit codes: 0 every member answered
 and all name the same leader; 2 the members answered but do not agree on one leader (election
 in progress, a split view); 4 some member could not be reached (the others are still shown).
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import click
 import grpc
-from rich.console import Console
 from rich.table import Table
 
+from gannet.node import output
 from gannet.node.api import commands as api_commands
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import status_view
@@ -38,7 +42,7 @@ STATUS_TIMEOUT_S = 5.0
 EXIT_NO_AGREED_LEADER = 2
 EXIT_UNREACHABLE = 4
 NODES_MAX = 9
-console = Console()
+console = output.console
 
 
 def plan(nodes: int, host: str, base_port: int) -> tuple[PeerSpec, ...]:
@@ -187,31 +191,59 @@ def _stop_all(processes: dict[int, subprocess.Popen[bytes]]) -> None:
 @cluster.command("status")
 @click.option(
     "--endpoints",
-    default="127.0.0.1:8081,127.0.0.1:8082,127.0.0.1:8083",
-    show_default=True,
     envvar="GANNET_ENDPOINTS",
-    help="Comma-separated client endpoints (host:port) of the members (env GANNET_ENDPOINTS).",
+    help="Comma-separated client endpoints (host:port) of the members (env GANNET_ENDPOINTS); "
+    "default: the member at GANNET_ENDPOINT (or 127.0.0.1:8081) and the peers it names.",
 )
+@output.output_option
 @api_commands.security_options
-def cluster_status(endpoints: str) -> None:
+def cluster_status(endpoints: str | None) -> None:
     """Role, term, leader and offsets of every member; the leader's followers' match and lag."""
+    discover = endpoints is None
+    if endpoints is None:
+        endpoints = os.environ.get("GANNET_ENDPOINT") or api_commands.DEFAULT_ENDPOINT
+        source = "GANNET_ENDPOINT" if os.environ.get("GANNET_ENDPOINT") else "--endpoints"
+    else:
+        source = "--endpoints"
     wanted = [e.strip() for e in endpoints.split(",") if e.strip()]
     if not wanted:
-        raise click.BadParameter("give at least one host:port", param_hint="--endpoints")
+        raise click.BadParameter("give at least one host:port", param_hint=source)
     for endpoint in wanted:
-        host, _, port = endpoint.rpartition(":")
-        if not host or not port.isdigit():
-            raise click.BadParameter(f"{endpoint!r} is not host:port", param_hint="--endpoints")
+        try:
+            api_commands.check_endpoint(endpoint)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint=source) from None
     members = [ask_status(e) for e in wanted]
-    console.print(status_view.members_table(members))
+    if discover:
+        members += _peers_not_asked(members)
     leader = status_view.agreed_leader(members)
+    renderables: list[Any] = [status_view.members_table(members)]
     if leader is not None:
-        console.print(status_view.peers_table(leader))
+        renderables.append(status_view.peers_table(leader))
+    output.emit(status_view.members_document(members), *renderables)
     if any(m.status is None for m in members):
         sys.exit(EXIT_UNREACHABLE)
     if leader is None:
-        console.print("[yellow]the members do not agree on one leader[/]")
+        output.err_console.print("[yellow]the members do not agree on one leader[/]")
         sys.exit(EXIT_NO_AGREED_LEADER)
+
+
+def _peers_not_asked(members: list[status_view.MemberStatus]) -> list[status_view.MemberStatus]:
+    """The status of every peer the answering members name but nobody asked yet."""
+    known = {m.status.node_id for m in members if m.status is not None}
+    asked = {m.endpoint for m in members}
+    found = []
+    for m in members:
+        for peer in m.status.peers if m.status is not None else ():
+            endpoint = peer.client_endpoint
+            if peer.node_id in known or not endpoint or endpoint in asked:
+                continue
+            asked.add(endpoint)
+            member = ask_status(endpoint)
+            if member.status is not None:
+                known.add(member.status.node_id)
+            found.append(member)
+    return found
 
 
 def ask_status(endpoint: str) -> status_view.MemberStatus:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from rich.table import Table
 
@@ -69,9 +70,49 @@ def peers_table(status: admin_pb2.RaftStatus) -> Table:
     return table
 
 
+def raft_document(status: admin_pb2.RaftStatus) -> dict[str, Any]:
+    """One node's Raft state and its peers for ``-o json|yaml`` (match/lag -1: unknown)."""
+    return {
+        "node_id": status.node_id,
+        "role": status.role,
+        "term": status.term,
+        "leader_id": status.leader_id or None,
+        "leader_client_endpoint": status.leader_client_endpoint or None,
+        "commit_offset": status.commit_offset,
+        "last_offset": status.last_offset,
+        "durable_offset": status.durable_offset,
+        "elections": status.elections_total,
+        "leader_changes": status.leader_changes_total,
+        "peers": [
+            {
+                "node_id": p.node_id,
+                "peer_endpoint": p.peer_endpoint,
+                "client_endpoint": p.client_endpoint,
+                "match_offset": p.match_offset,
+                "lag_bytes": p.lag_bytes,
+                "reachable": p.reachable,
+            }
+            for p in status.peers
+        ],
+    }
+
+
+def members_document(members: Sequence[MemberStatus]) -> list[dict[str, Any]]:
+    """``cluster status -o json|yaml``: each endpoint asked, its Raft state or its error."""
+    return [
+        {
+            "endpoint": m.endpoint,
+            "status": raft_document(m.status) if m.status is not None else None,
+            "error": m.error or None,
+        }
+        for m in members
+    ]
+
+
 def members_table(members: Sequence[MemberStatus]) -> Table:
     """``cluster status``: one row per endpoint asked."""
-    table = Table(title=f"Raft group ({len(members)} endpoints)")
+    count = len(members)
+    table = Table(title=f"Raft group ({count} endpoint{'' if count == 1 else 's'})")
     for column in ("endpoint", "node", "role", "term", "leader", "commit", "last", "durable"):
         table.add_column(column, justify="left" if column in ("endpoint", "role") else "right")
     for m in members:

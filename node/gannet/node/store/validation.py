@@ -204,6 +204,29 @@ def validate_topic(name: str, *, allow_system: bool = True) -> None:
         )
 
 
+def refuse_reserved_topic(name: str, cluster_name: str, broker_name: str) -> None:
+    """Raise :class:`TopicNameIllegal` for a name a user topic may not take.
+
+    Besides the system topics (:func:`validate_topic` with ``allow_system=False``): the
+    ``%RETRY%`` and ``%DLQ%`` prefixes (the broker makes those topics for consumer groups; a
+    user one would be hidden from listings and mixed into redelivery) and the cluster and broker
+    names (RocketMQ routes by them: ``AdminBrokerProcessor`` refuses both). Called by the admin
+    API's CreateTopic.
+    """
+    for prefix in (RETRY_TOPIC_PREFIX, DLQ_TOPIC_PREFIX):
+        if name.startswith(prefix):
+            raise TopicNameIllegal(
+                f"topic {_shown(name)} starts with {prefix!r}, which is reserved for the "
+                "retry and dead-letter topics the broker makes for consumer groups; pick another "
+                "name"
+            )
+    for what, reserved in (("cluster", cluster_name), ("broker", broker_name)):
+        if name == reserved:
+            raise TopicNameIllegal(
+                f"topic {_shown(name)} is the {what} name; RocketMQ routes by it, pick another name"
+            )
+
+
 def validate_group(
     name: str, *, allow_system: bool = True, length_max_bytes: int = GROUP_NAME_BYTES_MAX
 ) -> None:

@@ -216,24 +216,28 @@ class DescribeGroupResponse(_message.Message):
     def __init__(self, group: _Optional[_Union[Group, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[GroupQueueOffset, _Mapping]]] = ..., total_lag: _Optional[int] = ...) -> None: ...
 
 class ResetOffsetRequest(_message.Message):
-    __slots__ = ("group", "topic", "queue_id", "timestamp_ms", "offset")
+    __slots__ = ("group", "topic", "queue_id", "timestamp_ms", "offset", "dry_run")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     TIMESTAMP_MS_FIELD_NUMBER: _ClassVar[int]
     OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
     group: str
     topic: str
     queue_id: int
     timestamp_ms: int
     offset: int
-    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
+    dry_run: bool
+    def __init__(self, group: _Optional[str] = ..., topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., timestamp_ms: _Optional[int] = ..., offset: _Optional[int] = ..., dry_run: bool = ...) -> None: ...
 
 class ResetOffsetResponse(_message.Message):
-    __slots__ = ("queues",)
+    __slots__ = ("queues", "before")
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
     queues: _containers.RepeatedCompositeFieldContainer[GroupQueueOffset]
-    def __init__(self, queues: _Optional[_Iterable[_Union[GroupQueueOffset, _Mapping]]] = ...) -> None: ...
+    before: _containers.RepeatedCompositeFieldContainer[GroupQueueOffset]
+    def __init__(self, queues: _Optional[_Iterable[_Union[GroupQueueOffset, _Mapping]]] = ..., before: _Optional[_Iterable[_Union[GroupQueueOffset, _Mapping]]] = ...) -> None: ...
 
 class QueueOffsetRef(_message.Message):
     __slots__ = ("queue_id", "offset")
