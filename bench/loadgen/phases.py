@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pathlib
 import queue
+import re
 import threading
 import traceback
 from dataclasses import dataclass
@@ -15,6 +17,16 @@ from typing import Any
 
 from bench.loadgen import drivers, stats
 from bench.peers import processes
+
+# Recorded tracebacks are committed with the results: no paths of the machine that ran them.
+_REPO_PREFIX = str(pathlib.Path(__file__).resolve().parents[2]) + os.sep
+_LIBRARY_PATH = re.compile(r'"[^"]*/(site-packages|python3\.\d+)/')
+
+
+def portable_traceback(text: str) -> str:
+    """``text`` with repository paths made relative and library paths shortened."""
+    return _LIBRARY_PATH.sub(r'"<\1>/', text.replace(_REPO_PREFIX, ""))
+
 
 READY_TIMEOUT_S = 180.0
 RESULT_GRACE_S = 120.0
@@ -52,7 +64,7 @@ def _worker(
         out.put((spec.worker, result, ""))
     except BaseException:
         barrier.abort()
-        out.put((spec.worker, None, traceback.format_exc()[-3000:]))
+        out.put((spec.worker, None, portable_traceback(traceback.format_exc())[-3000:]))
 
 
 def combine(results: list[drivers.WorkerResult], usage: processes.Usage) -> PhaseResult:

@@ -18,6 +18,26 @@ BAD = crd_schemas.load_all(Path(__file__).parent / "data" / "bad-resources.yaml"
 BAD_FOR_OPERATOR = [d for d in BAD if d["metadata"]["name"] not in ("typo", "size")]
 
 
+def test_short_names_are_unambiguous() -> None:
+    """``kubectl get X`` must mean one thing: no short name equals a category (``kubectl get
+    gannet`` lists all three kinds) or a name of another kind (plural, singular, kind)."""
+    found = crd_schemas.crds()
+    categories = {c for crd in found.values() for c in crd["spec"]["names"].get("categories", [])}
+    assert categories == {"gannet"}
+    owners: dict[str, set[str]] = {}
+    for kind, crd in found.items():
+        names = crd["spec"]["names"]
+        assert names["shortNames"], kind
+        for name in [names["plural"], names["singular"], names["kind"].lower()]:
+            owners.setdefault(name, set()).add(kind)
+        for short in names["shortNames"]:
+            assert short not in categories, f"{kind} short name {short!r} is also a category"
+            owners.setdefault(short, set()).add(kind)
+    shared = {name: sorted(kinds) for name, kinds in owners.items() if len(kinds) > 1}
+    assert not shared, f"names used by more than one kind: {shared}"
+    assert found["GannetCluster"]["spec"]["names"]["shortNames"] == ["gc"]
+
+
 def test_crds_match_the_operator_names() -> None:
     found = crd_schemas.crds()
     assert set(found) == set(resources.PLURALS)

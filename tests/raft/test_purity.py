@@ -1,5 +1,5 @@
 """The Raft core must stay pure: no module of ``gannet.node.raft`` may import IO, clocks,
-threads or randomness (``../shared/DESIGN.md`` §3). Parsed with ``ast``, so a forbidden
+threads or randomness (``docs/design.md`` §1). Parsed with ``ast``, so a forbidden
 import fails here even inside a function body."""
 
 from __future__ import annotations

@@ -14,6 +14,6 @@
 * :mod:`instrumenting` — wraps a gRPC servicer so every RPC is timed and counted in flight.
 * :mod:`http_serving` — the bounded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``.
 
-Wired together by :mod:`gannet.node.broker.serving`; names follow ``shared/DESIGN.md`` §5
+Wired together by :mod:`gannet.node.broker.serving`; names follow ``docs/design.md`` §5
 (prefix ``gannet_``, base units, counters end in ``_total``).
 """

@@ -1,6 +1,6 @@
 """The pure Raft core of a Gannet replication group.
 
-The commit log *is* the Raft log (``../shared/DESIGN.md`` §3): a log position is a commit-log
+The commit log *is* the Raft log (``docs/design.md`` §3): a log position is a commit-log
 byte offset, terms are kept as a leader-epoch list of ``(term, start_offset)``, and the core
 never holds message bytes for longer than one ``Ready``. The core is a deterministic state
 machine in the style of etcd-io/raft: the driver (``gannet.node.replication``) feeds it
