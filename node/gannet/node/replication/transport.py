@@ -7,6 +7,11 @@ member's messages to it in order; when the stream fails it reconnects after a ba
 messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
 go-back-N).
 
+``Forward`` carries a client request a follower took to the leader: the server hands it to
+``forward_handler`` (set by the broker: :mod:`gannet.node.api.forwarding`), and
+:meth:`PeerTransport.forward_channel` keeps one channel per member for sending them (same
+credentials as the streams).
+
 Limits: each outbound queue holds at most ``outbound_messages_max`` messages and
 ``outbound_bytes_max`` bytes; a message past either is dropped and counted, never blocking the
 driver. gRPC messages up to :data:`GRPC_MESSAGE_BYTES_MAX` pass (an AppendEntries carries at most
@@ -97,6 +102,31 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
             received += 1
         return peer_pb2.DeliverSummary(messages_received=received)
 
+    async def Forward(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        transport = self._transport
+        handler = transport.forward_handler
+        if request.group != transport.config.group:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {request.sender} is in group {request.group!r}, "
+                f"this node in {transport.config.group!r}",
+            )
+            return
+        if handler is None or transport.partitioned:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {transport.config.node_id} does not serve forwarded requests yet",
+            )
+            return
+        async for reply in handler(request, context):
+            yield reply
+
+
+ForwardHandler = Callable[
+    [peer_pb2.ForwardRequest, grpc.aio.ServicerContext], AsyncIterator[peer_pb2.ForwardReply]
+]
+"""Serves ``Peer/Forward`` on the leader (:class:`gannet.node.api.forwarding.Forwarder`)."""
+
 
 class PeerTransport:
     """Server plus one sender per other member. Start and stop on the driver's event loop."""
@@ -122,6 +152,9 @@ class PeerTransport:
                 peer_tls.cert_file, peer_tls.key_file, peer_tls.ca_file
             ).credentials
             self._channel_credentials = self._peer_channel_credentials()
+        self._forward_channels: dict[int, grpc.aio.Channel] = {}
+        self.forward_handler: ForwardHandler | None = None
+        """Set by the broker once its v2 servicer exists; None: Forward is refused."""
         self.received_total = 0
         self.partitioned = False
         """Fault injection (tests, drills): while True every message in or out is dropped."""
@@ -165,6 +198,9 @@ class PeerTransport:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        channels, self._forward_channels = self._forward_channels, {}
+        for channel in channels.values():
+            await channel.close(None)
         server, self._server = self._server, None
         if server is not None:
             await server.stop(0.5)
@@ -198,8 +234,7 @@ class PeerTransport:
     def dropped_total(self) -> int:
         return sum(o.dropped_total for o in self._outboxes.values())
 
-    async def _send_loop(self, peer: PeerSpec) -> None:
-        outbox = self._outboxes[peer.node_id]
+    def _channel_options(self) -> list[tuple[str, str | int]]:
         options: list[tuple[str, str | int]] = [
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
@@ -209,6 +244,21 @@ class PeerTransport:
         peer_tls = self.config.peer_tls
         if peer_tls is not None and peer_tls.server_name is not None:
             options.append(("grpc.ssl_target_name_override", peer_tls.server_name))
+        return options
+
+    def forward_channel(self, node_id: int) -> grpc.aio.Channel:
+        """The channel client requests are forwarded on to member ``node_id`` (kept open, one
+        per member, closed by :meth:`stop`; gRPC reconnects it by itself)."""
+        channel = self._forward_channels.get(node_id)
+        if channel is None:
+            peer = self.config.peer(node_id)
+            channel = self._channel(peer.peer_endpoint, self._channel_options())
+            self._forward_channels[node_id] = channel
+        return channel
+
+    async def _send_loop(self, peer: PeerSpec) -> None:
+        outbox = self._outboxes[peer.node_id]
+        options = self._channel_options()
         while not self._stopping.is_set():
             channel = self._channel(peer.peer_endpoint, options)
             try:
