@@ -275,7 +275,11 @@ class Forwarder:
                     self._count(method)
                     timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
                     stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
-                    call = stub.Forward(self._request(method, request, context), timeout=timeout)
+                    call = stub.Forward(
+                        self._request(method, request, context),
+                        timeout=timeout,
+                        metadata=self.replication.transport.hello_metadata(target.node_id),
+                    )
                     async for reply in call:
                         answered = True
                         yield response_type.FromString(reply.response)
@@ -331,7 +335,11 @@ class Forwarder:
             self._count(method)
             timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
             stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
-            call = stub.Forward(self._request(method, request, context), timeout=timeout)
+            call = stub.Forward(
+                self._request(method, request, context),
+                timeout=timeout,
+                metadata=self.replication.transport.hello_metadata(target.node_id),
+            )
 
             async def collect() -> list[bytes]:
                 return [reply.response async for reply in call]
