@@ -32,6 +32,7 @@ from typing import Any
 import grpc
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.replication.commands import ensure_secret
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"
@@ -205,10 +206,11 @@ def start_three_nodes(workdir: Path) -> Cluster:
         f"{i + 1}=127.0.0.1:{peers[i]}/{clients[i].rpartition(':')[2]}" for i in range(3)
     )
     brokers = []
+    secret = ensure_secret(workdir)
     try:
         for i in range(3):
             raft = ["--node-id", str(i + 1), "--peers", members]
-            raft += ["--peer-listen", f"127.0.0.1:{peers[i]}"]
+            raft += ["--peer-listen", f"127.0.0.1:{peers[i]}", "--peer-secret-file", str(secret)]
             brokers.append(
                 start_broker(workdir, f"broker-{i + 1}", client=clients[i], raft=raft, wait=False)
             )

@@ -37,6 +37,7 @@ import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.replication.commands import ensure_secret
 from gannet.node.replication.config import PeerSpec
 from gannet.node.testing.fault_proxy import FaultProxy, Mode, ProxyThread
 
@@ -155,6 +156,7 @@ class ProcessGroup:
                     "--node-id", str(i),
                     "--peers", self._peers_arg(i),
                     "--peer-listen", f"127.0.0.1:{self.peer_ports[i - 1]}",
+                    "--peer-secret-file", str(ensure_secret(self.root)),
                 ]  # fmt: skip
             if self.security is not None:
                 argv += self.security.broker_args(i)

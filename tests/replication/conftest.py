@@ -53,7 +53,9 @@ class Cluster:
         seed: int = 1,
         pop: PopFactory | None = None,
         flush_mode: FlushMode = FlushMode.SYNC_FLUSH,
+        peer_secret: bytes | None = None,
     ) -> None:
+        self.peer_secret = peer_secret
         self.pop = pop
         self.flush_mode = flush_mode
         ports = free_ports(2 * size)
@@ -74,6 +76,7 @@ class Cluster:
             tick_interval_s=TICK_S,
             seed=self.seed * 100 + node_id,
             commit_timeout_s=5.0,
+            peer_secret=self.peer_secret,
         )
         return BrokerConfig(store=store, listen_port=peer.client_port, replication=replication)
 

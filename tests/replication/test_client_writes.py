@@ -1,10 +1,11 @@
-"""Every v2 client write on a Raft group is answered after commit and refused on a follower.
+"""Every v2 client write on a Raft group is answered after commit, through any member.
 
 In-process 3-broker groups on 127.0.0.1 (see ``conftest``). A consumer offset set with
-``UpdateOffset`` and an invisible time changed with ``ChangeInvisibleDuration`` on the leader
-are present on the leader elected after it crashes right after answering; a follower refuses
-both (and ``ForwardMessageToDeadLetterQueue``) with ``HA_NOT_AVAILABLE`` naming the leader and
-changes nothing.
+``UpdateOffset`` and an invisible time changed with ``ChangeInvisibleDuration`` (through a
+follower, which forwards them to the leader) are present on the leader elected after it crashes
+right after answering; Pop's receive and ack work through a follower; a send through a follower
+while the leader has just crashed is held until a new leader takes it, and one that finds no
+majority is answered ``HA_NOT_AVAILABLE`` (retried by the clients) before the caller's deadline.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 from gannet.node.api.gen import admin_pb2
 
 from .conftest import Cluster
-from .test_cluster import CLIENT_ID, _send_all, _stub
+from .test_cluster import CLIENT_ID, _send_all, _send_request, _stub, forward_stats
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -95,19 +96,17 @@ def _setup(cluster: Cluster, topic: str, group: str, queues: int) -> int:
     return leader
 
 
-def test_update_offset_commits_before_the_answer_and_followers_refuse_it(
+def test_update_offset_commits_before_the_answer_also_through_a_follower(
     cluster: Cluster,
 ) -> None:
     topic, group = "CwOffset", "GCwOffset"
     old = _setup(cluster, topic, group, queues=1)
     _send_all(cluster.endpoint(old), topic, [f"m{i}".encode() for i in range(5)])
     follower = next(i for i in cluster.nodes if i != old)
-    leader_endpoint = cluster.peers[old - 1].client_endpoint
     with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
-        refused = _update_offset(_stub(channel), group, topic, 0, 4)
-    assert refused.code == Code.HA_NOT_AVAILABLE, refused.message
-    assert leader_endpoint in refused.message
-    assert cluster.nodes[follower].broker.store.consumer_offsets.query(group, topic, 0) != 4
+        status = _update_offset(_stub(channel), group, topic, 0, 4)
+    assert status.code == definition_pb2.OK, status.message  # forwarded to the leader
+    assert cluster.nodes[old].broker.store.consumer_offsets.query(group, topic, 0) == 4
     with grpc.insecure_channel(cluster.endpoint(old)) as channel:
         status = _update_offset(_stub(channel), group, topic, 0, 3)
     assert status.code == definition_pb2.OK, status.message
@@ -116,7 +115,7 @@ def test_update_offset_commits_before_the_answer_and_followers_refuse_it(
     assert cluster.nodes[new].broker.store.consumer_offsets.query(group, topic, 0) == 3
 
 
-def test_changed_invisible_time_survives_failover_and_followers_refuse_pop_writes(
+def test_changed_invisible_time_and_dlq_through_a_follower_survive_failover(
     cluster: Cluster,
 ) -> None:
     topic, group = "CwInvisible", "GCwInvisible"
@@ -130,15 +129,7 @@ def test_changed_invisible_time_survives_failover_and_followers_refuse_pop_write
     back = next(m for m in popped if m.body == b"come-back")
     dead = next(m for m in popped if m.body == b"to-dlq")
     follower = next(i for i in cluster.nodes if i != old)
-    leader_endpoint = cluster.peers[old - 1].client_endpoint
-    with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
-        stub = _stub(channel)
-        change = _change_invisible(stub, topic, group, back, 1)
-        forward = _forward_to_dlq(stub, topic, group, dead)
-    for refused in (change.status, forward):
-        assert refused.code == Code.HA_NOT_AVAILABLE, refused.message
-        assert leader_endpoint in refused.message
-    with grpc.insecure_channel(cluster.endpoint(old)) as channel:
+    with grpc.insecure_channel(cluster.endpoint(follower)) as channel:  # forwarded to the leader
         stub = _stub(channel)
         changed = _change_invisible(stub, topic, group, back, 1)
         assert changed.status.code == definition_pb2.OK, changed.status.message
@@ -163,3 +154,63 @@ def test_changed_invisible_time_survives_failover_and_followers_refuse_pop_write
         assert message is not None
         bodies.append(message.body)
     assert bodies == [b"to-dlq"]
+
+
+def _send_status(
+    stub: service_pb2_grpc.MessagingServiceStub, topic: str, body: bytes, timeout_s: float
+) -> definition_pb2.Status:
+    return stub.SendMessage(
+        _send_request(topic, body), metadata=CLIENT_ID, timeout=timeout_s
+    ).status
+
+
+def test_receive_and_ack_through_a_follower(cluster: Cluster) -> None:
+    topic, group = "CwFollowerPop", "GCwFollowerPop"
+    leader = _setup(cluster, topic, group, queues=1)
+    _send_all(cluster.endpoint(leader), topic, [b"one"])
+    follower = next(i for i in cluster.nodes if i != leader)
+    with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
+        stub = _stub(channel)
+        popped = _receive(stub, topic, group, invisible_s=3600)
+        assert [m.body for m in popped] == [b"one"]
+        request = service_pb2.AckMessageRequest()
+        request.group.name = group
+        request.topic.name = topic
+        entry = request.entries.add()
+        entry.message_id = popped[0].system_properties.message_id
+        entry.receipt_handle = popped[0].system_properties.receipt_handle
+        acked = stub.AckMessage(request, metadata=CLIENT_ID, timeout=10)
+        assert acked.status.code == definition_pb2.OK, acked.status.message
+        assert [e.status.code for e in acked.entries] == [definition_pb2.OK]
+    stats = forward_stats(cluster, follower)
+    assert stats.forwarded_total["ReceiveMessage"] >= 1
+    assert stats.forwarded_total["AckMessage"] == 1
+
+
+def test_send_through_a_follower_is_held_across_a_leader_crash(cluster: Cluster) -> None:
+    topic = "CwHeld"
+    old = _setup(cluster, topic, "GCwHeld", queues=1)
+    follower = next(i for i in cluster.nodes if i != old)
+    cluster.crash(old)
+    with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
+        status = _send_status(_stub(channel), topic, b"held", timeout_s=15)
+    assert status.code == definition_pb2.OK, status.message
+    new = cluster.leader(sorted(cluster.nodes))
+    store = cluster.nodes[new].broker.store
+    stored = store.get_messages(topic, 0, 0, 10).messages
+    bodies = [m.body for s in stored if (m := store.read_message(s.commit_offset)) is not None]
+    assert bodies == [b"held"]
+
+
+def test_send_without_a_majority_is_answered_retryable_before_the_deadline(
+    cluster: Cluster,
+) -> None:
+    topic = "CwNoMajority"
+    old = _setup(cluster, topic, "GCwNoMajority", queues=1)
+    survivor, other = (i for i in cluster.nodes if i != old)
+    cluster.crash(old)
+    cluster.crash(other)
+    with grpc.insecure_channel(cluster.endpoint(survivor)) as channel:
+        status = _send_status(_stub(channel), topic, b"lost", timeout_s=2.5)
+    assert status.code == Code.HA_NOT_AVAILABLE, status.message
+    assert "retry" in status.message

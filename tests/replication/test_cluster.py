@@ -11,7 +11,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import routes
+from gannet.node.api.forwarding import ForwardStats
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
@@ -71,20 +71,28 @@ def _send_all(endpoint: str, topic: str, bodies: list[bytes]) -> None:
         producer.shutdown()
 
 
+def forward_stats(cluster: Cluster, node_id: int) -> ForwardStats:
+    """What a member's forwarder counted (it forwards what only the leader may do)."""
+    messaging = cluster.nodes[node_id].broker.messaging
+    assert messaging is not None
+    assert messaging.forwarder is not None
+    return messaging.forwarder.stats
+
+
 def _last_offset(cluster: Cluster, node_id: int) -> int:
     core = cluster.raft(node_id).core
     assert core is not None
     return int(core.log.last_offset)
 
 
-def test_group_elects_replicates_byte_for_byte_and_redirects(cluster: Cluster) -> None:
+def test_group_elects_replicates_byte_for_byte_and_followers_forward(cluster: Cluster) -> None:
     cluster.start_all()
     leader = cluster.leader()
     follower = next(i for i in cluster.nodes if i != leader)
     topic = "RepBasic"
     cluster.create_topic(topic)
     bodies = [f"m{i}".encode() * (i + 1) for i in range(30)]
-    # Through a follower's endpoint: its route names the leader, so sends go there.
+    # Through a follower's endpoint: its route names every member, the leader first.
     _send_all(cluster.endpoint(follower), topic, bodies)
     end = _last_offset(cluster, leader)
     cluster.wait_replicated(end)
@@ -102,12 +110,19 @@ def test_group_elects_replicates_byte_for_byte_and_redirects(cluster: Cluster) -
             timeout=5,
         )
         assert route.status.code == definition_pb2.OK
-        ports = {a.port for q in route.message_queues for a in q.broker.endpoints.addresses}
-        assert ports == {leader_port}
-        refused = stub.SendMessage(_send_request(topic, b"x"), metadata=CLIENT_ID, timeout=5)
-        assert refused.status.code == routes.HA_NOT_AVAILABLE
-        assert f"127.0.0.1:{leader_port}" in refused.status.message
-    assert _bodies(cluster, follower, topic) == sorted(bodies)  # the refused one is nowhere
+        published = {
+            tuple(a.port for a in q.broker.endpoints.addresses) for q in route.message_queues
+        }
+        others = [p.client_port for p in cluster.peers if p.client_port != leader_port]
+        assert published == {(leader_port, *others)}
+        before = forward_stats(cluster, follower).forwarded_total.get("SendMessage", 0)
+        sent = stub.SendMessage(_send_request(topic, b"x"), metadata=CLIENT_ID, timeout=5)
+        assert sent.status.code == definition_pb2.OK, sent.status.message
+        # The follower forwarded it: the leader appended and committed it for every member.
+        assert forward_stats(cluster, follower).forwarded_total["SendMessage"] == before + 1
+    cluster.wait_replicated(_last_offset(cluster, leader))
+    for node_id in cluster.nodes:
+        assert _bodies(cluster, node_id, topic) == sorted([*bodies, b"x"])
 
 
 def test_leader_crash_elects_another_and_keeps_every_acknowledged_message(

@@ -17,7 +17,7 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication.commands import broker_argv
+from gannet.node.replication.commands import broker_argv, ensure_secret
 from gannet.node.replication.config import PeerSpec
 
 from .conftest import free_ports
@@ -39,6 +39,7 @@ class Group:
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        ensure_secret(self.root)
         for peer in self.peers:
             argv = broker_argv(peer, self.peers, self.root, "sync", None)
             with (self.root / f"node{peer.node_id}.log").open("ab") as log:

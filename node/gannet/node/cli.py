@@ -46,6 +46,7 @@ from gannet.node.metrics import http_serving
 from gannet.node.output import Column, emit, output_option
 from gannet.node.replication import commands as replication_commands
 from gannet.node.replication import config as replication_config
+from gannet.node.replication import peer_auth
 from gannet.node.store import msgids, querying, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import Boundary
@@ -196,6 +197,19 @@ def broker() -> None:
     "and a corrupt checkpoint as checkpoint.corrupt-<time>. Without it such a start is refused.",
 )
 @click.option(
+    "--peer-secret-file",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    envvar="GANNET_PEER_SECRET_FILE",
+    help="Shared cluster secret (>= 16 bytes): every peer call carries an HMAC under it. "
+    "Required for a group of several members without peer TLS [env GANNET_PEER_SECRET_FILE].",
+)
+@click.option(
+    "--insecure-peers",
+    is_flag=True,
+    help="Accept unauthenticated peers (no peer TLS, no secret): anyone who reaches the peer "
+    "port can steer the group. For a trusted test network only.",
+)
+@click.option(
     "--event-loop",
     type=click.Choice(["uvloop", "asyncio"]),
     default="uvloop",
@@ -224,6 +238,8 @@ def broker_run(
     peer_tls_key: Path | None,
     peer_tls_ca: Path | None,
     force_recover: bool,
+    peer_secret_file: Path | None,
+    insecure_peers: bool,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
     host, _, port_text = listen.rpartition(":")
@@ -255,7 +271,15 @@ def broker_run(
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
-            replication=_replication(node_id, peers, peer_listen, host, peer_tls),
+            replication=_replication(
+                node_id,
+                peers,
+                peer_listen,
+                host,
+                peer_tls,
+                _peer_secret(peer_secret_file),
+                insecure_peers=insecure_peers,
+            ),
         ),
         listen,
     )
@@ -297,15 +321,27 @@ def _peer_tls(
     return replication_config.PeerTls(cert, key, ca)
 
 
+def _peer_secret(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return peer_auth.load_secret(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peer-secret-file") from None
+
+
 def _replication(
     node_id: int | None,
     peers: str | None,
     peer_listen: str | None,
     host: str,
     peer_tls: replication_config.PeerTls | None = None,
+    peer_secret: bytes | None = None,
+    *,
+    insecure_peers: bool = False,
 ) -> replication_config.ReplicationConfig | None:
     if node_id is None and peers is None:
-        if peer_listen is not None or peer_tls is not None:
+        if peer_listen is not None or peer_tls is not None or peer_secret is not None:
             raise click.BadParameter(
                 "needs --node-id and --peers", param_hint="--peer-listen/--peer-tls-*"
             )
@@ -313,14 +349,24 @@ def _replication(
     if node_id is None or peers is None:
         raise click.BadParameter("give both --node-id and --peers (or neither)")
     try:
-        return replication_config.ReplicationConfig(
+        members = replication_config.parse_peers(peers)
+        config = replication_config.ReplicationConfig(
             node_id=node_id,
-            peers=replication_config.parse_peers(peers),
+            peers=members,
             peer_listen=peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}",
             peer_tls=peer_tls,
+            peer_secret=peer_secret,
         )
     except replication_config.ReplicationConfigError as exc:
         raise click.BadParameter(str(exc), param_hint="--peers") from None
+    if len(members) > 1 and peer_tls is None and peer_secret is None and not insecure_peers:
+        raise click.BadParameter(
+            "a group of several members needs peer authentication: --peer-secret-file (the "
+            "same secret on every member) or --peer-tls-*; --insecure-peers only on a trusted "
+            "test network",
+            param_hint="--peer-secret-file",
+        )
+    return config
 
 
 async def _serve(running: serving.Broker) -> None:

@@ -12,6 +12,10 @@ answered ``UNSUPPORTED`` with a message saying Pop is not served yet when there 
 error but logs the latter as an unrecognized code). Everything else answers ``UNSUPPORTED`` in
 its ``status``.
 
+On a Raft group, what only the leader may do (sends, Pop and its acks, invisibility changes,
+DLQ forwarding, offset updates) is served by any member: a follower forwards it to the leader,
+or holds it while no leader is known (:mod:`forwarding`); everything else is answered locally.
+
 Names are checked and looked up by :class:`~gannet.node.api.resources.Resources` (unknown
 topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset RPCs live in
 :mod:`offsets`.
@@ -37,6 +41,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import (
     client_settings,
+    forwarding,
     offsets,
     pulling,
     routes,
@@ -145,6 +150,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self._waiters = store.durable_waiters(asyncio.get_running_loop())
         self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
         self._closing = asyncio.Event()
+        self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
+        """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
+        if self.forwarder is not None:
+            self.forwarder.servicer = self
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
         # Transactions on a single broker only (half messages are not replicated yet).
         self.transactions = (
@@ -295,7 +304,28 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> service_pb2.SendMessageResponse:
             return await self._send(request, peer_host_of(context))
 
-        return await self._answer(service_pb2.SendMessageResponse, work, "SendMessage")
+        return await self._leader_only(
+            "SendMessage", request, context, service_pb2.SendMessageResponse, work
+        )
+
+    async def _leader_only(
+        self,
+        method: str,
+        request: object,
+        context: grpc.aio.ServicerContext,
+        make: Callable[..., Response],
+        work: Callable[[], Awaitable[Response]],
+    ) -> Response:
+        """Run ``work`` here, or at the leader when this node does not lead (:mod:`forwarding`);
+        errors become the reply's status (:meth:`_answer`)."""
+        forwarder = self.forwarder
+        if forwarder is None:
+            return await self._answer(make, work, method)
+
+        async def routed() -> Response:
+            return await forwarder.unary(method, request, context, work, make)  # type: ignore[arg-type]
+
+        return await self._answer(make, routed, method)
 
     async def _send(
         self, request: service_pb2.SendMessageRequest, peer_host: str
@@ -345,7 +375,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     def _route_endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
         if self.replication is None:
             return routes.usable_endpoints(requested, self.identity)
-        return routes.leader_endpoints(self.replication)
+        return routes.member_endpoints(self.replication, requested)
 
     def _check_leader(self) -> None:
         if self.replication is not None:
@@ -389,13 +419,15 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def UpdateOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.UpdateOffsetResponse:
-            self._check_leader()  # a follower refuses it: offsets change through the log
+            self._check_leader()  # offsets change through the log: only the leader writes
             reply = offsets.update_offset(self.resources, request)
             if self.replication is not None:
                 await self._wait_committed(self.replication)  # its offset.commit record
             return reply
 
-        return await self._answer(service_pb2.UpdateOffsetResponse, work, "UpdateOffset")
+        return await self._leader_only(
+            "UpdateOffset", request, context, service_pb2.UpdateOffsetResponse, work
+        )
 
     async def QueryOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryOffsetResponse:
@@ -405,6 +437,26 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     # ------------------------------------------------------------------ Pop (delegated)
     async def ReceiveMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        forwarder = self.forwarder
+        if forwarder is None:
+            async for response in self._receive_here(request, context):
+                yield response
+            return
+        try:
+            async for response in forwarder.stream(
+                "ReceiveMessage",
+                request,
+                context,
+                lambda: self._receive_here(request, context),
+                service_pb2.ReceiveMessageResponse,
+            ):
+                yield response
+        except ApiError as exc:
+            yield service_pb2.ReceiveMessageResponse(status=exc.status())
+
+    async def _receive_here(
+        self, request: service_pb2.ReceiveMessageRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[service_pb2.ReceiveMessageResponse]:
         if (refused := self._leader_refusal()) is not None:
             yield service_pb2.ReceiveMessageResponse(status=refused)
             return
@@ -416,26 +468,41 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             status=ApiError(statuses.UNSUPPORTED, statuses.POP_NOT_SERVED).status()
         )
 
+    async def _pop_write(
+        self,
+        method: str,
+        request: object,
+        context: grpc.aio.ServicerContext,
+        make: Callable[..., Response],
+    ) -> Response:
+        """Ack, invisibility change, DLQ: Pop writes checkpoints, so only the leader serves
+        them; followers forward them."""
+
+        async def work() -> Response:
+            if (refused := self._leader_refusal()) is not None:
+                return make(status=refused)
+            if self.pop is None:
+                return _not_served(make)
+            handler: Callable[..., Awaitable[Response]] = getattr(self.pop, method)
+            return await handler(request, context)
+
+        return await self._leader_only(method, request, context, make, work)
+
     async def AckMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        if (refused := self._leader_refusal()) is not None:
-            return service_pb2.AckMessageResponse(status=refused)
-        if self.pop is not None:
-            return await self.pop.AckMessage(request, context)
-        return _not_served(service_pb2.AckMessageResponse)
+        return await self._pop_write("AckMessage", request, context, service_pb2.AckMessageResponse)
 
     async def ChangeInvisibleDuration(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        if (refused := self._leader_refusal()) is not None:
-            return service_pb2.ChangeInvisibleDurationResponse(status=refused)
-        if self.pop is not None:
-            return await self.pop.ChangeInvisibleDuration(request, context)
-        return _not_served(service_pb2.ChangeInvisibleDurationResponse)
+        return await self._pop_write(
+            "ChangeInvisibleDuration", request, context, service_pb2.ChangeInvisibleDurationResponse
+        )
 
     async def ForwardMessageToDeadLetterQueue(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        if (refused := self._leader_refusal()) is not None:
-            return service_pb2.ForwardMessageToDeadLetterQueueResponse(status=refused)
-        if self.pop is not None:
-            return await self.pop.ForwardMessageToDeadLetterQueue(request, context)
-        return _not_served(service_pb2.ForwardMessageToDeadLetterQueueResponse)
+        return await self._pop_write(
+            "ForwardMessageToDeadLetterQueue",
+            request,
+            context,
+            service_pb2.ForwardMessageToDeadLetterQueueResponse,
+        )
 
     # ------------------------------------------------------------------ not served
     async def PullMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -9,15 +9,30 @@ reach us when they are usable, else the broker's advertised endpoint.
 
 QueryAssignment gives push consumers every readable queue of the topic, one assignment each.
 
-Replicated brokers (a Raft group) publish the *leader*: every member answers a route with the
-leader's client endpoint (:func:`leader_endpoints`), so clients write where writes are accepted.
-A write that still reaches a non-leader (a stale route) is refused with
-``HA_NOT_AVAILABLE`` and a message naming the leader's node id and client endpoint
-(:func:`replication_refusal`): the code RocketMQ uses when the replica set cannot take a
-write (``SLAVE_NOT_AVAILABLE``); a client refreshes its route and sends again.
-``MASTER_PERSISTENCE_TIMEOUT`` answers a write that was appended but not known committed
-(time out, or leadership lost meanwhile), as for a flush timeout; ``TOO_MANY_REQUESTS`` one
-refused by the leader's uncommitted-bytes limit or a leadership transfer in progress.
+Replicated brokers (a Raft group) publish *every member* (:func:`member_endpoints`): the
+``Endpoints`` of each queue's broker list all members' client addresses, the leader first (then
+the ``--peers`` order), so a client whose channel loses its member moves to a live one by itself
+and any member serves it (followers forward what only the leader may do: :mod:`forwarding`).
+What the official clients do with several addresses: the Python client (5.1.2) keys one gRPC
+channel per ``Endpoints`` and dials ``ipv4:a:p,b:p,c:p`` — the addresses *sorted as strings*,
+so the leader-first order is lost — with gRPC's default ``pick_first`` policy: the channel stays
+on the first address that connects; when that connection breaks (the member exits or is
+killed: the kernel resets it) the next RPC reconnects, trying the addresses in order, and a
+refused address costs nothing. A member that is stopped but not dead (SIGSTOP, a hung host)
+keeps its TCP connection open: the client's channel has no keepalive, so its RPCs time out
+there until the member resumes; the Java client builds its target in the given order, so the
+leader comes first. Host names cannot be listed together: the Python client refuses an
+``Endpoints`` of scheme ``DOMAIN_NAME`` with more than one address, so a group whose members
+are named by DNS publishes one address, the one the client used to reach us (a Kubernetes
+Service in front of every member) or else the leader's (this member's while none is known).
+
+A write a member cannot take is answered with a code the clients retry on
+(:func:`replication_refusal`): ``HA_NOT_AVAILABLE`` (``SLAVE_NOT_AVAILABLE`` in RocketMQ) when
+no leader could be reached in time, naming the leader when one is known;
+``MASTER_PERSISTENCE_TIMEOUT`` a write that was appended but not known committed (time out, or
+leadership lost meanwhile), as for a flush timeout; a leader's uncommitted-bytes limit or a
+leadership transfer in progress is ``TOO_MANY_REQUESTS`` (the Python client does not retry
+that code: it means the caller should slow down).
 
 Pure functions; called by :mod:`messaging`.
 """
@@ -69,15 +84,26 @@ def endpoints_of(host: str, port: int) -> definition_pb2.Endpoints:
     )
 
 
-def leader_endpoints(replication: ReplicationNode) -> definition_pb2.Endpoints:
-    """The Raft leader's client endpoint; ``HA_NOT_AVAILABLE`` while none is known."""
+def member_endpoints(
+    replication: ReplicationNode, requested: definition_pb2.Endpoints
+) -> definition_pb2.Endpoints:
+    """Every member's client address, the leader first (module docstring); never fails, also
+    while no leader is known. Members named by DNS: one address (``requested`` when usable)."""
     leader = replication.leader()
-    if leader is None:
-        raise ApiError(
-            HA_NOT_AVAILABLE,
-            "no Raft leader is known yet (election in progress); retry in a second",
+    members = list(replication.config.peers)
+    if leader is not None:
+        members.sort(key=lambda p: p.node_id != leader.node_id)  # stable: --peers order after
+    schemes = {address_scheme(p.host) for p in members}
+    if len(schemes) == 1 and definition_pb2.DOMAIN_NAME not in schemes:
+        return definition_pb2.Endpoints(
+            scheme=schemes.pop(),
+            addresses=[definition_pb2.Address(host=p.host, port=p.client_port) for p in members],
         )
-    return endpoints_of(leader.host, leader.client_port)
+    usable = requested.scheme != definition_pb2.ADDRESS_SCHEME_UNSPECIFIED and requested.addresses
+    if usable and (len(requested.addresses) == 1 or requested.scheme != definition_pb2.DOMAIN_NAME):
+        return requested
+    chosen = leader if leader is not None else replication.config.me
+    return endpoints_of(chosen.host, chosen.client_port)
 
 
 def replication_refusal(exc: ReplicationError) -> ApiError:

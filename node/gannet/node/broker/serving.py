@@ -305,6 +305,8 @@ class Broker:
             on_received=self.metrics.on_received if self.metrics is not None else None,
             replication=self.replication,
         )
+        if self.replication is not None and self.messaging.forwarder is not None:
+            self.replication.transport.forward_handler = self.messaging.forwarder.serve
         v2_service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
         authenticator = self.authenticator
         v2_rules = wire.Rules(

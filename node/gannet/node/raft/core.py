@@ -324,6 +324,11 @@ class RaftCore:
     def _log_up_to_date(self, last_term: Term, last_offset: ByteOffset) -> bool:
         return (last_term, last_offset) >= (self.log.last_term, self.log.last_offset)
 
+    def follows_live_leader(self) -> bool:
+        """A follower that heard from its leader within an election timeout (check-quorum on):
+        a lone message from another member that would move its term is suspect then."""
+        return self.role is not Role.LEADER and self._in_lease()
+
     def _in_lease(self) -> bool:
         """A node that heard from a live leader within an election timeout ignores
         campaigns (the leader stickiness PreVote relies on)."""

@@ -3,7 +3,8 @@
 
 Registered on the ``gannet`` command by :mod:`gannet.node.cli`. Node ``i`` (1-based) gets
 ``--data-root/node<i>``, client port ``base_port + i - 1``, peer port ``base_port + 10 + i - 1``
-and metrics port ``metrics_base_port + i - 1`` on ``--host`` (127.0.0.1 by default; any local
+and metrics port ``metrics_base_port + i - 1`` on ``--host``; the members share the peer secret
+``--data-root/peer-secret`` (created on first use) (127.0.0.1 by default; any local
 address such as 127.0.0.2 works on Linux). The command prints the endpoints, then waits: on
 Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SIGKILL after
 :data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
@@ -20,6 +21,7 @@ in progress, a split view); 4 some member could not be reached (the others are s
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -42,6 +44,7 @@ STATUS_TIMEOUT_S = 5.0
 EXIT_NO_AGREED_LEADER = 2
 EXIT_UNREACHABLE = 4
 NODES_MAX = 9
+SECRET_NAME = "peer-secret"
 console = output.console
 
 
@@ -59,7 +62,8 @@ def broker_argv(
     flush: str,
     metrics_port: int | None,
 ) -> list[str]:
-    """The ``gannet broker run`` command line of one member."""
+    """The ``gannet broker run`` command line of one member (the group's shared peer secret
+    is ``data_root/peer-secret``: :func:`ensure_secret`)."""
     return [
         sys.executable,
         "-m",
@@ -82,7 +86,19 @@ def broker_argv(
         ",".join(str(p) for p in peers),
         "--peer-listen",
         peer.peer_endpoint,
+        "--peer-secret-file",
+        str(data_root / SECRET_NAME),
     ]
+
+
+def ensure_secret(data_root: Path) -> Path:
+    """``data_root/peer-secret``: the local group's shared peer secret, created (random,
+    owner-only) on first use and kept for later runs."""
+    path = data_root / SECRET_NAME
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(32) + "\n")
+    return path
 
 
 @click.group()
@@ -121,6 +137,7 @@ def cluster_up(
     """Start NODES brokers as one Raft group and run until Ctrl-C or SIGTERM."""
     peers = plan(nodes, host, base_port)
     data_root.mkdir(parents=True, exist_ok=True)
+    ensure_secret(data_root)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())

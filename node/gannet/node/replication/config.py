@@ -6,14 +6,17 @@ tests directly); read by :mod:`driver` and :mod:`transport`. A member is written
 ``gannet.raft.v1.Peer``, the client port the RocketMQ v2 and admin APIs, so any node can name the
 leader's client endpoint to a client.
 
-With :class:`PeerTls` (``--peer-tls-cert``, ``--peer-tls-key``, ``--peer-tls-ca``) the peer
-port and every outbound peer stream use mutual TLS: each member presents its own certificate,
-and accepts only certificates signed by the cluster CA (``docs/security.md``).
+With ``peer_secret`` (``--peer-secret-file``) every peer call proves it comes from a member
+with an HMAC under the shared secret (:mod:`peer_auth`); ``gannet broker run`` requires it for
+a group of several members without peer TLS. With :class:`PeerTls` (``--peer-tls-cert``,
+``--peer-tls-key``, ``--peer-tls-ca``) the peer port and every outbound peer stream use mutual
+TLS: each member presents its own certificate, and accepts only certificates signed by the
+cluster CA that name a member (``docs/security.md``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PEER_PORT_DEFAULT = 8091
@@ -89,6 +92,9 @@ class ReplicationConfig:
     """Election-jitter seed; None: drawn from the OS (logged)."""
     peer_tls: PeerTls | None = None
     """Mutual TLS on the peer port and peer streams; None: plaintext (a trusted network)."""
+    peer_secret: bytes | None = field(default=None, repr=False)
+    """Shared cluster secret: every peer call carries an HMAC hello (:mod:`peer_auth`);
+    None: none required (peer TLS, a group of one, or ``--insecure-peers``)."""
 
     def __post_init__(self) -> None:
         ids = [p.node_id for p in self.peers]

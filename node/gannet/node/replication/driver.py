@@ -71,11 +71,13 @@ from gannet.node.raft.messages import (
     AppendEntries,
     Busy,
     ByteOffset,
+    Heartbeat,
     Message,
     NodeId,
     NotLeader,
     ResetLogStart,
     Term,
+    TimeoutNow,
 )
 from gannet.node.raft.ready import HardState, LogReset, Ready, Role
 from gannet.node.replication import noop
@@ -297,7 +299,21 @@ class ReplicationNode:
     def _on_message(self, message: Message) -> None:
         if not self._usable():
             return
-        self._core().step(message)
+        core = self._core()
+        reason = _suspect(core, message)
+        if reason is not None:
+            self.transport.refusals.count(reason)
+            log.warning(
+                "raft node %d: dropped %s from node %d (term %d, ours %d): %s",
+                self.config.node_id,
+                type(message).__name__,
+                message.sender,
+                message.term,
+                core.term,
+                reason,
+            )
+            return
+        core.step(message)
         self._process()
 
     def _on_flushed_thread(self, offset: int) -> None:
@@ -767,3 +783,26 @@ class ReplicationNode:
             elections_total=self.elections_total,
             leader_changes_total=self.leader_changes_total,
         )
+
+
+def _suspect(core: RaftCore, message: Message) -> str | None:
+    """Why a lone message must not reach the core (None: it may).
+
+    ``TimeoutNow`` starts an election at once, past every lease: only this node's leader sends
+    it, in its own term (a leadership transfer). A leader's message (heartbeat, entries, log
+    reset) from a later term while this follower hears from a live leader would move a healthy
+    group's term: a new leader is elected only once a majority stopped hearing from the old one
+    (check-quorum), so this node will hear from it again after its own lease ends.
+    """
+    if isinstance(message, TimeoutNow):
+        if message.sender != core.leader_id or message.term != core.term:
+            return "timeout_now_not_from_leader"
+        return None
+    if (
+        isinstance(message, AppendEntries | Heartbeat | ResetLogStart)
+        and message.term > core.term
+        and message.sender != core.leader_id
+        and core.follows_live_leader()
+    ):
+        return "term_jump"
+    return None

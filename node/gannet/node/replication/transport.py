@@ -7,10 +7,21 @@ member's messages to it in order; when the stream fails it reconnects after a ba
 messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
 go-back-N).
 
+``Forward`` carries a client request a follower took to the leader: the server hands it to
+``forward_handler`` (set by the broker: :mod:`gannet.node.api.forwarding`), and
+:meth:`PeerTransport.forward_channel` keeps one channel per member for sending them (same
+credentials as the streams).
+
 Limits: each outbound queue holds at most ``outbound_messages_max`` messages and
 ``outbound_bytes_max`` bytes; a message past either is dropped and counted, never blocking the
 driver. gRPC messages up to :data:`GRPC_MESSAGE_BYTES_MAX` pass (an AppendEntries carries at most
 ``append_bytes_max`` of payload).
+
+Authentication (:mod:`peer_auth`): with ``config.peer_secret`` every call carries an HMAC
+hello (:meth:`PeerTransport.hello_metadata`) checked before any message is taken
+(:meth:`PeerTransport.authenticate`); with peer TLS the caller's certificate must name a member;
+in every mode a message must name another member as its sender, and one the call did not prove
+is dropped (:meth:`PeerTransport.admits_sender`). Refusals are counted in ``refusals``.
 
 With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
 and every outbound stream presents this node's certificate and trusts only that CA
@@ -33,7 +44,7 @@ import grpc
 from gannet.node.api import tls
 from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
-from gannet.node.replication import peer_wire
+from gannet.node.replication import peer_auth, peer_wire
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 
 log = logging.getLogger(__name__)
@@ -82,20 +93,55 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
         self._transport = transport
 
     async def Deliver(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        transport = self._transport
         received = 0
+        senders = await transport.authenticate(context)
         async for raw in request_iterator:
-            error = self._transport.refusal(raw)
+            error = transport.refusal(raw)
             if error is not None:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)
                 return peer_pb2.DeliverSummary(messages_received=received)
+            if not transport.admits_sender(raw.sender, senders):
+                continue  # counted; a stranger's message never reaches the core
             try:
                 message = peer_wire.from_proto(raw)
             except peer_wire.PeerWireError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
                 return peer_pb2.DeliverSummary(messages_received=received)
-            self._transport.deliver(message)
+            transport.deliver(message)
             received += 1
         return peer_pb2.DeliverSummary(messages_received=received)
+
+    async def Forward(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        transport = self._transport
+        senders = await transport.authenticate(context)
+        handler = transport.forward_handler
+        if request.group != transport.config.group:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {request.sender} is in group {request.group!r}, "
+                f"this node in {transport.config.group!r}",
+            )
+            return
+        if not transport.admits_sender(request.sender, senders):
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, f"node {request.sender} may not forward here"
+            )
+            return
+        if handler is None or transport.partitioned:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {transport.config.node_id} does not serve forwarded requests yet",
+            )
+            return
+        async for reply in handler(request, context):
+            yield reply
+
+
+ForwardHandler = Callable[
+    [peer_pb2.ForwardRequest, grpc.aio.ServicerContext], AsyncIterator[peer_pb2.ForwardReply]
+]
+"""Serves ``Peer/Forward`` on the leader (:class:`gannet.node.api.forwarding.Forwarder`)."""
 
 
 class PeerTransport:
@@ -111,6 +157,7 @@ class PeerTransport:
             for p in config.others()
         }
         self._connected: dict[int, bool] = {p.node_id: False for p in config.others()}
+        self._member_ids = frozenset(p.node_id for p in config.peers)
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._server_credentials: grpc.ServerCredentials | None = None
@@ -122,6 +169,18 @@ class PeerTransport:
                 peer_tls.cert_file, peer_tls.key_file, peer_tls.ca_file
             ).credentials
             self._channel_credentials = self._peer_channel_credentials()
+        self._forward_channels: dict[int, grpc.aio.Channel] = {}
+        self.forward_handler: ForwardHandler | None = None
+        """Set by the broker once its v2 servicer exists; None: Forward is refused."""
+        self.refusals = peer_auth.PeerRefusals()
+        """Peer calls and messages refused (``gannet_raft_peer_messages_dropped_total``)."""
+        self._hellos = (
+            peer_auth.HelloChecker(
+                config.peer_secret, config.group, config.node_id, (p.node_id for p in config.peers)
+            )
+            if config.peer_secret is not None
+            else None
+        )
         self.received_total = 0
         self.partitioned = False
         """Fault injection (tests, drills): while True every message in or out is dropped."""
@@ -165,11 +224,56 @@ class PeerTransport:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        channels, self._forward_channels = self._forward_channels, {}
+        for channel in channels.values():
+            await channel.close(None)
         server, self._server = self._server, None
         if server is not None:
             await server.stop(0.5)
 
     # ------------------------------------------------------------------ in
+    async def authenticate(self, context: grpc.aio.ServicerContext) -> frozenset[int] | None:
+        """The members a peer call may speak for (None: any member, no authentication
+        configured); aborts the call ``UNAUTHENTICATED`` (counted) otherwise."""
+        allowed: frozenset[int] | None = None
+        try:
+            if self._hellos is not None:
+                value = None
+                for key, item in context.invocation_metadata() or ():
+                    if key == peer_auth.HEADER:
+                        value = str(item)
+                allowed = frozenset({self._hellos.check(value)})
+            peer_tls = self.config.peer_tls
+            if peer_tls is not None:
+                named = peer_auth.members_named(
+                    _certificate_names(context),
+                    {p.node_id: p.host for p in self.config.peers},
+                    peer_tls.server_name,
+                )
+                if not named:
+                    raise peer_auth.PeerAuthError(
+                        "certificate_names_no_member",
+                        "the peer certificate names no member of this group",
+                    )
+                allowed = named if allowed is None else allowed & named
+        except peer_auth.PeerAuthError as exc:
+            self.refusals.count(exc.reason)
+            log.warning("peer call from %s refused: %s", context.peer(), exc)
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(exc))
+            raise AssertionError("abort returned") from None  # pragma: no cover
+        return allowed
+
+    def admits_sender(self, sender: int, allowed: frozenset[int] | None) -> bool:
+        """Whether a message naming ``sender`` may be taken on a call that proved
+        ``allowed``; counts the refusal otherwise."""
+        if sender == self.config.node_id or sender not in self._member_ids:
+            self.refusals.count("not_a_member")
+            return False
+        if allowed is not None and sender not in allowed:
+            self.refusals.count("sender_mismatch")
+            return False
+        return True
+
     def refusal(self, raw: peer_pb2.RaftMessage) -> str | None:
         if raw.group != self.config.group:
             return (
@@ -198,8 +302,7 @@ class PeerTransport:
     def dropped_total(self) -> int:
         return sum(o.dropped_total for o in self._outboxes.values())
 
-    async def _send_loop(self, peer: PeerSpec) -> None:
-        outbox = self._outboxes[peer.node_id]
+    def _channel_options(self) -> list[tuple[str, str | int]]:
         options: list[tuple[str, str | int]] = [
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
@@ -209,13 +312,36 @@ class PeerTransport:
         peer_tls = self.config.peer_tls
         if peer_tls is not None and peer_tls.server_name is not None:
             options.append(("grpc.ssl_target_name_override", peer_tls.server_name))
+        return options
+
+    def hello_metadata(self, target: int) -> tuple[tuple[str, str], ...]:
+        """The metadata of a call to member ``target``: the shared-secret hello, if any."""
+        secret = self.config.peer_secret
+        if secret is None:
+            return ()
+        hello = peer_auth.hello(secret, self.config.group, self.config.node_id, target)
+        return ((peer_auth.HEADER, hello),)
+
+    def forward_channel(self, node_id: int) -> grpc.aio.Channel:
+        """The channel client requests are forwarded on to member ``node_id`` (kept open, one
+        per member, closed by :meth:`stop`; gRPC reconnects it by itself)."""
+        channel = self._forward_channels.get(node_id)
+        if channel is None:
+            peer = self.config.peer(node_id)
+            channel = self._channel(peer.peer_endpoint, self._channel_options())
+            self._forward_channels[node_id] = channel
+        return channel
+
+    async def _send_loop(self, peer: PeerSpec) -> None:
+        outbox = self._outboxes[peer.node_id]
+        options = self._channel_options()
         while not self._stopping.is_set():
             channel = self._channel(peer.peer_endpoint, options)
             try:
                 await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
                 self._connected[peer.node_id] = True
                 stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
-                await stub.Deliver(self._stream(outbox))
+                await stub.Deliver(self._stream(outbox), metadata=self.hello_metadata(peer.node_id))
             except (grpc.aio.AioRpcError, TimeoutError, ConnectionError) as exc:
                 log.debug("peer %s stream ended: %s", peer, exc)
             finally:
@@ -257,3 +383,12 @@ class PeerTransport:
         while True:
             message = await outbox.get()
             yield peer_wire.to_proto(message, group)
+
+
+def _certificate_names(context: grpc.aio.ServicerContext) -> list[str]:
+    """Subject alternative names and common name of the caller's certificate."""
+    auth = context.auth_context() or {}
+    names: list[str] = []
+    for key in ("x509_subject_alternative_name", "x509_common_name"):
+        names += [v.decode() if isinstance(v, bytes) else str(v) for v in auth.get(key, ())]
+    return names

@@ -39,6 +39,11 @@ class PeerStub(object):
                 request_serializer=gannet_dot_raft_dot_v1_dot_peer__pb2.RaftMessage.SerializeToString,
                 response_deserializer=gannet_dot_raft_dot_v1_dot_peer__pb2.DeliverSummary.FromString,
                 _registered_method=True)
+        self.Forward = channel.unary_stream(
+                '/gannet.raft.v1.Peer/Forward',
+                request_serializer=gannet_dot_raft_dot_v1_dot_peer__pb2.ForwardRequest.SerializeToString,
+                response_deserializer=gannet_dot_raft_dot_v1_dot_peer__pb2.ForwardReply.FromString,
+                _registered_method=True)
 
 
 class PeerServicer(object):
@@ -51,6 +56,17 @@ class PeerServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Forward(self, request, context):
+        """A client request a follower took and only the leader may serve (SendMessage, AckMessage,
+        ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, UpdateOffset, ReceiveMessage),
+        served by the leader as if the client had called it; the gRPC deadline is the client's.
+        Unary methods answer one ForwardReply, ReceiveMessage one per response. A member that does
+        not lead (or is not ready to) fails the call with FAILED_PRECONDITION: nothing was done.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PeerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -58,6 +74,11 @@ def add_PeerServicer_to_server(servicer, server):
                     servicer.Deliver,
                     request_deserializer=gannet_dot_raft_dot_v1_dot_peer__pb2.RaftMessage.FromString,
                     response_serializer=gannet_dot_raft_dot_v1_dot_peer__pb2.DeliverSummary.SerializeToString,
+            ),
+            'Forward': grpc.unary_stream_rpc_method_handler(
+                    servicer.Forward,
+                    request_deserializer=gannet_dot_raft_dot_v1_dot_peer__pb2.ForwardRequest.FromString,
+                    response_serializer=gannet_dot_raft_dot_v1_dot_peer__pb2.ForwardReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -87,6 +108,33 @@ class Peer(object):
             '/gannet.raft.v1.Peer/Deliver',
             gannet_dot_raft_dot_v1_dot_peer__pb2.RaftMessage.SerializeToString,
             gannet_dot_raft_dot_v1_dot_peer__pb2.DeliverSummary.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Forward(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/gannet.raft.v1.Peer/Forward',
+            gannet_dot_raft_dot_v1_dot_peer__pb2.ForwardRequest.SerializeToString,
+            gannet_dot_raft_dot_v1_dot_peer__pb2.ForwardReply.FromString,
             options,
             channel_credentials,
             insecure,

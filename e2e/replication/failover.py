@@ -1,0 +1,231 @@
+"""Failover as the official Python client sees it: leader SIGKILL / SIGSTOP -> next ack.
+
+A 3-member group of broker processes (``--flush sync``, peers dialling each other directly on
+127.0.0.1) and ONE official ``rocketmq-python-client`` Producer given every member's endpoint
+(``a;b;c``, request timeout 3 s), created once and never restarted: what a user's application
+does. It sends one message at a time, each with a unique key, and records every acknowledged
+send with the time of its answer. Then, ``--kills`` times: wait until the client is steadily
+acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from the signal to
+the first send acknowledged after it; restart the killed member (SIGCONT the stopped one after
+``--stop-s``), wait until it is back in the group, go on.
+
+The client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
+:func:`attached_member`). Killing that member breaks its connection and the channel moves on;
+*stopping* it does not (the stopped process's kernel keeps the TCP connection open and the
+client sets no keepalive), so the client waits until SIGCONT: such faults are reported apart
+and not held to the target.
+
+At the end: every acknowledged message is at its queue and offset on every member, replicas are
+byte-identical up to the commit offset, at most one leader per term
+(:meth:`harness.ProcessGroup.verify`), and extra copies of acknowledged keys are counted
+(duplicates: a send the client timed out on and retried that had committed).
+
+Run ``make e2e-failover`` (10 SIGKILLs and 10 SIGSTOPs) or
+``python -m e2e.replication.failover [--kills N] [--mode kill|stop|both] [--stop-s S]``;
+exit code 0 when every gap is within ``--target-s`` (default 3 s) and nothing acknowledged was
+lost; ``tests/replication/test_failover_e2e.py`` runs a short version (2 kills).
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rich.console import Console
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+from e2e.replication.harness import ProcessGroup, Receipt, VerifyReport, wait_for
+
+TOPIC = "E2eFailover"
+STEADY_ACKS = 20
+GAP_LIMIT_S = 60.0
+console = Console()
+
+
+class ClientLoad(threading.Thread):
+    """One official Producer on every member's endpoint, never restarted; one send at a time."""
+
+    def __init__(self, group: ProcessGroup, topic: str) -> None:
+        super().__init__(name="failover-load", daemon=True)
+        endpoints = ";".join(group.client_endpoint(i) for i in group.ids)
+        self.producer = Producer(
+            ClientConfiguration(endpoints, Credentials(), request_timeout=3), (topic,)
+        )
+        self.topic = topic
+        self.receipts: list[Receipt] = []
+        self.failures: dict[str, int] = {}
+        """Sends that failed after the client's own retries, by exception type."""
+        self.done = threading.Event()
+        self.progress = threading.Condition()
+
+    def run(self) -> None:
+        number = 0
+        while not self.done.is_set():
+            number += 1
+            key = f"f{number}"
+            message = Message()
+            message.topic = self.topic
+            message.body = key.encode()
+            message.keys = key
+            try:
+                receipt = self.producer.send(message)
+            except Exception as exc:  # the client's retries ran out: count, send the next one
+                kind = type(exc).__name__
+                self.failures[kind] = self.failures.get(kind, 0) + 1
+                continue
+            with self.progress:
+                self.receipts.append(
+                    Receipt(key, str(receipt.message_id), int(receipt.offset), time.monotonic())
+                )
+                self.progress.notify_all()
+
+    def first_ack_after(self, moment: float, timeout_s: float) -> float:
+        """Monotonic time of the first acknowledgement after ``moment``."""
+        with self.progress:
+            ok = self.progress.wait_for(
+                lambda: bool(self.receipts) and self.receipts[-1].acked_at_s > moment, timeout_s
+            )
+            assert ok, f"no send acknowledged within {timeout_s} s of the fault"
+            return next(r.acked_at_s for r in self.receipts if r.acked_at_s > moment)
+
+    def wait_more(self, count: int, timeout_s: float = 60.0) -> None:
+        with self.progress:
+            target = len(self.receipts) + count
+            ok = self.progress.wait_for(lambda: len(self.receipts) >= target, timeout_s)
+        assert ok, f"fewer than {count} sends acknowledged in {timeout_s} s"
+
+    def stop(self) -> list[Receipt]:
+        self.done.set()
+        self.join(30)
+        self.producer.shutdown()
+        return list(self.receipts)
+
+
+@dataclass
+class Result:
+    mode: str
+    gaps_s: list[float] = field(default_factory=list)
+    attached_gaps_s: list[float] = field(default_factory=list)
+    """Faults of the member the client's channel is on (a stop stalls it until SIGCONT)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    report: VerifyReport | None = None
+
+    def summary(self) -> str:
+        gaps = self.gaps_s
+        median = statistics.median(gaps) if gaps else float("nan")
+        assert self.report is not None
+        attached = self.attached_gaps_s
+        on_channel = (
+            f"; of the member the client's channel is on ({len(attached)}): "
+            f"{', '.join(f'{g:.2f}' for g in attached)} s"
+            if attached
+            else ""
+        )
+        return (
+            f"{self.mode}: {len(gaps) + len(attached)} faults, leader fault -> next acknowledged "
+            f"send: median {median:.2f} s, max {max(gaps, default=float('nan')):.2f} s "
+            f"(each: {', '.join(f'{g:.2f}' for g in gaps)}){on_channel}; "
+            f"{self.report.acknowledged} "
+            f"acknowledged, 0 lost, {self.report.duplicates} duplicates, "
+            f"{sum(self.failures.values())} sends failed after the client's retries "
+            f"{self.failures}, {self.report.terms} terms"
+        )
+
+
+def run(root: Path, kills: int, mode: str, stop_s: float) -> Result:
+    """``kills`` leader faults of ``mode`` ("kill" or "stop") on a fresh group in ``root``."""
+    group = ProcessGroup(root, 3, flush="sync", proxied=False)
+    result = Result(mode)
+    try:
+        group.start()
+        group.leader()
+        group.create_topic(TOPIC)
+        load = ClientLoad(group, TOPIC)
+        load.producer.startup()
+        load.start()
+        try:
+            load.wait_more(STEADY_ACKS)
+            for number in range(kills):
+                leader = group.current_leader()
+                attached = leader == attached_member(group)
+                at = time.monotonic()
+                if mode == "kill":
+                    group.kill(leader)
+                    acked: float | None = load.first_ack_after(at, GAP_LIMIT_S)
+                    group.start(leader)
+                else:
+                    group.pause(leader)
+                    try:
+                        acked = load.first_ack_after(at, stop_s)
+                    except AssertionError:  # the client's channel sits on the stopped member
+                        acked = None
+                    remaining = stop_s - (time.monotonic() - at)
+                    if remaining > 0:
+                        time.sleep(remaining)  # the fault's length itself: nothing to await
+                    group.resume(leader)
+                    if acked is None:
+                        acked = load.first_ack_after(at, GAP_LIMIT_S)
+                assert acked is not None
+                gap = acked - at
+                (result.attached_gaps_s if attached else result.gaps_s).append(gap)
+                where = " (the member the client's channel is on)" if attached else ""
+                console.print(
+                    f"  {mode} {number + 1}: node {leader}{where}, next ack after {gap:.2f} s"
+                )
+                wait_for(
+                    functools.partial(_member_back, group, leader),
+                    60.0,
+                    f"node {leader} back in the group",
+                )
+                load.wait_more(STEADY_ACKS)
+        finally:
+            receipts = load.stop()
+            result.failures = load.failures
+        result.report = group.verify(TOPIC, receipts)
+        return result
+    finally:
+        group.close()
+
+
+def attached_member(group: ProcessGroup) -> int:
+    """The member the Python client's channel uses: gRPC ``pick_first`` over the route's
+    addresses, which the client sorts as ``host:port`` strings (``api/routes.py``)."""
+    return min(group.ids, key=group.client_endpoint)
+
+
+def _member_back(group: ProcessGroup, node_id: int) -> bool:
+    status = group.status(node_id)
+    return status is not None and status.leader_id != "" and status.role != "candidate"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=10, help="faults per mode (default 10)")
+    parser.add_argument("--mode", choices=("kill", "stop", "both"), default="both")
+    parser.add_argument("--stop-s", type=float, default=5.0, help="SIGSTOP length (default 5)")
+    parser.add_argument("--target-s", type=float, default=3.0, help="pass when every gap <= it")
+    parser.add_argument("--keep", type=Path, help="run in this directory and keep it")
+    args = parser.parse_args(argv)
+    modes = ["kill", "stop"] if args.mode == "both" else [args.mode]
+    ok = True
+    for mode in modes:
+        with tempfile.TemporaryDirectory(prefix=f"gannet-failover-{mode}-") as temporary:
+            root = args.keep / mode if args.keep is not None else Path(temporary)
+            console.print(f"[bold]{mode}[/bold] x {args.kills} ({root})")
+            result = run(root, args.kills, mode, args.stop_s)
+            console.print(result.summary())
+            if max(result.gaps_s, default=0.0) > args.target_s:
+                console.print(f"[red]a gap exceeds the {args.target_s} s target[/red]")
+                ok = False
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,442 @@
+"""Any member of a Raft group serves any client request: followers forward to the leader.
+
+Only the leader may do what writes the log: ``SendMessage``, ``AckMessage``,
+``ChangeInvisibleDuration``, ``ForwardMessageToDeadLetterQueue``, ``UpdateOffset`` and Pop's
+``ReceiveMessage`` (it writes checkpoints). :class:`Forwarder` gates those methods of the v2
+servicer (:mod:`messaging`):
+
+- this node leads and has applied the previous terms' log: the request is served here;
+- another member leads: the request goes to it over the peer port
+  (``gannet.raft.v1.Peer/Forward``, one extra hop on a gRPC channel kept open per member), with
+  the client's own deadline, its metadata (client id, ...) and its address; the leader serves it
+  as if the client had called it and the answer comes back unchanged;
+- no leader is known (an election is running), or this node was just elected and still applies
+  the log: the request is *held* until one is, at most until shortly before the caller's
+  deadline (:data:`HOLD_MAX_S` without one), then answered ``HA_NOT_AVAILABLE`` — a code every
+  official client retries (the Python client retries every failure but ``TOO_MANY_REQUESTS``,
+  immediately, up to its attempt count);
+- the leader it forwarded to refuses (it lost leadership: ``FAILED_PRECONDITION``) or cannot be
+  reached (``UNAVAILABLE``: killed), or the leader changes while the forwarded call is still
+  running (the old leader stopped, not dead: its call would only time out): the request is
+  routed again to whoever leads now. A send re-forwarded this way may have committed on the old
+  leader; the client's own retries have the same risk.
+
+A forwarded call that is not answered before the caller's deadline is ``PROXY_TIMEOUT`` (the
+RocketMQ proxy's code for the same case; retried by the clients). At most
+``inflight_max`` forwarded calls run at once per member; a request that finds no slot before
+its deadline is ``TOO_MANY_REQUESTS`` (overload: the client should slow down). A forwarded
+request is never forwarded again: a member that receives one without leading fails it with
+``FAILED_PRECONDITION`` and the forwarding member routes it again.
+
+The leader side is :meth:`Forwarder.serve`, plugged into the peer transport as its
+``forward_handler`` by the broker (:mod:`gannet.node.broker.serving`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+import grpc
+from google.protobuf.message import DecodeError
+from google.protobuf.message import Message as ProtoMessage
+from rocketmq.grpc_protocol import Code, service_pb2
+
+from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
+from gannet.node.api.statuses import ApiError
+from gannet.node.replication.config import PeerSpec
+from gannet.node.replication.driver import ReplicationNode
+
+log = logging.getLogger(__name__)
+
+HOLD_MAX_S = 10.0
+"""How long a request without a deadline waits for a leader."""
+DEADLINE_MARGIN_S = 0.2
+"""Answer this long before the caller's deadline, so that the answer reaches it."""
+INFLIGHT_MAX = 1024
+RETRY_PAUSE_S = 0.05
+"""Pause before routing again after the leader refused or could not be reached."""
+
+R = TypeVar("R", bound=ProtoMessage)
+
+REQUESTS: dict[str, tuple[type[ProtoMessage], type[ProtoMessage]]] = {
+    "SendMessage": (service_pb2.SendMessageRequest, service_pb2.SendMessageResponse),
+    "AckMessage": (service_pb2.AckMessageRequest, service_pb2.AckMessageResponse),
+    "ChangeInvisibleDuration": (
+        service_pb2.ChangeInvisibleDurationRequest,
+        service_pb2.ChangeInvisibleDurationResponse,
+    ),
+    "ForwardMessageToDeadLetterQueue": (
+        service_pb2.ForwardMessageToDeadLetterQueueRequest,
+        service_pb2.ForwardMessageToDeadLetterQueueResponse,
+    ),
+    "UpdateOffset": (service_pb2.UpdateOffsetRequest, service_pb2.UpdateOffsetResponse),
+    "ReceiveMessage": (service_pb2.ReceiveMessageRequest, service_pb2.ReceiveMessageResponse),
+}
+"""The leader-only v2 methods: request and response types (``ReceiveMessage`` streams)."""
+STREAMING = frozenset({"ReceiveMessage"})
+
+
+class _Retry(Exception):
+    """The forwarded call did nothing (or its leader is gone): route the request again."""
+
+
+class ForwardedContext:
+    """The servicer context of a forwarded request on the leader: the client's metadata and
+    address as the forwarding member saw them; deadline and abort are the peer call's."""
+
+    forwarded = True
+
+    def __init__(
+        self, inner: grpc.aio.ServicerContext, metadata: tuple[tuple[str, str], ...], peer: str
+    ) -> None:
+        self._inner = inner
+        self._metadata = metadata
+        self._peer = peer
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
+
+    def time_remaining(self) -> float | None:
+        remaining: float | None = self._inner.time_remaining()
+        return remaining
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        await self._inner.abort(code, details)
+
+
+class Servicer(Protocol):
+    """The v2 servicer's methods, looked up by name (:data:`REQUESTS`)."""
+
+    def __getattr__(self, name: str) -> Any: ...
+
+
+@dataclass
+class ForwardStats:
+    """Counters for metrics and tests."""
+
+    forwarded_total: dict[str, int] = field(default_factory=dict)
+    """Requests sent to the leader, by method."""
+    rerouted_total: int = 0
+    """Forwarded calls given up and routed again (leader refused, gone or changed)."""
+    held_total: int = 0
+    """Requests that waited for a leader (none known, or this one not ready yet)."""
+    unanswered_total: int = 0
+    """Requests answered with a retryable refusal because no leader served them in time."""
+
+
+class Forwarder:
+    """One per broker of a Raft group; created with the v2 servicer, on the server's loop."""
+
+    def __init__(
+        self,
+        replication: ReplicationNode,
+        *,
+        inflight_max: int = INFLIGHT_MAX,
+        hold_max_s: float = HOLD_MAX_S,
+    ) -> None:
+        if inflight_max <= 0:
+            raise ValueError("inflight_max must be positive")
+        self.replication = replication
+        self.hold_max_s = hold_max_s
+        self._slots = asyncio.Semaphore(inflight_max)
+        self.stats = ForwardStats()
+        self.servicer: Servicer | None = None
+        """Set by the servicer; :meth:`serve` calls its methods."""
+
+    # ------------------------------------------------------------------ origin side
+    def _deadline(self, context: Any) -> float:
+        now = asyncio.get_running_loop().time()
+        remaining = context.time_remaining()
+        if remaining is None:
+            return now + self.hold_max_s
+        return now + max(0.0, float(remaining) - DEADLINE_MARGIN_S)
+
+    async def _where(self, deadline: float, forwarded: bool) -> PeerSpec | None:
+        """None: serve here. Another member: forward there. Holds while no leader is known or
+        this leader is not ready; raises ``HA_NOT_AVAILABLE`` once ``deadline`` passes."""
+        repl = self.replication
+        me = repl.config.node_id
+        loop = asyncio.get_running_loop()
+        held = False
+
+        def settled() -> bool:
+            if repl.is_serving_leader():
+                return True
+            leader = repl.leader()
+            return not forwarded and leader is not None and leader.node_id != me
+
+        while not settled():
+            remaining = deadline - loop.time()
+            if forwarded or remaining <= 0:
+                self.stats.unanswered_total += 1
+                raise ApiError(Code.HA_NOT_AVAILABLE, self._no_leader_message())
+            if not held:
+                held = True
+                self.stats.held_total += 1
+            with contextlib.suppress(TimeoutError):
+                await repl.wait_until(settled, remaining)
+        if repl.is_serving_leader():
+            return None
+        return repl.leader()
+
+    def _no_leader_message(self) -> str:
+        repl = self.replication
+        leader = repl.leader()
+        if leader is None:
+            return (
+                f"node {repl.config.node_id}: no Raft leader is known (an election is running "
+                "or no majority is up); retry"
+            )
+        if leader.node_id == repl.config.node_id:
+            return (
+                f"node {repl.config.node_id} was just elected and still applies the log of "
+                "the previous terms; retry"
+            )
+        return (
+            f"node {repl.config.node_id} is not the Raft leader and could not reach the "
+            f"leader, node {leader.node_id} at {leader.client_endpoint}, in time; retry"
+        )
+
+    def _request(self, method: str, request: ProtoMessage, context: Any) -> peer_pb2.ForwardRequest:
+        metadata = [
+            peer_pb2.MetadataEntry(key=str(key), value=str(value))
+            for key, value in (context.invocation_metadata() or ())
+            if not str(key).endswith("-bin") and not str(key).startswith(":")
+        ]
+        return peer_pb2.ForwardRequest(
+            group=self.replication.config.group,
+            sender=self.replication.config.node_id,
+            method=method,
+            request=request.SerializeToString(),
+            metadata=metadata,
+            client_peer=str(context.peer() or ""),
+        )
+
+    async def unary(
+        self,
+        method: str,
+        request: ProtoMessage,
+        context: Any,
+        local: Callable[[], Awaitable[R]],
+        response_type: type[R],
+    ) -> R:
+        """Serve ``request`` here (``local()``) or at the leader; raises :class:`ApiError`
+        with a retryable code when no leader served it in time."""
+        deadline = self._deadline(context)
+        forwarded = bool(getattr(context, "forwarded", False))
+        while True:
+            target = await self._where(deadline, forwarded)
+            if target is None:
+                return await local()
+            try:
+                replies = await self._forward_once(target, method, request, context, deadline)
+            except _Retry:
+                await asyncio.sleep(RETRY_PAUSE_S)
+                continue
+            if len(replies) != 1:
+                raise ApiError(
+                    Code.PROXY_TIMEOUT,
+                    f"the leader, node {target.node_id}, answered {method} with "
+                    f"{len(replies)} replies",
+                )
+            answer: R = response_type.FromString(replies[0])
+            return answer
+
+    async def stream(
+        self,
+        method: str,
+        request: ProtoMessage,
+        context: Any,
+        local: Callable[[], AsyncIterator[R]],
+        response_type: type[R],
+    ) -> AsyncIterator[R]:
+        """The streaming form of :meth:`unary` (``ReceiveMessage``): once the leader answered
+        anything, a broken stream simply ends (the client polls again)."""
+        deadline = self._deadline(context)
+        forwarded = bool(getattr(context, "forwarded", False))
+        loop = asyncio.get_running_loop()
+        while True:
+            target = await self._where(deadline, forwarded)
+            if target is None:
+                async for response in local():
+                    yield response
+                return
+            answered = False
+            try:
+                async with self._slot(deadline):
+                    self._count(method)
+                    timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
+                    stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
+                    call = stub.Forward(
+                        self._request(method, request, context),
+                        timeout=timeout,
+                        metadata=self.replication.transport.hello_metadata(target.node_id),
+                    )
+                    async for reply in call:
+                        answered = True
+                        yield response_type.FromString(reply.response)
+                return
+            except grpc.aio.AioRpcError as exc:
+                if answered:
+                    log.info("forwarded %s to node %d broke: %s", method, target.node_id, exc)
+                    return
+                self._raise_unless_retry(target, method, exc)
+            except _Retry:
+                pass
+            self.stats.rerouted_total += 1
+            await asyncio.sleep(RETRY_PAUSE_S)
+
+    def _count(self, method: str) -> None:
+        self.stats.forwarded_total[method] = self.stats.forwarded_total.get(method, 0) + 1
+
+    @contextlib.asynccontextmanager
+    async def _slot(self, deadline: float) -> AsyncIterator[None]:
+        remaining = deadline - asyncio.get_running_loop().time()
+        try:
+            await asyncio.wait_for(self._slots.acquire(), max(0.0, remaining))
+        except TimeoutError:
+            raise ApiError(
+                Code.TOO_MANY_REQUESTS,
+                f"node {self.replication.config.node_id}: too many requests forwarded to the "
+                "leader at once; slow down",
+            ) from None
+        try:
+            yield
+        finally:
+            self._slots.release()
+
+    def _channel(self, target: PeerSpec) -> grpc.aio.Channel:
+        transport = self.replication.transport
+        if transport.partitioned:  # fault injection: nothing leaves this node
+            raise _Retry
+        return transport.forward_channel(target.node_id)
+
+    async def _forward_once(
+        self,
+        target: PeerSpec,
+        method: str,
+        request: ProtoMessage,
+        context: Any,
+        deadline: float,
+    ) -> list[bytes]:
+        """The leader's replies, or :class:`_Retry` when the request must be routed again;
+        races the call against a leader change (a stopped leader never answers)."""
+        loop = asyncio.get_running_loop()
+        repl = self.replication
+        async with self._slot(deadline):
+            self._count(method)
+            timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
+            stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
+            call = stub.Forward(
+                self._request(method, request, context),
+                timeout=timeout,
+                metadata=self.replication.transport.hello_metadata(target.node_id),
+            )
+
+            async def collect() -> list[bytes]:
+                return [reply.response async for reply in call]
+
+            answer = asyncio.ensure_future(collect())
+
+            async def leader_moved() -> None:
+                with contextlib.suppress(TimeoutError):
+                    await repl.wait_until(
+                        lambda: (
+                            (leader := repl.leader()) is None or leader.node_id != target.node_id
+                        ),
+                        timeout,
+                    )
+
+            moved = asyncio.ensure_future(leader_moved())
+            try:
+                await asyncio.wait({answer, moved}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                moved.cancel()
+                if not answer.done():
+                    call.cancel()
+                    answer.cancel()
+            if answer.cancelled() or not answer.done():
+                self.stats.rerouted_total += 1
+                if loop.time() >= deadline:
+                    raise ApiError(Code.PROXY_TIMEOUT, self._timeout_message(target, method))
+                raise _Retry
+            try:
+                return answer.result()
+            except grpc.aio.AioRpcError as exc:
+                self._raise_unless_retry(target, method, exc)
+        self.stats.rerouted_total += 1
+        raise _Retry
+
+    def _timeout_message(self, target: PeerSpec, method: str) -> str:
+        return (
+            f"{method} was forwarded to the Raft leader, node {target.node_id}, and not answered "
+            "before the deadline; it may or may not have taken effect"
+        )
+
+    def _raise_unless_retry(self, target: PeerSpec, method: str, exc: grpc.aio.AioRpcError) -> None:
+        """Return when the request can be routed again; raise its refusal otherwise."""
+        code = exc.code()
+        if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
+            log.debug("forward of %s to node %d: %s; routing again", method, target.node_id, exc)
+            return
+        if code in (grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
+            raise ApiError(Code.PROXY_TIMEOUT, self._timeout_message(target, method))
+        log.warning("forward of %s to node %d failed: %s", method, target.node_id, exc)
+        raise ApiError(
+            Code.HA_NOT_AVAILABLE,
+            f"{method} could not be forwarded to the Raft leader, node {target.node_id}: "
+            f"{code.name} {exc.details()}",
+        )
+
+    # ------------------------------------------------------------------ leader side
+    async def serve(
+        self, request: peer_pb2.ForwardRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[peer_pb2.ForwardReply]:
+        """``Peer/Forward``: serve a forwarded request as the client's own call."""
+        types = REQUESTS.get(request.method)
+        if types is None:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, f"{request.method!r} is not forwarded"
+            )
+            return
+        repl = self.replication
+        if self.servicer is None or not repl.is_leader():
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {repl.config.node_id} does not lead (or does not serve yet)",
+            )
+            return
+        remaining = context.time_remaining()
+        with contextlib.suppress(TimeoutError):
+            await repl.wait_until(
+                lambda: repl.is_serving_leader() or not repl.is_leader(),
+                self.hold_max_s if remaining is None else remaining,
+            )
+        if not repl.is_serving_leader():
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"node {repl.config.node_id} no longer leads (or is not ready yet)",
+            )
+            return
+        try:
+            message = types[0].FromString(request.request)
+        except DecodeError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad {request.method}: {exc}")
+            return
+        metadata = tuple((m.key, m.value) for m in request.metadata)
+        forwarded = ForwardedContext(context, metadata, request.client_peer)
+        handler = getattr(self.servicer, request.method)
+        if request.method in STREAMING:
+            async for response in handler(message, forwarded):
+                yield peer_pb2.ForwardReply(response=response.SerializeToString())
+            return
+        response = await handler(message, forwarded)
+        yield peer_pb2.ForwardReply(response=response.SerializeToString())
