@@ -20,6 +20,16 @@ def operator() -> None:
     """Kubernetes operator for GannetCluster, Topic and ConsumerGroup resources."""
 
 
+def log_at(level: int) -> None:
+    """Log at ``level`` from now on. The ``gannet`` group has already configured logging (at
+    WARNING unless ``gannet -v``), which makes a second ``logging.basicConfig`` a no-op: so set
+    the root logger's level itself, and add the stderr handler only when none is there yet."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    root.setLevel(level)
+
+
 def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
     if value <= 0:
         raise click.BadParameter(f"{value} is not a positive number of seconds", param=param)
@@ -144,10 +154,7 @@ def run(
             running.parse_listen(broker_endpoint)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--broker-endpoint") from None
-    logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    log_at(logging.DEBUG if verbose else logging.INFO)
     options = running.Options(
         namespaces=namespaces,
         metrics_listen=metrics_listen or None,
