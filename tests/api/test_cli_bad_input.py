@@ -255,3 +255,20 @@ def test_exit_codes_are_documented_in_help() -> None:
         assert re.search(rf"^\s+{code}\s+{words}", out, re.MULTILINE), out
     assert {code for code, _ in cli.EXIT_CODES} - {0} == DOCUMENTED_EXIT_CODES
     assert commands.EXIT_USAGE == USAGE
+
+
+READING_COMMANDS = ("list", "describe", "query", "status", "inspect", "get", "verify")
+
+
+def test_every_list_describe_query_and_status_command_takes_output_format() -> None:
+    covered = []
+    for path, command in leaf_commands(cli.main):
+        if path[0] == "pipeline" or path[-1] not in READING_COMMANDS:
+            continue  # pipeline verify prints a Spark job summary, not a listing
+        option = next((p for p in command.params if "--output" in p.opts), None)
+        assert option is not None, f"gannet {' '.join(path)} has no -o/--output"
+        assert "-o" in option.opts
+        assert isinstance(option.type, click.Choice)
+        assert list(option.type.choices) == ["table", "json", "yaml"]
+        covered.append(" ".join(path))
+    assert len(covered) >= 11, covered

@@ -153,7 +153,7 @@ def message_send(
             _check_status(reply.status)
             for entry in reply.entries:
                 rows.append({"message_id": entry.message_id, "queue": None, "offset": entry.offset})
-        if len(rows) <= SEND_QUEUE_LOOKUP_MAX:
+        if len(rows) <= SEND_QUEUE_LOOKUP_MAX and delay_ms is None:  # delayed: no queue yet
             _look_up_queues(channel, endpoint, topic_name, rows)
     emit(rows, output.table(f"sent to {topic_name}", SEND_COLUMNS, rows))
 
