@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
+from gannet.node import grpc_logging
 from gannet.node.cli import main
 from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -173,3 +175,19 @@ def test_pipeline_commands_refuse_a_non_store_directory_before_spark(
         assert result.exit_code == 3, (args, result.output)
         assert isinstance(result.exception, SystemExit)
         assert "is not a store directory" in result.stderr
+
+
+def test_grpc_logging_is_quieted_only_in_the_command_and_unless_asked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert grpc_logging.is_gannet_command("/x/.venv/bin/gannet")
+    assert grpc_logging.is_gannet_command("/x/node/gannet/node/cli.py")
+    assert not grpc_logging.is_gannet_command("/x/.venv/bin/pytest")
+    monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
+    grpc_logging.quiet_unless_asked(["-v", "status"])
+    assert "GRPC_VERBOSITY" not in os.environ  # --verbose: gRPC's own errors show
+    grpc_logging.quiet_unless_asked(["status"])
+    assert os.environ["GRPC_VERBOSITY"] == "NONE"
+    monkeypatch.setenv("GRPC_VERBOSITY", "DEBUG")
+    grpc_logging.quiet_unless_asked(["status"])
+    assert os.environ["GRPC_VERBOSITY"] == "DEBUG"  # the user's own choice stays
