@@ -8,7 +8,7 @@ unreadable, corrupt beyond recovery); 4 the broker could not be reached (``topic
 ``message``, ``status``); 5 the broker refused the request (bad or reserved name, already
 exists, refused change; also an unsigned call or a key without the right: the message names
 ``--access-key``/``--secret-key``). Bad input never prints a traceback: one line says what is
-wrong (``tests/test_cli_bad_input.py`` runs every command with wrong arguments).
+wrong (``tests/api/test_cli_bad_input.py`` runs every command with wrong arguments).
 The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`` and
 ``GANNET_SECRET_KEY``) and ``--tls``/``--tls-ca`` for a broker with ``--auth-file`` and TLS.
 
