@@ -4,6 +4,8 @@ In-process 3-broker group on 127.0.0.1 (``conftest``) and pure checks of the ver
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from click.testing import CliRunner
 
@@ -42,6 +44,12 @@ def test_cluster_status_and_status_show_roles_terms_and_follower_lag(cluster: Cl
     )
     assert partial.exit_code == commands.EXIT_UNREACHABLE
     assert "unreachable" in partial.output
+    one = cluster.endpoint(min(cluster.nodes))
+    found = runner.invoke(main, ["cluster", "status", "-o", "json"], env={"GANNET_ENDPOINT": one})
+    assert found.exit_code == 0, found.output  # the member at GANNET_ENDPOINT names its peers
+    members = json.loads(found.stdout)
+    assert members[0]["endpoint"] == one
+    assert sorted(m["status"]["node_id"] for m in members) == sorted(str(i) for i in cluster.nodes)
     bad = runner.invoke(main, ["cluster", "status", "--endpoints", "nohostport"])
     assert bad.exit_code == 2
     assert "not host:port" in bad.output

@@ -4,6 +4,7 @@ port, and refusals say which option is missing (exit 5; unreachable 4; usage 2).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from . import certs
-from .conftest import ADMIN, SUB_A, write_accounts
+from .conftest import ADMIN, PUB_A, SUB_A, TOPIC_A, write_accounts
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -127,3 +128,14 @@ def test_cluster_status_signs_and_uses_tls(secured: Secured) -> None:
     assert "UNAVAILABLE" not in signed.output
     assert "UNAUTHENTICATED" not in signed.output
     assert signed.exit_code == 0, signed.output
+
+
+def test_send_with_a_publish_only_key_succeeds_without_the_queue_lookup(secured: Secured) -> None:
+    made = _run(secured, "topic", "create", TOPIC_A, "--queues", "1", *_as(ADMIN, secured))
+    assert made.exit_code in (0, 5), made.output  # 5: an earlier test made it
+    sent = _run(secured, "message", "send", TOPIC_A, "hi", "-o", "json", *_as(PUB_A, secured))
+    assert sent.exit_code == 0, sent.output  # the admin-only lookup is refused: queue unknown
+    rows = json.loads(sent.stdout)
+    assert [(row["queue"], row["offset"] >= 0) for row in rows] == [(None, True)]
+    as_admin = _run(secured, "message", "send", TOPIC_A, "hi", "-o", "json", *_as(ADMIN, secured))
+    assert json.loads(as_admin.stdout)[0]["queue"] == 0

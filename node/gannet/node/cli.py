@@ -8,7 +8,7 @@ unreadable, corrupt beyond recovery); 4 the broker could not be reached (``topic
 ``message``, ``status``); 5 the broker refused the request (bad or reserved name, already
 exists, refused change; also an unsigned call or a key without the right: the message names
 ``--access-key``/``--secret-key``). Bad input never prints a traceback: one line says what is
-wrong (``tests/test_cli_bad_input.py`` runs every command with wrong arguments).
+wrong (``tests/api/test_cli_bad_input.py`` runs every command with wrong arguments).
 The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`` and
 ``GANNET_SECRET_KEY``) and ``--tls``/``--tls-ca`` for a broker with ``--auth-file`` and TLS.
 
@@ -69,11 +69,15 @@ data_dir_argument = click.argument(
 )
 
 
-EXIT_CODES_HELP = (
-    "Exit codes: 0 success; 1 check failed or nothing found; 2 wrong usage (unknown option, "
-    "bad value, malformed endpoint or message id); 3 store unavailable (not a store directory, "
-    "held by a running broker, unreadable); 4 broker unreachable; 5 broker refused the request."
+EXIT_CODES = (
+    (0, "success"),
+    (1, "check failed or nothing found"),
+    (2, "wrong usage: unknown option, bad value, malformed endpoint or message id"),
+    (3, "store unavailable: not a store directory, held by a running broker, unreadable"),
+    (4, "broker unreachable"),
+    (5, "broker refused the request: bad or reserved name, exists, not allowed"),
 )
+EXIT_CODES_HELP = "\b\nExit codes:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
@@ -242,9 +246,11 @@ def broker_run(
     insecure_peers: bool,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
+    try:
+        commands.check_endpoint(listen, port_min=0)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
     host, _, port_text = listen.rpartition(":")
-    if not host or not port_text.isdigit():
-        raise click.BadParameter(f"{listen!r} is not host:port", param_hint="--listen")
     if metrics_listen:
         try:
             http_serving.parse_listen(metrics_listen)

@@ -51,10 +51,10 @@ _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 PORT_MAX = 65535
 
 
-def check_endpoint(text: str) -> str:
+def check_endpoint(text: str, *, port_min: int = 1) -> str:
     """``text`` when it is ``host:port`` (``[v6]:port`` for IPv6); ValueError naming the
     problem otherwise (an empty value, a URL scheme or path, a port that is no number in
-    1-65535)."""
+    ``port_min``-65535; a listen address may take port 0, any free port)."""
     example = f"e.g. {DEFAULT_ENDPOINT}"
     if not text.strip():
         raise ValueError(f"the endpoint is empty; give host:port, {example}")
@@ -67,8 +67,10 @@ def check_endpoint(text: str) -> str:
         raise ValueError(f"{text!r} is not host:port, {example}")
     if ":" in host and not (host.startswith("[") and host.endswith("]")):
         raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:8081")
-    if not port.isdigit() or not 1 <= int(port) <= PORT_MAX:
-        raise ValueError(f"{text!r}: the port {port!r} is not a number from 1 to {PORT_MAX}")
+    if not port.isdigit() or not port_min <= int(port) <= PORT_MAX:
+        raise ValueError(
+            f"{text!r}: the port {port!r} is not a number from {port_min} to {PORT_MAX}"
+        )
     return text
 
 

@@ -235,7 +235,7 @@ def cluster_status(endpoints: str | None) -> None:
         members += _peers_not_asked(members)
     leader = status_view.agreed_leader(members)
     renderables: list[Any] = [status_view.members_table(members)]
-    if leader is not None:
+    if leader is not None and leader.peers:
         renderables.append(status_view.peers_table(leader))
     output.emit(status_view.members_document(members), *renderables)
     if any(m.status is None for m in members):
