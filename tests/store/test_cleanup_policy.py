@@ -218,13 +218,14 @@ def test_expired_files_still_go_and_their_loss_is_logged(
         with caplog.at_level(logging.WARNING, logger="gannet.node.store.cleaning"):
             result = store.cleaner.run(manual=False, now_ms=int(at_four.timestamp() * 1000))
         assert (result.reason, result.commitlog_files_deleted) == ("time", 2)
-        assert result.unconsumed_deleted[cleaning.NO_GROUP] > 0
+        key = cleaning.no_group_key(TOPIC)
+        assert result.unconsumed_deleted[key] > 0
         assert not store.disk_full
         message = next(
             r.getMessage() for r in caplog.records if "cleanup deleted" in r.getMessage()
         )
         assert all(p.name in message for p in old)
-        assert f"{cleaning.NO_GROUP}: {result.unconsumed_deleted[cleaning.NO_GROUP]}" in message
+        assert f"{key}: {result.unconsumed_deleted[key]}" in message
 
 
 # ---------------------------------------------------------------------------- broker run

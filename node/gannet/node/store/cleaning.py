@@ -29,8 +29,9 @@ Disk pressure (Gannet's policy; RocketMQ deletes at once and Kafka only refuses 
 
 "Unconsumed" (:func:`unconsumed_below`): a consume-queue entry that points below the new commit-
 log minimum and lies at or above the committed offset of a group that has offsets for its
-topic; a topic no group has offsets for counts all its entries under ``(no consumer group)``
-(delayed messages parked in the timer topic, DLQs and topics nobody reads yet are kept too).
+topic; a topic no group has offsets for counts all its entries under
+``(no consumer group of <topic>)``, so topics nobody reads yet, DLQs, delayed messages parked in
+the timer topic and pending transaction halves are kept too (expiry still removes them).
 
 Every deletion is logged at WARNING: the files, the offset range, why, and the unconsumed
 messages it removed per group; the metrics count files, bytes and unconsumed messages removed
@@ -68,7 +69,7 @@ log = logging.getLogger(__name__)
 MAX_USED_PERCENT_RANGE = (10, 95)
 WARNING_RATIO_RANGE = (0.35, 0.99)
 CLEAN_FORCIBLY_RATIO_RANGE = (0.30, 0.99)
-NO_GROUP = "(no consumer group)"
+DESCRIBE_GROUPS_MAX = 8
 UnconsumedBelow = Callable[[int], dict[str, int]]
 
 
@@ -228,7 +229,8 @@ def unconsumed_below(store: MessageStore, new_min_offset: int) -> dict[str, int]
             continue
         groups = offsets.groups_of(cq.topic)
         if not groups:
-            lost[NO_GROUP] = lost.get(NO_GROUP, 0) + high - low
+            key = no_group_key(cq.topic)
+            lost[key] = lost.get(key, 0) + high - low
             continue
         for group in groups:
             committed = max(offsets.query(group, cq.topic, cq.queue_id), 0)
@@ -238,8 +240,19 @@ def unconsumed_below(store: MessageStore, new_min_offset: int) -> dict[str, int]
     return lost
 
 
+def no_group_key(topic: str) -> str:
+    """The key under which :func:`unconsumed_below` counts a topic no group has offsets for."""
+    return f"(no consumer group of {topic})"
+
+
 def _describe(lost: dict[str, int]) -> str:
-    return ", ".join(f"{group}: {count}" for group, count in sorted(lost.items())) or "none"
+    """``"G1: 12, G2: 3"``, the largest first, at most :data:`DESCRIBE_GROUPS_MAX` of them."""
+    ranked = sorted(lost.items(), key=lambda item: (-item[1], item[0]))
+    text = ", ".join(f"{group}: {count}" for group, count in ranked[:DESCRIBE_GROUPS_MAX])
+    if len(ranked) > DESCRIBE_GROUPS_MAX:
+        rest = sum(count for _, count in ranked[DESCRIBE_GROUPS_MAX:])
+        text += f" and {len(ranked) - DESCRIBE_GROUPS_MAX} more ({rest})"
+    return text or "none"
 
 
 class CleanService:
