@@ -90,7 +90,7 @@ class Checkpoint:
                     "recover with a full scan"
                 )
             kept = path.with_name(f"{path.name}.corrupt-{time.time_ns() // 1_000_000}")
-            os.replace(path, kept)
+            durable.move_aside(path, kept)
             log.warning("checkpoint %s is corrupt (%s); kept as %s", path, problem, kept)
             self.trust = "repaired"
         if not path.exists():
