@@ -158,6 +158,7 @@ class MessageStore:
         self._raw_scanned = end
         self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
         self.flush = FlushService(self.config, self.commitlog, self.checkpoint)
+        self.flush.record_boundary = lambda: self._raw_scanned
         self.flush.listeners.append(self._on_flushed)
         self._opened = True
         if start_services:
