@@ -87,8 +87,8 @@ class Checkpoint:
                 raise CorruptionError(
                     f"checkpoint file {path} is corrupt: {problem}. Recovery will not guess "
                     "which commit-log bytes were flushed; restore the file from a backup, or "
-                    "start with --force-recover to keep it as checkpoint.corrupt-<time> and "
-                    "recover with a full scan"
+                    "start the broker with --force-recover to keep it as checkpoint.corrupt-<time> "
+                    "and recover with a full scan"
                 )
             kept = path.with_name(f"{path.name}.corrupt-{time.time_ns() // 1_000_000}")
             durable.move_aside(path, kept)

@@ -138,7 +138,7 @@ def recover(
             raise RecoveryRefused(
                 f"recovery refused: the commit log {commitlog.config.commitlog_dir} has no "
                 f"files, but the checkpoint says {floor:,} bytes were flushed to it; restore "
-                "the files, or start with --force-recover to begin an empty log",
+                "the files, or start the broker with --force-recover to begin an empty log",
                 path=str(commitlog.config.commitlog_dir),
                 offset=0,
                 bytes_at_stake=floor,
