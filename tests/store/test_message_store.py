@@ -338,8 +338,10 @@ def test_cleanup_runs_at_delete_when_hours_and_keeps_unexpired_files(tmp_path: P
         assert store.commitlog.min_offset() == int(files[2].name)
 
 
-def test_clean_forcibly_ratio_deletes_unexpired_files(tmp_path: Path) -> None:
-    with open_store(tmp_path, delete_when="04") as store:
+def test_clean_forcibly_ratio_deletes_unexpired_files_when_allowed(tmp_path: Path) -> None:
+    """RocketMQ's behaviour, opted into; the default keeps unconsumed messages
+    (tests/store/test_cleanup_policy.py)."""
+    with open_store(tmp_path, delete_when="04", delete_unconsumed=True) as store:
         put_all(store, 200)
         files = sorted((tmp_path / "commitlog").iterdir())
         store.cleaner.ratio_probe = lambda path: 0.87  # above 85 %: clean at once

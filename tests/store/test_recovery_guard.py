@@ -235,3 +235,34 @@ def test_raft_truncation_lowers_the_floor_first_and_is_counted(tmp_path: Path) -
     store.abandon()  # a crash right after: the next start must not refuse
     with MessageStore(cfg(tmp_path)).open() as again:
         assert again.max_offset_in_queue("TopicA", 0) == 10
+
+
+def follower(root: Path) -> MessageStore:
+    return MessageStore(cfg(root), commit_follows_flush=False).open()
+
+
+@pytest.mark.parametrize("stop", ["clean", "crash"])
+def test_follower_holding_half_a_record_restarts(tmp_path: Path, stop: str) -> None:
+    """A follower gets byte ranges, not records: the floor stays at the last complete record,
+    and a cleanly stopped follower with a record's prefix at its tail is not 'damaged'."""
+    records = fill(tmp_path / "leader", 6)
+    leader = MessageStore(cfg(tmp_path / "leader")).open()
+    try:
+        last_start, last_size = records[-1]
+        data = leader.read_replicated(0, last_start + last_size // 2)
+    finally:
+        leader.close()
+    store = follower(tmp_path / "follower")
+    assert store.append_replicated(0, data) == last_start + last_size // 2
+    assert store.flush is not None
+    assert store.flush.wait_flushed(len(data), 5)
+    if stop == "clean":
+        store.close()
+    else:
+        store._flush_structures()  # the checkpoint as the housekeeping thread writes it
+        store.abandon()
+    assert flushed_floor(tmp_path / "follower") == last_start  # not mid-record
+    with follower(tmp_path / "follower") as again:
+        assert again.recovery is not None
+        assert again.recovery.process_offset == last_start
+        assert again.truncations.events["recovery"] == 1

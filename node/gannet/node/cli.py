@@ -47,7 +47,7 @@ from gannet.node.output import Column, emit, output_option
 from gannet.node.replication import commands as replication_commands
 from gannet.node.replication import config as replication_config
 from gannet.node.replication import peer_auth
-from gannet.node.store import msgids, querying, verifying
+from gannet.node.store import cleaning, msgids, querying, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
@@ -194,6 +194,50 @@ def broker() -> None:
     help="Cluster CA (PEM): peers must present a certificate it signed, in both directions.",
 )
 @click.option(
+    "--file-reserved-hours",
+    type=click.FloatRange(0, 87600, min_open=True),
+    default=72.0,
+    show_default=True,
+    help="Commit-log files older than this are deleted (at the --delete-when hour, or at once "
+    "above --disk-max-used-ratio-percent), consumed or not (fileReservedTime).",
+)
+@click.option(
+    "--delete-when",
+    default="04",
+    show_default=True,
+    help="Local hours (';'-separated, 0-23) at which expired files are deleted (deleteWhen).",
+)
+@click.option(
+    "--disk-max-used-ratio-percent",
+    type=click.IntRange(10, 95),
+    default=75,
+    show_default=True,
+    help="Above this disk usage expired files are deleted at any hour (diskMaxUsedSpaceRatio).",
+)
+@click.option(
+    "--disk-clean-forcibly-ratio",
+    type=click.FloatRange(0.30, 0.99),
+    default=0.85,
+    show_default=True,
+    help="Above this disk usage unexpired files are deleted too, but only those every consumer "
+    "group has consumed; if unconsumed messages remain, new writes are refused instead "
+    "(see --delete-unconsumed).",
+)
+@click.option(
+    "--disk-warning-ratio",
+    type=click.FloatRange(0.35, 0.99),
+    default=0.90,
+    show_default=True,
+    help="Above this disk usage new writes are refused whatever cleanup does.",
+)
+@click.option(
+    "--delete-unconsumed",
+    is_flag=True,
+    help="Above --disk-clean-forcibly-ratio delete the oldest files even when a consumer group "
+    "has not consumed their messages (RocketMQ's behaviour; each deletion is logged with the "
+    "messages lost per group). Without it the broker refuses new writes instead.",
+)
+@click.option(
     "--force-recover",
     is_flag=True,
     help="Start even when recovery would cut commit-log data that was flushed (damage, not a "
@@ -244,8 +288,19 @@ def broker_run(
     force_recover: bool,
     peer_secret_file: Path | None,
     insecure_peers: bool,
+    file_reserved_hours: float,
+    delete_when: str,
+    disk_max_used_ratio_percent: int,
+    disk_clean_forcibly_ratio: float,
+    disk_warning_ratio: float,
+    delete_unconsumed: bool,
 ) -> None:
-    """Open (and recover) the store and serve clients until SIGINT/SIGTERM."""
+    """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
+
+    Disk space: expired files (--file-reserved-hours) are deleted as RocketMQ does; above
+    --disk-clean-forcibly-ratio only consumed files are deleted early and new writes are refused
+    rather than deleting unconsumed messages, unless --delete-unconsumed is given.
+    """
     try:
         commands.check_endpoint(listen, port_min=0)
     except ValueError as exc:
@@ -257,6 +312,24 @@ def broker_run(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
     peer_tls = _peer_tls(peer_tls_cert, peer_tls_key, peer_tls_ca)
+    if disk_clean_forcibly_ratio > disk_warning_ratio:
+        raise click.BadParameter(
+            f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
+            "cleanup must start before writes are refused",
+            param_hint="--disk-clean-forcibly-ratio",
+        )
+    policy = cleaning.CleanPolicy(
+        file_reserved_hours,
+        delete_when,
+        disk_max_used_ratio_percent,
+        disk_warning_ratio,
+        disk_clean_forcibly_ratio,
+        delete_unconsumed,
+    )
+    try:
+        policy.validate()
+    except StoreError as exc:
+        raise click.BadParameter(str(exc), param_hint="--delete-when") from None
     config = StoreConfig(
         root_dir=data_dir,
         flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
@@ -266,6 +339,12 @@ def broker_run(
         store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",
         store_port=int(port_text),
         force_recover=force_recover,
+        file_reserved_hours=file_reserved_hours,
+        delete_when=delete_when,
+        disk_max_used_ratio_percent=disk_max_used_ratio_percent,
+        disk_warning_ratio=disk_warning_ratio,
+        disk_clean_forcibly_ratio=disk_clean_forcibly_ratio,
+        delete_unconsumed=delete_unconsumed,
     )
     broker_config = serving.with_listen(
         serving.BrokerConfig(

@@ -84,6 +84,10 @@ def from_store_error(exc: errors.StoreError, *, illegal_code: int = BAD_REQUEST)
         return ApiError(illegal_code, str(exc))
     if isinstance(exc, errors.FlushTimeout):
         return ApiError(MASTER_PERSISTENCE_TIMEOUT, str(exc))
+    if isinstance(exc, errors.DiskFull):
+        # The broker's SERVICE_NOT_AVAILABLE, which RocketMQ's proxy answers as
+        # INTERNAL_SERVER_ERROR; clients retry it. The text names the disk ratio.
+        return ApiError(INTERNAL_SERVER_ERROR, f"service not available now: {exc}")
     return ApiError(INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
 

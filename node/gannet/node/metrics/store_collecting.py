@@ -35,8 +35,8 @@ from gannet.node.store.recovering import TRUNCATION_CAUSES
 log = logging.getLogger(__name__)
 
 # The clamps CleanService applies to the configured ratios (see cleaning.py's docstring).
-WARNING_RATIO_RANGE = (0.35, 0.90)
-CLEAN_FORCIBLY_RATIO_RANGE = (0.30, 0.85)
+WARNING_RATIO_RANGE = cleaning.WARNING_RATIO_RANGE
+CLEAN_FORCIBLY_RATIO_RANGE = cleaning.CLEAN_FORCIBLY_RATIO_RANGE
 CLEAN_REASONS = ("idle", "manual", "time", "space")
 REMOVED_FILE_KINDS = ("commitlog", "consume_queue", "index")
 
@@ -240,6 +240,13 @@ class CleanupTally:
             "Bytes of commit-log files deleted by cleanup.",
             registry=registry,
         )
+        self.unconsumed_removed = Counter(
+            "gannet_cleanup_unconsumed_messages_removed_total",
+            "Messages a consumer group had not consumed, in commit-log files cleanup deleted "
+            "(expired by fileReservedTime, or forced with --delete-unconsumed); per group in the "
+            "broker log.",
+            registry=registry,
+        )
         for reason in CLEAN_REASONS:
             self.runs.labels(reason)
         for kind in REMOVED_FILE_KINDS:
@@ -252,6 +259,7 @@ class CleanupTally:
         self.files_removed.labels("consume_queue").inc(result.consume_queue_files_deleted)
         self.files_removed.labels("index").inc(result.index_files_deleted)
         self.bytes_removed.inc(result.bytes_freed)
+        self.unconsumed_removed.inc(sum(result.unconsumed_deleted.values()))
 
     def attach(self, cleaner: cleaning.CleanService) -> None:
         """Record every later :meth:`CleanService.run` of ``cleaner`` (one call per run)."""

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 FILE_SIZE_BYTES = 4096
 _LONGS = struct.Struct(">qqqqqq")
 _TIMESTAMP_AHEAD_MAX_MS = 366 * 86_400_000
+_KEPT_AS_READ = ("masterFlushedOffset", "confirmPhyOffset")  # RocketMQ's; Gannet reads neither
 _NAMES = (
     "physicMsgTimestamp",
     "logicsMsgTimestamp",
@@ -63,7 +64,7 @@ def problem_of(path: Path) -> str | None:
         values = _LONGS.unpack(f.read(_LONGS.size))
     ahead = time.time_ns() // 1_000_000 + _TIMESTAMP_AHEAD_MAX_MS
     for name, value in zip(_NAMES, values, strict=True):
-        if value < 0:
+        if value < 0 and name not in _KEPT_AS_READ:
             return f"{name} is negative ({value})"
         if name.endswith("Timestamp") and value > ahead:
             return f"{name} is {value}, more than a year ahead of this clock"
@@ -86,11 +87,11 @@ class Checkpoint:
                 raise CorruptionError(
                     f"checkpoint file {path} is corrupt: {problem}. Recovery will not guess "
                     "which commit-log bytes were flushed; restore the file from a backup, or "
-                    "start with --force-recover to keep it as checkpoint.corrupt-<time> and "
-                    "recover with a full scan"
+                    "start the broker with --force-recover to keep it as checkpoint.corrupt-<time> "
+                    "and recover with a full scan"
                 )
             kept = path.with_name(f"{path.name}.corrupt-{time.time_ns() // 1_000_000}")
-            os.replace(path, kept)
+            durable.move_aside(path, kept)
             log.warning("checkpoint %s is corrupt (%s); kept as %s", path, problem, kept)
             self.trust = "repaired"
         if not path.exists():

@@ -1,23 +1,49 @@
 """Cleanup: delete expired commit-log files, then the consume-queue and index files that only
-pointed into them (RocketMQ ``CleanCommitLogService`` + ``CleanConsumeQueueService``).
+pointed into them (RocketMQ ``CleanCommitLogService`` + ``CleanConsumeQueueService``), without
+throwing away messages a consumer group has not consumed unless the operator allows it.
 
 Triggers, checked every ``clean_resource_interval_ms`` by the store's housekeeping thread:
 
 * time-up — the current local hour is in ``delete_when`` (``"04"`` or ``"03;04"``);
 * space — disk usage of the store's partition (used / (used + available), rounded up to a whole
-  percent) above ``disk_max_used_ratio_percent`` deletes expired files at any hour; above
-  ``disk_clean_forcibly_ratio`` deletes the oldest files even if not expired ("clean at once");
-  above ``disk_warning_ratio`` also marks the disk full, which refuses writes until usage drops;
+  percent; :attr:`CleanService.ratio_probe`, replaceable in tests) above
+  ``disk_max_used_ratio_percent`` deletes expired files at any hour;
 * manual — :meth:`CleanService.run` with ``manual=True`` (``gannet store clean``, admin API).
 
-A commit-log file is expired when ``now ≥ last-modified + file_reserved_hours``. Files go oldest
-first, never the last (active) file, at most ``delete_files_per_run_max`` per run, stopping at
-the first file that stays (no holes). When the commit log's minimum offset moved, every consume
-queue drops files whose last unit points below it and corrects its minimum offset, and the
-index drops files whose end offset is below it (never its last file).
+A commit-log file is expired when ``now ≥ last-modified + file_reserved_hours``: expired files
+go whatever their consumers (time-based retention, as RocketMQ). Files go oldest first, never
+the last (active) file, at most ``delete_files_per_run_max`` per run, stopping at the first file
+that stays (no holes).
 
-Ratios are clamped as RocketMQ does (max-used to [10, 95] %, warning to [0.35, 0.90], forcibly
-to [0.30, 0.85]). Called by :class:`MessageStore`.
+Disk pressure (Gannet's policy; RocketMQ deletes at once and Kafka only refuses writes):
+
+* above ``disk_clean_forcibly_ratio`` the store must free space, so unexpired files may go too
+  (when ``clean_file_forcibly_enabled``) — but by default only files whose every message each
+  consumer group has consumed. When the oldest remaining file still holds unconsumed messages,
+  cleanup keeps it and the store **refuses new writes** instead (:class:`DiskFull`, which the v2
+  API answers as RocketMQ's proxy answers the broker's SERVICE_NOT_AVAILABLE:
+  ``INTERNAL_SERVER_ERROR`` with the reason — the clients retry it) until consumers catch up,
+  space is freed or the ratios are raised. With ``delete_unconsumed``
+  (``gannet broker run --delete-unconsumed``) it deletes them anyway, as RocketMQ does;
+* above ``disk_warning_ratio`` writes are refused in every mode.
+
+"Unconsumed" (:func:`unconsumed_below`): a consume-queue entry that points below the new commit-
+log minimum and lies at or above the committed offset of a group that has offsets for its
+topic; a topic no group has offsets for counts all its entries under
+``(no consumer group of <topic>)``, so topics nobody reads yet, DLQs, delayed messages parked in
+the timer topic and pending transaction halves are kept too (expiry still removes them).
+
+Every deletion is logged at WARNING: the files, the offset range, why, and the unconsumed
+messages it removed per group; the metrics count files, bytes and unconsumed messages removed
+(``gannet_cleanup_*_total``). When the commit log's minimum offset moved, every consume queue
+drops files whose last unit points below it and corrects its minimum offset, and the index
+drops files whose end offset is below it (never its last file).
+
+The decisions are pure functions (:func:`space_state`, :func:`plan_deletion`) over the measured
+ratio, the files and a loss function, so tests drive them with any disk usage. Ratios are
+clamped: max-used to [10, 95] %, warning to [0.35, 0.99], forcibly to [0.30, 0.99]; RocketMQ
+caps the last two at 0.90 / 0.85, which left a disk more than 85 % full with no setting that
+stops deletions. Called by :class:`MessageStore`.
 """
 
 from __future__ import annotations
@@ -29,7 +55,7 @@ import math
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gannet.node.store.errors import StoreError
@@ -39,6 +65,12 @@ if TYPE_CHECKING:
     from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
+
+MAX_USED_PERCENT_RANGE = (10, 95)
+WARNING_RATIO_RANGE = (0.35, 0.99)
+CLEAN_FORCIBLY_RATIO_RANGE = (0.30, 0.99)
+DESCRIBE_GROUPS_MAX = 8
+UnconsumedBelow = Callable[[int], dict[str, int]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +82,7 @@ class CleanPolicy:
     disk_max_used_ratio_percent: int
     disk_warning_ratio: float
     disk_clean_forcibly_ratio: float
+    delete_unconsumed: bool = False
 
     def delete_hours(self) -> set[int]:
         hours: set[int] = set()
@@ -79,6 +112,99 @@ class CleanResult:
     consume_queue_files_deleted: int = 0
     index_files_deleted: int = 0
     bytes_freed: int = 0
+    unconsumed_deleted: dict[str, int] = field(default_factory=dict)
+    """Unconsumed messages the deleted files held, per group."""
+    kept_unconsumed: dict[str, int] = field(default_factory=dict)
+    """Unconsumed messages of the oldest file that disk pressure would have deleted, per group
+    (non-empty: writes are refused until they are consumed or the policy changes)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SpaceState:
+    """What the measured disk ratio asks for (:func:`space_state`)."""
+
+    space_delete: bool
+    """Above the max-used ratio: delete expired files at any hour."""
+    clean_at_once: bool
+    """Above the clean-forcibly ratio (and forcible cleaning enabled): unexpired files too."""
+    forcibly: bool
+    """Above the clean-forcibly ratio."""
+    warning: bool
+    """Above the warning ratio: writes are refused whatever cleanup does."""
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """A commit-log file cleanup may delete: its start offset, size and last-modified time."""
+
+    start: int
+    size: int
+    last_modified_ms: int
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """How many leading candidates to delete, and what kept the next one (if unconsumed)."""
+
+    delete: int
+    kept_unconsumed: dict[str, int] = field(default_factory=dict)
+
+
+def _clamp(value: float, bounds: tuple[float, float]) -> float:
+    return min(max(value, bounds[0]), bounds[1])
+
+
+def effective_ratios(policy: CleanPolicy) -> tuple[float, float, float]:
+    """(max-used, clean-forcibly, warning) as fractions, clamped."""
+    max_used = _clamp(policy.disk_max_used_ratio_percent, MAX_USED_PERCENT_RANGE) / 100
+    forcibly = _clamp(policy.disk_clean_forcibly_ratio, CLEAN_FORCIBLY_RATIO_RANGE)
+    warning = _clamp(policy.disk_warning_ratio, WARNING_RATIO_RANGE)
+    return max_used, forcibly, warning
+
+
+def space_state(ratio: float, policy: CleanPolicy, *, forcibly_enabled: bool) -> SpaceState:
+    """Pure: what a disk used ``ratio`` (0-1) asks of cleanup under ``policy``."""
+    max_used, forcibly, warning = effective_ratios(policy)
+    above_forcibly = ratio > forcibly or ratio > warning
+    return SpaceState(
+        space_delete=ratio > max_used or above_forcibly,
+        clean_at_once=above_forcibly and forcibly_enabled,
+        forcibly=above_forcibly,
+        warning=ratio > warning,
+    )
+
+
+def plan_deletion(
+    candidates: list[Candidate],
+    *,
+    now_ms: int,
+    reserved_ms: int,
+    clean_at_once: bool,
+    delete_unconsumed: bool,
+    files_max: int,
+    unconsumed_below: UnconsumedBelow,
+) -> Plan:
+    """Pure given ``unconsumed_below``: the leading ``candidates`` (oldest first, the active
+    file excluded) to delete. Expired files go; with ``clean_at_once`` unexpired ones too, but
+    only while ``unconsumed_below(file end)`` is empty unless ``delete_unconsumed``. Stops at
+    the first file that stays."""
+    count = 0
+    for c in candidates:
+        if count >= files_max:
+            break
+        if now_ms < c.last_modified_ms + reserved_ms:
+            if not clean_at_once:
+                break
+            if not delete_unconsumed:
+                lost = unconsumed_below(c.end)
+                if lost:
+                    return Plan(count, lost)
+        count += 1
+    return Plan(count)
 
 
 def disk_used_ratio(path: str) -> float:
@@ -91,6 +217,44 @@ def disk_used_ratio(path: str) -> float:
     return math.ceil(used * 100 / denominator) / 100
 
 
+def unconsumed_below(store: MessageStore, new_min_offset: int) -> dict[str, int]:
+    """Unconsumed messages per group that moving the commit-log minimum to ``new_min_offset``
+    would remove (module docstring); empty when none."""
+    lost: dict[str, int] = {}
+    offsets = store.consumer_offsets
+    for cq in store.queues.queues():
+        low = cq.min_offset_in_queue()
+        high = cq.first_offset_at_or_after(new_min_offset)
+        if high <= low:
+            continue
+        groups = offsets.groups_of(cq.topic)
+        if not groups:
+            key = no_group_key(cq.topic)
+            lost[key] = lost.get(key, 0) + high - low
+            continue
+        for group in groups:
+            committed = max(offsets.query(group, cq.topic, cq.queue_id), 0)
+            count = high - max(low, committed)
+            if count > 0:
+                lost[group] = lost.get(group, 0) + count
+    return lost
+
+
+def no_group_key(topic: str) -> str:
+    """The key under which :func:`unconsumed_below` counts a topic no group has offsets for."""
+    return f"(no consumer group of {topic})"
+
+
+def _describe(lost: dict[str, int]) -> str:
+    """``"G1: 12, G2: 3"``, the largest first, at most :data:`DESCRIBE_GROUPS_MAX` of them."""
+    ranked = sorted(lost.items(), key=lambda item: (-item[1], item[0]))
+    text = ", ".join(f"{group}: {count}" for group, count in ranked[:DESCRIBE_GROUPS_MAX])
+    if len(ranked) > DESCRIBE_GROUPS_MAX:
+        rest = sum(count for _, count in ranked[DESCRIBE_GROUPS_MAX:])
+        text += f" and {len(ranked) - DESCRIBE_GROUPS_MAX} more ({rest})"
+    return text or "none"
+
+
 class CleanService:
     def __init__(self, store: MessageStore) -> None:
         cfg = store.config
@@ -101,11 +265,12 @@ class CleanService:
             disk_max_used_ratio_percent=cfg.disk_max_used_ratio_percent,
             disk_warning_ratio=cfg.disk_warning_ratio,
             disk_clean_forcibly_ratio=cfg.disk_clean_forcibly_ratio,
+            delete_unconsumed=cfg.delete_unconsumed,
         )
         self.last_result: CleanResult | None = None
         self.listeners: list[Callable[[CleanResult], None]] = []
         self._last_min_offset = -1
-        self.ratio_probe = disk_used_ratio
+        self.ratio_probe: Callable[[str], float] = disk_used_ratio
 
     def set_policy(self, **changes: object) -> CleanPolicy:
         policy = dataclasses.replace(self.policy, **changes)  # type: ignore[arg-type]
@@ -117,56 +282,110 @@ class CleanService:
         """One cleanup pass; returns (and remembers) what it did."""
         now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
         ratio = self.ratio_probe(str(self.store.config.root_dir))
-        clean_at_once, space_delete = self._check_space(ratio)
+        space = space_state(
+            ratio, self.policy, forcibly_enabled=self.store.config.clean_file_forcibly_enabled
+        )
         hour = dt.datetime.fromtimestamp(now / 1000).astimezone().hour
         time_up = hour in self.policy.delete_hours()
-        reason = "manual" if manual else "time" if time_up else "space" if space_delete else ""
+        reason = (
+            "manual" if manual else "time" if time_up else "space" if space.space_delete else ""
+        )
         result = CleanResult(now, reason or "idle", ratio)
         if reason:
-            result = self._delete_commitlog_files(result, now, clean_at_once)
+            result = self._delete_commitlog_files(result, now, space.clean_at_once)
         result = self._delete_derived_files(result)
+        self._admit_writes(ratio, space, result)
         self.last_result = result
         for listener in self.listeners:
             listener(result)
-        if result.commitlog_files_deleted:
-            log.info("cleanup (%s): %s", reason, result)
         return result
 
-    def _check_space(self, ratio: float) -> tuple[bool, bool]:
-        p = self.policy
-        warning = min(max(p.disk_warning_ratio, 0.35), 0.90)
-        forcibly = min(max(p.disk_clean_forcibly_ratio, 0.30), 0.85)
-        max_used = min(max(p.disk_max_used_ratio_percent, 10), 95) / 100
-        enabled = self.store.config.clean_file_forcibly_enabled
-        if ratio > warning:
-            if not self.store.disk_full:
-                log.error("disk usage %.0f%% above warning ratio; refusing writes", ratio * 100)
-            self.store.disk_full = True
-            return enabled, True
-        self.store.disk_full = False
-        if ratio > forcibly:
-            return enabled, True
-        return False, ratio > max_used
+    def _admit_writes(self, ratio: float, space: SpaceState, result: CleanResult) -> None:
+        """Refuse writes above the warning ratio, and above the clean-forcibly ratio while
+        unconsumed messages keep cleanup from freeing space; admit them again otherwise."""
+        _, forcibly, warning = effective_ratios(self.policy)
+        root = self.store.config.root_dir
+        why = ""
+        if space.warning:
+            why = (
+                f"disk full: {root} is {ratio:.0%} used, above the warning ratio ({warning:.0%}); "
+                "writes are refused until cleanup frees space — free disk space, lower "
+                "--file-reserved-hours or raise --disk-warning-ratio"
+            )
+        elif space.forcibly and result.kept_unconsumed:
+            why = (
+                f"disk full: {root} is {ratio:.0%} used, above the clean-forcibly ratio "
+                f"({forcibly:.0%}), and the oldest commit-log file holds messages not consumed "
+                f"yet ({_describe(result.kept_unconsumed)}); writes are refused until cleanup "
+                "frees space — let consumers catch up, free disk space, raise "
+                "--disk-clean-forcibly-ratio, or start the broker with --delete-unconsumed"
+            )
+        if why and why.split(";")[0] != self.store.disk_full_reason.split(";")[0]:
+            log.error("%s", why)
+        elif not why and self.store.disk_full:
+            log.warning("disk usage of %s is %.0f%%: writes are accepted again", root, ratio * 100)
+        self.store.disk_full_reason = why
+        self.store.disk_full = bool(why)
 
     def _delete_commitlog_files(
         self, result: CleanResult, now: int, clean_at_once: bool
     ) -> CleanResult:
         cl = self.store.commitlog
-        reserved_ms = int(self.policy.file_reserved_hours * 3_600_000)
-        doomed: list[MappedFile] = []
-        freed = 0
+        policy = self.policy
         with cl.put_lock:
-            for f in cl.files.files[:-1]:
-                if len(doomed) >= self.store.config.delete_files_per_run_max:
-                    break
-                if now >= f.last_modified_ms() + reserved_ms or clean_at_once:
-                    doomed.append(f)
-                    freed += f.file_size
-                else:
-                    break
+            files = cl.files.files[:-1]
+            candidates = [
+                Candidate(f.file_from_offset, f.file_size, f.last_modified_ms()) for f in files
+            ]
+            plan = plan_deletion(
+                candidates,
+                now_ms=now,
+                reserved_ms=int(policy.file_reserved_hours * 3_600_000),
+                clean_at_once=clean_at_once,
+                delete_unconsumed=policy.delete_unconsumed,
+                files_max=self.store.config.delete_files_per_run_max,
+                unconsumed_below=lambda end: unconsumed_below(self.store, end),
+            )
+            doomed: list[MappedFile] = files[: plan.delete]
+            lost: dict[str, int] = {}
+            if doomed:
+                lost = unconsumed_below(
+                    self.store, doomed[-1].file_from_offset + doomed[-1].file_size
+                )
+                self._log_deletion(result, doomed, lost, clean_at_once)
             cl.files.delete_files(doomed)
+        freed = sum(f.file_size for f in doomed)
         return dataclasses.replace(
-            result, commitlog_files_deleted=len(doomed), bytes_freed=result.bytes_freed + freed
+            result,
+            commitlog_files_deleted=len(doomed),
+            bytes_freed=result.bytes_freed + freed,
+            unconsumed_deleted=lost,
+            kept_unconsumed=plan.kept_unconsumed,
+        )
+
+    def _log_deletion(
+        self, result: CleanResult, doomed: list[MappedFile], lost: dict[str, int], forced: bool
+    ) -> None:
+        start = doomed[0].file_from_offset
+        end = doomed[-1].file_from_offset + doomed[-1].file_size
+        why = {
+            "manual": "manual cleanup",
+            "time": f"deleteWhen hour, older than {self.policy.file_reserved_hours:g} h",
+            "space": f"disk {result.disk_used_ratio:.0%} used",
+        }.get(result.reason, result.reason)
+        if forced:
+            why += ", unexpired files deleted for space"
+            if self.policy.delete_unconsumed:
+                why += " (--delete-unconsumed)"
+        log.warning(
+            "cleanup deleted %d commit-log file(s) %s (offsets %d to %d, %s); unconsumed "
+            "messages removed per group: %s",
+            len(doomed),
+            ", ".join(f.path.name for f in doomed),
+            start,
+            end,
+            why,
+            _describe(lost),
         )
 
     def _delete_derived_files(self, result: CleanResult) -> CleanResult:

@@ -52,6 +52,7 @@ class StoreConfig:
     disk_warning_ratio: float = 0.90  # diskSpaceWarningLevelRatio
     disk_clean_forcibly_ratio: float = 0.85  # diskSpaceCleanForciblyRatio
     clean_file_forcibly_enabled: bool = True  # cleanFileForciblyEnable
+    delete_unconsumed: bool = False  # Gannet: forcible cleanup may delete unconsumed messages
     delete_files_per_run_max: int = 10  # deleteFileBatchMax
     clean_resource_interval_ms: int = 10_000  # cleanResourceInterval
     # --- timer store (§11) ---

@@ -211,6 +211,16 @@ class ConsumeQueue:
             return -1
         return commit_offset + size
 
+    def first_offset_at_or_after(self, commit_offset: int) -> int:
+        """The first readable queue offset whose unit points at or past ``commit_offset``
+        (``max_offset_in_queue()`` when none does): units below it go when the commit log's
+        minimum offset moves to ``commit_offset`` (cleanup's loss count)."""
+        lo = self.min_offset_in_queue()
+        hi = self.max_offset_in_queue()
+        if lo >= hi:
+            return hi
+        return max(lo, self._lower_bound(lo, hi, commit_offset))
+
     @property
     def files(self) -> list[MappedFile]:
         return self._mfq.files

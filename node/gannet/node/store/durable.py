@@ -111,6 +111,13 @@ def remove_file(path: Path) -> None:
     sync_directory(path.parent)
 
 
+def move_aside(path: Path, target: Path) -> None:
+    """Rename ``path`` to ``target`` in the same directory and make the rename durable (a
+    corrupt file kept for inspection)."""
+    os.replace(path, target)
+    sync_directory(path.parent)
+
+
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_ZERO_RANGE = 0x10
 _ZERO_CHUNK_BYTES = 1024 * 1024

@@ -56,6 +56,9 @@ class FlushService:
         self._thread: threading.Thread | None = None
         self.fatal_error: StoreError | None = None
         self.flush_count = 0
+        self.record_boundary: Callable[[], int] | None = None
+        """End of the last complete record appended (the store's); the checkpoint's floor is
+        kept at or below it, since a follower's raw appends may end mid-record."""
 
     # --- lifecycle ---
     def start(self) -> None:
@@ -163,7 +166,8 @@ class FlushService:
         self.flush_count += 1
         if flushed > self.flushed_offset:
             self.checkpoint.physic_msg_timestamp_ms = ts
-            self.checkpoint.flushed_phy_offset = flushed
+            boundary = self.record_boundary() if self.record_boundary is not None else flushed
+            self.checkpoint.flushed_phy_offset = min(flushed, boundary)
             with self._cond:
                 self.flushed_offset = flushed
                 self._cond.notify_all()

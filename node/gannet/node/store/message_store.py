@@ -122,6 +122,7 @@ class MessageStore:
         self.listeners: list[ArrivalListener] = []
         self.uniq_keys = UniqKeyGenerator(config.store_host, os.getpid(), id(self) & 0x7FFFFFFF)
         self.disk_full = False
+        self.disk_full_reason = ""
         self.truncations = TruncationTally()
         self._valid_topics: set[str] = set()
         self._raw_scanned = 0
@@ -157,6 +158,7 @@ class MessageStore:
         self._raw_scanned = end
         self.dispatch.reset(self.recovery.dispatch_from, end if self._commit_follows_flush else 0)
         self.flush = FlushService(self.config, self.commitlog, self.checkpoint)
+        self.flush.record_boundary = lambda: self._raw_scanned
         self.flush.listeners.append(self._on_flushed)
         self._opened = True
         if start_services:
@@ -351,9 +353,9 @@ class MessageStore:
             raise StoreNotWritable(f"store stopped after a fatal error: {self.flush.fatal_error}")
         if admission and self.disk_full:
             raise DiskFull(
-                f"disk usage of {self.config.root_dir} is above the warning ratio "
-                f"({self.config.disk_warning_ratio:.0%}); writes are refused until cleanup frees "
-                "space — lower fileReservedTime or add disk"
+                self.disk_full_reason
+                or f"disk full: {self.config.root_dir} is above the warning ratio; writes are "
+                "refused until cleanup frees space"
             )
 
     def _prepare(self, msg: Message, now: int) -> Message:

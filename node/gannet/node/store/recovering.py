@@ -20,8 +20,11 @@ Called once by :meth:`MessageStore.load` after the files are opened. The steps f
    end of the log, as RocketMQ does. The cut is a torn *tail* only if all of these hold:
 
    a. ``process_offset >= flushedPhyOffset`` of the checkpoint (every byte below it had been
-      fdatasync'ed; 0 = unknown, e.g. a store written by RocketMQ);
-   b. nothing is at stake after a normal exit (a clean shutdown flushes everything);
+      fdatasync'ed, and it is a record boundary; 0 = unknown, e.g. a store written by
+      RocketMQ);
+   b. nothing is at stake after a normal exit (a clean shutdown flushes everything), except
+      the written prefix of one record (valid magic, declared length past the last non-zero
+      byte): a Raft follower receives byte ranges, not records, and may stop cleanly with one;
    c. ``stake_end - process_offset <= commitlog_file_size_bytes`` — the *last unflushed
       region*: the flush service writes full files first and flushes at least every
       ``flush_thorough_interval_ms``, so a crash leaves at most the newest mapped file's worth
@@ -53,11 +56,12 @@ construction) and is counted with cause ``divergence``.
 from __future__ import annotations
 
 import logging
+import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import durable
+from gannet.node.store import durable, records
 from gannet.node.store.checkpoints import Checkpoint
 from gannet.node.store.commitlog import CommitLog, queue_key
 from gannet.node.store.consume_queues import ConsumeQueueStore
@@ -138,7 +142,7 @@ def recover(
             raise RecoveryRefused(
                 f"recovery refused: the commit log {commitlog.config.commitlog_dir} has no "
                 f"files, but the checkpoint says {floor:,} bytes were flushed to it; restore "
-                "the files, or start with --force-recover to begin an empty log",
+                "the files, or start the broker with --force-recover to begin an empty log",
                 path=str(commitlog.config.commitlog_dir),
                 offset=0,
                 bytes_at_stake=floor,
@@ -217,7 +221,7 @@ def _guard(
         reasons.append(
             f"the checkpoint says every byte below offset {floor:,} had been flushed to disk"
         )
-    if stake > 0 and result.last_exit_ok:
+    if stake > 0 and result.last_exit_ok and not _incomplete_last_record(commitlog, cut, stake_end):
         reasons.append("the last shutdown was clean (no abort file), so nothing was unflushed")
     if stake > region:
         reasons.append(
@@ -260,6 +264,19 @@ def _guard(
         f"; FORCED past: {'; '.join(reasons)}" if reasons else " (a torn tail)",
         f"; kept in {', '.join(str(p) for p in result.quarantined)}" if result.quarantined else "",
     )
+
+
+def _incomplete_last_record(commitlog: CommitLog, cut: int, stake_end: int) -> bool:
+    """Whether the bytes at stake are the written prefix of one record: a valid magic code at
+    the cut and a declared length reaching past the last non-zero byte. A follower stopped
+    cleanly may hold one (the leader ships byte ranges, not records)."""
+    head = commitlog.read(cut, 8)
+    if head is None:
+        return False
+    size, magic = struct.unpack(">ii", head)
+    f = commitlog.files.find_file(cut)
+    room = f.file_from_offset + f.file_size - cut if f is not None else 0
+    return magic in (records.MAGIC_V1, records.MAGIC_V2) and stake_end < cut + size <= cut + room
 
 
 def _stake_end(commitlog: CommitLog, cut: int, *, damaged: bool) -> int:
