@@ -9,6 +9,15 @@ The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
   ``gannet topic create``; auto-creation is off unless the broker enables it); not writable →
   ``FORBIDDEN``;
 * body empty / above 4 MiB → ``MESSAGE_BODY_EMPTY`` / ``MESSAGE_BODY_TOO_LARGE``;
+* stricter than the proxy (issue 21; each would poison a queue or the record): an encoding
+  other than IDENTITY/GZIP, or a ``message_type`` that is no ``MessageType`` → ``BAD_REQUEST``;
+  a declared type the fields contradict → ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``; a GZIP body
+  that does not inflate (gzip or zlib) or a body digest that does not match →
+  ``MESSAGE_CORRUPTED``, one inflating past 64 MiB → ``MESSAGE_BODY_TOO_LARGE``; a message id
+  over 128 characters or outside printable non-blank ASCII → ``ILLEGAL_MESSAGE_ID``; a tag
+  over 256 characters → ``ILLEGAL_MESSAGE_TAG``; a born time outside protobuf's Timestamp
+  range → ``BAD_REQUEST`` (the record's field is a long: int64 min/max once failed the append
+  after a queue offset was reserved);
 * blank message id → ``ILLEGAL_MESSAGE_ID``; tag → ``ILLEGAL_MESSAGE_TAG``; keys →
   ``ILLEGAL_MESSAGE_KEY``; user properties → ``ILLEGAL_MESSAGE_PROPERTY_KEY`` or
   ``MESSAGE_PROPERTIES_TOO_LARGE``; message group (blank, ≥ 64 bytes, control characters) →
