@@ -155,7 +155,7 @@ def test_disk_full_mid_batch_gives_back_the_unwritten_offsets(tmp_path: Path, mo
         real = type(files).last_file_for_append
         calls = {"n": 0}
 
-        def refusing(self, offset):  # type: ignore[no-untyped-def]
+        def refusing(self, offset):
             calls["n"] += 1
             if calls["n"] > 1:
                 raise DiskFull("simulated: no space for a new commit-log file")
