@@ -3,6 +3,10 @@ the doubtful inputs of issue 21 answered with the v2 code that names the field."
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import zlib
+
 import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
@@ -83,3 +87,100 @@ def test_born_timestamp_nanos_out_of_range(messaging, make_topic) -> None:
     reply = _send(messaging, request)
     assert reply.status.code == Code.BAD_REQUEST
     assert "born_timestamp" in reply.status.message
+
+
+def _gzip_body(raw: bytes) -> bytes:
+    return gzip.compress(raw)
+
+
+@pytest.mark.parametrize(
+    ("change", "code", "mentions"),
+    [
+        ({"message_type": 99}, Code.BAD_REQUEST, "message_type 99"),
+        ({"message_type": definition_pb2.FIFO}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "FIFO"),
+        ({"message_type": definition_pb2.LITE}, Code.UNSUPPORTED, "lite"),
+        ({"body_encoding": definition_pb2.GZIP}, Code.MESSAGE_CORRUPTED, "GZIP"),
+        ({"body_encoding": 7}, Code.BAD_REQUEST, "body_encoding 7"),
+        ({"digest": (definition_pb2.MD5, "00" * 16)}, Code.MESSAGE_CORRUPTED, "body_digest"),
+        ({"digest": (definition_pb2.CRC32, "DEADBEEF")}, Code.MESSAGE_CORRUPTED, "body_digest"),
+        ({"digest": (9, "x")}, Code.BAD_REQUEST, "body_digest.type 9"),
+        ({"message_id": "A" * 10_240}, Code.ILLEGAL_MESSAGE_ID, "10240 characters"),
+        ({"message_id": "01AA\x00BB"}, Code.ILLEGAL_MESSAGE_ID, "U+0000"),
+        ({"message_id": "01AA\x01BB"}, Code.ILLEGAL_MESSAGE_ID, "U+0001"),
+        ({"message_id": "01 AA"}, Code.ILLEGAL_MESSAGE_ID, "U+0020"),
+        ({"tag": "t" * 10_240}, Code.ILLEGAL_MESSAGE_TAG, "tag"),
+        (
+            {"user": {"__STARTDELIVERTIME": "1"}},
+            Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+            "__STARTDELIVERTIME",
+        ),
+        ({"user": {"__SHARDINGKEY": "g"}}, Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "__SHARDINGKEY"),
+        ({"user": {"TRACE_CONTEXT": "t"}}, Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "TRACE_CONTEXT"),
+    ],
+)
+def test_doubtful_fields_are_refused(broker, messaging, make_topic, change, code, mentions):
+    """Issue 21 item 4: each was stored with OK before; now refused, naming the field, and the
+    queue's next offset does not move."""
+    topic = make_topic(queues=1)
+    request = _request(topic, body=b"plain, not gzip")
+    msg = request.messages[0]
+    sp = msg.system_properties
+    for name, value in change.items():
+        if name == "digest":
+            sp.body_digest.type, sp.body_digest.checksum = value
+        elif name == "user":
+            msg.user_properties.update(value)
+        else:
+            setattr(sp, name, value)
+    reply = _send(messaging, request)
+    assert reply.status.code == code, reply.status
+    assert mentions in reply.status.message
+    assert len(reply.status.message) < 600
+    assert broker.broker.store.max_offset_in_queue(topic, 0) == 0
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"message_type": definition_pb2.NORMAL},
+        {"message_type": definition_pb2.MESSAGE_TYPE_UNSPECIFIED},
+        {"body_encoding": definition_pb2.ENCODING_UNSPECIFIED},
+        {"gzip": True},
+        {"zlib": True},
+        {"digest": (definition_pb2.MD5, hashlib.md5(b"payload").hexdigest().upper())},
+        {"digest": (definition_pb2.MD5, hashlib.md5(b"payload").hexdigest())},
+        {"digest": (definition_pb2.SHA1, hashlib.sha1(b"payload").hexdigest().upper())},
+        {"digest": (definition_pb2.CRC32, f"{zlib.crc32(b'payload'):08X}")},
+        {"message_id": "0102FC000000013E000B13F97D00000000"},
+        {"message_id": "M" * 128},
+        {"tag": "t" * 256},
+    ],
+)
+def test_sound_fields_are_stored(broker, messaging, make_topic, change):
+    topic = make_topic(queues=1)
+    body = b"payload"
+    if change.pop("gzip", False):
+        body = _gzip_body(body)
+        change["body_encoding"] = definition_pb2.GZIP
+    if change.pop("zlib", False):
+        body = zlib.compress(body)
+        change["body_encoding"] = definition_pb2.GZIP
+    request = _request(topic, body=body)
+    sp = request.messages[0].system_properties
+    for name, value in change.items():
+        if name == "digest":
+            sp.body_digest.type, sp.body_digest.checksum = value
+        else:
+            setattr(sp, name, value)
+    reply = _send(messaging, request)
+    assert reply.status.code == Code.OK, reply.status
+
+
+def test_gzip_bomb_is_refused_without_inflating_it_whole(messaging, make_topic) -> None:
+    topic = make_topic(queues=1)
+    bomb = zlib.compress(bytes(80 * 1024 * 1024), 9)  # 80 MiB of zeros in ~80 KB
+    request = _request(topic, body=bomb)
+    request.messages[0].system_properties.body_encoding = definition_pb2.GZIP
+    reply = _send(messaging, request)
+    assert reply.status.code == Code.MESSAGE_BODY_TOO_LARGE, reply.status
+    assert "inflates" in reply.status.message

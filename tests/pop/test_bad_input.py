@@ -75,9 +75,10 @@ def test_offset_outside_the_checkpoint_is_unknown(harness: Harness) -> None:
     harness.produce(3, queue_id=0)
     got = harness.pop(2, queue_id=0)
     h0 = got.messages[0].handle
+    # commit offset -1 (unknown), so the checkpoint check is what refuses it
     outside = ReceiptHandle(
         h0.ck_queue_offset, h0.pop_time_ms, h0.invisible_time_ms, h0.revive_qid, h0.flag,
-        h0.broker_name, 0, 2, 0,
+        h0.broker_name, 0, 2, -1,
     )  # fmt: skip
     with pytest.raises(ReceiptHandleUnknown, match="not part of the checkpoint"):
         harness.broker.ack(GROUP, TOPIC, outside, now_ms=harness.now)

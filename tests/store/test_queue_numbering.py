@@ -122,3 +122,52 @@ def test_a_clean_store_reopens(tmp_path: Path) -> None:
     (tmp_path / "abort").write_bytes(b"")
     with open_store(tmp_path) as store:
         assert store.put_message(good(5)).queue_offset == 5
+
+
+def test_a_topic_deleted_and_created_again_reopens(tmp_path: Path) -> None:
+    """The old topic's records (higher offsets, in the file recovery scans) lie before the new
+    queue's: not a hole."""
+    with open_store(tmp_path) as store:
+        for _ in range(80):  # 1 KB each: two 64 KiB commit-log files
+            res = store.put_message(Message(topic=TOPIC, body=bytes(1000)))
+        assert res.wrote_offset >= 65536
+        assert store.wait_dispatched(res.end_offset)
+        store.queues.destroy_topic(TOPIC)
+        store.commitlog.remove_queue_offsets(lambda key: key.startswith(f"{TOPIC}-"))
+        for i in range(2):
+            res = store.put_message(good(10 + i))
+        assert res.queue_offset == 1
+        assert store.wait_dispatched(res.end_offset)
+    with open_store(tmp_path) as store:  # a clean exit: recovery scans the last file only
+        assert store.put_message(good(20)).queue_offset == 2
+
+
+def test_disk_full_mid_batch_gives_back_the_unwritten_offsets(tmp_path: Path, monkeypatch) -> None:
+    """The first message of a batch lands in the old file, the second needs a new one that
+    cannot be created: the second's offset is given back, so the next message takes it."""
+    from gannet.node.store.errors import DiskFull
+
+    with open_store(tmp_path) as store:
+        files = store.commitlog.files
+        while files.last_file_for_append(0).remaining_bytes > 3000:
+            store.put_message(Message(topic=TOPIC, body=bytes(1000)))
+        before = store.commitlog.queue_offsets[queue_key(TOPIC, 0)]
+        real = type(files).last_file_for_append
+        calls = {"n": 0}
+
+        def refusing(self, offset):
+            calls["n"] += 1
+            if calls["n"] > 1:
+                raise DiskFull("simulated: no space for a new commit-log file")
+            return real(self, offset)
+
+        monkeypatch.setattr(type(files), "last_file_for_append", refusing)
+        batch = [Message(topic=TOPIC, body=bytes(1500)) for _ in range(3)]
+        with pytest.raises(DiskFull):
+            store.put_messages(batch)
+        monkeypatch.setattr(type(files), "last_file_for_append", real)
+        assert store.commitlog.queue_offsets[queue_key(TOPIC, 0)] == before + 1
+        res = store.put_message(good(99))
+        assert res.queue_offset == before + 1
+        assert store.wait_dispatched(res.end_offset)
+    assert verifying.verify(tmp_path).clean

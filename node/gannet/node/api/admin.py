@@ -23,7 +23,7 @@ from typing import NoReturn, TypeVar
 import grpc
 
 from gannet.node.api import admin_converting as conv
-from gannet.node.api import admin_querying, receiving
+from gannet.node.api import admin_querying, receiving, statuses
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
@@ -433,5 +433,5 @@ def _queue_nums(count: int) -> int:
 async def _abort(
     context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
 ) -> NoReturn:
-    await context.abort(code, message)
+    await context.abort(code, statuses.bounded(message))
     raise AssertionError("context.abort returned")

@@ -21,6 +21,7 @@ from typing import NoReturn
 
 import grpc
 
+from gannet.node.api import statuses
 from gannet.node.api.gen import admin_pb2
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.replication.driver import (
@@ -162,5 +163,5 @@ class RaftAdmin:
 async def _abort(
     context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
 ) -> NoReturn:
-    await context.abort(code, message)
+    await context.abort(code, statuses.bounded(message))
     raise AssertionError("context.abort returned")

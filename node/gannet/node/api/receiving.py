@@ -617,7 +617,7 @@ async def _in_thread(work: Callable[[], PopResult]) -> PopResult:
 
 
 def _not_found(text: str) -> definition_pb2.Status:
-    return definition_pb2.Status(code=statuses.MESSAGE_NOT_FOUND, message=text)
+    return definition_pb2.Status(code=statuses.MESSAGE_NOT_FOUND, message=statuses.bounded(text))
 
 
 async def _answer(

@@ -9,6 +9,15 @@ The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
   ``gannet topic create``; auto-creation is off unless the broker enables it); not writable →
   ``FORBIDDEN``;
 * body empty / above 4 MiB → ``MESSAGE_BODY_EMPTY`` / ``MESSAGE_BODY_TOO_LARGE``;
+* stricter than the proxy (issue 21; each would poison a queue or the record): an encoding
+  other than IDENTITY/GZIP, or a ``message_type`` that is no ``MessageType`` → ``BAD_REQUEST``;
+  a declared type the fields contradict → ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``; a GZIP body
+  that does not inflate (gzip or zlib) or a body digest that does not match →
+  ``MESSAGE_CORRUPTED``, one inflating past 64 MiB → ``MESSAGE_BODY_TOO_LARGE``; a message id
+  over 128 characters or outside printable non-blank ASCII → ``ILLEGAL_MESSAGE_ID``; a tag
+  over 256 characters → ``ILLEGAL_MESSAGE_TAG``; a born time outside protobuf's Timestamp
+  range → ``BAD_REQUEST`` (the record's field is a long: int64 min/max once failed the append
+  after a queue offset was reserved);
 * blank message id → ``ILLEGAL_MESSAGE_ID``; tag → ``ILLEGAL_MESSAGE_TAG``; keys →
   ``ILLEGAL_MESSAGE_KEY``; user properties → ``ILLEGAL_MESSAGE_PROPERTY_KEY`` or
   ``MESSAGE_PROPERTIES_TOO_LARGE``; message group (blank, ≥ 64 bytes, control characters) →
@@ -31,6 +40,7 @@ Pure functions; called by :mod:`messaging`.
 from __future__ import annotations
 
 import functools
+import hashlib
 import itertools
 import socket
 import threading
@@ -58,6 +68,19 @@ TIMESTAMP_SECONDS_MAX = 253_402_300_799  # 9999-12-31T23:59:59Z
 TRACE_CONTEXT = "TRACE_CONTEXT"
 _GZIP = int(Encoding.GZIP)  # the enum wrapper's attribute lookup is a Python call per use
 IP_LITERALS_CACHED_MAX = 4096
+MESSAGE_ID_CHARS_MAX = 128
+TAG_CHARS_MAX = 256
+GZIP_INFLATED_BYTES_MAX = 64 * 1024 * 1024  # the Python consumer's default cache per queue
+_INFLATE_STEP_BYTES = 1024 * 1024
+_DECLARED_TYPES = {
+    int(definition_pb2.NORMAL): MessageType.NORMAL.value,
+    int(definition_pb2.FIFO): MessageType.FIFO.value,
+    int(definition_pb2.DELAY): MessageType.DELAY.value,
+    int(definition_pb2.TRANSACTION): MessageType.TRANSACTION.value,
+}
+_LITE = int(definition_pb2.LITE)
+_PRIORITY = int(definition_pb2.PRIORITY)
+_ENCODINGS = frozenset({int(Encoding.ENCODING_UNSPECIFIED), int(Encoding.IDENTITY), _GZIP})
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,10 +199,15 @@ def _convert(
     sp = pb.system_properties
     body = bytes(pb.body)
     _check_body(body, limits)
+    _check_encoding_and_digest(sp, body)
     message_id = str(sp.message_id)
-    if not message_id.strip():
-        raise ApiError(statuses.ILLEGAL_MESSAGE_ID, "system_properties.message_id is blank")
+    _check_message_id(message_id)
     tag = str(sp.tag) if sp.HasField("tag") else None
+    if tag is not None and len(tag) > TAG_CHARS_MAX:
+        raise ApiError(
+            statuses.ILLEGAL_MESSAGE_TAG,
+            f"system_properties.tag is {len(tag)} characters; at most {TAG_CHARS_MAX}",
+        )
     keys = [str(k) for k in sp.keys]
     user = {str(k): str(v) for k, v in pb.user_properties.items()}
     _check_tag_keys_properties(tag, keys, user)
@@ -190,6 +218,7 @@ def _convert(
     if keys:
         properties[props.KEYS] = props.KEY_SEPARATOR.join(keys)
     kind = _kind_and_special_properties(sp, properties, now_ms, limits)
+    _check_declared_type(sp.message_type, kind)
     if kind not in accepted:
         _refuse_kind(kind, topic)
     if sp.HasField("trace_context"):
@@ -211,6 +240,129 @@ def _check_body(body: bytes, limits: SendLimits) -> None:
         raise ApiError(
             statuses.MESSAGE_BODY_TOO_LARGE,
             f"message body is {len(body)} bytes; at most {limits.body_size_max_bytes} are allowed",
+        )
+
+
+def _check_message_id(message_id: str) -> None:
+    """1 to 128 printable ASCII characters without blanks: ids are hex (34 characters from the
+    official clients), and a control character would corrupt the record's property text."""
+    if (
+        0 < len(message_id) <= MESSAGE_ID_CHARS_MAX
+        and message_id.isascii()
+        and message_id.isprintable()
+        and " " not in message_id
+    ):
+        return  # the common case, in C
+    if not message_id.strip():
+        raise ApiError(statuses.ILLEGAL_MESSAGE_ID, "system_properties.message_id is blank")
+    if len(message_id) > MESSAGE_ID_CHARS_MAX:
+        raise ApiError(
+            statuses.ILLEGAL_MESSAGE_ID,
+            f"system_properties.message_id is {len(message_id)} characters; at most "
+            f"{MESSAGE_ID_CHARS_MAX}",
+        )
+    for index, char in enumerate(message_id):
+        if not "!" <= char <= "~":
+            raise ApiError(
+                statuses.ILLEGAL_MESSAGE_ID,
+                f"system_properties.message_id has the character U+{ord(char):04X} at position "
+                f"{index}; only printable ASCII without blanks is allowed",
+            )
+
+
+def _check_encoding_and_digest(sp: definition_pb2.SystemProperties, body: bytes) -> None:
+    """``body_encoding`` IDENTITY/GZIP (unset means IDENTITY); a GZIP body must inflate (gzip
+    or zlib, as the official clients decode it) to at most :data:`GZIP_INFLATED_BYTES_MAX`;
+    a ``body_digest``, when sent, must name a known algorithm and match the body."""
+    encoding = int(sp.body_encoding)
+    if encoding not in _ENCODINGS:
+        raise ApiError(
+            statuses.BAD_REQUEST,
+            f"system_properties.body_encoding {encoding} is not IDENTITY (1) or GZIP (2)",
+        )
+    if encoding == _GZIP:
+        problem = _inflate_problem(body)
+        if problem:
+            code = statuses.MESSAGE_BODY_TOO_LARGE if "inflates" in problem else None
+            raise ApiError(
+                code or statuses.MESSAGE_CORRUPTED,
+                f"system_properties.body_encoding is GZIP but the body {problem}",
+            )
+    if not sp.HasField("body_digest"):
+        return
+    digest = sp.body_digest
+    kind, checksum = int(digest.type), str(digest.checksum)
+    if kind == definition_pb2.DIGEST_TYPE_UNSPECIFIED and not checksum:
+        return
+    if kind == definition_pb2.CRC32:
+        expected = f"{zlib.crc32(body):08X}"
+        matches = checksum.upper().rjust(8, "0") == expected
+    elif kind == definition_pb2.MD5:
+        expected = hashlib.md5(body).hexdigest().upper()  # a checksum, not a secret
+        matches = checksum.upper() == expected
+    elif kind == definition_pb2.SHA1:
+        expected = hashlib.sha1(body).hexdigest().upper()
+        matches = checksum.upper() == expected
+    else:
+        raise ApiError(
+            statuses.BAD_REQUEST,
+            f"system_properties.body_digest.type {kind} is not CRC32 (1), MD5 (2) or SHA1 (3)",
+        )
+    if not matches:
+        raise ApiError(
+            statuses.MESSAGE_CORRUPTED,
+            f"system_properties.body_digest ({definition_pb2.DigestType.Name(kind)}) is "
+            f"{checksum!r}, but the body's is {expected!r}",
+        )
+
+
+def _inflate_problem(body: bytes) -> str:
+    """Why a GZIP body does not decode, or "" when it does: gzip members (magic 1f 8b) or
+    one zlib stream, streamed in bounded steps so a bomb costs no memory."""
+    gzip_format = body[:2] == b"\x1f\x8b"
+    data = body
+    inflated = 0
+    while True:
+        inflater = zlib.decompressobj(wbits=31 if gzip_format else 15)
+        try:
+            chunk = inflater.decompress(data, _INFLATE_STEP_BYTES)
+            while True:
+                inflated += len(chunk)
+                if inflated > GZIP_INFLATED_BYTES_MAX:
+                    return f"inflates to more than {GZIP_INFLATED_BYTES_MAX} bytes"
+                if inflater.eof or not inflater.unconsumed_tail:
+                    break
+                chunk = inflater.decompress(inflater.unconsumed_tail, _INFLATE_STEP_BYTES)
+        except zlib.error as exc:
+            return f"is not a {'gzip' if gzip_format else 'gzip or zlib'} stream ({exc})"
+        if not inflater.eof:
+            return "is a truncated compressed stream"
+        data = inflater.unused_data
+        if not data:
+            return ""
+        if not (gzip_format and data[:2] == b"\x1f\x8b"):
+            return f"has {len(data)} bytes after the compressed stream"
+
+
+def _check_declared_type(declared: int, kind: MessageType) -> None:
+    """A declared ``message_type`` must be a known one and agree with the fields that make the
+    type (UNSPECIFIED: derive it, as older clients expect)."""
+    if declared == definition_pb2.MESSAGE_TYPE_UNSPECIFIED:
+        return
+    if declared in (_LITE, _PRIORITY):
+        raise ApiError(statuses.UNSUPPORTED, "lite-topic and priority messages are not supported")
+    name = _DECLARED_TYPES.get(declared)
+    if name is None:
+        raise ApiError(
+            statuses.BAD_REQUEST,
+            f"system_properties.message_type {declared} is not a MessageType (NORMAL 1, FIFO 2, "
+            "DELAY 3, TRANSACTION 4)",
+        )
+    if name != kind.value:
+        raise ApiError(
+            statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+            f"system_properties.message_type is {name}, but the message is {kind.value} "
+            "(message_group makes FIFO, delivery_timestamp makes DELAY)",
         )
 
 

@@ -10,6 +10,8 @@ Called by :mod:`messaging`, :mod:`sending`, :mod:`routes` and :mod:`admin`.
 
 from __future__ import annotations
 
+import re
+
 from rocketmq.grpc_protocol import Code, Status
 
 from gannet.node.store import errors
@@ -46,10 +48,42 @@ MASTER_PERSISTENCE_TIMEOUT: int = Code.MASTER_PERSISTENCE_TIMEOUT
 UNSUPPORTED: int = Code.UNSUPPORTED
 
 
+MESSAGE_CHARS_MAX = 1024
+"""Longest error text sent to a client (v2 ``Status.message``, admin gRPC details)."""
+QUOTED_CHARS_MAX = 64
+"""Longest run of a caller's value (a name, a tag, a handle) an error text repeats."""
+_LONG_QUOTED = re.compile(
+    rf"'[^'\s]{{{QUOTED_CHARS_MAX + 1},}}'|\"[^\"\s]{{{QUOTED_CHARS_MAX + 1},}}\""
+)
+_LONG_WORD = re.compile(rf"\S{{{4 * QUOTED_CHARS_MAX},}}")
+
+
+def _shorten(match: re.Match[str]) -> str:
+    text = match.group(0)
+    quote = text[0] if text[0] in "'\"" else ""
+    inner = text[1:-1] if quote else text
+    return f"{quote}{inner[:QUOTED_CHARS_MAX]}{quote}… ({len(inner)} characters)"
+
+
+def bounded(message: str) -> str:
+    """``message`` with every long quoted value (no white space inside: explanatory text
+    between two quoted values is never taken for one) or long word cut to a prefix and its length,
+    and the whole at most :data:`MESSAGE_CHARS_MAX` characters: a 20,000-character name must
+    not turn an answer into a metadata-size failure (gRPC caps headers near 8 KiB)."""
+    if len(message) <= QUOTED_CHARS_MAX:
+        return message
+    message = _LONG_WORD.sub(_shorten, _LONG_QUOTED.sub(_shorten, message))
+    if len(message) > MESSAGE_CHARS_MAX:
+        message = f"{message[: MESSAGE_CHARS_MAX - 40]}… ({len(message)} characters)"
+    return message
+
+
 class ApiError(Exception):
-    """A request that cannot be served; ``code`` is a v2 ``Code``, ``message`` names the field."""
+    """A request that cannot be served; ``code`` is a v2 ``Code``, ``message`` names the field
+    (cut with :func:`bounded`)."""
 
     def __init__(self, code: int, message: str) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.code = code
         self.message = message

@@ -65,7 +65,7 @@ def _encoder(message: ProtoMessage) -> bytes:
 
 
 async def _abort_invalid(context: grpc.aio.ServicerContext, bad: Malformed) -> None:
-    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, bad.text())
+    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, statuses.bounded(bad.text()))
 
 
 async def _stream_guard(
@@ -81,7 +81,7 @@ async def _stream_guard(
             try:
                 authorize(request)
             except statuses.ApiError as refused:
-                await context.abort(_grpc_code(refused.code), refused.message)
+                await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
                 return
         yield request
 
@@ -215,7 +215,7 @@ def _unary(
         if isinstance(admitted, statuses.ApiError):
             refused = admitted
             if not rules.v2_status:
-                await context.abort(_grpc_code(refused.code), refused.message)
+                await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
             return out(status=refused.status())
         with admitted:
             return await method(request, context)
@@ -231,7 +231,7 @@ def _server_stream(
         if isinstance(admitted, statuses.ApiError):
             refused = admitted
             if not rules.v2_status:
-                await context.abort(_grpc_code(refused.code), refused.message)
+                await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
             yield out(status=refused.status())
             return
         with admitted:
@@ -250,7 +250,7 @@ def _bidi(method: Callable[..., Any], rules: Rules, name: str) -> Callable[..., 
         except statuses.ApiError as error:
             refused = error
         if refused is not None:
-            await context.abort(_grpc_code(refused.code), refused.message)
+            await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
         authorize = _command_authorizer(rules.gate, account, name)
         async for response in method(_stream_guard(requests, context, authorize), context):
             yield response

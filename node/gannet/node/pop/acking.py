@@ -1,11 +1,15 @@
 """Ack, batch ack, change invisible time and forward-to-DLQ of popped messages
 (RocketMQ ``AckMessageProcessor`` / ``ChangeInvisibleTimeProcessor``, §10.6–§10.7).
 
-Checks, in this order, each raising before anything is written: the handle parses; it names
-this broker; its queue offset lies in ``[minOffset, maxOffset)`` of the real topic (the retry
-topic when the flag says so); its invisible time has not elapsed (``now < popTime +
-invisibleTime``); and, when the checkpoint is still tracked in memory, it belongs to this group,
-the offset is one of its messages, and that message is not acked yet.
+Checks, in this order, each raising before anything is written: the handle parses (every field
+a plain decimal within its Java type, :mod:`receipts`); it names this broker; its queue offset
+lies in ``[minOffset, maxOffset)`` of the real topic (the retry topic when the flag says so);
+its invisible time has not elapsed (``now < popTime + invisibleTime``); its pop time is not in
+the future, its revive queue exists, and its commit-log offset is the one the consume queue
+holds for that queue offset; and the checkpoint it names: when still tracked in memory, it
+belongs to this group, the offset is one of its messages, and that message is not acked yet;
+when not tracked, the handle must predate the tracking (a restart or a leadership change:
+every checkpoint made since is tracked until its revive time), else it names no checkpoint.
 
 An ack of a tracked checkpoint that is still only in memory just sets its bit; otherwise an ACK
 message (a batch ACK when several offsets of one checkpoint are acked together) is written to
@@ -27,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from gannet.node.pop import checkpoints, receipts, retrying
+from gannet.node.pop import checkpoints, receipts, retrying, revive_log
 from gannet.node.pop.acks import AckMsg
 from gannet.node.pop.checkpoints import PopCheckPoint
 from gannet.node.pop.context import PopContext
@@ -41,6 +45,10 @@ from gannet.node.pop.errors import (
 from gannet.node.pop.merging import Inflight
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.store import records
+
+CLOCK_MARGIN_MS = 10_000
+"""Slack for clocks of Raft members: a handle a former leader made may carry a pop time a
+little ahead of this broker's clock."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +101,7 @@ class AckService:
                 f"receipt handle expired at {h.next_visible_time_ms} (now {now_ms}); the "
                 "message may have been delivered again"
             )
+        self._check_names_stored_message(real, h, now_ms)
         if h.is_order:
             return AckTarget(group, real, h, None, 0)
         key = checkpoints.revive_key(
@@ -107,6 +116,14 @@ class AckService:
                 raise ReceiptHandleForeign(
                     f"receipt handle belongs to group {owner!r}, not {group!r}"
                 )
+            if h.pop_time_ms >= self.ctx.buffer.start_tracking(now_ms):
+                # Every checkpoint made since tracking began stays tracked until its revive
+                # time, which this handle has not reached: it names no checkpoint.
+                raise ReceiptHandleUnknown(
+                    f"receipt handle names a checkpoint at offset {h.ck_queue_offset} of "
+                    f"{real!r} queue {h.queue_id} popped at {h.pop_time_ms} by {group!r}, "
+                    "which this broker did not make"
+                )
             return AckTarget(group, real, h, None, 0)
         index = entry.ck.index_of(h.queue_offset)
         if index < 0:
@@ -116,6 +133,30 @@ class AckService:
         if entry.acked_bits >> index & 1:
             raise AlreadyAcked(f"the message at offset {h.queue_offset} was already acked")
         return AckTarget(group, real, h, entry, 1 << index)
+
+    def _check_names_stored_message(self, real: str, h: ReceiptHandle, now_ms: int) -> None:
+        """The handle's pop time, revive queue and commit-log offset agree with the store."""
+        if h.pop_time_ms > now_ms + CLOCK_MARGIN_MS:
+            raise ReceiptHandleUnknown(
+                f"receipt handle's pop time {h.pop_time_ms} lies in the future (now {now_ms})"
+            )
+        if not h.is_order:
+            revive = self.ctx.store.topic_configs.get(revive_log.revive_topic(self.ctx.store))
+            count = 0 if revive is None else max(revive.read_queue_nums, revive.write_queue_nums)
+            if h.revive_qid >= max(count, self.ctx.revive_write_queues):
+                raise ReceiptHandleUnknown(
+                    f"receipt handle names revive queue {h.revive_qid}; there are {count}"
+                )
+        if h.commit_offset < 0:
+            return
+        queue = self.ctx.store.queues.get(real, h.queue_id)
+        unit = None if queue is None else queue.get_unit(h.queue_offset)
+        if unit is None or unit.commit_offset != h.commit_offset:
+            raise ReceiptHandleUnknown(
+                f"receipt handle names commit-log offset {h.commit_offset} for offset "
+                f"{h.queue_offset} of {real!r} queue {h.queue_id}; the message there is at "
+                f"{None if unit is None else unit.commit_offset}"
+            )
 
     # --- ack ---
     def ack(self, group: str, topic: str, handle: str | ReceiptHandle, now_ms: int) -> None:

@@ -77,6 +77,17 @@ class InflightBuffer:
         self._buffered: dict[str, Inflight] = {}  # in memory only, not fully acked
         self._dirty: set[str] = set()  # lock keys whose offset-queue head may be done
         self.dropped_without_write_total = 0
+        self.tracking_since_ms: int | None = None
+        """Time since which every checkpoint this broker makes is tracked: the clock of the
+        first pop or ack (:meth:`start_tracking`), or set by :mod:`service` when the broker
+        takes over as Raft leader (pops of the former leader are not here)."""
+
+    def start_tracking(self, now_ms: int) -> int:
+        """The tracking start, set to ``now_ms`` by the first call (the caller's clock)."""
+        with self.lock:
+            if self.tracking_since_ms is None:
+                self.tracking_since_ms = now_ms
+            return self.tracking_since_ms
 
     # --- pop side ---
     def latest_next_begin(self, lock_key: str) -> int | None:

@@ -130,6 +130,7 @@ class PopService:
 
     # --- pop ---
     def pop(self, req: PopRequest) -> PopResult:
+        self.ctx.buffer.start_tracking(req.now_ms)
         queues = self.check(req)
         random_q = self.ctx.rng.randrange(100)
         need_retry = random_q < self.ctx.config.pop_from_retry_probability_percent

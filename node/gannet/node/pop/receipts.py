@@ -102,18 +102,43 @@ class ReceiptHandle:
         return f"{self.extra_info()}{FIELD_SEPARATOR}{self.commit_offset}"
 
 
-def _field(parts: list[str], index: int, name: str, text: str) -> int:
-    try:
-        return int(parts[index])
-    except ValueError:
+_INT32_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+_DIGITS = frozenset("0123456789")
+_FIELD_DIGITS_MAX = 19  # a long has at most 19 digits
+
+
+def _shown(text: str) -> str:
+    """A handle quoted for an error message: at most 80 characters, then the length."""
+    if len(text) <= 80:
+        return repr(text)
+    return f"{text[:80]!r}… ({len(text)} characters)"
+
+
+def _field(parts: list[str], index: int, name: str, text: str, maximum: int) -> int:
+    """Field ``index`` as a decimal in ``[0, maximum]``: ASCII digits only (no sign, blank,
+    ``_`` or non-ASCII digit, which Python's ``int`` would accept), at most 19 of them."""
+    raw = parts[index]
+    if not raw or len(raw) > _FIELD_DIGITS_MAX or not _DIGITS.issuperset(raw):
         raise ReceiptHandleIllegal(
-            f"receipt handle {text[:80]!r}: field {index} ({name}) is {parts[index]!r}, "
-            "not an integer"
-        ) from None
+            f"receipt handle {_shown(text)}: field {index} ({name}) is {_shown(raw)}, not a "
+            f"decimal number of 1 to {_FIELD_DIGITS_MAX} digits"
+        )
+    value = int(raw)
+    if value > maximum:
+        raise ReceiptHandleIllegal(
+            f"receipt handle {_shown(text)}: field {index} ({name}) is {value}; at most {maximum}"
+        )
+    return value
 
 
 def parse(text: str) -> ReceiptHandle:
-    """Parse an 8-field extra info or a 9-field receipt handle; raises ReceiptHandleIllegal."""
+    """Parse an 8-field extra info or a 9-field receipt handle; raises ReceiptHandleIllegal.
+
+    Every number must be a plain decimal within its Java type (int for the revive queue and
+    queue id, long for the rest; none negative), the checkpoint's offset may not lie past the
+    message's, and ``popTime + invisibleTime`` must stay a long. Whether the handle names a
+    checkpoint this broker made is :mod:`acking`'s check."""
     if len(text) > RECEIPT_HANDLE_LENGTH_MAX_CHARS:
         raise ReceiptHandleIllegal(
             f"receipt handle is {len(text)} characters; at most "
@@ -122,27 +147,37 @@ def parse(text: str) -> ReceiptHandle:
     parts = text.split(FIELD_SEPARATOR)
     if len(parts) not in (EXTRA_INFO_FIELDS, RECEIPT_HANDLE_FIELDS):
         raise ReceiptHandleIllegal(
-            f"receipt handle {text[:80]!r} has {len(parts)} space-separated fields; "
+            f"receipt handle {_shown(text)} has {len(parts)} space-separated fields; "
             f"expected {EXTRA_INFO_FIELDS} or {RECEIPT_HANDLE_FIELDS}"
         )
-    flag_value = _field(parts, 4, "retry flag", text)
-    if flag_value not in (0, 1, 2):
-        raise ReceiptHandleIllegal(f"receipt handle {text[:80]!r}: retry flag {flag_value}")
-    if not parts[5]:
-        raise ReceiptHandleIllegal(f"receipt handle {text[:80]!r}: empty broker name")
+    flag_value = _field(parts, 4, "retry flag", text, 2)
+    broker_name = parts[5]
+    if not broker_name:
+        raise ReceiptHandleIllegal(f"receipt handle {_shown(text)}: empty broker name")
     handle = ReceiptHandle(
-        ck_queue_offset=_field(parts, 0, "checkpoint offset", text),
-        pop_time_ms=_field(parts, 1, "pop time", text),
-        invisible_time_ms=_field(parts, 2, "invisible time", text),
-        revive_qid=_field(parts, 3, "revive queue", text),
+        ck_queue_offset=_field(parts, 0, "checkpoint offset", text, _INT64_MAX),
+        pop_time_ms=_field(parts, 1, "pop time", text, _INT64_MAX),
+        invisible_time_ms=_field(parts, 2, "invisible time", text, _INT64_MAX),
+        revive_qid=_field(parts, 3, "revive queue", text, _INT32_MAX),
         flag=TopicFlag(flag_value),
-        broker_name=parts[5],
-        queue_id=_field(parts, 6, "queue id", text),
-        queue_offset=_field(parts, 7, "queue offset", text),
-        commit_offset=_field(parts, 8, "commit offset", text) if len(parts) == 9 else -1,
+        broker_name=broker_name,
+        queue_id=_field(parts, 6, "queue id", text, _INT32_MAX),
+        queue_offset=_field(parts, 7, "queue offset", text, _INT64_MAX),
+        commit_offset=(
+            -1
+            if len(parts) == 8 or parts[8] == "-1"  # -1: made from an 8-field extra info
+            else _field(parts, 8, "commit offset", text, _INT64_MAX)
+        ),
     )
-    if min(handle.ck_queue_offset, handle.queue_id, handle.queue_offset, handle.revive_qid) < 0:
-        raise ReceiptHandleIllegal(f"receipt handle {text[:80]!r} has a negative field")
+    if handle.ck_queue_offset > handle.queue_offset:
+        raise ReceiptHandleIllegal(
+            f"receipt handle {_shown(text)}: checkpoint offset {handle.ck_queue_offset} lies "
+            f"past the message's queue offset {handle.queue_offset}"
+        )
+    if handle.next_visible_time_ms > _INT64_MAX:
+        raise ReceiptHandleIllegal(
+            f"receipt handle {_shown(text)}: pop time + invisible time exceeds a long"
+        )
     return handle
 
 

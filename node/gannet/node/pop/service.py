@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gannet.node.pop import ordering, receipts, revive_log
-from gannet.node.pop.acking import AckService
+from gannet.node.pop.acking import CLOCK_MARGIN_MS, AckService
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import PopError
@@ -98,6 +98,11 @@ class PopBroker:
 
     def set_leading(self, leading: bool) -> None:
         if leading:
+            if not self._leading.is_set():
+                # The former leader's pops are not tracked here; its clock may run a little
+                # ahead of this one.
+                now = time.time_ns() // 1_000_000
+                self.ctx.buffer.tracking_since_ms = now + CLOCK_MARGIN_MS
             self._leading.set()
         else:
             self._leading.clear()

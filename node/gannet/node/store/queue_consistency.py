@@ -53,21 +53,27 @@ def check_queue_ends(commitlog: CommitLog, queues: ConsumeQueueStore) -> None:
 
 
 class TailGapCheck:
-    """Scanned records must continue each queue without a gap.
+    """Records scanned past each queue's consume queue must continue it without a gap.
 
-    A queue's consume queue is trusted as the start only when it reaches the scan's start
-    (its last entry ends at or after it); otherwise the first scanned record of the queue
-    starts the count, as records between may not have been dispatched (flush lag)."""
+    A record the queue already holds (before the end of its last unit) is not looked at: it is
+    dispatched, or it belongs to an earlier topic of the same name (deleted and created
+    again). A queue's consume queue is trusted as the start only when it reaches the scan's
+    start (its last unit ends at or after it); otherwise the first scanned record of the queue
+    starts the count, as records in between may not have been dispatched (flush lag)."""
 
     def __init__(self, queues: ConsumeQueueStore, scan_start: int) -> None:
-        self._next = {
-            queue_key(q.topic, q.queue_id): q.max_offset_in_queue()
-            for q in queues.queues()
-            if q.max_physic_offset >= scan_start
-        }
+        self._next: dict[str, int] = {}
+        self._held_until: dict[str, int] = {}
+        for q in queues.queues():
+            key = queue_key(q.topic, q.queue_id)
+            self._held_until[key] = q.max_physic_offset
+            if q.max_physic_offset >= scan_start:
+                self._next[key] = q.max_offset_in_queue()
 
     def see(self, topic: str, queue_id: int, queue_offset: int, commit_offset: int) -> None:
         key = queue_key(topic, queue_id)
+        if commit_offset < self._held_until.get(key, -1):
+            return
         expected = self._next.get(key)
         if expected is None:
             self._next[key] = queue_offset + 1

@@ -15,7 +15,8 @@ Topic and group names follow the broker's ``TopicValidator`` (RocketMQ 5):
   them: the v2 front door validates with ``allow_system=False``.
 
 User properties of a sent message follow the v2 proxy (``SendMessageActivity``): at most 128
-entries, no key from ``MessageConst.STRING_HASH_SET`` (:data:`RESERVED_PROPERTY_KEYS`), no ISO
+entries, no key from ``MessageConst.STRING_HASH_SET`` (:data:`RESERVED_PROPERTY_KEYS`) nor the
+other system names Gannet reads (:data:`GANNET_RESERVED_PROPERTY_KEYS`), no ISO
 control character (U+0000–U+001F, U+007F–U+009F) in a key or value, and at most 16 KiB of UTF-8
 in keys, values, the tag and the message keys together.
 
@@ -140,6 +141,18 @@ RESERVED_PROPERTY_KEYS = frozenset(
     }
 )
 """``MessageConst.STRING_HASH_SET`` (51 keys): properties only the broker or client sets."""
+
+GANNET_RESERVED_PROPERTY_KEYS = frozenset(
+    {
+        props.SHARDING_KEY,  # the message group: would make any message look FIFO
+        "__STARTDELIVERTIME",  # a deliver-at time other RocketMQ brokers act on
+        "TRACE_CONTEXT",  # system_properties.trace_context
+        props.INNER_NUM,
+        props.INNER_BASE,
+    }
+)
+"""System properties outside RocketMQ's set that Gannet (or a broker reading its store)
+interprets; refused as user properties too, so a user property is never taken for one."""
 
 _SHOWN_CHARS_MAX = 64
 
@@ -349,7 +362,7 @@ def validate_keys(keys: Iterable[str]) -> None:
 def _check_property_key(key: str) -> None:
     if not key:
         raise MessageIllegal("a user property has an empty key; give every property a name")
-    if key in RESERVED_PROPERTY_KEYS:
+    if key in RESERVED_PROPERTY_KEYS or key in GANNET_RESERVED_PROPERTY_KEYS:
         raise MessageIllegal(
             f"user property {_shown(key)} is reserved for the broker's system properties; rename it"
         )
