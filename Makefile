@@ -24,9 +24,10 @@ install: $(STAMP)
 $(PROMTOOL):
 	bash deploy/prometheus/install-promtool.sh
 
-## run: install and start a single-node broker on $(DATA_DIR)
+## run: install and start a single-node broker on $(DATA_DIR) (consumer groups are created on
+## first use, as in RocketMQ, so the README's consumer runs as is)
 run: $(STAMP)
-	$(BIN)/gannet broker run --data-dir $(DATA_DIR)
+	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups
 
 ## test: install, lint (ruff + mypy --strict) and run the test suite
 test: lint unit

@@ -152,6 +152,7 @@ def test_tag_filters() -> None:
     assert filtering.parse("").matches_all
     assert filtering.parse(None).matches_all
     f = filtering.parse(" TagA || TagB ||")
+    assert isinstance(f, filtering.TagFilter)
     assert f.tags == frozenset({"TagA", "TagB"})
     assert f.accepts_unit(_unit("TagA"))
     assert not f.accepts_unit(_unit("TagC"))
