@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from gannet.node.pop import filtering, sql_filter
 from gannet.node.pop.errors import FilterExpressionIllegal
 from gannet.node.store import properties as props
+from gannet.node.store import records
 from gannet.node.store.hashing import tags_code
 from gannet.node.store.records import Message
 
@@ -222,6 +223,22 @@ def test_any_text_parses_or_fails_with_a_position(text: str) -> None:
 
 
 # ---------------------------------------------------------------- the store scan
+@pytest.mark.parametrize("force_v2", [False, True])
+@pytest.mark.parametrize("host", ["10.0.0.1", "fe80::1"])
+def test_decode_properties_reads_only_the_properties(force_v2: bool, host: str) -> None:
+    msg = Message(
+        topic="T",
+        body=b"x" * 300,
+        properties={props.TAGS: "t", "amount": "5", "note": "a\u00e9b"},
+        born_host=(host, 1),
+        store_host=(host, 2),
+    )
+    data = bytes(records.encode(msg, body_size_max_bytes=1 << 20, force_v2=force_v2))
+    assert records.decode_properties(data) == records.decode(data).properties
+    with pytest.raises(ValueError, match="undecodable"):
+        records.decode_properties(data[:60])
+
+
 def _produce(harness: Harness, tag: str, amount: int) -> None:
     body = f"{tag}-{amount}"
     harness.store.put_messages(
