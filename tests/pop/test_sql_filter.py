@@ -112,6 +112,13 @@ def test_error_line_and_column_on_a_later_line() -> None:
     assert (caught.value.line, caught.value.column, caught.value.position) == (2, 10, 17)
 
 
+def test_deep_expressions_are_refused_not_crashing() -> None:
+    assert sql_filter.parse(" OR ".join(["a = 1"] * 150)).matches({"a": "1"})
+    for text in (" AND ".join(["a = 1"] * 600), "NOT " * 1500 + "TRUE"):
+        with pytest.raises(sql_filter.SqlFilterError, match="nests more than 200"):
+            sql_filter.parse(text)
+
+
 def test_filtering_wraps_errors_as_illegal_filter_expression() -> None:
     with pytest.raises(FilterExpressionIllegal, match=r"SQL92 .*line 1, column 3"):
         filtering.parse("a > 'x'", filtering.ExpressionType.SQL92)

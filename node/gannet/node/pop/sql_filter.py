@@ -21,7 +21,9 @@ and ``/* */`` block comments are skipped. Note that ``NOT`` binds tighter than `
 boolean expressions; ``=``/``<>`` may not compare with the ``NULL`` literal (use ``IS NULL``);
 ``IN`` needs a property on its left; ``BETWEEN`` literal bounds must be ordered; the whole
 expression and each ``AND``/``OR``/``NOT`` operand must be boolean (a bare property is a boolean
-cast). A failure raises :class:`SqlFilterError` with the offset, line and column of the error.
+cast). Gannet adds one limit: the tree may be at most :data:`DEPTH_MAX` operators deep (a chain
+of 200 ``OR``s), so that compiling and evaluating never exhaust the stack. A failure raises
+:class:`SqlFilterError` with the offset, line and column of the error.
 
 Evaluation (``ComparisonExpression`` and friends with ``convertStringExpressions`` on, which
 ``SelectorParser.parse`` always sets): every message property (user properties, ``TAGS``,
@@ -69,6 +71,7 @@ from lark import Token
 from gannet.node.store.hashing import tags_code
 
 CACHE_SIZE = 256
+DEPTH_MAX = 200
 TAGS_CODE_CACHE_MAX = 4096
 TAGS = "TAGS"
 
@@ -658,6 +661,16 @@ class _Build(lark.Transformer[Token, Node]):
         return Node("prop", False, str(c[0]))
 
 
+def _depth(root: Node) -> int:
+    """How deep the tree is (iterative: a long AND chain is a deep tree)."""
+    deepest, stack = 0, [(root, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        stack.extend((n, depth + 1) for n in (node.left, node.right) if n is not None)
+    return deepest
+
+
 def _unquote(token: Token) -> str:
     return str(token)[1:-1].replace("''", "'")
 
@@ -695,6 +708,12 @@ def parse(text: str) -> SqlFilter:
         if isinstance(exc.orig_exc, SqlFilterError):
             raise exc.orig_exc from None
         raise
+    except RecursionError:
+        node = None
+    if node is None or _depth(node) > DEPTH_MAX:
+        raise SqlFilterError(
+            f"the SQL92 expression nests more than {DEPTH_MAX} operators deep", text, 0
+        )
     start = Token("START", "", start_pos=0)
     return SqlFilter(text, _Build(text)._boolean(node, start))
 
