@@ -141,7 +141,7 @@ def test_receive_message_answers_illegal_filter_expression(messaging, admin, mak
     )
     [frame] = list(messaging.ReceiveMessage(request, timeout=5))
     assert frame.status.code == Code.ILLEGAL_FILTER_EXPRESSION
-    assert "line 1, column 8" in frame.status.message
+    assert "line 1, column 10" in frame.status.message
 
 
 def test_pull_with_sql_skips_and_advances(broker, messaging, make_topic, config, started) -> None:

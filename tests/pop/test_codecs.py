@@ -163,7 +163,7 @@ def test_tag_filters() -> None:
 
 
 def test_bad_filters() -> None:
-    with pytest.raises(FilterExpressionIllegal, match=r"SQL92.*line 1, column 3"):
+    with pytest.raises(FilterExpressionIllegal, match=r"SQL92.*line 1, column 5"):
         filtering.parse("a > 'x'", filtering.ExpressionType.SQL92)
     with pytest.raises(FilterExpressionIllegal):
         filtering.parse("||")

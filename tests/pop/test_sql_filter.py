@@ -83,16 +83,17 @@ def test_evaluation(text: str, properties: dict[str, str], expected: bool) -> No
         ("(a > 1", "ends too early", 7),
         ("a @ 1", "unexpected character '@'", 3),
         ("a 'x'", "unexpected", 3),
-        ("a > 'x'", "cannot be compared", 3),
-        ("a > TRUE", "cannot be compared", 3),
-        ("a > (b = 1)", "cannot be compared", 3),
-        ("a = NULL", "use IS NULL", 3),
-        ("TRUE = 'x'", "cannot be compared", 6),
-        ("a BETWEEN 3 AND 1", "low <= high", 3),
+        ("a > 'x'", "cannot be compared", 5),
+        ("a > TRUE", "cannot be compared", 5),
+        ("a > (b = 1)", "cannot be compared", 6),
+        ("a = NULL", "use IS NULL", 5),
+        ("TRUE = 'x'", "cannot be compared", 8),
+        ("a BETWEEN 3 AND 1", "low <= high", 11),
         ("a IN (1, 2)", "unexpected '1'", 7),
-        ("'x' IN ('a')", "needs a property", 5),
+        ("'x' IN ('a')", "needs a property", 1),
         ("5", "does not give a boolean", 1),
-        ("NOT 5", "does not give a boolean", 1),
+        ("NOT 5", "does not give a boolean", 5),
+        ("x = 1 AND 7", "does not give a boolean", 11),
         ("a > 0.0", "smallest positive double", 5),
         ("a > 9223372036854775808", "is above", 5),
         ("", "empty", 1),
@@ -120,7 +121,7 @@ def test_deep_expressions_are_refused_not_crashing() -> None:
 
 
 def test_filtering_wraps_errors_as_illegal_filter_expression() -> None:
-    with pytest.raises(FilterExpressionIllegal, match=r"SQL92 .*line 1, column 3"):
+    with pytest.raises(FilterExpressionIllegal, match=r"SQL92 .*line 1, column 5"):
         filtering.parse("a > 'x'", filtering.ExpressionType.SQL92)
     with pytest.raises(FilterExpressionIllegal, match="at most 4096"):
         filtering.parse("a = 1 OR " * 600 + "TRUE", filtering.ExpressionType.SQL92)

@@ -261,33 +261,34 @@ class Node:
     left: Node | None = None
     right: Node | None = None
     negated: bool = False  # in: NOT IN
+    at: int = 0  # offset of the part's first character in the expression (error messages)
 
     @property
     def is_literal(self) -> bool:
         return self.kind == "const"
 
 
-def _const(value: object) -> Node:
-    return Node("const", value is None or type(value) is bool, value)
+def _const(value: object, at: int = 0) -> Node:
+    return Node("const", value is None or type(value) is bool, value, at=at)
 
 
 _NULL = _const(None)
 
 
-def _not(node: Node) -> Node:
-    return Node("not", True, left=node)
+def _not(node: Node, at: int | None = None) -> Node:
+    return Node("not", True, left=node, at=node.at if at is None else at)
 
 
 def _eq(left: Node, right: Node) -> Node:
-    return Node("eq", True, left=left, right=right)
+    return Node("eq", True, left=left, right=right, at=left.at)
 
 
 def _cmp(op: str, left: Node, right: Node) -> Node:
-    return Node("cmp", True, op, left, right)
+    return Node("cmp", True, op, left, right, at=left.at)
 
 
 def _logic(kind: str, left: Node, right: Node) -> Node:
-    return Node(kind, True, left=left, right=right)
+    return Node(kind, True, left=left, right=right, at=left.at)
 
 
 _SIGN_TESTS: dict[str, Callable[[int], bool]] = {
@@ -525,30 +526,30 @@ class _Build(lark.Transformer[Token, Node]):
         super().__init__()
         self.text = text
 
-    def _fail(self, detail: str, at: Token) -> SqlFilterError:
-        return SqlFilterError(detail, self.text, _pos(at))
+    def _fail(self, detail: str, at: Token | Node) -> SqlFilterError:
+        return SqlFilterError(detail, self.text, at.at if isinstance(at, Node) else _pos(at))
 
     def _boolean(self, node: Node, at: Token) -> Node:
         if node.boolean:
             return node
         if node.kind == "prop":
-            return Node("cast", True, left=node)
-        raise self._fail(f"{_show(node)} does not give a boolean value", at)
+            return Node("cast", True, left=node, at=node.at)
+        raise self._fail(f"{_show(node)} does not give a boolean value", node)
 
     def _orderable(self, node: Node, at: Token) -> None:
         if (node.is_literal and type(node.value) not in (int, _Long, float)) or (
             node.boolean and not node.is_literal
         ):
-            raise self._fail(f"{_show(node)} cannot be compared with {at.value!r}", at)
+            raise self._fail(f"{_show(node)} cannot be compared with {at.value!r}", node)
 
     def _equatable(self, left: Node, right: Node, at: Token) -> None:
         for node in (left, right):
             if node.is_literal and node.value is None:
                 raise self._fail(
-                    f"NULL cannot be compared with {at.value!r}; use IS NULL / IS NOT NULL", at
+                    f"NULL cannot be compared with {at.value!r}; use IS NULL / IS NOT NULL", node
                 )
         if left.is_literal and right.is_literal and left.boolean and not right.boolean:
-            raise self._fail(f"{_show(left)} cannot be compared with {_show(right)}", at)
+            raise self._fail(f"{_show(left)} cannot be compared with {_show(right)}", right)
 
     # --- logic
     def or_(self, c: list[Any]) -> Node:
@@ -558,7 +559,7 @@ class _Build(lark.Transformer[Token, Node]):
         return _logic("and", self._boolean(c[0], c[1]), self._boolean(c[2], c[1]))
 
     def not_(self, c: list[Any]) -> Node:
-        return _not(self._boolean(c[1], c[0]))
+        return _not(self._boolean(c[1], c[0]), _pos(c[0]))
 
     # --- equality
     def eq(self, c: list[Any]) -> Node:
@@ -599,13 +600,13 @@ class _Build(lark.Transformer[Token, Node]):
         if not (low.is_literal and high.is_literal):
             return
         if low.value is None or high.value is None:
-            raise self._fail("BETWEEN bounds cannot be NULL", at)
+            raise self._fail("BETWEEN bounds cannot be NULL", low)
         try:
             ordered = _compare(high.value, low.value) >= 0
         except _EvalError as exc:
-            raise self._fail(f"BETWEEN bounds cannot be compared: {exc}", at) from None
+            raise self._fail(f"BETWEEN bounds cannot be compared: {exc}", low) from None
         if not ordered:
-            raise self._fail(f"BETWEEN needs low <= high, got {_show(low)} AND {_show(high)}", at)
+            raise self._fail(f"BETWEEN needs low <= high, got {_show(low)} AND {_show(high)}", low)
 
     def in_(self, c: list[Any]) -> Node:
         return self._in(c[0], c[1], c[2], negated=False)
@@ -615,8 +616,8 @@ class _Build(lark.Transformer[Token, Node]):
 
     def _in(self, left: Node, at: Token, values: frozenset[str], *, negated: bool) -> Node:
         if left.kind != "prop":
-            raise self._fail(f"IN needs a property on its left, got {_show(left)}", at)
-        return Node("in", True, values, left, negated=negated)
+            raise self._fail(f"IN needs a property on its left, got {_show(left)}", left)
+        return Node("in", True, values, left, negated=negated, at=left.at)
 
     def strings(self, c: list[Token]) -> frozenset[str]:
         return frozenset(_unquote(t) for t in c)
@@ -626,17 +627,17 @@ class _Build(lark.Transformer[Token, Node]):
         return c[1]  # type: ignore[no-any-return]
 
     def neg(self, c: list[Any]) -> Node:
-        return Node("neg", False, left=c[1])
+        return Node("neg", False, left=c[1], at=_pos(c[0]))
 
     def string(self, c: list[Token]) -> Node:
-        return _const(_unquote(c[0]))
+        return _const(_unquote(c[0]), _pos(c[0]))
 
     def decimal(self, c: list[Token]) -> Node:
         text = str(c[0]).rstrip("lL")
         value = int(text)
         if value > _LONG_MAX:
             raise self._fail(f"integer {text} is above {_LONG_MAX}", c[0])
-        return _const(value if value <= _INT_MAX else _Long(value))
+        return _const(value if value <= _INT_MAX else _Long(value), _pos(c[0]))
 
     def float_(self, c: list[Token]) -> Node:
         value = float(str(c[0]))
@@ -646,19 +647,19 @@ class _Build(lark.Transformer[Token, Node]):
             raise self._fail(
                 f"{c[0]} is below the smallest positive double (RocketMQ's rule; write 0)", c[0]
             )
-        return _const(value)
+        return _const(value, _pos(c[0]))
 
     def true(self, c: list[Token]) -> Node:
-        return _const(True)
+        return _const(True, _pos(c[0]))
 
     def false(self, c: list[Token]) -> Node:
-        return _const(False)
+        return _const(False, _pos(c[0]))
 
     def null(self, c: list[Token]) -> Node:
-        return _NULL
+        return _const(None, _pos(c[0]))
 
     def prop(self, c: list[Token]) -> Node:
-        return Node("prop", False, str(c[0]))
+        return Node("prop", False, str(c[0]), at=_pos(c[0]))
 
 
 def _depth(root: Node) -> int:
