@@ -1,11 +1,12 @@
 """Message filters of Pop and pull: tag expressions (``SubscriptionData`` of type TAG) and
 SQL92 expressions (:mod:`sql_filter`).
 
-Grammar (RocketMQ ``FilterAPI.buildSubscriptionData``): ``*`` or an empty expression matches
+Tag grammar (RocketMQ ``FilterAPI.buildSubscriptionData``): ``*`` or an empty expression matches
 every message; otherwise the expression is split on ``||``, each part trimmed, empty parts
 dropped, and a message matches when its ``TAGS`` equals one of them. The consume queue holds
 only the tag's Java hash, so the store-side check compares hashes (as the broker does); a hash
-collision can let a foreign tag through, which :meth:`TagFilter.matches_tag` can re-check.
+collision can let a foreign tag through, which :meth:`TagFilter.matches_tag` can re-check. An
+SQL92 expression (grammar and evaluation in :mod:`sql_filter`) may not be empty.
 
 Both kinds offer the same three tests, cheapest first, so that the store scan
 (:func:`gannet.node.store.reading.read_queue`) reads a record only when it must:
