@@ -24,9 +24,10 @@ install: $(STAMP)
 $(PROMTOOL):
 	bash deploy/prometheus/install-promtool.sh
 
-## run: install and start a single-node broker on $(DATA_DIR)
+## run: install and start a single-node broker on $(DATA_DIR) (consumer groups are created on
+## first use, as in RocketMQ, so the README's consumer runs as is)
 run: $(STAMP)
-	$(BIN)/gannet broker run --data-dir $(DATA_DIR)
+	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups
 
 ## test: install, lint (ruff + mypy --strict) and run the test suite
 test: lint unit
@@ -75,10 +76,11 @@ bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
-## bench: quick benchmarks (storage engine, Pop, Spark pipeline, v2 broker, replication, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
+	$(BIN)/python -m bench.sqlfilter --quick
 	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
 	$(BIN)/python -m bench.pipeline --quick
 	$(BIN)/python -m bench.broker --quick

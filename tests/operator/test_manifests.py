@@ -83,6 +83,21 @@ def test_ephemeral_storage_and_no_metrics() -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+@pytest.mark.parametrize(
+    ("spec", "flags"),
+    [
+        ({}, []),
+        ({"autoCreateTopics": True}, ["--auto-create-topics"]),
+        ({"autoCreateGroups": True}, ["--auto-create-groups"]),
+    ],
+)
+def test_auto_create_flags_follow_the_spec(spec: dict[str, Any], flags: list[str]) -> None:
+    args = by_kind(build(1, **spec), "StatefulSet")["spec"]["template"]["spec"]["containers"][0][
+        "args"
+    ]
+    assert [a for a in args if a.startswith("--auto-create")] == flags
+
+
 def test_config_change_changes_the_pod_template() -> None:
     sync = by_kind(build(flushMode="sync"), "StatefulSet")
     async_ = by_kind(build(flushMode="async"), "StatefulSet")

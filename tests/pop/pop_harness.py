@@ -8,7 +8,7 @@ import random
 from pathlib import Path
 
 from gannet.node.pop.config import PopConfig
-from gannet.node.pop.filtering import MATCH_ALL, TagFilter
+from gannet.node.pop.filtering import MATCH_ALL, MessageFilter
 from gannet.node.pop.popping import InitMode, PopResult
 from gannet.node.pop.reviving import RevivePass
 from gannet.node.pop.service import PopBroker
@@ -102,7 +102,7 @@ class Harness:
         invisible_ms: int = INVISIBLE_MS,
         queue_id: int = -1,
         init_mode: InitMode = InitMode.MIN,
-        tag_filter: TagFilter = MATCH_ALL,
+        tag_filter: MessageFilter = MATCH_ALL,
         order: bool | None = None,
         attempt_id: str | None = None,
     ) -> PopResult:

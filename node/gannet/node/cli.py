@@ -130,6 +130,12 @@ def broker() -> None:
     help="Create unknown topics (MIXED type, 8 queues) when clients use them.",
 )
 @click.option(
+    "--auto-create-groups",
+    is_flag=True,
+    help="Create unknown consumer groups (defaults of `gannet group create`) when clients "
+    "use them, as RocketMQ's autoCreateSubscriptionGroup does. `make run` turns it on.",
+)
+@click.option(
     "--metrics-listen",
     default="127.0.0.1:5557",
     show_default=True,
@@ -273,6 +279,7 @@ def broker_run(
     cluster_name: str,
     broker_name: str,
     auto_create_topics: bool,
+    auto_create_groups: bool,
     metrics_listen: str,
     auth_file: Path | None,
     auth_skew_s: float,
@@ -350,6 +357,7 @@ def broker_run(
         serving.BrokerConfig(
             store=config,
             auto_create_topics=auto_create_topics,
+            auto_create_groups=auto_create_groups,
             metrics_listen=metrics_listen or None,
             auth_file=auth_file,
             auth_skew_s=auth_skew_s,

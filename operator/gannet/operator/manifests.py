@@ -195,6 +195,8 @@ def _args(spec: ClusterSpec) -> list[str]:
     ]
     if spec.auto_create_topics:
         args.append("--auto-create-topics")
+    if spec.auto_create_groups:
+        args.append("--auto-create-groups")
     if spec.security.auth.enabled:
         args += ["--auth-file", AUTH_DIR]
     if spec.security.tls.enabled:

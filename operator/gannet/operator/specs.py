@@ -140,6 +140,7 @@ class ClusterSpec:
     flush_mode: str
     commitlog_file_size_mb: int
     auto_create_topics: bool
+    auto_create_groups: bool
     storage: StorageSpec
     resources: Mapping[str, Mapping[str, str]]
     revive_queue_count: int
@@ -353,6 +354,7 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
         flush_mode=_one_of("flushMode", _get(spec, "flushMode", str, "async"), ("async", "sync")),
         commitlog_file_size_mb=size_mb,
         auto_create_topics=_get(spec, "autoCreateTopics", bool, False),
+        auto_create_groups=_get(spec, "autoCreateGroups", bool, False),
         storage=_storage(spec),
         resources=_resources(spec),
         revive_queue_count=revive,

@@ -8,7 +8,9 @@ server's values (``v2-protocol.md`` §4.2, §8.2). Missing pieces silently break
   ``validate_message_type`` and an ``exponential_backoff`` policy (Java/Node);
 * consumers: ``subscription.long_polling_timeout`` (Python push consumer), ``receive_batch_size``
   (Java push), ``fifo`` from the group config and a backoff policy: the group's
-  ``retryMaxTimes + 1`` attempts with its customized (default) or exponential delays;
+  ``retryMaxTimes + 1`` attempts with its customized (default) or exponential delays; each
+  subscription's filter expression must parse (tag or SQL92), else the stream ends with
+  ``ILLEGAL_FILTER_EXPRESSION`` naming the error's position;
 * ``metric.on = false``, so clients do not try to export OpenTelemetry metrics to us.
 
 :class:`ClientRegistry` remembers the latest settings and last-seen time per client id (bounded
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2
 
-from gannet.node.api import sending, statuses
+from gannet.node.api import receiving, sending, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, validation
 from gannet.node.store.group_configs import (
@@ -110,6 +112,8 @@ def _merge_consumer(reply: definition_pb2.Settings, groups: GroupConfigManager) 
         raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
     group = groups.get(name) or SubscriptionGroupConfig(group_name=name)
     sub = reply.subscription
+    for entry in sub.subscriptions:
+        receiving.tag_filter_of(entry.expression)
     sub.receive_batch_size = CONSUMER_RECEIVE_BATCH_SIZE
     sub.long_polling_timeout.CopyFrom(_duration(CONSUMER_LONG_POLLING_TIMEOUT_MS))
     sub.fifo = group.consume_message_orderly

@@ -134,6 +134,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         pop: PopFactory | None = None,
         limits: sending.SendLimits = sending.DEFAULT_LIMITS,
         auto_create_topics: bool = False,
+        auto_create_groups: bool = False,
         on_sent: SentObserver | None = None,
         on_received: ReceivedObserver | None = None,
         replication: ReplicationNode | None = None,
@@ -142,7 +143,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.replication = replication
         self._on_sent = on_sent
         self.on_received = on_received
-        self.resources = Resources(store, auto_create_topics=auto_create_topics)
+        self.resources = Resources(
+            store, auto_create_topics=auto_create_topics, auto_create_groups=auto_create_groups
+        )
         self.identity = identity
         self.limits = limits
         self.clients = client_settings.ClientRegistry()

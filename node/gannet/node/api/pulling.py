@@ -8,15 +8,16 @@ own offsets (the Spark data source ``gannet`` in :mod:`gannet.pipeline`). Semant
   consumer offsets); a non-empty group must exist (``CONSUMER_GROUP_NOT_FOUND``). The topic
   must exist (``TOPIC_NOT_FOUND``) and be readable (``FORBIDDEN``); ``message_queue.id`` must
   be one of its queues (``BAD_REQUEST``). ``batch_size`` must be >= 1 (``BAD_REQUEST``) and is
-  capped at :attr:`PullLimits.batch_messages_max`. The filter is a tag expression as for
-  ReceiveMessage (``ILLEGAL_FILTER_EXPRESSION``; SQL92 → ``NOT_IMPLEMENTED``).
+  capped at :attr:`PullLimits.batch_messages_max`. The filter is a tag or SQL92 expression as
+  for ReceiveMessage (``ILLEGAL_FILTER_EXPRESSION``).
 * **Offsets.** ``offset`` must lie in ``[min, max]`` of the queue, else ``ILLEGAL_OFFSET``
   with the valid range in the message (below ``min`` means the messages were cleaned up).
 * **Reading** goes through the consume queue, so only messages dispatched up to the commit
   offset (the Raft commit point) are ever returned. One read returns at most ``batch_size``
   messages and stops after :attr:`PullLimits.batch_bytes_max` bytes of records (always at
-  least one message). Units whose tag hash does not match are skipped by the store; a message
-  whose tag really differs (hash collision) is dropped here.
+  least one message). Units whose tag hash cannot match and records whose properties fail an
+  SQL92 expression are skipped by the store; a message whose tag really differs (hash
+  collision) is dropped here.
 * **Long polling.** When ``offset`` is the queue's end, the call waits up to
   ``long_polling_timeout`` (0 when absent; clamped to :attr:`PullLimits.polling_ms_max` and to
   the deadline less :attr:`PullLimits.deadline_margin_ms`) for a message to be dispatched to
@@ -51,7 +52,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
 from gannet.node.api import receiving, statuses
 from gannet.node.api.statuses import ApiError
-from gannet.node.pop.filtering import TagFilter
+from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import PoppedMessage
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
 from gannet.node.store import errors, records
@@ -205,11 +206,12 @@ class PullHandler:
         return wanted
 
     def _read(
-        self, topic: str, queue_id: int, offset: int, wanted: int, tag_filter: TagFilter
+        self, topic: str, queue_id: int, offset: int, wanted: int, tag_filter: MessageFilter
     ) -> GetResult:
         store = self.store
-        accepts = None if tag_filter.matches_all else tag_filter.accepts_unit
-        got = store.get_messages(topic, queue_id, offset, wanted, accepts)
+        got = store.get_messages(
+            topic, queue_id, offset, wanted, tag_filter.unit_test, tag_filter.record_test
+        )
         empty = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
         if (
             offset < 0
@@ -238,7 +240,7 @@ class PullHandler:
         finally:
             closing.cancel()
 
-    def _answer(self, got: GetResult, tag_filter: TagFilter, namespace: str) -> Pulled:
+    def _answer(self, got: GetResult, tag_filter: MessageFilter, namespace: str) -> Pulled:
         now_ms = time.time_ns() // 1_000_000
         messages: list[definition_pb2.Message] = []
         size_bytes = 0
@@ -249,7 +251,7 @@ class PullHandler:
                 break
             size_bytes += len(stored.data)
             msg = records.decode(stored.data)
-            if not tag_filter.matches_tag(msg.tags):
+            if not tag_filter.matches_message(msg):
                 continue  # a tag-hash collision: not really wanted
             pb = receiving.message_pb(PoppedMessage(msg, _NO_HANDLE), namespace, now_ms)
             pb.system_properties.ClearField("receipt_handle")

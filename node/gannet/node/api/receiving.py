@@ -9,10 +9,12 @@ The rules are the v2 proxy's (``v2-protocol.md`` §4.6–§4.9, §4.11):
   :attr:`ReceiveLimits.deadline_margin_ms`; when less than the minimum remains the answer is
   ``ILLEGAL_POLLING_TIME``. The invisible time must be in [10 s, 12 h]
   (``ILLEGAL_INVISIBLE_TIME``) unless ``auto_renew``, which uses 60 s. The filter is a tag
-  expression (``ILLEGAL_FILTER_EXPRESSION`` when it names no tag; SQL92 → ``NOT_IMPLEMENTED``).
+  or SQL92 expression (:mod:`gannet.node.pop.filtering`; ``ILLEGAL_FILTER_EXPRESSION`` with
+  the reason, for SQL92 with the line and column of the error).
   ``batch_size`` is capped at 32. All queues of the topic are popped (queue id -1); orderly
-  groups pop orderly. A popped message whose tag does not really match (tag-hash collision) is
-  acked silently, as the proxy does. The stream is ``status`` (``OK``, ``MESSAGE_NOT_FOUND``
+  groups pop orderly. A popped message that does not really match (a tag-hash collision, or a
+  retry-topic message, which the store scan does not filter) is acked silently, as the proxy
+  does. The stream is ``status`` (``OK``, ``MESSAGE_NOT_FOUND``
   when nothing came, ``TOO_MANY_REQUESTS`` when too many pops wait), one frame per message,
   then ``delivery_timestamp``; an invalid request gets a single ``status`` frame.
 * **AckMessage** — one entry status per request entry; the top-level status is the entries'
@@ -63,7 +65,7 @@ from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import filtering, receipts
 from gannet.node.pop.config import PopConfig
-from gannet.node.pop.filtering import TagFilter
+from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
@@ -149,8 +151,6 @@ def _timestamp(ms: int) -> Timestamp:
 def pop_error(exc: pop_errors.PopError) -> ApiError:
     """The v2 answer to a Pop error (each class's docstring names its code)."""
     text = str(exc)
-    if isinstance(exc, pop_errors.SqlFilterNotSupported):
-        return ApiError(statuses.NOT_IMPLEMENTED, text)
     if isinstance(exc, pop_errors.FilterExpressionIllegal):
         return ApiError(Code.ILLEGAL_FILTER_EXPRESSION, text)
     if isinstance(exc, pop_errors.InvisibleTimeIllegal):
@@ -186,7 +186,7 @@ def parse_handle(text: str) -> ReceiptHandle:
         raise pop_error(exc) from None
 
 
-def tag_filter_of(expression: definition_pb2.FilterExpression) -> TagFilter:
+def tag_filter_of(expression: definition_pb2.FilterExpression) -> MessageFilter:
     kind = (
         filtering.ExpressionType.SQL92
         if expression.type == definition_pb2.SQL
@@ -477,13 +477,13 @@ class PopHandler:
                 task.cancel()
 
     async def _drop_mismatched(
-        self, group: str, tag_filter: TagFilter, result: PopResult
+        self, group: str, tag_filter: MessageFilter, result: PopResult
     ) -> list[PoppedMessage]:
-        """Messages whose tag really matches; the others (hash collisions) are acked."""
+        """Messages that really match; the others (hash collisions, retries) are acked."""
         if tag_filter.matches_all:
             return list(result.messages)
-        keep = [m for m in result.messages if tag_filter.matches_tag(m.message.tags)]
-        drop = [m for m in result.messages if not tag_filter.matches_tag(m.message.tags)]
+        keep = [m for m in result.messages if tag_filter.matches_message(m.message)]
+        drop = [m for m in result.messages if not tag_filter.matches_message(m.message)]
         if drop:
             handles: list[str | ReceiptHandle] = [m.handle for m in drop]
             topic = drop[0].message.topic

@@ -5,7 +5,11 @@ name is ``ILLEGAL_TOPIC`` / ``ILLEGAL_CONSUMER_GROUP`` (system names included), 
 topic is ``TOPIC_NOT_FOUND`` and an unknown group ``CONSUMER_GROUP_NOT_FOUND``, each message
 telling how to create it. With ``auto_create_topics`` an unknown topic is created as a MIXED
 topic (every message type — a route query cannot tell which type a producer will send) of
-:data:`AUTO_CREATED_QUEUE_NUMS` queues.
+:data:`AUTO_CREATED_QUEUE_NUMS` queues. With ``auto_create_groups`` (RocketMQ's
+``autoCreateSubscriptionGroup``) an unknown consumer group is created with the defaults of
+``gannet group create`` (not FIFO, 16 retries) on its first use: a heartbeat, a receive, an
+assignment query, an offset query or a pull naming it. System and illegal names are refused
+either way.
 
 Used by :mod:`messaging` and :mod:`offsets` (and the Pop handlers when they are plugged in).
 """
@@ -19,6 +23,7 @@ from rocketmq.grpc_protocol import definition_pb2
 from gannet.node.api import sending, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, validation
+from gannet.node.store.group_configs import SubscriptionGroupConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.topic_configs import MessageType, TopicConfig
 
@@ -28,9 +33,16 @@ AUTO_CREATED_QUEUE_NUMS = 8
 
 
 class Resources:
-    def __init__(self, store: MessageStore, *, auto_create_topics: bool = False) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        auto_create_topics: bool = False,
+        auto_create_groups: bool = False,
+    ) -> None:
         self.store = store
         self.auto_create_topics = auto_create_topics
+        self.auto_create_groups = auto_create_groups
 
     def lookup_topic(self, name: str) -> TopicConfig | None:
         """The topic's config, auto-created when enabled; the caller checked the name."""
@@ -60,11 +72,15 @@ class Resources:
         except errors.MessageIllegal as exc:
             raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
         if name not in self.store.group_configs:
-            raise ApiError(
-                statuses.CONSUMER_GROUP_NOT_FOUND,
-                f"consumer group {name!r} does not exist; create it with "
-                f"`gannet group create {name}`",
-            )
+            if not self.auto_create_groups:
+                raise ApiError(
+                    statuses.CONSUMER_GROUP_NOT_FOUND,
+                    f"consumer group {name!r} does not exist; create it with "
+                    f"`gannet group create {name}` (or run the broker with "
+                    "--auto-create-groups)",
+                )
+            self.store.group_configs.put(SubscriptionGroupConfig(name))
+            log.info("auto-created consumer group %s", name)
         return name
 
     def queue(self, queue: definition_pb2.MessageQueue) -> tuple[TopicConfig, int]:

@@ -92,6 +92,9 @@ class BrokerConfig:
     shutdown_grace_s: float = SHUTDOWN_GRACE_S
     auto_create_topics: bool = False
     """Create unknown topics (MIXED, 8 queues) on first route query or send; off by default."""
+    auto_create_groups: bool = False
+    """Create unknown consumer groups (defaults of ``group create``) on first use; off by
+    default (``make run`` turns it on)."""
     metrics_listen: str | None = None
     """``host:port`` of ``/metrics``, ``/healthz``, ``/readyz`` (``gannet broker run``: 5557);
     None: no endpoint and no metrics (tests running many brokers)."""
@@ -301,6 +304,7 @@ class Broker:
             identity,
             pop=self._pop_factory,
             auto_create_topics=cfg.auto_create_topics,
+            auto_create_groups=cfg.auto_create_groups,
             on_sent=self.metrics.on_sent if self.metrics is not None else None,
             on_received=self.metrics.on_received if self.metrics is not None else None,
             replication=self.replication,

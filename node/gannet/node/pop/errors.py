@@ -32,11 +32,7 @@ class BatchSizeIllegal(PopRequestIllegal):
 
 
 class FilterExpressionIllegal(PopRequestIllegal):
-    """A tag expression that cannot be parsed (v2 ``ILLEGAL_FILTER_EXPRESSION``)."""
-
-
-class SqlFilterNotSupported(FilterExpressionIllegal):
-    """SQL92 filtering is not implemented (v2 ``NOT_IMPLEMENTED``)."""
+    """A tag or SQL92 expression that cannot be parsed (v2 ``ILLEGAL_FILTER_EXPRESSION``)."""
 
 
 class ReceiptHandleIllegal(PopRequestIllegal):

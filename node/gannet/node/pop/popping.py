@@ -28,7 +28,7 @@ from gannet.node.pop import receipts
 from gannet.node.pop.checkpoints import PopCheckPoint
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import BatchSizeIllegal, UnknownTopicOrGroup
-from gannet.node.pop.filtering import MATCH_ALL, TagFilter
+from gannet.node.pop.filtering import MATCH_ALL, MessageFilter
 from gannet.node.pop.locks import lock_key
 from gannet.node.pop.merging import Inflight
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
@@ -96,7 +96,7 @@ class PopRequest:
     invisible_time_ms: int
     now_ms: int
     init_mode: InitMode = InitMode.MIN
-    tag_filter: TagFilter = MATCH_ALL
+    tag_filter: MessageFilter = MATCH_ALL
     order: bool = False
     attempt_id: str | None = None
 
@@ -200,14 +200,16 @@ class PopService:
         self, req: PopRequest, topic: str, queue_id: int, offset: int, wanted: int
     ) -> GetResult:
         store = self.ctx.store
-        tag_filter = None
-        if not validation.is_retry_topic(topic) and not req.tag_filter.matches_all:
-            tag_filter = req.tag_filter.accepts_unit
-        got = store.get_messages(topic, queue_id, offset, wanted, tag_filter)
+        unit_test = record_test = None
+        if not validation.is_retry_topic(topic):
+            unit_test, record_test = req.tag_filter.unit_test, req.tag_filter.record_test
+        got = store.get_messages(topic, queue_id, offset, wanted, unit_test, record_test)
         if got.status in _RESTART_STATUSES and got.next_begin_offset != offset:
             store.consumer_offsets.commit(req.group, topic, queue_id, got.next_begin_offset)
             self.ctx.buffer.clear_offsets(lock_key(topic, req.group, queue_id))
-            got = store.get_messages(topic, queue_id, got.next_begin_offset, wanted, tag_filter)
+            got = store.get_messages(
+                topic, queue_id, got.next_begin_offset, wanted, unit_test, record_test
+            )
         return got
 
     def _register(

@@ -36,7 +36,7 @@ from gannet.node.pop.acking import CLOCK_MARGIN_MS, AckService
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import PopError
-from gannet.node.pop.filtering import MATCH_ALL, TagFilter
+from gannet.node.pop.filtering import MATCH_ALL, MessageFilter
 from gannet.node.pop.polling import PollWaiters
 from gannet.node.pop.popping import InitMode, PopRequest, PopResult, PopService
 from gannet.node.pop.receipts import ReceiptHandle
@@ -122,7 +122,7 @@ class PopBroker:
         invisible_time_ms: int,
         now_ms: int,
         init_mode: InitMode = InitMode.MIN,
-        tag_filter: TagFilter = MATCH_ALL,
+        tag_filter: MessageFilter = MATCH_ALL,
         order: bool | None = None,
         attempt_id: str | None = None,
     ) -> PopResult:
@@ -148,7 +148,7 @@ class PopBroker:
         max_msgs: int = 32,
         invisible_time_ms: int,
         init_mode: InitMode = InitMode.MIN,
-        tag_filter: TagFilter = MATCH_ALL,
+        tag_filter: MessageFilter = MATCH_ALL,
         attempt_id: str | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
         run: Runner | None = None,

@@ -5,7 +5,10 @@ Statuses (§12): no consume queue → NO_MATCHED_LOGIC_QUEUE; empty queue → NO
 offset < min → OFFSET_TOO_SMALL (next = min); offset == max → OFFSET_OVERFLOW_ONE; offset > max
 → OFFSET_OVERFLOW_BADLY (next = max); otherwise units are scanned — at most
 ``max(16000, max_count × 20)`` bytes of consume queue, at most ``max_count`` messages and
-``READ_BYTES_MAX`` bytes of messages; all filtered out → NO_MATCHED_MESSAGE; units whose
+``READ_BYTES_MAX`` bytes of messages. A unit is skipped when ``tag_filter`` refuses it (no
+commit-log read) or when ``record_filter`` refuses the record's bytes (RocketMQ's
+``isMatchedByConsumeQueue`` / ``isMatchedByCommitLog``); all filtered out →
+NO_MATCHED_MESSAGE; units whose
 commit-log bytes are gone (cleaned) → MESSAGE_WAS_REMOVING; the file holding the offset is gone
 → OFFSET_FOUND_NULL (next = start of the next file).
 
@@ -67,6 +70,7 @@ def read_queue(
     offset: int,
     max_count: int,
     tag_filter: Callable[[CqUnit], bool] | None,
+    record_filter: Callable[[bytes], bool] | None = None,
 ) -> GetResult:
     max_count = max(1, min(max_count, READ_COUNT_MAX))
     cq = store.queues.get(topic, queue_id)
@@ -83,7 +87,8 @@ def read_queue(
         return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
     # A filter may skip units, so scan up to maxFilterMessageSize of queue; without one
     # exactly max_count units are wanted (pre-blank and removed units are rare).
-    scan_units_max = max(16000, max_count * 20) // 20 if tag_filter is not None else max_count
+    filtered = tag_filter is not None or record_filter is not None
+    scan_units_max = max(16000, max_count * 20) // 20 if filtered else max_count
     units = cq.read_units(offset, min(scan_units_max, hi - offset))
     if not units:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
@@ -101,6 +106,8 @@ def read_queue(
         data = store.commitlog.read(unit.commit_offset, unit.size)
         if data is None:
             removed += 1
+            continue
+        if record_filter is not None and not record_filter(data):
             continue
         result.messages.append(
             StoredMessage(unit.queue_offset, unit.commit_offset, data, unit.tags_code)

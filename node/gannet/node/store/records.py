@@ -636,6 +636,32 @@ def check_structure(
     return head, total, ""
 
 
+def decode_properties(buf: Buffer, pos: int = 0) -> dict[str, str]:
+    """Only the PROPERTIES of the record at ``pos``, skipping the body (for message filters).
+
+    Raises ValueError on a record that does not hold together.
+    """
+    try:
+        sys_flag, magic = (
+            _INT.unpack_from(buf, pos + SYSFLAG_POSITION)[0],
+            _INT.unpack_from(buf, pos + 4)[0],
+        )
+        p = pos + BORN_HOST_POSITION + host_length(sys_flag, SYSFLAG_BORNHOST_V6) + 8
+        p += host_length(sys_flag, SYSFLAG_STOREHOST_V6) + 12
+        (body_len,) = _INT.unpack_from(buf, p)
+        p += 4 + body_len
+        if magic == MAGIC_V2:
+            (topic_len,) = _SHORT.unpack_from(buf, p)
+            p += 2 + topic_len
+        else:
+            p += 1 + buf[p]
+        (props_len,) = _SHORT.unpack_from(buf, p)
+        text = bytes(buf[p + 2 : p + 2 + props_len]).decode("utf-8", errors="replace")
+    except (struct.error, IndexError) as exc:
+        raise ValueError(f"undecodable record at {pos}: {exc}") from exc
+    return props.decode(text)
+
+
 def decode(buf: Buffer, pos: int = 0) -> Message:
     """Decode a whole record (``MessageDecoder.decode``, body not decompressed).
 
