@@ -214,6 +214,12 @@ def cpu_busy_fraction(window_s: float = 1.0, exclude_roots: Sequence[int] = ()) 
     busy time (``/proc/stat``) minus the CPU time of the process trees ``exclude_roots`` (the
     system under test, whose JIT and GC still run between repetitions). The 1-minute load
     average cannot tell this: it still carries the harness's own previous run."""
+    return cpu_busy_split(window_s, exclude_roots)[1]
+
+
+def cpu_busy_split(window_s: float, exclude_roots: Sequence[int]) -> tuple[float, float]:
+    """``(machine-wide busy share, busy share without exclude_roots' trees)`` of all CPUs over
+    one window of ``window_s`` (both from the same readings)."""
 
     def own_s() -> float:
         return Meter(list(exclude_roots))._read()[0] if exclude_roots else 0.0
@@ -223,4 +229,5 @@ def cpu_busy_fraction(window_s: float = 1.0, exclude_roots: Sequence[int] = ()) 
     time.sleep(window_s)
     busy1, total1 = procfs.parse_cpu_times(Path("/proc/stat").read_text())
     own_ticks = (own_s() - own0) * procfs.CLOCK_TICKS_PER_S
-    return max(0.0, busy1 - busy0 - own_ticks) / max(1, total1 - total0)
+    total = max(1, total1 - total0)
+    return (busy1 - busy0) / total, max(0.0, busy1 - busy0 - own_ticks) / total
