@@ -10,6 +10,8 @@ re-applies them on 422 (what a real API server answers), so this subclass:
   when an update changes ``spec`` (status and metadata edits do not);
 - turns ``jsonpatch.JsonPatchTestFailed`` into HTTP 422 ``Invalid``;
 - answers 404 to creates of kinds it does not serve (kmock stores anything);
+- delays the requests a test names in :attr:`ApiServerEmulator.latency` (method and plural),
+  to widen the window in which two passes of the operator could overlap;
 - answers lists with the current ``resourceVersion`` and, when a watch names one, does not
   replay objects that are not newer (kmock replays every object as ADDED, so kopf saw each
   object twice, the second time stale, and its ``test``-guarded finalizer patch failed for good).
@@ -19,6 +21,7 @@ It overrides kmock's private ``_handle``, hence ``kmock==0.8`` is pinned.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 import itertools
@@ -52,6 +55,9 @@ def _next_version() -> str:
 
 @attrs.define(kw_only=True)
 class ApiServerEmulator(kmock.KubernetesEmulator):
+    # (HTTP method, resource plural) -> seconds each such request waits before it is served
+    latency: dict[tuple[str, str], float] = attrs.field(factory=dict)
+
     def _current(self, request: rendering.Request) -> dict[str, Any] | None:
         assert request.resource is not None
         assert request.name is not None
@@ -61,6 +67,10 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return copy.deepcopy(dict(self._objects[key].raw))
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.resource is not None:
+            delay = self.latency.get((request.method.value, request.resource.plural or ""))
+            if delay:
+                await asyncio.sleep(delay)
         if request.resource is not None and request.action == enums.action.CREATE:
             declared = kmock.KubernetesScaffold._get_resources(self)
             if not any(resource == request.resource for resource in declared):

@@ -329,3 +329,49 @@ def test_missing_service_monitor_crd_is_a_condition_not_a_failure(
             assert await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main") is not None
 
     asyncio.run(scenario())
+
+
+def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerThread) -> None:
+    """A real API server showed `409 create statefulsets "main" already exists` 3 ms after the
+    201: the refresh timer ran beside the create handler. With creates that take 0.3 s and a
+    0.1 s timer, overlapping passes would both find no StatefulSet and both create it; one pass
+    at a time creates each object once, and later passes update it."""
+
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint, refresh_interval_s=0.1) as env:
+            for plural in ("statefulsets", "configmaps", "services", "poddisruptionbudgets"):
+                env.api.latency[("POST", plural)] = 0.3
+            await env.apply("GannetCluster", "main", {"replicas": 1})
+            await env.wait_for("GannetCluster", "main", generation_seen(1))
+            # Several timer passes after the create (each PATCHes the status subresource).
+            await env.wait_for(
+                "GannetCluster",
+                "main",
+                lambda o: status_writes(env) >= 4,
+            )
+            creates = [
+                (r.resource.plural, r.name or (r.data or {}).get("metadata", {}).get("name"))
+                for r in env.api
+                if r.method.value == "POST" and r.resource is not None
+            ]
+            assert sorted(creates) == [
+                ("configmaps", "main-config"),
+                ("gannetclusters", "main"),
+                ("poddisruptionbudgets", "main"),
+                ("services", "main-client"),
+                ("services", "main-peers"),
+                ("statefulsets", "main"),
+            ]
+
+    asyncio.run(scenario())
+
+
+def status_writes(env: Env) -> int:
+    return sum(
+        1
+        for r in env.api
+        if r.method.value == "PATCH"
+        and r.resource is not None
+        and r.subresource == "status"
+        and r.resource.plural == "gannetclusters"
+    )

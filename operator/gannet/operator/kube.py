@@ -231,6 +231,18 @@ class Kube:
         )
         return None if result is None else dict(result)
 
+    async def patch_status(
+        self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """Merge-patch the ``status`` subresource; None when the object does not exist."""
+        result = await self._request(
+            "PATCH",
+            resource_path(api_version, kind, namespace, name) + "/status",
+            body={"status": dict(status)},
+            content_type="application/merge-patch+json",
+        )
+        return None if result is None else dict(result)
+
     async def apply(self, desired: Mapping[str, Any]) -> str:
         """Create or update ``desired``; returns "created", "updated" or "unchanged"."""
         api_version, kind = str(desired["apiVersion"]), str(desired["kind"])
