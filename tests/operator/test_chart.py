@@ -170,6 +170,14 @@ def test_rbac_is_least_privilege() -> None:
             if "secrets" in rule["resources"]:
                 # Named Secrets only: never list or watch every Secret.
                 assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+        # The operator posts core/v1 Events on its resources (gannet.operator.events).
+        for role in [d for d in documents if d["kind"] in ("Role", "ClusterRole")]:
+            assert any(
+                "" in r["apiGroups"]
+                and "events" in r["resources"]
+                and {"create", "patch"} <= set(r["verbs"])
+                for r in role["rules"]
+            ), role["metadata"]
 
 
 def test_dashboards_become_labelled_config_maps() -> None:

@@ -305,6 +305,9 @@ def test_rolling_restart_deletes_one_follower_at_a_time() -> None:
                 assert rolling is not None
                 assert "pods do not exist yet" in rolling["message"]
                 assert admin.count("TransferLeadership") == 0
+                await env.wait_for_event(
+                    "GannetCluster", "main", "Normal", "PodRestarted", contains="main-0"
+                )
 
     asyncio.run(scenario())
 
@@ -327,6 +330,17 @@ def test_missing_service_monitor_crd_is_a_condition_not_a_failure(
             )
             assert "CRD installed" in monitoring["message"]
             assert await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main") is not None
+            await env.wait_for_event(
+                "GannetCluster", "main", "Warning", "ServiceMonitorUnavailable"
+            )
+            await env.wait_for_event(
+                "GannetCluster", "main", "Normal", "Created", contains="StatefulSet main"
+            )
+
+            # An invalid spec is a Warning too (a real API server's schema rejects most first).
+            await env.apply("GannetCluster", "bad", {"replicas": 99})
+            event = await env.wait_for_event("GannetCluster", "bad", "Warning", "InvalidSpec")
+            assert "spec.replicas is 99" in event["message"]
 
     asyncio.run(scenario())
 
@@ -353,6 +367,7 @@ def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerTh
                 (r.resource.plural, r.name or (r.data or {}).get("metadata", {}).get("name"))
                 for r in env.api
                 if r.method.value == "POST" and r.resource is not None
+                if r.resource.plural != "events"
             ]
             assert sorted(creates) == [
                 ("configmaps", "main-config"),
@@ -361,6 +376,19 @@ def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerTh
                 ("services", "main-client"),
                 ("services", "main-peers"),
                 ("statefulsets", "main"),
+            ]
+            # ... and each creation is reported once, as one Normal event.
+            created = [
+                e["message"]
+                for e in await env.events("GannetCluster", "main")
+                if e["reason"] == "Created"
+            ]
+            assert sorted(created) == [
+                "created ConfigMap main-config",
+                "created PodDisruptionBudget main",
+                "created Service main-client",
+                "created Service main-peers",
+                "created StatefulSet main",
             ]
 
     asyncio.run(scenario())

@@ -23,6 +23,8 @@ retry; refusals become ``BrokerRefused`` without retry storms (the timer tries a
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ from gannet.operator import (
     cluster_handling,
     conditions,
     contexts,
+    events,
     group_planning,
     resources,
     specs,
@@ -71,16 +74,22 @@ def one_pass_at_a_time(ctx: Context, kind: str, body: Body) -> Body:
             if current is None:
                 return  # deleted meanwhile: kopf stops its handlers too
             patch = kopf.Patch()
-            kwargs.update(
-                spec=current.get("spec") or {},
-                status=current.get("status") or {},
-                meta=current.get("metadata") or {},
-                patch=patch,
-            )
+            pending = events.Pending()
+            status = current.get("status") or {}
+            meta = current.get("metadata") or {}
+            kwargs.update(spec=current.get("spec") or {}, status=status, meta=meta, patch=patch)
             try:
-                await body(name=name, namespace=namespace, **kwargs)
+                await body(name=name, namespace=namespace, pending=pending, **kwargs)
             finally:
-                await _write_status(ctx, kind, namespace, name, patch)
+                try:
+                    await _write_status(ctx, kind, namespace, name, patch)
+                finally:
+                    changed = events.from_conditions(
+                        status.get("conditions"), (patch.get("status") or {}).get("conditions")
+                    )
+                    await events.post(
+                        ctx.kube, kind, meta, [*pending.events, *changed], now=ctx.clock()
+                    )
 
     return handler
 
@@ -231,6 +240,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         status: Any,
         meta: Any,
         patch: kopf.Patch,
+        pending: events.Pending,
         **_: Any,
     ) -> None:
         with _observed(ctx, resources.CLUSTER_KIND) as outcome:
@@ -247,7 +257,9 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                 )
                 return
             try:
-                await cluster_handling.reconcile(ctx, name, namespace, cluster, status, meta, patch)
+                await cluster_handling.reconcile(
+                    ctx, name, namespace, cluster, status, meta, patch, pending
+                )
             except KubeError as exc:
                 _write_ready(
                     ctx,
@@ -326,6 +338,7 @@ async def _reconcile_named(
     status: Any,
     meta: Any,
     patch: kopf.Patch,
+    pending: events.Pending,
     **kwargs: Any,
 ) -> None:
     with _observed(ctx, named.kind) as outcome:
@@ -367,6 +380,7 @@ async def _reconcile_named(
                 if plan.action is None:
                     break
                 await named.apply(ctx, endpoint, plan.action)
+                pending.normal(*_step(named, plan.action))
                 described = await named.describe(ctx, endpoint, broker_name)
         except BrokerUnavailable as exc:
             _write_ready(
@@ -402,6 +416,7 @@ async def _release_named(
     spec: Any,
     status: Any,
     meta: Any,
+    pending: events.Pending,
     **kwargs: Any,
 ) -> None:
     held = status.get(named.held_key)
@@ -423,7 +438,24 @@ async def _release_named(
         endpoint = await contexts.admin_endpoint(ctx, namespace, parsed.cluster)
         await named.delete(ctx, endpoint, held)
     except BrokerUnavailable as exc:
+        pending.warning(conditions.BROKER_UNAVAILABLE, f"cannot release {held}: {exc}")
         raise _unavailable(ctx, exc) from None
+    subject = "topic" if named.kind == resources.TOPIC_KIND else "consumer group"
+    pending.normal("Deleted", f"deleted {subject} {held} from the brokers")
+
+
+def _step(named: _Named, action: Any) -> tuple[str, str]:
+    """The Normal event (reason, message) for a broker change the pass made."""
+    subject = "topic" if named.kind == resources.TOPIC_KIND else "consumer group"
+    created = isinstance(action, (topic_planning.CreateTopic, group_planning.CreateGroup))
+    values = {f.name: getattr(action, f.name) for f in dataclasses.fields(action)}
+    settings = ", ".join(
+        f"{key}={value.name if isinstance(value, enum.Enum) else value}"
+        for key, value in values.items()
+        if key != "name" and value is not None
+    )
+    verb = "Created" if created else "Updated"
+    return verb, f"{verb.lower()} {subject} {action.name} on the brokers ({settings})"
 
 
 async def _apply_topic(ctx: Context, endpoint: str, action: Any) -> None:

@@ -31,6 +31,7 @@ _KINDS: dict[tuple[str, str], str] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
     ("cert-manager.io/v1", "Certificate"): "certificates",
     ("v1", "Secret"): "secrets",
+    ("v1", "Event"): "events",
     ("gannet.io/v1alpha1", "GannetCluster"): "gannetclusters",
     ("gannet.io/v1alpha1", "Topic"): "topics",
     ("gannet.io/v1alpha1", "ConsumerGroup"): "consumergroups",
@@ -230,6 +231,12 @@ class Kube:
             content_type="application/merge-patch+json",
         )
         return None if result is None else dict(result)
+
+    async def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create ``obj`` (HTTP 409 if it exists: :class:`KubeError`)."""
+        namespace = obj["metadata"].get("namespace")
+        path = resource_path(str(obj["apiVersion"]), str(obj["kind"]), namespace)
+        return dict(await self._request("POST", path, body=dict(obj)))
 
     async def patch_status(
         self, api_version: str, kind: str, namespace: str, name: str, status: Mapping[str, Any]
