@@ -211,7 +211,7 @@ async def operator_env(
                 operator_metrics=operator_metrics,
             )
         )
-        client = kube.Kube(kube.Access(server=url), timeout_s=10)
+        client = kube.Kube.for_server(url, timeout_s=10)
         try:
             async with asyncio.timeout(15):
                 await started.wait()

@@ -12,6 +12,9 @@ re-applies them on 422 (what a real API server answers), so this subclass:
 - answers 404 to creates of kinds it does not serve (kmock stores anything);
 - delays the requests a test names in :attr:`ApiServerEmulator.latency` (method and plural),
   to widen the window in which two passes of the operator could overlap;
+- serves server-side apply (``application/apply-patch+yaml``): a missing object is created (a
+  POST joins the request log after the PATCH), an existing one merged with the applied fields
+  (no field ownership);
 - answers lists with the current ``resourceVersion`` and, when a watch names one, does not
   replay objects that are not newer (kmock replays every object as ADDED, so kopf saw each
   object twice, the second time stale, and its ``test``-guarded finalizer patch failed for good).
@@ -34,6 +37,8 @@ import attrs
 import jsonpatch
 import kmock
 from kmock._internal import dicts, enums, rendering
+
+APPLY = "application/apply-patch+yaml"
 
 
 @attrs.frozen
@@ -71,6 +76,23 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             delay = self.latency.get((request.method.value, request.resource.plural or ""))
             if delay:
                 await asyncio.sleep(delay)
+        if (
+            request.action == enums.action.UPDATE
+            and request.headers.get("Content-Type", "").startswith(APPLY)
+            and request.name is not None
+            and request.subresource is None
+            and self._current(request) is None
+        ):
+            # Server-side apply of a missing object creates it: served as a create, which the
+            # request log shows as a POST right after the PATCH.
+            request = attrs.evolve(
+                request,
+                action=enums.action.CREATE,
+                method="POST",
+                url=request.url.parent,
+                name=None,
+            )
+            self._requests.append(request)
         if request.resource is not None and request.action == enums.action.CREATE:
             declared = kmock.KubernetesScaffold._get_resources(self)
             if not any(resource == request.resource for resource in declared):

@@ -317,7 +317,7 @@ def test_upgrade_keeps_an_existing_admin_secret() -> None:
         api.resources.load_bundled()
         async with api, kmock.Server(api) as server:
             url = str(server.url).rstrip("/")
-            client = kube.Kube(kube.Access(server=url), timeout_s=10)
+            client = kube.Kube.for_server(url, timeout_s=10)
             try:
                 await client.apply(
                     {
