@@ -11,7 +11,8 @@ re-applies them on 422 (what a real API server answers), so this subclass:
 - turns ``jsonpatch.JsonPatchTestFailed`` into HTTP 422 ``Invalid``;
 - answers 404 to creates of kinds it does not serve (kmock stores anything);
 - delays the requests a test names in :attr:`ApiServerEmulator.latency` (method and plural),
-  to widen the window in which two passes of the operator could overlap;
+  to widen the window in which two passes of the operator could overlap, and answers 409
+  Conflict to as many of them as :attr:`ApiServerEmulator.conflicts` says;
 - serves server-side apply (``application/apply-patch+yaml``): a missing object is created (a
   POST joins the request log after the PATCH), an existing one merged with the applied fields
   (no field ownership);
@@ -42,6 +43,13 @@ APPLY = "application/apply-patch+yaml"
 
 
 @attrs.frozen
+class Conflict(kmock.KubernetesError):
+    status: int = 409
+    reason: str = "Conflict"
+    message: str = "the object has been modified; please apply your changes to the latest version"
+
+
+@attrs.frozen
 class Invalid(kmock.KubernetesError):
     status: int = 422
     reason: str = "Invalid"
@@ -62,6 +70,8 @@ def _next_version() -> str:
 class ApiServerEmulator(kmock.KubernetesEmulator):
     # (HTTP method, resource plural) -> seconds each such request waits before it is served
     latency: dict[tuple[str, str], float] = attrs.field(factory=dict)
+    # (HTTP method, resource plural) -> how many such requests to answer 409 Conflict first
+    conflicts: dict[tuple[str, str], int] = attrs.field(factory=dict)
 
     def _current(self, request: rendering.Request) -> dict[str, Any] | None:
         assert request.resource is not None
@@ -76,6 +86,10 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
             delay = self.latency.get((request.method.value, request.resource.plural or ""))
             if delay:
                 await asyncio.sleep(delay)
+            key = (request.method.value, request.resource.plural or "")
+            if self.conflicts.get(key, 0) > 0:
+                self.conflicts[key] -= 1
+                return await self._render_error(Conflict())
         if (
             request.action == enums.action.UPDATE
             and request.headers.get("Content-Type", "").startswith(APPLY)

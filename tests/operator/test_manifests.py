@@ -187,6 +187,22 @@ def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
                 stored = await client.get("apps/v1", "StatefulSet", "demo", "main")
                 assert stored is not None
                 assert stored["spec"]["replicas"] == 5
+                # A conflict (a writer in between) is retried from a fresh read ...
+                api.conflicts[("PATCH", "statefulsets")] = kube.CONFLICT_RETRIES
+                assert await client.apply(by_kind(build(4), "StatefulSet")) == "updated"
+                stored = await client.get("apps/v1", "StatefulSet", "demo", "main")
+                assert stored is not None
+                assert stored["spec"]["replicas"] == 4
+                # ... a bounded number of times; then it is the caller's error.
+                api.conflicts[("PATCH", "statefulsets")] = kube.CONFLICT_RETRIES + 1
+                with pytest.raises(kube.KubeError, match="HTTP 409") as caught:
+                    await client.apply(by_kind(build(3), "StatefulSet"))
+                assert caught.value.status == 409
+                api.conflicts[("PATCH", "statefulsets")] = 1
+                status = {"readyReplicas": 2}
+                stored = await client.patch_status("apps/v1", "StatefulSet", "demo", "main", status)
+                assert stored is not None
+                assert stored["status"]["readyReplicas"] == 2
                 assert await client.get("apps/v1", "StatefulSet", "demo", "other") is None
                 with pytest.raises(ValueError, match="v1/Node is not one the operator manages"):
                     await client.apply({**sts, "apiVersion": "v1", "kind": "Node"})
