@@ -15,9 +15,10 @@ module decide (:mod:`topic_planning`, :mod:`group_planning`, :mod:`cluster_plann
 a timer per resource (``refresh_interval_s``) re-runs the same level-based reconcile and
 refreshes the figures, which also heals drift (a topic deleted behind the operator's back is
 created again). Every pass over one object runs alone (:func:`one_pass_at_a_time`): it
-reads the object afresh and writes its status through the status subresource before the next
-pass starts. Broker outages become ``Ready=False reason=BrokerUnavailable`` plus a kopf
-retry; refusals become ``BrokerRefused`` without retry storms (the timer tries again).
+reads the object afresh, writes its status through the status subresource and posts its
+Kubernetes Events (:mod:`events`) before the next pass starts. Broker outages become
+``Ready=False reason=BrokerUnavailable`` plus a kopf retry; refusals become ``BrokerRefused``
+without retry storms (the timer tries again).
 """
 
 from __future__ import annotations

@@ -61,7 +61,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 def settings(options: Options) -> kopf.OperatorSettings:
     result = kopf.OperatorSettings()
     result.persistence.finalizer = resources.FINALIZER
-    result.posting.level = logging.WARNING
+    # kopf turns no log record into an Event; the operator posts its own (gannet.operator.events).
+    result.posting.loggers = False
     result.peering.standalone = True  # one replica, Deployment strategy Recreate
     result.scanning.disabled = True  # the handlers name their resources
     result.networking.request_timeout = options.kube_timeout_s * 2
