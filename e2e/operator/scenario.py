@@ -277,7 +277,7 @@ async def _scenario(workdir: Path) -> Report:
                         "operator",
                     ),
                 )
-                client = kube.Kube(kube.Access(server=url), timeout_s=10)
+                client = kube.Kube.for_server(url, timeout_s=10)
                 try:
                     env = Env(
                         api, url, client, metrics.OperatorMetrics(), wait_timeout_s=START_TIMEOUT_S

@@ -93,7 +93,7 @@ class OperatorUnderTest:
             with contextlib.ExitStack() as stack:
                 running = operator_scenario.process(command, log, health, "operator")
                 await asyncio.to_thread(stack.enter_context, running)  # the API keeps serving
-                client = kube.Kube(kube.Access(server=url), timeout_s=10)
+                client = kube.Kube.for_server(url, timeout_s=10)
                 try:
                     env = Env(api, url, client, metrics.OperatorMetrics())
                     await self._reconcile_some(env)

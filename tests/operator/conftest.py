@@ -114,6 +114,47 @@ class Env:
                     return last
         raise AssertionError(f"{kind} {name} never matched; last state: {last}")
 
+    async def events(self, kind: str, name: str) -> list[dict[str, Any]]:
+        """The Events posted about one resource, oldest first."""
+        found = await self.kube.list("v1", "Event", NAMESPACE)
+        return [e for e in found if _about(e, kind, name)]
+
+    async def wait_for_event(
+        self, kind: str, name: str, type_: str, reason: str, *, contains: str = ""
+    ) -> dict[str, Any]:
+        """The first Event about the resource with this type and reason (and text in its
+        message), read from a watch of the namespace's Events: nothing sleeps."""
+
+        def matches(event: dict[str, Any]) -> bool:
+            return (
+                _about(event, kind, name)
+                and event.get("type") == type_
+                and event.get("reason") == reason
+                and contains in str(event.get("message"))
+            )
+
+        path = kube.resource_path("v1", "Event", NAMESPACE)
+        async with (
+            asyncio.timeout(self.wait_timeout_s),
+            aiohttp.ClientSession() as session,
+            session.get(f"{self.url}{path}", params={"watch": "true"}) as response,
+        ):
+            for event in await self.events(kind, name):  # posted before the watch started
+                if matches(event):
+                    return event
+            async for line in response.content:
+                if line.strip():
+                    obj = json.loads(line).get("object") or {}
+                    if matches(obj):
+                        return dict(obj)
+        seen = [(e.get("type"), e.get("reason")) for e in await self.events(kind, name)]
+        raise AssertionError(f"no {type_} {reason} event on {kind} {name}; posted: {seen}")
+
+
+def _about(event: dict[str, Any], kind: str, name: str) -> bool:
+    involved = event.get("involvedObject") or {}
+    return bool(involved.get("kind") == kind and involved.get("name") == name)
+
 
 def ready(obj: dict[str, Any] | None, *, status: str = "True", reason: str | None = None) -> bool:
     """The Ready condition matches and reflects the object's current generation."""
@@ -170,7 +211,7 @@ async def operator_env(
                 operator_metrics=operator_metrics,
             )
         )
-        client = kube.Kube(kube.Access(server=url), timeout_s=10)
+        client = kube.Kube.for_server(url, timeout_s=10)
         try:
             async with asyncio.timeout(15):
                 await started.wait()

@@ -10,6 +10,12 @@ re-applies them on 422 (what a real API server answers), so this subclass:
   when an update changes ``spec`` (status and metadata edits do not);
 - turns ``jsonpatch.JsonPatchTestFailed`` into HTTP 422 ``Invalid``;
 - answers 404 to creates of kinds it does not serve (kmock stores anything);
+- delays the requests a test names in :attr:`ApiServerEmulator.latency` (method and plural),
+  to widen the window in which two passes of the operator could overlap, and answers 409
+  Conflict to as many of them as :attr:`ApiServerEmulator.conflicts` says;
+- serves server-side apply (``application/apply-patch+yaml``): a missing object is created (a
+  POST joins the request log after the PATCH), an existing one merged with the applied fields
+  (no field ownership);
 - answers lists with the current ``resourceVersion`` and, when a watch names one, does not
   replay objects that are not newer (kmock replays every object as ADDED, so kopf saw each
   object twice, the second time stale, and its ``test``-guarded finalizer patch failed for good).
@@ -19,6 +25,7 @@ It overrides kmock's private ``_handle``, hence ``kmock==0.8`` is pinned.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import datetime as dt
 import itertools
@@ -31,6 +38,15 @@ import attrs
 import jsonpatch
 import kmock
 from kmock._internal import dicts, enums, rendering
+
+APPLY = "application/apply-patch+yaml"
+
+
+@attrs.frozen
+class Conflict(kmock.KubernetesError):
+    status: int = 409
+    reason: str = "Conflict"
+    message: str = "the object has been modified; please apply your changes to the latest version"
 
 
 @attrs.frozen
@@ -52,6 +68,11 @@ def _next_version() -> str:
 
 @attrs.define(kw_only=True)
 class ApiServerEmulator(kmock.KubernetesEmulator):
+    # (HTTP method, resource plural) -> seconds each such request waits before it is served
+    latency: dict[tuple[str, str], float] = attrs.field(factory=dict)
+    # (HTTP method, resource plural) -> how many such requests to answer 409 Conflict first
+    conflicts: dict[tuple[str, str], int] = attrs.field(factory=dict)
+
     def _current(self, request: rendering.Request) -> dict[str, Any] | None:
         assert request.resource is not None
         assert request.name is not None
@@ -61,6 +82,31 @@ class ApiServerEmulator(kmock.KubernetesEmulator):
         return copy.deepcopy(dict(self._objects[key].raw))
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.resource is not None:
+            delay = self.latency.get((request.method.value, request.resource.plural or ""))
+            if delay:
+                await asyncio.sleep(delay)
+            key = (request.method.value, request.resource.plural or "")
+            if self.conflicts.get(key, 0) > 0:
+                self.conflicts[key] -= 1
+                return await self._render_error(Conflict())
+        if (
+            request.action == enums.action.UPDATE
+            and request.headers.get("Content-Type", "").startswith(APPLY)
+            and request.name is not None
+            and request.subresource is None
+            and self._current(request) is None
+        ):
+            # Server-side apply of a missing object creates it: served as a create, which the
+            # request log shows as a POST right after the PATCH.
+            request = attrs.evolve(
+                request,
+                action=enums.action.CREATE,
+                method="POST",
+                url=request.url.parent,
+                name=None,
+            )
+            self._requests.append(request)
         if request.resource is not None and request.action == enums.action.CREATE:
             declared = kmock.KubernetesScaffold._get_resources(self)
             if not any(resource == request.resource for resource in declared):

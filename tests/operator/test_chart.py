@@ -170,6 +170,14 @@ def test_rbac_is_least_privilege() -> None:
             if "secrets" in rule["resources"]:
                 # Named Secrets only: never list or watch every Secret.
                 assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+        # The operator posts core/v1 Events on its resources (gannet.operator.events).
+        for role in [d for d in documents if d["kind"] in ("Role", "ClusterRole")]:
+            assert any(
+                "" in r["apiGroups"]
+                and "events" in r["resources"]
+                and {"create", "patch"} <= set(r["verbs"])
+                for r in role["rules"]
+            ), role["metadata"]
 
 
 def test_dashboards_become_labelled_config_maps() -> None:
@@ -309,7 +317,7 @@ def test_upgrade_keeps_an_existing_admin_secret() -> None:
         api.resources.load_bundled()
         async with api, kmock.Server(api) as server:
             url = str(server.url).rstrip("/")
-            client = kube.Kube(kube.Access(server=url), timeout_s=10)
+            client = kube.Kube.for_server(url, timeout_s=10)
             try:
                 await client.apply(
                     {

@@ -305,6 +305,9 @@ def test_rolling_restart_deletes_one_follower_at_a_time() -> None:
                 assert rolling is not None
                 assert "pods do not exist yet" in rolling["message"]
                 assert admin.count("TransferLeadership") == 0
+                await env.wait_for_event(
+                    "GannetCluster", "main", "Normal", "PodRestarted", contains="main-0"
+                )
 
     asyncio.run(scenario())
 
@@ -327,5 +330,78 @@ def test_missing_service_monitor_crd_is_a_condition_not_a_failure(
             )
             assert "CRD installed" in monitoring["message"]
             assert await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main") is not None
+            await env.wait_for_event(
+                "GannetCluster", "main", "Warning", "ServiceMonitorUnavailable"
+            )
+            await env.wait_for_event(
+                "GannetCluster", "main", "Normal", "Created", contains="StatefulSet main"
+            )
+
+            # An invalid spec is a Warning too (a real API server's schema rejects most first).
+            await env.apply("GannetCluster", "bad", {"replicas": 99})
+            event = await env.wait_for_event("GannetCluster", "bad", "Warning", "InvalidSpec")
+            assert "spec.replicas is 99" in event["message"]
 
     asyncio.run(scenario())
+
+
+def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerThread) -> None:
+    """A real API server showed `409 create statefulsets "main" already exists` 3 ms after the
+    201: the refresh timer ran beside the create handler. With writes that take 0.3 s and a
+    0.1 s timer, overlapping passes would each find the objects missing and each write them;
+    one pass at a time writes each object once (the later passes find it as desired)."""
+
+    async def scenario() -> None:
+        async with operator_env(broker.endpoint, refresh_interval_s=0.1) as env:
+            owned = ("statefulsets", "configmaps", "services", "poddisruptionbudgets")
+            for plural in owned:
+                env.api.latency[("PATCH", plural)] = 0.3  # server-side apply
+            await env.apply("GannetCluster", "main", {"replicas": 1})
+            await env.wait_for("GannetCluster", "main", generation_seen(1))
+            # Several timer passes after the create (each PATCHes the status subresource).
+            await env.wait_for(
+                "GannetCluster",
+                "main",
+                lambda o: status_writes(env) >= 4,
+            )
+            writes = [
+                (r.method.value, r.resource.plural, r.name)
+                for r in env.api
+                if r.method.value in ("PATCH", "PUT", "POST")
+                and r.resource is not None
+                and r.resource.plural in owned
+                and r.name is not None  # not the emulator's own POST for an applied create
+            ]
+            assert sorted(writes) == [
+                ("PATCH", "configmaps", "main-config"),
+                ("PATCH", "poddisruptionbudgets", "main"),
+                ("PATCH", "services", "main-client"),
+                ("PATCH", "services", "main-peers"),
+                ("PATCH", "statefulsets", "main"),
+            ]
+            # ... and each creation is reported once, as one Normal event.
+            created = [
+                e["message"]
+                for e in await env.events("GannetCluster", "main")
+                if e["reason"] == "Created"
+            ]
+            assert sorted(created) == [
+                "created ConfigMap main-config",
+                "created PodDisruptionBudget main",
+                "created Service main-client",
+                "created Service main-peers",
+                "created StatefulSet main",
+            ]
+
+    asyncio.run(scenario())
+
+
+def status_writes(env: Env) -> int:
+    return sum(
+        1
+        for r in env.api
+        if r.method.value == "PATCH"
+        and r.resource is not None
+        and r.subresource == "status"
+        and r.resource.plural == "gannetclusters"
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import copy
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
+import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -124,18 +127,21 @@ def test_peers_and_disruption_budget_follow_the_size(replicas: int) -> None:
     assert by_kind(objects, "StatefulSet")["spec"]["replicas"] == replicas
 
 
-def test_apply_patches_only_mutable_statefulset_fields() -> None:
+def test_apply_keeps_immutable_statefulset_fields_as_the_server_has_them() -> None:
     sts = by_kind(build(), "StatefulSet")
-    body = kube.update_body(sts)
-    assert set(body["spec"]) == {
-        "replicas",
-        "template",
-        "updateStrategy",
-        "persistentVolumeClaimRetentionPolicy",
-    }
-    assert body["metadata"] == {"labels": sts["metadata"]["labels"]}
+    assert kube.apply_body(sts, None) == sts  # a create sends everything
+    existing = copy.deepcopy(by_kind(build(), "StatefulSet"))
+    existing["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] = "1Gi"
+    existing["spec"]["selector"]["matchLabels"]["extra"] = "kept"
+    bigger = by_kind(build(5), "StatefulSet")
+    body = kube.apply_body(bigger, existing)
+    assert body["spec"]["replicas"] == 5
+    assert body["spec"]["template"] == bigger["spec"]["template"]
+    for fixed in ("volumeClaimTemplates", "selector", "serviceName"):
+        assert body["spec"][fixed] == existing["spec"][fixed]
+    assert body["metadata"] == bigger["metadata"]
     service = by_kind(build(), "Service", "main-peers")
-    assert kube.update_body(service)["spec"] == service["spec"]
+    assert kube.apply_body(service, service)["spec"] == service["spec"]
 
 
 def test_contains_ignores_server_defaults() -> None:
@@ -177,7 +183,7 @@ def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
         api = ApiServerEmulator()
         api.resources.load_bundled()
         async with api, kmock.Server(api) as server:
-            client = kube.Kube(kube.Access(server=str(server.url).rstrip("/")), timeout_s=10)
+            client = kube.Kube.for_server(str(server.url), timeout_s=10)
             try:
                 sts = by_kind(build(), "StatefulSet")
                 assert await client.apply(sts) == "created"
@@ -185,11 +191,33 @@ def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
                 bigger = by_kind(build(5), "StatefulSet")
                 assert await client.apply(bigger) == "updated"
                 patch = [r for r in api if r.method == kmock.method.PATCH][-1]
-                assert "volumeClaimTemplates" not in patch.data["spec"]
-                assert "selector" not in patch.data["spec"]
+                # Server-side apply under the operator's field manager, forced.
+                assert patch.headers["Content-Type"] == "application/apply-patch+yaml"
+                assert patch.params["fieldManager"] == "gannet-operator"
+                assert patch.params["force"].lower() == "true"  # the client sends "True"
+                assert patch.data["spec"]["replicas"] == 5
+                # The immutable fields go back as the server has them.
+                for fixed in ("volumeClaimTemplates", "selector"):
+                    assert patch.data["spec"][fixed] == sts["spec"][fixed]
                 stored = await client.get("apps/v1", "StatefulSet", "demo", "main")
                 assert stored is not None
                 assert stored["spec"]["replicas"] == 5
+                # A conflict (a writer in between) is retried from a fresh read ...
+                api.conflicts[("PATCH", "statefulsets")] = kube.CONFLICT_RETRIES
+                assert await client.apply(by_kind(build(4), "StatefulSet")) == "updated"
+                stored = await client.get("apps/v1", "StatefulSet", "demo", "main")
+                assert stored is not None
+                assert stored["spec"]["replicas"] == 4
+                # ... a bounded number of times; then it is the caller's error.
+                api.conflicts[("PATCH", "statefulsets")] = kube.CONFLICT_RETRIES + 1
+                with pytest.raises(kube.KubeError, match="HTTP 409") as caught:
+                    await client.apply(by_kind(build(3), "StatefulSet"))
+                assert caught.value.status == 409
+                api.conflicts[("PATCH", "statefulsets")] = 1
+                status = {"readyReplicas": 2}
+                stored = await client.patch_status("apps/v1", "StatefulSet", "demo", "main", status)
+                assert stored is not None
+                assert stored["status"]["readyReplicas"] == 2
                 assert await client.get("apps/v1", "StatefulSet", "demo", "other") is None
                 with pytest.raises(ValueError, match="v1/Node is not one the operator manages"):
                     await client.apply({**sts, "apiVersion": "v1", "kind": "Node"})
@@ -199,15 +227,54 @@ def test_apply_creates_then_leaves_alone_then_patches_mutable_fields() -> None:
     asyncio.run(scenario())
 
 
-def test_access_takes_kopfs_credentials() -> None:
-    import ssl
+def test_kopf_logs_in_as_the_client_does(tmp_path: Path) -> None:
+    import asyncio
 
-    import kopf
+    from kubernetes_asyncio import client
 
-    plain = kube.access_from(kopf.ConnectionInfo(server="http://127.0.0.1:8001", token="t0k"))
-    assert plain.headers == {"Authorization": "Bearer t0k"}
-    assert plain.tls is None
-    secure = kube.access_from(kopf.ConnectionInfo(server="https://k8s:6443", insecure=True))
-    assert secure.headers == {}
-    assert secure.tls is not None
-    assert secure.tls.verify_mode == ssl.CERT_NONE
+    plain = asyncio.run(kube.configuration("http://127.0.0.1:8001/"))
+    info = kube.connection_info(plain)
+    assert (info.server, info.token, info.insecure) == ("http://127.0.0.1:8001", None, True)
+
+    settings = client.Configuration()
+    settings.host = "https://k8s:6443"
+    settings.api_key = {"BearerToken": "Bearer t0k"}
+    settings.ssl_ca_cert = str(tmp_path / "ca.crt")
+    settings.cert_file = str(tmp_path / "client.crt")
+    settings.key_file = str(tmp_path / "client.key")
+    info = kube.connection_info(settings)
+    assert (info.server, info.scheme, info.token) == ("https://k8s:6443", "Bearer", "t0k")
+    assert info.ca_path == str(tmp_path / "ca.crt")
+    assert (info.certificate_path, info.private_key_path) == (
+        str(tmp_path / "client.crt"),
+        str(tmp_path / "client.key"),
+    )
+    assert not info.insecure
+
+
+def test_kubeconfig_is_read_when_not_in_a_pod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncio
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://k8s.example:6443"}}],
+                "users": [{"name": "u", "user": {"token": "s3cret"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    info = kube.connection_info(asyncio.run(kube.configuration()))
+    assert (info.server, info.token) == ("https://k8s.example:6443", "s3cret")
+
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(kube.KubeError, match="no Kubernetes credentials"):
+        asyncio.run(kube.configuration())

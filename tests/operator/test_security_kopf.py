@@ -199,7 +199,13 @@ def test_cluster_secrets_override_the_default(secured: threads.BrokerThread, pki
             obj = await env.wait_for("Topic", "from-secret", ready)
             assert obj is not None
             assert obj["status"]["queues"] == 2
-            # The broker StatefulSet mounts the Secrets and passes the flags.
+            # The broker StatefulSet mounts the Secrets and passes the flags (the Topic's pass
+            # may finish before the GannetCluster's: wait for the latter's status).
+            await env.wait_for(
+                "GannetCluster",
+                "main",
+                lambda o: ((o or {}).get("status") or {}).get("observedGeneration") == 1,
+            )
             sts = await env.kube.get("apps/v1", "StatefulSet", NAMESPACE, "main")
             assert sts is not None
             args = sts["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -50,6 +50,12 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             assert found is not None
             assert found.topic.write_queue_nums == 4
             assert found.topic.message_type == admin_pb2.NORMAL
+            # `kubectl describe` shows the step and the Ready transition as Events.
+            created = await env.wait_for_event("Topic", "orders", "Normal", "Created")
+            assert "created topic orders on the brokers (queues=4" in created["message"]
+            assert created["involvedObject"]["uid"] == obj["metadata"]["uid"]
+            assert created["source"] == {"component": "gannet-operator"}
+            await env.wait_for_event("Topic", "orders", "Normal", "Reconciled")
 
             # Update: more queues, read-only, FIFO.
             await env.apply(
@@ -69,6 +75,7 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             assert found is not None
             assert (found.topic.write_queue_nums, found.topic.perm) == (6, 4)
             assert found.topic.message_type == admin_pb2.FIFO
+            await env.wait_for_event("Topic", "orders", "Normal", "Updated", contains="queues=6")
 
             # Shrink is refused and changes nothing on the broker.
             await env.apply("Topic", "orders", {"cluster": "main", "queues": 2})
@@ -78,6 +85,9 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             assert obj is not None
             message = obj["status"]["conditions"][0]["message"]
             assert "from 6 to 2" in message
+            await env.wait_for_event(
+                "Topic", "orders", "Warning", "NotSupported", contains="from 6 to 2"
+            )
             found = await asyncio.to_thread(describe, broker, "orders")
             assert found is not None
             assert found.topic.write_queue_nums == 6
@@ -95,6 +105,7 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             await env.delete("Topic", "orders")
             await env.wait_for("Topic", "orders", lambda o: o is None)
             assert await asyncio.to_thread(describe, broker, "orders") is None
+            await env.wait_for_event("Topic", "orders", "Normal", "Deleted")
 
             figures = env.metrics.reconciliations
             assert figures.labels(kind="Topic", result="success")._value.get() >= 2
@@ -227,6 +238,9 @@ def test_unreachable_broker_is_reported_and_retried() -> None:
             )
             assert obj is not None
             assert endpoint in obj["status"]["conditions"][0]["message"]
+            await env.wait_for_event(
+                "Topic", "lonely", "Warning", "BrokerUnavailable", contains=endpoint
+            )
             # Retried after retry_delay_s (0.5 s here): more than one failed attempt is counted.
             failed = env.metrics.reconciliations.labels(kind="Topic", result="failed")
             await env.wait_for("Topic", "lonely", lambda o: failed._value.get() >= 2)

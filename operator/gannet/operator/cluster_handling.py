@@ -15,7 +15,15 @@ from typing import Any
 
 import kopf
 
-from gannet.operator import cluster_planning, conditions, contexts, manifests, schedules, specs
+from gannet.operator import (
+    cluster_planning,
+    conditions,
+    contexts,
+    events,
+    manifests,
+    schedules,
+    specs,
+)
 from gannet.operator.brokers import BrokerRefused, BrokerUnavailable, Unauthorized
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
@@ -45,6 +53,7 @@ async def reconcile(
     status: Mapping[str, Any],
     meta: Mapping[str, Any],
     patch: kopf.Patch,
+    pending: events.Pending,
 ) -> None:
     generation = meta.get("generation")
     uid = str(meta.get("uid") or "")
@@ -66,13 +75,27 @@ async def reconcile(
         with contextlib.suppress(BrokerUnavailable, BrokerRefused):
             away = cluster_planning.ordinal(decision.transfer_away_from)
             await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
+            pending.normal(
+                "LeadershipTransferred",
+                f"asked {decision.transfer_away_from} to hand Raft leadership over before "
+                "scaling down",
+            )
+    if current is not None and decision.replicas != current:
+        pending.normal("Scaled", f"StatefulSet {name}: {current} -> {decision.replicas} replicas")
     monitoring: Condition | None = None
     certificates: Condition | None = None
+
+    async def apply(obj: Mapping[str, Any]) -> None:
+        result = await ctx.kube.apply(obj)
+        if result != "unchanged":
+            what = f"{obj['kind']} {obj['metadata']['name']}"
+            pending.normal(result.capitalize(), f"{result} {what}")
+
     for obj in manifests.build(name, namespace, uid, cluster, replicas=decision.replicas):
         if obj["kind"] == "Certificate":
             # Needs cert-manager; without its CRD the pods wait for their Secret: say so.
             try:
-                await ctx.kube.apply(obj)
+                await apply(obj)
             except KubeError as exc:
                 certificates = Condition("Certificates", False, "CertManagerUnavailable", str(exc))
             else:
@@ -82,11 +105,11 @@ async def reconcile(
                     )
             continue
         if obj["kind"] != "ServiceMonitor":
-            await ctx.kube.apply(obj)
+            await apply(obj)
             continue
         # Optional: without prometheus-operator the brokers still run; say so in a condition.
         try:
-            await ctx.kube.apply(obj)
+            await apply(obj)
             monitoring = Condition(
                 "Monitoring", True, conditions.RECONCILED, "ServiceMonitor applied"
             )
@@ -112,13 +135,19 @@ async def reconcile(
     # Rolling restarts, one pod per pass, leader last.
     leader = raft or await _leader_view(ctx, namespace, name)
     step = await _roll(ctx, name, namespace, sts, decision.replicas, leader)
+    if isinstance(step, cluster_planning.DeletePod):
+        pending.normal("PodRestarted", f"deleted pod {step.name} to roll it to the new revision")
+    elif isinstance(step, cluster_planning.TransferLeadership):
+        pending.normal(
+            "LeadershipTransferred", f"asked {step.away_from} to hand Raft leadership over"
+        )
     found = conditions.merge(
         found, cluster_planning.roll_condition(step), generation=generation, now=ctx.clock()
     )
 
     # Broker-side settings: revive-queue count, cleanup policy and schedule.
     settings_condition = await _broker_settings(
-        ctx, name, namespace, cluster, status, patch, decision.replicas
+        ctx, name, namespace, cluster, status, patch, decision.replicas, pending
     )
     found = conditions.merge(found, settings_condition, generation=generation, now=ctx.clock())
     found = conditions.merge(
@@ -186,6 +215,7 @@ async def _broker_settings(
     status: Mapping[str, Any],
     patch: kopf.Patch,
     replicas: int,
+    pending: events.Pending,
 ) -> Condition:
     try:
         client = await contexts.admin_endpoint(ctx, namespace, name, cluster)  # Pop: the leader
@@ -196,14 +226,16 @@ async def _broker_settings(
         revive = await ctx.brokers.revive_queues(client)
         change = cluster_planning.revive_change(cluster.revive_queue_count, revive)
         if change is not None:
+            before = revive.active_count
             revive = await ctx.brokers.set_revive_queue_count(client, change)
+            pending.normal("ReviveQueuesChanged", f"revive queues: {before} -> {change}")
         patch.status["reviveQueues"] = {
             "active": revive.active_count,
             "draining": list(revive.draining),
         }
     except (BrokerUnavailable, BrokerRefused) as exc:
         problems.append(f"revive queues: {exc}")
-    problems.extend(await _cleanup(ctx, name, namespace, cluster, status, patch, replicas))
+    problems.extend(await _cleanup(ctx, name, namespace, cluster, status, patch, replicas, pending))
     if problems:
         return Condition(
             "BrokerSettings", False, conditions.BROKER_UNAVAILABLE, "; ".join(problems)
@@ -221,6 +253,7 @@ async def _cleanup(
     status: Mapping[str, Any],
     patch: kopf.Patch,
     replicas: int,
+    pending: events.Pending,
 ) -> list[str]:
     """Apply the cleanup policy on every member, and run a cleanup when the schedule is due."""
     recorded = status.get("cleanup") or {}
@@ -249,6 +282,11 @@ async def _cleanup(
         else conditions.timestamp(decision.next_run)
     }
     if decision.run:
+        pending.normal(
+            "CleanupRun",
+            f"scheduled cleanup on {answered} of {replicas} brokers: {files} files, "
+            f"{freed} bytes freed",
+        )
         section.update(
             lastRunTime=conditions.timestamp(now),
             lastRunFilesDeleted=files,

@@ -12,11 +12,14 @@ client how to reach the cluster: the admin key from ``spec.security.auth.operato
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
+import contextlib
 import dataclasses
 import datetime as dt
-from collections.abc import Callable, Mapping
+import weakref
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
 from gannet.operator import cluster_planning, manifests, resources, specs
@@ -60,11 +63,35 @@ def utc_now() -> dt.datetime:
     return dt.datetime.now(dt.UTC)
 
 
+class Passes:
+    """One reconcile pass at a time per object. kopf runs an object's create/update/resume/delete
+    handlers one after another but its timers in tasks of their own, so without this a timer
+    pass and a create pass ran together (both creating the same StatefulSet) and two passes
+    could each take a "one pod per pass" rolling step. Every handler body runs under
+    :meth:`hold`; the lock of an object lives only while some pass holds or awaits it, so the
+    table never outgrows the passes in flight."""
+
+    def __init__(self) -> None:
+        self._locks: weakref.WeakValueDictionary[tuple[str, str, str], asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
+
+    @contextlib.asynccontextmanager
+    async def hold(self, kind: str, namespace: str, name: str) -> AsyncIterator[None]:
+        key = (kind, namespace, name)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        async with lock:
+            yield
+
+
 @dataclasses.dataclass
 class Context:
     brokers: Brokers
     kube: Kube
     metrics: OperatorMetrics
+    passes: Passes = dataclasses.field(default_factory=Passes)
     endpoints: Endpoints = dataclasses.field(default_factory=ServiceEndpoints)
     clock: Callable[[], dt.datetime] = utc_now
     refresh_interval_s: float = 30.0

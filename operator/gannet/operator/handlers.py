@@ -14,13 +14,18 @@ module decide (:mod:`topic_planning`, :mod:`group_planning`, :mod:`cluster_plann
 ``observedGeneration``, ``conditions`` and live figures. Create, update and resume react at once;
 a timer per resource (``refresh_interval_s``) re-runs the same level-based reconcile and
 refreshes the figures, which also heals drift (a topic deleted behind the operator's back is
-created again). Broker outages become ``Ready=False reason=BrokerUnavailable`` plus a kopf
-retry; refusals become ``BrokerRefused`` without retry storms (the timer tries again).
+created again). Every pass over one object runs alone (:func:`one_pass_at_a_time`): it
+reads the object afresh, writes its status through the status subresource and posts its
+Kubernetes Events (:mod:`events`) before the next pass starts. Broker outages become
+``Ready=False reason=BrokerUnavailable`` plus a kopf retry; refusals become ``BrokerRefused``
+without retry storms (the timer tries again).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import enum
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
@@ -34,6 +39,7 @@ from gannet.operator import (
     cluster_handling,
     conditions,
     contexts,
+    events,
     group_planning,
     resources,
     specs,
@@ -50,13 +56,70 @@ CLUSTERS = (resources.GROUP, resources.VERSION, resources.PLURALS[resources.CLUS
 FIGURES_TOPICS_MAX = 100
 
 
+Body = Callable[..., Awaitable[None]]
+
+
+def one_pass_at_a_time(ctx: Context, kind: str, body: Body) -> Body:
+    """``body`` as a kopf handler that never runs beside another pass over the same object
+    (:class:`contexts.Passes`): it waits for the object's lock, reads the object afresh (a pass
+    that waited must see what the previous one did, not the body kopf queued it with), and
+    writes the status the body put in its ``patch`` through the status subresource before
+    letting go, so the next pass starts from it."""
+
+    async def handler(*, name: str, namespace: str, **kwargs: Any) -> None:
+        async with ctx.passes.hold(kind, namespace, name):
+            try:
+                current = await ctx.kube.get(resources.API_VERSION, kind, namespace, name)
+            except KubeError as exc:
+                raise kopf.TemporaryError(str(exc), delay=ctx.retry_delay_s) from None
+            if current is None:
+                return  # deleted meanwhile: kopf stops its handlers too
+            patch = kopf.Patch()
+            pending = events.Pending()
+            status = current.get("status") or {}
+            meta = current.get("metadata") or {}
+            kwargs.update(spec=current.get("spec") or {}, status=status, meta=meta, patch=patch)
+            try:
+                await body(name=name, namespace=namespace, pending=pending, **kwargs)
+            finally:
+                try:
+                    await _write_status(ctx, kind, namespace, name, patch)
+                finally:
+                    changed = events.from_conditions(
+                        status.get("conditions"), (patch.get("status") or {}).get("conditions")
+                    )
+                    await events.post(
+                        ctx.kube, kind, meta, [*pending.events, *changed], now=ctx.clock()
+                    )
+
+    return handler
+
+
+async def _write_status(
+    ctx: Context, kind: str, namespace: str, name: str, patch: kopf.Patch
+) -> None:
+    status = patch.get("status")
+    if not status:
+        return
+    try:
+        await ctx.kube.patch_status(resources.API_VERSION, kind, namespace, name, status)
+    except KubeError as exc:
+        raise kopf.TemporaryError(
+            f"writing the status of {kind} {namespace}/{name}: {exc}", delay=ctx.retry_delay_s
+        ) from None
+
+
 def _reconcile_and_refresh(
     resource: tuple[str, str, str],
-    handler: Callable[..., Any],
+    kind: str,
+    body: Body,
     ctx: Context,
     registry: kopf.OperatorRegistry,
 ) -> None:
-    """Run ``handler`` on create, update and resume, and on the refresh timer."""
+    """Run ``body`` on create, update and resume, and on the refresh timer, one pass at a time.
+    The timer waits one interval before its first run: the create (or resume) handler has just
+    made that pass."""
+    handler = one_pass_at_a_time(ctx, kind, body)
     for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
         decorator(*resource, id="reconcile", registry=registry)(_any(handler))
     kopf.timer(
@@ -178,6 +241,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
         status: Any,
         meta: Any,
         patch: kopf.Patch,
+        pending: events.Pending,
         **_: Any,
     ) -> None:
         with _observed(ctx, resources.CLUSTER_KIND) as outcome:
@@ -194,7 +258,9 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                 )
                 return
             try:
-                await cluster_handling.reconcile(ctx, name, namespace, cluster, status, meta, patch)
+                await cluster_handling.reconcile(
+                    ctx, name, namespace, cluster, status, meta, patch, pending
+                )
             except KubeError as exc:
                 _write_ready(
                     ctx,
@@ -205,14 +271,7 @@ def register(registry: kopf.OperatorRegistry, ctx: Context) -> None:
                 )
                 raise kopf.TemporaryError(str(exc), delay=ctx.retry_delay_s) from None
 
-    for decorator in (kopf.on.create, kopf.on.update, kopf.on.resume):
-        decorator(*CLUSTERS, id="reconcile", registry=registry)(_any(reconcile_cluster))
-    kopf.timer(
-        *CLUSTERS,
-        id="refresh",
-        interval=ctx.refresh_interval_s,
-        registry=registry,
-    )(_any(reconcile_cluster))
+    _reconcile_and_refresh(CLUSTERS, resources.CLUSTER_KIND, reconcile_cluster, ctx, registry)
 
 
 @dataclass(frozen=True)
@@ -264,8 +323,10 @@ def _register_named(named: _Named, ctx: Context, registry: kopf.OperatorRegistry
         await _release_named(named, ctx, **kwargs)
 
     kopf.index(*named.resource, id=named.index_id, registry=registry)(_any(claim))
-    _reconcile_and_refresh(named.resource, reconcile, ctx, registry)
-    kopf.on.delete(*named.resource, id="release", registry=registry)(_any(release))
+    _reconcile_and_refresh(named.resource, named.kind, reconcile, ctx, registry)
+    kopf.on.delete(*named.resource, id="release", registry=registry)(
+        _any(one_pass_at_a_time(ctx, named.kind, release))
+    )
 
 
 async def _reconcile_named(
@@ -278,6 +339,7 @@ async def _reconcile_named(
     status: Any,
     meta: Any,
     patch: kopf.Patch,
+    pending: events.Pending,
     **kwargs: Any,
 ) -> None:
     with _observed(ctx, named.kind) as outcome:
@@ -319,6 +381,7 @@ async def _reconcile_named(
                 if plan.action is None:
                     break
                 await named.apply(ctx, endpoint, plan.action)
+                pending.normal(*_step(named, plan.action))
                 described = await named.describe(ctx, endpoint, broker_name)
         except BrokerUnavailable as exc:
             _write_ready(
@@ -354,6 +417,7 @@ async def _release_named(
     spec: Any,
     status: Any,
     meta: Any,
+    pending: events.Pending,
     **kwargs: Any,
 ) -> None:
     held = status.get(named.held_key)
@@ -375,7 +439,24 @@ async def _release_named(
         endpoint = await contexts.admin_endpoint(ctx, namespace, parsed.cluster)
         await named.delete(ctx, endpoint, held)
     except BrokerUnavailable as exc:
+        pending.warning(conditions.BROKER_UNAVAILABLE, f"cannot release {held}: {exc}")
         raise _unavailable(ctx, exc) from None
+    subject = "topic" if named.kind == resources.TOPIC_KIND else "consumer group"
+    pending.normal("Deleted", f"deleted {subject} {held} from the brokers")
+
+
+def _step(named: _Named, action: Any) -> tuple[str, str]:
+    """The Normal event (reason, message) for a broker change the pass made."""
+    subject = "topic" if named.kind == resources.TOPIC_KIND else "consumer group"
+    created = isinstance(action, (topic_planning.CreateTopic, group_planning.CreateGroup))
+    values = {f.name: getattr(action, f.name) for f in dataclasses.fields(action)}
+    settings = ", ".join(
+        f"{key}={value.name if isinstance(value, enum.Enum) else value}"
+        for key, value in values.items()
+        if key != "name" and value is not None
+    )
+    verb = "Created" if created else "Updated"
+    return verb, f"{verb.lower()} {subject} {action.name} on the brokers ({settings})"
 
 
 async def _apply_topic(ctx: Context, endpoint: str, action: Any) -> None:

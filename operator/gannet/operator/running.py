@@ -61,7 +61,8 @@ def parse_listen(text: str) -> tuple[str, int]:
 def settings(options: Options) -> kopf.OperatorSettings:
     result = kopf.OperatorSettings()
     result.persistence.finalizer = resources.FINALIZER
-    result.posting.level = logging.WARNING
+    # kopf turns no log record into an Event; the operator posts its own (gannet.operator.events).
+    result.posting.loggers = False
     result.peering.standalone = True  # one replica, Deployment strategy Recreate
     result.scanning.disabled = True  # the handlers name their resources
     result.networking.request_timeout = options.kube_timeout_s * 2
@@ -72,26 +73,21 @@ def settings(options: Options) -> kopf.OperatorSettings:
     return result
 
 
-def _login(options: Options) -> Callable[..., kopf.ConnectionInfo | None]:
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        if options.server is not None:
-            return kopf.ConnectionInfo(server=options.server, insecure=True)
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-    return login
-
-
 def registry_for(ctx: contexts.Context, options: Options) -> kopf.OperatorRegistry:
+    """Every handler, plus the login: the operator's own client and kopf log in once, from
+    the same kubernetes_asyncio configuration (:func:`kube.configuration`), on start and
+    whenever kopf finds its credentials rejected."""
     registry = kopf.OperatorRegistry()
-    login = _login(options)
 
-    async def login_and_share(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        info = login(**kwargs)
-        if info is not None:
-            await ctx.kube.connect(kube.access_from(info))
-        return info
+    async def login(**_: Any) -> kopf.ConnectionInfo:
+        try:
+            settings = await kube.configuration(options.server)
+        except kube.KubeError as exc:
+            raise kopf.PermanentError(str(exc)) from None
+        await ctx.kube.connect(settings)
+        return kube.connection_info(settings)
 
-    kopf.on.login(id="login", registry=registry)(cast(Any, login_and_share))
+    kopf.on.login(id="login", registry=registry)(cast(Any, login))
     handlers.register(registry, ctx)
     return registry
 
