@@ -4,9 +4,10 @@ A 3-member group of broker processes (``--flush sync``, peers dialling each othe
 127.0.0.1) and ONE official ``rocketmq-python-client`` Producer given every member's endpoint
 (``a;b;c``, request timeout 3 s), created once and never restarted: what a user's application
 does. It sends one message at a time, each with a unique key, and records every acknowledged
-send with the time of its answer. Then, ``--kills`` times: wait until the client is steadily
+send with the times it began and was answered. Then, ``--kills`` times: wait until the client is steadily
 acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from the signal to
-the first send acknowledged after it; restart the killed member (SIGCONT the stopped one after
+the acknowledgement of the first send begun after it (the client's next send: an answer already
+on its way at the fault does not count); restart the killed member (SIGCONT the stopped one after
 ``--stop-s``), wait until it is back in the group, go on.
 
 The client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
@@ -60,6 +61,8 @@ class ClientLoad(threading.Thread):
         )
         self.topic = topic
         self.receipts: list[Receipt] = []
+        self.started: list[float] = []
+        """When each acknowledged send began (monotonic), parallel to ``receipts``."""
         self.failures: dict[str, int] = {}
         """Sends that failed after the client's own retries, by exception type."""
         self.done = threading.Event()
@@ -74,6 +77,7 @@ class ClientLoad(threading.Thread):
             message.topic = self.topic
             message.body = key.encode()
             message.keys = key
+            started = time.monotonic()
             try:
                 receipt = self.producer.send(message)
             except Exception as exc:  # the client's retries ran out: count, send the next one
@@ -84,16 +88,20 @@ class ClientLoad(threading.Thread):
                 self.receipts.append(
                     Receipt(key, str(receipt.message_id), int(receipt.offset), time.monotonic())
                 )
+                self.started.append(started)
                 self.progress.notify_all()
 
     def first_ack_after(self, moment: float, timeout_s: float) -> float:
-        """Monotonic time of the first acknowledgement after ``moment``."""
+        """Monotonic time of the first acknowledgement of a send begun after ``moment`` (an
+        answer already on its way at the fault does not count)."""
         with self.progress:
             ok = self.progress.wait_for(
-                lambda: bool(self.receipts) and self.receipts[-1].acked_at_s > moment, timeout_s
+                lambda: bool(self.started) and self.started[-1] > moment, timeout_s
             )
             assert ok, f"no send acknowledged within {timeout_s} s of the fault"
-            return next(r.acked_at_s for r in self.receipts if r.acked_at_s > moment)
+            return next(
+                r.acked_at_s for r, t in zip(self.receipts, self.started, strict=True) if t > moment
+            )
 
     def wait_more(self, count: int, timeout_s: float = 60.0) -> None:
         with self.progress:

@@ -31,6 +31,7 @@ _KINDS: dict[tuple[str, str], str] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): "servicemonitors",
     ("cert-manager.io/v1", "Certificate"): "certificates",
     ("v1", "Secret"): "secrets",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("gannet.io/v1alpha1", "GannetCluster"): "gannetclusters",
     ("gannet.io/v1alpha1", "Topic"): "topics",
     ("gannet.io/v1alpha1", "ConsumerGroup"): "consumergroups",

@@ -62,7 +62,7 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.gen import admin_pb2
-from gannet.node.metrics import broker_metrics, http_serving, instrumenting
+from gannet.node.metrics import broker_metrics, failover_collecting, http_serving, instrumenting
 from gannet.node.pop.service import PopBroker
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -322,6 +322,9 @@ class Broker:
         admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
+            self.metrics.registry.register(
+                failover_collecting.FailoverCollector(self._failover_figures)
+            )
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
         admin_measured = self._measured(admin_servicer, admin_service, False)
         admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
@@ -330,6 +333,20 @@ class Broker:
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+
+    def _failover_figures(self) -> failover_collecting.FailoverFigures | None:
+        replication = self.replication
+        messaging = self.messaging
+        if replication is None or messaging is None or messaging.forwarder is None:
+            return None
+        stats = messaging.forwarder.stats
+        return failover_collecting.FailoverFigures(
+            forwarded_by_method=dict(stats.forwarded_total),
+            rerouted_total=stats.rerouted_total,
+            held_total=stats.held_total,
+            unanswered_total=stats.unanswered_total,
+            peer_drops_by_reason=dict(replication.transport.refusals.by_reason),
+        )
 
     async def _start_replication(self) -> None:
         if self.config.replication is not None:
