@@ -4,11 +4,11 @@ A 3-member group of broker processes (``--flush sync``, peers dialling each othe
 127.0.0.1) and ONE official ``rocketmq-python-client`` Producer given every member's endpoint
 (``a;b;c``, request timeout 3 s), created once and never restarted: what a user's application
 does. It sends one message at a time, each with a unique key, and records every acknowledged
-send with the times it began and was answered. Then, ``--kills`` times: wait until the client is steadily
-acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from the signal to
-the acknowledgement of the first send begun after it (the client's next send: an answer already
-on its way at the fault does not count); restart the killed member (SIGCONT the stopped one after
-``--stop-s``), wait until it is back in the group, go on.
+send with the times it began and was answered. Then, ``--kills`` times: wait until the client
+is steadily acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from
+the signal to the acknowledgement of the first send begun after it (the client's next send:
+an answer already on its way at the fault does not count); restart the killed member (SIGCONT
+the stopped one after ``--stop-s``), wait until it is back in the group, go on.
 
 The client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
 :func:`attached_member`). Killing that member breaks its connection and the channel moves on;
