@@ -53,6 +53,7 @@ from gannet.node.api import (
     admin,
     auth,
     credentials,
+    dedup,
     limits,
     messaging,
     receiving,
@@ -112,6 +113,10 @@ class BrokerConfig:
     """Calls in flight per v2 client id; more get TOO_MANY_REQUESTS."""
     replication: ReplicationConfig | None = None
     """This node's Raft group (node id, members, peer port); None: a single node."""
+    dedup_window_s: float = dedup.WINDOW_S
+    """Sends with a client message id seen this recently get the original receipt; 0: off."""
+    dedup_entries_max: int = dedup.ENTRIES_MAX
+    """Message ids the deduplication window keeps in memory (older ones: index lookups)."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -304,6 +309,8 @@ class Broker:
             on_sent=self.metrics.on_sent if self.metrics is not None else None,
             on_received=self.metrics.on_received if self.metrics is not None else None,
             replication=self.replication,
+            dedup_window_s=cfg.dedup_window_s,
+            dedup_entries_max=cfg.dedup_entries_max,
         )
         if self.replication is not None and self.messaging.forwarder is not None:
             self.replication.transport.forward_handler = self.messaging.forwarder.serve
@@ -320,6 +327,10 @@ class Broker:
         )
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
+        if self.metrics is not None:
+            self.metrics.registry.register(
+                failover_collecting.DuplicatesCollector(self._duplicates_dropped)
+            )
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
             self.metrics.registry.register(
@@ -333,6 +344,9 @@ class Broker:
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+
+    def _duplicates_dropped(self) -> int | None:
+        return self.messaging.dedup.duplicates_total if self.messaging is not None else None
 
     def _failover_figures(self) -> failover_collecting.FailoverFigures | None:
         replication = self.replication

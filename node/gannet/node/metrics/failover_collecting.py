@@ -13,6 +13,10 @@ Families (a group of one exports none of them):
   ``sender_mismatch``, ``replayed``, ``certificate_names_no_member``, ``term_jump``,
   ``timeout_now_not_from_leader``).
 
+And on every broker (a group of one too): ``gannet_send_duplicates_dropped_total`` — sends
+answered with the original receipt instead of being appended again
+(:mod:`gannet.node.api.dedup`; :class:`DuplicatesCollector`).
+
 Registered by the broker (:mod:`gannet.node.broker.serving`) with a callable returning the
 :class:`FailoverFigures` of the moment, or None while not serving.
 """
@@ -90,3 +94,20 @@ class FailoverCollector:
             return
         if figures is not None:
             yield from families(figures)
+
+
+class DuplicatesCollector:
+    """``gannet_send_duplicates_dropped_total`` from ``duplicates()`` (None: not serving)."""
+
+    def __init__(self, duplicates: Callable[[], int | None]) -> None:
+        self._duplicates = duplicates
+
+    def collect(self) -> Iterator[Metric]:
+        count = self._duplicates()
+        if count is not None:
+            yield CounterMetricFamily(
+                "gannet_send_duplicates_dropped",
+                "Retried sends (same client message id, within the window) answered with the "
+                "original receipt instead of being stored again.",
+                value=count,
+            )
