@@ -13,8 +13,8 @@ the stopped one after ``--stop-s``), wait until it is back in the group, go on.
 The client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
 :func:`attached_member`). Killing that member breaks its connection and the channel moves on;
 *stopping* it does not (the stopped process's kernel keeps the TCP connection open and the
-client sets no keepalive), so the client waits until SIGCONT: such faults are reported apart
-and not held to the target.
+client sets no keepalive), so the client waits until SIGCONT: such stops are reported apart and
+not held to the target.
 
 At the end: every acknowledged message is at its queue and offset on every member, replicas are
 byte-identical up to the commit offset, at most one leader per term
@@ -121,7 +121,7 @@ class Result:
     mode: str
     gaps_s: list[float] = field(default_factory=list)
     attached_gaps_s: list[float] = field(default_factory=list)
-    """Faults of the member the client's channel is on (a stop stalls it until SIGCONT)."""
+    """SIGSTOPs of the member the client's channel is on (it stalls until SIGCONT)."""
     failures: dict[str, int] = field(default_factory=dict)
     report: VerifyReport | None = None
 
@@ -182,7 +182,8 @@ def run(root: Path, kills: int, mode: str, stop_s: float) -> Result:
                         acked = load.first_ack_after(at, GAP_LIMIT_S)
                 assert acked is not None
                 gap = acked - at
-                (result.attached_gaps_s if attached else result.gaps_s).append(gap)
+                stalled = attached and mode == "stop"  # a killed member resets the connection
+                (result.attached_gaps_s if stalled else result.gaps_s).append(gap)
                 where = " (the member the client's channel is on)" if attached else ""
                 console.print(
                     f"  {mode} {number + 1}: node {leader}{where}, next ack after {gap:.2f} s"
