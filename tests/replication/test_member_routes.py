@@ -56,3 +56,11 @@ def test_dns_members_publish_one_address_the_clients_own_or_the_leaders() -> Non
     assert fallback.scheme == definition_pb2.DOMAIN_NAME
     alone = routes.member_endpoints(_node(hosts, leader_id=None, me=3), definition_pb2.Endpoints())
     assert _pairs(alone) == [("gannet-2.gannet", 8002)]
+
+
+def test_a_tls_client_port_publishes_one_address() -> None:
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    used = routes.endpoints_of("10.0.0.2", 8001)
+    assert routes.member_endpoints(_node(hosts, leader_id=3), used, tls=True) == used
+    alone = routes.member_endpoints(_node(hosts, leader_id=3), definition_pb2.Endpoints(), tls=True)
+    assert _pairs(alone) == [("10.0.0.3", 8002)]

@@ -140,8 +140,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         replication: ReplicationNode | None = None,
         dedup_window_s: float = dedup.WINDOW_S,
         dedup_entries_max: int = dedup.ENTRIES_MAX,
+        tls_port: bool = False,
     ) -> None:
         self.store = store
+        self.tls_port = tls_port
+        """The client port is TLS: routes publish one address (:func:`routes.member_endpoints`)."""
         self.replication = replication
         self._on_sent = on_sent
         self.on_received = on_received
@@ -392,7 +395,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     def _route_endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
         if self.replication is None:
             return routes.usable_endpoints(requested, self.identity)
-        return routes.member_endpoints(self.replication, requested)
+        return routes.member_endpoints(self.replication, requested, tls=self.tls_port)
 
     def _check_leader(self) -> None:
         if self.replication is not None:

@@ -311,6 +311,7 @@ class Broker:
             replication=self.replication,
             dedup_window_s=cfg.dedup_window_s,
             dedup_entries_max=cfg.dedup_entries_max,
+            tls_port=self._tls is not None,
         )
         if self.replication is not None and self.messaging.forwarder is not None:
             self.replication.transport.forward_handler = self.messaging.forwarder.serve
