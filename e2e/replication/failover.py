@@ -4,16 +4,17 @@ A 3-member group of broker processes (``--flush sync``, peers dialling each othe
 127.0.0.1) and ONE official ``rocketmq-python-client`` Producer given every member's endpoint
 (``a;b;c``, request timeout 3 s), created once and never restarted: what a user's application
 does. It sends one message at a time, each with a unique key, and records every acknowledged
-send with the time of its answer. Then, ``--kills`` times: wait until the client is steadily
-acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from the signal to
-the first send acknowledged after it; restart the killed member (SIGCONT the stopped one after
-``--stop-s``), wait until it is back in the group, go on.
+send with the times it began and was answered. Then, ``--kills`` times: wait until the client
+is steadily acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from
+the signal to the acknowledgement of the first send begun after it (the client's next send:
+an answer already on its way at the fault does not count); restart the killed member (SIGCONT
+the stopped one after ``--stop-s``), wait until it is back in the group, go on.
 
 The client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
 :func:`attached_member`). Killing that member breaks its connection and the channel moves on;
 *stopping* it does not (the stopped process's kernel keeps the TCP connection open and the
-client sets no keepalive), so the client waits until SIGCONT: such faults are reported apart
-and not held to the target.
+client sets no keepalive), so the client waits until SIGCONT: such stops are reported apart and
+not held to the target.
 
 At the end: every acknowledged message is at its queue and offset on every member, replicas are
 byte-identical up to the commit offset, at most one leader per term
@@ -21,7 +22,9 @@ byte-identical up to the commit offset, at most one leader per term
 (duplicates: a send the client timed out on and retried that had committed).
 
 Run ``make e2e-failover`` (10 SIGKILLs and 10 SIGSTOPs) or
-``python -m e2e.replication.failover [--kills N] [--mode kill|stop|both] [--stop-s S]``;
+``python -m e2e.replication.failover [--kills N] [--mode kill|stop|both] [--stop-s S]
+[--consumer]`` (``--consumer``: an official SimpleConsumer receives and acks all along; its
+fault -> next ack time is reported, and every acknowledged send must reach it);
 exit code 0 when every gap is within ``--target-s`` (default 3 s) and nothing acknowledged was
 lost; ``tests/replication/test_failover_e2e.py`` runs a short version (2 kills).
 """
@@ -39,11 +42,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rich.console import Console
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 from e2e.replication.harness import ProcessGroup, Receipt, VerifyReport, wait_for
+from gannet.node.api.gen import admin_pb2
 
 TOPIC = "E2eFailover"
+GROUP = "GE2eFailover"
+INVISIBLE_S = 10
 STEADY_ACKS = 20
 GAP_LIMIT_S = 60.0
 console = Console()
@@ -60,6 +73,8 @@ class ClientLoad(threading.Thread):
         )
         self.topic = topic
         self.receipts: list[Receipt] = []
+        self.started: list[float] = []
+        """When each acknowledged send began (monotonic), parallel to ``receipts``."""
         self.failures: dict[str, int] = {}
         """Sends that failed after the client's own retries, by exception type."""
         self.done = threading.Event()
@@ -74,6 +89,7 @@ class ClientLoad(threading.Thread):
             message.topic = self.topic
             message.body = key.encode()
             message.keys = key
+            started = time.monotonic()
             try:
                 receipt = self.producer.send(message)
             except Exception as exc:  # the client's retries ran out: count, send the next one
@@ -84,16 +100,20 @@ class ClientLoad(threading.Thread):
                 self.receipts.append(
                     Receipt(key, str(receipt.message_id), int(receipt.offset), time.monotonic())
                 )
+                self.started.append(started)
                 self.progress.notify_all()
 
     def first_ack_after(self, moment: float, timeout_s: float) -> float:
-        """Monotonic time of the first acknowledgement after ``moment``."""
+        """Monotonic time of the first acknowledgement of a send begun after ``moment`` (an
+        answer already on its way at the fault does not count)."""
         with self.progress:
             ok = self.progress.wait_for(
-                lambda: bool(self.receipts) and self.receipts[-1].acked_at_s > moment, timeout_s
+                lambda: bool(self.started) and self.started[-1] > moment, timeout_s
             )
             assert ok, f"no send acknowledged within {timeout_s} s of the fault"
-            return next(r.acked_at_s for r in self.receipts if r.acked_at_s > moment)
+            return next(
+                r.acked_at_s for r, t in zip(self.receipts, self.started, strict=True) if t > moment
+            )
 
     def wait_more(self, count: int, timeout_s: float = 60.0) -> None:
         with self.progress:
@@ -108,13 +128,73 @@ class ClientLoad(threading.Thread):
         return list(self.receipts)
 
 
+class ConsumerLoad(threading.Thread):
+    """One official SimpleConsumer on every member's endpoint: receive up to 16, ack each."""
+
+    def __init__(self, group: ProcessGroup, topic: str) -> None:
+        super().__init__(name="failover-consumer", daemon=True)
+        endpoints = ";".join(group.client_endpoint(i) for i in group.ids)
+        self.consumer = SimpleConsumer(
+            ClientConfiguration(endpoints, Credentials(), request_timeout=3),
+            GROUP,
+            {topic: FilterExpression("*")},
+            await_duration=5,  # the broker long-polls at least 5 s
+        )
+        self.acked_keys: set[str] = set()
+        self.acked_at: list[float] = []
+        self.failures = 0
+        self.done = threading.Event()
+        self.progress = threading.Condition()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                messages = self.consumer.receive(16, INVISIBLE_S)
+            except Exception:  # the client's retries ran out: poll again
+                self.failures += 1
+                continue
+            for message in messages:
+                try:
+                    self.consumer.ack(message)
+                except Exception:  # comes back after its invisible time
+                    self.failures += 1
+                    continue
+                with self.progress:
+                    self.acked_keys.add(bytes(message.body).decode())
+                    self.acked_at.append(time.monotonic())
+                    self.progress.notify_all()
+
+    def first_ack_after(self, moment: float, timeout_s: float) -> float | None:
+        with self.progress:
+            self.progress.wait_for(
+                lambda: bool(self.acked_at) and self.acked_at[-1] > moment, timeout_s
+            )
+            return next((t for t in self.acked_at if t > moment), None)
+
+    def drained(self, keys: set[str], timeout_s: float) -> set[str]:
+        """The keys of ``keys`` not acknowledged by the consumer within ``timeout_s``."""
+        with self.progress:
+            self.progress.wait_for(lambda: keys <= self.acked_keys, timeout_s)
+            return keys - self.acked_keys
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(30)
+        self.consumer.shutdown()
+
+
 @dataclass
 class Result:
     mode: str
     gaps_s: list[float] = field(default_factory=list)
     attached_gaps_s: list[float] = field(default_factory=list)
-    """Faults of the member the client's channel is on (a stop stalls it until SIGCONT)."""
+    """SIGSTOPs of the member the client's channel is on (it stalls until SIGCONT)."""
     failures: dict[str, int] = field(default_factory=dict)
+    consumer_gaps_s: list[float] = field(default_factory=list)
+    """Fault -> the SimpleConsumer's first ack after it (with ``consumer=True``)."""
+    consumer_failures: int = 0
+    consumer_missing: int = -1
+    """Acknowledged sends the consumer had not acknowledged 60 s after the last fault."""
     report: VerifyReport | None = None
 
     def summary(self) -> str:
@@ -135,18 +215,36 @@ class Result:
             f"{self.report.acknowledged} "
             f"acknowledged, 0 lost, {self.report.duplicates} duplicates, "
             f"{sum(self.failures.values())} sends failed after the client's retries "
-            f"{self.failures}, {self.report.terms} terms"
+            f"{self.failures}, {self.report.terms} terms{self._consumer()}"
+        )
+
+    def _consumer(self) -> str:
+        if self.consumer_missing < 0:
+            return ""
+        gaps = self.consumer_gaps_s or [float("nan")]
+        return (
+            f"; SimpleConsumer ({len(self.consumer_gaps_s)} faults with an ack after them): "
+            f"fault -> next ack median {statistics.median(gaps):.2f} s, max "
+            f"{max(gaps):.2f} s, {self.consumer_failures} receive/ack calls failed after the "
+            f"client's retries, {self.consumer_missing} acknowledged messages never received"
         )
 
 
-def run(root: Path, kills: int, mode: str, stop_s: float) -> Result:
-    """``kills`` leader faults of ``mode`` ("kill" or "stop") on a fresh group in ``root``."""
+def run(root: Path, kills: int, mode: str, stop_s: float, *, consumer: bool = False) -> Result:
+    """``kills`` leader faults of ``mode`` ("kill" or "stop") on a fresh group in ``root``;
+    with ``consumer``, a SimpleConsumer receives and acks all along."""
     group = ProcessGroup(root, 3, flush="sync", proxied=False)
     result = Result(mode)
+    reader: ConsumerLoad | None = None
     try:
         group.start()
-        group.leader()
+        leader = group.leader()
         group.create_topic(TOPIC)
+        if consumer:
+            group.admin_call(leader, "CreateGroup", admin_pb2.CreateGroupRequest(name=GROUP))
+            reader = ConsumerLoad(group, TOPIC)
+            reader.consumer.startup()
+            reader.start()
         load = ClientLoad(group, TOPIC)
         load.producer.startup()
         load.start()
@@ -174,7 +272,12 @@ def run(root: Path, kills: int, mode: str, stop_s: float) -> Result:
                         acked = load.first_ack_after(at, GAP_LIMIT_S)
                 assert acked is not None
                 gap = acked - at
-                (result.attached_gaps_s if attached else result.gaps_s).append(gap)
+                if reader is not None:
+                    consumed = reader.first_ack_after(at, GAP_LIMIT_S)
+                    if consumed is not None:
+                        result.consumer_gaps_s.append(consumed - at)
+                stalled = attached and mode == "stop"  # a killed member resets the connection
+                (result.attached_gaps_s if stalled else result.gaps_s).append(gap)
                 where = " (the member the client's channel is on)" if attached else ""
                 console.print(
                     f"  {mode} {number + 1}: node {leader}{where}, next ack after {gap:.2f} s"
@@ -188,6 +291,11 @@ def run(root: Path, kills: int, mode: str, stop_s: float) -> Result:
         finally:
             receipts = load.stop()
             result.failures = load.failures
+        if reader is not None:
+            missing = reader.drained({r.key for r in receipts}, 60.0)
+            reader.stop()
+            result.consumer_failures = reader.failures
+            result.consumer_missing = len(missing)
         result.report = group.verify(TOPIC, receipts)
         return result
     finally:
@@ -212,6 +320,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stop-s", type=float, default=5.0, help="SIGSTOP length (default 5)")
     parser.add_argument("--target-s", type=float, default=3.0, help="pass when every gap <= it")
     parser.add_argument("--keep", type=Path, help="run in this directory and keep it")
+    parser.add_argument(
+        "--consumer", action="store_true", help="a SimpleConsumer receives and acks all along"
+    )
     args = parser.parse_args(argv)
     modes = ["kill", "stop"] if args.mode == "both" else [args.mode]
     ok = True
@@ -219,10 +330,13 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"gannet-failover-{mode}-") as temporary:
             root = args.keep / mode if args.keep is not None else Path(temporary)
             console.print(f"[bold]{mode}[/bold] x {args.kills} ({root})")
-            result = run(root, args.kills, mode, args.stop_s)
+            result = run(root, args.kills, mode, args.stop_s, consumer=args.consumer)
             console.print(result.summary())
             if max(result.gaps_s, default=0.0) > args.target_s:
                 console.print(f"[red]a gap exceeds the {args.target_s} s target[/red]")
+                ok = False
+            if result.consumer_missing > 0:
+                console.print("[red]the consumer never received some acknowledged messages[/red]")
                 ok = False
     return 0 if ok else 1
 

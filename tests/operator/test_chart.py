@@ -168,8 +168,13 @@ def test_rbac_is_least_privilege() -> None:
             if "delete" in rule["verbs"]:
                 assert rule["resources"] == ["pods"]  # rolling restarts only
             if "secrets" in rule["resources"]:
-                # Named Secrets only: never list or watch every Secret.
-                assert rule == {"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}
+                # Named Secrets only: never list or watch every Secret; create and patch for
+                # the generated peer secret of a cluster that names none.
+                assert rule == {
+                    "apiGroups": [""],
+                    "resources": ["secrets"],
+                    "verbs": ["get", "create", "patch"],
+                }
         # The operator posts core/v1 Events on its resources (gannet.operator.events).
         for role in [d for d in documents if d["kind"] in ("Role", "ClusterRole")]:
             assert any(

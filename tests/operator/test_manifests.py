@@ -38,6 +38,7 @@ def test_every_object_validates_against_kubernetes_schemas() -> None:
     kinds = sorted(o["kind"] for o in objects)
     assert kinds == [
         "ConfigMap",
+        "NetworkPolicy",
         "PodDisruptionBudget",
         "Service",
         "Service",
@@ -75,7 +76,7 @@ def test_ephemeral_storage_and_no_metrics() -> None:
     assert "volumeClaimTemplates" not in sts["spec"]
     volumes = sts["spec"]["template"]["spec"]["volumes"]
     assert {"name": "data", "emptyDir": {}} in volumes
-    assert [v["name"] for v in volumes] == ["tmp", "data"]
+    assert [v["name"] for v in volumes] == ["tmp", "peer-secret", "data"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["tcpSocket"] == {"port": "client"}
     assert by_kind(objects, "ConfigMap")["data"]["GANNET_METRICS_LISTEN"] == ""
@@ -278,3 +279,33 @@ def test_kubeconfig_is_read_when_not_in_a_pod(
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     with pytest.raises(kube.KubeError, match="no Kubernetes credentials"):
         asyncio.run(kube.configuration())
+
+
+def test_peers_authenticate_by_default_and_only_members_reach_the_peer_port() -> None:
+    objects = build(3)
+    sts = by_kind(objects, "StatefulSet")
+    container = sts["spec"]["template"]["spec"]["containers"][0]
+    args = container["args"]
+    assert args[args.index("--peer-secret-file") + 1] == "/etc/gannet/peer-secret/secret"
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["peer-secret"]["secret"]["secretName"] == "main-peer-secret"
+    policy = by_kind(objects, "NetworkPolicy")
+    peer_rule, open_rule = policy["spec"]["ingress"]
+    assert peer_rule["ports"] == [{"port": 8091}]
+    assert peer_rule["from"] == [{"podSelector": policy["spec"]["podSelector"]}]
+    assert policy["spec"]["podSelector"]["matchLabels"] == sts["spec"]["selector"]["matchLabels"]
+    assert "from" not in open_rule
+    assert {p["port"] for p in open_rule["ports"]} == {8081, 5557}
+    generated = manifests.generated_peer_secret("main", "demo", "uid-1", "t" * 43)
+    assert generated["stringData"] == {"secret": "t" * 43}
+    kubernetes_validate.validate(generated, K8S_VERSION, strict=True)
+    # Peer TLS authenticates the peers: no generated secret unless one is named.
+    tls = {"peerTls": {"enabled": True, "secretName": "certs"}}
+    with_tls = by_kind(build(3, security=tls), "StatefulSet")
+    assert "--peer-secret-file" not in with_tls["spec"]["template"]["spec"]["containers"][0]["args"]
+    named = {**tls, "peerSecret": {"secretName": "shared"}}
+    both = by_kind(build(3, security=named), "StatefulSet")
+    names = [
+        v.get("secret", {}).get("secretName") for v in both["spec"]["template"]["spec"]["volumes"]
+    ]
+    assert "shared" in names

@@ -17,7 +17,14 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 from gannet.node.api.gen import admin_pb2
 
 from .conftest import Cluster
-from .test_cluster import CLIENT_ID, _send_all, _send_request, _stub, forward_stats
+from .test_cluster import (
+    CLIENT_ID,
+    _last_offset,
+    _send_all,
+    _send_request,
+    _stub,
+    forward_stats,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -196,6 +203,7 @@ def test_send_through_a_follower_is_held_across_a_leader_crash(cluster: Cluster)
         status = _send_status(_stub(channel), topic, b"held", timeout_s=15)
     assert status.code == definition_pb2.OK, status.message
     new = cluster.leader(sorted(cluster.nodes))
+    cluster.wait_replicated(_last_offset(cluster, new))  # answered at commit; dispatch follows
     store = cluster.nodes[new].broker.store
     stored = store.get_messages(topic, 0, 0, 10).messages
     bodies = [m.body for s in stored if (m := store.read_message(s.commit_offset)) is not None]

@@ -15,8 +15,10 @@ from pathlib import Path
 
 import grpc
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
+from gannet.node.metrics import failover_collecting
 from gannet.node.replication import peer_auth
 
 from .conftest import Cluster
@@ -171,3 +173,25 @@ def test_a_certificate_speaks_only_for_the_members_it_names() -> None:
     assert peer_auth.members_named(["10.0.0.3", "x"], hosts, None) == {3}
     assert peer_auth.members_named(["intruder.example"], hosts, None) == frozenset()
     assert peer_auth.members_named(["gannet-peers"], hosts, "gannet-peers") == {1, 2, 3}
+
+
+def test_refusals_and_forwarding_are_exported_as_counters() -> None:
+    figures = failover_collecting.FailoverFigures(
+        forwarded_by_method={"SendMessage": 7},
+        rerouted_total=2,
+        held_total=3,
+        unanswered_total=1,
+        peer_drops_by_reason={"term_jump": 4, "unauthenticated": 5},
+    )
+    registry = CollectorRegistry()
+    registry.register(failover_collecting.FailoverCollector(lambda: figures))
+    sample = registry.get_sample_value
+    assert sample("gannet_raft_peer_messages_dropped_total", {"reason": "term_jump"}) == 4
+    assert sample("gannet_raft_peer_messages_dropped_total", {"reason": "unauthenticated"}) == 5
+    assert sample("gannet_forwarded_requests_total", {"method": "SendMessage"}) == 7
+    assert sample("gannet_forward_rerouted_total") == 2
+    assert sample("gannet_forward_unanswered_total") == 1
+    silent = CollectorRegistry()
+    silent.register(failover_collecting.FailoverCollector(lambda: None))
+    assert sample("gannet_forward_held_total") == 3
+    assert silent.get_sample_value("gannet_forward_held_total") is None

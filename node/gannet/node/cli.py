@@ -264,6 +264,14 @@ def broker() -> None:
     "port can steer the group. For a trusted test network only.",
 )
 @click.option(
+    "--dedup-window-s",
+    type=click.FloatRange(0, 3600),
+    default=120,
+    show_default=True,
+    help="A send whose client message id was accepted this recently is answered with the "
+    "original receipt instead of being stored again (retries across a failover); 0: off.",
+)
+@click.option(
     "--event-loop",
     type=click.Choice(["uvloop", "asyncio"]),
     default="uvloop",
@@ -301,6 +309,7 @@ def broker_run(
     disk_clean_forcibly_ratio: float,
     disk_warning_ratio: float,
     delete_unconsumed: bool,
+    dedup_window_s: float,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
@@ -364,6 +373,7 @@ def broker_run(
             tls_cert=tls_cert,
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
+            dedup_window_s=dedup_window_s,
             replication=_replication(
                 node_id,
                 peers,

@@ -10,6 +10,7 @@ rolling step, pushes the broker settings, and writes everything it learnt into `
 from __future__ import annotations
 
 import contextlib
+import secrets
 from collections.abc import Mapping
 from typing import Any
 
@@ -82,6 +83,7 @@ async def reconcile(
             )
     if current is not None and decision.replicas != current:
         pending.normal("Scaled", f"StatefulSet {name}: {current} -> {decision.replicas} replicas")
+    await _ensure_peer_secret(ctx, name, namespace, uid, cluster)
     monitoring: Condition | None = None
     certificates: Condition | None = None
 
@@ -165,6 +167,19 @@ async def reconcile(
     if leader is not None:
         patch.status["leader"] = cluster_planning.pod_of_node(name, leader.leader_id)
         patch.status["term"] = leader.term
+
+
+async def _ensure_peer_secret(
+    ctx: Context, name: str, namespace: str, uid: str, cluster: specs.ClusterSpec
+) -> None:
+    """Create the generated peer secret once (``manifests.peer_secret_name``); a Secret named
+    in the spec is the user's to create (the pods wait for it)."""
+    secret = manifests.peer_secret_name(name, cluster)
+    if secret is None or cluster.security.peer_secret is not None:
+        return
+    if await ctx.kube.get("v1", "Secret", namespace, secret) is None:
+        token = secrets.token_urlsafe(32)
+        await ctx.kube.apply(manifests.generated_peer_secret(name, namespace, uid, token))
 
 
 async def _roll(

@@ -59,6 +59,9 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ("policy/v1", "PodDisruptionBudget"): _Kind(
         "poddisruptionbudgets", "PolicyV1Api", "pod_disruption_budget"
     ),
+    ("networking.k8s.io/v1", "NetworkPolicy"): _Kind(
+        "networkpolicies", "NetworkingV1Api", "network_policy"
+    ),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): _Kind("servicemonitors", ""),
     ("cert-manager.io/v1", "Certificate"): _Kind("certificates", ""),
     ("gannet.io/v1alpha1", "GannetCluster"): _Kind("gannetclusters", ""),

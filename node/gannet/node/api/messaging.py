@@ -41,6 +41,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import (
     client_settings,
+    dedup,
     forwarding,
     offsets,
     pulling,
@@ -138,8 +139,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         on_sent: SentObserver | None = None,
         on_received: ReceivedObserver | None = None,
         replication: ReplicationNode | None = None,
+        dedup_window_s: float = dedup.WINDOW_S,
+        dedup_entries_max: int = dedup.ENTRIES_MAX,
+        tls_port: bool = False,
     ) -> None:
         self.store = store
+        self.tls_port = tls_port
+        """The client port is TLS: routes publish one address (:func:`routes.member_endpoints`)."""
         self.replication = replication
         self._on_sent = on_sent
         self.on_received = on_received
@@ -157,6 +163,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
         if self.forwarder is not None:
             self.forwarder.servicer = self
+        self.dedup = dedup.SendDeduplicator(
+            store, window_s=dedup_window_s, entries_max=dedup_entries_max
+        )
+        """Retried sends answered with the original receipt (:mod:`dedup`)."""
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
         # Transactions on a single broker only (half messages are not replicated yet).
         self.transactions = (
@@ -341,6 +351,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             now_ms=_now_ms(),
             limits=self.limits,
         )
+        if prepared.transactional:
+            return await self._append(prepared)
+        return await self.dedup.send_once(
+            prepared.topic.topic_name,
+            list(prepared.message_ids),
+            lambda: self._append(prepared),
+        )
+
+    async def _append(self, prepared: sending.PreparedSend) -> service_pb2.SendMessageResponse:
+        """Append a prepared send, wait until it is durable (or committed), answer it."""
         queue_id = self.selector.select(prepared.topic.write_queue_nums, prepared.message_group)
         messages = list(prepared.messages)
         for message in messages:
@@ -378,7 +398,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     def _route_endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
         if self.replication is None:
             return routes.usable_endpoints(requested, self.identity)
-        return routes.member_endpoints(self.replication, requested)
+        return routes.member_endpoints(self.replication, requested, tls=self.tls_port)
 
     def _check_leader(self) -> None:
         if self.replication is not None:

@@ -25,6 +25,13 @@ leader comes first. Host names cannot be listed together: the Python client refu
 ``Endpoints`` of scheme ``DOMAIN_NAME`` with more than one address, so a group whose members
 are named by DNS publishes one address, the one the client used to reach us (a Kubernetes
 Service in front of every member) or else the leader's (this member's while none is known).
+So does a TLS client port: gRPC checks the server's certificate against the channel's
+authority, which for ``ipv4:a,b,c`` is the whole address list, so no certificate matches it.
+
+Only members that can serve are listed, as far as the answering member knows: the leader
+lists itself and the followers it heard from within the last two election timeouts (a member
+cut off from its peers but reachable by clients would otherwise hold every request it gets),
+and a member that knows no leader leaves itself out.
 
 A write a member cannot take is answered with a code the clients retry on
 (:func:`replication_refusal`): ``HA_NOT_AVAILABLE`` (``SLAVE_NOT_AVAILABLE`` in RocketMQ) when
@@ -85,16 +92,23 @@ def endpoints_of(host: str, port: int) -> definition_pb2.Endpoints:
 
 
 def member_endpoints(
-    replication: ReplicationNode, requested: definition_pb2.Endpoints
+    replication: ReplicationNode, requested: definition_pb2.Endpoints, *, tls: bool = False
 ) -> definition_pb2.Endpoints:
     """Every member's client address, the leader first (module docstring); never fails, also
-    while no leader is known. Members named by DNS: one address (``requested`` when usable)."""
+    while no leader is known. Members named by DNS, or a TLS client port: one address
+    (``requested`` when usable)."""
     leader = replication.leader()
+    me = replication.config.node_id
     members = list(replication.config.peers)
     if leader is not None:
         members.sort(key=lambda p: p.node_id != leader.node_id)  # stable: --peers order after
+    if leader is not None and leader.node_id == me and replication.core is not None:
+        heard = replication.core.responsive_followers()
+        members = [p for p in members if p.node_id == me or p.node_id in heard]
+    elif leader is None and len(members) > 1:
+        members = [p for p in members if p.node_id != me]  # it cannot serve writes now
     schemes = {address_scheme(p.host) for p in members}
-    if len(schemes) == 1 and definition_pb2.DOMAIN_NAME not in schemes:
+    if not tls and len(schemes) == 1 and definition_pb2.DOMAIN_NAME not in schemes:
         return definition_pb2.Endpoints(
             scheme=schemes.pop(),
             addresses=[definition_pb2.Address(host=p.host, port=p.client_port) for p in members],

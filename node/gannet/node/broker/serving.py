@@ -53,6 +53,7 @@ from gannet.node.api import (
     admin,
     auth,
     credentials,
+    dedup,
     limits,
     messaging,
     receiving,
@@ -62,7 +63,7 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.gen import admin_pb2
-from gannet.node.metrics import broker_metrics, http_serving, instrumenting
+from gannet.node.metrics import broker_metrics, failover_collecting, http_serving, instrumenting
 from gannet.node.pop.service import PopBroker
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -115,6 +116,10 @@ class BrokerConfig:
     """Calls in flight per v2 client id; more get TOO_MANY_REQUESTS."""
     replication: ReplicationConfig | None = None
     """This node's Raft group (node id, members, peer port); None: a single node."""
+    dedup_window_s: float = dedup.WINDOW_S
+    """Sends with a client message id seen this recently get the original receipt; 0: off."""
+    dedup_entries_max: int = dedup.ENTRIES_MAX
+    """Message ids the deduplication window keeps in memory (older ones: index lookups)."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -308,6 +313,9 @@ class Broker:
             on_sent=self.metrics.on_sent if self.metrics is not None else None,
             on_received=self.metrics.on_received if self.metrics is not None else None,
             replication=self.replication,
+            dedup_window_s=cfg.dedup_window_s,
+            dedup_entries_max=cfg.dedup_entries_max,
+            tls_port=self._tls is not None,
         )
         if self.replication is not None and self.messaging.forwarder is not None:
             self.replication.transport.forward_handler = self.messaging.forwarder.serve
@@ -324,8 +332,15 @@ class Broker:
         )
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
+        if self.metrics is not None:
+            self.metrics.registry.register(
+                failover_collecting.DuplicatesCollector(self._duplicates_dropped)
+            )
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
+            self.metrics.registry.register(
+                failover_collecting.FailoverCollector(self._failover_figures)
+            )
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
         admin_measured = self._measured(admin_servicer, admin_service, False)
         admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
@@ -334,6 +349,23 @@ class Broker:
         await server.start()
         self.server = server
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+
+    def _duplicates_dropped(self) -> int | None:
+        return self.messaging.dedup.duplicates_total if self.messaging is not None else None
+
+    def _failover_figures(self) -> failover_collecting.FailoverFigures | None:
+        replication = self.replication
+        messaging = self.messaging
+        if replication is None or messaging is None or messaging.forwarder is None:
+            return None
+        stats = messaging.forwarder.stats
+        return failover_collecting.FailoverFigures(
+            forwarded_by_method=dict(stats.forwarded_total),
+            rerouted_total=stats.rerouted_total,
+            held_total=stats.held_total,
+            unanswered_total=stats.unanswered_total,
+            peer_drops_by_reason=dict(replication.transport.refusals.by_reason),
+        )
 
     async def _start_replication(self) -> None:
         if self.config.replication is not None:

@@ -99,6 +99,7 @@ class RaftCore:
         self._matched_offset = ByteOffset(0)
         self._acked_durable_offset = ByteOffset(0)  # last durable offset told to the leader
         self._election_elapsed_ticks = 0
+        self._last_active: frozenset[NodeId] = frozenset()
         self._heartbeat_elapsed_ticks = 0
         self._election_timeout_ticks = self._randomized_timeout()
         self._votes: dict[NodeId, bool] = {}
@@ -609,8 +610,17 @@ class RaftCore:
                     pr.probe_sent = False
                     self._send_append(node)
 
+    def responsive_followers(self) -> frozenset[NodeId]:
+        """Followers this leader heard from in the current or the previous check-quorum round
+        (at most two election timeouts ago); empty unless leading."""
+        if self.role is not Role.LEADER:
+            return frozenset()
+        now = {node for node, pr in self._progress.items() if pr.recent_active}
+        return frozenset(now | (self._last_active & set(self._progress)))
+
     def _quorum_active(self) -> bool:
         active = 1 + sum(1 for pr in self._progress.values() if pr.recent_active)
+        self._last_active = frozenset(n for n, pr in self._progress.items() if pr.recent_active)
         for pr in self._progress.values():
             pr.recent_active = False
         return active >= quorum.majority(len(self.config.voters))
