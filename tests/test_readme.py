@@ -34,7 +34,6 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -203,7 +202,7 @@ def substituted(code: str, env: dict[str, str], bin_dir: Path, tmp: Path) -> str
 
 
 @pytest.fixture
-def reader_env(tmp_path: Path) -> Iterator[dict[str, str]]:
+def reader_env(tmp_path: Path) -> dict[str, str]:
     home = tmp_path / "home"
     home.mkdir()
     plain = tmp_path / "plain-python"
