@@ -241,7 +241,7 @@ def render_all(prometheus: harness.Prometheus, start: float, end: float, out_dir
         path = out_dir / f"dashboard-{dashboard.uid}.png"
         figure.savefig(path, dpi=72)
         plt.close(figure)
-        print(f"wrote {path.relative_to(harness.REPO)}")
+        print(f"wrote {path}")
 
 
 def main() -> int:
