@@ -71,7 +71,7 @@ bench-peers: $(BENCH_STAMP) bench-debs
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka
 
-## bench-standard: bench-full at a fifth of the messages, medians of 3 (estimated 45-60 min on 2 cores)
+## bench-standard: bench-full at a fifth of the messages, medians of 3 (about 45 min on 2 cores: 40 min of runs, plus installing and starting the peers)
 bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3

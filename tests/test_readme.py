@@ -1,0 +1,287 @@
+"""The README runs: every ``sh``/``bash`` and ``python`` block of README.md is executed, in
+order, against a real ``gannet broker run`` process on free 127.0.0.1 ports in a temporary
+directory, as a reader following the page would run them.
+
+An HTML comment on the line before a block says how to run it:
+
+* ``<!-- doctest: skip (reason) -->`` — not run; the reason is required (a Kubernetes cluster,
+  Docker, a Spark cluster, a command that serves until Ctrl-C).
+* ``<!-- doctest: broker (...) -->`` — the one ``gannet broker run`` command the test starts in
+  the background (with ``--listen`` and ``--metrics-listen`` on free ports) for the other blocks.
+* ``<!-- doctest: broker stopped -->`` — run with that broker stopped (``store get`` and
+  ``store query`` refuse a store a broker holds); the next block without it starts it again on
+  the same store.
+
+What the test changes, and nothing else: ``HOME`` is a temporary directory (so
+``~/.gannet/store`` is a fresh store), ``/tmp/`` in a block becomes the temporary directory,
+``127.0.0.1:8081`` and ``127.0.0.1:5557`` become the broker's ports (``GANNET_ENDPOINT`` is set
+for the CLI's default), and ``.venv/bin/`` is the directory of the interpreter running the test.
+Python blocks run under that interpreter with ``PYSPARK_PYTHON`` unset and a ``python3`` on PATH
+that has no Gannet installed (the interpreter the virtual environment was made from), as on a
+machine where the README's ``.venv`` is not activated. Shell blocks run with ``bash -euo
+pipefail``: every command must succeed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+MAKEFILE = REPO / "Makefile"
+RUNNABLE = {"sh", "bash", "python"}
+FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
+MARKER = re.compile(r"<!-- doctest: (.*?) -->\s*$")
+SKIP = re.compile(r"skip \((?P<reason>[^)]{10,})\)")
+BLOCK_TIMEOUT_S = 600.0  # a loaded 2-core machine runs the three Spark jobs in minutes
+BROKER_START_S = 60.0
+
+
+@dataclass(frozen=True)
+class Block:
+    line: int  # 1-based line of the opening fence
+    language: str
+    code: str
+    marker: str  # the doctest comment's text, "" without one
+
+    @property
+    def skipped(self) -> bool:
+        return self.marker.startswith("skip")
+
+    @property
+    def broker(self) -> bool:
+        return self.marker.startswith("broker (") or self.marker == "broker"
+
+    @property
+    def offline(self) -> bool:
+        return self.marker == "broker stopped"
+
+
+def blocks(text: str) -> list[Block]:
+    """Every fenced block of ``text`` with the doctest marker on the line before it."""
+    found = []
+    for match in FENCE.finditer(text):
+        before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
+        marker = MARKER.search(before)
+        found.append(
+            Block(
+                line=text.count("\n", 0, match.start()) + 1,
+                language=match.group(1),
+                code=match.group(2),
+                marker=marker.group(1).strip() if marker else "",
+            )
+        )
+    return found
+
+
+def test_blocks_are_found_and_marked_well() -> None:
+    found = blocks(README.read_text())
+    assert len(found) >= 15, "the README's blocks were not found"
+    for block in found:
+        where = f"README.md:{block.line}"
+        assert block.language in RUNNABLE, f"{where}: block without sh/bash/python language"
+        if block.skipped:
+            assert SKIP.fullmatch(block.marker), f"{where}: a skipped block needs a (reason)"
+        else:
+            assert block.marker in ("", "broker stopped") or block.broker, f"{where}: {block!r}"
+    assert sum(b.broker for b in found) == 1, "exactly one block is the broker"
+    assert sum(not b.skipped and not b.broker for b in found) >= 10
+
+
+def test_marker_parsing() -> None:
+    text = "x\n<!-- doctest: skip (needs a Kubernetes cluster) -->\n```sh\nkubectl get gc\n```\n"
+    text += "```python\nprint(1)\n```\n"
+    first, second = blocks(text)
+    assert first.skipped
+    assert first.code == "kubectl get gc\n"
+    assert first.line == 3
+    assert not second.skipped
+    assert second.marker == ""
+    assert second.language == "python"
+    assert not SKIP.fullmatch("skip")
+    assert not SKIP.fullmatch("skip ()")
+
+
+def test_readme_and_makefile_agree() -> None:
+    readme = README.read_text()
+    makefile = MAKEFILE.read_text()
+    # make test installs a JRE and promtool with apt-get: the README says so.
+    assert "apt-get" in readme
+    assert "openjdk-17-jre-headless" in readme
+    assert "promtool" in readme
+    assert "openjdk-17-jre-headless" in makefile
+    assert "install-promtool.sh" in makefile
+    # The benchmark duration is the same on both.
+    (in_make,) = re.findall(r"## bench-standard:.*?\((about \d+ min on 2 cores)", makefile)
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `make bench-standard`")]
+    assert in_make in row, (in_make, row)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Broker:
+    """The README's ``gannet broker run`` line as a background process on free ports."""
+
+    def __init__(self, command: str, env: dict[str, str], log: Path) -> None:
+        self.argv = [
+            *shlex.split(command),
+            "--listen",
+            env["GANNET_ENDPOINT"],
+            "--metrics-listen",
+            env["DOCTEST_METRICS"],
+        ]
+        # As the reader's shell would: ~ is the (temporary) HOME of the blocks.
+        self.argv = [env["HOME"] + a[1:] if a.startswith("~/") else a for a in self.argv]
+        assert not any(a.startswith("~") for a in self.argv), self.argv
+        self.env = env
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        assert self.process is None
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT
+            )
+        ready = f"http://{self.env['DOCTEST_METRICS']}/readyz"
+        deadline = time.monotonic() + BROKER_START_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise AssertionError(f"broker exited {self.process.returncode}: {self.tail()}")
+            try:
+                with urllib.request.urlopen(ready, timeout=2) as reply:
+                    if reply.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)  # polling /readyz: the broker offers no other start signal
+        raise AssertionError(f"broker not ready in {BROKER_START_S} s: {self.tail()}")
+
+    def stop(self) -> None:
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGINT)
+        try:
+            code = self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise
+        finally:
+            self.process = None
+        assert code == 0, f"broker exited {code} on Ctrl-C: {self.tail()}"
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:]
+
+
+def substituted(code: str, env: dict[str, str], bin_dir: Path, tmp: Path) -> str:
+    return (
+        code.replace("127.0.0.1:8081", env["GANNET_ENDPOINT"])
+        .replace("127.0.0.1:5557", env["DOCTEST_METRICS"])
+        .replace(".venv/bin/", f"{bin_dir}/")
+        .replace("/tmp/", f"{tmp}/")
+    )
+
+
+@pytest.fixture
+def reader_env(tmp_path: Path) -> dict[str, str]:
+    home = tmp_path / "home"
+    home.mkdir()
+    plain = tmp_path / "plain-python"
+    plain.mkdir()
+    # The interpreter the venv was made from: no Gannet, as `python3` on a reader's PATH.
+    base = Path(getattr(sys, "_base_executable", "") or "/usr/bin/python3")
+    (plain / "python3").symlink_to(base)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYSPARK_", "GANNET_"))}
+    env.update(
+        HOME=str(home),
+        PATH=f"{plain}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
+        GANNET_ENDPOINT=f"127.0.0.1:{free_port()}",
+        DOCTEST_METRICS=f"127.0.0.1:{free_port()}",
+        PYTHONUNBUFFERED="1",
+    )
+    env.pop("VIRTUAL_ENV", None)
+    return env
+
+
+# About 1.5 min on an idle 2-core machine (four Spark jobs start a JVM each); more under load.
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_every_readme_block_runs(reader_env: dict[str, str], tmp_path: Path) -> None:
+    found = blocks(README.read_text())
+    bin_dir = Path(sys.executable).parent
+    assert (bin_dir / "gannet").exists(), f"no gannet command beside {sys.executable}"
+    (broker_block,) = [b for b in found if b.broker]
+    command = substituted(broker_block.code.strip(), reader_env, bin_dir, tmp_path)
+    assert "\n" not in command, "the broker block is one command"
+    broker = Broker(command, reader_env, tmp_path / "broker.log")
+    ran: list[int] = []
+    try:
+        for block in found:
+            if block.skipped or block.broker:
+                continue
+            if block.offline:
+                broker.stop()
+            elif broker.process is None:
+                broker.start()
+            code = substituted(block.code, reader_env, bin_dir, tmp_path)
+            if block.language == "python":
+                argv = [sys.executable, "-c", code]
+            else:
+                argv = ["bash", "-euo", "pipefail", "-c", code]
+            started = time.monotonic()
+            done = subprocess.run(
+                argv,
+                env=reader_env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=BLOCK_TIMEOUT_S,
+                check=False,
+            )
+            took = time.monotonic() - started
+            print(f"README.md:{block.line} ({block.language}) rc={done.returncode} {took:.1f}s")
+            assert done.returncode == 0, (
+                f"README.md:{block.line} failed (rc {done.returncode}):\n{block.code}\n"
+                f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-5000:]}\n"
+                f"--- broker\n{broker.tail() if broker.log.exists() else ''}"
+            )
+            assert "Traceback" not in done.stderr, f"README.md:{block.line}:\n{done.stderr}"
+            check_output(block, done.stdout)
+            ran.append(block.line)
+    finally:
+        broker.stop()
+    assert len(ran) >= 10
+
+
+def check_output(block: Block, stdout: str) -> None:
+    """What a reader should see from the blocks whose output says whether they worked."""
+    where = f"README.md:{block.line}"
+    if "Producer(" in block.code:
+        assert stdout.count("sent ") == 4, f"{where}: {stdout}"
+    if "SimpleConsumer(" in block.code:
+        assert "got b'order 100" in stdout, f"{where}: {stdout}"
+    if 'spark.read.format("gannet")' in block.code:
+        # .show() prints each message's keys; the body is binary (hex).
+        for order in range(1001, 1006):
+            assert f"[order-{order}]" in stdout, f"{where}: {stdout}"
+    if "/metrics" in block.code:
+        assert "gannet_messages_in" in stdout, f"{where}: {stdout}"
