@@ -135,7 +135,7 @@ def test_abnormal_exit_recovers_and_undispatched_records_keep_their_offsets(tmp_
     with open_store(tmp_path) as store:
         assert not store.last_exit_ok
         assert store.put_message(msg(40)).queue_offset == 40
-        store.wait_dispatched(store.commitlog.max_offset())
+        assert store.wait_dispatched(store.commitlog.max_offset())
         assert store.max_offset_in_queue("TopicA", 0) == 41
     assert verifying.verify(tmp_path).clean
 
