@@ -2,7 +2,8 @@
 
 Every message the killed process did not report as acked must be delivered again after the
 store and the Pop services are reopened (at least once); acked ones may come back only if the
-ack's bookkeeping was lost with the process. The kill moment is drawn from a printed seed.
+ack's bookkeeping was lost with the process. The kill moment is drawn from a printed seed
+(``GANNET_CRASH_SEED=<seed>`` replays it).
 """
 
 from __future__ import annotations
@@ -81,8 +82,8 @@ def _run_and_kill(root: Path, acks_before_kill: int, seed: int) -> tuple[list[st
 
 
 def test_no_message_lost_when_the_consumer_process_is_killed(tmp_path: Path) -> None:
-    seed = random.randrange(2**32)
-    print(f"crash seed {seed}")
+    seed = int(os.environ.get("GANNET_CRASH_SEED", random.randrange(2**32)))
+    print(f"crash seed {seed} (replay with GANNET_CRASH_SEED={seed})")
     rng = random.Random(seed)
     bodies = _prepare(tmp_path)
     popped, acked = _run_and_kill(tmp_path, rng.randrange(20, 200), seed)
@@ -91,6 +92,8 @@ def test_no_message_lost_when_the_consumer_process_is_killed(tmp_path: Path) -> 
     try:
         assert not h.store.last_exit_ok
         h.settle()
+        end = h.store.commitlog.max_offset()
+        assert h.store.wait_dispatched(end, 0), f"dispatch stopped short of {end}"
         seen: Counter[str] = Counter()
         for _ in range(4):
             while True:

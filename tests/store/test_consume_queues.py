@@ -252,6 +252,41 @@ def test_truncate_keeps_pre_blank_units(tmp_path: Path) -> None:
     assert raw(cq, 0, 0, 20) == PRE_BLANK_UNIT
 
 
+def test_truncating_a_queue_that_holds_no_unit_lets_dispatch_rebuild_it(tmp_path: Path) -> None:
+    """A crash after dispatch created a queue's first file but before it wrote the unit: the
+    recovered queue is one empty file. Truncation must not leave ``max_physic_offset`` at the
+    cut, or every re-dispatched record below it is dropped as already built."""
+    store = ConsumeQueueStore(StoreConfig.for_tests(tmp_path))
+    store.find_or_create("T", 0).put(0, MSG_SIZE, 0, 0)
+    empty = store.find_or_create("T", 1)
+    empty.put(MSG_SIZE, MSG_SIZE, 0, 0)
+    empty.files[0].write_at(0, bytes(20))  # the file exists, its unit was never written
+    store.close()
+    again = ConsumeQueueStore(StoreConfig.for_tests(tmp_path))
+    again.load()
+    assert again.recover() == MSG_SIZE
+    again.truncate_dirty(5 * MSG_SIZE)  # recovery's cut, past the records of both queues
+    q1 = again.get("T", 1)
+    assert q1 is not None
+    assert q1.max_physic_offset == -1
+    q1.put(MSG_SIZE, MSG_SIZE, 9, 0)  # dispatch from the recovered point
+    q1.put(3 * MSG_SIZE, MSG_SIZE, 9, 1)
+    assert q1.read_units(0, 5) == [
+        CqUnit(0, MSG_SIZE, MSG_SIZE, 9),
+        CqUnit(1, 3 * MSG_SIZE, MSG_SIZE, 9),
+    ]
+
+
+def test_truncate_to_pre_blank_units_only_forgets_max_physic_offset(tmp_path: Path) -> None:
+    cq = new_queue(tmp_path)
+    fill(cq, 3, first_queue_offset=105)
+    cq.truncate_dirty_logic_files(105 * MSG_SIZE)  # only the pre-blank units stay
+    assert cq.max_offset_in_queue() == 105
+    assert cq.max_physic_offset == -1
+    cq.put(10 * MSG_SIZE, MSG_SIZE, 0, 105)  # a record below the cut, re-dispatched
+    assert cq.get_unit(105) == CqUnit(105, 10 * MSG_SIZE, MSG_SIZE, 0)
+
+
 # --- min offset and cleanup ---
 
 

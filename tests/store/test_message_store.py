@@ -135,8 +135,38 @@ def test_abnormal_exit_recovers_and_undispatched_records_keep_their_offsets(tmp_
     with open_store(tmp_path) as store:
         assert not store.last_exit_ok
         assert store.put_message(msg(40)).queue_offset == 40
-        store.wait_dispatched(store.commitlog.max_offset())
+        assert store.wait_dispatched(store.commitlog.max_offset())
         assert store.max_offset_in_queue("TopicA", 0) == 41
+    assert verifying.verify(tmp_path).clean
+
+
+def test_crash_between_creating_a_queue_file_and_writing_its_unit_loses_no_entry(
+    tmp_path: Path,
+) -> None:
+    """Dispatch killed after it created queue 1's first file for record 1, before it wrote the
+    unit (creating a file syncs its directory: a wide window). Recovery finds that queue empty
+    and cuts it; the re-dispatch from record 1 must rebuild it, not skip its records as
+    already built."""
+    store = open_store(tmp_path)
+    results = [store.put_message(msg(i, queue_id=i % 2)) for i in range(4)]
+    assert store.wait_dispatched(results[-1].end_offset)
+    store.abandon()
+    cq_dir = tmp_path / "consumequeue" / "TopicA"
+    with open(cq_dir / "0" / f"{0:020d}", "r+b") as f:  # record 2 was not dispatched yet
+        f.seek(20)
+        f.write(bytes(20))
+    with open(cq_dir / "1" / f"{0:020d}", "r+b") as f:  # the file exists, its unit does not
+        f.write(bytes(40))
+    with open_store(tmp_path) as store:
+        assert not store.last_exit_ok
+        assert store.wait_dispatched(store.commitlog.max_offset())
+        for i, r in enumerate(results):
+            assert r.queue_offset == i // 2
+            found = querying.by_queue_offset(store, "TopicA", i % 2, r.queue_offset)
+            assert found is not None, f"record {i} has no consume-queue entry"
+            assert found.physical_offset == r.wrote_offset
+        assert store.max_offset_in_queue("TopicA", 1) == 2
+        assert store.put_message(msg(4, queue_id=1)).queue_offset == 2
     assert verifying.verify(tmp_path).clean
 
 

@@ -318,8 +318,15 @@ class ConsumeQueue:
 
         Files whose first unit is cut are deleted; the file holding the cut keeps its head and
         its tail is zeroed so that no cut unit can be found again.
+
+        ``max_physic_offset`` becomes the end of the last real unit kept, or -1 when none is
+        (RocketMQ leaves it at ``phy_offset``). It must not claim more: :meth:`put` drops every
+        record below it as already built, and recovery re-dispatches records below the cut
+        that the queue does not hold — e.g. a crash after dispatch created a queue's first file
+        but before it wrote the unit leaves an empty file, and every record of that queue would
+        otherwise be missing from it for good.
         """
-        self.max_physic_offset = phy_offset
+        self.max_physic_offset = -1
         self._forget_times()
         doomed: list[MappedFile] = []
         cut: int | None = None
