@@ -599,7 +599,8 @@ def held_by(data_dir: Path) -> str | None:
 @data_dir_argument
 @output_option
 def store_verify(data_dir: Path) -> None:
-    """Check every record's CRC and every consume-queue entry; exit 1 on damage."""
+    """Check every record's CRC, every consume-queue entry, and that every dispatched record has
+    its entry; exit 1 on damage."""
     _require_store(data_dir)
     total = verifying.total_bytes(data_dir)
     columns = (
@@ -637,6 +638,7 @@ def store_verify(data_dir: Path) -> None:
             "records_ok": report.records_ok,
             "consume_queue_entries_ok": report.cq_units_ok,
             "commitlog_end": report.commitlog_end,
+            "records_without_entry": report.missing_units,
             "clean": report.clean,
             "damage": damage,
         },

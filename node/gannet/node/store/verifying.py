@@ -5,7 +5,17 @@ present, PHYSICALOFFSET equal to the record's position) and every consume-queue 
 point at a valid record of the same topic, queue, size and tag code, and the record's stored
 QUEUEOFFSET must equal the unit's position in its queue: a queue whose numbering shifted, e.g.
 after a send that reserved an offset and then failed, is reported per entry with topic, queue
-and offset). Damage is
+and offset). Every record that dispatch must have given a consume-queue unit (not a transaction
+prepare or rollback, as :mod:`dispatching` decides) and that lies below the dispatch reach must
+have a unit at its queue offset pointing back at it; a missing one (a dispatched unit lost, e.g.
+by a recovery that cut a queue too far) is reported with topic, queue, queue offset and
+commit-log offset, the first ``MISSING_REPORTED_MAX`` one by one, then one line with the count.
+The store keeps no durable commit offset, so the dispatch reach is taken from the consume queues
+themselves: the end of the highest record any valid unit points at. Dispatch is one ordered pass
+that never passes the commit offset (with Raft, the majority-durable offset), so every eligible
+record below that end was dispatched, and records above it (not committed, or not dispatched
+before a crash; recovery dispatches those) are not missing. Records whose units lie below a
+queue's first file were cleaned with it. Damage is
 reported as ranges; a damaged commit-log file is reported from the first bad byte to its end
 (records never straddle files, so the next file is checked independently). The zero-filled
 tail of the newest file is the normal end of data, not damage.
@@ -23,6 +33,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -33,6 +44,8 @@ from gannet.node.store import records
 _CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
 PRE_BLANK_SIZE = 0x7FFFFFFF
+MISSING_REPORTED_MAX = 100
+_CQ_MAPS_OPEN_MAX = 128
 Progress = Callable[[int], None]
 
 
@@ -49,6 +62,8 @@ class VerifyReport:
     records_ok: int = 0
     cq_units_ok: int = 0
     commitlog_end: int = 0
+    dispatch_reach: int = 0
+    missing_units: int = 0
     damage: list[Damage] = field(default_factory=list)
 
     @property
@@ -105,16 +120,34 @@ def total_bytes(root: Path) -> int:
 def verify(root: Path, *, progress: Progress | None = None) -> VerifyReport:
     report = VerifyReport()
     files = commitlog_files(root)
-    for i, path in enumerate(files):
-        _verify_commitlog_file(path, report, is_last=i == len(files) - 1)
-        if progress is not None:
-            progress(path.stat().st_size)
+    cq_damage: list[Damage] = []
     if files:
-        _verify_consume_queues(root, files, report, progress)
+        # Consume queues first: they give the dispatch reach the commit-log pass needs.
+        report.dispatch_reach = _verify_consume_queues(root, files, report, cq_damage, progress)
+    with _QueueUnits(root) as units:
+        missing = _MissingUnits(units, report.dispatch_reach)
+        for i, path in enumerate(files):
+            _verify_commitlog_file(path, report, is_last=i == len(files) - 1, on_record=missing)
+            if progress is not None:
+                progress(path.stat().st_size)
+    report.damage += cq_damage
+    report.damage += missing.damage
+    report.missing_units = missing.count
+    if missing.count > len(missing.damage):
+        more = missing.count - len(missing.damage)
+        report.damage.append(
+            Damage("consumequeue", 0, 0, f"{more:,} more records without a consume-queue entry")
+        )
     return report
 
 
-def _verify_commitlog_file(path: Path, report: VerifyReport, *, is_last: bool) -> None:
+def _verify_commitlog_file(
+    path: Path,
+    report: VerifyReport,
+    *,
+    is_last: bool,
+    on_record: Callable[[records.DispatchInfo], None] | None = None,
+) -> None:
     start = int(path.name)
     with _mapped(path) as buf:
         size = len(buf)
@@ -135,8 +168,132 @@ def _verify_commitlog_file(path: Path, report: VerifyReport, *, is_last: bool) -
                 )
                 break
             report.records_ok += 1
+            if on_record is not None and res.info is not None:
+                on_record(res.info)
             pos += res.size
         report.commitlog_end = start + pos
+
+
+class _QueueUnits:
+    """Reads one consume-queue unit by (topic, queue, queue offset); at most
+    ``_CQ_MAPS_OPEN_MAX`` files mapped at a time (least recently used closed first)."""
+
+    def __init__(self, root: Path) -> None:
+        self.base = root / "consumequeue"
+        self.dirs: dict[tuple[str, int], tuple[dict[int, Path], int, int]] = {}
+        self.maps: OrderedDict[Path, mmap.mmap | bytes] = OrderedDict()
+
+    def __enter__(self) -> _QueueUnits:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for buf in self.maps.values():
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+        self.maps.clear()
+
+    def _files(self, topic: str, qid: int) -> tuple[dict[int, Path], int, int]:
+        """The queue's files by first byte offset, the first one, and the file size (the
+        largest: every file is preallocated to it, a damaged one may be shorter)."""
+        key = (topic, qid)
+        known = self.dirs.get(key)
+        if known is None:
+            qdir = self.base / topic / str(qid)
+            found = qdir.iterdir() if qdir.is_dir() else iter(())
+            files = {int(p.name): p for p in found if p.is_file() and p.name.isdigit()}
+            first = min(files, default=0)
+            file_size = max((p.stat().st_size for p in files.values()), default=0)
+            known = self.dirs[key] = (files, first, file_size)
+        return known
+
+    def _buffer(self, path: Path) -> mmap.mmap | bytes:
+        buf = self.maps.get(path)
+        if buf is not None:
+            self.maps.move_to_end(path)
+            return buf
+        size = path.stat().st_size
+        if size == 0:
+            buf = b""
+        else:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                buf = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+            finally:
+                os.close(fd)
+        self.maps[path] = buf
+        if len(self.maps) > _CQ_MAPS_OPEN_MAX:
+            _, old = self.maps.popitem(last=False)
+            if isinstance(old, mmap.mmap):
+                old.close()
+        return buf
+
+    def unit(self, topic: str, qid: int, queue_offset: int) -> tuple[int, int] | None:
+        """(commit-log offset, size) of the unit, ``None`` when there is none (no file, short
+        file, or a zero unit); raises :class:`_Cleaned` when the unit lies below the queue's
+        first file."""
+        files, first, file_size = self._files(topic, qid)
+        if file_size <= 0:
+            return None
+        pos = queue_offset * CQ_UNIT_SIZE
+        if pos < first:
+            raise _Cleaned
+        start = first + (pos - first) // file_size * file_size
+        path = files.get(start)
+        if path is None:
+            return None
+        buf = self._buffer(path)
+        at = pos - start
+        if at + CQ_UNIT_SIZE > len(buf):
+            return None
+        offset, size, tags = _CQ_UNIT.unpack_from(buf, at)
+        if offset == 0 and size == 0 and tags == 0:
+            return None
+        return offset, size
+
+
+class _Cleaned(Exception):
+    """The unit asked for lies below the queue's first file: cleaned, not missing."""
+
+
+class _MissingUnits:
+    """Called with every valid commit-log record, in order: notes each record dispatch must
+    have given a unit (below ``reach``) whose unit is absent or points elsewhere."""
+
+    def __init__(self, units: _QueueUnits, reach: int) -> None:
+        self.units = units
+        self.reach = reach
+        self.count = 0
+        self.damage: list[Damage] = []
+
+    def __call__(self, info: records.DispatchInfo) -> None:
+        if info.commit_offset + info.size > self.reach:
+            return  # not dispatched yet: above the reach of every consume queue
+        if records.transaction_type(info.sys_flag) not in (
+            records.SYSFLAG_TRANSACTION_NOT_TYPE,
+            records.SYSFLAG_TRANSACTION_COMMIT_TYPE,
+        ):
+            return  # a prepare or rollback never gets a unit
+        topic, qid, qoff = info.topic, info.queue_id, info.queue_offset
+        try:
+            unit = self.units.unit(topic, qid, qoff)
+        except _Cleaned:
+            return
+        if unit is not None and unit == (info.commit_offset, info.size):
+            return
+        self.count += 1
+        if len(self.damage) >= MISSING_REPORTED_MAX:
+            return
+        if unit is None:
+            what = "no consume-queue entry"
+        elif unit[1] == PRE_BLANK_SIZE:
+            what = "a pre-blank consume-queue entry"
+        else:
+            what = f"an entry pointing at commit-log offset {unit[0]} instead"
+        reason = (
+            f"topic {topic} queue {qid} offset {qoff}: {what} for the record at commit-log "
+            f"offset {info.commit_offset}"
+        )
+        self.damage.append(Damage(f"consumequeue/{topic}/{qid}", qoff, qoff + 1, reason))
 
 
 class _CommitLogReader:
@@ -162,12 +319,20 @@ class _CommitLogReader:
 
 
 def _verify_consume_queues(
-    root: Path, files: list[Path], report: VerifyReport, progress: Progress | None
-) -> None:
+    root: Path,
+    files: list[Path],
+    report: VerifyReport,
+    damage: list[Damage],
+    progress: Progress | None,
+) -> int:
+    """Check every unit, appending problems to ``damage``; returns the dispatch reach (the end
+    of the highest record a valid unit points at)."""
+    reach = 0
     with ExitStack() as stack:
         reader = _CommitLogReader(files, stack)
         for topic, qid, qdir in consume_queue_dirs(root):
-            _verify_queue(reader, topic, qid, qdir, report, progress)
+            reach = max(reach, _verify_queue(reader, topic, qid, qdir, report, damage, progress))
+    return reach
 
 
 def _verify_queue(
@@ -176,8 +341,10 @@ def _verify_queue(
     qid: int,
     qdir: Path,
     report: VerifyReport,
+    damage: list[Damage],
     progress: Progress | None,
-) -> None:
+) -> int:
+    reach = 0
     for cq_file in sorted(p for p in qdir.iterdir() if p.is_file() and p.name.isdigit()):
         base = int(cq_file.name) // CQ_UNIT_SIZE
         with _mapped(cq_file) as buf:
@@ -191,11 +358,13 @@ def _verify_queue(
                 problem = _check_unit(reader, offset, size, tags, topic, qid, qoff)
                 if problem:
                     where = f"consumequeue/{topic}/{qid}"
-                    report.damage.append(Damage(where, qoff, qoff + 1, problem))
+                    damage.append(Damage(where, qoff, qoff + 1, problem))
                 else:
                     report.cq_units_ok += 1
+                    reach = max(reach, offset + size)
         if progress is not None:
             progress(cq_file.stat().st_size)
+    return reach
 
 
 def _check_unit(
