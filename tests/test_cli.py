@@ -72,6 +72,22 @@ def test_verify_exit_codes(tmp_path: Path) -> None:
     assert "CRC" in bad.output
 
 
+def test_verify_names_a_record_without_consume_queue_entry(tmp_path: Path) -> None:
+    offsets = make_store(tmp_path)
+    cq = next((tmp_path / "consumequeue").glob("*/*/00000000000000000000"))
+    with open(cq, "r+b") as f:
+        f.seek(2 * 20)
+        f.write(bytes(20))
+    result = CliRunner().invoke(main, ["store", "verify", str(tmp_path), "-o", "json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["records_without_entry"] == 1
+    [damage] = report["damage"]
+    assert damage["where"] == f"consumequeue/CliTopic/{cq.parent.name}"
+    assert damage["from"] == 2
+    assert f"commit-log offset {offsets[2]}" in damage["reason"]
+
+
 def test_get_and_query(tmp_path: Path) -> None:
     offsets = make_store(tmp_path)
     runner = CliRunner()

@@ -67,6 +67,19 @@ def test_a_zeroed_unit_is_reported_with_topic_queue_and_offsets(tmp_path: Path) 
     assert f"commit-log offset {where[(TOPIC, 9)]}" in reason
 
 
+def test_a_zeroed_unit_inside_the_only_queue_is_reported(tmp_path: Path) -> None:
+    """One queue only: the units after the hole still give the dispatch reach."""
+    with open_store(tmp_path) as store:
+        results = [store.put_message(Message(topic=TOPIC, body=f"m{i}".encode())) for i in range(8)]
+        assert store.wait_dispatched(results[-1].end_offset)
+    zero_unit(tmp_path, TOPIC, 0, 3)
+    report = verifying.verify(tmp_path)
+    assert report.cq_units_ok == 7
+    assert report.missing_units == 1
+    assert [d.start for d in report.damage] == [3]
+    assert f"commit-log offset {results[3].wrote_offset}" in report.damage[0].reason
+
+
 def test_a_truncated_queue_file_is_reported(tmp_path: Path) -> None:
     where = write_store(tmp_path)
     os.truncate(cq_file(tmp_path, TOPIC, 0), 7 * verifying.CQ_UNIT_SIZE)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
@@ -45,6 +46,7 @@ _CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
 PRE_BLANK_SIZE = 0x7FFFFFFF
 MISSING_REPORTED_MAX = 100
+_NONZERO = re.compile(rb"[^\x00]")
 _CQ_MAPS_OPEN_MAX = 128
 Progress = Callable[[int], None]
 
@@ -348,13 +350,21 @@ def _verify_queue(
     for cq_file in sorted(p for p in qdir.iterdir() if p.is_file() and p.name.isdigit()):
         base = int(cq_file.name) // CQ_UNIT_SIZE
         with _mapped(cq_file) as buf:
-            for pos in range(0, len(buf) - CQ_UNIT_SIZE + 1, CQ_UNIT_SIZE):
+            pos = 0
+            while pos + CQ_UNIT_SIZE <= len(buf):
                 offset, size, tags = _CQ_UNIT.unpack_from(buf, pos)
                 if offset == 0 and size == 0 and tags == 0:
-                    break  # end of written units
+                    # End of written units, or a hole (zeroed units) with units after it: skip
+                    # to the next written unit so they are checked and count for the reach.
+                    found = _NONZERO.search(buf, pos)
+                    if found is None:
+                        break
+                    pos = found.start() // CQ_UNIT_SIZE * CQ_UNIT_SIZE
+                    continue
+                qoff = base + pos // CQ_UNIT_SIZE
+                pos += CQ_UNIT_SIZE
                 if size == PRE_BLANK_SIZE or offset < reader.first:
                     continue  # pre-blank, or points into cleaned commit log
-                qoff = base + pos // CQ_UNIT_SIZE
                 problem = _check_unit(reader, offset, size, tags, topic, qid, qoff)
                 if problem:
                     where = f"consumequeue/{topic}/{qid}"
