@@ -163,3 +163,22 @@ def test_a_prepare_without_unit_is_not_missing(tmp_path: Path, flag: int) -> Non
     assert not cq_file(tmp_path, TOPIC, 0).exists()
     report = verifying.verify(tmp_path)
     assert report.clean, report.damage
+
+
+def test_a_raft_tail_past_the_commit_offset_is_not_missing(tmp_path: Path) -> None:
+    """With Raft, dispatch stops at the commit offset: the records past it have no units."""
+    config = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    with MessageStore(config, commit_follows_flush=False).open() as store:
+        results = [
+            store.put_message(Message(topic=(TOPIC, OTHER)[i % 2], body=f"m{i}".encode()))
+            for i in range(10)
+        ]
+        store.set_commit_offset(results[5].end_offset)
+        assert store.wait_dispatched(results[5].end_offset)
+    assert store.max_offset_in_queue(TOPIC, 0) == 3  # records 0, 2, 4 dispatched; 6, 8 not
+    report = verifying.verify(tmp_path)
+    assert report.clean, report.damage
+    assert report.dispatch_reach == results[5].end_offset
+    zero_unit(tmp_path, TOPIC, 0, 1)
+    report = verifying.verify(tmp_path)
+    assert [(d.where, d.start) for d in report.damage] == [(f"consumequeue/{TOPIC}/0", 1)]
