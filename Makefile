@@ -126,7 +126,7 @@ e2e-kind: $(STAMP)
 	bash e2e/operator/kind.sh
 
 ## kube-tools: etcd (Debian's etcd-server) and kube-apiserver + kube-controller-manager v1.34.4
-## built with go from the Go module proxy, cached in ~/.cache/gannet-kube (cold: ~12 min on 2 cores)
+## and kubectl built with go from the Go module proxy, cached in ~/.cache/gannet-kube (cold: ~20 CPU-min)
 kube-tools: $(STAMP)
 	command -v etcd >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) etcd-server; }
 	command -v go >/dev/null || { echo "kube-tools: go is not on PATH (it builds kube-apiserver)"; exit 1; }

@@ -272,8 +272,11 @@ def _wait_ready(plane: ControlPlane, processes: dict[str, subprocess.Popen[bytes
                 log = (plane.workdir / f"{what}.log").read_text()[-4000:]
                 raise RuntimeError(f"{what} exited with {running.returncode}:\n{log}")
         try:
-            plane.request("GET", "/readyz")
-            return
+            with urllib.request.urlopen(
+                plane.server + "/readyz", context=plane.ssl_context(), timeout=10
+            ) as answer:
+                if answer.read().strip() == b"ok":
+                    return
         except (OSError, ValueError) as exc:  # not listening yet, or a 500 while starting
             last = str(exc)
             if isinstance(exc, urllib.error.HTTPError):

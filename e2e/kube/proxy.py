@@ -42,7 +42,8 @@ class ExpiringProxy:
         self.expired: list[str] = []  # watch URLs the server answered with 410
         self.watches: list[str] = []  # every watch URL forwarded, in order
         self.lists: list[str] = []  # every list URL forwarded, in order
-        self._open: dict[web.Request, str] = {}  # open streams: request -> collection
+        # Open watch streams: id(request) -> (request, collection).
+        self._open: dict[int, tuple[web.Request, str]] = {}
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._runner: web.AppRunner | None = None
@@ -56,7 +57,7 @@ class ExpiringProxy:
 
     async def _arm(self, armed: Armed) -> None:
         self.armed = armed
-        for request, collection in list(self._open.items()):
+        for request, collection in list(self._open.values()):
             if collection == armed.collection and request.transport is not None:
                 request.transport.close()  # as a dropped connection would
 
@@ -88,7 +89,7 @@ class ExpiringProxy:
                     response.headers[key] = value
             await response.prepare(request)
             if is_watch:
-                self._open[request] = collection
+                self._open[id(request)] = (request, collection)
             try:
                 async for chunk in upstream.content.iter_any():
                     if is_watch and (
@@ -99,7 +100,7 @@ class ExpiringProxy:
             except (ConnectionError, aiohttp.ClientError, asyncio.CancelledError):
                 pass
             finally:
-                self._open.pop(request, None)
+                self._open.pop(id(request), None)
             return response
 
     async def _start(self) -> None:
@@ -109,15 +110,19 @@ class ExpiringProxy:
         serving.load_cert_chain(str(self.plane.pki.server_cert), str(self.plane.pki.server_key))
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, handle_signals=False)
+        self._runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=2)
         await self._runner.setup()
         await web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=serving).start()
 
     async def _stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        # End the streams first: a watch handler otherwise waits for the server's timeout.
+        for request, _ in list(self._open.values()):
+            if request.transport is not None:
+                request.transport.close()
         if self._session is not None:
             await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
 
     @contextlib.contextmanager
     def running(self) -> Iterator[ExpiringProxy]:
