@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import helm_python
-import pytest
 
 from e2e.kube import harness
 from e2e.kube.control_plane import ControlPlane
@@ -25,7 +24,6 @@ def _settings_applied(obj: dict[str, Any] | None) -> bool:
     return found is not None and found["status"] == "True"
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch operator")
 def test_one_gannetcluster_pass_at_a_time_no_409(
     plane: ControlPlane, admin: Kubectl, running_operator: Process, release: dict[str, Any]
 ) -> None:
@@ -73,7 +71,6 @@ def _wait_event(
     raise AssertionError(f"no matching Event for {name} in {EVENT_WAIT_S} s; saw {summary}")
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch operator")
 def test_events_are_posted_for_steps_refusals_and_failures(
     plane: ControlPlane,
     admin: Kubectl,
@@ -109,7 +106,6 @@ def test_events_are_posted_for_steps_refusals_and_failures(
         admin.run("delete", "topic", "evented", "-n", NAMESPACE, "--wait=false")
 
 
-@pytest.mark.xfail(strict=True, reason="fixed on branch operator")
 def test_verbose_operator_logs_at_debug(
     plane: ControlPlane,
     admin: Kubectl,
