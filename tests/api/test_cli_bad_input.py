@@ -58,6 +58,7 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "invisible_s": [("forever", USAGE), ("-1s", USAGE)],
     "wait_s": [("soon", USAGE)],
     "props": [("novalue", USAGE)],
+    "delete_when": [("25", USAGE), ("x", USAGE)],
 }
 # free-text options a wrong value cannot be told from a right one for (nothing to check)
 FREE_TEXT_OPTIONS = {

@@ -353,7 +353,14 @@ def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerTh
 
     async def scenario() -> None:
         async with operator_env(broker.endpoint, refresh_interval_s=0.1) as env:
-            owned = ("statefulsets", "configmaps", "services", "poddisruptionbudgets")
+            owned = (
+                "statefulsets",
+                "configmaps",
+                "services",
+                "poddisruptionbudgets",
+                "networkpolicies",
+                "secrets",
+            )
             for plural in owned:
                 env.api.latency[("PATCH", plural)] = 0.3  # server-side apply
             await env.apply("GannetCluster", "main", {"replicas": 1})
@@ -374,7 +381,9 @@ def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerTh
             ]
             assert sorted(writes) == [
                 ("PATCH", "configmaps", "main-config"),
+                ("PATCH", "networkpolicies", "main-peers"),
                 ("PATCH", "poddisruptionbudgets", "main"),
+                ("PATCH", "secrets", "main-peer-secret"),
                 ("PATCH", "services", "main-client"),
                 ("PATCH", "services", "main-peers"),
                 ("PATCH", "statefulsets", "main"),
@@ -387,7 +396,9 @@ def test_create_handler_and_refresh_timer_never_overlap(broker: threads.BrokerTh
             ]
             assert sorted(created) == [
                 "created ConfigMap main-config",
+                "created NetworkPolicy main-peers",
                 "created PodDisruptionBudget main",
+                "created Secret main-peer-secret",
                 "created Service main-client",
                 "created Service main-peers",
                 "created StatefulSet main",

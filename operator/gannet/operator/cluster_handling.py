@@ -83,7 +83,9 @@ async def reconcile(
             )
     if current is not None and decision.replicas != current:
         pending.normal("Scaled", f"StatefulSet {name}: {current} -> {decision.replicas} replicas")
-    await _ensure_peer_secret(ctx, name, namespace, uid, cluster)
+    if await _ensure_peer_secret(ctx, name, namespace, uid, cluster):
+        secret = manifests.peer_secret_name(name, cluster)
+        pending.normal("Created", f"created Secret {secret}")
     monitoring: Condition | None = None
     certificates: Condition | None = None
 
@@ -171,15 +173,17 @@ async def reconcile(
 
 async def _ensure_peer_secret(
     ctx: Context, name: str, namespace: str, uid: str, cluster: specs.ClusterSpec
-) -> None:
+) -> bool:
     """Create the generated peer secret once (``manifests.peer_secret_name``); a Secret named
-    in the spec is the user's to create (the pods wait for it)."""
+    in the spec is the user's to create (the pods wait for it). True when it was created."""
     secret = manifests.peer_secret_name(name, cluster)
     if secret is None or cluster.security.peer_secret is not None:
-        return
-    if await ctx.kube.get("v1", "Secret", namespace, secret) is None:
-        token = secrets.token_urlsafe(32)
-        await ctx.kube.apply(manifests.generated_peer_secret(name, namespace, uid, token))
+        return False
+    if await ctx.kube.get("v1", "Secret", namespace, secret) is not None:
+        return False
+    token = secrets.token_urlsafe(32)
+    await ctx.kube.apply(manifests.generated_peer_secret(name, namespace, uid, token))
+    return True
 
 
 async def _roll(
