@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2
 
-from gannet.node.api import receiving, sending, statuses
+from gannet.node.api import filters, sending, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, validation
 from gannet.node.store.group_configs import (
@@ -113,7 +113,7 @@ def _merge_consumer(reply: definition_pb2.Settings, groups: GroupConfigManager) 
     group = groups.get(name) or SubscriptionGroupConfig(group_name=name)
     sub = reply.subscription
     for entry in sub.subscriptions:
-        receiving.tag_filter_of(entry.expression)
+        filters.filter_of(entry.expression)
     sub.receive_batch_size = CONSUMER_RECEIVE_BATCH_SIZE
     sub.long_polling_timeout.CopyFrom(_duration(CONSUMER_LONG_POLLING_TIMEOUT_MS))
     sub.fifo = group.consume_message_orderly

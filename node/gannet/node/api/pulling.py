@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import receiving, statuses
+from gannet.node.api import filters, receiving, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import PoppedMessage
@@ -174,7 +174,7 @@ class PullHandler:
             raise ApiError(statuses.FORBIDDEN, f"topic {config.topic_name!r} is not readable")
         if request.batch_size <= 0:
             raise ApiError(statuses.BAD_REQUEST, f"batch_size {request.batch_size} is not >= 1")
-        tag_filter = receiving.tag_filter_of(request.filter_expression)
+        tag_filter = filters.filter_of(request.filter_expression)
         topic, offset = config.topic_name, int(request.offset)
         wait_ms = self.polling_ms(request, context.time_remaining())
         wanted = min(int(request.batch_size), self.limits.batch_messages_max)

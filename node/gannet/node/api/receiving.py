@@ -60,10 +60,11 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
 from gannet.node.api import routes, sending, statuses
+from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
-from gannet.node.pop import filtering, receipts
+from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
@@ -148,24 +149,6 @@ def _timestamp(ms: int) -> Timestamp:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
-def pop_error(exc: pop_errors.PopError) -> ApiError:
-    """The v2 answer to a Pop error (each class's docstring names its code)."""
-    text = str(exc)
-    if isinstance(exc, pop_errors.FilterExpressionIllegal):
-        return ApiError(Code.ILLEGAL_FILTER_EXPRESSION, text)
-    if isinstance(exc, pop_errors.InvisibleTimeIllegal):
-        return ApiError(Code.ILLEGAL_INVISIBLE_TIME, text)
-    if isinstance(exc, pop_errors.ReceiptHandleIllegal | pop_errors.AlreadyAcked):
-        return ApiError(Code.INVALID_RECEIPT_HANDLE, text)
-    if isinstance(exc, pop_errors.UnknownTopicOrGroup):
-        return ApiError(statuses.TOPIC_NOT_FOUND, text)
-    if isinstance(exc, pop_errors.PopBusy):
-        return ApiError(statuses.TOO_MANY_REQUESTS, text)
-    if isinstance(exc, pop_errors.PopRequestIllegal):
-        return ApiError(statuses.BAD_REQUEST, text)
-    return ApiError(statuses.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {text}")
-
-
 def _api_error(exc: Exception, what: str) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
@@ -182,18 +165,6 @@ def parse_handle(text: str) -> ReceiptHandle:
         raise ApiError(Code.INVALID_RECEIPT_HANDLE, "receipt_handle is blank")
     try:
         return receipts.parse(text)
-    except pop_errors.PopError as exc:
-        raise pop_error(exc) from None
-
-
-def tag_filter_of(expression: definition_pb2.FilterExpression) -> MessageFilter:
-    kind = (
-        filtering.ExpressionType.SQL92
-        if expression.type == definition_pb2.SQL
-        else filtering.ExpressionType.TAG
-    )
-    try:
-        return filtering.parse(str(expression.expression), kind)
     except pop_errors.PopError as exc:
         raise pop_error(exc) from None
 
@@ -362,7 +333,7 @@ class PopHandler:
         topic = self.resources.topic(str(request.message_queue.topic.name))
         if not topic.readable:
             raise ApiError(statuses.FORBIDDEN, f"topic {topic.topic_name!r} has no readable queue")
-        tag_filter = tag_filter_of(request.filter_expression)
+        tag_filter = filter_of(request.filter_expression)
         invisible_ms = self.invisible_ms(request)
         if request.batch_size <= 0:
             raise ApiError(statuses.BAD_REQUEST, f"batch_size {request.batch_size} is not >= 1")
