@@ -234,8 +234,8 @@ def test_pending_half_messages_are_recovered_from_the_store(broker, messaging, a
     request.topic.name = topic
     assert messaging.EndTransaction(request, timeout=5).status.code == Code.OK
     settle(broker)
-    fresh = transactions.TransactionService(broker.broker.store)  # as after a restart
-    pending = set(fresh._pending)
+    fresh = transactions.TransactionService(broker.broker.store, listen=False)  # a restart
+    pending = fresh.book.pending_offsets()
     assert transactions.parse_transaction_id(open_id) in pending
     assert transactions.parse_transaction_id(ended_id) not in pending
 

@@ -76,6 +76,7 @@ REQUESTS: dict[str, tuple[type[ProtoMessage], type[ProtoMessage]]] = {
     ),
     "UpdateOffset": (service_pb2.UpdateOffsetRequest, service_pb2.UpdateOffsetResponse),
     "ReceiveMessage": (service_pb2.ReceiveMessageRequest, service_pb2.ReceiveMessageResponse),
+    "EndTransaction": (service_pb2.EndTransactionRequest, service_pb2.EndTransactionResponse),
 }
 """The leader-only v2 methods: request and response types (``ReceiveMessage`` streams)."""
 STREAMING = frozenset({"ReceiveMessage"})

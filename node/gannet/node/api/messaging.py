@@ -4,7 +4,7 @@ Served here: QueryRoute, Heartbeat, SendMessage (normal, FIFO, delayed, batches;
 the bytes are durable per the flush mode), QueryAssignment, Telemetry (settings replies),
 NotifyClientTermination, GetOffset / QueryOffset / UpdateOffset, and transactional messages
 (half messages, EndTransaction, orphan checks pushed on producers' Telemetry streams:
-:mod:`transactions`; single broker only). Pop consumption
+:mod:`transactions`; through the Raft log on a replicated group). Pop consumption
 (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) is
 delegated to a :class:`PopHandlers` (the broker plugs in :mod:`receiving` by default), and
 answered ``UNSUPPORTED`` with a message saying Pop is not served yet when there is none
@@ -13,8 +13,9 @@ error but logs the latter as an unrecognized code). Everything else answers ``UN
 its ``status``.
 
 On a Raft group, what only the leader may do (sends, Pop and its acks, invisibility changes,
-DLQ forwarding, offset updates) is served by any member: a follower forwards it to the leader,
-or holds it while no leader is known (:mod:`forwarding`); everything else is answered locally.
+DLQ forwarding, offset updates, EndTransaction) is served by any member: a follower forwards it
+to the leader, or holds it while no leader is known (:mod:`forwarding`); everything else is
+answered locally.
 
 Names are checked and looked up by :class:`~gannet.node.api.resources.Resources` (unknown
 topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset RPCs live in
@@ -168,13 +169,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         )
         """Retried sends answered with the original receipt (:mod:`dedup`)."""
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
-        # Transactions on a single broker only (half messages are not replicated yet).
-        self.transactions = (
-            transactions.TransactionHandler(
-                store, lambda name: self.resources.topic(name).topic_name, self._wait_durable
-            )
-            if replication is None
-            else None
+        self.transactions: transactions.TransactionHandler | None = transactions.TransactionHandler(
+            store,
+            lambda name: self.resources.topic(name).topic_name,
+            self._acknowledge,
+            lambda: replication is None or replication.is_serving_leader(),
         )
 
     # ------------------------------------------------------------------ helpers
@@ -367,9 +366,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             message.queue_id = queue_id
         if prepared.transactional:
             if self.transactions is None:
-                raise ApiError(
-                    statuses.UNSUPPORTED, "transactional messages are not served by a Raft group"
-                )
+                raise _unsupported("transactional messages")
             messages = self.transactions.to_half(messages)
         results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
         if self._on_sent is not None:
@@ -422,6 +419,14 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             await replication.wait_committed(end_offset)
         except ReplicationError as exc:
             raise routes.replication_refusal(exc) from None
+
+    async def _acknowledge(self, durable_at: int | None) -> None:
+        """Return once what this node just appended may be answered: committed by the Raft
+        group, or durable per the flush mode."""
+        if self.replication is not None:
+            await self._wait_committed(self.replication)
+        elif durable_at is not None:
+            await self._wait_durable(durable_at)
 
     async def _wait_durable(self, offset: int) -> None:
         try:
@@ -537,11 +542,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             yield response
 
     async def EndTransaction(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        if self.transactions is None:
-            return service_pb2.EndTransactionResponse(
-                status=_unsupported("EndTransaction on a Raft group").status()
-            )
-        return await self.transactions.EndTransaction(request)
+        async def work() -> service_pb2.EndTransactionResponse:
+            self._check_leader()  # resolutions go through the log: only the leader writes
+            if self.transactions is None:
+                raise _unsupported("EndTransaction")
+            await self.transactions.end(request)
+            return service_pb2.EndTransactionResponse(status=statuses.ok())
+
+        return await self._leader_only(
+            "EndTransaction", request, context, service_pb2.EndTransactionResponse, work
+        )
 
     async def RecallMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return service_pb2.RecallMessageResponse(status=_unsupported("RecallMessage").status())

@@ -1,84 +1,75 @@
 """Transactional messages over v2: half messages, EndTransaction and orphan checks
-(``v2-protocol.md`` §4, RocketMQ ``TransactionalMessageService``).
+(``v2-protocol.md`` §4, RocketMQ ``TransactionalMessageService``), on one node or a Raft group.
 
-Storage format (as RocketMQ's broker):
+Every record a transaction writes (half message, commit copy, op record, check record, discard
+copy: :mod:`transaction_records`) is an ordinary commit-log append, so on a Raft group it is
+proposed and committed like any send. Every replica applies the records that dispatch reaches
+to its :class:`~gannet.node.api.transaction_book.TransactionBook`; only the leader writes:
 
-* A transactional SendMessage is stored as a **half message** in ``RMQ_SYS_TRANS_HALF_TOPIC``
-  queue 0 with ``REAL_TOPIC`` / ``REAL_QID`` naming where it belongs and ``TRAN_MSG=true``.
-  Consumers never read that topic, so the message stays invisible.
-* The answer's ``transaction_id`` is the half message's commit-log offset as 16 hex digits;
-  EndTransaction finds the half message through it (and checks its message id and topic).
-* **COMMIT** appends a copy (without those properties) to the real topic and queue; COMMIT and
-  **ROLLBACK** then append an **op record** to ``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0: tag
-  ``d``, body = the half message's commit-log offset in decimal. A half message with an op
-  record is resolved; a second EndTransaction for it is refused (``INVALID_TRANSACTION_ID``).
-* Only open transactions are kept in memory (at most ``pending_max``; a transactional send
-  beyond that is ``TOO_MANY_REQUESTS``). On start the op topic is read back, then the half
-  topic: every half message without an op record is open again.
+* **EndTransaction** (followers forward it, :mod:`forwarding`): the leader waits until the half
+  message is dispatched, reserves the resolution in its book (a second request for the same
+  transaction meanwhile is refused, a retried identical one is answered OK without a write),
+  appends the commit copy and/or op record and answers once they are committed.
+* **Orphan checks**: every ``CHECK_TICK_S`` the leader looks for half messages older than
+  ``check_after_ms`` (RocketMQ ``transactionTimeOut``) whose last check is ``check_interval_ms``
+  old (``transactionCheckInterval``), and appends one check record each. Every member, on
+  dispatching a fresh check record, pushes a ``RecoverOrphanedTransactionCommand`` to one of
+  its own producers of the topic (Telemetry stream); the producer's checker answers with
+  EndTransaction (``SOURCE_SERVER_CHECK``). A check counts whether or not a producer was
+  connected (as RocketMQ). After ``check_max`` checks (``transactionCheckMax``) the half
+  message is **discarded** as RocketMQ's ``resolveDiscardMsg`` does: copied to
+  ``TRANS_CHECK_MAX_TIME_TOPIC`` for inspection, never delivered.
 
-**Orphan checks.** A pending half message older than ``check_after_ms`` (RocketMQ
-``transactionTimeOut``, 6 s) is offered to a connected producer of its topic as a
-``RecoverOrphanedTransactionCommand`` on that producer's Telemetry stream, every
-``check_interval_ms`` (RocketMQ ``transactionCheckInterval``), at most ``check_max`` times
-(``transactionCheckMax``, 15); after that it is rolled back (logged). The producer's checker
-answers with EndTransaction (source ``SOURCE_SERVER_CHECK``).
+After a leader change the new leader serves only once it applied every record of the previous
+terms (:meth:`ReplicationNode.check_leader`), so its book holds every committed resolution: a
+committed transaction is neither lost nor written twice. On start the book is read back from
+the op, check and half topics (a half message whose commit copy survived without its op record
+is found through the index by its unique key).
 
-:class:`TransactionService` is bookkeeping over the store with an explicit ``now_ms`` (called
-from worker threads); :class:`TransactionHandler` is its event-loop side for
-:class:`~gannet.node.api.messaging.MessagingServicer`: the EndTransaction RPC, an outbox per
+:class:`TransactionService` is the store side (worker and dispatch threads);
+:class:`TransactionHandler` is its event-loop side for
+:class:`~gannet.node.api.messaging.MessagingServicer`: the EndTransaction work, an outbox per
 producer Telemetry stream (merged into the stream by :func:`with_outbox`, at most
-``OUTBOX_COMMANDS_MAX`` queued) and the check task (every ``CHECK_TICK_S`` while anything is
-pending). Not served on a Raft group (the servicer answers ``UNSUPPORTED`` there).
+``OUTBOX_COMMANDS_MAX`` queued) and the check task.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
 from gannet.node.api import statuses
+from gannet.node.api import transaction_records as tr
 from gannet.node.api.statuses import ApiError
-from gannet.node.store import errors, records, validation
+from gannet.node.api.transaction_book import (
+    CheckLimits,
+    EndRefused,
+    Pending,
+    Resolution,
+    TransactionBook,
+)
 from gannet.node.store import properties as props
+from gannet.node.store import querying, records
 from gannet.node.store.commitlog import AppendResult
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.records import DispatchInfo
 from gannet.node.store.topic_configs import PERM_READ, PERM_WRITE, TopicConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-HALF_TOPIC = validation.TRANS_HALF_TOPIC
-OP_TOPIC = validation.TRANS_OP_HALF_TOPIC
-OP_TAG = "d"
-TRANSACTION_ID_HEX_DIGITS = 16
+TransactionLimits = CheckLimits
+parse_transaction_id = tr.parse_transaction_id
+transaction_id_of = tr.transaction_id_of
 READ_BATCH_MESSAGES = 256
-_HIDDEN = {props.REAL_TOPIC, props.REAL_QUEUE_ID, props.TRANSACTION_PREPARED}
-
-
-@dataclass(frozen=True, slots=True)
-class TransactionLimits:
-    check_after_ms: int = 6_000  # transactionTimeOut
-    check_interval_ms: int = 60_000  # transactionCheckInterval
-    check_max: int = 15  # transactionCheckMax
-    pending_max: int = 100_000
-
-
-@dataclass(slots=True)
-class _Pending:
-    commit_offset: int
-    topic: str
-    stored_ms: int
-    checks: int = 0
-    next_check_ms: int = 0
+DISPATCH_WAIT_S = 2.0
+"""How long EndTransaction waits for its half message to be dispatched (just committed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,26 +81,8 @@ class OrphanCheck:
     message: definition_pb2.Message
 
 
-def transaction_id_of(commit_offset: int) -> str:
-    return f"{commit_offset:0{TRANSACTION_ID_HEX_DIGITS}X}"
-
-
-def parse_transaction_id(text: str) -> int:
-    if len(text) != TRANSACTION_ID_HEX_DIGITS:
-        raise ApiError(
-            Code.INVALID_TRANSACTION_ID,
-            f"transaction_id {text[:40]!r} is not {TRANSACTION_ID_HEX_DIGITS} hex digits",
-        )
-    try:
-        return int(text, 16)
-    except ValueError:
-        raise ApiError(
-            Code.INVALID_TRANSACTION_ID, f"transaction_id {text!r} is not hexadecimal"
-        ) from None
-
-
 def ensure_topics(store: MessageStore) -> None:
-    for name in (HALF_TOPIC, OP_TOPIC):
+    for name in tr.TOPICS:
         if store.topic_configs.get(name) is None:
             store.topic_configs.put(
                 TopicConfig(
@@ -118,62 +91,92 @@ def ensure_topics(store: MessageStore) -> None:
             )
 
 
-def to_half(messages: list[records.Message]) -> list[records.Message]:
-    """The half messages to append instead of ``messages`` (already assigned a queue)."""
-    halves = []
-    for m in messages:
-        properties = dict(m.properties)
-        properties[props.REAL_TOPIC] = m.topic
-        properties[props.REAL_QUEUE_ID] = str(m.queue_id)
-        properties[props.TRANSACTION_PREPARED] = "true"
-        halves.append(dataclasses.replace(m, topic=HALF_TOPIC, queue_id=0, properties=properties))
-    return halves
-
-
-def _timestamp(ms: int) -> Timestamp:
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
-
-
-def message_pb(half: records.Message) -> definition_pb2.Message:
-    """A half message as the v2 message a producer's checker sees."""
-    p = half.properties
-    sp = definition_pb2.SystemProperties(
-        message_id=p.get(props.UNIQ_KEY, ""),
-        keys=half.keys,
-        body_encoding=definition_pb2.IDENTITY,
-        message_type=definition_pb2.TRANSACTION,
-        born_timestamp=_timestamp(half.born_timestamp_ms),
-        store_timestamp=_timestamp(half.store_timestamp_ms),
-    )
-    if half.tags is not None:
-        sp.tag = half.tags
-    user = {
-        k: v
-        for k, v in p.items()
-        if k not in _HIDDEN
-        and k not in validation.RESERVED_PROPERTY_KEYS
-        and not k.startswith(props.TRANSIENT_PREFIX)
-    }
-    return definition_pb2.Message(
-        topic=definition_pb2.Resource(name=p.get(props.REAL_TOPIC, "")),
-        user_properties=user,
-        system_properties=sp,
-        body=half.body,
-    )
+def _wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 class TransactionService:
-    def __init__(self, store: MessageStore, limits: TransactionLimits | None = None) -> None:
-        self.store = store
-        self.limits = limits or TransactionLimits()
-        self._lock = threading.Lock()
-        self._pending: dict[int, _Pending] = {}
-        self.committed_total = 0
-        self.rolled_back_total = 0
-        self.abandoned_total = 0
-        self._recover()
+    """The book of one store, fed by dispatch; builds what the leader appends.
 
-    # --- start ---
+    ``on_check`` is called (dispatch thread) with each fresh check record's half message."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        limits: CheckLimits | None = None,
+        *,
+        on_check: Callable[[OrphanCheck], None] | None = None,
+        listen: bool = True,
+    ) -> None:
+        self.store = store
+        self.book = TransactionBook(limits)
+        self.on_check = on_check
+        self.checks_proposed_total = 0
+        self._listening = listen
+        if listen:
+            store.add_arrival_listener(self._on_dispatched)
+        self._replay()
+
+    @property
+    def limits(self) -> CheckLimits:
+        return self.book.limits
+
+    @limits.setter
+    def limits(self, value: CheckLimits) -> None:
+        self.book.limits = value
+
+    def close(self) -> None:
+        if self._listening and self._on_dispatched in self.store.listeners:
+            self.store.listeners.remove(self._on_dispatched)
+
+    def pending(self) -> int:
+        return self.book.pending_count()
+
+    @property
+    def committed_total(self) -> int:
+        return self.book.ended_total[Resolution.COMMIT]
+
+    @property
+    def rolled_back_total(self) -> int:
+        return self.book.ended_total[Resolution.ROLLBACK]
+
+    @property
+    def abandoned_total(self) -> int:
+        return self.book.ended_total[Resolution.DISCARD]
+
+    # ------------------------------------------------------------------ applying the log
+    def _on_dispatched(self, info: DispatchInfo) -> None:
+        """Dispatch thread (or the sender's, inline): a committed record."""
+        if not tr.watched(info):
+            return
+        body = None
+        if info.topic in (tr.OP_TOPIC, tr.CHECK_TOPIC):
+            message = self.store.read_message(info.commit_offset)
+            body = message.body if message is not None else None
+        seen = tr.seen(info, body)
+        if seen is None:
+            return
+        if seen.kind == "half":
+            self.book.half(seen.half_offset, seen.topic, info.store_timestamp_ms)
+        elif seen.kind == "commit":
+            self.book.resolve(seen.half_offset, Resolution.COMMIT)
+        elif seen.kind == "op":
+            self.book.resolve(seen.half_offset, Resolution.ROLLBACK)
+        elif seen.kind == "check":
+            pending = self.book.checked(seen.half_offset, seen.checks, info.store_timestamp_ms)
+            fresh_ms = max(self.limits.check_interval_ms, 1_000)
+            if pending is not None and _wall_ms() - info.store_timestamp_ms < fresh_ms:
+                self._tell_check(pending)
+
+    def _tell_check(self, pending: Pending) -> None:
+        if self.on_check is None:
+            return
+        half = self.store.read_message(pending.half_offset)
+        if half is None or half.topic != tr.HALF_TOPIC:
+            return
+        offset = pending.half_offset
+        self.on_check(OrphanCheck(pending.topic, tr.transaction_id_of(offset), tr.message_pb(half)))
+
     def _read_all(self, topic: str, each: Callable[[records.Message, int], None]) -> None:
         if self.store.topic_configs.get(topic) is None:
             return
@@ -186,46 +189,59 @@ class TransactionService:
                 each(records.decode(stored.data), stored.commit_offset)
             offset = got.next_begin_offset
 
-    def _recover(self) -> None:
+    def _replay(self) -> None:
+        """Open transactions from the op, check and half topics (start)."""
         resolved: set[int] = set()
+        checks: dict[int, tuple[int, int]] = {}
+        halves: list[tuple[records.Message, int]] = []
 
         def op(message: records.Message, _: int) -> None:
-            if message.body.isdigit():
+            if message.body.isdigit() and message.tags == tr.OP_TAG:
                 resolved.add(int(message.body))
 
-        def half(message: records.Message, commit_offset: int) -> None:
-            if commit_offset in resolved or len(self._pending) >= self.limits.pending_max:
-                return
+        def check(message: records.Message, _: int) -> None:
+            if message.body.isdigit():
+                number = message.properties.get(tr.CHECK_TIMES, "0")
+                seen = (int(number) if number.isdigit() else 0, message.store_timestamp_ms)
+                checks[int(message.body)] = max(checks.get(int(message.body), (0, 0)), seen)
+
+        def half(message: records.Message, offset: int) -> None:
+            if offset not in resolved:
+                halves.append((message, offset))
+
+        self._read_all(tr.OP_TOPIC, op)
+        self._read_all(tr.CHECK_TOPIC, check)
+        self._read_all(tr.HALF_TOPIC, half)
+        for message, offset in halves:
+            if self._commit_copy_exists(message, offset):
+                continue
             topic = message.properties.get(props.REAL_TOPIC, "")
-            self._pending[commit_offset] = _Pending(
-                commit_offset, topic, message.store_timestamp_ms
-            )
+            count, last_ms = checks.get(offset, (0, 0))
+            self.book.half(offset, topic, message.store_timestamp_ms, count)
+            if last_ms:
+                self.book.checked(offset, count, last_ms)
 
-        self._read_all(OP_TOPIC, op)
-        self._read_all(HALF_TOPIC, half)
+    def _commit_copy_exists(self, half: records.Message, half_offset: int) -> bool:
+        """The commit copy is written before the op record: one may be cut by a crash or a
+        failover while the other committed; the index finds the copy by unique key."""
+        uniq = half.properties.get(props.UNIQ_KEY)
+        topic = half.properties.get(props.REAL_TOPIC)
+        if not uniq or not topic or self.store.index is None:
+            return False
+        found = querying.by_key(self.store, topic, uniq, unique=True)
+        return any(
+            records.transaction_type(m.sys_flag) == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
+            and m.prepared_transaction_offset == half_offset
+            for m in found.messages
+        )
 
-    # --- send ---
-    def sent(self, topic: str, results: list[AppendResult]) -> list[str]:
-        """Half messages appended: track them; their transaction ids."""
-        with self._lock:
-            for r in results:
-                if len(self._pending) < self.limits.pending_max:
-                    self._pending[r.wrote_offset] = _Pending(
-                        r.wrote_offset, topic, r.store_timestamp_ms
-                    )
-        return [transaction_id_of(r.wrote_offset) for r in results]
-
-    def pending(self) -> int:
-        with self._lock:
-            return len(self._pending)
-
-    # --- end ---
-    def end(
-        self, topic: str, message_id: str, transaction_id: str, commit: bool
-    ) -> tuple[list[AppendResult], int | None]:
-        """Commit or roll back; returns the appends and the offset to wait for (see
-        ``put_messages_nowait``). Raises ApiError naming the problem."""
-        offset = parse_transaction_id(transaction_id)
+    # ------------------------------------------------------------------ the leader's writes
+    def prepare_end(
+        self, topic: str, message_id: str, transaction_id: str, resolution: Resolution
+    ) -> tuple[int, list[records.Message]] | None:
+        """Check an EndTransaction and reserve it; the records to append, or None when the
+        same resolution is already in the log. Raises ApiError naming the problem."""
+        offset = tr.parse_transaction_id(transaction_id)
         half = self._half_at(offset, transaction_id)
         real_topic = half.properties.get(props.REAL_TOPIC, "")
         if real_topic != topic:
@@ -238,99 +254,53 @@ class TransactionService:
                 Code.INVALID_TRANSACTION_ID,
                 f"transaction_id {transaction_id} is not the one of message_id {message_id!r}",
             )
-        with self._lock:
-            pending = self._pending.pop(offset, None)
-        if pending is None:  # only open transactions are tracked (memory: open ones only)
-            raise ApiError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction_id {transaction_id} has already been committed or rolled back",
-            )
-        writes = [self._op(offset)]
-        if commit:
-            writes.insert(0, self._real(half))
+        self.store.wait_dispatched(offset + 1, DISPATCH_WAIT_S)
         try:
-            results, durable_at = self.store.put_messages_nowait(writes)
-        except BaseException:
-            with self._lock:
-                self._pending[offset] = pending
-            raise
-        with self._lock:
-            if commit:
-                self.committed_total += 1
-            else:
-                self.rolled_back_total += 1
-        return results, durable_at
+            if not self.book.begin_end(offset, resolution):
+                return None
+        except EndRefused as exc:
+            raise ApiError(
+                Code.INVALID_TRANSACTION_ID, f"transaction_id {transaction_id} {exc}"
+            ) from None
+        return offset, tr.resolution_records(half, offset, resolution)
 
     def _half_at(self, offset: int, transaction_id: str) -> records.Message:
         try:
             half = self.store.read_message(offset)
         except Exception:
             half = None
-        if half is None or half.topic != HALF_TOPIC:
+        if half is None or half.topic != tr.HALF_TOPIC:
             raise ApiError(
                 Code.INVALID_TRANSACTION_ID,
                 f"transaction_id {transaction_id} names no half message",
             )
         return half
 
-    @staticmethod
-    def _real(half: records.Message) -> records.Message:
-        p = {k: v for k, v in half.properties.items() if k not in _HIDDEN}
-        return records.Message(
-            topic=half.properties[props.REAL_TOPIC],
-            body=half.body,
-            properties=p,
-            queue_id=int(half.properties.get(props.REAL_QUEUE_ID, "0")),
-            sys_flag=half.sys_flag,
-            born_timestamp_ms=half.born_timestamp_ms,
-            born_host=half.born_host,
-        )
-
-    @staticmethod
-    def _op(offset: int) -> records.Message:
-        return records.Message(
-            topic=OP_TOPIC, body=str(offset).encode(), properties={props.TAGS: OP_TAG}
-        )
-
-    # --- orphan checks ---
-    def due_checks(self, now_ms: int, has_producer: Callable[[str], bool]) -> list[OrphanCheck]:
-        """Half messages to offer now; those past ``check_max`` are rolled back."""
-        lim = self.limits
-        due: list[_Pending] = []
-        abandon: list[_Pending] = []
-        with self._lock:
-            for p in self._pending.values():
-                if now_ms - p.stored_ms < lim.check_after_ms or now_ms < p.next_check_ms:
-                    continue
-                if not has_producer(p.topic):
-                    continue
-                if p.checks >= lim.check_max:
-                    abandon.append(p)
-                    continue
-                p.checks += 1
-                p.next_check_ms = now_ms + lim.check_interval_ms
-                due.append(p)
-        for p in abandon:
-            log.warning(
-                "transaction %s of topic %r unresolved after %d checks: rolled back",
-                transaction_id_of(p.commit_offset), p.topic, p.checks,
-            )  # fmt: skip
-            try:
-                self.end(p.topic, "", transaction_id_of(p.commit_offset), commit=False)
-                self.abandoned_total += 1
-            except ApiError:
-                pass
-        checks = []
-        for p in due:
-            half = self.store.read_message(p.commit_offset)
-            if half is None:
-                with self._lock:
-                    self._pending.pop(p.commit_offset, None)
+    def due_writes(self, now_ms: int) -> tuple[list[records.Message], list[int]]:
+        """Leader: the check records and discards due now, and the discarded offsets
+        (reserved in the book: :meth:`TransactionBook.end_done` / ``end_failed`` them)."""
+        check, discard = self.book.due(now_ms)
+        writes = [tr.check_record(p.half_offset, p.checks + 1) for p in check]
+        discarded = []
+        for p in discard:
+            half = self.store.read_message(p.half_offset)
+            if half is None or half.topic != tr.HALF_TOPIC:
+                self.book.end_failed(p.half_offset)
+                self.book.resolve(p.half_offset, Resolution.DISCARD)  # its file was cleaned
                 continue
-            checks.append(
-                OrphanCheck(p.topic, transaction_id_of(p.commit_offset), message_pb(half))
-            )
-        return checks
+            log.warning(
+                "transaction %s of topic %r unresolved after %d checks: discarded to %s",
+                tr.transaction_id_of(p.half_offset), p.topic, p.checks, tr.DISCARD_TOPIC,
+            )  # fmt: skip
+            writes += tr.resolution_records(half, p.half_offset, Resolution.DISCARD)
+            discarded.append(p.half_offset)
+        if writes:
+            ensure_topics(self.store)
+        self.checks_proposed_total += len(check)
+        return writes, discarded
+
+    def append(self, writes: list[records.Message]) -> tuple[list[AppendResult], int | None]:
+        return self.store.put_messages_nowait(writes)
 
 
 # ---------------------------------------------------------------------- serving
@@ -375,24 +345,28 @@ async def with_outbox(
 
 
 class TransactionHandler:
-    """The servicer's side: Telemetry outboxes of producers, the orphan-check task and the
-    EndTransaction RPC. ``wait_durable`` waits until an append may be acknowledged."""
+    """The servicer's side: Telemetry outboxes of producers, the check task and the
+    EndTransaction work. ``acknowledge(durable_at)`` returns once an append may be answered
+    (durable, or committed by the Raft group); ``is_leader`` says whether this node writes."""
 
     def __init__(
         self,
         store: MessageStore,
         topic_name: Callable[[str], str],
-        wait_durable: Callable[[int], Awaitable[None]],
-        limits: TransactionLimits | None = None,
+        acknowledge: Callable[[int | None], Awaitable[None]],
+        is_leader: Callable[[], bool] = lambda: True,
+        limits: CheckLimits | None = None,
     ) -> None:
-        self.service = TransactionService(store, limits)
+        self._loop = asyncio.get_running_loop()
+        self.service = TransactionService(store, limits, on_check=self._offer_threadsafe)
         self._topic_name = topic_name
-        self._wait_durable = wait_durable
+        self._acknowledge = acknowledge
+        self._is_leader = is_leader
         self._streams: dict[str, tuple[set[str], asyncio.Queue[Outgoing]]] = {}
-        self._task: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
-        if self.service.pending():
-            self._ensure_checking()
+        self.checks_sent_total = 0
+        """RecoverOrphanedTransactionCommands this node pushed to a producer."""
+        self._task = self._loop.create_task(self._check_loop())
 
     # --- Telemetry streams ---
     def open_stream(self, client_id: str) -> asyncio.Queue[Outgoing]:
@@ -411,51 +385,62 @@ class TransactionHandler:
         if stream is not None and stream[1] is outbox:
             del self._streams[client_id]
 
-    def _has_producer(self, topic: str) -> bool:
-        return any(topic in topics for topics, _ in list(self._streams.values()))
-
     # --- sending ---
     def to_half(self, messages: list[records.Message]) -> list[records.Message]:
         """The half messages to store instead (creates the transaction topics on first use);
         ``TOO_MANY_REQUESTS`` while ``pending_max`` transactions are open."""
-        if self.service.pending() + len(messages) > self.service.limits.pending_max:
+        pending, limit = self.service.pending(), self.service.limits.pending_max
+        if pending + len(messages) > limit:
             raise ApiError(
                 statuses.TOO_MANY_REQUESTS,
-                f"{self.service.pending()} transactions are open (at most "
-                f"{self.service.limits.pending_max}); commit or roll back some first",
+                f"{pending} transactions are open (at most {limit}); commit or roll back "
+                "some first",
             )
         ensure_topics(self.service.store)
-        return to_half(messages)
+        return tr.to_half(messages)
 
     def sent(self, topic: str, results: list[AppendResult]) -> list[str]:
-        ids = self.service.sent(topic, results)
-        self._ensure_checking()
-        return ids
+        """The transaction ids of appended half messages (dispatch books them)."""
+        return [tr.transaction_id_of(r.wrote_offset) for r in results]
 
     # --- orphan checks ---
-    def _ensure_checking(self) -> None:
-        if (self._task is None or self._task.done()) and not self._closing.is_set():
-            self._task = asyncio.get_running_loop().create_task(self._check_loop())
-
     def begin_shutdown(self) -> None:
         self._closing.set()
 
     async def _check_loop(self) -> None:
-        while self.service.pending():
+        while not self._closing.is_set():
             try:
                 await asyncio.wait_for(self._closing.wait(), CHECK_TICK_S)
                 return
             except TimeoutError:
                 pass
+            if not self._is_leader() or not self.service.pending():
+                continue
             try:
-                due = await asyncio.to_thread(
-                    self.service.due_checks, _wall_ms(), self._has_producer
-                )
+                await self._check_once(_wall_ms())
+            except ApiError as exc:
+                log.info("transaction checks not written: %s", exc.message)
             except Exception:
                 log.exception("transaction check failed")
-                continue
-            for check in due:
-                self._offer(check)
+
+    async def _check_once(self, now_ms: int) -> None:
+        writes, discarded = await asyncio.to_thread(self.service.due_writes, now_ms)
+        if not writes:
+            return
+        book = self.service.book
+        try:
+            _, durable_at = await asyncio.to_thread(self.service.append, writes)
+            await self._acknowledge(durable_at)
+        except BaseException:
+            for offset in discarded:
+                book.end_failed(offset)
+            raise
+        for offset in discarded:
+            book.end_done(offset)
+
+    def _offer_threadsafe(self, check: OrphanCheck) -> None:
+        if not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self._offer, check)
 
     def _offer(self, check: OrphanCheck) -> None:
         command = service_pb2.TelemetryCommand(
@@ -466,41 +451,37 @@ class TransactionHandler:
         for topics, outbox in list(self._streams.values()):
             if check.topic in topics and not outbox.full():
                 outbox.put_nowait(Outgoing(command))
+                self.checks_sent_total += 1
                 return
 
     # --- EndTransaction ---
-    async def EndTransaction(  # noqa: N802 — gRPC method name
-        self, request: service_pb2.EndTransactionRequest
-    ) -> service_pb2.EndTransactionResponse:
+    async def end(self, request: service_pb2.EndTransactionRequest) -> None:
+        """Apply an EndTransaction on the leader; raises ApiError naming the problem."""
+        topic = self._topic_name(str(request.topic.name))
+        if request.resolution == definition_pb2.COMMIT:
+            resolution = Resolution.COMMIT
+        elif request.resolution == definition_pb2.ROLLBACK:
+            resolution = Resolution.ROLLBACK
+        else:
+            raise ApiError(
+                statuses.BAD_REQUEST,
+                f"resolution {int(request.resolution)} is neither COMMIT nor ROLLBACK",
+            )
+        prepared = await asyncio.to_thread(
+            self.service.prepare_end,
+            topic,
+            str(request.message_id),
+            str(request.transaction_id),
+            resolution,
+        )
+        if prepared is None:
+            return  # a retry: the same resolution is already in the log
+        offset, writes = prepared
+        book = self.service.book
         try:
-            topic = self._topic_name(str(request.topic.name))
-            if request.resolution not in (definition_pb2.COMMIT, definition_pb2.ROLLBACK):
-                raise ApiError(
-                    statuses.BAD_REQUEST,
-                    f"resolution {int(request.resolution)} is neither COMMIT nor ROLLBACK",
-                )
-            _, durable_at = await asyncio.to_thread(
-                self.service.end,
-                topic,
-                str(request.message_id),
-                str(request.transaction_id),
-                request.resolution == definition_pb2.COMMIT,
-            )
-            if durable_at is not None:
-                await self._wait_durable(durable_at)
-        except ApiError as exc:
-            return service_pb2.EndTransactionResponse(status=exc.status())
-        except errors.StoreError as exc:
-            return service_pb2.EndTransactionResponse(
-                status=statuses.from_store_error(exc).status()
-            )
-        except Exception as exc:
-            log.exception("EndTransaction failed")
-            return service_pb2.EndTransactionResponse(
-                status=ApiError(statuses.INTERNAL_SERVER_ERROR, f"EndTransaction: {exc}").status()
-            )
-        return service_pb2.EndTransactionResponse(status=statuses.ok())
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+            _, durable_at = await asyncio.to_thread(self.service.append, writes)
+            await self._acknowledge(durable_at)
+        except BaseException:
+            book.end_failed(offset)
+            raise
+        book.end_done(offset)

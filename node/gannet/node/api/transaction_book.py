@@ -1,0 +1,181 @@
+"""The open transactions of one broker group, as its committed log says (no IO).
+
+Every replica keeps a :class:`TransactionBook` and applies to it, in log order, the
+transaction records that dispatch reaches (:mod:`transactions` turns a dispatched record into
+one of :meth:`~TransactionBook.half`, :meth:`~TransactionBook.resolve` or
+:meth:`~TransactionBook.checked`). Dispatch never passes the commit offset, so the book holds
+exactly what a failover keeps: a new leader starts checking from the same open transactions,
+check counts and check times as the old one.
+
+The leader adds what is not in the log yet: resolutions it is writing (``_ending``: a second
+EndTransaction for the same half message meanwhile is refused, never appended twice) and the
+time before which it will not propose another check of a half message (``next_check_ms``).
+
+Called from the dispatch thread, worker threads and the event loop: one lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from enum import Enum
+
+RESOLVED_REMEMBERED_MAX = 65_536
+"""Resolutions remembered so that a retried EndTransaction gets OK (oldest forgotten first)."""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckLimits:
+    check_after_ms: int = 6_000
+    """RocketMQ ``transactionTimeOut``: no check of a half message younger than this."""
+    check_interval_ms: int = 60_000
+    """RocketMQ ``transactionCheckInterval``: time between two checks of one half message."""
+    check_max: int = 15
+    """RocketMQ ``transactionCheckMax``: checks before the half message is discarded."""
+    pending_max: int = 100_000
+    """Open transactions at most; a transactional send beyond is ``TOO_MANY_REQUESTS``."""
+
+
+@dataclass(slots=True)
+class Pending:
+    """One open transaction: its half message's commit-log offset and what the log says."""
+
+    half_offset: int
+    topic: str
+    stored_ms: int
+    checks: int = 0
+    last_check_ms: int = 0
+    """Store time of the newest check record (0: never checked)."""
+    next_check_ms: int = 0
+    """Leader only: no check proposed before this (a proposed check is not applied yet)."""
+
+
+class Resolution(Enum):
+    COMMIT = "commit"
+    ROLLBACK = "rollback"
+    DISCARD = "discard"
+
+
+class EndRefused(Exception):
+    """An EndTransaction that must not be applied; the message says why."""
+
+
+class TransactionBook:
+    """Open transactions (applied from the log) plus the leader's resolutions in flight."""
+
+    def __init__(self, limits: CheckLimits | None = None) -> None:
+        self.limits = limits or CheckLimits()
+        self._lock = threading.Lock()
+        self._pending: dict[int, Pending] = {}
+        self._resolved: OrderedDict[int, Resolution] = OrderedDict()
+        self._ending: dict[int, Resolution] = {}
+        self.ended_total: dict[Resolution, int] = dict.fromkeys(Resolution, 0)
+        """Resolutions this node wrote (it led when it wrote them)."""
+
+    # ------------------------------------------------------------------ applied from the log
+    def half(self, half_offset: int, topic: str, stored_ms: int, checks: int = 0) -> None:
+        with self._lock:
+            if half_offset in self._resolved or half_offset in self._pending:
+                return
+            if len(self._pending) >= self.limits.pending_max:
+                return  # refused at send time; only a smaller limit after a restart gets here
+            self._pending[half_offset] = Pending(half_offset, topic, stored_ms, checks)
+
+    def resolve(self, half_offset: int, resolution: Resolution) -> None:
+        with self._lock:
+            self._pending.pop(half_offset, None)
+            self._remember(half_offset, resolution)
+
+    def checked(self, half_offset: int, checks: int, stored_ms: int) -> Pending | None:
+        """A check record: the pending transaction it updated, or None when resolved."""
+        with self._lock:
+            pending = self._pending.get(half_offset)
+            if pending is not None:
+                pending.checks = max(pending.checks, checks)
+                pending.last_check_ms = max(pending.last_check_ms, stored_ms)
+            return pending
+
+    def _remember(self, half_offset: int, resolution: Resolution) -> None:
+        self._resolved.setdefault(half_offset, resolution)
+        while len(self._resolved) > RESOLVED_REMEMBERED_MAX:
+            self._resolved.popitem(last=False)
+
+    # ------------------------------------------------------------------ queries
+    def pending_count(self) -> int:
+        with self._lock:
+            return len(self._pending)
+
+    def pending_offsets(self) -> set[int]:
+        with self._lock:
+            return set(self._pending)
+
+    def get(self, half_offset: int) -> Pending | None:
+        with self._lock:
+            return self._pending.get(half_offset)
+
+    # ------------------------------------------------------------------ the leader's writes
+    def begin_end(self, half_offset: int, resolution: Resolution) -> bool:
+        """Reserve the resolution of ``half_offset``: True to write it, False when the same
+        resolution is already in the log (answer OK, write nothing). Raises
+        :class:`EndRefused` for another resolution, one in flight, or an unknown half."""
+        with self._lock:
+            if half_offset in self._ending:
+                raise EndRefused("is being committed or rolled back by another request")
+            done = self._resolved.get(half_offset)
+            if done is not None and half_offset not in self._pending:
+                if done is resolution:
+                    return False
+                raise EndRefused(f"has already been {_past(done)}")
+            if half_offset not in self._pending:
+                raise EndRefused("names no open transaction (already committed or rolled back)")
+            self._ending[half_offset] = resolution
+            return True
+
+    def end_failed(self, half_offset: int) -> None:
+        """The write failed or its commit is uncertain: the log decides (dispatch applies it
+        if it committed after all)."""
+        with self._lock:
+            self._ending.pop(half_offset, None)
+
+    def end_done(self, half_offset: int) -> None:
+        """The resolution committed: apply it now (dispatch applies it again, harmlessly)."""
+        with self._lock:
+            resolution = self._ending.pop(half_offset, None)
+            if resolution is None:
+                return
+            self._pending.pop(half_offset, None)
+            self._remember(half_offset, resolution)
+            self.ended_total[resolution] += 1
+
+    def due(self, now_ms: int) -> tuple[list[Pending], list[Pending]]:
+        """Leader: (half messages to check now, half messages to discard now). Those to
+        check get ``next_check_ms``; those to discard are reserved as DISCARD resolutions."""
+        lim = self.limits
+        check: list[Pending] = []
+        discard: list[Pending] = []
+        with self._lock:
+            for p in self._pending.values():
+                if p.half_offset in self._ending:
+                    continue
+                if now_ms - p.stored_ms < lim.check_after_ms:
+                    continue
+                if p.last_check_ms and now_ms - p.last_check_ms < lim.check_interval_ms:
+                    continue
+                if now_ms < p.next_check_ms:
+                    continue
+                if p.checks >= lim.check_max:
+                    self._ending[p.half_offset] = Resolution.DISCARD
+                    discard.append(p)
+                    continue
+                p.next_check_ms = now_ms + lim.check_interval_ms
+                check.append(p)
+        return check, discard
+
+
+def _past(resolution: Resolution) -> str:
+    return {
+        Resolution.COMMIT: "committed",
+        Resolution.ROLLBACK: "rolled back",
+        Resolution.DISCARD: "discarded after its last check",
+    }[resolution]
