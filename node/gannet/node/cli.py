@@ -41,6 +41,7 @@ from rich.table import Table
 
 from gannet.node import grpc_logging, output  # grpc_logging first: before grpc loads
 from gannet.node.api import auth, commands, message_commands, tls
+from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
 from gannet.node.output import Column, emit, output_option
@@ -272,6 +273,29 @@ def broker() -> None:
     "original receipt instead of being stored again (retries across a failover); 0: off.",
 )
 @click.option(
+    "--transaction-timeout-ms",
+    type=click.IntRange(0, 86_400_000),
+    default=6_000,
+    show_default=True,
+    help="Ask a producer about an open transaction once its half message is this old "
+    "(RocketMQ transactionTimeOut).",
+)
+@click.option(
+    "--transaction-check-interval-ms",
+    type=click.IntRange(100, 86_400_000),
+    default=60_000,
+    show_default=True,
+    help="Time between two checks of one open transaction (RocketMQ transactionCheckInterval).",
+)
+@click.option(
+    "--transaction-check-max",
+    type=click.IntRange(1, 1000),
+    default=15,
+    show_default=True,
+    help="Checks before an unresolved transaction is discarded to TRANS_CHECK_MAX_TIME_TOPIC "
+    "(RocketMQ transactionCheckMax).",
+)
+@click.option(
     "--event-loop",
     type=click.Choice(["uvloop", "asyncio"]),
     default="uvloop",
@@ -310,6 +334,9 @@ def broker_run(
     disk_warning_ratio: float,
     delete_unconsumed: bool,
     dedup_window_s: float,
+    transaction_timeout_ms: int,
+    transaction_check_interval_ms: int,
+    transaction_check_max: int,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
@@ -374,6 +401,9 @@ def broker_run(
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
             dedup_window_s=dedup_window_s,
+            transaction_limits=CheckLimits(
+                transaction_timeout_ms, transaction_check_interval_ms, transaction_check_max
+            ),
             replication=_replication(
                 node_id,
                 peers,

@@ -143,6 +143,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         dedup_window_s: float = dedup.WINDOW_S,
         dedup_entries_max: int = dedup.ENTRIES_MAX,
         tls_port: bool = False,
+        transaction_limits: transactions.TransactionLimits | None = None,
     ) -> None:
         self.store = store
         self.tls_port = tls_port
@@ -174,6 +175,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             lambda name: self.resources.topic(name).topic_name,
             self._acknowledge,
             lambda: replication is None or replication.is_serving_leader(),
+            transaction_limits,
         )
 
     # ------------------------------------------------------------------ helpers

@@ -63,7 +63,14 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.gen import admin_pb2
-from gannet.node.metrics import broker_metrics, failover_collecting, http_serving, instrumenting
+from gannet.node.api.transaction_book import CheckLimits
+from gannet.node.metrics import (
+    broker_metrics,
+    failover_collecting,
+    http_serving,
+    instrumenting,
+    transaction_collecting,
+)
 from gannet.node.pop.service import PopBroker
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -120,6 +127,8 @@ class BrokerConfig:
     """Sends with a client message id seen this recently get the original receipt; 0: off."""
     dedup_entries_max: int = dedup.ENTRIES_MAX
     """Message ids the deduplication window keeps in memory (older ones: index lookups)."""
+    transaction_limits: CheckLimits | None = None
+    """When open transactions are checked and discarded; None: RocketMQ's defaults."""
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -316,6 +325,7 @@ class Broker:
             dedup_window_s=cfg.dedup_window_s,
             dedup_entries_max=cfg.dedup_entries_max,
             tls_port=self._tls is not None,
+            transaction_limits=cfg.transaction_limits,
         )
         if self.replication is not None and self.messaging.forwarder is not None:
             self.replication.transport.forward_handler = self.messaging.forwarder.serve
@@ -336,6 +346,9 @@ class Broker:
             self.metrics.registry.register(
                 failover_collecting.DuplicatesCollector(self._duplicates_dropped)
             )
+            self.metrics.registry.register(
+                transaction_collecting.TransactionCollector(self._transaction_figures)
+            )
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
             self.metrics.registry.register(
@@ -352,6 +365,18 @@ class Broker:
 
     def _duplicates_dropped(self) -> int | None:
         return self.messaging.dedup.duplicates_total if self.messaging is not None else None
+
+    def _transaction_figures(self) -> transaction_collecting.TransactionFigures | None:
+        handler = self.messaging.transactions if self.messaging is not None else None
+        if handler is None:
+            return None
+        service = handler.service
+        return transaction_collecting.TransactionFigures(
+            pending=service.pending(),
+            checks_sent_total=handler.checks_sent_total,
+            check_records_total=service.checks_proposed_total,
+            resolutions_total={r.value: n for r, n in service.book.ended_total.items()},
+        )
 
     def _failover_figures(self) -> failover_collecting.FailoverFigures | None:
         replication = self.replication
