@@ -97,6 +97,7 @@ class ProcessGroup:
         proxied: bool = True,
         replicated: bool = True,
         security: Security | None = None,
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         """``proxied=False``: peers dial each other directly (benchmarks);
         ``replicated=False`` (size 1): a broker without ``--node-id``, today's single node;
@@ -109,6 +110,8 @@ class ProcessGroup:
         self.flush = flush
         self.replicated = replicated
         self.security = security
+        self.extra_args = extra_args
+        """More ``gannet broker run`` options for every node."""
         ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
@@ -160,6 +163,7 @@ class ProcessGroup:
                 ]  # fmt: skip
             if self.security is not None:
                 argv += self.security.broker_args(i)
+            argv += self.extra_args
             with (self.root / f"node{i}.log").open("ab") as log:
                 self.processes[i] = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env

@@ -24,10 +24,11 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import receiving, transactions
+from gannet.node.api import receiving, transaction_records, transactions
 from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store import records
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import settle, unique
@@ -147,7 +148,7 @@ def test_orphaned_half_message_is_resolved_by_the_checker(broker, admin, clients
     consumer.ack(got)
 
 
-def test_unresolved_orphan_is_rolled_back_after_the_checks(broker, admin, clients) -> None:
+def test_unresolved_orphan_is_discarded_after_the_checks(broker, admin, clients) -> None:
     checker = Checker(TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED)
     topic, producer, consumer = _setup(broker, admin, clients, checker)
     producer.send(_message(topic, b"undecided"), producer.begin_transaction())
@@ -159,6 +160,10 @@ def test_unresolved_orphan_is_rolled_back_after_the_checks(broker, admin, client
         time.sleep(0.05)
     assert len(checker.checked) >= 3
     assert _receive(consumer, 0.5) == []
+    store = broker.broker.store  # kept for inspection, as RocketMQ's resolveDiscardMsg does
+    end = store.max_offset_in_queue(transaction_records.DISCARD_TOPIC, 0)
+    [kept] = store.get_messages(transaction_records.DISCARD_TOPIC, 0, end - 1, 1).messages
+    assert records.decode(kept.data).body == b"undecided"
 
 
 def _half(messaging, topic: str, message_id: str) -> str:
@@ -197,6 +202,7 @@ def test_bad_end_transaction_requests(broker, messaging, admin) -> None:
     status = end(resolution=definition_pb2.TRANSACTION_RESOLUTION_UNSPECIFIED)
     assert (status.code, "resolution" in status.message) == (Code.BAD_REQUEST, True)
     assert end().code == Code.OK
+    assert end().code == Code.OK  # a retried commit: answered, not written again
     again = end(resolution=definition_pb2.ROLLBACK)
     assert again.code == Code.INVALID_TRANSACTION_ID
     assert "already" in again.message

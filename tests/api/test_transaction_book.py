@@ -1,0 +1,86 @@
+"""The transaction book alone: what the log applies, what the leader reserves, when checks
+and discards are due (explicit ``now_ms``, no clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from gannet.node.api.transaction_book import (
+    CheckLimits,
+    EndRefused,
+    Resolution,
+    TransactionBook,
+)
+from gannet.node.metrics import transaction_collecting
+
+LIMITS = CheckLimits(check_after_ms=1_000, check_interval_ms=500, check_max=2, pending_max=3)
+
+
+def test_a_resolution_is_written_once_and_a_retry_of_it_is_answered() -> None:
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0)
+    assert book.begin_end(100, Resolution.COMMIT) is True
+    with pytest.raises(EndRefused, match="another request"):
+        book.begin_end(100, Resolution.COMMIT)  # in flight: never appended twice
+    book.end_done(100)
+    assert book.pending_count() == 0
+    assert book.begin_end(100, Resolution.COMMIT) is False  # retried: OK, nothing written
+    with pytest.raises(EndRefused, match="already been committed"):
+        book.begin_end(100, Resolution.ROLLBACK)
+    with pytest.raises(EndRefused, match="no open transaction"):
+        book.begin_end(200, Resolution.COMMIT)
+    assert book.ended_total[Resolution.COMMIT] == 1
+
+
+def test_a_failed_write_leaves_the_decision_to_the_log() -> None:
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0)
+    book.begin_end(100, Resolution.COMMIT)
+    book.end_failed(100)  # e.g. leadership lost before commit
+    assert book.pending_offsets() == {100}
+    book.resolve(100, Resolution.COMMIT)  # it committed after all: dispatch applies it
+    book.resolve(100, Resolution.ROLLBACK)  # the op record after the copy changes nothing
+    assert book.begin_end(100, Resolution.COMMIT) is False
+    book.half(100, "T", stored_ms=0)  # a replayed half message of a resolved transaction
+    assert book.pending_count() == 0
+
+
+def test_checks_are_due_after_the_timeout_then_every_interval_then_discarded() -> None:
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0)
+    assert book.due(999) == ([], [])
+    [check], [] = book.due(1_000)
+    assert check.half_offset == 100
+    assert book.due(1_200) == ([], [])  # proposed, not applied yet: not proposed again
+    book.checked(100, checks=1, stored_ms=1_010)  # the check record is dispatched
+    assert book.due(1_400) == ([], [])
+    [_], [] = book.due(1_510)
+    book.checked(100, checks=2, stored_ms=1_520)
+    [], [discard] = book.due(2_100)
+    assert discard.half_offset == 100
+    with pytest.raises(EndRefused):  # reserved for the discard
+        book.begin_end(100, Resolution.COMMIT)
+    book.end_done(100)
+    assert book.ended_total[Resolution.DISCARD] == 1
+    with pytest.raises(EndRefused, match="discarded"):
+        book.begin_end(100, Resolution.COMMIT)
+
+
+def test_a_new_leader_checks_from_what_the_log_says() -> None:
+    follower = TransactionBook(LIMITS)
+    follower.half(100, "T", stored_ms=0)
+    follower.checked(100, checks=1, stored_ms=5_000)  # the old leader's check
+    assert follower.due(5_100) == ([], [])  # its interval is not over
+    [check], [] = follower.due(5_500)
+    assert check.checks == 1
+
+
+def test_metrics_families_name_every_figure() -> None:
+    figures = transaction_collecting.TransactionFigures(
+        pending=2, checks_sent_total=3, check_records_total=4, resolutions_total={"commit": 5}
+    )
+    names = {f.name: f for f in transaction_collecting.families(figures)}
+    assert names["gannet_transaction_half_messages_pending"].samples[0].value == 2
+    assert names["gannet_transaction_checks"].samples[0].value == 3
+    [commits] = names["gannet_transaction_resolutions"].samples
+    assert (commits.labels, commits.value) == ({"resolution": "commit"}, 5)
