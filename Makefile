@@ -84,6 +84,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
 	$(BIN)/python -m bench.pipeline --quick
 	$(BIN)/python -m bench.broker --quick
+	$(BIN)/python -m bench.transactions --quick
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.replication --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
