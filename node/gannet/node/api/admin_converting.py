@@ -21,6 +21,8 @@ _TYPES_TO_PB = {
     MessageType.DELAY: admin_pb2.DELAY,
     MessageType.TRANSACTION: admin_pb2.TRANSACTION,
     MessageType.MIXED: admin_pb2.MIXED,
+    MessageType.LITE: admin_pb2.LITE,
+    MessageType.PRIORITY: admin_pb2.PRIORITY,
 }
 _TYPES_FROM_PB: dict[int, MessageType] = {int(pb): kind for kind, pb in _TYPES_TO_PB.items()}
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2
 
-from gannet.node.api import filters, sending, statuses
+from gannet.node.api import filters, lite_topics, sending, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, validation
 from gannet.node.store.group_configs import (
@@ -48,7 +48,8 @@ CONSUMER_RECEIVE_BATCH_SIZE = 32
 CONSUMER_LONG_POLLING_TIMEOUT_MS = 20_000
 CLIENTS_MAX = 10_000
 
-_CONSUMERS = (definition_pb2.PUSH_CONSUMER, definition_pb2.SIMPLE_CONSUMER)
+_LITE_CONSUMERS = (definition_pb2.LITE_PUSH_CONSUMER, definition_pb2.LITE_SIMPLE_CONSUMER)
+_CONSUMERS = (definition_pb2.PUSH_CONSUMER, definition_pb2.SIMPLE_CONSUMER, *_LITE_CONSUMERS)
 
 
 def _duration(ms: int) -> Duration:
@@ -74,6 +75,8 @@ def reply_settings(
         _merge_producer(reply, body_size_max_bytes)
     elif kind in _CONSUMERS and pub_sub == "subscription":
         _merge_consumer(reply, groups)
+        if kind in _LITE_CONSUMERS:
+            lite_topics.settings(reply.subscription)
     else:
         raise ApiError(
             statuses.UNRECOGNIZED_CLIENT_TYPE,

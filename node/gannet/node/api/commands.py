@@ -44,7 +44,7 @@ DEFAULT_ENDPOINT = "127.0.0.1:8081"
 CALL_TIMEOUT_S = 10.0
 MESSAGE_BYTES_MAX = 130 * 1024 * 1024
 BODY_SHOWN_CHARS = 60
-_TYPES = ("normal", "fifo", "delay", "transaction", "mixed")
+_TYPES = ("normal", "fifo", "delay", "transaction", "mixed", "lite", "priority")
 _PERMS = {"rw": 6, "r": 4, "w": 2, "none": 0}
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 

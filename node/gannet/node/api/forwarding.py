@@ -77,6 +77,10 @@ REQUESTS: dict[str, tuple[type[ProtoMessage], type[ProtoMessage]]] = {
     "UpdateOffset": (service_pb2.UpdateOffsetRequest, service_pb2.UpdateOffsetResponse),
     "ReceiveMessage": (service_pb2.ReceiveMessageRequest, service_pb2.ReceiveMessageResponse),
     "EndTransaction": (service_pb2.EndTransactionRequest, service_pb2.EndTransactionResponse),
+    "SyncLiteSubscription": (
+        service_pb2.SyncLiteSubscriptionRequest,
+        service_pb2.SyncLiteSubscriptionResponse,
+    ),
 }
 """The leader-only v2 methods: request and response types (``ReceiveMessage`` streams)."""
 STREAMING = frozenset({"ReceiveMessage"})

@@ -44,7 +44,9 @@ from gannet.node.api import (
     client_settings,
     dedup,
     forwarding,
+    lite_topics,
     offsets,
+    priorities,
     pulling,
     routes,
     sending,
@@ -56,6 +58,7 @@ from gannet.node.api.statuses import ApiError
 from gannet.node.replication.driver import ReplicationError, ReplicationNode
 from gannet.node.store import errors, records, validation
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.topic_configs import MessageType
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +172,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             store, window_s=dedup_window_s, entries_max=dedup_entries_max
         )
         """Retried sends answered with the original receipt (:mod:`dedup`)."""
+        self.lite_subscriptions = lite_topics.LiteSubscriptions()
+        """Lite topics each lite consumer subscribed (:mod:`lite_topics`)."""
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
         self.transactions: transactions.TransactionHandler | None = transactions.TransactionHandler(
             store,
@@ -242,6 +247,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def NotifyClientTermination(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         self.clients.forget(client_id_of(context))
+        self.lite_subscriptions.forget(client_id_of(context))
         return service_pb2.NotifyClientTerminationResponse(status=statuses.ok())
 
     async def Telemetry(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -363,6 +369,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def _append(self, prepared: sending.PreparedSend) -> service_pb2.SendMessageResponse:
         """Append a prepared send, wait until it is durable (or committed), answer it."""
         queue_id = self.selector.select(prepared.topic.write_queue_nums, prepared.message_group)
+        if prepared.priority is not None:
+            queue_id = priorities.queue_of(prepared.priority, prepared.topic.write_queue_nums)
         messages = list(prepared.messages)
         for message in messages:
             message.queue_id = queue_id
@@ -559,8 +567,34 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         return service_pb2.RecallMessageResponse(status=_unsupported("RecallMessage").status())
 
     async def SyncLiteSubscription(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        return service_pb2.SyncLiteSubscriptionResponse(
-            status=_unsupported("SyncLiteSubscription (lite consumers)").status()
+        client_id = client_id_of(context)
+
+        async def work() -> service_pb2.SyncLiteSubscriptionResponse:
+            self._check_leader()  # Pop runs on the leader: it keeps the subscriptions
+            topic = self.resources.topic(str(request.topic.name))
+            if MessageType.LITE not in topic.accepted_message_types:
+                raise ApiError(
+                    statuses.BAD_REQUEST,
+                    f"topic {topic.topic_name!r} is not a LITE topic; create it with type lite",
+                )
+            group = self.resources.group(str(request.group.name))
+            if not client_id:
+                raise ApiError(statuses.CLIENT_ID_REQUIRED, "x-mq-client-id header is missing")
+            self.lite_subscriptions.sync(
+                group,
+                topic.topic_name,
+                client_id,
+                int(request.action),
+                lite_topics.request_names(request),
+            )
+            return service_pb2.SyncLiteSubscriptionResponse(status=statuses.ok())
+
+        return await self._leader_only(
+            "SyncLiteSubscription",
+            request,
+            context,
+            service_pb2.SyncLiteSubscriptionResponse,
+            work,
         )
 
 

@@ -59,14 +59,14 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import routes, sending, statuses
+from gannet.node.api import priorities, routes, sending, statuses
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
-from gannet.node.pop.filtering import MessageFilter
+from gannet.node.pop.filtering import LiteFilter, MessageFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
@@ -74,6 +74,7 @@ from gannet.node.replication.driver import ReplicationError
 from gannet.node.store import errors, msgids, records, validation
 from gannet.node.store import properties as props
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.topic_configs import MessageType
 
 if TYPE_CHECKING:
     from gannet.node.api.messaging import MessagingServicer, PopFactory
@@ -170,7 +171,11 @@ def parse_handle(text: str) -> ReceiptHandle:
 
 
 # ---------------------------------------------------------------------- messages
-_HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {sending.TRACE_CONTEXT}
+_HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {
+    sending.TRACE_CONTEXT,
+    props.LITE_TOPIC,
+    props.PRIORITY,
+}
 
 
 def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition_pb2.Message:
@@ -211,6 +216,11 @@ def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition
         sp.delivery_timestamp.CopyFrom(_timestamp(now_ms + int(p[props.TIMER_DELAY_SEC]) * 1000))
     if sending.TRACE_CONTEXT in p:
         sp.trace_context = p[sending.TRACE_CONTEXT]
+    if props.LITE_TOPIC in p:
+        sp.lite_topic = p[props.LITE_TOPIC]
+    priority = priorities.of(p)
+    if priority is not None:
+        sp.priority = priority
     if props.DLQ_ORIGIN_TOPIC in p or props.DLQ_ORIGIN_MESSAGE_ID in p:
         sp.dead_letter_queue.CopyFrom(
             definition_pb2.DeadLetterQueue(
@@ -238,6 +248,10 @@ def _message_type(p: dict[str, str]) -> int:
         return int(definition_pb2.DELAY)
     if props.SHARDING_KEY in p:
         return int(definition_pb2.FIFO)
+    if props.LITE_TOPIC in p:
+        return int(definition_pb2.LITE)
+    if props.PRIORITY in p:
+        return int(definition_pb2.PRIORITY)
     return int(definition_pb2.NORMAL)
 
 
@@ -333,7 +347,15 @@ class PopHandler:
         topic = self.resources.topic(str(request.message_queue.topic.name))
         if not topic.readable:
             raise ApiError(statuses.FORBIDDEN, f"topic {topic.topic_name!r} has no readable queue")
-        tag_filter = filter_of(request.filter_expression)
+        tag_filter: MessageFilter = filter_of(request.filter_expression)
+        if topic.message_type is MessageType.LITE:
+            lites = self.servicer.lite_subscriptions.topics_of(group, topic.topic_name)
+            if not lites:  # nothing subscribed (yet): pass nothing over
+                await asyncio.sleep(
+                    min(self.polling_ms(request, context.time_remaining()), 1000) / 1000
+                )
+                return _not_found("no lite topic of the group is subscribed"), []
+            tag_filter = LiteFilter(lites)
         invisible_ms = self.invisible_ms(request)
         if request.batch_size <= 0:
             raise ApiError(statuses.BAD_REQUEST, f"batch_size {request.batch_size} is not >= 1")

@@ -67,6 +67,8 @@ _MESSAGE_TYPES = {
     MessageType.FIFO: definition_pb2.FIFO,
     MessageType.DELAY: definition_pb2.DELAY,
     MessageType.TRANSACTION: definition_pb2.TRANSACTION,
+    MessageType.LITE: definition_pb2.LITE,
+    MessageType.PRIORITY: definition_pb2.PRIORITY,
 }
 
 HA_NOT_AVAILABLE: int = Code.HA_NOT_AVAILABLE

@@ -26,7 +26,8 @@ The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
   must be one the topic accepts → ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``. A transactional
   message (``message_type`` TRANSACTION) is sent alone, without message group or delivery time
   (``BAD_REQUEST`` / ``MESSAGE_PROPERTY_CONFLICT_WITH_TYPE``); :mod:`transactions` stores it as
-  a half message. Lite and priority messages are ``UNSUPPORTED``.
+  a half message. Lite-topic and priority messages need a LITE / PRIORITY topic
+  (:mod:`lite_topics`, :mod:`priorities`).
 
 The client's message id is kept as ``UNIQ_KEY`` (it is the id consumers see); the message group
 becomes ``__SHARDINGKEY`` and picks the queue by a stable hash; a delivery time becomes
@@ -52,7 +53,7 @@ from typing import NoReturn
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import statuses
+from gannet.node.api import lite_topics, priorities, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, records, validation
 from gannet.node.store import properties as props
@@ -77,9 +78,9 @@ _DECLARED_TYPES = {
     int(definition_pb2.FIFO): MessageType.FIFO.value,
     int(definition_pb2.DELAY): MessageType.DELAY.value,
     int(definition_pb2.TRANSACTION): MessageType.TRANSACTION.value,
+    int(definition_pb2.LITE): MessageType.LITE.value,
+    int(definition_pb2.PRIORITY): MessageType.PRIORITY.value,
 }
-_LITE = int(definition_pb2.LITE)
-_PRIORITY = int(definition_pb2.PRIORITY)
 _ENCODINGS = frozenset({int(Encoding.ENCODING_UNSPECIFIED), int(Encoding.IDENTITY), _GZIP})
 
 
@@ -105,6 +106,8 @@ class PreparedSend:
     message_ids: tuple[str, ...]
     message_group: str | None
     transactional: bool = False
+    priority: int | None = None
+    """The highest priority of a PRIORITY batch: it picks the queue (:mod:`priorities`)."""
 
 
 class QueueSelector:
@@ -145,7 +148,8 @@ def prepare(
     topic = writable_topic(topic_of, topic_name)
     accepted = topic.accepted_message_types  # parsed from the attributes: once per request
     converted = [_convert(m, topic, accepted, peer_host, now_ms, limits) for m in messages]
-    groups = {m.properties.get(props.SHARDING_KEY) for m in converted}
+    group_key = props.LITE_TOPIC if MessageType.LITE in accepted else props.SHARDING_KEY
+    groups = {m.properties.get(group_key) for m in converted}
     group = groups.pop() if len(groups) == 1 else None
     ids = tuple(str(m.system_properties.message_id) for m in messages)
     transactional = any(
@@ -156,7 +160,10 @@ def prepare(
             statuses.BAD_REQUEST,
             f"a transactional message is sent alone; this request has {len(messages)} messages",
         )
-    return PreparedSend(topic, tuple(converted), ids, group, transactional)
+    priority = None
+    if MessageType.PRIORITY in accepted:  # only there: this is the hot path
+        priority = max((priorities.of(m.properties) or 0) for m in converted)
+    return PreparedSend(topic, tuple(converted), ids, group, transactional, priority)
 
 
 def writable_topic(topic_of: TopicLookup, name: str) -> TopicConfig:
@@ -349,14 +356,12 @@ def _check_declared_type(declared: int, kind: MessageType) -> None:
     type (UNSPECIFIED: derive it, as older clients expect)."""
     if declared == definition_pb2.MESSAGE_TYPE_UNSPECIFIED:
         return
-    if declared in (_LITE, _PRIORITY):
-        raise ApiError(statuses.UNSUPPORTED, "lite-topic and priority messages are not supported")
     name = _DECLARED_TYPES.get(declared)
     if name is None:
         raise ApiError(
             statuses.BAD_REQUEST,
             f"system_properties.message_type {declared} is not a MessageType (NORMAL 1, FIFO 2, "
-            "DELAY 3, TRANSACTION 4)",
+            "DELAY 3, TRANSACTION 4, LITE 5, PRIORITY 6)",
         )
     if name != kind.value:
         raise ApiError(
@@ -391,8 +396,10 @@ def _kind_and_special_properties(
     limits: SendLimits,
 ) -> MessageType:
     """The message's type; sets ``__SHARDINGKEY`` / ``TIMER_DELIVER_MS`` as it goes."""
-    if sp.HasField("lite_topic") or sp.HasField("priority"):
-        raise ApiError(statuses.UNSUPPORTED, "lite-topic and priority messages are not supported")
+    if sp.HasField("lite_topic"):
+        return lite_topics.mark(sp, properties)
+    if sp.HasField("priority"):
+        return priorities.mark(sp, properties)
     has_group = sp.HasField("message_group")
     has_delivery = sp.HasField("delivery_timestamp")
     if sp.message_type == definition_pb2.TRANSACTION:

@@ -30,6 +30,7 @@ from gannet.node.pop.errors import FilterExpressionIllegal
 from gannet.node.store import records
 from gannet.node.store.consume_queues import CqUnit
 from gannet.node.store.hashing import tags_code
+from gannet.node.store.properties import LITE_TOPIC as LITE_TOPIC_PROPERTY
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"
@@ -102,7 +103,36 @@ class SqlFilter:
         return self.accepts_record
 
 
-MessageFilter = TagFilter | SqlFilter
+@dataclass(frozen=True, slots=True)
+class LiteFilter:
+    """A lite consumer group's filter: messages whose ``__LITE_TOPIC`` is one of
+    ``lite_topics`` (:mod:`gannet.node.api.lite_topics`)."""
+
+    lite_topics: frozenset[str]
+    expression: str = "lite"
+
+    matches_all = False
+
+    def accepts_record(self, data: bytes) -> bool:
+        try:
+            properties = records.decode_properties(data)
+        except ValueError:
+            return True  # let the full decode after the scan report a damaged record
+        return properties.get(LITE_TOPIC_PROPERTY) in self.lite_topics
+
+    def matches_message(self, message: records.Message) -> bool:
+        return message.properties.get(LITE_TOPIC_PROPERTY) in self.lite_topics
+
+    @property
+    def unit_test(self) -> Callable[[CqUnit], bool] | None:
+        return None
+
+    @property
+    def record_test(self) -> Callable[[bytes], bool] | None:
+        return self.accepts_record
+
+
+MessageFilter = TagFilter | SqlFilter | LiteFilter
 
 MATCH_ALL = TagFilter(SUB_ALL, None, None)
 

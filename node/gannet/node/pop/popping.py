@@ -35,6 +35,7 @@ from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
 from gannet.node.store import properties as props
 from gannet.node.store import records, validation
 from gannet.node.store.reading import GetResult, GetStatus
+from gannet.node.store.topic_configs import MessageType
 
 _RESTART_STATUSES = (
     GetStatus.OFFSET_TOO_SMALL,
@@ -142,13 +143,21 @@ class PopService:
         if need_retry:
             self._pop_topic(req, retry, result)
         if req.queue_id < 0:
-            for i in range(queues):
-                self._pop_queue(req, req.topic, (random_q + i) % queues, result)
+            for queue_id in self._queue_order(req.topic, queues, random_q):
+                self._pop_queue(req, req.topic, queue_id, result)
         else:
             self._pop_queue(req, req.topic, req.queue_id, result)
         if not need_retry and len(result.messages) < req.max_msgs:
             self._pop_topic(req, retry, result)
         return result
+
+    def _queue_order(self, topic: str, queues: int, start: int) -> range | list[int]:
+        """From a random start; a PRIORITY topic from its highest queue (the most urgent
+        priority, :mod:`gannet.node.api.priorities`) down."""
+        config = self.ctx.store.topic_configs.get(topic)
+        if config is not None and config.message_type is MessageType.PRIORITY:
+            return range(queues - 1, -1, -1)
+        return [(start + i) % queues for i in range(queues)]
 
     def _pop_topic(self, req: PopRequest, topic: str, result: PopResult) -> None:
         config = self.ctx.store.topic_configs.get(topic)

@@ -50,6 +50,10 @@ CRC32 = "__CRC32#"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 TRANSIENT_PREFIX = "__RMQ.TRANSIENT."
+LITE_TOPIC = "__LITE_TOPIC"
+"""Gannet: the lite topic of a message of a LITE topic (v2 ``system_properties.lite_topic``)."""
+PRIORITY = "__PRIORITY"
+"""Gannet: the priority of a message of a PRIORITY topic (v2 ``system_properties.priority``)."""
 
 KEY_SEPARATOR = " "
 PROPERTIES_LENGTH_MAX_BYTES = 32_767

@@ -69,6 +69,8 @@ class MessageType(enum.Enum):
     DELAY = "DELAY"
     TRANSACTION = "TRANSACTION"
     MIXED = "MIXED"
+    LITE = "LITE"
+    PRIORITY = "PRIORITY"
 
 
 _ACCEPTS = {

@@ -149,6 +149,8 @@ GANNET_RESERVED_PROPERTY_KEYS = frozenset(
         "TRACE_CONTEXT",  # system_properties.trace_context
         props.INNER_NUM,
         props.INNER_BASE,
+        props.LITE_TOPIC,
+        props.PRIORITY,
     }
 )
 """System properties outside RocketMQ's set that Gannet (or a broker reading its store)

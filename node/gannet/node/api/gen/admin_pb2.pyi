@@ -15,12 +15,16 @@ class MessageType(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     DELAY: _ClassVar[MessageType]
     TRANSACTION: _ClassVar[MessageType]
     MIXED: _ClassVar[MessageType]
+    LITE: _ClassVar[MessageType]
+    PRIORITY: _ClassVar[MessageType]
 MESSAGE_TYPE_UNSPECIFIED: MessageType
 NORMAL: MessageType
 FIFO: MessageType
 DELAY: MessageType
 TRANSACTION: MessageType
 MIXED: MessageType
+LITE: MessageType
+PRIORITY: MessageType
 
 class Topic(_message.Message):
     __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "message_type", "attributes")
