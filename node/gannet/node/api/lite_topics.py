@@ -156,4 +156,11 @@ def _apply(current: set[str], action: int, names: set[str]) -> set[str]:
 
 
 def request_names(request: service_pb2.SyncLiteSubscriptionRequest) -> list[str]:
-    return [str(n) for n in request.lite_topic_set]
+    """The request's lite topics. The official Python client 5.1.x sends the *characters* of
+    the name on ``subscribe_lite`` (it extends the repeated field with a string): several
+    one-character entries of a PARTIAL_ADD are joined back into the one name they spell."""
+    names = [str(n) for n in request.lite_topic_set]
+    split = len(names) > 1 and all(len(n) == 1 for n in names)
+    if split and request.action == definition_pb2.PARTIAL_ADD:
+        return ["".join(names)]
+    return names
