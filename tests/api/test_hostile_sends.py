@@ -98,7 +98,7 @@ def _gzip_body(raw: bytes) -> bytes:
     [
         ({"message_type": 99}, Code.BAD_REQUEST, "message_type 99"),
         ({"message_type": definition_pb2.FIFO}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "FIFO"),
-        ({"message_type": definition_pb2.LITE}, Code.UNSUPPORTED, "lite"),
+        ({"message_type": definition_pb2.LITE}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "LITE"),
         ({"body_encoding": definition_pb2.GZIP}, Code.MESSAGE_CORRUPTED, "GZIP"),
         ({"body_encoding": 7}, Code.BAD_REQUEST, "body_encoding 7"),
         ({"digest": (definition_pb2.MD5, "00" * 16)}, Code.MESSAGE_CORRUPTED, "body_digest"),

@@ -59,14 +59,16 @@ def test_client_id_tags_keys_and_group_become_properties() -> None:
     assert prepared.message_ids == ("0102FC000000013E000B13F97D00000001",)
 
 
-def test_transactions_are_flagged_and_priority_is_unsupported() -> None:
+def test_transactions_are_flagged_and_priority_needs_a_priority_topic() -> None:
     topic = TopicConfig("T").with_message_type(MessageType.MIXED)
     prepared = _prepare(topic, _request(topic, message_type=definition_pb2.TRANSACTION))
     assert prepared.transactional
     assert not _prepare(topic, _request(topic)).transactional
     with pytest.raises(ApiError) as caught:
         _prepare(topic, _request(topic, priority=1))
-    assert caught.value.code == Code.UNSUPPORTED
+    assert caught.value.code == Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    priority = TopicConfig("P", write_queue_nums=4).with_message_type(MessageType.PRIORITY)
+    assert _prepare(priority, _request(priority, priority=7)).priority == 7
 
 
 def test_queue_selector_hashes_groups_and_rotates_otherwise() -> None:

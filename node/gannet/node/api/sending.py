@@ -367,7 +367,8 @@ def _check_declared_type(declared: int, kind: MessageType) -> None:
         raise ApiError(
             statuses.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
             f"system_properties.message_type is {name}, but the message is {kind.value} "
-            "(message_group makes FIFO, delivery_timestamp makes DELAY)",
+            "(message_group makes FIFO, delivery_timestamp makes DELAY, lite_topic makes LITE, "
+            "priority makes PRIORITY)",
         )
 
 
