@@ -84,3 +84,14 @@ def test_metrics_families_name_every_figure() -> None:
     assert names["gannet_transaction_checks"].samples[0].value == 3
     [commits] = names["gannet_transaction_resolutions"].samples
     assert (commits.labels, commits.value) == ({"resolution": "commit"}, 5)
+
+
+def test_a_retried_send_finds_its_open_half_message_until_it_is_resolved() -> None:
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0, message_id="M1", queue_offset=7)
+    found = book.open_half("T", "M1")
+    assert found is not None
+    assert (found.half_offset, found.queue_offset) == (100, 7)
+    assert book.open_half("Other", "M1") is None
+    book.resolve(100, Resolution.COMMIT)
+    assert book.open_half("T", "M1") is None

@@ -104,10 +104,12 @@ def _receive(consumer: Any, timeout_s: float) -> list[Any]:
     return got
 
 
+UNDECIDED = TransactionResolution.TRANSACTION_RESOLUTION_UNSPECIFIED
+"""A checker that never ends the transaction: a check (after 300 ms) cannot race the test."""
+
+
 def test_commit_makes_the_half_message_visible(broker, admin, clients) -> None:
-    topic, producer, consumer = _setup(
-        broker, admin, clients, Checker(TransactionResolution.COMMIT)
-    )
+    topic, producer, consumer = _setup(broker, admin, clients, Checker(UNDECIDED))
     transaction = producer.begin_transaction()
     receipt = producer.send(_message(topic, b"paid"), transaction)
     assert len(receipt.transaction_id) == 16
@@ -123,9 +125,7 @@ def test_commit_makes_the_half_message_visible(broker, admin, clients) -> None:
 
 
 def test_rollback_drops_the_half_message(broker, admin, clients) -> None:
-    topic, producer, consumer = _setup(
-        broker, admin, clients, Checker(TransactionResolution.COMMIT)
-    )
+    topic, producer, consumer = _setup(broker, admin, clients, Checker(UNDECIDED))
     transaction = producer.begin_transaction()
     producer.send(_message(topic, b"cancelled"), transaction)
     transaction.rollback()
@@ -206,6 +206,16 @@ def test_bad_end_transaction_requests(broker, messaging, admin) -> None:
     again = end(resolution=definition_pb2.ROLLBACK)
     assert again.code == Code.INVALID_TRANSACTION_ID
     assert "already" in again.message
+
+
+def test_a_retried_transactional_send_gets_the_open_transaction(broker, messaging, admin) -> None:
+    topic = unique("TxD")
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, message_type=admin_pb2.TRANSACTION))
+    first = _half(messaging, topic, "0102FC000000013E000B13F97D000000D1")
+    settle(broker)
+    assert _half(messaging, topic, "0102FC000000013E000B13F97D000000D1") == first
+    service = broker.broker.messaging.transactions.service
+    assert transactions.parse_transaction_id(first) in service.book.pending_offsets()
 
 
 def test_transactional_send_rules(broker, messaging, admin, make_topic) -> None:

@@ -359,6 +359,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             limits=self.limits,
         )
         if prepared.transactional:
+            if self.transactions is not None:
+                retried = self.transactions.retried(prepared.topic.topic_name, prepared.message_ids)
+                if retried is not None:
+                    return retried
             return await self._append(prepared)
         return await self.dedup.send_once(
             prepared.topic.topic_name,

@@ -49,6 +49,9 @@ class Pending:
     """Store time of the newest check record (0: never checked)."""
     next_check_ms: int = 0
     """Leader only: no check proposed before this (a proposed check is not applied yet)."""
+    message_id: str = ""
+    queue_offset: int = 0
+    """The half message's offset in the half topic's queue (the send's receipt offset)."""
 
 
 class Resolution(Enum):
@@ -68,24 +71,53 @@ class TransactionBook:
         self.limits = limits or CheckLimits()
         self._lock = threading.Lock()
         self._pending: dict[int, Pending] = {}
+        self._by_message: dict[tuple[str, str], int] = {}
+        """(topic, message id) → half offset of the open transactions: a retried send."""
         self._resolved: OrderedDict[int, Resolution] = OrderedDict()
         self._ending: dict[int, Resolution] = {}
         self.ended_total: dict[Resolution, int] = dict.fromkeys(Resolution, 0)
         """Resolutions this node wrote (it led when it wrote them)."""
 
     # ------------------------------------------------------------------ applied from the log
-    def half(self, half_offset: int, topic: str, stored_ms: int, checks: int = 0) -> None:
+    def half(
+        self,
+        half_offset: int,
+        topic: str,
+        stored_ms: int,
+        checks: int = 0,
+        *,
+        message_id: str = "",
+        queue_offset: int = 0,
+    ) -> None:
         with self._lock:
             if half_offset in self._resolved or half_offset in self._pending:
                 return
             if len(self._pending) >= self.limits.pending_max:
                 return  # refused at send time; only a smaller limit after a restart gets here
-            self._pending[half_offset] = Pending(half_offset, topic, stored_ms, checks)
+            pending = Pending(half_offset, topic, stored_ms, checks)
+            pending.message_id, pending.queue_offset = message_id, queue_offset
+            self._pending[half_offset] = pending
+            if message_id:
+                self._by_message.setdefault((topic, message_id), half_offset)
+
+    def _drop(self, half_offset: int) -> None:
+        pending = self._pending.pop(half_offset, None)
+        if pending is not None and pending.message_id:
+            key = (pending.topic, pending.message_id)
+            if self._by_message.get(key) == half_offset:
+                del self._by_message[key]
 
     def resolve(self, half_offset: int, resolution: Resolution) -> None:
         with self._lock:
-            self._pending.pop(half_offset, None)
+            self._drop(half_offset)
             self._remember(half_offset, resolution)
+
+    def open_half(self, topic: str, message_id: str) -> Pending | None:
+        """The open transaction of a message id: a send retried after its half message
+        committed (e.g. across a failover) is answered with it instead of a second half."""
+        with self._lock:
+            offset = self._by_message.get((topic, message_id))
+            return self._pending.get(offset) if offset is not None else None
 
     def checked(self, half_offset: int, checks: int, stored_ms: int) -> Pending | None:
         """A check record: the pending transaction it updated, or None when resolved."""
@@ -144,7 +176,7 @@ class TransactionBook:
             resolution = self._ending.pop(half_offset, None)
             if resolution is None:
                 return
-            self._pending.pop(half_offset, None)
+            self._drop(half_offset)
             self._remember(half_offset, resolution)
             self.ended_total[resolution] += 1
 

@@ -157,7 +157,13 @@ class TransactionService:
         if seen is None:
             return
         if seen.kind == "half":
-            self.book.half(seen.half_offset, seen.topic, info.store_timestamp_ms)
+            self.book.half(
+                seen.half_offset,
+                seen.topic,
+                info.store_timestamp_ms,
+                message_id=info.uniq_key or "",
+                queue_offset=info.queue_offset,
+            )
         elif seen.kind == "commit":
             self.book.resolve(seen.half_offset, Resolution.COMMIT)
         elif seen.kind == "op":
@@ -194,6 +200,7 @@ class TransactionService:
         resolved: set[int] = set()
         checks: dict[int, tuple[int, int]] = {}
         halves: list[tuple[records.Message, int]] = []
+        queue_offsets: dict[int, int] = {}
 
         def op(message: records.Message, _: int) -> None:
             if message.body.isdigit() and message.tags == tr.OP_TAG:
@@ -208,6 +215,7 @@ class TransactionService:
         def half(message: records.Message, offset: int) -> None:
             if offset not in resolved:
                 halves.append((message, offset))
+                queue_offsets[offset] = message.queue_offset
 
         self._read_all(tr.OP_TOPIC, op)
         self._read_all(tr.CHECK_TOPIC, check)
@@ -217,7 +225,14 @@ class TransactionService:
                 continue
             topic = message.properties.get(props.REAL_TOPIC, "")
             count, last_ms = checks.get(offset, (0, 0))
-            self.book.half(offset, topic, message.store_timestamp_ms, count)
+            self.book.half(
+                offset,
+                topic,
+                message.store_timestamp_ms,
+                count,
+                message_id=message.properties.get(props.UNIQ_KEY, ""),
+                queue_offset=queue_offsets[offset],
+            )
             if last_ms:
                 self.book.checked(offset, count, last_ms)
 
@@ -398,6 +413,24 @@ class TransactionHandler:
             )
         ensure_topics(self.service.store)
         return tr.to_half(messages)
+
+    def retried(
+        self, topic: str, message_ids: tuple[str, ...]
+    ) -> service_pb2.SendMessageResponse | None:
+        """The original answer to a transactional send whose half message is already open
+        (the client retried it, e.g. across a failover); None for a new one."""
+        if len(message_ids) != 1 or not message_ids[0]:
+            return None
+        found = self.service.book.open_half(topic, message_ids[0])
+        if found is None:
+            return None
+        entry = service_pb2.SendResultEntry(
+            status=statuses.ok(),
+            message_id=message_ids[0],
+            transaction_id=tr.transaction_id_of(found.half_offset),
+            offset=found.queue_offset,
+        )
+        return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
 
     def sent(self, topic: str, results: list[AppendResult]) -> list[str]:
         """The transaction ids of appended half messages (dispatch books them)."""
