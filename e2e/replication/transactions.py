@@ -10,10 +10,11 @@ with short transaction checks (``--transaction-timeout-ms``/``--transaction-chec
    message ``live-…``; the leader is SIGKILLed (a single node is SIGKILLed and started again);
    the producer then commits (retried until answered: a retry of a commit that did land is
    answered OK without a second write);
-3. **check-back** — a new producer of the topic (the restarted application) with a
-   ``TransactionChecker`` that answers COMMIT for ``commit-…`` and ROLLBACK otherwise; the
-   broker (the new leader's check records, offered by whichever member holds the producer's
-   Telemetry stream) asks it about the two orphans.
+3. **check-back** — a new producer of the topic (the restarted application) joins; both live
+   producers share a ``TransactionChecker`` that answers COMMIT for ``commit-…`` and ROLLBACK
+   otherwise; the broker (the new leader's check records, offered by whichever member holds a
+   producer's Telemetry stream, to any producer of the topic, as RocketMQ) asks about the two
+   orphans.
 
 Then a consumer must receive exactly ``commit-…`` and ``live-…``, each once, and nothing more
 for :data:`QUIET_S` (a duplicate from a replayed or re-checked transaction would show here).
@@ -98,7 +99,7 @@ class Outcome:
     received: dict[bytes, int] = field(default_factory=dict)
     """Body → times a consumer received it."""
     asked: list[bytes] = field(default_factory=list)
-    """Bodies the new producer's checker was asked about."""
+    """Bodies the producers' checker was asked about."""
     killed: int = 0
     """The broker SIGKILLed between half message and commit."""
     commit_attempts: int = 0
@@ -215,7 +216,8 @@ def run(root: Path, size: int) -> Outcome:
         crashing.kill()
         crashing.wait(10)
         # 2. a broker crash between half message and commit
-        live = Producer(config, (TOPIC,), Checker())
+        checker = Checker()  # the broker may ask any producer of the topic: both share it
+        live = Producer(config, (TOPIC,), checker)
         live.startup()
         producers.append(live)
         message = Message()
@@ -230,7 +232,6 @@ def run(root: Path, size: int) -> Outcome:
             group.leader()
         outcome.commit_attempts = _commit_until_answered(transaction)
         # 3. the restarted application's producer answers the checks of the orphans
-        checker = Checker()
         restarted = Producer(
             ClientConfiguration(_endpoints(group), Credentials(), request_timeout=10),
             (TOPIC,),
@@ -238,11 +239,17 @@ def run(root: Path, size: int) -> Outcome:
         )
         restarted.startup()
         producers.append(restarted)
-        wait_for(
-            lambda: {b"commit-orphan", b"rollback-orphan"} <= set(checker.asked),
-            30,
-            "the broker to ask the new producer about both orphaned transactions",
-        )
+        try:
+            wait_for(
+                lambda: {b"commit-orphan", b"rollback-orphan"} <= set(checker.asked),
+                30,
+                "the broker to ask the new producer about both orphaned transactions",
+            )
+        except AssertionError as exc:
+            raise AssertionError(
+                f"{exc}; asked {checker.asked}, killed {outcome.killed}, alive "
+                f"{group.alive()}, logs in {root}"
+            ) from None
         _consume(_endpoints(group), {b"commit-orphan", b"live-1"}, outcome, 30)
         outcome.asked = list(checker.asked)
         return outcome
