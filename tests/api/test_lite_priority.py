@@ -38,7 +38,7 @@ def clients() -> Iterator[list[Any]]:
         client.shutdown()
 
 
-def _topic(admin: Any, kind: int, queues: int = 4) -> str:
+def _topic(admin: Any, kind: admin_pb2.MessageType, queues: int = 4) -> str:
     topic = unique("LP")
     admin.CreateTopic(
         admin_pb2.CreateTopicRequest(name=topic, queue_nums=queues, message_type=kind)

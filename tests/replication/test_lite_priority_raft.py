@@ -31,12 +31,15 @@ pytestmark = pytest.mark.timeout(150)
 def _setup(cluster: Cluster) -> tuple[int, int]:
     cluster.start_all()
     leader = cluster.leader()
-    for name, kind in (("RLite", admin_pb2.LITE), ("RPrio", admin_pb2.PRIORITY)):
-        request = admin_pb2.CreateTopicRequest(name=name, queue_nums=4, message_type=kind)
-        cluster.admin(leader, lambda a, r=request: a.CreateTopic(r, timeout=10))
-    for group in ("RLiteG", "RPrioG"):
-        request = admin_pb2.CreateGroupRequest(name=group)
-        cluster.admin(leader, lambda a, r=request: a.CreateGroup(r, timeout=10))
+
+    def create(admin: Any) -> None:
+        for name, kind in (("RLite", admin_pb2.LITE), ("RPrio", admin_pb2.PRIORITY)):
+            topic = admin_pb2.CreateTopicRequest(name=name, queue_nums=4, message_type=kind)
+            admin.CreateTopic(topic, timeout=10)
+        for group in ("RLiteG", "RPrioG"):
+            admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=10)
+
+    cluster.admin(leader, create)
     cluster.wait_replicated(cluster.last_offset(leader))
     return leader, next(i for i in cluster.nodes if i != leader)
 
