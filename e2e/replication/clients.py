@@ -163,6 +163,8 @@ class ExternalLoad(threading.Thread):
                 self.acks.failed(fields[2])
 
     def startup(self) -> None:
+        """Start reading its lines; return once its producer is up."""
+        self.start()
         if not self.ready.wait(START_TIMEOUT_S):
             raise AssertionError(
                 f"the {self.client} producer did not start in {START_TIMEOUT_S:.0f} s "

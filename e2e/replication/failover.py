@@ -1,16 +1,19 @@
-"""Failover as the official Python client sees it: leader SIGKILL / SIGSTOP -> next ack.
+"""Failover as the official clients see it: leader SIGKILL / SIGSTOP -> next ack.
 
 A 3-member group of broker processes (``--flush sync``, peers dialling each other directly on
-127.0.0.1) and ONE official ``rocketmq-python-client`` Producer given every member's endpoint
-(``a;b;c``, request timeout 3 s), created once and never restarted: what a user's application
-does. It sends one message at a time, each with a unique key, and records every acknowledged
-send with the times it began and was answered. Then, ``--kills`` times: wait until the client
-is steadily acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from
-the signal to the acknowledgement of the first send begun after it (the client's next send:
-an answer already on its way at the fault does not count); restart the killed member (SIGCONT
-the stopped one after ``--stop-s``), wait until it is back in the group, go on.
+127.0.0.1) and ONE official Producer, created once and never restarted: what a user's
+application does. ``--client python`` (default): ``rocketmq-python-client`` given every
+member's endpoint (``a;b;c``, request timeout 3 s); ``node`` / ``java``: the official Node.js
+(1.0.8) or Java (5.0.8) client in its own process (:mod:`e2e.replication.clients`; the Node.js
+client dials one address, so it is given a Service-like proxy in front of every member). It
+sends one message at a time, each with a unique key, and records every acknowledged send with
+the times it began and was answered. Then, ``--kills`` times: wait until the client is steadily
+acknowledged, SIGKILL (or SIGSTOP) the current leader, and measure the time from the signal to
+the acknowledgement of the first send begun after it (the client's next send: an answer already
+on its way at the fault does not count); restart the killed member (SIGCONT the stopped one
+after ``--stop-s``), wait until it is back in the group, go on.
 
-The client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
+The Python client's gRPC channel sits on one member (``pick_first`` over the sorted addresses,
 :func:`attached_member`). Killing that member breaks its connection and the channel moves on;
 *stopping* it does not (the stopped process's kernel keeps the TCP connection open and the
 client sets no keepalive), so the client waits until SIGCONT: such stops are reported apart and
@@ -19,12 +22,13 @@ not held to the target.
 At the end: every acknowledged message is at its queue and offset on every member, replicas are
 byte-identical up to the commit offset, at most one leader per term
 (:meth:`harness.ProcessGroup.verify`), and extra copies of acknowledged keys are counted
-(duplicates: a send the client timed out on and retried that had committed).
+(duplicates: a send the client timed out on and retried that had committed). With
+``--consumer simple`` (an official SimpleConsumer receives and acks all along) or ``--consumer
+push`` (an official PushConsumer), every acknowledged send must reach the consumer
+(:mod:`e2e.replication.consumers`); its fault -> next ack (delivery) time is reported.
 
-Run ``make e2e-failover`` (10 SIGKILLs and 10 SIGSTOPs) or
-``python -m e2e.replication.failover [--kills N] [--mode kill|stop|both] [--stop-s S]
-[--consumer]`` (``--consumer``: an official SimpleConsumer receives and acks all along; its
-fault -> next ack time is reported, and every acknowledged send must reach it);
+Run ``make e2e-failover`` or ``python -m e2e.replication.failover [--kills N]
+[--mode kill|stop|both] [--stop-s S] [--client python|node|java|all] [--consumer [simple|push]]``;
 exit code 0 when every gap is within ``--target-s`` (default 3 s) and nothing acknowledged was
 lost; ``tests/replication/test_failover_e2e.py`` runs a short version (2 kills).
 """
@@ -71,7 +75,9 @@ class ClientLoad(threading.Thread):
         self.done = threading.Event()
 
     def startup(self) -> None:
+        """Start the producer, then the sending thread."""
         self.producer.startup()
+        self.start()
 
     def run(self) -> None:
         number = 0
@@ -195,7 +201,6 @@ def run(
                 )
                 endpoints = service.endpoint
             load = ExternalLoad(client, endpoints, TOPIC, root / f"{client}.log")
-        load.start()
         load.startup()
         acks = load.acks
         try:
