@@ -116,6 +116,11 @@ class SimpleLoad(threading.Thread):
         self.done = threading.Event()
         self.progress = threading.Condition()
 
+    def start(self) -> None:
+        """Start the consumer, then the receiving thread."""
+        self.consumer.startup()
+        super().start()
+
     def run(self) -> None:
         while not self.done.is_set():
             try:
