@@ -10,8 +10,8 @@ delivered is missing. A SimpleConsumer key whose ack *raised* and that was never
 is judged on the broker: an ack whose answer was lost in a kill may have taken effect (the old
 leader matched it and committed the group's offset past the message before it died; RocketMQ
 does the same), so the key is "ack took effect" when the group's committed offset on its queue
-is past it once the message's invisible time and a revive margin have passed, and missing
-otherwise (it should have come back).
+is past it on every member (through the log) once the message's invisible time and a revive
+margin have passed, and missing otherwise (it should have come back).
 """
 
 from __future__ import annotations
@@ -215,12 +215,18 @@ class PushLoad:
 
 
 def _committed_offsets(group: ProcessGroup, consumer_group: str) -> dict[tuple[str, int], int]:
-    leader = group.current_leader()
-    reply = group.admin_call(
-        leader, "DescribeGroup", admin_pb2.DescribeGroupRequest(name=consumer_group)
-    )
-    assert isinstance(reply, admin_pb2.DescribeGroupResponse)
-    return {(q.topic, q.queue_id): q.committed_offset for q in reply.queues}
+    """The group's committed offset of each queue as every member knows it (the lowest): an
+    offset the leader holds only in memory, not through the log, does not count."""
+    lowest: dict[tuple[str, int], int] = {}
+    for node_id in group.ids:
+        reply = group.admin_call(
+            node_id, "DescribeGroup", admin_pb2.DescribeGroupRequest(name=consumer_group)
+        )
+        assert isinstance(reply, admin_pb2.DescribeGroupResponse)
+        for q in reply.queues:
+            key = (q.topic, q.queue_id)
+            lowest[key] = min(lowest.get(key, q.committed_offset), q.committed_offset)
+    return lowest
 
 
 def _position(group: ProcessGroup, topic: str, key: str) -> tuple[int, int]:
