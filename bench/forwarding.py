@@ -6,7 +6,9 @@ What the official clients send: one message per ``SendMessage`` (raw ``rocketmq.
 stubs, 100 B bodies, a fresh message id per message so that no send is a duplicate), ``CALLERS``
 calls in flight from ``THREADS`` threads. Windows alternate leader, follower, leader, follower
 (``--rounds`` pairs) so that drift of a shared machine's load hits both alike. Figures per
-target: messages/s over its windows, and the latency p50/p99 of each call.
+target: messages/s over its windows, the latency p50/p99 of each call, and the CPU time the
+three broker processes spent per message (``/proc/<pid>/stat``), the figure a loaded machine
+disturbs least: throughput there mostly measures the other work on the cores.
 
 The forwarder sends one peer call per client call (``api/forwarding.py``); this measures what
 that extra hop costs, which is what batching several client calls into one peer call could
@@ -30,6 +32,7 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from bench.peers.procfs import parse_stat
 from bench.replication import CLIENT_ID, OK, _machine, _send_call
 from e2e.replication.harness import ProcessGroup
 
@@ -105,7 +108,9 @@ def window(endpoint: str, seconds: float, ids: Ids) -> tuple[int, int, list[floa
     return counts[0], counts[1], latencies_ms
 
 
-def _figures(acked: int, failed: int, seconds: float, latencies_ms: list[float]) -> dict[str, Any]:
+def _figures(
+    acked: int, failed: int, seconds: float, latencies_ms: list[float], cpu_s: float
+) -> dict[str, Any]:
     q = statistics.quantiles(sorted(latencies_ms), n=100) if len(latencies_ms) > 1 else [0.0] * 99
     return {
         "msgs": acked,
@@ -113,7 +118,16 @@ def _figures(acked: int, failed: int, seconds: float, latencies_ms: list[float])
         "msgs_per_s": round(acked / seconds, 1),
         "p50_ms": round(q[49], 2),
         "p99_ms": round(q[98], 2),
+        "broker_cpu_ms_per_msg": round(cpu_s * 1000 / max(1, acked), 3),
     }
+
+
+def _brokers_cpu_s(group: ProcessGroup) -> float:
+    """User + system CPU time of every broker process so far."""
+    return sum(
+        parse_stat(Path(f"/proc/{process.pid}/stat").read_text()).total_s
+        for process in group.processes.values()
+    )
 
 
 def run(root: Path, seconds: float, rounds: int) -> dict[str, Any]:
@@ -126,17 +140,24 @@ def run(root: Path, seconds: float, rounds: int) -> dict[str, Any]:
         ids = Ids()
         window(group.client_endpoint(follower), 1.0, ids)  # warm both paths' channels
         result: dict[str, Any] = {"machine_before": _machine(), "seconds": seconds}
-        totals: dict[str, list[Any]] = {"leader": [0, 0, []], "follower": [0, 0, []]}
+        totals: dict[str, list[Any]] = {"leader": [0, 0, [], 0.0], "follower": [0, 0, [], 0.0]}
         for _ in range(rounds):
             for name, node_id in (("leader", leader), ("follower", follower)):
+                cpu_before = _brokers_cpu_s(group)
                 acked, failed, latencies = window(group.client_endpoint(node_id), seconds, ids)
+                cpu_s = _brokers_cpu_s(group) - cpu_before
                 totals[name][0] += acked
                 totals[name][1] += failed
                 totals[name][2].extend(latencies)
-                print(f"{name}: {acked / seconds:.0f} msgs/s", flush=True)
+                totals[name][3] += cpu_s
+                print(
+                    f"{name}: {acked / seconds:.0f} msgs/s, "
+                    f"{cpu_s * 1000 / max(1, acked):.2f} broker CPU ms/msg",
+                    flush=True,
+                )
         assert group.current_leader() == leader, "the leader changed during the run"
-        for name, (acked, failed, latencies) in totals.items():
-            result[name] = _figures(acked, failed, seconds * rounds, latencies)
+        for name, (acked, failed, latencies, cpu_s) in totals.items():
+            result[name] = _figures(acked, failed, seconds * rounds, latencies, cpu_s)
         result["follower_over_leader"] = round(
             result["follower"]["msgs_per_s"] / max(1.0, result["leader"]["msgs_per_s"]), 3
         )
