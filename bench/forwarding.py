@@ -7,8 +7,9 @@ stubs, 100 B bodies, a fresh message id per message so that no send is a duplica
 calls in flight from ``THREADS`` threads. Windows alternate leader, follower, leader, follower
 (``--rounds`` pairs) so that drift of a shared machine's load hits both alike. Figures per
 target: messages/s over its windows, the latency p50/p99 of each call, and the CPU time the
-three broker processes spent per message (``/proc/<pid>/stat``), the figure a loaded machine
-disturbs least: throughput there mostly measures the other work on the cores.
+three broker processes spent per message (``/proc/<pid>/stat``) beyond what they spend idle
+(their timers and scans, measured over ``IDLE_S`` without load first): on a loaded machine
+throughput mostly measures the other work on the cores, CPU per message much less.
 
 The forwarder sends one peer call per client call (``api/forwarding.py``); this measures what
 that extra hop costs, which is what batching several client calls into one peer call could
@@ -41,6 +42,7 @@ TOPIC = "ForwardingBench"
 BODY_BYTES = 100
 THREADS = 2
 CALLERS = 16
+IDLE_S = 5.0
 """Calls in flight at once over all threads."""
 
 
@@ -111,6 +113,7 @@ def window(endpoint: str, seconds: float, ids: Ids) -> tuple[int, int, list[floa
 def _figures(
     acked: int, failed: int, seconds: float, latencies_ms: list[float], cpu_s: float
 ) -> dict[str, Any]:
+    """``cpu_s``: the brokers' CPU time beyond idle over the windows."""
     q = statistics.quantiles(sorted(latencies_ms), n=100) if len(latencies_ms) > 1 else [0.0] * 99
     return {
         "msgs": acked,
@@ -140,12 +143,16 @@ def run(root: Path, seconds: float, rounds: int) -> dict[str, Any]:
         ids = Ids()
         window(group.client_endpoint(follower), 1.0, ids)  # warm both paths' channels
         result: dict[str, Any] = {"machine_before": _machine(), "seconds": seconds}
+        idle_before = _brokers_cpu_s(group)
+        time.sleep(IDLE_S)  # the idle rate itself is the measurement: nothing to await
+        idle_cpu_per_s = (_brokers_cpu_s(group) - idle_before) / IDLE_S
+        result["idle_broker_cpu_per_s"] = round(idle_cpu_per_s, 3)
         totals: dict[str, list[Any]] = {"leader": [0, 0, [], 0.0], "follower": [0, 0, [], 0.0]}
         for _ in range(rounds):
             for name, node_id in (("leader", leader), ("follower", follower)):
                 cpu_before = _brokers_cpu_s(group)
                 acked, failed, latencies = window(group.client_endpoint(node_id), seconds, ids)
-                cpu_s = _brokers_cpu_s(group) - cpu_before
+                cpu_s = _brokers_cpu_s(group) - cpu_before - idle_cpu_per_s * seconds
                 totals[name][0] += acked
                 totals[name][1] += failed
                 totals[name][2].extend(latencies)
