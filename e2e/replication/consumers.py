@@ -16,6 +16,7 @@ margin have passed, and missing otherwise (it should have come back).
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from dataclasses import dataclass, field
@@ -84,6 +85,12 @@ class Deliveries:
             self.progress.wait_for(lambda: keys <= self.count.keys(), timeout_s)
             return keys - self.count.keys()
 
+    def longest_silence(self, since: float) -> float:
+        """The longest time without a delivery from ``since`` until now."""
+        with self.progress:
+            moments = [since, *(t for t in self.times if t > since), time.monotonic()]
+        return max(b - a for a, b in itertools.pairwise(moments))
+
     def duplicates(self, keys: set[str]) -> int:
         with self.progress:
             return sum(self.count.get(k, 1) - 1 for k in keys)
@@ -109,7 +116,8 @@ class SimpleLoad(threading.Thread):
         )
         self.deliveries = Deliveries()
         self.acked_keys: set[str] = set()
-        self.acked_at: list[float] = []
+        self.acks: list[tuple[float, float]] = []
+        """When each successful ack began and was answered (monotonic)."""
         self.ack_failures: dict[str, str] = {}
         """The last ack failure of each key whose ack raised (for the report)."""
         self.failures = 0
@@ -131,6 +139,7 @@ class SimpleLoad(threading.Thread):
             for message in messages:
                 key = bytes(message.body).decode()
                 self.deliveries.note(key)
+                began = time.monotonic()
                 try:
                     self.consumer.ack(message)
                 except Exception as exc:  # comes back after its invisible time, or took effect
@@ -140,15 +149,14 @@ class SimpleLoad(threading.Thread):
                     continue
                 with self.progress:
                     self.acked_keys.add(key)
-                    self.acked_at.append(time.monotonic())
+                    self.acks.append((began, time.monotonic()))
                     self.progress.notify_all()
 
     def first_ack_after(self, moment: float, timeout_s: float) -> float | None:
+        """When the first ack begun after ``moment`` was answered (None: none in time)."""
         with self.progress:
-            self.progress.wait_for(
-                lambda: bool(self.acked_at) and self.acked_at[-1] > moment, timeout_s
-            )
-            return next((t for t in self.acked_at if t > moment), None)
+            self.progress.wait_for(lambda: bool(self.acks) and self.acks[-1][0] > moment, timeout_s)
+            return next((done for began, done in self.acks if began > moment), None)
 
     def settle(self, keys: set[str], timeout_s: float) -> Settlement:
         """Wait until every key was delivered and every failed ack was delivered again or

@@ -120,6 +120,9 @@ class Result:
     consumer_gaps_s: list[float] = field(default_factory=list)
     """Fault -> the consumer's first ack (SimpleConsumer) or delivery (PushConsumer) after it."""
     consumer_failures: int = 0
+    push_silences_s: list[float] = field(default_factory=list)
+    """Per fault: the PushConsumer's longest time without a delivery, from the fault until the
+    member was back and the producer steady again."""
     settlement: Settlement | None = None
     """What became of the acknowledged sends at the consumer."""
     report: VerifyReport | None = None
@@ -162,7 +165,16 @@ class Result:
             f"({len(settled.never_delivered)} never delivered, {len(settled.stuck)} whose ack "
             f"failed and were not delivered again), {len(settled.ack_took_effect)} acks whose "
             f"answer was lost in a fault but took effect (the group's offset passed them), "
-            f"{settled.duplicates} deliveries beyond the first"
+            f"{settled.duplicates} deliveries beyond the first{self._silences()}"
+        )
+
+    def _silences(self) -> str:
+        quiet = self.push_silences_s
+        if not quiet:
+            return ""
+        return (
+            f"; longest time without a delivery after a fault: median "
+            f"{statistics.median(quiet):.2f} s, max {max(quiet):.2f} s"
         )
 
 
@@ -248,6 +260,8 @@ def run(
                     f"node {leader} back in the group",
                 )
                 acks.wait_more(STEADY_ACKS)
+                if isinstance(reader, PushLoad):
+                    result.push_silences_s.append(reader.deliveries.longest_silence(at))
         finally:
             receipts = load.stop()
             result.failures = acks.failures
