@@ -50,7 +50,7 @@ Pure functions; called by :mod:`messaging`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rocketmq.grpc_protocol import Code, definition_pb2
@@ -101,10 +101,10 @@ LIST_LANGUAGES = frozenset({"PYTHON", "JAVA"})
 untested here and get one address."""
 
 
-def dials_address_lists(metadata: object) -> bool:
+def dials_address_lists(metadata: Iterable[tuple[str, str]] | None) -> bool:
     """Whether the client whose call carried ``metadata`` (gRPC invocation metadata: pairs)
     dials a list of addresses (:data:`LIST_LANGUAGES`)."""
-    for key, value in metadata if isinstance(metadata, (list, tuple)) else ():
+    for key, value in metadata or ():
         if str(key).lower() == "x-mq-language":
             return str(value).upper() in LIST_LANGUAGES
     return False
