@@ -98,12 +98,15 @@ e2e: $(STAMP)
 ## its next acknowledged send (target <= 3 s), 0 acknowledged lost, duplicates; SIGKILL x10 under
 ## the official Node.js and Java producers (npm and mvn fetch them once); SIGKILL x5 with a
 ## SimpleConsumer and with a PushConsumer consuming all along (about 20 min)
+## (every run goes on after a failed one; the target fails if any did)
 e2e-failover: $(STAMP)
-	$(BIN)/python -m e2e.replication.failover --kills 10 --mode both
-	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client node
-	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client java
-	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer simple
-	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer push
+	status=0; \
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode both || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client node || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client java || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer simple || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer push || status=1; \
+	exit $$status
 
 ## e2e-prometheus: a real Prometheus scrapes a local 3-node cluster under load; every dashboard
 ## and alert expression is evaluated through its HTTP API (about 50 s; also in `make unit`)
