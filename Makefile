@@ -76,7 +76,7 @@ bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
-## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, forwarding, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
@@ -87,6 +87,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.transactions --quick
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.replication --quick
+	$(BIN)/python -m bench.forwarding --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
 ## e2e: replication faults on a local 3-node group of broker processes under official-client load
@@ -95,9 +96,18 @@ e2e: $(STAMP)
 	$(BIN)/python -m e2e.replication.scenario
 
 ## e2e-failover: leader SIGKILL x10 and SIGSTOP x10 under one official Python producer: time to
-## its next acknowledged send (target <= 3 s), 0 acknowledged lost, duplicates (about 5 min)
+## its next acknowledged send (target <= 3 s), 0 acknowledged lost, duplicates; SIGKILL x10 under
+## the official Node.js and Java producers (npm and mvn fetch them once); SIGKILL x5 with a
+## SimpleConsumer and with a PushConsumer consuming all along (about 20 min)
+## (every run goes on after a failed one; the target fails if any did)
 e2e-failover: $(STAMP)
-	$(BIN)/python -m e2e.replication.failover --kills 10 --mode both
+	status=0; \
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode both || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client node || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client java || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer simple || status=1; \
+	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer push || status=1; \
+	exit $$status
 
 ## e2e-prometheus: a real Prometheus scrapes a local 3-node cluster under load; every dashboard
 ## and alert expression is evaluated through its HTTP API (about 50 s; also in `make unit`)

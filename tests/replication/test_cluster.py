@@ -11,6 +11,7 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
+from gannet.node.api import routes
 from gannet.node.api.forwarding import ForwardStats
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
@@ -104,17 +105,26 @@ def test_group_elects_replicates_byte_for_byte_and_followers_forward(cluster: Cl
     leader_port = cluster.peers[leader - 1].client_port
     with grpc.insecure_channel(cluster.endpoint(follower)) as channel:
         stub = _stub(channel)
-        route = stub.QueryRoute(
-            service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic)),
-            metadata=CLIENT_ID,
-            timeout=5,
-        )
-        assert route.status.code == definition_pb2.OK
-        published = {
-            tuple(a.port for a in q.broker.endpoints.addresses) for q in route.message_queues
-        }
+        published: dict[str, set[tuple[int, ...]]] = {}
+        for language in ("PYTHON", "HTTP"):  # the Node.js client says HTTP
+            route = stub.QueryRoute(
+                service_pb2.QueryRouteRequest(
+                    topic=definition_pb2.Resource(name=topic),
+                    endpoints=routes.endpoints_of(
+                        "127.0.0.1", cluster.peers[follower - 1].client_port
+                    ),
+                ),
+                metadata=(*CLIENT_ID, ("x-mq-language", language)),
+                timeout=5,
+            )
+            assert route.status.code == definition_pb2.OK
+            published[language] = {
+                tuple(a.port for a in q.broker.endpoints.addresses) for q in route.message_queues
+            }
         others = [p.client_port for p in cluster.peers if p.client_port != leader_port]
-        assert published == {(leader_port, *others)}
+        assert published["PYTHON"] == {(leader_port, *others)}
+        # A client that cannot dial a list of addresses gets the one it used.
+        assert published["HTTP"] == {(cluster.peers[follower - 1].client_port,)}
         before = forward_stats(cluster, follower).forwarded_total.get("SendMessage", 0)
         sent = stub.SendMessage(_send_request(topic, b"x"), metadata=CLIENT_ID, timeout=5)
         assert sent.status.code == definition_pb2.OK, sent.status.message

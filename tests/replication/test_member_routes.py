@@ -85,3 +85,18 @@ def test_a_tls_client_port_publishes_one_address() -> None:
     assert routes.member_endpoints(_node(hosts, leader_id=3), used, tls=True) == used
     alone = routes.member_endpoints(_node(hosts, leader_id=3), definition_pb2.Endpoints(), tls=True)
     assert _pairs(alone) == [("10.0.0.3", 8002)]
+
+
+def test_a_client_that_cannot_dial_a_list_gets_one_address() -> None:
+    """The Node.js client (``x-mq-language: HTTP``) turns a list into a DNS name it cannot
+    resolve; Python and Java dial the list; a client that names no language gets one address."""
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    used = routes.endpoints_of("10.0.0.2", 8001)
+    node = _node(hosts, leader_id=3)
+    assert routes.member_endpoints(node, used, single=True) == used
+    assert len(routes.member_endpoints(node, used).addresses) == 3
+    assert routes.dials_address_lists((("x-mq-language", "PYTHON"), ("x-mq-client-id", "c")))
+    assert routes.dials_address_lists([("X-MQ-LANGUAGE", "java")])
+    assert not routes.dials_address_lists((("x-mq-language", "HTTP"),))
+    assert not routes.dials_address_lists((("x-mq-client-id", "c"),))
+    assert not routes.dials_address_lists(None)

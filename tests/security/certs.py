@@ -26,9 +26,27 @@ class Authority:
     key: ec.EllipticCurvePrivateKey
     cert_file: Path
 
-    def issue(self, directory: Path, name: str, *, server: bool, client: bool = False) -> Issued:
+    def issue(
+        self,
+        directory: Path,
+        name: str,
+        *,
+        server: bool,
+        client: bool = False,
+        dns_names: tuple[str, ...] | None = None,
+    ) -> Issued:
         """``server``: serverAuth; ``client`` (or not ``server``): clientAuth — a Raft peer,
-        both server and client of its peers, needs both."""
+        both server and client of its peers, needs both. ``dns_names``: the only names the
+        certificate carries (default: localhost, 127.0.0.1 and ::1)."""
+        names: list[x509.GeneralName] = (
+            [x509.DNSName(n) for n in dns_names]
+            if dns_names is not None
+            else [
+                x509.DNSName("localhost"),
+                x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                x509.IPAddress(ipaddress.ip_address("::1")),
+            ]
+        )
         key = ec.generate_private_key(ec.SECP256R1())
         usages = [ExtendedKeyUsageOID.SERVER_AUTH] if server else []
         if client or not server:
@@ -37,16 +55,7 @@ class Authority:
             _base(name, key, self.cert.subject)
             .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
             .add_extension(x509.ExtendedKeyUsage(usages), critical=False)
-            .add_extension(
-                x509.SubjectAlternativeName(
-                    [
-                        x509.DNSName("localhost"),
-                        x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
-                        x509.IPAddress(ipaddress.ip_address("::1")),
-                    ]
-                ),
-                critical=False,
-            )
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
         )
         cert = builder.sign(self.key, hashes.SHA256())
         return Issued(

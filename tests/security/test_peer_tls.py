@@ -103,6 +103,17 @@ def test_peer_mtls_group_elects_and_replicates(tls_cluster: TlsCluster) -> None:
     own = tls.channel_credentials(ca, member.cert_file, member.key_file)
     # A member's certificate passes the handshake; the bogus message is refused by the servicer.
     assert _deliver_with(endpoint, own) == grpc.StatusCode.FAILED_PRECONDITION
+    # A certificate of the cluster's own CA that names no member (its CN and SANs name none of
+    # the members' hosts) passes the handshake but speaks for nobody: refused and counted.
+    intruder = tls_cluster.cluster_ca.issue(
+        tls_cluster.root, "intruder", server=True, client=True, dns_names=("intruder.example",)
+    )
+    stranger_of_ours = tls.channel_credentials(ca, intruder.cert_file, intruder.key_file)
+    terms = {tls_cluster.raft(i).status().term for i in tls_cluster.nodes}
+    assert _deliver_with(endpoint, stranger_of_ours) == grpc.StatusCode.UNAUTHENTICATED
+    refusals = tls_cluster.raft(leader).transport.refusals.by_reason
+    assert refusals.get("certificate_names_no_member", 0) >= 1, refusals
+    assert {tls_cluster.raft(i).status().term for i in tls_cluster.nodes} == terms
 
 
 def test_member_with_another_cas_certificate_cannot_join(rogue_cluster: TlsCluster) -> None:

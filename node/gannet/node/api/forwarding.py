@@ -60,6 +60,8 @@ DEADLINE_MARGIN_S = 0.2
 INFLIGHT_MAX = 1024
 RETRY_PAUSE_S = 0.05
 """Pause before routing again after the leader refused or could not be reached."""
+WATCH_SLICE_S = 1.0
+"""A leader watcher with no forwarded call left ends within this long."""
 
 R = TypeVar("R", bound=ProtoMessage)
 
@@ -155,6 +157,11 @@ class Forwarder:
         self.stats = ForwardStats()
         self.servicer: Servicer | None = None
         """Set by the servicer; :meth:`serve` calls its methods."""
+        self._moved: dict[int, asyncio.Future[None]] = {}
+        """Per member: resolved once it no longer leads (:meth:`_leader_moved`)."""
+        self._watching: dict[int, int] = {}
+        """Per member: forwarded calls in flight that wait on its ``_moved`` future."""
+        self._watchers: set[asyncio.Future[None]] = set()
 
     # ------------------------------------------------------------------ origin side
     def _deadline(self, context: Any) -> float:
@@ -335,7 +342,6 @@ class Forwarder:
         """The leader's replies, or :class:`_Retry` when the request must be routed again;
         races the call against a leader change (a stopped leader never answers)."""
         loop = asyncio.get_running_loop()
-        repl = self.replication
         async with self._slot(deadline):
             self._count(method)
             timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
@@ -350,21 +356,13 @@ class Forwarder:
                 return [reply.response async for reply in call]
 
             answer = asyncio.ensure_future(collect())
-
-            async def leader_moved() -> None:
-                with contextlib.suppress(TimeoutError):
-                    await repl.wait_until(
-                        lambda: (
-                            (leader := repl.leader()) is None or leader.node_id != target.node_id
-                        ),
-                        timeout,
-                    )
-
-            moved = asyncio.ensure_future(leader_moved())
+            moved = self._leader_moved(target.node_id)
+            self._watching[target.node_id] = self._watching.get(target.node_id, 0) + 1
             try:
-                await asyncio.wait({answer, moved}, return_when=asyncio.FIRST_COMPLETED)
+                waited: set[asyncio.Future[Any]] = {answer, moved}
+                await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                moved.cancel()
+                self._watching[target.node_id] -= 1
                 if not answer.done():
                     call.cancel()
                     answer.cancel()
@@ -379,6 +377,41 @@ class Forwarder:
                 self._raise_unless_retry(target, method, exc)
         self.stats.rerouted_total += 1
         raise _Retry
+
+    def _leader_moved(self, node_id: int) -> asyncio.Future[None]:
+        """Resolved once ``node_id`` no longer leads (as this member knows): one watcher per
+        target shared by every forwarded call in flight to it (a watcher per call woke on every
+        Raft step, each: CPU grew with the calls in flight)."""
+        moved = self._moved.get(node_id)
+        if moved is None or moved.done():
+            moved = asyncio.get_running_loop().create_future()
+            self._moved[node_id] = moved
+            task = asyncio.ensure_future(self._watch_leader(node_id, moved))
+            self._watchers.add(task)
+            task.add_done_callback(self._watchers.discard)
+        return moved
+
+    async def _watch_leader(self, node_id: int, moved: asyncio.Future[None]) -> None:
+        repl = self.replication
+
+        def gone() -> bool:
+            leader = repl.leader()
+            return leader is None or leader.node_id != node_id
+
+        try:
+            while not moved.done():
+                try:
+                    await repl.wait_until(gone, WATCH_SLICE_S)
+                except TimeoutError:
+                    if self._watching.get(node_id, 0) <= 0:  # no call waits on it any more
+                        return
+                    continue
+                moved.set_result(None)
+        finally:
+            if self._moved.get(node_id) is moved:
+                del self._moved[node_id]
+            if not moved.done():
+                moved.cancel()
 
     def _timeout_message(self, target: PeerSpec, method: str) -> str:
         return (

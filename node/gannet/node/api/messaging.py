@@ -205,7 +205,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryRouteResponse:
             config = self.resources.topic(str(request.topic.name))
-            endpoints = self._route_endpoints(request.endpoints)
+            endpoints = self._route_endpoints(request.endpoints, context)
             queues = routes.message_queues(
                 config, self.identity, endpoints, str(request.topic.resource_namespace)
             )
@@ -217,7 +217,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> service_pb2.QueryAssignmentResponse:
             config = self.resources.topic(str(request.topic.name))
             self.resources.group(str(request.group.name))
-            endpoints = self._route_endpoints(request.endpoints)
+            endpoints = self._route_endpoints(request.endpoints, context)
             found = routes.assignments(
                 config, self.identity, endpoints, str(request.topic.resource_namespace)
             )
@@ -406,10 +406,15 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         return service_pb2.SendMessageResponse(status=statuses.ok(), entries=entries)
 
     # ------------------------------------------------------------------ replication
-    def _route_endpoints(self, requested: definition_pb2.Endpoints) -> definition_pb2.Endpoints:
+    def _route_endpoints(
+        self, requested: definition_pb2.Endpoints, context: grpc.aio.ServicerContext
+    ) -> definition_pb2.Endpoints:
         if self.replication is None:
             return routes.usable_endpoints(requested, self.identity)
-        return routes.member_endpoints(self.replication, requested, tls=self.tls_port)
+        single = not routes.dials_address_lists(context.invocation_metadata())
+        return routes.member_endpoints(
+            self.replication, requested, tls=self.tls_port, single=single
+        )
 
     def _check_leader(self) -> None:
         if self.replication is not None:

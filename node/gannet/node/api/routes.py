@@ -27,6 +27,10 @@ are named by DNS publishes one address, the one the client used to reach us (a K
 Service in front of every member) or else the leader's (this member's while none is known).
 So does a TLS client port: gRPC checks the server's certificate against the channel's
 authority, which for ``ipv4:a,b,c`` is the whole address list, so no certificate matches it.
+And so does a client that cannot dial a list (:func:`dials_address_lists`): the official
+Node.js client (1.0.8) joins the addresses with commas into a gRPC target without a scheme,
+which grpc-js resolves as one DNS name and fails ("Name resolution failed for target
+dns:a:p,b:p"): every call of such a client failed against a group before it got one address.
 
 Only members that can serve are listed, as far as the answering member knows: the leader
 lists itself and the followers it heard from within the last two election timeouts (a member
@@ -46,7 +50,7 @@ Pure functions; called by :mod:`messaging`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from rocketmq.grpc_protocol import Code, definition_pb2
@@ -93,12 +97,31 @@ def endpoints_of(host: str, port: int) -> definition_pb2.Endpoints:
     )
 
 
+LIST_LANGUAGES = frozenset({"PYTHON", "JAVA"})
+"""``x-mq-language`` values of the clients known to dial an ``Endpoints`` of several addresses
+(tested: e2e/replication/failover.py). The Node.js client sends ``HTTP``; Go, C++ and C# are
+untested here and get one address."""
+
+
+def dials_address_lists(metadata: Iterable[tuple[str, str]] | None) -> bool:
+    """Whether the client whose call carried ``metadata`` (gRPC invocation metadata: pairs)
+    dials a list of addresses (:data:`LIST_LANGUAGES`)."""
+    for key, value in metadata or ():
+        if str(key).lower() == "x-mq-language":
+            return str(value).upper() in LIST_LANGUAGES
+    return False
+
+
 def member_endpoints(
-    replication: ReplicationNode, requested: definition_pb2.Endpoints, *, tls: bool = False
+    replication: ReplicationNode,
+    requested: definition_pb2.Endpoints,
+    *,
+    tls: bool = False,
+    single: bool = False,
 ) -> definition_pb2.Endpoints:
     """Every member's client address, the leader first (module docstring); never fails, also
-    while no leader is known. Members named by DNS, or a TLS client port: one address
-    (``requested`` when usable)."""
+    while no leader is known. Members named by DNS, a TLS client port, or ``single`` (a client
+    that cannot dial a list): one address (``requested`` when usable)."""
     leader = replication.leader()
     me = replication.config.node_id
     members = list(replication.config.peers)
@@ -110,7 +133,7 @@ def member_endpoints(
     elif leader is None and len(members) > 1:
         members = [p for p in members if p.node_id != me]  # it cannot serve writes now
     schemes = {address_scheme(p.host) for p in members}
-    if not tls and len(schemes) == 1 and definition_pb2.DOMAIN_NAME not in schemes:
+    if not (tls or single) and len(schemes) == 1 and definition_pb2.DOMAIN_NAME not in schemes:
         return definition_pb2.Endpoints(
             scheme=schemes.pop(),
             addresses=[definition_pb2.Address(host=p.host, port=p.client_port) for p in members],

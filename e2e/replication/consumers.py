@@ -1,0 +1,246 @@
+"""Official Python consumers for the failover e2e (:mod:`e2e.replication.failover`).
+
+* :class:`SimpleLoad` — a ``SimpleConsumer`` receiving up to 16 and acking each, all along.
+* :class:`PushLoad` — a ``PushConsumer`` whose listener records each delivery (the client acks
+  after the listener returns ``SUCCESS``).
+
+Both record every delivery of every key with its time. The end check (:meth:`SimpleLoad.settle`,
+:meth:`PushLoad.settle`) holds that every acknowledged send reached the consumer: a key never
+delivered is missing. A SimpleConsumer key whose ack *raised* and that was never delivered again
+is judged on the broker: an ack whose answer was lost in a kill may have taken effect (the old
+leader matched it and committed the group's offset past the message before it died; RocketMQ
+does the same), so the key is "ack took effect" when the group's committed offset on its queue
+is past it on every member (through the log) once the message's invisible time and a revive
+margin have passed, and missing otherwise (it should have come back).
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    MessageListener,
+    PushConsumer,
+    SimpleConsumer,
+)
+from rocketmq.v5.model import Message as ReceivedMessage
+
+from e2e.replication.harness import ProcessGroup
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+
+INVISIBLE_S = 10
+REVIVE_MARGIN_S = 10.0
+"""After a message's invisible time, how long its revive may take to deliver it again."""
+
+
+@dataclass
+class Settlement:
+    """What became of the acknowledged sends at the consumer."""
+
+    never_delivered: set[str] = field(default_factory=set)
+    ack_took_effect: set[str] = field(default_factory=set)
+    """Delivered, the ack raised, not delivered again: the group's offset is past them."""
+    stuck: set[str] = field(default_factory=set)
+    """Delivered, the ack raised, not delivered again, the group's offset is not past them."""
+    duplicates: int = 0
+    """Deliveries beyond the first of the acknowledged keys (at least once allows them)."""
+
+    @property
+    def missing(self) -> set[str]:
+        return self.never_delivered | self.stuck
+
+
+class Deliveries:
+    """Every delivery of every key, with the times; thread-safe, awaitable."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+        self.last_at: dict[str, float] = {}
+        self.times: list[float] = []
+        self.progress = threading.Condition()
+
+    def note(self, key: str) -> None:
+        with self.progress:
+            now = time.monotonic()
+            self.count[key] = self.count.get(key, 0) + 1
+            self.last_at[key] = now
+            self.times.append(now)
+            self.progress.notify_all()
+
+    def first_after(self, moment: float, timeout_s: float) -> float | None:
+        with self.progress:
+            self.progress.wait_for(lambda: bool(self.times) and self.times[-1] > moment, timeout_s)
+            return next((t for t in self.times if t > moment), None)
+
+    def wait_all(self, keys: set[str], timeout_s: float) -> set[str]:
+        """The keys of ``keys`` not delivered within ``timeout_s``."""
+        with self.progress:
+            self.progress.wait_for(lambda: keys <= self.count.keys(), timeout_s)
+            return keys - self.count.keys()
+
+    def longest_silence(self, since: float) -> float:
+        """The longest time without a delivery from ``since`` until now."""
+        with self.progress:
+            moments = [since, *(t for t in self.times if t > since), time.monotonic()]
+        return max(b - a for a, b in itertools.pairwise(moments))
+
+    def duplicates(self, keys: set[str]) -> int:
+        with self.progress:
+            return sum(self.count.get(k, 1) - 1 for k in keys)
+
+
+def _endpoints(group: ProcessGroup) -> str:
+    return ";".join(group.client_endpoint(i) for i in group.ids)
+
+
+class SimpleLoad(threading.Thread):
+    """One official SimpleConsumer on every member's endpoint: receive up to 16, ack each."""
+
+    def __init__(self, group: ProcessGroup, topic: str, consumer_group: str) -> None:
+        super().__init__(name="failover-consumer", daemon=True)
+        self.group = group
+        self.topic = topic
+        self.consumer_group = consumer_group
+        self.consumer = SimpleConsumer(
+            ClientConfiguration(_endpoints(group), Credentials(), request_timeout=3),
+            consumer_group,
+            {topic: FilterExpression("*")},
+            await_duration=5,  # the broker long-polls at least 5 s
+        )
+        self.deliveries = Deliveries()
+        self.acked_keys: set[str] = set()
+        self.acks: list[tuple[float, float]] = []
+        """When each successful ack began and was answered (monotonic)."""
+        self.ack_failures: dict[str, str] = {}
+        """The last ack failure of each key whose ack raised (for the report)."""
+        self.failures = 0
+        self.done = threading.Event()
+        self.progress = threading.Condition()
+
+    def start(self) -> None:
+        """Start the consumer, then the receiving thread."""
+        self.consumer.startup()
+        super().start()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            try:
+                messages = self.consumer.receive(16, INVISIBLE_S)
+            except Exception:  # the client's retries ran out: poll again
+                self.failures += 1
+                continue
+            for message in messages:
+                key = bytes(message.body).decode()
+                self.deliveries.note(key)
+                began = time.monotonic()
+                try:
+                    self.consumer.ack(message)
+                except Exception as exc:  # comes back after its invisible time, or took effect
+                    self.failures += 1
+                    with self.progress:
+                        self.ack_failures[key] = f"{type(exc).__name__}: {exc}"[:200]
+                    continue
+                with self.progress:
+                    self.acked_keys.add(key)
+                    self.acks.append((began, time.monotonic()))
+                    self.progress.notify_all()
+
+    def first_ack_after(self, moment: float, timeout_s: float) -> float | None:
+        """When the first ack begun after ``moment`` was answered (None: none in time)."""
+        with self.progress:
+            self.progress.wait_for(lambda: bool(self.acks) and self.acks[-1][0] > moment, timeout_s)
+            return next((done for began, done in self.acks if began > moment), None)
+
+    def settle(self, keys: set[str], timeout_s: float) -> Settlement:
+        """Wait until every key was delivered and every failed ack was delivered again or
+        may have taken effect (module docstring); call before :meth:`stop`."""
+        result = Settlement(never_delivered=self.deliveries.wait_all(keys, timeout_s))
+        with self.progress:
+            pending = (keys & self.ack_failures.keys()) - self.acked_keys
+            last = max((self.deliveries.last_at[k] for k in pending), default=0.0)
+            until = last + INVISIBLE_S + REVIVE_MARGIN_S
+            self.progress.wait_for(
+                lambda: pending <= self.acked_keys, max(0.0, until - time.monotonic())
+            )
+            pending -= self.acked_keys
+        if pending:
+            committed = _committed_offsets(self.group, self.consumer_group)
+            for key in pending:
+                queue_id, offset = _position(self.group, self.topic, key)
+                passed = committed.get((self.topic, queue_id), -1) > offset
+                (result.ack_took_effect if passed else result.stuck).add(key)
+        result.duplicates = self.deliveries.duplicates(keys)
+        return result
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(30)
+        self.consumer.shutdown()
+
+
+class _Listener(MessageListener):  # type: ignore[misc]
+    def __init__(self, deliveries: Deliveries) -> None:
+        self.deliveries = deliveries
+
+    def consume(self, message: ReceivedMessage) -> ConsumeResult:
+        self.deliveries.note(bytes(message.body).decode())
+        return ConsumeResult.SUCCESS
+
+
+class PushLoad:
+    """One official PushConsumer on every member's endpoint; its listener records deliveries."""
+
+    def __init__(self, group: ProcessGroup, topic: str, consumer_group: str) -> None:
+        self.deliveries = Deliveries()
+        self.consumer = PushConsumer(
+            ClientConfiguration(_endpoints(group), Credentials(), request_timeout=3),
+            consumer_group,
+            _Listener(self.deliveries),
+            {topic: FilterExpression("*")},
+        )
+
+    def start(self) -> None:
+        self.consumer.startup()
+
+    def first_delivery_after(self, moment: float, timeout_s: float) -> float | None:
+        return self.deliveries.first_after(moment, timeout_s)
+
+    def settle(self, keys: set[str], timeout_s: float) -> Settlement:
+        """Every key delivered at least once (the client acks by itself: an ack it lost
+        brings the message back after its invisible time)."""
+        missing = self.deliveries.wait_all(keys, timeout_s)
+        return Settlement(never_delivered=missing, duplicates=self.deliveries.duplicates(keys))
+
+    def stop(self) -> None:
+        self.consumer.shutdown()
+
+
+def _committed_offsets(group: ProcessGroup, consumer_group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offset of each queue as every member knows it (the lowest): an
+    offset the leader holds only in memory, not through the log, does not count."""
+    lowest: dict[tuple[str, int], int] = {}
+    for node_id in group.ids:
+        reply = group.admin_call(
+            node_id, "DescribeGroup", admin_pb2.DescribeGroupRequest(name=consumer_group)
+        )
+        assert isinstance(reply, admin_pb2.DescribeGroupResponse)
+        for q in reply.queues:
+            key = (q.topic, q.queue_id)
+            lowest[key] = min(lowest.get(key, q.committed_offset), q.committed_offset)
+    return lowest
+
+
+def _position(group: ProcessGroup, topic: str, key: str) -> tuple[int, int]:
+    """Queue id and queue offset of the message with ``key`` (on the leader)."""
+    with group.channel(group.current_leader()) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        found = ProcessGroup.query_key(stub, topic, key)
+    assert found, f"{key} is not stored"
+    return int(found[0].queue_id), int(found[0].queue_offset)
