@@ -23,6 +23,7 @@ write-up. Uses the process harness of ``e2e/replication`` (without fault proxies
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import shutil
@@ -51,13 +52,35 @@ RETRY_PAUSE_S = 0.02
 OK = definition_pb2.Code.Value("OK")
 
 
+CALL_MARKER = b"ZZZZZZZZ"  # replaced by each call's number: see _Payloads
+
+
+class _Payloads:
+    """Serialized send requests whose message ids differ on every call.
+
+    The broker drops a send whose message id it has seen within its dedup window and answers
+    it with the first receipt, so a bench that re-sent one payload would measure the window,
+    not the log. The request is serialized once; each call swaps the call number into it."""
+
+    def __init__(self, count: int, body_bytes: int, seed: int) -> None:
+        self._template = _request(count, body_bytes, seed)
+        self._calls = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self) -> bytes:
+        with self._lock:
+            call = next(self._calls)
+        return self._template.replace(CALL_MARKER, b"%08X" % call)
+
+
 def _request(count: int, body_bytes: int, seed: int) -> bytes:
     request = service_pb2.SendMessageRequest()
     for i in range(count):
         msg = request.messages.add(body=b"r" * body_bytes)
         msg.topic.name = TOPIC
         sp = msg.system_properties
-        sp.message_id = f"01{seed:010X}{i:04X}{os.getpid():08X}0000000000"[:34]
+        marker = CALL_MARKER.decode()
+        sp.message_id = f"01{seed:02X}{marker}{i:04X}{os.getpid():08X}0000000000"[:34]
         sp.body_encoding = definition_pb2.IDENTITY
         sp.message_type = definition_pb2.NORMAL
         sp.born_timestamp.FromMilliseconds(time.time_ns() // 1_000_000)
@@ -75,7 +98,7 @@ def _send_call(channel: grpc.Channel) -> Any:
 
 def throughput(endpoint: str, seconds: float) -> dict[str, float]:
     """Batched sends from ``SENDER_THREADS`` threads, ``IN_FLIGHT`` calls each."""
-    payload = _request(BATCH_MESSAGES, BATCH_BODY_BYTES, 1)
+    payloads = _Payloads(BATCH_MESSAGES, BATCH_BODY_BYTES, 1)
     sent = [0] * SENDER_THREADS
     errors = [0] * SENDER_THREADS
     start = threading.Barrier(SENDER_THREADS + 1)
@@ -88,7 +111,7 @@ def throughput(endpoint: str, seconds: float) -> dict[str, float]:
             window: list[Any] = []
             while time.monotonic() < stop_at[0] or window:
                 while time.monotonic() < stop_at[0] and len(window) < IN_FLIGHT:
-                    window.append(call.future(payload, timeout=30, metadata=CLIENT_ID))
+                    window.append(call.future(payloads.next(), timeout=30, metadata=CLIENT_ID))
                 reply = window.pop(0).result()
                 if reply.status.code == OK:
                     sent[index] += BATCH_MESSAGES
@@ -114,14 +137,14 @@ def throughput(endpoint: str, seconds: float) -> dict[str, float]:
 
 def commit_latency(endpoint: str, seconds: float) -> dict[str, float]:
     """One 1 KiB send at a time; the answer means committed (majority durable)."""
-    payload = _request(1, SINGLE_BODY_BYTES, 2)
+    payloads = _Payloads(1, SINGLE_BODY_BYTES, 2)
     latencies_ms: list[float] = []
     with grpc.insecure_channel(endpoint) as channel:
         call = _send_call(channel)
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             began = time.perf_counter()
-            reply = call(payload, timeout=10, metadata=CLIENT_ID)
+            reply = call(payloads.next(), timeout=10, metadata=CLIENT_ID)
             if reply.status.code == OK:
                 latencies_ms.append((time.perf_counter() - began) * 1000)
     latencies_ms.sort()
@@ -136,7 +159,7 @@ def commit_latency(endpoint: str, seconds: float) -> dict[str, float]:
 
 def failover(group: ProcessGroup) -> float:
     """SIGKILL the leader; seconds until a member answers a send with OK."""
-    payload = _request(1, SINGLE_BODY_BYTES, 3)
+    payloads = _Payloads(1, SINGLE_BODY_BYTES, 3)
     leader = group.current_leader()
     survivors = [i for i in group.ids if i != leader]
     channels = {i: grpc.insecure_channel(group.client_endpoint(i)) for i in survivors}
@@ -148,7 +171,7 @@ def failover(group: ProcessGroup) -> float:
         while True:
             for node_id in survivors:
                 try:
-                    reply = calls[node_id](payload, timeout=1, metadata=CLIENT_ID)
+                    reply = calls[node_id](payloads.next(), timeout=1, metadata=CLIENT_ID)
                 except grpc.RpcError:
                     continue
                 if reply.status.code == OK:
