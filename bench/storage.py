@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -51,6 +52,7 @@ def message(i: int, topic: str = "BenchTopic") -> Message:
 def bench_async_appends(root: Path, count: int, batch: int) -> dict[str, float]:
     with MessageStore(make_config(root, FlushMode.ASYNC_FLUSH)).open() as store:
         msgs = [message(i) for i in range(batch)]
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         done = 0
         while done < count:
@@ -61,10 +63,12 @@ def bench_async_appends(root: Path, count: int, batch: int) -> dict[str, float]:
         t1 = time.perf_counter()
         store.wait_dispatched(end, 300)
         dispatch_elapsed = time.perf_counter() - t1
+        cpu_s = time.process_time() - cpu0
     return {
         "appends_per_s": done / elapsed,
         "mb_per_s": end / elapsed / 1e6,
         "dispatch_catch_up_s": dispatch_elapsed,
+        "cpu_us_per_msg": cpu_s / done * 1e6,
     }
 
 
@@ -174,12 +178,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller counts (make bench)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--appends-only",
+        action="store_true",
+        help="only the ASYNC append figures, printed, not recorded (paired before/after runs)",
+    )
     args = parser.parse_args()
-    n = 100_000 if args.quick else 500_000
     base = Path(tempfile.mkdtemp(prefix="gannet-bench-", dir=os.environ.get("BENCH_DIR")))
+    try:
+        run_all(args, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, base: Path) -> None:
+    n = 100_000 if args.quick else 500_000
     counter = iter(range(1_000_000))
 
     def fresh() -> Path:
+        """A new store directory; the previous run's files are deleted (256 MiB each)."""
+        for old in base.iterdir():
+            shutil.rmtree(old, ignore_errors=True)
         d = base / str(next(counter))
         d.mkdir()
         return d
@@ -190,6 +209,9 @@ def main() -> None:
     results["async_32_per_put"] = median_of(
         args.repeat, lambda: bench_async_appends(fresh(), n, 32)
     )
+    if args.appends_only:
+        print(json.dumps(results))
+        return
     results["sync_64_producers"] = median_of(
         args.repeat, lambda: bench_sync_appends(fresh(), 64, n // 64 // 2)
     )
