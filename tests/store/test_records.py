@@ -178,6 +178,26 @@ def test_java_string_hash_known_values() -> None:
     assert index_key_hash("T#k") == abs(java_string_hash("T#k"))
 
 
+def _java_hash_by_horner(text: str) -> int:
+    """``String.hashCode`` the way Java writes it, one UTF-16 unit at a time."""
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h & 0x80000000 else h
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
+def test_java_string_hash_base31_fast_path_matches_horner(text: str) -> None:
+    assert java_string_hash(text) == _java_hash_by_horner(text)
+
+
+def test_java_string_hash_at_and_past_the_fast_path_length() -> None:
+    for length in (1, 3999, 4000, 4001, 9000):
+        text = ("Topic#" + "~\x7f0aZ" * 2000)[:length]
+        assert java_string_hash(text) == _java_hash_by_horner(text), length
+
+
 def test_body_crc_is_masked() -> None:
     assert body_crc32(b"hi") == 0x58932AAC
     assert body_crc32(b"") == 0

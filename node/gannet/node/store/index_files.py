@@ -54,7 +54,7 @@ from pathlib import Path
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError
-from gannet.node.store.hashing import index_key_hash
+from gannet.node.store.hashing import index_key_hash, java_string_hash
 from gannet.node.store.properties import split_keys
 from gannet.node.store.records import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
@@ -212,22 +212,39 @@ class IndexFile:
 
     # --- writing ---
     def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one item for ``key`` (§4.4); False when the file is full.
+        """Add one item for ``key`` (§4.4) and write the header; False when the file is full."""
+        if not self.add_item(key, phy_offset, store_timestamp_ms):
+            return False
+        self._write_header()
+        return True
+
+    def write_header(self) -> None:
+        """Write the header after :meth:`add_item` calls (the batch path writes it once)."""
+        self._write_header()
+
+    def add_item(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one item for ``key`` (§4.4) without writing the header; False when full.
 
         On the dispatch hot path, hence written out inline (same rules as
-        :func:`slot_position`, :meth:`read_slot_at`, :func:`_time_diff_s`).
+        :func:`slot_position`, :meth:`read_slot_at`, :func:`_time_diff_s`,
+        :func:`~gannet.node.store.hashing.index_key_hash`).
         """
         number = self.index_count
         if number >= self.items_max:
             return False
-        key_hash = index_key_hash(key)
+        key_hash = java_string_hash(key)
+        key_hash = abs(key_hash) if key_hash != -0x8000_0000 else 0
         slot_pos = HEADER_SIZE_BYTES + (key_hash % self.hash_slots) * SLOT_SIZE_BYTES
         mm = self._mm
         slot_value: int = _INT.unpack_from(mm, slot_pos)[0]
         if slot_value <= INVALID_INDEX or slot_value > number:
             slot_value = INVALID_INDEX
         begin_ms = self.begin_timestamp_ms
-        time_diff_s = _time_diff_s(store_timestamp_ms, begin_ms) if begin_ms > 0 else 0
+        time_diff_s = 0
+        if begin_ms > 0:
+            diff_ms = store_timestamp_ms - begin_ms
+            if diff_ms > 0:
+                time_diff_s = min(diff_ms // 1000, _INT_MAX)
         _ITEM.pack_into(
             mm, self._items_base + number * ITEM_SIZE_BYTES, key_hash, phy_offset, time_diff_s,
             slot_value,
@@ -241,7 +258,6 @@ class IndexFile:
         self.index_count = number + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp_ms = store_timestamp_ms
-        self._write_header()
         return True
 
     def truncate_from(self, phy_offset: int) -> int:
@@ -453,6 +469,34 @@ class IndexService:
             f = self._put(f, build_key(info.topic, info.uniq_key), info)
         for key in split_keys(info.keys):
             f = self._put(f, build_key(info.topic, key), info)
+
+    def build_index_batch(self, infos: list[DispatchInfo]) -> None:
+        """:meth:`build_index` for consecutive dispatched records, the header written once per
+        file touched: the same items, slots and final header bytes as one call per record."""
+        if not self.config.index_enabled or not infos:
+            return
+        f = self._writable_file()
+        for info in infos:
+            if info.commit_offset < f.end_phy_offset:
+                continue  # already indexed
+            if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+                continue
+            offset, stored_ms, keys = info.commit_offset, info.store_timestamp_ms, info.keys
+            prefix = info.topic + "#"
+            if info.uniq_key is not None:
+                f = self._add(f, prefix + info.uniq_key, offset, stored_ms)
+            if keys:
+                for key in keys.split(" ") if " " in keys else (keys,):
+                    if key:
+                        f = self._add(f, prefix + key, offset, stored_ms)
+        f.write_header()
+
+    def _add(self, f: IndexFile, key: str, phy_offset: int, store_timestamp_ms: int) -> IndexFile:
+        while not f.add_item(key, phy_offset, store_timestamp_ms):
+            f.write_header()
+            _log.info("index file %s is full; creating the next one", f.name)
+            f = self._writable_file()
+        return f
 
     def _put(self, f: IndexFile, key: str, info: DispatchInfo) -> IndexFile:
         while not f.put_key(key, info.commit_offset, info.store_timestamp_ms):
