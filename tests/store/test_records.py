@@ -16,6 +16,7 @@ from gannet.node.store import msgids, records
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageIllegal, MessageTooLarge, PropertiesTooLarge
 from gannet.node.store.hashing import body_crc32, index_key_hash, java_string_hash, tags_code
+from gannet.node.store.records import Message
 
 # A V1 record: topic "T", body b"hi", properties TAGS=a, born 10.0.0.1:7, store 127.0.0.1:10911.
 EXPECTED_V1 = bytes.fromhex(
@@ -176,6 +177,86 @@ def test_java_string_hash_known_values() -> None:
     assert java_string_hash("é") == 0xE9
     assert tags_code(None) == 0
     assert index_key_hash("T#k") == abs(java_string_hash("T#k"))
+
+
+_hosts = st.sampled_from([("127.0.0.1", 10911), ("10.1.2.3", 0), ("::1", 8081)])
+_int32 = st.integers(-(2**31), 2**31 - 1)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(
+    topic=st.sampled_from(["T", "Topic-%", "t" * 127, "u" * 128, "Ω-topic"]),
+    body=st.binary(max_size=2000),
+    queue_id=_int32,
+    flag=_int32,
+    sys_flag=_int32,
+    reconsume=_int32,
+    born_ms=_int64,
+    prepared=_int64,
+    born=_hosts,
+    store=_hosts,
+    properties=st.dictionaries(
+        st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "a", "Ω", "__RMQ.TRANSIENT.X"]),
+        st.text(max_size=20),
+        max_size=5,
+    ),
+    crc=st.booleans(),
+)
+def test_record_fields_equal_split_record(
+    topic: str, body: bytes, queue_id: int, flag: int, sys_flag: int, reconsume: int,
+    born_ms: int, prepared: int, born: tuple[str, int], store: tuple[str, int],
+    properties: dict[str, str], crc: bool,
+) -> None:  # fmt: skip
+    """The append path's one-pass encoder gives the reference encoder's fields, and packing
+    them gives :func:`records.encode`'s bytes."""
+    msg = Message(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=properties,
+        sys_flag=sys_flag, born_timestamp_ms=born_ms, born_host=born, store_host=store,
+        reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=7,
+        physical_offset=4096, store_timestamp_ms=1_700_000_000_123,
+    )  # fmt: skip
+    fields = records.record_fields(msg, body_size_max_bytes=1 << 20, append_crc=crc)
+    assert fields == tuple(records.split_record(msg, body_size_max_bytes=1 << 20, append_crc=crc))
+    buf = bytearray(fields[0] + 5)
+    records.pack_record_into(buf, 5, fields, 7, 4096, 1_700_000_000_123, append_crc=crc)
+    expected = records.encode(msg, body_size_max_bytes=1 << 20, append_crc=crc)
+    if crc:
+        records.seal_crc(expected)
+    assert bytes(buf[5:]) == bytes(expected)
+
+
+def test_record_fields_refuse_what_split_record_refuses() -> None:
+    for field, value in (("queue_id", 2**31), ("born_timestamp_ms", -(2**63) - 1)):
+        msg = Message(topic="T", body=b"x")
+        setattr(msg, field, value)
+        with pytest.raises(MessageIllegal, match="must fit") as fast:
+            records.record_fields(msg, body_size_max_bytes=100)
+        with pytest.raises(MessageIllegal, match="must fit") as reference:
+            records.split_record(msg, body_size_max_bytes=100)
+        assert str(fast.value) == str(reference.value)
+    with pytest.raises(MessageTooLarge, match="101 bytes"):
+        records.record_fields(Message(topic="T", body=b"x" * 101), body_size_max_bytes=100)
+    big = Message(topic="T", body=b"x", properties={"k": "v" * 40_000})
+    with pytest.raises(PropertiesTooLarge):
+        records.record_fields(big, body_size_max_bytes=100)
+
+
+def test_message_copy_copies_every_field_and_owns_its_properties() -> None:
+    import dataclasses
+
+    msg = Message(
+        topic="T", body=b"b", queue_id=1, flag=2, properties={"a": "1"}, sys_flag=3,
+        born_timestamp_ms=4, born_host=("10.0.0.1", 5), store_timestamp_ms=6,
+        store_host=("10.0.0.2", 7), reconsume_times=8, prepared_transaction_offset=9,
+        queue_offset=10, physical_offset=11, body_crc=12, store_size=13,
+    )  # fmt: skip
+    copied = msg.copy()
+    assert copied == msg
+    assert [getattr(copied, f.name) for f in dataclasses.fields(Message)] == [
+        getattr(msg, f.name) for f in dataclasses.fields(Message)
+    ]
+    copied.properties["b"] = "2"
+    assert msg.properties == {"a": "1"}
 
 
 def _java_hash_by_horner(text: str) -> int:

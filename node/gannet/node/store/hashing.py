@@ -58,6 +58,15 @@ def tags_code(tags: str | None) -> int:
 
 def index_key_hash(key: str) -> int:
     """Index-file key hash: ``abs(hashCode)``; ``Integer.MIN_VALUE`` (whose abs overflows) → 0."""
+    if key.isascii() and 0 < len(key) <= _FAST_LENGTH_MAX:  # java_string_hash inlined
+        data = key.encode("ascii")
+        u = (
+            int(data.translate(_QUOTIENT_DIGIT), 31) * 31
+            + int(data.translate(_REMAINDER_DIGIT), 31)
+        ) & _MASK32
+        if u & 0x8000_0000:
+            return 0 if u == 0x8000_0000 else 0x1_0000_0000 - u
+        return u
     h = java_string_hash(key)
     if h == -0x8000_0000:
         return 0

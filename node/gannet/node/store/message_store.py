@@ -504,6 +504,7 @@ class MessageStore:
             if self.index is not None:
                 self.index.truncate_dirty(offset)
             self.timers.truncate(offset)
+            self.commitlog.forget_appended()
             self.commitlog.files.truncate_dirty_files(offset)
             self.dispatch.clear_handoff()
             if self.flush is not None:
@@ -542,6 +543,7 @@ class MessageStore:
                 self.queues.destroy_queue(cq.topic, cq.queue_id)
             if self.index is not None:
                 self.index.truncate_dirty(0)
+            self.commitlog.forget_appended()
             self.commitlog.files.destroy()
             self.commitlog.files.create_file(offset)
             durable.sync_directory(self.config.commitlog_dir)
