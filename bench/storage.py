@@ -183,6 +183,12 @@ def main() -> None:
         action="store_true",
         help="only the ASYNC append figures, printed, not recorded (paired before/after runs)",
     )
+    parser.add_argument("--label", default="", help="recorded with the figures (e.g. a commit)")
+    parser.add_argument(
+        "--before",
+        metavar="LABEL",
+        help="show the latest recorded run with this label side by side in STORAGE.md",
+    )
     args = parser.parse_args()
     base = Path(tempfile.mkdtemp(prefix="gannet-bench-", dir=os.environ.get("BENCH_DIR")))
     try:
@@ -204,6 +210,7 @@ def run_all(args: argparse.Namespace, base: Path) -> None:
         return d
 
     results: dict[str, dict[str, float]] = {}
+    load_before = os.getloadavg()[0]
     bench_async_appends(fresh(), 20_000, 1)  # warm-up
     results["async_1_per_put"] = median_of(args.repeat, lambda: bench_async_appends(fresh(), n, 1))
     results["async_32_per_put"] = median_of(
@@ -224,31 +231,66 @@ def run_all(args: argparse.Namespace, base: Path) -> None:
         results[name]["ratio_of_disk"] = results[name]["mb_per_s"] / disk
     results["reads_and_queries"] = median_of(1, lambda: bench_reads_and_queries(fresh(), n))
     results["recovery"] = median_of(1, lambda: bench_recovery(fresh(), 128 if args.quick else 512))
-    report(results)
+    load = f"{load_before:.1f} → {os.getloadavg()[0]:.1f}"
+    report(results, args.label, load, args.before)
 
 
-def report(results: dict[str, dict[str, float]]) -> None:
+def recorded_run(label: str) -> dict[str, dict[str, float]]:
+    """The figures of the latest run recorded in ``storage.jsonl`` with ``label``."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    for line in (RESULTS / "storage.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("label") == label:
+            figures = {k: v for k, v in row.items() if isinstance(v, int | float)}
+            runs.setdefault(row["time"], {})[row["scenario"]] = figures
+    if not runs:
+        raise SystemExit(f"no run labelled {label!r} in {RESULTS / 'storage.jsonl'}")
+    return runs[max(runs)]
+
+
+def report(results: dict[str, dict[str, float]], label: str, load: str, before: str | None) -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "python": sys.version.split()[0],
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "label": label,
+        "load1": load,
     }
+    earlier = recorded_run(before) if before else {}
     with (RESULTS / "storage.jsonl").open("a") as out:
         for name, figures in results.items():
             out.write(json.dumps({"scenario": name, **figures, **meta}) + "\n")
     lines = [
         "# Storage benchmark",
         "",
-        f"{meta['time']}, Python {meta['python']}, {meta['cpus']} CPUs, 1 KiB bodies.",
+        f"{meta['time']}, Python {meta['python']}, {meta['cpus']} CPUs, 1 KiB bodies"
+        + (f", code {label}" if label else "")
+        + f"; 1-minute load average {load} (other work shared the machine).",
         "",
-        "| scenario | figure | value |",
-        "| --- | --- | ---: |",
     ]
+    if earlier:
+        lines += [
+            f"Side by side with the run labelled {before!r} (same workload, same machine, "
+            "same session). CPU µs per message is process CPU time (appending and dispatch "
+            "threads) over the messages appended: less sensitive to the machine's load than "
+            "the rates.",
+            "",
+            f"| scenario | figure | {before} | {label or 'this run'} | ratio |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
+    else:
+        lines += ["| scenario | figure | value |", "| --- | --- | ---: |"]
     for name, figures in results.items():
         for key, value in figures.items():
-            lines.append(f"| {name} | {key} | {value:,.2f} |")
+            if not earlier:
+                lines.append(f"| {name} | {key} | {value:,.2f} |")
+                continue
+            old = earlier.get(name, {}).get(key)
+            shown = "–" if old is None else f"{old:,.2f}"
+            ratio = f"{value / old:.2f}×" if old else "–"
+            lines.append(f"| {name} | {key} | {shown} | {value:,.2f} | {ratio} |")
     text = "\n".join(lines) + "\n"
     (RESULTS / "STORAGE.md").write_text(text)
     print(text)
