@@ -7,10 +7,10 @@ use the layout of :mod:`records`. A record never straddles two files: when a rec
 magic 0xCBD43194) closes the file and the record goes to the next one
 (``END_FILE_MIN_BLANK_LENGTH``).
 
-Append: callers encode outside the lock (:func:`records.record_fields`); under ``put_lock`` the
+Append: callers encode outside the lock (:func:`packing.record_fields`); under ``put_lock`` the
 commit log assigns queue offsets (per ``"<topic>-<queueId>"``, only for non-transactional and
 commit-type messages), physical offsets and a non-decreasing store timestamp, packs the records
-into one pre-sized buffer per file (:func:`records.pack_record_into`) and copies each with one
+into one pre-sized buffer per file (:func:`packing.pack_record_into`) and copies each with one
 ``mmap`` slice write. Durability is the flush
 service's job (:mod:`flushing`); this module never syncs on the append path.
 
@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from gannet.node.store import records
+from gannet.node.store import packing, records
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
 from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
@@ -61,7 +61,7 @@ class AppendResult(NamedTuple):
         return create_offset_msg_id(self.store_host, self.store_port, self.wrote_offset)
 
 
-Encoded = tuple[records.RecordFields, str | None]
+Encoded = tuple[packing.RecordFields, str | None]
 """A message encoded outside the put lock, waiting for its offsets: its record fields and the
 key of the queue it takes an offset in (None for prepared and rollback transaction records)."""
 
@@ -103,7 +103,7 @@ class CommitLog:
     # --- appending ---
     def encode(self, msg: records.Message) -> Encoded:
         """Encode what does not depend on the position, outside the lock."""
-        fields = records.record_fields(
+        fields = packing.record_fields(
             msg,
             body_size_max_bytes=self.config.message_body_size_max_bytes,
             append_crc=self.append_crc,
@@ -191,7 +191,7 @@ class CommitLog:
     ) -> tuple[list[tuple[bool, bytearray, int]], list[AppendResult], dict[str, int]]:
         """Per file touched: (roll to a new file first, the packed records, messages); the
         results; the queue offsets the batch reserves (next offset per key)."""
-        pack = records.pack_record_into
+        pack = packing.pack_record_into
         append_crc = self.append_crc
         offsets = self.queue_offsets
         reserved: dict[str, int] = {}

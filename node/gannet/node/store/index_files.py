@@ -1,6 +1,7 @@
 """Index files: hash index from message keys to commit-log offsets (RocketMQ ``IndexFile``).
 
-Called by the dispatcher (:meth:`IndexService.build_index` for every dispatched record), by
+Called by the dispatcher (:meth:`IndexService.build_index_batch` for each batch of dispatched
+records; :meth:`IndexService.build_index` is the same for one record), by
 the query paths (by key and by unique key: :meth:`IndexService.query_offsets`), by recovery and
 Raft truncation (:meth:`IndexService.truncate_dirty`) and by the cleaner
 (:meth:`IndexService.delete_expired_file`). Byte-compatible with RocketMQ 5
