@@ -31,6 +31,7 @@ from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 
 RESULTS = Path(__file__).parent / "results"
+LOADS: dict[str, str] = {}  # label -> 1-minute load average of its run, from storage.jsonl
 BODY_1K = b"x" * 1024
 
 
@@ -243,6 +244,7 @@ def recorded_run(label: str) -> dict[str, dict[str, float]]:
         if row.get("label") == label:
             figures = {k: v for k, v in row.items() if isinstance(v, int | float)}
             runs.setdefault(row["time"], {})[row["scenario"]] = figures
+            LOADS[label] = str(row.get("load1", "?"))
     if not runs:
         raise SystemExit(f"no run labelled {label!r} in {RESULTS / 'storage.jsonl'}")
     return runs[max(runs)]
@@ -273,9 +275,11 @@ def report(results: dict[str, dict[str, float]], label: str, load: str, before: 
     if earlier:
         lines += [
             f"Side by side with the run labelled {before!r} (same workload, same machine, "
-            "same session). CPU µs per message is process CPU time (appending and dispatch "
+            f"same session; its load average {LOADS.get(str(before), '?')}). "
+            "CPU µs per message is process CPU time (appending and dispatch "
             "threads) over the messages appended: less sensitive to the machine's load than "
-            "the rates.",
+            "the rates. Rates of paths a change did not touch (reads, recovery, the disk "
+            "probe) show how much the load differed between the two runs.",
             "",
             f"| scenario | figure | {before} | {label or 'this run'} | ratio |",
             "| --- | --- | ---: | ---: | ---: |",
