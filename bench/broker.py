@@ -11,7 +11,9 @@ Scenarios (``reference/performance.md`` §S2–S4):
 * ``pop`` — ReceiveMessage (batch 32) then one AckMessage of the 32 handles, raw stubs, over
   ``POP_PROCESSES`` processes, draining what ``batched`` wrote;
 * ``latency`` — 1 KiB single-message SendMessage at half the ``official`` rate, open loop (each
-  latency is measured from the send's scheduled time), p50/p99.
+  latency is measured from the send's scheduled time), p50/p99;
+* ``e2e_latency`` — at a fixed ``E2E_RATE_PER_S``, send and send → receive p50/p99 through a
+  long-polling receiver (:mod:`bench.latency`).
 
 For each the broker's CPU time (``/proc/<pid>/stat`` utime + stime, all threads) over the
 measured window gives **broker CPU µs per message**; ``1e6 / µs`` is what one broker core could
@@ -51,6 +53,8 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
+from bench import latency
+
 RESULTS = Path(__file__).parent / "results"
 TOPIC, GROUP, QUEUES = "BrokerBench", "BrokerBenchGroup", 16
 CLIENT_ID = (("x-mq-client-id", "bench@1@0@broker"),)
@@ -64,6 +68,7 @@ BODY_OFFICIAL_BYTES = 1024
 BODY_BATCHED_BYTES = 100
 LATENCY_THREADS = 4
 STYLES = ("asyncio", "uvloop")
+E2E_RATE_PER_S = 200.0  # moderate: far below what one broker core serves
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
@@ -585,6 +590,11 @@ def run_style(style: str, seconds: float, profile: bool) -> dict[str, Any]:
             half = result["official"]["msgs_per_s"] / 2
             result["latency"] = _latency(broker, max(half, 50.0), min(seconds, 5.0))
             print(style, "latency", result["latency"], flush=True)
+            latency.setup(broker.endpoint)
+            result["e2e_latency"] = latency.send_to_receive(
+                broker.endpoint, E2E_RATE_PER_S, min(seconds, 10.0), CLIENT_ID, broker.cpu_s
+            )
+            print(style, "send -> receive", result["e2e_latency"], flush=True)
             if profile:
                 result["profile_batched"] = _profile(
                     broker, _batched_worker, BATCHED_PROCESSES, BATCHED_IN_FLIGHT, seconds
@@ -614,6 +624,7 @@ def main() -> None:
     parser.add_argument(
         "--send-path-only", action="store_true", help="only the in-process send path (no gRPC)"
     )
+    parser.add_argument("--label", default="", help="recorded with each figure (paired runs)")
     args = parser.parse_args()
     seconds = args.seconds or (4.0 if args.quick else 15.0)
     styles = args.style or list(STYLES)
@@ -623,7 +634,13 @@ def main() -> None:
     RESULTS.mkdir(exist_ok=True)
     with (RESULTS / "broker.jsonl").open("a") as out:
         paths = [send_path(batch, min(seconds, 3.0)) for batch in (1, BATCH_MESSAGES)]
-        record = {"scenario": "send_path", "at": stamp, "results": paths, "machine": _machine()}
+        record = {
+            "scenario": "send_path",
+            "at": stamp,
+            "label": args.label,
+            "results": paths,
+            "machine": _machine(),
+        }
         out.write(json.dumps(record) + "\n")
         print("send path without gRPC:", paths, flush=True)
         if args.send_path_only:
@@ -640,7 +657,14 @@ def main() -> None:
         print("grpc floor, sync thread-pool server (canned reply):", floor, flush=True)
         for style in styles:
             result = run_style(style, seconds, args.profile)
-            result.update({"at": stamp, "seconds": seconds, "grpcio": grpc_module.__version__})
+            result.update(
+                {
+                    "at": stamp,
+                    "label": args.label,
+                    "seconds": seconds,
+                    "grpcio": grpc_module.__version__,
+                }
+            )
             out.write(json.dumps(result) + "\n")
             out.flush()
             print(

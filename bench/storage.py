@@ -17,6 +17,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
@@ -30,6 +31,7 @@ from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 
 RESULTS = Path(__file__).parent / "results"
+LOADS: dict[str, str] = {}  # label -> 1-minute load average of its run, from storage.jsonl
 BODY_1K = b"x" * 1024
 
 
@@ -51,6 +53,7 @@ def message(i: int, topic: str = "BenchTopic") -> Message:
 def bench_async_appends(root: Path, count: int, batch: int) -> dict[str, float]:
     with MessageStore(make_config(root, FlushMode.ASYNC_FLUSH)).open() as store:
         msgs = [message(i) for i in range(batch)]
+        cpu0 = time.process_time()
         t0 = time.perf_counter()
         done = 0
         while done < count:
@@ -61,10 +64,12 @@ def bench_async_appends(root: Path, count: int, batch: int) -> dict[str, float]:
         t1 = time.perf_counter()
         store.wait_dispatched(end, 300)
         dispatch_elapsed = time.perf_counter() - t1
+        cpu_s = time.process_time() - cpu0
     return {
         "appends_per_s": done / elapsed,
         "mb_per_s": end / elapsed / 1e6,
         "dispatch_catch_up_s": dispatch_elapsed,
+        "cpu_us_per_msg": cpu_s / done * 1e6,
     }
 
 
@@ -174,22 +179,47 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller counts (make bench)")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument(
+        "--appends-only",
+        action="store_true",
+        help="only the ASYNC append figures, printed, not recorded (paired before/after runs)",
+    )
+    parser.add_argument("--label", default="", help="recorded with the figures (e.g. a commit)")
+    parser.add_argument(
+        "--before",
+        metavar="LABEL",
+        help="show the latest recorded run with this label side by side in STORAGE.md",
+    )
     args = parser.parse_args()
-    n = 100_000 if args.quick else 500_000
     base = Path(tempfile.mkdtemp(prefix="gannet-bench-", dir=os.environ.get("BENCH_DIR")))
+    try:
+        run_all(args, base)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def run_all(args: argparse.Namespace, base: Path) -> None:
+    n = 100_000 if args.quick else 500_000
     counter = iter(range(1_000_000))
 
     def fresh() -> Path:
+        """A new store directory; the previous run's files are deleted (256 MiB each)."""
+        for old in base.iterdir():
+            shutil.rmtree(old, ignore_errors=True)
         d = base / str(next(counter))
         d.mkdir()
         return d
 
     results: dict[str, dict[str, float]] = {}
+    load_before = os.getloadavg()[0]
     bench_async_appends(fresh(), 20_000, 1)  # warm-up
     results["async_1_per_put"] = median_of(args.repeat, lambda: bench_async_appends(fresh(), n, 1))
     results["async_32_per_put"] = median_of(
         args.repeat, lambda: bench_async_appends(fresh(), n, 32)
     )
+    if args.appends_only:
+        print(json.dumps(results))
+        return
     results["sync_64_producers"] = median_of(
         args.repeat, lambda: bench_sync_appends(fresh(), 64, n // 64 // 2)
     )
@@ -202,31 +232,69 @@ def main() -> None:
         results[name]["ratio_of_disk"] = results[name]["mb_per_s"] / disk
     results["reads_and_queries"] = median_of(1, lambda: bench_reads_and_queries(fresh(), n))
     results["recovery"] = median_of(1, lambda: bench_recovery(fresh(), 128 if args.quick else 512))
-    report(results)
+    load = f"{load_before:.1f} → {os.getloadavg()[0]:.1f}"
+    report(results, args.label, load, args.before)
 
 
-def report(results: dict[str, dict[str, float]]) -> None:
+def recorded_run(label: str) -> dict[str, dict[str, float]]:
+    """The figures of the latest run recorded in ``storage.jsonl`` with ``label``."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    for line in (RESULTS / "storage.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("label") == label:
+            figures = {k: v for k, v in row.items() if isinstance(v, int | float)}
+            runs.setdefault(row["time"], {})[row["scenario"]] = figures
+            LOADS[label] = str(row.get("load1", "?"))
+    if not runs:
+        raise SystemExit(f"no run labelled {label!r} in {RESULTS / 'storage.jsonl'}")
+    return runs[max(runs)]
+
+
+def report(results: dict[str, dict[str, float]], label: str, load: str, before: str | None) -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "python": sys.version.split()[0],
         "machine": platform.machine(),
         "cpus": os.cpu_count(),
+        "label": label,
+        "load1": load,
     }
+    earlier = recorded_run(before) if before else {}
     with (RESULTS / "storage.jsonl").open("a") as out:
         for name, figures in results.items():
             out.write(json.dumps({"scenario": name, **figures, **meta}) + "\n")
     lines = [
         "# Storage benchmark",
         "",
-        f"{meta['time']}, Python {meta['python']}, {meta['cpus']} CPUs, 1 KiB bodies.",
+        f"{meta['time']}, Python {meta['python']}, {meta['cpus']} CPUs, 1 KiB bodies"
+        + (f", code {label}" if label else "")
+        + f"; 1-minute load average {load} (other work shared the machine).",
         "",
-        "| scenario | figure | value |",
-        "| --- | --- | ---: |",
     ]
+    if earlier:
+        lines += [
+            f"Side by side with the run labelled {before!r} (same workload, same machine, "
+            f"same session; its load average {LOADS.get(str(before), '?')}). "
+            "CPU µs per message is process CPU time (appending and dispatch "
+            "threads) over the messages appended: less sensitive to the machine's load than "
+            "the rates. Rates of paths a change did not touch (reads, recovery, the disk "
+            "probe) show how much the load differed between the two runs.",
+            "",
+            f"| scenario | figure | {before} | {label or 'this run'} | ratio |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
+    else:
+        lines += ["| scenario | figure | value |", "| --- | --- | ---: |"]
     for name, figures in results.items():
         for key, value in figures.items():
-            lines.append(f"| {name} | {key} | {value:,.2f} |")
+            if not earlier:
+                lines.append(f"| {name} | {key} | {value:,.2f} |")
+                continue
+            old = earlier.get(name, {}).get(key)
+            shown = "–" if old is None else f"{old:,.2f}"
+            ratio = f"{value / old:.2f}×" if old else "–"
+            lines.append(f"| {name} | {key} | {shown} | {value:,.2f} | {ratio} |")
     text = "\n".join(lines) + "\n"
     (RESULTS / "STORAGE.md").write_text(text)
     print(text)

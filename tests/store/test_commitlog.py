@@ -75,3 +75,25 @@ def test_a_record_needs_8_spare_bytes_in_its_file(tmp_path: Path, spare: int, ro
     else:
         assert second.wrote_offset == first.end_offset
     log.close()
+
+
+def test_the_last_append_keeps_its_bytes_for_the_raft_proposal(tmp_path: Path) -> None:
+    """``appended_bytes`` gives exactly the file's bytes of the last append, and nothing once
+    the batch rolled to a new file or the log was written or cut by other means."""
+    log = CommitLog(StoreConfig.for_tests(tmp_path, commitlog_file_size_bytes=4096))
+    log.load()
+    first = log.append([log.encode(Message(topic="T", body=b"a" * 100)) for _ in range(3)])
+    start, end = first[0].wrote_offset, first[-1].end_offset
+    assert log.appended_bytes(start, end) == log.read(start, end - start)
+    assert log.appended_bytes(start, end - 1) is None
+    assert log.appended_bytes(start + 1, end) is None
+    rolled = log.append([log.encode(Message(topic="T", body=b"b" * 1500)) for _ in range(3)])
+    assert rolled[-1].wrote_offset == 4096
+    assert log.appended_bytes(rolled[0].wrote_offset, rolled[-1].end_offset) is None
+    again = log.append([log.encode(Message(topic="T", body=b"c"))])[0]
+    assert log.appended_bytes(again.wrote_offset, again.end_offset) == log.read(
+        again.wrote_offset, again.wrote_bytes
+    )
+    log.truncate(again.wrote_offset)
+    assert log.appended_bytes(again.wrote_offset, again.end_offset) is None
+    log.close()

@@ -466,3 +466,37 @@ def test_query_round_trip_after_reload(msgs: list[tuple[list[str], bool, int]]) 
         for n, (_keys, with_uniq, _s) in enumerate(msgs):
             assert query(service, f"u{n}") == ([n * 100] if with_uniq else [])
         service.close()
+
+
+def test_batch_build_writes_the_bytes_of_one_call_per_record(tmp_path: Path) -> None:
+    """The dispatcher's batch path (header written once per batch) leaves every file, header
+    included, byte for byte as :meth:`IndexService.build_index` record by record does."""
+    import random
+
+    seed = random.randrange(2**32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    flags = [0, 0, 0, SYSFLAG_TRANSACTION_ROLLBACK_TYPE, SYSFLAG_TRANSACTION_PREPARED_TYPE]
+    infos = []
+    offset = 0
+    for n in range(300):
+        keys = rng.choice([None, "", "a", "a b", " x  y ", f"k{n}", "Ω é"])
+        uniq = rng.choice([None, f"U{n:032X}"])
+        offset += rng.choice([100, 100, 100, -150])  # some records were indexed already
+        infos.append(
+            info(max(offset, 0), T0_MS + rng.randrange(-2000, 900_000), keys, uniq,
+                 topic=rng.choice(["T", "Topic-2"]), sys_flag=rng.choice(flags))
+        )  # fmt: skip
+    one_by_one = new_service(tmp_path / "one", index_items_max=64, index_hash_slots=16)
+    batched = new_service(tmp_path / "batch", index_items_max=64, index_hash_slots=16)
+    for record in infos:
+        one_by_one.build_index(record)
+    start = 0
+    while start < len(infos):
+        size = rng.randrange(1, 40)
+        batched.build_index_batch(infos[start : start + size])
+        start += size
+    assert len(one_by_one.files) >= 2  # rolled over
+    assert [f.name for f in batched.files] == [f.name for f in one_by_one.files]
+    for mine, theirs in zip(batched.files, one_by_one.files, strict=True):
+        assert file_bytes(mine) == file_bytes(theirs)

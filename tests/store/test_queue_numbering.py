@@ -52,23 +52,24 @@ def test_a_record_that_cannot_be_packed_reserves_nothing(tmp_path: Path, field) 
 
 def test_append_packs_everything_before_reserving(tmp_path: Path, monkeypatch) -> None:
     """Even a failure the field checks do not foresee leaves no reserved offset behind."""
-    from gannet.node.store import records
+    from gannet.node.store import packing
 
     with open_store(tmp_path) as store:
         store.put_message(good(0))
-        real = records.pack_head
+        real = packing.pack_record_into
         calls = {"n": 0}
 
-        def failing(*args: object, **kw: object) -> bytes:
+        def failing(*args: object, **kw: object) -> None:
             calls["n"] += 1
             if calls["n"] == 2:
                 raise ValueError("simulated encoder failure")
-            return real(*args, **kw)  # type: ignore[arg-type]
+            real(*args, **kw)  # type: ignore[arg-type]
 
-        monkeypatch.setattr(records, "pack_head", failing)
+        monkeypatch.setattr(packing, "pack_record_into", failing)
         with pytest.raises(ValueError, match="simulated"):
             store.put_messages([good(1), good(2)])
-        monkeypatch.setattr(records, "pack_head", real)
+        assert calls["n"] == 2
+        monkeypatch.setattr(packing, "pack_record_into", real)
         after = store.put_message(good(3))
         assert after.queue_offset == 1
         assert store.wait_dispatched(after.end_offset)

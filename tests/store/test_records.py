@@ -12,10 +12,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.store import msgids, records
+from gannet.node.store import msgids, packing, records
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageIllegal, MessageTooLarge, PropertiesTooLarge
 from gannet.node.store.hashing import body_crc32, index_key_hash, java_string_hash, tags_code
+from gannet.node.store.records import Message
 
 # A V1 record: topic "T", body b"hi", properties TAGS=a, born 10.0.0.1:7, store 127.0.0.1:10911.
 EXPECTED_V1 = bytes.fromhex(
@@ -178,6 +179,106 @@ def test_java_string_hash_known_values() -> None:
     assert index_key_hash("T#k") == abs(java_string_hash("T#k"))
 
 
+_hosts = st.sampled_from([("127.0.0.1", 10911), ("10.1.2.3", 0), ("::1", 8081)])
+_int32 = st.integers(-(2**31), 2**31 - 1)
+_int64 = st.integers(-(2**63), 2**63 - 1)
+
+
+@given(
+    topic=st.sampled_from(["T", "Topic-%", "t" * 127, "u" * 128, "Ω-topic"]),
+    body=st.binary(max_size=2000),
+    queue_id=_int32,
+    flag=_int32,
+    sys_flag=_int32,
+    reconsume=_int32,
+    born_ms=_int64,
+    prepared=_int64,
+    born=_hosts,
+    store=_hosts,
+    properties=st.dictionaries(
+        st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "a", "Ω", "__RMQ.TRANSIENT.X"]),
+        st.text(max_size=20),
+        max_size=5,
+    ),
+    crc=st.booleans(),
+)
+def test_record_fields_equal_split_record(
+    topic: str, body: bytes, queue_id: int, flag: int, sys_flag: int, reconsume: int,
+    born_ms: int, prepared: int, born: tuple[str, int], store: tuple[str, int],
+    properties: dict[str, str], crc: bool,
+) -> None:  # fmt: skip
+    """The append path's one-pass encoder gives the reference encoder's fields, and packing
+    them gives :func:`records.encode`'s bytes."""
+    msg = Message(
+        topic=topic, body=body, queue_id=queue_id, flag=flag, properties=properties,
+        sys_flag=sys_flag, born_timestamp_ms=born_ms, born_host=born, store_host=store,
+        reconsume_times=reconsume, prepared_transaction_offset=prepared, queue_offset=7,
+        physical_offset=4096, store_timestamp_ms=1_700_000_000_123,
+    )  # fmt: skip
+    fields = packing.record_fields(msg, body_size_max_bytes=1 << 20, append_crc=crc)
+    assert fields == tuple(records.split_record(msg, body_size_max_bytes=1 << 20, append_crc=crc))
+    buf = bytearray(fields[0] + 5)
+    packing.pack_record_into(buf, 5, fields, 7, 4096, 1_700_000_000_123, append_crc=crc)
+    expected = records.encode(msg, body_size_max_bytes=1 << 20, append_crc=crc)
+    if crc:
+        records.seal_crc(expected)
+    assert bytes(buf[5:]) == bytes(expected)
+
+
+def test_record_fields_refuse_what_split_record_refuses() -> None:
+    for field, value in (("queue_id", 2**31), ("born_timestamp_ms", -(2**63) - 1)):
+        msg = Message(topic="T", body=b"x")
+        setattr(msg, field, value)
+        with pytest.raises(MessageIllegal, match="must fit") as fast:
+            packing.record_fields(msg, body_size_max_bytes=100)
+        with pytest.raises(MessageIllegal, match="must fit") as reference:
+            records.split_record(msg, body_size_max_bytes=100)
+        assert str(fast.value) == str(reference.value)
+    with pytest.raises(MessageTooLarge, match="101 bytes"):
+        packing.record_fields(Message(topic="T", body=b"x" * 101), body_size_max_bytes=100)
+    big = Message(topic="T", body=b"x", properties={"k": "v" * 40_000})
+    with pytest.raises(PropertiesTooLarge):
+        packing.record_fields(big, body_size_max_bytes=100)
+
+
+def test_message_copy_copies_every_field_and_owns_its_properties() -> None:
+    import dataclasses
+
+    msg = Message(
+        topic="T", body=b"b", queue_id=1, flag=2, properties={"a": "1"}, sys_flag=3,
+        born_timestamp_ms=4, born_host=("10.0.0.1", 5), store_timestamp_ms=6,
+        store_host=("10.0.0.2", 7), reconsume_times=8, prepared_transaction_offset=9,
+        queue_offset=10, physical_offset=11, body_crc=12, store_size=13,
+    )  # fmt: skip
+    copied = msg.copy()
+    assert copied == msg
+    assert [getattr(copied, f.name) for f in dataclasses.fields(Message)] == [
+        getattr(msg, f.name) for f in dataclasses.fields(Message)
+    ]
+    copied.properties["b"] = "2"
+    assert msg.properties == {"a": "1"}
+
+
+def _java_hash_by_horner(text: str) -> int:
+    """``String.hashCode`` the way Java writes it, one UTF-16 unit at a time."""
+    units = text.encode("utf-16-be")
+    h = 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + (units[i] << 8 | units[i + 1])) & 0xFFFFFFFF
+    return h - 2**32 if h & 0x80000000 else h
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=300))
+def test_java_string_hash_base31_fast_path_matches_horner(text: str) -> None:
+    assert java_string_hash(text) == _java_hash_by_horner(text)
+
+
+def test_java_string_hash_at_and_past_the_fast_path_length() -> None:
+    for length in (1, 3999, 4000, 4001, 9000):
+        text = ("Topic#" + "~\x7f0aZ" * 2000)[:length]
+        assert java_string_hash(text) == _java_hash_by_horner(text), length
+
+
 def test_body_crc_is_masked() -> None:
     assert body_crc32(b"hi") == 0x58932AAC
     assert body_crc32(b"") == 0
@@ -248,7 +349,9 @@ def test_round_trip(topic, body, queue_id, flag, properties, born, store, ts, qo
     back = records.decode(buf)
     assert back.topic == topic
     assert back.body == body
-    assert back.properties == properties
+    # transient properties are never stored (Hypothesis finds the prefix among the constants)
+    stored = {k: v for k, v in properties.items() if not k.startswith(props.TRANSIENT_PREFIX)}
+    assert back.properties == stored
     assert (back.queue_id, back.flag, back.born_host, back.store_host) == (
         queue_id,
         flag,

@@ -647,7 +647,9 @@ class ReplicationNode:
         start = core.log.last_offset
         if end <= start:
             return start
-        outcome = core.propose(self._read(start, end))
+        # The bytes of the append just made are still at hand: no read back from the file.
+        payload = self.store.commitlog.appended_bytes(start, end) or self._read(start, end)
+        outcome = core.propose(payload)
         if isinstance(outcome, NotLeader):
             raise NotLeaderError(self.config.node_id, self.leader())
         if isinstance(outcome, Busy):

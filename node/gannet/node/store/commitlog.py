@@ -7,10 +7,11 @@ use the layout of :mod:`records`. A record never straddles two files: when a rec
 magic 0xCBD43194) closes the file and the record goes to the next one
 (``END_FILE_MIN_BLANK_LENGTH``).
 
-Append: callers encode outside the lock (:func:`records.encode`); under ``put_lock`` the commit
-log assigns queue offsets (per ``"<topic>-<queueId>"``, only for non-transactional and
-commit-type messages), physical offsets and a non-decreasing store timestamp, patches them into
-the buffers and copies each file's share with one ``mmap`` slice write. Durability is the flush
+Append: callers encode outside the lock (:func:`packing.record_fields`); under ``put_lock`` the
+commit log assigns queue offsets (per ``"<topic>-<queueId>"``, only for non-transactional and
+commit-type messages), physical offsets and a non-decreasing store timestamp, packs the records
+into one pre-sized buffer per file (:func:`packing.pack_record_into`) and copies each with one
+``mmap`` slice write. Durability is the flush
 service's job (:mod:`flushing`); this module never syncs on the append path.
 
 Invariant: every byte below :meth:`CommitLog.max_offset` is a valid record or a BLANK, once
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from gannet.node.store import records
+from gannet.node.store import packing, records
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
 from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
@@ -60,12 +61,9 @@ class AppendResult(NamedTuple):
         return create_offset_msg_id(self.store_host, self.store_port, self.wrote_offset)
 
 
-class Encoded(NamedTuple):
-    """A message encoded outside the put lock, waiting for its offsets."""
-
-    parts: records.RecordParts
-    topic: str
-    gets_queue_offset: bool
+Encoded = tuple[packing.RecordFields, str | None]
+"""A message encoded outside the put lock, waiting for its offsets: its record fields and the
+key of the queue it takes an offset in (None for prepared and rollback transaction records)."""
 
 
 class CommitLog:
@@ -78,6 +76,7 @@ class CommitLog:
         self.queue_offsets: dict[str, int] = {}
         self.last_store_timestamp_ms = 0
         self.append_crc = False
+        self._appended: tuple[int, bytes | bytearray] = (-1, b"")
 
     # --- lifecycle ---
     def load(self) -> None:
@@ -104,20 +103,22 @@ class CommitLog:
     # --- appending ---
     def encode(self, msg: records.Message) -> Encoded:
         """Encode what does not depend on the position, outside the lock."""
-        parts = records.split_record(
+        fields = packing.record_fields(
             msg,
             body_size_max_bytes=self.config.message_body_size_max_bytes,
             append_crc=self.append_crc,
         )
         limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
-        if parts.total > limit:
+        if fields[0] > limit:
             raise MessageTooLarge(
-                f"record of {parts.total} bytes does not fit a commit-log file of "
+                f"record of {fields[0]} bytes does not fit a commit-log file of "
                 f"{self.config.commitlog_file_size_bytes} bytes"
             )
-        tx = records.transaction_type(msg.sys_flag)
-        gets = tx in (records.SYSFLAG_TRANSACTION_NOT_TYPE, records.SYSFLAG_TRANSACTION_COMMIT_TYPE)
-        return Encoded(parts, msg.topic, gets)
+        # Only non-transactional and commit-type records (transaction bits 0x0, 0x8) take one.
+        key = None
+        if not msg.sys_flag & records.SYSFLAG_TRANSACTION_PREPARED_TYPE:
+            key = f"{msg.topic}-{msg.queue_id}"
+        return fields, key
 
     def append(
         self,
@@ -126,10 +127,12 @@ class CommitLog:
     ) -> list[AppendResult]:
         """Append encoded messages in order; returns one result per message.
 
-        Under the put lock each record's head is packed with its final offsets and store time
-        and the file's share of the batch is copied with one write. ``on_appended`` runs under
-        the lock after the copy, so successive calls see the batches in commit-log order (the
-        dispatch hand-off relies on it).
+        Under the put lock the batch is packed straight into one pre-sized buffer per file it
+        touches, each record's head with its final offsets and store time, and each buffer is
+        copied with one write. ``on_appended`` runs under the lock after the copy, so
+        successive calls see the batches in commit-log order (the dispatch hand-off relies on
+        it). The bytes of the last append stay at hand for the Raft layer
+        (:meth:`appended_bytes`).
 
         All or nothing per message: every record is packed before any queue offset is
         reserved, so a record that cannot be encoded (a field out of range) changes nothing.
@@ -143,6 +146,7 @@ class CommitLog:
         with self.put_lock:
             ts = max(now_ms(), self.last_store_timestamp_ms)
             f = self.files.last_file_for_append(0)
+            start = f.end_offset
             # Phase 1 (nothing changes yet): lay the batch out, assign offsets in a private
             # table and pack every record. Any exception here leaves the queue offsets, the
             # files and the store time as they were: no offset is reserved for a message
@@ -153,76 +157,83 @@ class CommitLog:
             self.queue_offsets.update(reserved)
             written = 0
             try:
-                for roll, chunks, count in plan:
+                for roll, buf, count in plan:
                     if roll:
                         f.append(records.blank_record(f.remaining_bytes))
                         f.wrote_position = f.file_size
                         f = self.files.last_file_for_append(0)
-                    self._write(f, chunks)
+                    if buf:
+                        f.append(buf)
                     written += count
             except BaseException:
                 self._unreserve(batch[written:], results[written:])
                 raise
+            self._appended = (start, plan[0][1]) if len(plan) == 1 else (-1, b"")
             if on_appended is not None:
                 on_appended(results)
         return results
 
+    def forget_appended(self) -> None:
+        """Drop the bytes kept by :meth:`append` (the log was cut or written by other means)."""
+        self._appended = (-1, b"")
+
+    def appended_bytes(self, start: int, end: int) -> bytes | None:
+        """The bytes ``[start, end)`` when they are exactly those of the last :meth:`append`
+        (within one file), else None: the Raft leader proposes them without reading them back
+        from the file."""
+        at, buf = self._appended
+        if at != start or at + len(buf) != end:
+            return None
+        return bytes(buf)
+
     def _lay_out(
         self, batch: list[Encoded], f: MappedFile, ts: int, host: str, port: int
-    ) -> tuple[list[tuple[bool, list[bytes], int]], list[AppendResult], dict[str, int]]:
-        """Per file touched: (roll to a new file first, byte chunks, messages); the results;
-        the queue offsets the batch reserves (next offset per key)."""
-        pack_head = records.pack_head
+    ) -> tuple[list[tuple[bool, bytearray, int]], list[AppendResult], dict[str, int]]:
+        """Per file touched: (roll to a new file first, the packed records, messages); the
+        results; the queue offsets the batch reserves (next offset per key)."""
+        pack = packing.pack_record_into
+        append_crc = self.append_crc
         offsets = self.queue_offsets
         reserved: dict[str, int] = {}
         results: list[AppendResult] = []
-        plan: list[tuple[bool, list[bytes], int]] = []
-        chunks: list[bytes] = []
-        count = 0
+        plan: list[tuple[bool, bytearray, int]] = []
+        left = sum([enc[0][0] for enc in batch])
+        buf = bytearray(left)  # the whole batch, cut short if it rolls to a new file
+        pos = count = 0
         roll = False
         offset = f.end_offset
         room = f.remaining_bytes
         file_size = f.file_size
-        for enc in batch:
-            p = enc.parts
-            size = p.total
+        for fields, key in batch:
+            size = fields[0]
             if size + records.END_FILE_MIN_BLANK_LENGTH > room:
-                plan.append((roll, chunks, count))
-                chunks, count, roll = [], 0, True
+                del buf[pos:]
+                plan.append((roll, buf, count))
+                left -= pos
+                buf, pos, count, roll = bytearray(left), 0, 0, True
                 offset += room  # the BLANK closes the file; the next one starts here
                 room = file_size
             queue_offset = 0
-            if enc.gets_queue_offset:
-                key = f"{enc.topic}-{p.queue_id}"
+            if key is not None:
                 queue_offset = reserved.get(key, -1)
                 if queue_offset < 0:
                     queue_offset = offsets.get(key, 0)
                 reserved[key] = queue_offset + 1
-            if self.append_crc:
-                record = bytearray().join((pack_head(p, queue_offset, offset, ts), p.body, p.tail))
-                records.seal_crc(record)
-                chunks.append(bytes(record))
-            else:
-                chunks += (pack_head(p, queue_offset, offset, ts), p.body, p.tail)
+            pack(buf, pos, fields, queue_offset, offset, ts, append_crc=append_crc)
+            pos += size
             count += 1
             results.append(AppendResult(offset, size, queue_offset, ts, host, port))
             offset += size
             room -= size
-        plan.append((roll, chunks, count))
+        plan.append((roll, buf, count))
         return plan, results, reserved
 
     def _unreserve(self, batch: list[Encoded], results: list[AppendResult]) -> None:
         """Give back the queue offsets of messages that were not written (lowest per key)."""
-        for enc, res in zip(batch, results, strict=True):
-            if enc.gets_queue_offset:
-                key = f"{enc.topic}-{enc.parts.queue_id}"
+        for (_, key), res in zip(batch, results, strict=True):
+            if key is not None:
                 current = self.queue_offsets.get(key, 0)
                 self.queue_offsets[key] = min(current, res.queue_offset)
-
-    @staticmethod
-    def _write(f: MappedFile, chunks: list[bytes]) -> None:
-        if chunks:
-            f.append(b"".join(chunks))
 
     # --- replication (the Raft layer) ---
     def read_raw(self, offset: int, max_bytes: int) -> bytes:
@@ -243,6 +254,7 @@ class CommitLog:
         end. Records may be split across calls. Queue offsets are not assigned here: the
         caller rebuilds them from the complete records (:meth:`note_raw_records`)."""
         with self.put_lock:
+            self.forget_appended()
             end = self.max_offset()
             if offset != end:
                 raise StoreError(f"raw append at {offset}, but the commit log ends at {end}")
@@ -416,6 +428,7 @@ class CommitLog:
         """Cut the log at ``offset`` (a record boundary): later bytes are erased, later files
         deleted. Used by recovery and by the Raft layer for a divergent suffix."""
         with self.put_lock:
+            self.forget_appended()
             self.files.truncate_dirty_files(offset)
 
     def set_queue_offsets(self, table: dict[str, int]) -> None:

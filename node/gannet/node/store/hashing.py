@@ -6,23 +6,22 @@
   BODYCRC field of every commit-log record.
 
 Both are pure. ``java_string_hash`` sits on the dispatch hot path (every tag and key), so ASCII
-strings take a fast path over bytes.
+strings take a fast path in C: the hash is the polynomial ``sum(c[i] * 31**(n-1-i))`` mod
+2**32, and writing each byte as ``c = 31*q + r`` (``q`` ≤ 8, ``r`` < 31) turns the sums over
+``q`` and ``r`` into two base-31 numerals that ``bytes.translate`` spells and ``int(_, 31)``
+reads: ``hash = 31 * int(q digits, 31) + int(r digits, 31)``. About 3× cheaper than a
+``sum(map(mul, ...))`` over the bytes for a 40-character index key.
 """
 
 from __future__ import annotations
 
-import operator
 import zlib
-from functools import lru_cache
 
 _MASK32 = 0xFFFFFFFF
-_FAST_LENGTH_MAX = 256
-
-
-@lru_cache(maxsize=_FAST_LENGTH_MAX)
-def _powers_of_31(length: int) -> tuple[int, ...]:
-    """``31**(length-1-i) mod 2**32`` for every position ``i`` of a string of ``length``."""
-    return tuple(pow(31, length - 1 - i, 1 << 32) for i in range(length))
+_FAST_LENGTH_MAX = 4000  # int() refuses numerals of more than 4,300 digits (sys.int_info)
+_BASE31_DIGITS = b"0123456789abcdefghijklmnopqrstu"
+_QUOTIENT_DIGIT = bytes(_BASE31_DIGITS[code // 31] for code in range(256))
+_REMAINDER_DIGIT = bytes(_BASE31_DIGITS[code % 31] for code in range(256))
 
 
 def to_java_int(value: int) -> int:
@@ -37,8 +36,9 @@ def java_string_hash(text: str) -> int:
     if text.isascii():
         # hashCode is the polynomial sum(c[i] * 31**(n-1-i)) mod 2**32: one C-level pass.
         data = text.encode("ascii")
-        if len(data) <= _FAST_LENGTH_MAX:
-            h = sum(map(operator.mul, data, _powers_of_31(len(data)))) & _MASK32
+        if 0 < len(data) <= _FAST_LENGTH_MAX:
+            quotients = int(data.translate(_QUOTIENT_DIGIT), 31)
+            h = (quotients * 31 + int(data.translate(_REMAINDER_DIGIT), 31)) & _MASK32
         else:
             for code in data:
                 h = (31 * h + code) & _MASK32
@@ -58,6 +58,15 @@ def tags_code(tags: str | None) -> int:
 
 def index_key_hash(key: str) -> int:
     """Index-file key hash: ``abs(hashCode)``; ``Integer.MIN_VALUE`` (whose abs overflows) → 0."""
+    if key.isascii() and 0 < len(key) <= _FAST_LENGTH_MAX:  # java_string_hash inlined
+        data = key.encode("ascii")
+        u = (
+            int(data.translate(_QUOTIENT_DIGIT), 31) * 31
+            + int(data.translate(_REMAINDER_DIGIT), 31)
+        ) & _MASK32
+        if u & 0x8000_0000:
+            return 0 if u == 0x8000_0000 else 0x1_0000_0000 - u
+        return u
     h = java_string_hash(key)
     if h == -0x8000_0000:
         return 0

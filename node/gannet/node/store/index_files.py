@@ -1,6 +1,7 @@
 """Index files: hash index from message keys to commit-log offsets (RocketMQ ``IndexFile``).
 
-Called by the dispatcher (:meth:`IndexService.build_index` for every dispatched record), by
+Called by the dispatcher (:meth:`IndexService.build_index_batch` for each batch of dispatched
+records; :meth:`IndexService.build_index` is the same for one record), by
 the query paths (by key and by unique key: :meth:`IndexService.query_offsets`), by recovery and
 Raft truncation (:meth:`IndexService.truncate_dirty`) and by the cleaner
 (:meth:`IndexService.delete_expired_file`). Byte-compatible with RocketMQ 5
@@ -54,7 +55,7 @@ from pathlib import Path
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError
-from gannet.node.store.hashing import index_key_hash
+from gannet.node.store.hashing import index_key_hash, java_string_hash
 from gannet.node.store.properties import split_keys
 from gannet.node.store.records import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
@@ -212,22 +213,73 @@ class IndexFile:
 
     # --- writing ---
     def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one item for ``key`` (§4.4); False when the file is full.
+        """Add one item for ``key`` (§4.4) and write the header; False when the file is full."""
+        if not self.add_item(key, phy_offset, store_timestamp_ms):
+            return False
+        self._write_header()
+        return True
+
+    def write_header(self) -> None:
+        """Write the header after :meth:`add_item` calls (the batch path writes it once)."""
+        self._write_header()
+
+    def add_items(self, items: list[tuple[int, int, int]], start: int) -> int:
+        """Add ``items[start:]`` — (key hash from :func:`index_key_hash`, commit-log offset,
+        store time) — until the file is full, without writing the header; returns how far it
+        got. The rules of :meth:`add_item`, over local variables (the batch dispatch path)."""
+        number = self.index_count
+        items_max, slots, base, mm = self.items_max, self.hash_slots, self._items_base, self._mm
+        begin_ms = self.begin_timestamp_ms
+        slot_count = self.hash_slot_count
+        read_int, write_int, write_item = _INT.unpack_from, _INT.pack_into, _ITEM.pack_into
+        at, end = start, len(items)
+        while at < end and number < items_max:
+            key_hash, phy_offset, stored_ms = items[at]
+            slot_pos = HEADER_SIZE_BYTES + (key_hash % slots) * SLOT_SIZE_BYTES
+            slot_value: int = read_int(mm, slot_pos)[0]
+            if slot_value <= INVALID_INDEX or slot_value > number:
+                slot_value = INVALID_INDEX
+                slot_count += 1
+            time_diff_s = 0
+            if begin_ms > 0 and stored_ms > begin_ms:
+                time_diff_s = min((stored_ms - begin_ms) // 1000, _INT_MAX)
+            write_item(mm, base + number * ITEM_SIZE_BYTES, key_hash, phy_offset, time_diff_s,
+                       slot_value)  # fmt: skip
+            write_int(mm, slot_pos, number)
+            if number <= 1:
+                self.begin_phy_offset = phy_offset
+                self.begin_timestamp_ms = begin_ms = stored_ms
+            number += 1
+            at += 1
+        if at > start:
+            self.hash_slot_count = slot_count
+            self.index_count = number
+            _, self.end_phy_offset, self.end_timestamp_ms = items[at - 1]
+        return at
+
+    def add_item(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Add one item for ``key`` (§4.4) without writing the header; False when full.
 
         On the dispatch hot path, hence written out inline (same rules as
-        :func:`slot_position`, :meth:`read_slot_at`, :func:`_time_diff_s`).
+        :func:`slot_position`, :meth:`read_slot_at`, :func:`_time_diff_s`,
+        :func:`~gannet.node.store.hashing.index_key_hash`).
         """
         number = self.index_count
         if number >= self.items_max:
             return False
-        key_hash = index_key_hash(key)
+        key_hash = java_string_hash(key)
+        key_hash = abs(key_hash) if key_hash != -0x8000_0000 else 0
         slot_pos = HEADER_SIZE_BYTES + (key_hash % self.hash_slots) * SLOT_SIZE_BYTES
         mm = self._mm
         slot_value: int = _INT.unpack_from(mm, slot_pos)[0]
         if slot_value <= INVALID_INDEX or slot_value > number:
             slot_value = INVALID_INDEX
         begin_ms = self.begin_timestamp_ms
-        time_diff_s = _time_diff_s(store_timestamp_ms, begin_ms) if begin_ms > 0 else 0
+        time_diff_s = 0
+        if begin_ms > 0:
+            diff_ms = store_timestamp_ms - begin_ms
+            if diff_ms > 0:
+                time_diff_s = min(diff_ms // 1000, _INT_MAX)
         _ITEM.pack_into(
             mm, self._items_base + number * ITEM_SIZE_BYTES, key_hash, phy_offset, time_diff_s,
             slot_value,
@@ -241,7 +293,6 @@ class IndexFile:
         self.index_count = number + 1
         self.end_phy_offset = phy_offset
         self.end_timestamp_ms = store_timestamp_ms
-        self._write_header()
         return True
 
     def truncate_from(self, phy_offset: int) -> int:
@@ -453,6 +504,41 @@ class IndexService:
             f = self._put(f, build_key(info.topic, info.uniq_key), info)
         for key in split_keys(info.keys):
             f = self._put(f, build_key(info.topic, key), info)
+
+    def build_index_batch(self, infos: list[DispatchInfo]) -> None:
+        """:meth:`build_index` for consecutive dispatched records: the keys hashed in one pass,
+        the items added in a loop over locals and the header written once per file touched —
+        the same items, slots and final header bytes as one call per record."""
+        if not self.config.index_enabled or not infos:
+            return
+        f = self._writable_file()
+        items: list[tuple[int, int, int]] = []  # (key hash, commit offset, store time)
+        end_phy_offset = f.end_phy_offset
+        for info in infos:
+            offset = info.commit_offset
+            if offset < end_phy_offset:
+                continue  # already indexed
+            if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+                continue
+            stored_ms, keys = info.store_timestamp_ms, info.keys
+            prefix = info.topic + "#"
+            count = len(items)
+            if info.uniq_key is not None:
+                items.append((index_key_hash(prefix + info.uniq_key), offset, stored_ms))
+            if keys:
+                for key in keys.split(" ") if " " in keys else (keys,):
+                    if key:
+                        items.append((index_key_hash(prefix + key), offset, stored_ms))
+            if len(items) > count:
+                end_phy_offset = offset
+        done = 0
+        while items:
+            done = f.add_items(items, done)
+            f.write_header()
+            if done == len(items):
+                break
+            _log.info("index file %s is full; creating the next one", f.name)
+            f = self._writable_file()
 
     def _put(self, f: IndexFile, key: str, info: DispatchInfo) -> IndexFile:
         while not f.put_key(key, info.commit_offset, info.store_timestamp_ms):

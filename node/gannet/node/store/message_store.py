@@ -405,24 +405,37 @@ class MessageStore:
     def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         return self.dispatch.wait_dispatched(offset, timeout_s)
 
-    def _dispatchers(self) -> list[Callable[[DispatchInfo], None]]:
-        chain: list[Callable[[DispatchInfo], None]] = [self._dispatch_consume_queue]
+    def _dispatchers(self) -> list[Callable[[list[DispatchInfo]], None]]:
+        chain: list[Callable[[list[DispatchInfo]], None]] = [self._dispatch_consume_queues]
         if self.index is not None:
-            chain.append(self.index.build_index)
-        chain.append(self._notify_arrival)
+            chain.append(self.index.build_index_batch)
+        chain.append(self._notify_arrivals)
         return chain
 
-    def _dispatch_consume_queue(self, info: DispatchInfo) -> None:
-        if info.sys_flag & 0xC in (0x0, 0x8):
-            cq = self.queues.find_or_create(info.topic, info.queue_id)
+    def _dispatch_consume_queues(self, infos: list[DispatchInfo]) -> None:
+        """A unit per non-transactional or commit-type record (sysFlag bit 0x4 clear); the
+        queue of the previous record is reused while the key repeats (batches of one queue)."""
+        key: tuple[str, int] | None = None
+        cq = None
+        for info in infos:
+            if info.sys_flag & 0x4:
+                continue  # prepared (0x4) or rollback (0xC): no unit
+            if key != (info.topic, info.queue_id):
+                key = (info.topic, info.queue_id)
+                cq = self.queues.find_or_create(info.topic, info.queue_id)
+            assert cq is not None
             cq.put(info.commit_offset, info.size, info.tags_code, info.queue_offset)
 
-    def _notify_arrival(self, info: DispatchInfo) -> None:
-        for listener in self.listeners:
-            try:
-                listener(info)
-            except Exception:  # a listener must never stop dispatch
-                log.exception("message-arrival listener failed")
+    def _notify_arrivals(self, infos: list[DispatchInfo]) -> None:
+        listeners = self.listeners
+        if not listeners:
+            return
+        for info in infos:
+            for listener in listeners:
+                try:
+                    listener(info)
+                except Exception:  # a listener must never stop dispatch
+                    log.exception("message-arrival listener failed")
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self.listeners.append(listener)
@@ -491,6 +504,7 @@ class MessageStore:
             if self.index is not None:
                 self.index.truncate_dirty(offset)
             self.timers.truncate(offset)
+            self.commitlog.forget_appended()
             self.commitlog.files.truncate_dirty_files(offset)
             self.dispatch.clear_handoff()
             if self.flush is not None:
@@ -529,6 +543,7 @@ class MessageStore:
                 self.queues.destroy_queue(cq.topic, cq.queue_id)
             if self.index is not None:
                 self.index.truncate_dirty(0)
+            self.commitlog.forget_appended()
             self.commitlog.files.destroy()
             self.commitlog.files.create_file(offset)
             durable.sync_directory(self.config.commitlog_dir)

@@ -32,7 +32,6 @@ the CLI and the pipeline.
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import mmap
 import struct
@@ -165,7 +164,14 @@ class Message:
         return self.properties.get(props.UNIQ_KEY)
 
     def copy(self) -> Message:
-        return dataclasses.replace(self, properties=dict(self.properties))
+        """A copy with its own property map (positional: ``dataclasses.replace`` walks the
+        fields at run time, several times the cost)."""
+        return Message(
+            self.topic, self.body, self.queue_id, self.flag, dict(self.properties),
+            self.sys_flag, self.born_timestamp_ms, self.born_host, self.store_timestamp_ms,
+            self.store_host, self.reconsume_times, self.prepared_transaction_offset,
+            self.queue_offset, self.physical_offset, self.body_crc, self.store_size,
+        )  # fmt: skip
 
 
 def encoded_length(

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 TICK_MS = 100
 ENQUEUE_BATCH_MAX = 1024
 FIRE_BATCH_MAX = 1024
+_TIMING_KEYS = frozenset(
+    (props.DELAY_TIME_LEVEL, props.TIMER_DELAY_SEC, props.TIMER_DELAY_MS, props.TIMER_DELIVER_MS)
+)
 FLUSH_INTERVAL_MS = 1_000
 DELAY_LEVELS_MS = [
     1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
@@ -79,8 +82,8 @@ class TimerService:
     # --- append path ---
     def route(self, msg: Message, now_ms: int) -> Message:
         """The message to store: parked in the timer topic when its delivery is in the future."""
-        if msg.topic == timers.TIMER_TOPIC:
-            return msg
+        if msg.topic == timers.TIMER_TOPIC or _TIMING_KEYS.isdisjoint(msg.properties):
+            return msg  # the common case: no property that asks for a delay
         level = msg.properties.get(props.DELAY_TIME_LEVEL)
         if level is not None and level.isdigit() and int(level) > 0:
             index = min(int(level), len(DELAY_LEVELS_MS)) - 1
