@@ -29,6 +29,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.records import DispatchInfo, Message
 from gannet.pipeline import exporting, jobs, rebuilding, segments
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message
@@ -88,6 +89,17 @@ def write_store(root: Path, total_bytes: int, segments_wanted: int) -> tuple[Sto
     return config, written
 
 
+def store_scan_infos(found: list[segments.Segment]) -> Iterator[DispatchInfo]:
+    """Dispatch infos of clean segments, parsed record by record by the store's own
+    ``check_record`` (through :func:`gannet.pipeline.segments.scan`)."""
+    for segment in found:
+        with segments.mapped(segment) as buf:
+            for event in segments.scan(buf, segment, check_crc=True):
+                assert not isinstance(event, segments.Damage), event
+                if isinstance(event, segments.Record):
+                    yield event.info._replace(properties={})
+
+
 def _mb_per_s(size_bytes: int, elapsed_s: float) -> float:
     return size_bytes / elapsed_s / 1e6
 
@@ -119,9 +131,8 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
     target = store_config(base / f"rebuild-1proc-{count}", config.commitlog_file_size_bytes)
     started = time.perf_counter()
     dispatcher = rebuilding.Dispatcher(target)
-    for event in rebuilding.dispatch_events(found):
-        assert not isinstance(event, segments.Damage), event
-        dispatcher.dispatch(event)
+    for info in store_scan_infos(found):
+        dispatcher.dispatch(info)
     dispatcher.close()
     dispatch_1proc_s = time.perf_counter() - started
     assert dispatcher.records == rebuilt.records
