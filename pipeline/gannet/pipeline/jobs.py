@@ -1,8 +1,9 @@
 """Bulk Spark jobs over commit-log segments: export, rebuild, verify.
 
 Every job parallelises one Spark task per segment (``sparkContext.parallelize(segments,
-len(segments))`` then ``mapPartitions``): executors map their segment file read-only and parse
-it with the store's own codecs (:mod:`gannet.node.store.records` through
+len(segments))`` then ``mapPartitions``): executors map their segment file read-only; export
+and rebuild parse it in bulk into columns (:mod:`gannet.pipeline.columns`), verify record by
+record with the store's own check (:mod:`gannet.node.store.records` through
 :mod:`gannet.pipeline.segments`). Records never straddle files, so no task needs another's
 bytes.
 
@@ -10,7 +11,9 @@ bytes.
   by ``topic`` and ``date`` (UTC date of the store time) in the layout of Spark's
   ``partitionBy``; each task writes its segment's files with pyarrow (:mod:`exporting`), so
   OUTPUT is a path every executor can write (shared storage) or a URI pyarrow knows
-  (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out.
+  (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out. A
+  damaged record fails the job with the segment, byte range and reason
+  (:class:`gannet.pipeline.exporting.SegmentDamagedError`) instead of leaving messages out.
 * :func:`rebuild` collects the dispatch infos of every segment and writes, on the driver and in
   commit-log order, the consume queues and index files with the store's own
   ``ConsumeQueueStore``/``IndexService`` — the same dispatch rules, so the same bytes as the
