@@ -133,7 +133,7 @@ def test_written_arrow_batches_become_the_messages_rows_did() -> None:
         rows.row_message(fields, "orders", f"ID{i}", 1_700_000_000_000)
         for i, fields in enumerate(writing.batch_rows([batch]))
     ]
-    as_rows = [
+    as_rows: list[dict[str, Any]] = [
         {"body": b"one", "keys": ["k1", None, "k2"], "tag": "T",
          "properties": {"a": "1", "b": None}, "delivery_time": delivery},
         {"body": b"two", "keys": None, "tag": None, "properties": None, "delivery_time": None},
