@@ -12,6 +12,11 @@
 * **datasource_read**: ``spark.read.format("gannet")`` of a topic on an in-process broker
   (PullMessage; after a warm-up read), MB/s of message bodies, against ``pull_1proc``: the
   same pulls in a loop in one process.
+* **worker_cpu**: CPU time per message of the Python side of a read, in one process: turning
+  pulled v2 messages into what Spark takes, as Arrow batches (:func:`rows.messages_batch`)
+  against the tuple-per-row path it replaced (a tuple per message, then pyspark's own
+  ``records_to_arrow_batches``, which the Python worker ran on them). CPU time is less
+  sensitive to a loaded machine than wall time.
 * **spark_kafka_read**: Spark's own Kafka source (spark-sql-kafka, jars from Maven Central via
   ``bench/spark_kafka/pom.xml``) reading the same number of 1 KiB messages from the Kafka peer
   (:mod:`bench.peers.kafka`, 4 partitions like the 4 queues), in the same Spark session and
@@ -27,6 +32,7 @@ was; compare ratios within one run.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
@@ -46,7 +52,7 @@ from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import DispatchInfo, Message
-from gannet.pipeline import exporting, jobs, rebuilding, segments
+from gannet.pipeline import exporting, jobs, rebuilding, rows, segments
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message
 
@@ -213,6 +219,68 @@ def bench_datasource(spark: Any, base: Path, messages: int) -> dict[str, float]:
     }
 
 
+def _tuple_row(message: Any) -> tuple[Any, ...]:
+    """A read row as the tuple-yielding reader built it (the reference of ``worker_cpu``)."""
+    sp = message.system_properties
+
+    def when(ts: Any) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=dt.UTC)
+
+    return (
+        str(message.topic.name), int(sp.queue_id), int(sp.queue_offset), str(sp.message_id),
+        [str(k) for k in sp.keys], str(sp.tag) if sp.HasField("tag") else None,
+        dict(message.user_properties), bytes(message.body), when(sp.born_timestamp),
+        when(sp.store_timestamp),
+    )  # fmt: skip
+
+
+def bench_worker_cpu(messages: int) -> dict[str, float]:
+    """CPU µs per message to turn pulled messages into Arrow batches, both ways."""
+    from pyspark.sql.types import StructType
+    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
+
+    from gannet.pipeline import datasource
+
+    ids = MessageIds()
+    pulled = []
+    for i in range(messages):
+        message = row_message(
+            {"body": b"r" * BODY_BYTES, "keys": [f"k{i}"], "tag": "t", "properties": {"n": "1"}},
+            "BenchRead", ids.next(), 1_700_000_000_000 + i,
+        )  # fmt: skip
+        message.system_properties.queue_offset = i
+        message.system_properties.store_timestamp.FromMilliseconds(1_700_000_000_000 + i)
+        pulled.append(message)
+    struct = StructType.fromJson(
+        {"type": "struct", "fields": [
+            {"name": f.name, "nullable": True, "metadata": {}, "type": t}
+            for f, t in zip(rows.READ_ARROW_SCHEMA, (
+                "string", "integer", "long", "string",
+                {"type": "array", "elementType": "string", "containsNull": True},
+                "string",
+                {"type": "map", "keyType": "string", "valueType": "string",
+                 "valueContainsNull": True},
+                "binary", "timestamp", "timestamp"), strict=True)]}
+    )  # fmt: skip
+    pull_batch = 1024
+    started = time.process_time()
+    made = 0
+    for i in range(0, messages, pull_batch):
+        made += rows.messages_batch(pulled[i : i + pull_batch]).num_rows
+    arrow_s = time.process_time() - started
+    started = time.process_time()
+    tuples = (_tuple_row(m) for m in pulled)
+    batches = records_to_arrow_batches(tuples, 10_000, struct, datasource.GannetDataSource({}))
+    converted = sum(b.num_rows for b in batches)
+    tuple_s = time.process_time() - started
+    assert made == converted == messages
+    return {
+        "messages": float(messages),
+        "arrow_batch_us_per_msg": arrow_s / messages * 1e6,
+        "tuples_us_per_msg": tuple_s / messages * 1e6,
+    }
+
+
 def spark_kafka_jars() -> list[str]:
     """The jars of Spark's Kafka source, fetched with Maven on first use (PeerError if not)."""
     lib = (kafka.CACHE / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}" / "lib").resolve()
@@ -302,6 +370,8 @@ def main() -> None:
             print(f"segments={count}: {results[f'segments_{count}']}", flush=True)
         results["datasource"] = bench_datasource(spark, base, read_messages)
         print(f"datasource: {results['datasource']}", flush=True)
+        results["worker_cpu"] = bench_worker_cpu(read_messages)
+        print(f"worker_cpu: {results['worker_cpu']}", flush=True)
         if not kafka_skipped:
             try:
                 results["spark_kafka"] = bench_spark_kafka(spark, base, read_messages)
@@ -363,6 +433,13 @@ def report(results: dict[str, dict[str, float]], total_mib: int, kafka_skipped: 
             f"one-process PullMessage loop {ds['pull_1proc_mb_per_s']:.2f} "
             f"({msgs_per_s:,.0f} msgs/s through Spark).",
         ]
+    cpu = results.get("worker_cpu")
+    if cpu is not None:
+        lines.append(
+            f"Python side of that read, CPU per message in one process: Arrow batches "
+            f"{cpu['arrow_batch_us_per_msg']:.1f} µs, tuples through pyspark's conversion "
+            f"{cpu['tuples_us_per_msg']:.1f} µs."
+        )
     sk = results.get("spark_kafka")
     if sk is not None:
         lines.append(
