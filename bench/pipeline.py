@@ -12,6 +12,16 @@
 * **datasource_read**: ``spark.read.format("gannet")`` of a topic on an in-process broker
   (PullMessage; after a warm-up read), MB/s of message bodies, against ``pull_1proc``: the
   same pulls in a loop in one process.
+* **worker_cpu**: CPU time per message of the Python side of a read, in one process: turning
+  pulled v2 messages into what Spark takes, as Arrow batches (:func:`rows.messages_batch`)
+  against the tuple-per-row path it replaced (a tuple per message, then pyspark's own
+  ``records_to_arrow_batches``, which the Python worker ran on them). CPU time is less
+  sensitive to a loaded machine than wall time.
+* **spark_kafka_read**: Spark's own Kafka source (spark-sql-kafka, jars from Maven Central via
+  ``bench/spark_kafka/pom.xml``) reading the same number of 1 KiB messages from the Kafka peer
+  (:mod:`bench.peers.kafka`, 4 partitions like the 4 queues), in the same Spark session and
+  run. Skipped, with the reason in the report, when Maven, Java or confluent-kafka are missing
+  (``make bench-peers`` installs them) or with ``--no-kafka``.
 
 Run with ``make bench`` (``--quick``, under 2 minutes on 2 idle cores) or ``python -m
 bench.pipeline``. Results are appended to ``bench/results/pipeline.jsonl`` and summarised in
@@ -22,6 +32,7 @@ was; compare ratios within one run.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import platform
@@ -29,16 +40,19 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.peers import kafka, processes
+from bench.peers.base import Layout
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
-from gannet.pipeline import exporting, jobs, rebuilding, segments
+from gannet.node.store.records import DispatchInfo, Message
+from gannet.pipeline import exporting, jobs, rebuilding, rows, segments
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message
 
@@ -48,6 +62,16 @@ CQ_UNITS_PER_FILE = 300_000
 INDEX_HASH_SLOTS = 500_000
 INDEX_ITEMS_MAX = 2_000_000
 SEGMENT_SLACK_BYTES = 128 * 1024
+SPARK_KAFKA_VERSION = "4.2.0"  # must equal <spark.version> in spark_kafka/pom.xml
+SPARK_KAFKA_POM = Path(__file__).parent / "spark_kafka" / "pom.xml"
+SPARK_KAFKA_JARS = (  # what Spark itself lacks; the rest of the tree Spark ships
+    "spark-sql-kafka-0-10_2.13-",
+    "spark-token-provider-kafka-0-10_2.13-",
+    "kafka-clients-",
+    "commons-pool2-",
+)
+KAFKA_READ_TOPIC = "BenchRead"
+KAFKA_READ_PARTITIONS = 4
 
 
 def store_config(root: Path, segment_bytes: int) -> StoreConfig:
@@ -88,6 +112,17 @@ def write_store(root: Path, total_bytes: int, segments_wanted: int) -> tuple[Sto
     return config, written
 
 
+def store_scan_infos(found: list[segments.Segment]) -> Iterator[DispatchInfo]:
+    """Dispatch infos of clean segments, parsed record by record by the store's own
+    ``check_record`` (through :func:`gannet.pipeline.segments.scan`)."""
+    for segment in found:
+        with segments.mapped(segment) as buf:
+            for event in segments.scan(buf, segment, check_crc=True):
+                assert not isinstance(event, segments.Damage), event
+                if isinstance(event, segments.Record):
+                    yield event.info._replace(properties={})
+
+
 def _mb_per_s(size_bytes: int, elapsed_s: float) -> float:
     return size_bytes / elapsed_s / 1e6
 
@@ -119,9 +154,8 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
     target = store_config(base / f"rebuild-1proc-{count}", config.commitlog_file_size_bytes)
     started = time.perf_counter()
     dispatcher = rebuilding.Dispatcher(target)
-    for event in rebuilding.dispatch_events(found):
-        assert not isinstance(event, segments.Damage), event
-        dispatcher.dispatch(event)
+    for info in store_scan_infos(found):
+        dispatcher.dispatch(info)
     dispatcher.close()
     dispatch_1proc_s = time.perf_counter() - started
     assert dispatcher.records == rebuilt.records
@@ -185,16 +219,144 @@ def bench_datasource(spark: Any, base: Path, messages: int) -> dict[str, float]:
     }
 
 
+def _tuple_row(message: Any) -> tuple[Any, ...]:
+    """A read row as the tuple-yielding reader built it (the reference of ``worker_cpu``)."""
+    sp = message.system_properties
+
+    def when(ts: Any) -> dt.datetime:
+        return dt.datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=dt.UTC)
+
+    return (
+        str(message.topic.name), int(sp.queue_id), int(sp.queue_offset), str(sp.message_id),
+        [str(k) for k in sp.keys], str(sp.tag) if sp.HasField("tag") else None,
+        dict(message.user_properties), bytes(message.body), when(sp.born_timestamp),
+        when(sp.store_timestamp),
+    )  # fmt: skip
+
+
+def bench_worker_cpu(messages: int) -> dict[str, float]:
+    """CPU µs per message to turn pulled messages into Arrow batches, both ways."""
+    from pyspark.sql.types import StructType
+    from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
+
+    from gannet.pipeline import datasource
+
+    ids = MessageIds()
+    pulled = []
+    for i in range(messages):
+        message = row_message(
+            {"body": b"r" * BODY_BYTES, "keys": [f"k{i}"], "tag": "t", "properties": {"n": "1"}},
+            "BenchRead", ids.next(), 1_700_000_000_000 + i,
+        )  # fmt: skip
+        message.system_properties.queue_offset = i
+        message.system_properties.store_timestamp.FromMilliseconds(1_700_000_000_000 + i)
+        pulled.append(message)
+    struct = StructType.fromJson(
+        {"type": "struct", "fields": [
+            {"name": f.name, "nullable": True, "metadata": {}, "type": t}
+            for f, t in zip(rows.READ_ARROW_SCHEMA, (
+                "string", "integer", "long", "string",
+                {"type": "array", "elementType": "string", "containsNull": True},
+                "string",
+                {"type": "map", "keyType": "string", "valueType": "string",
+                 "valueContainsNull": True},
+                "binary", "timestamp", "timestamp"), strict=True)]}
+    )  # fmt: skip
+    pull_batch = 1024
+    started = time.process_time()
+    made = 0
+    for i in range(0, messages, pull_batch):
+        made += rows.messages_batch(pulled[i : i + pull_batch]).num_rows
+    arrow_s = time.process_time() - started
+    started = time.process_time()
+    tuples = (_tuple_row(m) for m in pulled)
+    batches = records_to_arrow_batches(tuples, 10_000, struct, datasource.GannetDataSource({}))
+    converted = sum(b.num_rows for b in batches)
+    tuple_s = time.process_time() - started
+    assert made == converted == messages
+    return {
+        "messages": float(messages),
+        "arrow_batch_us_per_msg": arrow_s / messages * 1e6,
+        "tuples_us_per_msg": tuple_s / messages * 1e6,
+    }
+
+
+def spark_kafka_jars() -> list[str]:
+    """The jars of Spark's Kafka source, fetched with Maven on first use (PeerError if not)."""
+    lib = (kafka.CACHE / f"spark-sql-kafka-{SPARK_KAFKA_VERSION}" / "lib").resolve()
+    marker = lib / f"spark-sql-kafka-0-10_2.13-{SPARK_KAFKA_VERSION}.jar"
+    if not marker.exists():
+        command = ["mvn", "-B", "-q", "-f", str(SPARK_KAFKA_POM), "dependency:copy-dependencies",
+                   f"-DoutputDirectory={lib}"]  # fmt: skip
+        done = kafka._run_tool(command, "mvn", kafka.FETCH_TIMEOUT_S)
+        if done.returncode != 0 or not marker.exists():
+            raise processes.PeerError(
+                f"mvn could not fetch spark-sql-kafka:\n{done.stdout[-2000:]}"
+            )
+    return [str(p) for p in sorted(lib.glob("*.jar")) if p.name.startswith(SPARK_KAFKA_JARS)]
+
+
+def bench_spark_kafka(spark: Any, base: Path, messages: int) -> dict[str, float]:
+    """Spark's Kafka source reading ``messages`` 1 KiB messages from the Kafka peer."""
+    from confluent_kafka import Producer  # type: ignore[import-not-found,unused-ignore]
+
+    layout = Layout((KAFKA_READ_TOPIC,), KAFKA_READ_PARTITIONS, "bench")
+    running = kafka.start(base / "kafka", "async", 1, layout)
+    try:
+        producer = Producer({"bootstrap.servers": running.endpoint, "linger.ms": 5})
+        sent = (messages + 63) // 64 * 64
+        body = b"r" * BODY_BYTES
+        for i in range(sent):
+            while True:
+                try:
+                    producer.produce(KAFKA_READ_TOPIC, body, partition=i % KAFKA_READ_PARTITIONS)
+                    break
+                except BufferError:
+                    producer.poll(0.1)  # the local queue is full: let deliveries drain it
+            producer.poll(0)
+        assert producer.flush(120) == 0
+        reader = (
+            spark.read.format("kafka")
+            .option("kafka.bootstrap.servers", running.endpoint)
+            .option("subscribe", KAFKA_READ_TOPIC)
+            .option("startingOffsets", "earliest")
+            .option("endingOffsets", "latest")
+        )
+        warm = reader.load().selectExpr("length(value) AS n").limit(64).collect()
+        assert len(warm) == 64
+        started = time.perf_counter()
+        rows = reader.load().selectExpr("length(value) AS n").collect()
+        spark_s = time.perf_counter() - started
+        assert len(rows) == sent, (len(rows), sent)
+    finally:
+        running.stop()
+    return {
+        "messages": float(sent),
+        "spark_kafka_read_mb_per_s": _mb_per_s(sent * BODY_BYTES, spark_s),
+        "spark_kafka_read_msgs_per_s": sent / spark_s,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller data (make bench)")
     parser.add_argument("--total-mib", type=int, default=None, help="commit log per run")
+    parser.add_argument("--no-kafka", action="store_true", help="skip spark-sql-kafka vs Kafka")
     args = parser.parse_args()
     total_mib = args.total_mib or (16 if args.quick else 256)
     counts = (1, 4) if args.quick else (1, 2, 4, 8, 16)
     read_messages = 10_000 if args.quick else 100_000
     import gannet.pipeline
 
+    kafka_skipped = "--no-kafka" if args.no_kafka else ""
+    if not kafka_skipped:
+        try:
+            kafka.fetch()
+            jars = spark_kafka_jars()
+            # Before the JVM starts: the session below is the first.
+            os.environ["PYSPARK_SUBMIT_ARGS"] = f"--jars {','.join(jars)} pyspark-shell"
+        except (processes.PeerError, OSError) as exc:
+            kafka_skipped = str(exc).splitlines()[0]
     spark = jobs.session("local[2]", app_name="gannet-bench-pipeline")
     gannet.pipeline.register(spark)
     base = Path(tempfile.mkdtemp(prefix="gannet-bench-pipeline-", dir=os.environ.get("BENCH_DIR")))
@@ -207,13 +369,21 @@ def main() -> None:
             results[f"segments_{count}"] = bench_segments(spark, base, total_mib * 2**20, count)
             print(f"segments={count}: {results[f'segments_{count}']}", flush=True)
         results["datasource"] = bench_datasource(spark, base, read_messages)
+        print(f"datasource: {results['datasource']}", flush=True)
+        results["worker_cpu"] = bench_worker_cpu(read_messages)
+        print(f"worker_cpu: {results['worker_cpu']}", flush=True)
+        if not kafka_skipped:
+            try:
+                results["spark_kafka"] = bench_spark_kafka(spark, base, read_messages)
+            except (processes.PeerError, ImportError) as exc:
+                kafka_skipped = str(exc).splitlines()[0]
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)
-    report(results, total_mib)
+    report(results, total_mib, kafka_skipped)
 
 
-def report(results: dict[str, dict[str, float]], total_mib: int) -> None:
+def report(results: dict[str, dict[str, float]], total_mib: int, kafka_skipped: str = "") -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -255,12 +425,31 @@ def report(results: dict[str, dict[str, float]], total_mib: int) -> None:
         )
     ds = results.get("datasource")
     if ds is not None:
+        msgs_per_s = ds["datasource_read_mb_per_s"] * 1e6 / BODY_BYTES
         lines += [
             "",
             f"Data source read of {ds['messages']:,.0f} messages (MB/s of bodies): "
             f'`spark.read.format("gannet")` {ds["datasource_read_mb_per_s"]:.2f}, '
-            f"one-process PullMessage loop {ds['pull_1proc_mb_per_s']:.2f}.",
+            f"one-process PullMessage loop {ds['pull_1proc_mb_per_s']:.2f} "
+            f"({msgs_per_s:,.0f} msgs/s through Spark).",
         ]
+    cpu = results.get("worker_cpu")
+    if cpu is not None:
+        lines.append(
+            f"Python side of that read, CPU per message in one process: Arrow batches "
+            f"{cpu['arrow_batch_us_per_msg']:.1f} µs, tuples through pyspark's conversion "
+            f"{cpu['tuples_us_per_msg']:.1f} µs."
+        )
+    sk = results.get("spark_kafka")
+    if sk is not None:
+        lines.append(
+            f"Spark's Kafka source (spark-sql-kafka {SPARK_KAFKA_VERSION}) reading "
+            f"{sk['messages']:,.0f} messages of the same size from Kafka {kafka.VERSION} in the "
+            f"same session: {sk['spark_kafka_read_mb_per_s']:.2f} MB/s "
+            f"({sk['spark_kafka_read_msgs_per_s']:,.0f} msgs/s)."
+        )
+    elif kafka_skipped:
+        lines.append(f"Spark's Kafka source was not run: {kafka_skipped}.")
     text = "\n".join(lines) + "\n"
     (RESULTS / "PIPELINE.md").write_text(text)
     print(text)

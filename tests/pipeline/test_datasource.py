@@ -15,6 +15,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
+from gannet.pipeline import rows
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message
 
@@ -267,3 +268,42 @@ def test_bad_writes_fail_with_clear_errors(
     writer = df.write.format("gannet").option("endpoints", broker.endpoint)
     text = _failure(lambda: writer.option("topic", topic).mode("overwrite").save())
     assert "append-only" in text
+
+
+def test_arrow_batches_give_spark_exactly_the_rows_pulled(
+    gannet_spark: Any, gannet_broker: threads.BrokerThread, gannet_admin: Any
+) -> None:
+    """Empty partitions, the largest body the test store takes, keys, tags and properties:
+    Spark's rows equal the pulled messages as the tuple reader turned them into rows."""
+    from .test_arrow_rows import old_message_row
+
+    topic = new_topic(gannet_admin, queues=3)
+    largest = gannet_broker.broker.store.config.message_body_size_max_bytes
+    sent = [
+        row_message(
+            {"body": bytes([i]) * size, "keys": [f"k{i}", "all"], "tag": f"t{i % 2}",
+             "properties": {"n": str(i), "ü": "∑"} if i % 2 else {}},
+            topic, _ids.next(), 1_700_000_000_000 + i,
+        )
+        for i, size in enumerate([1, largest, 1024, 7])
+    ]  # fmt: skip
+    with BrokerConnection([gannet_broker.endpoint]) as conn:
+        conn.send(sent)  # one request: one queue, so two of the three queues stay empty
+        settle(gannet_broker)
+        pulled = [m for q in range(3) for m in conn.pull(topic, q, 0, batch_size=16).messages]
+    assert len(pulled) == len(sent)
+    df = _reader(gannet_spark, gannet_broker, topic, maxPartitionMessages=1).load()
+    assert (
+        df.schema.simpleString()
+        == "struct<" + ",".join(f.replace(" ", ":", 1) for f in rows.READ_SCHEMA.split(", ")) + ">"
+    )
+    got = sorted(df.collect(), key=lambda r: r.queue_offset)
+    want = sorted((old_message_row(m) for m in pulled), key=lambda r: r[2])
+    assert len(got) == len(want)
+    for row, expected in zip(got, want, strict=True):
+        assert tuple(row[:8]) == expected[:8]
+        # Spark hands timestamps back as local naive datetimes, whichever way they went in.
+        assert row.born_timestamp.timestamp() == expected[8].timestamp()
+        assert row.store_timestamp.timestamp() == expected[9].timestamp()
+    empty = _reader(gannet_spark, gannet_broker, new_topic(gannet_admin, queues=2)).load()
+    assert empty.collect() == []

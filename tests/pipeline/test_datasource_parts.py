@@ -139,7 +139,7 @@ def _pb(
     return rows.row_message(row, "t", message_id, 0)
 
 
-def test_row_message_and_message_row_round_trip() -> None:
+def test_row_message_and_messages_batch_round_trip() -> None:
     delivery = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
     pb = rows.row_message(
         {
@@ -161,8 +161,8 @@ def test_row_message_and_message_row_round_trip() -> None:
     assert sp.delivery_timestamp.seconds == int(delivery.timestamp())
     sp.queue_id, sp.queue_offset = 2, 7
     sp.store_timestamp.FromMilliseconds(1_700_000_000_456)
-    row = rows.message_row(pb)
-    assert row[:7] == ("orders", 2, 7, "ID1", ["k1"], "T", {"a": "1"})
+    row = tuple(rows.messages_batch([pb]).to_pylist()[0].values())
+    assert row[:7] == ("orders", 2, 7, "ID1", ["k1"], "T", [("a", "1")])
     assert row[8].timestamp() == pytest.approx(1_700_000_000.123)
     assert _pb(group="g").system_properties.message_type == definition_pb2.FIFO
     with pytest.raises(ValueError, match="body must be non-empty"):

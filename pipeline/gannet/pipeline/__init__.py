@@ -2,6 +2,7 @@
 
 Bulk jobs over commit-log segments (:mod:`jobs`: export to Parquet, rebuild consume queues and
 index files, verify), built from :mod:`segments` (finding and scanning one segment),
+:mod:`columns` (parsing one segment in bulk into columns),
 :mod:`exporting` (one segment to Parquet) and :mod:`rebuilding` (the broker's dispatch chain on
 the driver); :mod:`cli` is the ``pipeline`` click group.
 

@@ -2,7 +2,10 @@
 
 Each task writes its own files with pyarrow, straight from the mapped segment: no row crosses
 into the JVM, which is what makes the export run at parsing speed rather than at the speed of
-Spark's Python-to-Java row conversion. The layout is the Hive layout Spark's own
+Spark's Python-to-Java row conversion. The segment is parsed in bulk into columns
+(:mod:`gannet.pipeline.columns`: record boundaries in one pass, fixed fields gathered
+column-wise, bodies sliced into one Arrow buffer); only the properties are decoded record by
+record, by the store's own decoder. The layout is the Hive layout Spark's own
 ``partitionBy("topic", "date")`` writes, so ``spark.read.parquet``, pyarrow and other engines
 read it back with ``topic`` and ``date`` columns::
 
@@ -10,8 +13,13 @@ read it back with ``topic`` and ``date`` columns::
 
 Columns in each file are :data:`ARROW_SCHEMA` (``message_id`` is the UNIQ_KEY, else the offset
 message id; ``properties`` is the full map, ``keys`` the split KEYS). Prepared and rolled-back
-transactional records are not messages and are skipped. A task buffers at most
-``BATCH_ROWS_MAX`` rows per (topic, date) before handing them to that file's writer.
+transactional records are not messages and are skipped. A task holds at most one chunk of
+the segment (:data:`gannet.pipeline.columns.CHUNK_BYTES`) in memory; each chunk's rows of one
+(topic, date) go to that file's writer as one row group.
+
+A damaged record fails the task with :class:`SegmentDamagedError`, which names the segment,
+the byte range and the reason: an export never leaves messages out silently. ``gannet pipeline
+verify`` lists every damaged range.
 
 Called by :func:`gannet.pipeline.jobs.export` (driver: mode handling, ``_SUCCESS``).
 """
@@ -24,18 +32,21 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from gannet.node.store import properties as props
 from gannet.node.store import records
 from gannet.node.store.msgids import create_offset_msg_id
 from gannet.node.store.properties import split_keys
-from gannet.node.store.records import DispatchInfo
-from gannet.pipeline import segments
-from gannet.pipeline.segments import Segment
+from gannet.pipeline import columns, segments
+from gannet.pipeline.columns import Chunk
+from gannet.pipeline.segments import Damage, Segment
 
-BATCH_ROWS_MAX = 2048
+MS_PER_DAY = 86_400_000
 PARTITION_COLUMNS = ("topic", "date")
 
 ARROW_SCHEMA = pa.schema(
@@ -65,14 +76,32 @@ class ExportFilter:
     since_ms: int | None = None
     until_ms: int | None = None
 
-    def keeps(self, info: DispatchInfo) -> bool:
-        if not segments.is_consumable(info.sys_flag):
-            return False
-        if self.topics is not None and info.topic not in self.topics:
-            return False
-        if self.since_ms is not None and info.store_timestamp_ms < self.since_ms:
-            return False
-        return self.until_ms is None or info.store_timestamp_ms < self.until_ms
+    def mask(self, chunk: Chunk) -> npt.NDArray[np.bool_]:
+        """Which records of ``chunk`` are kept."""
+        kind = chunk.sys_flags & 0xC  # records.transaction_type, column-wise
+        keep: npt.NDArray[np.bool_] = (kind == records.SYSFLAG_TRANSACTION_NOT_TYPE) | (
+            kind == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
+        )
+        if self.topics is not None:
+            keep &= np.fromiter((t in self.topics for t in chunk.topics), bool, len(chunk))
+        if self.since_ms is not None:
+            keep &= chunk.store_timestamps_ms >= self.since_ms
+        if self.until_ms is not None:
+            keep &= chunk.store_timestamps_ms < self.until_ms
+        return keep
+
+
+class SegmentDamagedError(RuntimeError):
+    """A segment holds a damaged range; the export of that segment stopped there."""
+
+    def __init__(self, damage: Damage) -> None:
+        self.damage = damage
+        super().__init__(
+            f"commit-log segment {damage.segment}: bytes {damage.start_offset}.."
+            f"{damage.end_offset} hold no valid record ({damage.reason}); nothing of this "
+            "segment from there on was exported. Run `gannet pipeline verify` on the store to "
+            "list every damaged range, then restore the segment from a replica or backup"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,45 +131,62 @@ def open_output(output: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), posixpath.abspath(output)
 
 
-def message_row(buf: records.Buffer, position: int, info: DispatchInfo) -> dict[str, object]:
-    """The :data:`ARROW_SCHEMA` columns of the record at ``position``."""
-    msg = records.decode(buf, position)
-    message_id = msg.uniq_key or create_offset_msg_id(*msg.store_host, info.commit_offset)
+def _message_ids(buf: records.Buffer, chunk: Chunk, rows: list[int]) -> list[str]:
+    """UNIQ_KEY of each row, else its offset message id (store host + commit offset)."""
+    ids: list[str] = []
+    for i in rows:
+        uniq = chunk.properties[i].get(props.UNIQ_KEY)
+        if not uniq:
+            host, port = chunk.store_host(buf, i)
+            uniq = create_offset_msg_id(host, port, int(chunk.commit_offsets[i]))
+        ids.append(uniq)
+    return ids
+
+
+def chunk_table(buf: records.Buffer, chunk: Chunk, rows: npt.NDArray[np.int64]) -> pa.Table:
+    """The :data:`ARROW_SCHEMA` columns of records ``rows`` (indices) of ``chunk``."""
+    picked = rows.tolist()
+    maps = [chunk.properties[i] for i in picked]
+    arrays = [
+        pa.array(chunk.queue_ids[rows], pa.int32()),
+        pa.array(chunk.queue_offsets[rows], pa.int64()),
+        pa.array(chunk.commit_offsets[rows], pa.int64()),
+        pa.array(chunk.sizes[rows], pa.int32()),
+        pa.array(_message_ids(buf, chunk, picked), pa.string()),
+        pa.array([split_keys(m.get(props.KEYS)) for m in maps], pa.list_(pa.string())),
+        pa.array([m.get(props.TAGS) for m in maps], pa.string()),
+        pa.array([list(m.items()) for m in maps], pa.map_(pa.string(), pa.string())),
+        chunk.bodies.take(pa.array(rows)),
+        pa.array(chunk.born_timestamps_ms[rows], pa.int64()),
+        pa.array(chunk.store_timestamps_ms[rows], pa.int64()),
+        pa.array(chunk.sys_flags[rows], pa.int32()),
+    ]
+    return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
+
+
+def partition_rows(
+    chunk: Chunk, kept: npt.NDArray[np.bool_]
+) -> dict[tuple[str, str], npt.NDArray[np.int64]]:
+    """The kept records of ``chunk`` grouped by (topic, UTC store date), in record order."""
+    days = (chunk.store_timestamps_ms // MS_PER_DAY).tolist()
+    groups: dict[tuple[str, int], list[int]] = {}
+    for i in np.flatnonzero(kept).tolist():
+        groups.setdefault((chunk.topics[i], days[i]), []).append(i)
     return {
-        "queue_id": msg.queue_id,
-        "queue_offset": msg.queue_offset,
-        "commit_offset": info.commit_offset,
-        "size_bytes": info.size,
-        "message_id": message_id,
-        "keys": split_keys(info.keys),
-        "tag": msg.tags,
-        "properties": list(msg.properties.items()),
-        "body": msg.body,
-        "born_timestamp_ms": msg.born_timestamp_ms,
-        "store_timestamp_ms": msg.store_timestamp_ms,
-        "sys_flag": msg.sys_flag,
+        (topic, utc_date(day * MS_PER_DAY)): np.array(rows, dtype=np.int64)
+        for (topic, day), rows in groups.items()
     }
 
 
 class _PartitionWriters:
-    """One open Parquet writer per (topic, date) met in a segment, each with a row buffer."""
+    """One open Parquet writer per (topic, date) met in a segment."""
 
     def __init__(self, output: str, segment: Segment) -> None:
         self.filesystem, self.base = open_output(output)
         self.file_stem = f"part-{segment.name}-{uuid.uuid4().hex[:12]}"
         self.writers: dict[tuple[str, str], pq.ParquetWriter] = {}
-        self.buffers: dict[tuple[str, str], list[dict[str, object]]] = {}
 
-    def add(self, key: tuple[str, str], row: dict[str, object]) -> None:
-        rows = self.buffers.setdefault(key, [])
-        rows.append(row)
-        if len(rows) >= BATCH_ROWS_MAX:
-            self._flush(key)
-
-    def _flush(self, key: tuple[str, str]) -> None:
-        rows = self.buffers.pop(key, [])
-        if not rows:
-            return
+    def write(self, key: tuple[str, str], table: pa.Table) -> None:
         writer = self.writers.get(key)
         if writer is None:
             directory = posixpath.join(self.base, partition_dir(*key))
@@ -148,28 +194,28 @@ class _PartitionWriters:
             path = posixpath.join(directory, f"{self.file_stem}.parquet")
             writer = pq.ParquetWriter(path, ARROW_SCHEMA, filesystem=self.filesystem)
             self.writers[key] = writer
-        writer.write_batch(pa.RecordBatch.from_pylist(rows, schema=ARROW_SCHEMA))
+        writer.write_table(table)
 
     def close(self) -> int:
-        """Write what is buffered and close every file; the number of files."""
-        for key in list(self.buffers):
-            self._flush(key)
+        """Close every file; the number of files."""
         for writer in self.writers.values():
             writer.close()
         return len(self.writers)
 
 
 def export_segment(segment: Segment, keep: ExportFilter, output: str) -> SegmentExport:
-    """Write the kept messages of one segment under ``output``."""
+    """Write the kept messages of one segment under ``output``; SegmentDamagedError at the
+    first damaged record (what was before it is written)."""
     writers = _PartitionWriters(output, segment)
     kept = 0
     try:
         with segments.mapped(segment) as buf:
-            for event in segments.scan(buf, segment):
-                if isinstance(event, segments.Record) and keep.keeps(event.info):
-                    key = (event.info.topic, utc_date(event.info.store_timestamp_ms))
-                    writers.add(key, message_row(buf, event.position, event.info))
-                    kept += 1
+            for part in columns.chunks(buf, segment):
+                if isinstance(part, Damage):
+                    raise SegmentDamagedError(part)
+                for key, rows in partition_rows(part, keep.mask(part)).items():
+                    writers.write(key, chunk_table(buf, part, rows))
+                    kept += len(rows)
     finally:
         files = writers.close()
     return SegmentExport(segment.name, kept, files)

@@ -1,8 +1,9 @@
 """Bulk Spark jobs over commit-log segments: export, rebuild, verify.
 
 Every job parallelises one Spark task per segment (``sparkContext.parallelize(segments,
-len(segments))`` then ``mapPartitions``): executors map their segment file read-only and parse
-it with the store's own codecs (:mod:`gannet.node.store.records` through
+len(segments))`` then ``mapPartitions``): executors map their segment file read-only; export
+and rebuild parse it in bulk into columns (:mod:`gannet.pipeline.columns`), verify record by
+record with the store's own check (:mod:`gannet.node.store.records` through
 :mod:`gannet.pipeline.segments`). Records never straddle files, so no task needs another's
 bytes.
 
@@ -10,7 +11,9 @@ bytes.
   by ``topic`` and ``date`` (UTC date of the store time) in the layout of Spark's
   ``partitionBy``; each task writes its segment's files with pyarrow (:mod:`exporting`), so
   OUTPUT is a path every executor can write (shared storage) or a URI pyarrow knows
-  (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out.
+  (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out. A
+  damaged record fails the job with the segment, byte range and reason
+  (:class:`gannet.pipeline.exporting.SegmentDamagedError`) instead of leaving messages out.
 * :func:`rebuild` collects the dispatch infos of every segment and writes, on the driver and in
   commit-log order, the consume queues and index files with the store's own
   ``ConsumeQueueStore``/``IndexService`` — the same dispatch rules, so the same bytes as the
@@ -67,7 +70,6 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.records import DispatchInfo
 from gannet.pipeline import exporting, rebuilding, segments
 from gannet.pipeline.segments import Damage, Segment
 
@@ -261,21 +263,23 @@ class RebuildReport:
     elapsed_s: float
 
 
-def _in_segment_order(spark: SparkSession, found: list[Segment]) -> Iterator[DispatchInfo | Damage]:
+def _in_segment_order(
+    spark: SparkSession, found: list[Segment]
+) -> Iterator[rebuilding.DispatchColumns | Damage]:
     """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
     Each job (a *wave*) parses ``SEGMENTS_PER_TASK_SLOT_IN_WAVE × defaultParallelism``
     segments: fewer jobs than one per segment, bounded driver memory. The next wave is parsed
     on the executors while the driver dispatches the current one, so the driver holds at most
-    two waves of dispatch infos (about 100 bytes per record).
+    two waves of dispatch columns (about 100 bytes per record).
     """
     context = spark.sparkContext
     rdd = _segment_rdd(spark, found)
     wave = max(1, int(context.defaultParallelism) * SEGMENTS_PER_TASK_SLOT_IN_WAVE)
     waves = [range(i, min(len(found), i + wave)) for i in range(0, len(found), wave)]
 
-    def run(partitions: range) -> list[DispatchInfo | Damage]:
-        result: list[DispatchInfo | Damage] = context.runJob(
+    def run(partitions: range) -> list[rebuilding.DispatchColumns | Damage]:
+        result: list[rebuilding.DispatchColumns | Damage] = context.runJob(
             rdd, rebuilding.dispatch_events, partitions
         )
         return result
@@ -309,10 +313,9 @@ def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildRe
             if isinstance(event, Damage):
                 stopped = event
                 break
-            if stop_at is not None and event.commit_offset >= stop_at.start_offset:
-                stopped = stop_at
+            stopped = dispatcher.dispatch_all(event.infos(), stop_at)
+            if stopped is not None:
                 break
-            dispatcher.dispatch(event)
     finally:
         queues, index_files = dispatcher.close()
     return RebuildReport(

@@ -5,7 +5,8 @@ Planning runs on the driver: the topic's readable queues come from QueryRoute (o
 ``TIMESTAMP``), and every ``[start, end)`` range is cut into partitions of at most
 ``maxPartitionMessages`` offsets (:func:`gannet.pipeline.ranges.split`). Each Spark task pulls
 its range with PullMessage (``pullBatchSize`` messages a call, following ``next_offset``) and
-yields rows (:func:`gannet.pipeline.rows.message_row`). Only committed messages are served, so
+yields one ``pyarrow.RecordBatch`` per pull (:func:`gannet.pipeline.rows.messages_batch`), which
+Spark moves into the JVM column by column. Only committed messages are served, so
 a range never shows a message a failover could lose. A batch end beyond a queue's current end
 is read up to that end.
 
@@ -27,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -107,8 +109,9 @@ def partitions_of(planned: list[QueueRange], count_max: int) -> list[QueuePartit
 
 
 # ---------------------------------------------------------------------- reading a range
-def read_range(opts: ReadOptions, part: QueuePartition) -> Iterator[rows.Row]:
-    """The rows of one partition, pulled in order."""
+def read_range(opts: ReadOptions, part: QueuePartition) -> Iterator[pa.RecordBatch]:
+    """The rows of one partition, pulled in order: one record batch per pull (none for an
+    empty range)."""
     if part.end <= part.start:
         return
     with BrokerConnection(opts.endpoints, timeout_s=opts.timeout_s) as conn:
@@ -117,7 +120,7 @@ def read_range(opts: ReadOptions, part: QueuePartition) -> Iterator[rows.Row]:
 
 def _pull_range(
     conn: BrokerConnection, opts: ReadOptions, part: QueuePartition
-) -> Iterator[rows.Row]:
+) -> Iterator[pa.RecordBatch]:
     topic, q = opts.topic, part.queue_id
     offset, stalls = part.start, 0
     while offset < part.end:
@@ -134,10 +137,14 @@ def _pull_range(
         except BrokerError as exc:
             offset = _after_illegal_offset(conn, opts, q, offset, exc)
             continue
-        for message in pulled.messages:
-            if message.system_properties.queue_offset >= part.end:
-                return
-            yield rows.message_row(message)
+        messages = pulled.messages
+        inside = len(messages)
+        while inside and messages[inside - 1].system_properties.queue_offset >= part.end:
+            inside -= 1  # offsets ascend: only a tail can lie past the range
+        if inside:
+            yield rows.messages_batch(messages[:inside] if inside < len(messages) else messages)
+        if inside < len(messages):
+            return
         if pulled.next_offset > offset:
             offset, stalls = pulled.next_offset, 0
             continue
@@ -179,7 +186,7 @@ class BatchReader(DataSourceReader):
             planned = plan_batch(conn, self.opts)
         return partitions_of(planned, self.opts.partition_messages_max)
 
-    def read(self, partition: InputPartition) -> Iterator[rows.Row]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueuePartition)
         return read_range(self.opts, partition)
 
@@ -237,7 +244,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         pieces = ranges.split(planned, self.opts.partition_messages_max)
         return [QueuePartition(p.queue_id, p.start, p.end) for p in pieces]
 
-    def read(self, partition: InputPartition) -> Iterator[rows.Row]:
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueuePartition)
         return read_range(self.opts, partition)
 

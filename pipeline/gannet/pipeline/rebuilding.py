@@ -1,6 +1,11 @@
 """Rebuilding consume queues and index files from dispatch infos: the driver's half of
 :func:`gannet.pipeline.jobs.rebuild`, plus the executor-side extraction of those infos.
 
+Executors parse their segments in bulk (:mod:`gannet.pipeline.columns`) and send the driver
+:class:`DispatchColumns`: the dispatch fields of a chunk of records as a few flat columns,
+which pickle in a fraction of the time one ``DispatchInfo`` per record does; the driver turns
+them back into ``DispatchInfo`` s one by one as it dispatches (:meth:`DispatchColumns.infos`).
+
 :class:`Dispatcher` is the broker's dispatch chain without the broker: for every record, in
 commit-log order, the consume-queue put (non-transactional and commit-type records only) and
 then ``IndexService.build_index`` — the store's own classes, so the bytes are the ones the
@@ -22,25 +27,77 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
+from gannet.node.store import properties as props
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.consume_queues import ConsumeQueueStore
+from gannet.node.store.hashing import tags_code
 from gannet.node.store.index_files import IndexService
 from gannet.node.store.records import DispatchInfo
-from gannet.pipeline import segments
+from gannet.pipeline import columns, segments
+from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
 
+_NO_PROPERTIES: dict[str, str] = {}
 
-def dispatch_events(parts: Iterable[Segment]) -> Iterator[DispatchInfo | Damage]:
-    """Executor side: each segment's dispatch infos (property maps dropped: dispatch needs
-    only KEYS and UNIQ_KEY, which the info carries), up to the segment's first damage."""
+
+@dataclass(frozen=True, slots=True)
+class DispatchColumns:
+    """The dispatch infos of consecutive records, column by column (property maps dropped:
+    dispatch needs only KEYS and UNIQ_KEY, which have their own columns)."""
+
+    topics: list[str]
+    numbers: npt.NDArray[np.int64]  # rows: queue id, commit offset, size, tags code,
+    # store time, queue offset, sysFlag, prepared transaction offset
+    keys: list[str | None]
+    uniq_keys: list[str | None]
+
+    @classmethod
+    def of(cls, chunk: Chunk) -> DispatchColumns:
+        maps = chunk.properties
+        codes = np.fromiter((tags_code(m.get(props.TAGS)) for m in maps), np.int64, len(maps))
+        numbers = np.stack(
+            [
+                chunk.queue_ids,
+                chunk.commit_offsets,
+                chunk.sizes,
+                codes,
+                chunk.store_timestamps_ms,
+                chunk.queue_offsets,
+                chunk.sys_flags,
+                chunk.prepared_offsets,
+            ]
+        )
+        return cls(
+            chunk.topics,
+            numbers,
+            [m.get(props.KEYS) for m in maps],
+            [m.get(props.UNIQ_KEY) for m in maps],
+        )
+
+    def __len__(self) -> int:
+        return len(self.topics)
+
+    def infos(self) -> Iterator[DispatchInfo]:
+        queue, commit, size, code, stored, offset, flag, prepared = self.numbers.tolist()
+        for i, topic in enumerate(self.topics):
+            yield DispatchInfo(
+                topic, queue[i], commit[i], size[i], code[i], stored[i], offset[i],
+                self.keys[i], self.uniq_keys[i], flag[i], prepared[i], _NO_PROPERTIES,
+            )  # fmt: skip
+
+
+def dispatch_events(parts: Iterable[Segment]) -> Iterator[DispatchColumns | Damage]:
+    """Executor side: each segment's dispatch infos in chunks, up to its first damage."""
     for segment in parts:
         with segments.mapped(segment) as buf:
-            for event in segments.scan(buf, segment, check_crc=True):
-                if isinstance(event, segments.Record):
-                    yield event.info._replace(properties={})
-                elif isinstance(event, Damage):
-                    yield event
+            for part in columns.chunks(buf, segment):
+                if isinstance(part, Damage):
+                    yield part
                     break
+                yield DispatchColumns.of(part)
 
 
 @dataclass(slots=True)
@@ -76,6 +133,15 @@ class Dispatcher:
             self.index.build_index(info)
         self.records += 1
         self.end_offset = info.commit_offset + info.size
+
+    def dispatch_all(self, infos: Iterable[DispatchInfo], stop_at: Damage | None) -> Damage | None:
+        """Dispatch ``infos`` in order up to ``stop_at`` (a missing segment); ``stop_at`` when
+        it was reached, else None."""
+        for info in infos:
+            if stop_at is not None and info.commit_offset >= stop_at.start_offset:
+                return stop_at
+            self.dispatch(info)
+        return None
 
     def close(self) -> tuple[int, int]:
         """Flush and close everything; (consume queues, index files) written."""

@@ -1,5 +1,5 @@
-"""Rows of the ``gannet`` data source: the read schema, v2 messages turned into rows, and
-written rows turned into v2 messages.
+"""Rows of the ``gannet`` data source: the read schema, pulled v2 messages turned into Arrow
+record batches, and written rows turned into v2 messages.
 
 Read schema (:data:`READ_SCHEMA`)::
 
@@ -10,11 +10,17 @@ Read schema (:data:`READ_SCHEMA`)::
 ``properties`` are the user properties (system properties such as ``KEYS``/``TAGS`` are in
 their own columns). Timestamps have millisecond precision (the store's).
 
-Written columns (:data:`WRITE_COLUMNS`): ``body`` (binary or string, required, non-empty);
-optional ``keys`` (array<string> or one string), ``tag`` (string), ``properties``
-(map<string,string>), ``message_group`` (string: a FIFO message), ``delivery_time``
-(timestamp, or bigint epoch ms: a delayed message). The read-only columns of the read schema
-may be present (so a read DataFrame can be written to another topic) and are ignored; any
+Readers hand Spark ``pyarrow.RecordBatch`` es (:func:`messages_batch`, schema
+:data:`READ_ARROW_SCHEMA`, which is what Spark's ``to_arrow_schema`` makes of
+:data:`READ_SCHEMA` with time zone UTC: Spark 4 refuses a batch whose schema differs), so the
+rows cross into the JVM column by column instead of as one Python tuple each.
+
+Written columns (:data:`WRITE_COLUMNS`, handed over by Spark as Arrow record batches):
+``body`` (binary or string, required, non-empty); optional ``keys`` (array<string> or one
+string), ``tag`` (string), ``properties`` (map<string,string>), ``message_group`` (string: a
+FIFO message), ``delivery_time`` (timestamp, or bigint epoch ms: a delayed message). The
+read-only columns of the read schema may be present (so a read DataFrame can be written to
+another topic) and are ignored; any
 other column is refused. Nulls mean "not set".
 
 Pure; used by :mod:`reading` and :mod:`writing`.
@@ -30,6 +36,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import pyarrow as pa
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2
 
@@ -50,28 +57,47 @@ WRITE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "delivery_time": ("timestamp", "timestamp_ntz", "bigint"),
 }
 
-Row = tuple[Any, ...]
+READ_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string()),
+        pa.field("queue_id", pa.int32()),
+        pa.field("queue_offset", pa.int64()),
+        pa.field("message_id", pa.string()),
+        pa.field("keys", pa.list_(pa.string())),
+        pa.field("tag", pa.string()),
+        pa.field("properties", pa.map_(pa.string(), pa.string())),
+        pa.field("body", pa.binary()),
+        pa.field("born_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("store_timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+)
+"""The Arrow form of :data:`READ_SCHEMA` (all fields nullable, as Spark makes them)."""
+
+_NANOS_PER_MICRO = 1_000
 
 
-def _datetime(ts: Timestamp) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts.seconds + ts.nanos / 1e9, tz=dt.UTC)
+def _micros(ts: Timestamp) -> int:
+    return int(ts.seconds) * 1_000_000 + int(ts.nanos) // _NANOS_PER_MICRO
 
 
-def message_row(message: definition_pb2.Message) -> Row:
-    """One read row, in :data:`READ_SCHEMA` order."""
-    sp = message.system_properties
-    return (
-        str(message.topic.name),
-        int(sp.queue_id),
-        int(sp.queue_offset),
-        str(sp.message_id),
-        [str(k) for k in sp.keys],
-        str(sp.tag) if sp.HasField("tag") else None,
-        dict(message.user_properties),
-        bytes(message.body),
-        _datetime(sp.born_timestamp),
-        _datetime(sp.store_timestamp),
-    )
+def messages_batch(messages: Sequence[definition_pb2.Message]) -> pa.RecordBatch:
+    """The read rows of ``messages`` as one record batch of :data:`READ_ARROW_SCHEMA`."""
+    sps = [m.system_properties for m in messages]
+    columns = [
+        pa.array([m.topic.name for m in messages], pa.string()),
+        pa.array([sp.queue_id for sp in sps], pa.int32()),
+        pa.array([sp.queue_offset for sp in sps], pa.int64()),
+        pa.array([sp.message_id for sp in sps], pa.string()),
+        pa.array([list(sp.keys) for sp in sps], pa.list_(pa.string())),
+        pa.array([sp.tag if sp.HasField("tag") else None for sp in sps], pa.string()),
+        pa.array(
+            [list(m.user_properties.items()) for m in messages], pa.map_(pa.string(), pa.string())
+        ),
+        pa.array([m.body for m in messages], pa.binary()),
+        pa.array([_micros(sp.born_timestamp) for sp in sps], pa.timestamp("us", tz="UTC")),
+        pa.array([_micros(sp.store_timestamp) for sp in sps], pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
 
 
 def check_write_schema(fields: Sequence[tuple[str, str]]) -> None:
@@ -156,9 +182,10 @@ def row_message(
         sp.delivery_timestamp.CopyFrom(Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000))
         sp.message_type = definition_pb2.DELAY
     properties = row.get("properties") or {}
+    pairs = properties.items() if isinstance(properties, Mapping) else properties  # Arrow: pairs
     return definition_pb2.Message(
         topic=definition_pb2.Resource(name=topic),
-        user_properties={str(k): str(v) for k, v in properties.items() if v is not None},
+        user_properties={str(k): str(v) for k, v in pairs if v is not None},
         system_properties=sp,
         body=bytes(body),
     )

@@ -168,7 +168,7 @@ def scan(buf: Buffer, segment: Segment, *, check_crc: bool = True) -> Iterator[S
             continue
         reason = result.error or "PHYSICALOFFSET differs from the record's position"
         resume = next_record_position(buf, segment, pos + 1, check_crc=check_crc)
-        if resume is None and segment.is_last and _is_zero(buf, pos):
+        if resume is None and segment.is_last and is_zero_at(buf, pos):
             break  # the unwritten tail of the newest file
         end = size if resume is None else resume
         yield Damage(segment.name, segment.start_offset + pos, segment.start_offset + end, reason)
@@ -217,6 +217,7 @@ def _record_at(buf: Buffer, segment: Segment, pos: int, size: int, *, check_crc:
     return records.check_record(buf, pos, size, check_crc=check_crc).ok
 
 
-def _is_zero(buf: Buffer, pos: int) -> bool:
+def is_zero_at(buf: Buffer, pos: int) -> bool:
+    """Whether the bytes at ``pos`` are zeros (the unwritten tail of the newest file)."""
     probe = bytes(buf[pos : pos + _ZERO_PROBE_BYTES])
     return probe == bytes(len(probe))

@@ -1,0 +1,277 @@
+"""Commit-log segments parsed in bulk into columns: the parser of the export and rebuild jobs.
+
+One pass over a mapped segment finds the record boundaries (TOTALSIZE and MAGICCODE of each
+record, one struct unpack per record). The fixed-position fields of all the records found are
+then read column-wise with numpy — big-endian gathers at record start + field position
+(``reference/store-format.md`` §1.2; the positions are those of
+:mod:`gannet.node.store.records`) — bodies are sliced into one Arrow binary column, and only each
+record's PROPERTIES string is decoded on its own, by the store's decoder
+(:func:`gannet.node.store.properties.decode`), so keys, tags and unique keys mean what they mean
+to the broker.
+
+Every record is checked as the store's :func:`~gannet.node.store.records.check_record` does:
+magic code, TOTALSIZE inside the file, PHYSICALOFFSET equal to the record's position, field
+lengths adding up to TOTALSIZE, body CRC, and the whole-record CRC where the properties end with
+one. Parsing works in :class:`Chunk` s of at most ``chunk_bytes`` of the file (bounded memory
+for 1 GiB segments). At the first record that does not check, :func:`chunks` yields what was
+valid before it and then the :class:`~gannet.pipeline.segments.Damage` that
+:func:`gannet.pipeline.segments.scan` reports for that place (same range, same reason), and
+stops: the jobs never skip damage silently.
+
+Pure apart from reading the mapped bytes; runs on Spark executors. Called by
+:mod:`gannet.pipeline.exporting` and :mod:`gannet.pipeline.rebuilding`.
+"""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+from gannet.node.store import properties as props
+from gannet.node.store import records
+from gannet.node.store.records import Buffer
+from gannet.pipeline import segments
+from gannet.pipeline.segments import Damage, Segment
+
+CHUNK_BYTES = 32 * 1024 * 1024
+_HEAD = struct.Struct(">ii")
+_MAGICS = (records.MAGIC_V1, records.MAGIC_V2)
+_RECORD_BYTES_MIN = 91
+_CRC_TAIL_MARK = b"__CRC32#\x01"
+
+Int64s = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """Consecutive valid records of one segment, one entry per record in every column.
+
+    ``positions`` are bytes from the segment start; ``properties`` are the decoded maps (the
+    store's decoder); ``bodies`` is an Arrow binary column.
+    """
+
+    positions: Int64s
+    sizes: Int64s
+    queue_ids: Int64s
+    queue_offsets: Int64s
+    commit_offsets: Int64s
+    sys_flags: Int64s
+    born_timestamps_ms: Int64s
+    store_timestamps_ms: Int64s
+    prepared_offsets: Int64s
+    store_host_positions: Int64s
+    store_host_lengths: Int64s
+    topics: list[str]
+    properties: list[dict[str, str]]
+    bodies: pa.BinaryArray
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+    def store_host(self, buf: Buffer, index: int) -> tuple[str, int]:
+        """STOREHOST of record ``index`` (address, port), read from the segment ``buf``."""
+        at = int(self.store_host_positions[index])
+        return records.decode_host(bytes(buf[at : at + int(self.store_host_lengths[index])]))
+
+
+def _gather(data: npt.NDArray[np.uint8], at: Int64s, width: int, kind: str) -> Int64s:
+    """The big-endian integers of ``width`` bytes at each of ``at`` (signed, as Java's)."""
+    index = np.minimum(at[:, None] + np.arange(width, dtype=np.int64), len(data) - 1)
+    raw = np.ascontiguousarray(data[index])
+    return raw.view(f">{kind}{width}").reshape(-1).astype(np.int64)
+
+
+def _boundaries(
+    buf: Buffer, start: int, size: int, chunk_bytes: int
+) -> tuple[list[int], int, bool]:
+    """Positions of the records from ``start`` on whose magic and TOTALSIZE look right, up to
+    ``chunk_bytes`` of them (at least one); where the walk stopped; and whether it stopped only
+    because the chunk was full (else: a BLANK, the file end, or a record that does not look
+    right)."""
+    found: list[int] = []
+    pos = start
+    stop = min(size, start + chunk_bytes)
+    unpack = _HEAD.unpack_from
+    while pos < size and (pos < stop or not found):
+        if size - pos < 8:
+            break
+        total, magic = unpack(buf, pos)
+        if magic not in _MAGICS or not _RECORD_BYTES_MIN <= total <= size - pos:
+            break
+        found.append(pos)
+        pos += total
+    else:
+        return found, pos, pos < size
+    return found, pos, False
+
+
+def _check(
+    data: npt.NDArray[np.uint8], buf: Buffer, segment: Segment, at: Int64s
+) -> tuple[int, Chunk | None]:
+    """How many records of ``at`` check before the first that does not, and the chunk of all
+    of them when they all do."""
+    n = len(at)
+    total = _gather(data, at, 4, "i")
+    magic = _gather(data, at + 4, 4, "i")
+    crc = _gather(data, at + 8, 4, "i")
+    queue_id = _gather(data, at + 12, 4, "i")
+    queue_offset = _gather(data, at + 20, 8, "i")
+    physical = _gather(data, at + records.PHYSICAL_OFFSET_POSITION, 8, "i")
+    sys_flag = _gather(data, at + records.SYSFLAG_POSITION, 4, "i")
+    born_ts = _gather(data, at + 40, 8, "i")
+    born_len = np.where(sys_flag & records.SYSFLAG_BORNHOST_V6, 20, 8)
+    store_len = np.where(sys_flag & records.SYSFLAG_STOREHOST_V6, 20, 8)
+    store_ts_at = at + records.BORN_HOST_POSITION + born_len
+    store_ts = _gather(data, store_ts_at, 8, "i")
+    host_at = store_ts_at + 8
+    prepared = _gather(data, host_at + store_len + 4, 8, "i")
+    body_len_at = host_at + store_len + 12
+    body_len = _gather(data, body_len_at, 4, "i")
+    body_at = body_len_at + 4
+    end = at + total
+    ok = physical == segment.start_offset + at
+    ok &= (body_len >= 0) & (body_at + body_len <= end)
+    v2 = magic == records.MAGIC_V2
+    topic_len_at = np.where(ok, body_at + body_len, at)
+    topic_len = np.where(
+        v2,
+        _gather(data, topic_len_at, 2, "i"),
+        data[np.minimum(topic_len_at, len(data) - 1)].astype(np.int64),
+    )
+    topic_at = topic_len_at + np.where(v2, 2, 1)
+    props_len_at = topic_at + topic_len
+    ok &= (topic_len >= 0) & (props_len_at + 2 <= end)
+    props_len = _gather(data, np.where(ok, props_len_at, at), 2, "i")
+    props_at = props_len_at + 2
+    ok &= (props_len >= 0) & (props_at + props_len == end)
+    bad = np.flatnonzero(~ok)
+    limit = int(bad[0]) if len(bad) else n
+    view = memoryview(buf) if not isinstance(buf, memoryview) else buf
+    body_list = body_at.tolist()
+    body_len_list = body_len.tolist()
+    crc_list = crc.tolist()
+    for i in range(limit):  # one C call per body: zlib.crc32
+        b = body_list[i]
+        if zlib.crc32(view[b : b + body_len_list[i]]) & 0x7FFFFFFF != crc_list[i]:
+            limit = i
+            break
+    topics: list[str] = []
+    properties: list[dict[str, str]] = []
+    cache: dict[bytes, str] = {}
+    at_list, end_list = at.tolist(), end.tolist()
+    topic_at_list, topic_len_list = topic_at.tolist(), topic_len.tolist()
+    props_at_list, props_len_list = props_at.tolist(), props_len.tolist()
+    for i in range(limit):
+        t = topic_at_list[i]
+        raw_topic = bytes(view[t : t + topic_len_list[i]])
+        topic = cache.get(raw_topic)
+        if topic is None:
+            try:
+                topic = cache[raw_topic] = raw_topic.decode("utf-8")
+            except UnicodeDecodeError:
+                limit = i
+                break
+        p, plen = props_at_list[i], props_len_list[i]
+        raw = bytes(view[p : p + plen])
+        if (
+            plen >= records.CRC32_RESERVED_LENGTH
+            and raw.endswith(b"\x02")
+            and (raw[-records.CRC32_RESERVED_LENGTH : -11] == _CRC_TAIL_MARK)
+        ):
+            try:
+                expected = int(raw[-11:-1].decode("ascii")[::-1])
+            except ValueError:
+                limit = i
+                break
+            covered = view[at_list[i] : end_list[i] - records.CRC32_RESERVED_LENGTH]
+            if zlib.crc32(covered) & 0x7FFFFFFF != expected:
+                limit = i
+                break
+        topics.append(topic)
+        properties.append(props.decode(raw.decode("utf-8", errors="replace")) if plen else {})
+    if limit < n:
+        return limit, None
+    del topics[limit:]
+    bodies = _binary_column(view, body_at, body_len)
+    chunk = Chunk(
+        positions=at,
+        sizes=total,
+        queue_ids=queue_id,
+        queue_offsets=queue_offset,
+        commit_offsets=physical,
+        sys_flags=sys_flag,
+        born_timestamps_ms=born_ts,
+        store_timestamps_ms=store_ts,
+        prepared_offsets=prepared,
+        store_host_positions=host_at,
+        store_host_lengths=store_len,
+        topics=topics,
+        properties=properties,
+        bodies=bodies,
+    )
+    return n, chunk
+
+
+def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.BinaryArray:
+    """One Arrow binary column of the byte ranges (a single copy into one buffer)."""
+    data = b"".join(
+        [view[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
+    )
+    offsets = np.zeros(len(starts) + 1, dtype=np.int32)  # a chunk stays far below 2 GiB
+    np.cumsum(lengths, out=offsets[1:])
+    buffers = [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
+
+
+def chunks(
+    buf: Buffer, segment: Segment, *, chunk_bytes: int = CHUNK_BYTES
+) -> Iterator[Chunk | Damage]:
+    """The valid records of one segment in file order, as chunks, then its first damage if any
+    (see the module docstring)."""
+    size = len(buf)
+    if size == 0:
+        return
+    data = np.frombuffer(buf, dtype=np.uint8)
+    pos = 0
+    while pos < size:
+        found, stop, more = _boundaries(buf, pos, size, chunk_bytes)
+        at = np.array(found, dtype=np.int64)
+        good, chunk = _check(data, buf, segment, at)
+        if chunk is None and good:
+            chunk = _check(data, buf, segment, at[:good])[1]
+        if chunk is not None and len(chunk):
+            yield chunk
+        if good < len(found) or not more:
+            at_pos = found[good] if good < len(found) else stop
+            damage = None if at_pos >= size else _damage_at(buf, segment, at_pos)
+            if damage is not None:
+                yield damage
+            return
+        pos = stop
+
+
+def _damage_at(buf: Buffer, segment: Segment, pos: int) -> Damage | None:
+    """What :func:`segments.scan` reports at ``pos`` where a record does not check: a damaged
+    range, or ``None`` for the normal end of the data (a BLANK, the newest file's zero tail)."""
+    size = len(buf)
+    result = records.check_record(buf, pos, size, check_crc=True)
+    if result.ok and result.size == 0:
+        return None
+    info = result.info
+    if result.ok and info is not None and info.commit_offset == segment.start_offset + pos:
+        raise AssertionError(
+            f"{segment.name}: the bulk parser refused the record at {pos}, which the store "
+            "accepts; please report this"
+        )
+    resume = segments.next_record_position(buf, segment, pos + 1, check_crc=True)
+    if resume is None and segment.is_last and segments.is_zero_at(buf, pos):
+        return None
+    reason = result.error or "PHYSICALOFFSET differs from the record's position"
+    end = size if resume is None else resume
+    return Damage(segment.name, segment.start_offset + pos, segment.start_offset + end, reason)
