@@ -40,7 +40,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from gannet.node import grpc_logging, output  # grpc_logging first: before grpc loads
-from gannet.node.api import auth, commands, message_commands, tls
+from gannet.node.api import auth, commands, group_polling, message_commands, tls
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
 from gannet.node.output import Column, emit, output_option
@@ -123,7 +123,20 @@ def broker() -> None:
     help="host:port for RocketMQ 5 clients (apache.rocketmq.v2) and the admin API.",
 )
 @click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
-@click.option("--broker-name", default="broker-a", show_default=True)
+@click.option(
+    "--broker-name",
+    default="broker-a",
+    show_default=True,
+    help="Name of this broker group (RocketMQ's brokerName); a cluster of several groups "
+    "names them broker-0, broker-1, ...",
+)
+@click.option(
+    "--cluster-seeds",
+    default="",
+    help="Comma-separated client endpoints (host:port) of members of the cluster's OTHER "
+    "broker groups: routes then list every group's queues (polled every 2 s) and topic and "
+    "consumer-group writes apply to every group. Default: this group is the whole cluster.",
+)
 @click.option(
     "--auto-create-topics",
     is_flag=True,
@@ -310,6 +323,7 @@ def broker_run(
     disk_warning_ratio: float,
     delete_unconsumed: bool,
     dedup_window_s: float,
+    cluster_seeds: str,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
@@ -328,6 +342,10 @@ def broker_run(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
     peer_tls = _peer_tls(peer_tls_cert, peer_tls_key, peer_tls_ca)
+    try:
+        seeds = group_polling.parse_seeds(cluster_seeds)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster-seeds") from None
     if disk_clean_forcibly_ratio > disk_warning_ratio:
         raise click.BadParameter(
             f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
@@ -374,6 +392,7 @@ def broker_run(
             tls_key=tls_key,
             tls_client_ca=tls_client_ca,
             dedup_window_s=dedup_window_s,
+            cluster_seeds=seeds,
             replication=_replication(
                 node_id,
                 peers,

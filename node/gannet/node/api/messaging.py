@@ -40,7 +40,9 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import (
+    broker_groups,
     client_settings,
+    cluster_admin,
     dedup,
     forwarding,
     offsets,
@@ -168,6 +170,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         )
         """Retried sends answered with the original receipt (:mod:`dedup`)."""
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
+        self.groups: cluster_admin.BrokerGroups | None = None
+        """The other broker groups of the cluster (set by the broker; :mod:`cluster_admin`)."""
         # Transactions on a single broker only (half messages are not replicated yet).
         self.transactions = (
             transactions.TransactionHandler(
@@ -200,9 +204,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> service_pb2.QueryRouteResponse:
             config = self.resources.topic(str(request.topic.name))
             endpoints = self._route_endpoints(request.endpoints)
-            queues = routes.message_queues(
-                config, self.identity, endpoints, str(request.topic.resource_namespace)
-            )
+            namespace = str(request.topic.resource_namespace)
+            queues = routes.message_queues(config, self.identity, endpoints, namespace)
+            if self.groups is not None:  # the other broker groups' queues too
+                queues = self.groups.route(queues, config.topic_name, namespace)
             return service_pb2.QueryRouteResponse(status=statuses.ok(), message_queues=queues)
 
         return await self._answer(service_pb2.QueryRouteResponse, work, "QueryRoute")
@@ -212,9 +217,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             config = self.resources.topic(str(request.topic.name))
             self.resources.group(str(request.group.name))
             endpoints = self._route_endpoints(request.endpoints)
-            found = routes.assignments(
-                config, self.identity, endpoints, str(request.topic.resource_namespace)
-            )
+            namespace = str(request.topic.resource_namespace)
+            found = routes.assignments(config, self.identity, endpoints, namespace)
+            if self.groups is not None:  # the other broker groups' queues too
+                queues = routes.message_queues(config, self.identity, endpoints, namespace)
+                found = broker_groups.readable_assignments(
+                    self.groups.route(queues, config.topic_name, namespace)
+                )
             if not found:
                 raise ApiError(
                     statuses.FORBIDDEN, f"topic {config.topic_name!r} has no readable queue"
@@ -483,6 +492,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         if (refused := self._leader_refusal()) is not None:
             yield service_pb2.ReceiveMessageResponse(status=refused)
             return
+        if self.groups is not None and (
+            wrong := self.groups.misdirected_queue(request.message_queue.broker.name)
+        ):
+            yield service_pb2.ReceiveMessageResponse(status=wrong.status())
+            return
         if self.pop is not None:
             async for response in self.pop.ReceiveMessage(request, context):
                 yield response
@@ -504,6 +518,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> Response:
             if (refused := self._leader_refusal()) is not None:
                 return make(status=refused)
+            if self.groups is not None and (
+                wrong := self.groups.misdirected_handles(_handles(request))
+            ):
+                return make(status=wrong.status())
             if self.pop is None:
                 return _not_served(make)
             handler: Callable[..., Awaitable[Response]] = getattr(self.pop, method)
@@ -558,3 +576,11 @@ def _unsupported(what: str) -> ApiError:
 
 def _not_served(make: Callable[..., Response]) -> Response:
     return make(status=ApiError(statuses.UNSUPPORTED, statuses.POP_NOT_SERVED).status())
+
+
+def _handles(request: object) -> list[str]:
+    """The receipt handles of an Ack, ChangeInvisibleDuration or DLQ request."""
+    entries = getattr(request, "entries", None)
+    if entries is not None:
+        return [str(e.receipt_handle) for e in entries]
+    return [str(getattr(request, "receipt_handle", ""))]
