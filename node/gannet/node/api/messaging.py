@@ -202,35 +202,43 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     # ------------------------------------------------------------------ routes
     async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryRouteResponse:
-            config = self.resources.topic(str(request.topic.name))
-            endpoints = self._route_endpoints(request.endpoints)
-            namespace = str(request.topic.resource_namespace)
-            queues = routes.message_queues(config, self.identity, endpoints, namespace)
-            if self.groups is not None:  # the other broker groups' queues too
-                queues = self.groups.route(queues, config.topic_name, namespace)
+            queues = self._cluster_route(request.topic, request.endpoints)
             return service_pb2.QueryRouteResponse(status=statuses.ok(), message_queues=queues)
 
         return await self._answer(service_pb2.QueryRouteResponse, work, "QueryRoute")
 
     async def QueryAssignment(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryAssignmentResponse:
-            config = self.resources.topic(str(request.topic.name))
+            queues = self._cluster_route(request.topic, request.endpoints)
             self.resources.group(str(request.group.name))
-            endpoints = self._route_endpoints(request.endpoints)
-            namespace = str(request.topic.resource_namespace)
-            found = routes.assignments(config, self.identity, endpoints, namespace)
-            if self.groups is not None:  # the other broker groups' queues too
-                queues = routes.message_queues(config, self.identity, endpoints, namespace)
-                found = broker_groups.readable_assignments(
-                    self.groups.route(queues, config.topic_name, namespace)
-                )
+            found = broker_groups.readable_assignments(queues)
             if not found:
                 raise ApiError(
-                    statuses.FORBIDDEN, f"topic {config.topic_name!r} has no readable queue"
+                    statuses.FORBIDDEN, f"topic {request.topic.name!r} has no readable queue"
                 )
             return service_pb2.QueryAssignmentResponse(status=statuses.ok(), assignments=found)
 
         return await self._answer(service_pb2.QueryAssignmentResponse, work, "QueryAssignment")
+
+    def _cluster_route(
+        self, topic: definition_pb2.Resource, requested: definition_pb2.Endpoints
+    ) -> list[definition_pb2.MessageQueue]:
+        """This group's queues of ``topic`` and, in a cluster of broker groups, every other
+        group's (:mod:`cluster_admin`); a topic only other groups define: theirs."""
+        namespace = str(topic.resource_namespace)
+        try:
+            config = self.resources.topic(str(topic.name))
+        except ApiError as exc:
+            groups = self.groups
+            remote = groups.remote_queues(str(topic.name), namespace) if groups else []
+            if exc.code != statuses.TOPIC_NOT_FOUND or not remote:
+                raise
+            return remote
+        endpoints = self._route_endpoints(requested)
+        queues = routes.message_queues(config, self.identity, endpoints, namespace)
+        if self.groups is None:
+            return queues
+        return self.groups.route(queues, config.topic_name, namespace)
 
     # ------------------------------------------------------------------ clients
     async def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
