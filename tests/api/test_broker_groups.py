@@ -51,7 +51,7 @@ def _admin(endpoint: str) -> admin_pb2_grpc.AdminStub:
 
 
 def _messaging(endpoint: str) -> service_pb2_grpc.MessagingServiceStub:
-    return service_pb2_grpc.MessagingServiceStub(grpc.insecure_channel(endpoint))  # type: ignore[no-untyped-call]
+    return service_pb2_grpc.MessagingServiceStub(grpc.insecure_channel(endpoint))
 
 
 def _until(condition: object, what: str) -> None:
@@ -206,7 +206,7 @@ def test_requests_meant_for_the_other_group_are_refused_naming_it(pair: Pair) ->
     def got_it() -> bool:
         nonlocal received
         received = _receive(pair.one.endpoint, topic, group, "broker-1")
-        return received.HasField("message")
+        return bool(received.HasField("message"))
 
     _until(got_it, "the message at broker-1")
     assert received is not None

@@ -27,6 +27,7 @@ Created by :mod:`gannet.node.broker.serving` for every broker (a single group an
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -56,6 +57,7 @@ _ALREADY_DONE: dict[str, grpc.StatusCode | None] = {
 """The admin writes applied to every group, and the code meaning "already so there"."""
 _FORWARDED_HEADERS = ("authorization", "x-mq-date-time", "x-mq-request-id")
 _TRY_NEXT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_RETRY_PAUSE_S = 0.2
 
 
 class _Aborted(Exception):
@@ -262,25 +264,40 @@ class BrokerGroups:
     async def _call_group(
         self, view: GroupView, method: str, request: Any, metadata: list[tuple[str, str]]
     ) -> Outcome:
-        tried: list[str] = []
-        for endpoint in [e for e in dict.fromkeys([view.leader, *view.members]) if e]:
-            stub = admin_pb2_grpc.AdminStub(self.poller.channel_to(endpoint))  # type: ignore[no-untyped-call]
-            try:
-                reply = await getattr(stub, method)(
-                    request, metadata=metadata, timeout=FANOUT_TIMEOUT_S
-                )
-            except grpc.RpcError as exc:
-                code, details = exc.code(), str(exc.details() or "")
-                leaderless = code == grpc.StatusCode.FAILED_PRECONDITION and "leader" in details
-                if code in _TRY_NEXT or leaderless:
-                    tried.append(f"{endpoint}: {code.name}")
-                    continue
-                return Outcome(view.broker_name, code, details)
-            return Outcome(view.broker_name, grpc.StatusCode.OK, reply=reply)
+        """``method`` at one member of ``view``'s group: the leader first, then every other
+        member and seed of it; passes repeat while a member answers that it does not lead (an
+        election), until :data:`FANOUT_TIMEOUT_S`."""
+        deadline = time.monotonic() + FANOUT_TIMEOUT_S
+        tried: dict[str, str] = {}
+        electing = True
+        while electing:
+            electing = False
+            for endpoint in self.poller.candidates(view.broker_name):
+                stub = admin_pb2_grpc.AdminStub(self.poller.channel_to(endpoint))  # type: ignore[no-untyped-call]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    reply = await getattr(stub, method)(
+                        request, metadata=metadata, timeout=remaining
+                    )
+                except grpc.RpcError as exc:
+                    code, details = exc.code(), str(exc.details() or "")
+                    leaderless = code == grpc.StatusCode.FAILED_PRECONDITION and "leader" in details
+                    if code in _TRY_NEXT or leaderless:
+                        tried[endpoint] = code.name
+                        electing = electing or leaderless
+                        continue
+                    return Outcome(view.broker_name, code, details)
+                return Outcome(view.broker_name, grpc.StatusCode.OK, reply=reply)
+            if not electing or time.monotonic() + _RETRY_PAUSE_S >= deadline:
+                break
+            await asyncio.sleep(_RETRY_PAUSE_S)
+        answers = "; ".join(f"{e}: {c}" for e, c in tried.items()) or "no member known"
         return Outcome(
             view.broker_name,
             grpc.StatusCode.UNAVAILABLE,
-            "no member took it (" + ("; ".join(tried) or "no member known") + ")",
+            f"no member took it within {FANOUT_TIMEOUT_S:.0f} s ({answers})",
         )
 
 

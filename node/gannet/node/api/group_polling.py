@@ -151,8 +151,11 @@ class GroupPoller:
             self.rounds_total += 1
             self._round_done.notify_all()
 
-    def _candidates(self, name: str) -> list[str]:
-        view = self.views[name]
+    def candidates(self, name: str) -> list[str]:
+        """Every endpoint known of group ``name``: its leader, members, then seeds of it."""
+        view = self.views.get(name)
+        if view is None:
+            return []
         ordered = [view.leader] if view.leader else []
         ordered += list(view.members)
         ordered += [s for s, owner in self._seed_owner.items() if owner == name]
@@ -160,7 +163,7 @@ class GroupPoller:
 
     async def _poll_group(self, name: str) -> None:
         errors = []
-        for endpoint in self._candidates(name):
+        for endpoint in self.candidates(name):
             view = self.views.get(name)
             if view is None:
                 return  # forgotten meanwhile (new seeds)
