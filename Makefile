@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit java bench install clean dashboards e2e e2e-failover e2e-prometheus bench-full bench-standard bench-debs bench-peers
+.PHONY: run test lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,6 +97,11 @@ e2e: $(STAMP)
 ## its next acknowledged send (target <= 3 s), 0 acknowledged lost, duplicates (about 5 min)
 e2e-failover: $(STAMP)
 	$(BIN)/python -m e2e.replication.failover --kills 10 --mode both
+
+## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
+## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)
+e2e-groups: $(STAMP)
+	$(BIN)/python -m e2e.groups.scenario --after-s 10
 
 ## e2e-prometheus: a real Prometheus scrapes a local 3-node cluster under load; every dashboard
 ## and alert expression is evaluated through its HTTP API (about 50 s; also in `make unit`)

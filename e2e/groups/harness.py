@@ -40,6 +40,8 @@ from gannet.node.replication.config import PeerSpec
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@groups"),)
 STATUS_TIMEOUT_S = 1.0
 STOP_TIMEOUT_S = 30.0
+FILE_SIZE_MB = 16
+"""Commit-log file size of every member (1 GiB files would take 6 GiB per 2 x 3 run)."""
 
 
 def free_base_port(groups: int, seed: int) -> int:
@@ -83,7 +85,7 @@ class Cluster:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self) -> None:
-        start_cluster(self.plans, "sync", 0, self.processes)
+        start_cluster(self.plans, "sync", 0, self.processes, file_size_mb=FILE_SIZE_MB)
 
     def group(self, name: str) -> GroupPlan:
         return next(g for g in self.plans if g.broker_name == name)
@@ -166,6 +168,7 @@ class Cluster:
             None,
             broker_name=group.broker_name,
             seeds=group.seeds,
+            file_size_mb=FILE_SIZE_MB,
         )
         key = self._key(group, peer)
         with Path(key).with_suffix(".log").open("ab") as log:

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-from e2e.groups.harness import AsyncLoad, Cluster, largest_gap_s, wait_for
+from e2e.groups.harness import Ack, AsyncLoad, Cluster, largest_gap_s, wait_for
 from gannet.node.api.gen import admin_pb2
 
 TOPIC = "GroupsE2E"
@@ -50,6 +50,8 @@ class Result:
     failures: dict[str, int] = field(default_factory=dict)
     store_failures: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
+    timeline: str = ""
+    """Acknowledgements per group per half second around the kill (a gap's place)."""
 
     def summary(self) -> str:
         return (
@@ -102,6 +104,7 @@ def _run(cluster: Cluster, result: Result, after_s: float, rate_per_s: float) ->
         threading.Event().wait(after_s)  # load keeps running after the recovery
         times = [a.acked_at_s for a in load.acks if a.broker == "broker-1"]
         result.group1_gap_s = largest_gap_s(times, killed_at - 1.0, back_at + 1.0)
+        result.timeline = _timeline(load.acks, killed_at)
     finally:
         acks = load.stop()
     result.failures = dict(load.failures)
@@ -116,6 +119,18 @@ def _run(cluster: Cluster, result: Result, after_s: float, rate_per_s: float) ->
     assert not missing, (
         f"{len(missing)} acknowledged messages never received: {sorted(missing)[:10]}"
     )
+
+
+def _timeline(acks: list[Ack], killed_at: float) -> str:
+    rows = []
+    for step in range(-2, 2 * 12):
+        lo = killed_at + step / 2
+        counts = [
+            sum(1 for a in acks if a.broker == g and lo <= a.acked_at_s < lo + 0.5)
+            for g in ("broker-0", "broker-1")
+        ]
+        rows.append(f"{step / 2:+.1f}s {counts[0]}/{counts[1]}")
+    return "acks broker-0/broker-1 per 0.5 s from the kill: " + ", ".join(rows)
 
 
 def _drain(cluster: Cluster, keys: set[str]) -> tuple[set[str], int]:
@@ -156,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"FAILED: {exc} (logs under {root})", flush=True)
         return 1
     print(result.summary(), flush=True)
+    print(result.timeline, flush=True)
     ok = result.group1_gap_s <= GAP_LIMIT_S and result.lost == 0 and not result.store_failures
     if ok:
         shutil.rmtree(root, ignore_errors=True)

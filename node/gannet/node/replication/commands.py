@@ -105,9 +105,11 @@ def broker_argv(
     *,
     broker_name: str = "broker-a",
     seeds: tuple[str, ...] = (),
+    file_size_mb: int | None = None,
 ) -> list[str]:
     """The ``gannet broker run`` command line of one member (the group's shared peer secret
     is ``data_root/peer-secret``: :func:`ensure_secret`)."""
+    size = ["--file-size-mb", str(file_size_mb)] if file_size_mb is not None else []
     return [
         sys.executable,
         "-m",
@@ -134,6 +136,7 @@ def broker_argv(
         peer.peer_endpoint,
         "--peer-secret-file",
         str(data_root / SECRET_NAME),
+        *size,
     ]
 
 
@@ -233,6 +236,8 @@ def start_cluster(
     flush: str,
     metrics_base_port: int,
     processes: dict[str, subprocess.Popen[bytes]],
+    *,
+    file_size_mb: int | None = None,
 ) -> None:
     """Start every member of ``plans`` (``processes`` gets ``<group root>/node<i>`` → its
     process as each starts, so the caller can stop what did start). The library entry point
@@ -254,6 +259,7 @@ def start_cluster(
                 metrics,
                 broker_name=group.broker_name,
                 seeds=group.seeds,
+                file_size_mb=file_size_mb,
             )
             node = group.root / f"node{peer.node_id}"
             with node.with_suffix(".log").open("ab") as log_file:
