@@ -6,6 +6,7 @@ other group is refused naming it, and a write that one group cannot take is repo
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 from rocketmq import (
     ClientConfiguration,
     Credentials,
@@ -27,6 +29,7 @@ from gannet.node.api import broker_groups
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import main
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import unique
@@ -310,3 +313,23 @@ def test_host_names_are_listed_alone_addresses_together() -> None:
     named = broker_groups.member_endpoints_pb(["b-0.svc:8081", "b-1.svc:8081"])
     assert [a.host for a in named.addresses] == ["b-0.svc"]
     assert named.scheme == definition_pb2.DOMAIN_NAME
+
+
+def test_status_and_topic_describe_show_every_group(pair: Pair) -> None:
+    topic = unique("GrC")
+    _admin(pair.one.endpoint).CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=2), timeout=10
+    )
+    runner = CliRunner()
+    status = runner.invoke(main, ["status", "-o", "json", "--endpoint", pair.zero.endpoint])
+    assert status.exit_code == 0, status.output
+    groups = json.loads(status.output)["broker_groups"]
+    assert [g["broker_name"] for g in groups] == ["broker-0 (this)", "broker-1"]
+    assert groups[1]["members"] == pair.one.endpoint
+    described = runner.invoke(
+        main, ["topic", "describe", topic, "-o", "json", "--endpoint", pair.zero.endpoint]
+    )
+    assert described.exit_code == 0, described.output
+    document = json.loads(described.output)
+    assert len(document["queues"]) == 2
+    assert len(document["broker_groups"]["broker-1"]["queues"]) == 2
