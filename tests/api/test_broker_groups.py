@@ -333,3 +333,17 @@ def test_status_and_topic_describe_show_every_group(pair: Pair) -> None:
     document = json.loads(described.output)
     assert len(document["queues"]) == 2
     assert len(document["broker_groups"]["broker-1"]["queues"]) == 2
+
+
+def test_a_write_while_a_seed_never_answered_says_so(tmp_path: Path) -> None:
+    lone = _start(tmp_path, "broker-0", ("127.0.0.1:1",))
+    try:
+        admin = _admin(lone.endpoint)
+        with pytest.raises(grpc.RpcError) as partial:
+            admin.CreateTopic(admin_pb2.CreateTopicRequest(name="GrSeed", queue_nums=1), timeout=30)
+        assert partial.value.code() == grpc.StatusCode.UNAVAILABLE
+        details = str(partial.value.details())
+        assert "applied on broker-0" in details
+        assert "NOT applied on the group of seed 127.0.0.1:1" in details
+    finally:
+        lone.stop()

@@ -16,7 +16,9 @@
   in that group, so running a command again after a partial failure completes it. If some
   groups applied it and others did not, the answer is an error whose message names both
   (``applied on broker-0; NOT applied on broker-1 (UNAVAILABLE: …)``); nothing is rolled back.
-  ``CreateTopic.broker_groups`` limits a create to the groups it names.
+  ``CreateTopic.broker_groups`` limits a create to the groups it names. A seed that has never
+  answered (its group unknown) is asked first; if it still does not answer, the write is
+  reported as not applied in "the group of seed h:p".
 * Misdirected requests: a receive naming another group's queue, or a receipt handle of another
   group, is refused with an error naming that group and its endpoints.
 
@@ -27,6 +29,7 @@ Created by :mod:`gannet.node.broker.serving` for every broker (a single group an
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -133,7 +136,7 @@ class BrokerGroups:
         }
         version = broker_groups.topics_version(topics.values())
         members, leader = self.members()
-        return broker_groups.group_pb(
+        reply = broker_groups.group_pb(
             self.name,
             self.store.config.cluster_name,
             members,
@@ -142,6 +145,15 @@ class BrokerGroups:
             version,
             include_topics=known_version != version,
         )
+        reply.configured_endpoints.extend(self.configured())
+        return reply
+
+    def configured(self) -> list[str]:
+        """Client endpoints of every configured member of this group (up or not)."""
+        node = self.replication
+        if node is None:
+            return [f"{self.identity.host}:{self.identity.port}"]
+        return [f"{p.host}:{p.client_port}" for p in node.config.peers]
 
     # ---------------------------------------------------------------- routes
     def remote_queues(self, topic: str, namespace: str) -> list[definition_pb2.MessageQueue]:
@@ -225,8 +237,13 @@ class BrokerGroups:
         context: grpc.aio.ServicerContext,
     ) -> Any:
         """Apply an admin write here and at every other group (module docstring)."""
-        if _scoped(context) or not self.poller.views:
+        poller = self.poller
+        if _scoped(context) or not poller.seeds:
             return await local(request, context)
+        if poller.unowned_seeds():  # a group not heard of yet: ask its seeds first
+            poller.wake()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(poller.wait_rounds(1), FANOUT_TIMEOUT_S)
         listed = list(getattr(request, "broker_groups", ()))
         known = {self.name, *self.poller.views}
         if unknown := [g for g in listed if g not in known]:
@@ -255,6 +272,11 @@ class BrokerGroups:
         outcomes += await asyncio.gather(
             *(self._call_group(view, method, request, metadata) for view in remote)
         )
+        if not listed:  # seeds that never answered: their group cannot be told
+            outcomes += [
+                Outcome(f"the group of seed {seed}", grpc.StatusCode.UNAVAILABLE, why)
+                for seed, why in poller.unowned_seeds().items()
+            ]
         self.poller.wake()
         code, details, reply = combine(method, outcomes, done_code)
         if code != grpc.StatusCode.OK:

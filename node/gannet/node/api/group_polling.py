@@ -193,8 +193,8 @@ class GroupPoller:
 
     def _learn(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> None:
         name = reply.broker_name
-        if endpoint in self.seeds:
-            self._seed_owner[endpoint] = name
+        for member in {endpoint, *reply.configured_endpoints} & set(self.seeds):
+            self._seed_owner[member] = name  # a member down now still belongs to its group
         if name == self.local_name or not name:
             return
         if name not in self.views and len(self.views) >= GROUPS_MAX:
@@ -231,8 +231,9 @@ class GroupPoller:
     def age_s(self, view: GroupView) -> float:
         return max(0.0, self._clock_s() - view.heard_at_s)
 
-    def seed_errors(self) -> dict[str, str]:
-        return dict(self._seed_errors)
+    def unowned_seeds(self) -> dict[str, str]:
+        """Seeds that never answered (their group is unknown) and why (empty: not asked yet)."""
+        return {s: self._seed_errors.get(s, "") for s in self.seeds if s not in self._seed_owner}
 
     def channel_to(self, endpoint: str) -> grpc.aio.Channel:
         """A channel to a member of another group (admin fan-out reuses the poll channels)."""

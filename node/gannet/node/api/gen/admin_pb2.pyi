@@ -545,7 +545,7 @@ class RouteTopic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
 
 class BrokerGroup(_message.Message):
-    __slots__ = ("broker_name", "cluster_name", "member_endpoints", "leader_endpoint", "topics_version", "topics_included", "topics")
+    __slots__ = ("broker_name", "cluster_name", "member_endpoints", "leader_endpoint", "topics_version", "topics_included", "topics", "configured_endpoints")
     BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
     CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
     MEMBER_ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
@@ -553,6 +553,7 @@ class BrokerGroup(_message.Message):
     TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
     TOPICS_INCLUDED_FIELD_NUMBER: _ClassVar[int]
     TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURED_ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
     broker_name: str
     cluster_name: str
     member_endpoints: _containers.RepeatedScalarFieldContainer[str]
@@ -560,7 +561,8 @@ class BrokerGroup(_message.Message):
     topics_version: str
     topics_included: bool
     topics: _containers.RepeatedCompositeFieldContainer[RouteTopic]
-    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., member_endpoints: _Optional[_Iterable[str]] = ..., leader_endpoint: _Optional[str] = ..., topics_version: _Optional[str] = ..., topics_included: bool = ..., topics: _Optional[_Iterable[_Union[RouteTopic, _Mapping]]] = ...) -> None: ...
+    configured_endpoints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., member_endpoints: _Optional[_Iterable[str]] = ..., leader_endpoint: _Optional[str] = ..., topics_version: _Optional[str] = ..., topics_included: bool = ..., topics: _Optional[_Iterable[_Union[RouteTopic, _Mapping]]] = ..., configured_endpoints: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetClusterViewRequest(_message.Message):
     __slots__ = ()
