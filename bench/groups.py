@@ -140,6 +140,44 @@ def produce(route: list[tuple[str, int, str]], seconds: float) -> dict[str, Any]
     return {"by_group": sent, "errors": errors[0], "seconds": round(elapsed, 3)}
 
 
+def poll_answer_cpu_us(endpoint: str, pid: int, calls: int = 300) -> float:
+    """Broker CPU µs per ``GetBrokerGroup`` answer with an unchanged topic table (what every
+    member of every other group asks each group every 2 s): the metadata cost per group."""
+    with grpc.insecure_channel(endpoint) as channel:
+        call = channel.unary_unary(
+            "/gannet.admin.v1.Admin/GetBrokerGroup",
+            request_serializer=admin_pb2.GetBrokerGroupRequest.SerializeToString,
+            response_deserializer=admin_pb2.BrokerGroup.FromString,
+        )
+        version = call(admin_pb2.GetBrokerGroupRequest(), timeout=10).topics_version
+        request = admin_pb2.GetBrokerGroupRequest(known_topics_version=version)
+        before = cpu_seconds(pid)
+        for _ in range(calls):
+            call(request, timeout=10)
+        return round((cpu_seconds(pid) - before) * 1e6 / calls, 1)
+
+
+def projection(
+    cpu_us_per_msg: float, poll_us: float, replicas: int, interval_s: float = 2.0
+) -> list[dict[str, Any]]:
+    """Throughput of G groups with a core per group, from the measured per-group cost: each
+    group adds one leader's worth (1e6 / µs per message), minus the share of its leader's core
+    that answering the other groups' polls takes ((G-1) × R polls per interval)."""
+    rows = []
+    for groups in (1, 2, 8, 32):
+        polls_per_s = (groups - 1) * replicas / interval_s
+        poll_share = polls_per_s * poll_us / 1e6
+        per_group = 1e6 / cpu_us_per_msg * (1 - poll_share)
+        rows.append(
+            {
+                "groups": groups,
+                "msgs_per_s": round(groups * per_group),
+                "leader_core_share_answering_polls": round(poll_share, 5),
+            }
+        )
+    return rows
+
+
 def _machine() -> dict[str, Any]:
     load1, load5, _ = os.getloadavg()
     return {"cpus": os.cpu_count(), "load1": round(load1, 2), "load5": round(load5, 2)}
@@ -163,6 +201,7 @@ def run(root: Path, groups: int, replicas: int, seconds: float) -> dict[str, Any
         figures = produce(route, seconds)
         cpu = {e: cpu_seconds(p) - cpu_before[e] for e, p in pids.items()}
         machine_after = _machine()
+        poll_us = poll_answer_cpu_us(leaders[0], cluster.pid(leaders[0]))
     finally:
         cluster.stop()
     messages = sum(figures["by_group"].values())
@@ -187,6 +226,7 @@ def run(root: Path, groups: int, replicas: int, seconds: float) -> dict[str, Any
         "cpu_us_per_msg": round(cpu_total * 1e6 / max(messages, 1), 1),
         "msgs_per_broker_cpu_s": round(messages / max(cpu_total, 1e-9), 1),
         "per_group": per_group,
+        "poll_answer_cpu_us": poll_us,
         "machine_before": machine_before,
         "machine_after": machine_after,
     }
@@ -223,6 +263,9 @@ def main() -> None:
         raw = two["msgs_per_s"] / max(one["msgs_per_s"], 1e-9)
         line[f"r{replicas}_two_vs_one_per_cpu"] = round(per_cpu, 3)
         line[f"r{replicas}_two_vs_one_raw"] = round(raw, 3)
+        line[f"r{replicas}_projection"] = projection(
+            one["cpu_us_per_msg"], two["poll_answer_cpu_us"], replicas
+        )
         print(
             f"R{replicas}: 2 groups / 1 group: messages per broker-CPU-second {per_cpu:.2f} "
             f"(target >= 0.9); raw aggregate {raw:.2f} on {os.cpu_count()} shared cores"

@@ -25,6 +25,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,6 +51,8 @@ class Result:
     failures: dict[str, int] = field(default_factory=dict)
     store_failures: dict[str, str] = field(default_factory=dict)
     duplicates: int = 0
+    phases_s: dict[str, float] = field(default_factory=dict)
+    """Seconds from the start to the end of each phase (where a run's time goes)."""
     timeline: str = ""
     """Acknowledgements per group per half second around the kill (a gap's place)."""
 
@@ -59,7 +62,8 @@ class Result:
             f"{self.group1_gap_s:.2f} s (limit {GAP_LIMIT_S} s); group 0 acknowledged sends "
             f"again {self.group0_back_after_s:.2f} s after the kill; lost {self.lost}; "
             f"redelivered/duplicate receives {self.duplicates}; sends failed after the "
-            f"client's retries {self.failures}; store verify failures {len(self.store_failures)}"
+            f"client's retries {self.failures}; store verify failures {len(self.store_failures)}; "
+            f"phases (s from start) {self.phases_s}"
         )
 
 
@@ -68,29 +72,45 @@ def run(root: Path, *, after_s: float = 3.0, rate_per_s: float = 150.0, seed: in
     print(f"e2e.groups: seed {seed}, root {root}", flush=True)
     cluster = Cluster(root, 2, 3, seed=seed)
     result = Result()
+    began = time.monotonic()
+
+    def phase(name: str) -> None:
+        result.phases_s[name] = round(time.monotonic() - began, 1)
+
     cluster.start()
     try:
-        _run(cluster, result, after_s, rate_per_s)
+        _run(cluster, result, after_s, rate_per_s, phase)
     finally:
         cluster.stop()
+        phase("stopped")
     result.store_failures = cluster.verify_stores()
+    phase("verified")
     return result
 
 
-def _run(cluster: Cluster, result: Result, after_s: float, rate_per_s: float) -> None:
+def _run(
+    cluster: Cluster,
+    result: Result,
+    after_s: float,
+    rate_per_s: float,
+    phase: Callable[[str], None],
+) -> None:
     leader0 = cluster.leader("broker-0")
     cluster.leader("broker-1")
+    phase("leaders")
     with cluster.admin(leader0) as admin:  # one write, applied to both groups
         admin.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=QUEUES), timeout=30)
         admin.CreateGroup(admin_pb2.CreateGroupRequest(name=CONSUMER_GROUP), timeout=30)
     expected = [(g, i) for g in ("broker-0", "broker-1") for i in range(QUEUES)]
     for endpoint in cluster.endpoints():
         wait_for(lambda e=endpoint: cluster.route(e, TOPIC) == expected, 30, f"{endpoint} route")
+    phase("routes")
     load = AsyncLoad(";".join(cluster.endpoints()), TOPIC, rate_per_s=rate_per_s)
     load.start()
     try:
         for name in ("broker-0", "broker-1"):
             wait_for(lambda n=name: load.count(n) >= STEADY_ACKS, 60, f"steady sends to {name}")
+        phase("steady")
         killed_at = time.monotonic()
         cluster.kill(leader0)
         cluster.leader("broker-0", skip=leader0)
@@ -101,6 +121,7 @@ def _run(cluster: Cluster, result: Result, after_s: float, rate_per_s: float) ->
             if a.broker == "broker-0" and a.started_at_s > killed_at
         )
         result.group0_back_after_s = back_at - killed_at
+        phase("recovered")
         threading.Event().wait(after_s)  # load keeps running after the recovery
         times = [a.acked_at_s for a in load.acks if a.broker == "broker-1"]
         result.group1_gap_s = largest_gap_s(times, killed_at - 1.0, back_at + 1.0)
@@ -113,7 +134,9 @@ def _run(cluster: Cluster, result: Result, after_s: float, rate_per_s: float) ->
     }
     cluster.restart(leader0)
     wait_for(lambda: cluster.status(leader0) is not None, 60, "the killed member back")
+    phase("restarted")
     missing, duplicates = _drain(cluster, {a.key for a in acks})
+    phase("drained")
     result.lost = len(missing)
     result.duplicates = duplicates
     assert not missing, (
@@ -137,7 +160,7 @@ def _drain(cluster: Cluster, keys: set[str]) -> tuple[set[str], int]:
     """The keys of ``keys`` an official SimpleConsumer over both groups did not receive."""
     config = ClientConfiguration(";".join(cluster.endpoints()), Credentials(), request_timeout=5)
     consumer = SimpleConsumer(
-        config, CONSUMER_GROUP, {TOPIC: FilterExpression("*")}, await_duration=2
+        config, CONSUMER_GROUP, {TOPIC: FilterExpression("*")}, await_duration=1
     )
     consumer.startup()
     got: set[str] = set()
