@@ -14,7 +14,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -24,10 +23,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
+from click.testing import CliRunner
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.cli import main
 from gannet.node.replication.commands import (
     GROUP_PORT_STRIDE,
     GroupPlan,
@@ -188,17 +189,14 @@ class Cluster:
                 process.wait()
 
     def verify_stores(self) -> dict[str, str]:
-        """``gannet store verify`` of every member (stopped); the failures by folder."""
+        """``gannet store verify`` of every member (stopped; the command run in this process,
+        importing it once); the failures by folder."""
         failed = {}
+        runner = CliRunner()
         for folder in self.data_dirs():
-            done = subprocess.run(
-                [sys.executable, "-m", "gannet.node.cli", "store", "verify", str(folder)],
-                capture_output=True,
-                text=True,
-                check=False,
-            )
-            if done.returncode != 0:
-                failed[str(folder)] = (done.stdout + done.stderr)[-400:]
+            done = runner.invoke(main, ["store", "verify", str(folder)])
+            if done.exit_code != 0:
+                failed[str(folder)] = done.output[-400:]
         return failed
 
 
