@@ -152,7 +152,7 @@ def ensure_secret(data_root: Path) -> Path:
 
 @click.group()
 def cluster() -> None:
-    """A local Raft group of brokers (development and tests)."""
+    """Local broker groups (each a Raft group of brokers) for development and tests."""
 
 
 @cluster.command("up")
