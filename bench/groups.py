@@ -89,7 +89,9 @@ def _route(endpoint: str) -> list[tuple[str, int, str]]:
     ]  # fmt: skip
 
 
-def produce(route: list[tuple[str, int, str]], seconds: float) -> dict[str, Any]:
+def produce(
+    route: list[tuple[str, int, str]], seconds: float, in_flight: int = IN_FLIGHT
+) -> dict[str, Any]:
     """Batched sends round-robin over ``route`` from ``SENDER_THREADS`` threads."""
     sent: dict[str, int] = {g: 0 for g, _, _ in route}
     errors = [0]
@@ -113,7 +115,7 @@ def produce(route: list[tuple[str, int, str]], seconds: float) -> dict[str, Any]
         start.wait()
         window: list[tuple[str, Any]] = []
         while time.monotonic() < stop_at[0] or window:
-            while time.monotonic() < stop_at[0] and len(window) < IN_FLIGHT:
+            while time.monotonic() < stop_at[0] and len(window) < in_flight:
                 group, endpoint, payload = payloads[turn % len(payloads)]
                 turn += 1
                 future = calls[endpoint].future(payload, timeout=30, metadata=CLIENT_ID)
@@ -183,7 +185,9 @@ def _machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load1": round(load1, 2), "load5": round(load5, 2)}
 
 
-def run(root: Path, groups: int, replicas: int, seconds: float) -> dict[str, Any]:
+def run(
+    root: Path, groups: int, replicas: int, seconds: float, in_flight: int = IN_FLIGHT
+) -> dict[str, Any]:
     cluster = Cluster(root, groups, replicas, seed=groups * 10 + replicas)
     cluster.start()
     try:
@@ -194,11 +198,11 @@ def run(root: Path, groups: int, replicas: int, seconds: float) -> dict[str, Any
         want = groups * QUEUES_PER_GROUP
         wait_for(lambda: len(cluster.route(leaders[0], TOPIC)) == want, 30, "the whole route")
         route = _route(leaders[0])
-        produce(route, min(2.0, seconds))  # warm-up (channels, first files)
+        produce(route, min(2.0, seconds), in_flight)  # warm-up (channels, first files)
         pids = {e: cluster.pid(e) for e in cluster.endpoints()}
         machine_before = _machine()
         cpu_before = {e: cpu_seconds(p) for e, p in pids.items()}
-        figures = produce(route, seconds)
+        figures = produce(route, seconds, in_flight)
         cpu = {e: cpu_seconds(p) - cpu_before[e] for e, p in pids.items()}
         machine_after = _machine()
         poll_us = poll_answer_cpu_us(leaders[0], cluster.pid(leaders[0]))
@@ -237,6 +241,10 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="5 s windows")
     parser.add_argument("--seconds", type=float, help="produce window (default 5 / 15)")
     parser.add_argument("--replicas", default="1,3", help="replica counts to run, e.g. 1,3")
+    parser.add_argument(
+        "--in-flight", type=int, default=IN_FLIGHT, help="calls in flight per sender thread"
+    )
+    parser.add_argument("--groups", default="1,2", help="group counts to run, e.g. 1,2")
     parser.add_argument("--no-record", action="store_true", help="do not append to groups.jsonl")
     args = parser.parse_args()
     seconds = args.seconds or (5.0 if args.quick else 15.0)
@@ -245,8 +253,8 @@ def main() -> None:
     rows = []
     try:
         for replicas in replica_counts:
-            for groups in (1, 2):
-                row = run(base / f"g{groups}r{replicas}", groups, replicas, seconds)
+            for groups in [int(g) for g in args.groups.split(",") if g.strip()]:
+                row = run(base / f"g{groups}r{replicas}", groups, replicas, seconds, args.in_flight)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 shutil.rmtree(base / f"g{groups}r{replicas}", ignore_errors=True)
@@ -255,10 +263,14 @@ def main() -> None:
     line: dict[str, Any] = {
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": seconds,
+        "in_flight_per_thread": args.in_flight,
         "runs": rows,
     }
     for replicas in replica_counts:
-        one, two = (r for r in rows if r["replicas"] == replicas)
+        pair = [r for r in rows if r["replicas"] == replicas]
+        if len(pair) != 2:
+            continue
+        one, two = pair
         per_cpu = two["msgs_per_broker_cpu_s"] / max(one["msgs_per_broker_cpu_s"], 1e-9)
         raw = two["msgs_per_s"] / max(one["msgs_per_s"], 1e-9)
         line[f"r{replicas}_two_vs_one_per_cpu"] = round(per_cpu, 3)
