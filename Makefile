@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test lint unit java bench install clean dashboards e2e e2e-failover e2e-prometheus bench-full bench-standard bench-debs bench-peers
+.PHONY: run test lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -76,7 +76,7 @@ bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
-## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, forwarding, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, forwarding, broker groups, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
@@ -88,6 +88,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.metrics --quick
 	$(BIN)/python -m bench.replication --quick
 	$(BIN)/python -m bench.forwarding --quick
+	$(BIN)/python -m bench.groups --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
 ## e2e: replication faults on a local 3-node group of broker processes under official-client load
@@ -108,6 +109,11 @@ e2e-failover: $(STAMP)
 	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer simple || status=1; \
 	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer push || status=1; \
 	exit $$status
+
+## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
+## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)
+e2e-groups: $(STAMP)
+	$(BIN)/python -m e2e.groups.scenario --after-s 10
 
 ## e2e-prometheus: a real Prometheus scrapes a local 3-node cluster under load; every dashboard
 ## and alert expression is evaluated through its HTTP API (about 50 s; also in `make unit`)

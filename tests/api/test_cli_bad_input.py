@@ -59,6 +59,7 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "wait_s": [("soon", USAGE)],
     "props": [("novalue", USAGE)],
     "delete_when": [("25", USAGE), ("x", USAGE)],
+    "cluster_seeds": [("nohostport", USAGE), ("127.0.0.1:0", USAGE)],
 }
 # free-text options a wrong value cannot be told from a right one for (nothing to check)
 FREE_TEXT_OPTIONS = {

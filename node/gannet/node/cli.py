@@ -40,7 +40,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from gannet.node import grpc_logging, output  # grpc_logging first: before grpc loads
-from gannet.node.api import auth, commands, message_commands, tls
+from gannet.node.api import auth, commands, group_polling, message_commands, tls
 from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
@@ -124,7 +124,20 @@ def broker() -> None:
     help="host:port for RocketMQ 5 clients (apache.rocketmq.v2) and the admin API.",
 )
 @click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
-@click.option("--broker-name", default="broker-a", show_default=True)
+@click.option(
+    "--broker-name",
+    default="broker-a",
+    show_default=True,
+    help="Name of this broker group (RocketMQ's brokerName); a cluster of several groups "
+    "names them broker-0, broker-1, ...",
+)
+@click.option(
+    "--cluster-seeds",
+    default="",
+    help="Comma-separated client endpoints (host:port) of members of the cluster's OTHER "
+    "broker groups: routes then list every group's queues (polled every 2 s) and topic and "
+    "consumer-group writes apply to every group. Default: this group is the whole cluster.",
+)
 @click.option(
     "--auto-create-topics",
     is_flag=True,
@@ -337,6 +350,7 @@ def broker_run(
     transaction_timeout_ms: int,
     transaction_check_interval_ms: int,
     transaction_check_max: int,
+    cluster_seeds: str,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
@@ -355,6 +369,10 @@ def broker_run(
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
     peer_tls = _peer_tls(peer_tls_cert, peer_tls_key, peer_tls_ca)
+    try:
+        seeds = group_polling.parse_seeds(cluster_seeds)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster-seeds") from None
     if disk_clean_forcibly_ratio > disk_warning_ratio:
         raise click.BadParameter(
             f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
@@ -404,6 +422,7 @@ def broker_run(
             transaction_limits=CheckLimits(
                 transaction_timeout_ms, transaction_check_interval_ms, transaction_check_max
             ),
+            cluster_seeds=seeds,
             replication=_replication(
                 node_id,
                 peers,

@@ -29,7 +29,7 @@ import grpc
 from rich.markup import escape
 
 from gannet.node import output
-from gannet.node.api import auth, tls
+from gannet.node.api import auth, cluster_commands, tls
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.output import Column, console, emit, err_console, output_option
 
@@ -385,23 +385,33 @@ def topic_describe(name: str, endpoint: str) -> None:
     """Config, per-queue min/max offsets and consuming groups of topic NAME."""
     request = admin_pb2.DescribeTopicRequest(name=name)
     reply = admin_call(endpoint, lambda s: s.DescribeTopic(request, timeout=CALL_TIMEOUT_S))
-    queues = [
-        {
-            "queue": q.queue_id,
-            "min_offset": q.min_offset,
-            "max_offset": q.max_offset,
-            "messages": q.max_offset - q.min_offset,
-            "earliest_store_time_ms": q.earliest_store_time_ms,
-        }
-        for q in reply.queues
-    ]
+    queues = [_queue_row(q) for q in reply.queues]
     groups = list(reply.groups)
-    emit(
-        {"topic": topic_row(reply.topic), "queues": queues, "groups": groups},
+    document: dict[str, Any] = {"topic": topic_row(reply.topic), "queues": queues, "groups": groups}
+    renderables: list[Any] = [
         output.table("topic", TOPIC_COLUMNS, [topic_row(reply.topic)]),
         output.table(f"queues of {name}", QUEUE_COLUMNS, queues),
         f"groups with offsets: {', '.join(groups) or '(none)'}",
-    )
+    ]
+    view = cluster_commands.cluster_view(channel, endpoint)
+    if view is not None and len(view.groups) > 1:  # several broker groups: each one's queues
+        document["broker_groups"] = elsewhere = {}
+        for broker, found, why in cluster_commands.describe_in_groups(channel, view, name):
+            rows = [_queue_row(q) for q in found.queues] if found is not None else []
+            elsewhere[broker] = {"queues": rows, "error": why or None}
+            title = f"queues of {name} in broker group {broker}" + (f": {why}" if why else "")
+            renderables.append(output.table(title, QUEUE_COLUMNS, rows))
+    emit(document, *renderables)
+
+
+def _queue_row(q: admin_pb2.QueueOffsets) -> dict[str, Any]:
+    return {
+        "queue": q.queue_id,
+        "min_offset": q.min_offset,
+        "max_offset": q.max_offset,
+        "messages": q.max_offset - q.min_offset,
+        "earliest_store_time_ms": q.earliest_store_time_ms,
+    }
 
 
 # ---------------------------------------------------------------------------- group

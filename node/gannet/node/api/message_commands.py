@@ -24,7 +24,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
 from gannet.node import output
-from gannet.node.api import commands, messaging, statuses
+from gannet.node.api import cluster_commands, commands, messaging, statuses
 from gannet.node.api.commands import CALL_TIMEOUT_S, endpoint_option
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.output import Column, emit, output_option
@@ -519,10 +519,16 @@ def status(endpoint: str) -> None:
     ]
     if raft.peers:
         renderables.append(status_view.peers_table(raft))
-    emit(
-        {"broker": broker, "store": store, "raft": status_view.raft_document(raft)},
-        *renderables,
-    )
+    document: dict[str, Any] = {
+        "broker": broker,
+        "store": store,
+        "raft": status_view.raft_document(raft),
+    }
+    view = cluster_commands.cluster_view(commands.channel, endpoint)
+    if view is not None and len(view.groups) > 1:  # a cluster of several broker groups
+        document["broker_groups"] = cluster_commands.group_rows(view)
+        renderables.append(cluster_commands.groups_table(view))
+    emit(document, *renderables)
 
 
 COMMANDS = (message, status)

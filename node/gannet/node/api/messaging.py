@@ -41,7 +41,9 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import (
+    broker_groups,
     client_settings,
+    cluster_admin,
     dedup,
     forwarding,
     lite_topics,
@@ -175,6 +177,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.lite_subscriptions = lite_topics.LiteSubscriptions()
         """Lite topics each lite consumer subscribed (:mod:`lite_topics`)."""
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
+        self.groups: cluster_admin.BrokerGroups | None = None
+        """The other broker groups of the cluster (set by the broker; :mod:`cluster_admin`)."""
         self.transactions: transactions.TransactionHandler | None = transactions.TransactionHandler(
             store,
             lambda name: self.resources.topic(name).topic_name,
@@ -204,30 +208,46 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     # ------------------------------------------------------------------ routes
     async def QueryRoute(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryRouteResponse:
-            config = self.resources.topic(str(request.topic.name))
-            endpoints = self._route_endpoints(request.endpoints, context)
-            queues = routes.message_queues(
-                config, self.identity, endpoints, str(request.topic.resource_namespace)
-            )
+            queues = self._cluster_route(request.topic, request.endpoints, context)
             return service_pb2.QueryRouteResponse(status=statuses.ok(), message_queues=queues)
 
         return await self._answer(service_pb2.QueryRouteResponse, work, "QueryRoute")
 
     async def QueryAssignment(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryAssignmentResponse:
-            config = self.resources.topic(str(request.topic.name))
+            queues = self._cluster_route(request.topic, request.endpoints, context)
             self.resources.group(str(request.group.name))
-            endpoints = self._route_endpoints(request.endpoints, context)
-            found = routes.assignments(
-                config, self.identity, endpoints, str(request.topic.resource_namespace)
-            )
+            found = broker_groups.readable_assignments(queues)
             if not found:
                 raise ApiError(
-                    statuses.FORBIDDEN, f"topic {config.topic_name!r} has no readable queue"
+                    statuses.FORBIDDEN, f"topic {request.topic.name!r} has no readable queue"
                 )
             return service_pb2.QueryAssignmentResponse(status=statuses.ok(), assignments=found)
 
         return await self._answer(service_pb2.QueryAssignmentResponse, work, "QueryAssignment")
+
+    def _cluster_route(
+        self,
+        topic: definition_pb2.Resource,
+        requested: definition_pb2.Endpoints,
+        context: grpc.aio.ServicerContext,
+    ) -> list[definition_pb2.MessageQueue]:
+        """This group's queues of ``topic`` and, in a cluster of broker groups, every other
+        group's (:mod:`cluster_admin`); a topic only other groups define: theirs."""
+        namespace = str(topic.resource_namespace)
+        try:
+            config = self.resources.topic(str(topic.name))
+        except ApiError as exc:
+            groups = self.groups
+            remote = groups.remote_queues(str(topic.name), namespace) if groups else []
+            if exc.code != statuses.TOPIC_NOT_FOUND or not remote:
+                raise
+            return remote
+        endpoints = self._route_endpoints(requested, context)
+        queues = routes.message_queues(config, self.identity, endpoints, namespace)
+        if self.groups is None:
+            return queues
+        return self.groups.route(queues, config.topic_name, namespace)
 
     # ------------------------------------------------------------------ clients
     async def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -507,6 +527,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         if (refused := self._leader_refusal()) is not None:
             yield service_pb2.ReceiveMessageResponse(status=refused)
             return
+        if self.groups is not None and (
+            wrong := self.groups.misdirected_queue(request.message_queue.broker.name)
+        ):
+            yield service_pb2.ReceiveMessageResponse(status=wrong.status())
+            return
         if self.pop is not None:
             async for response in self.pop.ReceiveMessage(request, context):
                 yield response
@@ -528,6 +553,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> Response:
             if (refused := self._leader_refusal()) is not None:
                 return make(status=refused)
+            if self.groups is not None and (
+                wrong := self.groups.misdirected_handles(_handles(request))
+            ):
+                return make(status=wrong.status())
             if self.pop is None:
                 return _not_served(make)
             handler: Callable[..., Awaitable[Response]] = getattr(self.pop, method)
@@ -613,3 +642,11 @@ def _unsupported(what: str) -> ApiError:
 
 def _not_served(make: Callable[..., Response]) -> Response:
     return make(status=ApiError(statuses.UNSUPPORTED, statuses.POP_NOT_SERVED).status())
+
+
+def _handles(request: object) -> list[str]:
+    """The receipt handles of an Ack, ChangeInvisibleDuration or DLQ request."""
+    entries = getattr(request, "entries", None)
+    if entries is not None:
+        return [str(e.receipt_handle) for e in entries]
+    return [str(getattr(request, "receipt_handle", ""))]

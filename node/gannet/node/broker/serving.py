@@ -52,8 +52,10 @@ from rocketmq.grpc_protocol import service_pb2
 from gannet.node.api import (
     admin,
     auth,
+    cluster_admin,
     credentials,
     dedup,
+    group_polling,
     limits,
     messaging,
     receiving,
@@ -129,6 +131,10 @@ class BrokerConfig:
     """Message ids the deduplication window keeps in memory (older ones: index lookups)."""
     transaction_limits: CheckLimits | None = None
     """When open transactions are checked and discarded; None: RocketMQ's defaults."""
+    cluster_seeds: tuple[str, ...] = ()
+    """Client endpoints of members of the cluster's other broker groups (``--cluster-seeds``);
+    empty: this group is the whole cluster (:mod:`gannet.node.api.group_polling`)."""
+    group_poll_interval_s: float = group_polling.POLL_INTERVAL_S
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -155,6 +161,8 @@ class Broker:
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.messaging: messaging.MessagingServicer | None = None
+        self.groups: cluster_admin.BrokerGroups | None = None
+        """The other broker groups of the cluster (:mod:`gannet.node.api.cluster_admin`)."""
         self.phase = "created"
         self.metrics: broker_metrics.BrokerMetrics | None = None
         self.metrics_server: http_serving.MetricsServer | None = None
@@ -354,13 +362,20 @@ class Broker:
             self.metrics.registry.register(
                 failover_collecting.FailoverCollector(self._failover_figures)
             )
+        poller = group_polling.GroupPoller(
+            identity.broker_name, cfg.cluster_seeds, interval_s=cfg.group_poll_interval_s
+        )
+        self.groups = cluster_admin.BrokerGroups(self.store, identity, self.replication, poller)
+        self.messaging.groups = self.groups
+        cluster_servicer = cluster_admin.ClusterAdminServicer(admin_servicer, self.groups)
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
-        admin_measured = self._measured(admin_servicer, admin_service, False)
+        admin_measured = self._measured(cluster_servicer, admin_service, False)
         admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
         admin_rules = wire.Rules(v2_status=False, gate=admin_gate)
         wire.register(server, admin_service, admin_measured, admin_rules)
         await server.start()
         self.server = server
+        poller.start()
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
 
     def _duplicates_dropped(self) -> int | None:
@@ -422,6 +437,8 @@ class Broker:
         server, self.server = self.server, None
         if self.messaging is not None:
             self.messaging.begin_shutdown()
+        if self.groups is not None:
+            await self.groups.poller.stop()
         if server is not None:
             await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
         await self._stop_replication()

@@ -50,16 +50,18 @@ class Topic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "queue_nums", "message_type", "perm")
+    __slots__ = ("name", "queue_nums", "message_type", "perm", "broker_groups")
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_nums: int
     message_type: MessageType
     perm: int
-    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ...) -> None: ...
+    broker_groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., broker_groups: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
     __slots__ = ("name", "queue_nums", "message_type", "perm")
@@ -525,3 +527,77 @@ class TransferLeadershipResponse(_message.Message):
     leader_id: str
     term: int
     def __init__(self, leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class GetBrokerGroupRequest(_message.Message):
+    __slots__ = ("known_topics_version",)
+    KNOWN_TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    known_topics_version: str
+    def __init__(self, known_topics_version: _Optional[str] = ...) -> None: ...
+
+class RouteTopic(_message.Message):
+    __slots__ = ("name", "read_queue_nums", "write_queue_nums", "perm", "message_type")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    WRITE_QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
+    PERM_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    message_type: str
+    def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[str] = ...) -> None: ...
+
+class BrokerGroup(_message.Message):
+    __slots__ = ("broker_name", "cluster_name", "member_endpoints", "leader_endpoint", "topics_version", "topics_included", "topics", "configured_endpoints")
+    BROKER_NAME_FIELD_NUMBER: _ClassVar[int]
+    CLUSTER_NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMBER_ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_INCLUDED_FIELD_NUMBER: _ClassVar[int]
+    TOPICS_FIELD_NUMBER: _ClassVar[int]
+    CONFIGURED_ENDPOINTS_FIELD_NUMBER: _ClassVar[int]
+    broker_name: str
+    cluster_name: str
+    member_endpoints: _containers.RepeatedScalarFieldContainer[str]
+    leader_endpoint: str
+    topics_version: str
+    topics_included: bool
+    topics: _containers.RepeatedCompositeFieldContainer[RouteTopic]
+    configured_endpoints: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., member_endpoints: _Optional[_Iterable[str]] = ..., leader_endpoint: _Optional[str] = ..., topics_version: _Optional[str] = ..., topics_included: bool = ..., topics: _Optional[_Iterable[_Union[RouteTopic, _Mapping]]] = ..., configured_endpoints: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class GetClusterViewRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ClusterGroupState(_message.Message):
+    __slots__ = ("group", "local", "age_seconds", "last_error", "topic_count")
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_FIELD_NUMBER: _ClassVar[int]
+    AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    TOPIC_COUNT_FIELD_NUMBER: _ClassVar[int]
+    group: BrokerGroup
+    local: bool
+    age_seconds: float
+    last_error: str
+    topic_count: int
+    def __init__(self, group: _Optional[_Union[BrokerGroup, _Mapping]] = ..., local: bool = ..., age_seconds: _Optional[float] = ..., last_error: _Optional[str] = ..., topic_count: _Optional[int] = ...) -> None: ...
+
+class ClusterView(_message.Message):
+    __slots__ = ("groups", "seeds", "poll_interval_seconds")
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    POLL_INTERVAL_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[ClusterGroupState]
+    seeds: _containers.RepeatedScalarFieldContainer[str]
+    poll_interval_seconds: float
+    def __init__(self, groups: _Optional[_Iterable[_Union[ClusterGroupState, _Mapping]]] = ..., seeds: _Optional[_Iterable[str]] = ..., poll_interval_seconds: _Optional[float] = ...) -> None: ...
+
+class SetClusterSeedsRequest(_message.Message):
+    __slots__ = ("seeds",)
+    SEEDS_FIELD_NUMBER: _ClassVar[int]
+    seeds: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, seeds: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -124,6 +124,21 @@ class AdminStub(object):
                 request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
                 response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
                 _registered_method=True)
+        self.GetBrokerGroup = channel.unary_unary(
+                '/gannet.admin.v1.Admin/GetBrokerGroup',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetBrokerGroupRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.BrokerGroup.FromString,
+                _registered_method=True)
+        self.GetClusterView = channel.unary_unary(
+                '/gannet.admin.v1.Admin/GetClusterView',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetClusterViewRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ClusterView.FromString,
+                _registered_method=True)
+        self.SetClusterSeeds = channel.unary_unary(
+                '/gannet.admin.v1.Admin/SetClusterSeeds',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.SetClusterSeedsRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ClusterView.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -237,6 +252,26 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetBrokerGroup(self, request, context):
+        """Broker groups: this member's group as other groups see it (polled every few seconds),
+        the cluster of groups this member routes to, and the seed endpoints it discovers them by.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetClusterView(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SetClusterSeeds(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +364,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.TransferLeadership,
                     request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.FromString,
                     response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.SerializeToString,
+            ),
+            'GetBrokerGroup': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetBrokerGroup,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetBrokerGroupRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.BrokerGroup.SerializeToString,
+            ),
+            'GetClusterView': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterView,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetClusterViewRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ClusterView.SerializeToString,
+            ),
+            'SetClusterSeeds': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetClusterSeeds,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.SetClusterSeedsRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ClusterView.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -817,6 +867,87 @@ class Admin(object):
             '/gannet.admin.v1.Admin/TransferLeadership',
             gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
             gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetBrokerGroup(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/GetBrokerGroup',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.GetBrokerGroupRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.BrokerGroup.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterView(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/GetClusterView',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.GetClusterViewRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.ClusterView.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetClusterSeeds(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/SetClusterSeeds',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.SetClusterSeedsRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.ClusterView.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,292 @@
+"""Broker-groups benchmark: produce throughput and broker CPU per message of a cluster of 1 and
+of 2 broker groups (``gannet cluster up --groups G --replicas R`` processes, SYNC_FLUSH), with
+the same load generator (issue 22).
+
+The load generator follows the route as the official clients do: it asks any member for
+``QueryRoute``, then sends batched ``SendMessage`` calls (32 messages of 100 B, raw
+``rocketmq.grpc_protocol`` stubs) round-robin over every queue of the route, each call to its
+queue's group (the first address of the queue's ``Broker.endpoints``, the leader), with
+``IN_FLIGHT`` calls in flight from each of ``SENDER_THREADS`` threads. Nothing else changes
+between 1 and 2 groups.
+
+Figures per run: aggregate acknowledged messages/s; the CPU seconds every broker process used
+in the window (``/proc/<pid>/stat`` utime + stime), as µs per message and as messages per
+broker-CPU-second (the figure that carries over to a machine with a core per group); the same
+per group. The machine's load average is recorded before and after: this machine has 2 cores
+shared with the load generator (and other work), so the aggregate throughput of 2 groups
+cannot double here; the per-CPU figure is the honest one.
+
+``python -m bench.groups [--quick] [--replicas 1,3]``; appends to
+``bench/results/groups.jsonl``; ``bench/results/GROUPS.md`` is the write-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
+
+from e2e.groups.harness import Cluster, wait_for
+from gannet.node.api.gen import admin_pb2
+
+RESULTS = Path(__file__).parent / "results"
+TOPIC = "GroupsBench"
+QUEUES_PER_GROUP = 8
+CLIENT_ID = (("x-mq-client-id", "bench@1@0@groups"),)
+BATCH_MESSAGES = 32
+BODY_BYTES = 100
+SENDER_THREADS = 2
+IN_FLIGHT = 8
+OK = definition_pb2.Code.Value("OK")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def _payload(queue_id: int, seed: int) -> bytes:
+    request = service_pb2.SendMessageRequest()
+    for i in range(BATCH_MESSAGES):
+        msg = request.messages.add(body=b"g" * BODY_BYTES)
+        msg.topic.name = TOPIC
+        sp = msg.system_properties
+        sp.message_id = f"01{seed:010X}{i:04X}{os.getpid():08X}0000000000"[:34]
+        sp.body_encoding = definition_pb2.IDENTITY
+        sp.message_type = definition_pb2.NORMAL
+        sp.queue_id = queue_id
+        sp.born_timestamp.FromMilliseconds(time.time_ns() // 1_000_000)
+        sp.born_host = "127.0.0.1"
+    return bytes(request.SerializeToString())
+
+
+def _route(endpoint: str) -> list[tuple[str, int, str]]:
+    """``(group, queue id, endpoint of its group's leader)`` of every writable queue."""
+    with grpc.insecure_channel(endpoint) as channel:
+        call = channel.unary_unary(
+            "/apache.rocketmq.v2.MessagingService/QueryRoute",
+            request_serializer=service_pb2.QueryRouteRequest.SerializeToString,
+            response_deserializer=service_pb2.QueryRouteResponse.FromString,
+        )
+        request = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=TOPIC))
+        reply = call(request, timeout=10, metadata=CLIENT_ID)
+    return [
+        (q.broker.name, q.id, f"{q.broker.endpoints.addresses[0].host}:"
+         f"{q.broker.endpoints.addresses[0].port}")
+        for q in reply.message_queues
+        if q.permission in (definition_pb2.WRITE, definition_pb2.READ_WRITE)
+    ]  # fmt: skip
+
+
+def produce(
+    route: list[tuple[str, int, str]], seconds: float, in_flight: int = IN_FLIGHT
+) -> dict[str, Any]:
+    """Batched sends round-robin over ``route`` from ``SENDER_THREADS`` threads."""
+    sent: dict[str, int] = {g: 0 for g, _, _ in route}
+    errors = [0]
+    lock = threading.Lock()
+    start = threading.Barrier(SENDER_THREADS + 1)
+    stop_at = [0.0]
+    endpoints = sorted({e for _, _, e in route})
+
+    def sender(index: int) -> None:
+        channels = {e: grpc.insecure_channel(e) for e in endpoints}
+        calls = {
+            e: c.unary_unary(
+                "/apache.rocketmq.v2.MessagingService/SendMessage",
+                request_serializer=None,
+                response_deserializer=service_pb2.SendMessageResponse.FromString,
+            )
+            for e, c in channels.items()
+        }
+        payloads = [(g, e, _payload(q, index * 1000 + q)) for g, q, e in route]
+        turn = index
+        start.wait()
+        window: list[tuple[str, Any]] = []
+        while time.monotonic() < stop_at[0] or window:
+            while time.monotonic() < stop_at[0] and len(window) < in_flight:
+                group, endpoint, payload = payloads[turn % len(payloads)]
+                turn += 1
+                future = calls[endpoint].future(payload, timeout=30, metadata=CLIENT_ID)
+                window.append((group, future))
+            group, future = window.pop(0)
+            reply = future.result()
+            with lock:
+                if reply.status.code == OK:
+                    sent[group] += BATCH_MESSAGES
+                else:
+                    errors[0] += 1
+        for channel in channels.values():
+            channel.close()
+
+    threads = [threading.Thread(target=sender, args=(i,)) for i in range(SENDER_THREADS)]
+    for t in threads:
+        t.start()
+    began = time.monotonic()
+    stop_at[0] = began + seconds
+    start.wait()
+    for t in threads:
+        t.join()
+    elapsed = time.monotonic() - began
+    return {"by_group": sent, "errors": errors[0], "seconds": round(elapsed, 3)}
+
+
+def poll_answer_cpu_us(endpoint: str, pid: int, calls: int = 300) -> float:
+    """Broker CPU µs per ``GetBrokerGroup`` answer with an unchanged topic table (what every
+    member of every other group asks each group every 2 s): the metadata cost per group."""
+    with grpc.insecure_channel(endpoint) as channel:
+        call = channel.unary_unary(
+            "/gannet.admin.v1.Admin/GetBrokerGroup",
+            request_serializer=admin_pb2.GetBrokerGroupRequest.SerializeToString,
+            response_deserializer=admin_pb2.BrokerGroup.FromString,
+        )
+        version = call(admin_pb2.GetBrokerGroupRequest(), timeout=10).topics_version
+        request = admin_pb2.GetBrokerGroupRequest(known_topics_version=version)
+        before = cpu_seconds(pid)
+        for _ in range(calls):
+            call(request, timeout=10)
+        return round((cpu_seconds(pid) - before) * 1e6 / calls, 1)
+
+
+def projection(
+    cpu_us_per_msg: float, poll_us: float, replicas: int, interval_s: float = 2.0
+) -> list[dict[str, Any]]:
+    """Throughput of G groups with a core per group, from the measured per-group cost: each
+    group adds one leader's worth (1e6 / µs per message), minus the share of its leader's core
+    that answering the other groups' polls takes ((G-1) × R polls per interval)."""
+    rows = []
+    for groups in (1, 2, 8, 32):
+        polls_per_s = (groups - 1) * replicas / interval_s
+        poll_share = polls_per_s * poll_us / 1e6
+        per_group = 1e6 / cpu_us_per_msg * (1 - poll_share)
+        rows.append(
+            {
+                "groups": groups,
+                "msgs_per_s": round(groups * per_group),
+                "leader_core_share_answering_polls": round(poll_share, 5),
+            }
+        )
+    return rows
+
+
+def _machine() -> dict[str, Any]:
+    load1, load5, _ = os.getloadavg()
+    return {"cpus": os.cpu_count(), "load1": round(load1, 2), "load5": round(load5, 2)}
+
+
+def run(
+    root: Path, groups: int, replicas: int, seconds: float, in_flight: int = IN_FLIGHT
+) -> dict[str, Any]:
+    cluster = Cluster(root, groups, replicas, seed=groups * 10 + replicas)
+    cluster.start()
+    try:
+        leaders = [cluster.leader(g.broker_name) for g in cluster.plans]
+        with cluster.admin(leaders[0]) as admin:
+            request = admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=QUEUES_PER_GROUP)
+            admin.CreateTopic(request, timeout=60)
+        want = groups * QUEUES_PER_GROUP
+        wait_for(lambda: len(cluster.route(leaders[0], TOPIC)) == want, 30, "the whole route")
+        route = _route(leaders[0])
+        produce(route, min(2.0, seconds), in_flight)  # warm-up (channels, first files)
+        pids = {e: cluster.pid(e) for e in cluster.endpoints()}
+        machine_before = _machine()
+        cpu_before = {e: cpu_seconds(p) for e, p in pids.items()}
+        figures = produce(route, seconds, in_flight)
+        cpu = {e: cpu_seconds(p) - cpu_before[e] for e, p in pids.items()}
+        machine_after = _machine()
+        poll_us = poll_answer_cpu_us(leaders[0], cluster.pid(leaders[0]))
+    finally:
+        cluster.stop()
+    messages = sum(figures["by_group"].values())
+    cpu_total = sum(cpu.values())
+    per_group = {}
+    for plan in cluster.plans:
+        group_cpu = sum(cpu[e] for e in plan.client_endpoints())
+        group_msgs = figures["by_group"].get(plan.broker_name, 0)
+        per_group[plan.broker_name] = {
+            "msgs": group_msgs,
+            "broker_cpu_s": round(group_cpu, 3),
+            "cpu_us_per_msg": round(group_cpu * 1e6 / max(group_msgs, 1), 1),
+        }
+    return {
+        "groups": groups,
+        "replicas": replicas,
+        "msgs": messages,
+        "errors": figures["errors"],
+        "seconds": figures["seconds"],
+        "msgs_per_s": round(messages / figures["seconds"], 1),
+        "broker_cpu_s": round(cpu_total, 3),
+        "cpu_us_per_msg": round(cpu_total * 1e6 / max(messages, 1), 1),
+        "msgs_per_broker_cpu_s": round(messages / max(cpu_total, 1e-9), 1),
+        "per_group": per_group,
+        "poll_answer_cpu_us": poll_us,
+        "machine_before": machine_before,
+        "machine_after": machine_after,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="5 s windows")
+    parser.add_argument("--seconds", type=float, help="produce window (default 5 / 15)")
+    parser.add_argument("--replicas", default="1,3", help="replica counts to run, e.g. 1,3")
+    parser.add_argument(
+        "--in-flight", type=int, default=IN_FLIGHT, help="calls in flight per sender thread"
+    )
+    parser.add_argument("--groups", default="1,2", help="group counts to run, e.g. 1,2")
+    parser.add_argument("--no-record", action="store_true", help="do not append to groups.jsonl")
+    args = parser.parse_args()
+    seconds = args.seconds or (5.0 if args.quick else 15.0)
+    replica_counts = [int(r) for r in args.replicas.split(",") if r.strip()]
+    base = Path(tempfile.mkdtemp(prefix="gannet-bench-groups-"))
+    rows = []
+    try:
+        for replicas in replica_counts:
+            for groups in [int(g) for g in args.groups.split(",") if g.strip()]:
+                row = run(base / f"g{groups}r{replicas}", groups, replicas, seconds, args.in_flight)
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                shutil.rmtree(base / f"g{groups}r{replicas}", ignore_errors=True)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    line: dict[str, Any] = {
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "seconds": seconds,
+        "in_flight_per_thread": args.in_flight,
+        "runs": rows,
+    }
+    for replicas in replica_counts:
+        pair = [r for r in rows if r["replicas"] == replicas]
+        if len(pair) != 2:
+            continue
+        one, two = pair
+        per_cpu = two["msgs_per_broker_cpu_s"] / max(one["msgs_per_broker_cpu_s"], 1e-9)
+        raw = two["msgs_per_s"] / max(one["msgs_per_s"], 1e-9)
+        line[f"r{replicas}_two_vs_one_per_cpu"] = round(per_cpu, 3)
+        line[f"r{replicas}_two_vs_one_raw"] = round(raw, 3)
+        line[f"r{replicas}_projection"] = projection(
+            one["cpu_us_per_msg"], two["poll_answer_cpu_us"], replicas
+        )
+        print(
+            f"R{replicas}: 2 groups / 1 group: messages per broker-CPU-second {per_cpu:.2f} "
+            f"(target >= 0.9); raw aggregate {raw:.2f} on {os.cpu_count()} shared cores"
+        )
+    if not args.no_record:
+        RESULTS.mkdir(exist_ok=True)
+        with (RESULTS / "groups.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,407 @@
+"""The admin API of a cluster of broker groups, wrapped around one member's
+:class:`~gannet.node.api.admin.AdminServicer`.
+
+* ``GetBrokerGroup`` — this member's group as the other groups poll it (:mod:`group_polling`):
+  broker name, the members that serve (leader first), the leader, and the route-relevant topic
+  table when the caller's version differs.
+* ``GetClusterView`` — every group this member routes to, with the age of its view and why
+  the last poll failed (``gannet status``, ``topic describe`` and the operator read it).
+* ``SetClusterSeeds`` — replace the seed endpoints at run time (the operator, when it adds or
+  drains a group).
+* Fan-out of the metadata writes (create/update/delete of topics and consumer groups): applied
+  here first, then at each other group (its leader first, then its other members), the calls
+  carrying the caller's signature headers and ``gannet-scope: group`` so that they stop there.
+  If this group refuses the write (bad name, not the leader), nothing is sent elsewhere. A
+  create that finds the topic already there, or a delete that finds it gone, counts as done
+  in that group, so running a command again after a partial failure completes it. If some
+  groups applied it and others did not, the answer is an error whose message names both
+  (``applied on broker-0; NOT applied on broker-1 (UNAVAILABLE: …)``); nothing is rolled back.
+  ``CreateTopic.broker_groups`` limits a create to the groups it names. A seed that has never
+  answered (its group unknown) is asked first; if it still does not answer, the write is
+  reported as not applied in "the group of seed h:p".
+* Misdirected requests: a receive naming another group's queue, or a receipt handle of another
+  group, is refused with an error naming that group and its endpoints.
+
+Created by :mod:`gannet.node.broker.serving` for every broker (a single group answers
+``GetBrokerGroup`` too, so it can be a seed of others).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NoReturn
+
+import grpc
+from rocketmq.grpc_protocol import Code, definition_pb2
+
+from gannet.node.api import broker_groups, routes, statuses
+from gannet.node.api.broker_groups import GroupView
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api.group_polling import GroupPoller
+from gannet.node.api.statuses import ApiError
+from gannet.node.pop import receipts
+from gannet.node.replication.driver import ReplicationNode
+from gannet.node.store.message_store import MessageStore
+
+FANOUT_TIMEOUT_S = 10.0
+"""One group's answer to a fanned-out admin write (it waits for its Raft commit)."""
+_ALREADY_DONE: dict[str, grpc.StatusCode | None] = {
+    "CreateTopic": grpc.StatusCode.ALREADY_EXISTS,
+    "CreateGroup": grpc.StatusCode.ALREADY_EXISTS,
+    "DeleteTopic": grpc.StatusCode.NOT_FOUND,
+    "DeleteGroup": grpc.StatusCode.NOT_FOUND,
+    "UpdateTopic": None,
+    "UpdateGroup": None,
+}
+"""The admin writes applied to every group, and the code meaning "already so there"."""
+_FORWARDED_HEADERS = ("authorization", "x-mq-date-time", "x-mq-request-id")
+_TRY_NEXT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_RETRY_PAUSE_S = 0.2
+
+
+class _Aborted(Exception):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+
+
+class _LocalContext:
+    """The caller's context, except that ``abort`` is captured (the wrapper answers later)."""
+
+    def __init__(self, context: grpc.aio.ServicerContext) -> None:
+        self._context = context
+
+    async def abort(self, code: grpc.StatusCode, details: str = "", *_: object) -> NoReturn:
+        raise _Aborted(code, details)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._context, name)
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One group's answer to a fanned-out write."""
+
+    group: str
+    code: grpc.StatusCode
+    details: str = ""
+    reply: Any = None
+
+
+class BrokerGroups:
+    """This member's part in a cluster of groups: its own group's answer, the view of the
+    others (``poller``), and the checks the messaging servicer asks."""
+
+    def __init__(
+        self,
+        store: MessageStore,
+        identity: routes.BrokerIdentity,
+        replication: ReplicationNode | None,
+        poller: GroupPoller,
+    ) -> None:
+        self.store = store
+        self.identity = identity
+        self.replication = replication
+        self.poller = poller
+
+    @property
+    def name(self) -> str:
+        return self.identity.broker_name
+
+    def others(self) -> list[GroupView]:
+        return sorted(
+            self.poller.views.values(), key=lambda v: broker_groups.group_order(v.broker_name)
+        )
+
+    # ---------------------------------------------------------------- this group
+    def members(self) -> tuple[list[str], str]:
+        """Client endpoints of this group's serving members (leader first) and the leader's."""
+        own = f"{self.identity.host}:{self.identity.port}"
+        node = self.replication
+        if node is None:
+            return [own], own
+        found = routes.member_endpoints(node, definition_pb2.Endpoints())
+        members = [f"{a.host}:{a.port}" for a in found.addresses]
+        leader = node.leader()
+        return members, (f"{leader.host}:{leader.client_port}" if leader is not None else "")
+
+    def own_group(self, known_version: str) -> admin_pb2.BrokerGroup:
+        topics = {
+            c.topic_name: broker_groups.route_topic(c) for c in self.store.topic_configs.list()
+        }
+        version = broker_groups.topics_version(topics.values())
+        members, leader = self.members()
+        reply = broker_groups.group_pb(
+            self.name,
+            self.store.config.cluster_name,
+            members,
+            leader,
+            topics,
+            version,
+            include_topics=known_version != version,
+        )
+        reply.configured_endpoints.extend(self.configured())
+        return reply
+
+    def configured(self) -> list[str]:
+        """Client endpoints of every configured member of this group (up or not)."""
+        node = self.replication
+        if node is None:
+            return [f"{self.identity.host}:{self.identity.port}"]
+        return [f"{p.host}:{p.client_port}" for p in node.config.peers]
+
+    # ---------------------------------------------------------------- routes
+    def remote_queues(self, topic: str, namespace: str) -> list[definition_pb2.MessageQueue]:
+        return broker_groups.remote_message_queues(topic, self.poller.views.values(), namespace)
+
+    def route(
+        self, local: list[definition_pb2.MessageQueue], topic: str, namespace: str
+    ) -> list[definition_pb2.MessageQueue]:
+        """``local`` plus the other groups' queues of ``topic``, in cluster order."""
+        if not self.poller.views:
+            return local
+        return broker_groups.merged_route(self.name, local, self.remote_queues(topic, namespace))
+
+    def misdirected_queue(self, broker_name: str) -> ApiError | None:
+        """A request naming a queue of another group this member knows of."""
+        view = self._other(broker_name)
+        if view is None:
+            return None
+        return ApiError(
+            Code.BAD_REQUEST,
+            f"the queue belongs to broker group {broker_name!r} ({', '.join(view.members)}); "
+            f"this is {self.name!r}: send it there (query the route again)",
+        )
+
+    def misdirected_handles(self, handles: Sequence[str]) -> ApiError | None:
+        """A receipt handle of another group this member knows of."""
+        for text in handles:
+            try:
+                owner = receipts.parse(text).broker_name
+            except Exception:  # malformed: the Pop layer names the problem
+                continue
+            view = self._other(owner)
+            if view is not None:
+                return ApiError(
+                    Code.INVALID_RECEIPT_HANDLE,
+                    f"receipt handle belongs to broker group {owner!r} "
+                    f"({', '.join(view.members)}); this is {self.name!r}: send it there",
+                )
+        return None
+
+    def _other(self, broker_name: str) -> GroupView | None:
+        if not broker_name or broker_name == self.name:
+            return None
+        return self.poller.views.get(broker_name)
+
+    # ---------------------------------------------------------------- view
+    def cluster_view(self) -> admin_pb2.ClusterView:
+        own = self.own_group("")
+        states = [
+            admin_pb2.ClusterGroupState(
+                group=_without_topics(own), local=True, topic_count=len(own.topics)
+            )
+        ]
+        for view in self.others():
+            states.append(
+                admin_pb2.ClusterGroupState(
+                    group=admin_pb2.BrokerGroup(
+                        broker_name=view.broker_name,
+                        member_endpoints=list(view.members),
+                        leader_endpoint=view.leader,
+                        topics_version=view.topics_version,
+                    ),
+                    age_seconds=self.poller.age_s(view),
+                    last_error=view.last_error,
+                    topic_count=len(view.topics),
+                )
+            )
+        states.sort(key=lambda s: broker_groups.group_order(s.group.broker_name))
+        return admin_pb2.ClusterView(
+            groups=states,
+            seeds=list(self.poller.seeds),
+            poll_interval_seconds=self.poller.interval_s,
+        )
+
+    # ---------------------------------------------------------------- fan-out
+    async def fan_out(
+        self,
+        method: str,
+        local: Callable[[Any, Any], Any],
+        request: Any,
+        context: grpc.aio.ServicerContext,
+    ) -> Any:
+        """Apply an admin write here and at every other group (module docstring)."""
+        poller = self.poller
+        if _scoped(context) or not poller.seeds:
+            return await local(request, context)
+        if poller.unowned_seeds():  # a group not heard of yet: ask its seeds first
+            poller.wake()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(poller.wait_rounds(1), FANOUT_TIMEOUT_S)
+        listed = list(getattr(request, "broker_groups", ()))
+        known = {self.name, *self.poller.views}
+        if unknown := [g for g in listed if g not in known]:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"broker_groups names unknown groups {unknown}; the cluster has "
+                f"{sorted(known, key=broker_groups.group_order)}",
+            )
+        done_code = _ALREADY_DONE[method]
+        outcomes: list[Outcome] = []
+        if not listed or self.name in listed:
+            try:
+                outcomes.append(
+                    Outcome(
+                        self.name,
+                        grpc.StatusCode.OK,
+                        reply=await local(request, _LocalContext(context)),
+                    )
+                )
+            except _Aborted as exc:
+                if exc.code != done_code:
+                    await context.abort(exc.code, exc.details)  # not applied anywhere
+                outcomes.append(Outcome(self.name, exc.code, exc.details))
+        metadata = _forwarded(context)
+        remote = [v for v in self.others() if not listed or v.broker_name in listed]
+        outcomes += await asyncio.gather(
+            *(self._call_group(view, method, request, metadata) for view in remote)
+        )
+        if not listed:  # seeds that never answered: their group cannot be told
+            outcomes += [
+                Outcome(f"the group of seed {seed}", grpc.StatusCode.UNAVAILABLE, why)
+                for seed, why in poller.unowned_seeds().items()
+            ]
+        self.poller.wake()
+        code, details, reply = combine(method, outcomes, done_code)
+        if code != grpc.StatusCode.OK:
+            await context.abort(code, statuses.bounded(details))
+        return reply
+
+    async def _call_group(
+        self, view: GroupView, method: str, request: Any, metadata: list[tuple[str, str]]
+    ) -> Outcome:
+        """``method`` at one member of ``view``'s group: the leader first, then every other
+        member and seed of it; passes repeat while a member answers that it does not lead (an
+        election), until :data:`FANOUT_TIMEOUT_S`."""
+        deadline = time.monotonic() + FANOUT_TIMEOUT_S
+        tried: dict[str, str] = {}
+        electing = True
+        while electing:
+            electing = False
+            for endpoint in self.poller.candidates(view.broker_name):
+                stub = admin_pb2_grpc.AdminStub(self.poller.channel_to(endpoint))  # type: ignore[no-untyped-call]
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                try:
+                    reply = await getattr(stub, method)(
+                        request, metadata=metadata, timeout=remaining
+                    )
+                except grpc.RpcError as exc:
+                    code, details = exc.code(), str(exc.details() or "")
+                    leaderless = code == grpc.StatusCode.FAILED_PRECONDITION and "leader" in details
+                    if code in _TRY_NEXT or leaderless:
+                        tried[endpoint] = code.name
+                        electing = electing or leaderless
+                        continue
+                    return Outcome(view.broker_name, code, details)
+                return Outcome(view.broker_name, grpc.StatusCode.OK, reply=reply)
+            if not electing or time.monotonic() + _RETRY_PAUSE_S >= deadline:
+                break
+            await asyncio.sleep(_RETRY_PAUSE_S)
+        answers = "; ".join(f"{e}: {c}" for e, c in tried.items()) or "no member known"
+        return Outcome(
+            view.broker_name,
+            grpc.StatusCode.UNAVAILABLE,
+            f"no member took it within {FANOUT_TIMEOUT_S:.0f} s ({answers})",
+        )
+
+
+def combine(
+    method: str, outcomes: Sequence[Outcome], done_code: grpc.StatusCode | None
+) -> tuple[grpc.StatusCode, str, Any]:
+    """The answer to a fanned-out write from every group's outcome (pure; module docstring)."""
+    applied = [o for o in outcomes if o.code == grpc.StatusCode.OK]
+    already = [o for o in outcomes if done_code is not None and o.code == done_code]
+    failed = [o for o in outcomes if o not in applied and o not in already]
+    if not failed:
+        if applied:
+            return grpc.StatusCode.OK, "", applied[0].reply
+        first = already[0]
+        return first.code, first.details, None
+    if not applied and len({o.code for o in failed}) == 1 and not already:
+        return failed[0].code, f"{failed[0].group}: {failed[0].details}", None
+    parts = []
+    if applied:
+        parts.append("applied on " + ", ".join(o.group for o in applied))
+    if already:
+        parts.append("already so on " + ", ".join(o.group for o in already))
+    parts.append(
+        "NOT applied on " + "; ".join(f"{o.group} ({o.code.name}: {o.details})" for o in failed)
+    )
+    hint = "; run it again once those groups answer"
+    if done_code is not None:
+        hint += f" (groups that have it answer {done_code.name} and count as done)"
+    return failed[0].code, f"{method}: " + "; ".join(parts) + hint, None
+
+
+def _scoped(context: grpc.aio.ServicerContext) -> bool:
+    return any(
+        k == broker_groups.SCOPE_HEADER and v == broker_groups.SCOPE_GROUP
+        for k, v in context.invocation_metadata() or ()
+    )
+
+
+def _forwarded(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
+    found = [
+        (str(k), str(v)) for k, v in context.invocation_metadata() or () if k in _FORWARDED_HEADERS
+    ]
+    return [*found, (broker_groups.SCOPE_HEADER, broker_groups.SCOPE_GROUP)]
+
+
+def _without_topics(group: admin_pb2.BrokerGroup) -> admin_pb2.BrokerGroup:
+    copy = admin_pb2.BrokerGroup()
+    copy.CopyFrom(group)
+    del copy.topics[:]
+    copy.topics_included = False
+    return copy
+
+
+class ClusterAdminServicer:
+    """The Admin servicer of a member: ``inner`` for every RPC, the metadata writes fanned
+    out, and the three broker-group RPCs answered here."""
+
+    def __init__(self, inner: admin_pb2_grpc.AdminServicer, groups: BrokerGroups) -> None:
+        self._inner = inner
+        self.groups = groups
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self._inner, name)
+        if name not in _ALREADY_DONE:
+            return found
+
+        async def fanned(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            return await self.groups.fan_out(name, found, request, context)
+
+        return fanned
+
+    async def GetBrokerGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return self.groups.own_group(request.known_topics_version)
+
+    async def GetClusterView(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return self.groups.cluster_view()
+
+    async def SetClusterSeeds(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        poller = self.groups.poller
+        try:
+            poller.set_seeds(request.seeds)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        await asyncio.wait_for(poller.wait_rounds(1), poller.interval_s + 10 * poller.timeout_s)
+        return self.groups.cluster_view()

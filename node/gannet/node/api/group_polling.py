@@ -1,0 +1,240 @@
+"""Keeps this member's view of the other broker groups fresh: every :data:`POLL_INTERVAL_S` it
+asks one member of each group for ``GetBrokerGroup`` (the leader first, then the others, each
+call bounded by :data:`CALL_TIMEOUT_S`), and asks every seed endpoint not yet known to belong
+to a group which group it is.
+
+Staleness bound: while any member of a group answers, this member's view of that group (its
+members, leader and topic table) is at most ``POLL_INTERVAL_S + R × CALL_TIMEOUT_S`` old
+(2 s + 3 s for three replicas, against RocketMQ's 30 s route refresh); an admin write applied
+through :mod:`cluster_admin` also wakes the poller at once. The topic table travels only when
+its version changed. A group no member of which answers keeps its last view (its queues stay
+in routes; ``last_error`` says why it is stale) until the seeds change.
+
+Seeds come from ``--cluster-seeds`` and may be replaced at run time (``SetClusterSeeds``, the
+operator's call when it adds or drains a group): groups none of whose known members or seeds
+is among the new seeds are forgotten, the rest are kept and the poller runs at once.
+
+IO at the edge (gRPC channels, an asyncio task); the view itself is :mod:`broker_groups`.
+Started and stopped by :mod:`gannet.node.broker.serving`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+
+import grpc
+
+from gannet.node.api import broker_groups
+from gannet.node.api.broker_groups import GroupView
+from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL_S = 2.0
+CALL_TIMEOUT_S = 1.0
+SEEDS_MAX = 256
+"""Seed endpoints one member accepts (``--cluster-seeds``, ``SetClusterSeeds``)."""
+GROUPS_MAX = 128
+"""Other groups one member keeps a view of; more are ignored (and logged)."""
+_RECEIVE_BYTES_MAX = 64 * 1024 * 1024  # a topic table of many thousand topics
+
+
+def parse_seeds(text: str | Iterable[str]) -> tuple[str, ...]:
+    """``host:port`` endpoints (comma-separated text or a list), deduplicated in order;
+    raises ValueError naming a malformed one."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    seeds: list[str] = []
+    for item in (i.strip() for i in items):
+        if not item:
+            continue
+        host, sep, port = item.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"cluster seed {item!r} is not host:port")
+        if item not in seeds:
+            seeds.append(item)
+    if len(seeds) > SEEDS_MAX:
+        raise ValueError(f"{len(seeds)} cluster seeds; at most {SEEDS_MAX}")
+    return tuple(seeds)
+
+
+class GroupPoller:
+    """The other groups of the cluster, as seen from the group named ``local_name``."""
+
+    def __init__(
+        self,
+        local_name: str,
+        seeds: Iterable[str],
+        *,
+        interval_s: float = POLL_INTERVAL_S,
+        timeout_s: float = CALL_TIMEOUT_S,
+        clock_s: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.local_name = local_name
+        self.seeds = parse_seeds(seeds)
+        self.interval_s = interval_s
+        self.timeout_s = timeout_s
+        self._clock_s = clock_s
+        self.views: dict[str, GroupView] = {}
+        self._seed_errors: dict[str, str] = {}
+        self._seed_owner: dict[str, str] = {}
+        """Seed → the broker name it answered with (the local name for our own members)."""
+        self._channels: dict[str, grpc.aio.Channel] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self.polls_total = 0
+        self.rounds_total = 0
+        self._round_done = asyncio.Condition()
+
+    # ---------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        if self._task is None and self.seeds:
+            self._task = asyncio.create_task(self._run(), name="group-poller")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            await channel.close()
+
+    def wake(self) -> None:
+        """Poll now (after a metadata write, or new seeds)."""
+        self._wake.set()
+
+    async def wait_rounds(self, count: int = 1) -> None:
+        """Until ``count`` more poll rounds finished (tests; ``SetClusterSeeds``)."""
+        target = self.rounds_total + count
+        async with self._round_done:
+            await self._round_done.wait_for(lambda: self.rounds_total >= target)
+
+    def set_seeds(self, seeds: Iterable[str]) -> None:
+        """Replace the seeds (module docstring); raises ValueError on a malformed one."""
+        new = parse_seeds(seeds)
+        kept = set(new)
+        self.views = {
+            name: view
+            for name, view in self.views.items()
+            if kept & set(view.members) or any(self._seed_owner.get(s) == name for s in new)
+        }
+        self._seed_owner = {s: n for s, n in self._seed_owner.items() if s in kept}
+        self._seed_errors = {s: e for s, e in self._seed_errors.items() if s in kept}
+        self.seeds = new
+        if self._task is None:
+            self.start()
+        self.wake()
+
+    # ---------------------------------------------------------------- polling
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self.poll_once()
+            except Exception:  # a bug here must not stop the routes from refreshing
+                log.exception("polling the broker groups failed")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.interval_s)
+            self._wake.clear()
+
+    async def poll_once(self) -> None:
+        """One round: every known group, and every seed not known to belong to one."""
+        work = [self._poll_group(name) for name in list(self.views)]
+        work += [self._poll_seed(s) for s in self.seeds if s not in self._seed_owner]
+        await asyncio.gather(*work)
+        self._drop_idle_channels()
+        async with self._round_done:
+            self.rounds_total += 1
+            self._round_done.notify_all()
+
+    def candidates(self, name: str) -> list[str]:
+        """Every endpoint known of group ``name``: its leader, members, then seeds of it."""
+        view = self.views.get(name)
+        if view is None:
+            return []
+        ordered = [view.leader] if view.leader else []
+        ordered += list(view.members)
+        ordered += [s for s, owner in self._seed_owner.items() if owner == name]
+        return list(dict.fromkeys(e for e in ordered if e))
+
+    async def _poll_group(self, name: str) -> None:
+        errors = []
+        for endpoint in self.candidates(name):
+            view = self.views.get(name)
+            if view is None:
+                return  # forgotten meanwhile (new seeds)
+            try:
+                reply = await self._ask(endpoint, view.topics_version)
+            except grpc.RpcError as exc:
+                errors.append(f"{endpoint}: {exc.code().name}")
+                continue
+            if reply.broker_name != name:
+                errors.append(f"{endpoint}: now answers as group {reply.broker_name!r}")
+                self._learn(endpoint, reply)
+                continue
+            self._learn(endpoint, reply)
+            return
+        view = self.views.get(name)
+        if view is not None:
+            view.last_error = "; ".join(errors) or "no member known"
+
+    async def _poll_seed(self, seed: str) -> None:
+        try:
+            reply = await self._ask(seed, "")
+        except grpc.RpcError as exc:
+            self._seed_errors[seed] = exc.code().name
+            return
+        self._seed_errors.pop(seed, None)
+        self._learn(seed, reply)
+
+    def _learn(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> None:
+        name = reply.broker_name
+        for member in {endpoint, *reply.configured_endpoints} & set(self.seeds):
+            self._seed_owner[member] = name  # a member down now still belongs to its group
+        if name == self.local_name or not name:
+            return
+        if name not in self.views and len(self.views) >= GROUPS_MAX:
+            log.warning("ignoring broker group %r: %d groups known already", name, GROUPS_MAX)
+            return
+        self.views[name] = broker_groups.apply_answer(self.views.get(name), reply, self._clock_s())
+
+    async def _ask(self, endpoint: str, known_version: str) -> admin_pb2.BrokerGroup:
+        self.polls_total += 1
+        stub = admin_pb2_grpc.AdminStub(self._channel(endpoint))  # type: ignore[no-untyped-call]
+        request = admin_pb2.GetBrokerGroupRequest(known_topics_version=known_version)
+        reply: admin_pb2.BrokerGroup = await stub.GetBrokerGroup(request, timeout=self.timeout_s)
+        return reply
+
+    def _channel(self, endpoint: str) -> grpc.aio.Channel:
+        channel = self._channels.get(endpoint)
+        if channel is None:
+            channel = grpc.aio.insecure_channel(
+                endpoint, options=[("grpc.max_receive_message_length", _RECEIVE_BYTES_MAX)]
+            )
+            self._channels[endpoint] = channel
+        return channel
+
+    def _drop_idle_channels(self) -> None:
+        used = set(self.seeds)
+        for view in self.views.values():
+            used.update(view.members)
+            used.add(view.leader)
+        for endpoint in [e for e in self._channels if e not in used]:
+            channel = self._channels.pop(endpoint)
+            asyncio.get_running_loop().create_task(channel.close())
+
+    # ---------------------------------------------------------------- reading
+    def age_s(self, view: GroupView) -> float:
+        return max(0.0, self._clock_s() - view.heard_at_s)
+
+    def unowned_seeds(self) -> dict[str, str]:
+        """Seeds that never answered (their group is unknown) and why (empty: not asked yet)."""
+        return {s: self._seed_errors.get(s, "") for s in self.seeds if s not in self._seed_owner}
+
+    def channel_to(self, endpoint: str) -> grpc.aio.Channel:
+        """A channel to a member of another group (admin fan-out reuses the poll channels)."""
+        return self._channel(endpoint)
