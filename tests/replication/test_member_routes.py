@@ -100,3 +100,22 @@ def test_a_client_that_cannot_dial_a_list_gets_one_address() -> None:
     assert not routes.dials_address_lists((("x-mq-language", "HTTP"),))
     assert not routes.dials_address_lists((("x-mq-client-id", "c"),))
     assert not routes.dials_address_lists(None)
+
+
+def _queue(broker: str, *ports: int) -> definition_pb2.MessageQueue:
+    queue = definition_pb2.MessageQueue(id=0)
+    queue.broker.name = broker
+    queue.broker.endpoints.scheme = definition_pb2.IPv4
+    for port in ports:
+        queue.broker.endpoints.addresses.add(host="127.0.0.1", port=port)
+    return queue
+
+
+def test_other_groups_queues_are_cut_to_their_first_address_for_a_single_address_client() -> None:
+    remote = [_queue("broker-1", 8101, 8102, 8103), _queue("broker-0", 8081)]
+    node_js = [("x-mq-language", "HTTP")]
+    cut = routes.dialable(remote, node_js)
+    assert [[a.port for a in q.broker.endpoints.addresses] for q in cut] == [[8101], [8081]]
+    assert len(remote[0].broker.endpoints.addresses) == 3  # the cached view is untouched
+    python = [("x-mq-language", "PYTHON")]
+    assert routes.dialable(remote, python) is remote

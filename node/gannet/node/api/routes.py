@@ -112,6 +112,26 @@ def dials_address_lists(metadata: Iterable[tuple[str, str]] | None) -> bool:
     return False
 
 
+def dialable(
+    queues: list[definition_pb2.MessageQueue], metadata: Iterable[tuple[str, str]] | None
+) -> list[definition_pb2.MessageQueue]:
+    """``queues`` as the client whose call carried ``metadata`` can dial them: unchanged for a
+    client that dials address lists, else each queue's endpoints cut to their first address
+    (the leader's, in another group's view) on copies, never on the cached views."""
+    if dials_address_lists(metadata):
+        return queues
+    out = []
+    for queue in queues:
+        if len(queue.broker.endpoints.addresses) <= 1:
+            out.append(queue)
+            continue
+        copy = definition_pb2.MessageQueue()
+        copy.CopyFrom(queue)
+        del copy.broker.endpoints.addresses[1:]
+        out.append(copy)
+    return out
+
+
 def member_endpoints(
     replication: ReplicationNode,
     requested: definition_pb2.Endpoints,
