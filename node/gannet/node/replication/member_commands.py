@@ -96,10 +96,13 @@ def _failed(endpoint: str, exc: grpc.RpcError) -> None:
 
 
 def members_document(reply: Any) -> dict[str, Any]:
+    """``ListMembersResponse`` or ``MemberChangeResponse`` as plain data (``-o json|yaml``)."""
+    head: dict[str, Any] = {}
+    if isinstance(reply, admin_pb2.ListMembersResponse):
+        head = {"leader_id": reply.leader_id, "change_in_flight": reply.change_in_flight}
     return {
-        "leader_id": reply.leader_id,
+        **head,
         "config_offset": reply.config_offset,
-        "change_in_flight": getattr(reply, "change_in_flight", False),
         "members": [
             {
                 "node_id": m.node_id,
@@ -214,8 +217,5 @@ def member_remove(node_id: int, timeout_s: int, endpoint: str | None) -> None:
 
 
 def _print_change(reply: Any, done: str) -> None:
-    document = members_document(reply)
-    document.pop("leader_id")
-    document.pop("change_in_flight")
-    output.emit(document, members_table(reply), done)
+    output.emit(members_document(reply), members_table(reply), done)
     sys.stdout.flush()
