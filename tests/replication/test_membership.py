@@ -6,12 +6,15 @@ throughout and every acknowledged message is on every remaining member."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
+from click.testing import CliRunner
 
+from gannet.node import cli
 from gannet.node.api.gen import admin_pb2
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
@@ -162,3 +165,25 @@ def test_refusals_say_why_and_what_to_do(growing: GrowingCluster) -> None:
     assert "remove" in (invalid.value.details() or "")
     gone = admin_pb2.RemoveMemberRequest(node_id="9")  # not a member: nothing to do
     growing.admin(leader, lambda s: s.RemoveMember(gone, timeout=30))
+    # The CLI: asked of a follower, it follows the leader; refusals exit 5 with the reason.
+    runner = CliRunner()
+    listed = runner.invoke(
+        cli.main,
+        ["cluster", "member", "list", "-o", "json", "--endpoint", growing.endpoint(others[1])],
+    )
+    assert listed.exit_code == 0, listed.output
+    document = json.loads(listed.stdout)
+    assert document["leader_id"] == str(leader)
+    assert sorted(m["node_id"] for m in document["members"]) == ["1", "2", "3"]
+    reachable = {m["node_id"]: m["reachable"] for m in document["members"]}
+    assert reachable[str(others[0])] is False
+    refused_cli = runner.invoke(
+        cli.main,
+        ["cluster", "member", "remove", str(others[1]), "--endpoint", growing.endpoint(leader)],
+    )
+    assert refused_cli.exit_code == 5, refused_cli.output
+    assert "voters reachable" in refused_cli.output
+    bad_cli = runner.invoke(
+        cli.main, ["cluster", "member", "add", "4=nohost", "--endpoint", growing.endpoint(leader)]
+    )
+    assert bad_cli.exit_code == 2, bad_cli.output
