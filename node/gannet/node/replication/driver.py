@@ -819,7 +819,8 @@ class ReplicationNode:
         core = self._core()
         self.check_leader()
         if target is None:
-            rows = core.status().progress
+            voters = core.members.current.voters
+            rows = tuple(row for row in core.status().progress if row[0] in voters)
             if not rows:
                 return self.config.node_id  # a group of one: nothing to hand over
             target = max(rows, key=lambda row: row[3])[0]
