@@ -38,6 +38,8 @@ from gannet.node.replication.config import PeerSpec
 
 CAPACITY = 7
 CLI_TIMEOUT_S = 120.0
+START_TIMEOUT_S = 120.0
+"""Three Python processes start in seconds; far longer on a machine shared with builds."""
 
 
 @dataclass
@@ -165,7 +167,7 @@ def run(root: Path, *, full: bool) -> Result:
     load = None
     try:
         group.start()
-        group.leader(among=group.members)
+        group.leader(among=group.members, timeout_s=START_TIMEOUT_S)
         topic = "Membership"
         group.create_topic(topic)
         load = Load(group, topic)
