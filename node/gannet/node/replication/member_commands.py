@@ -138,10 +138,15 @@ def member() -> None:
 @api_commands.endpoint_option
 def member_list(endpoint: str) -> None:
     """Every member: addresses, voter or learner, and the leader's match, lag, reachability."""
-    reply = call_leader(
-        endpoint,
-        lambda stub: stub.ListMembers(admin_pb2.ListMembersRequest(), timeout=LIST_TIMEOUT_S),
-    )
+
+    def ask(stub: admin_pb2_grpc.AdminStub) -> Any:
+        return stub.ListMembers(admin_pb2.ListMembersRequest(), timeout=LIST_TIMEOUT_S)
+
+    reply = call_leader(endpoint, ask)
+    leader = next((m for m in reply.members if m.leader), None)
+    if leader is not None and leader.client_endpoint != endpoint:
+        # a follower does not know match, lag and reachability: the leader does
+        reply = call_leader(leader.client_endpoint, ask)
     renderables: list[Any] = [members_table(reply)]
     if reply.change_in_flight:
         renderables.append("[yellow]a membership change is in flight[/]")
