@@ -101,6 +101,15 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     async def TransferLeadership(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return await self._raft().transfer_leadership(request, context)
 
+    async def ListMembers(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return await self._raft().list_members(request, context)
+
+    async def AddMember(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return await self._raft().add_member(request, context)
+
+    async def RemoveMember(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return await self._raft().remove_member(request, context)
+
     # ------------------------------------------------------------------ topics
     def _topic(self, name: str) -> TopicConfig:
         config = self.store.topic_configs.get(name)

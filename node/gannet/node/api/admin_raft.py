@@ -159,6 +159,21 @@ class RaftAdmin:
         term = node.core.term if node.core is not None else 0
         return admin_pb2.TransferLeadershipResponse(leader_id=str(leader), term=term)
 
+    async def list_members(
+        self, request: admin_pb2.ListMembersRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.ListMembersResponse:
+        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "ListMembers is not implemented yet")
+
+    async def add_member(
+        self, request: admin_pb2.AddMemberRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.MemberChangeResponse:
+        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "AddMember is not implemented yet")
+
+    async def remove_member(
+        self, request: admin_pb2.RemoveMemberRequest, context: grpc.aio.ServicerContext
+    ) -> admin_pb2.MemberChangeResponse:
+        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "RemoveMember is not implemented yet")
+
 
 async def _abort(
     context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str

@@ -521,3 +521,69 @@ class TransferLeadershipResponse(_message.Message):
     leader_id: str
     term: int
     def __init__(self, leader_id: _Optional[str] = ..., term: _Optional[int] = ...) -> None: ...
+
+class Member(_message.Message):
+    __slots__ = ("node_id", "peer_endpoint", "client_endpoint", "voter", "match_offset", "lag_bytes", "reachable", "leader")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    VOTER_FIELD_NUMBER: _ClassVar[int]
+    MATCH_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LAG_BYTES_FIELD_NUMBER: _ClassVar[int]
+    REACHABLE_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    peer_endpoint: str
+    client_endpoint: str
+    voter: bool
+    match_offset: int
+    lag_bytes: int
+    reachable: bool
+    leader: bool
+    def __init__(self, node_id: _Optional[str] = ..., peer_endpoint: _Optional[str] = ..., client_endpoint: _Optional[str] = ..., voter: bool = ..., match_offset: _Optional[int] = ..., lag_bytes: _Optional[int] = ..., reachable: bool = ..., leader: bool = ...) -> None: ...
+
+class ListMembersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListMembersResponse(_message.Message):
+    __slots__ = ("members", "config_offset", "change_in_flight", "leader_id")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    CHANGE_IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_ID_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    config_offset: int
+    change_in_flight: bool
+    leader_id: str
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., config_offset: _Optional[int] = ..., change_in_flight: bool = ..., leader_id: _Optional[str] = ...) -> None: ...
+
+class AddMemberRequest(_message.Message):
+    __slots__ = ("node_id", "peer_endpoint", "client_endpoint", "learner_only", "timeout_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    PEER_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    CLIENT_ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    LEARNER_ONLY_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    peer_endpoint: str
+    client_endpoint: str
+    learner_only: bool
+    timeout_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., peer_endpoint: _Optional[str] = ..., client_endpoint: _Optional[str] = ..., learner_only: bool = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class RemoveMemberRequest(_message.Message):
+    __slots__ = ("node_id", "timeout_ms")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    timeout_ms: int
+    def __init__(self, node_id: _Optional[str] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+
+class MemberChangeResponse(_message.Message):
+    __slots__ = ("members", "config_offset")
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    members: _containers.RepeatedCompositeFieldContainer[Member]
+    config_offset: int
+    def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., config_offset: _Optional[int] = ...) -> None: ...

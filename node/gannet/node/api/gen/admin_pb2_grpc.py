@@ -124,6 +124,21 @@ class AdminStub(object):
                 request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
                 response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
                 _registered_method=True)
+        self.ListMembers = channel.unary_unary(
+                '/gannet.admin.v1.Admin/ListMembers',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ListMembersRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ListMembersResponse.FromString,
+                _registered_method=True)
+        self.AddMember = channel.unary_unary(
+                '/gannet.admin.v1.Admin/AddMember',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.AddMemberRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
+                _registered_method=True)
+        self.RemoveMember = channel.unary_unary(
+                '/gannet.admin.v1.Admin/RemoveMember',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.RemoveMemberRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -237,6 +252,24 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListMembers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RemoveMember(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -329,6 +362,21 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.TransferLeadership,
                     request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.FromString,
                     response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.SerializeToString,
+            ),
+            'ListMembers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListMembers,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ListMembersRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.ListMembersResponse.SerializeToString,
+            ),
+            'AddMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddMember,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.AddMemberRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.SerializeToString,
+            ),
+            'RemoveMember': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveMember,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.RemoveMemberRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -817,6 +865,87 @@ class Admin(object):
             '/gannet.admin.v1.Admin/TransferLeadership',
             gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipRequest.SerializeToString,
             gannet_dot_admin_dot_v1_dot_admin__pb2.TransferLeadershipResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListMembers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/ListMembers',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.ListMembersRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.ListMembersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/AddMember',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.AddMemberRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveMember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/RemoveMember',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.RemoveMemberRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
             options,
             channel_credentials,
             insecure,
