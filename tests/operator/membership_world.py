@@ -99,9 +99,7 @@ class World:
             raise Unsafe(f"{step} with learners {learners}")
 
     def _check_majority(self, voters_after: list[str]) -> None:
-        reachable = sum(
-            1 for n in voters_after if n == self.leader or self.members[n].reachable
-        )
+        reachable = sum(1 for n in voters_after if n == self.leader or self.members[n].reachable)
         if voters_after and reachable < mp.majority(len(voters_after)):
             raise Unsafe(f"{reachable} of {len(voters_after)} voters reachable after the change")
 

@@ -205,9 +205,7 @@ class Brokers:
             signer = auth.SigningInterceptor(security.access_key, security.secret_key)
             metadata = signer.metadata()
         try:
-            return await method(
-                request, timeout=timeout_s or self.timeout_s, metadata=metadata
-            )
+            return await method(request, timeout=timeout_s or self.timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             where = f"{name} on {endpoint}"
@@ -394,7 +392,11 @@ class Brokers:
             for p in answer.peers
         )
         return RaftView(
-            leader_id=answer.leader_id, term=answer.term, peers=peers, node_id=answer.node_id
+            leader_id=answer.leader_id,
+            term=answer.term,
+            peers=peers,
+            node_id=answer.node_id,
+            leader_client_endpoint=answer.leader_client_endpoint,
         )
 
     async def transfer_leadership(self, endpoint: str, *, target: str = "") -> str:
@@ -406,7 +408,6 @@ class Brokers:
             ),
         )
         return str(answer.leader_id)
-
 
     # ------------------------------------------------------------------ membership
     async def list_members(self, endpoint: str) -> Group:

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from gannet.operator import cluster_planning, manifests, resources, specs
+from gannet.operator import manifests, members, resources, specs
 from gannet.operator.brokers import BrokerError, Brokers, Security, Unauthorized
 from gannet.operator.kube import Kube, KubeError
 from gannet.operator.metrics import OperatorMetrics
@@ -185,5 +185,9 @@ async def admin_endpoint(
         view = await ctx.brokers.raft_status(client)
     except BrokerError:
         return client
-    ordinal = cluster_planning.node_ordinal(view.leader_id)
+    # Node ids are not pod ordinals once a member was replaced: the leader's advertised client
+    # address names its pod; without one (older brokers), the first members' rule (id - 1).
+    ordinal = members.ordinal_of_endpoint(cluster, view.leader_client_endpoint)
+    if ordinal < 0 and not view.leader_client_endpoint:
+        ordinal = members.ordinal_of(None, view.leader_id)
     return ctx.endpoints.pod(namespace, cluster, ordinal) if ordinal >= 0 else client

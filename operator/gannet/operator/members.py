@@ -13,7 +13,7 @@ is shared by all pods, so the per-pod part of the command line lives here:
   ``--node-id 4 --data-dir /var/lib/gannet/node-4 --join`` or, for the first members of a
   brand-new group, ``--node-id 1 --data-dir /var/lib/gannet/node-1 --peers 1=...,2=...,3=...``.
 
-The container's entrypoint (:data:`~gannet.operator.manifests.BROKER_COMMAND`) waits until its key exists and then runs
+The entrypoint (:data:`~gannet.operator.manifests.BROKER_COMMAND`) waits for its key, then runs
 ``gannet broker run $(cat /etc/gannet/members/$POD_NAME) <common arguments>``. The operator
 writes a pod's key before it raises the StatefulSet's replicas (and before it deletes a pod
 whose node id changed), so a pod always starts with the id the roster gives it. A running pod
@@ -151,3 +151,10 @@ def ordinal_of(roster: Roster | None, node_id: str) -> int:
 def pod_of_node(cluster: str, roster: Roster | None, node_id: str) -> str:
     ordinal = ordinal_of(roster, node_id)
     return manifests.pod_name(cluster, ordinal) if ordinal >= 0 else f"node {node_id}"
+
+
+def ordinal_of_endpoint(cluster: str, endpoint: str) -> int:
+    """The pod ordinal of an advertised ``<cluster>-<i>.<cluster>-peers...:port``; -1 if not."""
+    host = endpoint.rpartition(":")[0] or endpoint
+    prefix, _, tail = host.split(".")[0].rpartition("-")
+    return int(tail) if prefix == cluster and tail.isdigit() else -1

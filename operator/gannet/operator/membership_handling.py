@@ -79,8 +79,8 @@ async def _pods(
     pods = await ctx.kube.list("v1", "Pod", namespace, labels=labels)
     claims: dict[str, Mapping[str, Any]] = {}
     if spec.storage.type != "ephemeral":
-        for claim in await ctx.kube.list("v1", "PersistentVolumeClaim", namespace, labels=labels):
-            claims[str((claim.get("metadata") or {}).get("name"))] = claim
+        listed = await ctx.kube.list("v1", "PersistentVolumeClaim", namespace, labels=labels)
+        claims = {str((c.get("metadata") or {}).get("name")): c for c in listed}
     found = []
     for pod in pods:
         meta = pod.get("metadata") or {}
@@ -127,7 +127,9 @@ async def _leader_endpoint(
     if not view.leader_id:
         return None
     ordinal = members.ordinal_of(roster, view.leader_id)
-    return view.leader_id, (ctx.endpoints.pod(namespace, cluster, ordinal) if ordinal >= 0 else client)
+    return view.leader_id, (
+        ctx.endpoints.pod(namespace, cluster, ordinal) if ordinal >= 0 else client
+    )
 
 
 def _members_status(
@@ -246,7 +248,9 @@ async def _carry_out(
             claim = _claim_name(cluster, step.record.ordinal)
             await ctx.kube.delete("v1", "PersistentVolumeClaim", namespace, claim)
     elif isinstance(step, mp.RestartPod):
-        await ctx.kube.delete("v1", "Pod", namespace, manifests.pod_name(cluster, step.record.ordinal))
+        await ctx.kube.delete(
+            "v1", "Pod", namespace, manifests.pod_name(cluster, step.record.ordinal)
+        )
     return updated
 
 
@@ -315,4 +319,3 @@ async def advance(
 
 def leader_pod(name: str, roster: mp.Roster | None, leader_id: str) -> str:
     return members.pod_of_node(name, roster, leader_id)
-

@@ -413,8 +413,8 @@ def with_volumes(roster: Roster, pods: Sequence[PodState]) -> Roster:
     """Records whose volume is not known yet take the one their pod runs on now."""
     by_ordinal = {p.ordinal: p for p in pods}
     records = []
-    for record in roster.records:
-        pod = by_ordinal.get(record.ordinal)
+    for found in roster.records:
+        record, pod = found, by_ordinal.get(found.ordinal)
         if (
             not record.volume
             and not record.leaving
