@@ -126,9 +126,7 @@ def test_the_size_changes_no_pod_argument_and_the_budget_keeps_a_majority(replic
     assert {"name": "members", "mountPath": "/etc/gannet/members", "readOnly": True} in container[
         "volumeMounts"
     ]
-    assert {"name": "members", "configMap": {"name": "main-members"}} in template["spec"][
-        "volumes"
-    ]
+    assert {"name": "members", "configMap": {"name": "main-members"}} in template["spec"]["volumes"]
     assert "GANNET_PEERS" not in by_kind(objects, "ConfigMap")["data"]
     budget = by_kind(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"]
     assert budget >= 1

@@ -22,7 +22,7 @@ from tests.operator import fake_admin, statefulsets
 from tests.operator.conftest import NAMESPACE, Env, operator_env
 
 pytestmark = [
-    pytest.mark.timeout(90),
+    pytest.mark.timeout(240),  # upper bounds for a loaded 2-core machine
     pytest.mark.filterwarnings("ignore:read_binary is deprecated:DeprecationWarning"),
 ]
 
@@ -74,6 +74,7 @@ def test_scale_3_to_5_to_3_goes_through_the_membership_calls_in_order() -> None:
                 operator_env(endpoint, refresh_interval_s=0.2) as env,
                 statefulsets.playing(env, "main"),
             ):
+                env.wait_timeout_s = 90.0
                 await env.apply("GannetCluster", "main", {"replicas": 3})
                 cluster = await env.wait_for("GannetCluster", "main", settled(1, 3))
                 assert cluster is not None
@@ -144,6 +145,7 @@ def test_a_scale_down_refused_for_a_lagging_member_is_a_condition() -> None:
                 operator_env(endpoint, refresh_interval_s=0.2) as env,
                 statefulsets.playing(env, "main"),
             ):
+                env.wait_timeout_s = 90.0
                 await env.apply("GannetCluster", "main", {"replicas": 3})
                 await env.wait_for(
                     "GannetCluster",
@@ -210,6 +212,7 @@ def test_a_member_whose_volume_was_lost_rejoins_under_a_new_id() -> None:
                 operator_env(endpoint, refresh_interval_s=0.2) as env,
                 statefulsets.playing(env, "main"),
             ):
+                env.wait_timeout_s = 90.0
                 spec = {"replicas": 3, "storage": {"type": "ephemeral"}}
                 await env.apply("GannetCluster", "main", spec)
                 await env.wait_for("GannetCluster", "main", settled(1, 3))
