@@ -136,3 +136,9 @@ kube-tools: $(STAMP)
 ## under its ServiceAccount token, the examples applied with kubectl, brokers as local processes
 e2e-kube: kube-tools
 	$(BIN)/pytest -q e2e/kube $(PYTEST_ARGS)
+
+## sim-membership: 10,000 seeded simulations of membership changes under faults (~1 CPU-hour)
+.PHONY: sim-membership
+sim-membership: $(STAMP)
+	GANNET_MEMBERSHIP_SIM_SEEDS=10000 GANNET_MEMBERSHIP_SIM_EVENTS=400 \
+		$(BIN)/pytest -q tests/raft/test_membership_simulation.py -k under_faults $(PYTEST_ARGS)

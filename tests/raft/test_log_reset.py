@@ -11,6 +11,7 @@ from __future__ import annotations
 from gannet.node.raft.config import Config, InitialState
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.epochs import Epoch, EpochLog
+from gannet.node.raft.membership import Membership, MembershipEntry
 from gannet.node.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -87,7 +88,16 @@ def test_an_empty_follower_is_reset_to_the_leaders_log_start_then_streamed() -> 
     assert resets == [LogReset(ByteOffset(512), Term(1))]
     reset_messages = [m for m in seen if isinstance(m, ResetLogStart)]
     assert reset_messages == [
-        ResetLogStart(N1, N2, Term(2), ByteOffset(512), Term(1), ByteOffset(0))
+        ResetLogStart(
+            N1,
+            N2,
+            Term(2),
+            ByteOffset(512),
+            Term(1),
+            ByteOffset(0),
+            # the configuration in force at the start travels with the reset
+            MembershipEntry(ByteOffset(0), ByteOffset(0), Membership(frozenset({N1, N2, N3}))),
+        )
     ]
     appends = [m for m in seen if isinstance(m, AppendEntries) and m.end_offset > m.prev_offset]
     assert appends
@@ -256,3 +266,8 @@ def test_reset_log_start_round_trips_on_the_peer_wire() -> None:
     wire = peer_wire.to_proto(message, "g")
     assert wire.WhichOneof("body") == "reset_log_start"
     assert peer_wire.from_proto(wire) == message
+    entry = MembershipEntry(
+        ByteOffset(100), ByteOffset(180), Membership(frozenset({N1, N2}), frozenset({N3}), b"{}")
+    )
+    with_config = ResetLogStart(N1, N2, Term(4), ByteOffset(200), Term(3), ByteOffset(200), entry)
+    assert peer_wire.from_proto(peer_wire.to_proto(with_config, "g")) == with_config

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from gannet.node.raft.epochs import Epoch
 from gannet.node.raft.invariants import invariant
+from gannet.node.raft.membership import MembershipEntry
 from gannet.node.raft.messages import NO_NODE, ZERO_OFFSET, ZERO_TERM, ByteOffset, NodeId, Term
 from gannet.node.raft.ready import HardState, Role
 
@@ -27,14 +28,21 @@ RecordEnd = Callable[[ByteOffset, ByteOffset], ByteOffset]
 the local log, or the end of the record that starts at ``start`` if it alone exceeds ``cap``.
 Lets the leader cut ``AppendEntries`` at record boundaries without holding the records."""
 
+MembershipsIn = Callable[[ByteOffset, bytes], tuple[MembershipEntry, ...]]
+"""``memberships_in(start, payload)``: the configuration records among the whole records of
+``payload`` (written at ``start``), decoded; a follower calls it on what it appends."""
+
 
 @dataclass(frozen=True, slots=True)
 class Config:
     node_id: NodeId
     voters: tuple[NodeId, ...]
+    """The bootstrap configuration (before the first configuration entry of the log); empty
+    for a node that joins an existing group (it waits to be added)."""
     random_ticks: RandomTicks
     noop_payload: NoopPayload
     record_end: RecordEnd | None = None
+    memberships_in: MembershipsIn | None = None
     election_timeout_ticks: int = 10
     heartbeat_interval_ticks: int = 1
     append_bytes_max: int = 1 << 20
@@ -45,7 +53,6 @@ class Config:
     check_quorum: bool = True
 
     def __post_init__(self) -> None:
-        invariant(self.node_id in self.voters, "a node must be one of the voters")
         invariant(len(set(self.voters)) == len(self.voters), "duplicate voter")
         invariant(NO_NODE not in self.voters, "node id 0 is reserved")
         invariant(self.heartbeat_interval_ticks >= 1, "heartbeat every tick at most")
@@ -67,6 +74,8 @@ class InitialState:
     committed_offset: ByteOffset = ZERO_OFFSET
     start_offset: ByteOffset = ZERO_OFFSET
     start_term: Term = ZERO_TERM
+    memberships: tuple[MembershipEntry, ...] = ()
+    """The persisted configuration entries (``Ready.memberships``); empty: the bootstrap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,3 +92,6 @@ class Status:
     durable_offset: ByteOffset
     committed_offset: ByteOffset
     progress: tuple[tuple[NodeId, str, ByteOffset, ByteOffset, ByteOffset], ...]
+    membership: MembershipEntry | None = None
+    """The configuration entry in force (the latest in the log)."""
+    membership_committed: bool = True

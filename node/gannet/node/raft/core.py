@@ -42,6 +42,12 @@ from gannet.node.raft import quorum
 from gannet.node.raft.config import Config, InitialState, Status
 from gannet.node.raft.epochs import EpochLog
 from gannet.node.raft.invariants import invariant
+from gannet.node.raft.membership import (
+    Membership,
+    MembershipEntry,
+    MembershipLog,
+    change_refusal,
+)
 from gannet.node.raft.messages import (
     NO_NODE,
     AppendEntries,
@@ -81,7 +87,12 @@ class RaftCore:
         state = initial or InitialState()
         self.config = config
         self.id = config.node_id
-        self.others = tuple(v for v in config.voters if v != config.node_id)
+        self.members = (
+            MembershipLog(state.memberships)
+            if state.memberships
+            else MembershipLog.bootstrap(config.voters)
+        )
+        self.members.truncate(state.last_offset)  # entries a crash cut off the log end
         self.term = state.hard_state.term
         self.vote = state.hard_state.vote
         self.role = Role.FOLLOWER
@@ -115,7 +126,31 @@ class RaftCore:
         self._persisted_hard_state = HardState(self.term, self.vote)
         self._reported_committed = self.committed_offset
         self._reported_soft = self._soft_state()
+        self._reported_memberships = self.members.entries()
         self._outstanding: Ready | None = None
+
+    @property
+    def others(self) -> tuple[NodeId, ...]:
+        """Every other member (voters and learners) of the configuration in force."""
+        return tuple(sorted(n for n in self.members.current.members() if n != self.id))
+
+    def is_voter(self) -> bool:
+        """Whether this node votes in its latest configuration."""
+        return self.members.current.is_voter(self.id)
+
+    def may_campaign(self) -> bool:
+        """A voter of its latest configuration campaigns; so does a node that an entry not
+        known to be committed removed from the voters (it may hold entries the remaining voters
+        lack, and be needed to commit its own removal), though its own vote does not count
+        (Ongaro's dissertation §4.2.2). A joining node or a learner never campaigns."""
+        if self.is_voter():
+            return True
+        entries = self.members.entries()
+        return (
+            len(entries) >= 2
+            and entries[-1].end_offset > self.committed_offset
+            and entries[-2].membership.is_voter(self.id)
+        )
 
     # ----------------------------------------------------------------- inputs
 
@@ -127,12 +162,15 @@ class RaftCore:
         else:
             self._election_elapsed_ticks += 1
             if self._election_elapsed_ticks >= self._election_timeout_ticks:
-                self.campaign()
+                if self.may_campaign():
+                    self.campaign()
+                else:
+                    self._reset_election_timer()
 
     def campaign(self) -> None:
         """Start an election now (as if the election timer fired)."""
         self._check_no_outstanding()
-        if self.role is Role.LEADER:
+        if self.role is Role.LEADER or not self.may_campaign():
             return
         if self.config.pre_vote:
             self._start_pre_vote()
@@ -161,14 +199,42 @@ class RaftCore:
         self._append(AppendRange(start, end, self.term, payload))
         return Proposed(start, end, self.term)
 
+    def propose_membership(
+        self, payload: bytes, membership: Membership
+    ) -> Proposed | NotLeader | Busy:
+        """Append the configuration record ``payload`` that makes ``membership`` the group's
+        configuration; it is in force at once (see ``membership.py`` for the rules). Busy when
+        a change is in flight, this leader has not committed an entry of its own term yet, or
+        ``membership`` changes more than one voter."""
+        self._check_no_outstanding()
+        invariant(len(payload) > 0, "empty proposal")
+        if self.role is not Role.LEADER:
+            return NotLeader(self.leader_id)
+        if self._transferee != NO_NODE:
+            return Busy("leadership transfer in progress")
+        if self.log.term_at(self.committed_offset) != self.term:
+            return Busy("the new leader has not committed an entry of its term yet; retry")
+        latest = self.members.latest()
+        if latest.end_offset > self.committed_offset:
+            return Busy("another membership change is in flight (its entry is not committed)")
+        refusal = change_refusal(latest.membership, membership)
+        if refusal is not None:
+            return Busy(refusal)
+        start = self.log.last_offset
+        end = ByteOffset(start + len(payload))
+        self._append(AppendRange(start, end, self.term, payload))
+        self.members.append(MembershipEntry(start, end, membership))
+        self._sync_progress()
+        return Proposed(start, end, self.term)
+
     def transfer_leadership(self, target: NodeId) -> TransferStarted | NotLeader | Busy:
         """Hand leadership to ``target``: writes are fenced (``Busy``) until it campaigns or
         an election timeout passes; ``TimeoutNow`` goes out once ``target`` has our log."""
         self._check_no_outstanding()
         if self.role is not Role.LEADER:
             return NotLeader(self.leader_id)
-        if target not in self._progress:
-            return Busy(f"node {target} is not a follower of this group")
+        if target not in self._progress or not self.members.current.is_voter(target):
+            return Busy(f"node {target} is not a voting follower of this group")
         self._transferee = target
         self._transfer_elapsed_ticks = 0
         self._timeout_now_sent = False
@@ -201,6 +267,7 @@ class RaftCore:
         if start <= self.log.start_offset:
             return
         self.log.compact(start)
+        self.members.compact(start)
         for node, pr in self._progress.items():
             if pr.next_offset < start:
                 pr.become_probe(start)
@@ -211,7 +278,7 @@ class RaftCore:
         """Take one message from a peer (any order, duplicates and stale terms allowed)."""
         self._check_no_outstanding()
         invariant(message.target == self.id, f"message for {message.target} given to {self.id}")
-        if message.sender not in self.config.voters or message.sender == self.id:
+        if message.sender == self.id or message.sender <= NO_NODE:
             return
         if message.term > self.term:
             if not self._accept_higher_term(message):
@@ -247,6 +314,8 @@ class RaftCore:
             self._reported_soft = ready.soft_state
         if ready.truncate_to is not None:
             self._truncate_to = None
+        if ready.memberships is not None:
+            self._reported_memberships = ready.memberships
         if ready.log_reset is not None and ready.log_reset == self._log_reset:
             self._log_reset = None
         if ready.entries:
@@ -274,6 +343,8 @@ class RaftCore:
             self.durable_offset,
             self.committed_offset,
             rows,
+            self.members.latest(),
+            self.members.latest().end_offset <= self.committed_offset,
         )
 
     # ------------------------------------------------------------- elections
@@ -282,7 +353,7 @@ class RaftCore:
         self.role = Role.PRE_CANDIDATE
         self.leader_id = NO_NODE
         self._reset_election_timer()
-        self._votes = {self.id: True}
+        self._votes = {self.id: self.is_voter()}
         if self._tally() is True:
             self._start_election(transfer=False)
             return
@@ -301,7 +372,7 @@ class RaftCore:
         self._matched_offset = ByteOffset(0)
         self._acked_durable_offset = ByteOffset(0)
         self._reset_election_timer()
-        self._votes = {self.id: True}
+        self._votes = {self.id: self.is_voter()}
         if self._tally() is True:
             self._become_leader()
             return
@@ -314,11 +385,13 @@ class RaftCore:
 
     def _tally(self) -> bool | None:
         """True when a majority granted, False when a majority refused, else None."""
-        needed = quorum.majority(len(self.config.voters))
-        granted = sum(1 for v in self._votes.values() if v)
+        voters = self.members.current.voters
+        needed = quorum.majority(len(voters))
+        granted = sum(1 for n, v in self._votes.items() if v and n in voters)
+        refused = sum(1 for n, v in self._votes.items() if not v and n in voters)
         if granted >= needed:
             return True
-        if len(self._votes) - granted >= needed:
+        if refused >= needed:
             return False
         return None
 
@@ -479,7 +552,7 @@ class RaftCore:
             self._become_follower(self.term, NO_NODE)
 
     def _on_timeout_now(self, m: TimeoutNow) -> None:
-        if self.role is Role.LEADER:
+        if self.role is Role.LEADER or not self.may_campaign():
             return
         self._start_election(transfer=True)
 
@@ -519,6 +592,9 @@ class RaftCore:
             start = self.log.last_offset
             payload = m.payload[start - m.prev_offset :] if m.payload else b""
             self._append(AppendRange(start, m.end_offset, m.entries_term, payload))
+            if payload and self.config.memberships_in is not None:
+                for entry in self.config.memberships_in(start, payload):
+                    self.members.append(entry)
         self._matched_offset = ByteOffset(max(self._matched_offset, m.end_offset))
         self._follower_commit(m.leader_commit)
         if not appended:
@@ -538,6 +614,10 @@ class RaftCore:
             if start < self.committed_offset:
                 return  # never discard committed bytes (see the module docstring)
             self.log.reset(start, m.start_term)
+            if m.membership is not None:
+                self.members.reset(m.membership)
+            else:
+                self.members.truncate(start)
             self._entries = []
             self._truncate_to = None
             self._log_reset = LogReset(start, m.start_term)
@@ -619,16 +699,21 @@ class RaftCore:
         return frozenset(now | (self._last_active & set(self._progress)))
 
     def _quorum_active(self) -> bool:
-        active = 1 + sum(1 for pr in self._progress.values() if pr.recent_active)
+        voters = self.members.current.voters
+        active = int(self.id in voters) + sum(
+            1 for n, pr in self._progress.items() if pr.recent_active and n in voters
+        )
         self._last_active = frozenset(n for n, pr in self._progress.items() if pr.recent_active)
         for pr in self._progress.values():
             pr.recent_active = False
-        return active >= quorum.majority(len(self.config.voters))
+        return active >= quorum.majority(len(voters))
 
     def _on_append_response(self, m: AppendResponse) -> None:
         if self.role is not Role.LEADER:
             return
-        pr = self._progress[m.sender]
+        pr = self._progress.get(m.sender)
+        if pr is None:
+            return  # a node removed from the configuration
         pr.recent_active = True
         if not m.success:
             self._on_append_refused(m, pr)
@@ -664,7 +749,9 @@ class RaftCore:
     def _on_heartbeat_response(self, m: HeartbeatResponse) -> None:
         if self.role is not Role.LEADER:
             return
-        pr = self._progress[m.sender]
+        pr = self._progress.get(m.sender)
+        if pr is None:
+            return  # a node removed from the configuration
         pr.recent_active = True
         if m.match_offset > 0:
             pr.acknowledged(m.match_offset, m.durable_offset)
@@ -682,7 +769,12 @@ class RaftCore:
         self._send_append(m.sender)
 
     def _maybe_commit(self) -> None:
-        durable = [self.durable_offset] + [pr.durable_offset for pr in self._progress.values()]
+        voters = self.members.current.voters
+        durable = [pr.durable_offset for n, pr in self._progress.items() if n in voters]
+        if self.id in voters:
+            durable.append(self.durable_offset)
+        if not durable:
+            return
         offset = quorum.quorum_offset(durable)
         if offset <= self.committed_offset or offset < self.log.start_offset:
             return
@@ -690,12 +782,32 @@ class RaftCore:
         if self.log.term_at(offset) != self.term:
             return
         self.committed_offset = offset
+        self._maybe_step_down_removed()
+
+    def _maybe_step_down_removed(self) -> None:
+        """A leader that is no longer a voter leads until the entry removing it commits, then
+        hands over to the most caught-up voter (``TimeoutNow``) and steps down."""
+        latest = self.members.latest()
+        if self.is_voter() or latest.end_offset > self.committed_offset:
+            return
+        best = max(
+            (n for n in self._progress if n in latest.membership.voters),
+            key=lambda n: (self._progress[n].match_offset, -n),
+            default=NO_NODE,
+        )
+        if best != NO_NODE and self._progress[best].match_offset == self.log.last_offset:
+            self._send(TimeoutNow(self.id, best, self.term))
+        self._become_follower(self.term, NO_NODE)
 
     def _maybe_send_timeout_now(self) -> None:
         node = self._transferee
         if node == NO_NODE or self._timeout_now_sent:
             return
-        if self._progress[node].match_offset == self.log.last_offset:
+        pr = self._progress.get(node)
+        if pr is None:
+            self._transferee = NO_NODE  # removed from the configuration meanwhile
+            return
+        if pr.match_offset == self.log.last_offset:
             self._send(TimeoutNow(self.id, node, self.term))
             self._timeout_now_sent = True
 
@@ -705,7 +817,9 @@ class RaftCore:
 
     def _send_append(self, node: NodeId) -> None:
         """Send what the window allows to ``node``: one probe, or ranges in REPLICATE."""
-        pr = self._progress[node]
+        pr = self._progress.get(node)
+        if pr is None:
+            return
         if pr.state is ProgressState.REPLICATE and pr.next_offset < self.log.start_offset:
             # An answer from before a restart or a reset matched bytes we no longer hold.
             pr.become_probe(self.log.start_offset)
@@ -721,6 +835,7 @@ class RaftCore:
                             self.log.start_offset,
                             self.log.start_term,
                             self.committed_offset,
+                            self.members.at(self.log.start_offset),
                         )
                     )
                 else:
@@ -769,6 +884,7 @@ class RaftCore:
     def _truncate(self, offset: ByteOffset) -> None:
         invariant(offset >= self.committed_offset, "truncating committed bytes")
         self.log.truncate(offset)
+        self.members.truncate(offset)
         kept: list[AppendRange] = []
         for entry in self._entries:
             if entry.end_offset <= offset:
@@ -787,6 +903,19 @@ class RaftCore:
         self._matched_offset = ByteOffset(min(self._matched_offset, offset))
         self._acked_durable_offset = ByteOffset(min(self._acked_durable_offset, offset))
 
+    def _sync_progress(self) -> None:
+        """The leader's followers are the members of the configuration in force."""
+        members = set(self.others)
+        for node in [n for n in self._progress if n not in members]:
+            del self._progress[node]
+        for node in members - set(self._progress):
+            self._progress[node] = Progress(
+                self.log.last_offset,
+                inflight_messages_max=self.config.inflight_messages_max,
+                inflight_bytes_max=self.config.inflight_bytes_max,
+            )
+            self._send_append(node)
+
     # --------------------------------------------------------------- plumbing
 
     def _send(self, message: Message) -> None:
@@ -798,6 +927,7 @@ class RaftCore:
     def _build_ready(self) -> Ready:
         hard = HardState(self.term, self.vote)
         soft = self._soft_state()
+        entries = self.members.entries()
         return Ready(
             hard_state=None if hard == self._persisted_hard_state else hard,
             truncate_to=self._truncate_to,
@@ -808,6 +938,7 @@ class RaftCore:
             ),
             soft_state=None if soft == self._reported_soft else soft,
             log_reset=self._log_reset,
+            memberships=None if entries == self._reported_memberships else entries,
         )
 
     def _check_no_outstanding(self) -> None:

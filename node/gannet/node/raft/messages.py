@@ -17,7 +17,10 @@ are values, not exceptions, because "not the leader" is an operating condition.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NewType
+from typing import TYPE_CHECKING, NewType
+
+if TYPE_CHECKING:
+    from gannet.node.raft.membership import MembershipEntry
 
 Term = NewType("Term", int)
 ByteOffset = NewType("ByteOffset", int)
@@ -154,6 +157,8 @@ class ResetLogStart:
     start_offset: ByteOffset
     start_term: Term
     leader_commit: ByteOffset
+    membership: MembershipEntry | None = None
+    """The configuration in force at ``start_offset`` (the follower's log restarts there)."""
 
 
 Message = (

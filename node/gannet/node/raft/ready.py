@@ -59,6 +59,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from gannet.node.raft.membership import MembershipEntry
 from gannet.node.raft.messages import NO_NODE, ZERO_TERM, ByteOffset, Message, NodeId, Term
 
 
@@ -126,6 +127,11 @@ class Ready:
     soft_state: SoftState | None
     log_reset: LogReset | None = None
     """Executed first, before ``truncate_to`` (see the loop above)."""
+    memberships: tuple[MembershipEntry, ...] | None = None
+    """When set, the node's configuration entries changed (an entry appended, cut off, or a
+    reset): persist the whole tuple durably before writing ``entries`` (after ``truncate_to``
+    and ``log_reset``). On restart, entries that end beyond the recovered log end are dropped
+    (``InitialState.memberships``)."""
 
     @property
     def must_sync(self) -> bool:
@@ -141,4 +147,5 @@ class Ready:
             and self.committed_offset is None
             and self.soft_state is None
             and self.log_reset is None
+            and self.memberships is None
         )

@@ -7,6 +7,7 @@ refuse a stream from another replication group that reached its port by mistake.
 from __future__ import annotations
 
 from gannet.node.api.gen import peer_pb2
+from gannet.node.raft.membership import Membership, MembershipEntry
 from gannet.node.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -72,6 +73,14 @@ def to_proto(message: Message, group: str) -> peer_pb2.RaftMessage:
             out.reset_log_start.start_offset = message.start_offset
             out.reset_log_start.start_term = message.start_term
             out.reset_log_start.leader_commit = message.leader_commit
+            if message.membership is not None:
+                e = message.membership
+                w = out.reset_log_start.membership
+                w.start_offset = e.start_offset
+                w.end_offset = e.end_offset
+                w.voters.extend(sorted(e.membership.voters))
+                w.learners.extend(sorted(e.membership.learners))
+                w.body = e.membership.body
     return out
 
 
@@ -147,6 +156,18 @@ def _decode(m: peer_pb2.RaftMessage) -> Message:
         return TimeoutNow(sender, target, term)
     if kind == "reset_log_start":
         z = m.reset_log_start
+        membership = None
+        if z.HasField("membership"):
+            w = z.membership
+            voters = frozenset(NodeId(v) for v in w.voters)
+            learners = frozenset(NodeId(v) for v in w.learners)
+            if voters & learners or w.end_offset < w.start_offset:
+                raise PeerWireError(f"ResetLogStart from node {m.sender}: malformed membership")
+            membership = MembershipEntry(
+                ByteOffset(w.start_offset),
+                ByteOffset(w.end_offset),
+                Membership(voters, learners, bytes(w.body)),
+            )
         return ResetLogStart(
             sender,
             target,
@@ -154,6 +175,7 @@ def _decode(m: peer_pb2.RaftMessage) -> Message:
             ByteOffset(z.start_offset),
             Term(z.start_term),
             ByteOffset(z.leader_commit),
+            membership,
         )
     raise PeerWireError(f"RaftMessage from node {m.sender} has no body")
 

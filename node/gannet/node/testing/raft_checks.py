@@ -12,7 +12,11 @@ Called by ``raft_runs.run_simulation`` (and usable from any test holding a
   the longest committed byte string seen so far (so replicas agree byte for byte, record ids
   and terms included), and a node's commit offset never passes its log end nor goes back.
 * ``commit_on_majority_durable``: the committed bytes are *synced*, identically, on a majority
-  of the nodes' disks (crashed nodes' disks count: they keep synced bytes).
+  of the voters (crashed nodes' disks count: they keep synced bytes) of the configuration in
+  force at the commit offset or of a configuration entry right after it (the one in flight
+  when the bytes committed: at most one is, see ``raft.membership``).
+* ``quorums_overlap``: on every node, consecutive configuration entries differ by at most one
+  voter, so any majorities of two consecutive configurations share a node.
 * ``leader_completeness``: a node that becomes leader holds every committed byte.
 * ``consumers_see_only_committed``: what a node's driver dispatches to consumers (the commit
   offsets of executed Readies) lies inside the committed bytes.
@@ -22,9 +26,12 @@ Called by ``raft_runs.run_simulation`` (and usable from any test holding a
 
 from __future__ import annotations
 
+import itertools
+
 from gannet.node.raft import quorum
-from gannet.node.raft.messages import NodeId, Term
-from gannet.node.testing.raft_sim import Cluster, SimulationFailure, node_term
+from gannet.node.raft.membership import change_refusal
+from gannet.node.raft.messages import ByteOffset, NodeId, Term
+from gannet.node.testing.raft_sim import Cluster, SimulationFailure, memberships_in, node_term
 
 
 def require(condition: bool, check: str, detail: str) -> None:
@@ -48,6 +55,9 @@ class Checker:
         self.verified: dict[NodeId, tuple[int, int, int]] = {}
         """Per node, (restarts, log version, commit offset) at its last full prefix check."""
         self.durable_verified: tuple[int, ...] = ()
+        self.bootstrap_voters = frozenset(
+            n for n, node in cluster.nodes.items() if n in node.voters
+        )
 
     def check(self) -> None:
         self.monotonic_terms()
@@ -56,6 +66,20 @@ class Checker:
         self.commit_on_majority_durable()
         self.consumers_see_only_committed()
         self.acknowledged_writes_kept()
+        self.quorums_overlap()
+
+    def quorums_overlap(self) -> None:
+        for node_id in self.cluster.up_ids():
+            entries = self.cluster.core(node_id).members.entries()
+            if not entries[0].membership.voters:
+                entries = entries[1:]  # a joining node's empty bootstrap
+            for before, after in itertools.pairwise(entries):
+                refusal = change_refusal(before.membership, after.membership)
+                require(
+                    refusal is None,
+                    "quorums_overlap",
+                    f"n{node_id} configuration at {after.start_offset}: {refusal}",
+                )
 
     def monotonic_terms(self) -> None:
         for node_id, node in self.cluster.nodes.items():
@@ -129,15 +153,23 @@ class Checker:
         if stamp == self.durable_verified:
             return  # no truncation anywhere and no new committed bytes since the last check
         self.durable_verified = stamp
-        holders = [
+        holders = {
             node_id
             for node_id, node in self.cluster.nodes.items()
             if node.log.synced_offset >= length and bytes(node.log.data[:length]) == self.committed
-        ]
+        }
+        in_force = memberships_in(ByteOffset(0), self.committed)
+        configurations = [in_force[-1].membership.voters if in_force else self.bootstrap_voters]
+        for node_id in self.cluster.up_ids():
+            configurations += [
+                e.membership.voters
+                for e in self.cluster.core(node_id).members.entries()[1:]
+                if e.start_offset >= length
+            ][:1]
         require(
-            len(holders) >= quorum.majority(len(self.cluster.nodes)),
+            any(len(holders & v) >= quorum.majority(len(v)) for v in configurations if v),
             "commit_on_majority_durable",
-            f"{length} committed bytes synced only on {holders}",
+            f"{length} committed bytes synced only on {sorted(holders)}",
         )
 
     def consumers_see_only_committed(self) -> None:
@@ -161,9 +193,12 @@ class Checker:
             )
         self.cluster.newly_acked.clear()
 
-    def final_logs_hold_acknowledged(self) -> None:
-        """After the cluster converged: every node holds every acknowledged record."""
+    def final_logs_hold_acknowledged(self, retired: frozenset[NodeId] = frozenset()) -> None:
+        """After the cluster converged: every node (but the ``retired`` non-members) holds
+        every acknowledged record."""
         for node_id, node in self.cluster.nodes.items():
+            if node_id in retired:
+                continue
             for record_id, (start, _end) in self.cluster.acked.items():
                 record = node.log.record_at(start)
                 require(

@@ -7,6 +7,12 @@ events (deliver, drop, duplicate or reorder a message, tick, sync a disk, propos
 restart, partition, one-way link cut, heal, transfer leadership) with ``Checker.check``
 after each, then heals everything and requires the group to converge (liveness) with every
 acknowledged record on every node.
+
+With ``membership=True`` (``tests/raft/test_membership_simulation.py``) two spare nodes start
+to join, and membership changes are mixed into the faults: add a learner, promote a learner,
+remove a voter (the leader included) or a learner, proposed to whoever leads; convergence then
+concerns the members of the final configuration (removed nodes are stopped, as the operator
+deletes their pods).
 """
 
 from __future__ import annotations
@@ -16,12 +22,23 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gannet.node.raft.invariants import InvariantViolation
-from gannet.node.raft.messages import NodeId
+from gannet.node.raft.membership import Membership
+from gannet.node.raft.messages import NodeId, Proposed
 from gannet.node.raft.ready import Role
 from gannet.node.testing.raft_checks import Checker
-from gannet.node.testing.raft_sim import Cluster, SimulationFailure, describe
+from gannet.node.testing.raft_sim import (
+    MEMBERSHIP_RECORD_ID_BASE,
+    Cluster,
+    SimulationFailure,
+    describe,
+)
 
 RERUN_HINT = "GANNET_SIM_SEED={seed} .venv/bin/pytest -q tests/raft/test_simulation.py -k one_seed"
+MEMBERSHIP_RERUN_HINT = (
+    "GANNET_SIM_SEED={seed} .venv/bin/pytest -q tests/raft/test_membership_simulation.py"
+    " -k one_seed"
+)
+SPARE_NODES = 2
 CONVERGE_ROUNDS_MAX = 400
 TRACE_TAIL_EVENTS = 25
 
@@ -33,15 +50,19 @@ class RunStats:
     proposals_acked: int
     leaders_elected: int
     committed_bytes: int
+    membership_changes: int = 0
 
 
 class Run:
     """The state of one seeded run. Invariant: ``trace`` names every event played."""
 
-    def __init__(self, seed: int) -> None:
+    def __init__(self, seed: int, *, membership: bool = False) -> None:
         self.seed = seed
         self.rng = random.Random(seed)
         self.node_count = self.rng.choice([1, 3, 3, 3, 5, 5])
+        self.membership = membership
+        self.membership_changes = 0
+        self.retired: set[NodeId] = set()
         timing = {
             "election_timeout_ticks": 10,
             "heartbeat_interval_ticks": self.rng.choice([1, 2, 3]),
@@ -51,7 +72,8 @@ class Run:
             "pre_vote": self.rng.random() < 0.5,
             "check_quorum": self.rng.random() < 0.5,
         }
-        self.cluster = Cluster(self.node_count, seed=seed, timing=timing)
+        spares = SPARE_NODES if membership else 0
+        self.cluster = Cluster(self.node_count, seed=seed, timing=timing, spare_count=spares)
         self.checker = Checker(self.cluster)
         self.trace: list[str] = [f"seed {seed}: {self.node_count} nodes {timing}"]
         self.next_record_id = 1
@@ -67,7 +89,7 @@ class Run:
             self.converge()
         except (SimulationFailure, InvariantViolation) as failure:
             tail = "\n  ".join(self.trace[-TRACE_TAIL_EVENTS:])
-            hint = RERUN_HINT.format(seed=self.seed)
+            hint = (MEMBERSHIP_RERUN_HINT if self.membership else RERUN_HINT).format(seed=self.seed)
             raise SimulationFailure(
                 f"seed {self.seed} failed at event {len(self.trace) - 1}: {failure}\n"
                 f"re-run: {hint}\nlast events:\n  {tail}"
@@ -78,6 +100,7 @@ class Run:
             len(self.cluster.acked),
             len(self.checker.leader_of_term),
             len(self.checker.committed),
+            self.membership_changes,
         )
 
     # ---------------------------------------------------------------- events
@@ -100,6 +123,8 @@ class Run:
                 (2, self.heal),
                 (1, self.transfer),
             ]
+        if self.membership:
+            events.append((4, self.change_membership))
         total = sum(weight for weight, _ in events)
         pick = self.rng.randrange(total)
         for weight, event in events:
@@ -196,6 +221,35 @@ class Run:
             self.cluster.drain(leader)
             self.trace.append(f"transfer n{leader} -> n{target}: {outcome}")
 
+    def change_membership(self) -> None:
+        """Propose one single-server change to a node (usually the leader)."""
+        leaders = self.cluster.leaders()
+        up = self.cluster.up_ids()
+        if not up:
+            return
+        node_id = self.rng.choice(leaders) if leaders and self.rng.random() < 0.9 else None
+        node_id = node_id or self.rng.choice(up)
+        current = self.cluster.core(node_id).members.current
+        outsiders = [n for n in self.cluster.nodes if n not in current.members()]
+        choices: list[tuple[str, NodeId]] = [("add", n) for n in outsiders]
+        choices += [("promote", n) for n in current.learners]
+        choices += [("remove", n) for n in current.members() if len(current.voters) > 1]
+        if not choices:
+            return
+        kind, target = self.rng.choice(sorted(choices))
+        if kind == "add":
+            new = Membership(current.voters, current.learners | {target})
+        elif kind == "promote":
+            new = Membership(current.voters | {target}, current.learners - {target})
+        else:
+            new = Membership(current.voters - {target}, current.learners - {target})
+        record_id = MEMBERSHIP_RECORD_ID_BASE + self.next_record_id
+        self.next_record_id += 1
+        outcome = self.cluster.propose_membership(node_id, record_id, new)
+        if isinstance(outcome, Proposed):
+            self.membership_changes += 1
+        self.trace.append(f"membership n{node_id} {kind} n{target}: {outcome}")
+
     # ------------------------------------------------------------- liveness
 
     def converge(self) -> None:
@@ -209,6 +263,7 @@ class Run:
         marker = self.next_record_id
         for _ in range(CONVERGE_ROUNDS_MAX):
             self.round_robin()
+            self.retire_non_members()
             leaders = self.cluster.leaders()
             if len(leaders) == 1 and marker not in self.cluster.acked:
                 # A final write proves the group accepts writes after the faults; a leader
@@ -217,9 +272,23 @@ class Run:
                 if not any(p.record_id == marker for p in pending):
                     self.cluster.propose(leaders[0], marker, 20)
             if marker in self.cluster.acked and self.converged():
-                self.checker.final_logs_hold_acknowledged()
+                self.checker.final_logs_hold_acknowledged(frozenset(self.retired))
                 return
         raise SimulationFailure(f"liveness: no convergence after {CONVERGE_ROUNDS_MAX} rounds")
+
+    def retire_non_members(self) -> None:
+        """Once a leader's configuration is committed, stop the nodes outside it."""
+        leaders = self.cluster.leaders()
+        if not self.membership or len(leaders) != 1:
+            return
+        core = self.cluster.core(leaders[0])
+        if core.members.latest().end_offset > core.committed_offset:
+            return
+        for node_id in self.cluster.up_ids():
+            if node_id not in core.members.current.members():
+                self.cluster.crash(node_id)
+                self.retired.add(node_id)
+                self.trace.append(f"retire n{node_id}")
 
     def round_robin(self) -> None:
         for _ in range(len(self.cluster.in_flight)):
@@ -236,6 +305,10 @@ class Run:
         leader = self.cluster.nodes[leaders[0]]
         end = leader.log.end_offset
         for node_id in self.cluster.nodes:
+            if node_id in self.retired:
+                continue
+            if not self.cluster.nodes[node_id].up:
+                return False
             core = self.cluster.core(node_id)
             node = self.cluster.nodes[node_id]
             if core.committed_offset != end or node.log.data != leader.log.data:
@@ -247,3 +320,7 @@ class Run:
 
 def run_simulation(seed: int, event_count: int = 400) -> RunStats:
     return Run(seed).play(event_count)
+
+
+def run_membership_simulation(seed: int, event_count: int = 400) -> RunStats:
+    return Run(seed, membership=True).play(event_count)

@@ -31,6 +31,7 @@ from gannet.node.raft import config as raft_config
 from gannet.node.raft import core as raft_core
 from gannet.node.raft.epochs import Epoch
 from gannet.node.raft.invariants import invariant
+from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import (
     AppendEntries,
     AppendResponse,
@@ -53,6 +54,9 @@ from gannet.node.raft.ready import AppendRange, HardState, Ready, Role
 RECORD_HEADER = struct.Struct(">IQI")
 RECORD_HEADER_BYTES = RECORD_HEADER.size
 NOOP_RECORD_ID = 0
+MEMBERSHIP_RECORD_ID_BASE = 1 << 60
+"""Records with ids from here on are configuration entries: the body after the header is
+``v=<voters>;l=<learners>`` (comma-separated node ids)."""
 
 
 class SimulationFailure(AssertionError):
@@ -64,6 +68,41 @@ def encode_record(record_id: int, term: int, length_bytes: int) -> bytes:
     invariant(length_bytes >= RECORD_HEADER_BYTES, "record shorter than its header")
     filler = bytes((record_id + i) & 0xFF for i in range(length_bytes - RECORD_HEADER_BYTES))
     return RECORD_HEADER.pack(length_bytes, record_id, term) + filler
+
+
+def encode_membership(record_id: int, term: int, membership: Membership) -> bytes:
+    """A configuration record (``record_id >= MEMBERSHIP_RECORD_ID_BASE``)."""
+    invariant(record_id >= MEMBERSHIP_RECORD_ID_BASE, "membership record id below its base")
+    body = (
+        "v="
+        + ",".join(map(str, sorted(membership.voters)))
+        + ";l="
+        + ",".join(map(str, sorted(membership.learners)))
+    ).encode()
+    return RECORD_HEADER.pack(RECORD_HEADER_BYTES + len(body), record_id, term) + body
+
+
+def _ids(text: str) -> frozenset[NodeId]:
+    return frozenset(NodeId(int(x)) for x in text.split(",") if x)
+
+
+def memberships_in(start: ByteOffset, payload: bytes) -> tuple[MembershipEntry, ...]:
+    """The core's ``memberships_in`` callback for simulated records."""
+    found = []
+    position = 0
+    while position < len(payload):
+        length, record_id, _term = RECORD_HEADER.unpack_from(payload, position)
+        if record_id >= MEMBERSHIP_RECORD_ID_BASE:
+            body = payload[position + RECORD_HEADER_BYTES : position + length].decode()
+            voters, learners = (part.split("=", 1)[1] for part in body.split(";"))
+            begin = ByteOffset(start + position)
+            found.append(
+                MembershipEntry(
+                    begin, ByteOffset(begin + length), Membership(_ids(voters), _ids(learners))
+                )
+            )
+        position += length
+    return tuple(found)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +126,8 @@ class MemoryLog:
         self.epochs: list[Epoch] = []
         self.synced_offset = 0
         self.hard_state = HardState()
+        self.memberships: tuple[MembershipEntry, ...] = ()
+        """The persisted ``Ready.memberships`` (durable at once, like the hard state)."""
         self.version = 0
         """Bumped by every truncation and crash: bytes below the end may have changed."""
 
@@ -190,13 +231,19 @@ class SimNode:
             random_ticks=random_ticks,
             noop_payload=lambda offset, term: encode_record(NOOP_RECORD_ID, term, 16),
             record_end=self.log.record_end,
+            memberships_in=memberships_in,
             **self.timing,  # type: ignore[arg-type]
         )
         initial = raft_config.InitialState(
             hard_state=self.log.hard_state,
             epochs=tuple(self.log.epochs),
             last_offset=ByteOffset(self.log.end_offset),
+            memberships=self.log.memberships,
         )
+        if not self.log.memberships:
+            # What the driver does on a brand-new node: persist the bootstrap configuration,
+            # so a later start with other voters (another ``--peers``) does not change it.
+            self.log.memberships = MembershipLog.bootstrap(self.voters).entries()
         self.core = raft_core.RaftCore(config, initial)
         self.pending = []
         self.dispatched_offset = 0
@@ -227,6 +274,8 @@ class SimNode:
             observer(self.node_id, ready)
         if ready.truncate_to is not None:
             self.log.truncate(ready.truncate_to)
+        if ready.memberships is not None:
+            self.log.memberships = ready.memberships
         for entry in ready.entries:
             self.log.write(entry)
         if ready.hard_state is not None:
@@ -277,10 +326,19 @@ class Cluster:
         timing: dict[str, int] | None = None,
         observer: ReadyObserver | None = None,
         fixed_jitter: bool = False,
+        spare_count: int = 0,
+        bootstrap: dict[NodeId, tuple[NodeId, ...]] | None = None,
     ) -> None:
-        invariant(1 <= node_count <= 9, "between 1 and 9 nodes")
+        """``spare_count`` more nodes start to join (no voters: they wait to be added);
+        ``bootstrap`` overrides a node's bootstrap voters (the old ``--peers`` roll)."""
+        invariant(1 <= node_count + spare_count <= 9, "between 1 and 9 nodes")
         voters = tuple(NodeId(i) for i in range(1, node_count + 1))
-        self.nodes = {v: SimNode(v, voters, seed, dict(timing or {})) for v in voters}
+        every = tuple(NodeId(i) for i in range(1, node_count + spare_count + 1))
+        chosen = bootstrap or {}
+        self.nodes = {
+            v: SimNode(v, chosen.get(v, voters if v in voters else ()), seed, dict(timing or {}))
+            for v in every
+        }
         if fixed_jitter:
             # Node n waits n - 1 extra ticks: elections by timeout are predictable.
             for v, node in self.nodes.items():
@@ -363,6 +421,13 @@ class Cluster:
 
     def leaders(self) -> list[NodeId]:
         return [n for n in self.up_ids() if self.core(n).role is Role.LEADER]
+
+    def propose_membership(self, node_id: NodeId, record_id: int, membership: Membership) -> object:
+        core = self.core(node_id)
+        payload = encode_membership(record_id, core.term, membership)
+        outcome = core.propose_membership(payload, membership)
+        self.drain(node_id)
+        return outcome
 
 
 def describe(message: Message) -> str:

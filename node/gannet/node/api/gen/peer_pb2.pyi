@@ -149,14 +149,30 @@ class TimeoutNow(_message.Message):
     def __init__(self) -> None: ...
 
 class ResetLogStart(_message.Message):
-    __slots__ = ("start_offset", "start_term", "leader_commit")
+    __slots__ = ("start_offset", "start_term", "leader_commit", "membership")
     START_OFFSET_FIELD_NUMBER: _ClassVar[int]
     START_TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERSHIP_FIELD_NUMBER: _ClassVar[int]
     start_offset: int
     start_term: int
     leader_commit: int
-    def __init__(self, start_offset: _Optional[int] = ..., start_term: _Optional[int] = ..., leader_commit: _Optional[int] = ...) -> None: ...
+    membership: Membership
+    def __init__(self, start_offset: _Optional[int] = ..., start_term: _Optional[int] = ..., leader_commit: _Optional[int] = ..., membership: _Optional[_Union[Membership, _Mapping]] = ...) -> None: ...
+
+class Membership(_message.Message):
+    __slots__ = ("start_offset", "end_offset", "voters", "learners", "body")
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    VOTERS_FIELD_NUMBER: _ClassVar[int]
+    LEARNERS_FIELD_NUMBER: _ClassVar[int]
+    BODY_FIELD_NUMBER: _ClassVar[int]
+    start_offset: int
+    end_offset: int
+    voters: _containers.RepeatedScalarFieldContainer[int]
+    learners: _containers.RepeatedScalarFieldContainer[int]
+    body: bytes
+    def __init__(self, start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., voters: _Optional[_Iterable[int]] = ..., learners: _Optional[_Iterable[int]] = ..., body: _Optional[bytes] = ...) -> None: ...
 
 class DeliverSummary(_message.Message):
     __slots__ = ("messages_received",)
