@@ -6,9 +6,11 @@ and carries the step out. The roster (:class:`Roster`, stored by :mod:`gannet.op
 is the operator's record of which pod runs which Raft node id; node ids are never reused and no
 longer equal pod ordinals once a member has been replaced.
 
-One change at a time. :func:`next_step` returns exactly one :data:`Step`; a membership change
-(:class:`AddLearner`, :class:`Promote`, :class:`RemoveMember`) is only returned when the broker
-reports no change in flight, no learner waits for promotion and no member is being removed.
+One change at a time. :func:`next_step` returns exactly one :data:`Step`. A new membership
+change (:class:`AddLearner`, :class:`RemoveMember`) is only returned when the broker reports no
+change in flight and no learner waits; :class:`Promote` only finishes the one learner there is.
+Each call returns after the broker committed the change, and every step is planned from a fresh
+``ListMembers``, so two changes never overlap.
 The order of a pass:
 
 1. no roster: :class:`Bootstrap` (a brand-new cluster: node ids 1..n, started with ``--peers``;
