@@ -129,12 +129,17 @@ async def reconcile(
             now=ctx.clock(),
         )
 
-    # Rolling restarts, one pod per pass, leader last.
+    # Rolling restarts, one pod per pass, leader last, never during a membership change.
     leader = await _leader_view(ctx, namespace, name, membership.roster)
     leader_pod = (
         None if leader is None else members.pod_of_node(name, membership.roster, leader.leader_id)
     )
-    step = await _roll(ctx, name, namespace, sts, replicas, leader_pod)
+    step: cluster_planning.RollStep
+    if membership.changing:
+        # A restart now would take a member down while the configuration changes.
+        step = cluster_planning.Wait("waiting for the membership change to finish")
+    else:
+        step = await _roll(ctx, name, namespace, sts, replicas, leader_pod)
     if isinstance(step, cluster_planning.DeletePod):
         pending.normal("PodRestarted", f"deleted pod {step.name} to roll it to the new revision")
     elif isinstance(step, cluster_planning.TransferLeadership):

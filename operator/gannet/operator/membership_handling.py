@@ -55,6 +55,7 @@ class Outcome:
     condition: Condition
     members: list[dict[str, Any]]  # status.members
     leader_id: str  # "" unknown
+    changing: bool = False  # a member is joining, a learner, leaving or being restarted
 
 
 async def _read_roster(ctx: Context, namespace: str, cluster: str) -> mp.Roster | None:
@@ -314,7 +315,11 @@ async def advance(
     condition = refused or _condition(name, step, roster, spec.replicas)
     replicas = len(roster.records) if roster is not None else (current_replicas or 0)
     leader_id = "" if group is None else group.leader_id
-    return Outcome(roster, replicas, condition, _members_status(name, roster, group), leader_id)
+    rows = _members_status(name, roster, group)
+    changing = any(r["role"] in ("joining", "learner", "leaving") for r in rows)
+    if roster is not None and group is not None:
+        changing = changing or any(r.stale_pod for r in roster.records if not r.volume)
+    return Outcome(roster, replicas, condition, rows, leader_id, changing)
 
 
 def leader_pod(name: str, roster: mp.Roster | None, leader_id: str) -> str:
