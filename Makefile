@@ -142,3 +142,9 @@ e2e-kube: kube-tools
 sim-membership: $(STAMP)
 	GANNET_MEMBERSHIP_SIM_SEEDS=10000 GANNET_MEMBERSHIP_SIM_EVENTS=400 \
 		$(BIN)/pytest -q tests/raft/test_membership_simulation.py -k under_faults $(PYTEST_ARGS)
+
+## e2e-membership: 3 → 5 → 3 broker processes through `gannet cluster member`, a member with a
+## deleted data directory replaced under a new id, the leader removed; official-client load
+.PHONY: e2e-membership
+e2e-membership: $(STAMP)
+	$(BIN)/python -m e2e.replication.membership

@@ -1,6 +1,7 @@
 """Routes of a Raft group list every member (``routes.member_endpoints``), the leader first.
 
-Pure: a stand-in for the replication node answers ``leader()`` and ``config``; the in-process
+Pure: a stand-in for the replication node answers ``leader()``, ``route_members()`` (the
+voters of the configuration in force) and ``config``; the in-process
 cluster test (``test_cluster``) checks the same through a real QueryRoute.
 """
 
@@ -30,8 +31,14 @@ class _Node:
     leader_id: int | None
     core: _Core | None = None
 
+    learners: frozenset[int] = frozenset()
+
     def leader(self) -> PeerSpec | None:
         return None if self.leader_id is None else self.config.peer(self.leader_id)
+
+    def route_members(self) -> list[PeerSpec]:
+        """The voters of the configuration in force (here: --peers less the learners)."""
+        return [p for p in self.config.peers if p.node_id not in self.learners]
 
 
 def _node(
@@ -41,6 +48,13 @@ def _node(
     every = frozenset(p.node_id for p in peers)
     core = _Core(every if heard is None else heard)
     return cast(ReplicationNode, _Node(ReplicationConfig(node_id=me, peers=peers), leader_id, core))
+
+
+def test_routes_follow_the_live_configuration_and_leave_out_learners() -> None:
+    node = _node(["10.0.0.1", "10.0.0.2", "10.0.0.3"], leader_id=1)
+    node.learners = frozenset({3})  # type: ignore[attr-defined]
+    found = routes.member_endpoints(node, definition_pb2.Endpoints())
+    assert _pairs(found) == [("10.0.0.1", 8000), ("10.0.0.2", 8001)]
 
 
 def _pairs(endpoints: definition_pb2.Endpoints) -> list[tuple[str, int]]:

@@ -180,6 +180,13 @@ def broker() -> None:
     "id=host:peer_port/client_port,... (e.g. 1=10.0.0.1:8091/8081,2=10.0.0.2:8091/8081).",
 )
 @click.option(
+    "--join",
+    is_flag=True,
+    help="Start a brand-new member of an existing group: empty, never campaigns, waits for "
+    "`gannet cluster member add` on the leader. Needs --node-id (never used in the group "
+    "before); --peers may name only this node (default: --peer-listen and --listen).",
+)
+@click.option(
     "--peer-listen",
     help="host:port of the Raft peer service (default: --listen's host, port 8091).",
 )
@@ -296,6 +303,7 @@ def broker_run(
     tls_client_ca: Path | None,
     node_id: int | None,
     peers: str | None,
+    join: bool,
     peer_listen: str | None,
     peer_tls_cert: Path | None,
     peer_tls_key: Path | None,
@@ -382,6 +390,8 @@ def broker_run(
                 peer_tls,
                 _peer_secret(peer_secret_file),
                 insecure_peers=insecure_peers,
+                join=join,
+                client_port=int(port_text),
             ),
         ),
         listen,
@@ -442,7 +452,13 @@ def _replication(
     peer_secret: bytes | None = None,
     *,
     insecure_peers: bool = False,
+    join: bool = False,
+    client_port: int = 8081,
 ) -> replication_config.ReplicationConfig | None:
+    if join:
+        return _joining(
+            node_id, peers, peer_listen, host, peer_tls, peer_secret, insecure_peers, client_port
+        )
     if node_id is None and peers is None:
         if peer_listen is not None or peer_tls is not None or peer_secret is not None:
             raise click.BadParameter(
@@ -467,6 +483,51 @@ def _replication(
             "a group of several members needs peer authentication: --peer-secret-file (the "
             "same secret on every member) or --peer-tls-*; --insecure-peers only on a trusted "
             "test network",
+            param_hint="--peer-secret-file",
+        )
+    return config
+
+
+def _joining(
+    node_id: int | None,
+    peers: str | None,
+    peer_listen: str | None,
+    host: str,
+    peer_tls: replication_config.PeerTls | None,
+    peer_secret: bytes | None,
+    insecure_peers: bool,
+    client_port: int,
+) -> replication_config.ReplicationConfig:
+    """``--join``: this node alone, with its own addresses; the group comes from the log."""
+    if node_id is None:
+        raise click.BadParameter("--join needs --node-id (an id never used in the group before)")
+    listen = peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}"
+    try:
+        if peers is None:
+            me = replication_config.parse_peer(f"{node_id}={listen}/{client_port}")
+        else:
+            named = {p.node_id: p for p in replication_config.parse_peers(peers)}
+            if node_id not in named:
+                raise click.BadParameter(
+                    f"--peers does not name --node-id {node_id}; with --join it only needs this "
+                    "node's own id=host:peer_port/client_port",
+                    param_hint="--peers",
+                )
+            me = named[node_id]
+        config = replication_config.ReplicationConfig(
+            node_id=node_id,
+            peers=(me,),
+            peer_listen=listen,
+            peer_tls=peer_tls,
+            peer_secret=peer_secret,
+            join=True,
+        )
+    except replication_config.ReplicationConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peers/--peer-listen") from None
+    if peer_tls is None and peer_secret is None and not insecure_peers:
+        raise click.BadParameter(
+            "a joining member needs the group's peer authentication: --peer-secret-file or "
+            "--peer-tls-*; --insecure-peers only on a trusted test network",
             param_hint="--peer-secret-file",
         )
     return config

@@ -1,4 +1,6 @@
-"""Admin RPCs of the Raft layer: ``GetRaftStatus`` and ``TransferLeadership``.
+"""Admin RPCs of the Raft layer: ``GetRaftStatus``, ``TransferLeadership`` and membership
+(``ListMembers``, ``AddMember``, ``RemoveMember``; the rules are in
+:mod:`gannet.node.replication.membership_changes`).
 
 :class:`RaftAdmin` answers them for :class:`~gannet.node.api.admin.AdminServicer` (which only
 delegates) and builds the ``RaftStatus`` message the metrics collector exports. A broker
@@ -11,19 +13,24 @@ Admin writes (topics, groups, offset resets) of a replicated broker go through
 retry against the named endpoint); the leader answers once the change's record is committed
 and applied (:mod:`gannet.node.replication.config_log`), ``UNAVAILABLE`` when that is not
 known (leadership lost, time-out: the change may or may not survive).
-Created by :mod:`gannet.node.broker.serving`.
+Membership changes are answered by the leader only: a follower answers FAILED_PRECONDITION
+"not the leader; the leader is node N at HOST:PORT" (the CLI follows it), UNAVAILABLE while no
+leader is known. Created by :mod:`gannet.node.broker.serving`.
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import NoReturn
+from collections.abc import Coroutine
+from typing import Any, NoReturn
 
 import grpc
 
 from gannet.node.api import statuses
 from gannet.node.api.gen import admin_pb2
 from gannet.node.api.routes import BrokerIdentity
+from gannet.node.replication import membership_changes as changes
+from gannet.node.replication.config import ReplicationConfigError, parse_peer
 from gannet.node.replication.driver import (
     CommitUncertain,
     NotLeaderError,
@@ -139,7 +146,7 @@ class RaftAdmin:
                     f"target_node_id {request.target_node_id!r} is not a node id (a number)",
                 )
             target = int(request.target_node_id)
-            if target not in {p.node_id for p in node.config.peers}:
+            if target not in node.member_table.members:
                 await _abort(
                     context,
                     grpc.StatusCode.INVALID_ARGUMENT,
@@ -159,20 +166,167 @@ class RaftAdmin:
         term = node.core.term if node.core is not None else 0
         return admin_pb2.TransferLeadershipResponse(leader_id=str(leader), term=term)
 
+    # ------------------------------------------------------------------ membership
     async def list_members(
         self, request: admin_pb2.ListMembersRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.ListMembersResponse:
-        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "ListMembers is not implemented yet")
+        node = self.replication
+        if node is None or node.core is None:
+            endpoint = f"{self.identity.host}:{self.identity.port}"
+            me = admin_pb2.Member(
+                node_id=SINGLE_NODE_ID,
+                client_endpoint=endpoint,
+                voter=True,
+                match_offset=self.store.statistics().max_offset,
+                lag_bytes=0,
+                reachable=True,
+                leader=True,
+            )
+            return admin_pb2.ListMembersResponse(members=[me], leader_id=SINGLE_NODE_ID)
+        seen = changes.view(node)
+        return admin_pb2.ListMembersResponse(
+            members=_members_pb(seen),
+            config_offset=seen.config_offset,
+            change_in_flight=seen.change_in_flight,
+            leader_id=str(seen.leader_id) if seen.leader_id else "",
+        )
 
     async def add_member(
         self, request: admin_pb2.AddMemberRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.MemberChangeResponse:
-        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "AddMember is not implemented yet")
+        node = await self._membership_leader(context)
+        text = f"{request.node_id}={request.peer_endpoint}/{_port(request.client_endpoint)}"
+        if not request.node_id.isdigit() or int(request.node_id) <= 0:
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"node_id {request.node_id!r} is not a node id (a positive number)",
+            )
+        try:
+            spec = parse_peer(text)
+        except ReplicationConfigError:
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"member {request.node_id}={request.peer_endpoint}/{request.client_endpoint} "
+                "is not N=HOST:PEERPORT/CLIENTPORT (peer_endpoint and client_endpoint are "
+                "host:port on the same host)",
+            )
+        if _host(request.client_endpoint) != _host(request.peer_endpoint):
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"peer_endpoint {request.peer_endpoint} and client_endpoint "
+                f"{request.client_endpoint} name different hosts; a member has one host",
+            )
+        if request.timeout_ms < 0:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "timeout_ms must be >= 0")
+        seen = await self._membership_call(
+            context,
+            changes.add(
+                node,
+                spec,
+                learner_only=request.learner_only,
+                timeout_s=request.timeout_ms / 1000,
+            ),
+        )
+        return admin_pb2.MemberChangeResponse(
+            members=_members_pb(seen), config_offset=seen.config_offset
+        )
 
     async def remove_member(
         self, request: admin_pb2.RemoveMemberRequest, context: grpc.aio.ServicerContext
     ) -> admin_pb2.MemberChangeResponse:
-        await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "RemoveMember is not implemented yet")
+        node = await self._membership_leader(context)
+        if not request.node_id.isdigit():
+            await _abort(
+                context,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"node_id {request.node_id!r} is not a node id (a number)",
+            )
+        if request.timeout_ms < 0:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, "timeout_ms must be >= 0")
+        seen = await self._membership_call(
+            context,
+            changes.remove(node, int(request.node_id), timeout_s=request.timeout_ms / 1000),
+        )
+        return admin_pb2.MemberChangeResponse(
+            members=_members_pb(seen), config_offset=seen.config_offset
+        )
+
+    async def _membership_leader(self, context: grpc.aio.ServicerContext) -> ReplicationNode:
+        """The replication node if it leads; aborts naming the leader otherwise."""
+        node = self.replication
+        if node is None:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this broker is not replicated (a group of one): start it with --node-id and "
+                "--peers to change members",
+            )
+        if node.is_leader() and not node.is_serving_leader():
+            with contextlib.suppress(TimeoutError):
+                await node.wait_until(node.is_serving_leader, node.config.commit_timeout_s)
+        leader = node.leader()
+        if not node.is_serving_leader() and (
+            leader is None or leader.node_id == node.config.node_id
+        ):
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                "no leader is known (an election is in progress); retry in a moment",
+            )
+        if not node.is_serving_leader() and leader is not None:
+            await _abort(
+                context,
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"not the leader; the leader is node {leader.node_id} at {leader.client_endpoint}",
+            )
+        return node
+
+    async def _membership_call(
+        self, context: grpc.aio.ServicerContext, call: Coroutine[Any, Any, changes.MembersView]
+    ) -> changes.MembersView:
+        try:
+            return await call
+        except changes.MembershipInvalid as exc:
+            await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except changes.MembershipRefused as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except NotLeaderError as exc:
+            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, f"not the leader: {exc}")
+        except CommitUncertain as exc:
+            await _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"{exc}; run `gannet cluster member list` to see whether the change took effect",
+            )
+        except ReplicationError as exc:
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
+
+
+def _members_pb(seen: changes.MembersView) -> list[admin_pb2.Member]:
+    return [
+        admin_pb2.Member(
+            node_id=str(m.spec.node_id),
+            peer_endpoint=m.spec.peer_endpoint,
+            client_endpoint=m.spec.client_endpoint,
+            voter=m.voter,
+            match_offset=m.match_offset,
+            lag_bytes=m.lag_bytes,
+            reachable=m.reachable,
+            leader=m.leader,
+        )
+        for m in seen.members
+    ]
+
+
+def _host(endpoint: str) -> str:
+    return endpoint.rpartition(":")[0].strip("[]")
+
+
+def _port(endpoint: str) -> str:
+    return endpoint.rpartition(":")[2]
 
 
 async def _abort(

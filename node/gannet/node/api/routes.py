@@ -99,9 +99,9 @@ def member_endpoints(
     (``requested`` when usable)."""
     leader = replication.leader()
     me = replication.config.node_id
-    members = list(replication.config.peers)
+    members = replication.route_members() or [replication.config.me]
     if leader is not None:
-        members.sort(key=lambda p: p.node_id != leader.node_id)  # stable: --peers order after
+        members.sort(key=lambda p: p.node_id != leader.node_id)  # stable: node ids after
     if leader is not None and leader.node_id == me and replication.core is not None:
         heard = replication.core.responsive_followers()
         members = [p for p in members if p.node_id == me or p.node_id in heard]

@@ -126,7 +126,9 @@ class RaftCore:
         self._persisted_hard_state = HardState(self.term, self.vote)
         self._reported_committed = self.committed_offset
         self._reported_soft = self._soft_state()
-        self._reported_memberships = self.members.entries()
+        # Entries a crash cut off are dropped above; the first Ready persists that (a stale
+        # entry must not come back once the log grows past it again with other bytes).
+        self._reported_memberships = state.memberships or self.members.entries()
         self._outstanding: Ready | None = None
 
     @property
@@ -165,7 +167,9 @@ class RaftCore:
                 if self.may_campaign():
                     self.campaign()
                 else:
-                    self._reset_election_timer()
+                    # A learner does not campaign, but its lease on the leader ends: it must
+                    # vote for a candidate of a configuration that already made it a voter.
+                    self._election_elapsed_ticks = self._election_timeout_ticks
 
     def campaign(self) -> None:
         """Start an election now (as if the election timer fired)."""
@@ -199,15 +203,8 @@ class RaftCore:
         self._append(AppendRange(start, end, self.term, payload))
         return Proposed(start, end, self.term)
 
-    def propose_membership(
-        self, payload: bytes, membership: Membership
-    ) -> Proposed | NotLeader | Busy:
-        """Append the configuration record ``payload`` that makes ``membership`` the group's
-        configuration; it is in force at once (see ``membership.py`` for the rules). Busy when
-        a change is in flight, this leader has not committed an entry of its own term yet, or
-        ``membership`` changes more than one voter."""
-        self._check_no_outstanding()
-        invariant(len(payload) > 0, "empty proposal")
+    def membership_refusal(self, membership: Membership) -> NotLeader | Busy | None:
+        """Why ``propose_membership`` would refuse ``membership`` now (None: it would not)."""
         if self.role is not Role.LEADER:
             return NotLeader(self.leader_id)
         if self._transferee != NO_NODE:
@@ -218,12 +215,29 @@ class RaftCore:
         if latest.end_offset > self.committed_offset:
             return Busy("another membership change is in flight (its entry is not committed)")
         refusal = change_refusal(latest.membership, membership)
+        return None if refusal is None else Busy(refusal)
+
+    def propose_membership(
+        self,
+        payload: bytes,
+        membership: Membership,
+        record: tuple[ByteOffset, ByteOffset] | None = None,
+    ) -> Proposed | NotLeader | Busy:
+        """Append ``payload`` whose configuration record (``record``, absolute offsets; None:
+        the whole payload) makes ``membership`` the group's configuration; it is in force at
+        once (see ``membership.py`` for the rules). Refused as ``membership_refusal`` says:
+        a change in flight, no commit of this leader's term yet, more than one voter changed."""
+        self._check_no_outstanding()
+        invariant(len(payload) > 0, "empty proposal")
+        refusal = self.membership_refusal(membership)
         if refusal is not None:
-            return Busy(refusal)
+            return refusal
         start = self.log.last_offset
         end = ByteOffset(start + len(payload))
+        begin, finish = record if record is not None else (start, end)
+        invariant(start <= begin < finish <= end, "the configuration record lies in the payload")
         self._append(AppendRange(start, end, self.term, payload))
-        self.members.append(MembershipEntry(start, end, membership))
+        self.members.append(MembershipEntry(begin, finish, membership))
         self._sync_progress()
         return Proposed(start, end, self.term)
 

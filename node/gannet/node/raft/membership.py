@@ -29,9 +29,10 @@ Rules the core follows:
   Ongaro's §4.2.2 prescribes): a node removed from the voters by an entry not yet known to be
   committed still campaigns — without counting its own vote — because it may hold entries the
   remaining voters lack (a leader that removed itself and crashed before the removal
-  committed). Joining nodes and learners never campaign. A leader outside its configuration
-  does not count itself in majorities and steps down once the entry removing it commits,
-  handing over with ``TimeoutNow`` to the most caught-up voter.
+  committed). Joining nodes and learners never campaign, but their lease on a leader ends like
+  anyone's, so they grant votes to a candidate whose configuration already promoted them. A
+  leader outside its configuration does not count itself in majorities and steps down once
+  the entry removing it commits, handing over with ``TimeoutNow`` to the most caught-up voter.
 * Each entry carries the whole membership (voters and learners, plus an opaque ``body`` the
   driver uses for node addresses), so a node that starts replicating anywhere learns the whole
   group from one entry.

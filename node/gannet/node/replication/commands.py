@@ -10,6 +10,9 @@ Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SI
 :data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
 is 1.
 
+``cluster member list|add|remove`` changes the members through the log
+(:mod:`member_commands`).
+
 ``cluster status`` asks each endpoint for ``GetRaftStatus`` and prints one row per member and
 the leader's view of its followers (match offset, lag); ``-o json|yaml`` for scripts. Without
 ``--endpoints`` it asks the member at ``GANNET_ENDPOINT`` (as every other command does;
@@ -36,7 +39,7 @@ from rich.table import Table
 from gannet.node import output
 from gannet.node.api import commands as api_commands
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication import status_view
+from gannet.node.replication import member_commands, status_view
 from gannet.node.replication.config import PeerSpec
 
 STOP_TIMEOUT_S = 30.0
@@ -104,6 +107,9 @@ def ensure_secret(data_root: Path) -> Path:
 @click.group()
 def cluster() -> None:
     """A local Raft group of brokers (development and tests)."""
+
+
+cluster.add_command(member_commands.member)
 
 
 @cluster.command("up")

@@ -95,6 +95,9 @@ class ReplicationConfig:
     peer_secret: bytes | None = field(default=None, repr=False)
     """Shared cluster secret: every peer call carries an HMAC hello (:mod:`peer_auth`);
     None: none required (peer TLS, a group of one, or ``--insecure-peers``)."""
+    join: bool = False
+    """``--join``: a brand-new node starts without configuration (it never campaigns) and
+    waits to be added by the leader; ``peers`` then only names this node itself."""
 
     def __post_init__(self) -> None:
         ids = [p.node_id for p in self.peers]

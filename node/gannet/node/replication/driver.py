@@ -43,6 +43,12 @@ append of the leader's bytes. Catch-up of an empty or far-behind follower is the
 pipeline: ``AppendEntries`` of up to ``append_bytes_max`` read straight from the segment files,
 ``inflight_messages_max`` of them in flight.
 
+Membership (:mod:`members`): the configuration in force is the latest configuration record
+in the log (``rmq_sys_GANNET_RAFT_MEMBERS``), persisted in ``raft/membership`` before the
+entries of each Ready; ``--peers`` only bootstraps a brand-new group. The transport admits and
+streams to the live members (:meth:`PeerTransport.set_members`); :meth:`change_membership`
+appends a configuration record on the leader (see :mod:`membership_changes` for add/remove).
+
 Below the leader's retention (``tests/replication/test_log_reset.py``): every tick the core is
 told where the store's commit log starts (``compact_log``); a follower that needs deleted bytes
 gets ``ResetLogStart`` from the core, and when this leader sends one it appends a fresh config
@@ -66,6 +72,7 @@ from dataclasses import dataclass
 from gannet.node.raft.config import Config, InitialState
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.epochs import Epoch
+from gannet.node.raft.membership import MembershipEntry, MembershipLog
 from gannet.node.raft.messages import (
     NO_NODE,
     AppendEntries,
@@ -75,16 +82,18 @@ from gannet.node.raft.messages import (
     Message,
     NodeId,
     NotLeader,
+    Proposed,
     ResetLogStart,
     Term,
     TimeoutNow,
 )
 from gannet.node.raft.ready import HardState, LogReset, Ready, Role
-from gannet.node.replication import noop
+from gannet.node.replication import members, noop
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.config_log import ConfigLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
+from gannet.node.store import records
 from gannet.node.store.config import FlushMode
 from gannet.node.store.message_store import MessageStore
 
@@ -151,6 +160,8 @@ class ReplicationNode:
         self.store = store
         self.config = config
         self.files = RaftStateFiles(store.config.root_dir / "raft")
+        self.membership_file = members.MembershipFile(self.files.directory / "membership")
+        self.member_table = members.MemberTable(config.peers)
         self.transport = PeerTransport(config, self._on_message)
         self.core: RaftCore | None = None
         self.elections_total = 0
@@ -182,6 +193,10 @@ class ReplicationNode:
         """Where this leader's latest config snapshot ends (-1: none in this term)."""
         self._reset_snapshot_task: asyncio.Task[None] | None = None
         self.log_resets_total = 0
+        self._led_term = -1
+        """The last term this node led."""
+        self._membership_settled = True
+        """The latest configuration entry is known committed (see _apply_membership)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -197,12 +212,13 @@ class ReplicationNode:
         )
         log.info("raft node %d: election jitter seed %d", self.config.node_id, seed)
         rng = random.Random(seed)
-        initial = self._initial_state()
+        initial = dataclasses.replace(self._initial_state(), memberships=self._load_membership())
         core_config = Config(
             node_id=NodeId(self.config.node_id),
             voters=tuple(NodeId(p.node_id) for p in self.config.peers),
             random_ticks=rng.randrange,
             noop_payload=self._noop_payload,
+            memberships_in=members.memberships_in,
             election_timeout_ticks=self.config.election_timeout_ticks,
             heartbeat_interval_ticks=self.config.heartbeat_interval_ticks,
             append_bytes_max=self.config.append_bytes_max,
@@ -211,6 +227,15 @@ class ReplicationNode:
             uncommitted_bytes_max=self.config.uncommitted_bytes_max,
         )
         self.core = RaftCore(core_config, initial)
+        self._apply_membership()
+        current = members.members_of(self.core.members.current, {})
+        differs = members.disagreement(self.config.peers, current)
+        if differs is not None and not self.config.join and initial.last_offset > 0:
+            log.warning(
+                "raft node %d: %s; following the log (--peers only bootstraps a new group)",
+                self.config.node_id,
+                differs,
+            )
         self._persisted_epochs = self.core.log.epochs
         if self._persisted_epochs != tuple(self.files.load_epochs()):
             self.files.save_epochs(self._persisted_epochs)
@@ -220,7 +245,7 @@ class ReplicationNode:
         await asyncio.to_thread(self.store.timers.stop)
         flush.listeners.append(self._on_flushed_thread)
         await self.transport.start()
-        if len(self.config.peers) == 1:
+        if self.core.members.current.voters == {NodeId(self.config.node_id)}:
             self.core.campaign()  # a group of one elects itself at once
         self._process()
         self._tick_task = asyncio.create_task(self._tick_loop(), name="raft-tick")
@@ -270,6 +295,42 @@ class ReplicationNode:
             last_offset=ByteOffset(last),
             start_offset=ByteOffset(start),
             start_term=start_term,
+        )
+
+    def _load_membership(self) -> tuple[MembershipEntry, ...]:
+        """The persisted configuration entries; a brand-new node writes its bootstrap (the
+        members of ``--peers``, or none with ``--join``) first."""
+        entries = self.membership_file.load()
+        if entries:
+            return entries
+        voters = () if self.config.join else tuple(NodeId(p.node_id) for p in self.config.peers)
+        bootstrap = MembershipLog.bootstrap(voters).entries()
+        if not self.config.join:
+            body = members.encode_body([members.Member(p, True) for p in self.config.peers])
+            first = bootstrap[0]
+            bootstrap = (
+                dataclasses.replace(
+                    first, membership=dataclasses.replace(first.membership, body=body)
+                ),
+            )
+        self.membership_file.save(bootstrap)
+        return bootstrap
+
+    def _apply_membership(self) -> None:
+        """The configuration in force changed, or its entry committed (or the node starts):
+        update the addresses and the transport's members. Until an entry commits, the members
+        of the committed configuration before it stay admitted too: a leader that removed
+        itself leads until its removal commits."""
+        core = self._core()
+        current = core.members.current
+        committed = core.members.committed(core.committed_offset).membership
+        self.member_table.update(current)
+        specs = {p.node_id: p for p in self.member_table.specs()}
+        for m in members.members_of(committed, specs):
+            specs.setdefault(m.spec.node_id, m.spec)
+        self._membership_settled = core.members.latest().end_offset <= core.committed_offset
+        self.transport.set_members(
+            tuple(specs[n] for n in sorted(specs)), accept_strangers=not current.members()
         )
 
     def _noop_payload(self, offset: ByteOffset, term: Term) -> bytes:
@@ -392,6 +453,9 @@ class ReplicationNode:
         if core.log.epochs != self._persisted_epochs:
             self.files.save_epochs(core.log.epochs)
             self._persisted_epochs = core.log.epochs
+        if ready.memberships is not None:
+            self.membership_file.save(ready.memberships)
+            self._apply_membership()
         for entry in ready.entries:
             if self._local_ranges and self._local_ranges[0] == (
                 entry.start_offset,
@@ -406,7 +470,11 @@ class ReplicationNode:
             self._send(message)
         if ready.committed_offset is not None:
             self.store.set_commit_offset(ready.committed_offset)
-            if core.role is Role.LEADER:
+            if not self._membership_settled:
+                self._apply_membership()  # drop members of the configuration before it
+            if core.role is Role.LEADER or core.term == self._led_term:
+                # Still the term this node led (a removed leader steps down in the Ready that
+                # commits its removal): no other leader wrote in it, the offsets are ours.
                 self._release_waiters(ready.committed_offset)
         if ready.soft_state is not None:
             self._on_soft_state(ready.soft_state.role)
@@ -504,6 +572,7 @@ class ReplicationNode:
         self._leader_changed.set()
         self._leader_changed = asyncio.Event()
         if role is Role.LEADER and was is not Role.LEADER:
+            self._led_term = self._core().term
             self.leader_changes_total += 1
             self._snapshot_offset = -1
             log.info("raft node %d leads term %d", self.config.node_id, self._core().term)
@@ -614,7 +683,13 @@ class ReplicationNode:
         """The member this node believes leads (itself included), or None."""
         if self.core is None or self.core.leader_id == NO_NODE:
             return None
-        return self.config.peer(self.core.leader_id)
+        return self.member_table.spec(self.core.leader_id)
+
+    def route_members(self) -> list[PeerSpec]:
+        """The voters of the configuration in force (learners are still catching up: clients
+        are not sent to them), by node id."""
+        table = self.member_table.members
+        return [table[n].spec for n in sorted(table) if table[n].voter]
 
     def is_serving_leader(self) -> bool:
         """Leads and has applied every config record of the terms before its election (until
@@ -666,11 +741,51 @@ class ReplicationNode:
         except ReplicationError as exc:
             log.debug("pending local bytes not proposed: %s", exc)
 
+    async def change_membership(
+        self, new_members: list[members.Member], timeout_s: float | None = None
+    ) -> int:
+        """Leader: append the configuration record that makes ``new_members`` the group and
+        wait until it commits; returns the record's offset. Raises :class:`NotLeaderError`,
+        :class:`ReplicationBusy` (the core's refusal: a change in flight, no commit in this
+        term yet, more than one voter changed) or :class:`CommitUncertain`."""
+        core = self._core()
+        self.propose_local()  # everything appended so far goes first
+        membership = members.membership_of(new_members)
+        refusal = core.membership_refusal(membership)
+        if isinstance(refusal, NotLeader):
+            raise NotLeaderError(self.config.node_id, self.leader())
+        if isinstance(refusal, Busy):
+            raise ReplicationBusy(refusal.reason)
+        message = records.Message(topic=members.MEMBERS_TOPIC, body=membership.body)
+        results, _ = self.store.put_messages_nowait([message])
+        record = (ByteOffset(results[-1].wrote_offset), ByteOffset(results[-1].end_offset))
+        start, end = core.log.last_offset, self.store.commitlog.max_offset()
+        outcome = core.propose_membership(self._read(start, end), membership, record)
+        if not isinstance(outcome, Proposed):  # nothing ran between the check and here
+            self._truncate(start)
+            raise ReplicationBusy(f"configuration change refused: {outcome}")
+        self._local_ranges.append((outcome.start_offset, outcome.end_offset))
+        self._process()
+        core.report_durable(ByteOffset(self._last_durable))
+        self._process()
+        log.info(
+            "raft node %d: configuration at %d: %s",
+            self.config.node_id,
+            record[0],
+            members.describe(new_members),
+        )
+        # The record's end, not the payload's: a removed leader steps down as soon as its
+        # removal commits, possibly before bytes appended after the record.
+        await self.wait_committed(record[1], timeout_s)
+        return record[0]
+
     async def wait_committed(self, end_offset: int, timeout_s: float | None = None) -> None:
         """Return once the commit offset reaches ``end_offset`` in this leader's term."""
         loop = asyncio.get_running_loop()
         core = self._core()
-        if core.committed_offset >= end_offset and core.role is Role.LEADER:
+        if core.committed_offset >= end_offset and (
+            core.role is Role.LEADER or core.term == self._led_term
+        ):
             return
         future: asyncio.Future[int] = loop.create_future()
         heapq.heappush(self._waiters, (end_offset, next(self._waiter_seq), future))
@@ -704,7 +819,8 @@ class ReplicationNode:
         core = self._core()
         self.check_leader()
         if target is None:
-            rows = core.status().progress
+            voters = core.members.current.voters
+            rows = tuple(row for row in core.status().progress if row[0] in voters)
             if not rows:
                 return self.config.node_id  # a group of one: nothing to hand over
             target = max(rows, key=lambda row: row[3])[0]
@@ -756,7 +872,9 @@ class ReplicationNode:
         s = core.status()
         progress = {row[0]: row for row in s.progress}
         peers = []
-        for p in self.config.others():
+        others = [p for p in self.member_table.specs() if p.node_id != self.config.node_id]
+        others = [p for p in others if p.node_id in self.member_table.members]
+        for p in others:
             row = progress.get(NodeId(p.node_id))
             match = row[3] if row is not None else -1
             peers.append(

@@ -21,6 +21,12 @@ certificate must *name a member*: one of its subject alternative names (or its c
 is the host of a member in ``--peers`` (or the ``server_name`` the members share), and the
 call's messages may only name the members it names.
 
+"Member" means the *live* configuration, the one in force in the log (members added later
+included, removed ones excluded): the transport updates both checks on every change
+(:meth:`HelloChecker.set_members`). A node started with ``--join`` has no configuration yet and
+accepts any sender that proves the secret or presents a CA-signed certificate, until the
+leader's log names the group.
+
 Everything refused is counted by reason (:class:`PeerRefusals`), exported as
 ``gannet_raft_peer_messages_dropped_total{reason}``.
 """
@@ -107,10 +113,14 @@ class HelloChecker:
         self._secret = secret
         self._group = group
         self._me = node_id
-        self._members = frozenset(members)
+        self._members: frozenset[int] | None = frozenset(members)
         self._window_ms = int(window_s * 1000)
         self._nonces: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._nonces_max = nonces_max
+
+    def set_members(self, members: frozenset[int] | None) -> None:
+        """The live configuration's members (None: any sender, a joining node)."""
+        self._members = members
 
     def nonces_held(self) -> int:
         """How many nonces are remembered (at most ``nonces_max``)."""
@@ -130,7 +140,7 @@ class HelloChecker:
         expected = _mac(self._secret, self._group, sender, target, at, nonce)
         if not hmac.compare_digest(mac, expected):
             raise PeerAuthError("unauthenticated", "hello MAC does not match the peer secret")
-        if sender not in self._members or sender == self._me:
+        if sender == self._me or (self._members is not None and sender not in self._members):
             raise PeerAuthError("not_a_member", f"node {sender} is not another member")
         if target != self._me:
             raise PeerAuthError("unauthenticated", f"hello for node {target} reached {self._me}")

@@ -23,6 +23,13 @@ hello (:meth:`PeerTransport.hello_metadata`) checked before any message is taken
 in every mode a message must name another member as its sender, and one the call did not prove
 is dropped (:meth:`PeerTransport.admits_sender`). Refusals are counted in ``refusals``.
 
+Members are the *live* configuration (:meth:`PeerTransport.set_members`, called by the driver
+whenever the configuration in the log changes): a member added later is admitted, streamed to
+and named by certificates like the founders; a removed one is not. Every outbound call names
+its sender's own ``id=host:peer/client`` in the :data:`CONTACT_HEADER` metadata: a node started
+with ``--join`` (no configuration yet) admits any authenticated sender and answers it there,
+until the leader's log tells it the group.
+
 With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
 and every outbound stream presents this node's certificate and trusts only that CA
 (:mod:`gannet.node.api.tls`): a process without a cluster certificate can neither deliver a
@@ -44,12 +51,14 @@ import grpc
 from gannet.node.api import tls
 from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
-from gannet.node.replication import peer_auth, peer_wire
+from gannet.node.replication import members, peer_auth, peer_wire
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 
 log = logging.getLogger(__name__)
 
 GRPC_MESSAGE_BYTES_MAX = 64 << 20
+CONTACT_HEADER = "x-gannet-peer"
+CONTACTS_MAX = 16
 RECONNECT_BACKOFF_S = 0.2
 CONNECT_TIMEOUT_S = 2.0
 
@@ -96,12 +105,16 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
         transport = self._transport
         received = 0
         senders = await transport.authenticate(context)
+        contact = ""
+        for key, item in context.invocation_metadata() or ():
+            if key == CONTACT_HEADER:
+                contact = str(item)
         async for raw in request_iterator:
             error = transport.refusal(raw)
             if error is not None:
                 await context.abort(grpc.StatusCode.FAILED_PRECONDITION, error)
                 return peer_pb2.DeliverSummary(messages_received=received)
-            if not transport.admits_sender(raw.sender, senders):
+            if not transport.admits_sender(raw.sender, senders, contact):
                 continue  # counted; a stranger's message never reaches the core
             try:
                 message = peer_wire.from_proto(raw)
@@ -152,12 +165,17 @@ class PeerTransport:
         self._on_message = on_message
         self._server: grpc.aio.Server | None = None
         self.port = 0
+        self._peers: dict[int, PeerSpec] = {p.node_id: p for p in config.peers}
+        """The live members (this node included), see :meth:`set_members`."""
+        self.accept_strangers = False
+        """A joining node without configuration: any authenticated sender is admitted."""
         self._outboxes = {
             p.node_id: _Outbox(config.outbound_messages_max, config.outbound_bytes_max)
             for p in config.others()
         }
         self._connected: dict[int, bool] = {p.node_id: False for p in config.others()}
         self._member_ids = frozenset(p.node_id for p in config.peers)
+        self._senders: dict[int, asyncio.Task[None]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._server_credentials: grpc.ServerCredentials | None = None
@@ -211,19 +229,63 @@ class PeerTransport:
             )
         await server.start()
         self._server = server
-        for peer in self.config.others():
-            self._tasks.append(
-                asyncio.create_task(self._send_loop(peer), name=f"raft-peer-{peer.node_id}")
-            )
+        for peer in self._peers.values():
+            self._start_sender(peer)
+
+    def _start_sender(self, peer: PeerSpec) -> None:
+        if peer.node_id == self.config.node_id or self._server is None:
+            return
+        outbox = self._outboxes.get(peer.node_id)
+        if outbox is None:
+            outbox = _Outbox(self.config.outbound_messages_max, self.config.outbound_bytes_max)
+            self._outboxes[peer.node_id] = outbox
+            self._connected[peer.node_id] = False
+        task = asyncio.create_task(self._send_loop(peer), name=f"raft-peer-{peer.node_id}")
+        self._senders[peer.node_id] = task
+
+    def set_members(self, peers: tuple[PeerSpec, ...], *, accept_strangers: bool) -> None:
+        """The configuration in force changed: admit, stream to and name these members (this
+        node included) from now on; stop streaming to the others."""
+        self.accept_strangers = accept_strangers
+        fresh = {p.node_id: p for p in peers}
+        fresh.setdefault(self.config.node_id, self.config.me)
+        for node_id in [n for n in self._peers if n not in fresh or fresh[n] != self._peers[n]]:
+            task = self._senders.pop(node_id, None)
+            if task is not None:
+                task.cancel()
+            self._outboxes.pop(node_id, None)
+            self._connected.pop(node_id, None)
+            channel = self._forward_channels.pop(node_id, None)
+            if channel is not None:
+                asyncio.get_running_loop().create_task(channel.close(None))
+        added = [p for n, p in fresh.items() if self._peers.get(n) != p]
+        self._peers = fresh
+        self._member_ids = frozenset(fresh)
+        if self._hellos is not None:
+            self._hellos.set_members(None if accept_strangers else self._member_ids)
+        for peer in added:
+            self._start_sender(peer)
+
+    def learn_contact(self, peer: PeerSpec) -> None:
+        """A joining node heard from ``peer`` before knowing the group: answer it."""
+        if not self.accept_strangers or peer.node_id in self._peers:
+            return
+        if len(self._peers) > CONTACTS_MAX:
+            return
+        self._peers[peer.node_id] = peer
+        self._member_ids = frozenset(self._peers)
+        self._start_sender(peer)
 
     async def stop(self) -> None:
         self._stopping.set()
         for outbox in self._outboxes.values():
             outbox.clear()
-        for task in self._tasks:
+        tasks = self._tasks + list(self._senders.values())
+        for task in tasks:
             task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
+        self._senders = {}
         channels, self._forward_channels = self._forward_channels, {}
         for channel in channels.values():
             await channel.close(None)
@@ -247,15 +309,16 @@ class PeerTransport:
             if peer_tls is not None:
                 named = peer_auth.members_named(
                     _certificate_names(context),
-                    {p.node_id: p.host for p in self.config.peers},
+                    {p.node_id: p.host for p in self._peers.values()},
                     peer_tls.server_name,
                 )
-                if not named:
+                if not named and not self.accept_strangers:
                     raise peer_auth.PeerAuthError(
                         "certificate_names_no_member",
                         "the peer certificate names no member of this group",
                     )
-                allowed = named if allowed is None else allowed & named
+                if named:  # else: a joining node; the cluster CA signed it, group unknown yet
+                    allowed = named if allowed is None else allowed & named
         except peer_auth.PeerAuthError as exc:
             self.refusals.count(exc.reason)
             log.warning("peer call from %s refused: %s", context.peer(), exc)
@@ -263,9 +326,14 @@ class PeerTransport:
             raise AssertionError("abort returned") from None  # pragma: no cover
         return allowed
 
-    def admits_sender(self, sender: int, allowed: frozenset[int] | None) -> bool:
+    def admits_sender(self, sender: int, allowed: frozenset[int] | None, contact: str = "") -> bool:
         """Whether a message naming ``sender`` may be taken on a call that proved
-        ``allowed``; counts the refusal otherwise."""
+        ``allowed``; counts the refusal otherwise. A joining node admits strangers and
+        answers them at ``contact`` (the call's :data:`CONTACT_HEADER`)."""
+        if sender != self.config.node_id and sender not in self._member_ids:
+            spec = members.parse_contact(contact)
+            if self.accept_strangers and spec is not None and spec.node_id == sender:
+                self.learn_contact(spec)
         if sender == self.config.node_id or sender not in self._member_ids:
             self.refusals.count("not_a_member")
             return False
@@ -316,24 +384,27 @@ class PeerTransport:
 
     def hello_metadata(self, target: int) -> tuple[tuple[str, str], ...]:
         """The metadata of a call to member ``target``: the shared-secret hello, if any."""
+        contact = ((CONTACT_HEADER, str(self.config.me)),)
         secret = self.config.peer_secret
         if secret is None:
-            return ()
+            return contact
         hello = peer_auth.hello(secret, self.config.group, self.config.node_id, target)
-        return ((peer_auth.HEADER, hello),)
+        return ((peer_auth.HEADER, hello), *contact)
 
     def forward_channel(self, node_id: int) -> grpc.aio.Channel:
         """The channel client requests are forwarded on to member ``node_id`` (kept open, one
         per member, closed by :meth:`stop`; gRPC reconnects it by itself)."""
         channel = self._forward_channels.get(node_id)
         if channel is None:
-            peer = self.config.peer(node_id)
+            peer = self._peers.get(node_id) or self.config.peer(node_id)
             channel = self._channel(peer.peer_endpoint, self._channel_options())
             self._forward_channels[node_id] = channel
         return channel
 
     async def _send_loop(self, peer: PeerSpec) -> None:
-        outbox = self._outboxes[peer.node_id]
+        outbox = self._outboxes.get(peer.node_id)
+        if outbox is None:
+            return
         options = self._channel_options()
         while not self._stopping.is_set():
             channel = self._channel(peer.peer_endpoint, options)
@@ -345,7 +416,8 @@ class PeerTransport:
             except (grpc.aio.AioRpcError, TimeoutError, ConnectionError) as exc:
                 log.debug("peer %s stream ended: %s", peer, exc)
             finally:
-                self._connected[peer.node_id] = False
+                if peer.node_id in self._connected:
+                    self._connected[peer.node_id] = False
                 await channel.close(None)
             outbox.clear()  # stale after a gap; the core re-sends what matters
             with contextlib.suppress(TimeoutError):

@@ -13,8 +13,9 @@ Called by ``raft_runs.run_simulation`` (and usable from any test holding a
   and terms included), and a node's commit offset never passes its log end nor goes back.
 * ``commit_on_majority_durable``: the committed bytes are *synced*, identically, on a majority
   of the voters (crashed nodes' disks count: they keep synced bytes) of the configuration in
-  force at the commit offset or of a configuration entry right after it (the one in flight
-  when the bytes committed: at most one is, see ``raft.membership``).
+  force at the commit offset or of a configuration entry seen after it (the one in flight at
+  the leader when the bytes committed, possibly cut off since: at most one is in flight, see
+  ``raft.membership``).
 * ``quorums_overlap``: on every node, consecutive configuration entries differ by at most one
   voter, so any majorities of two consecutive configurations share a node.
 * ``leader_completeness``: a node that becomes leader holds every committed byte.
@@ -55,6 +56,9 @@ class Checker:
         self.verified: dict[NodeId, tuple[int, int, int]] = {}
         """Per node, (restarts, log version, commit offset) at its last full prefix check."""
         self.durable_verified: tuple[int, ...] = ()
+        self.configurations_seen: set[tuple[int, frozenset[NodeId]]] = set()
+        """Every configuration entry observed on any node, even one cut off later: the one
+        in force at a leader when it committed may be gone by the next check."""
         self.bootstrap_voters = frozenset(
             n for n, node in cluster.nodes.items() if n in node.voters
         )
@@ -71,6 +75,9 @@ class Checker:
     def quorums_overlap(self) -> None:
         for node_id in self.cluster.up_ids():
             entries = self.cluster.core(node_id).members.entries()
+            self.configurations_seen.update(
+                (e.start_offset, e.membership.voters) for e in entries[1:]
+            )
             if not entries[0].membership.voters:
                 entries = entries[1:]  # a joining node's empty bootstrap
             for before, after in itertools.pairwise(entries):
@@ -160,12 +167,7 @@ class Checker:
         }
         in_force = memberships_in(ByteOffset(0), self.committed)
         configurations = [in_force[-1].membership.voters if in_force else self.bootstrap_voters]
-        for node_id in self.cluster.up_ids():
-            configurations += [
-                e.membership.voters
-                for e in self.cluster.core(node_id).members.entries()[1:]
-                if e.start_offset >= length
-            ][:1]
+        configurations += [v for start, v in self.configurations_seen if start >= length]
         require(
             any(len(holders & v) >= quorum.majority(len(v)) for v in configurations if v),
             "commit_on_majority_durable",
