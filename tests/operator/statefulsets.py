@@ -49,7 +49,7 @@ async def _sync(env: Env, cluster: str) -> None:
             await env.kube.delete("v1", "Pod", NAMESPACE, name)
 
 
-async def _watch(env: Env, path: str, changed: asyncio.Event) -> None:
+async def watch(env: Env, path: str, changed: asyncio.Event) -> None:
     async with (
         aiohttp.ClientSession() as session,
         session.get(f"{env.url}{path}", params={"watch": "true"}) as response,
@@ -71,7 +71,7 @@ async def playing(env: Env, cluster: str) -> AsyncIterator[None]:
             await _sync(env, cluster)
 
     tasks = [
-        asyncio.create_task(_watch(env, kube.resource_path(v, k, NAMESPACE), changed))
+        asyncio.create_task(watch(env, kube.resource_path(v, k, NAMESPACE), changed))
         for v, k in (("apps/v1", "StatefulSet"), ("v1", "Pod"))
     ]
     tasks.append(asyncio.create_task(controller()))

@@ -35,6 +35,10 @@ class Endpoints(Protocol):
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str: ...
 
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        """(peer, client) address the group knows the member in pod ``ordinal`` by."""
+        ...
+
 
 class ServiceEndpoints:
     """In-cluster DNS names of the Services that :mod:`manifests` creates."""
@@ -44,6 +48,12 @@ class ServiceEndpoints:
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
         return manifests.pod_endpoint(cluster, namespace, ordinal)
+
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        return (
+            members.peer_address(cluster, namespace, ordinal),
+            members.client_address(cluster, namespace, ordinal),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,6 +67,12 @@ class FixedEndpoints:
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
         return self.endpoint
+
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        return (
+            members.peer_address(cluster, namespace, ordinal),
+            members.client_address(cluster, namespace, ordinal),
+        )
 
 
 def utc_now() -> dt.datetime:

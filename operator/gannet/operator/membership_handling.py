@@ -230,11 +230,12 @@ async def _carry_out(
     if isinstance(step, (mp.AddLearner, mp.Promote)):
         assert leader is not None
         record = step.record
+        peer, client = ctx.endpoints.member(namespace, cluster, record.ordinal)
         await ctx.brokers.add_member(
             leader[1],
             record.node_id,
-            peer_endpoint=members.peer_address(cluster, namespace, record.ordinal),
-            client_endpoint=members.client_address(cluster, namespace, record.ordinal),
+            peer_endpoint=peer,
+            client_endpoint=client,
             learner_only=isinstance(step, mp.AddLearner),
             timeout_s=CHANGE_TIMEOUT_S,
         )
