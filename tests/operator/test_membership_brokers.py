@@ -2,12 +2,12 @@
 API, :class:`e2e.replication.membership.MembershipGroup` for the brokers).
 
 Three founders run with ``--peers``; the operator bootstraps its roster with their ids, seals
-it, and scales 3 -> 4 -> 3 (3 -> 5 -> 3 with ``GANNET_OPERATOR_MEMBERSHIP_FULL=1``; the
-KMock and e2e-kube tests check the call order of that one) through the brokers' own
-``ListMembers``/``AddMember``/``RemoveMember``. A kubelet stand-in starts ``gannet broker run --node-id N --join`` for each
-pod the StatefulSet gains (N read from the pod's roster key) and stops it when the pod goes;
-:class:`LocalEndpoints` maps each pod to its process's ports. At the end the group's own
-``ListMembers`` names exactly the three founders as voters."""
+it, and scales 3 -> 4 -> 3 (3 -> 5 -> 3 with ``GANNET_OPERATOR_MEMBERSHIP_FULL=1``; the KMock
+and e2e-kube tests check the call order of that one) through the brokers' own ``ListMembers``,
+``AddMember`` and ``RemoveMember``. A kubelet stand-in starts ``gannet broker run --node-id N
+--join`` for each pod the StatefulSet gains (N read from the pod's roster key) and stops it when
+the pod goes; :class:`LocalEndpoints` maps each pod to its process's ports. At the end the
+group's own ``ListMembers`` names exactly the three founders as voters."""
 
 from __future__ import annotations
 
