@@ -6,6 +6,7 @@ throughout and every acknowledged message is on every remaining member."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ from click.testing import CliRunner
 
 from gannet.node import cli
 from gannet.node.api.gen import admin_pb2
+from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.store.config import StoreConfig
@@ -187,3 +189,18 @@ def test_refusals_say_why_and_what_to_do(growing: GrowingCluster) -> None:
         cli.main, ["cluster", "member", "add", "4=nohost", "--endpoint", growing.endpoint(leader)]
     )
     assert bad_cli.exit_code == 2, bad_cli.output
+
+
+def test_peers_only_bootstrap_a_new_group(growing: GrowingCluster) -> None:
+    growing.start_all()
+    leader = growing.leader()
+    follower = next(i for i in growing.nodes if i != leader)
+    growing.crash(follower)
+    config = growing.config(follower)
+    assert config.replication is not None
+    fewer = tuple(p for p in growing.peers if p.node_id in (follower, leader))  # another --peers
+    replication = dataclasses.replace(config.replication, peers=fewer)
+    growing.nodes[follower] = threads.start(dataclasses.replace(config, replication=replication))
+    voters = sorted(int(m.node_id) for m in _members(growing, follower).members if m.voter)
+    assert voters == [1, 2, 3]  # the log's configuration, not the new --peers
+    assert growing.raft(follower).member_table.members.keys() == {1, 2, 3}

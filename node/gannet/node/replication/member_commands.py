@@ -18,7 +18,6 @@ a member lagging, too few voters reachable) — the message says why and what to
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -42,14 +41,6 @@ EXIT_UNREACHABLE = api_commands.EXIT_UNREACHABLE
 EXIT_REFUSED = api_commands.EXIT_REFUSED
 
 Call = Callable[[admin_pb2_grpc.AdminStub], Any]
-
-
-def _endpoint(endpoint: str | None) -> str:
-    chosen = endpoint or os.environ.get("GANNET_ENDPOINT") or api_commands.DEFAULT_ENDPOINT
-    try:
-        return api_commands.check_endpoint(chosen)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--endpoint") from None
 
 
 def leader_named(details: str) -> str | None:
@@ -142,24 +133,20 @@ def member() -> None:
     """List, add and remove the members of a replicated group (through its Raft log)."""
 
 
-endpoint_option = click.option(
-    "--endpoint",
-    envvar="GANNET_ENDPOINT",
-    help="host:port of any member (env GANNET_ENDPOINT; default 127.0.0.1:8081); a follower "
-    "points the command at the leader.",
-)
-
-
 @member.command("list")
-@endpoint_option
 @output.output_option
-@api_commands.security_options
-def member_list(endpoint: str | None) -> None:
+@api_commands.endpoint_option
+def member_list(endpoint: str) -> None:
     """Every member: addresses, voter or learner, and the leader's match, lag, reachability."""
-    reply = call_leader(
-        _endpoint(endpoint),
-        lambda stub: stub.ListMembers(admin_pb2.ListMembersRequest(), timeout=LIST_TIMEOUT_S),
-    )
+
+    def ask(stub: admin_pb2_grpc.AdminStub) -> Any:
+        return stub.ListMembers(admin_pb2.ListMembersRequest(), timeout=LIST_TIMEOUT_S)
+
+    reply = call_leader(endpoint, ask)
+    leader = next((m for m in reply.members if m.leader), None)
+    if leader is not None and leader.client_endpoint != endpoint:
+        # a follower does not know match, lag and reachability: the leader does
+        reply = call_leader(leader.client_endpoint, ask)
     renderables: list[Any] = [members_table(reply)]
     if reply.change_in_flight:
         renderables.append("[yellow]a membership change is in flight[/]")
@@ -176,10 +163,9 @@ def member_list(endpoint: str | None) -> None:
     show_default=True,
     help="How long the leader waits for the new member to catch up before refusing.",
 )
-@endpoint_option
 @output.output_option
-@api_commands.security_options
-def member_add(spec: str, learner_only: bool, timeout_s: int, endpoint: str | None) -> None:
+@api_commands.endpoint_option
+def member_add(spec: str, learner_only: bool, timeout_s: int, endpoint: str) -> None:
     """Add member N (started with `gannet broker run --node-id N --join`): as a learner, then,
     once it caught up, as a voter."""
     try:
@@ -194,7 +180,7 @@ def member_add(spec: str, learner_only: bool, timeout_s: int, endpoint: str | No
         timeout_ms=timeout_s * 1000,
     )
     reply = call_leader(
-        _endpoint(endpoint),
+        endpoint,
         lambda stub: stub.AddMember(request, timeout=timeout_s + CHANGE_GRACE_S),
     )
     _print_change(reply, f"node {peer.node_id} is a {'learner' if learner_only else 'member'}")
@@ -203,14 +189,13 @@ def member_add(spec: str, learner_only: bool, timeout_s: int, endpoint: str | No
 @member.command("remove")
 @click.argument("node_id", type=click.IntRange(1))
 @click.option("--timeout-s", type=click.IntRange(1, 3600), default=30, show_default=True)
-@endpoint_option
 @output.output_option
-@api_commands.security_options
-def member_remove(node_id: int, timeout_s: int, endpoint: str | None) -> None:
+@api_commands.endpoint_option
+def member_remove(node_id: int, timeout_s: int, endpoint: str) -> None:
     """Remove member N (refused when too few voters would remain reachable)."""
     request = admin_pb2.RemoveMemberRequest(node_id=str(node_id), timeout_ms=timeout_s * 1000)
     reply = call_leader(
-        _endpoint(endpoint),
+        endpoint,
         lambda stub: stub.RemoveMember(request, timeout=timeout_s + CHANGE_GRACE_S),
     )
     _print_change(reply, f"node {node_id} is not a member")
