@@ -169,13 +169,15 @@ def watch_for(
             pass
 
 
-def events_for(kubectl: Kubectl, kind: str, name: str) -> list[dict[str, Any]]:
+def events_for(
+    kubectl: Kubectl, kind: str, name: str, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
     """Kubernetes Events about one object (core/v1, as ``kubectl describe`` shows them)."""
     found = kubectl.json(
         "get",
         "events",
         "-n",
-        NAMESPACE,
+        namespace,
         "--field-selector",
         f"involvedObject.kind={kind},involvedObject.name={name}",
     )

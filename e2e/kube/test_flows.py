@@ -375,13 +375,20 @@ def test_cluster_delete_garbage_collects_what_it_owns(
     assert made is not None
     assert admin.run("get", "statefulset", "scratch", "-n", NAMESPACE, check=False).returncode == 0
     admin.run("scale", "gannetcluster", "scratch", "-n", NAMESPACE, "--replicas=2")
+    # The scale subresource wrote spec.replicas and the operator took it up; the new member
+    # joins through the group's membership calls (test_membership.py), which this lone
+    # broker does not serve, so the Scaling condition says what it waits for.
     scaled = wait_for(
         plane,
         "GannetCluster",
         "scratch",
-        lambda o: (o or {}).get("status", {}).get("replicas") == 2,
+        lambda o: (
+            (o or {}).get("status", {}).get("observedGeneration") == 2
+            and (condition(o, "Scaling") or {}).get("observedGeneration") == 2
+        ),
     )
     assert scaled is not None
+    assert scaled["spec"]["replicas"] == 2
     admin.run("delete", "gannetcluster", "scratch", "-n", NAMESPACE, "--wait=true", "--timeout=60s")
     # The garbage collector of kube-controller-manager follows the owner references.
     statefulsets = f"/apis/apps/v1/namespaces/{NAMESPACE}/statefulsets"

@@ -166,7 +166,11 @@ def test_rbac_is_least_privilege() -> None:
             if "gannet.io" in rule["apiGroups"]:
                 assert not {"create", "delete"} & set(rule["verbs"])
             if "delete" in rule["verbs"]:
-                assert rule["resources"] == ["pods"]  # rolling restarts only
+                # Rolling restarts and restarts under a new node id; the claim of a removed
+                # member (storage.deleteClaim).
+                assert rule["resources"] in (["pods"], ["persistentvolumeclaims"])
+            if "persistentvolumeclaims" in rule["resources"]:
+                assert rule["verbs"] == ["get", "list", "delete"]  # never create or change
             if "secrets" in rule["resources"]:
                 # Named Secrets only: never list or watch every Secret; create and patch for
                 # the generated peer secret of a cluster that names none.

@@ -1,4 +1,5 @@
-"""Pure cluster planning: scale decisions, rolling steps, revive-queue changes, cron schedules."""
+"""Pure cluster planning: rolling steps, revive-queue changes, cron schedules (membership is
+tested in test_membership_planning)."""
 
 from __future__ import annotations
 
@@ -11,41 +12,6 @@ from hypothesis import strategies as st
 
 from gannet.operator import cluster_planning as cp
 from gannet.operator import schedules
-
-
-def raft(leader: str, *peers: tuple[str, bool, int]) -> cp.RaftView:
-    return cp.RaftView(leader, 3, tuple(cp.PeerView(*p) for p in peers), node_id=leader)
-
-
-# Raft node ids are pod ordinal + 1: node "1" runs in pod c-0.
-CAUGHT_UP = raft("1", ("1", True, 0), ("2", True, 0), ("3", True, 0))
-
-
-def test_scale_up_and_first_creation_are_accepted() -> None:
-    assert cp.decide_replicas(desired=3, current=None, raft=None, cluster="c").replicas == 3
-    decision = cp.decide_replicas(desired=5, current=3, raft=None, cluster="c")
-    assert decision.replicas == 5
-    assert decision.condition.status is True
-
-
-def test_scale_down_needs_a_caught_up_group() -> None:
-    refused = cp.decide_replicas(desired=1, current=3, raft=None, cluster="c")
-    assert refused.replicas == 3
-    assert (refused.condition.status, refused.condition.reason) == (False, "ScaleDownBlocked")
-    assert "no leader" in refused.condition.message
-    lagging = raft("1", ("1", True, 0), ("2", True, 0), ("3", True, 4096))
-    refused = cp.decide_replicas(desired=2, current=3, raft=lagging, cluster="c")
-    assert refused.replicas == 3
-    assert "c-2" in refused.condition.message
-    accepted = cp.decide_replicas(desired=1, current=3, raft=CAUGHT_UP, cluster="c")
-    assert accepted.replicas == 1
-
-
-def test_scale_down_moves_leadership_off_a_removed_member_first() -> None:
-    view = raft("3", ("1", True, 0), ("2", True, 0), ("3", True, 0))
-    decision = cp.decide_replicas(desired=2, current=3, raft=view, cluster="c")
-    assert decision.replicas == 3
-    assert decision.transfer_away_from == "c-2"
 
 
 def pods(*specs: tuple[str, str, bool]) -> list[cp.PodView]:
@@ -105,14 +71,9 @@ def test_revive_change() -> None:
     assert cp.revive_change(4, cp.ReviveView(8, ())) == 4
 
 
-def test_ordinals_and_node_ids() -> None:
+def test_ordinals() -> None:
     assert cp.ordinal("main-12") == 12
     assert cp.ordinal("main") == -1
-    assert cp.node_id(0) == "1"
-    assert cp.node_ordinal("3") == 2
-    assert cp.node_ordinal("0") == -1
-    assert cp.node_ordinal("main-1") == -1
-    assert cp.pod_of_node("main", "2") == "main-1"
 
 
 START = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)

@@ -76,7 +76,7 @@ def test_ephemeral_storage_and_no_metrics() -> None:
     assert "volumeClaimTemplates" not in sts["spec"]
     volumes = sts["spec"]["template"]["spec"]["volumes"]
     assert {"name": "data", "emptyDir": {}} in volumes
-    assert [v["name"] for v in volumes] == ["tmp", "peer-secret", "data"]
+    assert [v["name"] for v in volumes] == ["tmp", "members", "peer-secret", "data"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["tcpSocket"] == {"port": "client"}
     assert by_kind(objects, "ConfigMap")["data"]["GANNET_METRICS_LISTEN"] == ""
@@ -113,19 +113,26 @@ def test_config_change_changes_the_pod_template() -> None:
 
 
 @given(st.integers(1, 9))
-def test_peers_and_disruption_budget_follow_the_size(replicas: int) -> None:
+def test_the_size_changes_no_pod_argument_and_the_budget_keeps_a_majority(replicas: int) -> None:
+    """Members change through the admin API: the pod template (hence every running pod's
+    command line) is the same whatever the size; each pod's node id comes from the roster."""
     objects = build(replicas)
-    peers = by_kind(objects, "ConfigMap")["data"]["GANNET_PEERS"].split(",")
-    assert [p.partition("=")[0] for p in peers] == [str(i + 1) for i in range(replicas)]
-    assert [p.partition("=")[2].partition(".")[0] for p in peers] == [
-        f"main-{i}" for i in range(replicas)
+    sts = by_kind(objects, "StatefulSet")
+    template = sts["spec"]["template"]
+    assert template == by_kind(build(1), "StatefulSet")["spec"]["template"]
+    container = template["spec"]["containers"][0]
+    assert "--peers" not in container["args"]
+    assert "--node-id" not in container["args"]
+    assert {"name": "members", "mountPath": "/etc/gannet/members", "readOnly": True} in container[
+        "volumeMounts"
     ]
-    assert all(p.endswith(".main-peers.demo.svc:8091/8081") for p in peers)
+    assert {"name": "members", "configMap": {"name": "main-members"}} in template["spec"]["volumes"]
+    assert "GANNET_PEERS" not in by_kind(objects, "ConfigMap")["data"]
     budget = by_kind(objects, "PodDisruptionBudget")["spec"]["maxUnavailable"]
     assert budget >= 1
     if replicas >= 3:
         assert replicas - budget > replicas // 2  # a majority stays up
-    assert by_kind(objects, "StatefulSet")["spec"]["replicas"] == replicas
+    assert sts["spec"]["replicas"] == replicas
 
 
 def test_apply_keeps_immutable_statefulset_fields_as_the_server_has_them() -> None:

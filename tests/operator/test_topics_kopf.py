@@ -286,6 +286,9 @@ class SplitEndpoints:
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
         return self.leader if ordinal == 1 else self.follower
 
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        return self.pod(namespace, cluster, ordinal), self.pod(namespace, cluster, ordinal)
+
 
 def test_admin_writes_go_to_the_raft_leader(broker: threads.BrokerThread) -> None:
     follower = fake_admin.FakeAdmin(leader_id="2")

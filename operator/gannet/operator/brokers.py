@@ -34,6 +34,7 @@ from gannet.node.api import auth
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
 from gannet.operator.group_planning import BrokerGroup
+from gannet.operator.membership_planning import Group, MemberState
 from gannet.operator.specs import CleanupSpec, Permission
 from gannet.operator.topic_planning import BrokerTopic
 
@@ -194,7 +195,9 @@ class Brokers:
         if self._closing:
             await asyncio.gather(*self._closing)
 
-    async def _call(self, endpoint: str, name: str, request: Any) -> Any:
+    async def _call(
+        self, endpoint: str, name: str, request: Any, *, timeout_s: float | None = None
+    ) -> Any:
         security = self.security_of(endpoint)
         method: Callable[..., Awaitable[Any]] = getattr(self._stub(endpoint, security), name)
         metadata: list[tuple[str, str]] = []
@@ -202,7 +205,7 @@ class Brokers:
             signer = auth.SigningInterceptor(security.access_key, security.secret_key)
             metadata = signer.metadata()
         try:
-            return await method(request, timeout=self.timeout_s, metadata=metadata)
+            return await method(request, timeout=timeout_s or self.timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
             code = exc.code()
             where = f"{name} on {endpoint}"
@@ -389,7 +392,11 @@ class Brokers:
             for p in answer.peers
         )
         return RaftView(
-            leader_id=answer.leader_id, term=answer.term, peers=peers, node_id=answer.node_id
+            leader_id=answer.leader_id,
+            term=answer.term,
+            peers=peers,
+            node_id=answer.node_id,
+            leader_client_endpoint=answer.leader_client_endpoint,
         )
 
     async def transfer_leadership(self, endpoint: str, *, target: str = "") -> str:
@@ -401,6 +408,57 @@ class Brokers:
             ),
         )
         return str(answer.leader_id)
+
+    # ------------------------------------------------------------------ membership
+    async def list_members(self, endpoint: str) -> Group:
+        """The group's members as the answering broker sees them (the leader: lag and
+        reachability; a follower forwards or refuses, see the membership contract)."""
+        answer = await self._call(endpoint, "ListMembers", admin_pb2.ListMembersRequest())
+        members = tuple(
+            MemberState(
+                node_id=m.node_id,
+                voter=m.voter,
+                lag_bytes=m.lag_bytes,
+                reachable=m.reachable,
+                leader=m.leader,
+            )
+            for m in answer.members
+        )
+        return Group(members, leader_id=answer.leader_id, change_in_flight=answer.change_in_flight)
+
+    async def add_member(
+        self,
+        endpoint: str,
+        node_id: str,
+        *,
+        peer_endpoint: str,
+        client_endpoint: str,
+        learner_only: bool,
+        timeout_s: float,
+    ) -> None:
+        """AddMember: as a learner (``learner_only``), or promote it once caught up. The call
+        waits up to ``timeout_s`` on the broker (and a little longer here)."""
+        await self._call(
+            endpoint,
+            "AddMember",
+            admin_pb2.AddMemberRequest(
+                node_id=node_id,
+                peer_endpoint=peer_endpoint,
+                client_endpoint=client_endpoint,
+                learner_only=learner_only,
+                timeout_ms=int(timeout_s * 1000),
+            ),
+            timeout_s=timeout_s + self.timeout_s,
+        )
+
+    async def remove_member(self, endpoint: str, node_id: str, *, timeout_s: float) -> None:
+        """RemoveMember; returns once the removal committed (a no-op for a non-member)."""
+        await self._call(
+            endpoint,
+            "RemoveMember",
+            admin_pb2.RemoveMemberRequest(node_id=node_id, timeout_ms=int(timeout_s * 1000)),
+            timeout_s=timeout_s + self.timeout_s,
+        )
 
 
 def _revive_view(answer: Any) -> ReviveView:

@@ -1,10 +1,11 @@
-"""The GannetCluster reconcile: Kubernetes objects, scaling, rolling restarts, revive queues and
-cleanup — the IO around :mod:`cluster_planning`, :mod:`manifests` and :mod:`schedules`.
+"""The GannetCluster reconcile: Kubernetes objects, membership, rolling restarts, revive queues
+and cleanup — the IO around :mod:`cluster_planning`, :mod:`manifests` and :mod:`schedules`.
 
 Called by the GannetCluster handlers of :mod:`gannet.operator.handlers` (create, update,
-resume and the refresh timer). One call is one level-based pass: it gathers the StatefulSet, the
-pods and the leader's Raft view, applies the objects for the decided size, takes at most one
-rolling step, pushes the broker settings, and writes everything it learnt into ``patch.status``.
+resume and the refresh timer). One call is one level-based pass: it takes the membership steps
+that can be taken now (:mod:`membership_handling`, which decides the StatefulSet's size),
+applies the objects for that size, takes at most one rolling step, pushes the broker settings,
+and writes everything it learnt into ``patch.status``.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from gannet.operator import (
     contexts,
     events,
     manifests,
+    members,
+    membership_handling,
     schedules,
     specs,
 )
@@ -29,16 +32,17 @@ from gannet.operator.brokers import BrokerRefused, BrokerUnavailable, Unauthoriz
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
 from gannet.operator.kube import KubeError
+from gannet.operator.membership_planning import Roster
 
 
 async def _leader_view(
-    ctx: Context, namespace: str, cluster: str
+    ctx: Context, namespace: str, cluster: str, roster: Roster | None
 ) -> cluster_planning.RaftView | None:
     """The leader's view of the group, asking the leader itself when another member answered."""
     try:
         view = await ctx.brokers.raft_status(ctx.endpoints.client(namespace, cluster))
         if view.leader_id and view.node_id != view.leader_id:
-            leader = cluster_planning.node_ordinal(view.leader_id)
+            leader = members.ordinal_of(roster, view.leader_id)
             if leader >= 0:
                 view = await ctx.brokers.raft_status(ctx.endpoints.pod(namespace, cluster, leader))
     except (BrokerUnavailable, BrokerRefused):
@@ -66,23 +70,12 @@ async def reconcile(
         security = Condition("BrokerAccess", False, Unauthorized.reason, str(exc))
     sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, name)
     current = None if sts is None else int(sts.get("spec", {}).get("replicas", 0))
-    raft = None
-    if current is not None and cluster.replicas < current:
-        raft = await _leader_view(ctx, namespace, name)
-    decision = cluster_planning.decide_replicas(
-        desired=cluster.replicas, current=current, raft=raft, cluster=name
+    membership = await membership_handling.advance(
+        ctx, name, namespace, uid, cluster, current, pending
     )
-    if decision.transfer_away_from is not None:
-        with contextlib.suppress(BrokerUnavailable, BrokerRefused):
-            away = cluster_planning.ordinal(decision.transfer_away_from)
-            await ctx.brokers.transfer_leadership(ctx.endpoints.pod(namespace, name, away))
-            pending.normal(
-                "LeadershipTransferred",
-                f"asked {decision.transfer_away_from} to hand Raft leadership over before "
-                "scaling down",
-            )
-    if current is not None and decision.replicas != current:
-        pending.normal("Scaled", f"StatefulSet {name}: {current} -> {decision.replicas} replicas")
+    replicas = membership.replicas
+    if current is not None and replicas != current:
+        pending.normal("Scaled", f"StatefulSet {name}: {current} -> {replicas} replicas")
     if await _ensure_peer_secret(ctx, name, namespace, uid, cluster):
         secret = manifests.peer_secret_name(name, cluster)
         pending.normal("Created", f"created Secret {secret}")
@@ -95,7 +88,7 @@ async def reconcile(
             what = f"{obj['kind']} {obj['metadata']['name']}"
             pending.normal(result.capitalize(), f"{result} {what}")
 
-    for obj in manifests.build(name, namespace, uid, cluster, replicas=decision.replicas):
+    for obj in manifests.build(name, namespace, uid, cluster, replicas=replicas):
         if obj["kind"] == "Certificate":
             # Needs cert-manager; without its CRD the pods wait for their Secret: say so.
             try:
@@ -123,7 +116,7 @@ async def reconcile(
     sts_status = sts.get("status") or {}
     ready = int(sts_status.get("readyReplicas") or 0)
     found = list(status.get("conditions") or ())
-    found = conditions.merge(found, decision.condition, generation=generation, now=ctx.clock())
+    found = conditions.merge(found, membership.condition, generation=generation, now=ctx.clock())
     if monitoring is not None:
         found = conditions.merge(found, monitoring, generation=generation, now=ctx.clock())
     if certificates is not None:
@@ -136,9 +129,17 @@ async def reconcile(
             now=ctx.clock(),
         )
 
-    # Rolling restarts, one pod per pass, leader last.
-    leader = raft or await _leader_view(ctx, namespace, name)
-    step = await _roll(ctx, name, namespace, sts, decision.replicas, leader)
+    # Rolling restarts, one pod per pass, leader last, never during a membership change.
+    leader = await _leader_view(ctx, namespace, name, membership.roster)
+    leader_pod = (
+        None if leader is None else members.pod_of_node(name, membership.roster, leader.leader_id)
+    )
+    step: cluster_planning.RollStep
+    if membership.changing:
+        # A restart now would take a member down while the configuration changes.
+        step = cluster_planning.Wait("waiting for the membership change to finish")
+    else:
+        step = await _roll(ctx, name, namespace, sts, replicas, leader_pod)
     if isinstance(step, cluster_planning.DeletePod):
         pending.normal("PodRestarted", f"deleted pod {step.name} to roll it to the new revision")
     elif isinstance(step, cluster_planning.TransferLeadership):
@@ -151,23 +152,26 @@ async def reconcile(
 
     # Broker-side settings: revive-queue count, cleanup policy and schedule.
     settings_condition = await _broker_settings(
-        ctx, name, namespace, cluster, status, patch, decision.replicas, pending
+        ctx, name, namespace, cluster, status, patch, replicas, pending
     )
     found = conditions.merge(found, settings_condition, generation=generation, now=ctx.clock())
     found = conditions.merge(
         found,
-        cluster_planning.ready_condition(desired=decision.replicas, ready=ready),
+        cluster_planning.ready_condition(desired=replicas, ready=ready),
         generation=generation,
         now=ctx.clock(),
     )
     patch.status["conditions"] = found
     patch.status["observedGeneration"] = generation
-    patch.status["replicas"] = decision.replicas
+    patch.status["replicas"] = replicas
+    patch.status["members"] = membership.members
+    if membership.roster is not None:
+        patch.status["nextNodeId"] = membership.roster.next_node_id
     patch.status["readyReplicas"] = ready
     patch.status["selector"] = manifests.selector_text(name)
     patch.status["clientEndpoint"] = manifests.client_endpoint(name, namespace)
-    if leader is not None:
-        patch.status["leader"] = cluster_planning.pod_of_node(name, leader.leader_id)
+    if leader is not None and leader_pod is not None:
+        patch.status["leader"] = leader_pod
         patch.status["term"] = leader.term
 
 
@@ -192,7 +196,7 @@ async def _roll(
     namespace: str,
     sts: Mapping[str, Any],
     replicas: int,
-    leader: cluster_planning.RaftView | None,
+    leader_pod: str | None,
 ) -> cluster_planning.RollStep:
     update_revision = (sts.get("status") or {}).get("updateRevision")
     if not update_revision:
@@ -203,7 +207,7 @@ async def _roll(
         views,
         update_revision=update_revision,
         replicas=replicas,
-        leader_pod=None if leader is None else cluster_planning.pod_of_node(name, leader.leader_id),
+        leader_pod=leader_pod,
     )
     if isinstance(step, cluster_planning.TransferLeadership):
         with contextlib.suppress(BrokerUnavailable, BrokerRefused):

@@ -1,16 +1,9 @@
-"""Scaling, rolling restarts and revive-queue roll-out of a GannetCluster (pure; no IO).
+"""Rolling restarts and revive-queue roll-out of a GannetCluster (pure; no IO).
 
-Called by the GannetCluster handlers in :mod:`gannet.operator.handlers`, which gather the inputs
-(StatefulSet, pods, the leader's ``GetRaftStatus``, ``GetReviveQueues``) and carry out the step.
-
-Scaling. The StatefulSet is one Raft group whose members are named in every pod's ``--peers``.
-Scale-up is always accepted: the new members start empty and catch up from the leader.
-Scale-down removes the highest ordinals and is accepted only when it cannot lose committed data
-or quorum: the leader answers, every member is reachable and fully caught up
-(``lag_bytes == 0``), and the leader is not among the removed members (if it is, leadership is
-transferred to a remaining member first, and the scale-down waits for the next pass). While it
-is refused, the StatefulSet keeps its size and condition ``Scaling=False
-reason=ScaleDownBlocked`` says why.
+Called by :mod:`gannet.operator.cluster_handling`, which gathers the inputs (StatefulSet, pods,
+the leader's ``GetRaftStatus``, ``GetReviveQueues``) and carries out the step. Scaling is not
+here: members are added and removed through the admin API, one change at a time
+(:mod:`gannet.operator.membership_planning`).
 
 Rolling. With ``updateStrategy: OnDelete`` nothing restarts by itself. One pass deletes at most
 one outdated pod (its controller-revision-hash differs from the StatefulSet's update revision),
@@ -25,9 +18,6 @@ import dataclasses
 from gannet.operator import conditions
 from gannet.operator.conditions import Condition
 
-SCALING = "Scaling"
-SCALE_DOWN_BLOCKED = "ScaleDownBlocked"
-
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PeerView:
@@ -39,80 +29,19 @@ class PeerView:
 @dataclasses.dataclass(frozen=True, slots=True)
 class RaftView:
     """The leader's view of the group (from GetRaftStatus on the leader); ids are Raft node ids
-    ("1", "2", ...: pod ordinal + 1)."""
+    (the roster ConfigMap says which pod runs which, :mod:`gannet.operator.members`)."""
 
     leader_id: str
     term: int
     peers: tuple[PeerView, ...]
     node_id: str = ""  # the member that answered
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class ReplicaDecision:
-    replicas: int  # what the StatefulSet gets now
-    condition: Condition
-    transfer_away_from: str | None = None  # the leader's pod, to move leadership off first
+    leader_client_endpoint: str = ""  # host:port, as the leader advertises it
 
 
 def ordinal(pod: str) -> int:
     """The StatefulSet ordinal at the end of a pod name; -1 when there is none."""
     _, _, tail = pod.rpartition("-")
     return int(tail) if tail.isdigit() else -1
-
-
-def node_id(pod_ordinal: int) -> str:
-    """Raft node ids are 1-based integers: pod ``<cluster>-<i>`` runs node ``i + 1``."""
-    return str(pod_ordinal + 1)
-
-
-def node_ordinal(node: str) -> int:
-    """The pod ordinal of Raft node ``node`` ("3" runs in pod ``<cluster>-2``); -1 if unknown."""
-    return int(node) - 1 if node.isdigit() and int(node) >= 1 else -1
-
-
-def pod_of_node(cluster: str, node: str) -> str:
-    return f"{cluster}-{node_ordinal(node)}" if node_ordinal(node) >= 0 else f"node {node}"
-
-
-def decide_replicas(
-    *, desired: int, current: int | None, raft: RaftView | None, cluster: str
-) -> ReplicaDecision:
-    if current is None or desired >= current:
-        message = (
-            f"{desired} members"
-            if current in (None, desired)
-            else (f"scaling up from {current} to {desired} members")
-        )
-        return ReplicaDecision(desired, Condition(SCALING, True, "AtDesiredSize", message))
-
-    def blocked(why: str) -> ReplicaDecision:
-        return ReplicaDecision(
-            current,
-            Condition(
-                SCALING,
-                False,
-                SCALE_DOWN_BLOCKED,
-                f"scale-down from {current} to {desired} refused: {why}",
-            ),
-        )
-
-    if raft is None or not raft.leader_id:
-        return blocked("no leader answers GetRaftStatus")
-    lagging = [
-        pod_of_node(cluster, p.node_id)
-        for p in raft.peers
-        if p.node_id != raft.leader_id and (not p.reachable or p.lag_bytes != 0)
-    ]
-    if lagging:
-        return blocked(f"members not caught up: {', '.join(sorted(lagging))}")
-    if node_ordinal(raft.leader_id) >= desired:
-        leader = pod_of_node(cluster, raft.leader_id)
-        decision = blocked(f"leader {leader} is being removed; transferring leadership")
-        return dataclasses.replace(decision, transfer_away_from=leader)
-    return ReplicaDecision(
-        desired,
-        Condition(SCALING, True, "ScalingDown", f"scaling down from {current} to {desired}"),
-    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -8,7 +8,9 @@ does not make the resource look freshly changed. Handlers write the resulting li
 Reasons used by the operator (``Ready`` unless noted): ``Reconciled``, ``NotSupported`` (shrink,
 rename, or a field the admin API cannot change), ``ResourceConflict`` (another resource claims
 the same topic or group), ``BrokerUnavailable``, ``BrokerRefused``, ``InvalidSpec``,
-``Paused``; on GannetCluster also ``ScaleDownBlocked`` (type ``Scaling``), ``RollingUpdate``.
+``Paused``; on GannetCluster also ``ScaleDownBlocked``, ``MemberChangeBlocked``,
+``MemberChangeRefused`` (type ``Scaling``; :mod:`gannet.operator.membership_handling`),
+``RollingUpdate``.
 """
 
 from __future__ import annotations

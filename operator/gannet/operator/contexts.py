@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from gannet.operator import cluster_planning, manifests, resources, specs
+from gannet.operator import manifests, members, resources, specs
 from gannet.operator.brokers import BrokerError, Brokers, Security, Unauthorized
 from gannet.operator.kube import Kube, KubeError
 from gannet.operator.metrics import OperatorMetrics
@@ -35,6 +35,10 @@ class Endpoints(Protocol):
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str: ...
 
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        """(peer, client) address the group knows the member in pod ``ordinal`` by."""
+        ...
+
 
 class ServiceEndpoints:
     """In-cluster DNS names of the Services that :mod:`manifests` creates."""
@@ -44,6 +48,12 @@ class ServiceEndpoints:
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
         return manifests.pod_endpoint(cluster, namespace, ordinal)
+
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        return (
+            members.peer_address(cluster, namespace, ordinal),
+            members.client_address(cluster, namespace, ordinal),
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -57,6 +67,12 @@ class FixedEndpoints:
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
         return self.endpoint
+
+    def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
+        return (
+            members.peer_address(cluster, namespace, ordinal),
+            members.client_address(cluster, namespace, ordinal),
+        )
 
 
 def utc_now() -> dt.datetime:
@@ -185,5 +201,9 @@ async def admin_endpoint(
         view = await ctx.brokers.raft_status(client)
     except BrokerError:
         return client
-    ordinal = cluster_planning.node_ordinal(view.leader_id)
+    # Node ids are not pod ordinals once a member was replaced: the leader's advertised client
+    # address names its pod; without one (older brokers), the first members' rule (id - 1).
+    ordinal = members.ordinal_of_endpoint(cluster, view.leader_client_endpoint)
+    if ordinal < 0 and not view.leader_client_endpoint:
+        ordinal = members.ordinal_of(None, view.leader_id)
     return ctx.endpoints.pod(namespace, cluster, ordinal) if ordinal >= 0 else client

@@ -55,6 +55,9 @@ _KINDS: dict[tuple[str, str], _Kind] = {
     ("v1", "Pod"): _Kind("pods", "CoreV1Api", "pod"),
     ("v1", "Secret"): _Kind("secrets", "CoreV1Api", "secret"),
     ("v1", "Event"): _Kind("events", "CoreV1Api", "event"),
+    ("v1", "PersistentVolumeClaim"): _Kind(
+        "persistentvolumeclaims", "CoreV1Api", "persistent_volume_claim"
+    ),
     ("apps/v1", "StatefulSet"): _Kind("statefulsets", "AppsV1Api", "stateful_set"),
     ("policy/v1", "PodDisruptionBudget"): _Kind(
         "poddisruptionbudgets", "PolicyV1Api", "pod_disruption_budget"

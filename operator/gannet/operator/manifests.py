@@ -7,8 +7,11 @@ into the objects the operator keeps applied (``handlers`` → ``kube.apply``):
   DNS name ``<name>-<i>.<name>-peers.<ns>.svc`` that the Raft peers list uses;
 - ``<name>-client``: the client Service (8081, RocketMQ 5 clients and the admin API; 5557
   metrics);
-- ``<name>-config``: ConfigMap with the broker settings (peers list, flush mode, file size); its
-  hash is a pod-template annotation, so a change rolls the pods;
+- ``<name>-config``: ConfigMap with the broker settings (flush mode, file size); its hash is a
+  pod-template annotation, so a change rolls the pods. The Raft members are not in it: they
+  change through the admin API, and each pod's node id and ``--join``/``--peers`` come from the
+  roster ConfigMap ``<name>-members`` (:mod:`gannet.operator.members`), mounted at
+  :data:`MEMBERS_DIR`, which is not hashed (changing it restarts nothing);
 - ``<name>``: StatefulSet, one Raft group. ``podManagementPolicy: Parallel`` because a Raft group
   needs a majority up before any member is ready; ``updateStrategy: OnDelete`` because the
   operator rolls pods itself, one at a time, after moving leadership away
@@ -26,9 +29,10 @@ the peer TLS Secret at :data:`PEER_TLS_DIR` (``--peer-tls-cert``/``--peer-tls-ke
 ``--peer-tls-ca``, the cluster CA being the Secret's ``ca.crt``).
 
 Every object carries the cluster as controlling ownerReference, so deleting the GannetCluster
-garbage-collects them. The broker command line is ``gannet broker run --node-id <ordinal + 1>
---peers 1=<cluster>-0.<cluster>-peers.<ns>.svc:8091/8081,... --peer-listen 0.0.0.0:8091 --listen
-0.0.0.0:8081 --metrics-listen 0.0.0.0:5557 --data-dir /var/lib/gannet ...``.
+garbage-collects them. The broker command line is ``gannet broker run <the pod's roster line>
+--peer-listen 0.0.0.0:8091 --listen 0.0.0.0:8081 --metrics-listen 0.0.0.0:5557 ...``, the roster
+line being ``--node-id N --data-dir /var/lib/gannet/node-N`` plus ``--join`` (or, for the first
+members of a new group, ``--peers``) (:data:`BROKER_COMMAND`).
 """
 
 from __future__ import annotations
@@ -46,6 +50,7 @@ AUTH_DIR = "/etc/gannet/auth"
 TLS_DIR = "/etc/gannet/tls"
 PEER_TLS_DIR = "/etc/gannet/peer-tls"
 PEER_SECRET_DIR = "/etc/gannet/peer-secret"
+MEMBERS_DIR = "/etc/gannet/members"
 PEER_SECRET_KEY = "secret"
 # Secret files readable by the pod's group only (fsGroup), never written.
 SECRET_MODE = 0o440
@@ -141,15 +146,6 @@ def pod_endpoint(cluster: str, namespace: str, ordinal: int) -> str:
     return f"{pod_host(cluster, namespace, ordinal)}:{CLIENT_PORT}"
 
 
-def peers_flag(cluster: str, namespace: str, replicas: int) -> str:
-    """``--peers`` value: ``id=host:peerport/clientport`` for every member, comma-separated.
-    Raft node ids are 1-based integers: pod ``<cluster>-<i>`` is node ``i + 1``."""
-    return ",".join(
-        f"{i + 1}={pod_host(cluster, namespace, i)}:{PEER_PORT}/{CLIENT_PORT}"
-        for i in range(replicas)
-    )
-
-
 def selector_labels(cluster: str) -> dict[str, str]:
     return {
         resources.NAME_LABEL: "gannet",
@@ -185,6 +181,11 @@ def _metadata(name: str, cluster: str, namespace: str, uid: str) -> dict[str, An
     }
 
 
+def owned_metadata(name: str, cluster: str, namespace: str, uid: str) -> dict[str, Any]:
+    """Metadata of an object owned by the GannetCluster (labels and controlling owner)."""
+    return _metadata(name, cluster, namespace, uid)
+
+
 def max_unavailable(replicas: int) -> int:
     """Members that may be down while a majority stays up (at least 1, so drains can proceed)."""
     return max(1, (replicas - 1) // 2)
@@ -192,7 +193,6 @@ def max_unavailable(replicas: int) -> int:
 
 def config_data(cluster: str, namespace: str, spec: ClusterSpec, replicas: int) -> dict[str, str]:
     return {
-        "GANNET_PEERS": peers_flag(cluster, namespace, replicas),
         "GANNET_FLUSH": spec.flush_mode,
         "GANNET_FILE_SIZE_MB": str(spec.commitlog_file_size_mb),
         "GANNET_CLUSTER": cluster,
@@ -204,23 +204,22 @@ def config_hash(data: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-# The node id is the pod's ordinal + 1, computed by the shell from the pod name (a StatefulSet
-# template cannot do arithmetic). `$$` is Kubernetes' escape for a literal `$` in a command.
+# The pod's node id, data directory and --join/--peers come from its key in the roster
+# ConfigMap (gannet.operator.members), written before the pod is created: the StatefulSet's
+# template is shared by all pods. `$$` is Kubernetes' escape for a literal `$` in a command.
 BROKER_COMMAND = [
     "/bin/sh",
     "-c",
-    'exec gannet broker run --node-id "$$((${POD_NAME##*-} + 1))" "$@"',
+    f'f="{MEMBERS_DIR}/$$POD_NAME"; '
+    'while [ ! -s "$$f" ]; do echo "waiting for $$f (the operator writes it)"; sleep 2; done; '
+    'exec gannet broker run $$(cat "$$f") "$@"',
     "gannet",
 ]
 
 
 def _args(spec: ClusterSpec) -> list[str]:
-    """Arguments after ``gannet broker run --node-id N`` (see :data:`BROKER_COMMAND`)."""
+    """Arguments after ``gannet broker run <roster line>`` (see :data:`BROKER_COMMAND`)."""
     args = [
-        "--data-dir",
-        DATA_DIR,
-        "--peers",
-        "$(GANNET_PEERS)",
         "--peer-listen",
         f"0.0.0.0:{PEER_PORT}",
         "--listen",
@@ -309,6 +308,7 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
+            {"name": "members", "mountPath": MEMBERS_DIR, "readOnly": True},
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -361,7 +361,10 @@ def stateful_set(
         },
     }
     storage = spec.storage
-    pod_spec["volumes"] = [{"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}}]
+    pod_spec["volumes"] = [
+        {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
+        {"name": "members", "configMap": {"name": f"{cluster}-members"}},
+    ]
     pod_spec["volumes"] += [
         {"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}}
         for volume, secret, _ in secrets

@@ -9,7 +9,11 @@ Families (own registry):
 - ``gannet_operator_reconciliations_total{kind,result}`` — result is ``success``, ``refused``
   (a condition explains why nothing changed) or ``failed`` (broker or API error, retried);
 - ``gannet_operator_reconcile_duration_seconds{kind}`` — histogram;
-- ``gannet_operator_resources{kind}`` — resources the watches currently see.
+- ``gannet_operator_resources{kind}`` — resources the watches currently see;
+- ``gannet_operator_membership_steps_total{step,result}`` — GannetCluster membership steps
+  (:mod:`gannet.operator.membership_handling`): step is the planner's step (``AddLearner``,
+  ``Promote``, ``RemoveMember``, ``CreatePod``, ...), result ``done``, ``refused`` (the broker
+  said no), ``failed`` (unavailable) or ``blocked`` (the operator's own safety check).
 
 Liveness: a silently stalled watch (kopf issue #1276) delivers no events while the objects keep
 changing. :class:`StallDetector` compares the resourceVersions delivered by the watches with a
@@ -30,6 +34,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 KINDS: Final = ("GannetCluster", "Topic", "ConsumerGroup")
 RESULTS: Final = ("success", "refused", "failed")
+MEMBERSHIP_RESULTS: Final = ("done", "refused", "failed", "blocked")
 TRACKED_OBJECTS_MAX: Final = 100_000
 
 
@@ -59,6 +64,12 @@ class OperatorMetrics:
             self.resources.labels(kind=kind).set(0)
             for result in RESULTS:
                 self.reconciliations.labels(kind=kind, result=result)
+        self.membership_steps = Counter(
+            "gannet_operator_membership_steps",
+            "GannetCluster membership steps taken or refused, by step and result.",
+            ["step", "result"],
+            registry=self.registry,
+        )
         # kind -> {(namespace, name): resourceVersion}: what the watches delivered last.
         self.watched: dict[str, dict[tuple[str, str], str]] = {kind: {} for kind in KINDS}
 
@@ -67,6 +78,11 @@ class OperatorMetrics:
             raise ValueError(f"result {result!r} is not one of {RESULTS}")
         self.reconciliations.labels(kind=kind, result=result).inc()
         self.duration.labels(kind=kind).observe(duration_s)
+
+    def membership_step(self, step: str, result: str) -> None:
+        if result not in MEMBERSHIP_RESULTS:
+            raise ValueError(f"result {result!r} is not one of {MEMBERSHIP_RESULTS}")
+        self.membership_steps.labels(step=step, result=result).inc()
 
     def seen(
         self, kind: str, namespace: str, name: str, resource_version: str, *, deleted: bool

@@ -1,0 +1,121 @@
+"""The roster ConfigMap (pure): what each pod starts with, and the stored record read back."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shlex
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gannet.operator import manifests, members
+from gannet.operator import membership_planning as mp
+
+
+def test_a_new_group_bootstraps_with_its_first_members_then_everyone_joins() -> None:
+    roster = mp.bootstrap_roster(3)
+    cm = members.config_map("main", "demo", "uid-1", roster)
+    assert cm["metadata"]["name"] == "main-members"
+    assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    line = cm["data"]["main-1"]
+    assert shlex.split(line) == [
+        "--node-id",
+        "2",
+        "--data-dir",
+        "/var/lib/gannet/node-2",
+        "--peers",
+        "1=main-0.main-peers.demo.svc:8091/8081,2=main-1.main-peers.demo.svc:8091/8081,"
+        "3=main-2.main-peers.demo.svc:8091/8081",
+    ]
+    sealed = mp.apply(roster, mp.Seal())
+    data = members.config_map("main", "demo", "uid-1", sealed)["data"]
+    assert data["main-1"] == (
+        "--node-id 2 --data-dir /var/lib/gannet/node-2 --join "
+        "--peers 2=main-1.main-peers.demo.svc:8091/8081"
+    )
+
+
+def test_the_entrypoint_reads_the_pods_key() -> None:
+    command = manifests.BROKER_COMMAND
+    assert command[:2] == ["/bin/sh", "-c"]
+    # Kubernetes turns `$$` into `$`: the shell sees $POD_NAME and $(cat "$f").
+    script = command[2].replace("$$", "$")
+    assert 'f="/etc/gannet/members/$POD_NAME"' in script
+    assert 'exec gannet broker run $(cat "$f") "$@"' in script
+
+
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["", "scale-down", "replace"]), st.text("abc-0123", max_size=8)),
+        min_size=1,
+        max_size=9,
+    ),
+    st.integers(1, 99),
+    st.booleans(),
+)
+def test_the_roster_reads_back_as_written(
+    rows: list[tuple[str, str]], extra: int, sealed: bool
+) -> None:
+    records = tuple(
+        mp.Record(
+            i,
+            str(i + extra),
+            "join",
+            mp.node_data_dir(str(i + extra)),
+            leaving,  # type: ignore[arg-type]
+            volume,
+        )
+        for i, (leaving, volume) in enumerate(rows)
+    )
+    roster = mp.Roster(records, next_node_id=len(rows) + extra, sealed=sealed)
+    data = members.config_map("c", "ns", "u", roster)["data"]
+    assert members.decode(data) == roster
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("not json", "malformed"),
+        (
+            '{"nextNodeId": 2, "members": [{"ordinal": 1, "nodeId": "1", "mode": "join", '
+            '"dataDir": "/d"}]}',
+            "ordinals are not 0..0",
+        ),
+        (
+            '{"nextNodeId": 2, "members": [{"ordinal": 0, "nodeId": "x", "mode": "join", '
+            '"dataDir": "/d"}]}',
+            "bad member",
+        ),
+    ],
+)
+def test_a_broken_roster_is_named(text: str, problem: str) -> None:
+    with pytest.raises(members.RosterError, match=problem):
+        members.decode({members.ROSTER_KEY: text})
+    assert members.decode({}) is None
+
+
+def test_arguments_the_shell_would_expand_are_refused() -> None:
+    roster = mp.bootstrap_roster(1)
+    bad = dataclasses.replace(roster.records[0], data_dir="/var/lib/$(reboot)")
+    with pytest.raises(members.RosterError, match="shell would expand"):
+        members.pod_args("main", "demo", roster, bad)
+
+
+def test_pods_are_found_by_roster_and_by_advertised_address() -> None:
+    roster = mp.Roster((mp.Record(0, "1", "join", "/d"), mp.Record(1, "7", "join", "/d")), 8)
+    assert members.ordinal_of(roster, "7") == 1
+    assert members.ordinal_of(roster, "2") == -1
+    assert members.ordinal_of(None, "2") == 1  # before rosters: id - 1
+    assert members.pod_of_node("main", roster, "7") == "main-1"
+    assert members.pod_of_node("main", roster, "9") == "node 9"
+    assert members.ordinal_of_endpoint("main", "main-3.main-peers.demo.svc:8081") == 3
+    assert members.ordinal_of_endpoint("main", "other-3.other-peers.demo.svc:8081") == -1
+    assert members.ordinal_of_endpoint("main", "") == -1
+    assert (
+        json.loads(members.config_map("main", "d", "u", roster)["data"]["roster.json"])[
+            "nextNodeId"
+        ]
+        == 8
+    )
