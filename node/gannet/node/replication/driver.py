@@ -795,11 +795,15 @@ class ReplicationNode:
         try:
             await asyncio.wait_for(asyncio.shield(future), wait_s)
         except TimeoutError:
-            future.cancel()
             raise CommitUncertain(
                 f"written at the leader but not committed by a majority within {wait_s:.1f} s; "
                 "the message may or may not survive"
             ) from None
+        finally:
+            # Also when the caller is cancelled (its client went away): a waiter nobody awaits
+            # any more must not be failed later ("Future exception was never retrieved").
+            if not future.done():
+                future.cancel()
 
     def _release_waiters(self, committed: int) -> None:
         while self._waiters and self._waiters[0][0] <= committed:
