@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
+import subprocess
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -44,6 +47,42 @@ def test_the_entrypoint_reads_the_pods_key() -> None:
     script = command[2].replace("$$", "$")
     assert 'f="/etc/gannet/members/$POD_NAME"' in script
     assert 'exec gannet broker run $(cat "$f") "$@"' in script
+
+
+def test_the_entrypoint_runs_the_broker_with_the_pods_key_then_the_common_arguments(
+    tmp_path: Path,
+) -> None:
+    """The container's command run by a real /bin/sh, as the kubelet would start it (`$$`
+    unescaped as Kubernetes does), with a stand-in `gannet` that prints its arguments."""
+    roster = mp.bootstrap_roster(3)
+    line = members.config_map("main", "demo", "uid-1", roster)["data"]["main-1"]
+    members_dir = tmp_path / "members"
+    members_dir.mkdir()
+    (members_dir / "main-1").write_text(line)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "gannet"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(0o755)
+    script = manifests.BROKER_COMMAND[2].replace("$$", "$")
+    script = script.replace(manifests.MEMBERS_DIR, str(members_dir))
+    command = [*manifests.BROKER_COMMAND[:2], script, *manifests.BROKER_COMMAND[3:]]
+    env = {**os.environ, "POD_NAME": "main-1", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    done = subprocess.run(
+        [*command, "--listen", "0.0.0.0:8081"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.split("\n")[:-1] == [
+        "broker",
+        "run",
+        *shlex.split(line),
+        "--listen",
+        "0.0.0.0:8081",
+    ]
 
 
 @given(
