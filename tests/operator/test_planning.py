@@ -49,6 +49,22 @@ def test_growth_permission_and_type_changes_are_one_update() -> None:
     assert plan.action == topic_planning.UpdateTopic("orders", 16, Permission.ReadOnly, "DELAY")
 
 
+def test_lite_and_priority_topics_are_created_and_left_alone_once_equal() -> None:
+    for kind in ("LITE", "PRIORITY"):
+        plan = topic_planning.plan(
+            topic(queues=4, messageType=kind), None, held_name=None, winner=None, resource="orders"
+        )
+        assert plan.action == topic_planning.CreateTopic("orders", 4, Permission.ReadWrite, kind)
+        same = topic_planning.plan(
+            topic(queues=4, messageType=kind),
+            observed(queues=4, kind=kind),
+            held_name="orders",
+            winner=None,
+            resource="orders",
+        )
+        assert same.action is None
+
+
 @given(st.integers(1, 1024), st.integers(1, 1024))
 def test_queues_never_shrink(spec_queues: int, broker_queues: int) -> None:
     plan = topic_planning.plan(

@@ -138,6 +138,8 @@ _TYPE_NAMES = {
     admin_pb2.DELAY: "DELAY",
     admin_pb2.TRANSACTION: "TRANSACTION",
     admin_pb2.MIXED: "MIXED",
+    admin_pb2.LITE: "LITE",
+    admin_pb2.PRIORITY: "PRIORITY",
 }
 _TYPE_VALUES = {name: value for value, name in _TYPE_NAMES.items()}
 
