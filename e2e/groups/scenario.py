@@ -20,6 +20,7 @@ in ``make test`` (``tests/replication/test_groups_processes.py``).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import shutil
 import sys
 import tempfile
@@ -167,6 +168,10 @@ def _drain(cluster: Cluster, keys: set[str]) -> tuple[set[str], int]:
     got: set[str] = set()
     received = 0
     deadline = time.monotonic() + DRAIN_TIMEOUT_S
+    # The client's ack_async makes an asyncio.Future on the caller's thread, which needs a
+    # current event loop; an earlier asyncio.run in this process (pytest) leaves none set.
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
     try:
         while not keys <= got and time.monotonic() < deadline:
             try:
@@ -181,6 +186,8 @@ def _drain(cluster: Cluster, keys: set[str]) -> tuple[set[str], int]:
                 consumer.ack_async(message)
     finally:
         consumer.shutdown()
+        asyncio.set_event_loop(None)
+        loop.close()
     return keys - got, received - len(got)
 
 

@@ -8,6 +8,8 @@ returns, stepped into a :class:`~gannet.node.raft.core.RaftCore`, never breaks t
 
 from __future__ import annotations
 
+from typing import Any
+
 from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,15 +68,25 @@ def peer_messages(draw: st.DrawFn) -> bytes:
         group="g", sender=draw(st.sampled_from([0, 2, 3, 9])), target=ME, term=draw(SMALL)
     )
     body = getattr(message, draw(st.sampled_from(BODIES)))
+    _fill(draw, body)
+    return bytes(message.SerializeToString())
+
+
+def _fill(draw: st.DrawFn, body: Any) -> None:
+    """Every field of ``body`` from the pools; nested messages (a reset's membership) too."""
     body.SetInParent()
     for field in body.DESCRIPTOR.fields:
-        if field.type == field.TYPE_BOOL:
+        if field.type == field.TYPE_MESSAGE:
+            if draw(st.booleans()):
+                _fill(draw, getattr(body, field.name))
+        elif field.is_repeated:
+            getattr(body, field.name).extend(draw(st.lists(_number(field), max_size=4)))
+        elif field.type == field.TYPE_BOOL:
             setattr(body, field.name, draw(st.booleans()))
         elif field.type == field.TYPE_BYTES:
             setattr(body, field.name, draw(st.sampled_from([b"", b"x" * 8, b"y" * 3])))
         else:
             setattr(body, field.name, draw(_number(field)))
-    return bytes(message.SerializeToString())
 
 
 @SEEDED
