@@ -48,8 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gannet.node.raft.ids import ZERO_OFFSET, ByteOffset, NodeId
 from gannet.node.raft.invariants import invariant
-from gannet.node.raft.messages import ZERO_OFFSET, ByteOffset, NodeId
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Identifier types and the messages Raft peers exchange.
+"""The messages Raft peers exchange (the identifier types, from :mod:`ids`, re-exported).
 
 Built by ``core.RaftCore`` (outgoing, in ``Ready.messages``) and given back to it by the driver
 (``RaftCore.step``). Every message is a frozen dataclass carrying ``sender``, ``target`` and the
@@ -17,19 +17,33 @@ are values, not exceptions, because "not the leader" is an operating condition.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, NewType
 
-if TYPE_CHECKING:
-    from gannet.node.raft.membership import MembershipEntry
+from gannet.node.raft.ids import NO_NODE, ZERO_OFFSET, ZERO_TERM, ByteOffset, NodeId, Term
+from gannet.node.raft.membership import MembershipEntry
 
-Term = NewType("Term", int)
-ByteOffset = NewType("ByteOffset", int)
-NodeId = NewType("NodeId", int)
-
-NO_NODE = NodeId(0)
-"""Node ids are positive; 0 means "nobody" (no vote cast, no leader known)."""
-ZERO_OFFSET = ByteOffset(0)
-ZERO_TERM = Term(0)
+__all__ = [
+    "NO_NODE",
+    "ZERO_OFFSET",
+    "ZERO_TERM",
+    "AppendEntries",
+    "AppendResponse",
+    "Busy",
+    "ByteOffset",
+    "Heartbeat",
+    "HeartbeatResponse",
+    "Message",
+    "NodeId",
+    "NotLeader",
+    "PreVoteRequest",
+    "PreVoteResponse",
+    "Proposed",
+    "ResetLogStart",
+    "Term",
+    "TimeoutNow",
+    "TransferStarted",
+    "VoteRequest",
+    "VoteResponse",
+]
 
 
 @dataclass(frozen=True, slots=True)
