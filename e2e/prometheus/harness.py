@@ -213,6 +213,7 @@ def start_three_nodes(workdir: Path) -> Cluster:
         f"{i + 1}=127.0.0.1:{peers[i]}/{clients[i].rpartition(':')[2]}" for i in range(3)
     )
     brokers = []
+    workdir.mkdir(parents=True, exist_ok=True)  # the shared peer secret is written there first
     secret = ensure_secret(workdir)
     try:
         for i in range(3):
