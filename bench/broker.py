@@ -53,7 +53,7 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from bench import latency
+from bench import latency, results_log
 
 RESULTS = Path(__file__).parent / "results"
 TOPIC, GROUP, QUEUES = "BrokerBench", "BrokerBenchGroup", 16
@@ -631,8 +631,7 @@ def main() -> None:
     import grpc as grpc_module
 
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "broker.jsonl").open("a") as out:
+    with results_log.appending("broker") as out:
         paths = [send_path(batch, min(seconds, 3.0)) for batch in (1, BATCH_MESSAGES)]
         record = {
             "scenario": "send_path",

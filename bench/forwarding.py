@@ -33,11 +33,11 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from bench import results_log
 from bench.peers.procfs import parse_stat
 from bench.replication import CLIENT_ID, OK, _machine, _send_call
 from e2e.replication.harness import ProcessGroup
 
-RESULTS = Path(__file__).parent / "results"
 TOPIC = "ForwardingBench"
 BODY_BYTES = 100
 THREADS = 2
@@ -187,9 +187,7 @@ def main() -> None:
     result["when"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     print(json.dumps(result, indent=1))
     if not args.no_record:
-        RESULTS.mkdir(exist_ok=True)
-        with (RESULTS / "forwarding.jsonl").open("a") as out:
-            out.write(json.dumps(result) + "\n")
+        results_log.append("forwarding", result)
 
 
 if __name__ == "__main__":

@@ -35,10 +35,10 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from bench import results_log
 from e2e.groups.harness import Cluster, wait_for
 from gannet.node.api.gen import admin_pb2
 
-RESULTS = Path(__file__).parent / "results"
 TOPIC = "GroupsBench"
 QUEUES_PER_GROUP = 8
 CLIENT_ID = (("x-mq-client-id", "bench@1@0@groups"),)
@@ -283,9 +283,7 @@ def main() -> None:
             f"(target >= 0.9); raw aggregate {raw:.2f} on {os.cpu_count()} shared cores"
         )
     if not args.no_record:
-        RESULTS.mkdir(exist_ok=True)
-        with (RESULTS / "groups.jsonl").open("a") as f:
-            f.write(json.dumps(line) + "\n")
+        results_log.append("groups", line)
 
 
 if __name__ == "__main__":

@@ -36,11 +36,12 @@ from pathlib import Path
 import grpc
 from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
 
+from bench import results_log
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.metrics import broker_metrics, instrumenting
 from gannet.node.store.records import Message
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_log.RESULTS
 CLIENT_ID = (("x-mq-client-id", "bench@1@0@metrics"),)
 TOPIC = "MetricsBench"
 BODY = b"m" * 1024
@@ -233,9 +234,7 @@ def main() -> None:
         "cpu_on_vs_off_percent": round((cpu_on - cpu_off) / cpu_off * 100, 1),
     }
     print(json.dumps(result))
-    RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "metrics.jsonl").open("a") as f:
-        f.write(json.dumps(result) + "\n")
+    results_log.append("metrics", result)
     _write_markdown(result)
 
 

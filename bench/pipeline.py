@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import shutil
@@ -44,6 +43,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from bench import results_log
 from bench.peers import kafka, processes
 from bench.peers.base import Layout
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
@@ -56,7 +56,7 @@ from gannet.pipeline import exporting, jobs, rebuilding, rows, segments
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_log.RESULTS
 BODY_BYTES = 1024
 CQ_UNITS_PER_FILE = 300_000
 INDEX_HASH_SLOTS = 500_000
@@ -392,9 +392,9 @@ def report(results: dict[str, dict[str, float]], total_mib: int, kafka_skipped: 
         "cpus": os.cpu_count(),
         "load_1m": os.getloadavg()[0],
     }
-    with (RESULTS / "pipeline.jsonl").open("a") as out:
-        for name, figures in results.items():
-            out.write(json.dumps({"scenario": name, **figures, **meta}) + "\n")
+    results_log.append(
+        "pipeline", *({"scenario": name, **figures, **meta} for name, figures in results.items())
+    )
     lines = [
         "# Pipeline benchmark",
         "",

@@ -9,13 +9,13 @@ appended to ``bench/results/pop.jsonl`` and ``bench/results/POP.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
 import time
 from pathlib import Path
 
+from bench import results_log
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -24,7 +24,7 @@ from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 from gannet.node.store.topic_configs import TopicConfig
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_log.RESULTS
 TOPIC, GROUP, QUEUES = "PopBench", "PopBenchGroup", 8
 
 
@@ -88,11 +88,10 @@ def main() -> None:
             runs.append(run_once(base / str(n), count, buffer_merge=merge))
         name = "in_memory_matching" if merge else "stored_ck_ack_only"
         results[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
-    RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    with (RESULTS / "pop.jsonl").open("a") as out:
-        for name, figures in results.items():
-            out.write(json.dumps({"scenario": name, "time": stamp, **figures}) + "\n")
+    results_log.append(
+        "pop", *({"scenario": name, "time": stamp, **figures} for name, figures in results.items())
+    )
     lines = [
         "# Pop benchmark (store level, batch 32, ASYNC_FLUSH, 1 KiB)",
         "",

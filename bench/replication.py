@@ -37,9 +37,10 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from bench import results_log
 from e2e.replication.harness import ProcessGroup, wait_for
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_log.RESULTS
 TOPIC = "ReplicationBench"
 CLIENT_ID = (("x-mq-client-id", "bench@1@0@replication"),)
 BATCH_MESSAGES = 32
@@ -248,9 +249,7 @@ def main() -> None:
         f"failover {failovers} s (target <= 3 s)"
     )
     if not args.no_record:
-        RESULTS.mkdir(exist_ok=True)
-        with (RESULTS / "replication.jsonl").open("a") as f:
-            f.write(json.dumps(line) + "\n")
+        results_log.append("replication", line)
 
 
 if __name__ == "__main__":

@@ -27,7 +27,6 @@ Run with ``make bench`` (``--quick``) or ``python -m bench.sqlfilter``. Results 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -35,6 +34,7 @@ import time
 import timeit
 from pathlib import Path
 
+from bench import results_log
 from gannet.node.pop import filtering
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.filtering import MessageFilter
@@ -47,7 +47,7 @@ from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 from gannet.node.store.topic_configs import TopicConfig
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_log.RESULTS
 TOPIC, QUEUES = "SqlBench", 8
 TAGS = ("created", "paid", "shipped", "cancelled")
 SQL = filtering.ExpressionType.SQL92
@@ -168,12 +168,12 @@ def main() -> None:
         for name in SCENARIOS
     }
     micro = evaluator_figures()
-    RESULTS.mkdir(exist_ok=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
-    with (RESULTS / "sqlfilter.jsonl").open("a") as out:
-        for name, figures in results.items():
-            out.write(json.dumps({"scenario": name, "time": stamp, **figures}) + "\n")
-        out.write(json.dumps({"scenario": "evaluator", "time": stamp, **micro}) + "\n")
+    results_log.append(
+        "sqlfilter",
+        *({"scenario": name, "time": stamp, **figures} for name, figures in results.items()),
+        {"scenario": "evaluator", "time": stamp, **micro},
+    )
     lines = [
         "# SQL92 filter benchmark (store level, pop batch 32 + ack, ASYNC_FLUSH, 1 KiB)",
         "",

@@ -25,12 +25,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from bench import results_log
 from gannet.node.store import querying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
 
-RESULTS = Path(__file__).parent / "results"
+RESULTS = results_log.RESULTS
 LOADS: dict[str, str] = {}  # label -> 1-minute load average of its run, from storage.jsonl
 BODY_1K = b"x" * 1024
 
@@ -261,9 +262,9 @@ def report(results: dict[str, dict[str, float]], label: str, load: str, before: 
         "load1": load,
     }
     earlier = recorded_run(before) if before else {}
-    with (RESULTS / "storage.jsonl").open("a") as out:
-        for name, figures in results.items():
-            out.write(json.dumps({"scenario": name, **figures, **meta}) + "\n")
+    results_log.append(
+        "storage", *({"scenario": name, **figures, **meta} for name, figures in results.items())
+    )
     lines = [
         "# Storage benchmark",
         "",

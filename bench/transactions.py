@@ -19,7 +19,6 @@ the window); the ratios transactional / normal are printed and appended to
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import tempfile
 import time
@@ -28,7 +27,8 @@ from typing import Any
 
 import grpc
 
-from bench.broker import RESULTS, BrokerProcess, _machine, _run_workers, broker_process
+from bench import results_log
+from bench.broker import BrokerProcess, _machine, _run_workers, broker_process
 
 NORMAL_TOPIC, TX_TOPIC, QUEUES = "TxBenchNormal", "TxBenchTx", 8
 PROCESSES = 2
@@ -145,9 +145,7 @@ def main() -> None:
     seconds = args.seconds or (4.0 if args.quick else 15.0)
     result = run(seconds)
     result.update({"scenario": "transactional_send", "at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    RESULTS.mkdir(exist_ok=True)
-    with (RESULTS / "transactions.jsonl").open("a") as out:
-        out.write(json.dumps(result) + "\n")
+    results_log.append("transactions", result)
     print(
         f"transactional / normal: rate x{result['ratio_rate']}, "
         f"broker CPU per message x{result['ratio_cpu_per_msg']}"

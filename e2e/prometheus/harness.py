@@ -110,8 +110,10 @@ def start_broker(
     client: str | None = None,
     raft: list[str] | None = None,
     wait: bool = True,
+    broker_name: str | None = None,
 ) -> BrokerProcess:
-    """``gannet broker run`` on free ports; ``raft``: extra ``--node-id``/``--peers`` args."""
+    """``gannet broker run`` on free ports; ``raft``: extra ``--node-id``/``--peers`` args;
+    ``broker_name`` (default ``name``): the broker group, shared by a Raft group's members."""
     data = workdir / name
     data.mkdir(parents=True, exist_ok=True)
     client = client or f"127.0.0.1:{free_port()}"
@@ -130,7 +132,7 @@ def start_broker(
         "--file-size-mb",
         "64",
         "--broker-name",
-        name,
+        broker_name or name,
         "--cluster",
         cluster,
         "--flush",
@@ -172,6 +174,8 @@ class Cluster:
     metrics_endpoints: list[str]
     brokers: list[BrokerProcess] = field(default_factory=list)
     name: str = "e2e"
+    broker_name: str = "broker-a"
+    """The broker group of every member (their ``broker`` label)."""
 
     def stop(self) -> None:
         for broker in self.brokers:
@@ -197,6 +201,9 @@ def raft_leader(endpoints: list[str]) -> str | None:
     return None
 
 
+GROUP_NAME = "broker-0"  # the three nodes' broker group, as `gannet cluster up --groups` names it
+
+
 def start_three_nodes(workdir: Path) -> Cluster:
     """A local 3-node Raft group (``--node-id``/``--peers``); the client endpoint is the
     leader's once one is elected. Brokers are listed followers first, leader last."""
@@ -206,13 +213,21 @@ def start_three_nodes(workdir: Path) -> Cluster:
         f"{i + 1}=127.0.0.1:{peers[i]}/{clients[i].rpartition(':')[2]}" for i in range(3)
     )
     brokers = []
+    workdir.mkdir(parents=True, exist_ok=True)  # the shared peer secret is written there first
     secret = ensure_secret(workdir)
     try:
         for i in range(3):
             raft = ["--node-id", str(i + 1), "--peers", members]
             raft += ["--peer-listen", f"127.0.0.1:{peers[i]}", "--peer-secret-file", str(secret)]
             brokers.append(
-                start_broker(workdir, f"broker-{i + 1}", client=clients[i], raft=raft, wait=False)
+                start_broker(
+                    workdir,
+                    f"broker-{i + 1}",
+                    client=clients[i],
+                    raft=raft,
+                    wait=False,
+                    broker_name=GROUP_NAME,
+                )
             )
         for broker in brokers:
             wait_ready(broker)
@@ -229,7 +244,7 @@ def start_three_nodes(workdir: Path) -> Cluster:
             broker.kill()
         raise
     brokers.sort(key=lambda b: b.client_endpoint == found[0])
-    return Cluster(found[0], [b.metrics_endpoint for b in brokers], brokers)
+    return Cluster(found[0], [b.metrics_endpoint for b in brokers], brokers, broker_name=GROUP_NAME)
 
 
 def prometheus_binary() -> str:

@@ -72,12 +72,12 @@ def _legend(template: str, metric: dict[str, str]) -> str:
 
 def _series(prometheus: harness.Prometheus, panel: build.Panel, start: float, end: float) -> Series:
     out = []
-    for target in panel.targets:
-        expr = scenario.substituted(target.expr).replace(scenario.RATE_INTERVAL, RATE_INTERVAL)
+    for target, legend in build.targets(panel):
+        expr = scenario.substituted(target).replace(scenario.RATE_INTERVAL, RATE_INTERVAL)
         for result in prometheus.query_range(expr, start, end, STEP_S):
             times = [float(t) - start for t, _ in result["values"]]
             values = [float(v) for _, v in result["values"]]
-            out.append((_legend(target.legend, result["metric"]), times, values))
+            out.append((_legend(legend, result["metric"]), times, values))
     return out
 
 
@@ -93,12 +93,12 @@ def style(panel: build.Panel, found: Series) -> str:
     ``line``."""
     values = [v for _, _, vs in found for v in vs if math.isfinite(v)]
     if panel.title in STATE_NAMES or (
-        panel.kind == "bargauge" and values and set(values) <= {0.0, 1.0}
+        panel.type_val == "bargauge" and values and set(values) <= {0.0, 1.0}
     ):
         return "state"
-    if panel.kind in ("stat", "bargauge"):
+    if panel.type_val in ("stat", "bargauge"):
         return "stat"
-    if values and panel.unit == "none" and all(v == int(v) for v in values):
+    if values and build.unit(panel) == "none" and all(v == int(v) for v in values):
         return "integer"
     return "line"
 
@@ -108,11 +108,11 @@ def draw(
 ) -> Figure:
     """One figure of ``dashboard`` over [start, end] (epoch seconds)."""
     panels: list[tuple[build.Panel, Series]] = []
-    for panel in dashboard.panels():
-        if panel.kind == "table":
+    for panel in build.panels(dashboard):
+        if panel.type_val == "table":
             continue
         found = _series(prometheus, panel, start, end)
-        if found or not panel.requires:
+        if found or not build.requires(panel):
             panels.append((panel, found))
     return figure_of(f"{dashboard.title} — e2e load on a local 3-node cluster", panels)
 
@@ -148,10 +148,10 @@ def _tile(ax: Any, panel: build.Panel, found: Series) -> None:
     for spine in ax.spines.values():
         spine.set_color("#b0bec5")
     ax.set_facecolor("#f5f7f8")
-    ax.set_title(panel.title, fontsize=9)
+    ax.set_title(panel.title or "", fontsize=9)
     text = []
     for label, _, values in found[:3]:
-        divisor, unit = _scale(panel.unit, values[-1:])
+        divisor, unit = _scale(build.unit(panel), values[-1:])
         shown = f"{values[-1] / divisor:,.3g} {unit}".strip()
         text.append(shown + ("" if len(found) == 1 else f"  {label[:18]}"))
     size = 18 if len(text) <= 1 else 10
@@ -159,7 +159,7 @@ def _tile(ax: Any, panel: build.Panel, found: Series) -> None:
 
 
 def _plot(ax: Any, panel: build.Panel, found: Series) -> None:
-    ax.set_title(panel.title, fontsize=10)
+    ax.set_title(panel.title or "", fontsize=10)
     ax.tick_params(labelsize=7)
     if not found:
         ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
@@ -173,7 +173,7 @@ def _plot(ax: Any, panel: build.Panel, found: Series) -> None:
     ax.set_xlabel("s", fontsize=8)
     ax.grid(alpha=0.3)
     shown = found[:8]
-    divisor, unit = _scale(panel.unit, [v for _, _, values in shown for v in values])
+    divisor, unit = _scale(build.unit(panel), [v for _, _, values in shown for v in values])
     scaled = [(label, times, [v / divisor for v in values]) for label, times, values in shown]
     for label, times, values in scaled:
         if drawn == "integer":
@@ -186,7 +186,7 @@ def _plot(ax: Any, panel: build.Panel, found: Series) -> None:
     if drawn == "integer":
         ax.yaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_ylim(min(0.0, low), max(high + 1, 1.0))
-    elif panel.unit == "percentunit":
+    elif build.unit(panel) == "percentunit":
         ax.set_ylim(0, max(100.0, high * 1.05))  # CPU may pass 100 % on several cores
     elif high - low <= 1e-9 * max(abs(high), 1.0):
         # A flat line: show it against zero instead of on a hair-thin axis around itself.
@@ -201,7 +201,7 @@ def _plot(ax: Any, panel: build.Panel, found: Series) -> None:
 
 def _state_strip(ax: Any, panel: build.Panel, found: Series) -> None:
     """One horizontal bar per series (a node), coloured by state over time."""
-    on_name, off_name = STATE_NAMES.get(panel.title, ("1", "0"))
+    on_name, off_name = STATE_NAMES.get(panel.title or "", ("1", "0"))
     rows = sorted(found, key=lambda s: s[0])
     labels = [
         f"{label[:24]}\nnow {on_name if vs and vs[-1] == 1 else off_name}" for label, _, vs in rows

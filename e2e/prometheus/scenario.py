@@ -14,9 +14,12 @@ Timeline (about 25 s on a single node, 50 s on three):
 4. Faults: 10 050 messages for a group that stopped consuming (consumer lag above the alert
    threshold), one message forwarded to the dead-letter queue, sends to a missing topic
    (error panel).
-5. **Dashboards**: every panel expression (variables set to match everything,
-   ``$__rate_interval`` = 30 s) must return data — except panels that need Raft replication
-   or the operator when the cluster exports neither; those are listed as not checked.
+5. **Dashboards**: every panel expression (``$broker`` set to the cluster's broker group
+   by name, the other variables to match everything, ``$__rate_interval`` = 30 s) must return
+   data — except panels that need Raft replication or the operator when the cluster exports
+   neither; those are listed as not checked. Since nearly every expression selects
+   ``broker="<the group>"``, this proves the brokers label every series they serve; the
+   ``broker`` values Prometheus holds are reported too (one per broker group).
 6. **Alerts fire**: the consumer-lag and dead-letter expressions return series; then a
    follower is killed and the broker-down expression returns it; on three nodes the leader is
    killed next and the no-leader expression returns the cluster; the operator, whose broker is
@@ -65,7 +68,13 @@ from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@prometheus"),)
 RPC_TIMEOUT_S = 15.0
 RATE_INTERVAL = "30s"
-VARIABLES = {"$cluster": ".+", "$topic": ".+", "$group": ".+", "$__rate_interval": RATE_INTERVAL}
+VARIABLES = {
+    "$cluster": ".+",
+    "$broker": ".+",  # run() narrows it to the cluster's broker group
+    "$topic": ".+",
+    "$group": ".+",
+    "$__rate_interval": RATE_INTERVAL,
+}
 LAG_MESSAGES = 10_050  # above GannetConsumerLagHigh's 10000
 PROVOKED = ("GannetConsumerLagHigh", "GannetDeadLetters", "GannetBrokerDown")
 DISK_CLEAN_FORCIBLY_RATIO = 0.85  # the store's default, as gannet_store_disk_clean_forcibly_ratio
@@ -83,6 +92,7 @@ class Report:
     alerts_not_fired: list[str] = field(default_factory=list)
     alerts_not_provoked: list[str] = field(default_factory=list)
     double_counted: list[str] = field(default_factory=list)  # consumer series on 2+ nodes
+    broker_groups: list[str] = field(default_factory=list)  # `broker` values Prometheus holds
     seconds: float = 0.0
 
     @property
@@ -105,13 +115,15 @@ class Report:
             f"alerts NOT fired: {self.alerts_not_fired}",
             f"alerts not provoked here: {self.alerts_not_provoked}",
             f"consumer series exported by more than one node: {self.double_counted}",
+            f"broker groups labelled on the scraped series: {self.broker_groups}",
             f"took {self.seconds:.1f} s",
         ]
         return "\n".join(lines)
 
 
-def substituted(expr: str) -> str:
-    for name, value in VARIABLES.items():
+def substituted(expr: str, broker: str = VARIABLES["$broker"]) -> str:
+    """``expr`` with the dashboard variables replaced; ``broker``: the ``$broker`` regex."""
+    for name, value in {**VARIABLES, "$broker": broker}.items():
         expr = expr.replace(name, value)
     return expr
 
@@ -254,8 +266,8 @@ def create_resources(endpoint: str) -> None:
 
 
 # ---------------------------------------------------------------------- checks
-def _has_data(prometheus: harness.Prometheus, expr: str) -> bool:
-    return bool(prometheus.query(substituted(expr)))
+def _has_data(prometheus: harness.Prometheus, expr: str, broker: str = ".+") -> bool:
+    return bool(prometheus.query(substituted(expr, broker)))
 
 
 def disk_really_above_clean_forcibly(data_dir: Path) -> bool:
@@ -277,18 +289,18 @@ def check_silence(prometheus: harness.Prometheus, report: Report, data_dir: Path
         )
 
 
-def check_dashboards(prometheus: harness.Prometheus, report: Report) -> None:
+def check_dashboards(prometheus: harness.Prometheus, report: Report, broker: str) -> None:
+    """Every panel expression, the broker-group variable set to ``broker`` (a name)."""
     raft = _has_data(prometheus, "gannet_raft_role")
     operator = _has_data(prometheus, "gannet_operator_resources")
     for dashboard in build.dashboards():
-        for panel in dashboard.panels():
-            for i, target in enumerate(panel.targets):
+        for panel in build.panels(dashboard):
+            requires = build.requires(panel)
+            for i, expr in enumerate(build.expressions(panel)):
                 where = f"{dashboard.uid}/{panel.title}#{i}"
-                if _has_data(prometheus, target.expr):
+                if _has_data(prometheus, expr, broker):
                     report.panels_checked.append(where)
-                elif (panel.requires == "raft" and not raft) or (
-                    panel.requires == "operator" and not operator
-                ):
+                elif (requires == "raft" and not raft) or (requires == "operator" and not operator):
                     report.panels_not_checked.append(where)
                 else:
                     report.panels_empty.append(where)
@@ -355,7 +367,11 @@ def run(
         wait_for_data(
             prometheus, f"rate(gannet_consumer_retry_messages_total[{RATE_INTERVAL}])", 10
         )
-        check_dashboards(prometheus, report)
+        check_dashboards(prometheus, report, cluster.broker_name)
+        report.broker_groups = sorted(
+            series["metric"].get("broker", "")
+            for series in prometheus.query('count by (broker) ({__name__=~"gannet_.+"})')
+        )
         # Only the node serving Pop (the leader) exports consumer figures; sums stay true.
         for series in prometheus.query(
             "count by (topic, group) (gannet_consumer_lag_messages) > 1"

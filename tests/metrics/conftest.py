@@ -24,6 +24,7 @@ CLIENT_ID = (("x-mq-client-id", "tests@1@0@metrics"),)
 HTTP_TIMEOUT_S = 10.0
 RPC_TIMEOUT_S = 10.0
 REPO = Path(__file__).resolve().parents[2]
+BROKER_LABEL = "broker"
 _names = itertools.count()
 
 
@@ -94,11 +95,23 @@ def scrape(port: int) -> str:
 
 
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    """Every sample of a scrape, keyed by (name, labels)."""
+    """Every sample of a scrape, keyed by (name, labels); the constant ``broker`` label that
+    every served sample carries (test_scraping checks it) is left out of the key."""
     found = {}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            found[(sample.name, frozenset(sample.labels.items()))] = sample.value
+            labels = {k: v for k, v in sample.labels.items() if k != BROKER_LABEL}
+            found[(sample.name, frozenset(labels.items()))] = sample.value
+    return found
+
+
+def broker_labels(text: str) -> dict[str, set[str]]:
+    """Each sample name of a scrape and the ``broker`` label values it was served with
+    (an empty string where a sample had none)."""
+    found: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            found.setdefault(sample.name, set()).add(sample.labels.get(BROKER_LABEL, ""))
     return found
 
 

@@ -25,16 +25,22 @@ from .test_consumers import Peer, Status, receive
 
 RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"
 METRIC_NAME = re.compile(r"\b(?:gannet_[a-z0-9_]+|process_[a-z_]+|up)\b(?=\s*[{\[)])")
-VARIABLES = {"$cluster": ".+", "$topic": ".+", "$group": ".+", "$__rate_interval": "1m"}
+VARIABLES = {
+    "$cluster": ".+",
+    "$broker": ".+",
+    "$topic": ".+",
+    "$group": ".+",
+    "$__rate_interval": "1m",
+}
 
 
 def expressions() -> list[tuple[str, str, str]]:
     """(dashboard uid, panel title, expr) of every target."""
     return [
-        (d.uid, panel.title, target.expr)
+        (str(d.uid), str(panel.title), expr)
         for d in build.dashboards()
-        for panel in d.panels()
-        for target in panel.targets
+        for panel in build.panels(d)
+        for expr in build.expressions(panel)
     ]
 
 
@@ -66,7 +72,7 @@ def test_the_six_dashboards_exist_with_their_variables() -> None:
     titles = {}
     for path in build.DASHBOARDS_DIR.glob("*.json"):
         document = json.loads(path.read_text())
-        assert document["schemaVersion"] >= 39
+        assert document["schemaVersion"] == 41  # grafana-foundation-sdk's Grafana 11.6 build
         names = [v["name"] for v in document["templating"]["list"]]
         assert names[0] == "datasource"
         titles[document["title"]] = names
@@ -81,10 +87,40 @@ def test_the_six_dashboards_exist_with_their_variables() -> None:
     assert titles["Gannet / Topics and consumer groups"] == [
         "datasource",
         "cluster",
+        "broker",
         "topic",
         "group",
     ]
-    assert "cluster" in titles["Gannet / Cluster overview"]
+    assert titles["Gannet / Cluster overview"] == ["datasource", "cluster", "broker"]
+    assert titles["Gannet / Operator"] == ["datasource"]
+
+
+def test_broker_dashboards_have_a_per_group_view() -> None:
+    """Every broker expression but ``up`` (a target series) is narrowed by the broker-group
+    variable, and the Cluster overview has a row of per-group panels split ``by (broker)``."""
+    for d in build.dashboards():
+        for panel in build.panels(d):
+            for expr in build.expressions(panel):
+                broker_series = "gannet_" in expr or "process_" in expr
+                needs = broker_series and "gannet_operator_" not in expr
+                assert ('broker=~"$broker"' in expr) == needs, f"{d.uid}/{panel.title}: {expr}"
+    (cluster,) = [d for d in build.dashboards() if d.uid == "gannet-cluster"]
+    titles = [p.title for p in cluster.panels or []]
+    row = titles.index("Broker groups")
+    grouped = titles[row + 1 : row + 7]
+    assert grouped == [
+        "Leaders per group",
+        "Brokers ready per group",
+        "Messages in by group",
+        "Messages out by group",
+        "Consumer lag by group",
+        "Disk used by group",
+    ]
+    for panel in build.panels(cluster):
+        if panel.title in grouped:
+            ((expr, legend),) = build.targets(panel)
+            assert "by (broker" in expr, panel.title
+            assert "{{broker}}" in legend, panel.title
 
 
 def test_every_panel_has_unit_description_and_expressions() -> None:

@@ -20,7 +20,7 @@ NODES = ["127.0.0.1:8081", "127.0.0.1:8082", "127.0.0.1:8083"]
 
 def panel(uid: str, title: str) -> build.Panel:
     (dashboard,) = [d for d in build.dashboards() if d.uid == uid]
-    (found,) = [p for p in dashboard.panels() if p.title == title]
+    (found,) = [p for p in build.panels(dashboard) if p.title == title]
     return found
 
 

@@ -1,5 +1,6 @@
 """A live broker's ``/metrics`` over HTTP: the figures move with the traffic sent through the
-v2 API, the store gauges follow the store, and promtool finds the exposition clean."""
+v2 API, the store gauges follow the store, every sample names the broker group, and promtool
+finds the exposition clean."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from gannet.node.broker import threads
 
 from .conftest import (
     RPC_TIMEOUT_S,
+    broker_labels,
     create_topic,
     http_get,
     metrics_port,
@@ -150,3 +152,25 @@ def test_health_endpoints_and_unknown_paths(broker) -> None:
     assert http_get(port, "/readyz") == (200, "ready\n")
     status, _ = http_get(port, "/nothing-here")
     assert status == 404
+
+
+def test_every_sample_names_its_broker_group(broker, admin, messaging) -> None:
+    """``broker="<--broker-name>"`` on every sample served (process_* and labelled families
+    included), next to ``group`` (the consumer group), which it does not replace."""
+    topic = create_topic(admin)
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=f"G-{topic}"), timeout=RPC_TIMEOUT_S)
+    assert send(messaging, topic, [b"one"]).status.code == Code.OK
+    _settle(broker)
+    assert receive(messaging, topic, f"G-{topic}", 1)
+    text = scrape(metrics_port(broker))
+    name = broker.broker.config.store.broker_name
+    assert name == "broker-a"
+    found = broker_labels(text)
+    assert len(found) > 40
+    assert {n: values for n, values in found.items() if values != {name}} == {}
+    outs = [line for line in text.splitlines() if line.startswith("gannet_messages_out_total{")]
+    assert any(f'group="G-{topic}"' in line and f'broker="{name}"' in line for line in outs)
+    # In-process readers keep the plain registry (no constant label).
+    metrics = broker.broker.metrics
+    assert metrics is not None
+    assert metrics.registry.get_sample_value("gannet_broker_ready") == 1.0

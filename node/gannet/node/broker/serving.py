@@ -289,7 +289,7 @@ class Broker:
         if self.metrics is None or not self.config.metrics_listen:
             return
         self.metrics_server = http_serving.MetricsServer(
-            self.config.metrics_listen, self.metrics.registry, self.not_ready_reason
+            self.config.metrics_listen, self.metrics.exposition, self.not_ready_reason
         )
         log.info("metrics on %s (port %d)", self.config.metrics_listen, self.metrics_server.port)
 

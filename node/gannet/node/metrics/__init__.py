@@ -12,6 +12,7 @@
 * :mod:`pop_collecting` — Pop's buffer merge, long polls and revive queues at scrape time.
 * :mod:`raft_collecting` — ``gannet_raft_*`` from a ``raft_status()`` callable.
 * :mod:`instrumenting` — wraps a gRPC servicer so every RPC is timed and counted in flight.
+* :mod:`labelling` — the ``broker`` label added to every sample served (the broker group).
 * :mod:`http_serving` — the bounded HTTP server for ``/metrics``, ``/healthz`` and ``/readyz``.
 
 Wired together by :mod:`gannet.node.broker.serving`; names follow ``docs/design.md`` §5

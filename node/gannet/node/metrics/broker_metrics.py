@@ -20,6 +20,8 @@ Families (all prefixed ``gannet_``; bounded labels only):
 * ``gannet_store_*`` gauges and ``gannet_cleanup_*_total`` counters — :mod:`store_collecting`.
 * ``gannet_broker_info{broker_name, cluster, version}`` and ``gannet_broker_ready`` (1 while
   ``/readyz`` answers 200).
+* every sample served over HTTP also carries ``broker="<broker name>"`` (the broker group),
+  added once at exposition by :mod:`labelling` (:attr:`BrokerMetrics.exposition`).
 * ``process_*`` — prometheus_client's process collector (CPU seconds, resident memory, open
   file descriptors, start time).
 
@@ -31,7 +33,7 @@ against 6 µs with prometheus_client's own counters).
 dashboard uses them).
 
 Created by :class:`gannet.node.broker.serving.Broker`, which hands :meth:`on_sent` and
-:meth:`on_received` to the messaging servicer and serves :attr:`registry` over HTTP.
+:meth:`on_received` to the messaging servicer and serves :attr:`exposition` over HTTP.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from prometheus_client.core import (
 from gannet.node.metrics import (
     consumer_collecting,
     instrumenting,
+    labelling,
     pop_collecting,
     raft_collecting,
     store_collecting,
@@ -124,6 +127,8 @@ class BrokerMetrics:
 
     def __init__(self, *, topics_max: int = TOPICS_MAX, pairs_max: int = PAIRS_MAX) -> None:
         self.registry = CollectorRegistry()
+        self.exposition: CollectorRegistry = self.registry
+        """What ``/metrics`` serves: :attr:`registry`, with ``broker`` once it is described."""
         self.topics_max = topics_max
         self.pairs_max = pairs_max
         self._out: dict[tuple[str, str], _TopicTally] = {}
@@ -138,6 +143,8 @@ class BrokerMetrics:
     def describe_broker(self, *, broker_name: str, cluster: str) -> None:
         info = Info("gannet_broker", "This broker's name and version.", registry=self.registry)
         info.info({"broker_name": broker_name, "cluster": cluster, "version": _version()})
+        labels = {labelling.BROKER_LABEL: broker_name}
+        self.exposition = labelling.LabelledRegistry(self.registry, labels)
 
     def watch_store(self, store: MessageStore, is_open: Callable[[], bool]) -> None:
         """Export ``store``'s gauges at scrape time and count its cleanup runs."""
