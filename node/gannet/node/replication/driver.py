@@ -3,7 +3,9 @@
 Created and started by the broker (:mod:`gannet.node.broker.serving`) when its config has a
 ``replication`` section; the v2 servicer asks it whether this node leads, proposes what it
 appended and waits for the commit; the admin servicer reads its status and asks for transfers.
-Everything runs on the broker's event loop; the core is only touched there.
+Everything runs on the broker's event loop; the core is only touched there. This module is
+the IO part; what it decides with is pure in :mod:`driver_state`, the log edits are
+:mod:`log_io`, fsync reports :mod:`durability`, its errors :mod:`errors`.
 
 The loop follows ``raft/ready.py``. For each ``Ready``:
 
@@ -79,7 +81,7 @@ from gannet.node.raft.messages import (
     ResetLogStart,
     Term,
 )
-from gannet.node.raft.ready import LogReset, Ready, Role
+from gannet.node.raft.ready import Ready, Role
 from gannet.node.replication import driver_state, members, noop
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.config_log import ConfigLog
@@ -91,6 +93,7 @@ from gannet.node.replication.errors import (
     ReplicationBusy,
     ReplicationError,
 )
+from gannet.node.replication.log_io import StoreLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
 from gannet.node.store import records
@@ -126,6 +129,7 @@ class ReplicationNode:
         self._stopped = False
         self._watchers: list[asyncio.Future[None]] = []
         self.config_log = ConfigLog(store, config.node_id, self.is_leader)
+        self.store_log = StoreLog(store, self.files, self.state, self.config_log, config.node_id)
         self.role_listeners: list[Callable[[bool], None]] = []
         """Called on the loop with True once this node leads and has applied the previous
         terms' log (:meth:`is_serving_leader`), False when it stops leading."""
@@ -214,16 +218,10 @@ class ReplicationNode:
         of the committed configuration before it stay admitted too: a leader that removed
         itself leads until its removal commits."""
         core = self._core()
-        current = core.members.current
-        committed = core.members.committed(core.committed_offset).membership
-        self.member_table.update(current)
-        specs = {p.node_id: p for p in self.member_table.specs()}
-        for m in members.members_of(committed, specs):
-            specs.setdefault(m.spec.node_id, m.spec)
+        self.member_table.update(core.members.current)
+        admitted = driver_state.admitted_members(core, self.member_table.specs())
         self.state.membership_settled = core.members.latest().end_offset <= core.committed_offset
-        self.transport.set_members(
-            tuple(specs[n] for n in sorted(specs)), accept_strangers=not current.members()
-        )
+        self.transport.set_members(admitted, accept_strangers=not core.members.current.members())
 
     def _noop_payload(self, offset: ByteOffset, term: Term) -> bytes:
         return noop.encode_noop(self.store, offset, term, self.config.node_id)
@@ -303,9 +301,9 @@ class ReplicationNode:
     def _execute(self, ready: Ready) -> None:
         core = self._core()
         if ready.log_reset is not None:
-            self._reset_log(ready.log_reset)
+            self.store_log.reset(ready.log_reset)
         if ready.truncate_to is not None:
-            self._truncate(ready.truncate_to)
+            self.store_log.truncate(ready.truncate_to)
         if core.log.epochs != self.state.persisted_epochs:
             self.files.save_epochs(core.log.epochs)
             self.state.persisted_epochs = core.log.epochs
@@ -314,7 +312,7 @@ class ReplicationNode:
             self._apply_membership()
         for entry in ready.entries:
             if not self.state.take_own_range(entry.start_offset, entry.end_offset):
-                self._write(entry.start_offset, entry.payload)
+                self.store_log.write(entry.start_offset, entry.payload)
         if ready.hard_state is not None:
             self.files.save_hard_state(ready.hard_state)
         for message in ready.messages:
@@ -329,39 +327,6 @@ class ReplicationNode:
         if ready.soft_state is not None:
             self._on_soft_state(ready.soft_state.role)
 
-    def _truncate(self, offset: int) -> None:
-        log.warning(
-            "raft node %d: cutting a divergent suffix at %d (log end %d)",
-            self.config.node_id,
-            offset,
-            self.store.commitlog.max_offset(),
-        )
-        self.store.truncate(offset)
-        self.state.cut(offset, self._flush_count())
-        self.config_log.after_truncate()
-
-    def _reset_log(self, reset: LogReset) -> None:
-        """Catch-up below the leader's retention: restart the store's log empty at the leader's
-        log start; the leader's config snapshot (appended after it) replaces the tables."""
-        log.warning(
-            "raft node %d: the leader's log starts at %d, past what this node holds (log end "
-            "%d): discarding the local log and restarting it there",
-            self.config.node_id,
-            reset.start_offset,
-            self.store.commitlog.max_offset(),
-        )
-        self.store.reset_to(reset.start_offset)
-        self.files.save_log_start(reset.start_offset, reset.start_term)
-        self.state.cut(reset.start_offset, self._flush_count())
-        self.state.last_durable = reset.start_offset
-        self.config_log.after_truncate()
-        self.state.log_resets_total += 1
-
-    def _flush_count(self) -> int:
-        """fsync rounds started so far (a round in progress may predate a cut)."""
-        flush = self.store.flush
-        return flush.flush_count if flush is not None else 0
-
     def _compact_to_store_start(self) -> None:
         """Retention deleted commit-log files: tell the core where the log starts now."""
         core = self._core()
@@ -370,17 +335,6 @@ class ReplicationNode:
         start = self.store.commitlog.min_offset()
         if start > core.log.start_offset:
             core.compact_log(ByteOffset(start))
-
-    def _write(self, start: int, payload: bytes) -> None:
-        end = self.store.commitlog.max_offset()
-        if end > start:
-            # Bytes appended here while not leading (or proposals refused): never acknowledged.
-            self._truncate(start)
-        elif end < start:
-            raise ReplicationError(f"asked to write at {start} but the commit log ends at {end}")
-        if not payload:
-            raise ReplicationError(f"range at {start} came without its bytes")
-        self.store.append_replicated(start, payload)
 
     def _send(self, message: Message) -> None:
         if isinstance(message, ResetLogStart):
@@ -391,27 +345,12 @@ class ReplicationNode:
             and not message.payload
         ):
             try:
-                payload = self._read(message.prev_offset, message.end_offset)
+                payload = self.store_log.read(message.prev_offset, message.end_offset)
             except ReplicationError as exc:
                 log.warning("raft node %d: %s", self.config.node_id, exc)
                 return
             message = dataclasses.replace(message, payload=payload)
         self.transport.send(message)
-
-    def _read(self, start: int, end: int) -> bytes:
-        """Commit-log bytes ``[start, end)``, read file after file."""
-        parts: list[bytes] = []
-        position = start
-        while position < end:
-            chunk = self.store.read_replicated(position, end - position)
-            if not chunk:
-                raise ReplicationError(
-                    f"the commit log holds no bytes at {position} (wanted [{start}, {end})): "
-                    "deleted by retention? a follower this far behind needs a fresh copy"
-                )
-            parts.append(chunk)
-            position += len(chunk)
-        return b"".join(parts)
 
     def _on_soft_state(self, role: Role) -> None:
         change = self.state.role_changed(role, self._core().term)
@@ -566,7 +505,7 @@ class ReplicationNode:
         if end <= start:
             return start
         # The bytes of the append just made are still at hand: no read back from the file.
-        payload = self.store.commitlog.appended_bytes(start, end) or self._read(start, end)
+        payload = self.store.commitlog.appended_bytes(start, end) or self.store_log.read(start, end)
         outcome = core.propose(payload)
         if isinstance(outcome, NotLeader):
             raise NotLeaderError(self.config.node_id, self.leader())
@@ -605,9 +544,9 @@ class ReplicationNode:
         results, _ = self.store.put_messages_nowait([message])
         record = (ByteOffset(results[-1].wrote_offset), ByteOffset(results[-1].end_offset))
         start, end = core.log.last_offset, self.store.commitlog.max_offset()
-        outcome = core.propose_membership(self._read(start, end), membership, record)
+        outcome = core.propose_membership(self.store_log.read(start, end), membership, record)
         if not isinstance(outcome, Proposed):  # nothing ran between the check and here
-            self._truncate(start)
+            self.store_log.truncate(start)
             raise ReplicationBusy(f"configuration change refused: {outcome}")
         self.state.proposed(outcome.start_offset, outcome.end_offset)
         self._process()
@@ -654,13 +593,9 @@ class ReplicationNode:
         core = self._core()
         self.check_leader()
         if target is None:
-            voters = core.members.current.voters
-            rows = tuple(row for row in core.status().progress if row[0] in voters)
-            if not rows:
-                return self.config.node_id  # a group of one: nothing to hand over
-            target = max(rows, key=lambda row: row[3])[0]
-        if target == self.config.node_id:
-            return target
+            target = driver_state.most_caught_up_voter(core)
+        if target in (None, self.config.node_id):  # None: a group of one, nothing to hand over
+            return self.config.node_id
         outcome = core.transfer_leadership(NodeId(target))
         if isinstance(outcome, NotLeader):
             raise NotLeaderError(self.config.node_id, self.leader())

@@ -153,6 +153,25 @@ def suspect(core: RaftCore, message: Message) -> str | None:
     return None
 
 
+def admitted_members(core: RaftCore, specs: Iterable[PeerSpec]) -> tuple[PeerSpec, ...]:
+    """The members the transport admits, by node id: those of the configuration in force
+    (``specs``) and, until its entry commits, those of the committed one before it (a leader
+    that removed itself leads until its removal commits)."""
+    admitted = {p.node_id: p for p in specs}
+    committed = core.members.committed(core.committed_offset).membership
+    for m in members.members_of(committed, admitted):
+        admitted.setdefault(m.spec.node_id, m.spec)
+    return tuple(admitted[n] for n in sorted(admitted))
+
+
+def most_caught_up_voter(core: RaftCore) -> int | None:
+    """The voting follower with the highest match offset (this leader's view); None when
+    this node is the only voter."""
+    voters = core.members.current.voters
+    rows = [row for row in core.status().progress if row[0] in voters]
+    return max(rows, key=lambda row: row[3])[0] if rows else None
+
+
 class RoleChange(enum.Enum):
     NONE = "none"
     GAINED = "gained"
