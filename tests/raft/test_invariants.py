@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import pytest
 
-from gannet.node.raft.config import Config
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.invariants import InvariantViolation
 from gannet.node.raft.messages import (
@@ -25,27 +24,14 @@ from gannet.node.raft.messages import (
 )
 from gannet.node.raft.ready import AppendRange, Role
 
+from .test_core_api import drain, make
+
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
-
-
-def make(node: NodeId = N1, voters: tuple[NodeId, ...] = (N1, N2, N3)) -> RaftCore:
-    config = Config(
-        node_id=node,
-        voters=voters,
-        random_ticks=lambda n: 0,
-        noop_payload=lambda offset, term: b"n" * 8,
-    )
-    return RaftCore(config)
-
-
-def drain(core: RaftCore) -> None:
-    while core.has_ready():
-        core.advance(core.ready())
 
 
 @pytest.fixture
 def leader() -> RaftCore:
-    core = make()
+    core = make(voters=(N1, N2, N3))
     core.campaign()  # pre-vote round
     core.step(PreVoteResponse(N2, N1, Term(1), True))
     core.step(VoteResponse(N2, N1, Term(1), True))
@@ -70,7 +56,7 @@ def test_a_term_that_went_backwards_stops_the_node(leader: RaftCore) -> None:
 
 
 def test_a_second_vote_in_one_term_stops_the_node() -> None:
-    core = make(N3)
+    core = make(N3, (N1, N2, N3))
     core.step(VoteRequest(N1, N3, Term(1), Term(0), ByteOffset(0)))
     drain(core)
     assert core.vote == N1
@@ -81,7 +67,7 @@ def test_a_second_vote_in_one_term_stops_the_node() -> None:
 
 
 def test_granting_a_second_vote_is_refused_at_the_edit() -> None:
-    core = make(N3)
+    core = make(N3, (N1, N2, N3))
     core.grant_vote(N1)
     with pytest.raises(InvariantViolation, match="second vote"):
         core.grant_vote(N2)
