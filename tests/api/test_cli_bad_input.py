@@ -60,6 +60,8 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "props": [("novalue", USAGE)],
     "delete_when": [("25", USAGE), ("x", USAGE)],
     "cluster_seeds": [("nohostport", USAGE), ("127.0.0.1:0", USAGE)],
+    "cluster_access_key": [("key-without-its-secret", USAGE)],
+    "cluster_secret_key": [("secret-without-its-key", USAGE)],
 }
 # free-text options a wrong value cannot be told from a right one for (nothing to check)
 FREE_TEXT_OPTIONS = {

@@ -11,7 +11,7 @@ from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
 from gannet.node.metrics import consumer_collecting as cc
 from gannet.node.metrics import raft_collecting
-from gannet.node.replication import driver
+from gannet.node.replication import driver_state
 
 from .conftest import (
     CLIENT_ID,
@@ -149,16 +149,16 @@ def test_raft_exports_nothing_without_replication_and_lag_only_on_the_leader() -
     assert follower[("gannet_raft_term", frozenset())] == 3
 
 
-def _node_status_fits(status: driver.NodeStatus) -> raft_collecting.RaftStatusLike:
+def _node_status_fits(status: driver_state.NodeStatus) -> raft_collecting.RaftStatusLike:
     return status  # mypy checks that the replication layer's status fits the collector
 
 
 def test_replication_node_status_fits_the_collector() -> None:
     peers = (
-        driver.PeerStatus(2, "p2", "c2", match_offset=90, lag_bytes=10, reachable=True),
-        driver.PeerStatus(3, "p3", "c3", match_offset=-1, lag_bytes=-1, reachable=False),
+        driver_state.PeerStatus(2, "p2", "c2", match_offset=90, lag_bytes=10, reachable=True),
+        driver_state.PeerStatus(3, "p3", "c3", match_offset=-1, lag_bytes=-1, reachable=False),
     )
-    status = driver.NodeStatus(1, "leader", 4, 1, "c1", 100, 100, 100, peers, 1, 1)
+    status = driver_state.NodeStatus(1, "leader", 4, 1, "c1", 100, 100, 100, peers, 1, 1)
     found = _raft_samples(_node_status_fits(status))  # type: ignore[arg-type]
     assert found[("gannet_raft_follower_lag_bytes", frozenset({("peer", "2")}))] == 10
     assert ("gannet_raft_follower_lag_bytes", frozenset({("peer", "3")})) not in found

@@ -1,4 +1,4 @@
-"""Commit waiters of the replication driver (``replication/driver.py``).
+"""Commit waiters of the replication driver (``driver_state.CommitWaiters``).
 
 A send awaits ``wait_committed``; when its client goes away the call is cancelled. The waiter
 it left must go with it: a waiter failed later by a leadership change with nobody awaiting it
@@ -14,7 +14,8 @@ from typing import Any
 
 from gannet.node.raft.ready import Role
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
-from gannet.node.replication.driver import CommitUncertain, ReplicationNode
+from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.errors import CommitUncertain
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
 
@@ -36,14 +37,14 @@ def test_a_cancelled_wait_leaves_no_waiter_to_fail(tmp_path: Path) -> None:
         loop = asyncio.get_running_loop()
         loop.set_exception_handler(lambda _loop, ctx: failed_unretrieved.append(ctx))
         waiting = asyncio.create_task(node.wait_committed(100, timeout_s=30))
-        while not node._waiters:
+        while not node.waiters:
             await asyncio.sleep(0)
-        future = node._waiters[0][2]
+        future = node.waiters.futures()[0]
         waiting.cancel()
         await asyncio.gather(waiting, return_exceptions=True)
         assert future.cancelled()
-        node._fail_waiters("leadership lost")  # what a step-down does
-        assert not node._waiters
+        node.waiters.fail("leadership lost")  # what a step-down does
+        assert not node.waiters
 
     asyncio.run(scenario())
     assert failed_unretrieved == []
@@ -54,9 +55,9 @@ def test_a_wait_still_awaited_gets_the_failure(tmp_path: Path) -> None:
 
     async def scenario() -> BaseException | None:
         waiting = asyncio.create_task(node.wait_committed(100, timeout_s=30))
-        while not node._waiters:
+        while not node.waiters:
             await asyncio.sleep(0)
-        node._fail_waiters("leadership lost")
+        node.waiters.fail("leadership lost")
         results = await asyncio.gather(waiting, return_exceptions=True)
         return results[0] if isinstance(results[0], BaseException) else None
 

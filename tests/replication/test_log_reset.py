@@ -88,7 +88,7 @@ def test_a_member_behind_retention_restarts_at_the_leaders_log_start(
         cluster.raft(wiped).transport.partitioned = False
     end = cluster.last_offset(leader)
     cluster.wait_replicated(end)
-    cluster.wait(wiped, lambda: cluster.raft(wiped).log_resets_total == 1)
+    cluster.wait(wiped, lambda: cluster.raft(wiped).state.log_resets_total == 1)
     wiped_store = cluster.nodes[wiped].broker.store
     assert wiped_store.commitlog.min_offset() == start
     end = min(cluster.commit_offset(leader), cluster.commit_offset(wiped))
@@ -106,7 +106,7 @@ def test_a_member_behind_retention_restarts_at_the_leaders_log_start(
     cluster.crash(wiped)
     cluster.start(wiped)
     cluster.wait_replicated(cluster.last_offset(leader))
-    assert cluster.raft(wiped).log_resets_total == 0
+    assert cluster.raft(wiped).state.log_resets_total == 0
     core = cluster.raft(wiped).core
     assert core is not None
     assert node.core is not None

@@ -139,6 +139,24 @@ def broker() -> None:
     "consumer-group writes apply to every group. Default: this group is the whole cluster.",
 )
 @click.option(
+    "--cluster-access-key",
+    envvar="GANNET_CLUSTER_ACCESS_KEY",
+    help="Access key signing this member's polls of the other broker groups (needs admin in "
+    "their --auth-file); with --cluster-secret-key. See docs/security.md, Broker groups.",
+)
+@click.option(
+    "--cluster-secret-key",
+    envvar="GANNET_CLUSTER_SECRET_KEY",
+    help="Secret of --cluster-access-key (prefer the environment variable).",
+)
+@click.option(
+    "--cluster-tls-ca",
+    envvar="GANNET_CLUSTER_TLS_CA",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="PEM CA of the other broker groups' client-port certificates (default: "
+    "--tls-client-ca, else the system roots); used when calling them over TLS.",
+)
+@click.option(
     "--auto-create-topics",
     is_flag=True,
     help="Create unknown topics (MIXED type, 8 queues) when clients use them.",
@@ -359,6 +377,9 @@ def broker_run(
     transaction_check_interval_ms: int,
     transaction_check_max: int,
     cluster_seeds: str,
+    cluster_access_key: str | None,
+    cluster_secret_key: str | None,
+    cluster_tls_ca: Path | None,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
@@ -381,6 +402,12 @@ def broker_run(
         seeds = group_polling.parse_seeds(cluster_seeds)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--cluster-seeds") from None
+    if bool(cluster_access_key) != bool(cluster_secret_key):
+        raise click.BadParameter(
+            "give both --cluster-access-key and --cluster-secret-key (or GANNET_CLUSTER_ACCESS_KEY"
+            " and GANNET_CLUSTER_SECRET_KEY), or neither",
+            param_hint="--cluster-access-key",
+        )
     if disk_clean_forcibly_ratio > disk_warning_ratio:
         raise click.BadParameter(
             f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
@@ -431,6 +458,9 @@ def broker_run(
                 transaction_timeout_ms, transaction_check_interval_ms, transaction_check_max
             ),
             cluster_seeds=seeds,
+            cluster_access_key=cluster_access_key or None,
+            cluster_secret_key=cluster_secret_key or None,
+            cluster_tls_ca=cluster_tls_ca,
             replication=_replication(
                 node_id,
                 peers,

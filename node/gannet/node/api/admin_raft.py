@@ -31,12 +31,12 @@ from gannet.node.api.gen import admin_pb2
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.replication import membership_changes as changes
 from gannet.node.replication.config import ReplicationConfigError, parse_peer
-from gannet.node.replication.driver import (
+from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.errors import (
     CommitUncertain,
     NotLeaderError,
     ReplicationBusy,
     ReplicationError,
-    ReplicationNode,
 )
 from gannet.node.store.message_store import MessageStore
 

@@ -10,7 +10,10 @@
   drains a group).
 * Fan-out of the metadata writes (create/update/delete of topics and consumer groups): applied
   here first, then at each other group (its leader first, then its other members), the calls
-  carrying the caller's signature headers and ``gannet-scope: group`` so that they stop there.
+  carrying the caller's signature headers and ``gannet-scope: group`` so that they stop there,
+  over the poller's channels (TLS with this member's client settings when its port is TLS).
+  Each attempt gets a fresh ``x-mq-request-id`` (not covered by the signature): a member asked
+  twice while its group elects would otherwise refuse the second as a replay.
   If this group refuses the write (bad name, not the leader), nothing is sent elsewhere. A
   create that finds the topic already there, or a delete that finds it gone, counts as done
   in that group, so running a command again after a partial failure completes it. If some
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -60,7 +64,8 @@ _ALREADY_DONE: dict[str, grpc.StatusCode | None] = {
     "UpdateGroup": None,
 }
 """The admin writes applied to every group, and the code meaning "already so there"."""
-_FORWARDED_HEADERS = ("authorization", "x-mq-date-time", "x-mq-request-id")
+_REQUEST_ID_HEADER = "x-mq-request-id"
+_FORWARDED_HEADERS = ("authorization", "x-mq-date-time", _REQUEST_ID_HEADER)
 _TRY_NEXT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _RETRY_PAUSE_S = 0.2
 
@@ -305,7 +310,7 @@ class BrokerGroups:
                     break
                 try:
                     reply = await getattr(stub, method)(
-                        request, metadata=metadata, timeout=remaining
+                        request, metadata=_fresh_request_id(metadata), timeout=remaining
                     )
                 except grpc.RpcError as exc:
                     code, details = exc.code(), str(exc.details() or "")
@@ -367,6 +372,14 @@ def _forwarded(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
         (str(k), str(v)) for k, v in context.invocation_metadata() or () if k in _FORWARDED_HEADERS
     ]
     return [*found, (broker_groups.SCOPE_HEADER, broker_groups.SCOPE_GROUP)]
+
+
+def _fresh_request_id(metadata: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``metadata`` with a new ``x-mq-request-id`` if it carried one (one per attempt)."""
+    if not any(k == _REQUEST_ID_HEADER for k, _ in metadata):
+        return metadata
+    fresh = str(uuid.uuid4())
+    return [(k, fresh if k == _REQUEST_ID_HEADER else v) for k, v in metadata]
 
 
 def _without_topics(group: admin_pb2.BrokerGroup) -> admin_pb2.BrokerGroup:

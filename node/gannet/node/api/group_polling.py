@@ -14,6 +14,11 @@ Seeds come from ``--cluster-seeds`` and may be replaced at run time (``SetCluste
 operator's call when it adds or drains a group): groups none of whose known members or seeds
 is among the new seeds are forgotten, the rest are kept and the poller runs at once.
 
+Security (``docs/security.md``, "Broker groups"): polls go out with the member's own client
+settings (:class:`~gannet.node.api.auth.ClientSecurity`): TLS when its client port is TLS,
+trusting the cluster CA and presenting its certificate under mutual TLS, and signed with the
+cluster access key when it has one. The admin fan-out reuses these channels (:meth:`channel_to`).
+
 IO at the edge (gRPC channels, an asyncio task); the view itself is :mod:`broker_groups`.
 Started and stopped by :mod:`gannet.node.broker.serving`.
 """
@@ -24,11 +29,12 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterable
 
 import grpc
 
-from gannet.node.api import broker_groups
+from gannet.node.api import auth, broker_groups, signing, tls
 from gannet.node.api.broker_groups import GroupView
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 
@@ -72,8 +78,13 @@ class GroupPoller:
         interval_s: float = POLL_INTERVAL_S,
         timeout_s: float = CALL_TIMEOUT_S,
         clock_s: Callable[[], float] = time.monotonic,
+        security: auth.ClientSecurity | None = None,
+        wall_clock_s: Callable[[], float] = time.time,
     ) -> None:
         self.local_name = local_name
+        self.security = security if security is not None else auth.ClientSecurity()
+        """How this member reaches the others (TLS, client certificate, signing key)."""
+        self._wall_clock_s = wall_clock_s
         self.seeds = parse_seeds(seeds)
         self.interval_s = interval_s
         self.timeout_s = timeout_s
@@ -206,15 +217,34 @@ class GroupPoller:
         self.polls_total += 1
         stub = admin_pb2_grpc.AdminStub(self._channel(endpoint))  # type: ignore[no-untyped-call]
         request = admin_pb2.GetBrokerGroupRequest(known_topics_version=known_version)
-        reply: admin_pb2.BrokerGroup = await stub.GetBrokerGroup(request, timeout=self.timeout_s)
+        reply: admin_pb2.BrokerGroup = await stub.GetBrokerGroup(
+            request, timeout=self.timeout_s, metadata=self.poll_metadata()
+        )
         return reply
+
+    def poll_metadata(self) -> list[tuple[str, str]]:
+        """A poll's signature headers as the official clients send them (fresh date-time and
+        request id per call); empty without a cluster access key."""
+        key, secret = self.security.access_key, self.security.secret_key
+        if not key or not secret:
+            return []
+        return [
+            *signing.signed_metadata(key, secret, self._wall_clock_s()),
+            (signing.REQUEST_ID_HEADER, str(uuid.uuid4())),
+        ]
 
     def _channel(self, endpoint: str) -> grpc.aio.Channel:
         channel = self._channels.get(endpoint)
         if channel is None:
-            channel = grpc.aio.insecure_channel(
-                endpoint, options=[("grpc.max_receive_message_length", _RECEIVE_BYTES_MAX)]
-            )
+            options = [("grpc.max_receive_message_length", _RECEIVE_BYTES_MAX)]
+            security = self.security
+            if security.uses_tls:  # PEM files read at each new channel: rotation applies
+                credentials = tls.channel_credentials(
+                    security.tls_ca, security.tls_cert, security.tls_key
+                )
+                channel = grpc.aio.secure_channel(endpoint, credentials, options=options)
+            else:
+                channel = grpc.aio.insecure_channel(endpoint, options=options)
             self._channels[endpoint] = channel
         return channel
 

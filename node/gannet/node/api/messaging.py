@@ -57,7 +57,8 @@ from gannet.node.api import (
 )
 from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
-from gannet.node.replication.driver import ReplicationError, ReplicationNode
+from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, records, validation
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.topic_configs import MessageType

@@ -70,7 +70,7 @@ from gannet.node.pop.filtering import LiteFilter, MessageFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
-from gannet.node.replication.driver import ReplicationError
+from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, msgids, records, validation
 from gannet.node.store import properties as props
 from gannet.node.store.message_store import MessageStore

@@ -57,12 +57,12 @@ from rocketmq.grpc_protocol import Code, definition_pb2
 
 from gannet.node.api import statuses
 from gannet.node.api.statuses import ApiError
-from gannet.node.replication.driver import (
+from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.errors import (
     CommitUncertain,
     NotLeaderError,
     ReplicationBusy,
     ReplicationError,
-    ReplicationNode,
 )
 from gannet.node.store.topic_configs import MessageType, TopicConfig
 

@@ -24,7 +24,8 @@ Security (``docs/security.md``): with ``auth_file`` every call is authenticated 
 (:mod:`gannet.node.api.auth`; refusals counted in ``Broker.authenticator.denials_total``); with
 ``tls_cert``/``tls_key`` the client port serves TLS only, and ``tls_client_ca`` makes it mutual
 (:mod:`gannet.node.api.tls`). Each v2 client id has at most ``inflight_per_client_max`` calls
-in flight (:mod:`gannet.node.api.limits`).
+in flight (:mod:`gannet.node.api.limits`). Calls to the other broker groups (polls, fan-out) go
+out with :func:`cluster_security`: this member's TLS settings and the cluster access key.
 
 Replication (``docs/architecture.md``, Replication): with ``replication`` set the broker is one
 member of a Raft group. The store then dispatches only up to the Raft commit offset, a
@@ -135,6 +136,29 @@ class BrokerConfig:
     """Client endpoints of members of the cluster's other broker groups (``--cluster-seeds``);
     empty: this group is the whole cluster (:mod:`gannet.node.api.group_polling`)."""
     group_poll_interval_s: float = group_polling.POLL_INTERVAL_S
+    cluster_access_key: str | None = None
+    """Signs this member's polls of the other groups (``--cluster-access-key``); None: unsigned.
+    The key needs ``admin`` on the broker in the other groups' ``auth_file``."""
+    cluster_secret_key: str | None = dataclasses.field(default=None, repr=False)
+    cluster_tls_ca: Path | None = None
+    """CA the other groups' client-port certificates chain to (default ``tls_client_ca``)."""
+
+
+def cluster_security(config: BrokerConfig) -> auth.ClientSecurity:
+    """How this member calls the other broker groups (``docs/security.md``, Broker groups):
+    TLS when its own client port is TLS (or a cluster CA is given), trusting the cluster CA
+    (else ``tls_client_ca``, else the system roots) and presenting its own certificate when it
+    runs mutual TLS; polls signed with the cluster access key. Raises ValueError for a key
+    without its secret."""
+    mutual = config.tls_client_ca is not None
+    return auth.ClientSecurity(
+        access_key=config.cluster_access_key,
+        secret_key=config.cluster_secret_key,
+        tls=config.tls_cert is not None,
+        tls_ca=config.cluster_tls_ca or config.tls_client_ca,
+        tls_cert=config.tls_cert if mutual else None,
+        tls_key=config.tls_key if mutual else None,
+    )
 
 
 def _server_options(config: BrokerConfig) -> list[tuple[str, int]]:
@@ -175,6 +199,15 @@ class Broker:
                 reloader.accounts, skew_s=config.auth_skew_s, reloader=reloader
             )
         self._tls = _tls_credentials(config)
+        self.cluster_security = cluster_security(config)
+        if config.cluster_seeds and self.cluster_security.uses_tls:
+            security = self.cluster_security  # unusable PEM files fail the start, named
+            tls.channel_credentials(security.tls_ca, security.tls_cert, security.tls_key)
+        if config.cluster_seeds and config.auth_file is not None and not config.cluster_access_key:
+            log.warning(
+                "--auth-file without --cluster-access-key: polls of other broker groups are "
+                "unsigned, so groups that require signatures refuse them"
+            )
         self.failure: str | None = None
         """Why the node stopped itself (a failed fsync); None while healthy."""
         self._failing_task: asyncio.Future[None] | None = None
@@ -363,7 +396,10 @@ class Broker:
                 failover_collecting.FailoverCollector(self._failover_figures)
             )
         poller = group_polling.GroupPoller(
-            identity.broker_name, cfg.cluster_seeds, interval_s=cfg.group_poll_interval_s
+            identity.broker_name,
+            cfg.cluster_seeds,
+            interval_s=cfg.group_poll_interval_s,
+            security=self.cluster_security,
         )
         self.groups = cluster_admin.BrokerGroups(self.store, identity, self.replication, poller)
         self.messaging.groups = self.groups

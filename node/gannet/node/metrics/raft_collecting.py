@@ -4,7 +4,7 @@ The callable returns anything shaped like the admin API's ``RaftStatus`` message
 (``gannet.admin.v1``: ``node_id``, ``role``, ``term``, ``commit_offset``, ``last_offset``,
 ``peers[].node_id`` / ``lag_bytes`` / ``reachable``, ``elections_total``,
 ``leader_changes_total``) — the protobuf itself or the replication layer's own
-``replication.driver.NodeStatus`` (integer node ids become label strings) —
+``replication.driver_state.NodeStatus`` (integer node ids become label strings) —
 or None when this node does not replicate (then nothing is exported, so a single-node broker
 without Raft shows no ``gannet_raft_*`` series at all).
 

@@ -14,5 +14,7 @@ the driver (``tests/raft/test_purity.py`` enforces the import ban). That is what
 Modules: ``messages`` (wire messages and id types), ``config`` (limits, restart state),
 ``epochs`` (the log model),
 ``progress`` (per-follower replication state), ``quorum`` (majority arithmetic), ``ready``
-(the output contract), ``core`` (``RaftCore``), ``invariants`` (the crash-on-bug helper).
+(the output contract), ``core`` (``RaftCore``: inputs, output, dispatch), ``node_state`` (the
+state and its invariants), ``election``, ``replication`` (appends, commit, transfer),
+``leases`` (check-quorum, leader stickiness), ``invariants`` (the crash-on-bug helper).
 """

@@ -126,10 +126,7 @@ class MembershipLog:
 
     def committed(self, committed_offset: ByteOffset) -> MembershipEntry:
         """The latest entry whose record is committed."""
-        for entry in reversed(self._entries):
-            if entry.end_offset <= committed_offset:
-                return entry
-        return self._entries[0]
+        return self.at(committed_offset)
 
     def append(self, entry: MembershipEntry) -> None:
         invariant(entry.start_offset >= self._entries[-1].end_offset, "entry before the last")

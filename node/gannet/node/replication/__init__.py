@@ -7,5 +7,6 @@ store's replication hooks, ``state_files`` for term/vote and the leader-epoch fi
 and seeded randomness. The broker (``gannet.node.broker.serving``) starts one when its config
 has a ``replication`` section. Modules: ``config`` (peers, limits), ``state_files``,
 ``peer_wire`` (core messages <-> protobuf), ``transport``, ``noop`` (the leader's election
-record), ``driver``, ``commands`` (``gannet cluster up``).
+record), ``driver`` (the IO), ``driver_state`` (its pure bookkeeping), ``log_io`` (log edits),
+``durability`` (fsync reports), ``errors``, ``commands`` (``gannet cluster up``).
 """

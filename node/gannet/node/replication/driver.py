@@ -3,7 +3,9 @@
 Created and started by the broker (:mod:`gannet.node.broker.serving`) when its config has a
 ``replication`` section; the v2 servicer asks it whether this node leads, proposes what it
 appended and waits for the commit; the admin servicer reads its status and asks for transfers.
-Everything runs on the broker's event loop; the core is only touched there.
+Everything runs on the broker's event loop; the core is only touched there. This module is
+the IO part; what it decides with is pure in :mod:`driver_state`, the log edits are
+:mod:`log_io`, fsync reports :mod:`durability`, its errors :mod:`errors`.
 
 The loop follows ``raft/ready.py``. For each ``Ready``:
 
@@ -59,38 +61,39 @@ gets whole tables.
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import dataclasses
-import heapq
-import itertools
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from gannet.node.raft.config import Config, InitialState
+from gannet.node.raft.config import InitialState
 from gannet.node.raft.core import RaftCore
-from gannet.node.raft.epochs import Epoch
-from gannet.node.raft.membership import MembershipEntry, MembershipLog
 from gannet.node.raft.messages import (
     NO_NODE,
     AppendEntries,
     Busy,
     ByteOffset,
-    Heartbeat,
     Message,
     NodeId,
     NotLeader,
     Proposed,
     ResetLogStart,
     Term,
-    TimeoutNow,
 )
-from gannet.node.raft.ready import HardState, LogReset, Ready, Role
-from gannet.node.replication import members, noop
+from gannet.node.raft.ready import Ready, Role
+from gannet.node.replication import driver_state, members, noop
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.config_log import ConfigLog
+from gannet.node.replication.driver_state import CommitWaiters, DriverState, NodeStatus, RoleChange
+from gannet.node.replication.durability import FlushReports
+from gannet.node.replication.errors import (
+    CommitUncertain,
+    NotLeaderError,
+    ReplicationBusy,
+    ReplicationError,
+)
+from gannet.node.replication.log_io import StoreLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
 from gannet.node.store import records
@@ -100,57 +103,6 @@ from gannet.node.store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 TRANSFER_TIMEOUT_S = 5.0
-
-
-class ReplicationError(Exception):
-    """Base of what the driver answers instead of accepting a write."""
-
-
-class NotLeaderError(ReplicationError):
-    """This node does not lead; ``leader`` is the member it believes does (None: unknown)."""
-
-    def __init__(self, node_id: int, leader: PeerSpec | None) -> None:
-        self.leader = leader
-        where = (
-            f"node {leader.node_id} at {leader.client_endpoint}"
-            if leader is not None
-            else "not known yet (election in progress)"
-        )
-        super().__init__(f"node {node_id} is not the Raft leader; the leader is {where}")
-
-
-class ReplicationBusy(ReplicationError):
-    """The leader refuses writes for now (transfer in progress, uncommitted bytes limit)."""
-
-
-class CommitUncertain(ReplicationError):
-    """Written on the leader but not known committed: leadership was lost or time ran out."""
-
-
-@dataclass(frozen=True, slots=True)
-class PeerStatus:
-    node_id: int
-    peer_endpoint: str
-    client_endpoint: str
-    match_offset: int
-    """The leader's view; -1 when this node does not lead."""
-    lag_bytes: int
-    reachable: bool
-
-
-@dataclass(frozen=True, slots=True)
-class NodeStatus:
-    node_id: int
-    role: str
-    term: int
-    leader_id: int
-    leader_client_endpoint: str
-    commit_offset: int
-    last_offset: int
-    durable_offset: int
-    peers: tuple[PeerStatus, ...]
-    elections_total: int
-    leader_changes_total: int
 
 
 class ReplicationNode:
@@ -164,39 +116,25 @@ class ReplicationNode:
         self.member_table = members.MemberTable(config.peers)
         self.transport = PeerTransport(config, self._on_message)
         self.core: RaftCore | None = None
-        self.elections_total = 0
-        self.leader_changes_total = 0
+        self.state = DriverState(
+            written_is_durable=store.config.flush_mode is FlushMode.ASYNC_FLUSH
+        )
+        self.waiters = CommitWaiters()
         self.fatal_error: BaseException | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tick_task: asyncio.Task[None] | None = None
-        self._persisted_epochs: tuple[Epoch, ...] = ()
-        self._local_ranges: collections.deque[tuple[int, int]] = collections.deque()
-        self._waiters: list[tuple[int, int, asyncio.Future[int]]] = []
-        self._waiter_seq = itertools.count()
         self._leader_changed = asyncio.Event()
-        self._valid_flush_round = 0
-        self._own_fsync_running = False
-        self._last_durable = 0
-        self._written_is_durable = store.config.flush_mode is FlushMode.ASYNC_FLUSH
+        self.flush_reports = FlushReports(store, self.state, self._report_durable, self._usable)
         self._processing = False
         self._stopped = False
-        self._role = Role.FOLLOWER
         self._watchers: list[asyncio.Future[None]] = []
         self.config_log = ConfigLog(store, config.node_id, self.is_leader)
+        self.store_log = StoreLog(store, self.files, self.state, self.config_log, config.node_id)
         self.role_listeners: list[Callable[[bool], None]] = []
         """Called on the loop with True once this node leads and has applied the previous
         terms' log (:meth:`is_serving_leader`), False when it stops leading."""
         self._snapshot_task: asyncio.Task[None] | None = None
-        self._caught_up_term = -1
-        """The term in which this leader applied everything before its election."""
-        self._snapshot_offset = -1
-        """Where this leader's latest config snapshot ends (-1: none in this term)."""
         self._reset_snapshot_task: asyncio.Task[None] | None = None
-        self.log_resets_total = 0
-        self._led_term = -1
-        """The last term this node led."""
-        self._membership_settled = True
-        """The latest configuration entry is known committed (see _apply_membership)."""
 
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
@@ -212,20 +150,11 @@ class ReplicationNode:
         )
         log.info("raft node %d: election jitter seed %d", self.config.node_id, seed)
         rng = random.Random(seed)
-        initial = dataclasses.replace(self._initial_state(), memberships=self._load_membership())
-        core_config = Config(
-            node_id=NodeId(self.config.node_id),
-            voters=tuple(NodeId(p.node_id) for p in self.config.peers),
-            random_ticks=rng.randrange,
-            noop_payload=self._noop_payload,
-            memberships_in=members.memberships_in,
-            election_timeout_ticks=self.config.election_timeout_ticks,
-            heartbeat_interval_ticks=self.config.heartbeat_interval_ticks,
-            append_bytes_max=self.config.append_bytes_max,
-            inflight_messages_max=self.config.inflight_messages_max,
-            inflight_bytes_max=self.config.inflight_bytes_max,
-            uncommitted_bytes_max=self.config.uncommitted_bytes_max,
+        initial = dataclasses.replace(
+            self._initial_state(),
+            memberships=members.load_or_bootstrap(self.membership_file, self.config),
         )
+        core_config = driver_state.core_config(self.config, rng.randrange, self._noop_payload)
         self.core = RaftCore(core_config, initial)
         self._apply_membership()
         current = members.members_of(self.core.members.current, {})
@@ -236,14 +165,14 @@ class ReplicationNode:
                 self.config.node_id,
                 differs,
             )
-        self._persisted_epochs = self.core.log.epochs
-        if self._persisted_epochs != tuple(self.files.load_epochs()):
-            self.files.save_epochs(self._persisted_epochs)
-        self._last_durable = initial.last_offset
+        self.state.persisted_epochs = self.core.log.epochs
+        if self.state.persisted_epochs != tuple(self.files.load_epochs()):
+            self.files.save_epochs(self.state.persisted_epochs)
+        self.state.last_durable = initial.last_offset
         await asyncio.to_thread(self.config_log.install)
         # Only a leader appends on its own: delayed messages wait until this node leads.
         await asyncio.to_thread(self.store.timers.stop)
-        flush.listeners.append(self._on_flushed_thread)
+        self.flush_reports.attach(self._loop)
         await self.transport.start()
         if self.core.members.current.voters == {NodeId(self.config.node_id)}:
             self.core.campaign()  # a group of one elects itself at once
@@ -261,60 +190,27 @@ class ReplicationNode:
             self._snapshot_task.cancel()
             await asyncio.gather(self._snapshot_task, return_exceptions=True)
         self.config_log.uninstall()
-        flush = self.store.flush
-        if flush is not None and self._on_flushed_thread in flush.listeners:
-            flush.listeners.remove(self._on_flushed_thread)
+        self.flush_reports.detach()
         await self.transport.stop()
-        self._fail_waiters("the node is stopping")
+        self.waiters.fail("the node is stopping")
 
     def _initial_state(self) -> InitialState:
-        hard = self.files.load_hard_state()
-        epochs = self.files.load_epochs()
         last = self.store.commitlog.max_offset()
-        start = self.store.commitlog.min_offset() if last > 0 else 0
-        before = [e for e in epochs if e.start_offset < start]
-        kept = [e for e in epochs if e.start_offset >= start and e.start_offset < last]
-        start_term = before[-1].term if before else Term(0)
-        reset = self.files.load_log_start()
-        if not before and reset is not None and reset[0] == start:
-            start_term = reset[1]  # the log was reset to start here (ResetLogStart)
-        if before and (not kept or kept[0].start_offset > start) and last > start:
-            kept.insert(0, Epoch(before[-1].term, ByteOffset(start)))
-        if not kept and last > start:
-            # A store written before replication was configured: its bytes become term 1.
-            log.warning(
-                "commit log [%d, %d) has no leader-epoch file; adopting it as term 1", start, last
-            )
-            kept = [Epoch(Term(1), ByteOffset(start))]
-            if hard.term < 1:
-                hard = HardState(Term(1), NO_NODE)
-                self.files.save_hard_state(hard)
-        return InitialState(
-            hard_state=hard,
-            epochs=tuple(kept),
-            last_offset=ByteOffset(last),
-            start_offset=ByteOffset(start),
-            start_term=start_term,
+        initial, adopted = driver_state.initial_state(
+            self.files.load_hard_state(),
+            self.files.load_epochs(),
+            start_offset=self.store.commitlog.min_offset() if last > 0 else 0,
+            last_offset=last,
+            log_start=self.files.load_log_start(),
         )
-
-    def _load_membership(self) -> tuple[MembershipEntry, ...]:
-        """The persisted configuration entries; a brand-new node writes its bootstrap (the
-        members of ``--peers``, or none with ``--join``) first."""
-        entries = self.membership_file.load()
-        if entries:
-            return entries
-        voters = () if self.config.join else tuple(NodeId(p.node_id) for p in self.config.peers)
-        bootstrap = MembershipLog.bootstrap(voters).entries()
-        if not self.config.join:
-            body = members.encode_body([members.Member(p, True) for p in self.config.peers])
-            first = bootstrap[0]
-            bootstrap = (
-                dataclasses.replace(
-                    first, membership=dataclasses.replace(first.membership, body=body)
-                ),
+        if adopted:
+            log.warning(
+                "commit log [%d, %d) has no leader-epoch file; adopting it as term 1",
+                initial.start_offset,
+                last,
             )
-        self.membership_file.save(bootstrap)
-        return bootstrap
+            self.files.save_hard_state(initial.hard_state)
+        return initial
 
     def _apply_membership(self) -> None:
         """The configuration in force changed, or its entry committed (or the node starts):
@@ -322,16 +218,10 @@ class ReplicationNode:
         of the committed configuration before it stay admitted too: a leader that removed
         itself leads until its removal commits."""
         core = self._core()
-        current = core.members.current
-        committed = core.members.committed(core.committed_offset).membership
-        self.member_table.update(current)
-        specs = {p.node_id: p for p in self.member_table.specs()}
-        for m in members.members_of(committed, specs):
-            specs.setdefault(m.spec.node_id, m.spec)
-        self._membership_settled = core.members.latest().end_offset <= core.committed_offset
-        self.transport.set_members(
-            tuple(specs[n] for n in sorted(specs)), accept_strangers=not current.members()
-        )
+        self.member_table.update(core.members.current)
+        admitted = driver_state.admitted_members(core, self.member_table.specs())
+        self.state.membership_settled = core.members.latest().end_offset <= core.committed_offset
+        self.transport.set_members(admitted, accept_strangers=not core.members.current.members())
 
     def _noop_payload(self, offset: ByteOffset, term: Term) -> bytes:
         return noop.encode_noop(self.store, offset, term, self.config.node_id)
@@ -361,7 +251,7 @@ class ReplicationNode:
         if not self._usable():
             return
         core = self._core()
-        reason = _suspect(core, message)
+        reason = driver_state.suspect(core, message)
         if reason is not None:
             self.transport.refusals.count(reason)
             log.warning(
@@ -377,46 +267,10 @@ class ReplicationNode:
         core.step(message)
         self._process()
 
-    def _on_flushed_thread(self, offset: int) -> None:
-        """Flush thread: hand the fsync result (and its round number) to the loop."""
-        loop, flush = self._loop, self.store.flush
-        if loop is None or flush is None or self._stopped:
-            return
-        round_number = flush.flush_count
-        with contextlib.suppress(RuntimeError):  # the loop closed during shutdown
-            loop.call_soon_threadsafe(self._on_flushed, offset, round_number)
-
-    def _on_flushed(self, offset: int, round_number: int) -> None:
-        if not self._usable():
-            return
-        if round_number < self._valid_flush_round:
-            self._start_own_fsync()
-            return
-        self._report_durable(offset)
-
     def _report_durable(self, offset: int) -> None:
-        self._last_durable = max(self._last_durable, offset)
+        self.state.durable(offset)
         self._core().report_durable(ByteOffset(offset))
         self._process()
-
-    def _start_own_fsync(self) -> None:
-        """After a truncation: an fsync that certainly started after it."""
-        if self._own_fsync_running:
-            return
-        self._own_fsync_running = True
-        valid_from = self._valid_flush_round
-
-        async def run() -> None:
-            try:
-                offset = await asyncio.to_thread(self.store.commitlog.files.flush, 0)
-            finally:
-                self._own_fsync_running = False
-            if valid_from == self._valid_flush_round and self._usable():
-                self._report_durable(offset)
-            elif self._usable():
-                self._start_own_fsync()
-
-        asyncio.get_running_loop().create_task(run())
 
     # ------------------------------------------------------------------ the Ready loop
     def _process(self) -> None:
@@ -432,10 +286,10 @@ class ReplicationNode:
                 except BaseException as exc:
                     self.fatal_error = exc
                     log.critical("raft node %d stops: %s", self.config.node_id, exc, exc_info=True)
-                    self._fail_waiters(f"replication stopped after an error: {exc}")
+                    self.waiters.fail(f"replication stopped after an error: {exc}")
                     raise
                 core.advance(ready)
-                if ready.entries and self._written_is_durable:
+                if ready.entries and self.state.written_is_durable:
                     self._report_durable(self.store.commitlog.max_offset())
         finally:
             self._processing = False
@@ -447,71 +301,31 @@ class ReplicationNode:
     def _execute(self, ready: Ready) -> None:
         core = self._core()
         if ready.log_reset is not None:
-            self._reset_log(ready.log_reset)
+            self.store_log.reset(ready.log_reset)
         if ready.truncate_to is not None:
-            self._truncate(ready.truncate_to)
-        if core.log.epochs != self._persisted_epochs:
+            self.store_log.truncate(ready.truncate_to)
+        if core.log.epochs != self.state.persisted_epochs:
             self.files.save_epochs(core.log.epochs)
-            self._persisted_epochs = core.log.epochs
+            self.state.persisted_epochs = core.log.epochs
         if ready.memberships is not None:
             self.membership_file.save(ready.memberships)
             self._apply_membership()
         for entry in ready.entries:
-            if self._local_ranges and self._local_ranges[0] == (
-                entry.start_offset,
-                entry.end_offset,
-            ):
-                self._local_ranges.popleft()  # our own proposal: already in the store
-                continue
-            self._write(entry.start_offset, entry.payload)
+            if not self.state.take_own_range(entry.start_offset, entry.end_offset):
+                self.store_log.write(entry.start_offset, entry.payload)
         if ready.hard_state is not None:
             self.files.save_hard_state(ready.hard_state)
         for message in ready.messages:
             self._send(message)
         if ready.committed_offset is not None:
+            self.state.committed(ready.committed_offset)
             self.store.set_commit_offset(ready.committed_offset)
-            if not self._membership_settled:
+            if not self.state.membership_settled:
                 self._apply_membership()  # drop members of the configuration before it
-            if core.role is Role.LEADER or core.term == self._led_term:
-                # Still the term this node led (a removed leader steps down in the Ready that
-                # commits its removal): no other leader wrote in it, the offsets are ours.
-                self._release_waiters(ready.committed_offset)
+            if self.state.offsets_are_ours(core.role, core.term):
+                self.waiters.release(ready.committed_offset)
         if ready.soft_state is not None:
             self._on_soft_state(ready.soft_state.role)
-
-    def _truncate(self, offset: int) -> None:
-        log.warning(
-            "raft node %d: cutting a divergent suffix at %d (log end %d)",
-            self.config.node_id,
-            offset,
-            self.store.commitlog.max_offset(),
-        )
-        self.store.truncate(offset)
-        flush = self.store.flush
-        # A flush round in progress may have started before the cut: skip it and the next.
-        self._valid_flush_round = (flush.flush_count if flush is not None else 0) + 2
-        self._last_durable = min(self._last_durable, offset)
-        self._local_ranges.clear()
-        self.config_log.after_truncate()
-
-    def _reset_log(self, reset: LogReset) -> None:
-        """Catch-up below the leader's retention: restart the store's log empty at the leader's
-        log start; the leader's config snapshot (appended after it) replaces the tables."""
-        log.warning(
-            "raft node %d: the leader's log starts at %d, past what this node holds (log end "
-            "%d): discarding the local log and restarting it there",
-            self.config.node_id,
-            reset.start_offset,
-            self.store.commitlog.max_offset(),
-        )
-        self.store.reset_to(reset.start_offset)
-        self.files.save_log_start(reset.start_offset, reset.start_term)
-        flush = self.store.flush
-        self._valid_flush_round = (flush.flush_count if flush is not None else 0) + 2
-        self._last_durable = reset.start_offset
-        self._local_ranges.clear()
-        self.config_log.after_truncate()
-        self.log_resets_total += 1
 
     def _compact_to_store_start(self) -> None:
         """Retention deleted commit-log files: tell the core where the log starts now."""
@@ -522,17 +336,6 @@ class ReplicationNode:
         if start > core.log.start_offset:
             core.compact_log(ByteOffset(start))
 
-    def _write(self, start: int, payload: bytes) -> None:
-        end = self.store.commitlog.max_offset()
-        if end > start:
-            # Bytes appended here while not leading (or proposals refused): never acknowledged.
-            self._truncate(start)
-        elif end < start:
-            raise ReplicationError(f"asked to write at {start} but the commit log ends at {end}")
-        if not payload:
-            raise ReplicationError(f"range at {start} came without its bytes")
-        self.store.append_replicated(start, payload)
-
     def _send(self, message: Message) -> None:
         if isinstance(message, ResetLogStart):
             self._snapshot_for_reset(message.start_offset)
@@ -542,47 +345,26 @@ class ReplicationNode:
             and not message.payload
         ):
             try:
-                payload = self._read(message.prev_offset, message.end_offset)
+                payload = self.store_log.read(message.prev_offset, message.end_offset)
             except ReplicationError as exc:
                 log.warning("raft node %d: %s", self.config.node_id, exc)
                 return
             message = dataclasses.replace(message, payload=payload)
         self.transport.send(message)
 
-    def _read(self, start: int, end: int) -> bytes:
-        """Commit-log bytes ``[start, end)``, read file after file."""
-        parts: list[bytes] = []
-        position = start
-        while position < end:
-            chunk = self.store.read_replicated(position, end - position)
-            if not chunk:
-                raise ReplicationError(
-                    f"the commit log holds no bytes at {position} (wanted [{start}, {end})): "
-                    "deleted by retention? a follower this far behind needs a fresh copy"
-                )
-            parts.append(chunk)
-            position += len(chunk)
-        return b"".join(parts)
-
     def _on_soft_state(self, role: Role) -> None:
-        was = self._role
-        self._role = role
-        if role is Role.CANDIDATE:
-            self.elections_total += 1
+        change = self.state.role_changed(role, self._core().term)
         self._leader_changed.set()
         self._leader_changed = asyncio.Event()
-        if role is Role.LEADER and was is not Role.LEADER:
-            self._led_term = self._core().term
-            self.leader_changes_total += 1
-            self._snapshot_offset = -1
+        if change is RoleChange.GAINED:
             log.info("raft node %d leads term %d", self.config.node_id, self._core().term)
             self.store.timers.start()
             self._snapshot_task = asyncio.get_running_loop().create_task(
                 self._snapshot_when_caught_up(self._core().term)
             )
-        elif was is Role.LEADER and role is not Role.LEADER:
+        elif change is RoleChange.LOST:
             log.info("raft node %d no longer leads", self.config.node_id)
-            self._fail_waiters("leadership was lost before the write committed")
+            self.waiters.fail("leadership was lost before the write committed")
             asyncio.get_running_loop().create_task(asyncio.to_thread(self.store.timers.stop))
             self._tell_role(False)
 
@@ -611,16 +393,16 @@ class ReplicationNode:
                     self.config.node_id,
                     target,
                 )
-                self._caught_up_term = term
+                self.state.caught_up_term = term
                 self._tell_role(True)
                 return
             if core.term != term or not self.is_leader():
                 return
-            self._caught_up_term = term
+            self.state.caught_up_term = term
             self._tell_role(True)
             self._process()  # wake wait_until watchers
             end = await asyncio.to_thread(self.config_log.append_snapshot)
-            self._snapshot_offset = end
+            self.state.snapshot_offset = end
             self._propose_pending()
         except TimeoutError:
             log.warning(
@@ -635,7 +417,7 @@ class ReplicationNode:
         """A follower restarts at ``start_offset``: make sure a config snapshot follows it in
         the log (the records before it are gone), appending a fresh one unless this term's
         last snapshot is already at or past it."""
-        if self._snapshot_offset >= start_offset or self._reset_snapshot_task is not None:
+        if self.state.snapshot_offset >= start_offset or self._reset_snapshot_task is not None:
             return
         if not self.is_serving_leader():
             return  # the election snapshot, still to come, is past the start
@@ -645,7 +427,7 @@ class ReplicationNode:
             try:
                 end = await asyncio.to_thread(self.config_log.append_snapshot)
                 if self._usable() and self._core().term == term:
-                    self._snapshot_offset = end
+                    self.state.snapshot_offset = end
                     self._propose_pending()
             except Exception:
                 log.exception(
@@ -694,7 +476,7 @@ class ReplicationNode:
     def is_serving_leader(self) -> bool:
         """Leads and has applied every config record of the terms before its election (until
         then Pop could hand out messages whose acks are not applied here yet)."""
-        return self.is_leader() and self._caught_up_term == self._core().term
+        return self.is_leader() and self.state.caught_up_term == self._core().term
 
     def check_leader(self) -> None:
         """Raise :class:`NotLeaderError` unless this node leads and accepts writes
@@ -703,7 +485,7 @@ class ReplicationNode:
             raise ReplicationBusy(f"replication stopped after an error: {self.fatal_error}")
         if not self.is_leader():
             raise NotLeaderError(self.config.node_id, self.leader())
-        if self._caught_up_term != self._core().term:
+        if self.state.caught_up_term != self._core().term:
             raise ReplicationBusy(
                 f"node {self.config.node_id} was just elected and still applies the log of the "
                 "previous terms; retry in a moment"
@@ -723,17 +505,17 @@ class ReplicationNode:
         if end <= start:
             return start
         # The bytes of the append just made are still at hand: no read back from the file.
-        payload = self.store.commitlog.appended_bytes(start, end) or self._read(start, end)
+        payload = self.store.commitlog.appended_bytes(start, end) or self.store_log.read(start, end)
         outcome = core.propose(payload)
         if isinstance(outcome, NotLeader):
             raise NotLeaderError(self.config.node_id, self.leader())
         if isinstance(outcome, Busy):
             raise ReplicationBusy(f"the leader refuses writes for now: {outcome.reason}")
-        self._local_ranges.append((outcome.start_offset, outcome.end_offset))
+        self.state.proposed(outcome.start_offset, outcome.end_offset)
         self._process()
         # The fsync of these bytes may already have been reported (and clamped to the written
         # end, which the Ready just executed raised): repeat it.
-        core.report_durable(ByteOffset(self._last_durable))
+        core.report_durable(ByteOffset(self.state.last_durable))
         self._process()
         return outcome.end_offset
 
@@ -762,13 +544,13 @@ class ReplicationNode:
         results, _ = self.store.put_messages_nowait([message])
         record = (ByteOffset(results[-1].wrote_offset), ByteOffset(results[-1].end_offset))
         start, end = core.log.last_offset, self.store.commitlog.max_offset()
-        outcome = core.propose_membership(self._read(start, end), membership, record)
+        outcome = core.propose_membership(self.store_log.read(start, end), membership, record)
         if not isinstance(outcome, Proposed):  # nothing ran between the check and here
-            self._truncate(start)
+            self.store_log.truncate(start)
             raise ReplicationBusy(f"configuration change refused: {outcome}")
-        self._local_ranges.append((outcome.start_offset, outcome.end_offset))
+        self.state.proposed(outcome.start_offset, outcome.end_offset)
         self._process()
-        core.report_durable(ByteOffset(self._last_durable))
+        core.report_durable(ByteOffset(self.state.last_durable))
         self._process()
         log.info(
             "raft node %d: configuration at %d: %s",
@@ -785,12 +567,12 @@ class ReplicationNode:
         """Return once the commit offset reaches ``end_offset`` in this leader's term."""
         loop = asyncio.get_running_loop()
         core = self._core()
-        if core.committed_offset >= end_offset and (
-            core.role is Role.LEADER or core.term == self._led_term
+        if core.committed_offset >= end_offset and self.state.offsets_are_ours(
+            core.role, core.term
         ):
             return
         future: asyncio.Future[int] = loop.create_future()
-        heapq.heappush(self._waiters, (end_offset, next(self._waiter_seq), future))
+        self.waiters.add(end_offset, future)
         wait_s = self.config.commit_timeout_s if timeout_s is None else timeout_s
         try:
             await asyncio.wait_for(asyncio.shield(future), wait_s)
@@ -805,33 +587,15 @@ class ReplicationNode:
             if not future.done():
                 future.cancel()
 
-    def _release_waiters(self, committed: int) -> None:
-        while self._waiters and self._waiters[0][0] <= committed:
-            _, _, future = heapq.heappop(self._waiters)
-            if not future.done():
-                future.set_result(committed)
-
-    def _fail_waiters(self, reason: str) -> None:
-        waiters, self._waiters = self._waiters, []
-        for _, _, future in waiters:
-            if not future.done():
-                future.set_exception(
-                    CommitUncertain(f"{reason}; the message may or may not survive")
-                )
-
     async def transfer_leadership(self, target: int | None, timeout_s: float | None) -> int:
         """Hand leadership to ``target`` (None: the most caught-up follower); returns the new
         leader's id once it leads (as this node sees it)."""
         core = self._core()
         self.check_leader()
         if target is None:
-            voters = core.members.current.voters
-            rows = tuple(row for row in core.status().progress if row[0] in voters)
-            if not rows:
-                return self.config.node_id  # a group of one: nothing to hand over
-            target = max(rows, key=lambda row: row[3])[0]
-        if target == self.config.node_id:
-            return target
+            target = driver_state.most_caught_up_voter(core)
+        if target in (None, self.config.node_id):  # None: a group of one, nothing to hand over
+            return self.config.node_id
         outcome = core.transfer_leadership(NodeId(target))
         if isinstance(outcome, NotLeader):
             raise NotLeaderError(self.config.node_id, self.leader())
@@ -874,59 +638,7 @@ class ReplicationNode:
                 await asyncio.wait_for(watcher, min(remaining, self.config.tick_interval_s * 5))
 
     def status(self) -> NodeStatus:
-        core = self._core()
-        s = core.status()
-        progress = {row[0]: row for row in s.progress}
-        peers = []
-        others = [p for p in self.member_table.specs() if p.node_id != self.config.node_id]
-        others = [p for p in others if p.node_id in self.member_table.members]
-        for p in others:
-            row = progress.get(NodeId(p.node_id))
-            match = row[3] if row is not None else -1
-            peers.append(
-                PeerStatus(
-                    node_id=p.node_id,
-                    peer_endpoint=p.peer_endpoint,
-                    client_endpoint=p.client_endpoint,
-                    match_offset=match,
-                    lag_bytes=s.last_offset - match if match >= 0 else -1,
-                    reachable=self.transport.reachable(p.node_id),
-                )
-            )
-        leader = self.leader()
-        return NodeStatus(
-            node_id=self.config.node_id,
-            role=s.role.value,
-            term=s.term,
-            leader_id=s.leader_id,
-            leader_client_endpoint=leader.client_endpoint if leader is not None else "",
-            commit_offset=s.committed_offset,
-            last_offset=s.last_offset,
-            durable_offset=s.durable_offset,
-            peers=tuple(peers),
-            elections_total=self.elections_total,
-            leader_changes_total=self.leader_changes_total,
+        specs = [p for p in self.member_table.specs() if p.node_id in self.member_table.members]
+        return driver_state.node_status(
+            self._core().status(), specs, self.transport.reachable, self.leader(), self.state
         )
-
-
-def _suspect(core: RaftCore, message: Message) -> str | None:
-    """Why a lone message must not reach the core (None: it may).
-
-    ``TimeoutNow`` starts an election at once, past every lease: only this node's leader sends
-    it, in its own term (a leadership transfer). A leader's message (heartbeat, entries, log
-    reset) from a later term while this follower hears from a live leader would move a healthy
-    group's term: a new leader is elected only once a majority stopped hearing from the old one
-    (check-quorum), so this node will hear from it again after its own lease ends.
-    """
-    if isinstance(message, TimeoutNow):
-        if message.sender != core.leader_id or message.term != core.term:
-            return "timeout_now_not_from_leader"
-        return None
-    if (
-        isinstance(message, AppendEntries | Heartbeat | ResetLogStart)
-        and message.term > core.term
-        and message.sender != core.leader_id
-        and core.follows_live_leader()
-    ):
-        return "term_jump"
-    return None

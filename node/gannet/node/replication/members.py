@@ -30,14 +30,20 @@ start; from then on the file — that is, the log — is the truth and ``--peers
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from gannet.node.raft.membership import Membership, MembershipEntry
+from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import ByteOffset, NodeId
-from gannet.node.replication.config import PeerSpec, ReplicationConfigError, parse_peer
+from gannet.node.replication.config import (
+    PeerSpec,
+    ReplicationConfig,
+    ReplicationConfigError,
+    parse_peer,
+)
 from gannet.node.replication.state_files import StateFileError, write_durably
 from gannet.node.store import records
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
@@ -224,3 +230,23 @@ def disagreement(peers: tuple[PeerSpec, ...], members: list[Member]) -> str | No
     if given == actual:
         return None
     return f"--peers names {sorted(given)}; the configuration in force is {describe(members)}"
+
+
+def load_or_bootstrap(
+    membership_file: MembershipFile, config: ReplicationConfig
+) -> tuple[MembershipEntry, ...]:
+    """The persisted configuration entries; a brand-new node writes its bootstrap (the
+    members of ``--peers``, or none with ``--join``) first."""
+    entries = membership_file.load()
+    if entries:
+        return entries
+    voters = () if config.join else tuple(NodeId(p.node_id) for p in config.peers)
+    bootstrap = MembershipLog.bootstrap(voters).entries()
+    if not config.join:
+        body = encode_body([Member(p, True) for p in config.peers])
+        first = bootstrap[0]
+        bootstrap = (
+            dataclasses.replace(first, membership=dataclasses.replace(first.membership, body=body)),
+        )
+    membership_file.save(bootstrap)
+    return bootstrap

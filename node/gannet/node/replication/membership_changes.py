@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from gannet.node.raft import quorum
 from gannet.node.raft.messages import NodeId
 from gannet.node.replication.config import PeerSpec
-from gannet.node.replication.driver import ReplicationBusy, ReplicationNode
+from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.errors import ReplicationBusy
 from gannet.node.replication.members import Member
 
 ADD_TIMEOUT_S = 60.0
