@@ -47,10 +47,8 @@ def test_calls_arriving_during_a_batch_share_the_next_one() -> None:
         batcher = AckBatcher(recorder)
         first = asyncio.ensure_future(batcher.ack(("g", "t", ["a"])))
         await _entered(recorder)
-        later = [
-            asyncio.ensure_future(batcher.ack(("g", "t", handles)))
-            for handles in (["b", "dup"], ["c"], ["dup"])
-        ]
+        jobs: list[AckJob] = [("g", "t", ["b", "dup"]), ("g", "t", ["c"]), ("g", "t", ["dup"])]
+        later = [asyncio.ensure_future(batcher.ack(job)) for job in jobs]
         await asyncio.sleep(0)  # queued behind the running batch
         recorder.release.set()
         assert await first == [None]
