@@ -8,9 +8,12 @@ and a GIL hand-off, ``bench/results/PROFILE.md``) and its own append. :class:`Ac
 each call's ``(group, topic, handles)`` and one drain task runs the queue, up to
 :data:`JOBS_PER_BATCH_MAX` calls per batch, through :meth:`PopBroker.ack_jobs`, which gives each
 call the results it would have had alone, in arrival order. A call's answer waits only for its
-own batch. The queue holds at most one entry per AckMessage call in flight, which the gRPC
-server bounds. A store error fails every call of its batch (none of its stored-checkpoint bits
-is set; the clients retry).
+own batch. A batch is judged at the time it starts, never before any of its calls arrived (so a
+handle that expired before its ack arrived is never accepted; one that expires while its ack
+waits for the running batch is refused as expired, and the client acks the redelivery). The
+queue holds at most one entry per AckMessage call in flight, which the gRPC server bounds. A
+store error fails every call of its batch (none of its stored-checkpoint bits is set; the
+clients retry).
 
 Used by :class:`gannet.node.api.receiving.PopHandler`.
 """
