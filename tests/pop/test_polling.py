@@ -69,6 +69,11 @@ def test_expiry_and_bounds() -> None:
     assert waiters.notify("Other", 0) == 0
     assert waiters.notify("T", 1) == 1
     assert waiters.waiting() == 0
+    assert waiters.notify("T", 1) == 0  # nobody waits: returns before the lock
+    d = waiters.register("T", "G", 1, 400, 100)
+    assert d is not None
+    assert waiters.notify("T", 1) == 1  # the next waiter is found again
+    assert d.woken
 
 
 def test_thread_and_asyncio_waits() -> None:

@@ -414,18 +414,21 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
             transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
-        entries = [
-            service_pb2.SendResultEntry(
-                status=statuses.ok(),
+        # One Status for the whole answer, each entry added in place: building entries apart
+        # and passing them in copies every entry once more (PROFILE.md, issue 19).
+        ok = statuses.ok()
+        response = service_pb2.SendMessageResponse(status=ok)
+        add = response.entries.add
+        for message_id, transaction_id, result in zip(
+            prepared.message_ids, transaction_ids, results, strict=True
+        ):
+            add(
+                status=ok,
                 message_id=message_id,
                 transaction_id=transaction_id,
                 offset=result.queue_offset,
             )
-            for message_id, transaction_id, result in zip(
-                prepared.message_ids, transaction_ids, results, strict=True
-            )
-        ]
-        return service_pb2.SendMessageResponse(status=statuses.ok(), entries=entries)
+        return response
 
     # ------------------------------------------------------------------ replication
     def _route_endpoints(

@@ -59,7 +59,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import priorities, routes, sending, statuses
+from gannet.node.api import ack_batching, priorities, routes, sending, statuses
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.statuses import ApiError
@@ -274,6 +274,8 @@ class PopHandler:
         self._closing = asyncio.Event()
         self._renewed = asyncio.Condition()
         self._renew_task: asyncio.Task[None] | None = None
+        self.acks = ack_batching.AckBatcher(lambda jobs, now: pop.ack_jobs(jobs, now_ms=now))
+        """Concurrent AckMessage calls share one thread hop and one append (:mod:`ack_batching`)."""
 
     # --- lifecycle ---
     def begin_shutdown(self) -> None:
@@ -507,9 +509,7 @@ class PopHandler:
                     result.status.CopyFrom(exc.status())
                 entries.append(result)
             if handles:
-                outcomes = await asyncio.to_thread(
-                    self.pop.ack_many, group, topic, handles, now_ms=_now_ms()
-                )
+                outcomes = await self.acks.ack((group, topic, handles))
                 for slot, outcome in zip(slots, outcomes, strict=True):
                     if outcome is not None:
                         entries[slot].status.CopyFrom(pop_error(outcome).status())

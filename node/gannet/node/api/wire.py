@@ -182,8 +182,9 @@ class _Admitted:
 
     def __init__(self, rules: Rules, context: grpc.aio.ServicerContext) -> None:
         self._limiter = rules.inflight
-        self._client = _client_id(context, rules.client_id_header or "")
-        if self._limiter is not None:
+        self._client = ""
+        if self._limiter is not None:  # reading the metadata again costs per call: only then
+            self._client = _client_id(context, rules.client_id_header or "")
             self._limiter.acquire(self._client)
 
     def __enter__(self) -> None:

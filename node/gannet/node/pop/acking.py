@@ -74,6 +74,10 @@ class AckTarget:
         )
 
 
+AckJob = tuple[str, str, list[str | ReceiptHandle]]
+"""(group, topic, handles) of one AckMessage request."""
+
+
 class AckService:
     def __init__(self, ctx: PopContext) -> None:
         self.ctx = ctx
@@ -171,24 +175,48 @@ class AckService:
         """Acknowledge several messages (v2 AckMessage entries); one result per handle.
 
         Acks of stored checkpoints are written together, one batch ACK per checkpoint."""
-        results: list[PopError | None] = []
-        to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
+        return self.ack_jobs([(group, topic, handles)], now_ms)[0]
+
+    def ack_jobs(self, jobs: list[AckJob], now_ms: int) -> list[list[PopError | None]]:
+        """:meth:`ack_many` of several requests at once (concurrent AckMessage calls): one
+        result list per job, each as if the jobs had run one after another in this order, with
+        one hold of the buffer lock, one append of every ACK record (so one Raft proposal) and
+        one offset commit. A store error on the append raises for all of them, with no bit of a
+        stored checkpoint set."""
+        out: list[list[PopError | None]] = []
+        runs: list[list[AckTarget]] = []  # per job and checkpoint: the offsets acked
+        claimed: set[tuple[int, int]] = set()  # (id of a tracked entry, queue offset)
         with self.ctx.buffer.lock:
-            for handle in handles:
-                try:
-                    target = self.resolve(group, topic, handle, now_ms)
-                    self._claim(target, to_write)
-                    results.append(None)
-                except PopError as exc:
-                    results.append(exc)
-            durable_at = self._write_acks(to_write)
-            for targets in to_write.values():
-                for t in targets:
+            for group, topic, handles in jobs:
+                results: list[PopError | None] = []
+                job_writes: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
+                for handle in handles:
+                    try:
+                        target = self.resolve(group, topic, handle, now_ms)
+                        # An earlier job of this call may have claimed it: the bit of a stored
+                        # checkpoint is set only after the write, so resolve cannot see it.
+                        mark = (id(target.entry), target.handle.queue_offset)
+                        if target.entry is not None and mark in claimed:
+                            raise AlreadyAcked(
+                                f"the message at offset {target.handle.queue_offset} was "
+                                "already acked"
+                            )
+                        self._claim(target, job_writes)
+                        if target.entry is not None:
+                            claimed.add(mark)
+                        results.append(None)
+                    except PopError as exc:
+                        results.append(exc)
+                out.append(results)
+                runs.extend(job_writes.values())
+            durable_at = self._write_acks(runs)
+            for run in runs:
+                for t in run:
                     if t.entry is not None:
                         self.ctx.buffer.mark_acked(t.entry, t.bit)
         self.ctx.wait_durable(durable_at)
         self.ctx.commit_offsets()
-        return results
+        return out
 
     def _claim(
         self, target: AckTarget, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]
@@ -206,19 +234,18 @@ class AckService:
             raise AlreadyAcked(f"offset {h.queue_offset} is acked twice in one request")
         pending.append(target)
 
-    def _write_acks(
-        self, to_write: dict[tuple[str, int, int, int, int], list[AckTarget]]
-    ) -> int | None:
+    def _write_acks(self, runs: list[list[AckTarget]]) -> int | None:
+        """One ACK record per run (offsets of one checkpoint acked by one request), a batch
+        ACK when it has several offsets; all appended in one write."""
         out = []
-        for targets in to_write.values():
-            first = targets[0]
+        for run in runs:
+            first = run[0]
             h = first.handle
             ack = first.ack_msg()
-            if len(targets) > 1:
-                offsets = tuple(t.handle.queue_offset for t in targets)
+            if len(run) > 1:
+                offsets = tuple(t.handle.queue_offset for t in run)
                 ack = replace(ack, ack_offset=-1, ack_offsets=offsets)
-            deliver = h.next_visible_time_ms
-            out.append((ack, h.revive_qid, deliver))
+            out.append((ack, h.revive_qid, h.next_visible_time_ms))
         return self.ctx.write_acks_nowait(out)
 
     # --- change invisible time ---
@@ -263,7 +290,7 @@ class AckService:
             to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
             self._claim(target, to_write)
             # Appended after the new CK, so its durability covers the CK's as well.
-            ack_durable_at = self._write_acks(to_write)
+            ack_durable_at = self._write_acks(list(to_write.values()))
             if target.entry is not None:
                 self.ctx.buffer.mark_acked(target.entry, target.bit)
         self.ctx.wait_durable(ack_durable_at if ack_durable_at is not None else ck_durable_at)

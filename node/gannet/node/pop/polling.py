@@ -155,6 +155,11 @@ class PollWaiters:
 
     def notify(self, topic: str, queue_id: int) -> int:
         """Wake, per waiting group, one any-queue and one queue waiter; returns how many."""
+        if not self._total:
+            # Called for every dispatched record: with nobody waiting, no lock and no lookups
+            # (~2.5 µs per record otherwise). Read unlocked, this sees the count as taking the
+            # lock at this instant would.
+            return 0
         woken: list[Waiter] = []
         with self._lock:
             for name, group in self._targets(topic):

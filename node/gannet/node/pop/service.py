@@ -2,7 +2,8 @@
 
 * :meth:`PopBroker.pop` — ReceiveMessage; when it finds nothing, wait on
   :attr:`PopBroker.waiters` (:class:`polling.PollWaiters`, already attached to the store);
-* :meth:`PopBroker.ack` / :meth:`PopBroker.ack_many` — AckMessage;
+* :meth:`PopBroker.ack` / :meth:`PopBroker.ack_many` / :meth:`PopBroker.ack_jobs` — AckMessage
+  (``ack_jobs``: several concurrent requests in one pass);
 * :meth:`PopBroker.change_invisible_time` — ChangeInvisibleDuration (returns the new handle);
 * :meth:`PopBroker.forward_to_dlq` — ForwardMessageToDeadLetterQueue;
 * :meth:`PopBroker.set_revive_queue_count` — admin / operator;
@@ -32,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from gannet.node.pop import ordering, receipts, revive_log
-from gannet.node.pop.acking import CLOCK_MARGIN_MS, AckService
+from gannet.node.pop.acking import CLOCK_MARGIN_MS, AckJob, AckService
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import PopError
@@ -196,24 +197,38 @@ class PopBroker:
     def ack_many(
         self, group: str, topic: str, handles: list[str | ReceiptHandle], *, now_ms: int
     ) -> list[PopError | None]:
-        out: list[PopError | None] = []
-        plain: list[str | ReceiptHandle] = []
-        slots: list[int] = []
-        for h in handles:
-            if self._is_order(h):
-                try:
-                    self.orders.ack(group, topic, h, now_ms)
-                    out.append(None)
-                except PopError as exc:
-                    out.append(exc)
-            else:
-                slots.append(len(out))
-                out.append(None)
-                plain.append(h)
-        for slot, result in zip(
-            slots, self.acker.ack_many(group, topic, plain, now_ms), strict=True
+        return self.ack_jobs([(group, topic, handles)], now_ms=now_ms)[0]
+
+    def ack_jobs(self, jobs: list[AckJob], *, now_ms: int) -> list[list[PopError | None]]:
+        """:meth:`ack_many` of several AckMessage requests in one pass
+        (:meth:`AckService.ack_jobs`: one lock hold, one append); orderly handles are acked
+        one by one through the order service."""
+        out: list[list[PopError | None]] = []
+        plain_jobs: list[AckJob] = []
+        slots: list[list[int]] = []
+        for group, topic, handles in jobs:
+            results: list[PopError | None] = []
+            plain: list[str | ReceiptHandle] = []
+            job_slots: list[int] = []
+            for h in handles:
+                if self._is_order(h):
+                    try:
+                        self.orders.ack(group, topic, h, now_ms)
+                        results.append(None)
+                    except PopError as exc:
+                        results.append(exc)
+                else:
+                    job_slots.append(len(results))
+                    results.append(None)
+                    plain.append(h)
+            out.append(results)
+            plain_jobs.append((group, topic, plain))
+            slots.append(job_slots)
+        for results, job_slots, acked in zip(
+            out, slots, self.acker.ack_jobs(plain_jobs, now_ms), strict=True
         ):
-            out[slot] = result
+            for slot, result in zip(job_slots, acked, strict=True):
+                results[slot] = result
         return out
 
     def change_invisible_time(

@@ -1,0 +1,91 @@
+"""Concurrent AckMessage calls acknowledged together: one worker-thread hop, one hold of the
+Pop buffer lock, one commit-log append (so one Raft proposal) and one offset commit for all
+the acks that arrive while the previous batch runs.
+
+The official clients send one AckMessage per message, so under load many small ack calls are
+in flight at once; each used to cost its own ``asyncio.to_thread`` hop (a thread-pool submit
+and a GIL hand-off, ``bench/results/PROFILE.md``) and its own append. :class:`AckBatcher` queues
+each call's ``(group, topic, handles)`` and one drain task runs the queue, up to
+:data:`JOBS_PER_BATCH_MAX` calls per batch, through :meth:`PopBroker.ack_jobs`, which gives each
+call the results it would have had alone, in arrival order. A call's answer waits only for its
+own batch. A batch is judged at the time it starts, never before any of its calls arrived (so a
+handle that expired before its ack arrived is never accepted; one that expires while its ack
+waits for the running batch is refused as expired, and the client acks the redelivery). The
+queue holds at most one entry per AckMessage call in flight, which the gRPC server bounds. A
+store error fails every call of its batch (none of its stored-checkpoint bits is set; the
+clients retry).
+
+Used by :class:`gannet.node.api.receiving.PopHandler`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+
+from gannet.node.pop.acking import AckJob
+from gannet.node.pop.errors import PopError
+
+JOBS_PER_BATCH_MAX = 256
+
+AckJobs = Callable[[list[AckJob], int], list[list[PopError | None]]]
+"""Acknowledges jobs at a time in ms, blocking (:meth:`PopBroker.ack_jobs`)."""
+
+_Queued = tuple[AckJob, "asyncio.Future[list[PopError | None]]"]
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class AckBatcher:
+    """One per Pop handler, used on its event loop."""
+
+    def __init__(self, ack_jobs: AckJobs, *, jobs_per_batch_max: int = JOBS_PER_BATCH_MAX):
+        if jobs_per_batch_max < 1:
+            raise ValueError("jobs_per_batch_max must be at least 1")
+        self._ack_jobs = ack_jobs
+        self._jobs_per_batch_max = jobs_per_batch_max
+        self._queued: deque[_Queued] = deque()
+        self._drain: asyncio.Task[None] | None = None
+        self.batches_total = 0
+        self.jobs_total = 0
+
+    async def ack(self, job: AckJob) -> list[PopError | None]:
+        """The results of ``job``'s handles, one per handle (None: acknowledged)."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[list[PopError | None]] = loop.create_future()
+        self._queued.append((job, future))
+        if self._drain is None:
+            self._drain = loop.create_task(self._run())
+        # A caller that goes away cancels only its own future; the batch runs on in the task.
+        return await future
+
+    async def _run(self) -> None:
+        batch: list[_Queued] = []
+        try:
+            while self._queued:
+                take = min(len(self._queued), self._jobs_per_batch_max)
+                batch = [self._queued.popleft() for _ in range(take)]
+                jobs = [job for job, _ in batch]
+                try:
+                    results = await asyncio.to_thread(self._ack_jobs, jobs, _now_ms())
+                except Exception as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    continue
+                self.batches_total += 1
+                self.jobs_total += len(batch)
+                for (_, future), result in zip(batch, results, strict=True):
+                    if not future.done():
+                        future.set_result(result)
+        finally:
+            self._drain = None
+            # Cancelled (the loop is closing): no caller waits forever.
+            for _, future in (*batch, *self._queued):
+                if not future.done():
+                    future.cancel()
+            self._queued.clear()
