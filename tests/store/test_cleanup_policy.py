@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gannet.node import cli
-from gannet.node.api import statuses
+from gannet.node.api import statuses, store_statuses
 from gannet.node.broker import serving
 from gannet.node.metrics.store_collecting import CleanupTally
 from gannet.node.store import cleaning
@@ -148,7 +148,7 @@ def test_88_percent_full_disk_refuses_writes_and_deletes_nothing_unconsumed(
         assert "clean-forcibly ratio (85%)" in text
         assert "Workers" in text
         assert "--delete-unconsumed" in text
-        answer = statuses.from_store_error(refused.value)  # what a v2 SendMessage answers
+        answer = store_statuses.from_store_error(refused.value)  # what a v2 SendMessage answers
         assert answer.code == statuses.INTERNAL_SERVER_ERROR  # the proxy's SERVICE_NOT_AVAILABLE
         assert answer.message.startswith("service not available now: disk full")
         assert any("disk full" in r.getMessage() for r in caplog.records)

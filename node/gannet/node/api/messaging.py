@@ -53,6 +53,7 @@ from gannet.node.api import (
     routes,
     sending,
     statuses,
+    store_statuses,
     transactions,
 )
 from gannet.node.api.resources import Resources
@@ -200,7 +201,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         except ApiError as exc:
             return make(status=exc.status())
         except errors.StoreError as exc:
-            return make(status=statuses.from_store_error(exc).status())
+            return make(status=store_statuses.from_store_error(exc).status())
         except Exception as exc:
             log.exception("%s failed", what)
             return make(status=ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}").status())

@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import filters, receiving, statuses
+from gannet.node.api import filters, receiving, statuses, store_statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import PoppedMessage
@@ -311,6 +311,6 @@ def _api_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, errors.StoreError):
-        return statuses.from_store_error(exc)
+        return store_statuses.from_store_error(exc)
     log.exception("PullMessage failed")
     return ApiError(statuses.INTERNAL_SERVER_ERROR, f"PullMessage: {exc}")

@@ -59,7 +59,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import priorities, routes, sending, statuses
+from gannet.node.api import priorities, routes, sending, statuses, store_statuses
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.statuses import ApiError
@@ -156,7 +156,7 @@ def _api_error(exc: Exception, what: str) -> ApiError:
     if isinstance(exc, pop_errors.PopError):
         return pop_error(exc)
     if isinstance(exc, errors.StoreError):
-        return statuses.from_store_error(exc)
+        return store_statuses.from_store_error(exc)
     log.exception("%s failed", what)
     return ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}")
 

@@ -3,9 +3,11 @@
 Business errors travel inside v2 responses as ``Status{code, message}`` with gRPC status OK
 (``v2-protocol.md`` §2.1); every unary response carries a non-zero code. Handlers raise
 :class:`ApiError`; the servicer turns it into the response's ``status``. Store errors are mapped
-by type with :func:`from_store_error`, so a message that names the field reaches the client.
+by type in :mod:`gannet.node.api.store_statuses`, so a message that names the field reaches the
+client; this module knows nothing of the store.
 
-Called by :mod:`messaging`, :mod:`sending`, :mod:`routes` and :mod:`admin`.
+Called by the servicers (:mod:`gannet.node.api.messaging`, ``sending``, ``routes``, ``admin``),
+by request signing and by the CLI.
 """
 
 from __future__ import annotations
@@ -13,8 +15,6 @@ from __future__ import annotations
 import re
 
 from rocketmq.grpc_protocol import Code, Status
-
-from gannet.node.store import errors
 
 OK: int = Code.OK
 BAD_REQUEST: int = Code.BAD_REQUEST
@@ -102,27 +102,6 @@ def code_name(code: int) -> str:
         return str(Code.Name(code))
     except ValueError:
         return str(code)
-
-
-def from_store_error(exc: errors.StoreError, *, illegal_code: int = BAD_REQUEST) -> ApiError:
-    """The v2 answer to a store error; ``illegal_code`` is used for a plain MessageIllegal."""
-    if isinstance(exc, errors.TopicNameIllegal):
-        return ApiError(ILLEGAL_TOPIC, str(exc))
-    if isinstance(exc, errors.GroupNameIllegal):
-        return ApiError(ILLEGAL_CONSUMER_GROUP, str(exc))
-    if isinstance(exc, errors.PropertiesTooLarge):
-        return ApiError(MESSAGE_PROPERTIES_TOO_LARGE, str(exc))
-    if isinstance(exc, errors.MessageTooLarge):
-        return ApiError(MESSAGE_BODY_TOO_LARGE, str(exc))
-    if isinstance(exc, errors.MessageIllegal):
-        return ApiError(illegal_code, str(exc))
-    if isinstance(exc, errors.FlushTimeout):
-        return ApiError(MASTER_PERSISTENCE_TIMEOUT, str(exc))
-    if isinstance(exc, errors.DiskFull):
-        # The broker's SERVICE_NOT_AVAILABLE, which RocketMQ's proxy answers as
-        # INTERNAL_SERVER_ERROR; clients retry it. The text names the disk ratio.
-        return ApiError(INTERNAL_SERVER_ERROR, f"service not available now: {exc}")
-    return ApiError(INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
 
 
 POP_NOT_SERVED = (
