@@ -36,7 +36,7 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from e2e.groups.harness import Cluster, wait_for
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 RESULTS = Path(__file__).parent / "results"
 TOPIC = "GroupsBench"

@@ -27,8 +27,8 @@ from click.testing import CliRunner
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.cli import main
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.commands import (
     GROUP_PORT_STRIDE,
     GroupPlan,

@@ -31,7 +31,7 @@ from typing import Any
 
 import grpc
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.commands import ensure_secret
 
 REPO = Path(__file__).resolve().parents[2]

@@ -31,7 +31,7 @@ from rocketmq import (
 )
 
 from gannet.node.api.commands import channel
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 MESSAGES = 10_000
 PRODUCERS = 4

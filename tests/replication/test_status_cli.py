@@ -9,8 +9,8 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gannet.node.api.gen import admin_pb2
 from gannet.node.cli import main
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication import commands, status_view
 from gannet.node.replication.status_view import MemberStatus
 

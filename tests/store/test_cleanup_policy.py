@@ -16,9 +16,10 @@ from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gannet.node import cli
-from gannet.node.api import statuses, store_statuses
+from gannet.node.api import store_statuses
 from gannet.node.broker import serving
 from gannet.node.metrics.store_collecting import CleanupTally
+from gannet.node.protocol import statuses
 from gannet.node.store import cleaning
 from gannet.node.store.cleaning import Candidate, CleanPolicy, plan_deletion, space_state
 from gannet.node.store.config import FlushMode, StoreConfig

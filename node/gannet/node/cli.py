@@ -40,11 +40,12 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 from rich.table import Table
 
 from gannet.node import grpc_logging, output  # grpc_logging first: before grpc loads
-from gannet.node.api import auth, commands, group_polling, message_commands, tls
+from gannet.node.api import commands, group_polling, message_commands
 from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
 from gannet.node.metrics import http_serving
 from gannet.node.output import Column, emit, output_option
+from gannet.node.protocol import auth, tls
 from gannet.node.replication import commands as replication_commands
 from gannet.node.replication import config as replication_config
 from gannet.node.replication import peer_auth

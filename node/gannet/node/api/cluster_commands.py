@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 
 from gannet.node import output
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.output import Column
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 CALL_TIMEOUT_S = 5.0
 GROUP_COLUMNS = (

@@ -29,9 +29,10 @@ import grpc
 from rich.markup import escape
 
 from gannet.node import output
-from gannet.node.api import auth, cluster_commands, tls
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api import cluster_commands
 from gannet.node.output import Column, console, emit, err_console, output_option
+from gannet.node.protocol import auth, tls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])

@@ -30,7 +30,7 @@ import grpc
 
 from gannet.node.api import broker_groups
 from gannet.node.api.broker_groups import GroupView
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -24,10 +24,11 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
 from gannet.node import output
-from gannet.node.api import cluster_commands, commands, messaging, statuses
+from gannet.node.api import cluster_commands, commands, messaging
 from gannet.node.api.commands import CALL_TIMEOUT_S, endpoint_option
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.output import Column, emit, output_option
+from gannet.node.protocol import statuses
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import status_view
 
 SEND_COUNT_MAX = 100_000

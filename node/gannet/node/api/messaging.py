@@ -22,7 +22,7 @@ topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset 
 :mod:`offsets`.
 
 Every unary reply carries a non-zero status (the Python client rejects a missing one); errors
-are :class:`~gannet.node.api.statuses.ApiError` turned into the reply's status, and any other
+are :class:`~gannet.node.protocol.statuses.ApiError` turned into the reply's status, and any other
 exception is logged and answered ``INTERNAL_SERVER_ERROR`` — never a gRPC error, except on the
 Telemetry stream, where bad settings give gRPC ``INVALID_ARGUMENT`` as the proxy does.
 
@@ -52,12 +52,12 @@ from gannet.node.api import (
     pulling,
     routes,
     sending,
-    statuses,
     store_statuses,
     transactions,
 )
 from gannet.node.api.resources import Resources
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationError, ReplicationNode
 from gannet.node.store import errors, records, validation
 from gannet.node.store.message_store import MessageStore

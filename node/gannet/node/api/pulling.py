@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import filters, receiving, statuses, store_statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.api import filters, receiving, store_statuses
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import PoppedMessage
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, records
 from gannet.node.store.reading import GetResult, GetStatus
 from gannet.node.store.records import DispatchInfo

@@ -59,10 +59,9 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import priorities, routes, sending, statuses, store_statuses
+from gannet.node.api import priorities, routes, sending, store_statuses
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
-from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
@@ -70,6 +69,8 @@ from gannet.node.pop.filtering import LiteFilter, MessageFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationError
 from gannet.node.store import errors, msgids, records, validation
 from gannet.node.store import properties as props

@@ -11,7 +11,7 @@ Called by :mod:`gannet.node.api.messaging`, :mod:`gannet.node.api.receiving` and
 
 from __future__ import annotations
 
-from gannet.node.api.statuses import (
+from gannet.node.protocol.statuses import (
     BAD_REQUEST,
     ILLEGAL_CONSUMER_GROUP,
     ILLEGAL_TOPIC,

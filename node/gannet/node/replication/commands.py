@@ -45,7 +45,7 @@ from rich.table import Table
 
 from gannet.node import output
 from gannet.node.api import commands as api_commands
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import member_commands, status_view
 from gannet.node.replication.config import PeerSpec
 

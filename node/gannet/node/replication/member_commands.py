@@ -29,7 +29,7 @@ from rich.table import Table
 
 from gannet.node import output
 from gannet.node.api import commands as api_commands
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import ReplicationConfigError, parse_peer
 
 LIST_TIMEOUT_S = 10.0

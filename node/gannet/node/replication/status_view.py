@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.table import Table
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from gannet.node.api.grants import Account, Action, Grant
+from gannet.node.protocol.grants import Account, Action, Grant
 
 log = logging.getLogger(__name__)
 

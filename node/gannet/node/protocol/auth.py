@@ -4,9 +4,9 @@ and request signing for Gannet's own clients.
 The parts live in focused modules; this one joins them and keeps the names other modules
 import (``auth.Authenticator``, ``auth.load``, ``auth.Denied``, …):
 
-* :mod:`gannet.node.api.signing` — the pure ``MQv2-HMAC-SHA1`` check and the replay guard;
-* :mod:`gannet.node.api.grants` — actions, name patterns, accounts, what each RPC needs;
-* :mod:`gannet.node.api.credentials` — credentials files and Secret directories.
+* :mod:`gannet.node.protocol.signing` — the pure ``MQv2-HMAC-SHA1`` check and the replay guard;
+* :mod:`gannet.node.protocol.grants` — actions, name patterns, accounts, what each RPC needs;
+* :mod:`gannet.node.protocol.credentials` — credentials files and Secret directories.
 
 :class:`Authenticator` verifies a call's signature against the accounts and each request's
 rights, counting refusals by reason (plain ints for the metrics registry, exported by
@@ -30,16 +30,16 @@ import grpc
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from gannet.node.api import credentials, signing, statuses, tls
-from gannet.node.api.credentials import (
+from gannet.node.protocol import credentials, signing, statuses, tls
+from gannet.node.protocol.credentials import (
     ACCOUNTS_MAX,
     PATTERNS_MAX,
     CredentialsError,
     load,
     parse_accounts,
 )
-from gannet.node.api.grants import Account, Action, Grant, Kind, Need, missing, needs
-from gannet.node.api.signing import (
+from gannet.node.protocol.grants import Account, Action, Grant, Kind, Need, missing, needs
+from gannet.node.protocol.signing import (
     AUTHORIZATION_BYTES_MAX,
     AUTHORIZATION_HEADER,
     DATE_TIME_FORMAT,
@@ -107,7 +107,7 @@ class Authenticator:
         reloader: credentials.Reloader | None = None,
     ) -> None:
         """``reloader``: polled before each call; its accounts replace ``accounts`` when the
-        credentials files change (:class:`gannet.node.api.credentials.Reloader`)."""
+        credentials files change (:class:`gannet.node.protocol.credentials.Reloader`)."""
         self.accounts = dict(accounts)
         self.reloader = reloader
         self.skew_s = skew_s

@@ -20,8 +20,8 @@ signature sent again with a *new* request id inside the window is not detectable
 signs nothing else; TLS prevents capture.
 
 Pure: the clock reading and the secret lookup are passed in. Called by
-:class:`gannet.node.api.auth.Authenticator` (server side) and
-:class:`gannet.node.api.auth.SigningInterceptor` (Gannet's own clients).
+:class:`gannet.node.protocol.auth.Authenticator` (server side) and
+:class:`gannet.node.protocol.auth.SigningInterceptor` (Gannet's own clients).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from datetime import UTC, datetime
 
 from rocketmq.grpc_protocol import Code
 
-from gannet.node.api import statuses
+from gannet.node.protocol import statuses
 
 SCHEME = "MQv2-HMAC-SHA1"
 AUTHORIZATION_HEADER = "authorization"

@@ -3,7 +3,7 @@
 import grpc
 import warnings
 
-from gannet.node.api.gen import peer_pb2 as gannet_dot_raft_dot_v1_dot_peer__pb2
+from gannet.node.protocol.gen import peer_pb2 as gannet_dot_raft_dot_v1_dot_peer__pb2
 
 GRPC_GENERATED_VERSION = '1.75.1'
 GRPC_VERSION = grpc.__version__

@@ -8,8 +8,8 @@ on topic and group; QueryRoute, Heartbeat and the Telemetry settings any right o
 every admin RPC ``admin`` (on the topic or group it names, if any). An RPC not listed needs
 ``admin`` on the broker: new RPCs are closed until classified.
 
-Pure data and functions; :class:`gannet.node.api.auth.Authenticator` asks :func:`missing`
-and turns the answer into a ``FORBIDDEN`` refusal; :mod:`gannet.node.api.credentials` builds
+Pure data and functions; :class:`gannet.node.protocol.auth.Authenticator` asks :func:`missing`
+and turns the answer into a ``FORBIDDEN`` refusal; :mod:`gannet.node.protocol.credentials` builds
 the accounts from files.
 """
 

@@ -3,9 +3,9 @@
 ``protoc`` (from grpcio-tools, a dev dependency) writes ``gannet/admin/v1/admin_pb2*.py`` (the
 admin API) and ``gannet/raft/v1/peer_pb2*.py`` (the Raft peer API); the files are flattened into
 one folder and each gRPC module's import of its proto package (``gannet.admin.v1``,
-``gannet.raft.v1``) is rewritten to ``gannet.node.api.gen``, because ``gannet`` is this
+``gannet.raft.v1``) is rewritten to ``gannet.node.protocol.gen``, because ``gannet`` is this
 project's namespace package.
-``python -m gannet.node.api.generating`` rewrites ``gen/``; the test suite regenerates into a
+``python -m gannet.node.protocol.generating`` rewrites ``gen/``; the test suite regenerates into a
 temporary folder and compares, so committed code never goes stale.
 """
 
@@ -29,8 +29,8 @@ GENERATED_NAMES = (
     "peer_pb2_grpc.py",
 )
 _IMPORT_REWRITES = (
-    ("from gannet.admin.v1 import admin_pb2", "from gannet.node.api.gen import admin_pb2"),
-    ("from gannet.raft.v1 import peer_pb2", "from gannet.node.api.gen import peer_pb2"),
+    ("from gannet.admin.v1 import admin_pb2", "from gannet.node.protocol.gen import admin_pb2"),
+    ("from gannet.raft.v1 import peer_pb2", "from gannet.node.protocol.gen import peer_pb2"),
 )
 
 
