@@ -22,10 +22,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gannet.node import cli
-from gannet.node.api import commands
 from gannet.node.broker import serving
-from gannet.node.replication import commands as replication_commands
+from gannet.node.cli import admin as commands
+from gannet.node.cli import cluster as replication_commands
+from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message

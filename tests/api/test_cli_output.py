@@ -16,7 +16,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gannet.node.cli import main
+from gannet.node.cli.root import main
 from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle, unique

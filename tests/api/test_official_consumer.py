@@ -24,9 +24,10 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, FilterType, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import commands, receiving
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import admin as commands
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import commands
 from gannet.node.api.messaging import MessagingServicer
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import admin as commands
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import CLIENT_ID

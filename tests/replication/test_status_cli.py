@@ -9,10 +9,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gannet.node.cli import main
+from gannet.node.cli import cluster as commands
+from gannet.node.cli import raft_views as status_view
+from gannet.node.cli.raft_views import MemberStatus
+from gannet.node.cli.root import main
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.replication import commands, status_view
-from gannet.node.replication.status_view import MemberStatus
 
 from .conftest import Cluster, free_ports
 

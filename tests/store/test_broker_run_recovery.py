@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gannet.node import cli
 from gannet.node.broker import serving
+from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message

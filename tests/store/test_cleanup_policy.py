@@ -15,9 +15,9 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gannet.node import cli
 from gannet.node.api import store_statuses
 from gannet.node.broker import serving
+from gannet.node.cli import root as cli
 from gannet.node.metrics.store_collecting import CleanupTally
 from gannet.node.protocol import statuses
 from gannet.node.store import cleaning

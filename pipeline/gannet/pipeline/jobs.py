@@ -359,7 +359,7 @@ def _swap_in(staging: Path, root: Path) -> None:
 
 def main() -> None:
     """``python -m gannet.pipeline.jobs`` / ``spark-submit jobs.py``: the pipeline CLI."""
-    from gannet.pipeline import cli  # noqa: PLC0415 - cli imports this module lazily too
+    from gannet.node.cli import pipeline as cli  # noqa: PLC0415 - cli imports this module lazily too
 
     cli.pipeline(prog_name="gannet.pipeline.jobs")
 

@@ -3,7 +3,7 @@
 Each command talks to ``--endpoint`` (default ``127.0.0.1:8081``; host:port, checked before
 any call) over ``gannet.admin.v1`` (``message send`` uses ``apache.rocketmq.v2`` SendMessage,
 exactly like a producer). Results are rich tables, or JSON/YAML with ``-o``
-(:mod:`gannet.node.output`); errors print the broker's message on one line. Exit codes (see
+(:mod:`gannet.node.cli.output`); errors print the broker's message on one line. Exit codes (see
 :mod:`gannet.node.cli`): 1 nothing found, 2 wrong usage (also a malformed --endpoint or an
 unusable --tls-* file), 4 broker unreachable, 5 request refused (also unsigned or not allowed:
 the message says which option to pass). ``group reset-offset`` shows its plan and changes
@@ -28,9 +28,9 @@ import click
 import grpc
 from rich.markup import escape
 
-from gannet.node import output
-from gannet.node.api import cluster_commands
-from gannet.node.output import Column, console, emit, err_console, output_option
+from gannet.node.cli import cluster_views as cluster_commands
+from gannet.node.cli import output
+from gannet.node.cli.output import Column, console, emit, err_console, output_option
 from gannet.node.protocol import auth, tls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 

@@ -43,10 +43,11 @@ import click
 import grpc
 from rich.table import Table
 
-from gannet.node import output
-from gannet.node.api import commands as api_commands
+from gannet.node.cli import admin as api_commands
+from gannet.node.cli import members as member_commands
+from gannet.node.cli import output
+from gannet.node.cli import raft_views as status_view
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication import member_commands, status_view
 from gannet.node.replication.config import PeerSpec
 
 STOP_TIMEOUT_S = 30.0

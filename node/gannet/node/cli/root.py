@@ -13,10 +13,10 @@ The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`
 ``GANNET_SECRET_KEY``) and ``--tls``/``--tls-ca`` for a broker with ``--auth-file`` and TLS.
 
 ``broker run`` serves RocketMQ 5 clients and the admin API; the admin commands live in
-:mod:`gannet.node.api.commands`.
+:mod:`gannet.node.cli.admin`.
 
 Every command has ``--help``. Lists are rich tables (``-o json|yaml`` for scripts, never cut
-when piped: :mod:`gannet.node.output`); long work shows a progress bar. gRPC's C-core logging
+when piped: :mod:`gannet.node.cli.output`); long work shows a progress bar. gRPC's C-core logging
 stays quiet unless ``--verbose`` (:mod:`gannet.node.grpc_logging`).
 """
 
@@ -39,14 +39,19 @@ import uvloop
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from gannet.node import grpc_logging, output  # grpc_logging first: before grpc loads
-from gannet.node.api import commands, group_polling, message_commands
+from gannet.node import grpc_logging  # first: before grpc loads
+from gannet.node.api import group_polling
 from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
+from gannet.node.cli import admin as commands
+from gannet.node.cli import cluster as replication_commands
+from gannet.node.cli import kube_operator as operator_commands
+from gannet.node.cli import messages as message_commands
+from gannet.node.cli import output
+from gannet.node.cli import pipeline as pipeline_commands
+from gannet.node.cli.output import Column, emit, output_option
 from gannet.node.metrics import http_serving
-from gannet.node.output import Column, emit, output_option
 from gannet.node.protocol import auth, tls
-from gannet.node.replication import commands as replication_commands
 from gannet.node.replication import config as replication_config
 from gannet.node.replication import peer_auth
 from gannet.node.store import cleaning, msgids, querying, verifying
@@ -55,8 +60,6 @@ from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
-from gannet.operator import commands as operator_commands
-from gannet.pipeline import cli as pipeline_commands
 
 console = output.console
 err_console = output.err_console

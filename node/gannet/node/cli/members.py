@@ -27,8 +27,8 @@ import grpc
 from rich.markup import escape
 from rich.table import Table
 
-from gannet.node import output
-from gannet.node.api import commands as api_commands
+from gannet.node.cli import admin as api_commands
+from gannet.node.cli import output
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import ReplicationConfigError, parse_peer
 

@@ -1,7 +1,7 @@
 """Rich tables of Raft status (``RaftStatus`` of ``GetRaftStatus``) for the CLI.
 
 Pure: protobuf in, :class:`rich.table.Table` or verdicts out. Used by ``gannet status``
-(:mod:`gannet.node.api.message_commands`: this node's role, term, leader, offsets and, on a
+(:mod:`gannet.node.cli.messages`: this node's role, term, leader, offsets and, on a
 leader, each follower's match offset and lag) and ``gannet cluster status``
 (:mod:`commands`: one row per member, then the leader's view of its followers).
 """

@@ -26,7 +26,7 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gannet.node import output
+from gannet.node.cli import output
 from gannet.pipeline import segments
 
 if TYPE_CHECKING:

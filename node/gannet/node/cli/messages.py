@@ -23,13 +23,15 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
-from gannet.node import output
-from gannet.node.api import cluster_commands, commands, messaging
-from gannet.node.api.commands import CALL_TIMEOUT_S, endpoint_option
-from gannet.node.output import Column, emit, output_option
+from gannet.node.api import messaging
+from gannet.node.cli import admin as commands
+from gannet.node.cli import cluster_views as cluster_commands
+from gannet.node.cli import output
+from gannet.node.cli import raft_views as status_view
+from gannet.node.cli.admin import CALL_TIMEOUT_S, endpoint_option
+from gannet.node.cli.output import Column, emit, output_option
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication import status_view
 
 SEND_COUNT_MAX = 100_000
 SEND_QUEUE_LOOKUP_MAX = 64  # sent messages whose queue the CLI looks up

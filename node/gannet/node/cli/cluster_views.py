@@ -15,8 +15,8 @@ from typing import Any
 
 import grpc
 
-from gannet.node import output
-from gannet.node.output import Column
+from gannet.node.cli import output
+from gannet.node.cli.output import Column
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 CALL_TIMEOUT_S = 5.0

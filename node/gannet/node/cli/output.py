@@ -14,8 +14,8 @@ numbers are right-aligned, booleans print as yes/no, cell text is never read as 
 (a message body ``[red]x`` prints as written). Errors go to :data:`err_console` (stderr, never
 wrapped, one line each).
 
-Used by :mod:`gannet.node.cli`, :mod:`gannet.node.api.commands`,
-:mod:`gannet.node.api.message_commands` and :mod:`gannet.node.replication.commands`.
+Used by :mod:`gannet.node.cli`, :mod:`gannet.node.cli.admin`,
+:mod:`gannet.node.cli.messages` and :mod:`gannet.node.cli.cluster`.
 """
 
 from __future__ import annotations
