@@ -9,7 +9,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 from gannet.node.api.messaging import MessagingServicer
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
-from gannet.node.cli import admin as commands
+from gannet.node.cli import calls
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import CLIENT_ID
@@ -57,7 +57,7 @@ def test_pop_handlers_receive_the_calls_and_the_lifecycle(tmp_path: Path) -> Non
 
     store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
     running = threads.start(BrokerConfig(store=store, listen_port=0), pop=factory)
-    with commands.channel(running.endpoint) as plain:
+    with calls.channel(running.endpoint) as plain:
         stub = service_pb2_grpc.MessagingServiceStub(plain)
         frames = list(
             stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(), timeout=5, metadata=CLIENT_ID)

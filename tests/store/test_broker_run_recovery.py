@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gannet.node.broker import serving
+from gannet.node.cli import exits
 from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
@@ -67,7 +68,7 @@ def test_damaged_store_is_refused_with_one_clear_message(tmp_path: Path) -> None
     segment, offset = damaged_store(tmp_path)
     before = segment.read_bytes()
     code, output = run(tmp_path)
-    assert code == cli.EXIT_STORE_UNAVAILABLE, output
+    assert code == exits.EXIT_STORE_UNAVAILABLE, output
     assert "Traceback" not in output
     text = " ".join(output.split())  # rich wraps long lines
     assert "recovery refused" in text

@@ -1,271 +1,27 @@
-"""``gannet topic|group|pop|message|status``: the admin CLI, a client of a running broker.
+"""``gannet topic|group|pop``: topics, consumer groups and Pop settings of a running broker.
 
-Each command talks to ``--endpoint`` (default ``127.0.0.1:8081``; host:port, checked before
-any call) over ``gannet.admin.v1`` (``message send`` uses ``apache.rocketmq.v2`` SendMessage,
-exactly like a producer). Results are rich tables, or JSON/YAML with ``-o``
-(:mod:`gannet.node.cli.output`); errors print the broker's message on one line. Exit codes (see
-:mod:`gannet.node.cli`): 1 nothing found, 2 wrong usage (also a malformed --endpoint or an
-unusable --tls-* file), 4 broker unreachable, 5 request refused (also unsigned or not allowed:
-the message says which option to pass). ``group reset-offset`` shows its plan and changes
-offsets only with ``--execute``.
-``--access-key``/``--secret-key`` (env ``GANNET_ACCESS_KEY``/``GANNET_SECRET_KEY``) sign every
-call for a broker with ``--auth-file``; ``--tls``/``--tls-ca`` (and ``--tls-cert``/``--tls-key``
-for mutual TLS) reach a TLS-only broker (:func:`channel`).
+Each command talks to ``--endpoint`` over ``gannet.admin.v1`` (:mod:`gannet.node.cli.calls`).
+Results are rich tables, or JSON/YAML with ``-o`` (:mod:`gannet.node.cli.output`); errors
+print the broker's message on one line, with the exit codes of :mod:`gannet.node.cli.exits`.
+``group reset-offset`` shows its plan and changes offsets only with ``--execute``.
 
-Registered on the ``gannet`` group by :mod:`gannet.node.cli`.
+Registered on the ``gannet`` group by :mod:`gannet.node.cli.root`.
 """
 
 from __future__ import annotations
 
-import datetime as dt
-import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any, NoReturn, TypeVar
+from typing import Any
 
 import click
-import grpc
-from rich.markup import escape
 
-from gannet.node.cli import cluster_views as cluster_commands
-from gannet.node.cli import output
-from gannet.node.cli.output import Column, console, emit, err_console, output_option
-from gannet.node.protocol import auth, tls
-from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.cli import cluster_views, output
+from gannet.node.cli.calls import CALL_TIMEOUT_S, admin_call, channel
+from gannet.node.cli.options import endpoint_option, parse_time_ms
+from gannet.node.cli.output import Column, console, emit, output_option
+from gannet.node.protocol.gen import admin_pb2
 
-T = TypeVar("T")
-F = TypeVar("F", bound=Callable[..., Any])
-
-EXIT_NOT_FOUND = 1
-EXIT_UNREACHABLE = 4
-EXIT_USAGE = 2
-EXIT_REFUSED = 5
-DEFAULT_ENDPOINT = "127.0.0.1:8081"
-CALL_TIMEOUT_S = 10.0
-MESSAGE_BYTES_MAX = 130 * 1024 * 1024
-BODY_SHOWN_CHARS = 60
 _TYPES = ("normal", "fifo", "delay", "transaction", "mixed", "lite", "priority")
 _PERMS = {"rw": 6, "r": 4, "w": 2, "none": 0}
-_UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
-
-PORT_MAX = 65535
-
-
-def check_endpoint(text: str, *, port_min: int = 1) -> str:
-    """``text`` when it is ``host:port`` (``[v6]:port`` for IPv6); ValueError naming the
-    problem otherwise (an empty value, a URL scheme or path, a port that is no number in
-    ``port_min``-65535; a listen address may take port 0, any free port)."""
-    example = f"e.g. {DEFAULT_ENDPOINT}"
-    if not text.strip():
-        raise ValueError(f"the endpoint is empty; give host:port, {example}")
-    if "/" in text:
-        raise ValueError(
-            f"{text!r} is a URL; give host:port only, without scheme or path, {example}"
-        )
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or any(ch.isspace() for ch in text):
-        raise ValueError(f"{text!r} is not host:port, {example}")
-    if ":" in host and not (host.startswith("[") and host.endswith("]")):
-        raise ValueError(f"{text!r}: write an IPv6 address in brackets, e.g. [::1]:8081")
-    if not port.isdigit() or not port_min <= int(port) <= PORT_MAX:
-        raise ValueError(
-            f"{text!r}: the port {port!r} is not a number from {port_min} to {PORT_MAX}"
-        )
-    return text
-
-
-def endpoint_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_endpoint(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
-
-
-_endpoint = click.option(
-    "--endpoint",
-    default=DEFAULT_ENDPOINT,
-    show_default=True,
-    envvar="GANNET_ENDPOINT",
-    callback=endpoint_callback,
-    help="Broker host:port (env GANNET_ENDPOINT).",
-)
-_SECURITY_META = "gannet.client_security"
-
-
-def _remember(ctx: click.Context, param: click.Parameter, value: object) -> object:
-    """Keep a security option for :func:`channel` (the commands do not take it as argument)."""
-    ctx.meta.setdefault(_SECURITY_META, {})[param.name] = value
-    return value
-
-
-_security_options = (
-    click.option(
-        "--access-key",
-        envvar="GANNET_ACCESS_KEY",
-        expose_value=False,
-        callback=_remember,
-        help="Sign requests with this access key (env GANNET_ACCESS_KEY); a broker with "
-        "--auth-file requires it.",
-    ),
-    click.option(
-        "--secret-key",
-        envvar="GANNET_SECRET_KEY",
-        expose_value=False,
-        callback=_remember,
-        help="Secret of --access-key (env GANNET_SECRET_KEY; prefer the env variable).",
-    ),
-    click.option(
-        "--tls",
-        is_flag=True,
-        envvar="GANNET_TLS",
-        expose_value=False,
-        callback=_remember,
-        help="Connect with TLS, trusting the system roots (env GANNET_TLS=1).",
-    ),
-    click.option(
-        "--tls-ca",
-        type=click.Path(path_type=Path, exists=True, dir_okay=False),
-        envvar="GANNET_TLS_CA",
-        expose_value=False,
-        callback=_remember,
-        help="TLS, trusting this PEM CA (env GANNET_TLS_CA).",
-    ),
-    click.option(
-        "--tls-cert",
-        type=click.Path(path_type=Path, exists=True, dir_okay=False),
-        envvar="GANNET_TLS_CERT",
-        expose_value=False,
-        callback=_remember,
-        help="TLS client certificate (PEM) for a broker with --tls-client-ca "
-        "(env GANNET_TLS_CERT).",
-    ),
-    click.option(
-        "--tls-key",
-        type=click.Path(path_type=Path, exists=True, dir_okay=False),
-        envvar="GANNET_TLS_KEY",
-        expose_value=False,
-        callback=_remember,
-        help="Private key of --tls-cert (env GANNET_TLS_KEY).",
-    ),
-)
-
-
-def security_options(command: F) -> F:
-    """``--access-key``, ``--secret-key``, ``--tls``, ``--tls-ca``, ``--tls-cert``, ``--tls-key``
-    (read by :func:`channel`); for commands with their own endpoint options."""
-    for option in reversed(_security_options):
-        command = option(command)
-    return command
-
-
-def endpoint_option(command: F) -> F:
-    """``--endpoint`` plus the security options every broker command takes."""
-    return _endpoint(security_options(command))
-
-
-def client_security() -> auth.ClientSecurity:
-    """The security options of the running command (env variables included)."""
-    ctx = click.get_current_context(silent=True)
-    given: dict[str, Any] = ctx.meta.get(_SECURITY_META, {}) if ctx is not None else {}
-    try:
-        return auth.ClientSecurity(
-            access_key=given.get("access_key") or None,
-            secret_key=given.get("secret_key") or None,
-            tls=bool(given.get("tls")),
-            tls_ca=given.get("tls_ca"),
-            tls_cert=given.get("tls_cert"),
-            tls_key=given.get("tls_key"),
-        )
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-
-
-def fail(message: str, code: int) -> NoReturn:
-    """Print ``message`` (rich markup; escape values) on one stderr line and exit ``code``."""
-    err_console.print(message, highlight=False)
-    sys.exit(code)
-
-
-@contextmanager
-def channel(endpoint: str) -> Iterator[grpc.Channel]:
-    options = [
-        ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
-        ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
-    ]
-    try:
-        opened, raw = auth.client_channel(endpoint, client_security(), options)
-    except tls.TlsFileError as exc:
-        fail(f"[red]cannot use TLS[/]: {exc}", EXIT_USAGE)
-    with raw:
-        yield opened
-
-
-def admin_call(endpoint: str, call: Callable[[admin_pb2_grpc.AdminStub], T]) -> T:
-    """Run one admin RPC; exit with the right code on failure."""
-    with channel(endpoint) as opened:
-        try:
-            return call(admin_pb2_grpc.AdminStub(opened))  # type: ignore[no-untyped-call]
-        except grpc.RpcError as exc:
-            rpc_failed(endpoint, exc)
-
-
-def rpc_failed(endpoint: str, exc: grpc.RpcError) -> NoReturn:
-    code = exc.code()
-    details = escape(exc.details() or "")
-    if code in _UNREACHABLE:
-        fail(
-            f"[red]cannot reach a broker at {endpoint}[/] ({code.name}); start one with "
-            "`gannet broker run` or pass --endpoint; a broker serving TLS needs --tls (and "
-            "--tls-ca for a private CA), a plaintext one no --tls",
-            EXIT_UNREACHABLE,
-        )
-    if code == grpc.StatusCode.UNAUTHENTICATED:
-        fail(
-            f"[red]not authenticated[/]: {details}; the broker requires signed requests: "
-            "pass --access-key and --secret-key (or set GANNET_ACCESS_KEY and GANNET_SECRET_KEY)"
-            " of a key in its --auth-file",
-            EXIT_REFUSED,
-        )
-    if code == grpc.StatusCode.PERMISSION_DENIED:
-        fail(
-            f"[red]not allowed[/]: {details}; use an access key with the admin right on "
-            "it (docs/security.md)",
-            EXIT_REFUSED,
-        )
-    if code == grpc.StatusCode.NOT_FOUND:
-        fail(f"[red]not found[/]: {details}", EXIT_NOT_FOUND)
-    fail(f"[red]refused[/] ({code.name}): {details}", EXIT_REFUSED)
-
-
-_HEX_DIGITS = frozenset("0123456789abcdefABCDEF")
-MESSAGE_ID_LENGTHS = (32, 34, 56)
-
-
-def check_message_id(text: str) -> str:
-    """``text`` when it can be a message id: the id clients and every ``gannet`` table show
-    (34 hex digits; 32 from RocketMQ 4 clients) or an offset message id (32 or 56 hex digits);
-    ValueError naming the problem otherwise."""
-    if not text or any(ch not in _HEX_DIGITS for ch in text) or len(text) not in MESSAGE_ID_LENGTHS:
-        raise ValueError(
-            f"{text!r} is not a message id: give the id a client or a gannet table shows (34 hex "
-            "digits, e.g. 0102FC0000000136EC0B1878D100000000) or an offset message id (32 or 56 "
-            "hex digits)"
-        )
-    return text.upper()
-
-
-def message_id_callback(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_message_id(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
 
 
 def _type_value(name: str | None) -> admin_pb2.MessageType:
@@ -394,10 +150,10 @@ def topic_describe(name: str, endpoint: str) -> None:
         output.table(f"queues of {name}", QUEUE_COLUMNS, queues),
         f"groups with offsets: {', '.join(groups) or '(none)'}",
     ]
-    view = cluster_commands.cluster_view(channel, endpoint)
+    view = cluster_views.cluster_view(channel, endpoint)
     if view is not None and len(view.groups) > 1:  # several broker groups: each one's queues
         document["broker_groups"] = elsewhere = {}
-        for broker, found, why in cluster_commands.describe_in_groups(channel, view, name):
+        for broker, found, why in cluster_views.describe_in_groups(channel, view, name):
             rows = [_queue_row(q) for q in found.queues] if found is not None else []
             elsewhere[broker] = {"queues": rows, "error": why or None}
             title = f"queues of {name} in broker group {broker}" + (f": {why}" if why else "")
@@ -581,16 +337,6 @@ def group_reset_offset(
         output.table(title, RESET_COLUMNS, rows),
         note,
     )
-
-
-def parse_time_ms(text: str) -> int:
-    """Epoch milliseconds from digits or an ISO-8601 time (local time when naive)."""
-    if text.isdigit():
-        return int(text)
-    try:
-        return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
-    except (ValueError, OverflowError, OSError):
-        raise click.BadParameter(f"{text!r} is neither epoch ms nor ISO-8601") from None
 
 
 @click.group("pop")

@@ -43,17 +43,12 @@ import click
 import grpc
 from rich.table import Table
 
-from gannet.node.cli import admin as api_commands
-from gannet.node.cli import members as member_commands
-from gannet.node.cli import output
-from gannet.node.cli import raft_views as status_view
+from gannet.node.cli import calls, exits, members, options, output, raft_views
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
 STOP_TIMEOUT_S = 30.0
 STATUS_TIMEOUT_S = 5.0
-EXIT_NO_AGREED_LEADER = 2
-EXIT_UNREACHABLE = 4
 NODES_MAX = 9
 GROUPS_MAX = 16
 GROUP_PORT_STRIDE = 20
@@ -159,7 +154,7 @@ def cluster() -> None:
     """Local broker groups (each a Raft group of brokers) for development and tests."""
 
 
-cluster.add_command(member_commands.member)
+cluster.add_command(members.member)
 
 
 @cluster.command("up")
@@ -332,12 +327,12 @@ def _stop_all(processes: dict[str, subprocess.Popen[bytes]]) -> None:
     "default: the member at GANNET_ENDPOINT (or 127.0.0.1:8081) and the peers it names.",
 )
 @output.output_option
-@api_commands.security_options
+@options.security_options
 def cluster_status(endpoints: str | None) -> None:
     """Role, term, leader and offsets of every member; the leader's followers' match and lag."""
     discover = endpoints is None
     if endpoints is None:
-        endpoints = os.environ.get("GANNET_ENDPOINT") or api_commands.DEFAULT_ENDPOINT
+        endpoints = os.environ.get("GANNET_ENDPOINT") or options.DEFAULT_ENDPOINT
         source = "GANNET_ENDPOINT" if os.environ.get("GANNET_ENDPOINT") else "--endpoints"
     else:
         source = "--endpoints"
@@ -346,25 +341,25 @@ def cluster_status(endpoints: str | None) -> None:
         raise click.BadParameter("give at least one host:port", param_hint=source)
     for endpoint in wanted:
         try:
-            api_commands.check_endpoint(endpoint)
+            options.check_endpoint(endpoint)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint=source) from None
     members = [ask_status(e) for e in wanted]
     if discover:
         members += _peers_not_asked(members)
-    leader = status_view.agreed_leader(members)
-    renderables: list[Any] = [status_view.members_table(members)]
+    leader = raft_views.agreed_leader(members)
+    renderables: list[Any] = [raft_views.members_table(members)]
     if leader is not None and leader.peers:
-        renderables.append(status_view.peers_table(leader))
-    output.emit(status_view.members_document(members), *renderables)
+        renderables.append(raft_views.peers_table(leader))
+    output.emit(raft_views.members_document(members), *renderables)
     if any(m.status is None for m in members):
-        sys.exit(EXIT_UNREACHABLE)
+        sys.exit(exits.EXIT_UNREACHABLE)
     if leader is None:
         output.err_console.print("[yellow]the members do not agree on one leader[/]")
-        sys.exit(EXIT_NO_AGREED_LEADER)
+        sys.exit(exits.EXIT_NO_AGREED_LEADER)
 
 
-def _peers_not_asked(members: list[status_view.MemberStatus]) -> list[status_view.MemberStatus]:
+def _peers_not_asked(members: list[raft_views.MemberStatus]) -> list[raft_views.MemberStatus]:
     """The status of every peer the answering members name but nobody asked yet."""
     known = {m.status.node_id for m in members if m.status is not None}
     asked = {m.endpoint for m in members}
@@ -382,12 +377,12 @@ def _peers_not_asked(members: list[status_view.MemberStatus]) -> list[status_vie
     return found
 
 
-def ask_status(endpoint: str) -> status_view.MemberStatus:
+def ask_status(endpoint: str) -> raft_views.MemberStatus:
     """One member's ``GetRaftStatus`` (or the reason it did not answer)."""
-    with api_commands.channel(endpoint) as channel:  # signed and TLS when options ask
+    with calls.channel(endpoint) as channel:  # signed and TLS when options ask
         stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
         try:
             reply = stub.GetRaftStatus(admin_pb2.GetRaftStatusRequest(), timeout=STATUS_TIMEOUT_S)
         except grpc.RpcError as exc:
-            return status_view.MemberStatus(endpoint, None, exc.code().name)
-    return status_view.MemberStatus(endpoint, reply)
+            return raft_views.MemberStatus(endpoint, None, exc.code().name)
+    return raft_views.MemberStatus(endpoint, reply)

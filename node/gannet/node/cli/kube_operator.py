@@ -1,8 +1,9 @@
 """``gannet operator ...``: run the Kubernetes operator.
 
-Registered on the ``gannet`` command in :mod:`gannet.node.cli`. kopf and the rest of the
-operator load only when ``run`` starts, so ``gannet --help`` stays quick. Exit codes: 0 stopped
-by a signal, 2 wrong usage, 1 the operator failed (the error is printed).
+Registered on the ``gannet`` command in :mod:`gannet.node.cli.root` (named ``kube_operator``:
+a module ``operator`` would shadow the standard library's when this folder is a script's). kopf and
+the rest of the operator load only when ``run`` starts, so ``gannet --help`` stays quick. Exit
+codes: 0 stopped by a signal, 2 wrong usage, 1 the operator failed (the error is printed).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 import click
+
+from gannet.node.cli.options import PEM_FILE, positive_seconds
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,12 +31,6 @@ def log_at(level: int) -> None:
     if not root.handlers:
         logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     root.setLevel(level)
-
-
-def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
-    if value <= 0:
-        raise click.BadParameter(f"{value} is not a positive number of seconds", param=param)
-    return value
 
 
 @operator.command("run")
@@ -55,7 +52,7 @@ def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
     type=float,
     default=30.0,
     show_default=True,
-    callback=_positive,
+    callback=positive_seconds,
     help="How often each resource is re-reconciled and its status figures refreshed.",
 )
 @click.option(
@@ -63,7 +60,7 @@ def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
     type=float,
     default=5.0,
     show_default=True,
-    callback=_positive,
+    callback=positive_seconds,
     help="Deadline of each admin API call to a broker.",
 )
 @click.option(
@@ -71,7 +68,7 @@ def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
     type=float,
     default=300.0,
     show_default=True,
-    callback=_positive,
+    callback=positive_seconds,
     help="/healthz fails once the watches lag the API this long.",
 )
 @click.option(
@@ -107,7 +104,7 @@ def _positive(_: click.Context, param: click.Parameter, value: float) -> float:
 )
 @click.option(
     "--broker-tls-ca",
-    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    type=PEM_FILE,
     envvar="GANNET_BROKER_TLS_CA",
     help="PEM CA trusted for brokers' TLS certificates (implies --broker-tls); default: the "
     "ca.crt of the cluster's TLS Secret, else the system roots.",

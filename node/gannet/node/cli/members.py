@@ -27,8 +27,7 @@ import grpc
 from rich.markup import escape
 from rich.table import Table
 
-from gannet.node.cli import admin as api_commands
-from gannet.node.cli import output
+from gannet.node.cli import calls, exits, options, output
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import ReplicationConfigError, parse_peer
 
@@ -36,9 +35,6 @@ LIST_TIMEOUT_S = 10.0
 CHANGE_GRACE_S = 15.0
 """Added to the broker-side timeout for the call's own deadline."""
 LEADER_PREFIX = "not the leader; the leader is node "
-EXIT_USAGE = api_commands.EXIT_USAGE
-EXIT_UNREACHABLE = api_commands.EXIT_UNREACHABLE
-EXIT_REFUSED = api_commands.EXIT_REFUSED
 
 Call = Callable[[admin_pb2_grpc.AdminStub], Any]
 
@@ -54,7 +50,7 @@ def leader_named(details: str) -> str | None:
 def call_leader(endpoint: str, call: Call) -> Any:
     """Run ``call`` on ``endpoint``, following a follower's pointer to the leader once."""
     for attempt in range(2):
-        with api_commands.channel(endpoint) as channel:
+        with calls.channel(endpoint) as channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             try:
                 return call(stub)
@@ -72,18 +68,18 @@ def call_leader(endpoint: str, call: Call) -> Any:
 def _failed(endpoint: str, exc: grpc.RpcError) -> None:
     code, details = exc.code(), escape(exc.details() or "")
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        api_commands.fail(f"[red]invalid[/]: {details}", EXIT_USAGE)
+        exits.fail(f"[red]invalid[/]: {details}", exits.EXIT_USAGE)
     if code == grpc.StatusCode.FAILED_PRECONDITION:
-        api_commands.fail(f"[red]refused[/]: {details}", EXIT_REFUSED)
+        exits.fail(f"[red]refused[/]: {details}", exits.EXIT_REFUSED)
     if code == grpc.StatusCode.UNAVAILABLE and details and "failed to connect" not in details:
-        api_commands.fail(f"[red]unavailable[/]: {details}", EXIT_UNREACHABLE)
+        exits.fail(f"[red]unavailable[/]: {details}", exits.EXIT_UNREACHABLE)
     if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-        api_commands.fail(
+        exits.fail(
             f"[red]no answer from {endpoint} in time[/]: the change may still complete; "
             "run `gannet cluster member list` to see",
-            EXIT_UNREACHABLE,
+            exits.EXIT_UNREACHABLE,
         )
-    api_commands.rpc_failed(endpoint, exc)
+    calls.rpc_failed(endpoint, exc)
 
 
 def members_document(reply: Any) -> dict[str, Any]:
@@ -135,7 +131,7 @@ def member() -> None:
 
 @member.command("list")
 @output.output_option
-@api_commands.endpoint_option
+@options.endpoint_option
 def member_list(endpoint: str) -> None:
     """Every member: addresses, voter or learner, and the leader's match, lag, reachability."""
 
@@ -164,7 +160,7 @@ def member_list(endpoint: str) -> None:
     help="How long the leader waits for the new member to catch up before refusing.",
 )
 @output.output_option
-@api_commands.endpoint_option
+@options.endpoint_option
 def member_add(spec: str, learner_only: bool, timeout_s: int, endpoint: str) -> None:
     """Add member N (started with `gannet broker run --node-id N --join`): as a learner, then,
     once it caught up, as a voter."""
@@ -190,7 +186,7 @@ def member_add(spec: str, learner_only: bool, timeout_s: int, endpoint: str) -> 
 @click.argument("node_id", type=click.IntRange(1))
 @click.option("--timeout-s", type=click.IntRange(1, 3600), default=30, show_default=True)
 @output.output_option
-@api_commands.endpoint_option
+@options.endpoint_option
 def member_remove(node_id: int, timeout_s: int, endpoint: str) -> None:
     """Remove member N (refused when too few voters would remain reachable)."""
     request = admin_pb2.RemoveMemberRequest(node_id=str(node_id), timeout_ms=timeout_s * 1000)

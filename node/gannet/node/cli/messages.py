@@ -24,11 +24,9 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
 from gannet.node.api import messaging
-from gannet.node.cli import admin as commands
-from gannet.node.cli import cluster_views as cluster_commands
-from gannet.node.cli import output
-from gannet.node.cli import raft_views as status_view
-from gannet.node.cli.admin import CALL_TIMEOUT_S, endpoint_option
+from gannet.node.cli import calls, cluster_views, exits, options, output, raft_views
+from gannet.node.cli.calls import CALL_TIMEOUT_S
+from gannet.node.cli.options import endpoint_option
 from gannet.node.cli.output import Column, emit, output_option
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
@@ -141,7 +139,7 @@ def message_send(
     """Send BODY to TOPIC (COUNT times); prints message ids, queues and queue offsets."""
     properties = _parse_properties(props)
     rows: list[dict[str, Any]] = []
-    with commands.channel(endpoint) as channel:
+    with calls.channel(endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         for _ in range(count):
             deliver_at = time.time_ns() // 1_000_000 + delay_ms if delay_ms else None
@@ -152,7 +150,7 @@ def message_send(
             try:
                 reply = stub.SendMessage(request, timeout=CALL_TIMEOUT_S, metadata=_metadata())
             except grpc.RpcError as exc:
-                commands.rpc_failed(endpoint, exc)
+                calls.rpc_failed(endpoint, exc)
             _check_status(reply.status)
             for entry in reply.entries:
                 rows.append({"message_id": entry.message_id, "queue": None, "offset": entry.offset})
@@ -201,8 +199,8 @@ def _check_status(status: definition_pb2.Status) -> None:
     if status.code == statuses.OK:
         return
     name = statuses.code_name(status.code)
-    exit_code = commands.EXIT_NOT_FOUND if 40400 <= status.code < 40500 else commands.EXIT_REFUSED
-    commands.fail(f"[red]refused[/] ({name}): {status.message}", exit_code)
+    exit_code = exits.EXIT_NOT_FOUND if 40400 <= status.code < 40500 else exits.EXIT_REFUSED
+    exits.fail(f"[red]refused[/] ({name}): {status.message}", exit_code)
 
 
 @message.command("receive")
@@ -259,7 +257,7 @@ def message_receive(
     """
     received: list[definition_pb2.Message] = []
     acked: dict[str, str] = {}
-    with commands.channel(endpoint) as channel:
+    with calls.channel(endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         deadline = time.monotonic() + wait_s
         while len(received) < count:
@@ -282,13 +280,13 @@ def message_receive(
         if ack and received:
             acked = _ack_all(stub, endpoint, group_name, topic_name, received)
     if not received:
-        commands.fail(f"no message within {wait_s:g} s", commands.EXIT_NOT_FOUND)
+        exits.fail(f"no message within {wait_s:g} s", exits.EXIT_NOT_FOUND)
     _print_received(received, acked if ack else None, invisible_s, show_body)
     failed = [code for code in acked.values() if code != "OK"]
     if failed:
-        commands.fail(
+        exits.fail(
             f"[red]{len(failed)} of {len(received)} acks refused[/] ({', '.join(set(failed))})",
-            commands.EXIT_REFUSED,
+            exits.EXIT_REFUSED,
         )
 
 
@@ -325,7 +323,7 @@ def _receive_batch(
             elif kind == "message":
                 messages.append(frame.message)
     except grpc.RpcError as exc:
-        commands.rpc_failed(endpoint, exc)
+        calls.rpc_failed(endpoint, exc)
     return messages
 
 
@@ -354,7 +352,7 @@ def _ack_all(
         try:
             reply = stub.AckMessage(request, timeout=CALL_TIMEOUT_S, metadata=_metadata())
         except grpc.RpcError as exc:
-            commands.rpc_failed(endpoint, exc)
+            calls.rpc_failed(endpoint, exc)
         if not reply.entries:
             _check_status(reply.status)
         for entry in reply.entries:
@@ -394,7 +392,7 @@ def _print_received(
             "attempt": sp.delivery_attempt,
             "tag": sp.tag if sp.HasField("tag") else None,
             "keys": list(sp.keys),
-            **output.body_fields(m.body, None if show_body else commands.BODY_SHOWN_CHARS),
+            **output.body_fields(m.body, None if show_body else output.BODY_SHOWN_CHARS),
             "state": state,
         }
         rows.append(row)
@@ -407,7 +405,7 @@ def _print_received(
 @click.option(
     "--id",
     "message_id",
-    callback=commands.message_id_callback,
+    callback=options.message_id_callback,
     help="Message id: the client's (34 hex digits, as tables show) or an offset message id.",
 )
 @click.option("--key", help="A message key.")
@@ -447,12 +445,12 @@ def message_query(
         request.queue_offset.offset = offset
     else:
         assert since is not None
-        request.time.begin_ms = commands.parse_time_ms(since)
+        request.time.begin_ms = options.parse_time_ms(since)
         now_ms = time.time_ns() // 1_000_000
-        request.time.end_ms = commands.parse_time_ms(until) if until else now_ms
-    reply = commands.admin_call(endpoint, lambda s: s.QueryMessage(request, timeout=CALL_TIMEOUT_S))
+        request.time.end_ms = options.parse_time_ms(until) if until else now_ms
+    reply = calls.admin_call(endpoint, lambda s: s.QueryMessage(request, timeout=CALL_TIMEOUT_S))
     if not reply.messages:
-        commands.fail("no message matches", commands.EXIT_NOT_FOUND)
+        exits.fail("no message matches", exits.EXIT_NOT_FOUND)
     _print_messages(list(reply.messages), show_body)
 
 
@@ -478,7 +476,7 @@ def _print_messages(messages: list[admin_pb2.StoredMessage], show_body: bool) ->
             "store_timestamp_ms": m.store_timestamp_ms,
             "tag": m.tag or None,
             "keys": list(m.keys),
-            **output.body_fields(m.body, None if show_body else commands.BODY_SHOWN_CHARS),
+            **output.body_fields(m.body, None if show_body else output.BODY_SHOWN_CHARS),
         }
         for m in messages
     ]
@@ -492,9 +490,9 @@ def _print_messages(messages: list[admin_pb2.StoredMessage], show_body: bool) ->
 def status(endpoint: str) -> None:
     """Broker identity, topic/group/client counts, store statistics and Raft state."""
     request = admin_pb2.GetStatusRequest()
-    reply = commands.admin_call(endpoint, lambda s: s.GetStatus(request, timeout=CALL_TIMEOUT_S))
+    reply = calls.admin_call(endpoint, lambda s: s.GetStatus(request, timeout=CALL_TIMEOUT_S))
     raft_request = admin_pb2.GetRaftStatusRequest()
-    raft = commands.admin_call(
+    raft = calls.admin_call(
         endpoint, lambda s: s.GetRaftStatus(raft_request, timeout=CALL_TIMEOUT_S)
     )
     broker: dict[str, Any] = {
@@ -518,19 +516,19 @@ def status(endpoint: str) -> None:
     items.update({f"store.{k}": v for k, v in store.items()})
     renderables: list[Any] = [
         output.items_table(f"Gannet broker {reply.broker_name} ({reply.cluster_name})", items),
-        status_view.node_table(raft),
+        raft_views.node_table(raft),
     ]
     if raft.peers:
-        renderables.append(status_view.peers_table(raft))
+        renderables.append(raft_views.peers_table(raft))
     document: dict[str, Any] = {
         "broker": broker,
         "store": store,
-        "raft": status_view.raft_document(raft),
+        "raft": raft_views.raft_document(raft),
     }
-    view = cluster_commands.cluster_view(commands.channel, endpoint)
+    view = cluster_views.cluster_view(calls.channel, endpoint)
     if view is not None and len(view.groups) > 1:  # a cluster of several broker groups
-        document["broker_groups"] = cluster_commands.group_rows(view)
-        renderables.append(cluster_commands.groups_table(view))
+        document["broker_groups"] = cluster_views.group_rows(view)
+        renderables.append(cluster_views.groups_table(view))
     emit(document, *renderables)
 
 

@@ -38,6 +38,8 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 FORMATS = ("table", "json", "yaml")
 PIPE_WIDTH = 100_000
+BODY_SHOWN_CHARS = 60
+"""Characters of a message body a table shows (``--show-body`` shows all)."""
 """Console width when stdout is not a terminal: wider than any row, so nothing is cut."""
 _FORMAT_META = "gannet.output_format"
 F = TypeVar("F", bound=Callable[..., Any])

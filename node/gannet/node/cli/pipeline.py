@@ -27,6 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from gannet.node.cli import output
+from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
 from gannet.pipeline import segments
 
 if TYPE_CHECKING:
@@ -35,8 +36,6 @@ if TYPE_CHECKING:
 console = output.console
 err_console = output.err_console
 
-EXIT_CHECK_FAILED = 1
-EXIT_STORE_UNAVAILABLE = 3
 PROGRESS_POLL_INTERVAL_S = 0.25
 
 master_option = click.option(
