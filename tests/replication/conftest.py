@@ -19,7 +19,7 @@ from typing import Any
 import grpc
 import pytest
 
-from gannet.node.api.messaging import PopFactory
+from gannet.node.api.plugs import PopFactory
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc

@@ -56,6 +56,7 @@ from gannet.node.api import (
     group_polling,
     limits,
     messaging,
+    plugs,
     receiving,
     routes,
     wire,
@@ -151,7 +152,7 @@ class Broker:
     ``phase`` goes created → recovering → starting → serving → stopping → stopped.
     """
 
-    def __init__(self, config: BrokerConfig, *, pop: messaging.PopFactory | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, pop: plugs.PopFactory | None = None) -> None:
         self.config = config
         self._pop_factory = pop if pop is not None else receiving.factory()
         self.store = MessageStore(config.store, commit_follows_flush=config.replication is None)
