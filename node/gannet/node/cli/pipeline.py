@@ -1,7 +1,8 @@
 """The ``pipeline`` click group: ``export``, ``rebuild`` and ``verify`` as commands.
 
 The integrator registers :data:`pipeline` under the ``gannet`` command (``gannet pipeline
-...``); ``python -m gannet.pipeline.jobs`` and ``spark-submit .../jobs.py`` run the same group.
+...``); ``python -m gannet.node.cli.pipeline`` and ``spark-submit .../cli/pipeline.py`` run the
+same group (this module is the jobs' script).
 PySpark is imported only when a command runs (:mod:`gannet.pipeline.jobs` needs it), so the
 ``gannet`` command works without the ``pipeline`` extra installed.
 
@@ -20,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -29,9 +30,7 @@ from rich.table import Table
 from gannet.node.cli import output
 from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
 from gannet.pipeline import segments
-
-if TYPE_CHECKING:
-    from gannet.pipeline import jobs
+from gannet.pipeline.reports import RebuildReport
 
 console = output.console
 err_console = output.err_console
@@ -217,7 +216,7 @@ def verify_command(source: Path, master: str | None) -> None:
     sys.exit(EXIT_CHECK_FAILED)
 
 
-def _print_rebuild(report: jobs.RebuildReport, target: Path) -> None:
+def _print_rebuild(report: RebuildReport, target: Path) -> None:
     table = _summary("rebuild")
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("records dispatched", f"{report.records:,}")
@@ -285,3 +284,12 @@ def _spark_progress(spark: Any, label: str, source: Path) -> Iterator[None]:
         finally:
             stop.set()
             thread.join()
+
+
+def main() -> None:
+    """``python -m gannet.node.cli.pipeline``, ``spark-submit .../pipeline.py``: the group."""
+    pipeline(prog_name="gannet pipeline")
+
+
+if __name__ == "__main__":
+    main()
