@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from gannet.node.broker import serving
-from gannet.node.cli import exits
+from gannet.node.cli import broker, exits
 from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
@@ -92,7 +92,7 @@ def test_force_recover_starts_and_keeps_the_cut_bytes(
         )
         await running.stop()
 
-    monkeypatch.setattr(cli, "_serve", start_and_stop)
+    monkeypatch.setattr(broker, "_serve", start_and_stop)
     code, output = run(tmp_path, "--force-recover")
     assert code == 0, output
     assert seen == {"force": True, "recovered_to": offset}

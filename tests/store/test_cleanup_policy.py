@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gannet.node.api import store_statuses
 from gannet.node.broker import serving
+from gannet.node.cli import broker
 from gannet.node.cli import root as cli
 from gannet.node.metrics.store_collecting import CleanupTally
 from gannet.node.protocol import statuses
@@ -244,7 +245,7 @@ def test_broker_run_takes_the_ratios_and_the_opt_in(
         seen["policy"] = running.store.cleaner.policy
         await running.stop()
 
-    monkeypatch.setattr(cli, "_serve", start_and_stop)
+    monkeypatch.setattr(broker, "_serve", start_and_stop)
     args = ["broker", "run", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0"]
     args += ["--metrics-listen", "", "--event-loop", "asyncio", "--file-size-mb", "1"]
     result = CliRunner().invoke(

@@ -17,7 +17,7 @@ Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SI
 is 1.
 
 ``cluster member list|add|remove`` changes the members through the log
-(:mod:`member_commands`).
+(:mod:`members`).
 
 ``cluster status`` asks each endpoint for ``GetRaftStatus`` and prints one row per member and
 the leader's view of its followers (match offset, lag); ``-o json|yaml`` for scripts. Without

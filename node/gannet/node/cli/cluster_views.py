@@ -3,7 +3,7 @@ groups: the groups table (name, members, leader, age of the answering member's v
 topics, last poll error) from ``GetClusterView``, and a topic's queues in every group (each
 group's ``DescribeTopic``, asked of its members in turn, leader first).
 
-Called by :mod:`commands` and :mod:`message_commands`, which pass their own channel opener
+Called by :mod:`admin` and :mod:`messages`, which pass their own channel opener
 (signed and TLS as the options say).
 """
 
