@@ -30,7 +30,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from gannet.node.cli.admin import channel
+from gannet.node.cli.calls import channel
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 MESSAGES = 10_000

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.messaging import MessagingServicer
+from gannet.node.api.plugs import ServicerParts
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.cli import calls
@@ -16,7 +16,7 @@ from .conftest import CLIENT_ID
 
 
 class FakePop:
-    def __init__(self, servicer: MessagingServicer) -> None:
+    def __init__(self, servicer: ServicerParts) -> None:
         self.servicer = servicer
         self.calls: list[str] = []
 
@@ -51,7 +51,7 @@ class FakePop:
 def test_pop_handlers_receive_the_calls_and_the_lifecycle(tmp_path: Path) -> None:
     made: list[FakePop] = []
 
-    def factory(servicer: MessagingServicer) -> FakePop:
+    def factory(servicer: ServicerParts) -> FakePop:
         made.append(FakePop(servicer))
         return made[-1]
 
