@@ -126,7 +126,7 @@ dashboards: $(STAMP)
 	$(BIN)/python -m deploy.dashboards.build
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
 
 .PHONY: manifests
 
