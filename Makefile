@@ -29,7 +29,7 @@ $(PROMTOOL):
 run: $(STAMP)
 	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups
 
-## test: install, lint (ruff + mypy --strict) and run the test suite
+## test: install, lint (ruff + mypy --strict + import layers) and run the test suite
 test: lint unit
 
 lint: $(STAMP)
@@ -37,6 +37,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy -p gannet.node -p gannet.operator -p gannet.pipeline
 	$(BIN)/mypy tests bench
+	$(BIN)/lint-imports
 
 # Java runs PySpark in tests/pipeline (local[2]).
 java:
@@ -125,7 +126,7 @@ dashboards: $(STAMP)
 	$(BIN)/python -m deploy.dashboards.build
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache .import_linter_cache
 
 .PHONY: manifests
 

@@ -210,7 +210,7 @@ def echo_process(style: str) -> contextlib.AbstractContextManager[BrokerProcess]
 
 
 def _admin_setup(endpoint: str) -> None:
-    from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+    from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
     with grpc.insecure_channel(endpoint) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
@@ -473,7 +473,8 @@ def send_path(batch: int, seconds: float) -> dict[str, float]:
     """CPU µs per message of the broker's send path without gRPC, in this process: decode a
     ``SendMessageRequest``, :func:`sending.prepare`, append (ASYNC_FLUSH; dispatch threads
     included, they run in this process), build and encode the response."""
-    from gannet.node.api import sending, statuses
+    from gannet.node.api import sending
+    from gannet.node.protocol import statuses
     from gannet.node.store.config import FlushMode, StoreConfig
     from gannet.node.store.message_store import MessageStore
     from gannet.node.store.topic_configs import TopicConfig

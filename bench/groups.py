@@ -37,7 +37,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from bench import results_log
 from e2e.groups.harness import Cluster, wait_for
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 TOPIC = "GroupsBench"
 QUEUES_PER_GROUP = 8

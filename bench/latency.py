@@ -31,7 +31,7 @@ _INDEX = struct.Struct(">q")
 
 def setup(endpoint: str) -> None:
     """Create the topic and the group (admin API)."""
-    from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+    from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
     with grpc.insecure_channel(endpoint) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]

@@ -37,8 +37,8 @@ import grpc
 from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
 
 from bench import results_log
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.metrics import broker_metrics, instrumenting
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.records import Message
 
 RESULTS = results_log.RESULTS

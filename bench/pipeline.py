@@ -46,9 +46,9 @@ from typing import Any
 from bench import results_log
 from bench.peers import kafka, processes
 from bench.peers.base import Layout
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import DispatchInfo, Message

@@ -37,7 +37,7 @@ BODY_BYTES = 1024
 
 
 def _setup(endpoint: str) -> None:
-    from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+    from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
     with grpc.insecure_channel(endpoint) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]

@@ -12,7 +12,7 @@ import yaml
 from click.testing import CliRunner
 
 from gannet.node import grpc_logging
-from gannet.node.cli import main
+from gannet.node.cli.root import main
 from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
@@ -197,7 +197,7 @@ def test_grpc_logging_is_quieted_only_in_the_command_and_unless_asked(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     assert grpc_logging.is_gannet_command("/x/.venv/bin/gannet")
-    assert grpc_logging.is_gannet_command("/x/node/gannet/node/cli.py")
+    assert grpc_logging.is_gannet_command("/x/node/gannet/node/cli/__main__.py")
     assert not grpc_logging.is_gannet_command("/x/.venv/bin/pytest")
     monkeypatch.delenv("GRPC_VERBOSITY", raising=False)
     grpc_logging.quiet_unless_asked(["-v", "status"])

@@ -30,7 +30,7 @@ def _gannet() -> str:
 
 
 def _create_on(endpoint: str, topics: list[str], queues: int, group: str) -> None:
-    from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+    from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
     with grpc.insecure_channel(endpoint) as channel:
         admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]

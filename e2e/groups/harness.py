@@ -1,5 +1,5 @@
 """A local cluster of broker groups as real processes, started the way ``gannet cluster up
---groups G --replicas R`` starts it (:func:`gannet.node.replication.commands.start_cluster`),
+--groups G --replicas R`` starts it (:func:`gannet.node.cli.cluster.start_cluster`),
 and the official Python producer sending asynchronously across every group's queues.
 
 Used by :mod:`e2e.groups.scenario` (``make e2e-groups``), its short version in
@@ -27,15 +27,15 @@ from click.testing import CliRunner
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.cli import main
-from gannet.node.replication.commands import (
+from gannet.node.cli.cluster import (
     GROUP_PORT_STRIDE,
     GroupPlan,
     broker_argv,
     plan_cluster,
     start_cluster,
 )
+from gannet.node.cli.root import main
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@groups"),)

@@ -33,7 +33,7 @@ from pathlib import Path
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from e2e.groups.harness import Ack, AsyncLoad, Cluster, largest_gap_s, wait_for
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 TOPIC = "GroupsE2E"
 CONSUMER_GROUP = "GroupsE2EDrain"

@@ -56,7 +56,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator import kube, metrics, resources
 from tests.operator.conftest import Env, ready
 from tests.operator.emulating import ApiServerEmulator

@@ -31,8 +31,8 @@ from typing import Any
 
 import grpc
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication.commands import ensure_secret
+from gannet.node.cli.cluster import ensure_secret
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"

@@ -63,7 +63,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 
 from deploy.dashboards import build
 from e2e.prometheus import harness, operating
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@prometheus"),)
 RPC_TIMEOUT_S = 15.0

@@ -33,7 +33,7 @@ from rocketmq import (
 from rocketmq.v5.model import Message as ReceivedMessage
 
 from e2e.replication.harness import ProcessGroup
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 INVISIBLE_S = 10
 REVIVE_MARGIN_S = 10.0

@@ -47,7 +47,7 @@ from rocketmq import (
 )
 
 from e2e.replication.harness import Load, ProcessGroup, Receipt, wait_for
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 DISK_SIZE_MB = 640
 """A broker's fresh store preallocates about 480 MB (index file 400 MB, timer wheel, queues)."""

@@ -51,7 +51,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from e2e.replication.clients import AckLog, ExternalLoad, ServiceProxy
 from e2e.replication.consumers import PushLoad, Settlement, SimpleLoad
 from e2e.replication.harness import ProcessGroup, Receipt, VerifyReport, wait_for
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 TOPIC = "E2eFailover"
 GROUP = "GE2eFailover"

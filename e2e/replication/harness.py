@@ -36,8 +36,8 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication.commands import ensure_secret
+from gannet.node.cli.cluster import ensure_secret
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 from gannet.node.testing.fault_proxy import FaultProxy, Mode, ProxyThread
 

@@ -5,7 +5,7 @@ a cluster CA, and per node a certificate used on the client port (TLS-only) and 
 Used by :class:`e2e.replication.harness.ProcessGroup` (``security=``) for the ``kill-secure``
 scenario of :mod:`e2e.replication.scenario`: brokers run with ``--auth-file``, ``--tls-cert``,
 ``--tls-key`` and ``--peer-tls-cert/--peer-tls-key/--peer-tls-ca``; the harness's admin calls
-go through :func:`gannet.node.api.auth.client_channel` (signed, TLS); the official Producer
+go through :func:`gannet.node.protocol.auth.client_channel` (signed, TLS); the official Producer
 signs with ``Credentials(ak, sk)`` and sets ``tls_enable=True``. The official client trusts
 only the default roots, read once per process, so :meth:`Security.trust_in_this_process` points
 ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` at the cluster CA before the first TLS client starts.
@@ -23,7 +23,7 @@ from pathlib import Path
 import grpc
 from rocketmq import Credentials
 
-from gannet.node.api import auth
+from gannet.node.protocol import auth
 from tests.security import certs
 
 ACCESS_KEY = "e2e-admin"

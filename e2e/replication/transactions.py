@@ -47,7 +47,7 @@ from rocketmq import (
 )
 
 from e2e.replication.harness import ProcessGroup, wait_for
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 CHECK_MS = 1_000
 CHECK_MAX = 30

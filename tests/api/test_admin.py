@@ -6,7 +6,7 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle, unique
 

@@ -9,8 +9,8 @@ import pytest
 from google.protobuf import descriptor
 from rocketmq.grpc_protocol import Code, service_pb2
 
-from gannet.node.api import statuses
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol import statuses
+from gannet.node.protocol.gen import admin_pb2
 
 LONG = "N" * 19_760
 TEXT_MAX = statuses.MESSAGE_CHARS_MAX + 64

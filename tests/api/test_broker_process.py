@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import commands
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig, with_listen
+from gannet.node.cli import calls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import CLIENT_ID
@@ -42,7 +42,7 @@ def test_broker_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
         match = re.search(r"on (127\.0\.0\.1:\d+)", "".join(lines))
         assert match, "".join(lines)
         endpoint = match.group(1)
-        with commands.channel(endpoint) as channel:
+        with calls.channel(endpoint) as channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             stub.CreateTopic(admin_pb2.CreateTopicRequest(name="Persisted"), timeout=10)
         assert (data_dir / "abort").exists()
@@ -64,7 +64,7 @@ def test_stop_ends_telemetry_streams_instead_of_waiting_out_the_grace(tmp_path: 
     settings.publishing.SetInParent()
     outbox: queue.Queue[service_pb2.TelemetryCommand | None] = queue.Queue()
     outbox.put(service_pb2.TelemetryCommand(settings=settings))
-    with commands.channel(running.endpoint) as channel:
+    with calls.channel(running.endpoint) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         stream = stub.Telemetry(iter(outbox.get, None), metadata=CLIENT_ID)
         assert next(stream).status.code == 20000
@@ -85,7 +85,7 @@ def test_ipv6_loopback_listen(tmp_path: Path) -> None:
         pytest.skip("no IPv6 loopback here")
     try:
         assert running.endpoint.startswith("[::1]:")
-        with commands.channel(running.endpoint) as channel:
+        with calls.channel(running.endpoint) as channel:
             stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             assert stub.GetStatus(admin_pb2.GetStatusRequest(), timeout=10).broker_name
     finally:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from gannet.node.cli import main
+from gannet.node.cli.root import main
 
 from .conftest import settle, unique
 

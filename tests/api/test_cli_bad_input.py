@@ -22,10 +22,10 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from gannet.node import cli
-from gannet.node.api import commands
 from gannet.node.broker import serving
-from gannet.node.replication import commands as replication_commands
+from gannet.node.cli import cluster as replication_commands
+from gannet.node.cli import exits
+from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
@@ -259,8 +259,8 @@ def test_exit_codes_are_documented_in_help() -> None:
         (5, "broker refused the request"),
     ):
         assert re.search(rf"^\s+{code}\s+{words}", out, re.MULTILINE), out
-    assert {code for code, _ in cli.EXIT_CODES} - {0} == DOCUMENTED_EXIT_CODES
-    assert commands.EXIT_USAGE == USAGE
+    assert {code for code, _ in exits.EXIT_CODES} - {0} == DOCUMENTED_EXIT_CODES
+    assert exits.EXIT_USAGE == USAGE
 
 
 READING_COMMANDS = ("list", "describe", "query", "status", "inspect", "get", "verify")

@@ -16,8 +16,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from gannet.node.api.gen import admin_pb2
-from gannet.node.cli import main
+from gannet.node.cli.root import main
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle, unique
 

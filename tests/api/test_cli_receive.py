@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from gannet.node.api import receiving
-from gannet.node.api.message_commands import parse_duration_s
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
-from gannet.node.cli import main
+from gannet.node.cli.messages import parse_duration_s
+from gannet.node.cli.root import main
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import settle, unique

@@ -8,7 +8,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, service_pb2
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle, unique
 

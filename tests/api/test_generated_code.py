@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gannet.node.api import generating
+from gannet.node.protocol import generating
 
 
 def test_committed_generated_code_is_current(tmp_path: Path) -> None:
@@ -13,5 +13,5 @@ def test_committed_generated_code_is_current(tmp_path: Path) -> None:
     for path in written:
         committed = generating.GEN_DIR / path.name
         assert committed.read_text() == path.read_text(), (
-            f"{committed} is stale: run `.venv/bin/python -m gannet.node.api.generating`"
+            f"{committed} is stale: run `.venv/bin/python -m gannet.node.protocol.generating`"
         )

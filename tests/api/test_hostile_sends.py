@@ -68,7 +68,7 @@ def test_failed_send_never_shifts_a_queue(broker, messaging, make_topic, seconds
     [(INT64_MIN, 0), (INT64_MAX, 0), (-1, 0), (1_700_000_000, -1), (1_700_000_000, 10**9)],
 )
 def test_delivery_timestamp_out_of_range(messaging, make_topic, seconds, nanos) -> None:
-    from gannet.node.api.gen import admin_pb2
+    from gannet.node.protocol.gen import admin_pb2
 
     topic = make_topic(admin_pb2.DELAY)
     request = _request(topic)

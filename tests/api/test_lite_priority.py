@@ -23,7 +23,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 from rocketmq.v5.exception import LiteSubscriptionQuotaExceededException
 
 from gannet.node.api import lite_topics
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle, unique
 

@@ -24,10 +24,11 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, FilterType, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import commands, receiving
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import calls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import CLIENT_ID, settle, unique
@@ -226,7 +227,7 @@ def test_long_poll_wakes_on_arrival_and_ends_at_shutdown(tmp_path) -> None:
     pop = running.broker.messaging.pop
     assert isinstance(pop, receiving.PopHandler)
     try:
-        with commands.channel(running.endpoint) as plain:
+        with calls.channel(running.endpoint) as plain:
             stub = service_pb2_grpc.MessagingServiceStub(plain)
             stub_admin = admin_pb2_grpc.AdminStub(plain)  # type: ignore[no-untyped-call]
             stub_admin.CreateTopic(admin_pb2.CreateTopicRequest(name="T", queue_nums=2))

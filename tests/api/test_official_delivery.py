@@ -29,10 +29,10 @@ from rocketmq import (
 )
 
 from gannet.node.api import receiving
-from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.pop.config import PopConfig
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.group_configs import CustomizedRetryPolicy, GroupRetryPolicy
 

@@ -8,7 +8,7 @@ import time
 import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle, unique
 

@@ -30,8 +30,8 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from gannet.node.api.commands import channel
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.cli.calls import channel
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 MESSAGES = 10_000
 PRODUCERS = 4

@@ -6,17 +6,17 @@ from pathlib import Path
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import commands
-from gannet.node.api.messaging import MessagingServicer
+from gannet.node.api.plugs import ServicerParts
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import calls
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import CLIENT_ID
 
 
 class FakePop:
-    def __init__(self, servicer: MessagingServicer) -> None:
+    def __init__(self, servicer: ServicerParts) -> None:
         self.servicer = servicer
         self.calls: list[str] = []
 
@@ -51,13 +51,13 @@ class FakePop:
 def test_pop_handlers_receive_the_calls_and_the_lifecycle(tmp_path: Path) -> None:
     made: list[FakePop] = []
 
-    def factory(servicer: MessagingServicer) -> FakePop:
+    def factory(servicer: ServicerParts) -> FakePop:
         made.append(FakePop(servicer))
         return made[-1]
 
     store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
     running = threads.start(BrokerConfig(store=store, listen_port=0), pop=factory)
-    with commands.channel(running.endpoint) as plain:
+    with calls.channel(running.endpoint) as plain:
         stub = service_pb2_grpc.MessagingServiceStub(plain)
         frames = list(
             stub.ReceiveMessage(service_pb2.ReceiveMessageRequest(), timeout=5, metadata=CLIENT_ID)

@@ -22,12 +22,12 @@ from rocketmq import (
 )
 
 from gannet.node.api import receiving
-from gannet.node.api.gen import admin_pb2
 from gannet.node.api.renewing import RenewalLimits, RenewalTable
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import settle, unique

@@ -12,12 +12,13 @@ import pytest
 from click.testing import CliRunner
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import commands, receiving
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
-from gannet.node.cli import main
+from gannet.node.cli import calls
+from gannet.node.cli.root import main
 from gannet.node.pop.config import PopConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import CLIENT_ID, settle
@@ -44,7 +45,7 @@ def broker(tmp_path) -> Iterator[threads.BrokerThread]:
 def stubs(
     broker,
 ) -> Iterator[tuple[admin_pb2_grpc.AdminStub, service_pb2_grpc.MessagingServiceStub]]:
-    with commands.channel(broker.endpoint) as opened:
+    with calls.channel(broker.endpoint) as opened:
         admin = admin_pb2_grpc.AdminStub(opened)  # type: ignore[no-untyped-call]
         yield admin, service_pb2_grpc.MessagingServiceStub(opened)
 

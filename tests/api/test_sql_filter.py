@@ -21,10 +21,10 @@ from rocketmq import (
 from rocketmq.grpc_protocol import Code, FilterType, definition_pb2, service_pb2
 
 from gannet.node.api import client_settings, receiving
-from gannet.node.api.gen import admin_pb2
-from gannet.node.api.statuses import ApiError
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol.gen import admin_pb2
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import settle, unique

@@ -8,7 +8,7 @@ import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
 from gannet.node.api import client_settings, routes, sending
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
 from gannet.node.store.topic_configs import PERM_READ, MessageType, TopicConfig
 

@@ -7,7 +7,7 @@ import pytest
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import settle
 

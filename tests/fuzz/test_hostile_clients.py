@@ -36,9 +36,9 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import receiving
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store import records, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 

@@ -14,7 +14,7 @@ from google.protobuf.message import DecodeError
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.api.gen import peer_pb2
+from gannet.node.protocol.gen import peer_pb2
 from gannet.node.raft.config import Config
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.messages import NodeId

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
 from gannet.node.metrics import consumer_collecting as cc
 from gannet.node.metrics import raft_collecting
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication import driver_state
 
 from .conftest import (

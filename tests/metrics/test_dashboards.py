@@ -15,8 +15,8 @@ import yaml
 from rocketmq.grpc_protocol import Code
 
 from deploy.dashboards import build
-from gannet.node.api.gen import admin_pb2
 from gannet.node.metrics import raft_collecting
+from gannet.node.protocol.gen import admin_pb2
 from gannet.operator import metrics as operator_metrics
 
 from .conftest import REPO, RPC_TIMEOUT_S, create_topic, metrics_port, run_promtool, samples, scrape

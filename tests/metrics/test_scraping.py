@@ -8,8 +8,8 @@ import concurrent.futures
 
 from rocketmq.grpc_protocol import Code
 
-from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import (
     RPC_TIMEOUT_S,

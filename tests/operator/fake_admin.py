@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 
 @dataclasses.dataclass

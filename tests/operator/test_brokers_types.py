@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from gannet.operator import brokers, specs
 
 

@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from deploy import render
-from gannet.node.api import credentials
+from gannet.node.protocol import credentials
 from gannet.operator import kube, manifests, specs
 from tests.operator import crd_schemas
 from tests.operator.emulating import ApiServerEmulator

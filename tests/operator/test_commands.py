@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gannet.node.cli import main
+from gannet.node.cli.root import main
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from e2e.replication.membership import MembershipGroup
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from gannet.operator import manifests
 from tests.operator import statefulsets
 from tests.operator.conftest import NAMESPACE, Env, operator_env

@@ -21,11 +21,11 @@ import kmock
 import pytest
 from click.testing import CliRunner
 
-from gannet.node.api import auth
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
-from gannet.node.cli import main
+from gannet.node.cli.root import main
+from gannet.node.protocol import auth
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.operator import brokers
 from tests.operator.conftest import NAMESPACE, Env, operator_env, ready

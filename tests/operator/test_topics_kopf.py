@@ -10,8 +10,8 @@ import socket
 import grpc
 import pytest
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from tests.operator import fake_admin
 from tests.operator.conftest import operator_env, ready
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from gannet.node.cli import pipeline as cli
 from gannet.node.store import querying
 from gannet.node.store.message_store import MessageStore
-from gannet.pipeline import cli
 
 from .conftest import BrokerStore
 

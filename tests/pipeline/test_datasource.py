@@ -13,8 +13,8 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2
 
-from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
+from gannet.node.protocol.gen import admin_pb2
 from gannet.pipeline import rows
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
+from gannet.node.protocol.gen import admin_pb2
 from gannet.pipeline import rows
 from gannet.pipeline.calling import BrokerConnection
 

@@ -19,10 +19,10 @@ from typing import Any
 import grpc
 import pytest
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.api.messaging import PopFactory
+from gannet.node.api.plugs import PopFactory
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.store.config import FlushMode, StoreConfig

@@ -14,7 +14,7 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import Cluster
 from .test_cluster import (

@@ -13,9 +13,9 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import routes
 from gannet.node.api.forwarding import ForwardStats
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store import records
 from gannet.node.store.config import FlushMode, StoreConfig
 

@@ -17,8 +17,8 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import receiving
-from gannet.node.api.gen import admin_pb2
 from gannet.node.pop.service import PopBroker
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication import config_log
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.fastjson import JsonObject

@@ -19,7 +19,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from tests.api.test_lite_priority import subscribe
 
 from .conftest import Cluster

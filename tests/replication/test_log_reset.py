@@ -19,7 +19,7 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.message_store import MessageStore
 
 from .conftest import Cluster

@@ -15,10 +15,10 @@ import grpc
 import pytest
 from click.testing import CliRunner
 
-from gannet.node import cli
-from gannet.node.api.gen import admin_pb2
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import root as cli
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.store.config import StoreConfig
 

@@ -17,8 +17,8 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
-from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.metrics import failover_collecting
+from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.replication import peer_auth
 
 from .conftest import Cluster

@@ -16,8 +16,8 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.replication.commands import broker_argv, ensure_secret
+from gannet.node.cli.cluster import broker_argv, ensure_secret
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
 from .conftest import free_ports

@@ -9,10 +9,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from gannet.node.api.gen import admin_pb2
-from gannet.node.cli import main
-from gannet.node.replication import commands, status_view
-from gannet.node.replication.status_view import MemberStatus
+from gannet.node.cli import exits, raft_views
+from gannet.node.cli.raft_views import MemberStatus
+from gannet.node.cli.root import main
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import Cluster, free_ports
 
@@ -42,7 +42,7 @@ def test_cluster_status_and_status_show_roles_terms_and_follower_lag(cluster: Cl
     partial = runner.invoke(
         main, ["cluster", "status", "--endpoints", f"{endpoints},{dead}"], terminal_width=200
     )
-    assert partial.exit_code == commands.EXIT_UNREACHABLE
+    assert partial.exit_code == exits.EXIT_UNREACHABLE
     assert "unreachable" in partial.output
     one = cluster.endpoint(min(cluster.nodes))
     found = runner.invoke(main, ["cluster", "status", "-o", "json"], env={"GANNET_ENDPOINT": one})
@@ -64,9 +64,9 @@ def test_agreed_leader_needs_every_reachable_member_to_name_it() -> None:
     two = MemberStatus("b", _status("2", "follower", 3, "1"))
     stale = MemberStatus("c", _status("3", "leader", 2, "3"))
     gone = MemberStatus("d", None, "UNAVAILABLE")
-    agreed = status_view.agreed_leader([one, two, gone])
+    agreed = raft_views.agreed_leader([one, two, gone])
     assert agreed is not None
     assert agreed.node_id == "1"
-    assert status_view.agreed_leader([one, two, stale]) is None  # node 3 still believes itself
-    assert status_view.agreed_leader([two]) is None
-    assert status_view.agreed_leader([gone]) is None
+    assert raft_views.agreed_leader([one, two, stale]) is None  # node 3 still believes itself
+    assert raft_views.agreed_leader([two]) is None
+    assert raft_views.agreed_leader([gone]) is None

@@ -9,10 +9,11 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gannet.node.api import auth, receiving
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import auth
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 ADMIN = ("root", "root-secret")

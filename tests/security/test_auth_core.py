@@ -1,4 +1,4 @@
-"""The pure authentication and authorization core (:mod:`gannet.node.api.auth`)."""
+"""The pure authentication and authorization core (:mod:`gannet.node.protocol.auth`)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 from rocketmq.v5.util.signature import Signature
 
-from gannet.node.api import auth
-from gannet.node.api.auth import Action, Kind, Need
+from gannet.node.protocol import auth
+from gannet.node.protocol.auth import Action, Kind, Need
 
 from .conftest import ACCOUNTS, write_accounts
 
@@ -256,7 +256,7 @@ def _counted(authenticator: auth.Authenticator) -> dict[str, int]:
 
 def test_every_refusal_reason_is_a_known_label():
     """Each reason the signing check can refuse with is in DENIAL_REASONS (exported at 0)."""
-    from gannet.node.api import signing
+    from gannet.node.protocol import signing
 
     source = Path(signing.__file__).read_text()
     used = set(re.findall(r'_unauthorized\(\s*"([a-z_]+)"', source))

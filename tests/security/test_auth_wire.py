@@ -25,10 +25,11 @@ from rocketmq import (
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.exception import ForbiddenException
 
-from gannet.node.api import auth, receiving
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import auth
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import StoreConfig
 
 from .conftest import (

@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gannet.node.api import auth, tls
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol import auth, tls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 from . import certs
 from .conftest import ADMIN, SUB_A, write_accounts

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from gannet.node import cli
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from . import certs

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from gannet.node import cli
+from gannet.node.cli import root as cli
 
 
 def _run(tmp_path: Path, *args: str) -> tuple[int, str]:

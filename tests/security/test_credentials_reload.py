@@ -1,4 +1,4 @@
-"""Credentials reload (:class:`gannet.node.api.credentials.Reloader`): an edited file or a
+"""Credentials reload (:class:`gannet.node.protocol.credentials.Reloader`): an edited file or a
 rotated Secret directory applies without a restart; a broken new file keeps the old accounts
 and logs an error naming the file and field; checks happen at most every ``interval_s``."""
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gannet.node.api import auth, credentials
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import auth, credentials
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import ADMIN, Signed

@@ -18,10 +18,10 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api import tls
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import tls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from tests.api.test_broker_groups import _until
 

@@ -13,10 +13,10 @@ from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.api import limits, receiving, sending
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.pop.config import PopConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import StoreConfig
 
 pytestmark = pytest.mark.timeout(60)

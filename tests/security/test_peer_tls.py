@@ -12,9 +12,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gannet.node.api import tls
-from gannet.node.api.gen import admin_pb2, peer_pb2, peer_pb2_grpc
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import tls
+from gannet.node.protocol.gen import admin_pb2, peer_pb2, peer_pb2_grpc
 from gannet.node.replication.config import PeerTls
 from tests.replication.conftest import Cluster
 

@@ -14,10 +14,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gannet.node.api import tls
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import serving, threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import tls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from . import certs

@@ -1,6 +1,7 @@
-"""Certificate rotation without a restart (:class:`gannet.node.api.tls.ReloadingServerCredentials`):
-the client port serves a replaced certificate at the next handshake; files that are not PEM
-keep the old certificate; checks happen at most every ``interval_s``."""
+"""Certificate rotation without a restart
+(:class:`gannet.node.protocol.tls.ReloadingServerCredentials`): the client port serves a replaced
+certificate at the next handshake; files that are not PEM keep the old certificate; checks happen
+at most every ``interval_s``."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gannet.node.api import tls
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol import tls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from . import certs

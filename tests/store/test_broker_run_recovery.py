@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from gannet.node import cli
 from gannet.node.broker import serving
+from gannet.node.cli import broker, exits
+from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import Message
@@ -67,7 +68,7 @@ def test_damaged_store_is_refused_with_one_clear_message(tmp_path: Path) -> None
     segment, offset = damaged_store(tmp_path)
     before = segment.read_bytes()
     code, output = run(tmp_path)
-    assert code == cli.EXIT_STORE_UNAVAILABLE, output
+    assert code == exits.EXIT_STORE_UNAVAILABLE, output
     assert "Traceback" not in output
     text = " ".join(output.split())  # rich wraps long lines
     assert "recovery refused" in text
@@ -91,7 +92,7 @@ def test_force_recover_starts_and_keeps_the_cut_bytes(
         )
         await running.stop()
 
-    monkeypatch.setattr(cli, "_serve", start_and_stop)
+    monkeypatch.setattr(broker, "_serve", start_and_stop)
     code, output = run(tmp_path, "--force-recover")
     assert code == 0, output
     assert seen == {"force": True, "recovered_to": offset}

@@ -15,10 +15,12 @@ import pytest
 from click.testing import CliRunner
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gannet.node import cli
-from gannet.node.api import statuses
+from gannet.node.api import store_statuses
 from gannet.node.broker import serving
+from gannet.node.cli import broker
+from gannet.node.cli import root as cli
 from gannet.node.metrics.store_collecting import CleanupTally
+from gannet.node.protocol import statuses
 from gannet.node.store import cleaning
 from gannet.node.store.cleaning import Candidate, CleanPolicy, plan_deletion, space_state
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -148,7 +150,7 @@ def test_88_percent_full_disk_refuses_writes_and_deletes_nothing_unconsumed(
         assert "clean-forcibly ratio (85%)" in text
         assert "Workers" in text
         assert "--delete-unconsumed" in text
-        answer = statuses.from_store_error(refused.value)  # what a v2 SendMessage answers
+        answer = store_statuses.from_store_error(refused.value)  # what a v2 SendMessage answers
         assert answer.code == statuses.INTERNAL_SERVER_ERROR  # the proxy's SERVICE_NOT_AVAILABLE
         assert answer.message.startswith("service not available now: disk full")
         assert any("disk full" in r.getMessage() for r in caplog.records)
@@ -243,7 +245,7 @@ def test_broker_run_takes_the_ratios_and_the_opt_in(
         seen["policy"] = running.store.cleaner.policy
         await running.stop()
 
-    monkeypatch.setattr(cli, "_serve", start_and_stop)
+    monkeypatch.setattr(broker, "_serve", start_and_stop)
     args = ["broker", "run", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0"]
     args += ["--metrics-listen", "", "--event-loop", "asyncio", "--file-size-mb", "1"]
     result = CliRunner().invoke(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from gannet.node.cli import main as cli_main
+from gannet.node.cli.root import main as cli_main
 
 
 def main() -> None:

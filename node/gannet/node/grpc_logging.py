@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 
 VERBOSE_FLAGS = frozenset({"-v", "--verbose"})
-COMMAND_PATHS = ("gannet", "gannet-node", "gannet/node/cli.py", "gannet/node/__main__.py")
+COMMAND_PATHS = ("gannet", "gannet-node", "gannet/node/cli/__main__.py", "gannet/node/__main__.py")
 """How ``sys.argv[0]`` ends in the gannet command's process."""
 
 

@@ -1,6 +1,6 @@
 """Gannet's Kubernetes operator (kopf): GannetCluster, Topic and ConsumerGroup resources.
 
-Entry point ``gannet operator run`` (:mod:`gannet.operator.commands` → :mod:`running`). Pure
+Entry point ``gannet operator run`` (:mod:`gannet.node.cli.kube_operator` → :mod:`running`). Pure
 planning lives in :mod:`specs`, :mod:`topic_planning`, :mod:`group_planning`, :mod:`claims`,
 :mod:`cluster_planning`, :mod:`schedules`, :mod:`manifests` and :mod:`conditions`; IO lives in
 :mod:`brokers` (admin gRPC API), :mod:`kube` (Kubernetes API) and :mod:`metrics` (/metrics,

@@ -12,8 +12,8 @@ recently used one is closed past that) and closed by :meth:`Brokers.close`.
 Security: a broker run with ``--auth-file`` wants every call signed by a key with the ``admin``
 right, and a broker with ``--tls-cert`` serves TLS only. :class:`Security` holds the operator's
 access key and secret (each call carries fresh ``MQv2-HMAC-SHA1`` metadata from
-:class:`gannet.node.api.auth.SigningInterceptor`) and the CA it trusts for TLS. The default comes
-from the operator's options; :meth:`Brokers.use` sets another one for a cluster's endpoints
+:class:`gannet.node.protocol.auth.SigningInterceptor`) and the CA it trusts for TLS. The default
+comes from the operator's options; :meth:`Brokers.use` sets another one for a cluster's endpoints
 (:func:`gannet.operator.contexts.secure` reads it from the cluster's Secrets). A refused
 signature or a key without the admin right becomes :class:`Unauthorized` (condition reason
 ``Unauthorized``), naming where the operator's key comes from.
@@ -30,8 +30,8 @@ from typing import Any, ClassVar, TypeVar
 import grpc
 import grpc.aio
 
-from gannet.node.api import auth
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol import auth
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
 from gannet.operator.group_planning import BrokerGroup
 from gannet.operator.membership_planning import Group, MemberState

@@ -1,6 +1,6 @@
 """Run the operator: kopf settings, login, the metrics/liveness server, and the kopf loop.
 
-``gannet operator run`` (:mod:`gannet.operator.commands`) calls :func:`run`; tests call it too,
+``gannet operator run`` (:mod:`gannet.node.cli.kube_operator`) calls :func:`run`; tests call it too,
 with an emulated API server, in-process brokers, an :class:`~gannet.operator.contexts.Endpoints`
 that points at them and an injected clock. Everything the operator needs is built here and
 passed down explicitly; nothing lives in module globals.

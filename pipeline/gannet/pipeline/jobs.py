@@ -25,27 +25,29 @@ bytes.
   Files are only read; on a store a broker is writing, the report is a snapshot (a record
   being appended at that moment may show as a torn tail).
 
-Usage on one machine (``--master`` defaults to ``local[*]``)::
+Usage on one machine (``--master`` defaults to ``local[*]``), through the ``gannet`` command
+(:mod:`gannet.node.cli.pipeline`)::
 
-    python -m gannet.pipeline.jobs verify ~/.gannet/store
-    python -m gannet.pipeline.jobs export ~/.gannet/store /data/out --topic orders \\
+    gannet pipeline verify ~/.gannet/store
+    gannet pipeline export ~/.gannet/store /data/out --topic orders \\
         --since 2026-11-01T00:00:00Z --until 2026-11-02T00:00:00Z
-    python -m gannet.pipeline.jobs rebuild ~/.gannet/store /data/rebuilt   # broker sizes:
+    gannet pipeline rebuild ~/.gannet/store /data/rebuilt   # broker sizes:
         # --cq-units-per-file, --index-hash-slots, --index-items-max (RocketMQ defaults)
-    python -m gannet.pipeline.jobs rebuild ~/.gannet/store --in-place     # broker stopped
-    gannet pipeline verify ~/.gannet/store          # the same commands in the gannet CLI
+    gannet pipeline rebuild ~/.gannet/store --in-place     # broker stopped
 
-On a cluster, ``spark-submit`` runs a Python *file* (it has no ``-m``), so pass this module's
-path. Segment folders must be readable at the same path on every executor (shared or copied
-storage; export OUTPUT likewise, or an ``hdfs://``/``s3://`` URI). Executors need pyarrow and
-the gannet code: install the ``gannet[pipeline]`` distribution on the workers, or ship the two
-source roots as one zip (``gannet`` is a namespace package; zipimport handles that)::
+On a cluster, ``spark-submit`` runs a Python *file* (it has no ``-m``), so pass the path of
+the CLI's pipeline module, :mod:`gannet.node.cli.pipeline`. Segment folders must be readable
+at the same path on every executor (shared or copied storage; export OUTPUT likewise, or an
+``hdfs://``/``s3://`` URI). Executors need pyarrow and the gannet code: install the
+``gannet[pipeline]`` distribution on the workers, or ship the two source roots as one zip
+(``gannet`` is a namespace package; zipimport handles that)::
 
     (cd node && zip -qr /tmp/gannet.zip gannet) && (cd pipeline && zip -qr /tmp/gannet.zip gannet)
     spark-submit --master spark://host:7077 --py-files /tmp/gannet.zip \\
-        pipeline/gannet/pipeline/jobs.py export /shared/store /shared/export --topic orders
+        node/gannet/node/cli/pipeline.py export /shared/store /shared/export --topic orders
     spark-submit --master spark://host:7077 --py-files /tmp/gannet.zip \\
-        "$(python -c 'import gannet.pipeline.jobs as j; print(j.__file__)')" verify /shared/store
+        "$(python -c 'import gannet.node.cli.pipeline as p; print(p.__file__)')" \\
+        verify /shared/store
 
 Under ``spark-submit`` the ``--master`` of ``spark-submit`` wins unless the job's own
 ``--master`` is given. Functions here take a ``SparkSession`` so tests share one session.
@@ -61,7 +63,6 @@ import sys
 import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,7 @@ from pyspark.sql import SparkSession
 
 from gannet.node.store.config import StoreConfig
 from gannet.pipeline import exporting, rebuilding, segments
+from gannet.pipeline.reports import ExportReport, RebuildReport, SegmentReport, VerifyReport
 from gannet.pipeline.segments import Damage, Segment
 
 DEFAULT_MASTER = "local[*]"
@@ -124,15 +126,6 @@ KEEP_ALL = ExportFilter()
 EXPORT_MODES = ("errorifexists", "overwrite", "append", "ignore")
 
 
-@dataclass(frozen=True, slots=True)
-class ExportReport:
-    segments: int
-    commitlog_bytes: int
-    messages: int
-    files: int
-    elapsed_s: float
-
-
 def _export_partition(
     keep: ExportFilter, output: str, parts: Iterable[Segment]
 ) -> Iterator[exporting.SegmentExport]:
@@ -182,37 +175,6 @@ def export(
 # --------------------------------------------------------------------------- verify
 
 
-@dataclass(frozen=True, slots=True)
-class SegmentReport:
-    """What :func:`verify` found in one segment."""
-
-    segment: str
-    start_offset: int
-    size_bytes: int
-    records_ok: int
-    data_end_offset: int
-    damage: tuple[Damage, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class VerifyReport:
-    segments: tuple[SegmentReport, ...]
-    damage: tuple[Damage, ...]
-    elapsed_s: float
-
-    @property
-    def clean(self) -> bool:
-        return not self.damage
-
-    @property
-    def records_ok(self) -> int:
-        return sum(s.records_ok for s in self.segments)
-
-    @property
-    def commitlog_bytes(self) -> int:
-        return sum(s.size_bytes for s in self.segments)
-
-
 def verify_segment(segment: Segment) -> SegmentReport:
     """Scan one segment with CRC checks (runs on an executor)."""
     ok = 0
@@ -249,18 +211,6 @@ def verify(spark: SparkSession, source: Path) -> VerifyReport:
 
 
 # --------------------------------------------------------------------------- rebuild
-
-
-@dataclass(frozen=True, slots=True)
-class RebuildReport:
-    segments: int
-    commitlog_bytes: int
-    records: int
-    consume_queues: int
-    index_files: int
-    dispatched_end_offset: int
-    stopped_at: Damage | None
-    elapsed_s: float
 
 
 def _in_segment_order(
@@ -355,14 +305,3 @@ def _swap_in(staging: Path, root: Path) -> None:
         shutil.rmtree(root / name, ignore_errors=True)
         if (staging / name).exists():
             (staging / name).rename(root / name)
-
-
-def main() -> None:
-    """``python -m gannet.pipeline.jobs`` / ``spark-submit jobs.py``: the pipeline CLI."""
-    from gannet.pipeline import cli  # noqa: PLC0415 - cli imports this module lazily too
-
-    cli.pipeline(prog_name="gannet.pipeline.jobs")
-
-
-if __name__ == "__main__":
-    main()

@@ -23,13 +23,14 @@ from typing import NoReturn, TypeVar
 import grpc
 
 from gannet.node.api import admin_converting as conv
-from gannet.node.api import admin_querying, receiving, statuses
+from gannet.node.api import admin_querying, receiving
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.client_settings import ClientRegistry
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.pop import revive_log
 from gannet.node.pop.service import PopBroker
+from gannet.node.protocol import statuses
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store import errors, querying, validation
 from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.group_configs import SubscriptionGroupConfig

@@ -5,7 +5,7 @@ Pure functions (reads of offsets excepted); called by :mod:`admin`.
 
 from __future__ import annotations
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store import querying, validation
 from gannet.node.store.cleaning import CleanPolicy, CleanResult
 from gannet.node.store.group_configs import SubscriptionGroupConfig

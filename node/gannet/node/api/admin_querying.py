@@ -14,7 +14,7 @@ Called by :mod:`admin` in a worker thread.
 
 from __future__ import annotations
 
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store import errors, querying
 from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.message_store import MessageStore

@@ -26,9 +26,9 @@ from typing import Any, NoReturn
 
 import grpc
 
-from gannet.node.api import statuses
-from gannet.node.api.gen import admin_pb2
 from gannet.node.api.routes import BrokerIdentity
+from gannet.node.protocol import statuses
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication import membership_changes as changes
 from gannet.node.replication.config import ReplicationConfigError, parse_peer
 from gannet.node.replication.driver import ReplicationNode

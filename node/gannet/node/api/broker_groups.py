@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.api import routes
-from gannet.node.api.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.topic_configs import MESSAGE_TYPE_ATTRIBUTE, TopicConfig
 
 SCOPE_HEADER = "gannet-scope"

@@ -29,8 +29,9 @@ from dataclasses import dataclass
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import definition_pb2
 
-from gannet.node.api import filters, lite_topics, sending, statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.api import filters, lite_topics, sending
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, validation
 from gannet.node.store.group_configs import (
     RETRY_POLICY_EXPONENTIAL,

@@ -42,12 +42,13 @@ from typing import Any, NoReturn
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api import broker_groups, routes, statuses
+from gannet.node.api import broker_groups, routes
 from gannet.node.api.broker_groups import GroupView
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.api.group_polling import GroupPoller
-from gannet.node.api.statuses import ApiError
 from gannet.node.pop import receipts
+from gannet.node.protocol import statuses
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.store.message_store import MessageStore
 

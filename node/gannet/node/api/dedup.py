@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from rocketmq.grpc_protocol import service_pb2
 
-from gannet.node.api import statuses
+from gannet.node.protocol import statuses
 from gannet.node.store import querying
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.records import DispatchInfo

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api import statuses
-from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import filtering
 from gannet.node.pop.filtering import MessageFilter
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 
 
 def pop_error(exc: pop_errors.PopError) -> ApiError:

@@ -46,8 +46,8 @@ from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
 from rocketmq.grpc_protocol import Code, service_pb2
 
-from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.config import PeerSpec
 from gannet.node.replication.driver import ReplicationNode
 

@@ -15,7 +15,7 @@ operator's call when it adds or drains a group): groups none of whose known memb
 is among the new seeds are forgotten, the rest are kept and the poller runs at once.
 
 Security (``docs/security.md``, "Broker groups"): polls go out with the member's own client
-settings (:class:`~gannet.node.api.auth.ClientSecurity`): TLS when its client port is TLS,
+settings (:class:`~gannet.node.protocol.auth.ClientSecurity`): TLS when its client port is TLS,
 trusting the cluster CA and presenting its certificate under mutual TLS, and signed with the
 cluster access key when it has one. The admin fan-out reuses these channels (:meth:`channel_to`).
 
@@ -34,9 +34,10 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from gannet.node.api import auth, broker_groups, signing, tls
+from gannet.node.api import broker_groups
 from gannet.node.api.broker_groups import GroupView
-from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol import auth, signing, tls
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ Single-threaded (the server's event loop); called by :mod:`gannet.node.api.wire`
 
 from __future__ import annotations
 
-from gannet.node.api import statuses
+from gannet.node.protocol import statuses
 
 INFLIGHT_PER_CLIENT_MAX = 256
 

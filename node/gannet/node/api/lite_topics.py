@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
 from gannet.node.store.topic_configs import MessageType
 

@@ -6,7 +6,7 @@ NotifyClientTermination, GetOffset / QueryOffset / UpdateOffset, and transaction
 (half messages, EndTransaction, orphan checks pushed on producers' Telemetry streams:
 :mod:`transactions`; through the Raft log on a replicated group). Pop consumption
 (ReceiveMessage, AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) is
-delegated to a :class:`PopHandlers` (the broker plugs in :mod:`receiving` by default), and
+delegated to a :class:`~plugs.PopHandlers` (the broker plugs in :mod:`receiving` by default), and
 answered ``UNSUPPORTED`` with a message saying Pop is not served yet when there is none
 (``UNSUPPORTED`` rather than ``NOT_IMPLEMENTED``: the Python client maps both to its Unsupported
 error but logs the latter as an unrecognized code). Everything else answers ``UNSUPPORTED`` in
@@ -22,7 +22,7 @@ topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset 
 :mod:`offsets`.
 
 Every unary reply carries a non-zero status (the Python client rejects a missing one); errors
-are :class:`~gannet.node.api.statuses.ApiError` turned into the reply's status, and any other
+are :class:`~gannet.node.protocol.statuses.ApiError` turned into the reply's status, and any other
 exception is logged and answered ``INTERNAL_SERVER_ERROR`` — never a gRPC error, except on the
 Telemetry stream, where bad settings give gRPC ``INVALID_ARGUMENT`` as the proxy does.
 
@@ -35,7 +35,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
@@ -52,11 +52,13 @@ from gannet.node.api import (
     pulling,
     routes,
     sending,
-    statuses,
+    store_statuses,
     transactions,
 )
+from gannet.node.api.plugs import PopFactory, PopHandlers, ReceivedObserver
 from gannet.node.api.resources import Resources
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, records, validation
@@ -70,46 +72,8 @@ Response = TypeVar("Response")
 T = TypeVar("T")
 
 
-class PopHandlers(Protocol):
-    """What the Pop consumption layer plugs in; same shapes as the servicer methods.
-
-    Built by a :data:`PopFactory` once the servicer exists (it can use the servicer's store,
-    ``resources``, ``clients`` and ``identity``). On broker stop, :meth:`begin_shutdown` is
-    called first (end long polls now), then — after the server drained — :meth:`close` in a
-    worker thread, before the store closes.
-    """
-
-    def begin_shutdown(self) -> None: ...
-
-    def close(self) -> None: ...
-
-    def ReceiveMessage(  # noqa: N802 — gRPC method names
-        self, request: service_pb2.ReceiveMessageRequest, context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[service_pb2.ReceiveMessageResponse]: ...
-
-    async def AckMessage(  # noqa: N802
-        self, request: service_pb2.AckMessageRequest, context: grpc.aio.ServicerContext
-    ) -> service_pb2.AckMessageResponse: ...
-
-    async def ChangeInvisibleDuration(  # noqa: N802
-        self,
-        request: service_pb2.ChangeInvisibleDurationRequest,
-        context: grpc.aio.ServicerContext,
-    ) -> service_pb2.ChangeInvisibleDurationResponse: ...
-
-    async def ForwardMessageToDeadLetterQueue(  # noqa: N802
-        self,
-        request: service_pb2.ForwardMessageToDeadLetterQueueRequest,
-        context: grpc.aio.ServicerContext,
-    ) -> service_pb2.ForwardMessageToDeadLetterQueueResponse: ...
-
-
-PopFactory = Callable[["MessagingServicer"], PopHandlers]
 SentObserver = Callable[[str, Sequence[records.Message]], None]
 """Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
-ReceivedObserver = Callable[[str, str, Sequence[records.Message | definition_pb2.Message]], None]
-"""Told (topic, group, messages) when messages are handed to a consumer (ReceiveMessage,
-PullMessage); metrics use it (only ``body`` is read)."""
 
 
 def client_id_of(context: grpc.aio.ServicerContext) -> str:
@@ -166,7 +130,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.selector = sending.QueueSelector()
         self._waiters = store.durable_waiters(asyncio.get_running_loop())
         self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
-        self._closing = asyncio.Event()
+        self.closing = asyncio.Event()
         self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
         if self.forwarder is not None:
@@ -201,7 +165,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         except ApiError as exc:
             return make(status=exc.status())
         except errors.StoreError as exc:
-            return make(status=statuses.from_store_error(exc).status())
+            return make(status=store_statuses.from_store_error(exc).status())
         except Exception as exc:
             log.exception("%s failed", what)
             return make(status=ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}").status())
@@ -317,7 +281,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     async def _until_closing(self, commands: AsyncIterator[T]) -> AsyncIterator[T]:
         """The stream's commands until the client ends it or the broker shuts down."""
-        closing = asyncio.ensure_future(self._closing.wait())
+        closing = asyncio.ensure_future(self.closing.wait())
         iterator = aiter(commands)
         try:
             while True:
@@ -335,7 +299,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
 
     def begin_shutdown(self) -> None:
         """End the long-lived streams so that the server's drain does not wait for them."""
-        self._closing.set()
+        self.closing.set()
         if self.pop is not None:
             self.pop.begin_shutdown()
         if self.transactions is not None:

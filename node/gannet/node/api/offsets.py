@@ -5,16 +5,16 @@ answers ``OFFSET_NOT_FOUND`` for a queue the group never committed, UpdateOffset
 offset outside ``[0, max offset]`` (``ILLEGAL_OFFSET``), QueryOffset gives the queue's min or
 max offset, or the first offset stored at or after a time.
 
-Functions raising :class:`~gannet.node.api.statuses.ApiError`; called by :mod:`messaging`.
+Functions raising :class:`~gannet.node.protocol.statuses.ApiError`; called by :mod:`messaging`.
 """
 
 from __future__ import annotations
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gannet.node.api import statuses
 from gannet.node.api.resources import Resources
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import querying
 
 

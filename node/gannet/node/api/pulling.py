@@ -30,7 +30,7 @@ own offsets (the Spark data source ``gannet`` in :mod:`gannet.pipeline`). Semant
 * **Messages** are converted exactly as ReceiveMessage converts them
   (:func:`gannet.node.api.receiving.message_pb`), without ``receipt_handle``.
 
-:func:`pull_message` is called by :meth:`MessagingServicer.PullMessage`; one
+:func:`pull_message` is called by :meth:`ServicerParts.PullMessage`; one
 :class:`PullHandler` per servicer, made on first use, listens to the store's dispatch to wake
 waiting pulls.
 """
@@ -45,22 +45,20 @@ import time
 import weakref
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import filters, receiving, statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.api import filters, receiving, store_statuses
+from gannet.node.api.plugs import ServicerParts
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import PoppedMessage
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, records
 from gannet.node.store.reading import GetResult, GetStatus
 from gannet.node.store.records import DispatchInfo
-
-if TYPE_CHECKING:
-    from gannet.node.api.messaging import MessagingServicer
 
 log = logging.getLogger(__name__)
 
@@ -149,13 +147,13 @@ def _resolve(future: asyncio.Future[None]) -> None:
 class PullHandler:
     """Serves PullMessage for one servicer (see the module docstring)."""
 
-    def __init__(self, servicer: MessagingServicer, limits: PullLimits = DEFAULT_LIMITS) -> None:
+    def __init__(self, servicer: ServicerParts, limits: PullLimits = DEFAULT_LIMITS) -> None:
         # Not the servicer itself: :data:`_handlers` is keyed weakly by it, so the handler
-        # must not keep it alive. The servicer sets ``_closing`` in ``begin_shutdown``;
+        # must not keep it alive. The servicer sets ``closing`` in ``begin_shutdown``;
         # waiting on it lets the server's drain end at once instead of after the longest poll.
         self.store = servicer.store
         self.resources = servicer.resources
-        self._closing = servicer._closing
+        self._closing = servicer.closing
         self.limits = limits
         self._arrivals = _Arrivals(asyncio.get_running_loop(), limits.waiters_max)
         servicer.store.add_arrival_listener(self._arrivals.on_dispatch)
@@ -273,10 +271,10 @@ def _empty_reason(status: GetStatus) -> str:
     return "no matched message"
 
 
-_handlers: weakref.WeakKeyDictionary[MessagingServicer, PullHandler] = weakref.WeakKeyDictionary()
+_handlers: weakref.WeakKeyDictionary[ServicerParts, PullHandler] = weakref.WeakKeyDictionary()
 
 
-def handler_of(servicer: MessagingServicer) -> PullHandler:
+def handler_of(servicer: ServicerParts) -> PullHandler:
     """The servicer's PullHandler, made (and hooked to the store) on first use."""
     handler = _handlers.get(servicer)
     if handler is None:
@@ -284,14 +282,14 @@ def handler_of(servicer: MessagingServicer) -> PullHandler:
     return handler
 
 
-def waiting_pulls(servicer: MessagingServicer) -> int:
+def waiting_pulls(servicer: ServicerParts) -> int:
     """How many pulls of ``servicer`` wait in a long poll now (any thread)."""
     handler = _handlers.get(servicer)
     return 0 if handler is None else handler.waiting()
 
 
 async def pull_message(
-    servicer: MessagingServicer,
+    servicer: ServicerParts,
     request: service_pb2.PullMessageRequest,
     context: grpc.aio.ServicerContext,
 ) -> AsyncIterator[service_pb2.PullMessageResponse]:
@@ -311,6 +309,6 @@ def _api_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, errors.StoreError):
-        return statuses.from_store_error(exc)
+        return store_statuses.from_store_error(exc)
     log.exception("PullMessage failed")
     return ApiError(statuses.INTERNAL_SERVER_ERROR, f"PullMessage: {exc}")

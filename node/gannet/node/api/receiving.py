@@ -53,16 +53,16 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import ack_batching, priorities, routes, sending, statuses
+from gannet.node.api import ack_batching, priorities, routes, sending, store_statuses
 from gannet.node.api.filters import filter_of, pop_error
+from gannet.node.api.plugs import PopFactory, ServicerParts
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
-from gannet.node.api.statuses import ApiError
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
@@ -70,14 +70,13 @@ from gannet.node.pop.filtering import LiteFilter, MessageFilter
 from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, msgids, records, validation
 from gannet.node.store import properties as props
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.topic_configs import MessageType
-
-if TYPE_CHECKING:
-    from gannet.node.api.messaging import MessagingServicer, PopFactory
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +112,7 @@ def factory(
     """A pop factory for :class:`~gannet.node.broker.serving.Broker`: a started PopBroker on
     the servicer's store, served by :class:`PopHandler`."""
 
-    def make(servicer: MessagingServicer) -> PopHandler:
+    def make(servicer: ServicerParts) -> PopHandler:
         pop = PopBroker(servicer.store, config)
         if servicer.replication is not None:  # only the Raft leader revives (pop/service.py)
             pop.set_leading(servicer.replication.is_serving_leader())
@@ -156,7 +155,7 @@ def _api_error(exc: Exception, what: str) -> ApiError:
     if isinstance(exc, pop_errors.PopError):
         return pop_error(exc)
     if isinstance(exc, errors.StoreError):
-        return statuses.from_store_error(exc)
+        return store_statuses.from_store_error(exc)
     log.exception("%s failed", what)
     return ApiError(statuses.INTERNAL_SERVER_ERROR, f"{what}: {exc}")
 
@@ -257,11 +256,11 @@ def _message_type(p: dict[str, str]) -> int:
 
 # ---------------------------------------------------------------------- handler
 class PopHandler:
-    """The servicer's Pop handlers (:class:`~gannet.node.api.messaging.PopHandlers`)."""
+    """The servicer's Pop handlers (:class:`~gannet.node.api.plugs.PopHandlers`)."""
 
     def __init__(
         self,
-        servicer: MessagingServicer,
+        servicer: ServicerParts,
         pop: PopBroker,
         limits: ReceiveLimits = DEFAULT_LIMITS,
         renewal: RenewalLimits | None = None,

@@ -20,8 +20,9 @@ import logging
 
 from rocketmq.grpc_protocol import definition_pb2
 
-from gannet.node.api import sending, statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.api import sending
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, validation
 from gannet.node.store.group_configs import SubscriptionGroupConfig
 from gannet.node.store.message_store import MessageStore

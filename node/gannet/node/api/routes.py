@@ -55,8 +55,8 @@ from dataclasses import dataclass
 
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api import statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import (
     CommitUncertain,

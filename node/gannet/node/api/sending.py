@@ -1,7 +1,7 @@
 """SendMessage: validate a v2 ``SendMessageRequest`` and turn it into store records.
 
 The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
-:class:`~gannet.node.api.statuses.ApiError` whose message names the field:
+:class:`~gannet.node.protocol.statuses.ApiError` whose message names the field:
 
 * zero messages, or messages for different topics → ``MESSAGE_CORRUPTED``; more than
   ``batch_messages_max`` → ``PAYLOAD_TOO_LARGE``;
@@ -53,8 +53,9 @@ from typing import NoReturn
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import lite_topics, priorities, statuses
-from gannet.node.api.statuses import ApiError
+from gannet.node.api import lite_topics, priorities
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, records, validation
 from gannet.node.store import properties as props
 from gannet.node.store.topic_configs import MessageType, TopicConfig

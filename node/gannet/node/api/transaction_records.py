@@ -34,8 +34,8 @@ from typing import NamedTuple
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api.statuses import ApiError
 from gannet.node.api.transaction_book import Resolution
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
 from gannet.node.store import records, validation
 from gannet.node.store.records import DispatchInfo

@@ -44,9 +44,7 @@ from typing import TypeVar
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import statuses
 from gannet.node.api import transaction_records as tr
-from gannet.node.api.statuses import ApiError
 from gannet.node.api.transaction_book import (
     CheckLimits,
     EndRefused,
@@ -54,6 +52,8 @@ from gannet.node.api.transaction_book import (
     Resolution,
     TransactionBook,
 )
+from gannet.node.protocol import statuses
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
 from gannet.node.store import querying, records
 from gannet.node.store.commitlog import AppendResult

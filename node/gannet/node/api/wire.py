@@ -13,7 +13,7 @@ The same path refuses v2 requests without an ``x-mq-client-id`` header with
 ``CLIENT_ID_REQUIRED``, as the proxy's ``validateContext`` does (every official client sends
 one).
 
-With a :class:`Gate` (``--auth-file``, :mod:`gannet.node.api.auth`) every call is
+With a :class:`Gate` (``--auth-file``, :mod:`gannet.node.protocol.auth`) every call is
 authenticated before it is decoded further and every request (each Telemetry command) is
 authorized; refusals are v2 ``UNAUTHORIZED`` / ``FORBIDDEN`` statuses, or for admin RPCs and
 the Telemetry stream gRPC ``UNAUTHENTICATED`` / ``PERMISSION_DENIED``. With an ``inflight``
@@ -34,7 +34,8 @@ from google.protobuf import message_factory
 from google.protobuf.message import DecodeError
 from rocketmq.grpc_protocol import Code
 
-from gannet.node.api import limits, statuses
+from gannet.node.api import limits
+from gannet.node.protocol import statuses
 
 ProtoMessage = Any  # generated protobuf classes are untyped at this boundary
 
@@ -87,9 +88,9 @@ async def _stream_guard(
 
 
 class Gate(Protocol):
-    """Authentication and authorization (:class:`gannet.node.api.auth.WireGate`).
+    """Authentication and authorization (:class:`gannet.node.protocol.auth.WireGate`).
 
-    Both raise :class:`~gannet.node.api.statuses.ApiError` to refuse."""
+    Both raise :class:`~gannet.node.protocol.statuses.ApiError` to refuse."""
 
     def authenticate(self, metadata: Iterable[tuple[str, str]]) -> object: ...
 

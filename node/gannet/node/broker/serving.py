@@ -21,9 +21,9 @@ ForwardMessageToDeadLetterQueue) is served by :mod:`gannet.node.api.receiving` o
 factory is given; it is closed after the drain and before the store.
 
 Security (``docs/security.md``): with ``auth_file`` every call is authenticated and authorized
-(:mod:`gannet.node.api.auth`; refusals counted in ``Broker.authenticator.denials_total``); with
+(:mod:`gannet.node.protocol.auth`; refusals counted in ``Broker.authenticator.denials_total``); with
 ``tls_cert``/``tls_key`` the client port serves TLS only, and ``tls_client_ca`` makes it mutual
-(:mod:`gannet.node.api.tls`). Each v2 client id has at most ``inflight_per_client_max`` calls
+(:mod:`gannet.node.protocol.tls`). Each v2 client id has at most ``inflight_per_client_max`` calls
 in flight (:mod:`gannet.node.api.limits`). Calls to the other broker groups (polls, fan-out) go
 out with :func:`cluster_security`: this member's TLS settings and the cluster access key.
 
@@ -52,20 +52,17 @@ from rocketmq.grpc_protocol import service_pb2
 
 from gannet.node.api import (
     admin,
-    auth,
     cluster_admin,
-    credentials,
     dedup,
     group_polling,
     limits,
     messaging,
+    plugs,
     receiving,
     routes,
-    tls,
     wire,
 )
 from gannet.node.api.admin_raft import RaftAdmin
-from gannet.node.api.gen import admin_pb2
 from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.metrics import (
     broker_metrics,
@@ -75,6 +72,8 @@ from gannet.node.metrics import (
     transaction_collecting,
 )
 from gannet.node.pop.service import PopBroker
+from gannet.node.protocol import auth, credentials, tls
+from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.store.config import StoreConfig
@@ -177,7 +176,7 @@ class Broker:
     ``phase`` goes created → recovering → starting → serving → stopping → stopped.
     """
 
-    def __init__(self, config: BrokerConfig, *, pop: messaging.PopFactory | None = None) -> None:
+    def __init__(self, config: BrokerConfig, *, pop: plugs.PopFactory | None = None) -> None:
         self.config = config
         self._pop_factory = pop if pop is not None else receiving.factory()
         self.store = MessageStore(config.store, commit_follows_flush=config.replication is None)

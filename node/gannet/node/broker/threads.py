@@ -11,7 +11,7 @@ import asyncio
 import concurrent.futures
 import threading
 
-from gannet.node.api.messaging import PopFactory
+from gannet.node.api.plugs import PopFactory
 from gannet.node.broker.serving import Broker, BrokerConfig
 
 START_TIMEOUT_S = 60.0

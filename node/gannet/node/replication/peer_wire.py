@@ -6,7 +6,7 @@ refuse a stream from another replication group that reached its port by mistake.
 
 from __future__ import annotations
 
-from gannet.node.api.gen import peer_pb2
+from gannet.node.protocol.gen import peer_pb2
 from gannet.node.raft.membership import Membership, MembershipEntry
 from gannet.node.raft.messages import (
     AppendEntries,

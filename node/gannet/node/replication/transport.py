@@ -32,7 +32,7 @@ until the leader's log tells it the group.
 
 With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
 and every outbound stream presents this node's certificate and trusts only that CA
-(:mod:`gannet.node.api.tls`): a process without a cluster certificate can neither deliver a
+(:mod:`gannet.node.protocol.tls`): a process without a cluster certificate can neither deliver a
 message to a member nor receive one; its handshakes fail before any RPC. Rotated files are
 picked up: by the server at its next handshakes (:class:`tls.ReloadingServerCredentials`), by
 the senders when they reconnect (credentials rebuilt when the files' fingerprint changed).
@@ -48,8 +48,8 @@ from collections.abc import AsyncIterator, Callable
 
 import grpc
 
-from gannet.node.api import tls
-from gannet.node.api.gen import peer_pb2, peer_pb2_grpc
+from gannet.node.protocol import tls
+from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
 from gannet.node.replication import members, peer_auth, peer_wire
 from gannet.node.replication.config import PeerSpec, ReplicationConfig

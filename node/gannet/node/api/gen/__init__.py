@@ -1,1 +1,0 @@
-"""Generated code for ``gannet.admin.v1`` (do not edit; see :mod:`gannet.node.api.generating`)."""

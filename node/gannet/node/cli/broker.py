@@ -1,0 +1,592 @@
+"""``gannet broker run``: open (and recover) a store and serve clients until SIGINT/SIGTERM.
+
+Turns the options into a :class:`gannet.node.broker.serving.BrokerConfig` (store, cleanup
+policy, auth, TLS, transactions, broker groups, and the Raft group: ``--node-id``/``--peers``,
+``--join``, peer TLS or a peer secret), runs :class:`~gannet.node.broker.serving.Broker` on
+uvloop (or asyncio) and prints where it serves. Exit code 3 when the store cannot be opened or
+the broker stops itself (:mod:`gannet.node.cli.exits`); bad options are click errors (2).
+
+Registered on the ``gannet`` group by :mod:`gannet.node.cli.root`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+
+import click
+import uvloop
+from rich.table import Table
+
+from gannet.node.api import group_polling
+from gannet.node.api.transaction_book import CheckLimits
+from gannet.node.broker import serving
+from gannet.node.cli import options, output
+from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
+from gannet.node.metrics import http_serving
+from gannet.node.protocol import auth, tls
+from gannet.node.replication import config as replication_config
+from gannet.node.replication import peer_auth
+from gannet.node.store import cleaning
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.errors import StoreError
+from gannet.node.store.message_store import MessageStore
+
+console = output.console
+err_console = output.err_console
+DEFAULT_DATA_DIR = Path.home() / ".gannet" / "store"
+
+
+@click.group()
+def broker() -> None:
+    """Run a broker node."""
+
+
+@broker.command("run")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    help="Store directory (created if missing).",
+)
+@click.option(
+    "--flush",
+    type=click.Choice(["async", "sync"]),
+    default="async",
+    show_default=True,
+    help="async: flush every 500 ms; sync: answer writers after fdatasync (group commit).",
+)
+@click.option("--file-size-mb", type=click.IntRange(1, 4096), default=1024, show_default=True)
+@click.option(
+    "--listen",
+    default="127.0.0.1:8081",
+    show_default=True,
+    help="host:port for RocketMQ 5 clients (apache.rocketmq.v2) and the admin API.",
+)
+@click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
+@click.option(
+    "--broker-name",
+    default="broker-a",
+    show_default=True,
+    help="Name of this broker group (RocketMQ's brokerName); a cluster of several groups "
+    "names them broker-0, broker-1, ...",
+)
+@click.option(
+    "--cluster-seeds",
+    default="",
+    help="Comma-separated client endpoints (host:port) of members of the cluster's OTHER "
+    "broker groups: routes then list every group's queues (polled every 2 s) and topic and "
+    "consumer-group writes apply to every group. Default: this group is the whole cluster.",
+)
+@click.option(
+    "--cluster-access-key",
+    envvar="GANNET_CLUSTER_ACCESS_KEY",
+    help="Access key signing this member's polls of the other broker groups (needs admin in "
+    "their --auth-file); with --cluster-secret-key. See docs/security.md, Broker groups.",
+)
+@click.option(
+    "--cluster-secret-key",
+    envvar="GANNET_CLUSTER_SECRET_KEY",
+    help="Secret of --cluster-access-key (prefer the environment variable).",
+)
+@click.option(
+    "--cluster-tls-ca",
+    envvar="GANNET_CLUSTER_TLS_CA",
+    type=click.Path(path_type=Path, exists=True, dir_okay=False),
+    help="PEM CA of the other broker groups' client-port certificates (default: "
+    "--tls-client-ca, else the system roots); used when calling them over TLS.",
+)
+@click.option(
+    "--auto-create-topics",
+    is_flag=True,
+    help="Create unknown topics (MIXED type, 8 queues) when clients use them.",
+)
+@click.option(
+    "--auto-create-groups",
+    is_flag=True,
+    help="Create unknown consumer groups (defaults of `gannet group create`) when clients "
+    "use them, as RocketMQ's autoCreateSubscriptionGroup does. `make run` turns it on.",
+)
+@click.option(
+    "--metrics-listen",
+    default="127.0.0.1:5557",
+    show_default=True,
+    help="host:port for /metrics (Prometheus), /healthz and /readyz; '' disables it.",
+)
+@click.option(
+    "--auth-file",
+    type=click.Path(path_type=Path, exists=True),
+    help="Require signed requests: access keys, secrets and pub/sub/admin rights (JSON/YAML "
+    "file, or a directory mounted from a Kubernetes Secret). See docs/security.md.",
+)
+@click.option(
+    "--auth-skew-s",
+    type=click.FloatRange(1, 86400),
+    default=900,
+    show_default=True,
+    help="Accepted distance of a request's x-mq-date-time from the broker clock.",
+)
+@click.option(
+    "--tls-cert",
+    type=options.PEM_FILE,
+    help="PEM certificate of the client port (with --tls-key: TLS only).",
+)
+@click.option(
+    "--tls-key",
+    type=options.PEM_FILE,
+    help="PEM private key of --tls-cert.",
+)
+@click.option(
+    "--tls-client-ca",
+    type=options.PEM_FILE,
+    help="Require client certificates signed by this PEM CA (mutual TLS).",
+)
+@click.option(
+    "--node-id",
+    type=click.IntRange(1),
+    help="This broker's id in its Raft group (with --peers); without it: a single node.",
+)
+@click.option(
+    "--peers",
+    help="Every member of the Raft group, this node included: "
+    "id=host:peer_port/client_port,... (e.g. 1=10.0.0.1:8091/8081,2=10.0.0.2:8091/8081).",
+)
+@click.option(
+    "--join",
+    is_flag=True,
+    help="Start a brand-new member of an existing group: empty, never campaigns, waits for "
+    "`gannet cluster member add` on the leader. Needs --node-id (never used in the group "
+    "before); --peers may name only this node (default: --peer-listen and --listen).",
+)
+@click.option(
+    "--peer-listen",
+    help="host:port of the Raft peer service (default: --listen's host, port 8091).",
+)
+@click.option(
+    "--peer-tls-cert",
+    type=options.PEM_FILE,
+    help="PEM certificate of this node on the peer port (mutual TLS between Raft peers; with "
+    "--peer-tls-key and --peer-tls-ca).",
+)
+@click.option(
+    "--peer-tls-key",
+    type=options.PEM_FILE,
+    help="PEM private key of --peer-tls-cert.",
+)
+@click.option(
+    "--peer-tls-ca",
+    type=options.PEM_FILE,
+    help="Cluster CA (PEM): peers must present a certificate it signed, in both directions.",
+)
+@click.option(
+    "--file-reserved-hours",
+    type=click.FloatRange(0, 87600, min_open=True),
+    default=72.0,
+    show_default=True,
+    help="Commit-log files older than this are deleted (at the --delete-when hour, or at once "
+    "above --disk-max-used-ratio-percent), consumed or not (fileReservedTime).",
+)
+@click.option(
+    "--delete-when",
+    default="04",
+    show_default=True,
+    help="Local hours (';'-separated, 0-23) at which expired files are deleted (deleteWhen).",
+)
+@click.option(
+    "--disk-max-used-ratio-percent",
+    type=click.IntRange(10, 95),
+    default=75,
+    show_default=True,
+    help="Above this disk usage expired files are deleted at any hour (diskMaxUsedSpaceRatio).",
+)
+@click.option(
+    "--disk-clean-forcibly-ratio",
+    type=click.FloatRange(0.30, 0.99),
+    default=0.85,
+    show_default=True,
+    help="Above this disk usage unexpired files are deleted too, but only those every consumer "
+    "group has consumed; if unconsumed messages remain, new writes are refused instead "
+    "(see --delete-unconsumed).",
+)
+@click.option(
+    "--disk-warning-ratio",
+    type=click.FloatRange(0.35, 0.99),
+    default=0.90,
+    show_default=True,
+    help="Above this disk usage new writes are refused whatever cleanup does.",
+)
+@click.option(
+    "--delete-unconsumed",
+    is_flag=True,
+    help="Above --disk-clean-forcibly-ratio delete the oldest files even when a consumer group "
+    "has not consumed their messages (RocketMQ's behaviour; each deletion is logged with the "
+    "messages lost per group). Without it the broker refuses new writes instead.",
+)
+@click.option(
+    "--force-recover",
+    is_flag=True,
+    help="Start even when recovery would cut commit-log data that was flushed (damage, not a "
+    "torn write): cut at the last valid record, keeping the removed bytes in DIR/quarantine/ "
+    "and a corrupt checkpoint as checkpoint.corrupt-<time>. Without it such a start is refused.",
+)
+@click.option(
+    "--peer-secret-file",
+    type=options.PEM_FILE,
+    envvar="GANNET_PEER_SECRET_FILE",
+    help="Shared cluster secret (>= 16 bytes): every peer call carries an HMAC under it. "
+    "Required for a group of several members without peer TLS [env GANNET_PEER_SECRET_FILE].",
+)
+@click.option(
+    "--insecure-peers",
+    is_flag=True,
+    help="Accept unauthenticated peers (no peer TLS, no secret): anyone who reaches the peer "
+    "port can steer the group. For a trusted test network only.",
+)
+@click.option(
+    "--dedup-window-s",
+    type=click.FloatRange(0, 3600),
+    default=120,
+    show_default=True,
+    help="A send whose client message id was accepted this recently is answered with the "
+    "original receipt instead of being stored again (retries across a failover); 0: off.",
+)
+@click.option(
+    "--transaction-timeout-ms",
+    type=click.IntRange(0, 86_400_000),
+    default=6_000,
+    show_default=True,
+    help="Ask a producer about an open transaction once its half message is this old "
+    "(RocketMQ transactionTimeOut).",
+)
+@click.option(
+    "--transaction-check-interval-ms",
+    type=click.IntRange(100, 86_400_000),
+    default=60_000,
+    show_default=True,
+    help="Time between two checks of one open transaction (RocketMQ transactionCheckInterval).",
+)
+@click.option(
+    "--transaction-check-max",
+    type=click.IntRange(1, 1000),
+    default=15,
+    show_default=True,
+    help="Checks before an unresolved transaction is discarded to TRANS_CHECK_MAX_TIME_TOPIC "
+    "(RocketMQ transactionCheckMax).",
+)
+@click.option(
+    "--event-loop",
+    type=click.Choice(["uvloop", "asyncio"]),
+    default="uvloop",
+    show_default=True,
+    help="Event loop of the gRPC server (uvloop: ~10% less CPU per RPC, bench/results/BROKER.md).",
+)
+def broker_run(
+    event_loop: str,
+    data_dir: Path,
+    flush: str,
+    file_size_mb: int,
+    listen: str,
+    cluster_name: str,
+    broker_name: str,
+    auto_create_topics: bool,
+    auto_create_groups: bool,
+    metrics_listen: str,
+    auth_file: Path | None,
+    auth_skew_s: float,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_client_ca: Path | None,
+    node_id: int | None,
+    peers: str | None,
+    join: bool,
+    peer_listen: str | None,
+    peer_tls_cert: Path | None,
+    peer_tls_key: Path | None,
+    peer_tls_ca: Path | None,
+    force_recover: bool,
+    peer_secret_file: Path | None,
+    insecure_peers: bool,
+    file_reserved_hours: float,
+    delete_when: str,
+    disk_max_used_ratio_percent: int,
+    disk_clean_forcibly_ratio: float,
+    disk_warning_ratio: float,
+    delete_unconsumed: bool,
+    dedup_window_s: float,
+    transaction_timeout_ms: int,
+    transaction_check_interval_ms: int,
+    transaction_check_max: int,
+    cluster_seeds: str,
+    cluster_access_key: str | None,
+    cluster_secret_key: str | None,
+    cluster_tls_ca: Path | None,
+) -> None:
+    """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
+
+    Disk space: expired files (--file-reserved-hours) are deleted as RocketMQ does; above
+    --disk-clean-forcibly-ratio only consumed files are deleted early and new writes are refused
+    rather than deleting unconsumed messages, unless --delete-unconsumed is given.
+    """
+    try:
+        options.check_endpoint(listen, port_min=0)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--listen") from None
+    host, _, port_text = listen.rpartition(":")
+    if metrics_listen:
+        try:
+            http_serving.parse_listen(metrics_listen)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
+    peer_tls = _peer_tls(peer_tls_cert, peer_tls_key, peer_tls_ca)
+    try:
+        seeds = group_polling.parse_seeds(cluster_seeds)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--cluster-seeds") from None
+    if bool(cluster_access_key) != bool(cluster_secret_key):
+        raise click.BadParameter(
+            "give both --cluster-access-key and --cluster-secret-key (or GANNET_CLUSTER_ACCESS_KEY"
+            " and GANNET_CLUSTER_SECRET_KEY), or neither",
+            param_hint="--cluster-access-key",
+        )
+    if disk_clean_forcibly_ratio > disk_warning_ratio:
+        raise click.BadParameter(
+            f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
+            "cleanup must start before writes are refused",
+            param_hint="--disk-clean-forcibly-ratio",
+        )
+    policy = cleaning.CleanPolicy(
+        file_reserved_hours,
+        delete_when,
+        disk_max_used_ratio_percent,
+        disk_warning_ratio,
+        disk_clean_forcibly_ratio,
+        delete_unconsumed,
+    )
+    try:
+        policy.validate()
+    except StoreError as exc:
+        raise click.BadParameter(str(exc), param_hint="--delete-when") from None
+    config = StoreConfig(
+        root_dir=data_dir,
+        flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
+        commitlog_file_size_bytes=file_size_mb * 1024 * 1024,
+        cluster_name=cluster_name,
+        broker_name=broker_name,
+        store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",
+        store_port=int(port_text),
+        force_recover=force_recover,
+        file_reserved_hours=file_reserved_hours,
+        delete_when=delete_when,
+        disk_max_used_ratio_percent=disk_max_used_ratio_percent,
+        disk_warning_ratio=disk_warning_ratio,
+        disk_clean_forcibly_ratio=disk_clean_forcibly_ratio,
+        delete_unconsumed=delete_unconsumed,
+    )
+    broker_config = serving.with_listen(
+        serving.BrokerConfig(
+            store=config,
+            auto_create_topics=auto_create_topics,
+            auto_create_groups=auto_create_groups,
+            metrics_listen=metrics_listen or None,
+            auth_file=auth_file,
+            auth_skew_s=auth_skew_s,
+            tls_cert=tls_cert,
+            tls_key=tls_key,
+            tls_client_ca=tls_client_ca,
+            dedup_window_s=dedup_window_s,
+            transaction_limits=CheckLimits(
+                transaction_timeout_ms, transaction_check_interval_ms, transaction_check_max
+            ),
+            cluster_seeds=seeds,
+            cluster_access_key=cluster_access_key or None,
+            cluster_secret_key=cluster_secret_key or None,
+            cluster_tls_ca=cluster_tls_ca,
+            replication=_replication(
+                node_id,
+                peers,
+                peer_listen,
+                host,
+                peer_tls,
+                _peer_secret(peer_secret_file),
+                insecure_peers=insecure_peers,
+                join=join,
+                client_port=int(port_text),
+            ),
+        ),
+        listen,
+    )
+    try:
+        running = serving.Broker(broker_config)
+    except (auth.CredentialsError, tls.TlsFileError) as exc:
+        raise click.BadParameter(str(exc)) from None
+    loop_factory = uvloop.new_event_loop if event_loop == "uvloop" else None
+    try:
+        with asyncio.Runner(loop_factory=loop_factory) as runner:
+            runner.run(_serve(running))
+    except StoreError as exc:
+        err_console.print(f"[red]cannot open store[/]: {exc}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+    except OSError as exc:
+        err_console.print(f"[red]cannot serve[/]: {exc}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+    if running.phase == "failed":
+        err_console.print(f"[red]broker stopped itself[/]: {running.failure}")
+        sys.exit(EXIT_STORE_UNAVAILABLE)
+    console.print("broker stopped; store closed cleanly")
+
+
+def _peer_tls(
+    cert: Path | None, key: Path | None, ca: Path | None
+) -> replication_config.PeerTls | None:
+    given = [cert, key, ca]
+    if all(p is None for p in given):
+        return None
+    if cert is None or key is None or ca is None:
+        raise click.BadParameter(
+            "peer TLS needs all three of --peer-tls-cert, --peer-tls-key, --peer-tls-ca"
+        )
+    try:
+        for path, what in ((cert, "certificate"), (key, "private key"), (ca, "cluster CA")):
+            tls.read_pem(path, what)
+    except tls.TlsFileError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return replication_config.PeerTls(cert, key, ca)
+
+
+def _peer_secret(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return peer_auth.load_secret(path)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peer-secret-file") from None
+
+
+def _replication(
+    node_id: int | None,
+    peers: str | None,
+    peer_listen: str | None,
+    host: str,
+    peer_tls: replication_config.PeerTls | None = None,
+    peer_secret: bytes | None = None,
+    *,
+    insecure_peers: bool = False,
+    join: bool = False,
+    client_port: int = 8081,
+) -> replication_config.ReplicationConfig | None:
+    if join:
+        return _joining(
+            node_id, peers, peer_listen, host, peer_tls, peer_secret, insecure_peers, client_port
+        )
+    if node_id is None and peers is None:
+        if peer_listen is not None or peer_tls is not None or peer_secret is not None:
+            raise click.BadParameter(
+                "needs --node-id and --peers", param_hint="--peer-listen/--peer-tls-*"
+            )
+        return None
+    if node_id is None or peers is None:
+        raise click.BadParameter("give both --node-id and --peers (or neither)")
+    try:
+        members = replication_config.parse_peers(peers)
+        config = replication_config.ReplicationConfig(
+            node_id=node_id,
+            peers=members,
+            peer_listen=peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}",
+            peer_tls=peer_tls,
+            peer_secret=peer_secret,
+        )
+    except replication_config.ReplicationConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peers") from None
+    if len(members) > 1 and peer_tls is None and peer_secret is None and not insecure_peers:
+        raise click.BadParameter(
+            "a group of several members needs peer authentication: --peer-secret-file (the "
+            "same secret on every member) or --peer-tls-*; --insecure-peers only on a trusted "
+            "test network",
+            param_hint="--peer-secret-file",
+        )
+    return config
+
+
+def _joining(
+    node_id: int | None,
+    peers: str | None,
+    peer_listen: str | None,
+    host: str,
+    peer_tls: replication_config.PeerTls | None,
+    peer_secret: bytes | None,
+    insecure_peers: bool,
+    client_port: int,
+) -> replication_config.ReplicationConfig:
+    """``--join``: this node alone, with its own addresses; the group comes from the log."""
+    if node_id is None:
+        raise click.BadParameter("--join needs --node-id (an id never used in the group before)")
+    listen = peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}"
+    try:
+        if peers is None:
+            me = replication_config.parse_peer(f"{node_id}={listen}/{client_port}")
+        else:
+            named = {p.node_id: p for p in replication_config.parse_peers(peers)}
+            if node_id not in named:
+                raise click.BadParameter(
+                    f"--peers does not name --node-id {node_id}; with --join it only needs this "
+                    "node's own id=host:peer_port/client_port",
+                    param_hint="--peers",
+                )
+            me = named[node_id]
+        config = replication_config.ReplicationConfig(
+            node_id=node_id,
+            peers=(me,),
+            peer_listen=listen,
+            peer_tls=peer_tls,
+            peer_secret=peer_secret,
+            join=True,
+        )
+    except replication_config.ReplicationConfigError as exc:
+        raise click.BadParameter(str(exc), param_hint="--peers/--peer-listen") from None
+    if peer_tls is None and peer_secret is None and not insecure_peers:
+        raise click.BadParameter(
+            "a joining member needs the group's peer authentication: --peer-secret-file or "
+            "--peer-tls-*; --insecure-peers only on a trusted test network",
+            param_hint="--peer-secret-file",
+        )
+    return config
+
+
+async def _serve(running: serving.Broker) -> None:
+    await running.start()
+    _print_state(running.store)
+    endpoint = running.endpoint
+    console.print(f"[green]broker serving[/] on {endpoint} (RocketMQ 5 gRPC + Gannet admin)")
+    console.print(f"  create a topic: gannet topic create TopicTest --endpoint {endpoint}")
+    console.print(f"  broker status:  gannet status --endpoint {endpoint}")
+    console.print(f'  Python client:  ClientConfiguration("{endpoint}", Credentials())')
+    if running.authenticator is not None:
+        keys = len(running.authenticator.accounts)
+        console.print(f"  authentication: on, {keys} access keys (clients: Credentials(ak, sk))")
+    if running.config.tls_cert is not None:
+        mutual = " with client certificates" if running.config.tls_client_ca else ""
+        console.print(f"  TLS:            on{mutual} (Python client: tls_enable=True)")
+    replication = running.config.replication
+    if replication is not None and replication.peer_tls is not None:
+        console.print("  peer TLS:       on, mutual (cluster CA)")
+    if running.metrics_server is not None:
+        host = running.config.metrics_listen or ""
+        url = f"http://{host.rpartition(':')[0]}:{running.metrics_server.port}"
+        console.print(f"  metrics:        {url}/metrics  (health: /healthz, /readyz)")
+    console.print("press Ctrl-C to stop")
+    await running.run_until_signalled()
+
+
+def _print_state(store: MessageStore) -> None:
+    stats = store.statistics()
+    table = Table(title=f"Gannet store {store.config.root_dir}")
+    table.add_column("item")
+    table.add_column("value", justify="right")
+    for f in dataclasses.fields(stats):
+        table.add_row(f.name, str(getattr(stats, f.name)))
+    if store.recovery is not None:
+        table.add_row("recovery", store.recovery.stop_reason)
+    console.print(table)

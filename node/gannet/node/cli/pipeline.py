@@ -1,0 +1,295 @@
+"""The ``pipeline`` click group: ``export``, ``rebuild`` and ``verify`` as commands.
+
+The integrator registers :data:`pipeline` under the ``gannet`` command (``gannet pipeline
+...``); ``python -m gannet.node.cli.pipeline`` and ``spark-submit .../cli/pipeline.py`` run the
+same group (this module is the jobs' script).
+PySpark is imported only when a command runs (:mod:`gannet.pipeline.jobs` needs it), so the
+``gannet`` command works without the ``pipeline`` extra installed.
+
+Exit codes follow ``gannet``'s: 0 success; 1 damage found (``verify``), a rebuild stopped at
+damage, or a bad target; 2 wrong usage (click); 3 SOURCE is neither a store directory nor a
+folder of commit-log segments (checked before Spark starts, the same answer as ``gannet store
+verify``), or the store is open in a broker (``rebuild --in-place``). While a job runs a
+progress bar counts finished Spark tasks (one per segment); a summary table follows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from gannet.node.cli import output
+from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
+from gannet.pipeline import segments
+from gannet.pipeline.reports import RebuildReport
+
+console = output.console
+err_console = output.err_console
+
+PROGRESS_POLL_INTERVAL_S = 0.25
+
+master_option = click.option(
+    "--master",
+    default=None,
+    metavar="URL",
+    help="Spark master, e.g. spark://host:7077 [default: local[*], or spark-submit's --master]",
+)
+source_argument = click.argument(
+    "source", type=click.Path(path_type=Path, exists=True, file_okay=False), metavar="SOURCE"
+)
+
+
+class TimestampParam(click.ParamType[int]):
+    """An ISO 8601 time (``2026-11-22T05:00:00Z``; naive means UTC) or epoch milliseconds."""
+
+    name = "TIME"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        if text.isdigit():
+            return int(text)
+        try:
+            moment = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            self.fail(f"{text!r} is neither ISO 8601 nor epoch milliseconds", param, ctx)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=dt.UTC)
+        return int(moment.timestamp() * 1000)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def pipeline() -> None:
+    """Spark jobs over commit-log segments: export, rebuild, verify.
+
+    SOURCE is a store directory (its commitlog/ is used) or a folder of segment copies.
+    """
+    output.fit_to_stdout()
+
+
+def _require_source(source: Path) -> None:
+    """Exit 3 (as ``gannet store verify`` does) unless SOURCE is a store directory or holds
+    commit-log segments: one check before a JVM starts."""
+    if (source / "commitlog").is_dir() or segments.find_segments(source):
+        return
+    err_console.print(
+        f"{source} is not a store directory (no commitlog/ inside) nor a folder of commit-log "
+        "segments",
+        highlight=False,
+    )
+    sys.exit(EXIT_STORE_UNAVAILABLE)
+
+
+@pipeline.command("export")
+@source_argument
+@click.argument("output", metavar="OUTPUT")
+@click.option("--topic", "topics", multiple=True, help="Topic to export (repeat); default all.")
+@click.option("--since", type=TimestampParam(), help="Store time from (inclusive).")
+@click.option("--until", type=TimestampParam(), help="Store time to (exclusive).")
+@click.option(
+    "--mode",
+    type=click.Choice(["errorifexists", "overwrite", "append", "ignore"]),
+    default="errorifexists",
+    show_default=True,
+    help="What to do when OUTPUT exists.",
+)
+@master_option
+def export_command(
+    source: Path,
+    output: str,
+    topics: tuple[str, ...],
+    since: int | None,
+    until: int | None,
+    mode: str,
+    master: str | None,
+) -> None:
+    """Write messages to Parquet at OUTPUT, partitioned by topic and date (UTC)."""
+    _require_source(source)
+    from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
+
+    keep = jobs.ExportFilter(frozenset(topics) if topics else None, since, until)
+    spark = jobs.session(master)
+    with _segment_errors(), _spark_progress(spark, "exporting", source):
+        report = jobs.export(spark, source, output, keep, mode=mode)
+    table = _summary("export")
+    table.add_row("segments", f"{report.segments:,}")
+    table.add_row("messages", f"{report.messages:,}")
+    table.add_row("files", f"{report.files:,}")
+    table.add_row("commit log", _mb_per_s(report.commitlog_bytes, report.elapsed_s))
+    table.add_row("output", output)
+    console.print(table)
+
+
+@pipeline.command("rebuild")
+@source_argument
+@click.argument("target", type=click.Path(path_type=Path, file_okay=False), required=False)
+@click.option("--in-place", is_flag=True, help="Replace SOURCE's own files (no broker may run).")
+@click.option("--cq-units-per-file", type=int, default=300_000, show_default=True)
+@click.option("--index-hash-slots", type=int, default=5_000_000, show_default=True)
+@click.option("--index-items-max", type=int, default=20_000_000, show_default=True)
+@click.option("--no-index", is_flag=True, help="Rebuild consume queues only.")
+@master_option
+def rebuild_command(
+    source: Path,
+    target: Path | None,
+    in_place: bool,
+    cq_units_per_file: int,
+    index_hash_slots: int,
+    index_items_max: int,
+    no_index: bool,
+    master: str | None,
+) -> None:
+    """Rebuild consume queues and index files from the commit log into TARGET.
+
+    The file sizes must be the broker's (its consume-queue and index settings) for the files
+    to match what the broker writes.
+    """
+    _require_source(source)
+    from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
+
+    if in_place == (target is not None):
+        raise click.UsageError("give either TARGET or --in-place")
+    found = segments.find_segments(source)
+    config = jobs.store_config_for(
+        source if in_place else target or source,
+        commitlog_file_size_bytes=max((s.size_bytes for s in found), default=1),
+        consume_queue_units_per_file=cq_units_per_file,
+        index_hash_slots=index_hash_slots,
+        index_items_max=index_items_max,
+        index_enabled=not no_index,
+    )
+    spark = jobs.session(master)
+    with _segment_errors(), _spark_progress(spark, "rebuilding", source):
+        try:
+            if in_place:
+                report = jobs.rebuild_in_place(spark, config)
+            else:
+                report = jobs.rebuild(spark, source, config)
+        except jobs.StoreLockedError as exc:
+            err_console.print(f"[red]{exc}[/]")
+            sys.exit(EXIT_STORE_UNAVAILABLE)
+    _print_rebuild(report, config.root_dir)
+    if report.stopped_at is not None:
+        if in_place:
+            err_console.print("the store's own files were left unchanged")
+        sys.exit(EXIT_CHECK_FAILED)
+
+
+@pipeline.command("verify")
+@source_argument
+@master_option
+def verify_command(source: Path, master: str | None) -> None:
+    """Check every record's structure and CRCs; list damaged ranges and exit 1 on damage."""
+    _require_source(source)
+    from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
+
+    spark = jobs.session(master)
+    with _segment_errors(), _spark_progress(spark, "verifying", source):
+        report = jobs.verify(spark, source)
+    console.print(
+        f"{report.records_ok:,} valid records in {len(report.segments):,} segments; "
+        + _mb_per_s(report.commitlog_bytes, report.elapsed_s)
+    )
+    if report.clean:
+        console.print("[green]commit log is clean[/]")
+        return
+    table = Table(title="damage")
+    for column in ("segment", "from", "to", "bytes", "reason"):
+        table.add_column(column)
+    for d in report.damage:
+        table.add_row(
+            d.segment, str(d.start_offset), str(d.end_offset),
+            f"{d.end_offset - d.start_offset:,}", d.reason,
+        )  # fmt: skip
+    console.print(table)
+    console.print("[red]damage found[/]")
+    sys.exit(EXIT_CHECK_FAILED)
+
+
+def _print_rebuild(report: RebuildReport, target: Path) -> None:
+    table = _summary("rebuild")
+    table.add_row("segments", f"{report.segments:,}")
+    table.add_row("records dispatched", f"{report.records:,}")
+    table.add_row("consume queues", f"{report.consume_queues:,}")
+    table.add_row("index files", f"{report.index_files:,}")
+    table.add_row("dispatched up to", f"{report.dispatched_end_offset:,}")
+    table.add_row("commit log", _mb_per_s(report.commitlog_bytes, report.elapsed_s))
+    table.add_row("target", str(target))
+    console.print(table)
+    stop = report.stopped_at
+    if stop is not None:
+        err_console.print(
+            f"[red]stopped at {stop.start_offset:,} ({stop.segment}): {stop.reason}[/]; "
+            "later records were not dispatched"
+        )
+
+
+def _summary(title: str) -> Table:
+    table = Table(title=title, show_header=False)
+    table.add_column("what")
+    table.add_column("value", justify="right")
+    return table
+
+
+def _mb_per_s(size_bytes: int, elapsed_s: float) -> str:
+    mb = size_bytes / 1e6
+    return f"{mb:,.1f} MB in {elapsed_s:.1f} s ({mb / max(elapsed_s, 1e-9):,.1f} MB/s)"
+
+
+@contextmanager
+def _segment_errors() -> Iterator[None]:
+    """Missing segments or a non-empty target: a one-line error and exit 1, no traceback."""
+    try:
+        yield
+    except (FileNotFoundError, FileExistsError) as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@contextmanager
+def _spark_progress(spark: Any, label: str, source: Path) -> Iterator[None]:
+    """A progress bar of finished Spark tasks (one task per segment), polled from a thread."""
+    try:
+        total = len(segments.find_segments(source))
+    except FileNotFoundError:
+        total = 0
+    columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    stop = threading.Event()
+    with Progress(*columns, console=err_console, transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        tracker = spark.sparkContext.statusTracker()
+        done_by_stage: dict[int, int] = {}
+
+        def poll() -> None:
+            while not stop.wait(PROGRESS_POLL_INTERVAL_S):
+                for stage_id in tracker.getActiveStageIds():
+                    info = tracker.getStageInfo(stage_id)
+                    if info is not None:
+                        done_by_stage[stage_id] = info.numCompletedTasks
+                bar.update(task, completed=min(total, sum(done_by_stage.values())))
+
+        thread = threading.Thread(target=poll, name="gannet-spark-progress", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+
+def main() -> None:
+    """``python -m gannet.node.cli.pipeline``, ``spark-submit .../pipeline.py``: the group."""
+    pipeline(prog_name="gannet pipeline")
+
+
+if __name__ == "__main__":
+    main()
