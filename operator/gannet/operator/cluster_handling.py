@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from gannet.operator import (
+    broker_group_handling,
     cluster_planning,
     conditions,
     contexts,
@@ -161,6 +162,12 @@ async def reconcile(
         generation=generation,
         now=ctx.clock(),
     )
+    rows, groups_condition = await broker_group_handling.reconcile(
+        ctx, name, namespace, uid, cluster, membership, ready, pending
+    )
+    if groups_condition is not None:
+        found = conditions.merge(found, groups_condition, generation=generation, now=ctx.clock())
+    patch.status["brokerGroups"] = rows
     patch.status["conditions"] = found
     patch.status["observedGeneration"] = generation
     patch.status["replicas"] = replicas

@@ -1,0 +1,329 @@
+"""Broker groups of a GannetCluster beyond group 0: their objects, grow and drain — the IO
+around :mod:`gannet.operator.broker_group_planning`.
+
+Called by :func:`gannet.operator.cluster_handling.reconcile` once per pass, after group 0 (the
+cluster's original StatefulSet, whose names never change) was reconciled. For a cluster that
+has never had more than one group it only writes ``status.brokerGroups`` from what the pass
+already knows (no broker call, no object). Otherwise, per pass:
+
+1. every group ``1 .. N-1`` with a StatefulSet or wanted by ``spec.brokerGroups`` takes its
+   membership steps (:mod:`membership_handling`, on the group's own roster
+   ``<cluster>-g<g>-members``) and gets its objects applied (:func:`manifests.group_objects`);
+   a wanted group whose StatefulSet is gone but whose claims remain is not recreated
+   (``BrokerGroups=False reason=StaleGroupData``: a new group on an old Raft log);
+2. the seeds ConfigMap ``<cluster>-groups`` is applied and every member whose seeds differ is
+   sent ``SetClusterSeeds`` (each group knows every other group that exists, draining ones
+   included, so consumers still find the draining queues);
+3. each group's leader is asked for its topics and consumer groups; a serving group missing
+   some gets them created there alone (a grown group's queues appear in every route);
+4. each draining group takes its next drain step; a drained one is first forgotten by every
+   other member (``SetClusterSeeds`` without it), then its objects are deleted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gannet.operator import broker_group_planning as bgp
+from gannet.operator import conditions, manifests, members, membership_handling
+from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
+from gannet.operator.conditions import Condition
+from gannet.operator.contexts import Context
+from gannet.operator.events import Pending
+from gannet.operator.kube import KubeError
+from gannet.operator.specs import ClusterSpec
+
+BROKER_GROUPS = "BrokerGroups"
+
+
+@dataclasses.dataclass(slots=True)
+class _Group:
+    """What one pass knows of one group."""
+
+    group: int
+    draining: bool
+    replicas: int
+    ready: int = 0
+    leader_pod: str = ""
+    leader_endpoint: str = ""
+    member_pods: tuple[str, ...] = ()
+    lag_bytes: int = 0
+    state: bgp.GroupState | None = None
+    phase: str = "Creating"
+    message: str = ""
+    drain_lag: int = 0
+
+
+def _outcome_facts(
+    ctx: Context, namespace: str, base: str, outcome: membership_handling.Outcome
+) -> tuple[str, str, tuple[str, ...], int]:
+    """(leader pod, leader admin endpoint, member pods, largest member lag) of one group."""
+    pods = tuple(str(r["pod"]) for r in outcome.members)
+    lag = max((int(r.get("lagBytes") or 0) for r in outcome.members), default=0)
+    if not outcome.leader_id:
+        return "", "", pods, lag
+    ordinal = members.ordinal_of(outcome.roster, outcome.leader_id)
+    if ordinal < 0:
+        return "", ctx.endpoints.client(namespace, base), pods, lag
+    return (
+        manifests.pod_name(base, ordinal),
+        ctx.endpoints.pod(namespace, base, ordinal),
+        pods,
+        lag,
+    )
+
+
+async def _existing_groups(ctx: Context, namespace: str, name: str) -> list[int]:
+    """Group numbers >= 1 that have a StatefulSet."""
+    found = await ctx.kube.list(
+        "apps/v1", "StatefulSet", namespace, labels={manifests.CLUSTER_LABEL: name}
+    )
+    groups = []
+    for sts in found:
+        label = ((sts.get("metadata") or {}).get("labels") or {}).get(manifests.GROUP_LABEL, "")
+        if label.isdigit() and int(label) >= 1:
+            groups.append(int(label))
+    return sorted(groups)
+
+
+async def _stale_claims(ctx: Context, namespace: str, base: str) -> list[str]:
+    claims = await ctx.kube.list("v1", "PersistentVolumeClaim", namespace)
+    prefix = f"data-{base}-"
+    names = [str((c.get("metadata") or {}).get("name") or "") for c in claims]
+    return sorted(n for n in names if n.startswith(prefix) and n[len(prefix) :].isdigit())
+
+
+async def _read_state(ctx: Context, g: _Group, *, offsets: bool) -> None:
+    if not g.leader_endpoint:
+        g.state = bgp.GroupState(g.group, "")
+        return
+    try:
+        topics, groups = await ctx.brokers.group_definitions(g.leader_endpoint)
+        subs: Mapping[str, frozenset[str]] = {}
+        lag: Mapping[tuple[str, str], int] = {}
+        messages: Mapping[str, int] = {}
+        if offsets:
+            subs, lag, messages = await ctx.brokers.group_offsets(
+                g.leader_endpoint, [c.name for c in groups], [t.name for t in topics]
+            )
+    except (BrokerUnavailable, BrokerRefused) as exc:
+        g.state = bgp.GroupState(g.group, "")
+        g.message = str(exc)
+        return
+    g.state = bgp.GroupState(g.group, g.leader_endpoint, topics, groups, subs, lag, messages)
+
+
+async def _sync_seeds(
+    ctx: Context,
+    namespace: str,
+    name: str,
+    known: Sequence[_Group],
+    pending: Pending,
+) -> list[str]:
+    """Send ``SetClusterSeeds`` to every member of ``known`` whose seeds differ from the other
+    known groups' client Services. Returns problems (members that did not answer)."""
+    problems: list[str] = []
+    numbers = [g.group for g in known]
+    for g in known:
+        base = manifests.group_base(name, g.group)
+        want = sorted(
+            manifests.client_endpoint(manifests.group_base(name, other), namespace)
+            for other in numbers
+            if other != g.group
+        )
+        for ordinal in range(g.replicas):
+            endpoint = ctx.endpoints.pod(namespace, base, ordinal)
+            try:
+                _, seeds = await ctx.brokers.cluster_view(endpoint)
+                if sorted(seeds) != want:
+                    await ctx.brokers.set_cluster_seeds(endpoint, want)
+                    pending.normal(
+                        "ClusterSeedsSet",
+                        f"{manifests.pod_name(base, ordinal)}: seeds {', '.join(want) or '(none)'}",
+                    )
+            except (BrokerUnavailable, BrokerRefused) as exc:
+                problems.append(f"seeds of {manifests.pod_name(base, ordinal)}: {exc}")
+    return problems
+
+
+async def _delete_group(ctx: Context, namespace: str, name: str, group: int) -> None:
+    for api_version, kind, obj in manifests.group_object_keys(name, group):
+        try:
+            await ctx.kube.delete(api_version, kind, namespace, obj)
+        except KubeError as exc:
+            if exc.status != 404:
+                raise
+
+
+def _row(name: str, namespace: str, g: _Group) -> dict[str, Any]:
+    base = manifests.group_base(name, g.group)
+    return {
+        "group": g.group,
+        "brokerName": manifests.broker_name(g.group),
+        "statefulSet": base,
+        "clientEndpoint": manifests.client_endpoint(base, namespace),
+        "phase": g.phase,
+        "leader": g.leader_pod,
+        "readyReplicas": g.ready,
+        "members": list(g.member_pods),
+        "lagBytes": g.lag_bytes,
+        "drainLag": g.drain_lag,
+        "message": g.message,
+    }
+
+
+async def reconcile(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    uid: str,
+    cluster: ClusterSpec,
+    first: membership_handling.Outcome,
+    first_ready: int,
+    pending: Pending,
+) -> tuple[list[dict[str, Any]], Condition | None]:
+    """One pass over the groups (module docstring): ``status.brokerGroups`` and the
+    ``BrokerGroups`` condition (None for a cluster that has only ever had one group)."""
+    zero = _Group(0, False, first.replicas, first_ready, phase="Serving")
+    zero.leader_pod, zero.leader_endpoint, zero.member_pods, zero.lag_bytes = _outcome_facts(
+        ctx, namespace, name, first
+    )
+    existing = await _existing_groups(ctx, namespace, name)
+    if cluster.broker_groups == 1 and not existing:
+        return [_row(name, namespace, zero)], None
+    wanted = cluster.broker_groups
+    known: list[_Group] = [zero]
+    problems: list[str] = []
+    blocked: Condition | None = None
+    for number in sorted(set(existing) | set(range(1, wanted))):
+        base = manifests.group_base(name, number)
+        draining = number >= wanted
+        sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base)
+        if sts is None:
+            stale = await _stale_claims(ctx, namespace, base)
+            if stale:
+                blocked = Condition(
+                    BROKER_GROUPS,
+                    False,
+                    "StaleGroupData",
+                    f"{manifests.broker_name(number)} is not created: claims {', '.join(stale)} "
+                    "of an earlier group of that number remain (a new group would start on its "
+                    "old Raft log); delete them to create it",
+                )
+                continue
+        current = None if sts is None else int((sts.get("spec") or {}).get("replicas", 0))
+        outcome = await membership_handling.advance(
+            ctx, base, namespace, uid, cluster, current, pending, owner=(name, number)
+        )
+        for obj in manifests.group_objects(
+            name, namespace, uid, cluster, group=number, replicas=outcome.replicas
+        ):
+            result = await ctx.kube.apply(obj)
+            if result != "unchanged":
+                obj_name = f"{obj['kind']} {obj['metadata']['name']}"
+                pending.normal(result.capitalize(), f"{result} {obj_name}")
+        found = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base) or {}
+        g = _Group(number, draining, outcome.replicas)
+        g.ready = int((found.get("status") or {}).get("readyReplicas") or 0)
+        g.leader_pod, g.leader_endpoint, g.member_pods, g.lag_bytes = _outcome_facts(
+            ctx, namespace, base, outcome
+        )
+        g.phase = "Draining" if draining else ("Serving" if g.leader_pod else "Creating")
+        known.append(g)
+
+    total = max(g.group for g in known) + 1
+    await ctx.kube.apply(manifests.groups_config_map(name, namespace, uid, total))
+    draining_any = any(g.draining for g in known)
+    for g in known:
+        await _read_state(ctx, g, offsets=draining_any)
+    serving_states = [g.state for g in known if not g.draining and g.state is not None]
+    all_states = [g.state for g in known if g.state is not None]
+
+    # Grow: every serving group holds every definition the others hold.
+    for g in known:
+        if g.draining or g.state is None:
+            continue
+        missing = bgp.missing_definitions(g.state, serving_states)
+        if missing is None:
+            continue
+        try:
+            for topic in missing.topics:
+                await ctx.brokers.create_topic_here(g.leader_endpoint, topic)
+            for group in missing.groups:
+                await ctx.brokers.create_group_here(g.leader_endpoint, group)
+        except (BrokerUnavailable, BrokerRefused) as exc:
+            problems.append(f"definitions on {manifests.broker_name(g.group)}: {exc}")
+            continue
+        what = [t.name for t in missing.topics] + [c.name for c in missing.groups]
+        pending.normal(
+            "GroupDefinitionsCreated",
+            f"{manifests.broker_name(g.group)}: created {', '.join(what)}",
+        )
+
+    # Drain, highest group first.
+    deleted: list[int] = []
+    waiting: list[str] = []
+    for g in sorted((g for g in known if g.draining), key=lambda g: -g.group):
+        assert g.state is not None
+        broker = manifests.broker_name(g.group)
+        step = bgp.drain_step(g.state, all_states)
+        if isinstance(step, bgp.MakeReadOnly):
+            try:
+                for topic in step.topics:
+                    await ctx.brokers.set_permission_here(
+                        g.leader_endpoint, topic.name, bgp.read_only(topic.permission)
+                    )
+            except (BrokerUnavailable, BrokerRefused) as exc:
+                problems.append(f"read-only on {broker}: {exc}")
+                continue
+            names = ", ".join(t.name for t in step.topics)
+            pending.normal("GroupDraining", f"{broker}: topics {names} read-only there")
+            g.message = f"draining {broker}: topics {names} made read-only"
+            waiting.append(g.message)
+        elif isinstance(step, bgp.WaitForLeader):
+            g.message = f"draining {broker}: waiting for a leader to read its lag {g.message}"
+            waiting.append(g.message.strip())
+        elif isinstance(step, bgp.WaitForLag):
+            g.drain_lag = step.total
+            g.message = step.message(broker)
+            waiting.append(g.message)
+        else:
+            deleted.append(g.group)
+    if deleted:
+        remaining = [g for g in known if g.group not in deleted]
+        seed_problems = await _sync_seeds(ctx, namespace, name, remaining, pending)
+        if seed_problems:
+            problems += seed_problems
+            waiting.append(f"draining: waiting for every member to forget {deleted}")
+        else:
+            for number in deleted:
+                await _delete_group(ctx, namespace, name, number)
+                pending.normal(
+                    "GroupDeleted",
+                    f"{manifests.broker_name(number)} drained (lag 0) and its objects deleted",
+                )
+            known = remaining
+            total = max(g.group for g in known) + 1
+            await ctx.kube.apply(manifests.groups_config_map(name, namespace, uid, total))
+    else:
+        problems += await _sync_seeds(ctx, namespace, name, known, pending)
+
+    rows = [_row(name, namespace, g) for g in sorted(known, key=lambda g: g.group)]
+    if blocked is not None:
+        return rows, blocked
+    if waiting:
+        return rows, Condition(BROKER_GROUPS, False, "Draining", "; ".join(waiting))
+    if problems:
+        return rows, Condition(
+            BROKER_GROUPS, False, conditions.BROKER_UNAVAILABLE, "; ".join(problems)
+        )
+    unled = [manifests.broker_name(g.group) for g in known if not g.leader_pod]
+    if unled:
+        return rows, Condition(
+            BROKER_GROUPS, False, "WaitingForLeader", f"no leader yet in {', '.join(unled)}"
+        )
+    return rows, Condition(
+        BROKER_GROUPS, True, conditions.RECONCILED, f"{len(known)} broker groups serving"
+    )
