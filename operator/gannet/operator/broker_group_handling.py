@@ -129,7 +129,7 @@ async def _sync_seeds(
     for g in known:
         base = manifests.group_base(name, g.group)
         want = sorted(
-            manifests.client_endpoint(manifests.group_base(name, other), namespace)
+            ctx.endpoints.client(namespace, manifests.group_base(name, other))
             for other in numbers
             if other != g.group
         )
