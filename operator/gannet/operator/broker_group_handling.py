@@ -23,11 +23,11 @@ already knows (no broker call, no object). Otherwise, per pass:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gannet.operator import broker_group_planning as bgp
-from gannet.operator import conditions, manifests, members, membership_handling
+from gannet.operator import cluster_planning, conditions, manifests, members, membership_handling
 from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
@@ -36,6 +36,10 @@ from gannet.operator.kube import KubeError
 from gannet.operator.specs import ClusterSpec
 
 BROKER_GROUPS = "BrokerGroups"
+
+Roll = Callable[[str, Mapping[str, Any], int, str | None], Awaitable[cluster_planning.RollStep]]
+"""``cluster_handling``'s rolling step for one group: (base name, StatefulSet, replicas, leader
+pod) -> the step taken."""
 
 
 @dataclasses.dataclass(slots=True)
@@ -157,6 +161,28 @@ async def _delete_group(ctx: Context, namespace: str, name: str, group: int) -> 
                 raise
 
 
+async def _settings(
+    ctx: Context, cluster: ClusterSpec, g: _Group, pods: Sequence[str], pending: Pending
+) -> list[str]:
+    """The revive-queue count at a group's leader and the cleanup policy on each of its
+    members ``pods`` (group 0's: :func:`cluster_handling._broker_settings`; scheduled cleanup
+    runs there only)."""
+    broker = manifests.broker_name(g.group)
+    try:
+        revive = await ctx.brokers.revive_queues(g.leader_endpoint)
+        change = cluster_planning.revive_change(cluster.revive_queue_count, revive)
+        if change is not None:
+            await ctx.brokers.set_revive_queue_count(g.leader_endpoint, change)
+            pending.normal(
+                "ReviveQueuesChanged", f"{broker}: revive queues {revive.active_count} -> {change}"
+            )
+        for pod in pods:
+            await ctx.brokers.cleanup(pod, cluster.cleanup, trigger=False)
+    except (BrokerUnavailable, BrokerRefused) as exc:
+        return [f"settings of {broker}: {exc}"]
+    return []
+
+
 def _row(name: str, namespace: str, g: _Group) -> dict[str, Any]:
     base = manifests.group_base(name, g.group)
     return {
@@ -183,6 +209,7 @@ async def reconcile(
     first: membership_handling.Outcome,
     first_ready: int,
     pending: Pending,
+    roll: Roll | None = None,
 ) -> tuple[list[dict[str, Any]], Condition | None]:
     """One pass over the groups (module docstring): ``status.brokerGroups`` and the
     ``BrokerGroups`` condition (None for a cluster that has only ever had one group)."""
@@ -232,6 +259,14 @@ async def reconcile(
         )
         g.phase = "Draining" if draining else ("Serving" if g.leader_pod else "Creating")
         known.append(g)
+        if roll is not None and not outcome.changing and found:
+            # Same rule as group 0: one pod per pass, leader last, never mid-change.
+            rolled = await roll(base, found, outcome.replicas, g.leader_pod or None)
+            if isinstance(rolled, cluster_planning.Wait):
+                g.message = rolled.reason
+        if g.leader_endpoint:
+            pods = [ctx.endpoints.pod(namespace, base, i) for i in range(outcome.replicas)]
+            problems += await _settings(ctx, cluster, g, pods, pending)
 
     total = max(g.group for g in known) + 1
     await ctx.kube.apply(manifests.groups_config_map(name, namespace, uid, total))
