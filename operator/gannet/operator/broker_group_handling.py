@@ -360,5 +360,5 @@ async def reconcile(
             BROKER_GROUPS, False, "WaitingForLeader", f"no leader yet in {', '.join(unled)}"
         )
     return rows, Condition(
-        BROKER_GROUPS, True, conditions.RECONCILED, f"{len(known)} broker groups serving"
+        BROKER_GROUPS, True, conditions.RECONCILED, f"{len(known)} broker group(s) serving"
     )
