@@ -122,6 +122,18 @@ def test_a_drained_group_leaves_nothing_behind_but_its_claims() -> None:
     assert ("v1", "ConfigMap", "main-g1-members") in keys
 
 
+def test_a_group_name_held_by_another_cluster_is_not_taken_over() -> None:
+    spec = specs.cluster_spec({"brokerGroups": 2})
+    ours = manifests.group_objects("a", "demo", "uid-a", spec, group=1, replicas=3)[3]
+    assert manifests.foreign_owner(ours, "uid-a") is None
+    assert manifests.foreign_owner(None, "uid-a") is None
+    # A GannetCluster named "a-g1" owns a StatefulSet "a-g1" too.
+    theirs = manifests.build("a-g1", "demo", "uid-b", spec, replicas=3)
+    sts = next(o for o in theirs if o["kind"] == "StatefulSet")
+    assert manifests.foreign_owner(sts, "uid-a") == "GannetCluster a-g1"
+    assert manifests.foreign_owner({"metadata": {}}, "uid-a") == "no controlling owner"
+
+
 # ---------------------------------------------------------------- grow
 def test_a_new_group_gets_every_definition_the_others_hold() -> None:
     zero = bgp.GroupState(0, "l0", (topic("orders"), topic("audit")), (group("billing"),))

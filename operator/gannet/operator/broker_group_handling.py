@@ -228,6 +228,16 @@ async def reconcile(
         base = manifests.group_base(name, number)
         draining = number >= wanted
         sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base)
+        other = manifests.foreign_owner(sts, uid)
+        if other is not None:
+            blocked = Condition(
+                BROKER_GROUPS,
+                False,
+                "NameConflict",
+                f"{manifests.broker_name(number)} needs StatefulSet {base}, which belongs to "
+                f"{other}; rename one of the two clusters",
+            )
+            continue
         if sts is None:
             stale = await _stale_claims(ctx, namespace, base)
             if stale:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from gannet.operator import resources
@@ -646,6 +647,18 @@ def group_objects(
         stateful_set(cluster, namespace, uid, spec, replicas=replicas, group=group),
         disruption_budget(cluster, namespace, uid, replicas=replicas, group=group),
     ]
+
+
+def foreign_owner(obj: Mapping[str, Any] | None, uid: str) -> str | None:
+    """The controlling owner of ``obj`` when it is not the GannetCluster ``uid`` (another
+    cluster's object under a group's name: ``<a>-g1`` of cluster ``a`` vs a cluster named
+    ``a-g1``); None when ``obj`` is absent or ours."""
+    if obj is None:
+        return None
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return None if ref.get("uid") == uid else f"{ref.get('kind')} {ref.get('name')}"
+    return "no controlling owner"
 
 
 def group_object_keys(cluster: str, group: int) -> list[tuple[str, str, str]]:
