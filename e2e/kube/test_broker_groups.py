@@ -14,10 +14,14 @@ clients ask): before the grow only ``broker-0``'s queues; after it, ``broker-1``
 operator created the topic there); during the drain ``broker-1``'s queues stay, read-only,
 while the condition names the consumer group and its lag; once the official SimpleConsumer has
 consumed and acknowledged everything, ``broker-1`` is deleted and its queues leave the route.
+With ``GANNET_E2E_GROUPS_FULL=1`` the same with 3 groups (``broker-1`` and ``broker-2`` drain
+together).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,6 +49,9 @@ CLUSTER = "wide"
 TOPIC = "orders"
 CONSUMERS = "billing"
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@groups"),)
+GROUPS = 3 if os.environ.get("GANNET_E2E_GROUPS_FULL") == "1" else 2
+"""Groups grown to (and drained back from): 2 in ``make e2e-kube``; 3 with
+``GANNET_E2E_GROUPS_FULL=1`` (two groups drain at once)."""
 ROUTE_WAIT_S = 20.0  # routes follow within a poll (2 s) and a pass (2 s) on a busy machine
 RW = definition_pb2.READ_WRITE
 
@@ -143,14 +150,22 @@ def _consume_all(endpoint: str, want: int) -> int:
 
 
 @pytest.fixture
-def groups(workdir: Path) -> Iterator[tuple[str, str]]:
-    zero, zero_endpoint = _broker(workdir, "broker-0")
-    one, one_endpoint = _broker(workdir, "broker-1")
-    with harness.started(zero), harness.started(one):
-        yield zero_endpoint, one_endpoint
+def groups(workdir: Path) -> Iterator[list[str]]:
+    """One broker process per group, ``broker-0`` … ``broker-<GROUPS-1>``; their endpoints."""
+    with contextlib.ExitStack() as stack:
+        endpoints = []
+        for g in range(GROUPS):
+            process, endpoint = _broker(workdir, f"broker-{g}")
+            stack.enter_context(harness.started(process))
+            endpoints.append(endpoint)
+        yield endpoints
 
 
-def test_grow_1_to_2_groups_and_drain_back_on_the_real_server(
+def _base(g: int) -> str:
+    return CLUSTER if g == 0 else f"{CLUSTER}-g{g}"
+
+
+def test_grow_from_1_group_and_drain_back_on_the_real_server(
     plane: ControlPlane,
     admin: Kubectl,
     running_operator: Process,
@@ -158,9 +173,8 @@ def test_grow_1_to_2_groups_and_drain_back_on_the_real_server(
     operator_kubeconfig: Path,
     credentials: dict[str, str],
     workdir: Path,
-    groups: tuple[str, str],
+    groups: list[str],
 ) -> None:
-    zero, one = groups
     admin.run("create", "namespace", NS)
     running_operator.stop()  # one operator at a time
     try:
@@ -171,27 +185,32 @@ def test_grow_1_to_2_groups_and_drain_back_on_the_real_server(
                 NS,
                 "--refresh-interval-s",
                 "2",
-                "--group-endpoint",
-                f"{CLUSTER}={zero}",
-                "--group-endpoint",
-                f"{CLUSTER}-g1={one}",
             ]
+            for g, endpoint in enumerate(groups):
+                args += ["--group-endpoint", f"{_base(g)}={endpoint}"]
             process = harness.operator_process(
                 workdir,
                 args,
                 kubeconfig=operator_kubeconfig,
-                broker=zero,
+                broker=groups[0],
                 credentials=credentials,
                 log_name="operator-groups.log",
             )
             with harness.started(process):
-                _run(plane, admin, zero, one)
+                _run(plane, admin, groups)
     finally:
         running_operator.start()
         admin.run("delete", "namespace", NS, "--wait=false", check=False)
 
 
-def _run(plane: ControlPlane, admin: Kubectl, zero: str, one: str) -> None:
+def _scale_groups(admin: Kubectl, count: int) -> None:
+    patch = f'{{"spec":{{"brokerGroups":{count}}}}}'
+    admin.run("patch", "gannetcluster", CLUSTER, "-n", NS, "--type=merge", "-p", patch)
+
+
+def _run(plane: ControlPlane, admin: Kubectl, endpoints: list[str]) -> None:
+    zero = endpoints[0]
+    names = [f"broker-{g}" for g in range(GROUPS)]
     meta = {"namespace": NS}
     admin.apply(
         {
@@ -219,10 +238,7 @@ def _run(plane: ControlPlane, admin: Kubectl, zero: str, one: str) -> None:
     assert harness.watch_for(plane, groups_path, CONSUMERS, harness.ready, timeout_s=120)
     made = _cluster(plane, lambda o: len((o or {}).get("status", {}).get("brokerGroups") or ()))
     assert [r["brokerName"] for r in made["status"]["brokerGroups"]] == ["broker-0"]
-    assert _route(zero) == [
-        ("broker-0", 0, definition_pb2.READ_WRITE),
-        ("broker-0", 1, definition_pb2.READ_WRITE),
-    ]
+    assert _route(zero) == [("broker-0", 0, RW), ("broker-0", 1, RW)]
     # billing consumes once on broker-0: from now on it subscribes the topic.
     config = ClientConfiguration(zero, Credentials(), request_timeout=5)
     producer = Producer(config, (TOPIC,))
@@ -235,35 +251,34 @@ def _run(plane: ControlPlane, admin: Kubectl, zero: str, one: str) -> None:
         producer.shutdown()
     assert _consume_all(zero, 1) == 1
 
-    # Grow: broker-1's objects, its roster, its definitions, and its queues in every route.
-    admin.run("patch", "gannetcluster", CLUSTER, "-n", NS, "--type=merge", "-p",
-              '{"spec":{"brokerGroups":2}}')  # fmt: skip
-    grown = _cluster(plane, _groups("Reconciled", 2))
+    # Grow: each new group's objects, roster and definitions, and its queues in every route.
+    _scale_groups(admin, GROUPS)
+    grown = _cluster(plane, _groups("Reconciled", GROUPS))
     rows = grown["status"]["brokerGroups"]
     assert [(r["brokerName"], r["statefulSet"], r["phase"]) for r in rows] == [
-        ("broker-0", CLUSTER, "Serving"),
-        ("broker-1", f"{CLUSTER}-g1", "Serving"),
+        (names[g], _base(g), "Serving") for g in range(GROUPS)
     ]
-    sts = admin.json("get", "statefulset", f"{CLUSTER}-g1", "-n", NS)
-    assert sts["metadata"]["ownerReferences"][0]["name"] == CLUSTER
-    env = {
-        e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]
-    }
-    assert env["GANNET_BROKER_NAME"] == "broker-1"
-    for name in (f"{CLUSTER}-g1-client", f"{CLUSTER}-g1-peers"):
-        admin.run("get", "service", name, "-n", NS)
-    admin.run("get", "pdb", f"{CLUSTER}-g1", "-n", NS)
-    roster = admin.json("get", "configmap", f"{CLUSTER}-g1-members", "-n", NS)
-    assert f"{CLUSTER}-g1-0.{CLUSTER}-g1-peers.{NS}.svc" in roster["data"][f"{CLUSTER}-g1-0"]
-    route = _route_becomes(zero, {("broker-0", RW), ("broker-1", RW)})
-    assert len(route) == 4
-    assert _route(one) == route  # either group answers the same route
+    for g in range(1, GROUPS):
+        base = _base(g)
+        sts = admin.json("get", "statefulset", base, "-n", NS)
+        assert sts["metadata"]["ownerReferences"][0]["name"] == CLUSTER
+        container = sts["spec"]["template"]["spec"]["containers"][0]
+        assert {"name": "GANNET_BROKER_NAME", "value": names[g]} in container["env"]
+        for name in (f"{base}-client", f"{base}-peers"):
+            admin.run("get", "service", name, "-n", NS)
+        admin.run("get", "pdb", base, "-n", NS)
+        roster = admin.json("get", "configmap", f"{base}-members", "-n", NS)
+        assert f"{base}-0.{base}-peers.{NS}.svc" in roster["data"][f"{base}-0"]
+    route = _route_becomes(zero, {(n, RW) for n in names})
+    assert len(route) == 2 * GROUPS
+    for endpoint in endpoints[1:]:
+        assert _route(endpoint) == route  # every group answers the same route
 
     producer = Producer(config, (TOPIC,))
     producer.startup()
     sent: dict[str, int] = {}
     try:
-        for i in range(8):
+        for i in range(4 * GROUPS):
             message = Message()
             message.topic, message.body = TOPIC, f"m{i}".encode()
             receipt = producer.send(message)
@@ -271,30 +286,34 @@ def _run(plane: ControlPlane, admin: Kubectl, zero: str, one: str) -> None:
             sent[broker] = sent.get(broker, 0) + 1
     finally:
         producer.shutdown()
-    assert sent.get("broker-1", 0) > 0, sent
+    assert set(sent) == set(names), sent  # round robin over every group's queues
 
-    # Drain: broker-1's queues turn read-only, stay routed while billing has lag there.
-    admin.run("patch", "gannetcluster", CLUSTER, "-n", NS, "--type=merge", "-p",
-              '{"spec":{"brokerGroups":1}}')  # fmt: skip
+    # Drain: the other groups' queues turn read-only and stay routed while billing has lag.
+    _scale_groups(admin, 1)
     draining = _cluster(
         plane,
         lambda o: "lag" in ((condition(o, "BrokerGroups") or {}).get("message") or ""),
     )
     found = condition(draining, "BrokerGroups") or {}
     assert (found["status"], found["reason"]) == ("False", "Draining")
-    assert f"{CONSUMERS} on {TOPIC}: {sent['broker-1']}" in found["message"]
-    row = draining["status"]["brokerGroups"][1]
-    assert (row["phase"], row["drainLag"]) == ("Draining", sent["broker-1"])
-    # broker-0 sees broker-1's read-only queues at its next poll (2 s).
-    route = _route_becomes(zero, {("broker-0", RW), ("broker-1", definition_pb2.READ)})
-    assert len(route) == 4
-    admin.run("get", "statefulset", f"{CLUSTER}-g1", "-n", NS)  # not deleted while lag > 0
+    for g in range(1, GROUPS):
+        assert f"draining {names[g]}" in found["message"]
+        assert f"{CONSUMERS} on {TOPIC}: {sent[names[g]]}" in found["message"]
+        row = draining["status"]["brokerGroups"][g]
+        assert (row["phase"], row["drainLag"]) == ("Draining", sent[names[g]])
+        admin.run("get", "statefulset", _base(g), "-n", NS)  # not deleted while lag > 0
+    # broker-0 sees the read-only queues at its next poll (2 s).
+    read_only = {(n, definition_pb2.READ) for n in names[1:]}
+    route = _route_becomes(zero, {("broker-0", RW), *read_only})
+    assert len(route) == 2 * GROUPS
 
     assert _consume_all(zero, sum(sent.values())) == sum(sent.values())
     done = _cluster(plane, _groups("Reconciled", 1))
     assert [r["brokerName"] for r in done["status"]["brokerGroups"]] == ["broker-0"]
     sets = f"/apis/apps/v1/namespaces/{NS}/statefulsets"
-    assert harness.watch_for(plane, sets, f"{CLUSTER}-g1", lambda o: o is None) is None
-    assert admin.run("get", "configmap", f"{CLUSTER}-g1-members", "-n", NS, check=False).returncode
+    for g in range(1, GROUPS):
+        assert harness.watch_for(plane, sets, _base(g), lambda o: o is None) is None
+        missing = admin.run("get", "configmap", f"{_base(g)}-members", "-n", NS, check=False)
+        assert missing.returncode != 0
     route = _route_becomes(zero, {("broker-0", RW)})
     assert len(route) == 2
