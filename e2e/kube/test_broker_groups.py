@@ -271,6 +271,14 @@ def _run(plane: ControlPlane, admin: Kubectl, endpoints: list[str]) -> None:
         assert f"{base}-0.{base}-peers.{NS}.svc" in roster["data"][f"{base}-0"]
     route = _route_becomes(zero, {(n, RW) for n in names})
     assert len(route) == 2 * GROUPS
+    seen = _cluster(
+        plane,
+        lambda o: all(
+            r.get("viewError") == "" and 0 <= r.get("viewAgeSeconds", -1) < 30
+            for r in ((o or {}).get("status") or {}).get("brokerGroups", [])[1:]
+        ),
+    )
+    assert len(seen["status"]["brokerGroups"]) == GROUPS
     for endpoint in endpoints[1:]:
         assert _route(endpoint) == route  # every group answers the same route
 

@@ -58,6 +58,7 @@ class _Group:
     phase: str = "Creating"
     message: str = ""
     drain_lag: int = 0
+    view: tuple[float, str] | None = None  # group 0's view of it: (age in s, last poll error)
 
 
 def _outcome_facts(
@@ -152,6 +153,21 @@ async def _sync_seeds(
     return problems
 
 
+async def _views(ctx: Context, zero: _Group, known: Sequence[_Group]) -> None:
+    """How group 0's leader sees every other group (``GetClusterView``: the age of its view and
+    the last poll error), for ``status.brokerGroups[].viewAgeSeconds``/``viewError``."""
+    if not zero.leader_endpoint:
+        return
+    try:
+        views, _ = await ctx.brokers.cluster_view(zero.leader_endpoint)
+    except (BrokerUnavailable, BrokerRefused):
+        return
+    by_name = {broker: (age, error) for broker, age, error in views}
+    for g in known:
+        if g.group != 0:
+            g.view = by_name.get(manifests.broker_name(g.group), (-1.0, "not known to broker-0"))
+
+
 async def _delete_group(ctx: Context, namespace: str, name: str, group: int) -> None:
     for api_version, kind, obj in manifests.group_object_keys(name, group):
         try:
@@ -185,7 +201,11 @@ async def _settings(
 
 def _row(name: str, namespace: str, g: _Group) -> dict[str, Any]:
     base = manifests.group_base(name, g.group)
+    row: dict[str, Any] = {}
+    if g.view is not None:
+        row = {"viewAgeSeconds": round(g.view[0], 1), "viewError": g.view[1][:240]}
     return {
+        **row,
         "group": g.group,
         "brokerName": manifests.broker_name(g.group),
         "statefulSet": base,
@@ -355,6 +375,7 @@ async def reconcile(
     else:
         problems += await _sync_seeds(ctx, namespace, name, known, pending)
 
+    await _views(ctx, zero, known)
     rows = [_row(name, namespace, g) for g in sorted(known, key=lambda g: g.group)]
     if blocked is not None:
         return rows, blocked
