@@ -12,7 +12,8 @@ operator process, and the brokers: group ``broker-0`` and group ``broker-1`` are
 Checked at each step, with ``QueryRoute`` at group ``broker-0``'s broker (what the official
 clients ask): before the grow only ``broker-0``'s queues; after it, ``broker-1``'s too (the
 operator created the topic there); during the drain ``broker-1``'s queues stay, read-only,
-while the condition names the consumer group and its lag; once the official SimpleConsumer has
+while the condition names the consumer group and its lag (raising the count again makes them
+read-write again; lowering it drains again); once the official SimpleConsumer has
 consumed and acknowledged everything, ``broker-1`` is deleted and its queues leave the route.
 With ``GANNET_E2E_GROUPS_FULL=1`` the same with 3 groups (``broker-1`` and ``broker-2`` drain
 together).
@@ -314,6 +315,13 @@ def _run(plane: ControlPlane, admin: Kubectl, endpoints: list[str]) -> None:
     read_only = {(n, definition_pb2.READ) for n in names[1:]}
     route = _route_becomes(zero, {("broker-0", RW), *read_only})
     assert len(route) == 2 * GROUPS
+
+    # Undone: raised again, the groups serve read-write again; then lowered for good.
+    _scale_groups(admin, GROUPS)
+    _route_becomes(zero, {(n, RW) for n in names})
+    _cluster(plane, _groups("Reconciled", GROUPS))
+    _scale_groups(admin, 1)
+    _route_becomes(zero, {("broker-0", RW), *read_only})
 
     assert _consume_all(zero, sum(sent.values())) == sum(sent.values())
     done = _cluster(plane, _groups("Reconciled", 1))

@@ -150,6 +150,14 @@ def test_a_group_without_a_leader_is_not_written_to() -> None:
     assert bgp.missing_definitions(bgp.GroupState(1, "l1"), [bgp.GroupState(0, "")]) is None
 
 
+def test_a_drain_undone_gets_group_zeros_permissions_back() -> None:
+    zero = bgp.GroupState(0, "l0", (topic("orders"), topic("audit", RO)))
+    one = bgp.GroupState(1, "l1", (topic("orders", RO), topic("audit", RO), topic("extra", RO)))
+    assert bgp.permissions_to_restore(one, zero) == ((topic("orders", RO), RW),)
+    assert bgp.permissions_to_restore(zero, zero) == ()
+    assert bgp.permissions_to_restore(bgp.GroupState(1, ""), zero) == ()
+
+
 # ---------------------------------------------------------------- drain
 def test_drain_makes_topics_read_only_first() -> None:
     draining = bgp.GroupState(1, "l1", (topic("orders"), topic("old", RO)))

@@ -327,6 +327,22 @@ async def reconcile(
             f"{manifests.broker_name(g.group)}: created {', '.join(what)}",
         )
 
+    # A drain undone (brokerGroups raised again): permissions follow group 0's.
+    zero_state = zero.state or bgp.GroupState(0, "")
+    for g in known:
+        if g.draining or g.state is None:
+            continue
+        restore = bgp.permissions_to_restore(g.state, zero_state)
+        try:
+            for topic, permission in restore:
+                await ctx.brokers.set_permission_here(g.leader_endpoint, topic.name, permission)
+        except (BrokerUnavailable, BrokerRefused) as exc:
+            problems.append(f"permissions on {manifests.broker_name(g.group)}: {exc}")
+            continue
+        if restore:
+            restored = ", ".join(f"{t.name} {p.name}" for t, p in restore)
+            pending.normal("GroupServing", f"{manifests.broker_name(g.group)}: {restored} again")
+
     # Drain, highest group first.
     deleted: list[int] = []
     waiting: list[str] = []
@@ -381,14 +397,14 @@ async def reconcile(
         return rows, blocked
     if waiting:
         return rows, Condition(BROKER_GROUPS, False, "Draining", "; ".join(waiting))
+    unled = [manifests.broker_name(g.group) for g in known if not g.leader_pod]
+    if unled:  # a group still starting: its members not answering is expected
+        return rows, Condition(
+            BROKER_GROUPS, False, "WaitingForLeader", f"no leader yet in {', '.join(unled)}"
+        )
     if problems:
         return rows, Condition(
             BROKER_GROUPS, False, conditions.BROKER_UNAVAILABLE, "; ".join(problems)
-        )
-    unled = [manifests.broker_name(g.group) for g in known if not g.leader_pod]
-    if unled:
-        return rows, Condition(
-            BROKER_GROUPS, False, "WaitingForLeader", f"no leader yet in {', '.join(unled)}"
         )
     return rows, Condition(
         BROKER_GROUPS, True, conditions.RECONCILED, f"{len(known)} broker group(s) serving"

@@ -10,6 +10,8 @@ steps of this pass:
   that the other serving groups define gets it created there alone (:class:`CreateDefinitions`;
   the write is scoped to that group, so nothing else changes). New queues start empty; data stays
   where it is, as in RocketMQ.
+- A serving group whose topic permission differs from group 0's gets group 0's
+  (:func:`permissions_to_restore`: a drain undone by raising ``brokerGroups`` again).
 - **Shrink = drain**, each group ``>= spec.brokerGroups`` that still has a StatefulSet
   (:func:`drain_step`): (1) every topic of the group that is still writable there becomes
   read-only on that group only (:class:`MakeReadOnly`; the other groups keep their permission),
@@ -150,6 +152,22 @@ def missing_definitions(
         target.group,
         tuple(topics[n] for n in sorted(topics)),
         tuple(groups[n] for n in sorted(groups)),
+    )
+
+
+def permissions_to_restore(
+    target: GroupState, reference: GroupState
+) -> tuple[tuple[TopicDef, Permission], ...]:
+    """Topics of serving group ``target`` whose permission differs from ``reference``'s (group
+    0, where Topic resources are reconciled): a drain undone by raising ``brokerGroups`` again
+    left them read-only. Empty without leaders on both sides, or for group 0 itself."""
+    if not target.leader or not reference.leader or target.group == reference.group:
+        return ()
+    wanted = {t.name: t.permission for t in reference.topics}
+    return tuple(
+        (t, wanted[t.name])
+        for t in sorted(target.topics, key=lambda t: t.name)
+        if t.name in wanted and wanted[t.name] != t.permission
     )
 
 
