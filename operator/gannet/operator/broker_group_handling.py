@@ -59,6 +59,7 @@ class _Group:
     message: str = ""
     drain_lag: int = 0
     view: tuple[float, str] | None = None  # group 0's view of it: (age in s, last poll error)
+    problems: list[str] = dataclasses.field(default_factory=list)
 
 
 def _outcome_facts(
@@ -220,136 +221,111 @@ def _row(name: str, namespace: str, g: _Group) -> dict[str, Any]:
     }
 
 
-async def reconcile(
+async def _group(
     ctx: Context,
     name: str,
     namespace: str,
     uid: str,
     cluster: ClusterSpec,
-    first: membership_handling.Outcome,
-    first_ready: int,
+    number: int,
     pending: Pending,
-    roll: Roll | None = None,
-) -> tuple[list[dict[str, Any]], Condition | None]:
-    """One pass over the groups (module docstring): ``status.brokerGroups`` and the
-    ``BrokerGroups`` condition (None for a cluster that has only ever had one group)."""
-    zero = _Group(0, False, first.replicas, first_ready, phase="Serving")
-    zero.leader_pod, zero.leader_endpoint, zero.member_pods, zero.lag_bytes = _outcome_facts(
-        ctx, namespace, name, first
+    roll: Roll | None,
+) -> _Group | Condition:
+    """Membership, objects, rolling step and settings of group ``number`` >= 1; a Condition
+    when the group cannot be made (another cluster's name, stale claims)."""
+    base = manifests.group_base(name, number)
+    broker = manifests.broker_name(number)
+    sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base)
+    other = manifests.foreign_owner(sts, uid)
+    if other is not None:
+        return Condition(
+            BROKER_GROUPS,
+            False,
+            "NameConflict",
+            f"{broker} needs StatefulSet {base}, which belongs to {other}; rename one of the "
+            "two clusters",
+        )
+    if sts is None and (stale := await _stale_claims(ctx, namespace, base)):
+        return Condition(
+            BROKER_GROUPS,
+            False,
+            "StaleGroupData",
+            f"{broker} is not created: claims {', '.join(stale)} of an earlier group of that "
+            "number remain (a new group would start on its old Raft log); delete them to "
+            "create it",
+        )
+    current = None if sts is None else int((sts.get("spec") or {}).get("replicas", 0))
+    outcome = await membership_handling.advance(
+        ctx, base, namespace, uid, cluster, current, pending, owner=(name, number)
     )
-    existing = await _existing_groups(ctx, namespace, name)
-    if cluster.broker_groups == 1 and not existing:
-        return [_row(name, namespace, zero)], None
-    wanted = cluster.broker_groups
-    known: list[_Group] = [zero]
+    for obj in manifests.group_objects(
+        name, namespace, uid, cluster, group=number, replicas=outcome.replicas
+    ):
+        result = await ctx.kube.apply(obj)
+        if result != "unchanged":
+            obj_name = f"{obj['kind']} {obj['metadata']['name']}"
+            pending.normal(result.capitalize(), f"{result} {obj_name}")
+    found = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base) or {}
+    g = _Group(number, number >= cluster.broker_groups, outcome.replicas)
+    g.ready = int((found.get("status") or {}).get("readyReplicas") or 0)
+    g.leader_pod, g.leader_endpoint, g.member_pods, g.lag_bytes = _outcome_facts(
+        ctx, namespace, base, outcome
+    )
+    g.phase = "Draining" if g.draining else ("Serving" if g.leader_pod else "Creating")
+    if roll is not None and not outcome.changing and found:
+        # Same rule as group 0: one pod per pass, leader last, never mid-change.
+        rolled = await roll(base, found, outcome.replicas, g.leader_pod or None)
+        if isinstance(rolled, cluster_planning.Wait):
+            g.message = rolled.reason
+    if g.leader_endpoint:
+        pods = [ctx.endpoints.pod(namespace, base, i) for i in range(outcome.replicas)]
+        g.problems += await _settings(ctx, cluster, g, pods, pending)
+    return g
+
+
+async def _grow(ctx: Context, known: Sequence[_Group], pending: Pending) -> list[str]:
+    """Every serving group holds every definition the others hold, and the topic permissions
+    of group 0 (a drain undone). Returns problems."""
     problems: list[str] = []
-    blocked: Condition | None = None
-    for number in sorted(set(existing) | set(range(1, wanted))):
-        base = manifests.group_base(name, number)
-        draining = number >= wanted
-        sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base)
-        other = manifests.foreign_owner(sts, uid)
-        if other is not None:
-            blocked = Condition(
-                BROKER_GROUPS,
-                False,
-                "NameConflict",
-                f"{manifests.broker_name(number)} needs StatefulSet {base}, which belongs to "
-                f"{other}; rename one of the two clusters",
-            )
-            continue
-        if sts is None:
-            stale = await _stale_claims(ctx, namespace, base)
-            if stale:
-                blocked = Condition(
-                    BROKER_GROUPS,
-                    False,
-                    "StaleGroupData",
-                    f"{manifests.broker_name(number)} is not created: claims {', '.join(stale)} "
-                    "of an earlier group of that number remain (a new group would start on its "
-                    "old Raft log); delete them to create it",
-                )
-                continue
-        current = None if sts is None else int((sts.get("spec") or {}).get("replicas", 0))
-        outcome = await membership_handling.advance(
-            ctx, base, namespace, uid, cluster, current, pending, owner=(name, number)
-        )
-        for obj in manifests.group_objects(
-            name, namespace, uid, cluster, group=number, replicas=outcome.replicas
-        ):
-            result = await ctx.kube.apply(obj)
-            if result != "unchanged":
-                obj_name = f"{obj['kind']} {obj['metadata']['name']}"
-                pending.normal(result.capitalize(), f"{result} {obj_name}")
-        found = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base) or {}
-        g = _Group(number, draining, outcome.replicas)
-        g.ready = int((found.get("status") or {}).get("readyReplicas") or 0)
-        g.leader_pod, g.leader_endpoint, g.member_pods, g.lag_bytes = _outcome_facts(
-            ctx, namespace, base, outcome
-        )
-        g.phase = "Draining" if draining else ("Serving" if g.leader_pod else "Creating")
-        known.append(g)
-        if roll is not None and not outcome.changing and found:
-            # Same rule as group 0: one pod per pass, leader last, never mid-change.
-            rolled = await roll(base, found, outcome.replicas, g.leader_pod or None)
-            if isinstance(rolled, cluster_planning.Wait):
-                g.message = rolled.reason
-        if g.leader_endpoint:
-            pods = [ctx.endpoints.pod(namespace, base, i) for i in range(outcome.replicas)]
-            problems += await _settings(ctx, cluster, g, pods, pending)
-
-    total = max(g.group for g in known) + 1
-    await ctx.kube.apply(manifests.groups_config_map(name, namespace, uid, total))
-    draining_any = any(g.draining for g in known)
-    for g in known:
-        await _read_state(ctx, g, offsets=draining_any)
-    serving_states = [g.state for g in known if not g.draining and g.state is not None]
-    all_states = [g.state for g in known if g.state is not None]
-
-    # Grow: every serving group holds every definition the others hold.
+    serving = [g.state for g in known if not g.draining and g.state is not None]
+    zero = next((g.state for g in known if g.group == 0 and g.state), bgp.GroupState(0, ""))
     for g in known:
         if g.draining or g.state is None:
             continue
-        missing = bgp.missing_definitions(g.state, serving_states)
-        if missing is None:
-            continue
+        broker = manifests.broker_name(g.group)
+        missing = bgp.missing_definitions(g.state, serving)
+        restore = bgp.permissions_to_restore(g.state, zero)
         try:
-            for topic in missing.topics:
-                await ctx.brokers.create_topic_here(g.leader_endpoint, topic)
-            for group in missing.groups:
-                await ctx.brokers.create_group_here(g.leader_endpoint, group)
-        except (BrokerUnavailable, BrokerRefused) as exc:
-            problems.append(f"definitions on {manifests.broker_name(g.group)}: {exc}")
-            continue
-        what = [t.name for t in missing.topics] + [c.name for c in missing.groups]
-        pending.normal(
-            "GroupDefinitionsCreated",
-            f"{manifests.broker_name(g.group)}: created {', '.join(what)}",
-        )
-
-    # A drain undone (brokerGroups raised again): permissions follow group 0's.
-    zero_state = zero.state or bgp.GroupState(0, "")
-    for g in known:
-        if g.draining or g.state is None:
-            continue
-        restore = bgp.permissions_to_restore(g.state, zero_state)
-        try:
+            if missing is not None:
+                for topic in missing.topics:
+                    await ctx.brokers.create_topic_here(g.leader_endpoint, topic)
+                for group in missing.groups:
+                    await ctx.brokers.create_group_here(g.leader_endpoint, group)
+                what = [t.name for t in missing.topics] + [c.name for c in missing.groups]
+                pending.normal("GroupDefinitionsCreated", f"{broker}: created {', '.join(what)}")
             for topic, permission in restore:
                 await ctx.brokers.set_permission_here(g.leader_endpoint, topic.name, permission)
+            if restore:
+                restored = ", ".join(f"{t.name} {p.name}" for t, p in restore)
+                pending.normal("GroupServing", f"{broker}: {restored} again")
         except (BrokerUnavailable, BrokerRefused) as exc:
-            problems.append(f"permissions on {manifests.broker_name(g.group)}: {exc}")
-            continue
-        if restore:
-            restored = ", ".join(f"{t.name} {p.name}" for t, p in restore)
-            pending.normal("GroupServing", f"{manifests.broker_name(g.group)}: {restored} again")
+            problems.append(f"definitions on {broker}: {exc}")
+    return problems
 
-    # Drain, highest group first.
+
+async def _drain(
+    ctx: Context, known: Sequence[_Group], pending: Pending
+) -> tuple[list[int], list[str], list[str]]:
+    """One drain step per draining group, highest first: (groups drained, what is waited
+    for, problems)."""
+    states = [g.state for g in known if g.state is not None]
     deleted: list[int] = []
     waiting: list[str] = []
+    problems: list[str] = []
     for g in sorted((g for g in known if g.draining), key=lambda g: -g.group):
         assert g.state is not None
         broker = manifests.broker_name(g.group)
-        step = bgp.drain_step(g.state, all_states)
+        step = bgp.drain_step(g.state, states)
         if isinstance(step, bgp.MakeReadOnly):
             try:
                 for topic in step.topics:
@@ -372,7 +348,68 @@ async def reconcile(
             waiting.append(g.message)
         else:
             deleted.append(g.group)
+    return deleted, waiting, problems
+
+
+def _condition(
+    known: Sequence[_Group], blocked: Condition | None, waiting: list[str], problems: list[str]
+) -> Condition:
+    if blocked is not None:
+        return blocked
+    if waiting:
+        return Condition(BROKER_GROUPS, False, "Draining", "; ".join(waiting))
+    unled = [manifests.broker_name(g.group) for g in known if not g.leader_pod]
+    if unled:  # a group still starting: its members not answering is expected
+        return Condition(
+            BROKER_GROUPS, False, "WaitingForLeader", f"no leader yet in {', '.join(unled)}"
+        )
+    if problems:
+        return Condition(BROKER_GROUPS, False, conditions.BROKER_UNAVAILABLE, "; ".join(problems))
+    return Condition(
+        BROKER_GROUPS, True, conditions.RECONCILED, f"{len(known)} broker group(s) serving"
+    )
+
+
+async def reconcile(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    uid: str,
+    cluster: ClusterSpec,
+    first: membership_handling.Outcome,
+    first_ready: int,
+    pending: Pending,
+    roll: Roll | None = None,
+) -> tuple[list[dict[str, Any]], Condition | None]:
+    """One pass over the groups (module docstring): ``status.brokerGroups`` and the
+    ``BrokerGroups`` condition (None for a cluster that has only ever had one group)."""
+    zero = _Group(0, False, first.replicas, first_ready, phase="Serving")
+    zero.leader_pod, zero.leader_endpoint, zero.member_pods, zero.lag_bytes = _outcome_facts(
+        ctx, namespace, name, first
+    )
+    existing = await _existing_groups(ctx, namespace, name)
+    if cluster.broker_groups == 1 and not existing:
+        return [_row(name, namespace, zero)], None
+    known: list[_Group] = [zero]
+    blocked: Condition | None = None
+    for number in sorted(set(existing) | set(range(1, cluster.broker_groups))):
+        made = await _group(ctx, name, namespace, uid, cluster, number, pending, roll)
+        if isinstance(made, Condition):
+            blocked = made
+        else:
+            known.append(made)
+    problems = [p for g in known for p in g.problems]
+
+    total = max(g.group for g in known) + 1
+    await ctx.kube.apply(manifests.groups_config_map(name, namespace, uid, total))
+    draining_any = any(g.draining for g in known)
+    for g in known:
+        await _read_state(ctx, g, offsets=draining_any)
+    problems += await _grow(ctx, known, pending)
+    deleted, waiting, drain_problems = await _drain(ctx, known, pending)
+    problems += drain_problems
     if deleted:
+        # The others forget the drained groups first (they leave the routes), then they go.
         remaining = [g for g in known if g.group not in deleted]
         seed_problems = await _sync_seeds(ctx, namespace, name, remaining, pending)
         if seed_problems:
@@ -393,19 +430,4 @@ async def reconcile(
 
     await _views(ctx, zero, known)
     rows = [_row(name, namespace, g) for g in sorted(known, key=lambda g: g.group)]
-    if blocked is not None:
-        return rows, blocked
-    if waiting:
-        return rows, Condition(BROKER_GROUPS, False, "Draining", "; ".join(waiting))
-    unled = [manifests.broker_name(g.group) for g in known if not g.leader_pod]
-    if unled:  # a group still starting: its members not answering is expected
-        return rows, Condition(
-            BROKER_GROUPS, False, "WaitingForLeader", f"no leader yet in {', '.join(unled)}"
-        )
-    if problems:
-        return rows, Condition(
-            BROKER_GROUPS, False, conditions.BROKER_UNAVAILABLE, "; ".join(problems)
-        )
-    return rows, Condition(
-        BROKER_GROUPS, True, conditions.RECONCILED, f"{len(known)} broker group(s) serving"
-    )
+    return rows, _condition(known, blocked, waiting, problems)
