@@ -50,6 +50,8 @@ FIELD = {
     "auth-no-secret": "spec.security.auth",
     "tls-no-source": "spec.security.tls",
     "tls-two-sources": "spec.security.peerTls",
+    "no-groups": "spec.brokerGroups",
+    "groups-auth": "spec",
 }
 
 

@@ -36,10 +36,12 @@ CLAIMS = f"/api/v1/namespaces/{MEMBERS_NS}/persistentvolumeclaims"
 
 
 class Kubelet:
-    """Marks every pod of :data:`MEMBERS_NS` ``Running`` when it appears (no kubelet runs)."""
+    """Marks every pod of :data:`MEMBERS_NS` (or of the collection ``pods``) ``Running`` when it
+    appears (no kubelet runs)."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, pods: str = PODS) -> None:
         self.plane = plane
+        self.pods = pods  # the pods collection (another namespace's for other tests)
         self.stopping = threading.Event()
         self.thread = threading.Thread(target=self._run, name="kubelet", daemon=True)
         self.marked: list[str] = []
@@ -50,16 +52,17 @@ class Kubelet:
             return
         status = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
         with contextlib.suppress(urllib.error.HTTPError):  # gone meanwhile
-            self.plane.request("PATCH", f"{PODS}/{meta['name']}/status", {"status": status})
+            self.plane.request("PATCH", f"{self.pods}/{meta['name']}/status", {"status": status})
             self.marked.append(str(meta["name"]))
 
     def _run(self) -> None:
         while not self.stopping.is_set():
-            listed = self.plane.request("GET", PODS)
+            listed = self.plane.request("GET", self.pods)
             for pod in listed.get("items") or ():
                 self._mark(pod)
             version = listed["metadata"]["resourceVersion"]
-            url = f"{self.plane.server}{PODS}?watch=true&resourceVersion={version}&timeoutSeconds=2"
+            query = f"watch=true&resourceVersion={version}&timeoutSeconds=2"
+            url = f"{self.plane.server}{self.pods}?{query}"
             context = self.plane.ssl_context()
             with (
                 contextlib.suppress(TimeoutError, urllib.error.URLError),

@@ -167,8 +167,15 @@ def test_rbac_is_least_privilege() -> None:
                 assert not {"create", "delete"} & set(rule["verbs"])
             if "delete" in rule["verbs"]:
                 # Rolling restarts and restarts under a new node id; the claim of a removed
-                # member (storage.deleteClaim).
-                assert rule["resources"] in (["pods"], ["persistentvolumeclaims"])
+                # member (storage.deleteClaim); the objects of a drained broker group.
+                assert rule["resources"] in (
+                    ["pods"],
+                    ["persistentvolumeclaims"],
+                    ["statefulsets"],
+                    ["services", "configmaps"],
+                    ["poddisruptionbudgets"],
+                    ["networkpolicies"],
+                )
             if "persistentvolumeclaims" in rule["resources"]:
                 assert rule["verbs"] == ["get", "list", "delete"]  # never create or change
             if "secrets" in rule["resources"]:

@@ -76,7 +76,7 @@ def test_ephemeral_storage_and_no_metrics() -> None:
     assert "volumeClaimTemplates" not in sts["spec"]
     volumes = sts["spec"]["template"]["spec"]["volumes"]
     assert {"name": "data", "emptyDir": {}} in volumes
-    assert [v["name"] for v in volumes] == ["tmp", "members", "peer-secret", "data"]
+    assert [v["name"] for v in volumes] == ["tmp", "members", "groups", "peer-secret", "data"]
     container = sts["spec"]["template"]["spec"]["containers"][0]
     assert container["livenessProbe"]["tcpSocket"] == {"port": "client"}
     assert by_kind(objects, "ConfigMap")["data"]["GANNET_METRICS_LISTEN"] == ""

@@ -158,3 +158,48 @@ def test_pods_are_found_by_roster_and_by_advertised_address() -> None:
         ]
         == 8
     )
+
+
+def test_the_entrypoint_passes_its_groups_seeds_when_the_operator_wrote_them(
+    tmp_path: Path,
+) -> None:
+    """The seeds file of the pod's broker name (ConfigMap ``<cluster>-groups``) becomes
+    ``--cluster-seeds``; a 1-group cluster has no such file and runs without it."""
+    roster = mp.bootstrap_roster(1)
+    line = members.config_map("main-g1", "demo", "uid-1", roster)["data"]["main-g1-0"]
+    members_dir, groups_dir, bin_dir = tmp_path / "members", tmp_path / "groups", tmp_path / "bin"
+    for folder in (members_dir, groups_dir, bin_dir):
+        folder.mkdir()
+    (members_dir / "main-g1-0").write_text(line)
+    seeds = manifests.groups_config_map("main", "demo", "uid-1", 2)["data"]["broker-1"]
+    (groups_dir / "broker-1").write_text(seeds)
+    fake = bin_dir / "gannet"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(0o755)
+    script = manifests.BROKER_COMMAND[2].replace("$$", "$")
+    script = script.replace(manifests.MEMBERS_DIR, str(members_dir))
+    script = script.replace(manifests.GROUPS_DIR, str(groups_dir))
+    command = [*manifests.BROKER_COMMAND[:2], script, *manifests.BROKER_COMMAND[3:]]
+    env = {
+        **os.environ,
+        "POD_NAME": "main-g1-0",
+        "GANNET_BROKER_NAME": "broker-1",
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+    }
+    done = subprocess.run(
+        [*command, "--listen", "0.0.0.0:8081"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert done.stdout.split("\n")[:-1] == [
+        "broker",
+        "run",
+        *shlex.split(line),
+        "--cluster-seeds",
+        "main-client.demo.svc:8081",
+        "--listen",
+        "0.0.0.0:8081",
+    ]

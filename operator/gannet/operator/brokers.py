@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, ClassVar, TypeVar
@@ -32,6 +33,7 @@ import grpc.aio
 
 from gannet.node.protocol import auth
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.operator import broker_group_planning as bgp
 from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
 from gannet.operator.group_planning import BrokerGroup
 from gannet.operator.membership_planning import Group, MemberState
@@ -39,6 +41,9 @@ from gannet.operator.specs import CleanupSpec, Permission
 from gannet.operator.topic_planning import BrokerTopic
 
 CHANNELS_MAX = 64
+SCOPE_HEADER, SCOPE_GROUP = "gannet-scope", "group"
+"""Metadata of an admin write meant for the answering broker group only (the brokers'
+``gannet.node.api.broker_groups.SCOPE_HEADER``): it is not fanned out to the other groups."""
 T = TypeVar("T")
 
 _UNAVAILABLE = {
@@ -198,7 +203,13 @@ class Brokers:
             await asyncio.gather(*self._closing)
 
     async def _call(
-        self, endpoint: str, name: str, request: Any, *, timeout_s: float | None = None
+        self,
+        endpoint: str,
+        name: str,
+        request: Any,
+        *,
+        timeout_s: float | None = None,
+        scoped: bool = False,
     ) -> Any:
         security = self.security_of(endpoint)
         method: Callable[..., Awaitable[Any]] = getattr(self._stub(endpoint, security), name)
@@ -206,6 +217,8 @@ class Brokers:
         if security.access_key and security.secret_key:
             signer = auth.SigningInterceptor(security.access_key, security.secret_key)
             metadata = signer.metadata()
+        if scoped:  # a metadata write applied by the answering broker group only
+            metadata.append((SCOPE_HEADER, SCOPE_GROUP))
         try:
             return await method(request, timeout=timeout_s or self.timeout_s, metadata=metadata)
         except grpc.aio.AioRpcError as exc:
@@ -461,6 +474,92 @@ class Brokers:
             admin_pb2.RemoveMemberRequest(node_id=node_id, timeout_ms=int(timeout_s * 1000)),
             timeout_s=timeout_s + self.timeout_s,
         )
+
+    # ------------------------------------------------------------------ broker groups
+    async def group_definitions(
+        self, endpoint: str
+    ) -> tuple[tuple[bgp.TopicDef, ...], tuple[bgp.GroupDef, ...]]:
+        """The topics (without system topics) and consumer groups one broker group holds."""
+        topics = await self._call(endpoint, "ListTopics", admin_pb2.ListTopicsRequest())
+        groups = await self._call(endpoint, "ListGroups", admin_pb2.ListGroupsRequest())
+        return (
+            tuple(
+                bgp.TopicDef(
+                    name=t.name,
+                    queues=max(t.read_queue_nums, t.write_queue_nums),
+                    permission=Permission.of_perm(t.perm),
+                    message_type=_TYPE_NAMES.get(t.message_type, "NORMAL"),
+                )
+                for t in topics.topics
+            ),
+            tuple(
+                bgp.GroupDef(name=g.name, fifo=g.fifo, retry_max_times=g.retry_max_times)
+                for g in groups.groups
+            ),
+        )
+
+    async def group_offsets(
+        self, endpoint: str, consumer_groups: Iterable[str], topics: Iterable[str]
+    ) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], int], dict[str, int]]:
+        """One broker group's consumption: consumer group -> topics it holds offsets for,
+        (consumer group, topic) -> lag, and topic -> messages stored (for
+        :class:`~gannet.operator.broker_group_planning.GroupState`)."""
+        subscriptions: dict[str, frozenset[str]] = {}
+        lag: dict[tuple[str, str], int] = {}
+        for name in consumer_groups:
+            found = await self.describe_group(endpoint, name)
+            if found is None:
+                continue
+            by_topic = dict(found[1].lag_by_topic)
+            subscriptions[name] = frozenset(by_topic)
+            lag.update({(name, t): n for t, n in by_topic.items()})
+        messages: dict[str, int] = {}
+        for topic in topics:
+            described = await self.describe_topic(endpoint, topic)
+            if described is not None:
+                messages[topic] = described[1].messages
+        return subscriptions, lag, messages
+
+    async def create_topic_here(self, endpoint: str, topic: bgp.TopicDef) -> None:
+        """CreateTopic in the answering broker group only; already there counts as done."""
+        request = admin_pb2.CreateTopicRequest(
+            name=topic.name,
+            queue_nums=topic.queues,
+            message_type=_TYPE_VALUES[topic.message_type],
+            perm=topic.permission.value,
+        )
+        with contextlib.suppress(AlreadyExists):
+            await self._call(endpoint, "CreateTopic", request, scoped=True)
+
+    async def create_group_here(self, endpoint: str, group: bgp.GroupDef) -> None:
+        """CreateGroup in the answering broker group only; already there counts as done."""
+        request = admin_pb2.CreateGroupRequest(
+            name=group.name, fifo=group.fifo, retry_max_times=group.retry_max_times
+        )
+        with contextlib.suppress(AlreadyExists):
+            await self._call(endpoint, "CreateGroup", request, scoped=True)
+
+    async def set_permission_here(self, endpoint: str, topic: str, permission: Permission) -> None:
+        """UpdateTopic's permission in the answering broker group only (a drain)."""
+        request = admin_pb2.UpdateTopicRequest(name=topic, perm=permission.value)
+        await self._call(endpoint, "UpdateTopic", request, scoped=True)
+
+    async def set_cluster_seeds(self, endpoint: str, seeds: Iterable[str]) -> list[str]:
+        """SetClusterSeeds; returns the broker names the member routes to afterwards."""
+        answer = await self._call(
+            endpoint,
+            "SetClusterSeeds",
+            admin_pb2.SetClusterSeedsRequest(seeds=list(seeds)),
+            timeout_s=self.timeout_s * 2,
+        )
+        return [g.group.broker_name for g in answer.groups]
+
+    async def cluster_view(self, endpoint: str) -> tuple[list[tuple[str, float, str]], list[str]]:
+        """GetClusterView: (broker name, age of the view in seconds, last poll error) per group
+        the member routes to, and its seeds."""
+        answer = await self._call(endpoint, "GetClusterView", admin_pb2.GetClusterViewRequest())
+        groups = [(g.group.broker_name, g.age_seconds, g.last_error) for g in answer.groups]
+        return groups, list(answer.seeds)
 
 
 def _revive_view(answer: Any) -> ReviveView:

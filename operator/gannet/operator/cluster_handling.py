@@ -18,6 +18,7 @@ from typing import Any
 import kopf
 
 from gannet.operator import (
+    broker_group_handling,
     cluster_planning,
     conditions,
     contexts,
@@ -161,6 +162,23 @@ async def reconcile(
         generation=generation,
         now=ctx.clock(),
     )
+
+    async def roll(
+        base: str, group_sts: Mapping[str, Any], size: int, leader: str | None
+    ) -> cluster_planning.RollStep:
+        step = await _roll(ctx, base, namespace, group_sts, size, leader)
+        if isinstance(step, cluster_planning.DeletePod):
+            pending.normal(
+                "PodRestarted", f"deleted pod {step.name} to roll it to the new revision"
+            )
+        return step
+
+    rows, groups_condition = await broker_group_handling.reconcile(
+        ctx, name, namespace, uid, cluster, membership, ready, pending, roll
+    )
+    if groups_condition is not None:
+        found = conditions.merge(found, groups_condition, generation=generation, now=ctx.clock())
+    patch.status["brokerGroups"] = rows
     patch.status["conditions"] = found
     patch.status["observedGeneration"] = generation
     patch.status["replicas"] = replicas

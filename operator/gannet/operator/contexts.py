@@ -58,15 +58,17 @@ class ServiceEndpoints:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FixedEndpoints:
-    """One endpoint for every cluster and member (brokers outside Kubernetes; tests)."""
+    """One endpoint for every cluster and member (brokers outside Kubernetes; tests), or per
+    broker group base name (``manifests.group_base``) in ``groups``."""
 
     endpoint: str
+    groups: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def client(self, namespace: str, cluster: str) -> str:
-        return self.endpoint
+        return self.groups.get(cluster, self.endpoint)
 
     def pod(self, namespace: str, cluster: str, ordinal: int) -> str:
-        return self.endpoint
+        return self.groups.get(cluster, self.endpoint)
 
     def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
         return (

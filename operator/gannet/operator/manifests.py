@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from typing import Any
 
 from gannet.operator import resources
@@ -51,6 +52,9 @@ TLS_DIR = "/etc/gannet/tls"
 PEER_TLS_DIR = "/etc/gannet/peer-tls"
 PEER_SECRET_DIR = "/etc/gannet/peer-secret"
 MEMBERS_DIR = "/etc/gannet/members"
+GROUPS_DIR = "/etc/gannet/groups"
+CLUSTER_LABEL = "gannet.io/cluster"
+GROUP_LABEL = "gannet.io/broker-group"
 PEER_SECRET_KEY = "secret"
 # Secret files readable by the pod's group only (fsGroup), never written.
 SECRET_MODE = 0o440
@@ -59,6 +63,48 @@ RUN_AS_USER = 10001
 CONFIG_HASH_ANNOTATION = "gannet.io/config-hash"
 
 Manifest = dict[str, Any]
+
+
+def group_base(cluster: str, group: int) -> str:
+    """The name a broker group's objects derive from: the cluster's own name for group 0 (so a
+    1-group cluster keeps every name it had), ``<cluster>-g<group>`` for the others."""
+    return cluster if group == 0 else f"{cluster}-g{group}"
+
+
+def broker_name(group: int) -> str:
+    """The RocketMQ broker name every member of ``group`` runs with (``--broker-name``)."""
+    return f"broker-{group}"
+
+
+def groups_config_map_name(cluster: str) -> str:
+    """ConfigMap with one key per broker name: the ``--cluster-seeds`` of that group's pods."""
+    return f"{cluster}-groups"
+
+
+def group_seeds(cluster: str, namespace: str, groups: int, group: int) -> list[str]:
+    """Client endpoints (the per-group client Services) of every group but ``group``."""
+    return [client_endpoint(group_base(cluster, g), namespace) for g in range(groups) if g != group]
+
+
+def groups_config_map(
+    cluster: str, namespace: str, uid: str, groups: int, *, serving: int | None = None
+) -> Manifest:
+    """Seeds per group: each group of ``range(groups)`` points at the others, and only at the
+    first ``serving`` groups (a draining group is still told about the others, the others are
+    no longer told about it)."""
+    live = groups if serving is None else serving
+    data = {
+        broker_name(g): ",".join(
+            client_endpoint(group_base(cluster, i), namespace) for i in range(live) if i != g
+        )
+        for g in range(groups)
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(groups_config_map_name(cluster), cluster, namespace, uid),
+        "data": data,
+    }
 
 
 def peers_service_name(cluster: str) -> str:
@@ -110,13 +156,15 @@ def generated_peer_secret(cluster: str, namespace: str, uid: str, token: str) ->
     }
 
 
-def peer_network_policy(cluster: str, namespace: str, uid: str) -> Manifest:
-    """Only the cluster's own pods reach the peer port; clients and metrics stay open."""
+def peer_network_policy(cluster: str, namespace: str, uid: str, group: int = 0) -> Manifest:
+    """Only the group's own pods reach its peer port (Raft stays inside a group); clients and
+    metrics stay open (other groups poll and forward through the client port)."""
+    owner, cluster = cluster, group_base(cluster, group)
     pods = {"matchLabels": selector_labels(cluster)}
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": _metadata(f"{cluster}-peers", cluster, namespace, uid),
+        "metadata": _metadata(f"{cluster}-peers", cluster, namespace, uid, owner, group),
         "spec": {
             "podSelector": pods,
             "policyTypes": ["Ingress"],
@@ -159,20 +207,29 @@ def selector_text(cluster: str) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(selector_labels(cluster).items()))
 
 
-def _labels(cluster: str) -> dict[str, str]:
-    return {**selector_labels(cluster), resources.MANAGED_BY_LABEL: "gannet-operator"}
+def _labels(cluster: str, owner: str | None = None, group: int = 0) -> dict[str, str]:
+    """Labels of an object of group base name ``cluster`` (:func:`group_base`) of the
+    GannetCluster ``owner`` (default: ``cluster`` itself, group 0)."""
+    return {
+        **selector_labels(cluster),
+        resources.MANAGED_BY_LABEL: "gannet-operator",
+        CLUSTER_LABEL: owner or cluster,
+        GROUP_LABEL: str(group),
+    }
 
 
-def _metadata(name: str, cluster: str, namespace: str, uid: str) -> dict[str, Any]:
+def _metadata(
+    name: str, cluster: str, namespace: str, uid: str, owner: str | None = None, group: int = 0
+) -> dict[str, Any]:
     return {
         "name": name,
         "namespace": namespace,
-        "labels": _labels(cluster),
+        "labels": _labels(cluster, owner, group),
         "ownerReferences": [
             {
                 "apiVersion": resources.API_VERSION,
                 "kind": resources.CLUSTER_KIND,
-                "name": cluster,
+                "name": owner or cluster,
                 "uid": uid,
                 "controller": True,
                 "blockOwnerDeletion": True,
@@ -181,9 +238,12 @@ def _metadata(name: str, cluster: str, namespace: str, uid: str) -> dict[str, An
     }
 
 
-def owned_metadata(name: str, cluster: str, namespace: str, uid: str) -> dict[str, Any]:
-    """Metadata of an object owned by the GannetCluster (labels and controlling owner)."""
-    return _metadata(name, cluster, namespace, uid)
+def owned_metadata(
+    name: str, cluster: str, namespace: str, uid: str, owner: str | None = None, group: int = 0
+) -> dict[str, Any]:
+    """Metadata of an object owned by the GannetCluster ``owner`` (default ``cluster``) whose
+    group base name is ``cluster`` (labels and controlling owner)."""
+    return _metadata(name, cluster, namespace, uid, owner, group)
 
 
 def max_unavailable(replicas: int) -> int:
@@ -212,6 +272,8 @@ BROKER_COMMAND = [
     "-c",
     f'f="{MEMBERS_DIR}/$$POD_NAME"; '
     'while [ ! -s "$$f" ]; do echo "waiting for $$f (the operator writes it)"; sleep 2; done; '
+    f's="{GROUPS_DIR}/$$GANNET_BROKER_NAME"; '
+    'if [ -s "$$s" ]; then set -- --cluster-seeds "$$(cat "$$s")" "$@"; fi; '
     'exec gannet broker run $$(cat "$$f") "$@"',
     "gannet",
 ]
@@ -233,7 +295,7 @@ def _args(spec: ClusterSpec) -> list[str]:
         "--cluster",
         "$(GANNET_CLUSTER)",
         "--broker-name",
-        "$(POD_NAME)",
+        "$(GANNET_BROKER_NAME)",
     ]
     if spec.auto_create_topics:
         args.append("--auto-create-topics")
@@ -288,7 +350,7 @@ def _probes(spec: ClusterSpec) -> dict[str, Any]:
     }
 
 
-def _container(spec: ClusterSpec) -> dict[str, Any]:
+def _container(spec: ClusterSpec, group: int = 0) -> dict[str, Any]:
     container: dict[str, Any] = {
         "name": "broker",
         "image": spec.image,
@@ -297,6 +359,7 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
         "args": _args(spec),
         "env": [
             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "GANNET_BROKER_NAME", "value": broker_name(group)},
         ],
         "envFrom": [],  # filled with the ConfigMap by stateful_set()
         "ports": [
@@ -309,6 +372,7 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
             {"name": "data", "mountPath": DATA_DIR},
             {"name": "tmp", "mountPath": "/tmp"},
             {"name": "members", "mountPath": MEMBERS_DIR, "readOnly": True},
+            {"name": "groups", "mountPath": GROUPS_DIR, "readOnly": True},
         ],
         "securityContext": {
             "allowPrivilegeEscalation": False,
@@ -323,14 +387,15 @@ def _container(spec: ClusterSpec) -> dict[str, Any]:
 
 
 def stateful_set(
-    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int, group: int = 0
 ) -> Manifest:
-    """The broker StatefulSet with ``replicas`` members (which may lag spec.replicas while a
-    scale-down is refused)."""
+    """The StatefulSet of broker group ``group`` with ``replicas`` members (which may lag
+    spec.replicas while a scale-down is refused)."""
     data = config_data(cluster, namespace, spec, replicas)
-    container = _container(spec)
-    container["envFrom"] = [{"configMapRef": {"name": config_map_name(cluster)}}]
-    secrets = _secret_volumes(cluster, spec)
+    owner, cluster = cluster, group_base(cluster, group)
+    container = _container(spec, group)
+    container["envFrom"] = [{"configMapRef": {"name": config_map_name(owner)}}]
+    secrets = _secret_volumes(owner, spec)
     container["volumeMounts"] += [
         {"name": volume, "mountPath": path, "readOnly": True} for volume, _, path in secrets
     ]
@@ -354,7 +419,7 @@ def stateful_set(
         "selector": {"matchLabels": selector_labels(cluster)},
         "template": {
             "metadata": {
-                "labels": _labels(cluster),
+                "labels": _labels(cluster, owner, group),
                 "annotations": {CONFIG_HASH_ANNOTATION: config_hash(data)},
             },
             "spec": pod_spec,
@@ -364,6 +429,10 @@ def stateful_set(
     pod_spec["volumes"] = [
         {"name": "tmp", "emptyDir": {"sizeLimit": "256Mi"}},
         {"name": "members", "configMap": {"name": f"{cluster}-members"}},
+        {
+            "name": "groups",
+            "configMap": {"name": groups_config_map_name(owner), "optional": True},
+        },
     ]
     pod_spec["volumes"] += [
         {"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}}
@@ -389,7 +458,7 @@ def stateful_set(
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",
-        "metadata": _metadata(cluster, cluster, namespace, uid),
+        "metadata": _metadata(cluster, cluster, namespace, uid, owner, group),
         "spec": sts_spec,
     }
 
@@ -405,11 +474,12 @@ def config_map(
     }
 
 
-def peers_service(cluster: str, namespace: str, uid: str) -> Manifest:
+def peers_service(cluster: str, namespace: str, uid: str, group: int = 0) -> Manifest:
+    owner, cluster = cluster, group_base(cluster, group)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(peers_service_name(cluster), cluster, namespace, uid),
+        "metadata": _metadata(peers_service_name(cluster), cluster, namespace, uid, owner, group),
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
@@ -422,7 +492,10 @@ def peers_service(cluster: str, namespace: str, uid: str) -> Manifest:
     }
 
 
-def client_service(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -> Manifest:
+def client_service(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, group: int = 0
+) -> Manifest:
+    owner, cluster = cluster, group_base(cluster, group)
     ports = [{"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}]
     if spec.metrics_enabled:
         ports.append(
@@ -431,16 +504,19 @@ def client_service(cluster: str, namespace: str, uid: str, spec: ClusterSpec) ->
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(client_service_name(cluster), cluster, namespace, uid),
+        "metadata": _metadata(client_service_name(cluster), cluster, namespace, uid, owner, group),
         "spec": {"type": "ClusterIP", "selector": selector_labels(cluster), "ports": ports},
     }
 
 
-def disruption_budget(cluster: str, namespace: str, uid: str, *, replicas: int) -> Manifest:
+def disruption_budget(
+    cluster: str, namespace: str, uid: str, *, replicas: int, group: int = 0
+) -> Manifest:
+    owner, cluster = cluster, group_base(cluster, group)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(cluster, cluster, namespace, uid),
+        "metadata": _metadata(cluster, cluster, namespace, uid, owner, group),
         "spec": {
             "maxUnavailable": max_unavailable(replicas),
             "selector": {"matchLabels": selector_labels(cluster)},
@@ -456,7 +532,14 @@ def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -
         "kind": "ServiceMonitor",
         "metadata": metadata,
         "spec": {
-            "selector": {"matchLabels": selector_labels(cluster)},
+            # Every group's client Service (group 0 keeps its own labels as before).
+            "selector": {
+                "matchLabels": {
+                    resources.NAME_LABEL: "gannet",
+                    resources.COMPONENT_LABEL: "broker",
+                    CLUSTER_LABEL: cluster,
+                }
+            },
             "namespaceSelector": {"matchNames": [namespace]},
             "endpoints": [
                 {
@@ -549,3 +632,44 @@ def build(
     if spec.metrics_enabled and spec.service_monitor.enabled:
         objects.append(service_monitor(cluster, namespace, uid, spec))
     return objects
+
+
+def group_objects(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, group: int, replicas: int
+) -> list[Manifest]:
+    """The objects of broker group ``group`` >= 1 (group 0's are in :func:`build`): headless
+    and client Services, NetworkPolicy, StatefulSet and PodDisruptionBudget, all named
+    ``<cluster>-g<group>...`` and owned by the GannetCluster."""
+    return [
+        peers_service(cluster, namespace, uid, group),
+        peer_network_policy(cluster, namespace, uid, group),
+        client_service(cluster, namespace, uid, spec, group),
+        stateful_set(cluster, namespace, uid, spec, replicas=replicas, group=group),
+        disruption_budget(cluster, namespace, uid, replicas=replicas, group=group),
+    ]
+
+
+def foreign_owner(obj: Mapping[str, Any] | None, uid: str) -> str | None:
+    """The controlling owner of ``obj`` when it is not the GannetCluster ``uid`` (another
+    cluster's object under a group's name: ``<a>-g1`` of cluster ``a`` vs a cluster named
+    ``a-g1``); None when ``obj`` is absent or ours."""
+    if obj is None:
+        return None
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller"):
+            return None if ref.get("uid") == uid else f"{ref.get('kind')} {ref.get('name')}"
+    return "no controlling owner"
+
+
+def group_object_keys(cluster: str, group: int) -> list[tuple[str, str, str]]:
+    """``(apiVersion, kind, name)`` of what :func:`group_objects` makes, for deleting a drained
+    group (the roster ConfigMap too; claims are kept, see docs/operator.md)."""
+    base = group_base(cluster, group)
+    return [
+        ("policy/v1", "PodDisruptionBudget", base),
+        ("apps/v1", "StatefulSet", base),
+        ("v1", "Service", client_service_name(base)),
+        ("v1", "Service", peers_service_name(base)),
+        ("networking.k8s.io/v1", "NetworkPolicy", f"{base}-peers"),
+        ("v1", "ConfigMap", f"{base}-members"),
+    ]

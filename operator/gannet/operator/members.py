@@ -126,7 +126,16 @@ def decode(data: Mapping[str, str] | None) -> Roster | None:
     return roster
 
 
-def config_map(cluster: str, namespace: str, uid: str, roster: Roster) -> dict[str, Any]:
+def config_map(
+    cluster: str,
+    namespace: str,
+    uid: str,
+    roster: Roster,
+    *,
+    owner: tuple[str, int] | None = None,
+) -> dict[str, Any]:
+    """The roster ConfigMap of the group whose base name is ``cluster``; ``owner`` is the
+    GannetCluster's name and the group number for groups other than 0."""
     data = {ROSTER_KEY: json.dumps(encode(roster), sort_keys=True)}
     for record in roster.records:
         data[manifests.pod_name(cluster, record.ordinal)] = pod_args(
@@ -135,7 +144,9 @@ def config_map(cluster: str, namespace: str, uid: str, roster: Roster) -> dict[s
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
-        "metadata": manifests.owned_metadata(config_map_name(cluster), cluster, namespace, uid),
+        "metadata": manifests.owned_metadata(
+            config_map_name(cluster), cluster, namespace, uid, *(owner or (None, 0))
+        ),
         "data": data,
     }
 

@@ -64,9 +64,14 @@ async def _read_roster(ctx: Context, namespace: str, cluster: str) -> mp.Roster 
 
 
 async def _write_roster(
-    ctx: Context, namespace: str, cluster: str, uid: str, roster: mp.Roster
+    ctx: Context,
+    namespace: str,
+    cluster: str,
+    uid: str,
+    roster: mp.Roster,
+    owner: tuple[str, int] | None = None,
 ) -> None:
-    await ctx.kube.apply(members.config_map(cluster, namespace, uid, roster))
+    await ctx.kube.apply(members.config_map(cluster, namespace, uid, roster, owner=owner))
 
 
 def _claim_name(cluster: str, ordinal: int) -> str:
@@ -217,15 +222,16 @@ async def _carry_out(
     roster: mp.Roster | None,
     step: mp.Step,
     leader: tuple[str, str] | None,
+    owner: tuple[str, int] | None = None,
 ) -> mp.Roster | None:
     """Carry one step out; returns the roster now stored."""
     if isinstance(step, mp.Bootstrap):
-        await _write_roster(ctx, namespace, cluster, uid, step.roster)
+        await _write_roster(ctx, namespace, cluster, uid, step.roster, owner)
         return step.roster
     assert roster is not None
     updated = mp.apply(roster, step)
     if updated != roster:
-        await _write_roster(ctx, namespace, cluster, uid, updated)
+        await _write_roster(ctx, namespace, cluster, uid, updated, owner)
     assert leader is not None or not isinstance(step, mp.MEMBERSHIP_CHANGES)
     if isinstance(step, (mp.AddLearner, mp.Promote)):
         assert leader is not None
@@ -264,8 +270,11 @@ async def advance(
     spec: specs.ClusterSpec,
     current_replicas: int | None,
     pending: Pending,
+    owner: tuple[str, int] | None = None,
 ) -> Outcome:
-    """Take the membership steps that can be taken now (see the module docstring)."""
+    """Take the membership steps that can be taken now (see the module docstring). ``name``
+    is the group's base name (``manifests.group_base``); ``owner`` the GannetCluster's name and
+    the group's number when that differs from ``(name, 0)``."""
     try:
         roster = await _read_roster(ctx, namespace, name)
     except members.RosterError as exc:
@@ -280,7 +289,7 @@ async def advance(
         if roster is not None:
             adopted = mp.with_volumes(roster, pods)
             if adopted != roster:
-                await _write_roster(ctx, namespace, name, uid, adopted)
+                await _write_roster(ctx, namespace, name, uid, adopted, owner)
                 roster = adopted
         leader = await _leader_endpoint(ctx, namespace, name, roster)
         group = None
@@ -302,7 +311,7 @@ async def advance(
         if isinstance(step, (mp.Done, mp.Wait, mp.Blocked)):
             break
         try:
-            roster = await _carry_out(ctx, namespace, name, uid, spec, roster, step, leader)
+            roster = await _carry_out(ctx, namespace, name, uid, spec, roster, step, leader, owner)
         except BrokerRefused as exc:
             ctx.metrics.membership_step(_step_name(step), "refused")
             refused = Condition(SCALING, False, "MemberChangeRefused", f"{_step_name(step)}: {exc}")

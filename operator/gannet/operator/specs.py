@@ -38,6 +38,8 @@ MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED", "LITE", "PRI
 RETRY_POLICIES = ("EXPONENTIAL", "CUSTOMIZED")
 QUEUES_MAX = 1024
 REPLICAS_MAX = 9
+BROKER_GROUPS_MAX = 16
+"""Broker groups of one GannetCluster (each its own StatefulSet and Raft group)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -151,6 +153,7 @@ class ClusterSpec:
     metrics_enabled: bool
     service_monitor: ServiceMonitorSpec
     security: SecuritySpec = NO_SECURITY
+    broker_groups: int = 1
 
 
 def _get(spec: Mapping[str, Any], path: str, kind: type, default: Any) -> Any:
@@ -339,6 +342,8 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     """A GannetCluster's spec with defaults filled in."""
     replicas = _get(spec, "replicas", int, 3)
     _in_range("replicas", replicas, 1, REPLICAS_MAX)
+    groups = _get(spec, "brokerGroups", int, 1)
+    _in_range("brokerGroups", groups, 1, BROKER_GROUPS_MAX)
     size_mb = _get(spec, "commitLogFileSizeMb", int, 1024)
     _in_range("commitLogFileSizeMb", size_mb, 1, 4096)
     revive = _get(_section(spec, "pop"), "pop.reviveQueueCount", int, 8)
@@ -349,6 +354,13 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     image = _get(spec, "image", str, "ghcr.io/gannet/gannet:0.1.0")
     if not image:
         raise SpecError("spec.image is empty; name a container image")
+    security = _security(spec)
+    if groups > 1 and (security.auth.enabled or security.tls.enabled):
+        # The brokers poll each other's groups unsigned over plaintext gRPC (architecture.md).
+        raise SpecError(
+            f"spec.brokerGroups is {groups} with security.auth or security.tls enabled; the "
+            "brokers' group polls are unsigned and plaintext: use 1 group, or disable both"
+        )
     return ClusterSpec(
         replicas=replicas,
         image=image,
@@ -371,5 +383,6 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
             interval=_get(monitor, "metrics.serviceMonitor.interval", str, "30s"),
             labels={str(k): str(v) for k, v in dict(labels).items()},
         ),
-        security=_security(spec),
+        security=security,
+        broker_groups=groups,
     )

@@ -85,6 +85,15 @@ def log_at(level: int) -> None:
     "(development: brokers running outside Kubernetes).",
 )
 @click.option(
+    "--group-endpoint",
+    "group_endpoints",
+    multiple=True,
+    metavar="NAME=HOST:PORT",
+    help="With --broker-endpoint: send the admin calls of the broker group whose objects are "
+    "named NAME (the cluster's name for group 0, <cluster>-g<g> for the others) to HOST:PORT "
+    "instead; repeatable.",
+)
+@click.option(
     "--access-key",
     envvar="GANNET_ACCESS_KEY",
     help="Admin access key the operator signs broker calls with (env GANNET_ACCESS_KEY; the "
@@ -118,6 +127,7 @@ def run(
     stall_timeout_s: float,
     server: str | None,
     broker_endpoint: str | None,
+    group_endpoints: tuple[str, ...],
     access_key: str | None,
     secret_key: str | None,
     broker_tls: bool,
@@ -151,6 +161,16 @@ def run(
             running.parse_listen(broker_endpoint)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--broker-endpoint") from None
+    overrides: dict[str, str] = {}
+    for item in group_endpoints:
+        base, _, endpoint = item.partition("=")
+        try:
+            if not base or not broker_endpoint:
+                raise ValueError(f"{item!r}: use NAME=HOST:PORT, with --broker-endpoint")
+            running.parse_listen(endpoint)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--group-endpoint") from None
+        overrides[base] = endpoint
     log_at(logging.DEBUG if verbose else logging.INFO)
     options = running.Options(
         namespaces=namespaces,
@@ -162,7 +182,7 @@ def run(
         broker_security=security,
     )
     try:
-        endpoints = contexts.FixedEndpoints(broker_endpoint) if broker_endpoint else None
+        endpoints = contexts.FixedEndpoints(broker_endpoint, overrides) if broker_endpoint else None
         asyncio.run(running.run(options, endpoints=endpoints))
     except KeyboardInterrupt:
         pass

@@ -1,0 +1,209 @@
+"""What to do next about a GannetCluster's broker groups (pure; no IO).
+
+Called by :mod:`gannet.operator.broker_group_handling` once per GannetCluster pass, with what it
+read from the API server (which groups have a StatefulSet) and from the brokers (each group's
+leader, its topics and consumer groups, and the lag of a draining group). It answers with the
+steps of this pass:
+
+- **Grow.** Groups ``0 .. spec.brokerGroups - 1`` are *serving*: their objects are applied
+  (:func:`serving_groups`). A serving group that has a leader but lacks a topic or consumer group
+  that the other serving groups define gets it created there alone (:class:`CreateDefinitions`;
+  the write is scoped to that group, so nothing else changes). New queues start empty; data stays
+  where it is, as in RocketMQ.
+- A serving group whose topic permission differs from group 0's gets group 0's
+  (:func:`permissions_to_restore`: a drain undone by raising ``brokerGroups`` again).
+- **Shrink = drain**, each group ``>= spec.brokerGroups`` that still has a StatefulSet
+  (:func:`drain_step`): (1) every topic of the group that is still writable there becomes
+  read-only on that group only (:class:`MakeReadOnly`; the other groups keep their permission),
+  so producers move to the other groups at the next route refresh; (2) the operator waits until
+  every consumer group has lag 0 on the group's queues (:class:`WaitForLag` names each
+  consumer group, topic and lag); a consumer group counts for a topic when it has offsets for it
+  in any group (a subscriber that has not reached this group yet still has to drain it); (3) the
+  other groups forget it and its objects are deleted (:class:`DeleteGroup`). Without a leader
+  in the group nothing can be read, so nothing is deleted (:class:`WaitForLeader`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+
+from gannet.operator.specs import Permission
+
+READ, WRITE = 4, 2  # RocketMQ perm bits
+LAG_ROWS_SHOWN = 5
+"""Consumer-group/topic pairs named in a WaitForLag message (the rest are counted)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class TopicDef:
+    """A topic's definition as one group holds it."""
+
+    name: str
+    queues: int
+    permission: Permission
+    message_type: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupDef:
+    """A consumer group's definition as one group holds it."""
+
+    name: str
+    fifo: bool
+    retry_max_times: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class GroupState:
+    """What the operator read of one broker group this pass (``leader`` empty: none known,
+    then ``topics``/``groups`` are empty too)."""
+
+    group: int
+    leader: str
+    topics: tuple[TopicDef, ...] = ()
+    groups: tuple[GroupDef, ...] = ()
+    # consumer group -> topics it holds offsets for in this broker group
+    subscriptions: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
+    # (consumer group, topic) -> lag in this broker group, where it holds offsets
+    lag: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)
+    # topic -> messages stored in this broker group (max - min offset over its queues)
+    messages: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class CreateDefinitions:
+    group: int
+    topics: tuple[TopicDef, ...]
+    groups: tuple[GroupDef, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MakeReadOnly:
+    group: int
+    topics: tuple[TopicDef, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WaitForLeader:
+    group: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class WaitForLag:
+    group: int
+    pending: tuple[tuple[str, str, int], ...]  # (consumer group, topic, lag), largest first
+
+    @property
+    def total(self) -> int:
+        return sum(lag for _, _, lag in self.pending)
+
+    def message(self, broker_name: str) -> str:
+        shown = ", ".join(f"{g} on {t}: {lag}" for g, t, lag in self.pending[:LAG_ROWS_SHOWN])
+        more = len(self.pending) - LAG_ROWS_SHOWN
+        tail = f" and {more} more" if more > 0 else ""
+        return (
+            f"draining {broker_name}: waiting for consumer groups to consume its queues "
+            f"(lag {shown}{tail}; {self.total} messages in all)"
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    group: int
+
+
+DrainStep = MakeReadOnly | WaitForLeader | WaitForLag | DeleteGroup
+
+
+def serving_groups(desired: int) -> range:
+    return range(desired)
+
+
+def draining_groups(desired: int, existing: Sequence[int]) -> list[int]:
+    """Groups with objects but beyond the desired count, highest first."""
+    return sorted((g for g in set(existing) if g >= desired), reverse=True)
+
+
+def missing_definitions(
+    target: GroupState, others: Sequence[GroupState]
+) -> CreateDefinitions | None:
+    """What ``target`` lacks of the topics and consumer groups the other serving groups with a
+    leader define (the first definition found, in group order, wins). None when nothing is
+    missing or ``target`` has no leader yet."""
+    if not target.leader:
+        return None
+    have_topics = {t.name for t in target.topics}
+    have_groups = {g.name for g in target.groups}
+    topics: dict[str, TopicDef] = {}
+    groups: dict[str, GroupDef] = {}
+    for other in sorted(others, key=lambda s: s.group):
+        if other.group == target.group or not other.leader:
+            continue
+        for t in other.topics:
+            if t.name not in have_topics:
+                topics.setdefault(t.name, t)
+        for g in other.groups:
+            if g.name not in have_groups:
+                groups.setdefault(g.name, g)
+    if not topics and not groups:
+        return None
+    return CreateDefinitions(
+        target.group,
+        tuple(topics[n] for n in sorted(topics)),
+        tuple(groups[n] for n in sorted(groups)),
+    )
+
+
+def permissions_to_restore(
+    target: GroupState, reference: GroupState
+) -> tuple[tuple[TopicDef, Permission], ...]:
+    """Topics of serving group ``target`` whose permission differs from ``reference``'s (group
+    0, where Topic resources are reconciled): a drain undone by raising ``brokerGroups`` again
+    left them read-only. Empty without leaders on both sides, or for group 0 itself."""
+    if not target.leader or not reference.leader or target.group == reference.group:
+        return ()
+    wanted = {t.name: t.permission for t in reference.topics}
+    return tuple(
+        (t, wanted[t.name])
+        for t in sorted(target.topics, key=lambda t: t.name)
+        if t.name in wanted and wanted[t.name] != t.permission
+    )
+
+
+def drain_lag(draining: GroupState, all_groups: Sequence[GroupState]) -> list[tuple[str, str, int]]:
+    """(consumer group, topic, lag) still to be consumed on ``draining``, largest lag first.
+    A consumer group subscribes a topic when it holds offsets for it in any group; where it has
+    none on ``draining`` its lag there is every message the topic holds there."""
+    topics = {t.name for t in draining.topics}
+    subscribed: set[tuple[str, str]] = set()
+    for state in all_groups:
+        for consumer, names in state.subscriptions.items():
+            subscribed.update((consumer, t) for t in names if t in topics)
+    found: list[tuple[str, str, int]] = []
+    for consumer, topic in sorted(subscribed):
+        lag = draining.lag.get((consumer, topic))
+        if lag is None:
+            lag = draining.messages.get(topic, 0)
+        if lag > 0:
+            found.append((consumer, topic, lag))
+    found.sort(key=lambda row: (-row[2], row[0], row[1]))
+    return found
+
+
+def drain_step(draining: GroupState, all_groups: Sequence[GroupState]) -> DrainStep:
+    """The next step of draining one group (module docstring)."""
+    if not draining.leader:
+        return WaitForLeader(draining.group)
+    writable = tuple(t for t in draining.topics if t.permission.value & WRITE)
+    if writable:
+        return MakeReadOnly(draining.group, writable)
+    pending = drain_lag(draining, all_groups)
+    if pending:
+        return WaitForLag(draining.group, tuple(pending))
+    return DeleteGroup(draining.group)
+
+
+def read_only(permission: Permission) -> Permission:
+    """The permission a draining group's topic gets: reads stay as they were, writes stop."""
+    return Permission.ReadOnly if permission.value & READ else Permission.Deny

@@ -1,0 +1,236 @@
+"""Broker groups on Kubernetes, pure parts: the grow/drain planner
+(:mod:`gannet.operator.broker_group_planning`), the per-group objects and seeds
+(:mod:`gannet.operator.manifests`) and ``spec.brokerGroups`` (:mod:`gannet.operator.specs`)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gannet.operator import broker_group_planning as bgp
+from gannet.operator import manifests, members, specs
+from gannet.operator import membership_planning as mp
+from gannet.operator.specs import Permission
+
+RW, RO = Permission.ReadWrite, Permission.ReadOnly
+
+
+def topic(name: str, permission: Permission = RW, queues: int = 4) -> bgp.TopicDef:
+    return bgp.TopicDef(name, queues, permission, "NORMAL")
+
+
+def group(name: str) -> bgp.GroupDef:
+    return bgp.GroupDef(name, False, 16)
+
+
+# ---------------------------------------------------------------- spec
+def test_broker_groups_default_to_one_and_are_bounded() -> None:
+    assert specs.cluster_spec({}).broker_groups == 1
+    assert specs.cluster_spec({"brokerGroups": 3}).broker_groups == 3
+    for bad in (0, specs.BROKER_GROUPS_MAX + 1):
+        with pytest.raises(specs.SpecError, match=r"spec\.brokerGroups is"):
+            specs.cluster_spec({"brokerGroups": bad})
+
+
+def test_broker_groups_refuse_auth_because_the_group_polls_are_unsigned() -> None:
+    spec = {
+        "brokerGroups": 2,
+        "security": {"auth": {"enabled": True, "credentialsSecret": "creds"}},
+    }
+    with pytest.raises(specs.SpecError, match="unsigned and plaintext"):
+        specs.cluster_spec(spec)
+
+
+# ---------------------------------------------------------------- objects
+def test_group_zero_keeps_every_name_of_a_one_group_cluster() -> None:
+    spec = specs.cluster_spec({"brokerGroups": 2})
+    zero = manifests.build("main", "demo", "uid-1", spec, replicas=3)
+    names = {(o["kind"], o["metadata"]["name"]) for o in zero}
+    assert ("StatefulSet", "main") in names
+    assert ("Service", "main-peers") in names
+    assert ("Service", "main-client") in names
+    assert ("PodDisruptionBudget", "main") in names
+    sts = next(o for o in zero if o["kind"] == "StatefulSet")
+    assert sts["spec"]["selector"]["matchLabels"] == manifests.selector_labels("main")
+    env = {
+        e["name"]: e.get("value") for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["GANNET_BROKER_NAME"] == "broker-0"
+
+
+def test_group_objects_are_named_per_group_and_owned_by_the_cluster() -> None:
+    spec = specs.cluster_spec({"brokerGroups": 3, "replicas": 3})
+    objects = manifests.group_objects("main", "demo", "uid-1", spec, group=2, replicas=3)
+    names = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
+    assert names == [
+        ("NetworkPolicy", "main-g2-peers"),
+        ("PodDisruptionBudget", "main-g2"),
+        ("Service", "main-g2-client"),
+        ("Service", "main-g2-peers"),
+        ("StatefulSet", "main-g2"),
+    ]
+    for obj in objects:
+        owner = obj["metadata"]["ownerReferences"][0]
+        # The garbage collector looks the owner up by name: it must be the GannetCluster's.
+        assert (owner["name"], owner["uid"]) == ("main", "uid-1")
+        assert obj["metadata"]["labels"][manifests.CLUSTER_LABEL] == "main"
+        assert obj["metadata"]["labels"][manifests.GROUP_LABEL] == "2"
+    sts = next(o for o in objects if o["kind"] == "StatefulSet")
+    pod = sts["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    assert env["GANNET_BROKER_NAME"] == "broker-2"
+    assert sts["spec"]["serviceName"] == "main-g2-peers"
+    # Group 0's selector must not match group 2's pods (and the other way round).
+    zero = manifests.selector_labels("main")
+    labels = sts["spec"]["template"]["metadata"]["labels"]
+    assert not all(labels.get(k) == v for k, v in zero.items())
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["members"]["configMap"]["name"] == "main-g2-members"
+    assert volumes["groups"]["configMap"] == {"name": "main-groups", "optional": True}
+    assert pod["containers"][0]["envFrom"] == [{"configMapRef": {"name": "main-config"}}]
+
+
+def test_each_group_has_its_own_roster_and_raft_peers() -> None:
+    roster = mp.bootstrap_roster(3)
+    data = members.config_map("main-g1", "demo", "uid-1", roster, owner=("main", 1))
+    assert data["metadata"]["name"] == "main-g1-members"
+    assert data["metadata"]["ownerReferences"][0]["name"] == "main"
+    line = data["data"]["main-g1-0"]
+    assert "main-g1-0.main-g1-peers.demo.svc:8091" in line
+    assert "main-0.main-peers" not in line
+
+
+def test_seeds_point_each_group_at_the_others_client_services() -> None:
+    cm = manifests.groups_config_map("main", "demo", "uid-1", 3)
+    assert cm["metadata"]["name"] == "main-groups"
+    assert cm["data"] == {
+        "broker-0": "main-g1-client.demo.svc:8081,main-g2-client.demo.svc:8081",
+        "broker-1": "main-client.demo.svc:8081,main-g2-client.demo.svc:8081",
+        "broker-2": "main-client.demo.svc:8081,main-g1-client.demo.svc:8081",
+    }
+
+
+def test_a_drained_group_leaves_nothing_behind_but_its_claims() -> None:
+    keys = manifests.group_object_keys("main", 1)
+    spec = specs.cluster_spec({"brokerGroups": 2})
+    built = {
+        (o["apiVersion"], o["kind"], o["metadata"]["name"])
+        for o in manifests.group_objects("main", "demo", "u", spec, group=1, replicas=3)
+    }
+    assert built <= set(keys)
+    assert ("v1", "ConfigMap", "main-g1-members") in keys
+
+
+def test_a_group_name_held_by_another_cluster_is_not_taken_over() -> None:
+    spec = specs.cluster_spec({"brokerGroups": 2})
+    ours = manifests.group_objects("a", "demo", "uid-a", spec, group=1, replicas=3)[3]
+    assert manifests.foreign_owner(ours, "uid-a") is None
+    assert manifests.foreign_owner(None, "uid-a") is None
+    # A GannetCluster named "a-g1" owns a StatefulSet "a-g1" too.
+    theirs = manifests.build("a-g1", "demo", "uid-b", spec, replicas=3)
+    sts = next(o for o in theirs if o["kind"] == "StatefulSet")
+    assert manifests.foreign_owner(sts, "uid-a") == "GannetCluster a-g1"
+    assert manifests.foreign_owner({"metadata": {}}, "uid-a") == "no controlling owner"
+
+
+# ---------------------------------------------------------------- grow
+def test_a_new_group_gets_every_definition_the_others_hold() -> None:
+    zero = bgp.GroupState(0, "l0", (topic("orders"), topic("audit")), (group("billing"),))
+    one = bgp.GroupState(1, "l1", (topic("audit"),), ())
+    missing = bgp.missing_definitions(one, [zero, one])
+    assert missing == bgp.CreateDefinitions(1, (topic("orders"),), (group("billing"),))
+    assert bgp.missing_definitions(zero, [zero, one]) is None
+
+
+def test_a_group_without_a_leader_is_not_written_to() -> None:
+    zero = bgp.GroupState(0, "l0", (topic("orders"),))
+    assert bgp.missing_definitions(bgp.GroupState(1, ""), [zero]) is None
+    # nor copied from
+    assert bgp.missing_definitions(bgp.GroupState(1, "l1"), [bgp.GroupState(0, "")]) is None
+
+
+def test_a_drain_undone_gets_group_zeros_permissions_back() -> None:
+    zero = bgp.GroupState(0, "l0", (topic("orders"), topic("audit", RO)))
+    one = bgp.GroupState(1, "l1", (topic("orders", RO), topic("audit", RO), topic("extra", RO)))
+    assert bgp.permissions_to_restore(one, zero) == ((topic("orders", RO), RW),)
+    assert bgp.permissions_to_restore(zero, zero) == ()
+    assert bgp.permissions_to_restore(bgp.GroupState(1, ""), zero) == ()
+
+
+# ---------------------------------------------------------------- drain
+def test_drain_makes_topics_read_only_first() -> None:
+    draining = bgp.GroupState(1, "l1", (topic("orders"), topic("old", RO)))
+    step = bgp.drain_step(draining, [draining])
+    assert step == bgp.MakeReadOnly(1, (topic("orders"),))
+    assert bgp.read_only(RW) is RO
+    assert bgp.read_only(Permission.WriteOnly) is Permission.Deny
+
+
+def test_drain_waits_for_every_subscriber_and_names_it() -> None:
+    zero = bgp.GroupState(
+        0, "l0", (topic("orders"),), subscriptions={"billing": frozenset({"orders"})}
+    )
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("orders", RO), topic("audit", RO)),
+        subscriptions={"audit-reader": frozenset({"audit"})},
+        lag={("audit-reader", "audit"): 3},
+        messages={"orders": 7, "audit": 5},
+    )
+    step = bgp.drain_step(draining, [zero, draining])
+    # billing never consumed on broker-1: its lag there is all 7 messages of orders.
+    assert step == bgp.WaitForLag(1, (("billing", "orders", 7), ("audit-reader", "audit", 3)))
+    assert isinstance(step, bgp.WaitForLag)
+    text = step.message("broker-1")
+    assert "billing on orders: 7" in text
+    assert "audit-reader on audit: 3" in text
+    assert "10 messages" in text
+
+
+def test_drain_deletes_only_at_lag_zero_and_only_with_a_leader() -> None:
+    done = bgp.GroupState(
+        1,
+        "l1",
+        (topic("orders", RO),),
+        subscriptions={"billing": frozenset({"orders"})},
+        lag={("billing", "orders"): 0},
+        messages={"orders": 9},
+    )
+    assert bgp.drain_step(done, [done]) == bgp.DeleteGroup(1)
+    assert bgp.drain_step(bgp.GroupState(1, ""), [done]) == bgp.WaitForLeader(1)
+
+
+def test_draining_groups_are_the_highest_beyond_the_wanted_count() -> None:
+    assert bgp.draining_groups(1, [1, 2]) == [2, 1]
+    assert bgp.draining_groups(3, [1, 2]) == []
+
+
+@given(
+    st.dictionaries(
+        st.tuples(st.sampled_from(["a", "b", "c"]), st.sampled_from(["t1", "t2"])),
+        st.integers(0, 5),
+    ),
+    st.dictionaries(st.sampled_from(["t1", "t2"]), st.integers(0, 9)),
+)
+def test_a_group_is_never_deleted_while_a_subscriber_has_lag(
+    lag: dict[tuple[str, str], int], messages: dict[str, int]
+) -> None:
+    subs: dict[str, set[str]] = {}
+    for consumer, name in lag:
+        subs.setdefault(consumer, set()).add(name)
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("t1", RO), topic("t2", RO)),
+        subscriptions={c: frozenset(t) for c, t in subs.items()},
+        lag=lag,
+        messages=messages,
+    )
+    step = bgp.drain_step(draining, [draining])
+    if any(n > 0 for n in lag.values()):
+        assert isinstance(step, bgp.WaitForLag)
+        assert step.total == sum(lag.values())
+    else:
+        assert step == bgp.DeleteGroup(1)
