@@ -476,7 +476,7 @@ def send_path(batch: int, seconds: float) -> dict[str, float]:
     from gannet.node.api import sending, statuses
     from gannet.node.store.config import FlushMode, StoreConfig
     from gannet.node.store.message_store import MessageStore
-    from gannet.node.store.topic_configs import TopicConfig
+    from gannet.node.store.configs.topics import TopicConfig
 
     root = Path(tempfile.mkdtemp(prefix="gannet-bench-send-"))
     config = StoreConfig(

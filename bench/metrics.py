@@ -38,7 +38,7 @@ from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
 
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.metrics import broker_metrics, instrumenting
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
 
 RESULTS = Path(__file__).parent / "results"
 CLIENT_ID = (("x-mq-client-id", "bench@1@0@metrics"),)

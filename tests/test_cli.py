@@ -16,7 +16,7 @@ from gannet.node.cli import main
 from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
 
 
 def client_id(i: int) -> str:

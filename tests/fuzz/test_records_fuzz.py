@@ -1,4 +1,4 @@
-"""Fuzz the commit-log record decoders (:mod:`gannet.node.store.records`).
+"""Fuzz the commit-log record decoders (:mod:`gannet.node.store.log.records`).
 
 Contract: :func:`check_record` and :func:`check_structure` return a verdict for any bytes and
 never raise; a record they accept decodes with :func:`decode` to the same topic and size;
@@ -13,8 +13,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.store import records
-
+from gannet.node.store.log import records
 from .conftest import SEEDED, fuzz_settings
 
 

@@ -13,7 +13,7 @@ from gannet.node.pop.errors import (
     ReceiptHandleIllegal,
 )
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
-from gannet.node.store.consume_queues import CqUnit
+from gannet.node.store.queues.consume_queues import CqUnit
 from gannet.node.store.hashing import tags_code
 
 CK = PopCheckPoint(

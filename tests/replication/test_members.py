@@ -13,7 +13,7 @@ from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication import members
 from gannet.node.replication.config import PeerSpec
 from gannet.node.replication.state_files import StateFileError
-from gannet.node.store import records
+from gannet.node.store.log import records
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
 

@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from gannet.node.store import properties as props
-from gannet.node.store import timers
-from gannet.node.store.commitlog import now_ms
+from gannet.node.store.timers import store as timers
+from gannet.node.store.log.commitlog import now_ms
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import MessageIllegal
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.reading import GetStatus
-from gannet.node.store.records import Message
+from gannet.node.store.queues.reading import GetStatus
+from gannet.node.store.log.records import Message
 
 
 def open_store(root: Path) -> MessageStore:

@@ -15,10 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gannet.node.store import properties as props
-from gannet.node.store import records, timers
+from gannet.node.store.log import records
+from gannet.node.store.timers import store as timers
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageIllegal
-from gannet.node.store.timers import TimerEntry, TimerStore
+from gannet.node.store.timers.store import TimerEntry, TimerStore
 
 NOW = 1_000_500
 P = 1_000  # precision

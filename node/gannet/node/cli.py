@@ -48,12 +48,13 @@ from gannet.node.output import Column, emit, output_option
 from gannet.node.replication import commands as replication_commands
 from gannet.node.replication import config as replication_config
 from gannet.node.replication import peer_auth
-from gannet.node.store import cleaning, msgids, querying, verifying
+from gannet.node.store import msgids, querying
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.queues.consume_queues import Boundary
+from gannet.node.store.upkeep import cleaning, verifying
 from gannet.operator import commands as operator_commands
 from gannet.pipeline import cli as pipeline_commands
 

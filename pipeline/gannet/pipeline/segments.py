@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gannet.node.store import records
-from gannet.node.store.records import Buffer, DispatchInfo
+from gannet.node.store.log import records
+from gannet.node.store.log.records import Buffer, DispatchInfo
 
 SEGMENT_NAME_LENGTH = 20
 _MAGIC_BYTES = (

@@ -31,10 +31,10 @@ from gannet.node.api.routes import BrokerIdentity
 from gannet.node.pop import revive_log
 from gannet.node.pop.service import PopBroker
 from gannet.node.store import errors, querying, validation
-from gannet.node.store.consume_queues import Boundary
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import TopicConfig
+from gannet.node.store.queues.consume_queues import Boundary
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -32,7 +32,7 @@ from rocketmq.grpc_protocol import definition_pb2
 from gannet.node.api import filters, lite_topics, sending, statuses
 from gannet.node.api.statuses import ApiError
 from gannet.node.store import errors, validation
-from gannet.node.store.group_configs import (
+from gannet.node.store.configs.groups import (
     RETRY_POLICY_EXPONENTIAL,
     CustomizedRetryPolicy,
     ExponentialRetryPolicy,

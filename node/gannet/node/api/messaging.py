@@ -58,9 +58,10 @@ from gannet.node.api import (
 from gannet.node.api.resources import Resources
 from gannet.node.api.statuses import ApiError
 from gannet.node.replication.driver import ReplicationError, ReplicationNode
-from gannet.node.store import errors, records, validation
+from gannet.node.store import errors, validation
+from gannet.node.store.configs.topics import MessageType
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import MessageType
 
 log = logging.getLogger(__name__)
 

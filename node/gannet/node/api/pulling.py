@@ -55,9 +55,10 @@ from gannet.node.api.statuses import ApiError
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.pop.popping import PoppedMessage
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
-from gannet.node.store import errors, records
-from gannet.node.store.reading import GetResult, GetStatus
-from gannet.node.store.records import DispatchInfo
+from gannet.node.store import errors
+from gannet.node.store.log import records
+from gannet.node.store.log.records import DispatchInfo
+from gannet.node.store.queues.reading import GetResult, GetStatus
 
 if TYPE_CHECKING:
     from gannet.node.api.messaging import MessagingServicer

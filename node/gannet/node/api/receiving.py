@@ -71,10 +71,11 @@ from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
 from gannet.node.replication.driver import ReplicationError
-from gannet.node.store import errors, msgids, records, validation
+from gannet.node.store import errors, msgids, validation
 from gannet.node.store import properties as props
+from gannet.node.store.configs.topics import MessageType
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import MessageType
 
 if TYPE_CHECKING:
     from gannet.node.api.messaging import MessagingServicer, PopFactory

@@ -44,7 +44,7 @@ from gannet.node.pop.errors import (
 )
 from gannet.node.pop.merging import Inflight
 from gannet.node.pop.receipts import ReceiptHandle
-from gannet.node.store import records
+from gannet.node.store.log import records
 
 CLOCK_MARGIN_MS = 10_000
 """Slack for clocks of Raft members: a handle a former leader made may carry a pop time a

@@ -24,8 +24,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gannet.node.store import fastjson
-from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
+from gannet.node.store.configs import fastjson
+from gannet.node.store.configs.fastjson import DataVersion, JsonObject, JsonValue
 
 ORDER_INFO_FILE_NAME = "consumerOrderInfo.json"
 

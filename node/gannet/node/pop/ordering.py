@@ -24,9 +24,10 @@ from gannet.node.pop.locks import lock_key
 from gannet.node.pop.order_infos import OrderInfo, OrderInfoManager
 from gannet.node.pop.popping import PoppedMessage, PopRequest, PopResult, PopService
 from gannet.node.pop.receipts import ORDER_REVIVE_QUEUE, ReceiptHandle, TopicFlag
-from gannet.node.store import consumer_offsets, records
 from gannet.node.store import properties as props
-from gannet.node.store.reading import GetResult, GetStatus
+from gannet.node.store.configs import offsets as consumer_offsets
+from gannet.node.store.log import records
+from gannet.node.store.queues.reading import GetResult, GetStatus
 
 
 class OrderService:

@@ -47,7 +47,7 @@ for a message with that hash. It evaluates the expression over the set of outcom
 could have ({TRUE, FALSE, NULL, error}) given only the hash, so it never rejects a message the
 full evaluation would select (a hash collision only costs a record read). Expressions without
 such a test (``price > 10``) read every record, but decode only its properties
-(:func:`gannet.node.store.records.decode_properties`), never the body. RocketMQ's bloom filter
+(:func:`gannet.node.store.log.records.decode_properties`), never the body. RocketMQ's bloom filter
 of per-group filter results in the consume-queue extension is not kept: it needs every
 subscription registered before the message is dispatched; see bench/sqlfilter.py for the cost.
 

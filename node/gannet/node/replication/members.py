@@ -39,7 +39,7 @@ from gannet.node.raft.membership import Membership, MembershipEntry
 from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication.config import PeerSpec, ReplicationConfigError, parse_peer
 from gannet.node.replication.state_files import StateFileError, write_durably
-from gannet.node.store import records
+from gannet.node.store.log import records
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)

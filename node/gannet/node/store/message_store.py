@@ -32,15 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gannet.node.store import durable, records, validation
+from gannet.node.store import durable, validation
 from gannet.node.store import properties as props
-from gannet.node.store.checkpoints import Checkpoint
-from gannet.node.store.cleaning import CleanService
-from gannet.node.store.commitlog import AppendResult, CommitLog, now_ms
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.consume_queues import ConsumeQueueStore, CqUnit
-from gannet.node.store.consumer_offsets import ConsumerOffsetManager
-from gannet.node.store.dispatching import DispatchService
+from gannet.node.store.configs.groups import GroupConfigManager
+from gannet.node.store.configs.offsets import ConsumerOffsetManager
+from gannet.node.store.configs.topics import TopicConfigManager
 from gannet.node.store.errors import (
     DiskFull,
     FlushTimeout,
@@ -48,21 +45,25 @@ from gannet.node.store.errors import (
     StoreLocked,
     StoreNotWritable,
 )
-from gannet.node.store.flushing import FlushService, OffsetWaiters
-from gannet.node.store.group_configs import GroupConfigManager
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.index_files import IndexService
+from gannet.node.store.log import records
+from gannet.node.store.log.checkpoints import Checkpoint
+from gannet.node.store.log.commitlog import AppendResult, CommitLog, now_ms
+from gannet.node.store.log.flushing import FlushService, OffsetWaiters
+from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.msgids import UniqKeyGenerator
-from gannet.node.store.reading import GetResult, read_queue
-from gannet.node.store.records import DispatchInfo, Message
-from gannet.node.store.recovering import (
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
+from gannet.node.store.queues.dispatching import DispatchService
+from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.reading import GetResult, read_queue
+from gannet.node.store.timers.delivery import TimerService
+from gannet.node.store.upkeep.cleaning import CleanService
+from gannet.node.store.upkeep.recovering import (
     RecoveryResult,
     TruncationTally,
     offset_table_of,
     recover,
 )
-from gannet.node.store.timer_service import TimerService
-from gannet.node.store.topic_configs import TopicConfigManager
 
 log = logging.getLogger(__name__)
 

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gannet.node.store import msgids
-from gannet.node.store.consume_queues import Boundary
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
+from gannet.node.store.queues.consume_queues import Boundary
 
 if TYPE_CHECKING:
     from gannet.node.store.message_store import MessageStore

@@ -26,9 +26,9 @@ import time
 from typing import TYPE_CHECKING
 
 from gannet.node.store import properties as props
-from gannet.node.store import timers
 from gannet.node.store.errors import StoreError
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
+from gannet.node.store.timers import store as timers
 
 if TYPE_CHECKING:
     from gannet.node.store.message_store import MessageStore

@@ -40,7 +40,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import records
+from gannet.node.store.log import records
 
 _CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
+from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 
 _log = logging.getLogger(__name__)
 

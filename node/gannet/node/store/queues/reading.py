@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from gannet.node.store.consume_queues import CqUnit
+from gannet.node.store.queues.consume_queues import CqUnit
 
 if TYPE_CHECKING:
     from gannet.node.store.message_store import MessageStore

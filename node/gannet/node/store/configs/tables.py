@@ -1,6 +1,6 @@
 """The shared skeleton of the three ``config/*.json`` managers (topics, subscription groups,
 consumer offsets): a lock over the in-memory tables, a ``dataVersion``, a dirty flag, and a
-:class:`~gannet.node.store.fastjson.ConfigFile` that writes snapshots atomically.
+:class:`~gannet.node.store.configs.fastjson.ConfigFile` that writes snapshots atomically.
 
 Subclasses (:mod:`topic_configs`, :mod:`group_configs`, :mod:`consumer_offsets`) own their
 tables, their ``load`` and their :meth:`ConfigTable._document`; :meth:`ConfigTable.persist`
@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from gannet.node.store import fastjson
-from gannet.node.store.fastjson import DataVersion, JsonObject
+from gannet.node.store.configs import fastjson
+from gannet.node.store.configs.fastjson import DataVersion, JsonObject
 
 ConfigJournal = Callable[[JsonObject], None]
 """Receives each change of a table (called with the table's lock held: keep it short)."""

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from gannet.node.store.errors import StoreError
-from gannet.node.store.mapped_files import MappedFile
+from gannet.node.store.log.mapped_files import MappedFile
 
 if TYPE_CHECKING:
     from gannet.node.store.message_store import MessageStore

@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gannet.node.store.config_tables import ConfigTable
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.tables import ConfigTable
 from gannet.node.store.errors import CorruptionError
-from gannet.node.store.fastjson import JsonObject, JsonValue
 
 CONSUMER_OFFSETS_FILE_NAME = "consumerOffset.json"
 TOPIC_GROUP_SEPARATOR = "@"

@@ -127,11 +127,12 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import durable, hashing, records
+from gannet.node.store import durable, hashing
 from gannet.node.store import properties as props
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageIllegal, StoreNotWritable
-from gannet.node.store.mapped_files import OS_PAGE_SIZE_BYTES, MappedFile, MappedFileQueue
+from gannet.node.store.log import records
+from gannet.node.store.log.mapped_files import OS_PAGE_SIZE_BYTES, MappedFile, MappedFileQueue
 
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 CHECKPOINT_FILE_NAME = "timercheck"

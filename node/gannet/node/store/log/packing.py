@@ -14,7 +14,7 @@ import zlib
 
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageTooLarge, PropertiesTooLarge
-from gannet.node.store.records import (
+from gannet.node.store.log.records import (
     _FIXED_V4,
     _HEAD,
     _SHORT,

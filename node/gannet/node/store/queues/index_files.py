@@ -56,12 +56,12 @@ from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError
 from gannet.node.store.hashing import index_key_hash, java_string_hash
-from gannet.node.store.properties import split_keys
-from gannet.node.store.records import (
+from gannet.node.store.log.records import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     DispatchInfo,
     transaction_type,
 )
+from gannet.node.store.properties import split_keys
 
 _log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from gannet.node.store.checkpoints import Checkpoint
-from gannet.node.store.commitlog import CommitLog
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import FsyncFailed, StoreError, StoreNotWritable
+from gannet.node.store.log.checkpoints import Checkpoint
+from gannet.node.store.log.commitlog import CommitLog
 
 log = logging.getLogger(__name__)
 

@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gannet.node.store import validation
-from gannet.node.store.config_tables import ConfigTable
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.tables import ConfigTable
 from gannet.node.store.errors import MessageIllegal
-from gannet.node.store.fastjson import JsonObject, JsonValue
 
 SUBSCRIPTION_GROUPS_FILE_NAME = "subscriptionGroup.json"
 

@@ -35,9 +35,9 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from gannet.node.store import records
-from gannet.node.store.commitlog import CommitLog
-from gannet.node.store.records import DispatchInfo
+from gannet.node.store.log import records
+from gannet.node.store.log.commitlog import CommitLog
+from gannet.node.store.log.records import DispatchInfo
 
 log = logging.getLogger(__name__)
 

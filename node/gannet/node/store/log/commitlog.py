@@ -1,6 +1,6 @@
 """The commit log: every message of every topic, appended to one sequence of files.
 
-Files are :class:`~gannet.node.store.mapped_files.MappedFile`\\ s of
+Files are :class:`~gannet.node.store.log.mapped_files.MappedFile`\\ s of
 ``commitlog_file_size_bytes`` (1 GiB by default) named by their 20-digit start offset; records
 use the layout of :mod:`records`. A record never straddles two files: when a record plus the
 8-byte minimum blank does not fit the room left, an 8-byte BLANK record (remaining length +
@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from gannet.node.store import packing, records
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
-from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
+from gannet.node.store.log import packing, records
+from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
 
