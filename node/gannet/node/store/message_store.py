@@ -452,7 +452,10 @@ class MessageStore:
         record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (see :mod:`reading`)."""
-        return read_queue(self, topic, queue_id, offset, max_count, tag_filter, record_filter)
+        queues, commitlog = self.queues, self.commitlog
+        return read_queue(
+            queues, commitlog, topic, queue_id, offset, max_count, tag_filter, record_filter
+        )
 
     def read_message(self, commit_offset: int) -> Message | None:
         return self.commitlog.read_message(commit_offset)

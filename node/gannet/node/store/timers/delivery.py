@@ -23,15 +23,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gannet.node.store import properties as props
+from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import StoreError
+from gannet.node.store.log.commitlog import AppendResult
 from gannet.node.store.log.records import Message
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore
 from gannet.node.store.timers import store as timers
-
-if TYPE_CHECKING:
-    from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +48,25 @@ DELAY_LEVELS_MS = [
 ]  # fmt: skip
 
 
+class TimerHost(Protocol):
+    """What the timer service needs of the store that owns it (the message store): its
+    configuration, the timer topic's consume queue, and reading and re-putting messages."""
+
+    @property
+    def config(self) -> StoreConfig: ...
+
+    @property
+    def queues(self) -> ConsumeQueueStore: ...
+
+    def read_message(self, commit_offset: int) -> Message | None: ...
+
+    def put_messages(
+        self, msgs: list[Message], *, timeout_s: float | None = None
+    ) -> list[AppendResult]: ...
+
+
 class TimerService:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: TimerHost) -> None:
         self.store = store
         self.timer_store: timers.TimerStore | None = None
         self._stop = threading.Event()
