@@ -475,8 +475,8 @@ def send_path(batch: int, seconds: float) -> dict[str, float]:
     included, they run in this process), build and encode the response."""
     from gannet.node.api import sending, statuses
     from gannet.node.store.config import FlushMode, StoreConfig
-    from gannet.node.store.message_store import MessageStore
     from gannet.node.store.configs.topics import TopicConfig
+    from gannet.node.store.message_store import MessageStore
 
     root = Path(tempfile.mkdtemp(prefix="gannet-bench-send-"))
     config = StoreConfig(

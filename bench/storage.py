@@ -27,8 +27,8 @@ from pathlib import Path
 
 from gannet.node.store import querying
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.message_store import MessageStore
 from gannet.node.store.log.records import Message
+from gannet.node.store.message_store import MessageStore
 
 RESULTS = Path(__file__).parent / "results"
 LOADS: dict[str, str] = {}  # label -> 1-minute load average of its run, from storage.jsonl

@@ -27,8 +27,8 @@ from gannet.node.api import commands
 from gannet.node.broker import serving
 from gannet.node.replication import commands as replication_commands
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.message_store import MessageStore
 from gannet.node.store.log.records import Message
+from gannet.node.store.message_store import MessageStore
 
 DOCUMENTED_EXIT_CODES = {1, 2, 3, 4, 5}
 USAGE = 2

@@ -11,8 +11,8 @@ import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
 from gannet.node.store.log import records
-
 from gannet.node.store.upkeep import verifying
+
 from .conftest import settle
 
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1

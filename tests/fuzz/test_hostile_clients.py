@@ -39,9 +39,9 @@ from gannet.node.api import receiving
 from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
 from gannet.node.store.upkeep import verifying
-from gannet.node.store.config import FlushMode, StoreConfig
 
 from .conftest import FUZZ_SEED
 

@@ -14,6 +14,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gannet.node.store.log import records
+
 from .conftest import SEEDED, fuzz_settings
 
 

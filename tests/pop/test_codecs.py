@@ -13,8 +13,8 @@ from gannet.node.pop.errors import (
     ReceiptHandleIllegal,
 )
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
-from gannet.node.store.queues.consume_queues import CqUnit
 from gannet.node.store.hashing import tags_code
+from gannet.node.store.queues.consume_queues import CqUnit
 
 CK = PopCheckPoint(
     start_offset=100,

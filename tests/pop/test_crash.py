@@ -21,9 +21,9 @@ import pytest
 
 from gannet.node.pop.config import PopConfig
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
-from gannet.node.store.message_store import MessageStore
-from gannet.node.store.log.records import Message
 from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.log.records import Message
+from gannet.node.store.message_store import MessageStore
 from tests.pop import pop_crash_consumer as child
 from tests.pop.pop_harness import INVISIBLE_MS, Harness
 

@@ -23,8 +23,8 @@ from gannet.node.replication import config_log
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.configs.fastjson import JsonObject
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
-from gannet.node.store.message_store import MessageStore
 from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.message_store import MessageStore
 
 from .conftest import Cluster
 from .test_cluster import CLIENT_ID, _send_all, _stub

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store.log import records
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import StoreError
+from gannet.node.store.log import records
 from gannet.node.store.log.mapped_files import offset_to_file_name
 from gannet.node.store.message_store import MessageStore
 

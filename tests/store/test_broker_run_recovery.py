@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from gannet.node import cli
 from gannet.node.broker import serving
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.message_store import MessageStore
 from gannet.node.store.log.records import Message
+from gannet.node.store.message_store import MessageStore
 
 FILE_SIZE_MB = 1
 

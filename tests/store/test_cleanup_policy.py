@@ -19,13 +19,13 @@ from gannet.node import cli
 from gannet.node.api import statuses
 from gannet.node.broker import serving
 from gannet.node.metrics.store_collecting import CleanupTally
-from gannet.node.store.upkeep import cleaning
-from gannet.node.store.upkeep.cleaning import Candidate, CleanPolicy, plan_deletion, space_state
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import DiskFull
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.reading import GetStatus
-from gannet.node.store.log.records import Message
+from gannet.node.store.upkeep import cleaning
+from gannet.node.store.upkeep.cleaning import Candidate, CleanPolicy, plan_deletion, space_state
 
 TOPIC = "Orders"
 POLICY = CleanPolicy(72.0, "04", 75, 0.90, 0.85)

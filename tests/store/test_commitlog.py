@@ -9,9 +9,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from gannet.node.store.config import StoreConfig
 from gannet.node.store.log import records
 from gannet.node.store.log.commitlog import CommitLog
-from gannet.node.store.config import StoreConfig
 from gannet.node.store.log.records import Message
 
 hosts = st.sampled_from([("127.0.0.1", 10911), ("::1", 8081)])

@@ -12,13 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gannet.node.store.configs import fastjson
-from gannet.node.store.configs.offsets import ConsumerOffsetManager
-from gannet.node.store.errors import (
-    CorruptionError,
-    GroupNameIllegal,
-    MessageIllegal,
-    TopicNameIllegal,
-)
 from gannet.node.store.configs.fastjson import DataVersion, JsonObject
 from gannet.node.store.configs.groups import (
     CUSTOMIZED_RETRY_DELAYS_MS,
@@ -28,6 +21,7 @@ from gannet.node.store.configs.groups import (
     SimpleSubscriptionData,
     SubscriptionGroupConfig,
 )
+from gannet.node.store.configs.offsets import ConsumerOffsetManager
 from gannet.node.store.configs.topics import (
     PERM_INHERIT,
     PERM_READ,
@@ -36,6 +30,12 @@ from gannet.node.store.configs.topics import (
     TopicConfig,
     TopicConfigManager,
     apply_attribute_changes,
+)
+from gannet.node.store.errors import (
+    CorruptionError,
+    GroupNameIllegal,
+    MessageIllegal,
+    TopicNameIllegal,
 )
 
 

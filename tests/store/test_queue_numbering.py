@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store.upkeep import verifying
-from gannet.node.store.log.commitlog import queue_key
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageIllegal
-from gannet.node.store.message_store import MessageStore
+from gannet.node.store.log.commitlog import queue_key
 from gannet.node.store.log.records import Message
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.upkeep import verifying
 
 TOPIC = "HostT"
 

@@ -13,11 +13,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gannet.node.store import msgids
-
-from gannet.node.store.log import packing, records
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageIllegal, MessageTooLarge, PropertiesTooLarge
 from gannet.node.store.hashing import body_crc32, index_key_hash, java_string_hash, tags_code
+from gannet.node.store.log import packing, records
 from gannet.node.store.log.records import Message
 
 # A V1 record: topic "T", body b"hi", properties TAGS=a, born 10.0.0.1:7, store 127.0.0.1:10911.

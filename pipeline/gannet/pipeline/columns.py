@@ -4,7 +4,8 @@ One pass over a mapped segment finds the record boundaries (TOTALSIZE and MAGICC
 record, one struct unpack per record). The fixed-position fields of all the records found are
 then read column-wise with numpy — big-endian gathers at record start + field position
 (``reference/store-format.md`` §1.2; the positions are those of
-:mod:`gannet.node.store.log.records`) — bodies are sliced into one Arrow binary column, and only each
+:mod:`gannet.node.store.log.records`) —
+bodies are sliced into one Arrow binary column, and only each
 record's PROPERTIES string is decoded on its own, by the store's decoder
 (:func:`gannet.node.store.properties.decode`), so keys, tags and unique keys mean what they mean
 to the broker.
