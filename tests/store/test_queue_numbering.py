@@ -53,6 +53,7 @@ def test_a_record_that_cannot_be_packed_reserves_nothing(tmp_path: Path, field) 
 def test_append_packs_everything_before_reserving(tmp_path: Path, monkeypatch) -> None:
     """Even a failure the field checks do not foresee leaves no reserved offset behind."""
     from gannet.node.store.log import packing
+
     with open_store(tmp_path) as store:
         store.put_message(good(0))
         real = packing.pack_record_into
