@@ -46,7 +46,7 @@ from gannet.node.store.errors import (
     StoreNotWritable,
 )
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.log import records
+from gannet.node.store.log import record_checks
 from gannet.node.store.log.checkpoints import Checkpoint
 from gannet.node.store.log.commitlog import AppendResult, CommitLog, now_ms
 from gannet.node.store.log.flushing import FlushService, OffsetWaiters
@@ -575,7 +575,7 @@ class MessageStore:
         f = self.commitlog.file_for(offset)
         if f is None or offset == f.file_from_offset:
             return
-        head, size, _ = records.check_structure(
+        head, size, _ = record_checks.check_structure(
             f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
         )
         if (head is None or head.physical_offset != offset) and size != 0:

@@ -90,7 +90,6 @@ def _offset_change(op: str, group: str, topic: str, queue_id: int, offset: int) 
     return {"op": op, "group": group, "topic": topic, "queue": queue_id, "offset": offset}
 
 
-
 class ConsumerOffsetManager(ConfigTable):
     """Committed offsets of every (group, topic, queue) and their file.
 

@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
-from gannet.node.store.log import packing, records
+from gannet.node.store.log import packing, record_checks, records
 from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
@@ -292,7 +292,7 @@ class CommitLog:
             f = self.files.find_file(offset)
             if f is None:
                 return offset
-            head, size, _ = records.check_structure(
+            head, size, _ = record_checks.check_structure(
                 f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
             )
             if head is not None or size != 0:
@@ -356,7 +356,7 @@ class CommitLog:
 
     def scan(
         self, start: int, end: int, *, check_crc: bool
-    ) -> Iterator[tuple[int, records.CheckResult]]:
+    ) -> Iterator[tuple[int, record_checks.CheckResult]]:
         """Yield ``(offset, result)`` for each record from ``start`` up to ``end``.
 
         BLANK records are followed to the next file. Stops at the first invalid record (that
@@ -368,14 +368,14 @@ class CommitLog:
             if f is None:
                 return
             pos = offset - f.file_from_offset
-            res = records.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
+            res = record_checks.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
             if res.ok and res.size == 0:
                 offset = self.files.roll_next_file(offset)
                 continue
             if res.ok and offset + res.size > end:
                 return  # the record is written but lies past ``end`` (not committed yet)
             if res.ok and res.info is not None and res.info.commit_offset != offset:
-                res = records.CheckResult(
+                res = record_checks.CheckResult(
                     False,
                     res.size,
                     error=f"PHYSICALOFFSET field says {res.info.commit_offset}, record is at "
@@ -388,9 +388,9 @@ class CommitLog:
 
     def scan_heads(
         self, start: int, end: int, *, check_crc: bool
-    ) -> Iterator[tuple[int, records.RecordHead | None, str]]:
+    ) -> Iterator[tuple[int, record_checks.RecordHead | None, str]]:
         """Like :meth:`scan` but yields ``(offset, head, error)`` from
-        :func:`records.check_structure` (no property parsing): recovery's fast path. A final
+        :func:`record_checks.check_structure` (no property parsing): recovery's fast path. A final
         ``(offset, None, error)`` marks an invalid record."""
         offset = start
         while offset < end:
@@ -398,7 +398,7 @@ class CommitLog:
             if f is None:
                 return
             pos = offset - f.file_from_offset
-            head, size, error = records.check_structure(
+            head, size, error = record_checks.check_structure(
                 f.buffer, pos, f.wrote_position, check_crc=check_crc
             )
             if head is None and size == 0:
@@ -418,7 +418,7 @@ class CommitLog:
     @staticmethod
     def first_record_info_of(f: MappedFile) -> records.DispatchInfo | None:
         """The first record of a file, if it is valid (recovery's start-file choice)."""
-        res = records.check_record(f.buffer, 0, f.file_size, check_crc=False)
+        res = record_checks.check_record(f.buffer, 0, f.file_size, check_crc=False)
         if res.ok and res.info is not None and res.info.commit_offset == f.file_from_offset:
             return res.info
         return None

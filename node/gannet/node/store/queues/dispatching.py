@@ -35,7 +35,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from gannet.node.store.log import records
+from gannet.node.store.log import record_checks
 from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.log.records import DispatchInfo
 
@@ -202,7 +202,7 @@ class DispatchService:
             if f is None:
                 return None, offset
             pos = offset - f.file_from_offset
-            res = records.check_record(f.buffer, pos, f.wrote_position, check_crc=False)
+            res = record_checks.check_record(f.buffer, pos, f.wrote_position, check_crc=False)
             if res.ok and res.size == 0:
                 offset = self.commitlog.roll_next_file(offset)
                 continue
