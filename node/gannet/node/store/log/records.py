@@ -211,6 +211,24 @@ class RecordParts(NamedTuple):
     tail: bytes
 
 
+def properties_field(prop_text: str, *, append_crc: bool) -> bytes:
+    """The PROPERTIES field of a record: ``prop_text`` in UTF-8 and, with ``append_crc``, room
+    for the ``__CRC32#`` property that :func:`patch_append_fields` fills in (``prop_text`` then
+    ends with a separator). :class:`PropertiesTooLarge` when it does not fit the 16-bit length."""
+    if append_crc:
+        if prop_text and not prop_text.endswith(props.PROPERTY_SEPARATOR):
+            prop_text += props.PROPERTY_SEPARATOR
+        prop_bytes = prop_text.encode("utf-8") + bytes(CRC32_RESERVED_LENGTH)
+    else:
+        prop_bytes = prop_text.encode("utf-8")
+    if len(prop_bytes) > props.PROPERTIES_LENGTH_MAX_BYTES:
+        raise PropertiesTooLarge(
+            f"encoded properties are {len(prop_bytes)} bytes; at most "
+            f"{props.PROPERTIES_LENGTH_MAX_BYTES} fit the record"
+        )
+    return prop_bytes
+
+
 def split_record(
     msg: Message,
     *,
@@ -241,17 +259,7 @@ def split_record(
         sys_flag |= SYSFLAG_STOREHOST_V6
     v2, topic_field = _topic_field(msg.topic, force_v2)
     prop_text = props.encode(msg.properties)
-    if append_crc:
-        if prop_text and not prop_text.endswith(props.PROPERTY_SEPARATOR):
-            prop_text += props.PROPERTY_SEPARATOR
-        prop_bytes = prop_text.encode("utf-8") + bytes(CRC32_RESERVED_LENGTH)
-    else:
-        prop_bytes = prop_text.encode("utf-8")
-    if len(prop_bytes) > props.PROPERTIES_LENGTH_MAX_BYTES:
-        raise PropertiesTooLarge(
-            f"encoded properties are {len(prop_bytes)} bytes; at most "
-            f"{props.PROPERTIES_LENGTH_MAX_BYTES} fit the record"
-        )
+    prop_bytes = properties_field(prop_text, append_crc=append_crc)
     tail = topic_field + _SHORT.pack(len(prop_bytes)) + prop_bytes
     topic_len = len(topic_field) - (2 if v2 else 1)
     total = encoded_length(len(body), topic_len, len(prop_bytes), sys_flag, v2=v2)

@@ -38,6 +38,7 @@ from collections.abc import Callable
 from gannet.node.store.log import record_checks
 from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.log.records import DispatchInfo
+from gannet.node.store.service_threads import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ Dispatcher = Callable[[list[DispatchInfo]], None]
 """Takes consecutive dispatched records, in commit-log order."""
 
 
-class DispatchService:
+class DispatchService(ServiceThread):
     """Moves ``reput_from`` up to the commit offset, feeding the dispatchers."""
 
     def __init__(self, commitlog: CommitLog, dispatchers: list[Dispatcher]) -> None:
@@ -65,22 +66,15 @@ class DispatchService:
         self._dispatched = threading.Condition(lock)
         self._dispatched_waiters = 0
         self._pass_lock = threading.Lock()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._init_thread("gannet-dispatch")
         self._handoff: deque[DispatchInfo] = deque()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gannet-dispatch", daemon=True)
-        self._thread.start()
+        self._start_thread(self._run)
 
     def stop(self, *, catch_up: bool = True) -> None:
         """Stop the thread; ``catch_up=False`` simulates a crash (tests)."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop_thread()
         if catch_up:
             self.dispatch_available()
 

@@ -40,7 +40,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store.log import record_checks, records
+from gannet.node.store.log import checkpoints, record_checks, records
 
 _CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
@@ -438,7 +438,7 @@ def inspect(root: Path) -> Inspection:
         commitlog_end=report.commitlog_end,
         queues=queues,
         index_files=index_files,
-        checkpoint=_read_checkpoint(root / "checkpoint"),
+        checkpoint=checkpoints.read_values(root / "checkpoint"),
         clean_shutdown=not (root / "abort").exists(),
     )
 
@@ -464,18 +464,3 @@ def _summarise_queue(topic: str, qid: int, qdir: Path) -> QueueSummary:
                 break
             hi = base + pos // CQ_UNIT_SIZE + 1
     return QueueSummary(topic, qid, len(cq_files), lo, hi)
-
-
-def _read_checkpoint(path: Path) -> dict[str, int]:
-    if not path.exists() or path.stat().st_size < 48:
-        return {}
-    data = path.read_bytes()[:48]
-    names = [
-        "physicMsgTimestamp",
-        "logicsMsgTimestamp",
-        "indexMsgTimestamp",
-        "masterFlushedOffset",
-        "confirmPhyOffset",
-        "flushedPhyOffset",
-    ]
-    return dict(zip(names, struct.unpack(">qqqqqq", data), strict=True))
