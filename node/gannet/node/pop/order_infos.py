@@ -57,6 +57,9 @@ class OrderInfo:
         return self.consumed_counts.get(offset, 0)
 
     def acked(self, index: int) -> OrderInfo:
+        assert 0 <= index < len(self.offsets), (
+            f"ack of message {index} of an orderly pop of {len(self.offsets)}"
+        )
         return replace(self, commit_bits=self.commit_bits | 1 << index)
 
     def next_offset(self) -> int:

@@ -416,6 +416,12 @@ class MessageStore:
     def _dispatch_consume_queues(self, infos: list[DispatchInfo]) -> None:
         """A unit per non-transactional or commit-type record (sysFlag bit 0x4 clear); the
         queue of the previous record is reused while the key repeats (batches of one queue)."""
+        if infos:
+            end, log_end = infos[-1].commit_offset + infos[-1].size, self.commitlog.max_offset()
+            assert end <= log_end, (
+                f"consume-queue units would point at {end}, past the end of the commit log "
+                f"({log_end})"
+            )
         key: tuple[str, int] | None = None
         cq = None
         for info in infos:

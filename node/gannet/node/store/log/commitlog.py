@@ -154,6 +154,9 @@ class CommitLog:
             plan, results, reserved = self._lay_out(batch, f, ts, host, port)
             # Phase 2: reserve the offsets and copy the bytes.
             self.last_store_timestamp_ms = ts
+            assert all(n > self.queue_offsets.get(k, 0) for k, n in reserved.items()), (
+                "queue offsets only grow: an append reserved an offset below one already taken"
+            )
             self.queue_offsets.update(reserved)
             written = 0
             try:
@@ -168,6 +171,10 @@ class CommitLog:
             except BaseException:
                 self._unreserve(batch[written:], results[written:])
                 raise
+            assert not results or f.end_offset == results[-1].end_offset, (
+                f"the commit log ends at {f.end_offset} after an append whose last record ends "
+                f"at {results[-1].end_offset}"
+            )
             self._appended = (start, plan[0][1]) if len(plan) == 1 else (-1, b"")
             if on_appended is not None:
                 on_appended(results)

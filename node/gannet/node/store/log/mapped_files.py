@@ -118,6 +118,9 @@ class MappedFile:
 
     def set_positions(self, position: int) -> None:
         """Set written and flushed positions (recovery, truncation)."""
+        assert 0 <= position <= self.file_size, (
+            f"{self.path}: position {position} outside the file of {self.file_size} bytes"
+        )
         self.wrote_position = position
         self.flushed_position = position
 

@@ -175,6 +175,11 @@ class DispatchService(ServiceThread):
             offset = info.commit_offset + info.size
             count += 1
         if batch:
+            last = batch[-1]
+            assert last.commit_offset + last.size <= end, (
+                f"dispatch took a record ending at {last.commit_offset + last.size}, past the "
+                f"commit offset {end}"
+            )
             for dispatch in self.dispatchers:
                 dispatch(batch)
             self.last_dispatched_store_timestamp_ms = batch[-1].store_timestamp_ms
