@@ -13,7 +13,6 @@ from __future__ import annotations
 import zlib
 
 from gannet.node.store import properties as props
-from gannet.node.store.errors import MessageTooLarge
 from gannet.node.store.log.records import (
     _FIXED_V4,
     _HEAD,
@@ -31,6 +30,7 @@ from gannet.node.store.log.records import (
     _check_ranges,
     _middle_struct,
     _topic_field,
+    checked_body,
     crc_property_tail,
     encode_host,
     properties_field,
@@ -65,12 +65,7 @@ def record_fields(
         and INT64_MIN <= prepared <= INT64_MAX
     ):
         _check_ranges(msg)
-    body = msg.body
-    if len(body) > body_size_max_bytes:
-        raise MessageTooLarge(
-            f"message body is {len(body)} bytes; the limit (maxMessageSize) is "
-            f"{body_size_max_bytes} bytes"
-        )
+    body = checked_body(msg, body_size_max_bytes)
     born = encode_host(*msg.born_host)
     store = encode_host(*msg.store_host)
     sys_flag &= ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)

@@ -211,6 +211,17 @@ class RecordParts(NamedTuple):
     tail: bytes
 
 
+def checked_body(msg: Message, body_size_max_bytes: int) -> bytes:
+    """The message's body; :class:`MessageTooLarge` when it is over ``maxMessageSize``."""
+    body = msg.body
+    if len(body) > body_size_max_bytes:
+        raise MessageTooLarge(
+            f"message body is {len(body)} bytes; the limit (maxMessageSize) is "
+            f"{body_size_max_bytes} bytes"
+        )
+    return body
+
+
 def properties_field(prop_text: str, *, append_crc: bool) -> bytes:
     """The PROPERTIES field of a record: ``prop_text`` in UTF-8 and, with ``append_crc``, room
     for the ``__CRC32#`` property that :func:`patch_append_fields` fills in (``prop_text`` then
@@ -244,12 +255,7 @@ def split_record(
     append path, which reserves queue offsets, cannot fail on a message's own fields.
     """
     _check_ranges(msg)
-    body = msg.body
-    if len(body) > body_size_max_bytes:
-        raise MessageTooLarge(
-            f"message body is {len(body)} bytes; the limit (maxMessageSize) is "
-            f"{body_size_max_bytes} bytes"
-        )
+    body = checked_body(msg, body_size_max_bytes)
     sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     born = encode_host(*msg.born_host)
     store = encode_host(*msg.store_host)
