@@ -476,8 +476,8 @@ def send_path(batch: int, seconds: float) -> dict[str, float]:
     from gannet.node.api import sending
     from gannet.node.protocol import statuses
     from gannet.node.store.config import FlushMode, StoreConfig
+    from gannet.node.store.configs.topics import TopicConfig
     from gannet.node.store.message_store import MessageStore
-    from gannet.node.store.topic_configs import TopicConfig
 
     root = Path(tempfile.mkdtemp(prefix="gannet-bench-send-"))
     config = StoreConfig(

@@ -39,7 +39,7 @@ from rocketmq.grpc_protocol import Code, service_pb2, service_pb2_grpc
 from bench import results_log
 from gannet.node.metrics import broker_metrics, instrumenting
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
 
 RESULTS = results_log.RESULTS
 CLIENT_ID = (("x-mq-client-id", "bench@1@0@metrics"),)

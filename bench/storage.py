@@ -28,8 +28,8 @@ from pathlib import Path
 from bench import results_log
 from gannet.node.store import querying
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 
 RESULTS = results_log.RESULTS
 LOADS: dict[str, str] = {}  # label -> 1-minute load average of its run, from storage.jsonl

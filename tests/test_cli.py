@@ -15,8 +15,8 @@ from gannet.node import grpc_logging
 from gannet.node.cli.root import main
 from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 
 
 def client_id(i: int) -> str:

@@ -21,7 +21,7 @@ from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.topic_configs import MessageType
+from gannet.node.store.configs.topics import MessageType
 
 
 @pytest.fixture

@@ -27,8 +27,8 @@ from gannet.node.cli import cluster as replication_commands
 from gannet.node.cli import exits
 from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 
 DOCUMENTED_EXIT_CODES = {1, 2, 3, 4, 5}
 USAGE = 2

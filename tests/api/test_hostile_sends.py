@@ -10,7 +10,8 @@ import zlib
 import pytest
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.store import records, verifying
+from gannet.node.store.log import records
+from gannet.node.store.upkeep import verifying
 
 from .conftest import settle
 

@@ -34,7 +34,7 @@ from gannet.node.broker.serving import BrokerConfig
 from gannet.node.pop.config import PopConfig
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.group_configs import CustomizedRetryPolicy, GroupRetryPolicy
+from gannet.node.store.configs.groups import CustomizedRetryPolicy, GroupRetryPolicy
 
 from .conftest import settle, unique
 

@@ -28,8 +28,8 @@ from gannet.node.api import receiving, transaction_records, transactions
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.store import records
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
 
 from .conftest import settle, unique
 

@@ -10,7 +10,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 from gannet.node.api import client_settings, routes, sending
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
-from gannet.node.store.topic_configs import PERM_READ, MessageType, TopicConfig
+from gannet.node.store.configs.topics import PERM_READ, MessageType, TopicConfig
 
 NOW_MS = 1_800_000_000_000
 IDENTITY = routes.BrokerIdentity("broker-a", "127.0.0.1", 8081)

@@ -1,7 +1,8 @@
 """Fuzz the config-file readers: :func:`fastjson.loads` and the three tables built on it
 (``topics.json``, ``subscriptionGroup.json``, ``consumerOffset.json``).
 
-Contract: any bytes either parse or raise :class:`~gannet.node.store.fastjson.JsonSyntaxError`;
+Contract: any bytes either parse or raise
+:class:`~gannet.node.store.configs.fastjson.JsonSyntaxError`;
 any JSON document (shaped like the real files, with hostile values) either loads — and the
 loaded table writes back and reloads to the same document — or raises a
 :class:`~gannet.node.store.errors.StoreError` naming the file.
@@ -18,12 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.store import fastjson
-from gannet.node.store.config_tables import ConfigTable
-from gannet.node.store.consumer_offsets import ConsumerOffsetManager
+from gannet.node.store.configs import fastjson
+from gannet.node.store.configs.groups import GroupConfigManager
+from gannet.node.store.configs.offsets import ConsumerOffsetManager
+from gannet.node.store.configs.tables import ConfigTable
+from gannet.node.store.configs.topics import TopicConfigManager
 from gannet.node.store.errors import StoreError
-from gannet.node.store.group_configs import GroupConfigManager
-from gannet.node.store.topic_configs import TopicConfigManager
 
 from .conftest import SEEDED, fuzz_settings
 

@@ -39,8 +39,9 @@ from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.store import records, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
+from gannet.node.store.upkeep import verifying
 
 from .conftest import FUZZ_SEED
 

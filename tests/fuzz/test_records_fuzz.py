@@ -1,4 +1,4 @@
-"""Fuzz the commit-log record decoders (:mod:`gannet.node.store.records`).
+"""Fuzz the commit-log record decoders (:mod:`gannet.node.store.log.records`).
 
 Contract: :func:`check_record` and :func:`check_structure` return a verdict for any bytes and
 never raise; a record they accept decodes with :func:`decode` to the same topic and size;
@@ -13,7 +13,7 @@ import struct
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.store import records
+from gannet.node.store.log import record_checks, records
 
 from .conftest import SEEDED, fuzz_settings
 
@@ -59,8 +59,8 @@ def mutated(draw: st.DrawFn) -> bytes:
 
 
 def _check(data: bytes) -> None:
-    verdict = records.check_record(data, 0, len(data), check_crc=True)
-    head, size, error = records.check_structure(data, 0, len(data), check_crc=True)
+    verdict = record_checks.check_record(data, 0, len(data), check_crc=True)
+    head, size, error = record_checks.check_structure(data, 0, len(data), check_crc=True)
     if verdict.ok and verdict.size > 0:
         assert verdict.info is not None
         assert head is not None, error
@@ -91,6 +91,6 @@ def test_mutated_records(data: bytes) -> None:
 @fuzz_settings(50)
 @given(valid)
 def test_valid_records_pass(data: bytes) -> None:
-    verdict = records.check_record(data, 0, len(data), check_crc=True)
+    verdict = record_checks.check_record(data, 0, len(data), check_crc=True)
     assert verdict.ok, verdict.error
     assert verdict.size == len(data)

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from gannet.node.store import querying
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.errors import StoreError
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
-from gannet.node.store.topic_configs import TopicConfig
 
 from .conftest import SEEDED, fuzz_settings
 

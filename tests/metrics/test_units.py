@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gannet.node.metrics import broker_metrics, instrumenting
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
 
 from .conftest import samples
 

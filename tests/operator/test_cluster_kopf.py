@@ -18,7 +18,7 @@ import kmock
 import pytest
 
 from gannet.node.broker import threads
-from gannet.node.store.records import Message
+from gannet.node.store.log.records import Message
 from tests.operator import fake_admin
 from tests.operator.conftest import NAMESPACE, Env, FakeClock, operator_env
 

@@ -18,8 +18,8 @@ from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log.records import SYSFLAG_TRANSACTION_PREPARED_TYPE, Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import SYSFLAG_TRANSACTION_PREPARED_TYPE, Message
 
 TOPICS = ("Orders", "Payments")
 MESSAGES = 700

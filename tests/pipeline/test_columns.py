@@ -15,10 +15,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gannet.node.store import records
+from gannet.node.store.log import records
+from gannet.node.store.log.records import Message
 from gannet.node.store.msgids import create_offset_msg_id
 from gannet.node.store.properties import split_keys
-from gannet.node.store.records import Message
 from gannet.pipeline import columns, exporting, rebuilding, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.exporting import ExportFilter, SegmentDamagedError

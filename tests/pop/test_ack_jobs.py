@@ -12,8 +12,8 @@ from gannet.node.pop.config import PopConfig
 from gannet.node.pop.errors import PopError
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
-from gannet.node.store import records
 from gannet.node.store.errors import StoreError
+from gannet.node.store.log import records
 from tests.pop.pop_harness import GROUP, INVISIBLE_MS, TOPIC, Harness, bodies_of
 
 STORED = PopConfig(buffer_merge_enabled=False)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from gannet.node.pop import acks, checkpoints, filtering, receipts
@@ -13,8 +15,8 @@ from gannet.node.pop.errors import (
     ReceiptHandleIllegal,
 )
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
-from gannet.node.store.consume_queues import CqUnit
 from gannet.node.store.hashing import tags_code
+from gannet.node.store.queues.consume_queues import CqUnit
 
 CK = PopCheckPoint(
     start_offset=100,
@@ -66,11 +68,31 @@ def test_checkpoint_keys() -> None:
 
 @pytest.mark.parametrize(
     "body",
-    [b"[]", b"not json", b'{"so":"x","pt":1,"it":1,"n":1,"q":0,"t":"T","c":"G"}', b'{"so":1}'],
+    [
+        b"[]",
+        b"not json",
+        b'{"so":"x","pt":1,"it":1,"n":1,"q":0,"t":"T","c":"G"}',
+        b'{"so":1}',
+        b'{"so":1,"pt":1,"it":1,"n":0,"q":0,"t":"T","c":"G"}',
+        b'{"so":1,"pt":1,"it":1,"n":99999999999,"q":0,"t":"T","c":"G"}',
+        b'{"so":1,"pt":1,"it":1,"n":2,"d":[0,1,2],"q":0,"t":"T","c":"G"}',
+        b'{"so":1,"pt":1,"it":1,"n":2,"bm":4,"q":0,"t":"T","c":"G"}',
+    ],
 )
 def test_bad_checkpoint_bodies_are_refused(body: bytes) -> None:
     with pytest.raises(PopRequestIllegal):
         checkpoints.decode(body)
+
+
+def test_checkpoint_bitmap_invariants_stop_a_broken_checkpoint() -> None:
+    """Ack bits only for messages the checkpoint holds; as many offset diffs as messages."""
+    assert CK.with_bits(0b101).bit_map == 0b101
+    with pytest.raises(AssertionError, match="beyond the 3 of the checkpoint"):
+        CK.with_bits(0b1000)
+    with pytest.raises(AssertionError, match="with 2 offset diffs"):
+        dataclasses.replace(CK, offset_diffs=(0, 1))
+    with pytest.raises(AssertionError, match="beyond the 3"):
+        dataclasses.replace(CK, bit_map=0b1111)
 
 
 ACK = AckMsg(102, 100, "GID", "Orders", 2, 1700000000000, "broker-a")

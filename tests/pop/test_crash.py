@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from gannet.node.pop.config import PopConfig
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
-from gannet.node.store.topic_configs import TopicConfig
 from tests.pop import pop_crash_consumer as child
 from tests.pop.pop_harness import INVISIBLE_MS, Harness
 

@@ -8,7 +8,8 @@ import pytest
 
 from gannet.node.pop.errors import AlreadyAcked, ReceiptHandleExpired
 from gannet.node.pop.receipts import ORDER_REVIVE_QUEUE
-from gannet.node.store import records, validation
+from gannet.node.store import validation
+from gannet.node.store.log import records
 from tests.pop.pop_harness import INVISIBLE_MS, TOPIC, Harness, bodies_of
 
 FIFO = "GID_fifo"

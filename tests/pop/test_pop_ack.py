@@ -8,7 +8,8 @@ from gannet.node.pop import checkpoints
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.popping import InitMode
 from gannet.node.store import properties as props
-from gannet.node.store import records, validation
+from gannet.node.store import validation
+from gannet.node.store.log import records
 from tests.pop.pop_harness import GROUP, INVISIBLE_MS, TOPIC, Harness, bodies_of
 
 RETRY = validation.retry_topic_v1(GROUP, TOPIC)

@@ -10,10 +10,11 @@ import pytest
 
 from gannet.node.pop import checkpoints
 from gannet.node.pop.config import PopConfig
-from gannet.node.store import records, validation
+from gannet.node.store import validation
 from gannet.node.store.errors import StoreNotWritable
+from gannet.node.store.log import records
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 from tests.pop.pop_harness import GROUP, INVISIBLE_MS, TOPIC, Harness, bodies_of
 
 RETRY = validation.retry_topic_v1(GROUP, TOPIC)

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from gannet.node.pop import filtering, sql_filter
 from gannet.node.pop.errors import FilterExpressionIllegal
 from gannet.node.store import properties as props
-from gannet.node.store import records
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.records import Message
+from gannet.node.store.log import records
+from gannet.node.store.log.records import Message
 
 from .pop_harness import GROUP, TOPIC, Harness, bodies_of
 

@@ -11,12 +11,12 @@ import pytest
 
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
-from gannet.node.store.commitlog import now_ms
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.log.commitlog import now_ms
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
-from gannet.node.store.topic_configs import TopicConfig
 
 
 @pytest.mark.parametrize("merge", [True, False])

@@ -16,8 +16,8 @@ from gannet.node.api.forwarding import ForwardStats
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.store import records
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
 
 from .conftest import Cluster
 

@@ -21,10 +21,10 @@ from gannet.node.pop.service import PopBroker
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication import config_log
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.fastjson import JsonObject
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.fastjson import JsonObject
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import TopicConfig
 
 from .conftest import Cluster
 from .test_cluster import CLIENT_ID, _send_all, _stub

@@ -113,7 +113,7 @@ def test_the_window_map_is_bounded_and_dropped_ids_are_found_in_the_index(
     store.open()
     try:
         dedup = SendDeduplicator(store, window_s=120, entries_max=3)
-        from gannet.node.store import records
+        from gannet.node.store.log import records
 
         for i in range(5):
             message = records.Message(topic=TOPIC, body=b"x", properties={"UNIQ_KEY": f"M{i}"})

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import records
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import StoreError
-from gannet.node.store.mapped_files import offset_to_file_name
+from gannet.node.store.log import records
+from gannet.node.store.log.mapped_files import offset_to_file_name
 from gannet.node.store.message_store import MessageStore
 
 pytestmark = pytest.mark.timeout(60)

@@ -13,8 +13,8 @@ from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication import members
 from gannet.node.replication.config import PeerSpec
 from gannet.node.replication.state_files import StateFileError
-from gannet.node.store import records
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
 
 SPECS = [PeerSpec(1, "10.0.0.1", 8091, 8081), PeerSpec(4, "::1", 9091, 9081)]

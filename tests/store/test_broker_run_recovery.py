@@ -14,8 +14,8 @@ from gannet.node.broker import serving
 from gannet.node.cli import broker, exits
 from gannet.node.cli import root as cli
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 
 FILE_SIZE_MB = 1
 

@@ -21,13 +21,13 @@ from gannet.node.cli import broker
 from gannet.node.cli import root as cli
 from gannet.node.metrics.store_collecting import CleanupTally
 from gannet.node.protocol import statuses
-from gannet.node.store import cleaning
-from gannet.node.store.cleaning import Candidate, CleanPolicy, plan_deletion, space_state
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import DiskFull
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.reading import GetStatus
-from gannet.node.store.records import Message
+from gannet.node.store.queues.reading import GetStatus
+from gannet.node.store.upkeep import cleaning
+from gannet.node.store.upkeep.cleaning import Candidate, CleanPolicy, plan_deletion, space_state
 
 TOPIC = "Orders"
 POLICY = CleanPolicy(72.0, "04", 75, 0.90, 0.85)
@@ -135,7 +135,7 @@ def test_88_percent_full_disk_refuses_writes_and_deletes_nothing_unconsumed(
         store.consumer_offsets.commit("Workers", TOPIC, 1, 2)
         files_before = [f.path.name for f in store.commitlog.files.files]
         store.cleaner.ratio_probe = lambda path: 0.88
-        with caplog.at_level(logging.ERROR, logger="gannet.node.store.cleaning"):
+        with caplog.at_level(logging.ERROR, logger="gannet.node.store.upkeep.cleaning"):
             result = store.cleaner.run(manual=False, now_ms=noon_ms())
         assert result.reason == "space"
         assert result.commitlog_files_deleted == 0
@@ -170,7 +170,7 @@ def test_consumed_files_are_deleted_under_pressure_and_writes_resume(
             end = store.max_offset_in_queue(TOPIC, queue_id)
             store.consumer_offsets.commit("Workers", TOPIC, queue_id, end)
         files = len(store.commitlog.files.files)
-        with caplog.at_level(logging.WARNING, logger="gannet.node.store.cleaning"):
+        with caplog.at_level(logging.WARNING, logger="gannet.node.store.upkeep.cleaning"):
             result = store.cleaner.run(manual=False, now_ms=noon_ms())
         assert result.commitlog_files_deleted == files - 1  # every file but the active one
         assert result.unconsumed_deleted == {}
@@ -193,7 +193,7 @@ def test_delete_unconsumed_deletes_logs_the_loss_per_group_and_counts_it(
             store.consumer_offsets.commit("Workers", TOPIC, queue_id, 10)
         files = len(store.commitlog.files.files)
         store.cleaner.ratio_probe = lambda path: 0.88
-        with caplog.at_level(logging.WARNING, logger="gannet.node.store.cleaning"):
+        with caplog.at_level(logging.WARNING, logger="gannet.node.store.upkeep.cleaning"):
             result = store.cleaner.run(manual=False, now_ms=noon_ms())
         assert result.commitlog_files_deleted == files - 1  # RocketMQ's behaviour, opted in
         assert not store.disk_full
@@ -221,7 +221,7 @@ def test_expired_files_still_go_and_their_loss_is_logged(
             os.utime(path, (1, 1))  # past fileReservedTime
         store.cleaner.ratio_probe = lambda path: 0.10
         at_four = dt.datetime.now().astimezone().replace(hour=4, minute=30)
-        with caplog.at_level(logging.WARNING, logger="gannet.node.store.cleaning"):
+        with caplog.at_level(logging.WARNING, logger="gannet.node.store.upkeep.cleaning"):
             result = store.cleaner.run(manual=False, now_ms=int(at_four.timestamp() * 1000))
         assert (result.reason, result.commitlog_files_deleted) == ("time", 2)
         key = cleaning.no_group_key(TOPIC)

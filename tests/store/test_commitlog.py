@@ -9,10 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gannet.node.store import records
-from gannet.node.store.commitlog import CommitLog
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.records import Message
+from gannet.node.store.log import record_checks, records
+from gannet.node.store.log.commitlog import CommitLog
+from gannet.node.store.log.records import Message
 
 hosts = st.sampled_from([("127.0.0.1", 10911), ("::1", 8081)])
 
@@ -53,7 +53,7 @@ def test_appended_bytes_equal_the_one_shot_encoding(
         if crc:
             records.seal_crc(buf)
         assert log.read(r.wrote_offset, r.wrote_bytes) == bytes(buf)
-        check = records.check_record(buf, 0, len(buf), check_crc=True)
+        check = record_checks.check_record(buf, 0, len(buf), check_crc=True)
         assert check.ok, check.error
     # records roll to a new file with a BLANK when they do not fit
     assert [r.queue_offset for r in results[::2]] == list(range(len(results[::2])))

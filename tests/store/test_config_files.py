@@ -11,16 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gannet.node.store import fastjson
-from gannet.node.store.consumer_offsets import ConsumerOffsetManager
-from gannet.node.store.errors import (
-    CorruptionError,
-    GroupNameIllegal,
-    MessageIllegal,
-    TopicNameIllegal,
-)
-from gannet.node.store.fastjson import DataVersion, JsonObject
-from gannet.node.store.group_configs import (
+from gannet.node.store.configs import fastjson
+from gannet.node.store.configs.fastjson import DataVersion, JsonObject
+from gannet.node.store.configs.groups import (
     CUSTOMIZED_RETRY_DELAYS_MS,
     CustomizedRetryPolicy,
     GroupConfigManager,
@@ -28,7 +21,8 @@ from gannet.node.store.group_configs import (
     SimpleSubscriptionData,
     SubscriptionGroupConfig,
 )
-from gannet.node.store.topic_configs import (
+from gannet.node.store.configs.offsets import ConsumerOffsetManager
+from gannet.node.store.configs.topics import (
     PERM_INHERIT,
     PERM_READ,
     PERM_WRITE,
@@ -36,6 +30,12 @@ from gannet.node.store.topic_configs import (
     TopicConfig,
     TopicConfigManager,
     apply_attribute_changes,
+)
+from gannet.node.store.errors import (
+    CorruptionError,
+    GroupNameIllegal,
+    MessageIllegal,
+    TopicNameIllegal,
 )
 
 

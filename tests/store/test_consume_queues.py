@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.consume_queues import (
+from gannet.node.store.queues.consume_queues import (
     PRE_BLANK_UNIT,
     Boundary,
     ConsumeQueue,

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import querying, verifying
+from gannet.node.store import querying
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.upkeep import verifying
 from gannet.node.testing import crash_writer
 
 pytestmark = pytest.mark.slow

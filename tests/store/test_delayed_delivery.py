@@ -7,13 +7,13 @@ from pathlib import Path
 import pytest
 
 from gannet.node.store import properties as props
-from gannet.node.store import timers
-from gannet.node.store.commitlog import now_ms
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import MessageIllegal
+from gannet.node.store.log.commitlog import now_ms
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.reading import GetStatus
-from gannet.node.store.records import Message
+from gannet.node.store.queues.reading import GetStatus
+from gannet.node.store.timers import delivery
 
 
 def open_store(root: Path) -> MessageStore:
@@ -42,7 +42,7 @@ def test_delayed_message_is_parked_then_delivered_to_its_real_queue(tmp_path: Pa
         store.put_message(delayed(t0 + 10_000))
         settle(store)
         assert store.get_messages("Orders", 2, 0, 1).status is GetStatus.NO_MATCHED_LOGIC_QUEUE
-        parked = store.get_messages(timers.TIMER_TOPIC, 0, 0, 1)
+        parked = store.get_messages(delivery.TIMER_TOPIC, 0, 0, 1)
         assert parked.status is GetStatus.FOUND
         assert store.timers.tick(t0 + 5_000) == 0  # not yet due
         settle(store)

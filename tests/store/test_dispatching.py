@@ -1,4 +1,5 @@
-"""Inline dispatch (:mod:`gannet.node.store.dispatching`): a send that commits at once dispatches
+"""Inline dispatch (:mod:`gannet.node.store.queues.dispatching`): a send that commits at once
+dispatches
 its records in the calling thread, the dispatch thread takes what is past the inline limit, and
 ``wait_dispatched`` callers are woken either way."""
 
@@ -11,9 +12,9 @@ import pytest
 
 from gannet.node.store import message_store
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
-from gannet.node.store.topic_configs import TopicConfig
 
 TOPIC = "dispatch-topic"
 

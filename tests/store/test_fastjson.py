@@ -1,4 +1,4 @@
-"""fastjson dialect reader and strict writer (gannet.node.store.fastjson)."""
+"""fastjson dialect reader and strict writer (gannet.node.store.configs.fastjson)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.store import fastjson
+from gannet.node.store.configs import fastjson
+from gannet.node.store.configs.fastjson import DataVersion, JsonSyntaxError, JsonValue
 from gannet.node.store.errors import CorruptionError
-from gannet.node.store.fastjson import DataVersion, JsonSyntaxError, JsonValue
 
 # What RocketMQ 5 (fastjson 1.2.83, pretty format) writes for consumerOffset.json: tab
 # indentation, bare integer keys, and the closing brace of an integer map on its own line.

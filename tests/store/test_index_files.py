@@ -12,7 +12,13 @@ from hypothesis import strategies as st
 
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.hashing import index_key_hash, java_string_hash
-from gannet.node.store.index_files import (
+from gannet.node.store.log.records import (
+    SYSFLAG_TRANSACTION_COMMIT_TYPE,
+    SYSFLAG_TRANSACTION_PREPARED_TYPE,
+    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
+    DispatchInfo,
+)
+from gannet.node.store.queues.index_files import (
     IndexFile,
     IndexItem,
     IndexService,
@@ -22,12 +28,6 @@ from gannet.node.store.index_files import (
     index_file_size_bytes,
     item_position,
     slot_position,
-)
-from gannet.node.store.records import (
-    SYSFLAG_TRANSACTION_COMMIT_TYPE,
-    SYSFLAG_TRANSACTION_PREPARED_TYPE,
-    SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
-    DispatchInfo,
 )
 
 T0_MS = 1_700_000_000_000  # a whole second

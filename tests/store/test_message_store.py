@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import querying, verifying
+from gannet.node.store import querying
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import (
     CorruptionError,
     DiskFull,
@@ -21,9 +20,11 @@ from gannet.node.store.errors import (
     RecoveryRefused,
     TopicNameIllegal,
 )
+from gannet.node.store.log.records import MAGIC_BLANK, Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.reading import GetStatus
-from gannet.node.store.records import MAGIC_BLANK, Message
+from gannet.node.store.queues.consume_queues import Boundary
+from gannet.node.store.queues.reading import GetStatus
+from gannet.node.store.upkeep import verifying
 
 
 def cfg(root: Path, **kw: object) -> StoreConfig:

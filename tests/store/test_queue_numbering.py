@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import verifying
-from gannet.node.store.commitlog import queue_key
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageIllegal
+from gannet.node.store.log.commitlog import queue_key
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.upkeep import verifying
 
 TOPIC = "HostT"
 
@@ -52,7 +52,7 @@ def test_a_record_that_cannot_be_packed_reserves_nothing(tmp_path: Path, field) 
 
 def test_append_packs_everything_before_reserving(tmp_path: Path, monkeypatch) -> None:
     """Even a failure the field checks do not foresee leaves no reserved offset behind."""
-    from gannet.node.store import packing
+    from gannet.node.store.log import packing
 
     with open_store(tmp_path) as store:
         store.put_message(good(0))

@@ -12,11 +12,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.node.store import msgids, packing, records
+from gannet.node.store import msgids
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageIllegal, MessageTooLarge, PropertiesTooLarge
 from gannet.node.store.hashing import body_crc32, index_key_hash, java_string_hash, tags_code
-from gannet.node.store.records import Message
+from gannet.node.store.log import packing, record_checks, records
+from gannet.node.store.log.records import Message
 
 # A V1 record: topic "T", body b"hi", properties TAGS=a, born 10.0.0.1:7, store 127.0.0.1:10911.
 EXPECTED_V1 = bytes.fromhex(
@@ -103,16 +104,16 @@ def test_whole_record_crc_tail_is_least_significant_digit_first() -> None:
     records.patch_append_fields(
         buf, 0, queue_offset=5, physical_offset=64, store_timestamp_ms=200, append_crc=True
     )
-    res = records.check_record(buf, 0, len(buf), check_crc=True)
+    res = record_checks.check_record(buf, 0, len(buf), check_crc=True)
     assert res.ok, res.error
     buf[90] ^= 0x01  # flip a bit in the body
-    assert not records.check_record(buf, 0, len(buf), check_crc=True).ok
+    assert not record_checks.check_record(buf, 0, len(buf), check_crc=True).ok
 
 
 def test_check_record_extracts_dispatch_info() -> None:
     msg = sample(properties={"TAGS": "a", "KEYS": "k1 k2", "UNIQ_KEY": "U"})
     buf = records.encode(msg, body_size_max_bytes=1024)
-    res = records.check_record(buf, 0, len(buf), check_crc=True)
+    res = record_checks.check_record(buf, 0, len(buf), check_crc=True)
     assert res.ok
     assert res.info is not None
     info = res.info
@@ -136,18 +137,18 @@ def test_check_record_extracts_dispatch_info() -> None:
 def test_damaged_records_are_refused_with_a_reason(mutate, reason: str, check_crc: bool) -> None:
     buf = bytearray(EXPECTED_V1)
     mutate(buf)
-    res = records.check_record(buf, 0, len(buf), check_crc=check_crc)
+    res = record_checks.check_record(buf, 0, len(buf), check_crc=check_crc)
     assert not res.ok
     assert reason in res.error
 
 
 def test_truncated_record_is_refused() -> None:
-    res = records.check_record(EXPECTED_V1[:60], 0, 60, check_crc=True)
+    res = record_checks.check_record(EXPECTED_V1[:60], 0, 60, check_crc=True)
     assert not res.ok
 
 
 def test_blank_is_end_of_file() -> None:
-    res = records.check_record(records.blank_record(64), 0, 64, check_crc=True)
+    res = record_checks.check_record(records.blank_record(64), 0, 64, check_crc=True)
     assert res.ok
     assert res.size == 0
 
@@ -343,7 +344,7 @@ def test_round_trip(topic, body, queue_id, flag, properties, born, store, ts, qo
         queue_offset=qoff,
     )
     buf = records.encode(msg, body_size_max_bytes=1024)
-    res = records.check_record(buf, 0, len(buf), check_crc=True)
+    res = record_checks.check_record(buf, 0, len(buf), check_crc=True)
     assert res.ok
     assert res.size == len(buf)
     back = records.decode(buf)
@@ -371,8 +372,8 @@ def test_fast_structure_check_agrees_with_the_full_check(position, value, cut) -
     """Recovery's fast path must accept exactly what the full parser accepts."""
     buf = bytearray(EXPECTED_V1)
     buf[position] = value
-    full = records.check_record(buf, 0, cut, check_crc=True)
-    head, _size, error = records.check_structure(buf, 0, cut, check_crc=True)
+    full = record_checks.check_record(buf, 0, cut, check_crc=True)
+    head, _size, error = record_checks.check_structure(buf, 0, cut, check_crc=True)
     assert (head is not None) == full.ok, (full.error, error)
     if head is not None and full.info is not None:
         assert (head.topic, head.queue_offset, head.size) == (

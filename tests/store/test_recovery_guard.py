@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import CorruptionError, RecoveryRefused
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.upkeep import verifying
 
 FILE_SIZE = 64 * 1024
 

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import verifying
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import DiskFull, StoreError
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.upkeep import verifying
 
 
 def open_store(root: Path) -> MessageStore:

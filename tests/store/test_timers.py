@@ -15,10 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gannet.node.store import properties as props
-from gannet.node.store import records, timers
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageIllegal
-from gannet.node.store.timers import TimerEntry, TimerStore
+from gannet.node.store.log import records
+from gannet.node.store.timers import codecs, delivery
+from gannet.node.store.timers.codecs import TimerEntry
+from gannet.node.store.timers.store import TimerStore
 
 NOW = 1_000_500
 P = 1_000  # precision
@@ -79,39 +81,39 @@ def crash_copy(src: Path, dst: Path) -> Path:
 
 
 def test_slot_bytes() -> None:
-    slot = timers.Slot(time_ms=1_010_000, first_pos=52, last_pos=104, num=2)
-    assert timers.encode_slot(slot, P) == SLOT_1010
-    assert timers.decode_slot(SLOT_1010, 0, P) == slot
-    assert timers.decode_slot(bytes(32), 0, P) is None
+    slot = codecs.Slot(time_ms=1_010_000, first_pos=52, last_pos=104, num=2)
+    assert codecs.encode_slot(slot, P) == SLOT_1010
+    assert codecs.decode_slot(SLOT_1010, 0, P) == slot
+    assert codecs.decode_slot(bytes(32), 0, P) is None
 
 
 def test_unit_bytes() -> None:
-    unit = timers.TimerUnit(
+    unit = codecs.TimerUnit(
         prev_pos=-1,
-        magic=timers.MAGIC_DEFAULT,
+        magic=codecs.MAGIC_DEFAULT,
         enqueue_ms=1_000_500,
         delay_ms=9_500,
         commit_offset=4096,
         size=200,
-        topic_hash=timers.topic_hash("T"),
+        topic_hash=codecs.topic_hash("T"),
     )
-    assert len(UNIT_FIRST) == timers.UNIT_SIZE_BYTES == 52
-    assert timers.encode_unit(unit) == UNIT_FIRST
-    assert timers.decode_unit(UNIT_FIRST, 0) == unit
+    assert len(UNIT_FIRST) == codecs.UNIT_SIZE_BYTES == 52
+    assert codecs.encode_unit(unit) == UNIT_FIRST
+    assert codecs.decode_unit(UNIT_FIRST, 0) == unit
     assert unit.fire_ms == 1_010_000
-    assert timers.decode_unit(bytes(52), 0) is None
+    assert codecs.decode_unit(bytes(52), 0) is None
 
 
 def test_blank_bytes() -> None:
-    assert timers.encode_blank(40) == BLANK_40
-    assert timers.BLANK_MAGIC == -875286124
-    assert timers.is_blank(BLANK_40, 0)
-    assert not timers.is_blank(UNIT_FIRST, 0)
+    assert codecs.encode_blank(40) == BLANK_40
+    assert codecs.BLANK_MAGIC == -875286124
+    assert codecs.is_blank(BLANK_40, 0)
+    assert not codecs.is_blank(UNIT_FIRST, 0)
 
 
 def test_checkpoint_bytes() -> None:
-    cp = timers.TimerCheckpoint(1_000_000, 104, 7, 7, 0, 1_000_500, 3)
-    data = timers.encode_checkpoint(cp)
+    cp = codecs.TimerCheckpoint(1_000_000, 104, 7, 7, 0, 1_000_500, 3)
+    data = codecs.encode_checkpoint(cp)
     assert len(data) == 4096
     assert data[:56] == bytes.fromhex(
         "00000000000F4240"  # lastReadTimeMs 1_000_000
@@ -123,12 +125,12 @@ def test_checkpoint_bytes() -> None:
         "0000000000000003"  # dataVersion.counter
     )  # fmt: skip
     assert data[56:] == bytes(4040)
-    assert timers.decode_checkpoint(data, "x") == cp
+    assert codecs.decode_checkpoint(data, "x") == cp
 
 
 def test_files_on_disk_after_flush(tmp_path: Path) -> None:
     store = open_store(tmp_path)
-    hash_t = timers.topic_hash("T")
+    hash_t = codecs.topic_hash("T")
     assert store.enqueue(4096, 200, 1_010_000, 1_000_500, hash_t)
     assert store.enqueue(8192, 200, 1_010_000, 1_000_500, hash_t)
     assert store.enqueue(9000, 100, 1_010_000, 1_000_500, hash_t)
@@ -144,9 +146,9 @@ def test_files_on_disk_after_flush(tmp_path: Path) -> None:
     wheel = (tmp_path / "timerwheel").read_bytes()
     assert len(wheel) == 2 * 3600 * 32
     index = 1010 % 7200
-    expected_slot = timers.encode_slot(timers.Slot(1_010_000, 0, 104, 3), P)
+    expected_slot = codecs.encode_slot(codecs.Slot(1_010_000, 0, 104, 3), P)
     assert wheel[index * 32 : index * 32 + 32] == expected_slot
-    cp = timers.decode_checkpoint((tmp_path / "config" / "timercheck").read_bytes(), "cp")
+    cp = codecs.decode_checkpoint((tmp_path / "config" / "timercheck").read_bytes(), "cp")
     assert cp.last_timer_log_flush_pos == 156
     assert cp.last_read_time_ms == 1_000_000
     assert cp.last_timer_queue_offset == cp.master_timer_queue_offset == 3
@@ -163,8 +165,8 @@ def test_log_file_ends_with_blank_and_rolls(tmp_path: Path) -> None:
     first = (tmp_path / "timerlog" / "00000000000000000000").read_bytes()
     assert first[1260 * 52 :] == bytes.fromhex("000000100000000000000000CBD43194")
     second = (tmp_path / "timerlog" / "00000000000000065536").read_bytes()
-    assert timers.decode_unit(second, 0) is not None
-    assert timers.decode_unit(second, 0).prev_pos == 1259 * 52  # type: ignore[union-attr]
+    assert codecs.decode_unit(second, 0) is not None
+    assert codecs.decode_unit(second, 0).prev_pos == 1259 * 52  # type: ignore[union-attr]
     store.close()
     reopened = open_store(tmp_path)
     assert len(drain(reopened, NOW + 10_000)) == units_per_file + 1
@@ -197,8 +199,8 @@ def test_wheel_with_another_size_is_refused(tmp_path: Path) -> None:
 def test_route_for_timer(
     tmp_path: Path, properties: dict[str, str], expected: tuple[int, int]
 ) -> None:
-    routing = timers.route_for_timer(properties, NOW, config(tmp_path))
-    assert routing == timers.TimerRouting(*expected)
+    routing = delivery.route_for_timer(properties, NOW, config(tmp_path))
+    assert routing == delivery.TimerRouting(*expected)
 
 
 @pytest.mark.parametrize(
@@ -213,7 +215,7 @@ def test_route_for_timer(
     ],
 )
 def test_route_for_timer_stores_directly(tmp_path: Path, properties: dict[str, str]) -> None:
-    assert timers.route_for_timer(properties, NOW, config(tmp_path)) is None
+    assert delivery.route_for_timer(properties, NOW, config(tmp_path)) is None
 
 
 @pytest.mark.parametrize(
@@ -227,20 +229,20 @@ def test_route_for_timer_stores_directly(tmp_path: Path, properties: dict[str, s
 )
 def test_route_for_timer_unparsable(tmp_path: Path, properties: dict[str, str], name: str) -> None:
     with pytest.raises(MessageIllegal, match=name):
-        timers.route_for_timer(properties, NOW, config(tmp_path))
+        delivery.route_for_timer(properties, NOW, config(tmp_path))
 
 
 def test_route_for_timer_max_delay(tmp_path: Path) -> None:
     cfg = config(tmp_path)
     limit_s = 3 * 86_400
     assert cfg.timer_max_delay_s == limit_s
-    ok = timers.route_for_timer({props.TIMER_DELAY_SEC: str(limit_s)}, NOW, cfg)
+    ok = delivery.route_for_timer({props.TIMER_DELAY_SEC: str(limit_s)}, NOW, cfg)
     assert ok is not None
     assert ok.deliver_ms == NOW - 500 + limit_s * 1000
     with pytest.raises(MessageIllegal, match="timerMaxDelaySec"):
-        timers.route_for_timer({props.TIMER_DELAY_SEC: str(limit_s + 1)}, NOW, cfg)
+        delivery.route_for_timer({props.TIMER_DELAY_SEC: str(limit_s + 1)}, NOW, cfg)
     with pytest.raises(MessageIllegal):
-        timers.route_for_timer({props.TIMER_DELAY_MS: str(limit_s * 1000 + 1)}, NOW, cfg)
+        delivery.route_for_timer({props.TIMER_DELAY_MS: str(limit_s * 1000 + 1)}, NOW, cfg)
 
 
 def test_park_restore_roll() -> None:
@@ -250,8 +252,8 @@ def test_park_restore_roll() -> None:
         queue_id=3,
         properties={props.TIMER_DELAY_SEC: "10", props.UNIQ_KEY: "U1"},
     )
-    parked = timers.park_message(msg, timers.TimerRouting(1_010_000, 1_010_500))
-    assert parked.topic == timers.TIMER_TOPIC == "rmq_sys_wheel_timer"
+    parked = delivery.park_message(msg, delivery.TimerRouting(1_010_000, 1_010_500))
+    assert parked.topic == delivery.TIMER_TOPIC == "rmq_sys_wheel_timer"
     assert parked.queue_id == 0
     assert parked.properties == {
         props.TIMER_DELAY_SEC: "10",
@@ -262,11 +264,11 @@ def test_park_restore_roll() -> None:
     }
     assert msg.topic == "orders"
     assert props.TIMER_OUT_MS not in msg.properties  # the original is untouched
-    rolled = timers.roll_message(parked)
-    assert rolled.topic == timers.TIMER_TOPIC
+    rolled = delivery.roll_message(parked)
+    assert rolled.topic == delivery.TIMER_TOPIC
     assert rolled.properties[props.TIMER_ROLL_TIMES] == "1"
-    assert timers.roll_message(rolled).properties[props.TIMER_ROLL_TIMES] == "2"
-    restored = timers.restore_message(parked, 1_000_600, 1_011_000)
+    assert delivery.roll_message(rolled).properties[props.TIMER_ROLL_TIMES] == "2"
+    restored = delivery.restore_message(parked, 1_000_600, 1_011_000)
     assert (restored.topic, restored.queue_id) == ("orders", 3)
     assert restored.properties == {
         props.TIMER_DELAY_SEC: "10",
@@ -276,7 +278,7 @@ def test_park_restore_roll() -> None:
         props.TIMER_DEQUEUE_MS: "1011000",
     }
     with pytest.raises(MessageIllegal, match=props.REAL_TOPIC):
-        timers.restore_message(msg, 0, 0)
+        delivery.restore_message(msg, 0, 0)
 
 
 # --- due order, persistence ---------------------------------------------------------------------
@@ -402,7 +404,7 @@ def test_roll_beyond_window(tmp_path: Path) -> None:
 
 def test_default_roll_window_is_two_days(tmp_path: Path) -> None:
     cfg = StoreConfig(root_dir=tmp_path)
-    assert timers.roll_window_ms(cfg) == 2 * 86_400_000
+    assert codecs.roll_window_ms(cfg) == 2 * 86_400_000
 
 
 # --- delete markers ---------------------------------------------------------------------------
@@ -592,11 +594,11 @@ def test_every_entry_fires_exactly_once(
         cfg = config(Path(tmp))
         store = TimerStore.open(cfg)
         now = 1_700_000_000_123
-        origin: dict[int, tuple[int, timers.TimerRouting]] = {}
+        origin: dict[int, tuple[int, delivery.TimerRouting]] = {}
         fired: dict[int, int] = {}
         next_offset = [0]
 
-        def park(i: int, routing: timers.TimerRouting, at_ms: int) -> None:
+        def park(i: int, routing: delivery.TimerRouting, at_ms: int) -> None:
             next_offset[0] += 100
             assert store.enqueue(next_offset[0], 100, routing.deliver_ms, at_ms, 7)
             origin[next_offset[0]] = (i, routing)
@@ -624,7 +626,7 @@ def test_every_entry_fires_exactly_once(
         for i, (gap_ms, delay_ms) in enumerate(ops):
             now += gap_ms
             pump(now)
-            routing = timers.route_for_timer({props.TIMER_DELAY_MS: str(delay_ms)}, now, cfg)
+            routing = delivery.route_for_timer({props.TIMER_DELAY_MS: str(delay_ms)}, now, cfg)
             assert routing is not None
             park(i, routing, now)
         for _ in range(100_000):
@@ -667,7 +669,7 @@ def test_crash_at_any_point_loses_nothing_flushed(
         for action, value in actions:
             if action == "enqueue":
                 offset += 100
-                routing = timers.route_for_timer({props.TIMER_DELAY_MS: str(value)}, now, cfg)
+                routing = delivery.route_for_timer({props.TIMER_DELAY_MS: str(value)}, now, cfg)
                 assert routing is not None
                 store.enqueue(offset, 100, routing.deliver_ms, now, 1)
                 enqueued.add(offset)
@@ -679,7 +681,7 @@ def test_crash_at_any_point_loses_nothing_flushed(
                 durable, committed = set(enqueued), set(returned)
         copy = crash_copy(root, Path(tmp) / "b")
         if lose_tail:  # the OS also lost every log byte past the checkpoint's flush position
-            cp = timers.decode_checkpoint((copy / "config" / "timercheck").read_bytes(), "cp")
+            cp = codecs.decode_checkpoint((copy / "config" / "timercheck").read_bytes(), "cp")
             for path in sorted((copy / "timerlog").iterdir()):
                 start = int(path.name)
                 data = bytearray(path.read_bytes())

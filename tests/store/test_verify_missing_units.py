@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from gannet.node.store import records, verifying
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.upkeep import verifying
 
 TOPIC = "VerifyT"
 OTHER = "VerifyO"

@@ -4,12 +4,14 @@ One pass over a mapped segment finds the record boundaries (TOTALSIZE and MAGICC
 record, one struct unpack per record). The fixed-position fields of all the records found are
 then read column-wise with numpy — big-endian gathers at record start + field position
 (``reference/store-format.md`` §1.2; the positions are those of
-:mod:`gannet.node.store.records`) — bodies are sliced into one Arrow binary column, and only each
+:mod:`gannet.node.store.log.records`) —
+bodies are sliced into one Arrow binary column, and only each
 record's PROPERTIES string is decoded on its own, by the store's decoder
 (:func:`gannet.node.store.properties.decode`), so keys, tags and unique keys mean what they mean
 to the broker.
 
-Every record is checked as the store's :func:`~gannet.node.store.records.check_record` does:
+Every record is checked as the store's
+:func:`~gannet.node.store.log.record_checks.check_record` does:
 magic code, TOTALSIZE inside the file, PHYSICALOFFSET equal to the record's position, field
 lengths adding up to TOTALSIZE, body CRC, and the whole-record CRC where the properties end with
 one. Parsing works in :class:`Chunk` s of at most ``chunk_bytes`` of the file (bounded memory
@@ -34,8 +36,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from gannet.node.store import properties as props
-from gannet.node.store import records
-from gannet.node.store.records import Buffer
+from gannet.node.store.log import record_checks, records
+from gannet.node.store.log.records import Buffer
 from gannet.pipeline import segments
 from gannet.pipeline.segments import Damage, Segment
 
@@ -260,7 +262,7 @@ def _damage_at(buf: Buffer, segment: Segment, pos: int) -> Damage | None:
     """What :func:`segments.scan` reports at ``pos`` where a record does not check: a damaged
     range, or ``None`` for the normal end of the data (a BLANK, the newest file's zero tail)."""
     size = len(buf)
-    result = records.check_record(buf, pos, size, check_crc=True)
+    result = record_checks.check_record(buf, pos, size, check_crc=True)
     if result.ok and result.size == 0:
         return None
     info = result.info

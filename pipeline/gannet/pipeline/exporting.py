@@ -39,7 +39,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gannet.node.store import properties as props
-from gannet.node.store import records
+from gannet.node.store.log import records
 from gannet.node.store.msgids import create_offset_msg_id
 from gannet.node.store.properties import split_keys
 from gannet.pipeline import columns, segments

@@ -3,7 +3,7 @@
 Every job parallelises one Spark task per segment (``sparkContext.parallelize(segments,
 len(segments))`` then ``mapPartitions``): executors map their segment file read-only; export
 and rebuild parse it in bulk into columns (:mod:`gannet.pipeline.columns`), verify record by
-record with the store's own check (:mod:`gannet.node.store.records` through
+record with the store's own check (:mod:`gannet.node.store.log.records` through
 :mod:`gannet.pipeline.segments`). Records never straddle files, so no task needs another's
 bytes.
 

@@ -32,10 +32,10 @@ import numpy.typing as npt
 
 from gannet.node.store import properties as props
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.consume_queues import ConsumeQueueStore
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.index_files import IndexService
-from gannet.node.store.records import DispatchInfo
+from gannet.node.store.log.records import DispatchInfo
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore
+from gannet.node.store.queues.index_files import IndexService
 from gannet.pipeline import columns, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment

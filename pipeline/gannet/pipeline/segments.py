@@ -29,8 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gannet.node.store import records
-from gannet.node.store.records import Buffer, DispatchInfo
+from gannet.node.store.log import record_checks, records
+from gannet.node.store.log.records import Buffer, DispatchInfo
 
 SEGMENT_NAME_LENGTH = 20
 _MAGIC_BYTES = (
@@ -158,7 +158,7 @@ def scan(buf: Buffer, segment: Segment, *, check_crc: bool = True) -> Iterator[S
     size = len(buf)
     pos = 0
     while pos < size:
-        result = records.check_record(buf, pos, size, check_crc=check_crc)
+        result = record_checks.check_record(buf, pos, size, check_crc=check_crc)
         if result.ok and result.size == 0:
             break  # BLANK: the rest of the file is filler
         info = result.info
@@ -214,7 +214,7 @@ def _record_at(buf: Buffer, segment: Segment, pos: int, size: int, *, check_crc:
     (physical,) = _PHYSICAL_OFFSET.unpack_from(buf, pos + records.PHYSICAL_OFFSET_POSITION)
     if physical != segment.start_offset + pos:
         return False
-    return records.check_record(buf, pos, size, check_crc=check_crc).ok
+    return record_checks.check_record(buf, pos, size, check_crc=check_crc).ok
 
 
 def is_zero_at(buf: Buffer, pos: int) -> bool:

@@ -32,10 +32,10 @@ from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store import errors, querying, validation
-from gannet.node.store.consume_queues import Boundary
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import TopicConfig
+from gannet.node.store.queues.consume_queues import Boundary
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store import querying, validation
-from gannet.node.store.cleaning import CleanPolicy, CleanResult
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import MessageType, TopicConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore, StoreStatistics
-from gannet.node.store.records import Message
-from gannet.node.store.topic_configs import MessageType, TopicConfig
+from gannet.node.store.upkeep.cleaning import CleanPolicy, CleanResult
 
 __all__ = ["MessageType"]
 

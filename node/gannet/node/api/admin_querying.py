@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store import errors, querying
-from gannet.node.store.consume_queues import Boundary
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.queues.consume_queues import Boundary
 
 RESULTS_DEFAULT = 32
 RESULTS_MAX = 64

@@ -30,7 +30,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.api import routes
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.store.topic_configs import MESSAGE_TYPE_ATTRIBUTE, TopicConfig
+from gannet.node.store.configs.topics import MESSAGE_TYPE_ATTRIBUTE, TopicConfig
 
 SCOPE_HEADER = "gannet-scope"
 """Metadata key of an admin write meant for the answering group only (value :data:`SCOPE_GROUP`):

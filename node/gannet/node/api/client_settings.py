@@ -33,7 +33,7 @@ from gannet.node.api import filters, lite_topics, sending
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, validation
-from gannet.node.store.group_configs import (
+from gannet.node.store.configs.groups import (
     RETRY_POLICY_EXPONENTIAL,
     CustomizedRetryPolicy,
     ExponentialRetryPolicy,

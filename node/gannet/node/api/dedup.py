@@ -42,8 +42,8 @@ from rocketmq.grpc_protocol import service_pb2
 
 from gannet.node.protocol import statuses
 from gannet.node.store import querying
+from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import DispatchInfo
 
 WINDOW_S = 120.0
 ENTRIES_MAX = 100_000

@@ -36,7 +36,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
-from gannet.node.store.topic_configs import MessageType
+from gannet.node.store.configs.topics import MessageType
 
 LITE_TOPIC_CHARS_MAX = 64
 """The official client's default ``max_lite_topic_size``; advertised in Settings."""

@@ -61,9 +61,10 @@ from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
-from gannet.node.store import errors, records, validation
+from gannet.node.store import errors, validation
+from gannet.node.store.configs.topics import MessageType
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import MessageType
 
 log = logging.getLogger(__name__)
 

@@ -24,7 +24,7 @@ from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.lite_topics import LiteSubscriptions
 from gannet.node.api.resources import Resources
 from gannet.node.replication.driver import ReplicationNode
-from gannet.node.store import records
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
 
 ReceivedObserver = Callable[[str, str, Sequence[records.Message | definition_pb2.Message]], None]

@@ -21,7 +21,7 @@ from rocketmq.grpc_protocol import definition_pb2
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
-from gannet.node.store.topic_configs import MessageType
+from gannet.node.store.configs.topics import MessageType
 
 
 def mark(sp: definition_pb2.SystemProperties, properties: dict[str, str]) -> MessageType:

@@ -56,9 +56,10 @@ from gannet.node.pop.popping import PoppedMessage
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.store import errors, records
-from gannet.node.store.reading import GetResult, GetStatus
-from gannet.node.store.records import DispatchInfo
+from gannet.node.store import errors
+from gannet.node.store.log import records
+from gannet.node.store.log.records import DispatchInfo
+from gannet.node.store.queues.reading import GetResult, GetStatus
 
 log = logging.getLogger(__name__)
 

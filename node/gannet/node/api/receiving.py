@@ -73,10 +73,11 @@ from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.errors import ReplicationError
-from gannet.node.store import errors, msgids, records, validation
+from gannet.node.store import errors, msgids, validation
 from gannet.node.store import properties as props
+from gannet.node.store.configs.topics import MessageType
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import MessageType
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,9 @@ from gannet.node.api import sending
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors, validation
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import MessageType, TopicConfig
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.topic_configs import MessageType, TopicConfig
 
 log = logging.getLogger(__name__)
 

@@ -64,7 +64,7 @@ from gannet.node.replication.errors import (
     ReplicationBusy,
     ReplicationError,
 )
-from gannet.node.store.topic_configs import MessageType, TopicConfig
+from gannet.node.store.configs.topics import MessageType, TopicConfig
 
 _MESSAGE_TYPES = {
     MessageType.NORMAL: definition_pb2.NORMAL,

@@ -56,9 +56,10 @@ from rocketmq.grpc_protocol import Encoding, definition_pb2, service_pb2
 from gannet.node.api import lite_topics, priorities
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.store import errors, records, validation
+from gannet.node.store import errors, validation
 from gannet.node.store import properties as props
-from gannet.node.store.topic_configs import MessageType, TopicConfig
+from gannet.node.store.configs.topics import MessageType, TopicConfig
+from gannet.node.store.log import records
 
 BODY_SIZE_MAX_BYTES = 4 * 1024 * 1024  # maxMessageSize
 BATCH_MESSAGES_MAX = 1024

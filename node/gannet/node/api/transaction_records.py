@@ -23,7 +23,7 @@ RocketMQ's broker model (``TransactionalMessageService``), plus one Gannet recor
   message with a higher ``TRANSACTION_CHECK_TIMES``, which changes its offset and with it the
   transaction id a producer may still hold.)
 
-Pure functions over :class:`~gannet.node.store.records.Message`; used by :mod:`transactions`.
+Pure functions over :class:`~gannet.node.store.log.records.Message`; used by :mod:`transactions`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from rocketmq.grpc_protocol import Code, definition_pb2
 from gannet.node.api.transaction_book import Resolution
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
-from gannet.node.store import records, validation
-from gannet.node.store.records import DispatchInfo
+from gannet.node.store import validation
+from gannet.node.store.log import records
+from gannet.node.store.log.records import DispatchInfo
 
 HALF_TOPIC = validation.TRANS_HALF_TOPIC
 OP_TOPIC = validation.TRANS_OP_HALF_TOPIC

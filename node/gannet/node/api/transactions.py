@@ -55,11 +55,12 @@ from gannet.node.api.transaction_book import (
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
-from gannet.node.store import querying, records
-from gannet.node.store.commitlog import AppendResult
+from gannet.node.store import querying
+from gannet.node.store.configs.topics import PERM_READ, PERM_WRITE, TopicConfig
+from gannet.node.store.log import records
+from gannet.node.store.log.commitlog import AppendResult
+from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import DispatchInfo
-from gannet.node.store.topic_configs import PERM_READ, PERM_WRITE, TopicConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -29,10 +29,10 @@ from gannet.node.metrics import http_serving
 from gannet.node.protocol import auth, tls
 from gannet.node.replication import config as replication_config
 from gannet.node.replication import peer_auth
-from gannet.node.store import cleaning
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import StoreError
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.upkeep import cleaning
 
 console = output.console
 err_console = output.err_console

@@ -28,12 +28,13 @@ from gannet.node.cli import options, output
 from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
 from gannet.node.cli.options import data_dir_argument
 from gannet.node.cli.output import Column, emit, output_option
-from gannet.node.store import msgids, querying, verifying
+from gannet.node.store import msgids, querying
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
+from gannet.node.store.queues.consume_queues import Boundary
+from gannet.node.store.upkeep import verifying
 
 console = output.console
 err_console = output.err_console

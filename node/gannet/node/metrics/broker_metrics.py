@@ -61,8 +61,8 @@ from gannet.node.metrics import (
     tallies,
 )
 from gannet.node.pop.service import PopBroker
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 
 TOPICS_MAX = 1000
 PAIRS_MAX = 1000

@@ -7,7 +7,7 @@ While the store is not open (recovery, shutdown) only ``gannet_store_open 0`` is
 store that closes under a scrape exports what it read before the failure.
 
 :class:`StoreCollector` also exports the store's truncation tally
-(:class:`~gannet.node.store.recovering.TruncationTally`) as counters,
+(:class:`~gannet.node.store.upkeep.recovering.TruncationTally`) as counters,
 ``gannet_store_truncations_total`` and ``gannet_store_truncated_bytes_total`` by ``cause``, at
 every scrape, open or not: a cut made by recovery is counted before the store opens.
 
@@ -28,9 +28,9 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gannet.node.store import cleaning
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.recovering import TRUNCATION_CAUSES
+from gannet.node.store.upkeep import cleaning
+from gannet.node.store.upkeep.recovering import TRUNCATION_CAUSES
 
 log = logging.getLogger(__name__)
 

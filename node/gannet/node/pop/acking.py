@@ -43,8 +43,8 @@ from gannet.node.pop.errors import (
     ReceiptHandleUnknown,
 )
 from gannet.node.pop.merging import Inflight
-from gannet.node.pop.receipts import ReceiptHandle
-from gannet.node.store import records
+from gannet.node.pop.receipts import InvisibleTimeChange, ReceiptHandle
+from gannet.node.store.log import records
 
 CLOCK_MARGIN_MS = 10_000
 """Slack for clocks of Raft members: a handle a former leader made may carry a pop time a
@@ -249,18 +249,13 @@ class AckService:
         return self.ctx.write_acks_nowait(out)
 
     # --- change invisible time ---
-    def change_invisible_time(
-        self,
-        group: str,
-        topic: str,
-        handle: str | ReceiptHandle,
-        invisible_time_ms: int,
-        now_ms: int,
-    ) -> ReceiptHandle:
+    def change_invisible_time(self, change: InvisibleTimeChange) -> ReceiptHandle:
         """New checkpoint for the message, then ack of the old handle; returns the new handle."""
+        group, topic, now_ms = change.group, change.topic, change.now_ms
+        invisible_time_ms = change.invisible_time_ms
         self.ctx.check_invisible_time(invisible_time_ms)
         with self.ctx.buffer.lock:
-            target = self.resolve(group, topic, handle, now_ms)
+            target = self.resolve(group, topic, change.handle, now_ms)
             h = target.handle
             if h.is_order:
                 raise ReceiptHandleUnknown("orderly handles are changed through the order service")

@@ -37,7 +37,9 @@ RE_PUT_TIMES_UNPARSABLE = 127
 
 @dataclass(frozen=True, slots=True)
 class PopCheckPoint:
-    """One checkpoint. Invariant: ``len(offset_diffs) == num`` when ``offset_diffs`` is set."""
+    """One checkpoint. Invariants (asserted): ``0 < num <= CK_MESSAGES_MAX``;
+    ``len(offset_diffs) == num`` when ``offset_diffs`` is set; ``bit_map`` has bits only for the
+    ``num`` messages (:attr:`all_bits`). :func:`decode` refuses a body that breaks them."""
 
     start_offset: int
     pop_time_ms: int
@@ -51,6 +53,15 @@ class PopCheckPoint:
     bit_map: int = 0
     revive_offset: int = 0
     re_put_times: str | None = None
+
+    def __post_init__(self) -> None:
+        assert 0 < self.num <= CK_MESSAGES_MAX, f"a checkpoint of {self.num} messages"
+        assert self.offset_diffs is None or len(self.offset_diffs) == self.num, (
+            f"a checkpoint of {self.num} messages with {len(self.offset_diffs)} offset diffs"
+        )
+        assert self.bit_map & ~self.all_bits == 0, (
+            f"ack bits {self.bit_map:#x} name messages beyond the {self.num} of the checkpoint"
+        )
 
     @property
     def revive_time_ms(self) -> int:
@@ -78,6 +89,9 @@ class PopCheckPoint:
         return bool(self.bit_map >> index & 1)
 
     def with_bits(self, bits: int) -> PopCheckPoint:
+        assert bits & ~self.all_bits == 0, (
+            f"ack bits {bits:#x} name messages beyond the {self.num} of the checkpoint"
+        )
         return replace(self, bit_map=self.bit_map | bits)
 
     @property
@@ -150,19 +164,26 @@ def decode(data: bytes | str) -> PopCheckPoint:
         ):
             raise PopRequestIllegal(f"checkpoint field 'd' is {diffs_raw!r}")
         diffs = tuple(diffs_raw)
+    num, bit_map = _int(doc, "n"), _int(doc, "bm", 0)
+    if not 0 < num <= CK_MESSAGES_MAX:
+        raise PopRequestIllegal(f"checkpoint field 'n' is {num}, not in [1, {CK_MESSAGES_MAX}]")
+    if diffs is not None and len(diffs) != num:
+        raise PopRequestIllegal(f"checkpoint field 'd' has {len(diffs)} diffs for {num} messages")
+    if bit_map & ~((1 << num) - 1):
+        raise PopRequestIllegal(f"checkpoint field 'bm' {bit_map:#x} names messages beyond {num}")
     rp = doc.get("rp")
     bn = doc.get("bn")
     return PopCheckPoint(
         start_offset=_int(doc, "so"),
         pop_time_ms=_int(doc, "pt"),
         invisible_time_ms=_int(doc, "it"),
-        num=_int(doc, "n"),
+        num=num,
         queue_id=_int(doc, "q"),
         topic=_str(doc, "t"),
         cid=_str(doc, "c"),
         broker_name=bn if isinstance(bn, str) else "",
         offset_diffs=diffs,
-        bit_map=_int(doc, "bm", 0),
+        bit_map=bit_map,
         revive_offset=_int(doc, "ro", 0),
         re_put_times=None if rp is None else str(rp),
     )

@@ -9,7 +9,7 @@ collision can let a foreign tag through, which :meth:`TagFilter.matches_tag` can
 SQL92 expression (grammar and evaluation in :mod:`sql_filter`) may not be empty.
 
 Both kinds offer the same three tests, cheapest first, so that the store scan
-(:func:`gannet.node.store.reading.read_queue`) reads a record only when it must:
+(:func:`gannet.node.store.queues.reading.read_queue`) reads a record only when it must:
 ``unit_test`` on a consume-queue unit (the tag hash; None when it cannot reject anything),
 ``record_test`` on a record's bytes inside the scan (SQL92: properties decoded, body never;
 None for tags) and :meth:`matches_message` on a decoded message after the read (a tag-hash
@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from gannet.node.pop import sql_filter
 from gannet.node.pop.errors import FilterExpressionIllegal
-from gannet.node.store import records
-from gannet.node.store.consume_queues import CqUnit
 from gannet.node.store.hashing import tags_code
+from gannet.node.store.log import records
 from gannet.node.store.properties import LITE_TOPIC as LITE_TOPIC_PROPERTY
+from gannet.node.store.queues.consume_queues import CqUnit
 
 SUB_ALL = "*"
 TAG_SEPARATOR = "||"

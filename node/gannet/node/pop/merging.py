@@ -131,6 +131,9 @@ class InflightBuffer:
             self._settled(entry)
 
     def mark_acked(self, entry: Inflight, bits: int) -> None:
+        assert entry.ck is None or bits & ~entry.ck.all_bits == 0, (
+            f"ack bits {bits:#x} name messages the checkpoint does not hold"
+        )
         with self.lock:
             entry.acked_bits |= bits
             if entry.all_acked:

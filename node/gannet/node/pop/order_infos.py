@@ -24,8 +24,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gannet.node.store import fastjson
-from gannet.node.store.fastjson import DataVersion, JsonObject, JsonValue
+from gannet.node.store.configs import fastjson
+from gannet.node.store.configs.fastjson import DataVersion, JsonObject, JsonValue
 
 ORDER_INFO_FILE_NAME = "consumerOrderInfo.json"
 
@@ -57,6 +57,9 @@ class OrderInfo:
         return self.consumed_counts.get(offset, 0)
 
     def acked(self, index: int) -> OrderInfo:
+        assert 0 <= index < len(self.offsets), (
+            f"ack of message {index} of an orderly pop of {len(self.offsets)}"
+        )
         return replace(self, commit_bits=self.commit_bits | 1 << index)
 
     def next_offset(self) -> int:

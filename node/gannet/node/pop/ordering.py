@@ -23,10 +23,16 @@ from gannet.node.pop.errors import AlreadyAcked, ReceiptHandleExpired, ReceiptHa
 from gannet.node.pop.locks import lock_key
 from gannet.node.pop.order_infos import OrderInfo, OrderInfoManager
 from gannet.node.pop.popping import PoppedMessage, PopRequest, PopResult, PopService
-from gannet.node.pop.receipts import ORDER_REVIVE_QUEUE, ReceiptHandle, TopicFlag
-from gannet.node.store import consumer_offsets, records
+from gannet.node.pop.receipts import (
+    ORDER_REVIVE_QUEUE,
+    InvisibleTimeChange,
+    ReceiptHandle,
+    TopicFlag,
+)
 from gannet.node.store import properties as props
-from gannet.node.store.reading import GetResult, GetStatus
+from gannet.node.store.configs import offsets as consumer_offsets
+from gannet.node.store.log import records
+from gannet.node.store.queues.reading import GetResult, GetStatus
 
 
 class OrderService:
@@ -160,17 +166,12 @@ class OrderService:
             self.infos.put(table_key, h.queue_id, info)
             self.ctx.store.consumer_offsets.commit(group, topic, h.queue_id, info.next_offset())
 
-    def change_invisible_time(
-        self,
-        group: str,
-        topic: str,
-        handle: str | ReceiptHandle,
-        invisible_time_ms: int,
-        now_ms: int,
-    ) -> ReceiptHandle:
+    def change_invisible_time(self, change: InvisibleTimeChange) -> ReceiptHandle:
+        group, topic, now_ms = change.group, change.topic, change.now_ms
+        invisible_time_ms = change.invisible_time_ms
         self.ctx.check_invisible_time(invisible_time_ms)
         with self.infos.lock:
-            h, table_key, info, _ = self._locate(group, topic, handle, now_ms)
+            h, table_key, info, _ = self._locate(group, topic, change.handle, now_ms)
             visible = dict(info.next_visible_ms)
             visible[h.queue_offset] = now_ms + invisible_time_ms
             new = OrderInfo(

@@ -33,8 +33,8 @@ from gannet.node.pop.config import PopConfig
 from gannet.node.pop.errors import PopBusy
 from gannet.node.pop.locks import lock_key
 from gannet.node.store import validation
+from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import DispatchInfo
 
 ANY_QUEUE = -1
 

@@ -33,9 +33,10 @@ from gannet.node.pop.locks import lock_key
 from gannet.node.pop.merging import Inflight
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
 from gannet.node.store import properties as props
-from gannet.node.store import records, validation
-from gannet.node.store.reading import GetResult, GetStatus
-from gannet.node.store.topic_configs import MessageType
+from gannet.node.store import validation
+from gannet.node.store.configs.topics import MessageType
+from gannet.node.store.log import records
+from gannet.node.store.queues.reading import GetResult, GetStatus
 
 _RESTART_STATUSES = (
     GetStatus.OFFSET_TOO_SMALL,

@@ -61,6 +61,19 @@ def real_topic(flag: TopicFlag, group: str, topic: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class InvisibleTimeChange:
+    """A ChangeInvisibleDuration: the message of ``handle`` (popped by ``group`` from ``topic``)
+    stays invisible for ``invisible_time_ms`` from ``now_ms``. Handed by the Pop service to the
+    ack service (plain handles) or the order service (orderly ones)."""
+
+    group: str
+    topic: str
+    handle: str | ReceiptHandle
+    invisible_time_ms: int
+    now_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class ReceiptHandle:
     """A parsed extra info; ``commit_offset`` is -1 when parsed from an 8-field extra info."""
 

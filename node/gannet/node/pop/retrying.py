@@ -21,9 +21,9 @@ from __future__ import annotations
 
 from gannet.node.store import properties as props
 from gannet.node.store import validation
+from gannet.node.store.configs.topics import PERM_READ, PERM_WRITE, TopicConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
-from gannet.node.store.topic_configs import PERM_READ, PERM_WRITE, TopicConfig
 
 _TIMER_PROPERTIES = (
     props.TIMER_DELIVER_MS,

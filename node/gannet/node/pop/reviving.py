@@ -37,9 +37,10 @@ from gannet.node.pop.config import RE_PUT_BACKOFF_S, REVIVE_EXPIRE_MARGIN_MS
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import PopRequestIllegal
 from gannet.node.store import properties as props
-from gannet.node.store import records, validation
+from gannet.node.store import validation
 from gannet.node.store.errors import StoreError
-from gannet.node.store.reading import GetStatus
+from gannet.node.store.log import records
+from gannet.node.store.queues.reading import GetStatus
 
 log = logging.getLogger(__name__)
 

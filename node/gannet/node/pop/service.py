@@ -240,11 +240,10 @@ class PopBroker:
         invisible_time_ms: int,
         now_ms: int,
     ) -> ReceiptHandle:
+        change = receipts.InvisibleTimeChange(group, topic, handle, invisible_time_ms, now_ms)
         if self._is_order(handle):
-            return self.orders.change_invisible_time(
-                group, topic, handle, invisible_time_ms, now_ms
-            )
-        return self.acker.change_invisible_time(group, topic, handle, invisible_time_ms, now_ms)
+            return self.orders.change_invisible_time(change)
+        return self.acker.change_invisible_time(change)
 
     def forward_to_dlq(
         self, group: str, topic: str, handle: str | ReceiptHandle, *, now_ms: int

@@ -47,7 +47,7 @@ for a message with that hash. It evaluates the expression over the set of outcom
 could have ({TRUE, FALSE, NULL, error}) given only the hash, so it never rejects a message the
 full evaluation would select (a hash collision only costs a record read). Expressions without
 such a test (``price > 10``) read every record, but decode only its properties
-(:func:`gannet.node.store.records.decode_properties`), never the body. RocketMQ's bloom filter
+(:func:`gannet.node.store.log.records.decode_properties`), never the body. RocketMQ's bloom filter
 of per-group filter results in the consume-queue extension is not kept: it needs every
 subscription registered before the message is dispatched; see bench/sqlfilter.py for the cost.
 
@@ -59,8 +59,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
-import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +66,17 @@ from typing import Any
 import lark
 from lark import Token
 
+from gannet.node.pop.sql_values import (
+    INT_MAX,
+    INT_MIN,
+    LONG_MAX,
+    LONG_MIN,
+    EvalError,
+    Long,
+    compare,
+    java_double,
+    java_equals,
+)
 from gannet.node.store.hashing import tags_code
 
 CACHE_SIZE = 256
@@ -75,8 +84,6 @@ DEPTH_MAX = 200
 TAGS_CODE_CACHE_MAX = 4096
 TAGS = "TAGS"
 
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
 _DOUBLE_MIN = 5e-324  # Double.MIN_VALUE, the smallest positive double
 
 _GRAMMAR = r"""
@@ -148,104 +155,6 @@ class SqlFilterError(ValueError):
         self.column = column
 
 
-class _EvalError(Exception):
-    """An evaluation that RocketMQ ends with an exception: the message does not match."""
-
-
-class _Long(int):
-    """A Java Long value (a plain int is a Java Integer)."""
-
-    __slots__ = ()
-
-
-# ---------------------------------------------------------------- Java conversions
-_INT_TEXT = re.compile(r"[+-]?\d+")
-_DOUBLE_TEXT = re.compile(
-    r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)"
-)
-
-
-def _java_integer(text: str, low: int, high: int) -> int:
-    if not _INT_TEXT.fullmatch(text):
-        raise _EvalError(f"{text!r} is not an integer")
-    value = int(text)
-    if not low <= value <= high:
-        raise _EvalError(f"{text!r} is out of range")
-    return value
-
-
-def _java_double(text: str) -> float:
-    trimmed = text.strip("".join(chr(c) for c in range(33)))
-    if not _DOUBLE_TEXT.fullmatch(trimmed):
-        raise _EvalError(f"{text!r} is not a number")
-    body = trimmed.rstrip("fFdD") if trimmed[-1:] in "fFdD" else trimmed
-    return float(body.replace("Infinity", "inf"))
-
-
-def _double_bits(x: float) -> int:
-    if math.isnan(x):
-        return 0x7FF8000000000000
-    return int(struct.unpack(">q", struct.pack(">d", x))[0])
-
-
-def _sign(a: Any, b: Any) -> int:
-    return int(a > b) - int(a < b)
-
-
-def _compare(lv: object, rv: object) -> int:
-    """``ComparisonExpression.__compare`` with string conversion on: the sign of lv ? rv."""
-    lt, rt = type(lv), type(rv)
-    if lt is not rt and not (lt in (int, _Long) and rt in (int, _Long)):
-        if lt is bool:
-            if rt is str:
-                raise _EvalError("a boolean cannot be converted to a string")
-            return -1
-        if lt in (int, _Long):
-            if rt is float:
-                lv = float(lv)  # type: ignore[arg-type]
-            elif rt is str:
-                rv = (
-                    _java_integer(rv, _INT_MIN, _INT_MAX)  # type: ignore[arg-type]
-                    if lt is int
-                    else _java_integer(rv, _LONG_MIN, _LONG_MAX)  # type: ignore[arg-type]
-                )
-            else:
-                return -1
-        elif lt is float:
-            if rt in (int, _Long):
-                rv = float(rv)  # type: ignore[arg-type]
-            elif rt is str:
-                rv = _java_double(rv)  # type: ignore[arg-type]
-            else:
-                return -1
-        elif lt is str:
-            if rt is bool:
-                lv = lv.lower() == "true"  # type: ignore[attr-defined]
-            elif rt is int:
-                lv = _java_integer(lv, _INT_MIN, _INT_MAX)  # type: ignore[arg-type]
-            elif rt is _Long:
-                lv = _java_integer(lv, _LONG_MIN, _LONG_MAX)  # type: ignore[arg-type]
-            elif rt is float:
-                lv = _java_double(lv)  # type: ignore[arg-type]
-            else:
-                return -1
-        else:
-            return -1
-    if type(lv) is float:
-        s = _sign(lv, rv)
-        return s if s else _sign(_double_bits(lv), _double_bits(float(rv)))  # type: ignore[arg-type]
-    return _sign(lv, rv)
-
-
-def _java_equals(lv: object, rv: object) -> bool:
-    """``lv == rv || lv.equals(rv)`` (both non-null)."""
-    if type(lv) is not type(rv):
-        return False
-    if type(lv) is float:
-        return _double_bits(lv) == _double_bits(rv)  # type: ignore[arg-type]
-    return lv == rv
-
-
 # ---------------------------------------------------------------- the tree
 Props = Mapping[str, str]
 Eval = Callable[[Props], object]
@@ -314,9 +223,9 @@ def _compile(node: Node) -> Eval:
         def negate(p: Props) -> object:
             v = left(p)
             if type(v) is int:
-                return -v if v != _INT_MIN else v  # Java int overflow
-            if type(v) is _Long:
-                return _Long(-v if v != _LONG_MIN else v)
+                return -v if v != INT_MIN else v  # Java int overflow
+            if type(v) is Long:
+                return Long(-v if v != LONG_MIN else v)
             if type(v) is float:
                 return -v
             return None
@@ -329,7 +238,7 @@ def _compile(node: Node) -> Eval:
             if v is None:
                 return None
             if type(v) is not bool:
-                raise _EvalError("NOT of a non-boolean")
+                raise EvalError("NOT of a non-boolean")
             return not v
 
         return not_
@@ -386,9 +295,9 @@ def _compile(node: Node) -> Eval:
                 if lv is None and rv is None:
                     return True
                 return None if lv is None else False
-            if _java_equals(lv, rv):
+            if java_equals(lv, rv):
                 return True
-            return _compare(lv, rv) == 0
+            return compare(lv, rv) == 0
 
         return eq
     test = _SIGN_TESTS[str(node.value)]
@@ -401,8 +310,8 @@ def _compile(node: Node) -> Eval:
         if rv is None:
             return None
         if type(lv) is str and type(rv) is str:
-            lv, rv = _java_double(lv), _java_double(rv)
-        return test(_compare(lv, rv))
+            lv, rv = java_double(lv), java_double(rv)
+        return test(compare(lv, rv))
 
     return cmp
 
@@ -492,7 +401,7 @@ class SqlFilter:
         """True only when the expression is TRUE for a message with these properties."""
         try:
             return self._eval(properties) is True
-        except (_EvalError, OverflowError, ValueError):
+        except (EvalError, OverflowError, ValueError):
             return False
 
     def accepts_tags_code(self, code: int) -> bool:
@@ -537,7 +446,7 @@ class _Build(lark.Transformer[Token, Node]):
         raise self._fail(f"{_show(node)} does not give a boolean value", node)
 
     def _orderable(self, node: Node, at: Token) -> None:
-        if (node.is_literal and type(node.value) not in (int, _Long, float)) or (
+        if (node.is_literal and type(node.value) not in (int, Long, float)) or (
             node.boolean and not node.is_literal
         ):
             raise self._fail(f"{_show(node)} cannot be compared with {at.value!r}", node)
@@ -602,8 +511,8 @@ class _Build(lark.Transformer[Token, Node]):
         if low.value is None or high.value is None:
             raise self._fail("BETWEEN bounds cannot be NULL", low)
         try:
-            ordered = _compare(high.value, low.value) >= 0
-        except _EvalError as exc:
+            ordered = compare(high.value, low.value) >= 0
+        except EvalError as exc:
             raise self._fail(f"BETWEEN bounds cannot be compared: {exc}", low) from None
         if not ordered:
             raise self._fail(f"BETWEEN needs low <= high, got {_show(low)} AND {_show(high)}", low)
@@ -635,9 +544,9 @@ class _Build(lark.Transformer[Token, Node]):
     def decimal(self, c: list[Token]) -> Node:
         text = str(c[0]).rstrip("lL")
         value = int(text)
-        if value > _LONG_MAX:
-            raise self._fail(f"integer {text} is above {_LONG_MAX}", c[0])
-        return _const(value if value <= _INT_MAX else _Long(value), _pos(c[0]))
+        if value > LONG_MAX:
+            raise self._fail(f"integer {text} is above {LONG_MAX}", c[0])
+        return _const(value if value <= INT_MAX else Long(value), _pos(c[0]))
 
     def float_(self, c: list[Token]) -> Node:
         value = float(str(c[0]))

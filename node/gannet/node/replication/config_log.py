@@ -2,7 +2,7 @@
 
 Created by :class:`~gannet.node.replication.driver.ReplicationNode` (only when the broker is
 replicated; a group of one keeps changing its ``config/*.json`` directly). The three config
-tables of the store (:mod:`gannet.node.store.config_tables`) hand every change to
+tables of the store (:mod:`gannet.node.store.configs.tables`) hand every change to
 :meth:`ConfigLog.journal`; on the leader it becomes one record of the internal system topic
 ``rmq_sys_GANNET_CONFIG`` (queue 0) appended to the commit log, proposed like any other bytes,
 and applied by every replica when dispatch reaches it — dispatch stops at the commit offset, so
@@ -45,13 +45,13 @@ import secrets
 import threading
 from collections.abc import Callable
 
-from gannet.node.store import records
-from gannet.node.store.config_tables import ConfigTable
-from gannet.node.store.fastjson import JsonObject, JsonValue
-from gannet.node.store.group_configs import SubscriptionGroupConfig
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.tables import ConfigTable
+from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.log import records
+from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import DispatchInfo
-from gannet.node.store.topic_configs import TopicConfig
 from gannet.node.store.validation import SYSTEM_GROUP_PREFIX, SYSTEM_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)

@@ -96,8 +96,8 @@ from gannet.node.replication.errors import (
 from gannet.node.replication.log_io import StoreLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
-from gannet.node.store import records
 from gannet.node.store.config import FlushMode
+from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from gannet.node.replication.config import (
     parse_peer,
 )
 from gannet.node.replication.state_files import StateFileError, write_durably
-from gannet.node.store import records
+from gannet.node.store.log import record_checks, records
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)
@@ -117,7 +117,7 @@ def memberships_in(start: ByteOffset, payload: bytes) -> tuple[MembershipEntry, 
     found = []
     position = 0
     while position < len(payload):
-        checked = records.check_record(payload, position, len(payload), check_crc=False)
+        checked = record_checks.check_record(payload, position, len(payload), check_crc=False)
         if not checked.ok:
             raise MembershipRecordError(
                 f"unreadable record at {start + position} while looking for configuration "

@@ -12,8 +12,8 @@ the file and the zeros after it, exactly the bytes an ordinary append leaves the
 
 from __future__ import annotations
 
-from gannet.node.store import records
-from gannet.node.store.commitlog import now_ms, queue_key
+from gannet.node.store.log import records
+from gannet.node.store.log.commitlog import now_ms, queue_key
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
 

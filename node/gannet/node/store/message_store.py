@@ -32,15 +32,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gannet.node.store import durable, records, validation
+from gannet.node.store import durable, validation
 from gannet.node.store import properties as props
-from gannet.node.store.checkpoints import Checkpoint
-from gannet.node.store.cleaning import CleanService
-from gannet.node.store.commitlog import AppendResult, CommitLog, now_ms
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.consume_queues import ConsumeQueueStore, CqUnit
-from gannet.node.store.consumer_offsets import ConsumerOffsetManager
-from gannet.node.store.dispatching import DispatchService
+from gannet.node.store.configs.groups import GroupConfigManager
+from gannet.node.store.configs.offsets import ConsumerOffsetManager
+from gannet.node.store.configs.topics import TopicConfigManager
 from gannet.node.store.errors import (
     DiskFull,
     FlushTimeout,
@@ -48,21 +45,25 @@ from gannet.node.store.errors import (
     StoreLocked,
     StoreNotWritable,
 )
-from gannet.node.store.flushing import FlushService, OffsetWaiters
-from gannet.node.store.group_configs import GroupConfigManager
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.index_files import IndexService
+from gannet.node.store.log import record_checks
+from gannet.node.store.log.checkpoints import Checkpoint
+from gannet.node.store.log.commitlog import AppendResult, CommitLog, now_ms
+from gannet.node.store.log.flushing import FlushService, OffsetWaiters
+from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.msgids import UniqKeyGenerator
-from gannet.node.store.reading import GetResult, read_queue
-from gannet.node.store.records import DispatchInfo, Message
-from gannet.node.store.recovering import (
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
+from gannet.node.store.queues.dispatching import DispatchService
+from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.reading import GetResult, read_queue
+from gannet.node.store.timers.delivery import TimerService
+from gannet.node.store.upkeep.cleaning import CleanService
+from gannet.node.store.upkeep.recovering import (
     RecoveryResult,
     TruncationTally,
     offset_table_of,
     recover,
 )
-from gannet.node.store.timer_service import TimerService
-from gannet.node.store.topic_configs import TopicConfigManager
 
 log = logging.getLogger(__name__)
 
@@ -415,6 +416,12 @@ class MessageStore:
     def _dispatch_consume_queues(self, infos: list[DispatchInfo]) -> None:
         """A unit per non-transactional or commit-type record (sysFlag bit 0x4 clear); the
         queue of the previous record is reused while the key repeats (batches of one queue)."""
+        if infos:
+            end, log_end = infos[-1].commit_offset + infos[-1].size, self.commitlog.max_offset()
+            assert end <= log_end, (
+                f"consume-queue units would point at {end}, past the end of the commit log "
+                f"({log_end})"
+            )
         key: tuple[str, int] | None = None
         cq = None
         for info in infos:
@@ -451,7 +458,10 @@ class MessageStore:
         record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (see :mod:`reading`)."""
-        return read_queue(self, topic, queue_id, offset, max_count, tag_filter, record_filter)
+        queues, commitlog = self.queues, self.commitlog
+        return read_queue(
+            queues, commitlog, topic, queue_id, offset, max_count, tag_filter, record_filter
+        )
 
     def read_message(self, commit_offset: int) -> Message | None:
         return self.commitlog.read_message(commit_offset)
@@ -571,7 +581,7 @@ class MessageStore:
         f = self.commitlog.file_for(offset)
         if f is None or offset == f.file_from_offset:
             return
-        head, size, _ = records.check_structure(
+        head, size, _ = record_checks.check_structure(
             f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
         )
         if (head is None or head.physical_offset != offset) and size != 0:

@@ -15,14 +15,11 @@ Read-only. Called by the CLI, the admin API and the pipeline.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from gannet.node.store import msgids
-from gannet.node.store.consume_queues import Boundary
-from gannet.node.store.records import Message
-
-if TYPE_CHECKING:
-    from gannet.node.store.message_store import MessageStore
+from gannet.node.store.log.records import Message
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.queues.consume_queues import Boundary
 
 UNIQ_KEY_QUERY_RESULTS_MAX = 32
 QUERY_ROUNDS_MAX = 3

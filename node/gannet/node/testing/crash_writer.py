@@ -19,8 +19,8 @@ import threading
 from pathlib import Path
 
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.records import Message
 
 TOPIC = "CrashTopic"
 QUEUES = 4

@@ -30,10 +30,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from gannet.node.store.checkpoints import Checkpoint
-from gannet.node.store.commitlog import CommitLog
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import FsyncFailed, StoreError, StoreNotWritable
+from gannet.node.store.log.checkpoints import Checkpoint
+from gannet.node.store.log.commitlog import CommitLog
+from gannet.node.store.service_threads import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +42,7 @@ GROUP_COMMIT_WAIT_MS = 10
 FlushListener = Callable[[int], None]
 
 
-class FlushService:
+class FlushService(ServiceThread):
     """One thread that makes the commit log durable, in the configured mode."""
 
     def __init__(self, config: StoreConfig, commitlog: CommitLog, checkpoint: Checkpoint) -> None:
@@ -52,8 +53,7 @@ class FlushService:
         self._cond = threading.Condition()
         self._requested_offset = 0
         self.flushed_offset = commitlog.flushed_offset()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._init_thread("gannet-flush")
         self.fatal_error: StoreError | None = None
         self.flush_count = 0
         self.record_boundary: Callable[[], int] | None = None
@@ -63,17 +63,11 @@ class FlushService:
     # --- lifecycle ---
     def start(self) -> None:
         target = self._run_sync if self.config.flush_mode is FlushMode.SYNC_FLUSH else self._run
-        self._thread = threading.Thread(target=target, name="gannet-flush", daemon=True)
-        self._thread.start()
+        self._start_thread(target)
 
     def stop(self, *, final_flush: bool = True) -> None:
         """Stop the thread; ``final_flush=False`` simulates a crash (tests)."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop_thread()
         if final_flush and self.fatal_error is None:
             self._flush_or_die(0)  # shutdown: everything
         with self._cond:

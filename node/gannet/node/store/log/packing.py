@@ -13,8 +13,7 @@ from __future__ import annotations
 import zlib
 
 from gannet.node.store import properties as props
-from gannet.node.store.errors import MessageTooLarge, PropertiesTooLarge
-from gannet.node.store.records import (
+from gannet.node.store.log.records import (
     _FIXED_V4,
     _HEAD,
     _SHORT,
@@ -31,8 +30,10 @@ from gannet.node.store.records import (
     _check_ranges,
     _middle_struct,
     _topic_field,
+    checked_body,
     crc_property_tail,
     encode_host,
+    properties_field,
 )
 
 RecordFields = tuple[int, int, int, int, int, int, int, bytes, bytes, int, int, bytes, bytes]
@@ -64,12 +65,7 @@ def record_fields(
         and INT64_MIN <= prepared <= INT64_MAX
     ):
         _check_ranges(msg)
-    body = msg.body
-    if len(body) > body_size_max_bytes:
-        raise MessageTooLarge(
-            f"message body is {len(body)} bytes; the limit (maxMessageSize) is "
-            f"{body_size_max_bytes} bytes"
-        )
+    body = checked_body(msg, body_size_max_bytes)
     born = encode_host(*msg.born_host)
     store = encode_host(*msg.store_host)
     sys_flag &= ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
@@ -84,17 +80,7 @@ def record_fields(
         prop_text = "".join([f"{k}\x01{v}\x02" for k, v in properties.items()])
         if props.TRANSIENT_PREFIX in prop_text:
             prop_text = props.encode(properties)  # drops the transient keys
-    if append_crc:
-        if prop_text and not prop_text.endswith(props.PROPERTY_SEPARATOR):
-            prop_text += props.PROPERTY_SEPARATOR
-        prop_bytes = prop_text.encode("utf-8") + bytes(CRC32_RESERVED_LENGTH)
-    else:
-        prop_bytes = prop_text.encode("utf-8")
-    if len(prop_bytes) > props.PROPERTIES_LENGTH_MAX_BYTES:
-        raise PropertiesTooLarge(
-            f"encoded properties are {len(prop_bytes)} bytes; at most "
-            f"{props.PROPERTIES_LENGTH_MAX_BYTES} fit the record"
-        )
+    prop_bytes = properties_field(prop_text, append_crc=append_crc)
     tail = topic_field + _SHORT.pack(len(prop_bytes)) + prop_bytes
     return (
         72 + len(born) + len(store) + len(body) + len(tail),  # encoded_length

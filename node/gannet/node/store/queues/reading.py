@@ -20,12 +20,9 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from gannet.node.store.consume_queues import CqUnit
-
-if TYPE_CHECKING:
-    from gannet.node.store.message_store import MessageStore
+from gannet.node.store.log.commitlog import CommitLog
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
 
 READ_COUNT_MAX = 1024
 READ_BYTES_MAX = 4 * 1024 * 1024
@@ -64,7 +61,8 @@ class GetResult:
 
 
 def read_queue(
-    store: MessageStore,
+    queues: ConsumeQueueStore,
+    commitlog: CommitLog,
     topic: str,
     queue_id: int,
     offset: int,
@@ -73,7 +71,7 @@ def read_queue(
     record_filter: Callable[[bytes], bool] | None = None,
 ) -> GetResult:
     max_count = max(1, min(max_count, READ_COUNT_MAX))
-    cq = store.queues.get(topic, queue_id)
+    cq = queues.get(topic, queue_id)
     if cq is None:
         return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
     lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
@@ -93,7 +91,7 @@ def read_queue(
     if not units:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
     result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-    commit_min = store.commitlog.min_offset()
+    commit_min = commitlog.min_offset()
     removed = 0
     size_total = 0
     for unit in units:
@@ -103,7 +101,7 @@ def read_queue(
             continue
         if tag_filter is not None and not tag_filter(unit):
             continue
-        data = store.commitlog.read(unit.commit_offset, unit.size)
+        data = commitlog.read(unit.commit_offset, unit.size)
         if data is None:
             removed += 1
             continue

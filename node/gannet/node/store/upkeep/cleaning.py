@@ -56,15 +56,45 @@ import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from gannet.node.store.config import StoreConfig
+from gannet.node.store.configs.offsets import ConsumerOffsetManager
 from gannet.node.store.errors import StoreError
-from gannet.node.store.mapped_files import MappedFile
-
-if TYPE_CHECKING:
-    from gannet.node.store.message_store import MessageStore
+from gannet.node.store.log.commitlog import CommitLog
+from gannet.node.store.log.mapped_files import MappedFile
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore
+from gannet.node.store.queues.dispatching import DispatchService
+from gannet.node.store.queues.index_files import IndexService
 
 log = logging.getLogger(__name__)
+
+
+class CleanedStore(Protocol):
+    """What cleanup needs of the store it cleans (the message store): the files it deletes,
+    the consumer offsets it protects, the dispatch it pauses, and the disk-full flag it sets."""
+
+    disk_full: bool
+    disk_full_reason: str
+
+    @property
+    def config(self) -> StoreConfig: ...
+
+    @property
+    def commitlog(self) -> CommitLog: ...
+
+    @property
+    def queues(self) -> ConsumeQueueStore: ...
+
+    @property
+    def index(self) -> IndexService | None: ...
+
+    @property
+    def dispatch(self) -> DispatchService: ...
+
+    @property
+    def consumer_offsets(self) -> ConsumerOffsetManager: ...
+
 
 MAX_USED_PERCENT_RANGE = (10, 95)
 WARNING_RATIO_RANGE = (0.35, 0.99)
@@ -217,7 +247,7 @@ def disk_used_ratio(path: str) -> float:
     return math.ceil(used * 100 / denominator) / 100
 
 
-def unconsumed_below(store: MessageStore, new_min_offset: int) -> dict[str, int]:
+def unconsumed_below(store: CleanedStore, new_min_offset: int) -> dict[str, int]:
     """Unconsumed messages per group that moving the commit-log minimum to ``new_min_offset``
     would remove (module docstring); empty when none."""
     lost: dict[str, int] = {}
@@ -256,7 +286,7 @@ def _describe(lost: dict[str, int]) -> str:
 
 
 class CleanService:
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: CleanedStore) -> None:
         cfg = store.config
         self.store = store
         self.policy = CleanPolicy(

@@ -35,9 +35,10 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from gannet.node.store import records
-from gannet.node.store.commitlog import CommitLog
-from gannet.node.store.records import DispatchInfo
+from gannet.node.store.log import record_checks
+from gannet.node.store.log.commitlog import CommitLog
+from gannet.node.store.log.records import DispatchInfo
+from gannet.node.store.service_threads import ServiceThread
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ Dispatcher = Callable[[list[DispatchInfo]], None]
 """Takes consecutive dispatched records, in commit-log order."""
 
 
-class DispatchService:
+class DispatchService(ServiceThread):
     """Moves ``reput_from`` up to the commit offset, feeding the dispatchers."""
 
     def __init__(self, commitlog: CommitLog, dispatchers: list[Dispatcher]) -> None:
@@ -65,22 +66,15 @@ class DispatchService:
         self._dispatched = threading.Condition(lock)
         self._dispatched_waiters = 0
         self._pass_lock = threading.Lock()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._init_thread("gannet-dispatch")
         self._handoff: deque[DispatchInfo] = deque()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="gannet-dispatch", daemon=True)
-        self._thread.start()
+        self._start_thread(self._run)
 
     def stop(self, *, catch_up: bool = True) -> None:
         """Stop the thread; ``catch_up=False`` simulates a crash (tests)."""
-        with self._cond:
-            self._stopping = True
-            self._cond.notify_all()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop_thread()
         if catch_up:
             self.dispatch_available()
 
@@ -181,6 +175,11 @@ class DispatchService:
             offset = info.commit_offset + info.size
             count += 1
         if batch:
+            last = batch[-1]
+            assert last.commit_offset + last.size <= end, (
+                f"dispatch took a record ending at {last.commit_offset + last.size}, past the "
+                f"commit offset {end}"
+            )
             for dispatch in self.dispatchers:
                 dispatch(batch)
             self.last_dispatched_store_timestamp_ms = batch[-1].store_timestamp_ms
@@ -202,7 +201,7 @@ class DispatchService:
             if f is None:
                 return None, offset
             pos = offset - f.file_from_offset
-            res = records.check_record(f.buffer, pos, f.wrote_position, check_crc=False)
+            res = record_checks.check_record(f.buffer, pos, f.wrote_position, check_crc=False)
             if res.ok and res.size == 0:
                 offset = self.commitlog.roll_next_file(offset)
                 continue

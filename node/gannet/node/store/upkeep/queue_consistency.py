@@ -17,9 +17,9 @@ lists every mismatched entry.
 
 from __future__ import annotations
 
-from gannet.node.store.commitlog import CommitLog, queue_key
-from gannet.node.store.consume_queues import ConsumeQueueStore, is_pre_blank
 from gannet.node.store.errors import CorruptionError
+from gannet.node.store.log.commitlog import CommitLog, queue_key
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore, is_pre_blank
 
 _ADVICE = (
     "the queue's numbering has a hole (a send that reserved an offset and failed, in an "

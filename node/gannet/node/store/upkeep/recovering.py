@@ -61,14 +61,15 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import durable, records
-from gannet.node.store.checkpoints import Checkpoint
-from gannet.node.store.commitlog import CommitLog, queue_key
-from gannet.node.store.consume_queues import ConsumeQueueStore
+from gannet.node.store import durable
 from gannet.node.store.errors import RecoveryRefused
-from gannet.node.store.index_files import IndexService
-from gannet.node.store.mapped_files import MappedFile
-from gannet.node.store.queue_consistency import TailGapCheck, check_queue_ends
+from gannet.node.store.log import records
+from gannet.node.store.log.checkpoints import Checkpoint
+from gannet.node.store.log.commitlog import CommitLog, queue_key
+from gannet.node.store.log.mapped_files import MappedFile
+from gannet.node.store.queues.consume_queues import ConsumeQueueStore
+from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.upkeep.queue_consistency import TailGapCheck, check_queue_ends
 
 log = logging.getLogger(__name__)
 

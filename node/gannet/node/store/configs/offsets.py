@@ -29,13 +29,12 @@ Thread-safe.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from gannet.node.store.config_tables import ConfigTable
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.tables import ConfigTable, now_ms
 from gannet.node.store.errors import CorruptionError
-from gannet.node.store.fastjson import JsonObject, JsonValue
 
 CONSUMER_OFFSETS_FILE_NAME = "consumerOffset.json"
 TOPIC_GROUP_SEPARATOR = "@"
@@ -91,10 +90,6 @@ def _offset_change(op: str, group: str, topic: str, queue_id: int, offset: int) 
     return {"op": op, "group": group, "topic": topic, "queue": queue_id, "offset": offset}
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class ConsumerOffsetManager(ConfigTable):
     """Committed offsets of every (group, topic, queue) and their file.
 
@@ -107,7 +102,7 @@ class ConsumerOffsetManager(ConfigTable):
         self,
         config_dir: Path,
         *,
-        clock_ms: Callable[[], int] = _now_ms,
+        clock_ms: Callable[[], int] = now_ms,
         version_step_commits: int = VERSION_STEP_COMMITS,
     ) -> None:
         super().__init__(config_dir / CONSUMER_OFFSETS_FILE_NAME, clock_ms)
@@ -211,9 +206,8 @@ class ConsumerOffsetManager(ConfigTable):
             self._bump_version()
 
     def _bump_version(self) -> None:
-        self._data_version = self._data_version.next(self._clock_ms())
+        self._changed()
         self._commits_unversioned = 0
-        self._dirty = True
 
     # --- queries ---
 

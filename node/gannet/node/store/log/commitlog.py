@@ -1,6 +1,6 @@
 """The commit log: every message of every topic, appended to one sequence of files.
 
-Files are :class:`~gannet.node.store.mapped_files.MappedFile`\\ s of
+Files are :class:`~gannet.node.store.log.mapped_files.MappedFile`\\ s of
 ``commitlog_file_size_bytes`` (1 GiB by default) named by their 20-digit start offset; records
 use the layout of :mod:`records`. A record never straddles two files: when a record plus the
 8-byte minimum blank does not fit the room left, an 8-byte BLANK record (remaining length +
@@ -25,10 +25,10 @@ import time
 from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
-from gannet.node.store import packing, records
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
-from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
+from gannet.node.store.log import packing, record_checks, records
+from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
 
@@ -154,6 +154,9 @@ class CommitLog:
             plan, results, reserved = self._lay_out(batch, f, ts, host, port)
             # Phase 2: reserve the offsets and copy the bytes.
             self.last_store_timestamp_ms = ts
+            assert all(n > self.queue_offsets.get(k, 0) for k, n in reserved.items()), (
+                "queue offsets only grow: an append reserved an offset below one already taken"
+            )
             self.queue_offsets.update(reserved)
             written = 0
             try:
@@ -168,6 +171,10 @@ class CommitLog:
             except BaseException:
                 self._unreserve(batch[written:], results[written:])
                 raise
+            assert not results or f.end_offset == results[-1].end_offset, (
+                f"the commit log ends at {f.end_offset} after an append whose last record ends "
+                f"at {results[-1].end_offset}"
+            )
             self._appended = (start, plan[0][1]) if len(plan) == 1 else (-1, b"")
             if on_appended is not None:
                 on_appended(results)
@@ -292,7 +299,7 @@ class CommitLog:
             f = self.files.find_file(offset)
             if f is None:
                 return offset
-            head, size, _ = records.check_structure(
+            head, size, _ = record_checks.check_structure(
                 f.buffer, offset - f.file_from_offset, f.wrote_position, check_crc=False
             )
             if head is not None or size != 0:
@@ -356,7 +363,7 @@ class CommitLog:
 
     def scan(
         self, start: int, end: int, *, check_crc: bool
-    ) -> Iterator[tuple[int, records.CheckResult]]:
+    ) -> Iterator[tuple[int, record_checks.CheckResult]]:
         """Yield ``(offset, result)`` for each record from ``start`` up to ``end``.
 
         BLANK records are followed to the next file. Stops at the first invalid record (that
@@ -368,14 +375,14 @@ class CommitLog:
             if f is None:
                 return
             pos = offset - f.file_from_offset
-            res = records.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
+            res = record_checks.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
             if res.ok and res.size == 0:
                 offset = self.files.roll_next_file(offset)
                 continue
             if res.ok and offset + res.size > end:
                 return  # the record is written but lies past ``end`` (not committed yet)
             if res.ok and res.info is not None and res.info.commit_offset != offset:
-                res = records.CheckResult(
+                res = record_checks.CheckResult(
                     False,
                     res.size,
                     error=f"PHYSICALOFFSET field says {res.info.commit_offset}, record is at "
@@ -388,9 +395,9 @@ class CommitLog:
 
     def scan_heads(
         self, start: int, end: int, *, check_crc: bool
-    ) -> Iterator[tuple[int, records.RecordHead | None, str]]:
+    ) -> Iterator[tuple[int, record_checks.RecordHead | None, str]]:
         """Like :meth:`scan` but yields ``(offset, head, error)`` from
-        :func:`records.check_structure` (no property parsing): recovery's fast path. A final
+        :func:`record_checks.check_structure` (no property parsing): recovery's fast path. A final
         ``(offset, None, error)`` marks an invalid record."""
         offset = start
         while offset < end:
@@ -398,7 +405,7 @@ class CommitLog:
             if f is None:
                 return
             pos = offset - f.file_from_offset
-            head, size, error = records.check_structure(
+            head, size, error = record_checks.check_structure(
                 f.buffer, pos, f.wrote_position, check_crc=check_crc
             )
             if head is None and size == 0:
@@ -418,7 +425,7 @@ class CommitLog:
     @staticmethod
     def first_record_info_of(f: MappedFile) -> records.DispatchInfo | None:
         """The first record of a file, if it is valid (recovery's start-file choice)."""
-        res = records.check_record(f.buffer, 0, f.file_size, check_crc=False)
+        res = record_checks.check_record(f.buffer, 0, f.file_size, check_crc=False)
         if res.ok and res.info is not None and res.info.commit_offset == f.file_from_offset:
             return res.info
         return None

@@ -37,16 +37,20 @@ DLQ limits) and the replication apply path. Thread-safe.
 
 from __future__ import annotations
 
-import builtins
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gannet.node.store import validation
-from gannet.node.store.config_tables import ConfigTable
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.tables import (
+    NamedConfigTable,
+    json_int,
+    json_str,
+    json_str_map,
+    now_ms,
+)
 from gannet.node.store.errors import MessageIllegal
-from gannet.node.store.fastjson import JsonObject, JsonValue
 
 SUBSCRIPTION_GROUPS_FILE_NAME = "subscriptionGroup.json"
 
@@ -79,9 +83,9 @@ class ExponentialRetryPolicy:
             return None
         default = cls()
         return cls(
-            initial_ms=_int(value.get("initial"), default.initial_ms),
-            max_ms=_int(value.get("max"), default.max_ms),
-            multiplier=_int(value.get("multiplier"), default.multiplier),
+            initial_ms=json_int(value.get("initial"), default.initial_ms),
+            max_ms=json_int(value.get("max"), default.max_ms),
+            multiplier=json_int(value.get("multiplier"), default.multiplier),
         )
 
 
@@ -125,7 +129,7 @@ class GroupRetryPolicy:
         if not isinstance(value, dict):
             return cls()
         return cls(
-            policy_type=_str(value.get("type"), RETRY_POLICY_CUSTOMIZED),
+            policy_type=json_str(value.get("type"), RETRY_POLICY_CUSTOMIZED),
             exponential=ExponentialRetryPolicy.from_json(value.get("exponentialRetryPolicy")),
             customized=CustomizedRetryPolicy.from_json(value.get("customizedRetryPolicy")),
         )
@@ -153,10 +157,10 @@ class SimpleSubscriptionData:
         if not isinstance(value, dict) or not isinstance(value.get("topic"), str):
             return None
         return cls(
-            topic=_str(value.get("topic"), ""),
-            expression_type=_str(value.get("expressionType"), "TAG"),
-            expression=_str(value.get("expression"), "*"),
-            version=_int(value.get("version"), 0),
+            topic=json_str(value.get("topic"), ""),
+            expression_type=json_str(value.get("expressionType"), "TAG"),
+            expression=json_str(value.get("expression"), "*"),
+            version=json_int(value.get("version"), 0),
         )
 
 
@@ -213,7 +217,7 @@ class SubscriptionGroupConfig:
             raise MessageIllegal(f"group {name!r}: config is {type(value).__name__}, not object")
         d = cls(name)
         return cls(
-            group_name=_str(value.get("groupName"), name),
+            group_name=json_str(value.get("groupName"), name),
             consume_enable=_bool(value.get("consumeEnable"), d.consume_enable),
             consume_from_min_enable=_bool(
                 value.get("consumeFromMinEnable"), d.consume_from_min_enable
@@ -224,22 +228,22 @@ class SubscriptionGroupConfig:
             consume_message_orderly=_bool(
                 value.get("consumeMessageOrderly"), d.consume_message_orderly
             ),
-            retry_queue_nums=_int(value.get("retryQueueNums"), d.retry_queue_nums),
-            retry_max_times=_int(value.get("retryMaxTimes"), d.retry_max_times),
+            retry_queue_nums=json_int(value.get("retryQueueNums"), d.retry_queue_nums),
+            retry_max_times=json_int(value.get("retryMaxTimes"), d.retry_max_times),
             group_retry_policy=GroupRetryPolicy.from_json(value.get("groupRetryPolicy")),
-            broker_id=_int(value.get("brokerId"), d.broker_id),
-            which_broker_when_consume_slowly=_int(
+            broker_id=json_int(value.get("brokerId"), d.broker_id),
+            which_broker_when_consume_slowly=json_int(
                 value.get("whichBrokerWhenConsumeSlowly"), d.which_broker_when_consume_slowly
             ),
             notify_consumer_ids_changed_enable=_bool(
                 value.get("notifyConsumerIdsChangedEnable"), d.notify_consumer_ids_changed_enable
             ),
-            group_sys_flag=_int(value.get("groupSysFlag"), d.group_sys_flag),
-            consume_timeout_minutes=_int(
+            group_sys_flag=json_int(value.get("groupSysFlag"), d.group_sys_flag),
+            consume_timeout_minutes=json_int(
                 value.get("consumeTimeoutMinute"), d.consume_timeout_minutes
             ),
             subscription_data_set=_subscriptions(value.get("subscriptionDataSet")),
-            attributes=_str_map(value.get("attributes")),
+            attributes=json_str_map(value.get("attributes")),
             extra={k: v for k, v in value.items() if k not in _GROUP_KEYS},
         )
 
@@ -276,22 +280,8 @@ def _subscriptions(value: JsonValue) -> tuple[SimpleSubscriptionData, ...] | Non
     return tuple(item for item in parsed if item is not None)
 
 
-def _int(value: JsonValue, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
 def _bool(value: JsonValue, default: bool) -> bool:
     return value if isinstance(value, bool) else default
-
-
-def _str(value: JsonValue, default: str) -> str:
-    return value if isinstance(value, str) else default
-
-
-def _str_map(value: JsonValue) -> dict[str, str]:
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(v, str)}
 
 
 def _forbidden_table(value: JsonValue) -> dict[str, dict[str, int]]:
@@ -300,65 +290,56 @@ def _forbidden_table(value: JsonValue) -> dict[str, dict[str, int]]:
     table: dict[str, dict[str, int]] = {}
     for group, topics in value.items():
         if isinstance(topics, dict):
-            table[group] = {t: _int(mask, 0) for t, mask in topics.items()}
+            table[group] = {t: json_int(mask, 0) for t, mask in topics.items()}
     return table
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class GroupConfigManager(ConfigTable):
+class GroupConfigManager(NamedConfigTable[SubscriptionGroupConfig]):
     """The consumer-group table of one broker and ``<config_dir>/subscriptionGroup.json``.
 
-    Invariant: ``_data_version`` changes whenever ``_groups`` or ``_forbidden`` changes;
+    Invariant: ``_data_version`` changes whenever the groups or ``_forbidden`` change;
     ``_dirty`` is true while the file does not hold the current tables.
     """
 
-    def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = _now_ms) -> None:
-        super().__init__(config_dir / SUBSCRIPTION_GROUPS_FILE_NAME, clock_ms)
-        self._groups: dict[str, SubscriptionGroupConfig] = {}
-        self._forbidden: dict[str, dict[str, int]] = {}
-        self._extra: JsonObject = {}
+    kind = "group"
+    table_key = "subscriptionGroupTable"
+    side_keys = frozenset({"forbiddenTable"})
 
-    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
-        table = document.get("subscriptionGroupTable")
-        groups = {}
-        if isinstance(table, dict):
-            groups = {n: SubscriptionGroupConfig.from_json(v, n) for n, v in table.items()}
+    def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = now_ms) -> None:
+        super().__init__(config_dir / SUBSCRIPTION_GROUPS_FILE_NAME, clock_ms)
+        self._forbidden: dict[str, dict[str, int]] = {}
+
+    def _entry_from_json(self, value: JsonValue, name: str) -> SubscriptionGroupConfig:
+        return SubscriptionGroupConfig.from_json(value, name)
+
+    def _parse_side(self, document: JsonObject) -> Callable[[], None]:
         forbidden = _forbidden_table(document.get("forbiddenTable"))
-        extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
 
         def install() -> None:
-            self._groups = groups
             self._forbidden = forbidden
-            self._extra = extra
 
         return install
 
-    def get(self, name: str) -> SubscriptionGroupConfig | None:
-        with self._lock:
-            return self._groups.get(name)
+    def _side_tables(self) -> JsonObject:
+        return {
+            "forbiddenTable": {
+                group: dict(topics) for group, topics in self._forbidden.items() if topics
+            }
+        }
+
+    def _forget(self, name: str) -> None:
+        self._forbidden.pop(name, None)
 
     def get_or_create(self, name: str) -> SubscriptionGroupConfig:
         """The group's config, creating it with the defaults when it is new
         (``autoCreateSubscriptionGroup``)."""
         with self._lock:
-            existing = self._groups.get(name)
+            existing = self._entries.get(name)
         if existing is not None:
             return existing
         config = SubscriptionGroupConfig(name)
         self.put(config)
         return config
-
-    def list(self) -> builtins.list[SubscriptionGroupConfig]:
-        """All groups, sorted by name."""
-        with self._lock:
-            return [self._groups[name] for name in sorted(self._groups)]
-
-    def __contains__(self, name: object) -> bool:
-        with self._lock:
-            return name in self._groups
 
     def put(self, config: SubscriptionGroupConfig, *, persist: bool = True) -> None:
         """Create or replace a group after checking it; bumps the data version.
@@ -367,33 +348,13 @@ class GroupConfigManager(ConfigTable):
         from an older RocketMQ) may keep a name of up to 255.
         """
         with self._lock:
-            known = config.group_name in self._groups
+            known = config.group_name in self._entries
         config.check(
             length_max_bytes=validation.GROUP_NAME_LEGACY_BYTES_MAX
             if known
             else validation.GROUP_NAME_BYTES_MAX
         )
-        with self._lock:
-            if self._groups.get(config.group_name) != config:
-                self._groups[config.group_name] = config
-                self._changed()
-                self._journal(
-                    {"op": "group.put", "name": config.group_name, "config": config.to_json()}
-                )
-        if persist:
-            self.persist()
-
-    def delete(self, name: str, *, persist: bool = True) -> bool:
-        """Remove a group and its forbidden entries; False when it did not exist."""
-        with self._lock:
-            if self._groups.pop(name, None) is None:
-                return False
-            self._forbidden.pop(name, None)
-            self._changed()
-            self._journal({"op": "group.delete", "name": name})
-        if persist:
-            self.persist()
-        return True
+        self._put(config.group_name, config, persist=persist)
 
     def forbidden(self, group: str, topic: str) -> int:
         """The forbidden-operation bit mask of ``group`` on ``topic`` (0 when none)."""
@@ -413,19 +374,3 @@ class GroupConfigManager(ConfigTable):
             self._changed()
         if persist:
             self.persist()
-
-    def _changed(self) -> None:
-        self._data_version = self._data_version.next(self._clock_ms())
-        self._dirty = True
-
-    def _document(self) -> JsonObject:
-        document: JsonObject = dict(self._extra)
-        document["dataVersion"] = self._data_version.to_json()
-        document["forbiddenTable"] = {
-            group: dict(topics) for group, topics in self._forbidden.items() if topics
-        }
-        document["subscriptionGroupTable"] = {n: c.to_json() for n, c in self._groups.items()}
-        return document
-
-
-_WRAPPER_KEYS = frozenset({"dataVersion", "forbiddenTable", "subscriptionGroupTable"})

@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import datetime
 import logging
-import mmap
-import os
 import struct
 import threading
 import time
@@ -54,14 +52,14 @@ from pathlib import Path
 
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.errors import CorruptionError
 from gannet.node.store.hashing import index_key_hash, java_string_hash
-from gannet.node.store.properties import split_keys
-from gannet.node.store.records import (
+from gannet.node.store.log.mapped_files import map_file, unmap_file
+from gannet.node.store.log.records import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
     DispatchInfo,
     transaction_type,
 )
+from gannet.node.store.properties import split_keys
 
 _log = logging.getLogger(__name__)
 
@@ -163,17 +161,13 @@ class IndexFile:
         self.items_max = items_max
         self._items_base = HEADER_SIZE_BYTES + hash_slots * SLOT_SIZE_BYTES
         self.file_size_bytes = index_file_size_bytes(hash_slots, items_max)
-        if create:
-            durable.allocate_file(path, self.file_size_bytes)
-        self._fd = os.open(path, os.O_RDWR)
-        actual = os.fstat(self._fd).st_size
-        if actual != self.file_size_bytes:
-            os.close(self._fd)
-            raise CorruptionError(
-                f"{path}: length {actual} differs from {self.file_size_bytes} (index_hash_slots="
-                f"{hash_slots}, index_items_max={items_max}); was it written with other settings?"
-            )
-        self._mm = mmap.mmap(self._fd, self.file_size_bytes, mmap.MAP_SHARED)
+        self._fd, self._mm = map_file(
+            path,
+            self.file_size_bytes,
+            create=create,
+            expected=f"{self.file_size_bytes} (index_hash_slots={hash_slots}, "
+            f"index_items_max={items_max}); was it written with other settings?",
+        )
         header: tuple[int, int, int, int, int, int] = _HEADER.unpack_from(self._mm, 0)
         self.begin_timestamp_ms: int = header[0]
         self.end_timestamp_ms: int = header[1]
@@ -391,9 +385,7 @@ class IndexFile:
             self._dirty = False
 
     def close(self) -> None:
-        if not self._mm.closed:
-            self._mm.close()
-            os.close(self._fd)
+        unmap_file(self._fd, self._mm)
 
     def destroy(self) -> None:
         self.close()

@@ -40,7 +40,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store import records
+from gannet.node.store.log import checkpoints, record_checks, records
 
 _CQ_UNIT = struct.Struct(">qiq")
 CQ_UNIT_SIZE = 20
@@ -155,12 +155,12 @@ def _verify_commitlog_file(
         size = len(buf)
         pos = 0
         while pos < size:
-            res = records.check_record(buf, pos, size, check_crc=True)
+            res = record_checks.check_record(buf, pos, size, check_crc=True)
             if res.ok and res.size == 0:
                 pos = size
                 break
             if res.ok and res.info is not None and res.info.commit_offset != start + pos:
-                res = records.CheckResult(False, res.size, error="PHYSICALOFFSET mismatch")
+                res = record_checks.CheckResult(False, res.size, error="PHYSICALOFFSET mismatch")
             if not res.ok:
                 zero_tail = buf[pos : pos + 8] in (b"", bytes(min(8, size - pos)))
                 if zero_tail and is_last:
@@ -308,7 +308,7 @@ class _CommitLogReader:
         self.file_size = files[0].stat().st_size
         self.maps: dict[int, mmap.mmap | bytes] = {}
 
-    def record_at(self, offset: int) -> records.CheckResult | None:
+    def record_at(self, offset: int) -> record_checks.CheckResult | None:
         index = (offset - self.first) // self.file_size
         if offset < self.first or index >= len(self.files):
             return None
@@ -317,7 +317,7 @@ class _CommitLogReader:
             buf = self.stack.enter_context(_mapped(self.files[index]))
             self.maps[index] = buf
         pos = offset - int(self.files[index].name)
-        return records.check_record(buf, pos, len(buf), check_crc=False)
+        return record_checks.check_record(buf, pos, len(buf), check_crc=False)
 
 
 def _verify_consume_queues(
@@ -438,7 +438,7 @@ def inspect(root: Path) -> Inspection:
         commitlog_end=report.commitlog_end,
         queues=queues,
         index_files=index_files,
-        checkpoint=_read_checkpoint(root / "checkpoint"),
+        checkpoint=checkpoints.read_values(root / "checkpoint"),
         clean_shutdown=not (root / "abort").exists(),
     )
 
@@ -464,18 +464,3 @@ def _summarise_queue(topic: str, qid: int, qdir: Path) -> QueueSummary:
                 break
             hi = base + pos // CQ_UNIT_SIZE + 1
     return QueueSummary(topic, qid, len(cq_files), lo, hi)
-
-
-def _read_checkpoint(path: Path) -> dict[str, int]:
-    if not path.exists() or path.stat().st_size < 48:
-        return {}
-    data = path.read_bytes()[:48]
-    names = [
-        "physicMsgTimestamp",
-        "logicsMsgTimestamp",
-        "indexMsgTimestamp",
-        "masterFlushedOffset",
-        "confirmPhyOffset",
-        "flushedPhyOffset",
-    ]
-    return dict(zip(names, struct.unpack(">qqqqqq", data), strict=True))

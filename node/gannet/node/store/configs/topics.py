@@ -34,18 +34,22 @@ path. Thread-safe.
 
 from __future__ import annotations
 
-import builtins
 import dataclasses
 import enum
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gannet.node.store import validation
-from gannet.node.store.config_tables import ConfigTable
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.tables import (
+    NamedConfigTable,
+    json_int,
+    json_str,
+    json_str_map,
+    now_ms,
+)
 from gannet.node.store.errors import MessageIllegal
-from gannet.node.store.fastjson import JsonObject, JsonValue
 
 TOPICS_FILE_NAME = "topics.json"
 
@@ -145,14 +149,14 @@ class TopicConfig:
             raise MessageIllegal(f"topic {name!r}: config is {type(value).__name__}, not object")
         extra = {k: v for k, v in value.items() if k not in _TOPIC_KEYS}
         return cls(
-            topic_name=_str(value.get("topicName"), name),
-            read_queue_nums=_int(value.get("readQueueNums"), QUEUE_NUMS_DEFAULT),
-            write_queue_nums=_int(value.get("writeQueueNums"), QUEUE_NUMS_DEFAULT),
-            perm=_int(value.get("perm"), PERM_READ | PERM_WRITE),
-            topic_filter_type=_str(value.get("topicFilterType"), FILTER_SINGLE_TAG),
-            topic_sys_flag=_int(value.get("topicSysFlag"), 0),
+            topic_name=json_str(value.get("topicName"), name),
+            read_queue_nums=json_int(value.get("readQueueNums"), QUEUE_NUMS_DEFAULT),
+            write_queue_nums=json_int(value.get("writeQueueNums"), QUEUE_NUMS_DEFAULT),
+            perm=json_int(value.get("perm"), PERM_READ | PERM_WRITE),
+            topic_filter_type=json_str(value.get("topicFilterType"), FILTER_SINGLE_TAG),
+            topic_sys_flag=json_int(value.get("topicSysFlag"), 0),
             order=value.get("order") is True,
-            attributes=_str_map(value.get("attributes")),
+            attributes=json_str_map(value.get("attributes")),
             extra=extra,
         )
 
@@ -206,61 +210,21 @@ def apply_attribute_changes(
     return result
 
 
-def _int(value: JsonValue, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _str(value: JsonValue, default: str) -> str:
-    return value if isinstance(value, str) else default
-
-
-def _str_map(value: JsonValue) -> dict[str, str]:
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(v, str)}
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class TopicConfigManager(ConfigTable):
+class TopicConfigManager(NamedConfigTable[TopicConfig]):
     """The topic table of one broker and its file ``<config_dir>/topics.json``.
 
-    Invariant: ``_data_version`` changes whenever ``_topics`` changes; ``_dirty`` is true
-    while the file does not hold the current table.
+    Invariant: ``_data_version`` changes whenever the table changes; ``_dirty`` is true while
+    the file does not hold the current table.
     """
 
-    def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = _now_ms) -> None:
+    kind = "topic"
+    table_key = "topicConfigTable"
+
+    def __init__(self, config_dir: Path, *, clock_ms: Callable[[], int] = now_ms) -> None:
         super().__init__(config_dir / TOPICS_FILE_NAME, clock_ms)
-        self._topics: dict[str, TopicConfig] = {}
-        self._extra: JsonObject = {}
 
-    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
-        table = document.get("topicConfigTable")
-        topics = {}
-        if isinstance(table, dict):
-            topics = {name: TopicConfig.from_json(v, name) for name, v in table.items()}
-        extra = {k: v for k, v in document.items() if k not in _WRAPPER_KEYS}
-
-        def install() -> None:
-            self._topics = topics
-            self._extra = extra
-
-        return install
-
-    def get(self, name: str) -> TopicConfig | None:
-        with self._lock:
-            return self._topics.get(name)
-
-    def list(self) -> builtins.list[TopicConfig]:
-        """All topics, sorted by name."""
-        with self._lock:
-            return [self._topics[name] for name in sorted(self._topics)]
-
-    def __contains__(self, name: object) -> bool:
-        with self._lock:
-            return name in self._topics
+    def _entry_from_json(self, value: JsonValue, name: str) -> TopicConfig:
+        return TopicConfig.from_json(value, name)
 
     def put(self, config: TopicConfig, *, persist: bool = True) -> None:
         """Create or replace a topic after checking it; bumps the data version.
@@ -268,36 +232,4 @@ class TopicConfigManager(ConfigTable):
         With ``persist`` (the default) the file is written before this returns.
         """
         config.check()
-        with self._lock:
-            if self._topics.get(config.topic_name) != config:
-                self._topics[config.topic_name] = config
-                self._changed()
-                self._journal(
-                    {"op": "topic.put", "name": config.topic_name, "config": config.to_json()}
-                )
-        if persist:
-            self.persist()
-
-    def delete(self, name: str, *, persist: bool = True) -> bool:
-        """Remove a topic; False when it did not exist."""
-        with self._lock:
-            if self._topics.pop(name, None) is None:
-                return False
-            self._changed()
-            self._journal({"op": "topic.delete", "name": name})
-        if persist:
-            self.persist()
-        return True
-
-    def _changed(self) -> None:
-        self._data_version = self._data_version.next(self._clock_ms())
-        self._dirty = True
-
-    def _document(self) -> JsonObject:
-        document: JsonObject = dict(self._extra)
-        document["dataVersion"] = self._data_version.to_json()
-        document["topicConfigTable"] = {n: c.to_json() for n, c in self._topics.items()}
-        return document
-
-
-_WRAPPER_KEYS = frozenset({"dataVersion", "topicConfigTable"})
+        self._put(config.topic_name, config, persist=persist)

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.mapped_files import MappedFile, MappedFileQueue
+from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 
 _log = logging.getLogger(__name__)
 
@@ -148,6 +148,10 @@ class ConsumeQueue:
         """Append the unit of one dispatched record (§3.2); idempotent for rebuilt entries."""
         if commit_offset + size <= self.max_physic_offset:
             return
+        assert min(commit_offset, queue_offset) >= 0 < size, (
+            f"{self.topic}-{self.queue_id}: unit (commit offset {commit_offset}, size {size}, "
+            f"queue offset {queue_offset}) cannot point at a record"
+        )
         expect = queue_offset * CQ_UNIT_SIZE_BYTES
         files = self._mfq.files
         if files:

@@ -42,6 +42,34 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
+def map_file(
+    path: Path, size_bytes: int, *, create: bool, expected: str, extend_short: bool = False
+) -> tuple[int, mmap.mmap]:
+    """Open a fixed-size file (allocated first when ``create``) and map it shared: its
+    descriptor and mapping. A file of another length is :class:`CorruptionError` ("length N
+    differs from ``expected``"), except that with ``extend_short`` a shorter file (the newest
+    one cut short, copied or crashed mid-allocation) is extended with zeros, so that recovery
+    cuts at the last valid record inside it."""
+    if create:
+        durable.allocate_file(path, size_bytes)
+    fd = os.open(path, os.O_RDWR)
+    actual = os.fstat(fd).st_size
+    if extend_short and actual < size_bytes:
+        os.ftruncate(fd, size_bytes)
+        actual = size_bytes
+    if actual != size_bytes:
+        os.close(fd)
+        raise CorruptionError(f"{path}: length {actual} differs from {expected}")
+    return fd, mmap.mmap(fd, size_bytes, mmap.MAP_SHARED)
+
+
+def unmap_file(fd: int, mm: mmap.mmap) -> None:
+    """Unmap and close what :func:`map_file` opened (once; later calls do nothing)."""
+    if not mm.closed:
+        mm.close()
+        os.close(fd)
+
+
 class MappedFile:
     """One fixed-size data file mapped into memory."""
 
@@ -64,22 +92,14 @@ class MappedFile:
             self.file_from_offset = int(path.name)
         except ValueError as exc:
             raise CorruptionError(f"{path}: file name is not a 20-digit offset") from exc
-        if create:
-            durable.allocate_file(path, file_size)
-        self._fd = os.open(path, os.O_RDWR)
-        actual = os.fstat(self._fd).st_size
-        if extend_short and actual < file_size:
-            # A newest file cut short (copied or crashed mid-allocation): the missing tail
-            # reads as zeros, so recovery cuts at the last valid record inside it.
-            os.ftruncate(self._fd, file_size)
-            actual = file_size
-        if actual != file_size:
-            os.close(self._fd)
-            raise CorruptionError(
-                f"{path}: length {actual} differs from the configured file size {file_size}; "
-                "was the store written with another file size?"
-            )
-        self._mm = mmap.mmap(self._fd, file_size, mmap.MAP_SHARED)
+        self._fd, self._mm = map_file(
+            path,
+            file_size,
+            create=create,
+            extend_short=extend_short,
+            expected=f"the configured file size {file_size}; "
+            "was the store written with another file size?",
+        )
         self.wrote_position = 0 if create else file_size
         self.flushed_position = self.wrote_position
 
@@ -98,6 +118,9 @@ class MappedFile:
 
     def set_positions(self, position: int) -> None:
         """Set written and flushed positions (recovery, truncation)."""
+        assert 0 <= position <= self.file_size, (
+            f"{self.path}: position {position} outside the file of {self.file_size} bytes"
+        )
         self.wrote_position = position
         self.flushed_position = position
 
@@ -169,9 +192,7 @@ class MappedFile:
 
     # --- lifecycle ---
     def close(self) -> None:
-        if not self._mm.closed:
-            self._mm.close()
-            os.close(self._fd)
+        unmap_file(self._fd, self._mm)
 
     def destroy(self) -> None:
         self.close()
