@@ -129,10 +129,15 @@ def test_a_topic_created_on_one_group_routes_over_both_in_one_order(pair: Pair) 
     _admin(pair.zero.endpoint).CreateGroup(admin_pb2.CreateGroupRequest(name="G"), timeout=10)
     found = _messaging(pair.zero.endpoint).QueryAssignment(request, metadata=CLIENT_ID, timeout=5)
     assert found.status.code == Code.OK, found.status
-    assert sorted({a.message_queue.broker.name for a in found.assignments}) == [
-        "broker-0",
-        "broker-1",
+    assigned = [
+        (
+            a.message_queue.broker.name,
+            a.message_queue.id,
+            len(a.message_queue.broker.endpoints.addresses),
+        )
+        for a in found.assignments
     ]
+    assert assigned == [("broker-0", -1, 1), ("broker-1", -1, 1)]  # one per group, any queue
 
     again = _admin(pair.zero.endpoint)
     with pytest.raises(grpc.RpcError) as refused:

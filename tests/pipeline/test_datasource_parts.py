@@ -98,6 +98,10 @@ def test_split_cuts_ranges_in_order() -> None:
         QueueRange(0, 11, 12),
         QueueRange(2, 0, 4),
     ]
+    assert ranges.split([QueueRange(1, 0, 5, "broker-1")], 3) == [
+        QueueRange(1, 0, 3, "broker-1"),
+        QueueRange(1, 3, 5, "broker-1"),
+    ]
 
 
 @given(
@@ -126,10 +130,15 @@ def test_apportion_stays_within_limit_and_available(
 def test_apportion_example_and_json_offsets() -> None:
     end = ranges.apportion({0: 10, 1: 0}, {0: 11, 1: 100, 2: 50}, 9)
     assert end == {0: 11, 1: 4, 2: 4}
-    assert ranges.to_json_offsets(end) == {"0": 11, "1": 4, "2": 4}
-    assert ranges.from_json_offsets({"0": 11, "2": 4}) == {0: 11, 2: 4}
+    keyed = {("broker-1", 0): 3, ("broker-0", 2): 4, ("broker-0", 0): 11}
+    assert ranges.to_json_offsets(keyed) == {"broker-0": {"0": 11, "2": 4}, "broker-1": {"0": 3}}
+    assert ranges.from_json_offsets(ranges.to_json_offsets(keyed)) == keyed
+    # a checkpoint from before broker groups: its queues get the legacy group
+    assert ranges.from_json_offsets({"0": 11, "2": 4}) == {("", 0): 11, ("", 2): 4}
     with pytest.raises(ValueError, match="not queue id"):
         ranges.from_json_offsets({"zero": 1})
+    with pytest.raises(ValueError, match="not queue id"):
+        ranges.from_json_offsets({"broker-0": {"0": "eleven"}})
 
 
 def _pb(
@@ -262,12 +271,16 @@ class _Cleaned:
 
 
 def test_a_cleaned_start_fails_or_skips_as_failondataloss_says() -> None:
-    illegal = BrokerError("PullMessage", Code.ILLEGAL_OFFSET, "offset 3 is outside")
+    illegal = BrokerError("PullRecords", Code.ILLEGAL_OFFSET, "offset 3 is outside")
+    part = reading.QueuePartition(0, 3, 20, "broker-1")
     strict = options.read_options(BASE, streaming=False)
-    with pytest.raises(reading.GannetReadError, match=r"messages 3\.\.9 were cleaned up"):
-        reading._after_illegal_offset(_Cleaned(), strict, 0, 3, illegal)  # type: ignore[arg-type]
+    with pytest.raises(
+        reading.GannetReadError,
+        match=r"in group broker-1 at offset 3: messages 3\.\.9 were cleaned",
+    ):
+        reading._after_illegal_offset(_Cleaned(), strict, part, 3, illegal)  # type: ignore[arg-type]
     lenient = options.read_options({**BASE, "failOnDataLoss": "false"}, streaming=False)
-    assert reading._after_illegal_offset(_Cleaned(), lenient, 0, 3, illegal) == 10  # type: ignore[arg-type]
-    other = BrokerError("PullMessage", Code.FORBIDDEN, "not readable")
+    assert reading._after_illegal_offset(_Cleaned(), lenient, part, 3, illegal) == 10  # type: ignore[arg-type]
+    other = BrokerError("PullRecords", Code.FORBIDDEN, "not readable")
     with pytest.raises(reading.GannetReadError, match="FORBIDDEN"):
-        reading._after_illegal_offset(_Cleaned(), lenient, 0, 3, other)  # type: ignore[arg-type]
+        reading._after_illegal_offset(_Cleaned(), lenient, part, 3, other)  # type: ignore[arg-type]

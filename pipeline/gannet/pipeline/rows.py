@@ -10,7 +10,8 @@ Read schema (:data:`READ_SCHEMA`)::
 ``properties`` are the user properties (system properties such as ``KEYS``/``TAGS`` are in
 their own columns). Timestamps have millisecond precision (the store's).
 
-Readers hand Spark ``pyarrow.RecordBatch`` es (:func:`messages_batch`, schema
+Readers hand Spark ``pyarrow.RecordBatch`` es (:func:`records_batch` from the stored records
+of an Admin PullRecords reply, :func:`messages_batch` from v2 messages; schema
 :data:`READ_ARROW_SCHEMA`, which is what Spark's ``to_arrow_schema`` makes of
 :data:`READ_SCHEMA` with time zone UTC: Spark 4 refuses a batch whose schema differs), so the
 rows cross into the JVM column by column instead of as one Python tuple each.
@@ -39,6 +40,12 @@ from typing import Any
 import pyarrow as pa
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2
+
+from gannet.node.store import properties as props
+from gannet.node.store import validation
+from gannet.node.store.msgids import create_offset_msg_id
+from gannet.node.store.properties import split_keys
+from gannet.pipeline.columns import Chunk
 
 READ_SCHEMA = (
     "topic string, queue_id int, queue_offset bigint, message_id string, "
@@ -74,6 +81,7 @@ READ_ARROW_SCHEMA = pa.schema(
 """The Arrow form of :data:`READ_SCHEMA` (all fields nullable, as Spark makes them)."""
 
 _NANOS_PER_MICRO = 1_000
+_MICROS_PER_MILLI = 1_000
 
 
 def _micros(ts: Timestamp) -> int:
@@ -96,6 +104,49 @@ def messages_batch(messages: Sequence[definition_pb2.Message]) -> pa.RecordBatch
         pa.array([m.body for m in messages], pa.binary()),
         pa.array([_micros(sp.born_timestamp) for sp in sps], pa.timestamp("us", tz="UTC")),
         pa.array([_micros(sp.store_timestamp) for sp in sps], pa.timestamp("us", tz="UTC")),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
+
+
+_HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {
+    "TRACE_CONTEXT",  # gannet.node.api.sending.TRACE_CONTEXT (not imported: the broker's API)
+    props.LITE_TOPIC,
+    props.PRIORITY,
+}
+"""System properties, not user ones: what ReceiveMessage leaves out of ``user_properties``."""
+
+
+def records_batch(buf: bytes, chunk: Chunk) -> pa.RecordBatch:
+    """The read rows of the records of ``chunk`` (parsed from ``buf``, an Admin PullRecords
+    reply) as one record batch of :data:`READ_ARROW_SCHEMA`: fixed fields and bodies column-wise,
+    only the property maps row by row. Rows mean what :func:`messages_batch` makes of the same
+    messages read with v2 PullMessage."""
+    maps = chunk.properties
+    ids: list[str] = []
+    for i, p in enumerate(maps):
+        uniq = p.get(props.UNIQ_KEY)
+        if not uniq:
+            host, port = chunk.store_host(buf, i)
+            uniq = create_offset_msg_id(host, port, int(chunk.commit_offsets[i]))
+        ids.append(uniq)
+    hidden = _HIDDEN_PROPERTIES
+    transient = props.TRANSIENT_PREFIX
+    user = [
+        [(k, v) for k, v in p.items() if k not in hidden and not k.startswith(transient)]
+        for p in maps
+    ]
+    micros = _MICROS_PER_MILLI
+    columns = [
+        pa.array(chunk.topics, pa.string()),
+        pa.array(chunk.queue_ids, pa.int32()),
+        pa.array(chunk.queue_offsets, pa.int64()),
+        pa.array(ids, pa.string()),
+        pa.array([split_keys(p.get(props.KEYS)) for p in maps], pa.list_(pa.string())),
+        pa.array([p.get(props.TAGS) for p in maps], pa.string()),
+        pa.array(user, pa.map_(pa.string(), pa.string())),
+        chunk.bodies,
+        pa.array(chunk.born_timestamps_ms * micros, pa.timestamp("us", tz="UTC")),
+        pa.array(chunk.store_timestamps_ms * micros, pa.timestamp("us", tz="UTC")),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
 
