@@ -36,7 +36,7 @@ Used by :mod:`gannet.pipeline.datasource`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -238,7 +238,7 @@ def _pull_range(
         if pulled.count:
             chunk = columns.records_chunk(pulled.records, pulled.count)
             inside = int(np.searchsorted(chunk.queue_offsets, part.end))  # offsets ascend
-            batch = rows.records_batch(pulled.records, chunk)
+            batch = rows.records_batch(pulled.records, chunk, part.group)
             if inside < pulled.count:
                 if inside:
                     yield batch.slice(0, inside), part.end
@@ -349,7 +349,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self._legacy_group = r.group
                 return
 
-    def _offsets(self, raw: dict[str, object]) -> dict[QueueKey, int]:
+    def _offsets(self, raw: Mapping[str, object]) -> dict[QueueKey, int]:
         """Checkpointed offsets, those of a checkpoint from before broker groups given the
         group they meant (see the module docstring)."""
         offsets = ranges.from_json_offsets(raw)
@@ -374,7 +374,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = self._latest()
 
     def latestOffset(  # noqa: N802
-        self, start: dict[str, object], limit: ReadLimit
+        self, start: Mapping[str, object], limit: ReadLimit
     ) -> dict[str, dict[str, int]]:
         latest = self._latest() if self._target is None else self._target
         rows_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
@@ -382,7 +382,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ranges.to_json_offsets(end)
 
     def partitions(
-        self, start: dict[str, object], end: dict[str, object]
+        self, start: Mapping[str, object], end: Mapping[str, object]
     ) -> Sequence[InputPartition]:
         begin = self._offsets(start)
         stop = self._offsets(end)
@@ -399,5 +399,5 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, QueuePartition)
         return read_range(self.opts, partition)
 
-    def commit(self, end: dict[str, object]) -> None:
+    def commit(self, end: Mapping[str, object]) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets (see the module docstring)."""
