@@ -248,7 +248,7 @@ def _tuple_row(message: Any) -> tuple[Any, ...]:
         str(message.topic.name), int(sp.queue_id), int(sp.queue_offset), str(sp.message_id),
         [str(k) for k in sp.keys], str(sp.tag) if sp.HasField("tag") else None,
         dict(message.user_properties), bytes(message.body), when(sp.born_timestamp),
-        when(sp.store_timestamp),
+        when(sp.store_timestamp), "",
     )  # fmt: skip
 
 
@@ -278,7 +278,7 @@ def bench_worker_cpu(messages: int) -> dict[str, float]:
                 "string",
                 {"type": "map", "keyType": "string", "valueType": "string",
                  "valueContainsNull": True},
-                "binary", "timestamp", "timestamp"), strict=True)]}
+                "binary", "timestamp", "timestamp", "string"), strict=True)]}
     )  # fmt: skip
     pull_batch = 1024
     started = time.process_time()
