@@ -198,18 +198,20 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GroupQueueOffset(_message.Message):
-    __slots__ = ("topic", "queue_id", "committed_offset", "max_offset", "lag")
+    __slots__ = ("topic", "queue_id", "committed_offset", "max_offset", "lag", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     committed_offset: int
     max_offset: int
     lag: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
     __slots__ = ("group", "queues", "total_lag")
