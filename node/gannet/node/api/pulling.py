@@ -1,7 +1,8 @@
 """PullMessage over v2: read a queue by queue offset, without Pop bookkeeping.
 
 The v2 proxy does not implement PullMessage; Gannet serves it for readers that track their
-own offsets (the Spark data source ``gannet`` in :mod:`gannet.pipeline`). Semantics:
+own offsets. (The Spark data source ``gannet`` reads the same way in bulk through Admin
+PullRecords, :mod:`record_pulling`, which shares :meth:`PullHandler.get`.) Semantics:
 
 * **Request** ``{group, message_queue, offset, batch_size, filter_expression,
   long_polling_timeout}``. ``group`` may be empty (an anonymous reader: pulls never commit
