@@ -217,6 +217,9 @@ class _Failing(grpc.RpcError):  # type: ignore[misc]
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
 
+    def details(self) -> str:
+        return "connection refused"
+
 
 def test_send_retries_retryable_failures_with_doubling_backoff() -> None:
     outcomes: list[Exception | None] = [
@@ -284,3 +287,37 @@ def test_a_cleaned_start_fails_or_skips_as_failondataloss_says() -> None:
     other = BrokerError("PullRecords", Code.FORBIDDEN, "not readable")
     with pytest.raises(reading.GannetReadError, match="FORBIDDEN"):
         reading._after_illegal_offset(_Cleaned(), lenient, part, 3, other)  # type: ignore[arg-type]
+
+
+class _Group:
+    """A group's sender: refuses with ``error`` or records what it was sent."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.sent: list[str] = []
+
+    def send(self, messages: list[definition_pb2.Message]) -> list[int]:
+        if self.error is not None:
+            raise self.error
+        self.sent += [m.system_properties.message_id for m in messages]
+        return list(range(len(messages)))
+
+
+def test_a_batch_its_group_cannot_take_goes_to_the_next_group_unless_fifo() -> None:
+    opts = options.write_options({**BASE, "maxRetries": "0"})  # no backoff sleeps here
+    groups = [("broker-0", ("a:1",)), ("broker-1", ("b:1",)), ("broker-2", ("c:1",))]
+    writer = writing.Writer(opts, groups)
+    down, refusing, up = _Group(_Failing()), _Group(_Failing()), _Group()
+    writer._send([down, refusing, up], 0, writing.Batch(0, [_pb(message_id="P")]), 3)
+    assert up.sent == ["P"]  # broker-0 and broker-1 unavailable: broker-2 took it
+    with pytest.raises(writing.GannetWriteError) as fifo:
+        writer._send([down, up, up], 0, writing.Batch(4, [_pb(group="g", message_id="F")]), 3)
+    assert "broker-0: gRPC UNAVAILABLE" in str(fifo.value)  # a message group stays in its group
+    assert up.sent == ["P"]
+    wrong = _Group(BrokerError("SendMessage", Code.TOPIC_NOT_FOUND, "no topic"))
+    with pytest.raises(writing.GannetWriteError, match="TOPIC_NOT_FOUND"):
+        writer._send([wrong, up, up], 0, writing.Batch(0, [_pb(message_id="Q")]), 3)
+    assert up.sent == ["P"]  # a refusal that is not retryable is not sent elsewhere
+    assert writing.group_index(writing.Batch(0, [_pb()]), 3, 7) == 1
+    fifo_batch = writing.Batch(0, [_pb(group="orders-7")])
+    assert writing.group_index(fifo_batch, 3, 0) == writing.group_index(fifo_batch, 3, 5)

@@ -26,6 +26,7 @@ import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import pyarrow as pa
@@ -140,6 +141,10 @@ def group_index(batch: Batch, groups: int, turn: int) -> int:
     return turn % groups
 
 
+class Sender(Protocol):
+    def send(self, messages: list[definition_pb2.Message]) -> list[int]: ...
+
+
 class GroupSender:
     """Sends to one broker group: a channel to its members in route order, reopened at the
     next member when a send fails for the transport (then the batch is retried as usual)."""
@@ -208,7 +213,7 @@ class Writer(DataSourceArrowWriter):
                 bytes_max=self.opts.batch_bytes_max,
             ):
                 index = group_index(batch, len(senders), partition_id + count)
-                self._send(senders[index], batch, partition_id)
+                self._send(senders, index, batch, partition_id)
                 sent += len(batch.messages)
                 count += 1
         finally:
@@ -231,22 +236,35 @@ class Writer(DataSourceArrowWriter):
                 ) from None
             yield index, message
 
-    def _send(self, sender: GroupSender, batch: Batch, partition_id: int) -> None:
-        try:
-            send_with_retries(
-                sender.send,
-                batch,
-                retries_max=self.opts.retries_max,
-                backoff_ms_first=self.opts.backoff_ms_first,
-            )
-        except (BrokerError, grpc.RpcError) as exc:
-            last = batch.first_row + len(batch.messages) - 1
-            raise GannetWriteError(
-                f"partition {partition_id}: rows {batch.first_row}..{last} "
-                f"({len(batch.messages)} messages, first message id "
-                f"{batch.messages[0].system_properties.message_id}) were not written to topic "
-                f"{self.opts.topic!r}: {_describe(exc)}; earlier rows of this partition were"
-            ) from None
+    def _send(self, senders: Sequence[Sender], index: int, batch: Batch, partition_id: int) -> None:
+        """Send ``batch`` to group ``index``; a batch without a message group that its group
+        could not take (retries spent on retryable failures) goes to the next groups in turn."""
+        ordered = [index]
+        if not batch.messages[0].system_properties.message_group:
+            ordered += [(index + k) % len(senders) for k in range(1, len(senders))]
+        failures: list[str] = []
+        for position, chosen in enumerate(ordered):
+            try:
+                send_with_retries(
+                    senders[chosen].send,
+                    batch,
+                    retries_max=self.opts.retries_max,
+                    backoff_ms_first=self.opts.backoff_ms_first,
+                )
+                return
+            except (BrokerError, grpc.RpcError) as exc:
+                name = self.groups[chosen][0] if chosen < len(self.groups) else str(chosen)
+                failures.append(f"{name or 'broker'}: {_describe(exc)}")
+                if _retryable(exc) and position + 1 < len(ordered):
+                    continue
+                last = batch.first_row + len(batch.messages) - 1
+                raise GannetWriteError(
+                    f"partition {partition_id}: rows {batch.first_row}..{last} "
+                    f"({len(batch.messages)} messages, first message id "
+                    f"{batch.messages[0].system_properties.message_id}) were not written to "
+                    f"topic {self.opts.topic!r}: {'; '.join(failures)}; earlier rows of this "
+                    "partition were"
+                ) from None
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to finish: every batch was acknowledged durable when it was sent."""
