@@ -8,6 +8,7 @@ PullRecords of the wrong group's queue is refused."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -21,7 +22,7 @@ from gannet.node.api.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.pipeline import options, reading, rows
+from gannet.pipeline import calling, options, reading, rows
 from gannet.pipeline.calling import BrokerConnection, BrokerError
 from gannet.pipeline.ranges import LEGACY_GROUP
 
@@ -243,3 +244,28 @@ def test_pull_records_is_bounded_and_refuses_bad_offsets(groups: Groups) -> None
             conn.pull_records(topic, 0, 9, messages_max=3)
         with pytest.raises(BrokerError, match="BAD_REQUEST"):
             conn.pull_records(topic, 0, 0, messages_max=0)
+
+
+def test_a_task_reads_from_the_next_member_when_one_does_not_answer(
+    groups: Groups, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A partition lists its group's members leader first; one that does not answer (here a
+    closed port first) is passed over and the range is read from the next."""
+    monkeypatch.setattr(calling, "CONNECT_TIMEOUT_S", 1.0)
+    topic = _topic(groups, queues=1)
+    _send_each(groups.one, topic, [b"m0", b"m1", b"m2"])
+    opts = options.read_options(
+        {"endpoints": groups.zero.endpoint, "topic": topic}, streaming=False
+    )
+    dead = _closed_port_endpoint()
+    part = reading.QueuePartition(0, 0, 3, "broker-1", (dead, groups.one.endpoint))
+    read = [b for batch in reading.read_range(opts, part) for b in batch.column("body").to_pylist()]
+    assert read == [b"m0", b"m1", b"m2"]
+    with pytest.raises(reading.GannetReadError, match="broker-1"):
+        list(reading.read_range(opts, reading.QueuePartition(0, 0, 3, "broker-1", (dead,))))
+
+
+def _closed_port_endpoint() -> str:
+    with socket.socket() as probe:  # a port nothing listens on once the socket is closed
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
