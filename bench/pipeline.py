@@ -10,8 +10,10 @@
   of ``total / segments`` bytes for each segment count, so a row shows how splitting the same
   bytes into more Spark tasks changes throughput (``local[2]``: at most two run at once).
 * **datasource_read**: ``spark.read.format("gannet")`` of a topic on an in-process broker
-  (PullMessage; after a warm-up read), MB/s of message bodies, against ``pull_1proc``: the
-  same pulls in a loop in one process.
+  (Admin PullRecords; after a warm-up read), MB/s of message bodies, against ``pull_1proc``:
+  the same queues read with v2 PullMessage (one stream frame per message) in a loop in one
+  process, and ``pull_records_1proc``: with Admin PullRecords (the stored records in one reply)
+  turned into Arrow batches, as a Spark task does.
 * **worker_cpu**: CPU time per message of the Python side of a read, in one process: turning
   pulled v2 messages into what Spark takes, as Arrow batches (:func:`rows.messages_batch`)
   against the tuple-per-row path it replaced (a tuple per message, then pyspark's own
@@ -52,7 +54,8 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.message_store import MessageStore
-from gannet.pipeline import exporting, jobs, rebuilding, rows, segments
+from gannet.node.store.log.records import DispatchInfo, Message
+from gannet.pipeline import columns, exporting, jobs, rebuilding, rows, segments
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message
 
@@ -198,7 +201,22 @@ def bench_datasource(spark: Any, base: Path, messages: int) -> dict[str, float]:
                         break
                     offset = got.next_offset
             pull_s = time.perf_counter() - started
+            # The same queues read with Admin PullRecords (what the data source now uses),
+            # each reply turned into an Arrow batch as a Spark task does.
+            started = time.perf_counter()
+            bulk = 0
+            for queue_id in conn.readable_queue_ids(topic):
+                offset = 0
+                while True:
+                    got_records = conn.pull_records(topic, queue_id, offset, messages_max=1024)
+                    if not got_records.count:
+                        break
+                    chunk = columns.records_chunk(got_records.records, got_records.count)
+                    bulk += rows.records_batch(got_records.records, chunk).num_rows
+                    offset = got_records.next_offset
+            records_s = time.perf_counter() - started
         assert pulled == sent, (pulled, sent)
+        assert bulk == sent, (bulk, sent)
         reader = spark.read.format("gannet").option("endpoints", running.endpoint)
         # Warm-up: the first read starts the planner process and the workers' imports.
         warm = reader.option("topic", topic).option("queues", "0")
@@ -206,9 +224,9 @@ def bench_datasource(spark: Any, base: Path, messages: int) -> dict[str, float]:
         assert warm.count() == 64
         reader = spark.read.format("gannet").option("endpoints", running.endpoint)
         started = time.perf_counter()
-        rows = reader.option("topic", topic).load().selectExpr("length(body) AS n").collect()
+        read = reader.option("topic", topic).load().selectExpr("length(body) AS n").collect()
         spark_s = time.perf_counter() - started
-        assert len(rows) == sent, (len(rows), sent)
+        assert len(read) == sent, (len(read), sent)
     finally:
         running.stop()
     size = sent * BODY_BYTES
@@ -216,6 +234,7 @@ def bench_datasource(spark: Any, base: Path, messages: int) -> dict[str, float]:
         "messages": float(sent),
         "datasource_read_mb_per_s": _mb_per_s(size, spark_s),
         "pull_1proc_mb_per_s": _mb_per_s(size, pull_s),
+        "pull_records_1proc_mb_per_s": _mb_per_s(size, records_s),
     }
 
 
@@ -230,7 +249,7 @@ def _tuple_row(message: Any) -> tuple[Any, ...]:
         str(message.topic.name), int(sp.queue_id), int(sp.queue_offset), str(sp.message_id),
         [str(k) for k in sp.keys], str(sp.tag) if sp.HasField("tag") else None,
         dict(message.user_properties), bytes(message.body), when(sp.born_timestamp),
-        when(sp.store_timestamp),
+        when(sp.store_timestamp), "",
     )  # fmt: skip
 
 
@@ -260,7 +279,7 @@ def bench_worker_cpu(messages: int) -> dict[str, float]:
                 "string",
                 {"type": "map", "keyType": "string", "valueType": "string",
                  "valueContainsNull": True},
-                "binary", "timestamp", "timestamp"), strict=True)]}
+                "binary", "timestamp", "timestamp", "string"), strict=True)]}
     )  # fmt: skip
     pull_batch = 1024
     started = time.process_time()
@@ -430,8 +449,13 @@ def report(results: dict[str, dict[str, float]], total_mib: int, kafka_skipped: 
             "",
             f"Data source read of {ds['messages']:,.0f} messages (MB/s of bodies): "
             f'`spark.read.format("gannet")` {ds["datasource_read_mb_per_s"]:.2f}, '
-            f"one-process PullMessage loop {ds['pull_1proc_mb_per_s']:.2f} "
-            f"({msgs_per_s:,.0f} msgs/s through Spark).",
+            f"one-process PullMessage loop {ds['pull_1proc_mb_per_s']:.2f}"
+            + (
+                f", one-process PullRecords loop to Arrow {ds['pull_records_1proc_mb_per_s']:.2f}"
+                if "pull_records_1proc_mb_per_s" in ds
+                else ""
+            )
+            + f" ({msgs_per_s:,.0f} msgs/s through Spark).",
         ]
     cpu = results.get("worker_cpu")
     if cpu is not None:

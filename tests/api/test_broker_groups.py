@@ -11,16 +11,20 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from click.testing import CliRunner
 from rocketmq import (
     ClientConfiguration,
+    ConsumeResult,
     Credentials,
     FilterExpression,
     Message,
+    MessageListener,
     Producer,
+    PushConsumer,
     SimpleConsumer,
 )
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
@@ -129,10 +133,15 @@ def test_a_topic_created_on_one_group_routes_over_both_in_one_order(pair: Pair) 
     _admin(pair.zero.endpoint).CreateGroup(admin_pb2.CreateGroupRequest(name="G"), timeout=10)
     found = _messaging(pair.zero.endpoint).QueryAssignment(request, metadata=CLIENT_ID, timeout=5)
     assert found.status.code == Code.OK, found.status
-    assert sorted({a.message_queue.broker.name for a in found.assignments}) == [
-        "broker-0",
-        "broker-1",
+    assigned = [
+        (
+            a.message_queue.broker.name,
+            a.message_queue.id,
+            len(a.message_queue.broker.endpoints.addresses),
+        )
+        for a in found.assignments
     ]
+    assert assigned == [("broker-0", -1, 1), ("broker-1", -1, 1)]  # one per group, any queue
 
     again = _admin(pair.zero.endpoint)
     with pytest.raises(grpc.RpcError) as refused:
@@ -172,6 +181,74 @@ def test_official_clients_produce_and_consume_across_both_groups(pair: Pair) -> 
     finally:
         consumer.shutdown()
     assert got == set(sent)
+
+
+def test_the_official_push_consumer_takes_one_assignment_per_group(pair: Pair) -> None:
+    """QueryAssignment answers one queue-id -1 assignment per group; the official push
+    consumer then runs one receive loop per group and gets every message of both."""
+    topic, group = unique("GrA"), unique("GrB")
+    admin = _admin(pair.one.endpoint)
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, queue_nums=2), timeout=10)
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=10)
+    _until(lambda: len(_route(pair.one.endpoint, topic)) == 4, "the route of both groups")
+    config = ClientConfiguration(pair.one.endpoint, Credentials(), request_timeout=5)
+    seen: list[str] = []
+    lock = threading.Lock()
+
+    class Listener(MessageListener):  # type: ignore[misc]
+        def consume(self, message: Any) -> Any:
+            with lock:
+                seen.append(bytes(message.body).decode())
+            return ConsumeResult.SUCCESS
+
+    consumer = PushConsumer(config, group, Listener(), {topic: FilterExpression("*")})
+    consumer.startup()
+    producer = Producer(config, (topic,))
+    producer.startup()
+    sent: dict[str, str] = {}
+    try:
+        for i in range(16):
+            message = Message()
+            message.topic, message.body = topic, f"p{i}".encode()
+            receipt = producer.send(message)
+            sent[f"p{i}"] = receipt.message_queue.message_queue0().broker.name
+        assert set(sent.values()) == {"broker-0", "broker-1"}, sent
+
+        def all_seen() -> bool:
+            with lock:
+                return set(seen) >= set(sent)
+
+        _until(all_seen, "the push consumer to get the messages of both groups")
+    finally:
+        producer.shutdown()
+        consumer.shutdown()
+
+
+def test_offset_resets_and_the_revive_queue_count_reach_every_group(pair: Pair) -> None:
+    topic, group = unique("GrR"), unique("GrS")
+    admin = _admin(pair.zero.endpoint)
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, queue_nums=2), timeout=10)
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=10)
+    reply = admin.ResetOffset(
+        admin_pb2.ResetOffsetRequest(group=group, topic=topic, offset=0), timeout=10
+    )
+    assert [(q.broker, q.queue_id) for q in reply.queues] == [
+        ("broker-0", 0),
+        ("broker-0", 1),
+        ("broker-1", 0),
+        ("broker-1", 1),
+    ]
+    assert [(q.broker, q.queue_id) for q in reply.before] == [
+        (q.broker, q.queue_id) for q in reply.queues
+    ]
+    one = _admin(pair.one.endpoint)
+    count = one.GetReviveQueues(admin_pb2.GetReviveQueuesRequest(), timeout=10).active_count
+    wanted = 2 if count != 2 else 3
+    admin.SetReviveQueueCount(admin_pb2.SetReviveQueueCountRequest(count=wanted), timeout=10)
+    for broker in (pair.zero, pair.one):
+        got = _admin(broker.endpoint).GetReviveQueues(admin_pb2.GetReviveQueuesRequest())
+        assert got.active_count == wanted, broker.endpoint
+    admin.SetReviveQueueCount(admin_pb2.SetReviveQueueCountRequest(count=count), timeout=10)
 
 
 def _receive(

@@ -39,6 +39,7 @@ READ_STRUCT = StructType(
         StructField("body", BinaryType()),
         StructField("born_timestamp", TimestampType()),
         StructField("store_timestamp", TimestampType()),
+        StructField("broker", StringType()),
     ]
 )
 
@@ -68,6 +69,7 @@ def old_message_row(message: definition_pb2.Message) -> tuple[Any, ...]:
         bytes(message.body),
         when(sp.born_timestamp),
         when(sp.store_timestamp),
+        "",
     )
 
 

@@ -98,6 +98,10 @@ def test_split_cuts_ranges_in_order() -> None:
         QueueRange(0, 11, 12),
         QueueRange(2, 0, 4),
     ]
+    assert ranges.split([QueueRange(1, 0, 5, "broker-1")], 3) == [
+        QueueRange(1, 0, 3, "broker-1"),
+        QueueRange(1, 3, 5, "broker-1"),
+    ]
 
 
 @given(
@@ -126,10 +130,15 @@ def test_apportion_stays_within_limit_and_available(
 def test_apportion_example_and_json_offsets() -> None:
     end = ranges.apportion({0: 10, 1: 0}, {0: 11, 1: 100, 2: 50}, 9)
     assert end == {0: 11, 1: 4, 2: 4}
-    assert ranges.to_json_offsets(end) == {"0": 11, "1": 4, "2": 4}
-    assert ranges.from_json_offsets({"0": 11, "2": 4}) == {0: 11, 2: 4}
+    keyed = {("broker-1", 0): 3, ("broker-0", 2): 4, ("broker-0", 0): 11}
+    assert ranges.to_json_offsets(keyed) == {"broker-0": {"0": 11, "2": 4}, "broker-1": {"0": 3}}
+    assert ranges.from_json_offsets(ranges.to_json_offsets(keyed)) == keyed
+    # a checkpoint from before broker groups: its queues get the legacy group
+    assert ranges.from_json_offsets({"0": 11, "2": 4}) == {("", 0): 11, ("", 2): 4}
     with pytest.raises(ValueError, match="not queue id"):
         ranges.from_json_offsets({"zero": 1})
+    with pytest.raises(ValueError, match="not queue id"):
+        ranges.from_json_offsets({"broker-0": {"0": "eleven"}})
 
 
 def _pb(
@@ -208,6 +217,9 @@ class _Failing(grpc.RpcError):  # type: ignore[misc]
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
 
+    def details(self) -> str:
+        return "connection refused"
+
 
 def test_send_retries_retryable_failures_with_doubling_backoff() -> None:
     outcomes: list[Exception | None] = [
@@ -262,12 +274,50 @@ class _Cleaned:
 
 
 def test_a_cleaned_start_fails_or_skips_as_failondataloss_says() -> None:
-    illegal = BrokerError("PullMessage", Code.ILLEGAL_OFFSET, "offset 3 is outside")
+    illegal = BrokerError("PullRecords", Code.ILLEGAL_OFFSET, "offset 3 is outside")
+    part = reading.QueuePartition(0, 3, 20, "broker-1")
     strict = options.read_options(BASE, streaming=False)
-    with pytest.raises(reading.GannetReadError, match=r"messages 3\.\.9 were cleaned up"):
-        reading._after_illegal_offset(_Cleaned(), strict, 0, 3, illegal)  # type: ignore[arg-type]
+    with pytest.raises(
+        reading.GannetReadError,
+        match=r"in group broker-1 at offset 3: messages 3\.\.9 were cleaned",
+    ):
+        reading._after_illegal_offset(_Cleaned(), strict, part, 3, illegal)  # type: ignore[arg-type]
     lenient = options.read_options({**BASE, "failOnDataLoss": "false"}, streaming=False)
-    assert reading._after_illegal_offset(_Cleaned(), lenient, 0, 3, illegal) == 10  # type: ignore[arg-type]
-    other = BrokerError("PullMessage", Code.FORBIDDEN, "not readable")
+    assert reading._after_illegal_offset(_Cleaned(), lenient, part, 3, illegal) == 10  # type: ignore[arg-type]
+    other = BrokerError("PullRecords", Code.FORBIDDEN, "not readable")
     with pytest.raises(reading.GannetReadError, match="FORBIDDEN"):
-        reading._after_illegal_offset(_Cleaned(), lenient, 0, 3, other)  # type: ignore[arg-type]
+        reading._after_illegal_offset(_Cleaned(), lenient, part, 3, other)  # type: ignore[arg-type]
+
+
+class _Group:
+    """A group's sender: refuses with ``error`` or records what it was sent."""
+
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.sent: list[str] = []
+
+    def send(self, messages: list[definition_pb2.Message]) -> list[int]:
+        if self.error is not None:
+            raise self.error
+        self.sent += [m.system_properties.message_id for m in messages]
+        return list(range(len(messages)))
+
+
+def test_a_batch_its_group_cannot_take_goes_to_the_next_group_unless_fifo() -> None:
+    opts = options.write_options({**BASE, "maxRetries": "0"})  # no backoff sleeps here
+    groups = [("broker-0", ("a:1",)), ("broker-1", ("b:1",)), ("broker-2", ("c:1",))]
+    writer = writing.Writer(opts, groups)
+    down, refusing, up = _Group(_Failing()), _Group(_Failing()), _Group()
+    writer._send([down, refusing, up], 0, writing.Batch(0, [_pb(message_id="P")]), 3)
+    assert up.sent == ["P"]  # broker-0 and broker-1 unavailable: broker-2 took it
+    with pytest.raises(writing.GannetWriteError) as fifo:
+        writer._send([down, up, up], 0, writing.Batch(4, [_pb(group="g", message_id="F")]), 3)
+    assert "broker-0: gRPC UNAVAILABLE" in str(fifo.value)  # a message group stays in its group
+    assert up.sent == ["P"]
+    wrong = _Group(BrokerError("SendMessage", Code.TOPIC_NOT_FOUND, "no topic"))
+    with pytest.raises(writing.GannetWriteError, match="TOPIC_NOT_FOUND"):
+        writer._send([wrong, up, up], 0, writing.Batch(0, [_pb(message_id="Q")]), 3)
+    assert up.sent == ["P"]  # a refusal that is not retryable is not sent elsewhere
+    assert writing.group_index(writing.Batch(0, [_pb()]), 3, 7) == 1
+    fifo_batch = writing.Batch(0, [_pb(group="orders-7")])
+    assert writing.group_index(fifo_batch, 3, 0) == writing.group_index(fifo_batch, 3, 5)

@@ -53,6 +53,27 @@ def test_export_round_trip(spark, broker_store: BrokerStore, tmp_path: Path) -> 
         assert str(row["date"]) == exporting.utc_date(w.store_timestamp_ms)
 
 
+def test_export_of_several_groups_names_each_rows_group(
+    spark, broker_store: BrokerStore, tmp_path: Path
+) -> None:
+    """Two groups' stores in one job (here two copies of one store): every row once per
+    group, the group as a ``broker`` partition column and in the file names."""
+    copy = tmp_path / "broker-1"
+    shutil.copytree(broker_store.config.root_dir, copy)
+    out = tmp_path / "export"
+    sources = [("broker-0", broker_store.config.root_dir), ("broker-1", copy)]
+    report = jobs.export(spark, sources, str(out))
+    expected = [w for w in broker_store.written if w.consumable]
+    assert report.messages == 2 * len(expected)
+    frame = spark.read.parquet(str(out))
+    counts = {r["broker"]: r["count"] for r in frame.groupBy("broker").count().collect()}
+    assert counts == {"broker-0": len(expected), "broker-1": len(expected)}
+    names = {p.name.split("-")[1] for p in out.rglob("*.parquet")}
+    assert names == {"broker"}  # part-broker-<n>-<segment>-<id>.parquet
+    with pytest.raises(ValueError, match="distinct non-empty names"):
+        jobs.export(spark, [("b", copy), ("b", copy)], str(tmp_path / "again"))
+
+
 def test_export_keeps_chosen_topic_and_time_range(
     spark, broker_store: BrokerStore, tmp_path: Path
 ) -> None:

@@ -13,6 +13,7 @@ from rocketmq.v5.util.signature import Signature
 
 from gannet.node.protocol import auth
 from gannet.node.protocol.auth import Action, Kind, Need
+from gannet.node.protocol.gen import admin_pb2
 
 from .conftest import ACCOUNTS, write_accounts
 
@@ -183,6 +184,11 @@ def test_needs_per_rpc():
         Need(None, Kind.GROUP, "G"),
         Need(None, Kind.TOPIC, "T"),
     ]
+    # the data source's bulk read is a read, as v2 PullMessage: no admin right needed
+    bulk = admin_pb2.PullRecordsRequest(topic="T")
+    assert auth.needs("admin", "PullRecords", bulk) == [Need(Action.SUB, Kind.TOPIC, "T")]
+    bulk.group = "G"
+    assert auth.needs("admin", "PullRecords", bulk)[1] == Need(Action.SUB, Kind.GROUP, "G")
 
 
 def test_load_file_yaml_and_secret_directory(tmp_path: Path):

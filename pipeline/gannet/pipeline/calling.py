@@ -1,5 +1,6 @@
-"""The v2 RPCs the Spark data source makes to a Gannet broker: QueryRoute, QueryOffset,
-PullMessage and SendMessage, over raw gRPC stubs of ``rocketmq.grpc_protocol``.
+"""The RPCs the Spark data source makes to a Gannet broker: v2 QueryRoute, QueryOffset,
+PullMessage and SendMessage, over raw gRPC stubs of ``rocketmq.grpc_protocol``, and Gannet's
+Admin PullRecords (a queue read in bulk: the stored records in one reply).
 
 A :class:`BrokerConnection` is one gRPC channel to the first reachable endpoint of the
 ``endpoints`` option (``host:port``, several separated by ``;`` or ``,``: tried in order when
@@ -25,6 +26,9 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
+from gannet.node.protocol.gen import admin_pb2
+from gannet.node.protocol.gen import admin_pb2_grpc
+
 CLIENT_ID_HEADER = "x-mq-client-id"
 CONNECT_TIMEOUT_S = 10.0
 MESSAGE_BYTES_MAX = 130 * 1024 * 1024  # the broker's receive limit; replies can be as big
@@ -46,6 +50,16 @@ RETRYABLE_GRPC = frozenset(
         grpc.StatusCode.RESOURCE_EXHAUSTED,
     }
 )
+
+
+_REFUSALS = {
+    grpc.StatusCode.OUT_OF_RANGE: Code.ILLEGAL_OFFSET,
+    grpc.StatusCode.NOT_FOUND: Code.TOPIC_NOT_FOUND,
+    grpc.StatusCode.PERMISSION_DENIED: Code.FORBIDDEN,
+    grpc.StatusCode.INVALID_ARGUMENT: Code.BAD_REQUEST,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: Code.TOO_MANY_REQUESTS,
+}
+"""The v2 code a PullRecords refusal stands for (admin errors are gRPC status codes)."""
 
 
 class BrokerError(Exception):
@@ -78,6 +92,27 @@ def parse_endpoints(text: str) -> tuple[str, ...]:
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
             raise ValueError(f"option 'endpoints': {part!r} is not host:port (e.g. 127.0.0.1:8081)")
     return tuple(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class RoutedQueue:
+    """One queue of a topic's route: its broker group, the group's members' client endpoints
+    (leader first, as QueryRoute lists them), and whether it may be read and written."""
+
+    group: str
+    endpoints: tuple[str, ...]
+    queue_id: int
+    readable: bool
+    writable: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PulledRecords:
+    """One Admin PullRecords answer: ``count`` stored records back to back in ``records``."""
+
+    records: bytes
+    count: int
+    next_offset: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +161,7 @@ class BrokerConnection:
             self.endpoint = endpoint
             self._channel = channel
             self._stub = service_pb2_grpc.MessagingServiceStub(channel)
+            self._admin = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
             return
         raise ConnectionError(
             f"no Gannet broker reachable at {', '.join(failures)} within {CONNECT_TIMEOUT_S:.0f} s"
@@ -142,7 +178,11 @@ class BrokerConnection:
 
     # ------------------------------------------------------------------ calls
     def readable_queue_ids(self, topic: str) -> list[int]:
-        """The ids of the topic's readable queues, ascending (QueryRoute)."""
+        """The ids of the topic's readable queues in any group, ascending (QueryRoute)."""
+        return sorted({q.queue_id for q in self.route(topic) if q.readable})
+
+    def route(self, topic: str) -> list[RoutedQueue]:
+        """The topic's queues in every broker group, in the route's order (QueryRoute)."""
         reply = self._stub.QueryRoute(
             service_pb2.QueryRouteRequest(topic=_resource(topic)),
             timeout=self.timeout_s,
@@ -150,7 +190,55 @@ class BrokerConnection:
         )
         _check("QueryRoute", reply.status)
         readable = (definition_pb2.READ, definition_pb2.READ_WRITE)
-        return sorted({int(q.id) for q in reply.message_queues if q.permission in readable})
+        writable = (definition_pb2.WRITE, definition_pb2.READ_WRITE)
+        routed: list[RoutedQueue] = []
+        for q in reply.message_queues:
+            addresses = q.broker.endpoints.addresses
+            endpoints = tuple(f"{a.host}:{a.port}" for a in addresses) or (self.endpoint,)
+            routed.append(
+                RoutedQueue(
+                    str(q.broker.name),
+                    endpoints,
+                    int(q.id),
+                    q.permission in readable,
+                    q.permission in writable,
+                )
+            )
+        return routed
+
+    def pull_records(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        messages_max: int,
+        expression: str = "*",
+        group: str = "",
+        polling_ms: int = 0,
+    ) -> PulledRecords:
+        """One Admin PullRecords (the stored records in bulk); BrokerError on a refusal, with
+        ``ILLEGAL_OFFSET`` for an offset outside the queue (see :meth:`pull`)."""
+        request = admin_pb2.PullRecordsRequest(
+            topic=topic,
+            queue_id=queue_id,
+            offset=offset,
+            messages_max=messages_max,
+            group=group,
+            tag_expression=expression,
+            polling_ms=polling_ms,
+        )
+        what = f"PullRecords {topic}/{queue_id} at {offset}"
+        try:
+            reply = self._admin.PullRecords(
+                request, timeout=self.timeout_s + polling_ms / 1000, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            code = _REFUSALS.get(exc.code())
+            if code is None:
+                raise
+            raise BrokerError(what, code, str(exc.details())) from None
+        return PulledRecords(reply.records, int(reply.count), int(reply.next_offset))
 
     def query_offset(self, topic: str, queue_id: int, policy: int, at_ms: int = 0) -> int:
         """QueryOffset with ``BEGINNING``, ``END`` or ``TIMESTAMP`` (``at_ms``)."""

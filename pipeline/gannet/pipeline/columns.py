@@ -114,10 +114,11 @@ def _boundaries(
 
 
 def _check(
-    data: npt.NDArray[np.uint8], buf: Buffer, segment: Segment, at: Int64s
+    data: npt.NDArray[np.uint8], buf: Buffer, segment: Segment | None, at: Int64s
 ) -> tuple[int, Chunk | None]:
     """How many records of ``at`` check before the first that does not, and the chunk of all
-    of them when they all do."""
+    of them when they all do. Without a ``segment`` (records copied out of the log, not in
+    place) PHYSICALOFFSET is not compared with the position."""
     n = len(at)
     total = _gather(data, at, 4, "i")
     magic = _gather(data, at + 4, 4, "i")
@@ -137,7 +138,7 @@ def _check(
     body_len = _gather(data, body_len_at, 4, "i")
     body_at = body_len_at + 4
     end = at + total
-    ok = physical == segment.start_offset + at
+    ok = physical == segment.start_offset + at if segment is not None else physical >= 0
     ok &= (body_len >= 0) & (body_at + body_len <= end)
     v2 = magic == records.MAGIC_V2
     topic_len_at = np.where(ok, body_at + body_len, at)
@@ -256,6 +257,23 @@ def chunks(
                 yield damage
             return
         pos = stop
+
+
+def records_chunk(buf: bytes, count: int) -> Chunk:
+    """The ``count`` records ``buf`` holds back to back (an Admin ``PullRecords`` reply: records
+    copied from a commit log, so positions are within ``buf``), parsed and checked as a
+    segment's are; ValueError naming the first record that does not check."""
+    found, stop, _ = _boundaries(buf, 0, len(buf), len(buf) + 1)
+    if len(found) != count or stop != len(buf):
+        raise ValueError(
+            f"the reply holds {count} records in {len(buf)} bytes, but only {len(found)} "
+            f"records ({stop} bytes) are well-formed"
+        )
+    at = np.array(found, dtype=np.int64)
+    good, chunk = _check(np.frombuffer(buf, dtype=np.uint8), buf, None, at)
+    if chunk is None:
+        raise ValueError(f"record {good} of the reply (at byte {found[good]}) does not check")
+    return chunk
 
 
 def _damage_at(buf: Buffer, segment: Segment, pos: int) -> Damage | None:

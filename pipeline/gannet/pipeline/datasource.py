@@ -22,7 +22,8 @@ reading in :mod:`gannet.pipeline.reading` (PullMessage, QueryOffset, QueryRoute)
 workers, so executors need the ``gannet`` package (``pip install gannet[pipeline]`` or
 ``--py-files``, see :mod:`gannet.pipeline.jobs`) and network access to the broker's client port.
 Writes append only; ``mode("overwrite")`` is refused (a topic cannot be truncated), and an
-unknown topic is refused on the driver, before any task runs.
+unknown topic is refused on the driver, before any task runs. Reads and writes cover every
+broker group of the topic (the route the ``endpoints`` member answers lists them all).
 """
 
 from __future__ import annotations
@@ -72,10 +73,13 @@ class GannetDataSource(DataSource):
         opts = options.write_options(self.options)
         with BrokerConnection(opts.endpoints, timeout_s=opts.timeout_s) as conn:
             try:
-                conn.readable_queue_ids(opts.topic)  # fails before any task for a bad topic
+                route = conn.route(opts.topic)  # fails before any task for a bad topic
             except BrokerError as exc:
                 raise OptionError(f"option 'topic': {exc}") from None
-        return writing.Writer(opts)
+        groups = {q.group: q.endpoints for q in route if q.writable}
+        if not groups:
+            raise OptionError(f"option 'topic': topic {opts.topic!r} has no writable queue")
+        return writing.Writer(opts, sorted(groups.items()))
 
 
 def register(spark: Any) -> None:

@@ -11,6 +11,11 @@ read it back with ``topic`` and ``date`` columns::
 
     <output>/topic=<topic, %-escaped>/date=<YYYY-MM-DD, UTC store date>/part-<segment>-<id>.parquet
 
+Exported from several broker groups' stores at once (:func:`gannet.pipeline.jobs.export` given
+(group, data dir) pairs), each file sits one level deeper, ``…/date=<date>/broker=<group>/``,
+and its name starts ``part-<group>-``: Spark and pyarrow read ``broker`` as a column, so
+``(broker, queue_id, queue_offset)`` names a message (queue ids and offsets are per group).
+
 Columns in each file are :data:`ARROW_SCHEMA` (``message_id`` is the UNIQ_KEY, else the offset
 message id; ``properties`` is the full map, ``keys`` the split KEYS). Prepared and rolled-back
 transactional records are not messages and are skipped. A task holds at most one chunk of
@@ -183,13 +188,17 @@ class _PartitionWriters:
 
     def __init__(self, output: str, segment: Segment) -> None:
         self.filesystem, self.base = open_output(output)
-        self.file_stem = f"part-{segment.name}-{uuid.uuid4().hex[:12]}"
+        group = f"{segment.group}-" if segment.group else ""
+        self.file_stem = f"part-{group}{segment.name}-{uuid.uuid4().hex[:12]}"
+        self.group_dir = (
+            f"/broker={urllib.parse.quote(segment.group, safe='-_.')}" if segment.group else ""
+        )
         self.writers: dict[tuple[str, str], pq.ParquetWriter] = {}
 
     def write(self, key: tuple[str, str], table: pa.Table) -> None:
         writer = self.writers.get(key)
         if writer is None:
-            directory = posixpath.join(self.base, partition_dir(*key))
+            directory = posixpath.join(self.base, partition_dir(*key) + self.group_dir)
             self.filesystem.create_dir(directory, recursive=True)
             path = posixpath.join(directory, f"{self.file_stem}.parquet")
             writer = pq.ParquetWriter(path, ARROW_SCHEMA, filesystem=self.filesystem)

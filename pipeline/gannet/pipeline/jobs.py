@@ -61,7 +61,7 @@ import posixpath
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -135,7 +135,7 @@ def _export_partition(
 
 def export(
     spark: SparkSession,
-    source: Path,
+    source: Path | Sequence[tuple[str, Path]],
     output: str,
     keep: ExportFilter = KEEP_ALL,
     *,
@@ -143,11 +143,24 @@ def export(
 ) -> ExportReport:
     """Write the kept messages of ``source`` to Parquet at ``output`` (``topic=…/date=…``).
 
-    ``mode`` is Spark's save mode: ``errorifexists`` refuses an existing output, ``overwrite``
-    deletes it first, ``append`` adds files, ``ignore`` does nothing when it exists.
+    ``source`` is one store, or several broker groups' stores as (group name, data dir) pairs:
+    one job over all their segments, each group's files under ``…/broker=<group>/``
+    (:mod:`exporting`). ``mode`` is Spark's save mode: ``errorifexists`` refuses an existing
+    output, ``overwrite`` deletes it first, ``append`` adds files, ``ignore`` does nothing when
+    it exists.
     """
     started = time.monotonic()
-    found = _require_segments(source)
+    if isinstance(source, Path):
+        found = _require_segments(source)
+    else:
+        names = [name for name, _ in source]
+        if not names or len(set(names)) != len(names) or not all(names):
+            raise ValueError(f"broker groups must be distinct non-empty names, not {names}")
+        found = [
+            dataclasses.replace(segment, group=name)
+            for name, path in source
+            for segment in _require_segments(path)
+        ]
     if mode not in EXPORT_MODES:
         raise ValueError(f"mode {mode!r} is not one of {', '.join(EXPORT_MODES)}")
     filesystem, base = exporting.open_output(output)

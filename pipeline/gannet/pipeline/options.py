@@ -7,9 +7,11 @@ Option names are case-insensitive (Spark lower-cases them). Reading (``spark.rea
 ``endpoints``               required; ``host:port`` of a broker (several: ``;``-separated,
                             tried in order)
 ``topic``                   required
-``queues``                  queue ids, e.g. ``0,2``; default every readable queue (QueryRoute)
+``queues``                  queue ids, e.g. ``0,2`` (in every broker group); default every
+                            readable queue of every group (QueryRoute)
 ``startingOffsets``         ``earliest`` (default), ``latest``, or JSON ``{"0": 12, "1": -2}``
-                            (-2 earliest, -1 latest; a queue left out starts at earliest)
+                            (-2 earliest, -1 latest; a queue left out starts at earliest;
+                            a queue id applies in every broker group)
 ``endingOffsets``           batch only: ``latest`` (default) or JSON as above (exclusive; a
                             queue left out ends at latest)
 ``startingTimestamp``       instead of ``startingOffsets``: epoch milliseconds or ISO-8601;

@@ -1,21 +1,32 @@
-"""Batch and streaming readers of the ``gannet`` data source.
+"""Batch and streaming readers of the ``gannet`` data source, over every broker group.
 
-Planning runs on the driver: the topic's readable queues come from QueryRoute (or the
-``queues`` option), each queue's start and end from QueryOffset (``BEGINNING``/``END``/
-``TIMESTAMP``), and every ``[start, end)`` range is cut into partitions of at most
-``maxPartitionMessages`` offsets (:func:`gannet.pipeline.ranges.split`). Each Spark task pulls
-its range with PullMessage (``pullBatchSize`` messages a call, following ``next_offset``) and
-yields one ``pyarrow.RecordBatch`` per pull (:func:`gannet.pipeline.rows.messages_batch`), which
-Spark moves into the JVM column by column. Only committed messages are served, so
-a range never shows a message a failover could lose. A batch end beyond a queue's current end
-is read up to that end.
+Planning runs on the driver: the topic's readable queues in every broker group come from
+QueryRoute of the member the ``endpoints`` option names (any member of any group answers for the
+whole cluster, listing each queue's group and that group's members, leader first), or only the
+queue ids of the ``queues`` option (in every group). Each queue's start and end come from
+QueryOffset at its own group (``BEGINNING``/``END``/``TIMESTAMP``; offsets are per group), and
+every ``[start, end)`` range is cut into partitions of at most ``maxPartitionMessages`` offsets
+(:func:`gannet.pipeline.ranges.split`): one partition or more per queue across all groups. Each
+Spark task reads its range from its queue's group, connecting to the members in route order
+(leader first) and, when a member stops answering, continuing at the next offset from another
+(at most :data:`FAILOVER_ATTEMPTS_MAX` times; any member serves committed messages). It reads
+with Admin PullRecords (``pullBatchSize`` messages a call, following ``next_offset``): the
+broker answers with the stored records in one reply, which are parsed into Arrow columns in
+bulk (:func:`gannet.pipeline.columns.records_chunk`, :func:`gannet.pipeline.rows.records_batch`)
+and yielded as one ``pyarrow.RecordBatch`` per pull, which Spark moves into the JVM column by
+column. Only committed messages are served, so a range never shows a message a failover could
+lose. A batch end beyond a queue's current end is read up to that end.
 
-Streaming (:class:`StreamReader`): an offset is JSON of queue id → next queue offset
-(:mod:`ranges`), checkpointed by Spark. ``latestOffset`` asks the route again, so queues added
-to the topic are picked up (from offset 0); with ``maxMessagesPerTrigger`` each micro-batch
-moves at most that many offsets, shared fairly by the queues. A restart continues from the
-checkpointed offsets: no gap, no duplicate. ``commit`` does nothing — Spark's checkpoint is the
-source of truth, and pulls never move group offsets.
+Streaming (:class:`StreamReader`): an offset is JSON of group → queue id → next queue offset
+(:mod:`ranges`), checkpointed by Spark. ``latestOffset`` asks the route again, so queues and
+groups added to the topic are picked up (from offset 0); with ``maxMessagesPerTrigger`` each
+micro-batch moves at most that many offsets, shared fairly by the queues of all groups. A
+restart continues from the checkpointed offsets: no gap, no duplicate. A checkpoint written
+before broker groups (queue id → offset) continues too: its queues are those of the topic's only
+group, or, with several groups, of the group of the member the ``endpoints`` option reaches
+first (the one the old reader read from); with neither the query fails naming the checkpoint.
+``commit`` does nothing — Spark's checkpoint is the source of truth, and pulls never move group
+offsets.
 
 A start offset below the queue's earliest (cleaned up) fails the task with a message saying
 so, unless ``failOnDataLoss=false``, which continues at the earliest offset.
@@ -25,9 +36,11 @@ Used by :mod:`gannet.pipeline.datasource`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
+import grpc
+import numpy as np
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
@@ -38,44 +51,89 @@ from pyspark.sql.streaming.datasource import (
 )
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.pipeline import options, ranges, rows
-from gannet.pipeline.calling import BrokerConnection, BrokerError
+from gannet.pipeline import calling, columns, options, ranges, rows
+from gannet.pipeline.calling import BrokerConnection, BrokerError, RoutedQueue
 from gannet.pipeline.options import Bound, OptionError, ReadOptions
-from gannet.pipeline.ranges import QueueRange
+from gannet.pipeline.ranges import QueueKey, QueueRange
 
 STALLED_PULLS_MAX = 5
 STALL_POLLING_MS = 1_000
+FAILOVER_ATTEMPTS_MAX = 6
+"""Reconnections of one task to its group's members (in route order) before it fails."""
 
 
 class GannetReadError(RuntimeError):
-    """A partition could not be read; the message names topic, queue and offset."""
+    """A partition could not be read; the message names topic, group, queue and offset."""
 
 
 @dataclass(frozen=True)
 class QueuePartition(InputPartition):
-    """One Spark partition: queue offsets ``[start, end)`` of one queue."""
+    """One Spark partition: queue offsets ``[start, end)`` of one queue of broker group
+    ``group``, read from ``endpoints`` (its members, leader first)."""
 
     queue_id: int
     start: int
     end: int
+    group: str = ranges.LEGACY_GROUP
+    endpoints: tuple[str, ...] = ()
+
+
+class GroupConnections:
+    """Driver-side connections to each broker group (one channel per group, opened on first
+    use at the group's members in route order); use as a context manager."""
+
+    def __init__(self, opts: ReadOptions) -> None:
+        self.opts = opts
+        self.entry = BrokerConnection(opts.endpoints, timeout_s=opts.timeout_s)
+        self._by_group: dict[str, BrokerConnection] = {}
+
+    def of(self, queue: RoutedQueue) -> BrokerConnection:
+        conn = self._by_group.get(queue.group)
+        if conn is None:
+            if self.entry.endpoint in queue.endpoints:
+                conn = self.entry
+            else:
+                conn = BrokerConnection(queue.endpoints, timeout_s=self.opts.timeout_s)
+            self._by_group[queue.group] = conn
+        return conn
+
+    def close(self) -> None:
+        for conn in self._by_group.values():
+            if conn is not self.entry:
+                conn.close()
+        self.entry.close()
+
+    def __enter__(self) -> GroupConnections:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # ---------------------------------------------------------------------- planning
-def queue_ids(conn: BrokerConnection, opts: ReadOptions) -> list[int]:
-    readable = conn.readable_queue_ids(opts.topic)
+def routed_queues(conn: BrokerConnection, opts: ReadOptions) -> list[RoutedQueue]:
+    """The readable queues of every group the reader reads (the ``queues`` option: those ids
+    in every group)."""
+    readable = [q for q in conn.route(opts.topic) if q.readable]
     if opts.queues is None:
         return readable
-    missing = sorted(set(opts.queues) - set(readable))
+    ids = {q.queue_id for q in readable}
+    missing = sorted(set(opts.queues) - ids)
     if missing:
         raise OptionError(
             f"option 'queues': {', '.join(map(str, missing))} not readable queue(s) of topic "
-            f"{opts.topic!r} (readable: {', '.join(map(str, readable)) or 'none'})"
+            f"{opts.topic!r} (readable: {', '.join(map(str, sorted(ids))) or 'none'})"
         )
-    return list(opts.queues)
+    return [q for q in readable if q.queue_id in opts.queues]
+
+
+def queue_ids(conn: BrokerConnection, opts: ReadOptions) -> list[int]:
+    """The queue ids read, in any group, ascending."""
+    return sorted({q.queue_id for q in routed_queues(conn, opts)})
 
 
 def resolve(conn: BrokerConnection, topic: str, queue_id: int, bound: Bound) -> int:
-    """The queue offset a bound names for one queue."""
+    """The queue offset a bound names for one queue (``conn``: a member of its group)."""
     if bound.timestamp_ms is not None:
         return conn.query_offset(topic, queue_id, definition_pb2.TIMESTAMP, bound.timestamp_ms)
     offset = bound.offsets.get(queue_id, bound.default)
@@ -86,81 +144,127 @@ def resolve(conn: BrokerConnection, topic: str, queue_id: int, bound: Bound) -> 
     return offset
 
 
-def plan_batch(conn: BrokerConnection, opts: ReadOptions) -> list[QueueRange]:
-    """The ``[start, end)`` range of every queue read (ends past a queue's end are cut)."""
+def plan_batch(groups: GroupConnections, opts: ReadOptions) -> list[QueueRange]:
+    """The ``[start, end)`` range of every queue read in every group (ends past a queue's end
+    are cut)."""
     planned: list[QueueRange] = []
-    for q in queue_ids(conn, opts):
+    for routed in routed_queues(groups.entry, opts):
+        conn, q = groups.of(routed), routed.queue_id
         start = resolve(conn, opts.topic, q, opts.start)
         end = resolve(conn, opts.topic, q, opts.end)
         top = conn.query_offset(opts.topic, q, definition_pb2.END)
         if start > end:
             raise OptionError(
-                f"queue {q} of {opts.topic!r}: start offset {start} is after end offset {end}"
+                f"queue {q} of {opts.topic!r} in group {routed.group}: start offset {start} is "
+                f"after end offset {end}"
             )
-        planned.append(QueueRange(q, start, min(end, top)))
+        planned.append(QueueRange(q, start, min(end, top), routed.group))
     return planned
 
 
-def partitions_of(planned: list[QueueRange], count_max: int) -> list[QueuePartition]:
+def partitions_of(
+    planned: list[QueueRange], count_max: int, endpoints: dict[str, tuple[str, ...]]
+) -> list[QueuePartition]:
     pieces = ranges.split(planned, count_max)
     if not pieces:  # Spark wants at least one partition; this one reads nothing
         return [QueuePartition(-1, 0, 0)]
-    return [QueuePartition(p.queue_id, p.start, p.end) for p in pieces]
+    return [
+        QueuePartition(p.queue_id, p.start, p.end, p.group, endpoints.get(p.group, ()))
+        for p in pieces
+    ]
+
+
+def group_endpoints(route: Sequence[RoutedQueue]) -> dict[str, tuple[str, ...]]:
+    return {q.group: q.endpoints for q in route}
 
 
 # ---------------------------------------------------------------------- reading a range
 def read_range(opts: ReadOptions, part: QueuePartition) -> Iterator[pa.RecordBatch]:
     """The rows of one partition, pulled in order: one record batch per pull (none for an
-    empty range)."""
+    empty range), failing over between the group's members."""
     if part.end <= part.start:
         return
-    with BrokerConnection(opts.endpoints, timeout_s=opts.timeout_s) as conn:
-        yield from _pull_range(conn, opts, part)
+    endpoints = part.endpoints or opts.endpoints
+    offset, failures = part.start, 0
+    while offset < part.end:
+        first = failures % len(endpoints)
+        try:
+            with BrokerConnection(
+                endpoints[first:] + endpoints[:first], timeout_s=opts.timeout_s
+            ) as conn:
+                for batch, next_offset in _pull_range(conn, opts, part, offset):
+                    offset = next_offset
+                    if batch is not None:
+                        yield batch
+                return
+        except (grpc.RpcError, ConnectionError) as exc:
+            transient = isinstance(exc, ConnectionError) or exc.code() in calling.RETRYABLE_GRPC
+            if not transient or failures >= FAILOVER_ATTEMPTS_MAX:
+                raise GannetReadError(
+                    f"queue {part.queue_id} of {opts.topic!r} in group {part.group or '?'} at "
+                    f"offset {offset}: {_describe(exc)} (tried {failures + 1} time(s) at "
+                    f"{', '.join(endpoints)})"
+                ) from exc
+            failures += 1
+
+
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, grpc.RpcError):
+        return f"gRPC {exc.code().name}: {exc.details()}"
+    return str(exc)
 
 
 def _pull_range(
-    conn: BrokerConnection, opts: ReadOptions, part: QueuePartition
-) -> Iterator[pa.RecordBatch]:
+    conn: BrokerConnection, opts: ReadOptions, part: QueuePartition, offset: int
+) -> Iterator[tuple[pa.RecordBatch | None, int]]:
+    """(batch or None, the offset to read from next) per pull from ``offset`` to the end."""
     topic, q = opts.topic, part.queue_id
-    offset, stalls = part.start, 0
+    stalls = 0
     while offset < part.end:
         try:
-            pulled = conn.pull(
+            pulled = conn.pull_records(
                 topic,
                 q,
                 offset,
-                batch_size=min(opts.pull_batch_size, part.end - offset),
+                messages_max=min(opts.pull_batch_size, part.end - offset),
                 expression=opts.expression,
                 group=opts.group,
                 polling_ms=STALL_POLLING_MS if stalls else 0,
             )
         except BrokerError as exc:
-            offset = _after_illegal_offset(conn, opts, q, offset, exc)
+            offset = _after_illegal_offset(conn, opts, part, offset, exc)
+            yield None, offset
             continue
-        messages = pulled.messages
-        inside = len(messages)
-        while inside and messages[inside - 1].system_properties.queue_offset >= part.end:
-            inside -= 1  # offsets ascend: only a tail can lie past the range
-        if inside:
-            yield rows.messages_batch(messages[:inside] if inside < len(messages) else messages)
-        if inside < len(messages):
-            return
+        if pulled.count:
+            chunk = columns.records_chunk(pulled.records, pulled.count)
+            inside = int(np.searchsorted(chunk.queue_offsets, part.end))  # offsets ascend
+            batch = rows.records_batch(pulled.records, chunk, part.group)
+            if inside < pulled.count:
+                if inside:
+                    yield batch.slice(0, inside), part.end
+                return
+            next_offset = max(pulled.next_offset, int(chunk.queue_offsets[-1]) + 1)
+            offset, stalls = next_offset, 0
+            yield batch, next_offset
+            continue
         if pulled.next_offset > offset:
             offset, stalls = pulled.next_offset, 0
+            yield None, offset
             continue
         stalls += 1
         if stalls > STALLED_PULLS_MAX:
             raise GannetReadError(
-                f"queue {q} of {topic!r} makes no progress at offset {offset} (planned end "
-                f"{part.end}); was the topic or queue recreated?"
+                f"queue {q} of {topic!r} in group {part.group or '?'} makes no progress at "
+                f"offset {offset} (planned end {part.end}); was the topic or queue recreated?"
             )
 
 
 def _after_illegal_offset(
-    conn: BrokerConnection, opts: ReadOptions, queue_id: int, offset: int, exc: BrokerError
+    conn: BrokerConnection, opts: ReadOptions, part: QueuePartition, offset: int, exc: BrokerError
 ) -> int:
     """Where to continue after a failed pull, or raise GannetReadError."""
-    where = f"queue {queue_id} of {opts.topic!r} at offset {offset}"
+    queue_id = part.queue_id
+    where = f"queue {queue_id} of {opts.topic!r} in group {part.group or '?'} at offset {offset}"
     if exc.code != Code.ILLEGAL_OFFSET:
         raise GannetReadError(f"{where}: {exc}") from exc
     earliest = conn.query_offset(opts.topic, queue_id, definition_pb2.BEGINNING)
@@ -182,9 +286,10 @@ class BatchReader(DataSourceReader):
         self.opts = opts
 
     def partitions(self) -> Sequence[InputPartition]:
-        with BrokerConnection(self.opts.endpoints, timeout_s=self.opts.timeout_s) as conn:
-            planned = plan_batch(conn, self.opts)
-        return partitions_of(planned, self.opts.partition_messages_max)
+        with GroupConnections(self.opts) as groups:
+            endpoints = group_endpoints(groups.entry.route(self.opts.topic))
+            planned = plan_batch(groups, self.opts)
+        return partitions_of(planned, self.opts.partition_messages_max, endpoints)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueuePartition)
@@ -201,16 +306,19 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __init__(self, opts: ReadOptions) -> None:
         self.opts = opts
-        self._target: dict[int, int] | None = None
+        self._target: dict[QueueKey, int] | None = None
+        self._endpoints: dict[str, tuple[str, ...]] = {}
+        self._legacy_group: str | None = None
 
-    def _connect(self) -> BrokerConnection:
-        return BrokerConnection(self.opts.endpoints, timeout_s=self.opts.timeout_s)
-
-    def initialOffset(self) -> dict[str, int]:  # noqa: N802 — Spark's method names
-        with self._connect() as conn:
+    def initialOffset(self) -> dict[str, dict[str, int]]:  # noqa: N802 — Spark's method names
+        with GroupConnections(self.opts) as groups:
+            route = routed_queues(groups.entry, self.opts)
+            self._endpoints.update(group_endpoints(route))
             start = {
-                q: resolve(conn, self.opts.topic, q, self.opts.start)
-                for q in queue_ids(conn, self.opts)
+                (r.group, r.queue_id): resolve(
+                    groups.of(r), self.opts.topic, r.queue_id, self.opts.start
+                )
+                for r in route
             }
         return ranges.to_json_offsets(start)
 
@@ -219,34 +327,77 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadAllAvailable()
         return ReadMaxRows(self.opts.trigger_messages_max)
 
-    def _latest(self) -> dict[int, int]:
-        with self._connect() as conn:
+    def _latest(self) -> dict[QueueKey, int]:
+        with GroupConnections(self.opts) as groups:
+            route = routed_queues(groups.entry, self.opts)
+            self._endpoints.update(group_endpoints(route))
+            self._learn_legacy_group(groups.entry, route)
             return {
-                q: conn.query_offset(self.opts.topic, q, definition_pb2.END)
-                for q in queue_ids(conn, self.opts)
+                (r.group, r.queue_id): groups.of(r).query_offset(
+                    self.opts.topic, r.queue_id, definition_pb2.END
+                )
+                for r in route
             }
+
+    def _learn_legacy_group(self, entry: BrokerConnection, route: Sequence[RoutedQueue]) -> None:
+        names = sorted({r.group for r in route})
+        if len(names) == 1:
+            self._legacy_group = names[0]
+            return
+        for r in route:
+            if entry.endpoint in r.endpoints:
+                self._legacy_group = r.group
+                return
+
+    def _offsets(self, raw: Mapping[str, object]) -> dict[QueueKey, int]:
+        """Checkpointed offsets, those of a checkpoint from before broker groups given the
+        group they meant (see the module docstring)."""
+        offsets = ranges.from_json_offsets(raw)
+        if not any(group == ranges.LEGACY_GROUP for group, _ in offsets):
+            return offsets
+        if self._legacy_group is None:
+            self._latest()
+        if self._legacy_group is None:
+            raise GannetReadError(
+                f"the checkpoint's offsets {raw} name queues without a broker group (written "
+                f"before broker groups), topic {self.opts.topic!r} has queues in several groups "
+                f"and {self.opts.endpoints[0]} is a member of none of them; point option "
+                "'endpoints' at a member of the group the old query read, or start a new "
+                "checkpoint"
+            )
+        return {
+            (self._legacy_group if g == ranges.LEGACY_GROUP else g, q): o
+            for (g, q), o in offsets.items()
+        }
 
     def prepareForTriggerAvailableNow(self) -> None:  # noqa: N802
         self._target = self._latest()
 
-    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:  # noqa: N802
+    def latestOffset(  # noqa: N802
+        self, start: Mapping[str, object], limit: ReadLimit
+    ) -> dict[str, dict[str, int]]:
         latest = self._latest() if self._target is None else self._target
         rows_max = limit.max_rows if isinstance(limit, ReadMaxRows) else None
-        end = ranges.apportion(ranges.from_json_offsets(start), latest, rows_max)
+        end = ranges.apportion(self._offsets(start), latest, rows_max)
         return ranges.to_json_offsets(end)
 
-    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        begin = ranges.from_json_offsets(start)
-        planned = [
-            QueueRange(q, begin.get(q, 0), stop)
-            for q, stop in sorted(ranges.from_json_offsets(end).items())
-        ]
+    def partitions(
+        self, start: Mapping[str, object], end: Mapping[str, object]
+    ) -> Sequence[InputPartition]:
+        begin = self._offsets(start)
+        stop = self._offsets(end)
+        if any(g not in self._endpoints for g, _ in stop):
+            self._latest()  # a restart: partitions of a checkpointed batch come first
+        planned = [QueueRange(q, begin.get((g, q), 0), o, g) for (g, q), o in sorted(stop.items())]
         pieces = ranges.split(planned, self.opts.partition_messages_max)
-        return [QueuePartition(p.queue_id, p.start, p.end) for p in pieces]
+        return [
+            QueuePartition(p.queue_id, p.start, p.end, p.group, self._endpoints.get(p.group, ()))
+            for p in pieces
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueuePartition)
         return read_range(self.opts, partition)
 
-    def commit(self, end: dict[str, int]) -> None:
+    def commit(self, end: Mapping[str, object]) -> None:
         """Nothing to do: Spark's checkpoint holds the offsets (see the module docstring)."""

@@ -5,12 +5,16 @@ Read schema (:data:`READ_SCHEMA`)::
 
     topic string, queue_id int, queue_offset bigint, message_id string,
     keys array<string>, tag string, properties map<string,string>, body binary,
-    born_timestamp timestamp, store_timestamp timestamp
+    born_timestamp timestamp, store_timestamp timestamp, broker string
 
-``properties`` are the user properties (system properties such as ``KEYS``/``TAGS`` are in
-their own columns). Timestamps have millisecond precision (the store's).
+``broker`` is the broker group the message is stored in (RocketMQ's ``brokerName``, e.g.
+``broker-0``): queue ids and offsets are per group, so ``(broker, queue_id, queue_offset)``
+names a message. ``properties`` are the user properties (system properties such as
+``KEYS``/``TAGS`` are in their own columns). Timestamps have millisecond precision (the
+store's).
 
-Readers hand Spark ``pyarrow.RecordBatch`` es (:func:`messages_batch`, schema
+Readers hand Spark ``pyarrow.RecordBatch`` es (:func:`records_batch` from the stored records
+of an Admin PullRecords reply, :func:`messages_batch` from v2 messages; schema
 :data:`READ_ARROW_SCHEMA`, which is what Spark's ``to_arrow_schema`` makes of
 :data:`READ_SCHEMA` with time zone UTC: Spark 4 refuses a batch whose schema differs), so the
 rows cross into the JVM column by column instead of as one Python tuple each.
@@ -40,13 +44,27 @@ import pyarrow as pa
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import definition_pb2
 
+from gannet.node.store import properties as props
+from gannet.node.store import validation
+from gannet.node.store.msgids import create_offset_msg_id
+from gannet.node.store.properties import split_keys
+from gannet.pipeline.columns import Chunk
+
 READ_SCHEMA = (
     "topic string, queue_id int, queue_offset bigint, message_id string, "
     "keys array<string>, tag string, properties map<string,string>, body binary, "
-    "born_timestamp timestamp, store_timestamp timestamp"
+    "born_timestamp timestamp, store_timestamp timestamp, broker string"
 )
 READ_ONLY_COLUMNS = frozenset(
-    {"topic", "queue_id", "queue_offset", "message_id", "born_timestamp", "store_timestamp"}
+    {
+        "topic",
+        "queue_id",
+        "queue_offset",
+        "message_id",
+        "born_timestamp",
+        "store_timestamp",
+        "broker",
+    }
 )
 WRITE_COLUMNS: Mapping[str, tuple[str, ...]] = {
     "body": ("binary", "string"),
@@ -69,19 +87,22 @@ READ_ARROW_SCHEMA = pa.schema(
         pa.field("body", pa.binary()),
         pa.field("born_timestamp", pa.timestamp("us", tz="UTC")),
         pa.field("store_timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("broker", pa.string()),
     ]
 )
 """The Arrow form of :data:`READ_SCHEMA` (all fields nullable, as Spark makes them)."""
 
 _NANOS_PER_MICRO = 1_000
+_MICROS_PER_MILLI = 1_000
 
 
 def _micros(ts: Timestamp) -> int:
     return int(ts.seconds) * 1_000_000 + int(ts.nanos) // _NANOS_PER_MICRO
 
 
-def messages_batch(messages: Sequence[definition_pb2.Message]) -> pa.RecordBatch:
-    """The read rows of ``messages`` as one record batch of :data:`READ_ARROW_SCHEMA`."""
+def messages_batch(messages: Sequence[definition_pb2.Message], broker: str = "") -> pa.RecordBatch:
+    """The read rows of ``messages`` (read from broker group ``broker``) as one record batch of
+    :data:`READ_ARROW_SCHEMA`."""
     sps = [m.system_properties for m in messages]
     columns = [
         pa.array([m.topic.name for m in messages], pa.string()),
@@ -96,6 +117,51 @@ def messages_batch(messages: Sequence[definition_pb2.Message]) -> pa.RecordBatch
         pa.array([m.body for m in messages], pa.binary()),
         pa.array([_micros(sp.born_timestamp) for sp in sps], pa.timestamp("us", tz="UTC")),
         pa.array([_micros(sp.store_timestamp) for sp in sps], pa.timestamp("us", tz="UTC")),
+        pa.array([broker] * len(messages), pa.string()),
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
+
+
+_HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {
+    "TRACE_CONTEXT",  # gannet.node.api.sending.TRACE_CONTEXT (not imported: the broker's API)
+    props.LITE_TOPIC,
+    props.PRIORITY,
+}
+"""System properties, not user ones: what ReceiveMessage leaves out of ``user_properties``."""
+
+
+def records_batch(buf: bytes, chunk: Chunk, broker: str = "") -> pa.RecordBatch:
+    """The read rows of the records of ``chunk`` (parsed from ``buf``, an Admin PullRecords
+    reply of broker group ``broker``) as one record batch of :data:`READ_ARROW_SCHEMA`: fixed
+    fields and bodies column-wise, only the property maps row by row. Rows mean what
+    :func:`messages_batch` makes of the same messages read with v2 PullMessage."""
+    maps = chunk.properties
+    ids: list[str] = []
+    for i, p in enumerate(maps):
+        uniq = p.get(props.UNIQ_KEY)
+        if not uniq:
+            host, port = chunk.store_host(buf, i)
+            uniq = create_offset_msg_id(host, port, int(chunk.commit_offsets[i]))
+        ids.append(uniq)
+    hidden = _HIDDEN_PROPERTIES
+    transient = props.TRANSIENT_PREFIX
+    user = [
+        [(k, v) for k, v in p.items() if k not in hidden and not k.startswith(transient)]
+        for p in maps
+    ]
+    micros = _MICROS_PER_MILLI
+    columns = [
+        pa.array(chunk.topics, pa.string()),
+        pa.array(chunk.queue_ids, pa.int32()),
+        pa.array(chunk.queue_offsets, pa.int64()),
+        pa.array(ids, pa.string()),
+        pa.array([split_keys(p.get(props.KEYS)) for p in maps], pa.list_(pa.string())),
+        pa.array([p.get(props.TAGS) for p in maps], pa.string()),
+        pa.array(user, pa.map_(pa.string(), pa.string())),
+        chunk.bodies,
+        pa.array(chunk.born_timestamps_ms * micros, pa.timestamp("us", tz="UTC")),
+        pa.array(chunk.store_timestamps_ms * micros, pa.timestamp("us", tz="UTC")),
+        pa.array([broker] * len(chunk), pa.string()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
 

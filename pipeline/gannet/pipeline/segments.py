@@ -49,6 +49,8 @@ class Segment:
     start_offset: int
     size_bytes: int
     is_last: bool
+    group: str = ""
+    """The broker group the segment belongs to, when a job reads several groups' stores."""
 
     @property
     def name(self) -> str:

@@ -23,8 +23,10 @@ Used by :mod:`gannet.pipeline.datasource`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Iterator
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 import pyarrow as pa
@@ -131,25 +133,92 @@ def batch_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[dict[str, object]]
             yield dict(zip(names, row, strict=True))
 
 
+def group_index(batch: Batch, groups: int, turn: int) -> int:
+    """Which of ``groups`` writable groups a batch goes to (see the module docstring)."""
+    message_group = str(batch.messages[0].system_properties.message_group)
+    if message_group:
+        return zlib.crc32(message_group.encode()) % groups
+    return turn % groups
+
+
+class Sender(Protocol):
+    def send(self, messages: list[definition_pb2.Message]) -> list[int]: ...
+
+
+class GroupSender:
+    """Sends to one broker group: a channel to its members in route order, reopened at the
+    next member when a send fails for the transport (then the batch is retried as usual)."""
+
+    def __init__(self, endpoints: tuple[str, ...], timeout_s: float) -> None:
+        self.endpoints = endpoints
+        self.timeout_s = timeout_s
+        self._first = 0
+        self._conn: BrokerConnection | None = None
+
+    def send(self, messages: list[definition_pb2.Message]) -> list[int]:
+        if self._conn is None:
+            first = self._first % len(self.endpoints)
+            ordered = self.endpoints[first:] + self.endpoints[:first]
+            try:
+                self._conn = BrokerConnection(ordered, timeout_s=self.timeout_s)
+            except ConnectionError as exc:
+                self._first += 1
+                raise _Unreachable(str(exc)) from None
+        try:
+            return self._conn.send(messages)
+        except grpc.RpcError:
+            self.close()
+            self._first += 1
+            raise
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class _Unreachable(grpc.RpcError):  # type: ignore[misc]  # grpc is untyped
+    """No member of a group answered when its channel was opened (retryable)."""
+
+    def __init__(self, details: str) -> None:
+        super().__init__(details)
+        self._details = details
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return self._details
+
+
 class Writer(DataSourceArrowWriter):
-    def __init__(self, opts: WriteOptions) -> None:
+    def __init__(
+        self, opts: WriteOptions, groups: Sequence[tuple[str, tuple[str, ...]]] = ()
+    ) -> None:
         self.opts = opts
+        self.groups = tuple(groups) or (("", opts.endpoints),)
+        """Writable groups in route order: (name, members' endpoints, leader first)."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> SentMessages:
         context = TaskContext.get()
         partition_id = context.partitionId() if context is not None else 0
         ids = rows.MessageIds()
         sent = count = 0
-        with BrokerConnection(self.opts.endpoints, timeout_s=self.opts.timeout_s) as conn:
+        senders = [GroupSender(endpoints, self.opts.timeout_s) for _, endpoints in self.groups]
+        try:
             converted = self._messages(batch_rows(iterator), ids, partition_id)
             for batch in batches(
                 converted,
                 messages_max=self.opts.batch_messages_max,
                 bytes_max=self.opts.batch_bytes_max,
             ):
-                self._send(conn, batch, partition_id)
+                index = group_index(batch, len(senders), partition_id + count)
+                self._send(senders, index, batch, partition_id)
                 sent += len(batch.messages)
                 count += 1
+        finally:
+            for sender in senders:
+                sender.close()
         return SentMessages(partition_id, sent, count)
 
     def _messages(
@@ -167,22 +236,35 @@ class Writer(DataSourceArrowWriter):
                 ) from None
             yield index, message
 
-    def _send(self, conn: BrokerConnection, batch: Batch, partition_id: int) -> None:
-        try:
-            send_with_retries(
-                conn.send,
-                batch,
-                retries_max=self.opts.retries_max,
-                backoff_ms_first=self.opts.backoff_ms_first,
-            )
-        except (BrokerError, grpc.RpcError) as exc:
-            last = batch.first_row + len(batch.messages) - 1
-            raise GannetWriteError(
-                f"partition {partition_id}: rows {batch.first_row}..{last} "
-                f"({len(batch.messages)} messages, first message id "
-                f"{batch.messages[0].system_properties.message_id}) were not written to topic "
-                f"{self.opts.topic!r}: {_describe(exc)}; earlier rows of this partition were"
-            ) from None
+    def _send(self, senders: Sequence[Sender], index: int, batch: Batch, partition_id: int) -> None:
+        """Send ``batch`` to group ``index``; a batch without a message group that its group
+        could not take (retries spent on retryable failures) goes to the next groups in turn."""
+        ordered = [index]
+        if not batch.messages[0].system_properties.message_group:
+            ordered += [(index + k) % len(senders) for k in range(1, len(senders))]
+        failures: list[str] = []
+        for position, chosen in enumerate(ordered):
+            try:
+                send_with_retries(
+                    senders[chosen].send,
+                    batch,
+                    retries_max=self.opts.retries_max,
+                    backoff_ms_first=self.opts.backoff_ms_first,
+                )
+                return
+            except (BrokerError, grpc.RpcError) as exc:
+                name = self.groups[chosen][0] if chosen < len(self.groups) else str(chosen)
+                failures.append(f"{name or 'broker'}: {_describe(exc)}")
+                if _retryable(exc) and position + 1 < len(ordered):
+                    continue
+                last = batch.first_row + len(batch.messages) - 1
+                raise GannetWriteError(
+                    f"partition {partition_id}: rows {batch.first_row}..{last} "
+                    f"({len(batch.messages)} messages, first message id "
+                    f"{batch.messages[0].system_properties.message_id}) were not written to "
+                    f"topic {self.opts.topic!r}: {'; '.join(failures)}; earlier rows of this "
+                    "partition were"
+                ) from None
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         """Nothing to finish: every batch was acknowledged durable when it was sent."""

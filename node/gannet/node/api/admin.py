@@ -18,12 +18,12 @@ import logging
 import time
 from collections.abc import Callable
 from importlib import metadata
-from typing import NoReturn, TypeVar
+from typing import TYPE_CHECKING, NoReturn, TypeVar
 
 import grpc
 
 from gannet.node.api import admin_converting as conv
-from gannet.node.api import admin_querying, receiving
+from gannet.node.api import admin_querying, receiving, record_pulling
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.routes import BrokerIdentity
@@ -36,6 +36,9 @@ from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
+
+if TYPE_CHECKING:
+    from gannet.node.api.messaging import MessagingServicer
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -66,6 +69,8 @@ def _version() -> str:
 class AdminServicer(admin_pb2_grpc.AdminServicer):
     raft: RaftAdmin | None = None
     """Set by the broker; None answers the Raft RPCs as a group of one."""
+    messaging: MessagingServicer | None = None
+    """Set by the broker: the v2 servicer whose pull handler serves PullRecords."""
 
     def __init__(
         self, store: MessageStore, identity: BrokerIdentity, clients: ClientRegistry
@@ -378,6 +383,12 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             return _revive_queues_pb(pop)
 
         return await self._run(context, work)
+
+    # ------------------------------------------------------------------ bulk reads
+    async def PullRecords(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        if self.messaging is None:
+            await _abort(context, grpc.StatusCode.UNIMPLEMENTED, "PullRecords: no v2 servicer")
+        return await record_pulling.pull_records(self.messaging, request, context)
 
     async def SetReviveQueueCount(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.ReviveQueuesResponse:

@@ -153,13 +153,21 @@ def merged_route(
 def readable_assignments(
     queues: Iterable[definition_pb2.MessageQueue],
 ) -> list[definition_pb2.Assignment]:
-    """Every readable queue of a route, one assignment each (the groups' queues included)."""
+    """One assignment per broker group with a readable queue, in route order, as RocketMQ's
+    proxy answers Pop consumers: the group's first readable queue with id ``-1`` ("any queue of
+    this group"; a receive pops across the group's queues, whatever queue it names). The
+    official Python push consumer keeps one receive loop per assignment and sends it to the
+    assignment's ``broker.endpoints``, so each group gets its own loop and no group's queues are
+    polled twice."""
     readable = (definition_pb2.READ, definition_pb2.READ_WRITE)
-    return [
-        definition_pb2.Assignment(message_queue=queue)
-        for queue in queues
-        if queue.permission in readable
-    ]
+    found: dict[str, definition_pb2.Assignment] = {}
+    for queue in queues:
+        if queue.permission in readable and queue.broker.name not in found:
+            any_queue = definition_pb2.MessageQueue()
+            any_queue.CopyFrom(queue)
+            any_queue.id = -1
+            found[queue.broker.name] = definition_pb2.Assignment(message_queue=any_queue)
+    return list(found.values())
 
 
 # ---------------------------------------------------------------------------- protobuf

@@ -8,7 +8,9 @@
   the last poll failed (``gannet status``, ``topic describe`` and the operator read it).
 * ``SetClusterSeeds`` — replace the seed endpoints at run time (the operator, when it adds or
   drains a group).
-* Fan-out of the metadata writes (create/update/delete of topics and consumer groups): applied
+* Fan-out of the metadata writes (create/update/delete of topics and consumer groups, a
+  consumer group's offset reset — answered with every group's queues, each naming its group —
+  and the revive-queue count): applied
   here first, then at each other group (its leader first, then its other members), the calls
   carrying the caller's signature headers and ``gannet-scope: group`` so that they stop there,
   over the poller's channels (TLS with this member's client settings when its port is TLS).
@@ -63,6 +65,8 @@ _ALREADY_DONE: dict[str, grpc.StatusCode | None] = {
     "DeleteGroup": grpc.StatusCode.NOT_FOUND,
     "UpdateTopic": None,
     "UpdateGroup": None,
+    "ResetOffset": None,
+    "SetReviveQueueCount": None,
 }
 """The admin writes applied to every group, and the code meaning "already so there"."""
 _REQUEST_ID_HEADER = "x-mq-request-id"
@@ -291,6 +295,8 @@ class BrokerGroups:
         code, details, reply = combine(method, outcomes, done_code)
         if code != grpc.StatusCode.OK:
             await context.abort(code, statuses.bounded(details))
+        if method == "ResetOffset":
+            return merged_reset(outcomes)
         return reply
 
     async def _call_group(
@@ -359,6 +365,21 @@ def combine(
     if done_code is not None:
         hint += f" (groups that have it answer {done_code.name} and count as done)"
     return failed[0].code, f"{method}: " + "; ".join(parts) + hint, None
+
+
+def merged_reset(outcomes: Sequence[Outcome]) -> admin_pb2.ResetOffsetResponse:
+    """One ResetOffset answer of every group that applied it, each queue naming its group
+    (queue ids repeat across groups), groups in route order."""
+    merged = admin_pb2.ResetOffsetResponse()
+    applied = [o for o in outcomes if o.code == grpc.StatusCode.OK and o.reply is not None]
+    for outcome in sorted(applied, key=lambda o: broker_groups.group_order(o.group)):
+        for source, target in ((outcome.reply.queues, merged.queues),
+                               (outcome.reply.before, merged.before)):  # fmt: skip
+            for queue in source:
+                added = target.add()
+                added.CopyFrom(queue)
+                added.broker = outcome.group
+    return merged
 
 
 def _scoped(context: grpc.aio.ServicerContext) -> bool:

@@ -1,7 +1,8 @@
 """PullMessage over v2: read a queue by queue offset, without Pop bookkeeping.
 
 The v2 proxy does not implement PullMessage; Gannet serves it for readers that track their
-own offsets (the Spark data source ``gannet`` in :mod:`gannet.pipeline`). Semantics:
+own offsets. (The Spark data source ``gannet`` reads the same way in bulk through Admin
+PullRecords, :mod:`record_pulling`, which shares :meth:`PullHandler.get`.) Semantics:
 
 * **Request** ``{group, message_queue, offset, batch_size, filter_expression,
   long_polling_timeout}``. ``group`` may be empty (an anonymous reader: pulls never commit
@@ -177,6 +178,21 @@ class PullHandler:
         topic, offset = config.topic_name, int(request.offset)
         wait_ms = self.polling_ms(request, context.time_remaining())
         wanted = min(int(request.batch_size), self.limits.batch_messages_max)
+        got = await self.get(topic, queue_id, offset, wanted, tag_filter, wait_ms)
+        namespace = str(request.message_queue.topic.resource_namespace)
+        return self._answer(got, tag_filter, namespace)
+
+    async def get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        wanted: int,
+        tag_filter: MessageFilter,
+        wait_ms: int,
+    ) -> GetResult:
+        """Read up to ``wanted`` messages at ``offset``, waiting up to ``wait_ms`` at the end
+        of the queue (shared by PullMessage and :mod:`record_pulling`)."""
         deadline = time.monotonic() + wait_ms / 1000
         read = functools.partial(self._read, topic, queue_id, offset, wanted, tag_filter)
         got = await asyncio.to_thread(read)
@@ -192,8 +208,7 @@ class PullHandler:
             finally:
                 self._arrivals.forget(topic, queue_id, arrived)
             got = await asyncio.to_thread(read)
-        namespace = str(request.message_queue.topic.resource_namespace)
-        return self._answer(got, tag_filter, namespace)
+        return got
 
     def polling_ms(self, request: service_pb2.PullMessageRequest, remaining_s: float | None) -> int:
         timeout = request.long_polling_timeout
@@ -298,7 +313,7 @@ async def pull_message(
     try:
         pulled = await handler_of(servicer).pull(request, context)
     except Exception as exc:
-        yield service_pb2.PullMessageResponse(status=_api_error(exc).status())
+        yield service_pb2.PullMessageResponse(status=api_error(exc).status())
         return
     yield service_pb2.PullMessageResponse(status=pulled.status)
     for message in pulled.messages:
@@ -306,7 +321,7 @@ async def pull_message(
     yield service_pb2.PullMessageResponse(next_offset=pulled.next_offset)
 
 
-def _api_error(exc: Exception) -> ApiError:
+def api_error(exc: Exception) -> ApiError:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, errors.StoreError):

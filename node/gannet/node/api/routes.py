@@ -7,7 +7,8 @@ the topic's ``message.type`` (MIXED → NORMAL, FIFO, DELAY, TRANSACTION). ``bro
 (the Python client only uses master queues), and the endpoints are those the client used to
 reach us when they are usable, else the broker's advertised endpoint.
 
-QueryAssignment gives push consumers every readable queue of the topic, one assignment each.
+QueryAssignment gives push consumers one assignment per broker group, its queue id ``-1``
+(:func:`gannet.node.api.broker_groups.readable_assignments`).
 
 Replicated brokers (a Raft group) publish *every member* (:func:`member_endpoints`): the
 ``Endpoints`` of each queue's broker list all members' client addresses, the leader first (then

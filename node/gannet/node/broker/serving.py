@@ -382,6 +382,7 @@ class Broker:
         )
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
+        admin_servicer.messaging = self.messaging
         if self.metrics is not None:
             self.metrics.registry.register(
                 failover_collecting.DuplicatesCollector(self._duplicates_dropped)

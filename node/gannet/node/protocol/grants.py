@@ -153,6 +153,10 @@ def _admin_needs(method: str, request: Any) -> list[Need]:
         return [Need(Action.ADMIN, Kind.GROUP, request.name)]
     if method == "QueryMessage":
         return [Need(Action.ADMIN, Kind.TOPIC, request.topic)]
+    if method == "PullRecords":  # a read, as v2 PullMessage
+        return [Need(Action.SUB, Kind.TOPIC, request.topic)] + (
+            [Need(Action.SUB, Kind.GROUP, request.group)] if request.group else []
+        )
     if method == "ResetOffset":
         return [Need(Action.ADMIN, Kind.GROUP, request.group)] + (
             [Need(Action.ADMIN, Kind.TOPIC, request.topic)] if request.topic else []

@@ -198,18 +198,20 @@ class DescribeGroupRequest(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class GroupQueueOffset(_message.Message):
-    __slots__ = ("topic", "queue_id", "committed_offset", "max_offset", "lag")
+    __slots__ = ("topic", "queue_id", "committed_offset", "max_offset", "lag", "broker")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
     COMMITTED_OFFSET_FIELD_NUMBER: _ClassVar[int]
     MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
     LAG_FIELD_NUMBER: _ClassVar[int]
+    BROKER_FIELD_NUMBER: _ClassVar[int]
     topic: str
     queue_id: int
     committed_offset: int
     max_offset: int
     lag: int
-    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ...) -> None: ...
+    broker: str
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., committed_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., lag: _Optional[int] = ..., broker: _Optional[str] = ...) -> None: ...
 
 class DescribeGroupResponse(_message.Message):
     __slots__ = ("group", "queues", "total_lag")
@@ -667,3 +669,37 @@ class MemberChangeResponse(_message.Message):
     members: _containers.RepeatedCompositeFieldContainer[Member]
     config_offset: int
     def __init__(self, members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., config_offset: _Optional[int] = ...) -> None: ...
+
+class PullRecordsRequest(_message.Message):
+    __slots__ = ("topic", "queue_id", "offset", "messages_max", "bytes_max", "group", "tag_expression", "polling_ms")
+    TOPIC_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_ID_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MESSAGES_MAX_FIELD_NUMBER: _ClassVar[int]
+    BYTES_MAX_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    TAG_EXPRESSION_FIELD_NUMBER: _ClassVar[int]
+    POLLING_MS_FIELD_NUMBER: _ClassVar[int]
+    topic: str
+    queue_id: int
+    offset: int
+    messages_max: int
+    bytes_max: int
+    group: str
+    tag_expression: str
+    polling_ms: int
+    def __init__(self, topic: _Optional[str] = ..., queue_id: _Optional[int] = ..., offset: _Optional[int] = ..., messages_max: _Optional[int] = ..., bytes_max: _Optional[int] = ..., group: _Optional[str] = ..., tag_expression: _Optional[str] = ..., polling_ms: _Optional[int] = ...) -> None: ...
+
+class PullRecordsResponse(_message.Message):
+    __slots__ = ("records", "count", "next_offset", "min_offset", "max_offset")
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MIN_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    records: bytes
+    count: int
+    next_offset: int
+    min_offset: int
+    max_offset: int
+    def __init__(self, records: _Optional[bytes] = ..., count: _Optional[int] = ..., next_offset: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...

@@ -154,6 +154,11 @@ class AdminStub(object):
                 request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.RemoveMemberRequest.SerializeToString,
                 response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
                 _registered_method=True)
+        self.PullRecords = channel.unary_unary(
+                '/gannet.admin.v1.Admin/PullRecords',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -305,6 +310,13 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PullRecords(self, request, context):
+        """Bulk read of one queue for the Spark data source: the stored records in one reply.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -427,6 +439,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.RemoveMember,
                     request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.RemoveMemberRequest.FromString,
                     response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.SerializeToString,
+            ),
+            'PullRecords': grpc.unary_unary_rpc_method_handler(
+                    servicer.PullRecords,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1077,6 +1094,33 @@ class Admin(object):
             '/gannet.admin.v1.Admin/RemoveMember',
             gannet_dot_admin_dot_v1_dot_admin__pb2.RemoveMemberRequest.SerializeToString,
             gannet_dot_admin_dot_v1_dot_admin__pb2.MemberChangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PullRecords(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/PullRecords',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsResponse.FromString,
             options,
             channel_credentials,
             insecure,
