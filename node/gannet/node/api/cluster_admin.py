@@ -115,6 +115,7 @@ class BrokerGroups:
         self.identity = identity
         self.replication = replication
         self.poller = poller
+        self._route_topics = broker_groups.RouteTopicsCache()
 
     @property
     def name(self) -> str:
@@ -138,10 +139,8 @@ class BrokerGroups:
         return members, (f"{leader.host}:{leader.client_port}" if leader is not None else "")
 
     def own_group(self, known_version: str) -> admin_pb2.BrokerGroup:
-        topics = {
-            c.topic_name: broker_groups.route_topic(c) for c in self.store.topic_configs.list()
-        }
-        version = broker_groups.topics_version(topics.values())
+        table = self.store.topic_configs
+        topics, version = self._route_topics.get(table.data_version, table.list)
         members, leader = self.members()
         reply = broker_groups.group_pb(
             self.name,
