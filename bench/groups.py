@@ -51,6 +51,8 @@ CONSUMER_GROUP = "GroupsBenchConsumers"
 RECEIVER_THREADS = 8
 """Receive+ack: one call at a time per thread, so 8 calls in flight (the sends have 16)."""
 POLL_TOPICS = 500
+IDLE_WINDOW_S = 3.0
+"""Broker CPU of the idle cluster (timers, heartbeats, polls) is sampled this long first."""
 OK = definition_pb2.Code.Value("OK")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -159,7 +161,9 @@ def _receive_request(group: str, queue_id: int) -> service_pb2.ReceiveMessageReq
     return request
 
 
-def receive_ack(route: list[tuple[str, int, str]], seconds: float) -> dict[str, Any]:
+def receive_ack(
+    route: list[tuple[str, int, str]], seconds: float, receivers: int = RECEIVER_THREADS
+) -> dict[str, Any]:
     """What the official SimpleConsumer does, batched: ``RECEIVER_THREADS`` threads take the
     route's queues round-robin, each ``ReceiveMessage`` (32, long poll) at its queue's group,
     then one ``AckMessage`` of the received handles to the same group. A thread stops early
@@ -167,9 +171,10 @@ def receive_ack(route: list[tuple[str, int, str]], seconds: float) -> dict[str, 
     acked: dict[str, int] = {g: 0 for g, _, _ in route}
     errors = [0]
     drained = [0]
+    receives = [0]
     ended: list[float] = []
     lock = threading.Lock()
-    start = threading.Barrier(RECEIVER_THREADS + 1)
+    start = threading.Barrier(receivers + 1)
     stop_at = [0.0]
     endpoints = sorted({e for _, _, e in route})
 
@@ -189,6 +194,8 @@ def receive_ack(route: list[tuple[str, int, str]], seconds: float) -> dict[str, 
                 for f in frames
                 if f.WhichOneof("content") == "message"
             ]
+            with lock:
+                receives[0] += 1
             if not handles:
                 empty_in_a_row += 1
                 continue
@@ -210,7 +217,7 @@ def receive_ack(route: list[tuple[str, int, str]], seconds: float) -> dict[str, 
         for channel in channels.values():
             channel.close()
 
-    threads = [threading.Thread(target=receiver, args=(i,)) for i in range(RECEIVER_THREADS)]
+    threads = [threading.Thread(target=receiver, args=(i,)) for i in range(receivers)]
     for t in threads:
         t.start()
     began = time.monotonic()
@@ -224,6 +231,8 @@ def receive_ack(route: list[tuple[str, int, str]], seconds: float) -> dict[str, 
         "errors": errors[0],
         "seconds": round(elapsed, 3),
         "threads_drained": drained[0],
+        "msgs_per_receive": round(sum(acked.values()) / max(receives[0], 1), 1),
+        "receivers": receivers,
     }
 
 
@@ -319,7 +328,12 @@ def _measured(
 
 
 def run(
-    root: Path, groups: int, replicas: int, seconds: float, in_flight: int = IN_FLIGHT
+    root: Path,
+    groups: int,
+    replicas: int,
+    seconds: float,
+    in_flight: int = IN_FLIGHT,
+    receivers: int = RECEIVER_THREADS,
 ) -> dict[str, Any]:
     """Produce for ``seconds``, then receive+ack what was produced for ``seconds``."""
     cluster = Cluster(root, groups, replicas, seed=groups * 10 + replicas)
@@ -334,13 +348,18 @@ def run(
         want = groups * QUEUES_PER_GROUP
         wait_for(lambda: len(cluster.route(leaders[0], TOPIC)) == want, 30, "the whole route")
         route = _route(leaders[0])
-        produce(route, min(2.0, seconds), in_flight)  # warm-up (channels, first files)
         pids = {e: cluster.pid(e) for e in cluster.endpoints()}
+        idle_before = sum(cpu_seconds(p) for p in pids.values())
+        time.sleep(IDLE_WINDOW_S)
+        idle_cpu = sum(cpu_seconds(p) for p in pids.values()) - idle_before
+        produce(route, min(2.0, seconds), in_flight)  # warm-up (channels, first files)
         machine_before = _machine()
         row = _measured(cluster, lambda: produce(route, seconds, in_flight), pids)
         machine_after = _machine()
-        receive_ack(route, min(1.0, seconds))  # warm-up, on the preload
-        row["receive_ack"] = _measured(cluster, lambda: receive_ack(route, seconds), pids)
+        receive_ack(route, min(1.0, seconds), receivers)  # warm-up, on the preload
+        row["receive_ack"] = _measured(
+            cluster, lambda: receive_ack(route, seconds, receivers), pids
+        )
         row["receive_ack"]["machine_after"] = _machine()
         poll_us = poll_answer_cpu_us(leaders[0], cluster.pid(leaders[0]))
     finally:
@@ -350,6 +369,7 @@ def run(
         "replicas": replicas,
         **row,
         "poll_answer_cpu_us": poll_us,
+        "idle_broker_cpu_ms_per_s": round(idle_cpu * 1e3 / IDLE_WINDOW_S, 1),
         "machine_before": machine_before,
         "machine_after": machine_after,
     }
@@ -389,6 +409,9 @@ def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, default=IN_FLIGHT, help="calls in flight per sender thread"
     )
+    parser.add_argument(
+        "--receivers", type=int, default=RECEIVER_THREADS, help="receive+ack threads"
+    )
     parser.add_argument("--groups", default="1,2", help="group counts to run, e.g. 1,2")
     parser.add_argument("--no-record", action="store_true", help="do not append to groups.jsonl")
     parser.add_argument(
@@ -409,7 +432,8 @@ def main() -> None:
     try:
         for replicas in replica_counts:
             for groups in [int(g) for g in args.groups.split(",") if g.strip()]:
-                row = run(base / f"g{groups}r{replicas}", groups, replicas, seconds, args.in_flight)
+                root = base / f"g{groups}r{replicas}"
+                row = run(root, groups, replicas, seconds, args.in_flight, args.receivers)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 shutil.rmtree(base / f"g{groups}r{replicas}", ignore_errors=True)
@@ -419,6 +443,7 @@ def main() -> None:
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": seconds,
         "in_flight_per_thread": args.in_flight,
+        "receivers": args.receivers,
         "runs": rows,
     }
     for replicas in replica_counts:
