@@ -420,7 +420,7 @@ def main() -> None:
         metavar="N",
         help=f"only the poll answer's cost, 1 x 1 cluster with N topics (e.g. {POLL_TOPICS})",
     )
-    parser.add_argument("--label", default="", help="recorded with --poll-topics (e.g. the build)")
+    parser.add_argument("--label", default="", help="recorded with the run (e.g. the build)")
     args = parser.parse_args()
     if args.poll_topics is not None:
         _main_polls(args.poll_topics, args.label, record=not args.no_record)
@@ -444,6 +444,7 @@ def main() -> None:
         "seconds": seconds,
         "in_flight_per_thread": args.in_flight,
         "receivers": args.receivers,
+        "label": args.label,
         "runs": rows,
     }
     for replicas in replica_counts:
