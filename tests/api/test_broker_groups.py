@@ -228,6 +228,13 @@ def test_requests_meant_for_the_other_group_are_refused_naming_it(pair: Pair) ->
     assert refused.status.code == Code.INVALID_RECEIPT_HANDLE
     assert "broker-1" in refused.status.message
     assert pair.one.endpoint in refused.status.message
+    short = handle.rsplit(" ", 3)[0]  # the broker name is there, the rest is not: not foreign
+    ack.entries[0].receipt_handle = short
+    malformed = _messaging(pair.zero.endpoint).AckMessage(ack, metadata=CLIENT_ID, timeout=5)
+    assert "broker-1" in short
+    assert "belongs to broker group" not in malformed.status.message
+    assert "fields" in malformed.entries[0].status.message + malformed.status.message
+    ack.entries[0].receipt_handle = handle
     accepted = _messaging(pair.one.endpoint).AckMessage(ack, metadata=CLIENT_ID, timeout=5)
     assert accepted.status.code == Code.OK, accepted.status
 
