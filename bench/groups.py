@@ -29,11 +29,12 @@ import shutil
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
-from rocketmq.grpc_protocol import definition_pb2, service_pb2
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from bench import results_log
 from e2e.groups.harness import Cluster, wait_for
@@ -46,6 +47,12 @@ BATCH_MESSAGES = 32
 BODY_BYTES = 100
 SENDER_THREADS = 2
 IN_FLIGHT = 8
+CONSUMER_GROUP = "GroupsBenchConsumers"
+RECEIVER_THREADS = 8
+"""Receive+ack: one call at a time per thread, so 8 calls in flight (the sends have 16)."""
+POLL_TOPICS = 500
+IDLE_WINDOW_S = 3.0
+"""Broker CPU of the idle cluster (timers, heartbeats, polls) is sampled this long first."""
 OK = definition_pb2.Code.Value("OK")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -142,6 +149,93 @@ def produce(
     return {"by_group": sent, "errors": errors[0], "seconds": round(elapsed, 3)}
 
 
+def _receive_request(group: str, queue_id: int) -> service_pb2.ReceiveMessageRequest:
+    request = service_pb2.ReceiveMessageRequest(batch_size=BATCH_MESSAGES)
+    request.group.name = CONSUMER_GROUP
+    request.message_queue.topic.name = TOPIC
+    request.message_queue.id = queue_id
+    request.message_queue.broker.name = group
+    request.filter_expression.expression = "*"
+    request.invisible_duration.FromSeconds(60)
+    request.long_polling_timeout.FromSeconds(1)
+    return request
+
+
+def receive_ack(
+    route: list[tuple[str, int, str]], seconds: float, receivers: int = RECEIVER_THREADS
+) -> dict[str, Any]:
+    """What the official SimpleConsumer does, batched: ``RECEIVER_THREADS`` threads take the
+    route's queues round-robin, each ``ReceiveMessage`` (32, long poll) at its queue's group,
+    then one ``AckMessage`` of the received handles to the same group. A thread stops early
+    when a whole round of queues gave nothing (the preload is drained)."""
+    acked: dict[str, int] = {g: 0 for g, _, _ in route}
+    errors = [0]
+    drained = [0]
+    receives = [0]
+    ended: list[float] = []
+    lock = threading.Lock()
+    start = threading.Barrier(receivers + 1)
+    stop_at = [0.0]
+    endpoints = sorted({e for _, _, e in route})
+
+    def receiver(index: int) -> None:
+        channels = {e: grpc.insecure_channel(e) for e in endpoints}
+        stubs = {e: service_pb2_grpc.MessagingServiceStub(c) for e, c in channels.items()}
+        requests = [(g, e, _receive_request(g, q)) for g, q, e in route]
+        turn = index
+        empty_in_a_row = 0
+        start.wait()
+        while time.monotonic() < stop_at[0] and empty_in_a_row < len(requests):
+            group, endpoint, request = requests[turn % len(requests)]
+            turn += 1
+            frames = stubs[endpoint].ReceiveMessage(request, timeout=15, metadata=CLIENT_ID)
+            handles = [
+                f.message.system_properties.receipt_handle
+                for f in frames
+                if f.WhichOneof("content") == "message"
+            ]
+            with lock:
+                receives[0] += 1
+            if not handles:
+                empty_in_a_row += 1
+                continue
+            empty_in_a_row = 0
+            ack = service_pb2.AckMessageRequest(
+                entries=[service_pb2.AckMessageEntry(receipt_handle=h) for h in handles]
+            )
+            ack.group.name = CONSUMER_GROUP
+            ack.topic.name = TOPIC
+            reply = stubs[endpoint].AckMessage(ack, timeout=15, metadata=CLIENT_ID)
+            with lock:
+                if reply.status.code == OK:
+                    acked[group] += len(handles)
+                else:
+                    errors[0] += 1
+        with lock:
+            ended.append(time.monotonic())
+            drained[0] += empty_in_a_row >= len(requests)
+        for channel in channels.values():
+            channel.close()
+
+    threads = [threading.Thread(target=receiver, args=(i,)) for i in range(receivers)]
+    for t in threads:
+        t.start()
+    began = time.monotonic()
+    stop_at[0] = began + seconds
+    start.wait()
+    for t in threads:
+        t.join()
+    elapsed = max(ended) - began
+    return {
+        "by_group": acked,
+        "errors": errors[0],
+        "seconds": round(elapsed, 3),
+        "threads_drained": drained[0],
+        "msgs_per_receive": round(sum(acked.values()) / max(receives[0], 1), 1),
+        "receivers": receivers,
+    }
+
+
 def poll_answer_cpu_us(endpoint: str, pid: int, calls: int = 300) -> float:
     """Broker CPU µs per ``GetBrokerGroup`` answer with an unchanged topic table (what every
     member of every other group asks each group every 2 s): the metadata cost per group."""
@@ -185,29 +279,29 @@ def _machine() -> dict[str, Any]:
     return {"cpus": os.cpu_count(), "load1": round(load1, 2), "load5": round(load5, 2)}
 
 
-def run(
-    root: Path, groups: int, replicas: int, seconds: float, in_flight: int = IN_FLIGHT
+def _until_everywhere(write: Callable[[], object], timeout_s: float = 60.0) -> None:
+    """Repeat a fanned-out admin write until every group took it: right after start-up a group
+    may not be known yet (UNAVAILABLE, "run it again"); one that has it answers ALREADY_EXISTS."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            write()
+            return
+        except grpc.RpcError as exc:
+            if exc.code() == grpc.StatusCode.ALREADY_EXISTS:
+                return
+            if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def _measured(
+    cluster: Cluster, phase: Callable[[], dict[str, Any]], pids: dict[str, int]
 ) -> dict[str, Any]:
-    cluster = Cluster(root, groups, replicas, seed=groups * 10 + replicas)
-    cluster.start()
-    try:
-        leaders = [cluster.leader(g.broker_name) for g in cluster.plans]
-        with cluster.admin(leaders[0]) as admin:
-            request = admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=QUEUES_PER_GROUP)
-            admin.CreateTopic(request, timeout=60)
-        want = groups * QUEUES_PER_GROUP
-        wait_for(lambda: len(cluster.route(leaders[0], TOPIC)) == want, 30, "the whole route")
-        route = _route(leaders[0])
-        produce(route, min(2.0, seconds), in_flight)  # warm-up (channels, first files)
-        pids = {e: cluster.pid(e) for e in cluster.endpoints()}
-        machine_before = _machine()
-        cpu_before = {e: cpu_seconds(p) for e, p in pids.items()}
-        figures = produce(route, seconds, in_flight)
-        cpu = {e: cpu_seconds(p) - cpu_before[e] for e, p in pids.items()}
-        machine_after = _machine()
-        poll_us = poll_answer_cpu_us(leaders[0], cluster.pid(leaders[0]))
-    finally:
-        cluster.stop()
+    """Run ``phase`` and turn its per-group message counts and the brokers' CPU into figures."""
+    cpu_before = {e: cpu_seconds(p) for e, p in pids.items()}
+    figures = phase()
+    cpu = {e: cpu_seconds(p) - cpu_before[e] for e, p in pids.items()}
     messages = sum(figures["by_group"].values())
     cpu_total = sum(cpu.values())
     per_group = {}
@@ -219,9 +313,8 @@ def run(
             "broker_cpu_s": round(group_cpu, 3),
             "cpu_us_per_msg": round(group_cpu * 1e6 / max(group_msgs, 1), 1),
         }
+    extra = {k: v for k, v in figures.items() if k not in ("by_group", "errors", "seconds")}
     return {
-        "groups": groups,
-        "replicas": replicas,
         "msgs": messages,
         "errors": figures["errors"],
         "seconds": figures["seconds"],
@@ -230,7 +323,79 @@ def run(
         "cpu_us_per_msg": round(cpu_total * 1e6 / max(messages, 1), 1),
         "msgs_per_broker_cpu_s": round(messages / max(cpu_total, 1e-9), 1),
         "per_group": per_group,
+        **extra,
+    }
+
+
+def run(
+    root: Path,
+    groups: int,
+    replicas: int,
+    seconds: float,
+    in_flight: int = IN_FLIGHT,
+    receivers: int = RECEIVER_THREADS,
+) -> dict[str, Any]:
+    """Produce for ``seconds``, then receive+ack what was produced for ``seconds``."""
+    cluster = Cluster(root, groups, replicas, seed=groups * 10 + replicas)
+    cluster.start()
+    try:
+        leaders = [cluster.leader(g.broker_name) for g in cluster.plans]
+        with cluster.admin(leaders[0]) as admin:
+            request = admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=QUEUES_PER_GROUP)
+            _until_everywhere(lambda: admin.CreateTopic(request, timeout=60))
+            group = admin_pb2.CreateGroupRequest(name=CONSUMER_GROUP)
+            _until_everywhere(lambda: admin.CreateGroup(group, timeout=60))
+        want = groups * QUEUES_PER_GROUP
+        wait_for(lambda: len(cluster.route(leaders[0], TOPIC)) == want, 30, "the whole route")
+        route = _route(leaders[0])
+        pids = {e: cluster.pid(e) for e in cluster.endpoints()}
+        idle_before = sum(cpu_seconds(p) for p in pids.values())
+        time.sleep(IDLE_WINDOW_S)
+        idle_cpu = sum(cpu_seconds(p) for p in pids.values()) - idle_before
+        produce(route, min(2.0, seconds), in_flight)  # warm-up (channels, first files)
+        machine_before = _machine()
+        row = _measured(cluster, lambda: produce(route, seconds, in_flight), pids)
+        machine_after = _machine()
+        receive_ack(route, min(1.0, seconds), receivers)  # warm-up, on the preload
+        row["receive_ack"] = _measured(
+            cluster, lambda: receive_ack(route, seconds, receivers), pids
+        )
+        row["receive_ack"]["machine_after"] = _machine()
+        poll_us = poll_answer_cpu_us(leaders[0], cluster.pid(leaders[0]))
+    finally:
+        cluster.stop()
+    return {
+        "groups": groups,
+        "replicas": replicas,
+        **row,
         "poll_answer_cpu_us": poll_us,
+        "idle_broker_cpu_ms_per_s": round(idle_cpu * 1e3 / IDLE_WINDOW_S, 1),
+        "machine_before": machine_before,
+        "machine_after": machine_after,
+    }
+
+
+def poll_cost(root: Path, topics: int, calls: int) -> dict[str, Any]:
+    """Broker CPU per ``GetBrokerGroup`` answer of a 1 × 1 cluster holding ``topics`` topics
+    (unchanged table, the steady state of every poll), and per answer right after a topic
+    write (the first answer of a new table version)."""
+    cluster = Cluster(root, 1, 1, seed=99)
+    cluster.start()
+    try:
+        leader = cluster.leader(cluster.plans[0].broker_name)
+        with cluster.admin(leader) as admin:
+            for i in range(topics):
+                request = admin_pb2.CreateTopicRequest(name=f"Poll{i:05d}", queue_nums=4)
+                admin.CreateTopic(request, timeout=60)
+        machine_before = _machine()
+        unchanged = poll_answer_cpu_us(leader, cluster.pid(leader), calls)
+        machine_after = _machine()
+    finally:
+        cluster.stop()
+    return {
+        "topics": topics,
+        "calls": calls,
+        "poll_answer_cpu_us": unchanged,
         "machine_before": machine_before,
         "machine_after": machine_after,
     }
@@ -244,9 +409,22 @@ def main() -> None:
     parser.add_argument(
         "--in-flight", type=int, default=IN_FLIGHT, help="calls in flight per sender thread"
     )
+    parser.add_argument(
+        "--receivers", type=int, default=RECEIVER_THREADS, help="receive+ack threads"
+    )
     parser.add_argument("--groups", default="1,2", help="group counts to run, e.g. 1,2")
     parser.add_argument("--no-record", action="store_true", help="do not append to groups.jsonl")
+    parser.add_argument(
+        "--poll-topics",
+        type=int,
+        metavar="N",
+        help=f"only the poll answer's cost, 1 x 1 cluster with N topics (e.g. {POLL_TOPICS})",
+    )
+    parser.add_argument("--label", default="", help="recorded with the run (e.g. the build)")
     args = parser.parse_args()
+    if args.poll_topics is not None:
+        _main_polls(args.poll_topics, args.label, record=not args.no_record)
+        return
     seconds = args.seconds or (5.0 if args.quick else 15.0)
     replica_counts = [int(r) for r in args.replicas.split(",") if r.strip()]
     base = Path(tempfile.mkdtemp(prefix="gannet-bench-groups-"))
@@ -254,7 +432,8 @@ def main() -> None:
     try:
         for replicas in replica_counts:
             for groups in [int(g) for g in args.groups.split(",") if g.strip()]:
-                row = run(base / f"g{groups}r{replicas}", groups, replicas, seconds, args.in_flight)
+                root = base / f"g{groups}r{replicas}"
+                row = run(root, groups, replicas, seconds, args.in_flight, args.receivers)
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 shutil.rmtree(base / f"g{groups}r{replicas}", ignore_errors=True)
@@ -264,6 +443,8 @@ def main() -> None:
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seconds": seconds,
         "in_flight_per_thread": args.in_flight,
+        "receivers": args.receivers,
+        "label": args.label,
         "runs": rows,
     }
     for replicas in replica_counts:
@@ -282,7 +463,29 @@ def main() -> None:
             f"R{replicas}: 2 groups / 1 group: messages per broker-CPU-second {per_cpu:.2f} "
             f"(target >= 0.9); raw aggregate {raw:.2f} on {os.cpu_count()} shared cores"
         )
+        one_r, two_r = one["receive_ack"], two["receive_ack"]
+        per_cpu = two_r["msgs_per_broker_cpu_s"] / max(one_r["msgs_per_broker_cpu_s"], 1e-9)
+        raw = two_r["msgs_per_s"] / max(one_r["msgs_per_s"], 1e-9)
+        line[f"r{replicas}_receive_ack_two_vs_one_per_cpu"] = round(per_cpu, 3)
+        line[f"r{replicas}_receive_ack_two_vs_one_raw"] = round(raw, 3)
+        print(
+            f"R{replicas} receive+ack: 2 groups / 1 group: messages per broker-CPU-second "
+            f"{per_cpu:.2f}; raw aggregate {raw:.2f}"
+        )
     if not args.no_record:
+        results_log.append("groups", line)
+
+
+def _main_polls(topics: int, label: str, *, record: bool) -> None:
+    base = Path(tempfile.mkdtemp(prefix="gannet-bench-polls-"))
+    try:
+        row = poll_cost(base / "polls", topics, calls=1000)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    line = {"at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "scenario": "poll_answer"}
+    line.update(label=label, **row)
+    print(json.dumps(line), flush=True)
+    if record:
         results_log.append("groups", line)
 
 

@@ -54,7 +54,6 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.pipeline import columns, exporting, jobs, rebuilding, rows, segments
 from gannet.pipeline.calling import BrokerConnection
 from gannet.pipeline.rows import MessageIds, row_message

@@ -35,6 +35,7 @@ from gannet.node.broker.serving import BrokerConfig
 from gannet.node.cli.root import main
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.configs.topics import TopicConfig, TopicConfigManager
 
 from .conftest import unique
 
@@ -304,6 +305,13 @@ def test_requests_meant_for_the_other_group_are_refused_naming_it(pair: Pair) ->
     assert refused.status.code == Code.INVALID_RECEIPT_HANDLE
     assert "broker-1" in refused.status.message
     assert pair.one.endpoint in refused.status.message
+    short = handle.rsplit(" ", 3)[0]  # the broker name is there, the rest is not: not foreign
+    ack.entries[0].receipt_handle = short
+    malformed = _messaging(pair.zero.endpoint).AckMessage(ack, metadata=CLIENT_ID, timeout=5)
+    assert "broker-1" in short
+    assert "belongs to broker group" not in malformed.status.message
+    assert "fields" in malformed.entries[0].status.message + malformed.status.message
+    ack.entries[0].receipt_handle = handle
     accepted = _messaging(pair.one.endpoint).AckMessage(ack, metadata=CLIENT_ID, timeout=5)
     assert accepted.status.code == Code.OK, accepted.status
 
@@ -397,6 +405,33 @@ def test_topics_version_ignores_order_and_sees_a_queue_change() -> None:
     assert broker_groups.topics_version([a, b]) == broker_groups.topics_version([b, a])
     grown = dataclasses.replace(a, read_queue_nums=8)
     assert broker_groups.topics_version([grown, b]) != broker_groups.topics_version([a, b])
+
+
+def test_the_poll_answer_digest_is_computed_once_per_topic_table_version(tmp_path: Path) -> None:
+    table = TopicConfigManager(tmp_path)
+    table.put(TopicConfig("A", read_queue_nums=4, write_queue_nums=4))
+    cache = broker_groups.RouteTopicsCache()
+    listed = [0]
+
+    def configs() -> list[TopicConfig]:
+        listed[0] += 1
+        return table.list()
+
+    topics, first = cache.get(table.data_version, configs)
+    assert list(topics) == ["A"]
+    for _ in range(3):  # unchanged table: neither listed nor digested again
+        assert cache.get(table.data_version, configs)[1] == first
+    assert (listed[0], cache.computed) == (1, 1)
+
+    table.put(TopicConfig("A", read_queue_nums=8, write_queue_nums=8))  # a write: new version
+    topics, grown = cache.get(table.data_version, configs)
+    assert grown != first
+    assert topics["A"].read_queue_nums == 8
+    table.put(TopicConfig("A", read_queue_nums=8, write_queue_nums=8))  # same config: no write
+    assert cache.get(table.data_version, configs)[1] == grown
+    assert table.delete("A")
+    assert cache.get(table.data_version, configs) == ({}, broker_groups.topics_version([]))
+    assert (listed[0], cache.computed) == (3, 3)
 
 
 def test_host_names_are_listed_alone_addresses_together() -> None:

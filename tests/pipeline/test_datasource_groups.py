@@ -18,10 +18,9 @@ from typing import Any
 import grpc
 import pytest
 
-from gannet.node.protocol.gen import admin_pb2
-from gannet.node.protocol.gen import admin_pb2_grpc
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.pipeline import calling, options, reading, rows
 from gannet.pipeline.calling import BrokerConnection, BrokerError

@@ -26,8 +26,7 @@ from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.protocol.gen import admin_pb2
-from gannet.node.protocol.gen import admin_pb2_grpc
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 CLIENT_ID_HEADER = "x-mq-client-id"
 CONNECT_TIMEOUT_S = 10.0

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from rocketmq.grpc_protocol import definition_pb2
@@ -76,6 +76,34 @@ def topics_version(topics: Iterable[RouteTopic]) -> str:
             f"{t.name}\0{t.read_queue_nums}\0{t.write_queue_nums}\0{t.perm}\0{t.message_type}\n".encode()
         )
     return digest.hexdigest()[:16]
+
+
+class RouteTopicsCache:
+    """This group's route-relevant topic table and its :func:`topics_version`, computed once per
+    topic-table data version (every topic write bumps it) instead of once per poll answer.
+
+    Key it with the table's data version read *before* its topics: a write in between then
+    stores the newer table under the older version, which the next call recomputes anyway.
+    """
+
+    def __init__(self) -> None:
+        self._version: object = None
+        self._topics: dict[str, RouteTopic] = {}
+        self._digest = ""
+        self.computed = 0
+        """How many times the table was rebuilt (the tests count it)."""
+
+    def get(
+        self, data_version: object, configs: Callable[[], Iterable[TopicConfig]]
+    ) -> tuple[dict[str, RouteTopic], str]:
+        """The table and its digest for ``data_version``; ``configs`` is called only when the
+        version differs from the last one seen."""
+        if self._version is None or data_version != self._version:
+            self._topics = {c.topic_name: route_topic(c) for c in configs()}
+            self._digest = topics_version(self._topics.values())
+            self._version = data_version
+            self.computed += 1
+        return self._topics, self._digest
 
 
 @dataclass(slots=True)

@@ -31,10 +31,10 @@ import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2
 
 from gannet.node.api import filters, pulling
+from gannet.node.pop.filtering import TagFilter
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.pop.filtering import TagFilter
 from gannet.node.store.log import records
 
 if TYPE_CHECKING:

@@ -35,6 +35,7 @@ ORDER_REVIVE_QUEUE = 999
 FIELD_SEPARATOR = " "
 EXTRA_INFO_FIELDS = 8
 RECEIPT_HANDLE_FIELDS = 9
+BROKER_NAME_FIELD = 5
 RECEIPT_HANDLE_LENGTH_MAX_CHARS = 1024
 
 
@@ -164,7 +165,7 @@ def parse(text: str) -> ReceiptHandle:
             f"expected {EXTRA_INFO_FIELDS} or {RECEIPT_HANDLE_FIELDS}"
         )
     flag_value = _field(parts, 4, "retry flag", text, 2)
-    broker_name = parts[5]
+    broker_name = parts[BROKER_NAME_FIELD]
     if not broker_name:
         raise ReceiptHandleIllegal(f"receipt handle {_shown(text)}: empty broker name")
     handle = ReceiptHandle(
