@@ -16,11 +16,17 @@ while the condition names the consumer group and its lag (raising the count agai
 read-write again; lowering it drains again); once the official SimpleConsumer has
 consumed and acknowledged everything, ``broker-1`` is deleted and its queues leave the route.
 With ``GANNET_E2E_GROUPS_FULL=1`` the same with 3 groups (``broker-1`` and ``broker-2`` drain
-together).
+together). With ``GANNET_E2E_GROUPS_AUTH=1`` the cluster has ``security.auth`` on: the brokers
+require the chart's admin key (``--auth-file``), the operator creates the cluster key Secret
+``wide-cluster-key`` and the test plays the kubelet with it (writes its
+``gannet-cluster-key.json`` next to the admin file, restarts each broker with
+``GANNET_CLUSTER_ACCESS_KEY``/``GANNET_CLUSTER_SECRET_KEY`` from it, as the pod template
+says), so every route and drain step below runs over signed group polls; the clients sign too.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import os
 import time
@@ -44,6 +50,7 @@ from e2e.kube import harness
 from e2e.kube.control_plane import ControlPlane, free_port
 from e2e.kube.harness import Kubectl, Process, condition
 from e2e.kube.test_membership import Kubelet
+from gannet.node.protocol.auth import SigningInterceptor
 
 NS = "gannet-groups"
 CLUSTER = "wide"
@@ -55,12 +62,18 @@ GROUPS = 3 if os.environ.get("GANNET_E2E_GROUPS_FULL") == "1" else 2
 ``GANNET_E2E_GROUPS_FULL=1`` (two groups drain at once)."""
 ROUTE_WAIT_S = 20.0  # routes follow within a poll (2 s) and a pass (2 s) on a busy machine
 RW = definition_pb2.READ_WRITE
+AUTH = os.environ.get("GANNET_E2E_GROUPS_AUTH") == "1"
+"""``security.auth`` on, the operator's cluster key signing the group polls (module docstring)."""
+KEY: dict[str, str] = {}
+"""The clients' key in :data:`AUTH` mode (the chart's admin key); empty: unsigned clients."""
 
 
 def _broker(workdir: Path, name: str) -> tuple[Process, str]:
-    """One broker group of one member: ``--broker-name name``, Raft node 1."""
+    """One broker group of one member: ``--broker-name name``, Raft node 1 (in :data:`AUTH`
+    mode requiring a key from ``auth/``, which holds the chart's admin file)."""
     home = workdir / f"groups-{name}"
     home.mkdir(exist_ok=True)
+    auth = ["--auth-file", str(home / "auth")] if AUTH else []
     secret = home / "peer-secret"
     secret.write_text("e2e-groups-peer-secret\n")
     client, peer, metrics = free_port(), free_port(), free_port()
@@ -88,6 +101,7 @@ def _broker(workdir: Path, name: str) -> tuple[Process, str]:
         "async",
         "--file-size-mb",
         "16",
+        *auth,
     ]
     ready = f"http://127.0.0.1:{metrics}/readyz"
     return Process(command, home / "broker.log", ready), f"127.0.0.1:{client}"
@@ -95,7 +109,9 @@ def _broker(workdir: Path, name: str) -> tuple[Process, str]:
 
 def _route(endpoint: str) -> list[tuple[str, int, int]]:
     """``QueryRoute`` of :data:`TOPIC`: (broker name, queue id, permission)."""
-    with grpc.insecure_channel(endpoint) as channel:
+    with grpc.insecure_channel(endpoint) as raw:
+        signer = [SigningInterceptor(KEY["accessKey"], KEY["secretKey"])] if KEY else []
+        channel = grpc.intercept_channel(raw, *signer)
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         request = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=TOPIC))
         reply = stub.QueryRoute(request, metadata=CLIENT_ID, timeout=5)
@@ -130,12 +146,45 @@ def _groups(reason: str, count: int) -> Any:
 
 
 def _spec(groups: int) -> dict[str, Any]:
-    return {"replicas": 1, "brokerGroups": groups, "storage": {"type": "ephemeral"}}
+    spec: dict[str, Any] = {"replicas": 1, "brokerGroups": groups, "storage": {"type": "ephemeral"}}
+    if AUTH:
+        spec["security"] = {"auth": {"enabled": True, "credentialsSecret": "gannet-keys"}}
+    return spec
+
+
+def _client_config(endpoint: str) -> ClientConfiguration:
+    credentials = Credentials(KEY["accessKey"], KEY["secretKey"]) if KEY else Credentials()
+    return ClientConfiguration(endpoint, credentials, request_timeout=5)
+
+
+def _install_cluster_key(admin: Kubectl, processes: list[Process]) -> None:
+    """Play the kubelet with the operator's cluster key Secret: its credentials file into
+    every broker's auth directory, its key into every broker's environment (a restart)."""
+    deadline = time.monotonic() + 60
+    while True:
+        found = admin.run("get", "secret", f"{CLUSTER}-cluster-key", "-n", NS, check=False)
+        if found.returncode == 0:
+            break
+        assert time.monotonic() < deadline, "the operator never created the cluster key"
+        time.sleep(0.5)
+    secret = admin.json("get", "secret", f"{CLUSTER}-cluster-key", "-n", NS)
+    assert secret["metadata"]["ownerReferences"][0]["name"] == CLUSTER
+    data = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    for process in processes:
+        auth = Path(process.command[process.command.index("--auth-file") + 1])
+        (auth / "gannet-cluster-key.json").write_text(data["gannet-cluster-key.json"])
+        process.env = {
+            **os.environ,
+            "GANNET_CLUSTER_ACCESS_KEY": data["accessKey"],
+            "GANNET_CLUSTER_SECRET_KEY": data["secretKey"],
+        }
+        process.stop()
+        process.start()
 
 
 def _consume_all(endpoint: str, want: int) -> int:
     """Receive and ack with :data:`CONSUMERS` until ``want`` messages came (official client)."""
-    config = ClientConfiguration(endpoint, Credentials(), request_timeout=5)
+    config = _client_config(endpoint)
     consumer = SimpleConsumer(config, CONSUMERS, {TOPIC: FilterExpression("*")}, await_duration=1)
     consumer.startup()
     got = 0
@@ -151,15 +200,23 @@ def _consume_all(endpoint: str, want: int) -> int:
 
 
 @pytest.fixture
-def groups(workdir: Path) -> Iterator[list[str]]:
-    """One broker process per group, ``broker-0`` … ``broker-<GROUPS-1>``; their endpoints."""
+def groups(workdir: Path, admin_secret: dict[str, str]) -> Iterator[list[tuple[Process, str]]]:
+    """One broker process per group, ``broker-0`` … ``broker-<GROUPS-1>``, and its endpoint."""
+    KEY.clear()
+    if AUTH:
+        KEY.update(accessKey=admin_secret["accessKey"], secretKey=admin_secret["secretKey"])
     with contextlib.ExitStack() as stack:
-        endpoints = []
+        found = []
         for g in range(GROUPS):
             process, endpoint = _broker(workdir, f"broker-{g}")
+            if AUTH:
+                auth = workdir / f"groups-broker-{g}" / "auth"
+                auth.mkdir(exist_ok=True)
+                (auth / "admin.json").write_text(admin_secret["admin.json"])
             stack.enter_context(harness.started(process))
-            endpoints.append(endpoint)
-        yield endpoints
+            found.append((process, endpoint))
+        yield found
+    KEY.clear()
 
 
 def _base(g: int) -> str:
@@ -174,7 +231,7 @@ def test_grow_from_1_group_and_drain_back_on_the_real_server(
     operator_kubeconfig: Path,
     credentials: dict[str, str],
     workdir: Path,
-    groups: list[str],
+    groups: list[tuple[Process, str]],
 ) -> None:
     admin.run("create", "namespace", NS)
     running_operator.stop()  # one operator at a time
@@ -187,13 +244,13 @@ def test_grow_from_1_group_and_drain_back_on_the_real_server(
                 "--refresh-interval-s",
                 "2",
             ]
-            for g, endpoint in enumerate(groups):
+            for g, (_, endpoint) in enumerate(groups):
                 args += ["--group-endpoint", f"{_base(g)}={endpoint}"]
             process = harness.operator_process(
                 workdir,
                 args,
                 kubeconfig=operator_kubeconfig,
-                broker=groups[0],
+                broker=groups[0][1],
                 credentials=credentials,
                 log_name="operator-groups.log",
             )
@@ -209,10 +266,21 @@ def _scale_groups(admin: Kubectl, count: int) -> None:
     admin.run("patch", "gannetcluster", CLUSTER, "-n", NS, "--type=merge", "-p", patch)
 
 
-def _run(plane: ControlPlane, admin: Kubectl, endpoints: list[str]) -> None:
+def _run(plane: ControlPlane, admin: Kubectl, groups: list[tuple[Process, str]]) -> None:
+    endpoints = [endpoint for _, endpoint in groups]
     zero = endpoints[0]
     names = [f"broker-{g}" for g in range(GROUPS)]
     meta = {"namespace": NS}
+    if AUTH:  # the brokers' credentials Secret (the pods would mount it; no kubelet here)
+        data = {"admin.json": base64.b64encode(b"{}").decode()}
+        admin.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": "gannet-keys", **meta},
+                "data": data,
+            }
+        )
     admin.apply(
         {
             "apiVersion": harness.GROUP_VERSION,
@@ -233,6 +301,8 @@ def _run(plane: ControlPlane, admin: Kubectl, endpoints: list[str]) -> None:
             "spec": {"cluster": CLUSTER},
         },
     )
+    if AUTH:
+        _install_cluster_key(admin, [process for process, _ in groups])
     topics = harness.path_of("Topic", namespace=NS)
     assert harness.watch_for(plane, topics, TOPIC, harness.ready, timeout_s=120)
     groups_path = harness.path_of("ConsumerGroup", namespace=NS)
@@ -241,7 +311,7 @@ def _run(plane: ControlPlane, admin: Kubectl, endpoints: list[str]) -> None:
     assert [r["brokerName"] for r in made["status"]["brokerGroups"]] == ["broker-0"]
     assert _route(zero) == [("broker-0", 0, RW), ("broker-0", 1, RW)]
     # billing consumes once on broker-0: from now on it subscribes the topic.
-    config = ClientConfiguration(zero, Credentials(), request_timeout=5)
+    config = _client_config(zero)
     producer = Producer(config, (TOPIC,))
     producer.startup()
     try:

@@ -51,7 +51,6 @@ FIELD = {
     "tls-no-source": "spec.security.tls",
     "tls-two-sources": "spec.security.peerTls",
     "no-groups": "spec.brokerGroups",
-    "groups-auth": "spec",
 }
 
 

@@ -4,12 +4,19 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from gannet.node.protocol import credentials
+from gannet.node.protocol.grants import Action
 from gannet.operator import broker_group_planning as bgp
-from gannet.operator import manifests, members, specs
+from gannet.operator import cluster_key, manifests, members, specs
 from gannet.operator import membership_planning as mp
 from gannet.operator.specs import Permission
 
@@ -33,13 +40,70 @@ def test_broker_groups_default_to_one_and_are_bounded() -> None:
             specs.cluster_spec({"brokerGroups": bad})
 
 
-def test_broker_groups_refuse_auth_because_the_group_polls_are_unsigned() -> None:
-    spec = {
-        "brokerGroups": 2,
-        "security": {"auth": {"enabled": True, "credentialsSecret": "creds"}},
-    }
-    with pytest.raises(specs.SpecError, match="unsigned and plaintext"):
-        specs.cluster_spec(spec)
+SECURED_GROUPS = {
+    "brokerGroups": 2,
+    "security": {
+        "auth": {"enabled": True, "credentialsSecret": "creds"},
+        "tls": {"enabled": True, "secretName": "client-certs"},
+    },
+}
+
+
+def _env(sts: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    (container,) = sts["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in container["env"]}
+
+
+def test_secured_groups_get_the_cluster_key_and_the_cluster_ca() -> None:
+    """Auth and TLS with several groups: every member of every group signs its polls with the
+    cluster key (env from the one Secret) and trusts the client TLS Secret's CA."""
+    spec = specs.cluster_spec(SECURED_GROUPS)
+    zero = manifests.build("main", "demo", "uid-1", spec, replicas=3)
+    one = manifests.group_objects("main", "demo", "uid-1", spec, group=1, replicas=3)
+    for objects in (zero, one):
+        sts = next(o for o in objects if o["kind"] == "StatefulSet")
+        env = _env(sts)
+        for name, key in (
+            ("GANNET_CLUSTER_ACCESS_KEY", "accessKey"),
+            ("GANNET_CLUSTER_SECRET_KEY", "secretKey"),
+        ):
+            ref = {"secretKeyRef": {"name": "main-cluster-key", "key": key}}
+            assert env[name] == {"name": name, "valueFrom": ref}
+        ca = {"name": "GANNET_CLUSTER_TLS_CA", "value": f"{manifests.TLS_DIR}/ca.crt"}
+        assert env["GANNET_CLUSTER_TLS_CA"] == ca
+        volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+        sources = volumes["auth"]["projected"]["sources"]
+        assert [s["secret"]["name"] for s in sources] == ["creds", "main-cluster-key"]
+        item = {"key": cluster_key.ACCOUNTS_FILE, "path": cluster_key.ACCOUNTS_FILE}
+        assert sources[1]["secret"]["items"] == [item]
+        kubernetes_validate.validate(sts, "1.33", strict=True)
+
+
+def test_the_cluster_key_secret_holds_an_admin_key_the_broker_loads(tmp_path: Path) -> None:
+    """The generated Secret's credentials file, as the broker reads it from the auth directory
+    next to the user's file, grants the env's key admin."""
+    secret = manifests.generated_cluster_key("main", "demo", "uid-1", "s3cr3t-value-0123456789")
+    kubernetes_validate.validate(secret, "1.33", strict=True)
+    assert secret["metadata"]["name"] == "main-cluster-key"
+    assert secret["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    data = secret["stringData"]
+    (tmp_path / "user.json").write_text(json.dumps({"accounts": []}))
+    (tmp_path / cluster_key.ACCOUNTS_FILE).write_text(data[cluster_key.ACCOUNTS_FILE])
+    accounts = credentials.load(tmp_path)
+    account = accounts[data["accessKey"]]
+    assert account.secret_key == data["secretKey"]
+    assert [Action.ADMIN in g.actions for g in account.grants] == [True]
+
+
+def test_no_cluster_key_without_auth_and_no_cluster_ca_without_tls() -> None:
+    def cluster_env(security: dict[str, Any]) -> list[str]:
+        spec = specs.cluster_spec({"brokerGroups": 2, "security": security})
+        objects = manifests.build("main", "demo", "u", spec, replicas=3)
+        sts = next(o for o in objects if o["kind"] == "StatefulSet")
+        return [name for name in _env(sts) if name.startswith("GANNET_CLUSTER_")]
+
+    assert cluster_env({}) == []
+    assert cluster_env({"tls": {"enabled": True, "secretName": "c"}}) == ["GANNET_CLUSTER_TLS_CA"]
 
 
 # ---------------------------------------------------------------- objects

@@ -211,6 +211,16 @@ def test_cluster_secrets_override_the_default(secured: threads.BrokerThread, pki
             args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
             assert "--auth-file" in args
             assert "--tls-cert" in args
+            # The broker groups' cluster key: created by the operator, owned by the cluster,
+            # projected into the auth directory and handed to the member as env.
+            cluster = await env.get("GannetCluster", "main")
+            key = await env.kube.get("v1", "Secret", NAMESPACE, "main-cluster-key")
+            assert cluster is not None
+            assert key is not None
+            assert key["metadata"]["ownerReferences"][0]["uid"] == cluster["metadata"]["uid"]
+            env_names = [e["name"] for e in sts["spec"]["template"]["spec"]["containers"][0]["env"]]
+            assert "GANNET_CLUSTER_ACCESS_KEY" in env_names
+            assert "GANNET_CLUSTER_TLS_CA" in env_names
 
     asyncio.run(scenario())
     assert describe(secured, pki, "from-secret").topic.write_queue_nums == 2

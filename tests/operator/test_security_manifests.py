@@ -62,10 +62,13 @@ def test_secured_cluster_mounts_secrets_read_only_and_passes_the_broker_flags() 
         assert mounts[volume] == {"name": volume, "mountPath": path, "readOnly": True}
     sts = next(o for o in objects if o["kind"] == "StatefulSet")
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
-    assert volumes["auth"]["secret"]["secretName"] == "gannet-keys"
+    # The auth directory: the user's credentials plus the cluster key's file (cluster_key).
+    sources = volumes["auth"]["projected"]["sources"]
+    assert sources[0] == {"secret": {"name": "gannet-keys"}}
+    assert sources[1]["secret"]["name"] == "main-cluster-key"
     assert volumes["tls"]["secret"]["secretName"] == "main-client-tls"  # cert-manager's
     assert volumes["peer-tls"]["secret"]["secretName"] == "main-peers-certs"  # the user's
-    assert volumes["auth"]["secret"]["defaultMode"] == 0o440
+    assert volumes["auth"]["projected"]["defaultMode"] == 0o440
     for obj in objects:
         if obj["kind"] != "Certificate":
             kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
@@ -92,8 +95,17 @@ def test_cert_manager_certificates_cover_every_pod_of_the_headless_service() -> 
         assert "*.main-peers.demo.svc" in spec["dnsNames"]
         assert "main-client.demo.svc" in spec["dnsNames"]
         assert certificate["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    assert "client auth" in certificates["main-peer-tls"]["spec"]["usages"]
-    assert "client auth" not in certificates["main-client-tls"]["spec"]["usages"]
+    # Client certificates dial other groups' mutual-TLS client ports too.
+    for name in ("main-peer-tls", "main-client-tls"):
+        assert "client auth" in certificates[name]["spec"]["usages"]
+        assert "server auth" in certificates[name]["spec"]["usages"]
+    # Every group a cluster may have is covered, as the other groups dial it.
+    names = certificates["main-client-tls"]["spec"]["dnsNames"]
+    last = specs.BROKER_GROUPS_MAX - 1
+    for group in (1, last):
+        assert f"*.main-g{group}-peers.demo.svc" in names
+        assert f"main-g{group}-client.demo.svc" in names
+    assert f"main-g{last + 1}-client.demo.svc" not in names
     args = container(objects)["args"]
     assert flag(args, "--peer-tls-ca") == f"{manifests.PEER_TLS_DIR}/ca.crt"
 

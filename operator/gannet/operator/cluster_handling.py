@@ -19,6 +19,7 @@ import kopf
 
 from gannet.operator import (
     broker_group_handling,
+    cluster_key,
     cluster_planning,
     conditions,
     contexts,
@@ -80,6 +81,8 @@ async def reconcile(
     if await _ensure_peer_secret(ctx, name, namespace, uid, cluster):
         secret = manifests.peer_secret_name(name, cluster)
         pending.normal("Created", f"created Secret {secret}")
+    if await _ensure_cluster_key(ctx, name, namespace, uid, cluster):
+        pending.normal("Created", f"created Secret {cluster_key.secret_name(name)}")
     monitoring: Condition | None = None
     certificates: Condition | None = None
 
@@ -205,6 +208,20 @@ async def _ensure_peer_secret(
         return False
     token = secrets.token_urlsafe(32)
     await ctx.kube.apply(manifests.generated_peer_secret(name, namespace, uid, token))
+    return True
+
+
+async def _ensure_cluster_key(
+    ctx: Context, name: str, namespace: str, uid: str, cluster: specs.ClusterSpec
+) -> bool:
+    """Create the cluster key Secret once when auth is on (``cluster_key``); an existing one
+    is kept (the members read it at start). True when it was created."""
+    if not cluster_key.needed(cluster):
+        return False
+    if await ctx.kube.get("v1", "Secret", namespace, cluster_key.secret_name(name)) is not None:
+        return False
+    token = secrets.token_urlsafe(32)
+    await ctx.kube.apply(manifests.generated_cluster_key(name, namespace, uid, token))
     return True
 
 

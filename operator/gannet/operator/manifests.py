@@ -42,9 +42,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from gannet.operator import resources
+from gannet.operator import cluster_key, resources
 from gannet.operator.resources import CLIENT_PORT, METRICS_PORT, PEER_PORT
-from gannet.operator.specs import ClusterSpec, TlsSpec
+from gannet.operator.specs import BROKER_GROUPS_MAX, ClusterSpec, TlsSpec
 
 DATA_DIR = "/var/lib/gannet"
 AUTH_DIR = "/etc/gannet/auth"
@@ -153,6 +153,18 @@ def generated_peer_secret(cluster: str, namespace: str, uid: str, token: str) ->
         "metadata": _metadata(f"{cluster}-peer-secret", cluster, namespace, uid),
         "type": "Opaque",
         "stringData": {PEER_SECRET_KEY: token},
+    }
+
+
+def generated_cluster_key(cluster: str, namespace: str, uid: str, secret_key: str) -> Manifest:
+    """The cluster key Secret (``cluster_key``), created once, owned by the cluster."""
+    name = cluster_key.secret_name(cluster)
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _metadata(name, cluster, namespace, uid),
+        "type": "Opaque",
+        "stringData": cluster_key.secret_data(secret_key),
     }
 
 
@@ -395,6 +407,7 @@ def stateful_set(
     owner, cluster = cluster, group_base(cluster, group)
     container = _container(spec, group)
     container["envFrom"] = [{"configMapRef": {"name": config_map_name(owner)}}]
+    container["env"] += cluster_key.env(owner, spec, f"{TLS_DIR}/ca.crt")
     secrets = _secret_volumes(owner, spec)
     container["volumeMounts"] += [
         {"name": volume, "mountPath": path, "readOnly": True} for volume, _, path in secrets
@@ -435,7 +448,9 @@ def stateful_set(
         },
     ]
     pod_spec["volumes"] += [
-        {"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}}
+        cluster_key.auth_volume(owner, secret, SECRET_MODE)
+        if volume == "auth" and cluster_key.needed(spec)
+        else {"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}}
         for volume, secret, _ in secrets
     ]
     if storage.type == "ephemeral":
@@ -559,12 +574,19 @@ def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -
 
 def tls_dns_names(cluster: str, namespace: str, replicas: int) -> list[str]:
     """Names a broker certificate covers: every pod of the headless Service (and a wildcard over
-    it, so a scale-up needs no new certificate) and the client Service."""
+    it, so a scale-up needs no new certificate) and the client Service; then, for every broker
+    group a cluster may have, the names other groups dial it at (its pods through the wildcard
+    over its headless Service, its client Service), so growing or draining groups never needs
+    a new certificate."""
     peers = f"{peers_service_name(cluster)}.{namespace}.svc"
     client = f"{client_service_name(cluster)}.{namespace}.svc"
     names = [pod_host(cluster, namespace, i) for i in range(replicas)]
     names += [f"*.{peers}", f"*.{peers}.cluster.local", client, f"{client}.cluster.local"]
     names += [client_service_name(cluster), f"{client_service_name(cluster)}.{namespace}"]
+    for group in range(1, BROKER_GROUPS_MAX):
+        base = group_base(cluster, group)
+        names += [f"*.{peers_service_name(base)}.{namespace}.svc"]
+        names += [f"{client_service_name(base)}.{namespace}.svc"]
     return names
 
 
@@ -573,14 +595,16 @@ def certificates(
 ) -> list[Manifest]:
     """cert-manager ``Certificate`` objects for the TLS settings that name an issuer. Peer
     certificates serve and dial (server and client auth); ``ca.crt`` in their Secret is the
-    cluster CA that every peer checks the others against."""
+    cluster CA that every peer checks the others against. Client certificates have client auth
+    too: a member presents its own when it dials another group's mutual-TLS client port."""
     found: list[Manifest] = []
+    both = ["server auth", "client auth", "digital signature", "key encipherment"]
     for tls, purpose, usages in (
-        (spec.security.tls, "client", ["server auth", "digital signature", "key encipherment"]),
+        (spec.security.tls, "client", both),
         (
             spec.security.peer_tls,
             "peer",
-            ["server auth", "client auth", "digital signature", "key encipherment"],
+            both,
         ),
     ):
         if not tls.enabled or tls.issuer is None:

@@ -355,12 +355,6 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     if not image:
         raise SpecError("spec.image is empty; name a container image")
     security = _security(spec)
-    if groups > 1 and (security.auth.enabled or security.tls.enabled):
-        # The brokers poll each other's groups unsigned over plaintext gRPC (architecture.md).
-        raise SpecError(
-            f"spec.brokerGroups is {groups} with security.auth or security.tls enabled; the "
-            "brokers' group polls are unsigned and plaintext: use 1 group, or disable both"
-        )
     return ClusterSpec(
         replicas=replicas,
         image=image,
