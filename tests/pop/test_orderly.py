@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -122,3 +123,44 @@ def test_fifo_forward_to_dlq_unblocks_the_queue(harness: Harness) -> None:
     assert bodies_of(harness.pop(1, group=FIFO, queue_id=0)) == ["m1"]
     dead = harness.store.get_messages(validation.dlq_topic(FIFO), 0, 0, 5).messages
     assert [records.decode(d.data).body for d in dead] == [b"m0"]
+
+
+class _RecordingLock:
+    """An RLock that notes, in ``order``, the first time each thread takes it."""
+
+    def __init__(self, name: str, inner: Any, order: list[str]) -> None:
+        self.name, self.inner, self.order = name, inner, order
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        got = bool(self.inner.acquire(blocking, timeout))
+        if got and self.name not in self.order:
+            self.order.append(self.name)
+        return got
+
+    def release(self) -> None:
+        self.inner.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def test_fifo_forward_to_dlq_takes_the_locks_in_the_pops_order(harness: Harness) -> None:
+    """A FIFO pop takes the order infos' lock, then the buffer's. A forward of an orderly
+    handle used to take the buffer's and then, in its ack, the order infos': a forward and a
+    pop of the same group deadlocked (the official PushConsumer hung on shutdown)."""
+    _setup(harness)
+    harness.produce(2, queue_id=0)
+    broker = harness.broker
+    pop_order: list[str] = []
+    broker.orders.infos.lock = _RecordingLock("infos", broker.orders.infos.lock, pop_order)  # type: ignore[assignment]
+    broker.ctx.buffer.lock = _RecordingLock("buffer", broker.ctx.buffer.lock, pop_order)  # type: ignore[assignment]
+    (m,) = harness.pop(1, group=FIFO, queue_id=0).messages
+    assert pop_order[:2] == ["infos", "buffer"]
+    forward_order: list[str] = []
+    broker.orders.infos.lock.order = forward_order  # type: ignore[attr-defined]
+    broker.ctx.buffer.lock.order = forward_order  # type: ignore[attr-defined]
+    broker.forward_to_dlq(FIFO, TOPIC, m.receipt_handle, now_ms=harness.now)
+    assert forward_order[:2] == ["infos", "buffer"]

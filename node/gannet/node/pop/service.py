@@ -251,7 +251,14 @@ class PopBroker:
         def ack(h: ReceiptHandle) -> None:
             self.ack(group, topic, h, now_ms=now_ms)
 
-        self.acker.forward_to_dlq(group, topic, handle, now_ms, ack)
+        if not self._is_order(handle):
+            self.acker.forward_to_dlq(group, topic, handle, now_ms, ack)
+            return
+        # An orderly pop takes the order infos' lock, then the buffer's; the forward holds the
+        # buffer's while its ack takes the order infos'. Taking the order infos' lock first keeps
+        # one order, so a forward and a FIFO pop of the same group cannot deadlock.
+        with self.orders.infos.lock:
+            self.acker.forward_to_dlq(group, topic, handle, now_ms, ack)
 
     @staticmethod
     def _is_order(handle: str | ReceiptHandle) -> bool:
