@@ -1,29 +1,8 @@
 """SQL92 message filters (``FilterExpression`` of type SQL92): parse once, evaluate per message.
 
-Grammar (RocketMQ's ``SelectorParser``, itself ActiveMQ's JMS selector without LIKE,
-arithmetic, hex and octal literals), keywords case-insensitive, precedence from loosest::
-
-    expr      := and ( OR and )*
-    and       := eq ( AND eq )*
-    eq        := cmp ( '=' cmp | '<>' cmp | IS NULL | IS NOT NULL )*
-    cmp       := unary ( ('>'|'>='|'<'|'<=') unary | [NOT] BETWEEN unary AND unary
-                       | [NOT] IN '(' 'str' (',' 'str')* ')' )*
-    unary     := '+' unary | '-' unary | NOT unary | primary
-    primary   := 'string' | integer | decimal | TRUE | FALSE | NULL | property | '(' expr ')'
-
-Strings are single-quoted (``''`` is a quote); integers are ``0`` or ``[1-9][0-9]*`` with an
-optional ``L``, at most ``Long.MAX_VALUE`` (Integer inside the int range, else Long); decimals
-are ``5.``, ``5.5``, ``.5``, ``5E10`` (Double; RocketMQ refuses infinite ones and any below
-``Double.MIN_VALUE``, so ``0.0`` too); properties are ``[A-Za-z_$][A-Za-z0-9_$]*``; ``--`` line
-and ``/* */`` block comments are skipped. Note that ``NOT`` binds tighter than ``=``: ``NOT a =
-'x'`` is ``(NOT a) = 'x'``, as in RocketMQ. Checks at parse time, as RocketMQ makes them:
-``>``/``>=``/``<``/``<=``/``BETWEEN`` operands may not be string, boolean or NULL literals nor
-boolean expressions; ``=``/``<>`` may not compare with the ``NULL`` literal (use ``IS NULL``);
-``IN`` needs a property on its left; ``BETWEEN`` literal bounds must be ordered; the whole
-expression and each ``AND``/``OR``/``NOT`` operand must be boolean (a bare property is a boolean
-cast). Gannet adds one limit: the tree may be at most :data:`DEPTH_MAX` operators deep (a chain
-of 200 ``OR``s), so that compiling and evaluating never exhaust the stack. A failure raises
-:class:`SqlFilterError` with the offset, line and column of the error.
+The grammar, the parse-time checks and the tree are in :mod:`sql_parsing`; Java's value
+conversions and comparison in :mod:`sql_values`. This module compiles the tree into closures and
+decides from the tag hash.
 
 Evaluation (``ComparisonExpression`` and friends with ``convertStringExpressions`` on, which
 ``SelectorParser.parse`` always sets): every message property (user properties, ``TAGS``,
@@ -58,238 +37,28 @@ called by :mod:`filtering`.
 from __future__ import annotations
 
 import functools
-import math
-import re
-import struct
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
 
-import lark
-from lark import Token
-
+from gannet.node.pop.sql_parsing import DEPTH_MAX, Node, SqlFilterError, parse_tree
+from gannet.node.pop.sql_values import (
+    INT_MIN,
+    LONG_MIN,
+    EvalError,
+    Long,
+    compare,
+    java_double,
+    java_equals,
+)
 from gannet.node.store.hashing import tags_code
 
+__all__ = ["CACHE_SIZE", "DEPTH_MAX", "SqlFilter", "SqlFilterError", "compile_expression", "parse"]
+
 CACHE_SIZE = 256
-DEPTH_MAX = 200
 TAGS_CODE_CACHE_MAX = 4096
 TAGS = "TAGS"
 
-_INT_MIN, _INT_MAX = -(2**31), 2**31 - 1
-_LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
-_DOUBLE_MIN = 5e-324  # Double.MIN_VALUE, the smallest positive double
-
-_GRAMMAR = r"""
-?start: or_expr
-?or_expr: and_expr | or_expr OR and_expr -> or_
-?and_expr: eq_expr | and_expr AND eq_expr -> and_
-?eq_expr: cmp_expr
-    | eq_expr EQ cmp_expr -> eq
-    | eq_expr NE cmp_expr -> ne
-    | eq_expr IS NULL -> is_null
-    | eq_expr IS NOT NULL -> is_not_null
-?cmp_expr: unary
-    | cmp_expr CMP unary -> cmp
-    | cmp_expr BETWEEN unary AND unary -> between
-    | cmp_expr NOT BETWEEN unary AND unary -> not_between
-    | cmp_expr IN "(" strings ")" -> in_
-    | cmp_expr NOT IN "(" strings ")" -> not_in
-strings: STRING ("," STRING)*
-?unary: PLUS unary -> pos
-    | MINUS unary -> neg
-    | NOT unary -> not_
-    | primary
-?primary: STRING -> string
-    | FLOAT -> float_
-    | DECIMAL -> decimal
-    | TRUE -> true
-    | FALSE -> false
-    | NULL -> null
-    | ID -> prop
-    | "(" or_expr ")"
-
-NOT.2: /not(?![a-z0-9_$])/i
-AND.2: /and(?![a-z0-9_$])/i
-OR.2: /or(?![a-z0-9_$])/i
-BETWEEN.2: /between(?![a-z0-9_$])/i
-IN.2: /in(?![a-z0-9_$])/i
-TRUE.2: /true(?![a-z0-9_$])/i
-FALSE.2: /false(?![a-z0-9_$])/i
-NULL.2: /null(?![a-z0-9_$])/i
-IS.2: /is(?![a-z0-9_$])/i
-ID: /[a-z_$][a-z0-9_$]*/i
-FLOAT.3: /[0-9]+\.[0-9]*(e[+-]?[0-9]+)?|\.[0-9]+(e[+-]?[0-9]+)?|[0-9]+e[+-]?[0-9]+/i
-DECIMAL: /(0|[1-9][0-9]*)l?/i
-STRING: /'(''|[^'])*'/
-EQ: "="
-NE.3: "<>"
-CMP: ">=" | "<=" | ">" | "<"
-PLUS: "+"
-MINUS: "-"
-
-%ignore /[ \t\n\r\f]+/
-%ignore /--[^\n\r]*(\r\n|\n|\r)/
-%ignore /\/\*[^*]*\*+([^*\/][^*]*\*+)*\//
-"""
-
-
-class SqlFilterError(ValueError):
-    """An SQL92 expression that does not parse or breaks a rule; ``position`` is the 0-based
-    character offset of the error, ``line``/``column`` 1-based."""
-
-    def __init__(self, detail: str, text: str, position: int) -> None:
-        position = max(0, min(position, len(text)))
-        line = text.count("\n", 0, position) + 1
-        column = position - (text.rfind("\n", 0, position) + 1) + 1
-        super().__init__(f"{detail} at line {line}, column {column} (offset {position})")
-        self.detail = detail
-        self.position = position
-        self.line = line
-        self.column = column
-
-
-class _EvalError(Exception):
-    """An evaluation that RocketMQ ends with an exception: the message does not match."""
-
-
-class _Long(int):
-    """A Java Long value (a plain int is a Java Integer)."""
-
-    __slots__ = ()
-
-
-# ---------------------------------------------------------------- Java conversions
-_INT_TEXT = re.compile(r"[+-]?\d+")
-_DOUBLE_TEXT = re.compile(
-    r"[+-]?(NaN|Infinity|([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?[fFdD]?)"
-)
-
-
-def _java_integer(text: str, low: int, high: int) -> int:
-    if not _INT_TEXT.fullmatch(text):
-        raise _EvalError(f"{text!r} is not an integer")
-    value = int(text)
-    if not low <= value <= high:
-        raise _EvalError(f"{text!r} is out of range")
-    return value
-
-
-def _java_double(text: str) -> float:
-    trimmed = text.strip("".join(chr(c) for c in range(33)))
-    if not _DOUBLE_TEXT.fullmatch(trimmed):
-        raise _EvalError(f"{text!r} is not a number")
-    body = trimmed.rstrip("fFdD") if trimmed[-1:] in "fFdD" else trimmed
-    return float(body.replace("Infinity", "inf"))
-
-
-def _double_bits(x: float) -> int:
-    if math.isnan(x):
-        return 0x7FF8000000000000
-    return int(struct.unpack(">q", struct.pack(">d", x))[0])
-
-
-def _sign(a: Any, b: Any) -> int:
-    return int(a > b) - int(a < b)
-
-
-def _compare(lv: object, rv: object) -> int:
-    """``ComparisonExpression.__compare`` with string conversion on: the sign of lv ? rv."""
-    lt, rt = type(lv), type(rv)
-    if lt is not rt and not (lt in (int, _Long) and rt in (int, _Long)):
-        if lt is bool:
-            if rt is str:
-                raise _EvalError("a boolean cannot be converted to a string")
-            return -1
-        if lt in (int, _Long):
-            if rt is float:
-                lv = float(lv)  # type: ignore[arg-type]
-            elif rt is str:
-                rv = (
-                    _java_integer(rv, _INT_MIN, _INT_MAX)  # type: ignore[arg-type]
-                    if lt is int
-                    else _java_integer(rv, _LONG_MIN, _LONG_MAX)  # type: ignore[arg-type]
-                )
-            else:
-                return -1
-        elif lt is float:
-            if rt in (int, _Long):
-                rv = float(rv)  # type: ignore[arg-type]
-            elif rt is str:
-                rv = _java_double(rv)  # type: ignore[arg-type]
-            else:
-                return -1
-        elif lt is str:
-            if rt is bool:
-                lv = lv.lower() == "true"  # type: ignore[attr-defined]
-            elif rt is int:
-                lv = _java_integer(lv, _INT_MIN, _INT_MAX)  # type: ignore[arg-type]
-            elif rt is _Long:
-                lv = _java_integer(lv, _LONG_MIN, _LONG_MAX)  # type: ignore[arg-type]
-            elif rt is float:
-                lv = _java_double(lv)  # type: ignore[arg-type]
-            else:
-                return -1
-        else:
-            return -1
-    if type(lv) is float:
-        s = _sign(lv, rv)
-        return s if s else _sign(_double_bits(lv), _double_bits(float(rv)))  # type: ignore[arg-type]
-    return _sign(lv, rv)
-
-
-def _java_equals(lv: object, rv: object) -> bool:
-    """``lv == rv || lv.equals(rv)`` (both non-null)."""
-    if type(lv) is not type(rv):
-        return False
-    if type(lv) is float:
-        return _double_bits(lv) == _double_bits(rv)  # type: ignore[arg-type]
-    return lv == rv
-
-
-# ---------------------------------------------------------------- the tree
 Props = Mapping[str, str]
 Eval = Callable[[Props], object]
-
-
-@dataclass(frozen=True, slots=True)
-class Node:
-    """A parsed expression part; ``boolean`` marks RocketMQ's ``BooleanExpression``."""
-
-    kind: str  # const prop neg not and or cast eq cmp in
-    boolean: bool
-    value: object = None  # const value; prop name; cmp operator; in: frozenset of strings
-    left: Node | None = None
-    right: Node | None = None
-    negated: bool = False  # in: NOT IN
-    at: int = 0  # offset of the part's first character in the expression (error messages)
-
-    @property
-    def is_literal(self) -> bool:
-        return self.kind == "const"
-
-
-def _const(value: object, at: int = 0) -> Node:
-    return Node("const", value is None or type(value) is bool, value, at=at)
-
-
-_NULL = _const(None)
-
-
-def _not(node: Node, at: int | None = None) -> Node:
-    return Node("not", True, left=node, at=node.at if at is None else at)
-
-
-def _eq(left: Node, right: Node) -> Node:
-    return Node("eq", True, left=left, right=right, at=left.at)
-
-
-def _cmp(op: str, left: Node, right: Node) -> Node:
-    return Node("cmp", True, op, left, right, at=left.at)
-
-
-def _logic(kind: str, left: Node, right: Node) -> Node:
-    return Node(kind, True, left=left, right=right, at=left.at)
-
 
 _SIGN_TESTS: dict[str, Callable[[int], bool]] = {
     ">": lambda s: s > 0,
@@ -314,9 +83,9 @@ def _compile(node: Node) -> Eval:
         def negate(p: Props) -> object:
             v = left(p)
             if type(v) is int:
-                return -v if v != _INT_MIN else v  # Java int overflow
-            if type(v) is _Long:
-                return _Long(-v if v != _LONG_MIN else v)
+                return -v if v != INT_MIN else v  # Java int overflow
+            if type(v) is Long:
+                return Long(-v if v != LONG_MIN else v)
             if type(v) is float:
                 return -v
             return None
@@ -329,7 +98,7 @@ def _compile(node: Node) -> Eval:
             if v is None:
                 return None
             if type(v) is not bool:
-                raise _EvalError("NOT of a non-boolean")
+                raise EvalError("NOT of a non-boolean")
             return not v
 
         return not_
@@ -386,9 +155,9 @@ def _compile(node: Node) -> Eval:
                 if lv is None and rv is None:
                     return True
                 return None if lv is None else False
-            if _java_equals(lv, rv):
+            if java_equals(lv, rv):
                 return True
-            return _compare(lv, rv) == 0
+            return compare(lv, rv) == 0
 
         return eq
     test = _SIGN_TESTS[str(node.value)]
@@ -401,8 +170,8 @@ def _compile(node: Node) -> Eval:
         if rv is None:
             return None
         if type(lv) is str and type(rv) is str:
-            lv, rv = _java_double(lv), _java_double(rv)
-        return test(_compare(lv, rv))
+            lv, rv = java_double(lv), java_double(rv)
+        return test(compare(lv, rv))
 
     return cmp
 
@@ -492,7 +261,7 @@ class SqlFilter:
         """True only when the expression is TRUE for a message with these properties."""
         try:
             return self._eval(properties) is True
-        except (_EvalError, OverflowError, ValueError):
+        except (EvalError, OverflowError, ValueError):
             return False
 
     def accepts_tags_code(self, code: int) -> bool:
@@ -509,214 +278,9 @@ class SqlFilter:
         return f"SqlFilter({self.expression!r})"
 
 
-# ---------------------------------------------------------------- parsing
-@functools.cache
-def _parser() -> lark.Lark:
-    return lark.Lark(_GRAMMAR, parser="lalr", maybe_placeholders=False)
-
-
-def _pos(item: Token | Node | Any) -> int:
-    return int(item.start_pos) if isinstance(item, Token) and item.start_pos is not None else 0
-
-
-class _Build(lark.Transformer[Token, Node]):
-    """Lark tree → :class:`Node`, with RocketMQ's parse-time checks."""
-
-    def __init__(self, text: str) -> None:
-        super().__init__()
-        self.text = text
-
-    def _fail(self, detail: str, at: Token | Node) -> SqlFilterError:
-        return SqlFilterError(detail, self.text, at.at if isinstance(at, Node) else _pos(at))
-
-    def _boolean(self, node: Node, at: Token) -> Node:
-        if node.boolean:
-            return node
-        if node.kind == "prop":
-            return Node("cast", True, left=node, at=node.at)
-        raise self._fail(f"{_show(node)} does not give a boolean value", node)
-
-    def _orderable(self, node: Node, at: Token) -> None:
-        if (node.is_literal and type(node.value) not in (int, _Long, float)) or (
-            node.boolean and not node.is_literal
-        ):
-            raise self._fail(f"{_show(node)} cannot be compared with {at.value!r}", node)
-
-    def _equatable(self, left: Node, right: Node, at: Token) -> None:
-        for node in (left, right):
-            if node.is_literal and node.value is None:
-                raise self._fail(
-                    f"NULL cannot be compared with {at.value!r}; use IS NULL / IS NOT NULL", node
-                )
-        if left.is_literal and right.is_literal and left.boolean and not right.boolean:
-            raise self._fail(f"{_show(left)} cannot be compared with {_show(right)}", right)
-
-    # --- logic
-    def or_(self, c: list[Any]) -> Node:
-        return _logic("or", self._boolean(c[0], c[1]), self._boolean(c[2], c[1]))
-
-    def and_(self, c: list[Any]) -> Node:
-        return _logic("and", self._boolean(c[0], c[1]), self._boolean(c[2], c[1]))
-
-    def not_(self, c: list[Any]) -> Node:
-        return _not(self._boolean(c[1], c[0]), _pos(c[0]))
-
-    # --- equality
-    def eq(self, c: list[Any]) -> Node:
-        self._equatable(c[0], c[2], c[1])
-        return _eq(c[0], c[2])
-
-    def ne(self, c: list[Any]) -> Node:
-        self._equatable(c[0], c[2], c[1])
-        return _not(_eq(c[0], c[2]))
-
-    def is_null(self, c: list[Any]) -> Node:
-        return _eq(c[0], _NULL)
-
-    def is_not_null(self, c: list[Any]) -> Node:
-        return _not(_eq(c[0], _NULL))
-
-    # --- comparison
-    def cmp(self, c: list[Any]) -> Node:
-        left, op, right = c
-        self._orderable(left, op)
-        self._orderable(right, op)
-        return _cmp(str(op.value), left, right)
-
-    def between(self, c: list[Any]) -> Node:
-        value, at, low, _, high = c
-        self._check_bounds(low, high, at)
-        for node in (value, low, high):
-            self._orderable(node, at)
-        return _logic("and", _cmp(">=", value, low), _cmp("<=", value, high))
-
-    def not_between(self, c: list[Any]) -> Node:
-        value, at, _, low, _, high = c
-        for node in (value, low, high):
-            self._orderable(node, at)
-        return _logic("or", _cmp("<", value, low), _cmp(">", value, high))
-
-    def _check_bounds(self, low: Node, high: Node, at: Token) -> None:
-        if not (low.is_literal and high.is_literal):
-            return
-        if low.value is None or high.value is None:
-            raise self._fail("BETWEEN bounds cannot be NULL", low)
-        try:
-            ordered = _compare(high.value, low.value) >= 0
-        except _EvalError as exc:
-            raise self._fail(f"BETWEEN bounds cannot be compared: {exc}", low) from None
-        if not ordered:
-            raise self._fail(f"BETWEEN needs low <= high, got {_show(low)} AND {_show(high)}", low)
-
-    def in_(self, c: list[Any]) -> Node:
-        return self._in(c[0], c[1], c[2], negated=False)
-
-    def not_in(self, c: list[Any]) -> Node:
-        return self._in(c[0], c[2], c[3], negated=True)
-
-    def _in(self, left: Node, at: Token, values: frozenset[str], *, negated: bool) -> Node:
-        if left.kind != "prop":
-            raise self._fail(f"IN needs a property on its left, got {_show(left)}", left)
-        return Node("in", True, values, left, negated=negated, at=left.at)
-
-    def strings(self, c: list[Token]) -> frozenset[str]:
-        return frozenset(_unquote(t) for t in c)
-
-    # --- unary and literals
-    def pos(self, c: list[Any]) -> Node:
-        return c[1]  # type: ignore[no-any-return]
-
-    def neg(self, c: list[Any]) -> Node:
-        return Node("neg", False, left=c[1], at=_pos(c[0]))
-
-    def string(self, c: list[Token]) -> Node:
-        return _const(_unquote(c[0]), _pos(c[0]))
-
-    def decimal(self, c: list[Token]) -> Node:
-        text = str(c[0]).rstrip("lL")
-        value = int(text)
-        if value > _LONG_MAX:
-            raise self._fail(f"integer {text} is above {_LONG_MAX}", c[0])
-        return _const(value if value <= _INT_MAX else _Long(value), _pos(c[0]))
-
-    def float_(self, c: list[Token]) -> Node:
-        value = float(str(c[0]))
-        if math.isinf(value):
-            raise self._fail(f"{c[0]} is above the largest double", c[0])
-        if value < _DOUBLE_MIN:
-            raise self._fail(
-                f"{c[0]} is below the smallest positive double (RocketMQ's rule; write 0)", c[0]
-            )
-        return _const(value, _pos(c[0]))
-
-    def true(self, c: list[Token]) -> Node:
-        return _const(True, _pos(c[0]))
-
-    def false(self, c: list[Token]) -> Node:
-        return _const(False, _pos(c[0]))
-
-    def null(self, c: list[Token]) -> Node:
-        return _const(None, _pos(c[0]))
-
-    def prop(self, c: list[Token]) -> Node:
-        return Node("prop", False, str(c[0]), at=_pos(c[0]))
-
-
-def _depth(root: Node) -> int:
-    """How deep the tree is (iterative: a long AND chain is a deep tree)."""
-    deepest, stack = 0, [(root, 1)]
-    while stack:
-        node, depth = stack.pop()
-        deepest = max(deepest, depth)
-        stack.extend((n, depth + 1) for n in (node.left, node.right) if n is not None)
-    return deepest
-
-
-def _unquote(token: Token) -> str:
-    return str(token)[1:-1].replace("''", "'")
-
-
-def _show(node: Node) -> str:
-    if node.kind == "const":
-        v = node.value
-        if v is None or type(v) is bool:
-            return str(v).upper() if v is not None else "NULL"
-        return "'" + v.replace("'", "''") + "'" if isinstance(v, str) else repr(v)
-    if node.kind == "prop":
-        return str(node.value)
-    return "a boolean expression" if node.boolean else "a negated value"
-
-
 def parse(text: str) -> SqlFilter:
     """Compile ``text`` (no cache); raises :class:`SqlFilterError`."""
-    if not text.strip():
-        raise SqlFilterError("the SQL92 expression is empty", text, 0)
-    try:
-        tree = _parser().parse(text)
-    except lark.exceptions.UnexpectedEOF:
-        raise SqlFilterError("the SQL92 expression ends too early", text, len(text)) from None
-    except lark.exceptions.UnexpectedCharacters as exc:
-        at = exc.pos_in_stream or 0
-        raise SqlFilterError(f"unexpected character {text[at : at + 1]!r}", text, at) from None
-    except lark.exceptions.UnexpectedToken as exc:
-        token = exc.token
-        if token.type == "$END":
-            raise SqlFilterError("the SQL92 expression ends too early", text, len(text)) from None
-        raise SqlFilterError(f"unexpected {str(token)!r}", text, _pos(token)) from None
-    try:
-        node = _Build(text).transform(tree)
-    except lark.exceptions.VisitError as exc:
-        if isinstance(exc.orig_exc, SqlFilterError):
-            raise exc.orig_exc from None
-        raise
-    except RecursionError:
-        node = None
-    if node is None or _depth(node) > DEPTH_MAX:
-        raise SqlFilterError(
-            f"the SQL92 expression nests more than {DEPTH_MAX} operators deep", text, 0
-        )
-    start = Token("START", "", start_pos=0)
-    return SqlFilter(text, _Build(text)._boolean(node, start))
+    return SqlFilter(text, parse_tree(text))
 
 
 @functools.lru_cache(maxsize=CACHE_SIZE)
