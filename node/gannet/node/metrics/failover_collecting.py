@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from gannet.node.metrics.figures_collecting import FiguresCollector
+
 log = logging.getLogger(__name__)
 
 
@@ -80,20 +82,11 @@ def families(figures: FailoverFigures) -> list[Metric]:
     ]
 
 
-class FailoverCollector:
+class FailoverCollector(FiguresCollector[FailoverFigures]):
     """Exports :func:`families` of ``source()`` per scrape; nothing when it is None."""
 
     def __init__(self, source: FailoverSource) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            figures = self._source()
-        except Exception:
-            log.warning("failover figures unavailable for metrics", exc_info=True)
-            return
-        if figures is not None:
-            yield from families(figures)
+        super().__init__(source, families, what="failover figures", log=log)
 
 
 class DuplicatesCollector:

@@ -18,10 +18,12 @@ Registered by the broker (:mod:`gannet.node.broker.serving`) with a callable ret
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gannet.node.metrics.figures_collecting import FiguresCollector
 
 log = logging.getLogger(__name__)
 
@@ -65,17 +67,8 @@ def families(figures: TransactionFigures) -> list[Metric]:
     ]
 
 
-class TransactionCollector:
+class TransactionCollector(FiguresCollector[TransactionFigures]):
     """Exports :func:`families` of ``source()`` per scrape; nothing when it is None."""
 
     def __init__(self, source: TransactionSource) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            figures = self._source()
-        except Exception:
-            log.warning("transaction figures unavailable for metrics", exc_info=True)
-            return
-        if figures is not None:
-            yield from families(figures)
+        super().__init__(source, families, what="transaction figures", log=log)
