@@ -8,7 +8,7 @@ import logging
 import pytest
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from gannet.node.metrics.figures_collecting import FiguresCollector
+from gannet.node.metrics.figures_collecting import FiguresCollector, counter_by
 
 log = logging.getLogger(__name__)
 
@@ -38,3 +38,11 @@ def test_a_failing_source_is_logged_and_exports_nothing(caplog: pytest.LogCaptur
     with caplog.at_level(logging.WARNING):
         assert list(collector.collect()) == []
     assert "test figures unavailable for metrics" in caplog.text
+
+
+def test_counter_by_gives_one_sample_per_key_in_order() -> None:
+    family = counter_by("gannet_test_drops", "Drops by reason.", "reason", {"b": 2, "a": 1})
+    assert [(s.name, s.labels, s.value) for s in family.samples] == [
+        ("gannet_test_drops_total", {"reason": "a"}, 1),
+        ("gannet_test_drops_total", {"reason": "b"}, 2),
+    ]

@@ -4,16 +4,17 @@ fails (logged as a warning naming what was unavailable; a scrape never fails for
 
 The shape of :class:`gannet.node.metrics.raft_collecting.RaftCollector`,
 :class:`gannet.node.metrics.failover_collecting.FailoverCollector` and
-:class:`gannet.node.metrics.transaction_collecting.TransactionCollector`, which subclass it.
+:class:`gannet.node.metrics.transaction_collecting.TransactionCollector`, which subclass it;
+:func:`counter_by` is their counter family with one label (a tally by reason, method...).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 T = TypeVar("T")
 
@@ -42,3 +43,13 @@ class FiguresCollector(Generic[T]):
             return
         if figures is not None:
             yield from self._families(figures)
+
+
+def counter_by(
+    name: str, documentation: str, label: str, counts: Mapping[str, int]
+) -> CounterMetricFamily:
+    """A counter family with one sample per key of ``counts`` (label ``label``), sorted."""
+    family = CounterMetricFamily(name, documentation, labels=[label])
+    for key, count in sorted(counts.items()):
+        family.add_metric([key], count)
+    return family

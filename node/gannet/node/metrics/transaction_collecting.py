@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from gannet.node.metrics.figures_collecting import FiguresCollector
+from gannet.node.metrics.figures_collecting import FiguresCollector, counter_by
 
 log = logging.getLogger(__name__)
 
@@ -40,13 +40,12 @@ TransactionSource = Callable[[], TransactionFigures | None]
 
 
 def families(figures: TransactionFigures) -> list[Metric]:
-    resolutions = CounterMetricFamily(
+    resolutions = counter_by(
         "gannet_transaction_resolutions",
         "Transactions this broker resolved as leader: commit, rollback, discard.",
-        labels=["resolution"],
+        "resolution",
+        figures.resolutions_total,
     )
-    for resolution, count in sorted(figures.resolutions_total.items()):
-        resolutions.add_metric([resolution], count)
     return [
         GaugeMetricFamily(
             "gannet_transaction_half_messages_pending",
