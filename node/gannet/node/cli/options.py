@@ -59,13 +59,25 @@ def check_endpoint(text: str, *, port_min: int = 1) -> str:
     return text
 
 
-def endpoint_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_endpoint(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+Callback = Callable[[click.Context, click.Parameter, str | None], str | None]
+
+
+def checked_by(check: Callable[[str], str]) -> Callback:
+    """A click callback that passes a given value through ``check`` (None stays None) and
+    turns its ValueError into a usage error naming the option."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return callback
+
+
+endpoint_callback = checked_by(check_endpoint)
 
 
 _endpoint = click.option(
@@ -178,15 +190,7 @@ def check_message_id(text: str) -> str:
     return text.upper()
 
 
-def message_id_callback(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_message_id(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+message_id_callback = checked_by(check_message_id)
 
 
 def parse_time_ms(text: str, param_hint: str | None = None) -> int:
