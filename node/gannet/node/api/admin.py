@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Callable
 from importlib import metadata
-from typing import NoReturn, TypeVar
+from typing import TypeVar
 
 import grpc
 
@@ -29,8 +29,8 @@ from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.pop import revive_log
 from gannet.node.pop.service import PopBroker
-from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.statuses import abort as _abort
 from gannet.node.store import errors, querying, validation
 from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.group_configs import SubscriptionGroupConfig
@@ -438,10 +438,3 @@ def _queue_nums(count: int) -> int:
             f"queue_nums is {count}; use 1 to {TOPIC_QUEUE_NUMS_MAX}",
         )
     return count
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
-) -> NoReturn:
-    await context.abort(code, statuses.bounded(message))
-    raise AssertionError("context.abort returned")
