@@ -58,6 +58,7 @@ from gannet.node.api import (
 from gannet.node.api.plugs import PopFactory, PopHandlers, ReceivedObserver
 from gannet.node.api.resources import Resources
 from gannet.node.protocol import statuses
+from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
@@ -67,20 +68,12 @@ from gannet.node.store.topic_configs import MessageType
 
 log = logging.getLogger(__name__)
 
-CLIENT_ID_HEADER = "x-mq-client-id"
 Response = TypeVar("Response")
 T = TypeVar("T")
 
 
 SentObserver = Callable[[str, Sequence[records.Message]], None]
 """Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
-
-
-def client_id_of(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_HEADER:
-            return str(value)
-    return ""
 
 
 def peer_host_of(context: grpc.aio.ServicerContext) -> str:
