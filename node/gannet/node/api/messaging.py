@@ -62,7 +62,7 @@ from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
-from gannet.node.store import errors, records, validation
+from gannet.node.store import errors, records
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.topic_configs import MessageType
 
@@ -213,10 +213,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> service_pb2.HeartbeatResponse:
             group = str(request.group.name)
             if group:
-                try:
-                    validation.validate_group(group, allow_system=False)
-                except errors.MessageIllegal as exc:
-                    raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+                sending.check_group_name(group)
             client_id = client_id_of(context)
             if client_id:
                 self.clients.touch(client_id, int(request.client_type), group)
