@@ -7,7 +7,8 @@ the topic's ``message.type`` (MIXED → NORMAL, FIFO, DELAY, TRANSACTION). ``bro
 (the Python client only uses master queues), and the endpoints are those the client used to
 reach us when they are usable, else the broker's advertised endpoint.
 
-QueryAssignment gives push consumers every readable queue of the topic, one assignment each.
+QueryAssignment gives push consumers every readable queue of the route, one assignment each
+(:func:`gannet.node.api.broker_groups.readable_assignments`).
 
 Replicated brokers (a Raft group) publish *every member* (:func:`member_endpoints`): the
 ``Endpoints`` of each queue's broker list all members' client addresses, the leader first (then
@@ -224,19 +225,4 @@ def message_queues(
             topic=topic, id=queue_id, permission=perm, broker=broker, accept_message_types=types
         )
         for queue_id, perm in enumerate(_queue_permissions(config))
-    ]
-
-
-def assignments(
-    config: TopicConfig,
-    identity: BrokerIdentity,
-    endpoints: definition_pb2.Endpoints,
-    namespace: str,
-) -> list[definition_pb2.Assignment]:
-    """Every readable queue of the topic, for a push consumer."""
-    readable = (definition_pb2.READ, definition_pb2.READ_WRITE)
-    return [
-        definition_pb2.Assignment(message_queue=queue)
-        for queue in message_queues(config, identity, endpoints, namespace)
-        if queue.permission in readable
     ]
