@@ -17,7 +17,6 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from importlib import metadata
 from typing import TypeVar
 
 import grpc
@@ -31,6 +30,7 @@ from gannet.node.pop import revive_log
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.protocol.statuses import abort as _abort
+from gannet.node.protocol.versions import gannet_version
 from gannet.node.store import errors, querying, validation
 from gannet.node.store.consume_queues import Boundary
 from gannet.node.store.group_configs import SubscriptionGroupConfig
@@ -54,13 +54,6 @@ class AdminError(Exception):
 
 def _not_found(kind: str, name: str) -> AdminError:
     return AdminError(grpc.StatusCode.NOT_FOUND, f"{kind} {name!r} does not exist")
-
-
-def _version() -> str:
-    try:
-        return metadata.version("gannet")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -351,7 +344,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 broker_name=cfg.broker_name,
                 cluster_name=cfg.cluster_name,
                 endpoint=f"{self.identity.host}:{self.identity.port}",
-                version=_version(),
+                version=gannet_version(),
                 data_dir=str(cfg.root_dir),
                 flush_mode=cfg.flush_mode.name,
                 topics=len(self.store.topic_configs.list()),
