@@ -218,6 +218,18 @@ def test_heartbeat_and_termination_answer_ok(messaging) -> None:
     assert bye.status.code == Code.OK
 
 
+def test_heartbeat_with_a_bad_group_name_is_illegal_consumer_group(messaging) -> None:
+    beat = messaging.Heartbeat(
+        service_pb2.HeartbeatRequest(
+            client_type=definition_pb2.PUSH_CONSUMER,
+            group=definition_pb2.Resource(name="bad group!"),
+        ),
+        timeout=5,
+    )
+    assert beat.status.code == Code.ILLEGAL_CONSUMER_GROUP
+    assert "bad group!" in beat.status.message
+
+
 def test_missing_client_id_is_client_id_required(raw_channel) -> None:
     stub = service_pb2_grpc.MessagingServiceStub(raw_channel)
     reply = stub.Heartbeat(service_pb2.HeartbeatRequest(), timeout=5)

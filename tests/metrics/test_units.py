@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gannet.node.metrics import broker_metrics, instrumenting
+from gannet.node.metrics import broker_metrics
+from gannet.node.protocol import statuses
 from gannet.node.store.log.records import Message
 
 from .conftest import samples
@@ -45,9 +46,9 @@ def test_no_created_series() -> None:
 
 
 def test_code_names() -> None:
-    assert instrumenting.code_name(20000) == "OK"
-    assert instrumenting.code_name(40402) == "TOPIC_NOT_FOUND"
-    assert instrumenting.code_name(12345) == "12345"
+    assert statuses.code_name(20000) == "OK"
+    assert statuses.code_name(40402) == "TOPIC_NOT_FOUND"
+    assert statuses.code_name(12345) == "12345"
 
 
 def test_size_buckets_count_a_value_equal_to_a_bound_in_that_bucket() -> None:

@@ -300,11 +300,7 @@ class Brokers:
 
     async def delete_topic(self, endpoint: str, name: str) -> bool:
         """True when deleted, False when it was already gone."""
-        try:
-            await self._call(endpoint, "DeleteTopic", admin_pb2.DeleteTopicRequest(name=name))
-        except NotFound:
-            return False
-        return True
+        return await self._delete(endpoint, "DeleteTopic", admin_pb2.DeleteTopicRequest(name=name))
 
     # ------------------------------------------------------------------ groups
     async def describe_group(
@@ -357,8 +353,12 @@ class Brokers:
         await self._call(endpoint, "UpdateGroup", request)
 
     async def delete_group(self, endpoint: str, name: str) -> bool:
+        """True when deleted, False when it was already gone."""
+        return await self._delete(endpoint, "DeleteGroup", admin_pb2.DeleteGroupRequest(name=name))
+
+    async def _delete(self, endpoint: str, method: str, request: Any) -> bool:
         try:
-            await self._call(endpoint, "DeleteGroup", admin_pb2.DeleteGroupRequest(name=name))
+            await self._call(endpoint, method, request)
         except NotFound:
             return False
         return True

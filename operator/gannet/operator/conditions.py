@@ -78,3 +78,9 @@ def merge(
 
 def find(conditions: Sequence[Mapping[str, Any]] | None, type_: str) -> Mapping[str, Any] | None:
     return next((c for c in conditions or () if c.get("type") == type_), None)
+
+
+def not_supported(message: str) -> Condition:
+    """``Ready=False reason=NotSupported``: a change the operator will not make (shrink,
+    rename, a field the admin API cannot change)."""
+    return Condition(READY, False, NOT_SUPPORTED, message)

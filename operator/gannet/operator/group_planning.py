@@ -57,35 +57,17 @@ def plan(
     managed: bool = True,
     paused: bool = False,
 ) -> GroupPlan:
-    if held_name and held_name != spec.group_name:
-        return GroupPlan(
-            None,
-            Condition(
-                conditions.READY,
-                False,
-                conditions.NOT_SUPPORTED,
-                f"renaming group {held_name!r} to {spec.group_name!r} is not supported",
-            ),
-            None,
-        )
-    if winner is not None and winner.resource != resource:
-        return GroupPlan(
-            None,
-            Condition(
-                conditions.READY,
-                False,
-                conditions.RESOURCE_CONFLICT,
-                claims.conflict_message("group", spec.group_name, winner),
-            ),
-            None,
-        )
-    if not managed or paused:
-        reason = "Unmanaged" if not managed else conditions.PAUSED
-        return GroupPlan(
-            None,
-            Condition(conditions.READY, None, reason, "changes are not applied to the brokers"),
-            None,
-        )
+    refused = claims.blocked(
+        "group",
+        spec.group_name,
+        held_name=held_name,
+        winner=winner,
+        resource=resource,
+        managed=managed,
+        paused=paused,
+    )
+    if refused is not None:
+        return GroupPlan(None, refused, None)
     if observed is None:
         create = CreateGroup(spec.group_name, spec.fifo, spec.retry_max_times)
         # A new group is consume-enabled; a disabled one needs an update right after the create.
@@ -99,10 +81,7 @@ def plan(
     changed = (update.fifo, update.retry_max_times, update.consume_enabled) != (None, None, None)
     condition = _ready(spec)
     if spec.retry_policy is not None and spec.retry_policy != observed.retry_policy:
-        condition = Condition(
-            conditions.READY,
-            False,
-            conditions.NOT_SUPPORTED,
+        condition = conditions.not_supported(
             f"group {spec.group_name!r} uses retry policy {observed.retry_policy}; the admin API "
             f"cannot change it to {spec.retry_policy}",
         )

@@ -67,36 +67,18 @@ def plan(
     paused: bool = False,
 ) -> TopicPlan:
     """The plan for resource ``resource``; ``observed`` is the broker's topic (None: missing)."""
-    if held_name and held_name != spec.topic_name:
-        return TopicPlan(
-            None,
-            Condition(
-                conditions.READY,
-                False,
-                conditions.NOT_SUPPORTED,
-                f"renaming topic {held_name!r} to {spec.topic_name!r} is not supported; "
-                f"set spec.topicName back to {held_name!r} or create a new Topic resource",
-            ),
-            None,
-        )
-    if winner is not None and winner.resource != resource:
-        return TopicPlan(
-            None,
-            Condition(
-                conditions.READY,
-                False,
-                conditions.RESOURCE_CONFLICT,
-                claims.conflict_message("topic", spec.topic_name, winner),
-            ),
-            None,
-        )
-    if not managed or paused:
-        reason = "Unmanaged" if not managed else conditions.PAUSED
-        return TopicPlan(
-            None,
-            Condition(conditions.READY, None, reason, "changes are not applied to the brokers"),
-            None,
-        )
+    refused = claims.blocked(
+        "topic",
+        spec.topic_name,
+        held_name=held_name,
+        winner=winner,
+        resource=resource,
+        managed=managed,
+        paused=paused,
+        rename_hint=f"; set spec.topicName back to {held_name!r} or create a new Topic resource",
+    )
+    if refused is not None:
+        return TopicPlan(None, refused, None)
     if observed is None:
         return TopicPlan(
             CreateTopic(spec.topic_name, spec.queues, spec.permission, spec.message_type),
@@ -106,10 +88,7 @@ def plan(
     if spec.queues < observed.queues:
         return TopicPlan(
             None,
-            Condition(
-                conditions.READY,
-                False,
-                conditions.NOT_SUPPORTED,
+            conditions.not_supported(
                 f"decreasing queues of topic {spec.topic_name!r} from {observed.queues} to "
                 f"{spec.queues} is not supported",
             ),

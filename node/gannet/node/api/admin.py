@@ -17,8 +17,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Callable
-from importlib import metadata
-from typing import TYPE_CHECKING, NoReturn, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import grpc
 
@@ -29,8 +28,9 @@ from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.pop import revive_log
 from gannet.node.pop.service import PopBroker
-from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.protocol.statuses import abort as _abort
+from gannet.node.protocol.versions import gannet_version
 from gannet.node.store import errors, querying, validation
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import TopicConfig
@@ -57,13 +57,6 @@ class AdminError(Exception):
 
 def _not_found(kind: str, name: str) -> AdminError:
     return AdminError(grpc.StatusCode.NOT_FOUND, f"{kind} {name!r} does not exist")
-
-
-def _version() -> str:
-    try:
-        return metadata.version("gannet")
-    except metadata.PackageNotFoundError:
-        return "unknown"
 
 
 class AdminServicer(admin_pb2_grpc.AdminServicer):
@@ -356,7 +349,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 broker_name=cfg.broker_name,
                 cluster_name=cfg.cluster_name,
                 endpoint=f"{self.identity.host}:{self.identity.port}",
-                version=_version(),
+                version=gannet_version(),
                 data_dir=str(cfg.root_dir),
                 flush_mode=cfg.flush_mode.name,
                 topics=len(self.store.topic_configs.list()),
@@ -449,10 +442,3 @@ def _queue_nums(count: int) -> int:
             f"queue_nums is {count}; use 1 to {TOPIC_QUEUE_NUMS_MAX}",
         )
     return count
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
-) -> NoReturn:
-    await context.abort(code, statuses.bounded(message))
-    raise AssertionError("context.abort returned")

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Coroutine
-from typing import Any, NoReturn
+from typing import Any
 
 import grpc
 
 from gannet.node.api.routes import BrokerIdentity
-from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
+from gannet.node.protocol.statuses import abort as _abort
 from gannet.node.replication import membership_changes as changes
 from gannet.node.replication.config import ReplicationConfigError, parse_peer
 from gannet.node.replication.driver import ReplicationNode
@@ -327,10 +327,3 @@ def _host(endpoint: str) -> str:
 
 def _port(endpoint: str) -> str:
     return endpoint.rpartition(":")[2]
-
-
-async def _abort(
-    context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str
-) -> NoReturn:
-    await context.abort(code, statuses.bounded(message))
-    raise AssertionError("context.abort returned")

@@ -32,7 +32,6 @@ from rocketmq.grpc_protocol import definition_pb2
 from gannet.node.api import filters, lite_topics, sending
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.store import errors, validation
 from gannet.node.store.configs.groups import (
     RETRY_POLICY_EXPONENTIAL,
     CustomizedRetryPolicy,
@@ -110,10 +109,7 @@ def _merge_producer(reply: definition_pb2.Settings, body_size_max_bytes: int) ->
 
 def _merge_consumer(reply: definition_pb2.Settings, groups: GroupConfigManager) -> None:
     name = str(reply.subscription.group.name)
-    try:
-        validation.validate_group(name, allow_system=False)
-    except errors.MessageIllegal as exc:
-        raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+    sending.check_group_name(name)
     group = groups.get(name) or SubscriptionGroupConfig(group_name=name)
     sub = reply.subscription
     for entry in sub.subscriptions:

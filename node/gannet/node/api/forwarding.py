@@ -274,7 +274,6 @@ class Forwarder:
         anything, a broken stream simply ends (the client polls again)."""
         deadline = self._deadline(context)
         forwarded = bool(getattr(context, "forwarded", False))
-        loop = asyncio.get_running_loop()
         while True:
             target = await self._where(deadline, forwarded)
             if target is None:
@@ -284,14 +283,8 @@ class Forwarder:
             answered = False
             try:
                 async with self._slot(deadline):
-                    self._count(method)
-                    timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
-                    stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
-                    call = stub.Forward(
-                        self._request(method, request, context),
-                        timeout=timeout,
-                        metadata=self.replication.transport.hello_metadata(target.node_id),
-                    )
+                    forward = self._request(method, request, context)
+                    call, _ = self._start_forward(target, method, forward, deadline)
                     async for reply in call:
                         answered = True
                         yield response_type.FromString(reply.response)
@@ -331,6 +324,22 @@ class Forwarder:
             raise _Retry
         return transport.forward_channel(target.node_id)
 
+    def _start_forward(
+        self, target: PeerSpec, method: str, forward: peer_pb2.ForwardRequest, deadline: float
+    ) -> tuple[Any, float]:
+        """Count ``method`` and start the leader's ``Forward`` stream of ``forward`` (the caller
+        holds a slot); the call and its timeout in seconds (the deadline plus a margin)."""
+        loop = asyncio.get_running_loop()
+        self._count(method)
+        timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
+        stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
+        call = stub.Forward(
+            forward,
+            timeout=timeout,
+            metadata=self.replication.transport.hello_metadata(target.node_id),
+        )
+        return call, timeout
+
     async def _forward_once(
         self,
         target: PeerSpec,
@@ -343,14 +352,8 @@ class Forwarder:
         races the call against a leader change (a stopped leader never answers)."""
         loop = asyncio.get_running_loop()
         async with self._slot(deadline):
-            self._count(method)
-            timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
-            stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
-            call = stub.Forward(
-                self._request(method, request, context),
-                timeout=timeout,
-                metadata=self.replication.transport.hello_metadata(target.node_id),
-            )
+            forward = self._request(method, request, context)
+            call, timeout = self._start_forward(target, method, forward, deadline)
 
             async def collect() -> list[bytes]:
                 return [reply.response async for reply in call]

@@ -58,30 +58,23 @@ from gannet.node.api import (
 from gannet.node.api.plugs import PopFactory, PopHandlers, ReceivedObserver
 from gannet.node.api.resources import Resources
 from gannet.node.protocol import statuses
+from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
-from gannet.node.store import errors, validation
+from gannet.node.store import errors
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
-CLIENT_ID_HEADER = "x-mq-client-id"
 Response = TypeVar("Response")
 T = TypeVar("T")
 
 
 SentObserver = Callable[[str, Sequence[records.Message]], None]
 """Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
-
-
-def client_id_of(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_HEADER:
-            return str(value)
-    return ""
 
 
 def peer_host_of(context: grpc.aio.ServicerContext) -> str:
@@ -221,10 +214,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         async def work() -> service_pb2.HeartbeatResponse:
             group = str(request.group.name)
             if group:
-                try:
-                    validation.validate_group(group, allow_system=False)
-                except errors.MessageIllegal as exc:
-                    raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+                sending.check_group_name(group)
             client_id = client_id_of(context)
             if client_id:
                 self.clients.touch(client_id, int(request.client_type), group)

@@ -71,6 +71,7 @@ from gannet.node.pop.popping import InitMode, PoppedMessage, PopResult
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import statuses
+from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, msgids, validation
@@ -85,7 +86,6 @@ Response = TypeVar("Response")
 T = TypeVar("T")
 
 BATCH_MESSAGES_MAX = 32  # ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST
-CLIENT_ID_HEADER = "x-mq-client-id"
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,7 +390,7 @@ class PopHandler:
             observer(topic.topic_name, group, [m.message for m in delivered])
         now = _now_ms()
         if request.auto_renew:
-            self._start_renewing(group, topic.topic_name, delivered, _client_id(context), now)
+            self._start_renewing(group, topic.topic_name, delivered, client_id_of(context), now)
         namespace = str(request.message_queue.topic.resource_namespace)
         return statuses.ok(), [message_pb(m, namespace, now) for m in delivered]
 
@@ -596,13 +596,6 @@ class PopHandler:
             work,
             "ForwardMessageToDeadLetterQueue",
         )
-
-
-def _client_id(context: grpc.aio.ServicerContext) -> str:
-    for key, value in context.invocation_metadata() or ():
-        if key == CLIENT_ID_HEADER:
-            return str(value)
-    return ""
 
 
 async def _in_thread(work: Callable[[], PopResult]) -> PopResult:

@@ -23,7 +23,6 @@ from rocketmq.grpc_protocol import definition_pb2
 from gannet.node.api import sending
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.store import errors, validation
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import MessageType, TopicConfig
 from gannet.node.store.message_store import MessageStore
@@ -68,10 +67,7 @@ class Resources:
 
     def group(self, name: str) -> str:
         """An existing consumer group clients may use, or ApiError."""
-        try:
-            validation.validate_group(name, allow_system=False)
-        except errors.MessageIllegal as exc:
-            raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+        sending.check_group_name(name)
         if name not in self.store.group_configs:
             if not self.auto_create_groups:
                 raise ApiError(

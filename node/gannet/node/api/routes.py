@@ -226,18 +226,3 @@ def message_queues(
         )
         for queue_id, perm in enumerate(_queue_permissions(config))
     ]
-
-
-def assignments(
-    config: TopicConfig,
-    identity: BrokerIdentity,
-    endpoints: definition_pb2.Endpoints,
-    namespace: str,
-) -> list[definition_pb2.Assignment]:
-    """Every readable queue of the topic, for a push consumer."""
-    readable = (definition_pb2.READ, definition_pb2.READ_WRITE)
-    return [
-        definition_pb2.Assignment(message_queue=queue)
-        for queue in message_queues(config, identity, endpoints, namespace)
-        if queue.permission in readable
-    ]

@@ -200,6 +200,14 @@ def check_topic_name(name: str) -> None:
         raise ApiError(statuses.ILLEGAL_TOPIC, str(exc)) from None
 
 
+def check_group_name(name: str) -> None:
+    """A consumer group name clients may use (no system group), or ILLEGAL_CONSUMER_GROUP."""
+    try:
+        validation.validate_group(name, allow_system=False)
+    except errors.MessageIllegal as exc:
+        raise ApiError(statuses.ILLEGAL_CONSUMER_GROUP, str(exc)) from None
+
+
 def topic_not_found_message(name: str) -> str:
     return (
         f"topic {name!r} does not exist (this broker does not create topics automatically); "

@@ -23,17 +23,20 @@ from gannet.node.protocol.statuses import (
 )
 from gannet.node.store import errors
 
+# Most specific first: the first type the error is an instance of gives its code.
+_CODES: tuple[tuple[type[errors.StoreError], int], ...] = (
+    (errors.TopicNameIllegal, ILLEGAL_TOPIC),
+    (errors.GroupNameIllegal, ILLEGAL_CONSUMER_GROUP),
+    (errors.PropertiesTooLarge, MESSAGE_PROPERTIES_TOO_LARGE),
+    (errors.MessageTooLarge, MESSAGE_BODY_TOO_LARGE),
+)
+
 
 def from_store_error(exc: errors.StoreError, *, illegal_code: int = BAD_REQUEST) -> ApiError:
     """The v2 answer to a store error; ``illegal_code`` is used for a plain MessageIllegal."""
-    if isinstance(exc, errors.TopicNameIllegal):
-        return ApiError(ILLEGAL_TOPIC, str(exc))
-    if isinstance(exc, errors.GroupNameIllegal):
-        return ApiError(ILLEGAL_CONSUMER_GROUP, str(exc))
-    if isinstance(exc, errors.PropertiesTooLarge):
-        return ApiError(MESSAGE_PROPERTIES_TOO_LARGE, str(exc))
-    if isinstance(exc, errors.MessageTooLarge):
-        return ApiError(MESSAGE_BODY_TOO_LARGE, str(exc))
+    for kind, code in _CODES:
+        if isinstance(exc, kind):
+            return ApiError(code, str(exc))
     if isinstance(exc, errors.MessageIllegal):
         return ApiError(illegal_code, str(exc))
     if isinstance(exc, errors.FlushTimeout):

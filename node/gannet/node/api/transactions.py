@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -461,16 +461,7 @@ class TransactionHandler:
         writes, discarded = await asyncio.to_thread(self.service.due_writes, now_ms)
         if not writes:
             return
-        book = self.service.book
-        try:
-            _, durable_at = await asyncio.to_thread(self.service.append, writes)
-            await self._acknowledge(durable_at)
-        except BaseException:
-            for offset in discarded:
-                book.end_failed(offset)
-            raise
-        for offset in discarded:
-            book.end_done(offset)
+        await self._append_ending(writes, discarded)
 
     def _offer_threadsafe(self, check: OrphanCheck) -> None:
         if not self._loop.is_closed():
@@ -511,11 +502,19 @@ class TransactionHandler:
         if prepared is None:
             return  # a retry: the same resolution is already in the log
         offset, writes = prepared
+        await self._append_ending(writes, (offset,))
+
+    async def _append_ending(self, writes: list[records.Message], ending: Iterable[int]) -> None:
+        """Append ``writes`` and wait for their acknowledgement; then the half messages at
+        offsets ``ending`` are done in the book, or, on any failure, left to the log to decide
+        (:meth:`TransactionBook.end_failed`)."""
         book = self.service.book
         try:
             _, durable_at = await asyncio.to_thread(self.service.append, writes)
             await self._acknowledge(durable_at)
         except BaseException:
-            book.end_failed(offset)
+            for offset in ending:
+                book.end_failed(offset)
             raise
-        book.end_done(offset)
+        for offset in ending:
+            book.end_done(offset)

@@ -209,16 +209,26 @@ def _admission(
         return busy
 
 
+async def _refused_answer(
+    refused: statuses.ApiError,
+    context: grpc.aio.ServicerContext,
+    rules: Rules,
+    out: type[ProtoMessage],
+) -> ProtoMessage:
+    """The answer to a refused call: a v2 status in ``out``, or a gRPC abort for a service
+    without one (``rules.v2_status`` false; the abort raises)."""
+    if not rules.v2_status:
+        await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
+    return out(status=refused.status())
+
+
 def _unary(
     method: Callable[..., Any], out: type[ProtoMessage], rules: Rules, name: str
 ) -> Callable[..., Any]:
     async def handle(request: object, context: grpc.aio.ServicerContext) -> ProtoMessage:
         admitted = _admission(request, context, rules, name)
         if isinstance(admitted, statuses.ApiError):
-            refused = admitted
-            if not rules.v2_status:
-                await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
-            return out(status=refused.status())
+            return await _refused_answer(admitted, context, rules, out)
         with admitted:
             return await method(request, context)
 
@@ -231,10 +241,7 @@ def _server_stream(
     async def handle(request: object, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         admitted = _admission(request, context, rules, name)
         if isinstance(admitted, statuses.ApiError):
-            refused = admitted
-            if not rules.v2_status:
-                await context.abort(_grpc_code(refused.code), statuses.bounded(refused.message))
-            yield out(status=refused.status())
+            yield await _refused_answer(admitted, context, rules, out)
             return
         with admitted:
             async for response in method(request, context):

@@ -72,7 +72,7 @@ from gannet.node.metrics import (
     transaction_collecting,
 )
 from gannet.node.pop.service import PopBroker
-from gannet.node.protocol import auth, credentials, tls
+from gannet.node.protocol import auth, credentials, headers, tls
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -373,7 +373,7 @@ class Broker:
         authenticator = self.authenticator
         v2_rules = wire.Rules(
             v2_status=True,
-            client_id_header=messaging.CLIENT_ID_HEADER,
+            client_id_header=headers.CLIENT_ID_HEADER,
             gate=auth.WireGate(authenticator, "v2") if authenticator else None,
             inflight=self.inflight,
         )

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from gannet.node.cli.options import PEM_FILE, positive_seconds
+from gannet.node.cli.options import PEM_FILE, seconds_option
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -47,29 +47,20 @@ def log_at(level: int) -> None:
     show_default=True,
     help="host:port for /metrics and /healthz (liveness); '' disables them.",
 )
-@click.option(
+@seconds_option(
     "--refresh-interval-s",
-    type=float,
     default=30.0,
-    show_default=True,
-    callback=positive_seconds,
-    help="How often each resource is re-reconciled and its status figures refreshed.",
+    help_text="How often each resource is re-reconciled and its status figures refreshed.",
 )
-@click.option(
+@seconds_option(
     "--broker-timeout-s",
-    type=float,
     default=5.0,
-    show_default=True,
-    callback=positive_seconds,
-    help="Deadline of each admin API call to a broker.",
+    help_text="Deadline of each admin API call to a broker.",
 )
-@click.option(
+@seconds_option(
     "--stall-timeout-s",
-    type=float,
     default=300.0,
-    show_default=True,
-    callback=positive_seconds,
-    help="/healthz fails once the watches lag the API this long.",
+    help_text="/healthz fails once the watches lag the API this long.",
 )
 @click.option(
     "--server",

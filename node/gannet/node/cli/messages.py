@@ -23,12 +23,11 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
-from gannet.node.api import messaging
 from gannet.node.cli import calls, cluster_views, exits, options, output, raft_views
 from gannet.node.cli.calls import CALL_TIMEOUT_S
 from gannet.node.cli.options import endpoint_option
 from gannet.node.cli.output import Column, emit, output_option
-from gannet.node.protocol import statuses
+from gannet.node.protocol import headers, statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 SEND_COUNT_MAX = 100_000
@@ -192,7 +191,7 @@ def _look_up_queues(channel: grpc.Channel, topic_name: str, rows: list[dict[str,
 def _metadata() -> tuple[tuple[str, str], ...]:
     """The headers RocketMQ clients send; the broker requires a client id."""
     client_id = f"{socket.gethostname()}@{os.getpid()}@gannet-cli"
-    return ((messaging.CLIENT_ID_HEADER, client_id), ("x-mq-language", "PYTHON"))
+    return ((headers.CLIENT_ID_HEADER, client_id), ("x-mq-language", "PYTHON"))
 
 
 def _check_status(status: definition_pb2.Status) -> None:

@@ -59,13 +59,25 @@ def check_endpoint(text: str, *, port_min: int = 1) -> str:
     return text
 
 
-def endpoint_callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_endpoint(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+Callback = Callable[[click.Context, click.Parameter, str | None], str | None]
+
+
+def checked_by(check: Callable[[str], str]) -> Callback:
+    """A click callback that passes a given value through ``check`` (None stays None) and
+    turns its ValueError into a usage error naming the option."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            return check(value)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), ctx, param) from None
+
+    return callback
+
+
+endpoint_callback = checked_by(check_endpoint)
 
 
 _endpoint = click.option(
@@ -85,54 +97,48 @@ def _remember(ctx: click.Context, param: click.Parameter, value: object) -> obje
     return value
 
 
+def _security_option(
+    name: str, envvar: str, help_text: str, **kind: Any
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A security option: read from ``envvar`` too, kept for :func:`client_security` (not
+    passed to the command)."""
+    return click.option(
+        name, envvar=envvar, expose_value=False, callback=_remember, help=help_text, **kind
+    )
+
+
 _security_options = (
-    click.option(
+    _security_option(
         "--access-key",
-        envvar="GANNET_ACCESS_KEY",
-        expose_value=False,
-        callback=_remember,
-        help="Sign requests with this access key (env GANNET_ACCESS_KEY); a broker with "
+        "GANNET_ACCESS_KEY",
+        "Sign requests with this access key (env GANNET_ACCESS_KEY); a broker with "
         "--auth-file requires it.",
     ),
-    click.option(
+    _security_option(
         "--secret-key",
-        envvar="GANNET_SECRET_KEY",
-        expose_value=False,
-        callback=_remember,
-        help="Secret of --access-key (env GANNET_SECRET_KEY; prefer the env variable).",
+        "GANNET_SECRET_KEY",
+        "Secret of --access-key (env GANNET_SECRET_KEY; prefer the env variable).",
     ),
-    click.option(
+    _security_option(
         "--tls",
+        "GANNET_TLS",
+        "Connect with TLS, trusting the system roots (env GANNET_TLS=1).",
         is_flag=True,
-        envvar="GANNET_TLS",
-        expose_value=False,
-        callback=_remember,
-        help="Connect with TLS, trusting the system roots (env GANNET_TLS=1).",
     ),
-    click.option(
-        "--tls-ca",
-        type=PEM_FILE,
-        envvar="GANNET_TLS_CA",
-        expose_value=False,
-        callback=_remember,
-        help="TLS, trusting this PEM CA (env GANNET_TLS_CA).",
+    _security_option(
+        "--tls-ca", "GANNET_TLS_CA", "TLS, trusting this PEM CA (env GANNET_TLS_CA).", type=PEM_FILE
     ),
-    click.option(
+    _security_option(
         "--tls-cert",
+        "GANNET_TLS_CERT",
+        "TLS client certificate (PEM) for a broker with --tls-client-ca (env GANNET_TLS_CERT).",
         type=PEM_FILE,
-        envvar="GANNET_TLS_CERT",
-        expose_value=False,
-        callback=_remember,
-        help="TLS client certificate (PEM) for a broker with --tls-client-ca "
-        "(env GANNET_TLS_CERT).",
     ),
-    click.option(
+    _security_option(
         "--tls-key",
+        "GANNET_TLS_KEY",
+        "Private key of --tls-cert (env GANNET_TLS_KEY).",
         type=PEM_FILE,
-        envvar="GANNET_TLS_KEY",
-        expose_value=False,
-        callback=_remember,
-        help="Private key of --tls-cert (env GANNET_TLS_KEY).",
     ),
 )
 
@@ -184,15 +190,7 @@ def check_message_id(text: str) -> str:
     return text.upper()
 
 
-def message_id_callback(
-    ctx: click.Context, param: click.Parameter, value: str | None
-) -> str | None:
-    if value is None:
-        return None
-    try:
-        return check_message_id(value)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), ctx, param) from None
+message_id_callback = checked_by(check_message_id)
 
 
 def parse_time_ms(text: str, param_hint: str | None = None) -> int:
@@ -212,3 +210,17 @@ def positive_seconds(_: click.Context, param: click.Parameter, value: float) -> 
     if value <= 0:
         raise click.BadParameter(f"{value} is not a positive number of seconds", param=param)
     return value
+
+
+def seconds_option(
+    name: str, *, default: float, help_text: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A ``--*-s`` option of a positive number of seconds (default shown)."""
+    return click.option(
+        name,
+        type=float,
+        default=default,
+        show_default=True,
+        callback=positive_seconds,
+        help=help_text,
+    )

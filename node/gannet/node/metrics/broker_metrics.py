@@ -39,7 +39,6 @@ Created by :class:`gannet.node.broker.serving.Broker`, which hands :meth:`on_sen
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from importlib import metadata
 from typing import Protocol
 
 import prometheus_client
@@ -61,6 +60,7 @@ from gannet.node.metrics import (
     tallies,
 )
 from gannet.node.pop.service import PopBroker
+from gannet.node.protocol.versions import gannet_version
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 
@@ -100,13 +100,6 @@ class _TopicTally:
         self.bytes = 0
 
 
-def _version() -> str:
-    try:
-        return metadata.version("gannet")
-    except metadata.PackageNotFoundError:
-        return "unknown"
-
-
 class _ReadyCollector:
     """``gannet_broker_ready`` computed at scrape time from the broker's own answer."""
 
@@ -142,7 +135,7 @@ class BrokerMetrics:
 
     def describe_broker(self, *, broker_name: str, cluster: str) -> None:
         info = Info("gannet_broker", "This broker's name and version.", registry=self.registry)
-        info.info({"broker_name": broker_name, "cluster": cluster, "version": _version()})
+        info.info({"broker_name": broker_name, "cluster": cluster, "version": gannet_version()})
         labels = {labelling.BROKER_LABEL: broker_name}
         self.exposition = labelling.LabelledRegistry(self.registry, labels)
 

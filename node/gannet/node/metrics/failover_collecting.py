@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from gannet.node.metrics.figures_collecting import FiguresCollector, counter_by
+
 log = logging.getLogger(__name__)
 
 
@@ -45,20 +47,18 @@ FailoverSource = Callable[[], FailoverFigures | None]
 
 
 def families(figures: FailoverFigures) -> list[Metric]:
-    forwarded = CounterMetricFamily(
+    forwarded = counter_by(
         "gannet_forwarded_requests",
         "Client requests forwarded to the Raft leader by this member.",
-        labels=["method"],
+        "method",
+        figures.forwarded_by_method,
     )
-    for method, count in sorted(figures.forwarded_by_method.items()):
-        forwarded.add_metric([method], count)
-    dropped = CounterMetricFamily(
+    dropped = counter_by(
         "gannet_raft_peer_messages_dropped",
         "Peer calls and messages refused (not a member, unauthenticated, lone term moves).",
-        labels=["reason"],
+        "reason",
+        figures.peer_drops_by_reason,
     )
-    for reason, count in sorted(figures.peer_drops_by_reason.items()):
-        dropped.add_metric([reason], count)
     return [
         forwarded,
         CounterMetricFamily(
@@ -80,20 +80,11 @@ def families(figures: FailoverFigures) -> list[Metric]:
     ]
 
 
-class FailoverCollector:
+class FailoverCollector(FiguresCollector[FailoverFigures]):
     """Exports :func:`families` of ``source()`` per scrape; nothing when it is None."""
 
     def __init__(self, source: FailoverSource) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            figures = self._source()
-        except Exception:
-            log.warning("failover figures unavailable for metrics", exc_info=True)
-            return
-        if figures is not None:
-            yield from families(figures)
+        super().__init__(source, families, what="failover figures", log=log)
 
 
 class DuplicatesCollector:

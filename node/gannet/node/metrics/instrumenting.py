@@ -25,9 +25,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from prometheus_client.core import GaugeMetricFamily, Metric
-from rocketmq.grpc_protocol import Code
 
 from gannet.node.metrics import tallies
+from gannet.node.protocol import statuses
 
 RPC_DURATION_BUCKETS_S = (
     0.0005,
@@ -49,14 +49,6 @@ RAISED = "GRPC_ERROR"
 
 ProtoMessage = Any  # generated protobuf classes are untyped at this boundary
 Method = Callable[..., Any]
-
-
-def code_name(code: int) -> str:
-    """``OK`` for 20000; the number itself for a code this client version does not know."""
-    try:
-        return str(Code.Name(code))
-    except ValueError:
-        return str(code)
 
 
 class RpcMeter:
@@ -82,7 +74,7 @@ class RpcMeter:
         key = (rpc, code)
         child = self._children.get(key)
         if child is None:
-            label = RAISED if code is None else code_name(code)
+            label = RAISED if code is None else statuses.code_name(code)
             child = self._children[key] = self._durations.child(rpc, label)
         child.observe(seconds)
 

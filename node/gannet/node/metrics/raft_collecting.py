@@ -25,10 +25,12 @@ Wired by whoever builds the replication layer:
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gannet.node.metrics.figures_collecting import FiguresCollector
 
 log = logging.getLogger(__name__)
 
@@ -127,17 +129,8 @@ def families(status: RaftStatusLike) -> list[Metric]:
     ]
 
 
-class RaftCollector:
+class RaftCollector(FiguresCollector[RaftStatusLike]):
     """Exports :func:`families` of ``raft_status()`` per scrape; nothing when it is None."""
 
     def __init__(self, raft_status: RaftStatusSource) -> None:
-        self._raft_status = raft_status
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            status = self._raft_status()
-        except Exception:
-            log.warning("raft status unavailable for metrics", exc_info=True)
-            return
-        if status is not None:
-            yield from families(status)
+        super().__init__(raft_status, families, what="raft status", log=log)

@@ -18,10 +18,12 @@ Registered by the broker (:mod:`gannet.node.broker.serving`) with a callable ret
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from gannet.node.metrics.figures_collecting import FiguresCollector, counter_by
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +40,12 @@ TransactionSource = Callable[[], TransactionFigures | None]
 
 
 def families(figures: TransactionFigures) -> list[Metric]:
-    resolutions = CounterMetricFamily(
+    resolutions = counter_by(
         "gannet_transaction_resolutions",
         "Transactions this broker resolved as leader: commit, rollback, discard.",
-        labels=["resolution"],
+        "resolution",
+        figures.resolutions_total,
     )
-    for resolution, count in sorted(figures.resolutions_total.items()):
-        resolutions.add_metric([resolution], count)
     return [
         GaugeMetricFamily(
             "gannet_transaction_half_messages_pending",
@@ -65,17 +66,8 @@ def families(figures: TransactionFigures) -> list[Metric]:
     ]
 
 
-class TransactionCollector:
+class TransactionCollector(FiguresCollector[TransactionFigures]):
     """Exports :func:`families` of ``source()`` per scrape; nothing when it is None."""
 
     def __init__(self, source: TransactionSource) -> None:
-        self._source = source
-
-    def collect(self) -> Iterator[Metric]:
-        try:
-            figures = self._source()
-        except Exception:
-            log.warning("transaction figures unavailable for metrics", exc_info=True)
-            return
-        if figures is not None:
-            yield from families(figures)
+        super().__init__(source, families, what="transaction figures", log=log)

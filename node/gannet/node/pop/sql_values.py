@@ -1,9 +1,17 @@
-"""Java value semantics of the SQL92 filter (:mod:`~gannet.node.pop.sql_filter`): what RocketMQ's
-``ComparisonExpression`` and ``EqualExpression`` do with Integer, Long, Double, Boolean and
-String operands, including string conversion, range checks and ``Double.compare`` ordering.
+"""Java value semantics of SQL92 message filters: the Integer/Long/Double/String/Boolean values of
+RocketMQ's ``ComparisonExpression`` and how it converts and compares them.
 
-An evaluation RocketMQ ends with an exception raises :class:`EvalError`: the message does not
-match. Pure.
+A plain ``int`` is a Java Integer, :class:`Long` a Java Long, ``float`` a Double, ``str`` a String
+and ``bool`` a Boolean. :func:`compare` is ``ComparisonExpression.__compare`` with string
+conversion on: a string against an Integer parses as ``Integer.valueOf`` (a Long:
+``Long.valueOf``, a Double: ``Double.valueOf``, a Boolean: ``Boolean.valueOf``); numbers widen
+Integer → Long → Double; other mixes compare as "less than"; doubles compare as
+``Double.compareTo`` (``-0.0 < 0.0``, ``NaN`` above everything). A string that does not parse
+raises :class:`EvalError`, which makes the whole expression not match. Java's hexadecimal
+floating-point strings are not accepted.
+
+Pure; called by :mod:`sql_parsing` (the ``BETWEEN`` bounds check, literal ranges) and
+:mod:`sql_filter` (evaluation).
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from typing import Any
 
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 LONG_MIN, LONG_MAX = -(2**63), 2**63 - 1
+DOUBLE_MIN = 5e-324  # Double.MIN_VALUE, the smallest positive double
 
 
 class EvalError(Exception):
@@ -34,6 +43,7 @@ _DOUBLE_TEXT = re.compile(
 
 
 def java_integer(text: str, low: int, high: int) -> int:
+    """``Integer.valueOf``/``Long.valueOf`` of ``text`` within ``low``..``high``."""
     if not _INT_TEXT.fullmatch(text):
         raise EvalError(f"{text!r} is not an integer")
     value = int(text)
@@ -43,6 +53,7 @@ def java_integer(text: str, low: int, high: int) -> int:
 
 
 def java_double(text: str) -> float:
+    """``Double.valueOf`` of ``text`` (decimal forms only)."""
     trimmed = text.strip("".join(chr(c) for c in range(33)))
     if not _DOUBLE_TEXT.fullmatch(trimmed):
         raise EvalError(f"{text!r} is not a number")
@@ -50,13 +61,13 @@ def java_double(text: str) -> float:
     return float(body.replace("Infinity", "inf"))
 
 
-def double_bits(x: float) -> int:
+def _double_bits(x: float) -> int:
     if math.isnan(x):
         return 0x7FF8000000000000
     return int(struct.unpack(">q", struct.pack(">d", x))[0])
 
 
-def sign(a: Any, b: Any) -> int:
+def _sign(a: Any, b: Any) -> int:
     return int(a > b) - int(a < b)
 
 
@@ -100,9 +111,9 @@ def compare(lv: object, rv: object) -> int:
         else:
             return -1
     if type(lv) is float:
-        s = sign(lv, rv)
-        return s if s else sign(double_bits(lv), double_bits(float(rv)))  # type: ignore[arg-type]
-    return sign(lv, rv)
+        s = _sign(lv, rv)
+        return s if s else _sign(_double_bits(lv), _double_bits(float(rv)))  # type: ignore[arg-type]
+    return _sign(lv, rv)
 
 
 def java_equals(lv: object, rv: object) -> bool:
@@ -110,5 +121,5 @@ def java_equals(lv: object, rv: object) -> bool:
     if type(lv) is not type(rv):
         return False
     if type(lv) is float:
-        return double_bits(lv) == double_bits(rv)  # type: ignore[arg-type]
+        return _double_bits(lv) == _double_bits(rv)  # type: ignore[arg-type]
     return lv == rv

@@ -13,7 +13,10 @@ by request signing and by the CLI.
 from __future__ import annotations
 
 import re
+from typing import NoReturn
 
+import grpc
+import grpc.aio
 from rocketmq.grpc_protocol import Code, Status
 
 OK: int = Code.OK
@@ -108,3 +111,10 @@ POP_NOT_SERVED = (
     "Pop consumption (ReceiveMessage, AckMessage, ChangeInvisibleDuration, "
     "ForwardMessageToDeadLetterQueue) is not served by this broker yet"
 )
+
+
+async def abort(context: grpc.aio.ServicerContext, code: grpc.StatusCode, message: str) -> NoReturn:
+    """End the call with gRPC status ``code`` and ``message`` :func:`bounded` (the admin
+    services, which answer with gRPC codes instead of a v2 status); never returns."""
+    await context.abort(code, bounded(message))
+    raise AssertionError("context.abort returned")
