@@ -11,7 +11,9 @@ local address such as 127.0.0.2 works on Linux). With several groups, group ``g`
 is named ``broker-<g>``, lives in ``--data-root/broker-<g>/`` (its nodes, logs and peer
 secret), and its ports are shifted by ``g × GROUP_PORT_STRIDE`` (metrics by ``g × 10``);
 every member gets the other groups' client endpoints as ``--cluster-seeds``
-(:mod:`gannet.node.api.group_polling`). The command prints the endpoints, then waits: on
+(:mod:`gannet.node.api.group_polling`). ``--auth-file`` makes every member require signed
+requests, and with several groups gives them a cluster key to sign their polls of each other
+(:mod:`cluster_auth`). The command prints the endpoints, then waits: on
 Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SIGKILL after
 :data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
 is 1.
