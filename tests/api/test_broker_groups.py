@@ -42,6 +42,7 @@ from .conftest import unique
 CLIENT_ID = (("x-mq-client-id", "tests@1@0@groups"),)
 POLL_S = 0.2
 WAIT_S = 20.0
+BOX_RULES = str.maketrans("│┃", "  ")
 
 
 def _start(root: Path, name: str, seeds: tuple[str, ...] = ()) -> threads.BrokerThread:
@@ -474,3 +475,37 @@ def test_a_write_while_a_seed_never_answered_says_so(tmp_path: Path) -> None:
         assert "NOT applied on the group of seed 127.0.0.1:1" in details
     finally:
         lone.stop()
+
+
+def test_reset_offset_names_each_queues_group(pair: Pair) -> None:
+    """``group reset-offset`` on a cluster of groups: queue ids repeat across groups, so each
+    row names its group (JSON ``broker``, a ``broker`` column in the table)."""
+    topic, group = unique("GrO"), unique("GrOG")
+    admin = _admin(pair.zero.endpoint)
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, queue_nums=2), timeout=10)
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name=group), timeout=10)
+    runner = CliRunner()
+    base = ["group", "reset-offset", group, topic, "--to-offset", "0"]
+    endpoint = ["--endpoint", pair.one.endpoint]
+    plan = runner.invoke(main, [*base, "-o", "json", *endpoint])
+    assert plan.exit_code == 0, plan.output
+    rows = json.loads(plan.output)["queues"]
+    assert [(r["broker"], r["queue"]) for r in rows] == [
+        ("broker-0", 0),
+        ("broker-0", 1),
+        ("broker-1", 0),
+        ("broker-1", 1),
+    ]
+    table = runner.invoke(main, [*base, "--execute", *endpoint], terminal_width=200)
+    assert table.exit_code == 0, table.output
+    cells = [line.translate(BOX_RULES).split() for line in table.output.splitlines()]
+    header = next(line for line in cells if "committed" in line)
+    assert header[:3] == ["topic", "broker", "queue"]
+    lines = [line for line in cells if topic in line]
+    assert [line[:3] for line in lines] == [
+        [topic, "broker-0", "0"],
+        [topic, "broker-0", "1"],
+        [topic, "broker-1", "0"],
+        [topic, "broker-1", "1"],
+    ]
+    assert "reset 4 queues" in table.output

@@ -62,6 +62,13 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "cluster_seeds": [("nohostport", USAGE), ("127.0.0.1:0", USAGE)],
     "cluster_access_key": [("key-without-its-secret", USAGE)],
     "cluster_secret_key": [("secret-without-its-key", USAGE)],
+    "group_endpoints": [("nohostport", USAGE)],
+    "groups": [
+        ("nodir", USAGE),
+        ("broker-0={missing}", USAGE),
+        ("=/tmp", USAGE),
+        ("broker-0={empty}", STORE_UNAVAILABLE),
+    ],
 }
 # free-text options a wrong value cannot be told from a right one for (nothing to check)
 FREE_TEXT_OPTIONS = {
@@ -92,6 +99,7 @@ HOSTILE_ARGUMENTS: dict[str, list[tuple[str, set[int]]]] = {
     "data_dir": [("{missing}", {STORE_UNAVAILABLE}), ("{empty}", {STORE_UNAVAILABLE}),
                  ("{file}", {USAGE})],
     "source": [("{empty}", {STORE_UNAVAILABLE}), ("{missing}", {USAGE})],
+    "paths": [("{empty}", {USAGE})],  # pipeline export: one path and no --group
     "output": [],
     "target": [],
     "spec": [("garbage", {USAGE}), ("4=127.0.0.1:1/2", {5})],  # 5: not a replicated broker

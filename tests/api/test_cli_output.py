@@ -145,6 +145,7 @@ def test_reset_offset_shows_the_plan_and_applies_only_with_execute(gannet, broke
     assert plan["executed"] is False
     assert plan["queues"] == [
         {
+            "broker": "",  # one broker group: the answer names none
             "topic": topic,
             "queue": 0,
             "committed": 1,

@@ -9,6 +9,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner
 
@@ -108,3 +109,67 @@ def test_times_are_iso_8601_or_epoch_milliseconds() -> None:
     result = CliRunner().invoke(cli.pipeline, ["export", ".", "out", "--since", "yesterday"])
     assert result.exit_code == 2
     assert "neither ISO 8601 nor epoch milliseconds" in result.output
+
+
+def test_export_of_several_groups_writes_each_under_its_broker(
+    spark, broker_store: BrokerStore, tmp_path: Path
+) -> None:
+    """``--group NAME=DIR`` twice (two copies of one store): one job, each group's rows
+    in ``…/date=<date>/broker=<NAME>/`` (a ``broker`` column), counted once per group."""
+    copy = tmp_path / "broker-1"
+    shutil.copytree(broker_store.config.root_dir, copy)
+    out = tmp_path / "export"
+    args = [
+        "export", "--group", f"broker-0={broker_store.config.root_dir}",
+        "--group", f"broker-1={copy}", str(out), "--topic", "Payments",
+    ]  # fmt: skip
+    result = CliRunner().invoke(cli.pipeline, args)
+    assert result.exit_code == 0, result.output
+    assert "broker-0, broker-1" in result.output
+    assert {p.name for p in out.rglob("broker=*")} == {"broker=broker-0", "broker=broker-1"}
+    payments = [w for w in broker_store.written if w.consumable and w.topic == "Payments"]
+    rows = pq.read_table(out).to_pylist()
+    for name in ("broker-0", "broker-1"):
+        offsets = sorted(r["commit_offset"] for r in rows if r["broker"] == name)
+        assert offsets == [w.commit_offset for w in payments]
+
+
+def test_export_groups_bad_input_is_refused_before_spark(
+    broker_store: BrokerStore, tmp_path: Path
+) -> None:
+    store = str(broker_store.config.root_dir)
+    runner = CliRunner()
+
+    def run(*args: str) -> tuple[int, str]:
+        result = runner.invoke(cli.pipeline, ["export", *args])
+        return result.exit_code, result.output
+
+    code, text = run("--group", f"broker-0={store}", "--group", f"broker-0={tmp_path}", "out")
+    assert code == 2
+    assert "group broker-0 is given twice" in text
+    code, text = run("--group", f"broker-0={tmp_path / 'missing'}", "out")
+    assert code == 2
+    assert "group broker-0:" in text
+    assert "is not a directory" in text
+    code, text = run("--group", store, "out")
+    assert code == 2
+    assert "is not NAME=DIR" in text
+    code, text = run("--group", f"broker-0={store}", store, "out")
+    assert code == 2
+    assert "with --group give only OUTPUT" in text
+    code, text = run(store)
+    assert code == 2
+    assert "give SOURCE and OUTPUT" in text
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, text = run(str(empty), "out")
+    assert code == 3
+    assert "not a store directory" in text
+    code, text = run(str(tmp_path / "missing"), "out")
+    assert code == 2
+    assert "is not a directory" in text
+    code, text = run("--group", f"broker-0={store}", "--group", f"broker-1={empty}", "out")
+    assert code == 3
+    assert "group broker-1:" in text
+    assert "not a store directory" in text
+    assert not (tmp_path / "out").exists()

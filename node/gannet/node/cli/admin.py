@@ -273,6 +273,7 @@ def group_describe(name: str, endpoint: str) -> None:
 
 RESET_COLUMNS = (
     Column("topic", "topic"),
+    Column("broker", "broker"),
     Column("queue", "queue", numeric=True),
     Column("committed_before", "committed now", numeric=True),
     Column("committed", "new committed", numeric=True),
@@ -322,7 +323,7 @@ def group_reset_offset(
     reply = admin_call(endpoint, lambda s: s.ResetOffset(request, timeout=CALL_TIMEOUT_S))
     rows = []
     for after, before in zip(reply.queues, reply.before, strict=True):
-        row = offset_row(after)
+        row = {"broker": after.broker, **offset_row(after)}  # broker: "" with one group
         row["committed_before"] = before.committed_offset
         row["lag_before"] = before.lag
         rows.append(row)
@@ -334,9 +335,17 @@ def group_reset_offset(
     )
     emit(
         {"group": name, "topic": topic_name, "executed": not dry_run, "queues": rows},
-        output.table(title, RESET_COLUMNS, rows),
+        output.table(title, _reset_columns(rows), rows),
         note,
     )
+
+
+def _reset_columns(rows: list[dict[str, Any]]) -> tuple[Column, ...]:
+    """The plan's columns: ``broker`` (the queue's group; queue ids repeat across groups) only
+    when the answer names groups, i.e. on a cluster of several broker groups."""
+    if any(row["broker"] for row in rows):
+        return RESET_COLUMNS
+    return tuple(c for c in RESET_COLUMNS if c.key != "broker")
 
 
 @click.group("pop")

@@ -11,7 +11,9 @@ local address such as 127.0.0.2 works on Linux). With several groups, group ``g`
 is named ``broker-<g>``, lives in ``--data-root/broker-<g>/`` (its nodes, logs and peer
 secret), and its ports are shifted by ``g × GROUP_PORT_STRIDE`` (metrics by ``g × 10``);
 every member gets the other groups' client endpoints as ``--cluster-seeds``
-(:mod:`gannet.node.api.group_polling`). The command prints the endpoints, then waits: on
+(:mod:`gannet.node.api.group_polling`). ``--auth-file`` makes every member require signed
+requests, and with several groups gives them a cluster key to sign their polls of each other
+(:mod:`cluster_auth`). The command prints the endpoints, then waits: on
 Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SIGKILL after
 :data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
 is 1.
@@ -43,7 +45,7 @@ import click
 import grpc
 from rich.table import Table
 
-from gannet.node.cli import calls, exits, members, options, output, raft_views
+from gannet.node.cli import calls, cluster_auth, exits, members, options, output, raft_views
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
@@ -105,6 +107,7 @@ def broker_argv(
     broker_name: str = "broker-a",
     seeds: tuple[str, ...] = (),
     file_size_mb: int | None = None,
+    auth: cluster_auth.ClusterAuth | None = None,
 ) -> list[str]:
     """The ``gannet broker run`` command line of one member (the group's shared peer secret
     is ``data_root/peer-secret``: :func:`ensure_secret`)."""
@@ -136,6 +139,7 @@ def broker_argv(
         "--peer-secret-file",
         str(data_root / SECRET_NAME),
         *size,
+        *(auth.argv() if auth is not None else []),
     ]
 
 
@@ -200,6 +204,13 @@ cluster.add_command(members.member)
     help="Metrics port of node 1 (node i: base+i-1, group g adds 10*g); 0 disables metrics.",
 )
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="sync", show_default=True)
+@click.option(
+    "--auth-file",
+    type=click.Path(path_type=Path, exists=True),
+    help="Require signed requests on every member (credentials file or directory, as "
+    "`broker run --auth-file`). With several groups a cluster key (admin) is created in "
+    "DATA_ROOT/auth/ for the members' polls of each other. See docs/security.md.",
+)
 def cluster_up(
     groups: int,
     replicas: int,
@@ -208,6 +219,7 @@ def cluster_up(
     base_port: int,
     metrics_base_port: int,
     flush: str,
+    auth_file: Path | None,
 ) -> None:
     """Start GROUPS broker groups of REPLICAS brokers each and run until Ctrl-C or SIGTERM."""
     if base_port + (groups - 1) * GROUP_PORT_STRIDE + 10 + replicas > 65535:
@@ -217,13 +229,18 @@ def cluster_up(
             param_hint="--base-port",
         )
     plans = plan_cluster(groups, replicas, host, base_port, data_root)
+    auth = (
+        cluster_auth.prepare(data_root, auth_file, cluster_key=groups > 1)
+        if auth_file is not None
+        else None
+    )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        start_cluster(plans, flush, metrics_base_port, processes)
-        _print_table(plans)
+        start_cluster(plans, flush, metrics_base_port, processes, auth=auth)
+        _print_table(plans, auth)
         failed = _wait(processes, stop)
     finally:
         _stop_all(processes)
@@ -240,10 +257,13 @@ def start_cluster(
     processes: dict[str, subprocess.Popen[bytes]],
     *,
     file_size_mb: int | None = None,
+    auth: cluster_auth.ClusterAuth | None = None,
 ) -> None:
     """Start every member of ``plans`` (``processes`` gets ``<group root>/node<i>`` → its
     process as each starts, so the caller can stop what did start). The library entry point
-    of ``cluster up`` (e2e tests and benchmarks)."""
+    of ``cluster up`` (e2e tests and benchmarks). ``auth``: :func:`cluster_auth.prepare`'s
+    answer, every member's auth options and environment."""
+    env = {**os.environ, **auth.env()} if auth is not None else None
     for group in plans:
         group.root.mkdir(parents=True, exist_ok=True)
         ensure_secret(group.root)
@@ -262,15 +282,20 @@ def start_cluster(
                 broker_name=group.broker_name,
                 seeds=group.seeds,
                 file_size_mb=file_size_mb,
+                auth=auth,
             )
             node = group.root / f"node{peer.node_id}"
             with node.with_suffix(".log").open("ab") as log_file:
                 processes[str(node)] = subprocess.Popen(
-                    argv, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+                    argv,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                    env=env,
                 )
 
 
-def _print_table(plans: tuple[GroupPlan, ...]) -> None:
+def _print_table(plans: tuple[GroupPlan, ...], auth: cluster_auth.ClusterAuth | None) -> None:
     members = sum(len(g.peers) for g in plans)
     title = (
         f"Gannet Raft group of {members}"
@@ -293,7 +318,14 @@ def _print_table(plans: tuple[GroupPlan, ...]) -> None:
     console.print(table)
     first = plans[0].peers[0].client_endpoint
     endpoints = ";".join(e for g in plans for e in g.client_endpoints())
-    console.print(f'clients: ClientConfiguration("{first}", Credentials())')
+    if auth is None:
+        console.print(f'clients: ClientConfiguration("{first}", Credentials())')
+    else:
+        console.print(
+            f'clients: ClientConfiguration("{first}", Credentials(ak, sk)) with a key of '
+            f"{auth.auth_dir} (gannet: GANNET_ACCESS_KEY, GANNET_SECRET_KEY)",
+            highlight=False,
+        )
     console.print(f"status:  gannet status --endpoint {first}  (all: {endpoints})")
     console.print("press Ctrl-C to stop")
 

@@ -19,7 +19,7 @@ import datetime as dt
 import sys
 import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -77,22 +77,82 @@ def pipeline() -> None:
     output.fit_to_stdout()
 
 
-def _require_source(source: Path) -> None:
+def _require_source(source: Path, group: str | None = None) -> None:
     """Exit 3 (as ``gannet store verify`` does) unless SOURCE is a store directory or holds
     commit-log segments: one check before a JVM starts."""
     if (source / "commitlog").is_dir() or segments.find_segments(source):
         return
     err_console.print(
-        f"{source} is not a store directory (no commitlog/ inside) nor a folder of commit-log "
+        (f"group {group}: " if group else "")
+        + f"{source} is not a store directory (no commitlog/ inside) nor a folder of commit-log "
         "segments",
         highlight=False,
     )
     sys.exit(EXIT_STORE_UNAVAILABLE)
 
 
+class GroupDirParam(click.ParamType[tuple[str, Path]]):
+    """``NAME=DIR``: a broker group's name and its data directory (``broker-0=/data/b0``)."""
+
+    name = "NAME=DIR"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> tuple[str, Path]:
+        if isinstance(value, tuple):
+            return value
+        name, sep, folder = str(value).partition("=")
+        name = name.strip()
+        if not sep or not name or not folder:
+            self.fail(f"{value!r} is not NAME=DIR (e.g. broker-0=/data/broker-0/node1)", param, ctx)
+        path = Path(folder).expanduser()
+        if not path.is_dir():
+            self.fail(f"group {name}: {folder} is not a directory", param, ctx)
+        return name, path
+
+
+def _export_sources(
+    paths: tuple[str, ...], groups: tuple[tuple[str, Path], ...]
+) -> tuple[Path | list[tuple[str, Path]], str]:
+    """SOURCE and OUTPUT, or the groups' (name, dir) pairs and OUTPUT; usage errors exit 2."""
+    if not groups:
+        if len(paths) != 2:
+            raise click.UsageError(
+                "give SOURCE and OUTPUT, or --group NAME=DIR (repeat) and OUTPUT"
+            )
+        source = Path(paths[0])
+        if not source.is_dir():
+            raise click.BadParameter(f"{source} is not a directory", param_hint="SOURCE")
+        _require_source(source)
+        return source, paths[1]
+    if len(paths) != 1:
+        raise click.UsageError(
+            "with --group give only OUTPUT (the groups' directories come from --group), "
+            f"not {len(paths)} paths"
+        )
+    seen: dict[str, Path] = {}
+    for name, folder in groups:
+        if name in seen:
+            raise click.BadParameter(
+                f"group {name} is given twice ({seen[name]} and {folder}); give each group once",
+                param_hint="--group",
+            )
+        seen[name] = folder
+    for name, folder in groups:
+        _require_source(folder, group=name)
+    return list(groups), paths[0]
+
+
 @pipeline.command("export")
-@source_argument
-@click.argument("output", metavar="OUTPUT")
+@click.argument("paths", nargs=-1, metavar="[SOURCE] OUTPUT")
+@click.option(
+    "--group",
+    "groups",
+    type=GroupDirParam(),
+    multiple=True,
+    help="A broker group's name and store directory, instead of SOURCE (repeat, one per "
+    "group): each group's files go to OUTPUT/topic=.../date=.../broker=<NAME>/.",
+)
 @click.option("--topic", "topics", multiple=True, help="Topic to export (repeat); default all.")
 @click.option("--since", type=TimestampParam(), help="Store time from (inclusive).")
 @click.option("--until", type=TimestampParam(), help="Store time to (exclusive).")
@@ -105,23 +165,31 @@ def _require_source(source: Path) -> None:
 )
 @master_option
 def export_command(
-    source: Path,
-    output: str,
+    paths: tuple[str, ...],
+    groups: tuple[tuple[str, Path], ...],
     topics: tuple[str, ...],
     since: int | None,
     until: int | None,
     mode: str,
     master: str | None,
 ) -> None:
-    """Write messages to Parquet at OUTPUT, partitioned by topic and date (UTC)."""
-    _require_source(source)
+    """Write messages to Parquet at OUTPUT, partitioned by topic and date (UTC).
+
+    Either one store (SOURCE OUTPUT), or several broker groups' stores in one job
+    (--group broker-0=DIR --group broker-1=DIR OUTPUT), each group's files under
+    OUTPUT/topic=.../date=.../broker=<NAME>/ (broker is then a column).
+    """
+    source, output = _export_sources(paths, groups)
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     keep = jobs.ExportFilter(frozenset(topics) if topics else None, since, until)
+    folders = [source] if isinstance(source, Path) else [folder for _, folder in source]
     spark = jobs.session(master)
-    with _segment_errors(), _spark_progress(spark, "exporting", source):
+    with _segment_errors(), _spark_progress(spark, "exporting", *folders):
         report = jobs.export(spark, source, output, keep, mode=mode)
     table = _summary("export")
+    if not isinstance(source, Path):
+        table.add_row("groups", ", ".join(name for name, _ in source))
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("messages", f"{report.messages:,}")
     table.add_row("files", f"{report.files:,}")
@@ -256,12 +324,12 @@ def _segment_errors() -> Iterator[None]:
 
 
 @contextmanager
-def _spark_progress(spark: Any, label: str, source: Path) -> Iterator[None]:
+def _spark_progress(spark: Any, label: str, *sources: Path) -> Iterator[None]:
     """A progress bar of finished Spark tasks (one task per segment), polled from a thread."""
-    try:
-        total = len(segments.find_segments(source))
-    except FileNotFoundError:
-        total = 0
+    total = 0
+    for source in sources:
+        with suppress(FileNotFoundError):
+            total += len(segments.find_segments(source))
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     stop = threading.Event()
     with Progress(*columns, console=err_console, transient=True) as bar:
