@@ -125,6 +125,25 @@ def draining_groups(desired: int, existing: Sequence[int]) -> list[int]:
     return sorted((g for g in set(existing) if g >= desired), reverse=True)
 
 
+def groups_of_status(
+    desired: int, rows: Sequence[Mapping[str, object]]
+) -> tuple[list[int], list[int]]:
+    """(serving groups with a leader, draining groups) as ``status.brokerGroups`` ``rows``
+    last showed them, for a Topic resource's reconcile (:func:`topic_planning.scope_to_serving`).
+    Group 0 always serves; a serving group without a leader yet is left out (it gets group 0's
+    permissions once it has one, :func:`permissions_to_restore`)."""
+    existing: list[int] = []
+    led = {0}
+    for row in rows:
+        group = row.get("group")
+        if isinstance(group, int) and group >= 0:
+            existing.append(group)
+            if row.get("leader"):
+                led.add(group)
+    serving = sorted(g for g in led if g < max(desired, 1))
+    return serving, sorted(draining_groups(max(desired, 1), existing))
+
+
 def missing_definitions(
     target: GroupState, others: Sequence[GroupState]
 ) -> CreateDefinitions | None:
