@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -294,11 +295,44 @@ def test_a_group_is_never_deleted_while_a_subscriber_has_lag(
         messages=messages,
     )
     step = bgp.drain_step(draining, [draining])
-    if any(n > 0 for n in lag.values()):
+    # A topic nobody subscribes still holds the drain while it has messages there.
+    unread = sum(n for t, n in messages.items() if not any(t in s for s in subs.values()))
+    if any(n > 0 for n in lag.values()) or unread:
         assert isinstance(step, bgp.WaitForLag)
         assert step.total == sum(lag.values())
+        assert step.unconsumed_total == unread
     else:
         assert step == bgp.DeleteGroup(1)
+
+
+def test_drain_waits_for_messages_no_consumer_group_has_consumed_and_names_the_topic() -> None:
+    zero = bgp.GroupState(
+        0, "l0", (topic("orders"),), subscriptions={"billing": frozenset({"orders"})}
+    )
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("orders", RO), topic("audit", RO), topic("empty", RO)),
+        subscriptions={"billing": frozenset({"orders"})},
+        lag={("billing", "orders"): 0},
+        messages={"orders": 4, "audit": 7, "empty": 0},
+    )
+    step = bgp.drain_step(draining, [zero, draining])
+    assert step == bgp.WaitForLag(1, (), (("audit", 7),))
+    assert isinstance(step, bgp.WaitForLag)
+    text = step.message("broker-1")
+    assert text.startswith("draining broker-1: waiting for messages of topics no consumer group")
+    assert "(audit: 7; 7 messages in all: consume them with a consumer group" in text
+    assert "lag" not in text
+    # Once some consumer group consumed audit anywhere, its lag counts instead.
+    zero_reads = dataclasses.replace(zero, subscriptions={"auditor": frozenset({"audit"})})
+    step = bgp.drain_step(draining, [zero_reads, draining])
+    assert step == bgp.WaitForLag(1, (("auditor", "audit", 7),))
+    assert isinstance(step, bgp.WaitForLag)
+    assert "auditor on audit: 7" in step.message("broker-1")
+    # Retention removed them (min offset reached max): nothing is left to wait for.
+    gone = dataclasses.replace(draining, messages={"orders": 4, "audit": 0})
+    assert bgp.drain_step(gone, [zero, gone]) == bgp.DeleteGroup(1)
 
 
 # ---------------------------------------------------------------- Topic resources during a drain
