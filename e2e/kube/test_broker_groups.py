@@ -380,6 +380,7 @@ def _run(plane: ControlPlane, admin: Kubectl, groups: list[tuple[Process, str]])
         assert f"{CONSUMERS} on {TOPIC}: {sent[names[g]]}" in found["message"]
         row = draining["status"]["brokerGroups"][g]
         assert (row["phase"], row["drainLag"]) == ("Draining", sent[names[g]])
+        assert row["drainUnconsumed"] == 0  # billing consumes orders: none unread
         admin.run("get", "statefulset", _base(g), "-n", NS)  # not deleted while lag > 0
     # broker-0 sees the read-only queues at its next poll (2 s).
     read_only = {(n, definition_pb2.READ) for n in names[1:]}

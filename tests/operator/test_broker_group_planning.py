@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from gannet.node.protocol.grants import Action
 from gannet.operator import broker_group_planning as bgp
 from gannet.operator import cluster_key, group_manifests, manifests, members, specs
 from gannet.operator import membership_planning as mp
+from gannet.operator import topic_planning as tp
 from gannet.operator.specs import Permission
 
 RW, RO = Permission.ReadWrite, Permission.ReadOnly
@@ -293,8 +295,86 @@ def test_a_group_is_never_deleted_while_a_subscriber_has_lag(
         messages=messages,
     )
     step = bgp.drain_step(draining, [draining])
-    if any(n > 0 for n in lag.values()):
+    # A topic nobody subscribes still holds the drain while it has messages there.
+    unread = sum(n for t, n in messages.items() if not any(t in s for s in subs.values()))
+    if any(n > 0 for n in lag.values()) or unread:
         assert isinstance(step, bgp.WaitForLag)
         assert step.total == sum(lag.values())
+        assert step.unconsumed_total == unread
     else:
         assert step == bgp.DeleteGroup(1)
+
+
+def test_drain_waits_for_messages_no_consumer_group_has_consumed_and_names_the_topic() -> None:
+    zero = bgp.GroupState(
+        0, "l0", (topic("orders"),), subscriptions={"billing": frozenset({"orders"})}
+    )
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("orders", RO), topic("audit", RO), topic("empty", RO)),
+        subscriptions={"billing": frozenset({"orders"})},
+        lag={("billing", "orders"): 0},
+        messages={"orders": 4, "audit": 7, "empty": 0},
+    )
+    step = bgp.drain_step(draining, [zero, draining])
+    assert step == bgp.WaitForLag(1, (), (("audit", 7),))
+    assert isinstance(step, bgp.WaitForLag)
+    text = step.message("broker-1")
+    assert text.startswith("draining broker-1: waiting for messages of topics no consumer group")
+    assert "(audit: 7; 7 messages in all: consume them with a consumer group" in text
+    assert "lag" not in text
+    # Once some consumer group consumed audit anywhere, its lag counts instead.
+    zero_reads = dataclasses.replace(zero, subscriptions={"auditor": frozenset({"audit"})})
+    step = bgp.drain_step(draining, [zero_reads, draining])
+    assert step == bgp.WaitForLag(1, (("auditor", "audit", 7),))
+    assert isinstance(step, bgp.WaitForLag)
+    assert "auditor on audit: 7" in step.message("broker-1")
+    # Retention removed them (min offset reached max): nothing is left to wait for.
+    gone = dataclasses.replace(draining, messages={"orders": 4, "audit": 0})
+    assert bgp.drain_step(gone, [zero, gone]) == bgp.DeleteGroup(1)
+
+
+# ---------------------------------------------------------------- Topic resources during a drain
+def test_a_topic_change_during_a_drain_never_makes_the_draining_group_writable() -> None:
+    update = tp.UpdateTopic("orders", 8, RW, None)
+    # No drain: sent as it is (group 0 fans it out to every group).
+    assert tp.scope_to_serving(update, [0, 1], []) is update
+    scoped = tp.scope_to_serving(update, [0, 1], [2])
+    # Queues still go everywhere, the permission to the serving groups alone.
+    assert scoped == tp.ScopedUpdate("orders", tp.UpdateTopic("orders", 8, None, None), RW, (0, 1))
+    only_perm = tp.scope_to_serving(tp.UpdateTopic("orders", None, RW, None), [0], [1])
+    assert only_perm == tp.ScopedUpdate("orders", None, RW, (0,))
+    create = tp.CreateTopic("audit", 4, RW, "NORMAL")
+    assert tp.scope_to_serving(create, [0, 1], [2]) == tp.ScopedCreate(create, (0, 1))
+
+
+@given(
+    st.lists(st.integers(0, 5), unique=True),
+    st.integers(1, 6),
+    st.sampled_from(list(Permission)),
+    st.booleans(),
+)
+def test_no_scoped_topic_write_reaches_a_draining_group(
+    present: list[int], desired: int, permission: Permission, leaders: bool
+) -> None:
+    rows = [{"group": g, "leader": f"p{g}" if leaders else ""} for g in present]
+    serving, draining = bgp.groups_of_status(desired, rows)
+    assert 0 in serving
+    assert set(draining) == {g for g in present if g >= desired}
+    scoped = tp.scope_to_serving(tp.UpdateTopic("t", None, permission, None), serving, draining)
+    if draining:
+        assert isinstance(scoped, tp.ScopedUpdate)
+        assert not set(scoped.groups) & set(draining)
+        assert scoped.fanned_out is None or scoped.fanned_out.permission is None
+
+
+def test_groups_of_status_leaves_out_serving_groups_without_a_leader() -> None:
+    rows = [
+        {"group": 0, "leader": ""},
+        {"group": 1, "leader": "wide-g1-0"},
+        {"group": 2, "leader": ""},
+        {"group": 3, "leader": "wide-g3-0"},
+    ]
+    assert bgp.groups_of_status(3, rows) == ([0, 1], [3])
+    assert bgp.groups_of_status(1, []) == ([0], [])

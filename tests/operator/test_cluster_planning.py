@@ -129,3 +129,22 @@ def test_schedule_never_runs_twice_in_a_slot(
 @pytest.mark.parametrize("text", ["", None, "yesterday", 5])
 def test_parse_time_rejects_junk(text: object) -> None:
     assert schedules.parse_time(text) is None
+
+
+# ---------------------------------------------------------------- Ready over broker groups
+def test_ready_is_false_naming_every_broker_group_without_a_leader() -> None:
+    def row(group: int, leader: str, phase: str = "Serving") -> dict[str, object]:
+        return {"group": group, "brokerName": f"broker-{group}", "leader": leader, "phase": phase}
+
+    served = [row(0, "wide-0"), row(1, "wide-g1-1")]
+    assert cp.ready_condition(desired=3, ready=3, groups=served).status is True
+    unled = [row(0, "wide-0"), row(1, ""), row(2, "", "Draining")]
+    found = cp.ready_condition(desired=3, ready=3, groups=unled)
+    assert (found.status, found.reason) == (False, cp.GROUP_WITHOUT_LEADER)
+    assert (
+        found.message
+        == "3/3 ready; no leader in broker group broker-1 (Serving), broker-2 (Draining)"
+    )
+    # Members not ready come first; a one-group cluster keeps its plain rule.
+    assert cp.ready_condition(desired=3, ready=2, groups=unled).reason == "MembersNotReady"
+    assert cp.ready_condition(desired=3, ready=3, groups=[row(0, "")]).status is True

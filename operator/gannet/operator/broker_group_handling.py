@@ -65,6 +65,7 @@ class _Group:
     phase: str = "Creating"
     message: str = ""
     drain_lag: int = 0
+    drain_unconsumed: int = 0  # messages of topics no consumer group has consumed
     view: tuple[float, str] | None = None  # group 0's view of it: (age in s, last poll error)
     problems: list[str] = dataclasses.field(default_factory=list)
 
@@ -224,6 +225,7 @@ def _row(name: str, namespace: str, g: _Group) -> dict[str, Any]:
         "members": list(g.member_pods),
         "lagBytes": g.lag_bytes,
         "drainLag": g.drain_lag,
+        "drainUnconsumed": g.drain_unconsumed,
         "message": g.message,
     }
 
@@ -350,7 +352,7 @@ async def _drain(
             g.message = f"draining {broker}: waiting for a leader to read its lag {g.message}"
             waiting.append(g.message.strip())
         elif isinstance(step, bgp.WaitForLag):
-            g.drain_lag = step.total
+            g.drain_lag, g.drain_unconsumed = step.total, step.unconsumed_total
             g.message = step.message(broker)
             waiting.append(g.message)
         else:

@@ -18,7 +18,9 @@ steps of this pass:
   so producers move to the other groups at the next route refresh; (2) the operator waits until
   every consumer group has lag 0 on the group's queues (:class:`WaitForLag` names each
   consumer group, topic and lag); a consumer group counts for a topic when it has offsets for it
-  in any group (a subscriber that has not reached this group yet still has to drain it); (3) the
+  in any group (a subscriber that has not reached this group yet still has to drain it), and
+  the messages of a topic no consumer group has ever consumed hold the drain too
+  (:func:`unconsumed`: they would be lost unread); (3) the
   other groups forget it and its objects are deleted (:class:`DeleteGroup`). Without a leader
   in the group nothing can be read, so nothing is deleted (:class:`WaitForLeader`).
 """
@@ -93,19 +95,39 @@ class WaitForLeader:
 class WaitForLag:
     group: int
     pending: tuple[tuple[str, str, int], ...]  # (consumer group, topic, lag), largest first
+    # (topic, messages) of topics no consumer group has ever consumed, largest first
+    unconsumed: tuple[tuple[str, int], ...] = ()
 
     @property
     def total(self) -> int:
         return sum(lag for _, _, lag in self.pending)
 
+    @property
+    def unconsumed_total(self) -> int:
+        return sum(n for _, n in self.unconsumed)
+
     def message(self, broker_name: str) -> str:
-        shown = ", ".join(f"{g} on {t}: {lag}" for g, t, lag in self.pending[:LAG_ROWS_SHOWN])
-        more = len(self.pending) - LAG_ROWS_SHOWN
-        tail = f" and {more} more" if more > 0 else ""
-        return (
-            f"draining {broker_name}: waiting for consumer groups to consume its queues "
-            f"(lag {shown}{tail}; {self.total} messages in all)"
-        )
+        parts = []
+        if self.pending:
+            shown = ", ".join(f"{g} on {t}: {n}" for g, t, n in self.pending[:LAG_ROWS_SHOWN])
+            parts.append(
+                "for consumer groups to consume its queues "
+                f"(lag {shown}{_more(self.pending)}; {self.total} messages in all)"
+            )
+        if self.unconsumed:
+            shown = ", ".join(f"{t}: {n}" for t, n in self.unconsumed[:LAG_ROWS_SHOWN])
+            parts.append(
+                "for messages of topics no consumer group has consumed "
+                f"({shown}{_more(self.unconsumed)}; {self.unconsumed_total} messages in all: "
+                "consume them with a consumer group, delete the topic, or let retention "
+                "remove them)"
+            )
+        return f"draining {broker_name}: waiting " + ", and ".join(parts)
+
+
+def _more(rows: Sequence[object]) -> str:
+    more = len(rows) - LAG_ROWS_SHOWN
+    return f" and {more} more" if more > 0 else ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -123,6 +145,25 @@ def serving_groups(desired: int) -> range:
 def draining_groups(desired: int, existing: Sequence[int]) -> list[int]:
     """Groups with objects but beyond the desired count, highest first."""
     return sorted((g for g in set(existing) if g >= desired), reverse=True)
+
+
+def groups_of_status(
+    desired: int, rows: Sequence[Mapping[str, object]]
+) -> tuple[list[int], list[int]]:
+    """(serving groups with a leader, draining groups) as ``status.brokerGroups`` ``rows``
+    last showed them, for a Topic resource's reconcile (:func:`topic_planning.scope_to_serving`).
+    Group 0 always serves; a serving group without a leader yet is left out (it gets group 0's
+    permissions once it has one, :func:`permissions_to_restore`)."""
+    existing: list[int] = []
+    led = {0}
+    for row in rows:
+        group = row.get("group")
+        if isinstance(group, int) and group >= 0:
+            existing.append(group)
+            if row.get("leader"):
+                led.add(group)
+    serving = sorted(g for g in led if g < max(desired, 1))
+    return serving, sorted(draining_groups(max(desired, 1), existing))
 
 
 def missing_definitions(
@@ -191,6 +232,22 @@ def drain_lag(draining: GroupState, all_groups: Sequence[GroupState]) -> list[tu
     return found
 
 
+def unconsumed(draining: GroupState, all_groups: Sequence[GroupState]) -> list[tuple[str, int]]:
+    """(topic, messages stored on ``draining``) of its topics that no consumer group holds
+    offsets for in any group, largest first: deleting the group would lose them unread (a
+    RocketMQ broker removed takes its data along; Gannet waits instead)."""
+    subscribed = {
+        t for state in all_groups for names in state.subscriptions.values() for t in names
+    }
+    found = [
+        (t.name, n)
+        for t in draining.topics
+        if t.name not in subscribed and (n := draining.messages.get(t.name, 0)) > 0
+    ]
+    found.sort(key=lambda row: (-row[1], row[0]))
+    return found
+
+
 def drain_step(draining: GroupState, all_groups: Sequence[GroupState]) -> DrainStep:
     """The next step of draining one group (module docstring)."""
     if not draining.leader:
@@ -199,8 +256,9 @@ def drain_step(draining: GroupState, all_groups: Sequence[GroupState]) -> DrainS
     if writable:
         return MakeReadOnly(draining.group, writable)
     pending = drain_lag(draining, all_groups)
-    if pending:
-        return WaitForLag(draining.group, tuple(pending))
+    left = unconsumed(draining, all_groups)
+    if pending or left:
+        return WaitForLag(draining.group, tuple(pending), tuple(left))
     return DeleteGroup(draining.group)
 
 

@@ -267,8 +267,16 @@ class Brokers:
         return observed, figures
 
     async def create_topic(
-        self, endpoint: str, name: str, *, queues: int, permission: Permission, message_type: str
+        self,
+        endpoint: str,
+        name: str,
+        *,
+        queues: int,
+        permission: Permission,
+        message_type: str,
+        broker_groups: Iterable[str] = (),
     ) -> None:
+        """CreateTopic in every broker group, or in the ``broker_groups`` named."""
         await self._call(
             endpoint,
             "CreateTopic",
@@ -277,6 +285,7 @@ class Brokers:
                 queue_nums=queues,
                 message_type=_TYPE_VALUES[message_type],
                 perm=permission.value,
+                broker_groups=list(broker_groups),
             ),
         )
 

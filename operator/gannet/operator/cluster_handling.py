@@ -159,12 +159,6 @@ async def reconcile(
         ctx, name, namespace, cluster, status, patch, replicas, pending
     )
     found = conditions.merge(found, settings_condition, generation=generation, now=ctx.clock())
-    found = conditions.merge(
-        found,
-        cluster_planning.ready_condition(desired=replicas, ready=ready),
-        generation=generation,
-        now=ctx.clock(),
-    )
 
     async def roll(
         base: str, group_sts: Mapping[str, Any], size: int, leader: str | None
@@ -181,6 +175,12 @@ async def reconcile(
     )
     if groups_condition is not None:
         found = conditions.merge(found, groups_condition, generation=generation, now=ctx.clock())
+    found = conditions.merge(
+        found,
+        cluster_planning.ready_condition(desired=replicas, ready=ready, groups=rows),
+        generation=generation,
+        now=ctx.clock(),
+    )
     patch.status["brokerGroups"] = rows
     patch.status["conditions"] = found
     patch.status["observedGeneration"] = generation

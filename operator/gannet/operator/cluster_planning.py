@@ -14,6 +14,8 @@ last, after its leadership has been transferred away.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from gannet.operator import conditions
 from gannet.operator.conditions import Condition
@@ -122,7 +124,24 @@ def revive_change(desired: int, observed: ReviveView | None) -> int | None:
     return desired
 
 
-def ready_condition(*, desired: int, ready: int) -> Condition:
-    if ready >= desired:
-        return Condition(conditions.READY, True, conditions.RECONCILED, f"{ready}/{desired} ready")
-    return Condition(conditions.READY, False, "MembersNotReady", f"{ready}/{desired} ready")
+GROUP_WITHOUT_LEADER = "GroupWithoutLeader"
+
+
+def ready_condition(
+    *, desired: int, ready: int, groups: Sequence[Mapping[str, Any]] = ()
+) -> Condition:
+    """``Ready``: group 0's members are ready and, for a cluster of more than one broker group
+    (``groups``: the ``status.brokerGroups`` rows), every group has a leader (a group without
+    one answers none of its queues' requests); False names the groups without one."""
+    if ready < desired:
+        return Condition(conditions.READY, False, "MembersNotReady", f"{ready}/{desired} ready")
+    unled = [row for row in groups if not row.get("leader")] if len(groups) > 1 else []
+    if unled:
+        names = ", ".join(f"{r.get('brokerName')} ({r.get('phase')})" for r in unled)
+        return Condition(
+            conditions.READY,
+            False,
+            GROUP_WITHOUT_LEADER,
+            f"{ready}/{desired} ready; no leader in broker group {names}",
+        )
+    return Condition(conditions.READY, True, conditions.RECONCILED, f"{ready}/{desired} ready")

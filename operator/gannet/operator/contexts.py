@@ -177,7 +177,8 @@ async def secure(
     ctx: Context, namespace: str, cluster: str, spec: specs.ClusterSpec | None = None
 ) -> None:
     """Point the broker client at ``cluster``'s security settings (from ``spec``, else read from
-    the GannetCluster, and its Secrets) for the client endpoint and every member's endpoint."""
+    the GannetCluster, and its Secrets) for the client endpoint and every member's endpoint of
+    every broker group it may have."""
     if spec is None:
         body = await ctx.kube.get(resources.API_VERSION, resources.CLUSTER_KIND, namespace, cluster)
         try:
@@ -185,8 +186,11 @@ async def secure(
         except specs.SpecError:
             spec = None  # the GannetCluster's own status says what is wrong
     security = None if spec is None else await cluster_security(ctx, namespace, spec, cluster)
-    endpoints = [ctx.endpoints.client(namespace, cluster)]
-    endpoints += [ctx.endpoints.pod(namespace, cluster, i) for i in range(specs.REPLICAS_MAX)]
+    endpoints: list[str] = []
+    for group in range(specs.BROKER_GROUPS_MAX):  # every broker group's Services and pods
+        base = manifests.group_base(cluster, group)
+        endpoints.append(ctx.endpoints.client(namespace, base))
+        endpoints += [ctx.endpoints.pod(namespace, base, i) for i in range(specs.REPLICAS_MAX)]
     ctx.brokers.use(endpoints, security)
 
 
@@ -198,14 +202,21 @@ async def admin_endpoint(
     known; the call that follows then reports the broker's state. Raises
     :class:`~gannet.operator.brokers.Unauthorized` when the cluster's Secrets are unusable."""
     await secure(ctx, namespace, cluster, spec)
-    client = ctx.endpoints.client(namespace, cluster)
+    return await leader_endpoint(ctx, namespace, cluster)
+
+
+async def leader_endpoint(ctx: Context, namespace: str, base: str) -> str:
+    """The Raft leader's client endpoint of the broker group whose objects are named after
+    ``base`` (``manifests.group_base``), else its client Service (:func:`admin_endpoint`
+    without :func:`secure`)."""
+    client = ctx.endpoints.client(namespace, base)
     try:
         view = await ctx.brokers.raft_status(client)
     except BrokerError:
         return client
     # Node ids are not pod ordinals once a member was replaced: the leader's advertised client
     # address names its pod; without one (older brokers), the first members' rule (id - 1).
-    ordinal = members.ordinal_of_endpoint(cluster, view.leader_client_endpoint)
+    ordinal = members.ordinal_of_endpoint(base, view.leader_client_endpoint)
     if ordinal < 0 and not view.leader_client_endpoint:
         ordinal = members.ordinal_of(None, view.leader_id)
-    return ctx.endpoints.pod(namespace, cluster, ordinal) if ordinal >= 0 else client
+    return ctx.endpoints.pod(namespace, base, ordinal) if ordinal >= 0 else client

@@ -34,6 +34,7 @@ from typing import Any
 import kopf
 
 from gannet.operator import (
+    broker_group_planning,
     brokers,
     claims,
     cluster_handling,
@@ -41,6 +42,7 @@ from gannet.operator import (
     contexts,
     events,
     group_planning,
+    manifests,
     resources,
     specs,
     topic_planning,
@@ -290,7 +292,7 @@ class _Named:
     plan: Callable[..., Any]  # (spec, observed | None, held_name=, winner=, ...) -> plan
     plan_passes: int  # a group's create may need an update next (consumeEnabled=false)
     describe: Callable[[Context, str, str], Awaitable[Any]]  # (observed, figures) | None
-    apply: Callable[[Context, str, Any], Awaitable[None]]
+    apply: Callable[[Context, str, Any, tuple[str, str]], Awaitable[None]]  # (ns, cluster)
     delete: Callable[[Context, str, str], Awaitable[object]]
     write_figures: Callable[[kopf.Patch, Any], None]
 
@@ -380,7 +382,7 @@ async def _reconcile_named(
                 )
                 if plan.action is None:
                     break
-                await named.apply(ctx, endpoint, plan.action)
+                await named.apply(ctx, endpoint, plan.action, (namespace, parsed.cluster))
                 pending.normal(*_step(named, plan.action))
                 described = await named.describe(ctx, endpoint, broker_name)
         except BrokerUnavailable as exc:
@@ -459,28 +461,65 @@ def _step(named: _Named, action: Any) -> tuple[str, str]:
     return verb, f"{verb.lower()} {subject} {action.name} on the brokers ({settings})"
 
 
-async def _apply_topic(ctx: Context, endpoint: str, action: Any) -> None:
-    if isinstance(action, topic_planning.CreateTopic):
+async def _apply_topic(ctx: Context, endpoint: str, action: Any, where: tuple[str, str]) -> None:
+    """Carry a topic plan out at ``endpoint`` (group 0's leader; the broker fans it out to the
+    other groups), scoped while groups drain (:func:`topic_planning.scope_to_serving`)."""
+    namespace, cluster = where
+    serving, draining = await _broker_groups(ctx, namespace, cluster)
+    scoped = topic_planning.scope_to_serving(action, serving, draining)
+    if isinstance(scoped, topic_planning.CreateTopic | topic_planning.ScopedCreate):
+        create, groups = (
+            (scoped, ())
+            if isinstance(scoped, topic_planning.CreateTopic)
+            else (scoped.create, scoped.groups)
+        )
         # AlreadyExists: created meanwhile (by the timer or another pass); describe again instead.
         with contextlib.suppress(brokers.AlreadyExists):
             await ctx.brokers.create_topic(
                 endpoint,
-                action.name,
-                queues=action.queues,
-                permission=action.permission,
-                message_type=action.message_type,
+                create.name,
+                queues=create.queues,
+                permission=create.permission,
+                message_type=create.message_type,
+                broker_groups=[manifests.broker_name(g) for g in groups],
             )
-    else:
+        return
+    update = scoped if isinstance(scoped, topic_planning.UpdateTopic) else scoped.fanned_out
+    if update is not None:
         await ctx.brokers.update_topic(
             endpoint,
-            action.name,
-            queues=action.queues,
-            permission=action.permission,
-            message_type=action.message_type,
+            update.name,
+            queues=update.queues,
+            permission=update.permission,
+            message_type=update.message_type,
         )
+    if isinstance(scoped, topic_planning.ScopedUpdate) and scoped.permission is not None:
+        for group in scoped.groups:  # each serving group alone: the draining ones stay read-only
+            leader = endpoint
+            if group:
+                base = manifests.group_base(cluster, group)
+                leader = await contexts.leader_endpoint(ctx, namespace, base)
+            await ctx.brokers.set_permission_here(leader, scoped.name, scoped.permission)
 
 
-async def _apply_group(ctx: Context, endpoint: str, action: Any) -> None:
+async def _broker_groups(ctx: Context, namespace: str, cluster: str) -> tuple[list[int], list[int]]:
+    """(serving groups with a leader, draining groups) of ``cluster`` as its status last showed
+    them; no draining group when there is no cluster (``where`` empty) or no status yet."""
+    if not cluster:
+        return [0], []
+    try:
+        body = await ctx.kube.get(resources.API_VERSION, resources.CLUSTER_KIND, namespace, cluster)
+    except KubeError as exc:
+        raise BrokerUnavailable(f"reading GannetCluster {namespace}/{cluster}: {exc}") from None
+    body = body or {}
+    desired = (body.get("spec") or {}).get("brokerGroups", 1)
+    rows = (body.get("status") or {}).get("brokerGroups") or []
+    return broker_group_planning.groups_of_status(
+        int(desired) if isinstance(desired, int) else 1, rows
+    )
+
+
+async def _apply_group(ctx: Context, endpoint: str, action: Any, _where: tuple[str, str]) -> None:
     if isinstance(action, group_planning.CreateGroup):
         with contextlib.suppress(brokers.AlreadyExists):
             await ctx.brokers.create_group(

@@ -11,11 +11,17 @@ condition written to ``status``. Rules, as Strimzi's KafkaTopic:
   (rename) → ``NotSupported`` and the old topic stays as it is;
 - another resource owning the same topic → ``ResourceConflict`` (see :mod:`claims`);
 - ``gannet.io/managed: "false"`` or ``gannet.io/pause-reconciliation: "true"`` → no changes.
+
+While broker groups of the cluster drain (:mod:`broker_group_planning`), a change is scoped so
+that a draining group stays read-only (:func:`scope_to_serving`): a create goes to the serving
+groups only, and an update's permission is written to each serving group alone; its queues and
+message type still go everywhere (a drain undone finds the same queues).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 from gannet.operator import claims, conditions
 from gannet.operator.conditions import Condition
@@ -116,3 +122,39 @@ def _ready(spec: TopicSpec) -> Condition:
 def should_delete(*, held_name: str | None, managed: bool, is_owner: bool) -> bool:
     """Whether deleting the resource deletes the topic: only the owner's, only when managed."""
     return bool(held_name) and managed and is_owner
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScopedCreate:
+    """A CreateTopic limited to the serving broker groups (``CreateTopic.broker_groups``)."""
+
+    create: CreateTopic
+    groups: tuple[int, ...]
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ScopedUpdate:
+    """An UpdateTopic while groups drain: ``fanned_out`` (queues and message type, no
+    permission; None when neither changes) goes to every group as usual; ``permission`` is
+    written to each of ``groups`` (the serving ones) alone."""
+
+    name: str
+    fanned_out: UpdateTopic | None
+    permission: Permission | None
+    groups: tuple[int, ...]
+
+
+def scope_to_serving(
+    action: CreateTopic | UpdateTopic, serving: Sequence[int], draining: Sequence[int]
+) -> CreateTopic | UpdateTopic | ScopedCreate | ScopedUpdate:
+    """``action`` as it must be sent while ``draining`` groups drain: unchanged when none
+    does; else no write that could make a draining group's queues writable (the drain owns
+    their permission: read-only until they are deleted, or group 0's again when undone)."""
+    if not draining:
+        return action
+    groups = tuple(sorted(set(serving) - set(draining)))
+    if isinstance(action, CreateTopic):
+        return ScopedCreate(action, groups)
+    rest = dataclasses.replace(action, permission=None)
+    fanned_out = rest if (rest.queues, rest.message_type) != (None, None) else None
+    return ScopedUpdate(action.name, fanned_out, action.permission, groups)
