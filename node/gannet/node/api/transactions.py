@@ -148,18 +148,15 @@ class TransactionService:
     # ------------------------------------------------------------------ applying the log
     def _on_dispatched(self, infos: Sequence[DispatchInfo]) -> None:
         """Dispatch thread (or the sender's, inline): a committed batch. Only transaction
-        records cost more than the one ``watched`` test; an error on one is logged and the
+        records cost more than one filtering pass; an error on one is logged and the
         rest of the batch still applied."""
-        watched = tr.watched
-        for info in infos:
-            if watched(info):
-                try:
-                    self._apply(info)
-                except Exception:
-                    log.exception(
-                        "transaction record at commit-log offset %d not applied",
-                        info.commit_offset,
-                    )
+        for info in tr.watched_of(infos):
+            try:
+                self._apply(info)
+            except Exception:
+                log.exception(
+                    "transaction record at commit-log offset %d not applied", info.commit_offset
+                )
 
     def _apply(self, info: DispatchInfo) -> None:
         body = None
