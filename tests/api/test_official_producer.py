@@ -97,7 +97,7 @@ def test_send_delayed_message_is_parked_then_delivered(broker, admin, make_topic
     topic = make_topic(admin_pb2.DELAY)
     arrived = threading.Event()
     broker.broker.store.add_arrival_listener(
-        lambda info: arrived.set() if info.topic == topic else None
+        lambda infos: arrived.set() if any(i.topic == topic for i in infos) else None
     )
     producer = producer_for(topic)
     deliver_at_ms = int(time.time() * 1000) + 1_000

@@ -40,7 +40,9 @@ def test_an_inline_put_is_dispatched_before_it_returns(tmp_path: Path) -> None:
     with MessageStore(_config(tmp_path)).open() as store:
         store.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
         seen_in: list[str] = []
-        store.add_arrival_listener(lambda info: seen_in.append(threading.current_thread().name))
+        store.add_arrival_listener(
+            lambda infos: seen_in.extend([threading.current_thread().name] * len(infos))
+        )
         results, durable_at = store.put_messages_nowait(_messages(3), dispatch_inline=True)
         assert durable_at is None
         # No waiting: the consume queue already has the three, dispatched by this thread.
@@ -51,11 +53,39 @@ def test_an_inline_put_is_dispatched_before_it_returns(tmp_path: Path) -> None:
         assert [m.commit_offset for m in got.messages] == [r.wrote_offset for r in results]
 
 
+def test_a_listener_is_called_once_per_dispatched_batch(tmp_path: Path) -> None:
+    with MessageStore(_config(tmp_path)).open() as store:
+        store.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
+        batches: list[list[int]] = []
+        store.add_arrival_listener(lambda infos: batches.append([i.queue_offset for i in infos]))
+        store.put_messages_nowait(_messages(3), dispatch_inline=True)
+        store.put_messages_nowait(_messages(2), dispatch_inline=True)
+        assert batches == [[0, 1, 2], [3, 4]]
+
+
+def test_a_failing_listener_does_not_stop_dispatch_or_the_others(tmp_path: Path) -> None:
+    with MessageStore(_config(tmp_path)).open() as store:
+        store.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
+        seen: list[int] = []
+
+        def failing(infos: object) -> None:
+            raise RuntimeError("listener bug")
+
+        store.add_arrival_listener(failing)
+        store.add_arrival_listener(lambda infos: seen.extend(i.queue_offset for i in infos))
+        results, _ = store.put_messages_nowait(_messages(3), dispatch_inline=True)
+        assert seen == [0, 1, 2]
+        got = store.get_messages(TOPIC, 0, 0, 10)
+        assert [m.commit_offset for m in got.messages] == [r.wrote_offset for r in results]
+
+
 def test_a_plain_put_leaves_dispatch_to_the_thread(tmp_path: Path) -> None:
     with MessageStore(_config(tmp_path)).open() as store:
         store.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
         seen_in: list[str] = []
-        store.add_arrival_listener(lambda info: seen_in.append(threading.current_thread().name))
+        store.add_arrival_listener(
+            lambda infos: seen_in.extend([threading.current_thread().name] * len(infos))
+        )
         results, _ = store.put_messages_nowait(_messages(2))
         assert store.wait_dispatched(results[-1].end_offset, 10)
         assert seen_in == ["gannet-dispatch", "gannet-dispatch"]
@@ -68,7 +98,9 @@ def test_records_past_the_inline_limit_go_to_the_thread(
     with MessageStore(_config(tmp_path)).open() as store:
         store.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
         seen_in: list[str] = []
-        store.add_arrival_listener(lambda info: seen_in.append(threading.current_thread().name))
+        store.add_arrival_listener(
+            lambda infos: seen_in.extend([threading.current_thread().name] * len(infos))
+        )
         results, _ = store.put_messages_nowait(_messages(5), dispatch_inline=True)
         assert store.wait_dispatched(results[-1].end_offset, 10)
         me = threading.current_thread().name

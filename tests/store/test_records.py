@@ -311,6 +311,18 @@ def test_uniq_key_layout() -> None:
     assert msgids.decode_uniq_key(gen.next_key(now)).counter == 2
 
 
+def test_uniq_keys_of_a_batch_are_the_keys_one_at_a_time() -> None:
+    """A put draws its keys in one call: the same keys, counter wrapping at 0xFFFF."""
+    now = msgids.month_start_ms(1_700_000_000_000) + 7000
+    one_by_one = msgids.UniqKeyGenerator("10.0.0.1", 7, 9)
+    batched = msgids.UniqKeyGenerator("10.0.0.1", 7, 9)
+    expected = [one_by_one.next_key(now) for _ in range(0x10003)]
+    got = batched.next_keys(now, 0xFFFE) + batched.next_keys(now, 5)
+    assert got == expected
+    assert [msgids.decode_uniq_key(k).counter for k in got[0xFFFD:]] == [0xFFFE, 0xFFFF, 0, 1, 2, 3]
+    assert batched.next_keys(now, 0) == []
+
+
 hosts = st.sampled_from([("127.0.0.1", 1), ("10.1.2.3", 65535), ("::1", 8081), ("2001:db8::5", 0)])
 prop_text = st.text(
     alphabet=st.characters(exclude_characters="\x01\x02", exclude_categories=["Cs"]),

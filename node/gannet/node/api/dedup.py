@@ -35,7 +35,7 @@ import collections
 import contextlib
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 
 from rocketmq.grpc_protocol import service_pb2
@@ -115,11 +115,18 @@ class SendDeduplicator:
             return 0
         return index.files[-1].end_timestamp_ms + self._window_ms
 
-    def _on_dispatched(self, info: DispatchInfo) -> None:
-        """Dispatch thread: a committed record (on any replica) joins the window."""
-        if info.uniq_key:
-            receipt = _Receipt(info.uniq_key, info.queue_offset, info.store_timestamp_ms)
-            self._remember((info.topic, info.uniq_key), receipt)
+    def _on_dispatched(self, infos: Sequence[DispatchInfo]) -> None:
+        """Dispatch thread: a committed batch (on any replica) joins the window, under one
+        lock hold for the whole batch."""
+        fresh = [((info.topic, info.uniq_key), info) for info in infos if info.uniq_key]
+        if not fresh:
+            return
+        recent = self._recent
+        with self._lock:
+            for key, info in fresh:
+                if key not in recent:  # the first receipt stays (the original)
+                    recent[key] = _Receipt(key[1], info.queue_offset, info.store_timestamp_ms)
+            self._trim_locked()
 
     async def send_once(
         self,
@@ -190,12 +197,16 @@ class SendDeduplicator:
             if key in self._recent:
                 return  # the first receipt stays (the original)
             self._recent[key] = receipt
-            while len(self._recent) > self._entries_max:
-                _, dropped = self._recent.popitem(last=False)
-                # The map no longer holds the whole window: ask the log until it does again.
-                self._log_lookups_until_ms = max(
-                    self._log_lookups_until_ms, dropped.stored_at_ms + self._window_ms
-                )
+            self._trim_locked()
+
+    def _trim_locked(self) -> None:
+        """Drop the oldest receipts past ``entries_max`` (``_lock`` held)."""
+        while len(self._recent) > self._entries_max:
+            _, dropped = self._recent.popitem(last=False)
+            # The map no longer holds the whole window: ask the log until it does again.
+            self._log_lookups_until_ms = max(
+                self._log_lookups_until_ms, dropped.stored_at_ms + self._window_ms
+            )
 
     def _in_log(self, key: Key) -> _Receipt | None:
         """Worker thread: the message of ``key`` stored within the window, from the index."""

@@ -44,7 +44,7 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -130,12 +130,16 @@ class _Arrivals:
         """How many pulls wait now."""
         return self._count
 
-    def on_dispatch(self, info: DispatchInfo) -> None:
-        key = (info.topic, info.queue_id)
-        if key not in self._waiting:  # unlocked peek: the common case is nobody waiting
+    def on_dispatch(self, infos: Sequence[DispatchInfo]) -> None:
+        """One dispatched batch: wake the waiters of every (topic, queue id) it reached."""
+        waiting = self._waiting
+        if not waiting:  # unlocked peek: the common case is nobody waiting
+            return
+        keys = {(info.topic, info.queue_id) for info in infos}
+        if not any(key in waiting for key in keys):
             return
         with self._lock:
-            woken = self._waiting.pop(key, [])
+            woken = [f for key in keys for f in self._waiting.pop(key, ())]
             self._count -= len(woken)
         for future in woken:
             self._loop.call_soon_threadsafe(_resolve, future)

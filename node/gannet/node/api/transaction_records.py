@@ -29,6 +29,7 @@ Pure functions over :class:`~gannet.node.store.log.records.Message`; used by :mo
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -144,11 +145,12 @@ class Seen(NamedTuple):
     checks: int = 0
 
 
-def watched(info: DispatchInfo) -> bool:
-    """Cheap test on the dispatch hot path: could ``info`` be a transaction record?"""
-    return info.topic in _WATCHED or (
-        info.sys_flag & 0xC == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
-    )
+def watched_of(infos: Sequence[DispatchInfo]) -> list[DispatchInfo]:
+    """The records of a dispatched batch that could be transaction records (a half, op or
+    check topic, or a commit-type sysFlag), in order: one comprehension, no call per record
+    (the dispatch hot path; usually none)."""
+    commit = records.SYSFLAG_TRANSACTION_COMMIT_TYPE
+    return [i for i in infos if i.topic in _WATCHED or i.sys_flag & 0xC == commit]
 
 
 def seen(info: DispatchInfo, body: bytes | None) -> Seen | None:

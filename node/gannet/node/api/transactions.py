@@ -38,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -146,10 +146,19 @@ class TransactionService:
         return self.book.ended_total[Resolution.DISCARD]
 
     # ------------------------------------------------------------------ applying the log
-    def _on_dispatched(self, info: DispatchInfo) -> None:
-        """Dispatch thread (or the sender's, inline): a committed record."""
-        if not tr.watched(info):
-            return
+    def _on_dispatched(self, infos: Sequence[DispatchInfo]) -> None:
+        """Dispatch thread (or the sender's, inline): a committed batch. Only transaction
+        records cost more than one filtering pass; an error on one is logged and the
+        rest of the batch still applied."""
+        for info in tr.watched_of(infos):
+            try:
+                self._apply(info)
+            except Exception:
+                log.exception(
+                    "transaction record at commit-log offset %d not applied", info.commit_offset
+                )
+
+    def _apply(self, info: DispatchInfo) -> None:
         body = None
         if info.topic in (tr.OP_TOPIC, tr.CHECK_TOPIC):
             message = self.store.read_message(info.commit_offset)

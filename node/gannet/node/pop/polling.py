@@ -27,6 +27,7 @@ import asyncio
 import itertools
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gannet.node.pop.config import PopConfig
@@ -107,11 +108,14 @@ class PollWaiters:
     def attach(self, store: MessageStore) -> None:
         """Wake waiters on every message the store dispatches."""
 
-        def on_arrival(info: DispatchInfo) -> None:
-            if not validation.is_system_topic(info.topic):
-                self.notify(info.topic, info.queue_id)
+        def on_arrivals(infos: Sequence[DispatchInfo]) -> None:
+            if not self._total:
+                return  # nobody long-polls: no per-record work (see notify)
+            for info in infos:
+                if not validation.is_system_topic(info.topic):
+                    self.notify(info.topic, info.queue_id)
 
-        store.add_arrival_listener(on_arrival)
+        store.add_arrival_listener(on_arrivals)
 
     def register(
         self, topic: str, group: str, queue_id: int, expire_at_ms: int, now_ms: int

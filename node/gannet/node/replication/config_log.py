@@ -43,7 +43,7 @@ import json
 import logging
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gannet.node.store.configs.fastjson import JsonObject, JsonValue
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
@@ -271,10 +271,19 @@ class ConfigLog:
             if self.applied_offset() > end:
                 self._set_applied(end)
 
-    def _on_dispatched(self, info: DispatchInfo) -> None:
-        """Dispatch thread: a committed record reached the consume queues."""
-        if info.topic != CONFIG_TOPIC:
-            return
+    def _on_dispatched(self, infos: Sequence[DispatchInfo]) -> None:
+        """Dispatch thread: a committed batch reached the consume queues; config records
+        are applied one by one (an error on one is logged, the rest still applied)."""
+        for info in infos:
+            if info.topic == CONFIG_TOPIC:
+                try:
+                    self._apply_dispatched(info)
+                except Exception:
+                    log.exception(
+                        "config record at commit-log offset %d not applied", info.commit_offset
+                    )
+
+    def _apply_dispatched(self, info: DispatchInfo) -> None:
         if info.queue_offset > self.applied_offset():
             self.catch_up(info.queue_offset)
         message = self.store.read_message(info.commit_offset)

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from gannet.node.store import durable, validation
@@ -70,7 +70,9 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL_MS = 1_000
 VALID_TOPICS_CACHE_MAX = 100_000
 INLINE_DISPATCH_RECORDS_MAX = 256  # records a send dispatches itself; the rest wakes the thread
-ArrivalListener = Callable[[DispatchInfo], None]
+# Called once per dispatched batch, in commit-log order (dispatch thread, or the sender's
+# inline): one call per batch instead of one per record keeps dispatch's per-record cost down.
+ArrivalListener = Callable[[Sequence[DispatchInfo]], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,23 +92,31 @@ class StoreStatistics:
     disk_full: bool
 
 
-def dispatch_info_of(msg: Message, res: AppendResult) -> DispatchInfo:
-    """What dispatch needs of a record this node just appended (no re-parse)."""
-    p = msg.properties
-    return DispatchInfo(
-        msg.topic,
-        msg.queue_id,
-        res.wrote_offset,
-        res.wrote_bytes,
-        tags_code(p.get(props.TAGS)),
-        res.store_timestamp_ms,
-        res.queue_offset,
-        p.get(props.KEYS),
-        p.get(props.UNIQ_KEY),
-        msg.sys_flag,
-        msg.prepared_transaction_offset,
-        p,
-    )
+def dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
+    """What dispatch needs of the records of one append by this node (no re-parse), built
+    in one loop while the put lock is held."""
+    tags, keys, uniq = props.TAGS, props.KEYS, props.UNIQ_KEY
+    infos = []
+    for msg, res in zip(msgs, results, strict=True):
+        p = msg.properties
+        tag_text = p.get(tags)
+        infos.append(
+            DispatchInfo(
+                msg.topic,
+                msg.queue_id,
+                res.wrote_offset,
+                res.wrote_bytes,
+                tags_code(tag_text) if tag_text else 0,
+                res.store_timestamp_ms,
+                res.queue_offset,
+                p.get(keys),
+                p.get(uniq),
+                msg.sys_flag,
+                msg.prepared_transaction_offset,
+                p,
+            )
+        )
+    return infos
 
 
 class MessageStore:
@@ -327,14 +337,12 @@ class MessageStore:
         :mod:`dispatching`); only for callers that hold no lock a dispatcher could take."""
         self._check_writable()
         now = now_ms()
-        prepared = [self._prepare(m, now) for m in msgs]
-        encoded = [self.commitlog.encode(m) for m in prepared]
+        prepared = self._prepare(msgs, now)
+        encoded = self.commitlog.encode_all(prepared)
 
         def hand_off(results: list[AppendResult]) -> None:
             self._raw_scanned = results[-1].end_offset  # nothing partial behind a local append
-            self.dispatch.offer(
-                [dispatch_info_of(m, r) for m, r in zip(prepared, results, strict=True)]
-            )
+            self.dispatch.offer(dispatch_infos_of(prepared, results))
 
         results = self.commitlog.append(encoded, hand_off)
         if self.config.flush_mode is FlushMode.SYNC_FLUSH and self.flush is not None:
@@ -359,19 +367,30 @@ class MessageStore:
                 "refused until cleanup frees space"
             )
 
-    def _prepare(self, msg: Message, now: int) -> Message:
-        """Validate and complete a message before encoding (store host, unique key, timer)."""
-        if msg.topic not in self._valid_topics:
-            validation.validate_topic(msg.topic)
-            if len(self._valid_topics) >= VALID_TOPICS_CACHE_MAX:
-                self._valid_topics.clear()
-            self._valid_topics.add(msg.topic)
-        msg.store_host = (self.config.store_host, self.config.store_port)
-        if msg.born_timestamp_ms == 0:
-            msg.born_timestamp_ms = now
-        if props.UNIQ_KEY not in msg.properties:
-            msg.properties[props.UNIQ_KEY] = self.uniq_keys.next_key(now)
-        return self.timers.route(msg, now)
+    def _prepare(self, msgs: list[Message], now: int) -> list[Message]:
+        """Validate and complete messages before encoding (store host, unique key, timer);
+        the unique keys the batch lacks are drawn under one lock hold."""
+        valid = self._valid_topics
+        for msg in msgs:
+            if msg.topic not in valid:
+                validation.validate_topic(msg.topic)
+                if len(valid) >= VALID_TOPICS_CACHE_MAX:
+                    valid.clear()
+                valid.add(msg.topic)
+        uniq = props.UNIQ_KEY
+        keyless = [m for m in msgs if uniq not in m.properties]
+        if keyless:
+            for msg, key in zip(keyless, self.uniq_keys.next_keys(now, len(keyless)), strict=True):
+                msg.properties[uniq] = key
+        host = (self.config.store_host, self.config.store_port)
+        route = self.timers.route
+        prepared = []
+        for msg in msgs:
+            msg.store_host = host
+            if msg.born_timestamp_ms == 0:
+                msg.born_timestamp_ms = now
+            prepared.append(route(msg, now))
+        return prepared
 
     # ------------------------------------------------------------------ commit / dispatch
     def _durable_end(self) -> int:
@@ -414,37 +433,40 @@ class MessageStore:
         return chain
 
     def _dispatch_consume_queues(self, infos: list[DispatchInfo]) -> None:
-        """A unit per non-transactional or commit-type record (sysFlag bit 0x4 clear); the
-        queue of the previous record is reused while the key repeats (batches of one queue)."""
+        """A unit per non-transactional or commit-type record (sysFlag bit 0x4 clear); each
+        queue the batch reaches is looked up once (a batch spread over queues alternates)."""
         if infos:
             end, log_end = infos[-1].commit_offset + infos[-1].size, self.commitlog.max_offset()
             assert end <= log_end, (
                 f"consume-queue units would point at {end}, past the end of the commit log "
                 f"({log_end})"
             )
-        key: tuple[str, int] | None = None
-        cq = None
+        puts: dict[tuple[str, int], Callable[[int, int, int, int], None]] = {}
+        find = self.queues.find_or_create
         for info in infos:
             if info.sys_flag & 0x4:
                 continue  # prepared (0x4) or rollback (0xC): no unit
-            if key != (info.topic, info.queue_id):
-                key = (info.topic, info.queue_id)
-                cq = self.queues.find_or_create(info.topic, info.queue_id)
-            assert cq is not None
-            cq.put(info.commit_offset, info.size, info.tags_code, info.queue_offset)
+            key = (info.topic, info.queue_id)
+            put = puts.get(key)
+            if put is None:
+                put = puts[key] = find(info.topic, info.queue_id).put
+            put(info.commit_offset, info.size, info.tags_code, info.queue_offset)
 
     def _notify_arrivals(self, infos: list[DispatchInfo]) -> None:
         listeners = self.listeners
         if not listeners:
             return
-        for info in infos:
-            for listener in listeners:
-                try:
-                    listener(info)
-                except Exception:  # a listener must never stop dispatch
-                    log.exception("message-arrival listener failed")
+        for listener in listeners:
+            try:
+                listener(infos)
+            except Exception:  # a listener must never stop dispatch
+                log.exception("message-arrival listener failed")
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Call ``listener`` with each dispatched batch (a list of :class:`DispatchInfo`).
+
+        A listener that raises is logged and skipped for the rest of that batch only; one that
+        must not lose records to its own errors handles them per record."""
         self.listeners.append(listener)
 
     # ------------------------------------------------------------------ reading

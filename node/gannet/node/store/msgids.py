@@ -83,13 +83,19 @@ class UniqKeyGenerator:
         return self._prefix
 
     def next_key(self, now_ms: int) -> str:
+        return self.next_keys(now_ms, 1)[0]
+
+    def next_keys(self, now_ms: int, count: int) -> list[str]:
+        """``count`` successive keys of one instant, under one lock hold (a put's batch)."""
         with self._lock:
             if not self._month_start_ms <= now_ms < self._month_end_ms:
                 self._month_start_ms = month_start_ms(now_ms)
                 self._month_end_ms = _next_month_start_ms(now_ms)
             elapsed_ms = max(0, now_ms - self._month_start_ms)
-            self._counter = counter = (self._counter + 1) & 0xFFFF
-        return f"{self._prefix}{elapsed_ms & 0xFFFFFFFF:08X}{counter:04X}"
+            first = self._counter + 1
+            self._counter = (self._counter + count) & 0xFFFF
+        head = f"{self._prefix}{elapsed_ms & 0xFFFFFFFF:08X}"
+        return [f"{head}{counter & 0xFFFF:04X}" for counter in range(first, first + count)]
 
 
 def _next_month_start_ms(now_ms: int) -> int:

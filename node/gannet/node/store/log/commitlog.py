@@ -103,22 +103,29 @@ class CommitLog:
     # --- appending ---
     def encode(self, msg: records.Message) -> Encoded:
         """Encode what does not depend on the position, outside the lock."""
-        fields = packing.record_fields(
-            msg,
-            body_size_max_bytes=self.config.message_body_size_max_bytes,
-            append_crc=self.append_crc,
-        )
+        return self.encode_all([msg])[0]
+
+    def encode_all(self, msgs: list[records.Message]) -> list[Encoded]:
+        """:meth:`encode` of each message, the settings read once per batch."""
+        fields_of = packing.record_fields
+        body_max, append_crc = self.config.message_body_size_max_bytes, self.append_crc
         limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
-        if fields[0] > limit:
-            raise MessageTooLarge(
-                f"record of {fields[0]} bytes does not fit a commit-log file of "
-                f"{self.config.commitlog_file_size_bytes} bytes"
-            )
-        # Only non-transactional and commit-type records (transaction bits 0x0, 0x8) take one.
-        key = None
-        if not msg.sys_flag & records.SYSFLAG_TRANSACTION_PREPARED_TYPE:
-            key = f"{msg.topic}-{msg.queue_id}"
-        return fields, key
+        prepared_type = records.SYSFLAG_TRANSACTION_PREPARED_TYPE
+        encoded: list[Encoded] = []
+        for msg in msgs:
+            fields = fields_of(msg, body_size_max_bytes=body_max, append_crc=append_crc)
+            if fields[0] > limit:
+                raise MessageTooLarge(
+                    f"record of {fields[0]} bytes does not fit a commit-log file of "
+                    f"{self.config.commitlog_file_size_bytes} bytes"
+                )
+            # Only non-transactional and commit-type records (transaction bits 0x0, 0x8) take
+            # a queue offset.
+            key = None
+            if not msg.sys_flag & prepared_type:
+                key = f"{msg.topic}-{msg.queue_id}"
+            encoded.append((fields, key))
+        return encoded
 
     def append(
         self,
