@@ -335,6 +335,35 @@ def test_drain_waits_for_messages_no_consumer_group_has_consumed_and_names_the_t
     assert bgp.drain_step(gone, [zero, gone]) == bgp.DeleteGroup(1)
 
 
+def test_drain_waits_for_retry_and_dead_letter_messages_listtopics_leaves_out() -> None:
+    """A retry topic is consumed by its consumer group; a dead-letter topic by whoever reads it.
+    Both live in the group's store, so deleting the group before they are read loses them."""
+    retry, dlq = "%RETRY%billing_orders", "%DLQ%billing"
+    zero = bgp.GroupState(
+        0, "l0", (topic("orders"),), subscriptions={"billing": frozenset({"orders", retry})}
+    )
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("orders", RO),),
+        subscriptions={"billing": frozenset({"orders", retry})},
+        lag={("billing", "orders"): 0, ("billing", retry): 2},
+        messages={"orders": 4, retry: 2, dlq: 3},
+    )
+    assert draining.drained_topics() == {"orders", retry, dlq}
+    step = bgp.drain_step(draining, [zero, draining])
+    assert step == bgp.WaitForLag(1, (("billing", retry, 2),), ((dlq, 3),))
+    assert isinstance(step, bgp.WaitForLag)
+    text = step.message("broker-1")
+    assert f"billing on {retry}: 2" in text
+    assert f"{dlq}: 3" in text
+    # The retry messages consumed and the dead letters removed: the drain may finish.
+    done = dataclasses.replace(
+        draining, lag={("billing", "orders"): 0, ("billing", retry): 0}, messages={dlq: 0}
+    )
+    assert bgp.drain_step(done, [zero, done]) == bgp.DeleteGroup(1)
+
+
 # ---------------------------------------------------------------- Topic resources during a drain
 def test_a_topic_change_during_a_drain_never_makes_the_draining_group_writable() -> None:
     update = tp.UpdateTopic("orders", 8, RW, None)

@@ -119,8 +119,9 @@ async def _read_state(ctx: Context, g: _Group, *, offsets: bool) -> None:
         lag: Mapping[tuple[str, str], int] = {}
         messages: Mapping[str, int] = {}
         if offsets:
+            system = await ctx.brokers.system_topics(g.leader_endpoint)
             subs, lag, messages = await ctx.brokers.group_offsets(
-                g.leader_endpoint, [c.name for c in groups], [t.name for t in topics]
+                g.leader_endpoint, [c.name for c in groups], [t.name for t in topics] + list(system)
             )
     except (BrokerUnavailable, BrokerRefused) as exc:
         g.state = bgp.GroupState(g.group, "")

@@ -20,7 +20,9 @@ steps of this pass:
   consumer group, topic and lag); a consumer group counts for a topic when it has offsets for it
   in any group (a subscriber that has not reached this group yet still has to drain it), and
   the messages of a topic no consumer group has ever consumed hold the drain too
-  (:func:`unconsumed`: they would be lost unread); (3) the
+  (:func:`unconsumed`: they would be lost unread). Retry (``%RETRY%``) and dead-letter
+  (``%DLQ%``) topics holding messages count like the others (they stay writable: revive keeps
+  writing redeliveries there while the drain waits); (3) the
   other groups forget it and its objects are deleted (:class:`DeleteGroup`). Without a leader
   in the group nothing can be read, so nothing is deleted (:class:`WaitForLeader`).
 """
@@ -34,6 +36,8 @@ from gannet.operator.specs import Permission
 
 READ, WRITE = 4, 2  # RocketMQ perm bits
 LAG_ROWS_SHOWN = 5
+SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
+"""Topics of a group a drain waits for although ``ListTopics`` does not list them."""
 """Consumer-group/topic pairs named in a WaitForLag message (the rest are counted)."""
 
 
@@ -69,8 +73,17 @@ class GroupState:
     subscriptions: Mapping[str, frozenset[str]] = dataclasses.field(default_factory=dict)
     # (consumer group, topic) -> lag in this broker group, where it holds offsets
     lag: Mapping[tuple[str, str], int] = dataclasses.field(default_factory=dict)
-    # topic -> messages stored in this broker group (max - min offset over its queues)
+    # topic -> messages stored in this broker group (max - min offset over its queues); the
+    # group's retry (%RETRY%) and dead-letter (%DLQ%) topics too, which ``topics`` leaves out
     messages: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def drained_topics(self) -> set[str]:
+        """Every topic a drain waits for here: the listed ones plus the retry and dead-letter
+        topics that hold messages (a retry topic is consumed by its consumer group, a
+        dead-letter topic by whoever reads it; both are lost with the group's store)."""
+        return {t.name for t in self.topics} | {
+            name for name in self.messages if name.startswith(SYSTEM_TOPIC_PREFIXES)
+        }
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -216,7 +229,7 @@ def drain_lag(draining: GroupState, all_groups: Sequence[GroupState]) -> list[tu
     """(consumer group, topic, lag) still to be consumed on ``draining``, largest lag first.
     A consumer group subscribes a topic when it holds offsets for it in any group; where it has
     none on ``draining`` its lag there is every message the topic holds there."""
-    topics = {t.name for t in draining.topics}
+    topics = draining.drained_topics()
     subscribed: set[tuple[str, str]] = set()
     for state in all_groups:
         for consumer, names in state.subscriptions.items():
@@ -240,9 +253,9 @@ def unconsumed(draining: GroupState, all_groups: Sequence[GroupState]) -> list[t
         t for state in all_groups for names in state.subscriptions.values() for t in names
     }
     found = [
-        (t.name, n)
-        for t in draining.topics
-        if t.name not in subscribed and (n := draining.messages.get(t.name, 0)) > 0
+        (name, n)
+        for name in draining.drained_topics()
+        if name not in subscribed and (n := draining.messages.get(name, 0)) > 0
     ]
     found.sort(key=lambda row: (-row[1], row[0]))
     return found

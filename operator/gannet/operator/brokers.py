@@ -507,6 +507,14 @@ class Brokers:
             ),
         )
 
+    async def system_topics(self, endpoint: str) -> tuple[str, ...]:
+        """The retry (``%RETRY%``) and dead-letter (``%DLQ%``) topics one broker group holds
+        (``ListTopics`` leaves them out unless asked)."""
+        topics = await self._call(
+            endpoint, "ListTopics", admin_pb2.ListTopicsRequest(include_system=True)
+        )
+        return tuple(t.name for t in topics.topics if t.name.startswith(bgp.SYSTEM_TOPIC_PREFIXES))
+
     async def group_offsets(
         self, endpoint: str, consumer_groups: Iterable[str], topics: Iterable[str]
     ) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], int], dict[str, int]]:
