@@ -96,6 +96,29 @@ def _route(endpoint: str) -> list[tuple[str, int, str]]:
     ]  # fmt: skip
 
 
+class _Timing:
+    """Starts ``count`` worker threads together and tells them when the window ends (the
+    workers wait on :attr:`start`, then run while ``time.monotonic() < timing.stop_at``)."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self.start = threading.Barrier(count + 1)
+        self.stop_at = 0.0
+
+    def run(self, worker: Callable[[int], None], seconds: float) -> float:
+        """Run ``worker(i)`` for every ``i < count`` over a ``seconds`` window; returns the
+        monotonic time the window began."""
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(self.count)]
+        for t in threads:
+            t.start()
+        began = time.monotonic()
+        self.stop_at = began + seconds
+        self.start.wait()
+        for t in threads:
+            t.join()
+        return began
+
+
 def produce(
     route: list[tuple[str, int, str]], seconds: float, in_flight: int = IN_FLIGHT
 ) -> dict[str, Any]:
@@ -103,8 +126,7 @@ def produce(
     sent: dict[str, int] = {g: 0 for g, _, _ in route}
     errors = [0]
     lock = threading.Lock()
-    start = threading.Barrier(SENDER_THREADS + 1)
-    stop_at = [0.0]
+    timing = _Timing(SENDER_THREADS)
     endpoints = sorted({e for _, _, e in route})
 
     def sender(index: int) -> None:
@@ -119,10 +141,10 @@ def produce(
         }
         payloads = [(g, e, _payload(q, index * 1000 + q)) for g, q, e in route]
         turn = index
-        start.wait()
+        timing.start.wait()
         window: list[tuple[str, Any]] = []
-        while time.monotonic() < stop_at[0] or window:
-            while time.monotonic() < stop_at[0] and len(window) < in_flight:
+        while time.monotonic() < timing.stop_at or window:
+            while time.monotonic() < timing.stop_at and len(window) < in_flight:
                 group, endpoint, payload = payloads[turn % len(payloads)]
                 turn += 1
                 future = calls[endpoint].future(payload, timeout=30, metadata=CLIENT_ID)
@@ -137,14 +159,7 @@ def produce(
         for channel in channels.values():
             channel.close()
 
-    threads = [threading.Thread(target=sender, args=(i,)) for i in range(SENDER_THREADS)]
-    for t in threads:
-        t.start()
-    began = time.monotonic()
-    stop_at[0] = began + seconds
-    start.wait()
-    for t in threads:
-        t.join()
+    began = timing.run(sender, seconds)
     elapsed = time.monotonic() - began
     return {"by_group": sent, "errors": errors[0], "seconds": round(elapsed, 3)}
 
@@ -174,8 +189,7 @@ def receive_ack(
     receives = [0]
     ended: list[float] = []
     lock = threading.Lock()
-    start = threading.Barrier(receivers + 1)
-    stop_at = [0.0]
+    timing = _Timing(receivers)
     endpoints = sorted({e for _, _, e in route})
 
     def receiver(index: int) -> None:
@@ -184,8 +198,8 @@ def receive_ack(
         requests = [(g, e, _receive_request(g, q)) for g, q, e in route]
         turn = index
         empty_in_a_row = 0
-        start.wait()
-        while time.monotonic() < stop_at[0] and empty_in_a_row < len(requests):
+        timing.start.wait()
+        while time.monotonic() < timing.stop_at and empty_in_a_row < len(requests):
             group, endpoint, request = requests[turn % len(requests)]
             turn += 1
             frames = stubs[endpoint].ReceiveMessage(request, timeout=15, metadata=CLIENT_ID)
@@ -217,14 +231,7 @@ def receive_ack(
         for channel in channels.values():
             channel.close()
 
-    threads = [threading.Thread(target=receiver, args=(i,)) for i in range(receivers)]
-    for t in threads:
-        t.start()
-    began = time.monotonic()
-    stop_at[0] = began + seconds
-    start.wait()
-    for t in threads:
-        t.join()
+    began = timing.run(receiver, seconds)
     elapsed = max(ended) - began
     return {
         "by_group": acked,
