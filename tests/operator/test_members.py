@@ -59,24 +59,8 @@ def test_the_entrypoint_runs_the_broker_with_the_pods_key_then_the_common_argume
     members_dir = tmp_path / "members"
     members_dir.mkdir()
     (members_dir / "main-1").write_text(line)
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "gannet"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
-    fake.chmod(0o755)
-    script = manifests.BROKER_COMMAND[2].replace("$$", "$")
-    script = script.replace(manifests.MEMBERS_DIR, str(members_dir))
-    command = [*manifests.BROKER_COMMAND[:2], script, *manifests.BROKER_COMMAND[3:]]
-    env = {**os.environ, "POD_NAME": "main-1", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    done = subprocess.run(
-        [*command, "--listen", "0.0.0.0:8081"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert done.stdout.split("\n")[:-1] == [
+    printed = _run_entrypoint(tmp_path / "bin", members_dir, None, {"POD_NAME": "main-1"})
+    assert printed == [
         "broker",
         "run",
         *shlex.split(line),
@@ -173,28 +157,13 @@ def test_the_entrypoint_passes_its_groups_seeds_when_the_operator_wrote_them(
     (members_dir / "main-g1-0").write_text(line)
     seeds = group_manifests.groups_config_map("main", "demo", "uid-1", 2)["data"]["broker-1"]
     (groups_dir / "broker-1").write_text(seeds)
-    fake = bin_dir / "gannet"
-    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
-    fake.chmod(0o755)
-    script = manifests.BROKER_COMMAND[2].replace("$$", "$")
-    script = script.replace(manifests.MEMBERS_DIR, str(members_dir))
-    script = script.replace(manifests.GROUPS_DIR, str(groups_dir))
-    command = [*manifests.BROKER_COMMAND[:2], script, *manifests.BROKER_COMMAND[3:]]
-    env = {
-        **os.environ,
-        "POD_NAME": "main-g1-0",
-        "GANNET_BROKER_NAME": "broker-1",
-        "PATH": f"{bin_dir}:{os.environ['PATH']}",
-    }
-    done = subprocess.run(
-        [*command, "--listen", "0.0.0.0:8081"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
+    printed = _run_entrypoint(
+        bin_dir,
+        members_dir,
+        groups_dir,
+        {"POD_NAME": "main-g1-0", "GANNET_BROKER_NAME": "broker-1"},
     )
-    assert done.stdout.split("\n")[:-1] == [
+    assert printed == [
         "broker",
         "run",
         *shlex.split(line),
@@ -203,3 +172,29 @@ def test_the_entrypoint_passes_its_groups_seeds_when_the_operator_wrote_them(
         "--listen",
         "0.0.0.0:8081",
     ]
+
+
+def _run_entrypoint(
+    bin_dir: Path, members_dir: Path, groups_dir: Path | None, env: dict[str, str]
+) -> list[str]:
+    """The container's command run by a real /bin/sh, as the kubelet would start it (`$$`
+    unescaped as Kubernetes does, the roster and seeds folders moved under the test's), with a
+    stand-in `gannet` that prints its arguments; returns them."""
+    bin_dir.mkdir(exist_ok=True)
+    fake = bin_dir / "gannet"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(0o755)
+    script = manifests.BROKER_COMMAND[2].replace("$$", "$")
+    script = script.replace(manifests.MEMBERS_DIR, str(members_dir))
+    if groups_dir is not None:
+        script = script.replace(manifests.GROUPS_DIR, str(groups_dir))
+    command = [*manifests.BROKER_COMMAND[:2], script, *manifests.BROKER_COMMAND[3:]]
+    done = subprocess.run(
+        [*command, "--listen", "0.0.0.0:8081"],
+        env={**os.environ, **env, "PATH": f"{bin_dir}:{os.environ['PATH']}"},
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    return done.stdout.split("\n")[:-1]
