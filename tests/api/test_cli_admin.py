@@ -62,6 +62,7 @@ def test_topic_round_trip(gannet) -> None:
     described = gannet("topic", "describe", name)
     assert "FIFO" in described
     assert "queues of" in described
+    assert "not delivered yet: 0 delayed messages, 0 prepared transactions" in described
     gannet("topic", "delete", name, "--yes")
     gannet("topic", "describe", name, code=1)
     gannet("topic", "create", "bad name!", code=5)

@@ -77,6 +77,11 @@ def test_json_and_yaml_carry_the_table_fields(gannet, broker) -> None:
     described = yaml.safe_load(gannet("topic", "describe", topic, "-o", "yaml"))
     assert [q["queue"] for q in described["queues"]] == [0, 1]
     assert sum(q["messages"] for q in described["queues"]) == 1
+    assert described["not_delivered"] == {
+        "delayed_messages": 0,
+        "delayed_last_due_ms": None,
+        "prepared_transactions": 0,
+    }
     groups = yaml.safe_load(gannet("group", "list", "-o", "yaml"))
     mine_group = next(g for g in groups if g["name"] == group)
     assert mine_group["fifo"] is False

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 
 from gannet.node.store import properties as props
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.configs.topics import PERM_READ, TopicConfig
 from gannet.node.store.errors import MessageIllegal
 from gannet.node.store.log.commitlog import now_ms
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.reading import GetStatus
 from gannet.node.store.timers import delivery
+from gannet.node.store.timers.pending import TopicTimers
 
 
 def open_store(root: Path) -> MessageStore:
@@ -94,5 +97,119 @@ def test_delivery_in_the_past_is_stored_directly(tmp_path: Path) -> None:
         store.put_message(delayed(now_ms() - 1000))
         settle(store)
         assert store.get_messages("Orders", 2, 0, 1).status is GetStatus.FOUND
+    finally:
+        store.close()
+
+
+# ------------------------------------------------------------ figures a drain waits for
+def test_pending_figures_count_per_topic_until_delivered(tmp_path: Path) -> None:
+    """Every delayed message of a topic counts until its copy is in the real queue; the
+    latest due time is the last one's (its slot's end)."""
+    store = open_store(tmp_path)
+    try:
+        t0 = now_ms()
+        for i in range(3):
+            store.put_message(delayed(t0 + 10_000 + i * 5_000, i))
+        settle(store)
+        store.timers.tick(t0)
+        orders = store.timers.pending_of("Orders")
+        assert orders.messages == 3
+        assert t0 + 20_000 <= orders.last_due_ms <= t0 + 21_000
+        assert store.timers.pending_of("Payments").messages == 0
+        assert store.timers.tick(t0 + 16_000) == 2
+        assert store.timers.pending_of("Orders").messages == 1
+        assert store.timers.tick(t0 + 30_000) == 1
+        assert store.timers.pending_of("Orders") == TopicTimers(0, 0)
+    finally:
+        store.close()
+
+
+def test_pending_figures_survive_a_restart_and_a_crash(tmp_path: Path) -> None:
+    """The figures are rebuilt from the wheel on open: a restart (clean or not) never shows 0
+    while messages wait, and what fired before the restart is not counted again."""
+    t0 = now_ms()
+    store = open_store(tmp_path)
+    for i in range(4):
+        store.put_message(delayed(t0 + 10_000 + i * 10_000, i))
+    settle(store)
+    store.timers.tick(t0)
+    assert store.timers.tick(t0 + 12_000) == 1
+    store.close()
+    store = open_store(tmp_path)
+    try:
+        assert store.timers.pending_of("Orders").messages == 3
+        assert store.timers.pending_of("Orders").last_due_ms >= t0 + 40_000
+        assert store.timers.tick(t0 + 25_000) == 1
+        store.timers.timer_store.flush()  # type: ignore[union-attr]
+    finally:
+        store.abandon()
+    store = open_store(tmp_path)
+    try:
+        assert store.timers.pending_of("Orders").messages == 2
+        assert store.timers.tick(t0 + 60_000) == 2
+        assert store.timers.pending_of("Orders").messages == 0
+    finally:
+        store.close()
+
+
+def test_pending_figures_count_parked_messages_the_wheel_has_not_taken_yet(
+    tmp_path: Path,
+) -> None:
+    """A delayed message dispatched into the timer topic counts before the timer thread's next
+    tick: asking takes it into the wheel first (while the timer service runs)."""
+    config = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.ASYNC_FLUSH)
+    store = MessageStore(config).open(start_services=False)
+    try:
+        store.timers._thread = threading.Thread(target=lambda: None)  # running, never ticking
+        store.put_message(delayed(now_ms() + 60_000))
+        settle(store)
+        assert store.timers.pending_of("Orders").messages == 1
+    finally:
+        store.timers._thread = None
+        store.close()
+
+
+def test_rolled_entries_stay_counted_once(tmp_path: Path) -> None:
+    """A delay beyond the wheel's window rolls: the entry is parked again (a new message) and
+    counted once all along, not 0 in between and not twice after."""
+    store = open_store(tmp_path)
+    try:
+        t0 = now_ms()
+        window = store.timers.timer_store.roll_window_ms  # type: ignore[union-attr]
+        store.put_message(delayed(t0 + 3 * window, 0))
+        settle(store)
+        store.timers.tick(t0)
+        assert store.timers.pending_of("Orders").messages == 1
+        rolled = 0
+        clock = t0
+        while store.timers.pending_of("Orders").messages and clock < t0 + 5 * window:
+            clock += window // 4
+            rolled += store.timers.tick(clock)
+            assert store.timers.pending_of("Orders").messages in (0, 1)
+            settle(store)
+        assert rolled >= 2  # at least one roll and the delivery
+        assert store.get_messages("Orders", 2, 0, 4).status is GetStatus.FOUND
+        assert store.timers.pending_of("Orders").messages == 0
+    finally:
+        store.close()
+
+
+def test_a_delayed_message_comes_due_into_a_read_only_queue(tmp_path: Path) -> None:
+    """A draining group's topics are read-only; the wheel still delivers into them (else the
+    message would be lost with the group)."""
+    store = open_store(tmp_path)
+    try:
+        store.topic_configs.put(TopicConfig("Orders", read_queue_nums=4, write_queue_nums=4))
+        t0 = now_ms()
+        store.put_message(delayed(t0 + 10_000))
+        settle(store)
+        store.timers.tick(t0)
+        store.topic_configs.put(
+            TopicConfig("Orders", read_queue_nums=4, write_queue_nums=4, perm=PERM_READ)
+        )
+        assert store.timers.tick(t0 + 12_000) == 1
+        settle(store)
+        assert store.get_messages("Orders", 2, 0, 4).status is GetStatus.FOUND
+        assert store.timers.pending_of("Orders").messages == 0
     finally:
         store.close()

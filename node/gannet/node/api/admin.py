@@ -186,13 +186,24 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             queues = [
                 conv.queue_offsets_pb(self.store, config.topic_name, q) for q in range(queue_count)
             ]
+            timers = self.store.timers
+            delayed = timers.pending_of(config.topic_name)
             return admin_pb2.DescribeTopicResponse(
                 topic=conv.topic_pb(config),
                 queues=queues,
                 groups=self.store.consumer_offsets.groups_of(config.topic_name),
+                delayed_messages=delayed.messages,
+                delayed_last_due_ms=delayed.last_due_ms,
+                delayed_counted=timers.running,
+                prepared_transactions=self._prepared(config.topic_name),
             )
 
         return await self._run(context, work)
+
+    def _prepared(self, topic: str) -> int:
+        """Open transactions of ``topic`` (every member applies them from the log)."""
+        handler = self.messaging.transactions if self.messaging is not None else None
+        return handler.service.book.pending_of(topic) if handler is not None else 0
 
     # ------------------------------------------------------------------ groups
     def _group(self, name: str) -> SubscriptionGroupConfig:

@@ -138,6 +138,12 @@ class TransactionBook:
         with self._lock:
             return len(self._pending)
 
+    def pending_of(self, topic: str) -> int:
+        """Open transactions of one real topic: prepared, neither committed nor rolled back
+        nor discarded yet (a resolution being written counts until it committed)."""
+        with self._lock:
+            return sum(1 for p in self._pending.values() if p.topic == topic)
+
     def pending_offsets(self) -> set[int]:
         with self._lock:
             return set(self._pending)

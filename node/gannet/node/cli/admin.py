@@ -145,20 +145,48 @@ def topic_describe(name: str, endpoint: str) -> None:
     queues = [_queue_row(q) for q in reply.queues]
     groups = list(reply.groups)
     document: dict[str, Any] = {"topic": topic_row(reply.topic), "queues": queues, "groups": groups}
+    document["not_delivered"] = _not_delivered_row(reply)
     renderables: list[Any] = [
         output.table("topic", TOPIC_COLUMNS, [topic_row(reply.topic)]),
         output.table(f"queues of {name}", QUEUE_COLUMNS, queues),
         f"groups with offsets: {', '.join(groups) or '(none)'}",
+        _not_delivered_text(reply),
     ]
     view = cluster_views.cluster_view(channel, endpoint)
     if view is not None and len(view.groups) > 1:  # several broker groups: each one's queues
-        document["broker_groups"] = elsewhere = {}
+        elsewhere: dict[str, dict[str, Any]] = {}
+        document["broker_groups"] = elsewhere
         for broker, found, why in cluster_views.describe_in_groups(channel, view, name):
             rows = [_queue_row(q) for q in found.queues] if found is not None else []
-            elsewhere[broker] = {"queues": rows, "error": why or None}
+            elsewhere[broker] = {"queues": rows, "error": why or None, "not_delivered": None}
             title = f"queues of {name} in broker group {broker}" + (f": {why}" if why else "")
             renderables.append(output.table(title, QUEUE_COLUMNS, rows))
+            if found is not None:
+                elsewhere[broker]["not_delivered"] = _not_delivered_row(found)
+                renderables.append(f"{broker}: {_not_delivered_text(found)}")
     emit(document, *renderables)
+
+
+def _not_delivered_row(reply: admin_pb2.DescribeTopicResponse) -> dict[str, Any]:
+    """Messages of the topic held outside its queues: delayed (timer wheel) and prepared
+    transactional ones (``delayed_messages`` None where the answering member does not run
+    the timer wheel)."""
+    return {
+        "delayed_messages": reply.delayed_messages if reply.delayed_counted else None,
+        "delayed_last_due_ms": reply.delayed_last_due_ms or None,
+        "prepared_transactions": reply.prepared_transactions,
+    }
+
+
+def _not_delivered_text(reply: admin_pb2.DescribeTopicResponse) -> str:
+    if not reply.delayed_counted:
+        delayed = "delayed messages not counted here (ask the group's leader)"
+    elif reply.delayed_messages:
+        due = output.time_text(reply.delayed_last_due_ms)
+        delayed = f"{reply.delayed_messages} delayed messages (the last due {due})"
+    else:
+        delayed = "0 delayed messages"
+    return f"not delivered yet: {delayed}, {reply.prepared_transactions} prepared transactions"
 
 
 def _queue_row(q: admin_pb2.QueueOffsets) -> dict[str, Any]:

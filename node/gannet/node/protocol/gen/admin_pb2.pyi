@@ -124,14 +124,22 @@ class QueueOffsets(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., min_offset: _Optional[int] = ..., max_offset: _Optional[int] = ..., earliest_store_time_ms: _Optional[int] = ...) -> None: ...
 
 class DescribeTopicResponse(_message.Message):
-    __slots__ = ("topic", "queues", "groups")
+    __slots__ = ("topic", "queues", "groups", "delayed_messages", "delayed_last_due_ms", "delayed_counted", "prepared_transactions")
     TOPIC_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
     GROUPS_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_LAST_DUE_MS_FIELD_NUMBER: _ClassVar[int]
+    DELAYED_COUNTED_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_TRANSACTIONS_FIELD_NUMBER: _ClassVar[int]
     topic: Topic
     queues: _containers.RepeatedCompositeFieldContainer[QueueOffsets]
     groups: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ..., groups: _Optional[_Iterable[str]] = ...) -> None: ...
+    delayed_messages: int
+    delayed_last_due_ms: int
+    delayed_counted: bool
+    prepared_transactions: int
+    def __init__(self, topic: _Optional[_Union[Topic, _Mapping]] = ..., queues: _Optional[_Iterable[_Union[QueueOffsets, _Mapping]]] = ..., groups: _Optional[_Iterable[str]] = ..., delayed_messages: _Optional[int] = ..., delayed_last_due_ms: _Optional[int] = ..., delayed_counted: bool = ..., prepared_transactions: _Optional[int] = ...) -> None: ...
 
 class Group(_message.Message):
     __slots__ = ("name", "fifo", "retry_max_times", "consume_enable", "retry_policy")

@@ -14,6 +14,9 @@
   beyond the wheel's window come back as ROLL entries and are parked again. Only after those
   appends return is the read cursor committed, so a crash repeats a delivery rather than losing
   it (at least once).
+* Count (:mod:`~gannet.node.store.timers.pending`): per real topic, the parked messages not
+  delivered yet and the latest due time (:meth:`TimerService.pending_of`), rebuilt from the
+  wheel when it is opened or truncated. An operator draining the group waits for them.
 
 Called by :class:`MessageStore` (route, load, start, stop, truncate, backlog).
 """
@@ -35,6 +38,7 @@ from gannet.node.store.log.commitlog import AppendResult
 from gannet.node.store.log.records import Message
 from gannet.node.store.queues.consume_queues import ConsumeQueueStore
 from gannet.node.store.timers.codecs import TimerEntry, floor_to_precision, topic_hash
+from gannet.node.store.timers.pending import PendingTimers, TopicTimers
 from gannet.node.store.timers.store import TimerStore
 
 log = logging.getLogger(__name__)
@@ -200,10 +204,19 @@ class TimerService:
         self._thread: threading.Thread | None = None
         self.fired_total = 0
         self.enqueued_total = 0
+        self.pending = PendingTimers()
+        self._topic_of_hash: dict[int, str] = {}  # real topics seen, by their timer-log hash
+        self._work = threading.Lock()  # one enqueue/fire pass at a time (timer thread, admin)
 
     # --- lifecycle ---
     def load(self, commit_log_end: int) -> None:
         self.timer_store = TimerStore.open(self.store.config, commit_log_max_offset=commit_log_end)
+        self._recount(self.timer_store)
+
+    @property
+    def running(self) -> bool:
+        """True while the timer thread runs (on a Raft group: this member leads)."""
+        return self._thread is not None
 
     def start(self) -> None:
         self._stop.clear()
@@ -253,6 +266,10 @@ class TimerService:
 
     def tick(self, now_ms: int) -> int:
         """Enqueue newly committed parked messages, then fire what is due; returns fired."""
+        with self._work:
+            return self._tick(now_ms)
+
+    def _tick(self, now_ms: int) -> int:
         ts = self.timer_store
         if ts is None:
             return 0
@@ -292,32 +309,70 @@ class TimerService:
             log.warning("timer message at %d has no TIMER_OUT_MS; dropped", commit_offset)
             return
         real_topic = msg.properties.get(props.REAL_TOPIC)
-        if ts.enqueue(
-            commit_offset,
-            msg.store_size,
-            int(out),
-            msg.store_timestamp_ms,
-            topic_hash(real_topic),
-        ):
+        thash = topic_hash(real_topic)
+        if ts.enqueue(commit_offset, msg.store_size, int(out), msg.store_timestamp_ms, thash):
             self.enqueued_total += 1
+            if real_topic:
+                self._topic_of_hash[thash] = real_topic
+                self.pending.added(real_topic, self._due_ms(int(out)), commit_offset)
+
+    def _due_ms(self, timer_out_ms: int) -> int:
+        """When the wheel delivers a message of this TIMER_OUT_MS (its slot's end)."""
+        precision = self.store.config.timer_precision_ms
+        return floor_to_precision(timer_out_ms, precision) + precision
 
     def _fire(self, entries: list[TimerEntry], now_ms: int) -> int:
         out: list[Message] = []
+        topics: list[str] = []  # the real topic of each message of ``out``
         for entry in entries:
             if entry.deleted:
                 continue
             msg = self.store.read_message(entry.commit_offset)
             if msg is None:
                 log.warning("timer entry at %d: message no longer stored", entry.commit_offset)
+                gone = self._topic_of_hash.get(entry.topic_hash)
+                if gone is not None:
+                    self.pending.delivered(gone)
                 continue
+            topics.append(msg.properties.get(props.REAL_TOPIC, ""))
             if entry.rolled:
                 out.append(roll_message(msg))
             else:
                 out.append(restore_message(msg, entry.enqueue_ms, now_ms))
         for start in range(0, len(out), 64):
-            self.store.put_messages(out[start : start + 64])
+            batch = out[start : start + 64]
+            results = self.store.put_messages(batch)
+            for msg, topic, result in zip(batch, topics[start:], results, strict=False):
+                if msg.topic == TIMER_TOPIC:
+                    self.pending.rolled(topic, result.wrote_offset)
+                else:
+                    self.pending.delivered(topic)
         self.fired_total += len(out)
         return len(out)
+
+    # --- figures ---
+    def pending_of(self, topic: str) -> TopicTimers:
+        """The delayed messages of ``topic`` not delivered yet. While the timer thread runs,
+        parked messages already dispatched are taken into the wheel first, so the figure
+        holds every delayed message dispatch has reached."""
+        if self.running:
+            with self._work:
+                if self.timer_store is not None:
+                    self._enqueue_new(self.timer_store)
+        return self.pending.of(topic)
+
+    def _recount(self, ts: TimerStore) -> None:
+        found: list[tuple[str, int]] = []
+        for unit in ts.pending_units():
+            msg = self.store.read_message(unit.commit_offset)
+            if msg is None:
+                continue
+            topic = msg.properties.get(props.REAL_TOPIC, "")
+            out = msg.properties.get(props.TIMER_OUT_MS, "")
+            if topic and out.lstrip("-").isdigit():
+                self._topic_of_hash[unit.topic_hash] = topic
+                found.append((topic, self._due_ms(int(out))))
+        self.pending.rebuilt(found)
 
     # --- maintenance ---
     def truncate(self, commit_offset: int) -> None:
@@ -329,6 +384,7 @@ class TimerService:
         top = cq.max_offset_in_queue() if cq is not None else 0
         if ts.timer_queue_offset > top:
             ts.set_timer_queue_offset(top)
+        self._recount(ts)
 
     def backlog(self) -> int:
         return self.timer_store.backlog_count() if self.timer_store is not None else 0

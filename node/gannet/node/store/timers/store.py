@@ -113,6 +113,7 @@ from gannet.node.store.timers.wheel import (
 
 DUE_SLOTS_MAX = 86_400  # default bound on slots stepped over per due_entries call
 DUE_UNITS_READ_MAX = 65_536  # default bound on timer-log units read per due_entries call
+UNITS_PER_SLOT_MAX = 10_000_000  # bound on one slot's chain walked by pending_units
 
 # --------------------------------------------------------------------------------------------
 # The store.
@@ -576,6 +577,33 @@ class TimerStore:
             fire_max = max((u.fire_ms for u in self._log.file_units(f)), default=-1)
             self._file_fire_max[f.file_from_offset] = fire_max
         return fire_max < self._committed_ms
+
+    def pending_units(self) -> list[TimerUnit]:
+        """Every entry (not delete markers, nor their known targets) in the slots from the
+        committed read time on: what fires again from here, after a restart too. Reads the
+        timer log; :class:`~gannet.node.store.timers.pending.PendingTimers` is rebuilt from it
+        when the store opens or is truncated."""
+        with self._lock:
+            self._require_open()
+            if self._committed_ms is None:
+                return []
+            out: list[TimerUnit] = []
+            for slot in self._wheel.live_slots(self._committed_ms):
+                units: list[TimerUnit] = []
+                pos = slot.last_pos
+                while pos >= 0 and len(units) < UNITS_PER_SLOT_MAX:
+                    unit = self._log.read(pos)
+                    if unit.fire_ms != slot.time_ms:
+                        break  # a unit of an older time that shared the index: not this slot's
+                    units.append(unit)
+                    pos = unit.prev_pos
+                deleted = {u.reserved - 1 for u in units if u.magic & MAGIC_DELETE}
+                out.extend(
+                    u
+                    for u in reversed(units)
+                    if not u.magic & MAGIC_DELETE and u.commit_offset not in deleted
+                )
+            return out
 
     # --- metrics ---
     def backlog_count(self) -> int:
