@@ -364,6 +364,80 @@ def test_drain_waits_for_retry_and_dead_letter_messages_listtopics_leaves_out() 
     assert bgp.drain_step(done, [zero, done]) == bgp.DeleteGroup(1)
 
 
+def test_drain_waits_for_delayed_and_prepared_messages_outside_the_queues() -> None:
+    """Delayed messages in the draining group's timer wheel and prepared transactions land in
+    its queues later (when due, when committed): the group is not deleted before, and the
+    condition names each topic, count and the last due time."""
+    due_ms = 1_795_654_923_000  # 2026-11-26T01:02:03Z
+    zero = bgp.GroupState(0, "l0", (topic("Orders"),), subscriptions={"billing": frozenset()})
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("Orders", RO), topic("Pay", RO)),
+        subscriptions={"billing": frozenset({"Orders", "Pay"})},
+        lag={("billing", "Orders"): 0, ("billing", "Pay"): 0},
+        messages={"Orders": 5, "Pay": 1},
+        undelivered={
+            "Orders": bgp.Undelivered(delayed=3, last_due_ms=due_ms),
+            "Pay": bgp.Undelivered(prepared=2),
+        },
+    )
+    step = bgp.drain_step(draining, [zero, draining])
+    assert isinstance(step, bgp.WaitForLag)
+    assert step.pending == ()
+    assert step.unconsumed == ()
+    assert [t for t, _ in step.held] == ["Orders", "Pay"]
+    text = step.message("broker-1")
+    assert "3 delayed messages in topic Orders, last due 2026-11-26T01:02:03Z" in text
+    assert "2 prepared transactions in topic Pay" in text
+    # Delivered: they are messages in the queues now, waited for as lag until consumed.
+    delivered = dataclasses.replace(
+        draining,
+        lag={("billing", "Orders"): 3, ("billing", "Pay"): 2},
+        undelivered={"Orders": bgp.Undelivered(), "Pay": bgp.Undelivered()},
+    )
+    step = bgp.drain_step(delivered, [zero, delivered])
+    assert isinstance(step, bgp.WaitForLag)
+    assert step.held == ()
+    assert step.total == 5
+    consumed = dataclasses.replace(delivered, lag={("billing", "Orders"): 0, ("billing", "Pay"): 0})
+    assert bgp.drain_step(consumed, [zero, consumed]) == bgp.DeleteGroup(1)
+
+
+def test_drain_waits_while_the_timer_wheel_is_not_counted() -> None:
+    """A member that does not run the timer wheel (no leader yet, an older broker) cannot say
+    what it holds: unknown is not zero, so the drain waits and says why."""
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("Orders", RO),),
+        messages={"Orders": 0},
+        undelivered={"Orders": bgp.Undelivered(counted=False)},
+    )
+    step = bgp.drain_step(draining, [draining])
+    assert isinstance(step, bgp.WaitForLag)
+    assert "delayed messages of Orders not counted" in step.message("broker-1")
+    counted = dataclasses.replace(draining, undelivered={"Orders": bgp.Undelivered()})
+    assert bgp.drain_step(counted, [counted]) == bgp.DeleteGroup(1)
+
+
+def test_drain_waits_for_delayed_messages_of_a_retry_topic() -> None:
+    """Retry and dead-letter topics hold delayed messages too; they are drained topics."""
+    retry = "%RETRY%billing_Orders"
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("Orders", RO),),
+        messages={"Orders": 0, retry: 0},
+        undelivered={retry: bgp.Undelivered(delayed=1, last_due_ms=1_000)},
+    )
+    step = bgp.drain_step(draining, [draining])
+    assert isinstance(step, bgp.WaitForLag)
+    assert f"1 delayed messages in topic {retry}, last due 1970-01-01T00:00:01Z" in (
+        step.message("broker-1")
+    )
+
+
 # ---------------------------------------------------------------- Topic resources during a drain
 def test_a_topic_change_during_a_drain_never_makes_the_draining_group_writable() -> None:
     update = tp.UpdateTopic("orders", 8, RW, None)

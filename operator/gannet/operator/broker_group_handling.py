@@ -118,16 +118,19 @@ async def _read_state(ctx: Context, g: _Group, *, offsets: bool) -> None:
         subs: Mapping[str, frozenset[str]] = {}
         lag: Mapping[tuple[str, str], int] = {}
         messages: Mapping[str, int] = {}
+        undelivered: Mapping[str, bgp.Undelivered] = {}
         if offsets:
             system = await ctx.brokers.system_topics(g.leader_endpoint)
-            subs, lag, messages = await ctx.brokers.group_offsets(
+            subs, lag, messages, undelivered = await ctx.brokers.group_offsets(
                 g.leader_endpoint, [c.name for c in groups], [t.name for t in topics] + list(system)
             )
     except (BrokerUnavailable, BrokerRefused) as exc:
         g.state = bgp.GroupState(g.group, "")
         g.message = str(exc)
         return
-    g.state = bgp.GroupState(g.group, g.leader_endpoint, topics, groups, subs, lag, messages)
+    g.state = bgp.GroupState(
+        g.group, g.leader_endpoint, topics, groups, subs, lag, messages, undelivered
+    )
 
 
 async def _sync_seeds(

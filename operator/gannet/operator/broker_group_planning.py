@@ -22,7 +22,10 @@ steps of this pass:
   the messages of a topic no consumer group has ever consumed hold the drain too
   (:func:`unconsumed`: they would be lost unread). Retry (``%RETRY%``) and dead-letter
   (``%DLQ%``) topics holding messages count like the others (they stay writable: revive keeps
-  writing redeliveries there while the drain waits); (3) the
+  writing redeliveries there while the drain waits). Messages the group holds outside its
+  queues hold the drain too (:func:`undelivered`): delayed messages still in its timer wheel
+  and prepared transactional messages not yet committed or rolled back; once delivered they
+  are in the queues and count as lag like any other message; (3) the
   other groups forget it and its objects are deleted (:class:`DeleteGroup`). Without a leader
   in the group nothing can be read, so nothing is deleted (:class:`WaitForLeader`).
 """
@@ -30,15 +33,16 @@ steps of this pass:
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Mapping, Sequence
 
 from gannet.operator.specs import Permission
 
 READ, WRITE = 4, 2  # RocketMQ perm bits
 LAG_ROWS_SHOWN = 5
+"""Consumer-group/topic pairs named in a WaitForLag message (the rest are counted)."""
 SYSTEM_TOPIC_PREFIXES = ("%RETRY%", "%DLQ%")
 """Topics of a group a drain waits for although ``ListTopics`` does not list them."""
-"""Consumer-group/topic pairs named in a WaitForLag message (the rest are counted)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -61,6 +65,23 @@ class GroupDef:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class Undelivered:
+    """Messages of one topic a broker group holds outside its queues (``DescribeTopic``):
+    delayed ones in its timer wheel (the latest due at ``last_due_ms``, Unix ms) and prepared
+    transactional ones. ``counted`` is False when the member asked does not run the timer
+    wheel (not the leader, or a broker that does not count them): then nothing is known."""
+
+    delayed: int = 0
+    last_due_ms: int = 0
+    prepared: int = 0
+    counted: bool = True
+
+    @property
+    def holds(self) -> bool:
+        return self.delayed > 0 or self.prepared > 0 or not self.counted
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GroupState:
     """What the operator read of one broker group this pass (``leader`` empty: none known,
     then ``topics``/``groups`` are empty too)."""
@@ -76,6 +97,9 @@ class GroupState:
     # topic -> messages stored in this broker group (max - min offset over its queues); the
     # group's retry (%RETRY%) and dead-letter (%DLQ%) topics too, which ``topics`` leaves out
     messages: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # topic -> its messages outside the queues (timer wheel, prepared transactions), for the
+    # same topics as ``messages``
+    undelivered: Mapping[str, Undelivered] = dataclasses.field(default_factory=dict)
 
     def drained_topics(self) -> set[str]:
         """Every topic a drain waits for here: the listed ones plus the retry and dead-letter
@@ -110,6 +134,8 @@ class WaitForLag:
     pending: tuple[tuple[str, str, int], ...]  # (consumer group, topic, lag), largest first
     # (topic, messages) of topics no consumer group has ever consumed, largest first
     unconsumed: tuple[tuple[str, int], ...] = ()
+    # (topic, its messages outside the queues) still to be delivered, by topic name
+    held: tuple[tuple[str, Undelivered], ...] = ()
 
     @property
     def total(self) -> int:
@@ -135,7 +161,48 @@ class WaitForLag:
                 "consume them with a consumer group, delete the topic, or let retention "
                 "remove them)"
             )
+        if self.held:
+            parts.append(f"for messages not in its queues yet ({_held_text(self.held)})")
         return f"draining {broker_name}: waiting " + ", and ".join(parts)
+
+
+def _held_text(held: Sequence[tuple[str, Undelivered]]) -> str:
+    delayed, prepared, unknown = [], [], []
+    for topic, u in held:
+        if not u.counted:
+            unknown.append(topic)
+        elif u.delayed:
+            delayed.append(
+                f"{u.delayed} delayed messages in topic {topic}, last due {_utc(u.last_due_ms)}"
+            )
+        if u.prepared:
+            prepared.append(f"{u.prepared} prepared transactions in topic {topic}")
+    parts = [*delayed[:LAG_ROWS_SHOWN]]
+    if len(delayed) > LAG_ROWS_SHOWN:
+        parts.append(f"delayed messages in {len(delayed) - LAG_ROWS_SHOWN} more topics")
+    parts += prepared[:LAG_ROWS_SHOWN]
+    if len(prepared) > LAG_ROWS_SHOWN:
+        parts.append(f"prepared transactions in {len(prepared) - LAG_ROWS_SHOWN} more topics")
+    text = "; ".join(parts)
+    if delayed:
+        text += " (delivered to the queues when due, then consumed like any message)"
+    if prepared:
+        text += (
+            "; prepared transactions wait for their producers to commit or roll back, or for "
+            "the broker's transaction checks to give up on them"
+        )
+    if unknown:
+        shown = ", ".join(unknown[:LAG_ROWS_SHOWN]) + _more(unknown)
+        text += (
+            f"{'; ' if text else ''}delayed messages of {shown} not counted: the member asked "
+            "does not run the timer wheel (no leader yet, or a broker version without the count)"
+        )
+    return text
+
+
+def _utc(ms: int) -> str:
+    moment = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).replace(microsecond=0)
+    return moment.isoformat().replace("+00:00", "Z")
 
 
 def _more(rows: Sequence[object]) -> str:
@@ -261,6 +328,13 @@ def unconsumed(draining: GroupState, all_groups: Sequence[GroupState]) -> list[t
     return found
 
 
+def undelivered(draining: GroupState) -> list[tuple[str, Undelivered]]:
+    """(topic, what of it is still outside the queues) of every drained topic of ``draining``
+    that holds delayed or prepared transactional messages, by name: deleting the group would
+    lose them before they were ever delivered."""
+    return [(name, u) for name, u in sorted(draining.undelivered.items()) if u.holds]
+
+
 def drain_step(draining: GroupState, all_groups: Sequence[GroupState]) -> DrainStep:
     """The next step of draining one group (module docstring)."""
     if not draining.leader:
@@ -270,8 +344,9 @@ def drain_step(draining: GroupState, all_groups: Sequence[GroupState]) -> DrainS
         return MakeReadOnly(draining.group, writable)
     pending = drain_lag(draining, all_groups)
     left = unconsumed(draining, all_groups)
-    if pending or left:
-        return WaitForLag(draining.group, tuple(pending), tuple(left))
+    held = undelivered(draining)
+    if pending or left or held:
+        return WaitForLag(draining.group, tuple(pending), tuple(left), tuple(held))
     return DeleteGroup(draining.group)
 
 

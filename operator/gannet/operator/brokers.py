@@ -98,6 +98,8 @@ class TopicFigures:
     queues: int
     max_offsets: tuple[int, ...]
     messages: int
+    undelivered: bgp.Undelivered = dataclasses.field(default_factory=bgp.Undelivered)
+    """Messages outside the queues: delayed (timer wheel) and prepared transactional ones."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -257,6 +259,12 @@ class Brokers:
             queues=queues,
             max_offsets=tuple(q.max_offset for q in offsets),
             messages=sum(max(0, q.max_offset - q.min_offset) for q in offsets),
+            undelivered=bgp.Undelivered(
+                delayed=answer.delayed_messages,
+                last_due_ms=answer.delayed_last_due_ms,
+                prepared=answer.prepared_transactions,
+                counted=answer.delayed_counted,
+            ),
         )
         observed = BrokerTopic(
             name=topic.name,
@@ -517,10 +525,15 @@ class Brokers:
 
     async def group_offsets(
         self, endpoint: str, consumer_groups: Iterable[str], topics: Iterable[str]
-    ) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], int], dict[str, int]]:
+    ) -> tuple[
+        dict[str, frozenset[str]],
+        dict[tuple[str, str], int],
+        dict[str, int],
+        dict[str, bgp.Undelivered],
+    ]:
         """One broker group's consumption: consumer group -> topics it holds offsets for,
-        (consumer group, topic) -> lag, and topic -> messages stored (for
-        :class:`~gannet.operator.broker_group_planning.GroupState`)."""
+        (consumer group, topic) -> lag, topic -> messages stored, and topic -> messages held
+        outside its queues (for :class:`~gannet.operator.broker_group_planning.GroupState`)."""
         subscriptions: dict[str, frozenset[str]] = {}
         lag: dict[tuple[str, str], int] = {}
         for name in consumer_groups:
@@ -531,11 +544,13 @@ class Brokers:
             subscriptions[name] = frozenset(by_topic)
             lag.update({(name, t): n for t, n in by_topic.items()})
         messages: dict[str, int] = {}
+        undelivered: dict[str, bgp.Undelivered] = {}
         for topic in topics:
             described = await self.describe_topic(endpoint, topic)
             if described is not None:
                 messages[topic] = described[1].messages
-        return subscriptions, lag, messages
+                undelivered[topic] = described[1].undelivered
+        return subscriptions, lag, messages, undelivered
 
     async def create_topic_here(self, endpoint: str, topic: bgp.TopicDef) -> None:
         """CreateTopic in the answering broker group only; already there counts as done."""
