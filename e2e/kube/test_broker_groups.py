@@ -15,6 +15,10 @@ operator created the topic there); during the drain ``broker-1``'s queues stay, 
 while the condition names the consumer group and its lag (raising the count again makes them
 read-write again; lowering it drains again); once the official SimpleConsumer has
 consumed and acknowledged everything, ``broker-1`` is deleted and its queues leave the route.
+Before that last drain each draining group gets a delayed message (due :data:`DELAY_S` later):
+once every message in its queues is consumed, the condition still names the delayed messages
+in its timer wheel (lag 0, nothing deleted); they come due into the read-only queues, are
+consumed, and only then is the group deleted.
 With ``GANNET_E2E_GROUPS_FULL=1`` the same with 3 groups (``broker-1`` and ``broker-2`` drain
 together). With ``GANNET_E2E_GROUPS_AUTH=1`` the cluster has ``security.auth`` on: the brokers
 require the chart's admin key (``--auth-file``), the operator creates the cluster key Secret
@@ -61,6 +65,9 @@ GROUPS = 3 if os.environ.get("GANNET_E2E_GROUPS_FULL") == "1" else 2
 """Groups grown to (and drained back from): 2 in ``make e2e-kube``; 3 with
 ``GANNET_E2E_GROUPS_FULL=1`` (two groups drain at once)."""
 ROUTE_WAIT_S = 20.0  # routes follow within a poll (2 s) and a pass (2 s) on a busy machine
+DELAY_S = 40.0
+"""Delay of the messages sent before the last drain: longer than lowering the count, consuming
+the other messages and one operator pass take on a busy machine (about 10 s)."""
 RW = definition_pb2.READ_WRITE
 AUTH = os.environ.get("GANNET_E2E_GROUPS_AUTH") == "1"
 """``security.auth`` on, the operator's cluster key signing the group polls (module docstring)."""
@@ -184,19 +191,47 @@ def _install_cluster_key(admin: Kubectl, processes: list[Process]) -> None:
 
 def _consume_all(endpoint: str, want: int) -> int:
     """Receive and ack with :data:`CONSUMERS` until ``want`` messages came (official client)."""
+    return len(_consume(endpoint, want))
+
+
+def _consume(endpoint: str, want: int, wait_s: float = 60) -> list[bytes]:
+    """The bodies of ``want`` messages received and acked with :data:`CONSUMERS`."""
     config = _client_config(endpoint)
     consumer = SimpleConsumer(config, CONSUMERS, {TOPIC: FilterExpression("*")}, await_duration=1)
     consumer.startup()
-    got = 0
+    got: list[bytes] = []
     try:
-        deadline = time.monotonic() + 60
-        while got < want and time.monotonic() < deadline:
+        deadline = time.monotonic() + wait_s
+        while len(got) < want and time.monotonic() < deadline:
             for message in consumer.receive(16, 30):
                 consumer.ack(message)  # at the group the message came from
-                got += 1
+                got.append(bytes(message.body))
     finally:
         consumer.shutdown()
     return got
+
+
+def _send_delayed(endpoint: str, brokers: list[str]) -> tuple[dict[str, int], float]:
+    """Delayed messages (due :data:`DELAY_S` from now) until each of ``brokers`` got one;
+    returns how many each group got and when they come due (``time.time()``)."""
+    due_s = time.time() + DELAY_S
+    producer = Producer(_client_config(endpoint), (TOPIC,))
+    producer.startup()
+    delayed: dict[str, int] = {}
+    try:
+        for i in range(8 * GROUPS):
+            if set(brokers) <= set(delayed):
+                break
+            message = Message()
+            message.topic, message.body = TOPIC, f"late{i}".encode()
+            message.delivery_timestamp = int(due_s * 1000)
+            receipt = producer.send(message)
+            broker = receipt.message_queue.message_queue0().broker.name
+            delayed[broker] = delayed.get(broker, 0) + 1
+    finally:
+        producer.shutdown()
+    assert set(brokers) <= set(delayed), delayed
+    return delayed, due_s
 
 
 @pytest.fixture
@@ -292,7 +327,7 @@ def _run(plane: ControlPlane, admin: Kubectl, groups: list[tuple[Process, str]])
             "apiVersion": harness.GROUP_VERSION,
             "kind": "Topic",
             "metadata": {"name": TOPIC, **meta},
-            "spec": {"cluster": CLUSTER, "queues": 2},
+            "spec": {"cluster": CLUSTER, "queues": 2, "messageType": "MIXED"},
         },
         {
             "apiVersion": harness.GROUP_VERSION,
@@ -391,10 +426,32 @@ def _run(plane: ControlPlane, admin: Kubectl, groups: list[tuple[Process, str]])
     _scale_groups(admin, GROUPS)
     _route_becomes(zero, {(n, RW) for n in names})
     _cluster(plane, _groups("Reconciled", GROUPS))
+    delayed, due_s = _send_delayed(zero, names[1:])
     _scale_groups(admin, 1)
     _route_becomes(zero, {("broker-0", RW), *read_only})
 
-    assert _consume_all(zero, sum(sent.values())) == sum(sent.values())
+    # Every message in the queues consumed: the delayed ones still hold the drain.
+    bodies = _consume(zero, sum(sent.values()))
+    assert sorted(bodies) == sorted(f"m{i}".encode() for i in range(4 * GROUPS))
+    assert time.time() < due_s, "the delayed messages came due before the check; raise DELAY_S"
+
+    def holds_delayed(o: Any) -> bool:
+        message = (condition(o, "BrokerGroups") or {}).get("message") or ""
+        return "lag" not in message and all(
+            f"draining {names[g]}: waiting for messages not in its queues yet "
+            f"({delayed[names[g]]} delayed messages in topic {TOPIC}, last due" in message
+            for g in range(1, GROUPS)
+        )
+
+    held = _cluster(plane, holds_delayed, timeout_s=max(1.0, due_s - time.time()))
+    assert held is not None
+    for g in range(1, GROUPS):
+        assert held["status"]["brokerGroups"][g]["phase"] == "Draining"
+        admin.run("get", "statefulset", _base(g), "-n", NS)  # not deleted: they would be lost
+    # They come due into the read-only queues; consumed, the drain finishes.
+    late = _consume(zero, sum(delayed.values()), wait_s=DELAY_S + 60)
+    assert len(late) == sum(delayed.values()), late
+    assert all(body.startswith(b"late") for body in late)
     done = _cluster(plane, _groups("Reconciled", 1))
     assert [r["brokerName"] for r in done["status"]["brokerGroups"]] == ["broker-0"]
     sets = f"/apis/apps/v1/namespaces/{NS}/statefulsets"

@@ -423,6 +423,29 @@ def test_delete_marker_suppresses_its_target(tmp_path: Path) -> None:
     store.close()
 
 
+def test_pending_units_are_what_fires_from_the_committed_read_time_on(tmp_path: Path) -> None:
+    """What the per-topic figures are rebuilt from: entries not yet returned, or returned and
+    not committed (they fire again after a crash); no delete marker nor its known target."""
+    root = tmp_path / "a"
+    store = open_store(root)
+    for off, fire in ((100, 1_002_000), (200, 1_004_000), (300, 1_006_000), (400, 1_006_000)):
+        store.enqueue(off, 10, fire, NOW, 1)
+    store.delete(500, 10, 1_006_000, NOW + 1, 1, target_commit_offset=400)
+    assert [u.commit_offset for u in store.pending_units()] == [100, 200, 300]
+    assert offsets(store.due_entries(1_003_000, 10)) == [100]
+    store.commit_read(store.read_time_ms or 0)
+    assert offsets(store.due_entries(1_005_000, 10)) == [200]  # returned, not committed
+    assert [u.commit_offset for u in store.pending_units()] == [200, 300]
+    store.flush()
+    crashed = open_store(crash_copy(root, tmp_path / "b"))
+    assert [u.commit_offset for u in crashed.pending_units()] == [200, 300]
+    fired = drain(crashed, 1_010_000)
+    assert [e.commit_offset for e in fired if not e.deleted] == [200, 300]
+    assert crashed.pending_units() == []
+    crashed.close()
+    store.close()
+
+
 # --- crash and recovery -----------------------------------------------------------------------
 
 
