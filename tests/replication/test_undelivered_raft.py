@@ -22,7 +22,10 @@ CLIENT_ID = (("x-mq-client-id", "tests@1@0@undelivered"),)
 
 def _describe(cluster: Cluster, node_id: int) -> admin_pb2.DescribeTopicResponse:
     request = admin_pb2.DescribeTopicRequest(name=TOPIC)
-    return cluster.admin(node_id, lambda stub: stub.DescribeTopic(request, timeout=10))
+    answer: admin_pb2.DescribeTopicResponse = cluster.admin(
+        node_id, lambda stub: stub.DescribeTopic(request, timeout=10)
+    )
+    return answer
 
 
 def test_delayed_figures_follow_the_leader(cluster: Cluster) -> None:
