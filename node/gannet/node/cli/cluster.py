@@ -435,7 +435,9 @@ def _print_table(
             f"TLS:     client ports TLS only, peers mutual TLS; CA {ca} "
             "(gannet: --tls-ca or GANNET_TLS_CA)"
         )
-    print_line(f"gannet:  source {env_file}  (then: gannet status; all members: {endpoints})")
+    print_line(
+        f"gannet:  source {env_file.resolve()}  (then: gannet status; all members: {endpoints})"
+    )
     print_line("press Ctrl-C to stop")
 
 
