@@ -133,3 +133,14 @@ def test_other_groups_queues_are_cut_to_their_first_address_for_a_single_address
     assert len(remote[0].broker.endpoints.addresses) == 3  # the cached view is untouched
     python = [("x-mq-language", "PYTHON")]
     assert routes.dialable(remote, python) is remote
+
+
+def test_other_groups_queues_are_cut_to_their_first_address_behind_a_tls_port() -> None:
+    """The Python client checks a TLS server's certificate against the channel's authority,
+    for ``ipv4:a,b,c`` the whole list: no certificate matches it (``cluster up --tls`` found
+    it), so a TLS member lists one address of every other group, whatever the language."""
+    remote = [_queue("broker-1", 8101, 8102, 8103)]
+    python = [("x-mq-language", "PYTHON")]
+    cut = routes.dialable(remote, python, tls=True)
+    assert [[a.port for a in q.broker.endpoints.addresses] for q in cut] == [[8101]]
+    assert len(remote[0].broker.endpoints.addresses) == 3

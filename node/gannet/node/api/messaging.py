@@ -201,13 +201,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             remote = groups.remote_queues(str(topic.name), namespace) if groups else []
             if exc.code != statuses.TOPIC_NOT_FOUND or not remote:
                 raise
-            return routes.dialable(remote, context.invocation_metadata())
+            return routes.dialable(remote, context.invocation_metadata(), tls=self.tls_port)
         endpoints = self._route_endpoints(requested, context)
         queues = routes.message_queues(config, self.identity, endpoints, namespace)
         if self.groups is None:
             return queues
         merged = self.groups.route(queues, config.topic_name, namespace)
-        return routes.dialable(merged, context.invocation_metadata())
+        return routes.dialable(merged, context.invocation_metadata(), tls=self.tls_port)
 
     # ------------------------------------------------------------------ clients
     async def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

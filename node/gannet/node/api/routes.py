@@ -26,8 +26,9 @@ leader comes first. Host names cannot be listed together: the Python client refu
 ``Endpoints`` of scheme ``DOMAIN_NAME`` with more than one address, so a group whose members
 are named by DNS publishes one address, the one the client used to reach us (a Kubernetes
 Service in front of every member) or else the leader's (this member's while none is known).
-So does a TLS client port: gRPC checks the server's certificate against the channel's
-authority, which for ``ipv4:a,b,c`` is the whole address list, so no certificate matches it.
+So does a TLS client port, for its own group and for every other group's queues in its routes
+(:func:`dialable`): gRPC checks the server's certificate against the channel's authority,
+which for ``ipv4:a,b,c`` is the whole address list, so no certificate matches it.
 And so does a client that cannot dial a list (:func:`dials_address_lists`): the official
 Node.js client (1.0.8) joins the addresses with commas into a gRPC target without a scheme,
 which grpc-js resolves as one DNS name and fails ("Name resolution failed for target
@@ -114,12 +115,17 @@ def dials_address_lists(metadata: Iterable[tuple[str, str]] | None) -> bool:
 
 
 def dialable(
-    queues: list[definition_pb2.MessageQueue], metadata: Iterable[tuple[str, str]] | None
+    queues: list[definition_pb2.MessageQueue],
+    metadata: Iterable[tuple[str, str]] | None,
+    *,
+    tls: bool = False,
 ) -> list[definition_pb2.MessageQueue]:
     """``queues`` as the client whose call carried ``metadata`` can dial them: unchanged for a
-    client that dials address lists, else each queue's endpoints cut to their first address
-    (the leader's, in another group's view) on copies, never on the cached views."""
-    if dials_address_lists(metadata):
+    client that dials address lists over plaintext, else (``tls``: the client reached a TLS
+    port, so it dials the other groups with TLS too, and no certificate matches a list's
+    authority) each queue's endpoints cut to their first address (the leader's, in another
+    group's view) on copies, never on the cached views."""
+    if not tls and dials_address_lists(metadata):
         return queues
     out = []
     for queue in queues:

@@ -13,7 +13,12 @@ secret), and its ports are shifted by ``g × GROUP_PORT_STRIDE`` (metrics by ``g
 every member gets the other groups' client endpoints as ``--cluster-seeds``
 (:mod:`gannet.node.api.group_polling`). ``--auth-file`` makes every member require signed
 requests, and with several groups gives them a cluster key to sign their polls of each other
-(:mod:`cluster_auth`). The command prints the endpoints, then waits: on
+(:mod:`cluster_auth`). ``--tls`` (or ``--tls-dir``, or the user's own ``--tls-cert/--tls-key/
+--tls-ca``) gives every member a TLS-only client port and mutual TLS between peers, with a
+cluster CA and member certificates it creates once and reuses (:mod:`cluster_tls`).
+``DATA_ROOT/client.env`` (:func:`write_client_env`) holds the environment of the ``gannet``
+commands and the official clients for this cluster. The command prints the endpoints, then
+waits: on
 Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SIGKILL after
 :data:`STOP_TIMEOUT_S`). If a broker exits on its own, the others are stopped and the exit code
 is 1.
@@ -31,8 +36,10 @@ in progress, a split view); 4 some member could not be reached (the others are s
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -45,7 +52,16 @@ import click
 import grpc
 from rich.table import Table
 
-from gannet.node.cli import calls, cluster_auth, exits, members, options, output, raft_views
+from gannet.node.cli import (
+    calls,
+    cluster_auth,
+    cluster_tls,
+    exits,
+    members,
+    options,
+    output,
+    raft_views,
+)
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
@@ -55,6 +71,7 @@ NODES_MAX = 9
 GROUPS_MAX = 16
 GROUP_PORT_STRIDE = 20
 SECRET_NAME = "peer-secret"
+CLIENT_ENV_NAME = "client.env"
 console = output.console
 
 
@@ -78,6 +95,9 @@ class GroupPlan:
 
     def client_endpoints(self) -> list[str]:
         return [p.client_endpoint for p in self.peers]
+
+    def member_names(self) -> list[str]:
+        return [cluster_tls.member_name(self.broker_name, p.node_id) for p in self.peers]
 
 
 def plan_cluster(
@@ -108,9 +128,11 @@ def broker_argv(
     seeds: tuple[str, ...] = (),
     file_size_mb: int | None = None,
     auth: cluster_auth.ClusterAuth | None = None,
+    tls: cluster_tls.ClusterTls | None = None,
 ) -> list[str]:
     """The ``gannet broker run`` command line of one member (the group's shared peer secret
     is ``data_root/peer-secret``: :func:`ensure_secret`)."""
+    member = cluster_tls.member_name(broker_name, peer.node_id)
     size = ["--file-size-mb", str(file_size_mb)] if file_size_mb is not None else []
     return [
         sys.executable,
@@ -140,6 +162,7 @@ def broker_argv(
         str(data_root / SECRET_NAME),
         *size,
         *(auth.argv() if auth is not None else []),
+        *(tls.argv(member) if tls is not None else []),
     ]
 
 
@@ -211,6 +234,26 @@ cluster.add_command(members.member)
     "`broker run --auth-file`). With several groups a cluster key (admin) is created in "
     "DATA_ROOT/auth/ for the members' polls of each other. See docs/security.md.",
 )
+@click.option(
+    "--tls",
+    "tls_on",
+    is_flag=True,
+    help="TLS-only client ports and mutual TLS between peers, with a cluster CA and one "
+    "certificate per member created in DATA_ROOT/tls/ on the first run and reused later.",
+)
+@click.option(
+    "--tls-dir",
+    type=click.Path(path_type=Path, file_okay=False),
+    help="Keep the created CA and certificates here instead of DATA_ROOT/tls/ (implies --tls).",
+)
+@click.option(
+    "--tls-cert",
+    type=options.PEM_FILE,
+    help="Your own certificate for every member (needs --host in its SANs, serverAuth and "
+    "clientAuth); with --tls-key and --tls-ca.",
+)
+@click.option("--tls-key", type=options.PEM_FILE, help="Private key of --tls-cert.")
+@click.option("--tls-ca", type=options.PEM_FILE, help="The CA (PEM) that issued --tls-cert.")
 def cluster_up(
     groups: int,
     replicas: int,
@@ -220,6 +263,11 @@ def cluster_up(
     metrics_base_port: int,
     flush: str,
     auth_file: Path | None,
+    tls_on: bool,
+    tls_dir: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_ca: Path | None,
 ) -> None:
     """Start GROUPS broker groups of REPLICAS brokers each and run until Ctrl-C or SIGTERM."""
     if base_port + (groups - 1) * GROUP_PORT_STRIDE + 10 + replicas > 65535:
@@ -234,13 +282,24 @@ def cluster_up(
         if auth_file is not None
         else None
     )
+    tls = cluster_tls.prepare(
+        data_root,
+        [name for g in plans for name in g.member_names()],
+        host,
+        tls=tls_on,
+        tls_dir=tls_dir,
+        cert_file=tls_cert,
+        key_file=tls_key,
+        ca_file=tls_ca,
+    )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        start_cluster(plans, flush, metrics_base_port, processes, auth=auth)
-        _print_table(plans, auth)
+        start_cluster(plans, flush, metrics_base_port, processes, auth=auth, tls=tls)
+        env_file = write_client_env(data_root, plans, tls)
+        _print_table(plans, auth, tls, env_file)
         failed = _wait(processes, stop)
     finally:
         _stop_all(processes)
@@ -258,11 +317,13 @@ def start_cluster(
     *,
     file_size_mb: int | None = None,
     auth: cluster_auth.ClusterAuth | None = None,
+    tls: cluster_tls.ClusterTls | None = None,
 ) -> None:
     """Start every member of ``plans`` (``processes`` gets ``<group root>/node<i>`` → its
     process as each starts, so the caller can stop what did start). The library entry point
     of ``cluster up`` (e2e tests and benchmarks). ``auth``: :func:`cluster_auth.prepare`'s
-    answer, every member's auth options and environment."""
+    answer, every member's auth options and environment; ``tls``: :func:`cluster_tls.prepare`'s
+    answer, every member's certificates."""
     env = {**os.environ, **auth.env()} if auth is not None else None
     for group in plans:
         group.root.mkdir(parents=True, exist_ok=True)
@@ -283,6 +344,7 @@ def start_cluster(
                 seeds=group.seeds,
                 file_size_mb=file_size_mb,
                 auth=auth,
+                tls=tls,
             )
             node = group.root / f"node{peer.node_id}"
             with node.with_suffix(".log").open("ab") as log_file:
@@ -295,7 +357,43 @@ def start_cluster(
                 )
 
 
-def _print_table(plans: tuple[GroupPlan, ...], auth: cluster_auth.ClusterAuth | None) -> None:
+def write_client_env(
+    data_root: Path, plans: tuple[GroupPlan, ...], tls: cluster_tls.ClusterTls | None
+) -> Path:
+    """``DATA_ROOT/client.env``: shell ``export`` lines of ``GANNET_ENDPOINT`` (the first
+    member) and, with TLS, ``GANNET_TLS_CA`` and ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` (the CA,
+    for the official Python client, which trusts gRPC's default roots only). After ``source``
+    of it, ``gannet status`` and every other command reach this cluster. Rewritten at each
+    ``up``; holds no secret."""
+    lines = [
+        f"# gannet cluster up ({len(plans)} x {len(plans[0].peers)}): `source` this file, "
+        "then `gannet status`, `gannet topic describe T`, ... reach this cluster.",
+        "unset GANNET_TLS GANNET_TLS_CA GANNET_TLS_CERT GANNET_TLS_KEY",
+        f"export GANNET_ENDPOINT={plans[0].peers[0].client_endpoint}",
+    ]
+    if tls is not None:
+        ca = shlex.quote(str(tls.ca_file.resolve()))
+        lines += [
+            f"export GANNET_TLS_CA={ca}",
+            "# The official Python client (tls_enable=True) trusts gRPC's default roots: this",
+            "# CA replaces them for every gRPC program started from this shell.",
+            f"export GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={ca}",
+        ]
+    lines.append(
+        "# signed requests (--auth-file): export GANNET_ACCESS_KEY=<your key> "
+        "GANNET_SECRET_KEY=<its secret>"
+    )
+    path = data_root / CLIENT_ENV_NAME
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _print_table(
+    plans: tuple[GroupPlan, ...],
+    auth: cluster_auth.ClusterAuth | None,
+    tls: cluster_tls.ClusterTls | None,
+    env_file: Path,
+) -> None:
     members = sum(len(g.peers) for g in plans)
     title = (
         f"Gannet Raft group of {members}"
@@ -318,16 +416,29 @@ def _print_table(plans: tuple[GroupPlan, ...], auth: cluster_auth.ClusterAuth | 
     console.print(table)
     first = plans[0].peers[0].client_endpoint
     endpoints = ";".join(e for g in plans for e in g.client_endpoints())
-    if auth is None:
-        console.print(f'clients: ClientConfiguration("{first}", Credentials())')
-    else:
-        console.print(
-            f'clients: ClientConfiguration("{first}", Credentials(ak, sk)) with a key of '
-            f"{auth.auth_dir} (gannet: GANNET_ACCESS_KEY, GANNET_SECRET_KEY)",
-            highlight=False,
+    keys = "Credentials()" if auth is None else "Credentials(ak, sk)"
+    client = f'ClientConfiguration("{first}", {keys})'
+    ca = tls.ca_file.resolve() if tls is not None else None
+    if ca is not None:
+        client += (
+            ", Producer/SimpleConsumer(..., tls_enable=True) with "
+            f"GRPC_DEFAULT_SSL_ROOTS_FILE_PATH={ca}"
         )
-    console.print(f"status:  gannet status --endpoint {first}  (all: {endpoints})")
-    console.print("press Ctrl-C to stop")
+    print_line = functools.partial(console.print, highlight=False, soft_wrap=True)
+    print_line(f"clients: {client}")
+    if auth is not None:
+        print_line(
+            f"auth:    a key of {auth.auth_dir} (gannet: GANNET_ACCESS_KEY, GANNET_SECRET_KEY)"
+        )
+    if ca is not None:
+        print_line(
+            f"TLS:     client ports TLS only, peers mutual TLS; CA {ca} "
+            "(gannet: --tls-ca or GANNET_TLS_CA)"
+        )
+    print_line(
+        f"gannet:  source {env_file.resolve()}  (then: gannet status; all members: {endpoints})"
+    )
+    print_line("press Ctrl-C to stop")
 
 
 def _wait(processes: dict[str, subprocess.Popen[bytes]], stop: threading.Event) -> str | None:

@@ -1,0 +1,91 @@
+"""TLS of a local cluster: ``gannet cluster up --tls`` (or ``--tls-dir DIR``, or the user's own
+``--tls-cert/--tls-key/--tls-ca``): which certificate each member runs with.
+
+Generated (``--tls``): ``DATA_ROOT/tls/`` (or ``--tls-dir``) holds a cluster CA (``ca.crt``,
+its key ``ca.key``) and one certificate per member, ``<member>.crt``/``<member>.key`` (member
+``broker-a-node1``, or ``broker-<g>-node<i>`` with several groups: :func:`member_name`),
+created once and reused by the next ``up`` (:mod:`cluster_pki` makes and checks them). Own
+files: one certificate serves every member (they all listen on ``--host``). Each member runs
+with its certificate on the client port (TLS only) and on the peer port (mutual TLS, cluster
+CA), and trusts the CA when it calls the other groups (``--cluster-tls-ca``):
+:meth:`ClusterTls.argv`.
+
+Called by :mod:`gannet.node.cli.cluster` (``cluster up`` and :func:`~cluster.start_cluster`).
+``cryptography`` is loaded only when TLS is asked for (:func:`prepare`): it would add about
+0.2 s to the start of every ``gannet`` command.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import click
+
+TLS_DIR_NAME = "tls"
+
+
+@dataclass(frozen=True, slots=True)
+class MemberFiles:
+    cert_file: Path
+    key_file: Path
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTls:
+    """What every member of a local cluster runs with when TLS is on."""
+
+    ca_file: Path
+    members: dict[str, MemberFiles]
+    """Member name (:func:`member_name`) → its certificate and key."""
+
+    def argv(self, member: str) -> list[str]:
+        """The ``gannet broker run`` options of ``member``: client TLS, peer mTLS, and the CA
+        of the other groups' client ports."""
+        own = self.members[member]
+        cert, key, ca = str(own.cert_file), str(own.key_file), str(self.ca_file)
+        return [
+            *("--tls-cert", cert, "--tls-key", key),
+            *("--peer-tls-cert", cert, "--peer-tls-key", key, "--peer-tls-ca", ca),
+            *("--cluster-tls-ca", ca),
+        ]
+
+
+def member_name(broker_name: str, node_id: int) -> str:
+    return f"{broker_name}-node{node_id}"
+
+
+def prepare(
+    data_root: Path,
+    members: Sequence[str],
+    host: str,
+    *,
+    tls: bool,
+    tls_dir: Path | None,
+    cert_file: Path | None,
+    key_file: Path | None,
+    ca_file: Path | None,
+) -> ClusterTls | None:
+    """``cluster up``'s TLS options → the members' certificates (None: TLS off). Usage errors
+    for an incomplete or contradictory choice."""
+    own = (cert_file, key_file, ca_file)
+    if any(p is not None for p in own):
+        if cert_file is None or key_file is None or ca_file is None:
+            raise click.UsageError(
+                "your own certificates need all three of --tls-cert, --tls-key and --tls-ca "
+                "(or use --tls to have cluster up create them)"
+            )
+        if tls_dir is not None:
+            raise click.UsageError(
+                "--tls-dir is where cluster up keeps the certificates it creates; with your "
+                "own --tls-cert/--tls-key/--tls-ca leave it out"
+            )
+        from gannet.node.cli import cluster_pki  # noqa: PLC0415 (module docstring: start time)
+
+        return cluster_pki.provided(cert_file, key_file, ca_file, members, host)
+    if tls or tls_dir is not None:
+        from gannet.node.cli import cluster_pki  # noqa: PLC0415 (module docstring: start time)
+
+        return cluster_pki.generated(tls_dir or data_root / TLS_DIR_NAME, members, host)
+    return None
