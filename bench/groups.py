@@ -406,6 +406,7 @@ def _leader_threads(
     per_msg = 1e6 / max(msgs, 1)
     others = sorted((c for t, c in by_thread.items() if t not in (pid, flusher)), reverse=True)
     row: dict[str, Any] = {
+        "leader_cpu_us_per_msg": round(sum(by_thread.values()) * per_msg, 1),
         "leader_main_thread_us_per_msg": round(by_thread.get(pid, 0.0) * per_msg, 1),
         "leader_other_threads_us_per_msg": [round(c * per_msg, 1) for c in others[:3]],
     }
