@@ -9,9 +9,9 @@
   writer at or below the new flushed offset is released together by one notification. Many
   producers therefore share one sync, and a writer is only answered after its bytes are
   durable. Waiting is offset-based, so there is no per-request queue to bound: the number of
-  waiters is the number of callers. No linger: a sync starts as soon as there is work
-  (``bench/results/GROUPS.md`` measured a 1–2 ms linger: no larger batches, since the next
-  append is ~2 ms of event-loop work away).
+  waiters is the number of callers. No linger: a sync starts as soon as there is work (a
+  1 ms linger while appends stream in, measured in ``bench/results/GROUPS.md``, saved no CPU
+  per message beyond the noise and would delay every acknowledgement by up to 1 ms).
 * ASYNC_FLUSH (``FlushRealTimeService``): every ``flush_interval_ms`` flush when at least
   ``flush_least_pages`` 4 KiB pages are dirty, and everything at least every
   ``flush_thorough_interval_ms``.
