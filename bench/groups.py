@@ -26,6 +26,8 @@ import argparse
 import json
 import os
 import shutil
+import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -61,6 +63,52 @@ def cpu_seconds(pid: int) -> float:
     """utime + stime of a process so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """utime + stime of every thread of a process so far, by thread id (the main thread's id
+    is the process id)."""
+    found = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:  # the thread ended
+            continue
+        found[int(task.name)] = (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    return found
+
+
+class FsyncCounter:
+    """``fdatasync`` calls per thread of some processes over a window, counted by ``perf stat``
+    on the syscall tracepoint (nothing in the broker changes); :attr:`counts` stays empty when
+    ``perf`` is missing or not allowed to trace."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.counts: dict[int, int] = {}
+        self._runs: list[tuple[subprocess.Popen[bytes], Path]] = []
+
+    def __enter__(self) -> FsyncCounter:
+        if shutil.which("perf") is None:
+            return self
+        for pid in self.pids:
+            out = Path(tempfile.mkstemp(prefix="gannet-bench-perf-")[1])
+            argv = ["perf", "stat", "--per-thread", "-e", "syscalls:sys_enter_fdatasync"]
+            argv += ["-p", str(pid), "-o", str(out)]
+            process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            self._runs.append((process, out))
+        time.sleep(0.5)  # perf attaches
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for process, out in self._runs:
+            process.send_signal(signal.SIGINT)
+            process.wait()
+            for line in out.read_text().splitlines():
+                parts = line.split()
+                if len(parts) >= 3 and "fdatasync" in parts[2] and parts[1].isdigit():
+                    self.counts[int(parts[0].rsplit("-", 1)[1])] = int(parts[1])
+            out.unlink()
 
 
 def _payload(queue_id: int, seed: int) -> bytes:
@@ -305,10 +353,18 @@ def _until_everywhere(write: Callable[[], object], timeout_s: float = 60.0) -> N
 def _measured(
     cluster: Cluster, phase: Callable[[], dict[str, Any]], pids: dict[str, int]
 ) -> dict[str, Any]:
-    """Run ``phase`` and turn its per-group message counts and the brokers' CPU into figures."""
+    """Run ``phase`` and turn its per-group message counts and the brokers' CPU into figures;
+    per group also the leader's CPU by thread (main = the event loop, flush = the thread that
+    ran most ``fdatasync`` calls) and its fsyncs, when ``perf`` can count them."""
     cpu_before = {e: cpu_seconds(p) for e, p in pids.items()}
-    figures = phase()
+    threads_before = {e: thread_cpu_seconds(p) for e, p in pids.items()}
+    with FsyncCounter(list(pids.values())) as fsyncs:
+        figures = phase()
     cpu = {e: cpu_seconds(p) - cpu_before[e] for e, p in pids.items()}
+    threads = {
+        e: {t: c - threads_before[e].get(t, 0.0) for t, c in thread_cpu_seconds(p).items()}
+        for e, p in pids.items()
+    }
     messages = sum(figures["by_group"].values())
     cpu_total = sum(cpu.values())
     per_group = {}
@@ -319,6 +375,7 @@ def _measured(
             "msgs": group_msgs,
             "broker_cpu_s": round(group_cpu, 3),
             "cpu_us_per_msg": round(group_cpu * 1e6 / max(group_msgs, 1), 1),
+            **_leader_threads(plan, pids, threads, fsyncs.counts, group_msgs),
         }
     extra = {k: v for k, v in figures.items() if k not in ("by_group", "errors", "seconds")}
     return {
@@ -332,6 +389,32 @@ def _measured(
         "per_group": per_group,
         **extra,
     }
+
+
+def _leader_threads(
+    plan: Any,
+    pids: dict[str, int],
+    threads: dict[str, dict[int, float]],
+    fsyncs: dict[int, int],
+    msgs: int,
+) -> dict[str, Any]:
+    """The busiest member's (the leader's) CPU µs per message by thread, and its fsyncs."""
+    busiest = max(plan.client_endpoints(), key=lambda e: sum(threads[e].values()))
+    pid, by_thread = pids[busiest], threads[busiest]
+    mine = {t: n for t, n in fsyncs.items() if t in by_thread}
+    flusher = max(mine, key=lambda t: mine[t]) if mine else None
+    per_msg = 1e6 / max(msgs, 1)
+    others = sorted((c for t, c in by_thread.items() if t not in (pid, flusher)), reverse=True)
+    row: dict[str, Any] = {
+        "leader_cpu_us_per_msg": round(sum(by_thread.values()) * per_msg, 1),
+        "leader_main_thread_us_per_msg": round(by_thread.get(pid, 0.0) * per_msg, 1),
+        "leader_other_threads_us_per_msg": [round(c * per_msg, 1) for c in others[:3]],
+    }
+    if flusher is not None:
+        row["leader_flush_thread_us_per_msg"] = round(by_thread.get(flusher, 0.0) * per_msg, 1)
+        row["leader_fsyncs"] = mine[flusher]
+        row["msgs_per_fsync"] = round(msgs / max(mine[flusher], 1), 1)
+    return row
 
 
 def run(
