@@ -274,7 +274,10 @@ class PopHandler:
         self._closing = asyncio.Event()
         self._renewed = asyncio.Condition()
         self._renew_task: asyncio.Task[None] | None = None
-        self.acks = ack_batching.AckBatcher(lambda jobs, now: pop.ack_jobs(jobs, now_ms=now))
+        self.acks = ack_batching.AckBatcher(
+            lambda jobs, now: pop.ack_jobs(jobs, now_ms=now),
+            ack_now=lambda jobs, now: pop.ack_jobs_now(jobs, now_ms=now),
+        )
         """Concurrent AckMessage calls share one thread hop and one append (:mod:`ack_batching`)."""
 
     # --- lifecycle ---
