@@ -63,6 +63,7 @@ from gannet.node.api import ack_batching, priorities, routes, sending, store_sta
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.plugs import PopFactory, ServicerParts
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
+from gannet.node.api.shutdown_gate import ShutdownGate
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
@@ -274,6 +275,8 @@ class PopHandler:
         self._closing = asyncio.Event()
         self._renewed = asyncio.Condition()
         self._renew_task: asyncio.Task[None] | None = None
+        self.shutdown = ShutdownGate()
+        """Ends waiting long polls at shutdown (:mod:`shutdown_gate`)."""
         self.acks = ack_batching.AckBatcher(
             lambda jobs, now: pop.ack_jobs(jobs, now_ms=now),
             ack_now=lambda jobs, now: pop.ack_jobs_now(jobs, now_ms=now),
@@ -283,6 +286,7 @@ class PopHandler:
     # --- lifecycle ---
     def begin_shutdown(self) -> None:
         self._closing.set()
+        self.shutdown.begin_shutdown()
 
     def close(self) -> None:
         self.renewals.clear()
@@ -378,7 +382,7 @@ class PopHandler:
             run=_in_thread,
         )
         try:
-            result = await self._unless_closing(work)
+            result = await self.shutdown.run(work)
         except pop_errors.PopBusy:
             return ApiError(statuses.TOO_MANY_REQUESTS, "polling full").status(), []
         if result is None:
@@ -458,21 +462,6 @@ class PopHandler:
                 return entry.current
             async with self._renewed:
                 await self._renewed.wait()
-
-    async def _unless_closing(self, work: Awaitable[PopResult]) -> PopResult | None:
-        """``work``'s result, or None when the broker begins shutting down first."""
-        task = asyncio.ensure_future(work)
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            task.cancel()
-            return None
-        finally:
-            closing.cancel()
-            if not task.done():
-                task.cancel()
 
     async def _drop_mismatched(
         self, group: str, tag_filter: MessageFilter, result: PopResult
