@@ -33,7 +33,9 @@ until the client acks, nacks or goes away (:mod:`renewing`): a renewal task on t
 changes the invisible time shortly before it runs out, and Ack / ChangeInvisibleDuration /
 ForwardMessageToDeadLetterQueue with the handle the client holds use the newest one.
 
-Blocking Pop calls run in worker threads (:func:`asyncio.to_thread`). :meth:`begin_shutdown`
+Pops and acks run on the event loop when they cannot wait (:meth:`PopBroker.now_or_none`:
+no other thread holds a Pop lock they take, no SYNC_FLUSH wait), else in worker threads
+(:func:`asyncio.to_thread`; acks batched, :mod:`ack_batching`). :meth:`begin_shutdown`
 ends waiting long polls at once (they answer ``MESSAGE_NOT_FOUND``).
 
 :func:`pop_broker_of` finds the PopBroker serving a store (registered by :func:`factory` while
@@ -379,7 +381,7 @@ class PopHandler:
             init_mode=self.limits.init_mode,
             tag_filter=tag_filter,
             attempt_id=attempt_id,
-            run=_in_thread,
+            run=self._pop_now_or_in_thread,
         )
         try:
             result = await self.shutdown.run(work)
@@ -462,6 +464,15 @@ class PopHandler:
                 return entry.current
             async with self._renewed:
                 await self._renewed.wait()
+
+    async def _pop_now_or_in_thread(self, work: Callable[[], PopResult]) -> PopResult:
+        """A pop runs at once on the loop when nothing would make it wait (no other thread
+        holds a Pop lock it takes, no SYNC_FLUSH wait: :meth:`PopBroker.now_or_none`); otherwise
+        in a worker thread. Like an ack, a pop of a few messages costs less CPU than the hop."""
+        result = self.pop.now_or_none(work)
+        if result is not None:
+            return result
+        return await asyncio.to_thread(work)
 
     async def _drop_mismatched(
         self, group: str, tag_filter: MessageFilter, result: PopResult
@@ -588,10 +599,6 @@ class PopHandler:
             work,
             "ForwardMessageToDeadLetterQueue",
         )
-
-
-async def _in_thread(work: Callable[[], PopResult]) -> PopResult:
-    return await asyncio.to_thread(work)
 
 
 def _not_found(text: str) -> definition_pb2.Status:
