@@ -110,3 +110,44 @@ def test_a_caller_that_goes_away_leaves_the_batch_to_the_others() -> None:
 def test_limit_must_be_positive() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         AckBatcher(Recorder(), jobs_per_batch_max=0)
+
+
+def test_ack_now_acks_at_once_when_idle_and_queues_behind_a_running_batch() -> None:
+    async def run() -> None:
+        recorder = Recorder()
+        now_calls: list[list[AckJob]] = []
+        refuse = [False]
+
+        def ack_now(jobs: list[AckJob], now_ms: int) -> list[list[PopError | None]] | None:
+            assert now_ms > 0
+            now_calls.append(jobs)
+            if refuse[0]:
+                return None  # e.g. another thread holds the buffer lock
+            return [[AlreadyAcked(h) if h == "dup" else None for h in hs] for _, _, hs in jobs]
+
+        batcher = AckBatcher(recorder, ack_now=ack_now)
+        # idle: acked at once, on the loop, no batch
+        assert [
+            type(r).__name__ if r else None for r in await batcher.ack(("g", "t", ["a", "dup"]))
+        ] == [
+            None,
+            "AlreadyAcked",
+        ]
+        assert (batcher.inline_total, batcher.batches_total, recorder.batches) == (1, 0, [])
+        # ack_now declines: the call goes to a batch in the thread
+        refuse[0] = True
+        first = asyncio.ensure_future(batcher.ack(("g", "t", ["b"])))
+        await _entered(recorder)
+        refuse[0] = False
+        # a batch is running: later calls queue behind it (arrival order), ack_now not asked
+        asked = len(now_calls)
+        later = asyncio.ensure_future(batcher.ack(("g", "t", ["c"])))
+        await asyncio.sleep(0)
+        assert len(now_calls) == asked
+        recorder.release.set()
+        assert await first == [None]
+        assert await later == [None]
+        assert [[h for _, _, h in b] for b in recorder.batches] == [[["b"]], [["c"]]]
+        assert batcher.inline_total == 1
+
+    asyncio.run(run())

@@ -4,7 +4,10 @@ fails them all and changes nothing; a crash that tears the append loses only wha
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,6 +15,7 @@ from gannet.node.pop.config import PopConfig
 from gannet.node.pop.errors import PopError
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
+from gannet.node.store.config import FlushMode
 from gannet.node.store.errors import StoreError
 from gannet.node.store.log import records
 from tests.pop.pop_harness import GROUP, INVISIBLE_MS, TOPIC, Harness, bodies_of
@@ -167,5 +171,63 @@ def test_orderly_handles_in_jobs_still_go_through_the_order_service(tmp_path: Pa
         assert _kinds(results) == [["ok"], ["ok"]]
         h.advance(INVISIBLE_MS + 3_000)
         assert h.pop(32, queue_id=0, order=True).messages == []
+    finally:
+        h.close()
+
+
+def _held_by_another_thread(lock: Any) -> tuple[threading.Thread, threading.Event]:
+    """Hold ``lock`` in a thread until the returned ``release`` is set."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    assert holding.wait(10)
+    return holder, release
+
+
+@pytest.mark.parametrize("which", ["buffer", "order infos"])
+def test_ack_jobs_now_does_nothing_while_another_thread_holds_a_lock(
+    tmp_path: Path, which: str
+) -> None:
+    h = Harness(tmp_path, PopConfig())
+    h.setup()
+    try:
+        (a,) = _popped(h, 1)
+        h.produce(1, queue_id=1)
+        (x,) = [m.handle for m in h.pop(1, queue_id=1, order=True).messages]
+        assert x.is_order
+        lock = h.broker.ctx.buffer.lock if which == "buffer" else h.broker.orders.infos.lock
+        holder, release = _held_by_another_thread(lock)
+        try:
+            assert h.broker.ack_jobs_now([(GROUP, TOPIC, [a, x])], now_ms=h.now) is None
+        finally:
+            release.set()
+            holder.join(10)
+        # nothing was acked: acking now (the lock free again) acks both, orderly included
+        results = h.broker.ack_jobs_now([(GROUP, TOPIC, [a, x])], now_ms=h.now)
+        assert results is not None
+        assert _kinds(results) == [["ok", "ok"]]
+        h.advance(INVISIBLE_MS + 3_000)
+        assert h.pop(32).messages == []
+    finally:
+        h.close()
+
+
+def test_ack_jobs_now_leaves_a_sync_flush_store_to_a_thread(tmp_path: Path) -> None:
+    h = Harness(tmp_path, STORED)
+    h.setup()
+    try:
+        (a,) = _popped(h, 1)
+        h.store.config = dataclasses.replace(h.store.config, flush_mode=FlushMode.SYNC_FLUSH)
+        assert h.broker.ack_jobs_now([(GROUP, TOPIC, [a])], now_ms=h.now) is None
+        h.store.config = dataclasses.replace(h.store.config, flush_mode=FlushMode.ASYNC_FLUSH)
+        results = h.broker.ack_jobs_now([(GROUP, TOPIC, [a])], now_ms=h.now)
+        assert results is not None
+        assert _kinds(results) == [["ok"]]
     finally:
         h.close()

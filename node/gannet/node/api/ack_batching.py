@@ -15,6 +15,12 @@ queue holds at most one entry per AckMessage call in flight, which the gRPC serv
 store error fails every call of its batch (none of its stored-checkpoint bits is set; the
 clients retry).
 
+With ``ack_now`` (:meth:`PopBroker.ack_jobs_now`), a call that arrives while no batch runs is
+acked at once on the event loop when that can be done without waiting (no other thread holds a
+lock it needs, no disk flush to wait for): no future, no task and no thread hop, which at a few
+calls in flight is most of an AckMessage's cost on the loop (``bench/results/PROFILE.md``).
+Otherwise it queues as above.
+
 Used by :class:`gannet.node.api.receiving.PopHandler`.
 """
 
@@ -33,6 +39,9 @@ JOBS_PER_BATCH_MAX = 256
 AckJobs = Callable[[list[AckJob], int], list[list[PopError | None]]]
 """Acknowledges jobs at a time in ms, blocking (:meth:`PopBroker.ack_jobs`)."""
 
+AckJobsNow = Callable[[list[AckJob], int], list[list[PopError | None]] | None]
+"""Acknowledges jobs if it can without waiting, else None (:meth:`PopBroker.ack_jobs_now`)."""
+
 _Queued = tuple[AckJob, "asyncio.Future[list[PopError | None]]"]
 
 
@@ -43,18 +52,34 @@ def _now_ms() -> int:
 class AckBatcher:
     """One per Pop handler, used on its event loop."""
 
-    def __init__(self, ack_jobs: AckJobs, *, jobs_per_batch_max: int = JOBS_PER_BATCH_MAX):
+    def __init__(
+        self,
+        ack_jobs: AckJobs,
+        *,
+        jobs_per_batch_max: int = JOBS_PER_BATCH_MAX,
+        ack_now: AckJobsNow | None = None,
+    ):
         if jobs_per_batch_max < 1:
             raise ValueError("jobs_per_batch_max must be at least 1")
         self._ack_jobs = ack_jobs
+        self._ack_now = ack_now
         self._jobs_per_batch_max = jobs_per_batch_max
         self._queued: deque[_Queued] = deque()
         self._drain: asyncio.Task[None] | None = None
         self.batches_total = 0
         self.jobs_total = 0
+        self.inline_total = 0
+        """Calls acked at once on the loop (``ack_now``), counted apart from batches."""
 
     async def ack(self, job: AckJob) -> list[PopError | None]:
         """The results of ``job``'s handles, one per handle (None: acknowledged)."""
+        if self._ack_now is not None and self._drain is None:
+            # Nothing queued or running (the drain task ends once the queue is empty), so
+            # acking now keeps the arrival order.
+            results = self._ack_now([job], _now_ms())
+            if results is not None:
+                self.inline_total += 1
+                return results[0]
         loop = asyncio.get_running_loop()
         future: asyncio.Future[list[PopError | None]] = loop.create_future()
         self._queued.append((job, future))

@@ -33,7 +33,9 @@ until the client acks, nacks or goes away (:mod:`renewing`): a renewal task on t
 changes the invisible time shortly before it runs out, and Ack / ChangeInvisibleDuration /
 ForwardMessageToDeadLetterQueue with the handle the client holds use the newest one.
 
-Blocking Pop calls run in worker threads (:func:`asyncio.to_thread`). :meth:`begin_shutdown`
+Pops and acks run on the event loop when they cannot wait (:meth:`PopBroker.now_or_none`:
+no other thread holds a Pop lock they take, no SYNC_FLUSH wait), else in worker threads
+(:func:`asyncio.to_thread`; acks batched, :mod:`ack_batching`). :meth:`begin_shutdown`
 ends waiting long polls at once (they answer ``MESSAGE_NOT_FOUND``).
 
 :func:`pop_broker_of` finds the PopBroker serving a store (registered by :func:`factory` while
@@ -63,6 +65,7 @@ from gannet.node.api import ack_batching, priorities, routes, sending, store_sta
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.plugs import PopFactory, ServicerParts
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
+from gannet.node.api.shutdown_gate import ShutdownGate
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
@@ -186,34 +189,37 @@ def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition
     message_id = msg.uniq_key or msgids.create_offset_msg_id(
         store_host, store_port, msg.physical_offset
     )
-    sp = definition_pb2.SystemProperties(
-        message_id=message_id,
-        keys=msg.keys,
-        body_digest=definition_pb2.Digest(
-            type=definition_pb2.MD5, checksum=hashlib.md5(msg.body).hexdigest().upper()
-        ),
-        body_encoding=(
-            Encoding.GZIP if msg.sys_flag & records.SYSFLAG_COMPRESSED else Encoding.IDENTITY
-        ),
-        message_type=_message_type(p),
-        born_timestamp=_timestamp(msg.born_timestamp_ms),
-        born_host=p.get(props.BORN_HOST) or msg.born_host[0],
-        store_timestamp=_timestamp(msg.store_timestamp_ms),
-        store_host=f"{store_host}:{store_port}",
-        receipt_handle=popped.receipt_handle,
-        queue_id=msg.queue_id,
-        queue_offset=msg.queue_offset,
-        delivery_attempt=popped.delivery_attempt,
+    # Filled in place: nested messages passed to constructors are copied once more.
+    out = definition_pb2.Message(body=msg.body)
+    out.topic.name = msg.topic
+    if namespace:
+        out.topic.resource_namespace = namespace
+    sp = out.system_properties
+    sp.message_id = message_id
+    sp.keys.extend(msg.keys)
+    sp.body_digest.type = definition_pb2.MD5
+    sp.body_digest.checksum = hashlib.md5(msg.body).hexdigest().upper()
+    sp.body_encoding = (
+        Encoding.GZIP if msg.sys_flag & records.SYSFLAG_COMPRESSED else Encoding.IDENTITY
     )
+    sp.message_type = _message_type(p)
+    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
+    sp.born_host = p.get(props.BORN_HOST) or msg.born_host[0]
+    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
+    sp.store_host = f"{store_host}:{store_port}"
+    sp.receipt_handle = popped.receipt_handle
+    sp.queue_id = msg.queue_id
+    sp.queue_offset = msg.queue_offset
+    sp.delivery_attempt = popped.delivery_attempt
     if msg.tags is not None:
         sp.tag = msg.tags
     if props.SHARDING_KEY in p:
         sp.message_group = p[props.SHARDING_KEY]
     deliver_ms = p.get(props.TIMER_DELIVER_MS)
     if deliver_ms is not None and deliver_ms.isdigit():
-        sp.delivery_timestamp.CopyFrom(_timestamp(int(deliver_ms)))
+        _set_ms(sp.delivery_timestamp, int(deliver_ms))
     elif p.get(props.TIMER_DELAY_SEC, "").isdigit():
-        sp.delivery_timestamp.CopyFrom(_timestamp(now_ms + int(p[props.TIMER_DELAY_SEC]) * 1000))
+        _set_ms(sp.delivery_timestamp, now_ms + int(p[props.TIMER_DELAY_SEC]) * 1000)
     if sending.TRACE_CONTEXT in p:
         sp.trace_context = p[sending.TRACE_CONTEXT]
     if props.LITE_TOPIC in p:
@@ -222,23 +228,19 @@ def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition
     if priority is not None:
         sp.priority = priority
     if props.DLQ_ORIGIN_TOPIC in p or props.DLQ_ORIGIN_MESSAGE_ID in p:
-        sp.dead_letter_queue.CopyFrom(
-            definition_pb2.DeadLetterQueue(
-                topic=p.get(props.DLQ_ORIGIN_TOPIC, ""),
-                message_id=p.get(props.DLQ_ORIGIN_MESSAGE_ID, ""),
-            )
-        )
-    user = {
-        k: v
-        for k, v in p.items()
-        if k not in _HIDDEN_PROPERTIES and not k.startswith(props.TRANSIENT_PREFIX)
-    }
-    return definition_pb2.Message(
-        topic=definition_pb2.Resource(name=msg.topic, resource_namespace=namespace),
-        user_properties=user,
-        system_properties=sp,
-        body=msg.body,
-    )
+        sp.dead_letter_queue.SetInParent()
+        sp.dead_letter_queue.topic = p.get(props.DLQ_ORIGIN_TOPIC, "")
+        sp.dead_letter_queue.message_id = p.get(props.DLQ_ORIGIN_MESSAGE_ID, "")
+    user = out.user_properties
+    for k, v in p.items():
+        if k not in _HIDDEN_PROPERTIES and not k.startswith(props.TRANSIENT_PREFIX):
+            user[k] = v
+    return out
+
+
+def _set_ms(timestamp: Timestamp, ms: int) -> None:
+    timestamp.seconds = ms // 1000
+    timestamp.nanos = (ms % 1000) * 1_000_000
 
 
 def _message_type(p: dict[str, str]) -> int:
@@ -274,12 +276,18 @@ class PopHandler:
         self._closing = asyncio.Event()
         self._renewed = asyncio.Condition()
         self._renew_task: asyncio.Task[None] | None = None
-        self.acks = ack_batching.AckBatcher(lambda jobs, now: pop.ack_jobs(jobs, now_ms=now))
+        self.shutdown = ShutdownGate()
+        """Ends waiting long polls at shutdown (:mod:`shutdown_gate`)."""
+        self.acks = ack_batching.AckBatcher(
+            lambda jobs, now: pop.ack_jobs(jobs, now_ms=now),
+            ack_now=lambda jobs, now: pop.ack_jobs_now(jobs, now_ms=now),
+        )
         """Concurrent AckMessage calls share one thread hop and one append (:mod:`ack_batching`)."""
 
     # --- lifecycle ---
     def begin_shutdown(self) -> None:
         self._closing.set()
+        self.shutdown.begin_shutdown()
 
     def close(self) -> None:
         self.renewals.clear()
@@ -372,10 +380,10 @@ class PopHandler:
             init_mode=self.limits.init_mode,
             tag_filter=tag_filter,
             attempt_id=attempt_id,
-            run=_in_thread,
+            run=self._pop_now_or_in_thread,
         )
         try:
-            result = await self._unless_closing(work)
+            result = await self.shutdown.run(work)
         except pop_errors.PopBusy:
             return ApiError(statuses.TOO_MANY_REQUESTS, "polling full").status(), []
         if result is None:
@@ -456,20 +464,14 @@ class PopHandler:
             async with self._renewed:
                 await self._renewed.wait()
 
-    async def _unless_closing(self, work: Awaitable[PopResult]) -> PopResult | None:
-        """``work``'s result, or None when the broker begins shutting down first."""
-        task = asyncio.ensure_future(work)
-        closing = asyncio.ensure_future(self._closing.wait())
-        try:
-            await asyncio.wait({task, closing}, return_when=asyncio.FIRST_COMPLETED)
-            if task.done():
-                return task.result()
-            task.cancel()
-            return None
-        finally:
-            closing.cancel()
-            if not task.done():
-                task.cancel()
+    async def _pop_now_or_in_thread(self, work: Callable[[], PopResult]) -> PopResult:
+        """A pop runs at once on the loop when nothing would make it wait (no other thread
+        holds a Pop lock it takes, no SYNC_FLUSH wait: :meth:`PopBroker.now_or_none`); otherwise
+        in a worker thread. Like an ack, a pop of a few messages costs less CPU than the hop."""
+        result = self.pop.now_or_none(work)
+        if result is not None:
+            return result
+        return await asyncio.to_thread(work)
 
     async def _drop_mismatched(
         self, group: str, tag_filter: MessageFilter, result: PopResult
@@ -494,20 +496,23 @@ class PopHandler:
             topic = self.resources.topic(str(request.topic.name)).topic_name
             if not request.entries:
                 raise ApiError(statuses.BAD_REQUEST, "entries is empty: nothing to acknowledge")
+            # Entries are added to the response in place and share one OK status: built apart
+            # and passed in, each would be copied once more (PROFILE.md, issue 19).
+            response = service_pb2.AckMessageResponse()
+            add = response.entries.add
+            ok = statuses.ok()
             entries: list[service_pb2.AckMessageResultEntry] = []
             slots: list[int] = []
             handles: list[str | ReceiptHandle] = []
             for entry in request.entries:
-                result = service_pb2.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle
-                )
+                text = entry.receipt_handle
                 try:
-                    handles.append(await self._release(group, str(entry.receipt_handle)))
+                    handles.append(await self._release(group, str(text)))
+                    status = ok
                     slots.append(len(entries))
-                    result.status.CopyFrom(statuses.ok())
                 except ApiError as exc:
-                    result.status.CopyFrom(exc.status())
-                entries.append(result)
+                    status = exc.status()
+                entries.append(add(message_id=entry.message_id, receipt_handle=text, status=status))
             if handles:
                 outcomes = await self.acks.ack((group, topic, handles))
                 for slot, outcome in zip(slots, outcomes, strict=True):
@@ -516,12 +521,11 @@ class PopHandler:
                 await self._replicated()
             codes = {e.status.code for e in entries}
             if len(codes) == 1:
-                status = entries[0].status
+                response.status.CopyFrom(entries[0].status)
             else:
-                status = definition_pb2.Status(
-                    code=Code.MULTIPLE_RESULTS, message="entries have different results"
-                )
-            return service_pb2.AckMessageResponse(status=status, entries=entries)
+                response.status.code = Code.MULTIPLE_RESULTS
+                response.status.message = "entries have different results"
+            return response
 
         return await _answer(service_pb2.AckMessageResponse, work, "AckMessage")
 
@@ -596,10 +600,6 @@ class PopHandler:
             work,
             "ForwardMessageToDeadLetterQueue",
         )
-
-
-async def _in_thread(work: Callable[[], PopResult]) -> PopResult:
-    return await asyncio.to_thread(work)
 
 
 def _not_found(text: str) -> definition_pb2.Status:

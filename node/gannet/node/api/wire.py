@@ -128,17 +128,21 @@ class Rules:
 
 
 def _refusal(
-    request: object, context: grpc.aio.ServicerContext, rules: Rules, method: str = ""
+    request: object,
+    context: grpc.aio.ServicerContext,
+    rules: Rules,
+    method: str = "",
+    client_id: str | None = None,
 ) -> statuses.ApiError | None:
     """Why the request is refused before the servicer runs, or None.
 
     Order: authentication (before anything about the request is revealed), decoding, client
-    id, authorization."""
+    id, authorization. ``client_id``: the header's value when the caller read it already."""
     try:
         account = _authenticated(context, rules)
     except statuses.ApiError as refused:
         return refused
-    return _checked(request, context, rules, method, account)
+    return _checked(request, context, rules, method, account, client_id)
 
 
 def _authenticated(context: grpc.aio.ServicerContext, rules: Rules) -> object:
@@ -154,11 +158,16 @@ def _checked(
     rules: Rules,
     method: str,
     account: object,
+    client_id: str | None = None,
 ) -> statuses.ApiError | None:
-    """The checks after authentication; ``request`` None (a stream's start): no authorization."""
+    """The checks after authentication; ``request`` None (a stream's start): no authorization.
+    ``client_id``: the header's value when the caller read it already (None: read it here)."""
     if isinstance(request, Malformed):
         return statuses.ApiError(statuses.BAD_REQUEST, request.text())
-    if rules.client_id_header is not None and not _client_id(context, rules.client_id_header):
+    header = rules.client_id_header
+    if header is not None and not (
+        client_id if client_id is not None else _client_id(context, header)
+    ):
         return statuses.ApiError(
             statuses.CLIENT_ID_REQUIRED,
             f"the {rules.client_id_header} header is missing or blank; RocketMQ clients send it",
@@ -181,12 +190,11 @@ def _client_id(context: grpc.aio.ServicerContext, header: str) -> str:
 class _Admitted:
     """Holds one per-client in-flight slot for the duration of a call (``with``)."""
 
-    def __init__(self, rules: Rules, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, rules: Rules, client_id: str) -> None:
         self._limiter = rules.inflight
-        self._client = ""
-        if self._limiter is not None:  # reading the metadata again costs per call: only then
-            self._client = _client_id(context, rules.client_id_header or "")
-            self._limiter.acquire(self._client)
+        self._client = client_id
+        if self._limiter is not None:
+            self._limiter.acquire(client_id)
 
     def __enter__(self) -> None:
         return None
@@ -196,15 +204,22 @@ class _Admitted:
             self._limiter.release(self._client)
 
 
+def _reads_client_id(rules: Rules) -> bool:
+    """Whether admission needs the client id header: it is required, or the limiter keys on it."""
+    return rules.client_id_header is not None or rules.inflight is not None
+
+
 def _admission(
     request: object, context: grpc.aio.ServicerContext, rules: Rules, name: str
 ) -> _Admitted | statuses.ApiError:
-    """An in-flight slot for the call, or why it is refused."""
-    refused = _refusal(request, context, rules, name)
+    """An in-flight slot for the call, or why it is refused. The metadata is read once for the
+    client id (a per-call cost the limiter and the header check share)."""
+    client_id = _client_id(context, rules.client_id_header or "") if _reads_client_id(rules) else ""
+    refused = _refusal(request, context, rules, name, client_id)
     if refused is not None:
         return refused
     try:
-        return _Admitted(rules, context)
+        return _Admitted(rules, client_id)
     except statuses.ApiError as busy:
         return busy
 

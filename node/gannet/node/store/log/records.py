@@ -53,6 +53,7 @@ MAGIC_V2 = -626843477  # 0xDAA320AB
 MAGIC_BLANK = -875286124  # 0xCBD43194
 END_FILE_MIN_BLANK_LENGTH = 8
 
+HOSTS_DECODED_CACHED_MAX = 1024  # distinct (address, port) pairs kept by decode_host
 SYSFLAG_COMPRESSED = 0x1
 SYSFLAG_MULTI_TAGS = 0x2
 SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
@@ -109,9 +110,15 @@ def encode_host(host: str, port: int) -> bytes:
 
 
 def decode_host(data: bytes | bytearray | memoryview) -> tuple[str, int]:
-    addr = bytes(data[:-4])
-    (port,) = _INT.unpack(bytes(data[-4:]))
-    return str(ipaddress.ip_address(addr)), port
+    return _decoded_host(bytes(data))
+
+
+@lru_cache(maxsize=HOSTS_DECODED_CACHED_MAX)
+def _decoded_host(raw: bytes) -> tuple[str, int]:
+    """Memoised: every popped message decodes its born and store hosts, and ``ipaddress``
+    costs more than the rest of a record's decoding (``bench/results/PROFILE.md``)."""
+    (port,) = _INT.unpack(raw[-4:])
+    return str(ipaddress.ip_address(raw[:-4])), port
 
 
 def is_ipv6(host: str) -> bool:
