@@ -6,13 +6,16 @@ timestamps, sys flags, IPv4/IPv6 hosts, V1/V2 topics, whole-record CRC) the nati
 bytes of :meth:`CommitLog.encode_all`, :meth:`CommitLog._lay_out`,
 :meth:`IndexService._index_items` and :meth:`IndexFile.add_items` on the Python path, and bad
 input (oversize body or properties, long topics, out-of-range fields, bad hosts, records over
-the file size) the same errors. Skipped when the extension is not built.
+the file size) the same errors; ``dispatch_infos`` and ``queue_units`` the dispatch infos and
+consume-queue units of the Python loops. Skipped when the extension is not built.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+import struct
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -25,10 +28,11 @@ from hypothesis import strategies as st
 
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import StoreError
-from gannet.node.store.hashing import index_key_hash
+from gannet.node.store.hashing import index_key_hash, tags_code
 from gannet.node.store.log import native
 from gannet.node.store.log.commitlog import AppendResult, CommitLog
 from gannet.node.store.log.records import DispatchInfo, Message
+from gannet.node.store.message_store import _dispatch_infos_of
 from gannet.node.store.queues.index_files import IndexFile, IndexService
 
 CODEC, WHY = native.load()
@@ -291,3 +295,64 @@ def test_gannet_native_0_forces_the_python_path() -> None:
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     ).stdout
     assert out.startswith("True GANNET_NATIVE=0"), out
+
+
+@settings(max_examples=60, deadline=None)
+@given(msgs=st.lists(messages(), max_size=10), tags=st.lists(_text, min_size=10, max_size=10))
+def test_dispatch_infos_equal_the_python_loop(msgs: list[Message], tags: list[str]) -> None:
+    """Tags (ASCII, non-ASCII, empty, absent), keys and unique keys as the Python loop reads
+    them; every field of every DispatchInfo equal."""
+    for i, msg in enumerate(msgs):
+        if i % 3:
+            msg.properties["TAGS"] = tags[i]
+    results = [
+        AppendResult(100 * i, 90 + i, i // 2, 1_700_000_000_000 + i, "h", 7)
+        for i in range(len(msgs))
+    ]
+    assert CODEC is not None
+    fast = CODEC.dispatch_infos(msgs, results, DispatchInfo, tags_code, _dispatch_infos_of)
+    slow = _dispatch_infos_of(msgs, results)
+    assert fast == slow
+    assert all(type(info) is DispatchInfo for info in fast)
+    assert all(a.properties is b.properties for a, b in zip(fast, slow, strict=True))
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    queues=st.lists(st.tuples(_topics, st.integers(0, 3)), min_size=1, max_size=20),
+    flags=st.lists(st.sampled_from([0, 0x4, 0x8, 0xC]), min_size=20, max_size=20),
+    gap=st.booleans(),
+)
+def test_queue_units_are_the_units_put_would_write(
+    queues: list[tuple[str, int]], flags: list[int], gap: bool
+) -> None:
+    """Per queue, in order of first appearance: the records that take a unit and their 20-byte
+    units; a run whose queue offsets are not consecutive comes without units (put one by one)."""
+    next_qo: dict[tuple[str, int], int] = {}
+    infos = []
+    for i, (topic, queue_id) in enumerate(queues):
+        qo = next_qo.get((topic, queue_id), 5)
+        next_qo[(topic, queue_id)] = qo + (2 if gap and i == 3 else 1)
+        infos.append(
+            DispatchInfo(topic, queue_id, 1000 * i, 100 + i, -7 * i, 0, qo, None, None,
+                         flags[i], 0, {})
+        )  # fmt: skip
+    assert CODEC is not None
+    runs = CODEC.queue_units(infos)
+    expected: dict[tuple[str, int], list[DispatchInfo]] = {}
+    for info in infos:
+        if not info.sys_flag & 0x4:
+            expected.setdefault((info.topic, info.queue_id), []).append(info)
+    assert [(t, q) for t, q, *_ in runs] == list(expected)
+    for topic, queue_id, first_qo, first_end, last_end, units, run in runs:
+        want = expected[(topic, queue_id)]
+        assert run == want
+        assert (first_qo, first_end) == (want[0].queue_offset, want[0].commit_offset + want[0].size)
+        assert last_end == want[-1].commit_offset + want[-1].size
+        plain = all(b.queue_offset == a.queue_offset + 1 for a, b in itertools.pairwise(want))
+        if not plain:
+            assert units is None
+            continue
+        assert units == b"".join(
+            struct.pack(">qiq", i.commit_offset, i.size, i.tags_code) for i in want
+        )
