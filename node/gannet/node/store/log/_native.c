@@ -14,6 +14,8 @@
  *   dispatch_infos       dispatch_infos_of                              (store/message_store.py)
  *   queue_units          the loop of MessageStore._dispatch_consume_queues with
  *                        ConsumeQueue.put_units (store/queues/consume_queues.py)
+ *   take_handoff         the hand-off steps of DispatchService._dispatch_batch
+ *                                                                       (store/queues/dispatching.py)
  *
  * The record layout is documented in store/log/records.py, the index-file layout in
  * store/queues/index_files.py. Whatever this code does not handle on its fast path (a field of
@@ -1117,6 +1119,78 @@ done:
     return out;
 }
 
+/* ---------------------------------------------------------------- dispatch hand-off */
+/* take_handoff(handoff, batch, offset, end, count, records_max) -> (offset, count, stop): the
+ * hand-off steps of DispatchService._dispatch_batch's loop. While the loop would run, it drops
+ * hand-off entries below offset and moves the entry at offset to batch; it returns when the
+ * loop ends (stop: the entry at offset is not committed yet) or when the next record must be
+ * read from the commit log (no entry at offset; the caller's loop body takes over). */
+static PyObject *s_popleft;
+
+static PyObject *take_handoff(PyObject *self, PyObject *args) {
+    PyObject *handoff, *batch;
+    long long offset, end, count, records_max;
+    (void)self;
+    if (!PyArg_ParseTuple(args, "OO!LLLL:take_handoff", &handoff, &PyList_Type, &batch, &offset,
+                          &end, &count, &records_max))
+        return NULL;
+    PyObject *popleft = PyObject_GetAttr(handoff, s_popleft);
+    if (popleft == NULL)
+        return NULL;
+    int stop = 0;
+    while (offset < end && count < records_max) {
+        Py_ssize_t len = PyObject_Length(handoff);
+        if (len < 0)
+            goto fail;
+        if (len == 0)
+            break;
+        PyObject *head = PySequence_GetItem(handoff, 0);
+        if (head == NULL)
+            goto fail;
+        if (!PyTuple_Check(head) || PyTuple_GET_SIZE(head) < 4) {
+            Py_DECREF(head);
+            PyErr_SetString(PyExc_TypeError, "the hand-off holds DispatchInfo tuples");
+            goto fail;
+        }
+        long long at = PyLong_AsLongLong(PyTuple_GET_ITEM(head, 2));
+        long long size = PyLong_AsLongLong(PyTuple_GET_ITEM(head, 3));
+        if (PyErr_Occurred()) {
+            Py_DECREF(head);
+            goto fail;
+        }
+        if (at > offset) {
+            Py_DECREF(head);
+            break; /* read from the commit log */
+        }
+        if (at == offset && offset + size > end) {
+            Py_DECREF(head);
+            stop = 1; /* appended, not committed yet */
+            break;
+        }
+        PyObject *popped = PyObject_CallNoArgs(popleft);
+        if (popped == NULL) {
+            Py_DECREF(head);
+            goto fail;
+        }
+        Py_DECREF(popped);
+        if (at < offset) {
+            Py_DECREF(head);
+            continue; /* dispatched already */
+        }
+        int rc = PyList_Append(batch, head);
+        Py_DECREF(head);
+        if (rc < 0)
+            goto fail;
+        offset = at + size;
+        count += 1;
+    }
+    Py_DECREF(popleft);
+    return Py_BuildValue("(LLO)", offset, count, stop ? Py_True : Py_False);
+fail:
+    Py_DECREF(popleft);
+    return NULL;
+}
+
 /* ---------------------------------------------------------------- module */
 static PyMethodDef methods[] = {
     {"encode_all", encode_all, METH_VARARGS,
@@ -1137,6 +1211,9 @@ static PyMethodDef methods[] = {
     {"queue_units", queue_units, METH_VARARGS,
      "queue_units(infos) -> [(topic, queue_id, first queue offset, first end, last end, units "
      "or None, infos)]: the per-queue runs of MessageStore._dispatch_consume_queues."},
+    {"take_handoff", take_handoff, METH_VARARGS,
+     "take_handoff(handoff, batch, offset, end, count, records_max) -> (offset, count, stop): "
+     "the hand-off steps of DispatchService._dispatch_batch."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1162,6 +1239,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     INTERN(s_store_host, "store_host")
     INTERN(s_reconsume_times, "reconsume_times")
     INTERN(s_prepared_transaction_offset, "prepared_transaction_offset")
+    INTERN(s_popleft, "popleft")
     INTERN(s_TAGS, "TAGS")
     INTERN(s_KEYS, "KEYS")
     INTERN(s_UNIQ_KEY, "UNIQ_KEY")

@@ -1,6 +1,6 @@
 """Stub of the native batch encoder (``_native.c``); see :mod:`gannet.node.store.log.native`."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from gannet.node.store.log.records import DispatchInfo, Message
@@ -61,3 +61,12 @@ def dispatch_infos(
 def queue_units(
     infos: list[DispatchInfo], /
 ) -> list[tuple[str, int, int, int, int, bytes | None, list[DispatchInfo]]]: ...
+def take_handoff(
+    handoff: Sequence[DispatchInfo],
+    batch: list[DispatchInfo],
+    offset: int,
+    end: int,
+    count: int,
+    records_max: int,
+    /,
+) -> tuple[int, int, bool]: ...

@@ -3,16 +3,14 @@
 The native encoder, :mod:`gannet.node.store.log._native` (C against the CPython API, source
 ``_native.c`` beside this file), is built by ``make install`` (setuptools, an optional
 extension). It does, one call per batch, what these Python functions do one message at a time,
-with the same bytes and the same errors: :meth:`CommitLog.encode_all
-<gannet.node.store.log.commitlog.CommitLog.encode_all>` (:func:`packing.record_fields
-<gannet.node.store.log.packing.record_fields>`), :meth:`CommitLog._lay_out
-<gannet.node.store.log.commitlog.CommitLog._lay_out>` (:func:`packing.pack_record_into
-<gannet.node.store.log.packing.pack_record_into>`), the key loop of
-:meth:`IndexService.build_index_batch
-<gannet.node.store.queues.index_files.IndexService.build_index_batch>` and
-:meth:`IndexFile.add_items <gannet.node.store.queues.index_files.IndexFile.add_items>` and
-:func:`~gannet.node.store.message_store.dispatch_infos_of`. The
-Python functions stay the reference: tests run the store against both (``tests/store``).
+with the same bytes and the same errors: ``CommitLog.encode_all`` (:func:`packing.record_fields
+<gannet.node.store.log.packing.record_fields>`), ``CommitLog._lay_out``
+(:func:`packing.pack_record_into <gannet.node.store.log.packing.pack_record_into>`),
+``dispatch_infos_of`` (message store), the consume-queue loop of
+``MessageStore._dispatch_consume_queues``, the hand-off steps of
+``DispatchService._dispatch_batch``, and the index batch path (``IndexService._index_items``,
+``IndexFile.add_items``). The Python functions stay the reference and the fallback: tests run
+the store against both (``tests/store``, ``docs/adr/0006-native-batch-encoder.md``).
 
 ``codec`` is the native module in use, or None for the Python path: None when the extension
 is not built (the store logs that once when it opens) or when the environment sets
@@ -23,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from gannet.node.store.log.records import DispatchInfo, Message
@@ -102,6 +100,17 @@ class Codec(Protocol):
     def queue_units(
         self, infos: list[DispatchInfo], /
     ) -> list[tuple[str, int, int, int, int, bytes | None, list[DispatchInfo]]]: ...
+
+    def take_handoff(
+        self,
+        handoff: Sequence[DispatchInfo],
+        batch: list[DispatchInfo],
+        offset: int,
+        end: int,
+        count: int,
+        records_max: int,
+        /,
+    ) -> tuple[int, int, bool]: ...
 
 
 def load() -> tuple[Codec | None, str]:
