@@ -356,3 +356,13 @@ def test_queue_units_are_the_units_put_would_write(
         assert units == b"".join(
             struct.pack(">qiq", i.commit_offset, i.size, i.tags_code) for i in want
         )
+
+
+def test_a_stale_build_is_not_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A .so of another VERSION (``_native.c`` changed, ``make install`` not rerun) is refused
+    with a sentence saying what to do; the store then runs the Python path."""
+    monkeypatch.setattr(native, "VERSION", native.VERSION + 1)
+    codec, why = native.load()
+    assert codec is None
+    assert "out of date" in why
+    assert "make install" in why

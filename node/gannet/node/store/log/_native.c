@@ -43,6 +43,7 @@
 #define INDEX_SLOT_SIZE 4
 #define INDEX_ITEM_SIZE 20
 #define INT32_MAX_VALUE 2147483647LL
+#define NATIVE_VERSION 1
 
 static const char TRANSIENT_PREFIX[] = "__RMQ.TRANSIENT.";
 #define TRANSIENT_PREFIX_LEN (sizeof(TRANSIENT_PREFIX) - 1)
@@ -1247,5 +1248,10 @@ PyMODINIT_FUNC PyInit__native(void) {
     if ((magic_v1 = PyLong_FromLong(MAGIC_V1)) == NULL ||
         (magic_v2 = PyLong_FromLong(MAGIC_V2)) == NULL)
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    /* VERSION: bumped with every change of a function's signature or behaviour; native.py
+     * refuses a build of another version (a stale .so) and runs the Python path instead */
+    if (m != NULL && PyModule_AddIntConstant(m, "VERSION", NATIVE_VERSION) < 0)
+        Py_CLEAR(m);
+    return m;
 }

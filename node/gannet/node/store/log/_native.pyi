@@ -5,6 +5,7 @@ from typing import TypeVar
 
 from gannet.node.store.log.records import DispatchInfo, Message
 
+VERSION: int
 _R = TypeVar("_R")
 _A = TypeVar("_A")
 _Fields = tuple[int, int, int, int, int, int, int, bytes, bytes, int, int, bytes, bytes]

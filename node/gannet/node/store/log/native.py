@@ -29,6 +29,8 @@ from gannet.node.store.log.records import DispatchInfo, Message
 log = logging.getLogger(__name__)
 
 ENV_VAR = "GANNET_NATIVE"
+VERSION = 1
+"""The ``VERSION`` of ``_native.c`` this code calls; a build of another version is not used."""
 _R = TypeVar("_R")
 _A = TypeVar("_A")
 
@@ -124,6 +126,12 @@ def load() -> tuple[Codec | None, str]:
             f"the native batch encoder is not built ({exc}); the store's put path runs in "
             "Python, about 2x the CPU per message: `make install` builds it (needs gcc, the "
             "Python headers and zlib's)"
+        )
+    built = getattr(_native, "VERSION", 0)
+    if built != VERSION:
+        return None, (
+            f"the native batch encoder is out of date (version {built}, this code needs "
+            f"{VERSION}); the store's put path runs in Python: `make install` rebuilds it"
         )
     return _native, "the store's put path runs the native batch encoder (_native.c)"
 
