@@ -13,7 +13,8 @@ PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
 .PHONY: run test lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
 
-$(STAMP): pyproject.toml
+# _native.c: the store's native batch encoder, built by the editable install (pyproject.toml).
+$(STAMP): pyproject.toml node/gannet/node/store/log/_native.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev,pipeline]'

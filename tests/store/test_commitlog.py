@@ -14,6 +14,8 @@ from gannet.node.store.log import record_checks, records
 from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.log.records import Message
 
+pytestmark = pytest.mark.usefixtures("put_path")  # native and Python put paths
+
 hosts = st.sampled_from([("127.0.0.1", 10911), ("::1", 8081)])
 
 

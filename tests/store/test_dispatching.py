@@ -16,6 +16,8 @@ from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 
+pytestmark = pytest.mark.usefixtures("put_path")  # native and Python put paths
+
 TOPIC = "dispatch-topic"
 
 

@@ -30,6 +30,8 @@ from gannet.node.store.queues.index_files import (
     slot_position,
 )
 
+pytestmark = pytest.mark.usefixtures("put_path")  # native and Python put paths
+
 T0_MS = 1_700_000_000_000  # a whole second
 FOREVER = (0, 2**62)
 

@@ -26,6 +26,8 @@ from gannet.node.store.queues.consume_queues import Boundary
 from gannet.node.store.queues.reading import GetStatus
 from gannet.node.store.upkeep import verifying
 
+pytestmark = pytest.mark.usefixtures("put_path")  # native and Python put paths
+
 
 def cfg(root: Path, **kw: object) -> StoreConfig:
     kw.setdefault("flush_mode", FlushMode.SYNC_FLUSH)

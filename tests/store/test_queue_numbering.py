@@ -4,6 +4,7 @@ queue with topic, queue and offset, and recovery refuses a store written with a 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,8 @@ from gannet.node.store.log.commitlog import queue_key
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.upkeep import verifying
+
+pytestmark = pytest.mark.usefixtures("put_path")  # native and Python put paths
 
 TOPIC = "HostT"
 
@@ -50,9 +53,11 @@ def test_a_record_that_cannot_be_packed_reserves_nothing(tmp_path: Path, field) 
     assert verifying.verify(tmp_path).clean
 
 
-def test_append_packs_everything_before_reserving(tmp_path: Path, monkeypatch) -> None:
+def test_append_packs_everything_before_reserving(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, put_path: str
+) -> None:
     """Even a failure the field checks do not foresee leaves no reserved offset behind."""
-    from gannet.node.store.log import packing
+    from gannet.node.store.log import native, packing
 
     with open_store(tmp_path) as store:
         store.put_message(good(0))
@@ -65,11 +70,29 @@ def test_append_packs_everything_before_reserving(tmp_path: Path, monkeypatch) -
                 raise ValueError("simulated encoder failure")
             real(*args, **kw)  # type: ignore[arg-type]
 
+        class Corrupting:  # the native path: the second record's fields no longer add up
+            def __init__(self, codec: Any) -> None:
+                self.codec = codec
+
+            def __getattr__(self, name: str) -> Any:
+                return getattr(self.codec, name)
+
+            def encode_all(self, msgs: list[Message], *args: Any) -> list[Any]:
+                batch: list[Any] = self.codec.encode_all(msgs, *args)
+                if len(batch) == 2:
+                    fields, key = batch[1]
+                    batch[1] = ((*fields[:11], b"", *fields[12:]), key)
+                    calls["n"] = 2
+                return batch
+
+        if put_path == "native":
+            monkeypatch.setattr(native, "codec", Corrupting(native.codec))
         monkeypatch.setattr(packing, "pack_record_into", failing)
-        with pytest.raises(ValueError, match="simulated"):
+        with pytest.raises(ValueError, match=r"simulated|do not add up to their TOTALSIZE"):
             store.put_messages([good(1), good(2)])
         assert calls["n"] == 2
         monkeypatch.setattr(packing, "pack_record_into", real)
+        monkeypatch.setattr(native, "codec", getattr(native.codec, "codec", native.codec))
         after = store.put_message(good(3))
         assert after.queue_offset == 1
         assert store.wait_dispatched(after.end_offset)

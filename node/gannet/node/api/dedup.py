@@ -36,7 +36,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from typing import Final
 
 from rocketmq.grpc_protocol import service_pb2
 
@@ -49,11 +49,13 @@ WINDOW_S = 120.0
 ENTRIES_MAX = 100_000
 
 
-@dataclass(frozen=True, slots=True)
-class _Receipt:
-    message_id: str
-    offset: int
-    stored_at_ms: int
+_Receipt = tuple[str, int, int]
+"""(client message id, queue offset, store time in ms) of a stored send. A plain tuple of str and
+ints on purpose: the garbage collector stops tracking those, where a window of 100,000 tracked
+receipt objects made collections cost ~7 µs per dispatched record (``PROFILE.md``)."""
+_ID: Final = 0
+_OFFSET: Final = 1
+_STORED_AT_MS: Final = 2
 
 
 Key = tuple[str, str]
@@ -125,7 +127,7 @@ class SendDeduplicator:
         with self._lock:
             for key, info in fresh:
                 if key not in recent:  # the first receipt stays (the original)
-                    recent[key] = _Receipt(key[1], info.queue_offset, info.store_timestamp_ms)
+                    recent[key] = (key[1], info.queue_offset, info.store_timestamp_ms)
             self._trim_locked()
 
     async def send_once(
@@ -171,13 +173,13 @@ class SendDeduplicator:
         entries = list(answer.entries)
         if answer.status.code == statuses.ok().code and len(entries) == 1:
             # Dispatch adds it too, maybe a moment later: no gap for a quick retry.
-            self._remember(key, _Receipt(entries[0].message_id, entries[0].offset, _now_ms()))
+            self._remember(key, (entries[0].message_id, entries[0].offset, _now_ms()))
         return answer
 
     def _duplicate(self, receipt: _Receipt) -> service_pb2.SendMessageResponse:
         self.duplicates_total += 1
         entry = service_pb2.SendResultEntry(
-            status=statuses.ok(), message_id=receipt.message_id, offset=receipt.offset
+            status=statuses.ok(), message_id=receipt[_ID], offset=receipt[_OFFSET]
         )
         return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
 
@@ -186,11 +188,11 @@ class SendDeduplicator:
         with self._lock:
             while self._recent:
                 oldest_key, oldest = next(iter(self._recent.items()))
-                if oldest.stored_at_ms >= horizon:
+                if oldest[_STORED_AT_MS] >= horizon:
                     break
                 del self._recent[oldest_key]
             found = self._recent.get(key)
-        return found if found is not None and found.stored_at_ms >= horizon else None
+        return found if found is not None and found[_STORED_AT_MS] >= horizon else None
 
     def _remember(self, key: Key, receipt: _Receipt) -> None:
         with self._lock:
@@ -205,7 +207,7 @@ class SendDeduplicator:
             _, dropped = self._recent.popitem(last=False)
             # The map no longer holds the whole window: ask the log until it does again.
             self._log_lookups_until_ms = max(
-                self._log_lookups_until_ms, dropped.stored_at_ms + self._window_ms
+                self._log_lookups_until_ms, dropped[_STORED_AT_MS] + self._window_ms
             )
 
     def _in_log(self, key: Key) -> _Receipt | None:
@@ -217,4 +219,4 @@ class SendDeduplicator:
         if not found.messages:
             return None
         first = min(found.messages, key=lambda m: m.physical_offset)
-        return _Receipt(message_id, first.queue_offset, first.store_timestamp_ms)
+        return (message_id, first.queue_offset, first.store_timestamp_ms)

@@ -46,7 +46,7 @@ from gannet.node.store.errors import (
     StoreNotWritable,
 )
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.log import record_checks
+from gannet.node.store.log import native, record_checks
 from gannet.node.store.log.checkpoints import Checkpoint
 from gannet.node.store.log.commitlog import AppendResult, CommitLog, now_ms
 from gannet.node.store.log.flushing import FlushService, OffsetWaiters
@@ -94,7 +94,14 @@ class StoreStatistics:
 
 def dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
     """What dispatch needs of the records of one append by this node (no re-parse), built
-    in one loop while the put lock is held."""
+    in one loop while the put lock is held (one C call with the native encoder)."""
+    codec = native.codec
+    if codec is not None:
+        return codec.dispatch_infos(msgs, results, DispatchInfo, tags_code, _dispatch_infos_of)
+    return _dispatch_infos_of(msgs, results)
+
+
+def _dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
     tags, keys, uniq = props.TAGS, props.KEYS, props.UNIQ_KEY
     infos = []
     for msg, res in zip(msgs, results, strict=True):
@@ -172,6 +179,7 @@ class MessageStore:
         self.flush.record_boundary = lambda: self._raw_scanned
         self.flush.listeners.append(self._on_flushed)
         self._opened = True
+        native.announce()  # which encoder the put path runs, once per process
         if start_services:
             self.start_services()
         return self
@@ -441,8 +449,18 @@ class MessageStore:
                 f"consume-queue units would point at {end}, past the end of the commit log "
                 f"({log_end})"
             )
-        puts: dict[tuple[str, int], Callable[[int, int, int, int], None]] = {}
         find = self.queues.find_or_create
+        codec = native.codec
+        if codec is not None:  # one run of units per queue, each written with one slice copy
+            for topic, queue_id, first_qo, first_end, last_end, units, run in codec.queue_units(
+                infos
+            ):
+                queue = find(topic, queue_id)
+                if units is None or not queue.put_units(units, first_qo, first_end, last_end):
+                    for info in run:
+                        queue.put(info.commit_offset, info.size, info.tags_code, info.queue_offset)
+            return
+        puts: dict[tuple[str, int], Callable[[int, int, int, int], None]] = {}
         for info in infos:
             if info.sys_flag & 0x4:
                 continue  # prepared (0x4) or rollback (0xC): no unit

@@ -11,7 +11,8 @@ Append: callers encode outside the lock (:func:`packing.record_fields`); under `
 commit log assigns queue offsets (per ``"<topic>-<queueId>"``, only for non-transactional and
 commit-type messages), physical offsets and a non-decreasing store timestamp, packs the records
 into one pre-sized buffer per file (:func:`packing.pack_record_into`) and copies each with one
-``mmap`` slice write. Durability is the flush
+``mmap`` slice write. With the native encoder built (:mod:`native`), encoding and laying out
+are one C call per batch each, with the same bytes and errors. Durability is the flush
 service's job (:mod:`flushing`); this module never syncs on the append path.
 
 Invariant: every byte below :meth:`CommitLog.max_offset` is a valid record or a BLANK, once
@@ -23,11 +24,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import NamedTuple
 
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
-from gannet.node.store.log import packing, record_checks, records
+from gannet.node.store.log import native, packing, record_checks, records
 from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
@@ -110,6 +112,14 @@ class CommitLog:
         fields_of = packing.record_fields
         body_max, append_crc = self.config.message_body_size_max_bytes, self.append_crc
         limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
+        codec = native.codec
+        if codec is not None:
+            return codec.encode_all(
+                msgs, body_max, append_crc, limit, self.config.commitlog_file_size_bytes,
+                records.encode_host, records._topic_field,
+                partial(fields_of, body_size_max_bytes=body_max, append_crc=append_crc),
+                MessageTooLarge,
+            )  # fmt: skip
         prepared_type = records.SYSFLAG_TRANSACTION_PREPARED_TYPE
         encoded: list[Encoded] = []
         for msg in msgs:
@@ -205,8 +215,14 @@ class CommitLog:
     ) -> tuple[list[tuple[bool, bytearray, int]], list[AppendResult], dict[str, int]]:
         """Per file touched: (roll to a new file first, the packed records, messages); the
         results; the queue offsets the batch reserves (next offset per key)."""
-        pack = packing.pack_record_into
         append_crc = self.append_crc
+        codec = native.codec
+        if codec is not None:
+            return codec.lay_out(
+                batch, self.queue_offsets, f.end_offset, f.remaining_bytes, f.file_size, ts,
+                append_crc, host, port, AppendResult,
+            )  # fmt: skip
+        pack = packing.pack_record_into
         offsets = self.queue_offsets
         reserved: dict[str, int] = {}
         results: list[AppendResult] = []

@@ -176,6 +176,29 @@ class ConsumeQueue:
         f.wrote_position = position + CQ_UNIT_SIZE_BYTES
         self.max_physic_offset = commit_offset + size
 
+    def put_units(
+        self, units: bytes, first_queue_offset: int, first_end: int, last_end: int
+    ) -> bool:
+        """Append packed units (those :meth:`put` would write, in order, for records with
+        consecutive queue offsets from ``first_queue_offset``; ``first_end`` and ``last_end`` the
+        commit-log ends of the first and last record) with one copy. False, writing nothing,
+        unless it is that plain case: the queue ends just before them, holds nothing at or past
+        ``first_end`` and its last file has room; the caller then puts them one by one."""
+        files = self._mfq.files
+        if not files or first_end <= self.max_physic_offset:
+            return False
+        f = files[-1]
+        position = f.wrote_position
+        end = position + len(units)
+        if first_queue_offset * CQ_UNIT_SIZE_BYTES != f.file_from_offset + position:
+            return False
+        if end > self._file_size:
+            return False
+        f.buffer[position:end] = units
+        f.wrote_position = end
+        self.max_physic_offset = last_end
+        return True
+
     def _create_first_file(self, expect: int) -> MappedFile:
         in_file = expect % self._file_size
         f = self._mfq.create_file(expect - in_file)

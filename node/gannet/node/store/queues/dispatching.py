@@ -35,7 +35,7 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
-from gannet.node.store.log import record_checks
+from gannet.node.store.log import native, record_checks
 from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.service_threads import ServiceThread
@@ -158,7 +158,12 @@ class DispatchService(ServiceThread):
         count = 0
         handoff = self._handoff
         batch: list[DispatchInfo] = []
+        take = native.codec.take_handoff if native.codec is not None else None
         while offset < end and count < records_max:
+            if take is not None:  # the hand-off steps below, in one C call
+                offset, count, stop = take(handoff, batch, offset, end, count, records_max)
+                if stop or offset >= end or count >= records_max:
+                    break
             while handoff and handoff[0].commit_offset < offset:
                 handoff.popleft()
             if handoff and handoff[0].commit_offset == offset:

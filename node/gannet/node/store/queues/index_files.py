@@ -53,6 +53,7 @@ from pathlib import Path
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.hashing import index_key_hash, java_string_hash
+from gannet.node.store.log import native
 from gannet.node.store.log.mapped_files import map_file, unmap_file
 from gannet.node.store.log.records import (
     SYSFLAG_TRANSACTION_ROLLBACK_TYPE,
@@ -220,7 +221,22 @@ class IndexFile:
     def add_items(self, items: list[tuple[int, int, int]], start: int) -> int:
         """Add ``items[start:]`` — (key hash from :func:`index_key_hash`, commit-log offset,
         store time) — until the file is full, without writing the header; returns how far it
-        got. The rules of :meth:`add_item`, over local variables (the batch dispatch path)."""
+        got. The rules of :meth:`add_item`, over local variables (the batch dispatch path); one
+        C call with the native encoder (:mod:`~gannet.node.store.log.native`)."""
+        codec = native.codec
+        if codec is not None:
+            at, number, slot_count, begin_phy, begin_ms = codec.add_index_items(
+                self._mm, items, start, self.index_count, self.items_max, self.hash_slots,
+                self._items_base, self.begin_timestamp_ms, self.hash_slot_count,
+            )  # fmt: skip
+            if begin_phy is not None:
+                self.begin_phy_offset = begin_phy
+                self.begin_timestamp_ms = begin_ms
+            if at > start:
+                self.hash_slot_count = slot_count
+                self.index_count = number
+                _, self.end_phy_offset, self.end_timestamp_ms = items[at - 1]
+            return at
         number = self.index_count
         items_max, slots, base, mm = self.items_max, self.hash_slots, self._items_base, self._mm
         begin_ms = self.begin_timestamp_ms
@@ -504,8 +520,25 @@ class IndexService:
         if not self.config.index_enabled or not infos:
             return
         f = self._writable_file()
-        items: list[tuple[int, int, int]] = []  # (key hash, commit offset, store time)
-        end_phy_offset = f.end_phy_offset
+        codec = native.codec
+        if codec is not None:
+            items = codec.index_items(infos, f.end_phy_offset, index_key_hash)
+        else:
+            items = self._index_items(infos, f.end_phy_offset)
+        done = 0
+        while items:
+            done = f.add_items(items, done)
+            f.write_header()
+            if done == len(items):
+                break
+            _log.info("index file %s is full; creating the next one", f.name)
+            f = self._writable_file()
+
+    @staticmethod
+    def _index_items(infos: list[DispatchInfo], end_phy_offset: int) -> list[tuple[int, int, int]]:
+        """(key hash, commit offset, store time) of every key the records index: the unique key,
+        then each KEYS token; records below ``end_phy_offset`` are indexed already."""
+        items: list[tuple[int, int, int]] = []
         for info in infos:
             offset = info.commit_offset
             if offset < end_phy_offset:
@@ -523,14 +556,7 @@ class IndexService:
                         items.append((index_key_hash(prefix + key), offset, stored_ms))
             if len(items) > count:
                 end_phy_offset = offset
-        done = 0
-        while items:
-            done = f.add_items(items, done)
-            f.write_header()
-            if done == len(items):
-                break
-            _log.info("index file %s is full; creating the next one", f.name)
-            f = self._writable_file()
+        return items
 
     def _put(self, f: IndexFile, key: str, info: DispatchInfo) -> IndexFile:
         while not f.put_key(key, info.commit_offset, info.store_timestamp_ms):
