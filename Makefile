@@ -14,7 +14,11 @@ PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 .PHONY: run test lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
 
 # _native.c: the store's native batch encoder, built by the editable install (pyproject.toml).
+# Building it needs a C compiler, Python's headers and zlib's: Debian's packages when missing.
 $(STAMP): pyproject.toml node/gannet/node/store/log/_native.c
+	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
+	  && [ -e /usr/include/zlib.h ] && command -v gcc >/dev/null \
+	  || { $(SUDO) apt-get update -q && $(APT_INSTALL) gcc python3-dev zlib1g-dev; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
