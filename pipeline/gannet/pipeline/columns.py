@@ -35,8 +35,10 @@ import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
 
+from gannet.node.store import properties as props
 from gannet.node.store.log import record_checks, records
 from gannet.node.store.log.records import Buffer
+from gannet.node.store.msgids import create_offset_msg_id
 from gannet.pipeline import propcolumns, segments
 from gannet.pipeline.propcolumns import PropertyColumns
 from gannet.pipeline.segments import Damage, Segment
@@ -85,6 +87,21 @@ class Chunk:
         """Each record's properties as the store's decoder gives them (one dict per record:
         for row-by-row consumers; the bulk ones use :attr:`property_columns`)."""
         return [dict(pairs) for pairs in self.property_columns.maps().to_pylist()]
+
+    def message_ids(self, buf: Buffer) -> pa.StringArray:
+        """Each record's ``UNIQ_KEY``, or for one without, its offset message id (store host,
+        commit offset), as PullMessage answers; ``buf`` is what the chunk was parsed from."""
+        found = self.property_columns.value(props.UNIQ_KEY)
+        if not found.null_count:  # (the decoder drops empty values: none is ever empty)
+            return found
+        ids: list[str] = []
+        for i, uniq in enumerate(found.to_pylist()):
+            if uniq:
+                ids.append(uniq)
+                continue
+            host, port = self.store_host(buf, i)
+            ids.append(create_offset_msg_id(host, port, int(self.commit_offsets[i])))
+        return pa.array(ids, pa.string())
 
     def store_host(self, buf: Buffer, index: int) -> tuple[str, int]:
         """STOREHOST of record ``index`` (address, port), read from the segment ``buf``."""

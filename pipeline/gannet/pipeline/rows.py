@@ -46,7 +46,6 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.store import properties as props
 from gannet.node.store import validation
-from gannet.node.store.msgids import create_offset_msg_id
 from gannet.pipeline import propcolumns
 from gannet.pipeline.columns import Chunk
 
@@ -137,9 +136,7 @@ def records_batch(buf: bytes, chunk: Chunk, broker: str = "") -> pa.RecordBatch:
     record without ``UNIQ_KEY`` gets its id made on its own. Rows mean what
     :func:`messages_batch` makes of the same messages read with v2 PullMessage."""
     found = chunk.property_columns
-    ids = found.value(props.UNIQ_KEY)
-    if ids.null_count:  # (the decoder drops empty values: a present one is never empty)
-        ids = pa.array(_message_ids(buf, chunk, ids.to_pylist()), pa.string())
+    ids = chunk.message_ids(buf)
     micros = _MICROS_PER_MILLI
     columns = [
         chunk.topic_column,
@@ -157,22 +154,9 @@ def records_batch(buf: bytes, chunk: Chunk, broker: str = "") -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
 
 
-def _message_ids(buf: bytes, chunk: Chunk, uniq: list[str | None]) -> list[str]:
-    """``UNIQ_KEY``, or for a record without one the offset message id (store host, commit
-    offset), as PullMessage answers."""
-    ids: list[str] = []
-    for i, uniq_key in enumerate(uniq):
-        if uniq_key:
-            ids.append(uniq_key)
-            continue
-        host, port = chunk.store_host(buf, i)
-        ids.append(create_offset_msg_id(host, port, int(chunk.commit_offsets[i])))
-    return ids
-
-
 def _empty_strings(rows: int) -> pa.StringArray:
     offsets = pa.py_buffer(bytes(4 * (rows + 1)))
-    return pa.StringArray.from_buffers(rows, offsets, pa.py_buffer(b""))  # type: ignore[no-any-return]
+    return pa.StringArray.from_buffers(rows, offsets, pa.py_buffer(b""))
 
 
 def check_write_schema(fields: Sequence[tuple[str, str]]) -> None:
