@@ -20,6 +20,7 @@ import socket
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -135,6 +136,29 @@ def _resource(name: str) -> definition_pb2.Resource:
     return definition_pb2.Resource(name=name)
 
 
+@dataclass(frozen=True)
+class PendingRecords:
+    """A PullRecords call under way (:meth:`BrokerConnection.pull_records_later`)."""
+
+    what: str
+    offset: int
+    future: Any
+
+    def result(self) -> PulledRecords:
+        """The reply; BrokerError on a refusal (as :meth:`BrokerConnection.pull_records`)."""
+        try:
+            reply = self.future.result()
+        except grpc.RpcError as exc:
+            code = _REFUSALS.get(exc.code())
+            if code is None:
+                raise
+            raise BrokerError(self.what, code, str(exc.details())) from None
+        return PulledRecords(reply.records, int(reply.count), int(reply.next_offset))
+
+    def cancel(self) -> None:
+        self.future.cancel()
+
+
 class BrokerConnection:
     """One channel to a broker; use as a context manager."""
 
@@ -218,6 +242,29 @@ class BrokerConnection:
     ) -> PulledRecords:
         """One Admin PullRecords (the stored records in bulk); BrokerError on a refusal, with
         ``ILLEGAL_OFFSET`` for an offset outside the queue (see :meth:`pull`)."""
+        return self.pull_records_later(
+            topic,
+            queue_id,
+            offset,
+            messages_max=messages_max,
+            expression=expression,
+            group=group,
+            polling_ms=polling_ms,
+        ).result()
+
+    def pull_records_later(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        messages_max: int,
+        expression: str = "*",
+        group: str = "",
+        polling_ms: int = 0,
+    ) -> PendingRecords:
+        """:meth:`pull_records` started now and answered by :meth:`PendingRecords.result`, so
+        a reader can parse one reply while the broker reads the next."""
         request = admin_pb2.PullRecordsRequest(
             topic=topic,
             queue_id=queue_id,
@@ -227,17 +274,10 @@ class BrokerConnection:
             tag_expression=expression,
             polling_ms=polling_ms,
         )
-        what = f"PullRecords {topic}/{queue_id} at {offset}"
-        try:
-            reply = self._admin.PullRecords(
-                request, timeout=self.timeout_s + polling_ms / 1000, metadata=self._metadata
-            )
-        except grpc.RpcError as exc:
-            code = _REFUSALS.get(exc.code())
-            if code is None:
-                raise
-            raise BrokerError(what, code, str(exc.details())) from None
-        return PulledRecords(reply.records, int(reply.count), int(reply.next_offset))
+        future = self._admin.PullRecords.future(
+            request, timeout=self.timeout_s + polling_ms / 1000, metadata=self._metadata
+        )
+        return PendingRecords(f"PullRecords {topic}/{queue_id} at {offset}", offset, future)
 
     def query_offset(self, topic: str, queue_id: int, policy: int, at_ms: int = 0) -> int:
         """QueryOffset with ``BEGINNING``, ``END`` or ``TIMESTAMP`` (``at_ms``)."""

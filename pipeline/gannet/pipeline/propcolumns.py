@@ -33,6 +33,8 @@ PAIR_SEPARATOR = props.PROPERTY_SEPARATOR
 NAME_SEPARATOR = props.NAME_VALUE_SEPARATOR
 MAP_TYPE = pa.map_(pa.string(), pa.string())
 KEYS_TYPE = pa.list_(pa.string())
+_PAIR_BYTE = ord(PAIR_SEPARATOR)
+_NAME_BYTE = ord(NAME_SEPARATOR)
 _PAIRS_COUNTED_MAX = 1 << 22  # (row, name) pairs counted in one array; else sorted
 
 
@@ -79,29 +81,48 @@ class PropertyColumns:
 def parse(raw: pa.BinaryArray) -> PropertyColumns:
     """The properties of each element of ``raw`` (see the module docstring)."""
     try:
-        text = raw.cast(pa.string())
+        raw.cast(pa.string())  # validates the UTF-8 of every element
     except pa.ArrowInvalid:  # not UTF-8: the decoder's replacement characters, row by row
         decoded = [props.decode(b.decode("utf-8", errors="replace")) for b in raw.to_pylist()]
-        text = pa.array(
+        raw = pa.array(
             [PAIR_SEPARATOR.join(f"{k}{NAME_SEPARATOR}{v}" for k, v in d.items()) for d in decoded],
-            pa.string(),
+            pa.binary(),
         )
-    pieces = pc.split_pattern(text, PAIR_SEPARATOR)
-    parents = pc.list_parent_indices(pieces).to_numpy().astype(np.int64)
-    flat = pc.list_flatten(pieces)
-    # A separator appended to every piece: each splits into exactly two parts, the value then
-    # ends with that separator (cut off below); a piece without one gets an empty value.
-    pairs = pc.split_pattern(
-        pc.binary_join_element_wise(flat, "", NAME_SEPARATOR), NAME_SEPARATOR, max_splits=1
+    rows = len(raw)
+    if not rows or not raw.buffers()[2]:
+        return _empty(rows)
+    bounds = np.frombuffer(raw.buffers()[1], dtype=np.int32)[raw.offset : raw.offset + rows + 1]
+    bounds = bounds.astype(np.int64)
+    data = np.frombuffer(raw.buffers()[2], dtype=np.uint8)[: int(bounds[-1])]
+    # Pieces between pair separators and row bounds: the k-th start pairs with the k-th end.
+    pair_ends = np.flatnonzero(data == _PAIR_BYTE)
+    starts = np.sort(np.concatenate([bounds[:-1], pair_ends + 1]), kind="stable")
+    ends = np.sort(np.concatenate([pair_ends, bounds[1:]]), kind="stable")
+    # Each piece's first name separator, if it has one before its end.
+    name_ends = np.flatnonzero(data == _NAME_BYTE)
+    if not len(name_ends):
+        return _empty(rows)
+    first = np.searchsorted(name_ends, starts)
+    found = first < len(name_ends)
+    at = np.where(found, name_ends[np.minimum(first, len(name_ends) - 1)], ends)
+    good = (at < ends) & (at > starts) & (at + 1 < ends)  # a name and a value, both non-empty
+    starts, at, ends = starts[good], at[good], ends[good]
+    if not len(starts):
+        return _empty(rows)
+    parents = np.searchsorted(bounds, starts, side="right") - 1
+    # One array over the data whose elements are name, separator, value, gap, name, ...
+    cuts = np.stack([starts, at, at + 1, ends], axis=1).reshape(-1)
+    pieces = pa.StringArray.from_buffers(
+        max(len(cuts) - 1, 0), pa.py_buffer(cuts.astype(np.int32)), raw.buffers()[2]
     )
-    names = pc.list_element(pairs, 0)
-    values = pc.utf8_slice_codeunits(pc.list_element(pairs, 1), 0, -1)
-    good = pc.and_(pc.greater(pc.binary_length(names), 0), pc.greater(pc.binary_length(values), 0))
-    chosen = np.flatnonzero(good.to_numpy(zero_copy_only=False))
-    index = pa.array(chosen)
-    names, values, parents = names.take(index), values.take(index), parents[chosen]
-    unique = _unique_per_row(parents, names)
-    return PropertyColumns(len(raw), parents, names, values, unique)
+    names = pieces.take(pa.array(np.arange(0, len(cuts) - 1, 4)))
+    values = pieces.take(pa.array(np.arange(2, len(cuts) - 1, 4)))
+    return PropertyColumns(rows, parents, names, values, _unique_per_row(parents, names))
+
+
+def _empty(rows: int) -> PropertyColumns:
+    none = pa.array([], pa.string())
+    return PropertyColumns(rows, np.zeros(0, dtype=np.int64), none, none, True)
 
 
 def keys_lists(keys: pa.StringArray) -> pa.ListArray:
