@@ -76,9 +76,14 @@ def test_column_wise_rows_equal_the_record_by_record_rows(
     }
     got = batch.drop_columns(["born_timestamp", "store_timestamp"]).to_pylist()
     want = [oracle_row(buf, int(p), broker) for p in chunk.positions]
-    assert micros["born_timestamp"] == [w.pop("born_ms") * 1000 for w in want]
-    assert micros["store_timestamp"] == [w.pop("store_ms") * 1000 for w in want]
+    assert micros["born_timestamp"] == [_ms(w.pop("born_ms")) * 1000 for w in want]
+    assert micros["store_timestamp"] == [_ms(w.pop("store_ms")) * 1000 for w in want]
     assert got == want
+
+
+def _ms(value: object) -> int:
+    assert isinstance(value, int)
+    return value
 
 
 @settings(max_examples=300, deadline=None)
