@@ -242,15 +242,26 @@ class BrokerConnection:
     ) -> PulledRecords:
         """One Admin PullRecords (the stored records in bulk); BrokerError on a refusal, with
         ``ILLEGAL_OFFSET`` for an offset outside the queue (see :meth:`pull`)."""
-        return self.pull_records_later(
-            topic,
-            queue_id,
-            offset,
+        request = admin_pb2.PullRecordsRequest(
+            topic=topic,
+            queue_id=queue_id,
+            offset=offset,
             messages_max=messages_max,
-            expression=expression,
             group=group,
+            tag_expression=expression,
             polling_ms=polling_ms,
-        ).result()
+        )
+        what = f"PullRecords {topic}/{queue_id} at {offset}"
+        try:
+            reply = self._admin.PullRecords(
+                request, timeout=self.timeout_s + polling_ms / 1000, metadata=self._metadata
+            )
+        except grpc.RpcError as exc:
+            code = _REFUSALS.get(exc.code())
+            if code is None:
+                raise
+            raise BrokerError(what, code, str(exc.details())) from None
+        return PulledRecords(reply.records, int(reply.count), int(reply.next_offset))
 
     def pull_records_later(
         self,
