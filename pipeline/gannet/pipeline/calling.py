@@ -20,7 +20,6 @@ import socket
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
@@ -136,29 +135,6 @@ def _resource(name: str) -> definition_pb2.Resource:
     return definition_pb2.Resource(name=name)
 
 
-@dataclass(frozen=True)
-class PendingRecords:
-    """A PullRecords call under way (:meth:`BrokerConnection.pull_records_later`)."""
-
-    what: str
-    offset: int
-    future: Any
-
-    def result(self) -> PulledRecords:
-        """The reply; BrokerError on a refusal (as :meth:`BrokerConnection.pull_records`)."""
-        try:
-            reply = self.future.result()
-        except grpc.RpcError as exc:
-            code = _REFUSALS.get(exc.code())
-            if code is None:
-                raise
-            raise BrokerError(self.what, code, str(exc.details())) from None
-        return PulledRecords(reply.records, int(reply.count), int(reply.next_offset))
-
-    def cancel(self) -> None:
-        self.future.cancel()
-
-
 class BrokerConnection:
     """One channel to a broker; use as a context manager."""
 
@@ -262,33 +238,6 @@ class BrokerConnection:
                 raise
             raise BrokerError(what, code, str(exc.details())) from None
         return PulledRecords(reply.records, int(reply.count), int(reply.next_offset))
-
-    def pull_records_later(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        *,
-        messages_max: int,
-        expression: str = "*",
-        group: str = "",
-        polling_ms: int = 0,
-    ) -> PendingRecords:
-        """:meth:`pull_records` started now and answered by :meth:`PendingRecords.result`, so
-        a reader can parse one reply while the broker reads the next."""
-        request = admin_pb2.PullRecordsRequest(
-            topic=topic,
-            queue_id=queue_id,
-            offset=offset,
-            messages_max=messages_max,
-            group=group,
-            tag_expression=expression,
-            polling_ms=polling_ms,
-        )
-        future = self._admin.PullRecords.future(
-            request, timeout=self.timeout_s + polling_ms / 1000, metadata=self._metadata
-        )
-        return PendingRecords(f"PullRecords {topic}/{queue_id} at {offset}", offset, future)
 
     def query_offset(self, topic: str, queue_id: int, policy: int, at_ms: int = 0) -> int:
         """QueryOffset with ``BEGINNING``, ``END`` or ``TIMESTAMP`` (``at_ms``)."""

@@ -10,8 +10,7 @@ every ``[start, end)`` range is cut into partitions of at most ``maxPartitionMes
 Spark task reads its range from its queue's group, connecting to the members in route order
 (leader first) and, when a member stops answering, continuing at the next offset from another
 (at most :data:`FAILOVER_ATTEMPTS_MAX` times; any member serves committed messages). It reads
-with Admin PullRecords (``pullBatchSize`` messages a call, following ``next_offset``, one call
-ahead while it parses): the
+with Admin PullRecords (``pullBatchSize`` messages a call, following ``next_offset``): the
 broker answers with the stored records in one reply, which are parsed into Arrow columns in
 bulk (:func:`gannet.pipeline.columns.records_chunk`, :func:`gannet.pipeline.rows.records_batch`)
 and yielded as one ``pyarrow.RecordBatch`` per pull, which Spark moves into the JVM column by
@@ -53,7 +52,7 @@ from pyspark.sql.streaming.datasource import (
 from rocketmq.grpc_protocol import Code, definition_pb2
 
 from gannet.pipeline import calling, columns, options, ranges, rows
-from gannet.pipeline.calling import BrokerConnection, BrokerError, PendingRecords, RoutedQueue
+from gannet.pipeline.calling import BrokerConnection, BrokerError, RoutedQueue
 from gannet.pipeline.options import Bound, OptionError, ReadOptions
 from gannet.pipeline.ranges import QueueKey, QueueRange
 
@@ -225,65 +224,46 @@ def _describe(exc: Exception) -> str:
 def _pull_range(
     conn: BrokerConnection, opts: ReadOptions, part: QueuePartition, offset: int
 ) -> Iterator[tuple[pa.RecordBatch | None, int]]:
-    """(batch or None, the offset to read from next) per pull from ``offset`` to the end.
-
-    One pull ahead: as soon as a reply with records arrives, the next pull (at its
-    ``next_offset``) is started, so the broker reads it while this task parses the reply and
-    Spark takes the batch."""
+    """(batch or None, the offset to read from next) per pull from ``offset`` to the end."""
     topic, q = opts.topic, part.queue_id
     stalls = 0
-    ahead: PendingRecords | None = None
-
-    def start(at: int, polling_ms: int) -> PendingRecords:
-        return conn.pull_records_later(
-            topic,
-            q,
-            at,
-            messages_max=min(opts.pull_batch_size, part.end - at),
-            expression=opts.expression,
-            group=opts.group,
-            polling_ms=polling_ms,
-        )
-
-    try:
-        while offset < part.end:
-            pending = ahead if ahead is not None and ahead.offset == offset else None
-            if pending is None:
-                pending = start(offset, STALL_POLLING_MS if stalls else 0)
-            ahead = None
-            try:
-                pulled = pending.result()
-            except BrokerError as exc:
-                offset = _after_illegal_offset(conn, opts, part, offset, exc)
-                yield None, offset
-                continue
-            if pulled.count:
-                if pulled.next_offset < part.end:
-                    ahead = start(pulled.next_offset, 0)
-                chunk = columns.records_chunk(pulled.records, pulled.count)
-                inside = int(np.searchsorted(chunk.queue_offsets, part.end))  # offsets ascend
-                batch = rows.records_batch(pulled.records, chunk, part.group)
-                if inside < pulled.count:
-                    if inside:
-                        yield batch.slice(0, inside), part.end
-                    return
-                next_offset = max(pulled.next_offset, int(chunk.queue_offsets[-1]) + 1)
-                offset, stalls = next_offset, 0
-                yield batch, next_offset
-                continue
-            if pulled.next_offset > offset:
-                offset, stalls = pulled.next_offset, 0
-                yield None, offset
-                continue
-            stalls += 1
-            if stalls > STALLED_PULLS_MAX:
-                raise GannetReadError(
-                    f"queue {q} of {topic!r} in group {part.group or '?'} makes no progress at "
-                    f"offset {offset} (planned end {part.end}); was the topic or queue recreated?"
-                )
-    finally:
-        if ahead is not None:
-            ahead.cancel()
+    while offset < part.end:
+        try:
+            pulled = conn.pull_records(
+                topic,
+                q,
+                offset,
+                messages_max=min(opts.pull_batch_size, part.end - offset),
+                expression=opts.expression,
+                group=opts.group,
+                polling_ms=STALL_POLLING_MS if stalls else 0,
+            )
+        except BrokerError as exc:
+            offset = _after_illegal_offset(conn, opts, part, offset, exc)
+            yield None, offset
+            continue
+        if pulled.count:
+            chunk = columns.records_chunk(pulled.records, pulled.count)
+            inside = int(np.searchsorted(chunk.queue_offsets, part.end))  # offsets ascend
+            batch = rows.records_batch(pulled.records, chunk, part.group)
+            if inside < pulled.count:
+                if inside:
+                    yield batch.slice(0, inside), part.end
+                return
+            next_offset = max(pulled.next_offset, int(chunk.queue_offsets[-1]) + 1)
+            offset, stalls = next_offset, 0
+            yield batch, next_offset
+            continue
+        if pulled.next_offset > offset:
+            offset, stalls = pulled.next_offset, 0
+            yield None, offset
+            continue
+        stalls += 1
+        if stalls > STALLED_PULLS_MAX:
+            raise GannetReadError(
+                f"queue {q} of {topic!r} in group {part.group or '?'} makes no progress at "
+                f"offset {offset} (planned end {part.end}); was the topic or queue recreated?"
+            )
 
 
 def _after_illegal_offset(
