@@ -16,8 +16,9 @@
   turned into Arrow batches, as a Spark task does.
 * **worker_cpu**: CPU time per message of the Python side of a read, in one process: turning
   pulled v2 messages into what Spark takes, as Arrow batches (:func:`rows.messages_batch`)
-  against the tuple-per-row path it replaced (a tuple per message, then pyspark's own
-  ``records_to_arrow_batches``, which the Python worker ran on them). CPU time is less
+  and PullRecords replies of the same messages into Arrow batches (``records_batch``: what a
+  task does now), against the tuple-per-row path they replaced (a tuple per message, then
+  pyspark's own ``records_to_arrow_batches``, which the Python worker ran on them). CPU time is less
   sensitive to a loaded machine than wall time.
 * **spark_kafka_read**: Spark's own Kafka source (spark-sql-kafka, jars from Maven Central via
   ``bench/spark_kafka/pom.xml``) reading the same number of 1 KiB messages from the Kafka peer
@@ -26,9 +27,10 @@
   (``make bench-peers`` installs them) or with ``--no-kafka``.
 
 Run with ``make bench`` (``--quick``, under 2 minutes on 2 idle cores) or ``python -m
-bench.pipeline``. Results are appended to ``bench/results/pipeline.jsonl`` and summarised in
-``bench/results/PIPELINE.md``. Machine load matters: the figures are for the machine as it
-was; compare ratios within one run.
+bench.pipeline`` (``--read-messages`` sets the read's size alone, e.g. the full run's 100,000
+with ``--quick``'s segments). Results are appended to ``bench/results/pipeline.jsonl`` and
+summarised in ``bench/results/PIPELINE.md``. Machine load matters: the figures are for the
+machine as it was; compare ratios within one run.
 """
 
 from __future__ import annotations
