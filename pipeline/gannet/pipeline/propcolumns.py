@@ -1,14 +1,15 @@
-"""The PROPERTIES strings of many records parsed together, with Arrow compute: no Python
-object per record.
+"""The PROPERTIES strings of many records parsed together, with numpy over the column's one
+buffer: no Python object per record.
 
 A record's properties are ``name\\x01value\\x02`` pairs (``reference/store-format.md`` §1.2). The
 store's decoder (:func:`gannet.node.store.properties.decode`) splits at ``\\x02``, then each
 piece at its first ``\\x01``, and drops pieces with an empty name or value; a repeated name
 keeps its first position and its last value (a ``dict``). :func:`parse` does the same for a
-whole column: split kernels over the column's one buffer give every (row, name, value) at
-once; lookups (:meth:`PropertyColumns.value`) and the maps (:meth:`PropertyColumns.maps`)
-are gathers and offsets built with numpy. What Arrow cannot do in bulk, it leaves to the
-store's decoder, so the result always equals the decoder's:
+whole column: one pass finds every pair separator and name separator, the pieces and their
+first name separator are matched with ``searchsorted``, and names and values are taken from one
+Arrow array cut at those positions; lookups (:meth:`PropertyColumns.value`) and the maps
+(:meth:`PropertyColumns.maps`) are gathers and offsets built with numpy. What it cannot do in
+bulk it leaves to the store's decoder, so the result always equals the decoder's:
 
 * a column that is not valid UTF-8 (the decoder replaces bad bytes): every row decoded;
 * a row that repeats a name (the store never writes one): that chunk's maps built row by row.
