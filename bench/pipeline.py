@@ -16,8 +16,9 @@
   turned into Arrow batches, as a Spark task does.
 * **worker_cpu**: CPU time per message of the Python side of a read, in one process: turning
   pulled v2 messages into what Spark takes, as Arrow batches (:func:`rows.messages_batch`)
-  against the tuple-per-row path it replaced (a tuple per message, then pyspark's own
-  ``records_to_arrow_batches``, which the Python worker ran on them). CPU time is less
+  and PullRecords replies of the same messages into Arrow batches (``records_batch``: what a
+  task does now), against the tuple-per-row path they replaced (a tuple per message, then
+  pyspark's own ``records_to_arrow_batches``, which the Python worker ran on them). CPU time is less
   sensitive to a loaded machine than wall time.
 * **spark_kafka_read**: Spark's own Kafka source (spark-sql-kafka, jars from Maven Central via
   ``bench/spark_kafka/pom.xml``) reading the same number of 1 KiB messages from the Kafka peer
@@ -26,9 +27,10 @@
   (``make bench-peers`` installs them) or with ``--no-kafka``.
 
 Run with ``make bench`` (``--quick``, under 2 minutes on 2 idle cores) or ``python -m
-bench.pipeline``. Results are appended to ``bench/results/pipeline.jsonl`` and summarised in
-``bench/results/PIPELINE.md``. Machine load matters: the figures are for the machine as it
-was; compare ratios within one run.
+bench.pipeline`` (``--read-messages`` sets the read's size alone, e.g. the full run's 100,000
+with ``--quick``'s segments). Results are appended to ``bench/results/pipeline.jsonl`` and
+summarised in ``bench/results/PIPELINE.md``. Machine load matters: the figures are for the
+machine as it was; compare ratios within one run.
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
 from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.message_store import MessageStore
 from gannet.pipeline import columns, exporting, jobs, rebuilding, rows, segments
@@ -292,11 +295,45 @@ def bench_worker_cpu(messages: int) -> dict[str, float]:
     converted = sum(b.num_rows for b in batches)
     tuple_s = time.process_time() - started
     assert made == converted == messages
+    replies = [stored_records(pulled[i : i + pull_batch]) for i in range(0, messages, pull_batch)]
+    started = time.process_time()
+    parsed = 0
+    for reply, count in replies:
+        parsed += rows.records_batch(reply, columns.records_chunk(reply, count), "b").num_rows
+    records_s = time.process_time() - started
+    assert parsed == messages
     return {
         "messages": float(messages),
         "arrow_batch_us_per_msg": arrow_s / messages * 1e6,
         "tuples_us_per_msg": tuple_s / messages * 1e6,
+        "records_batch_us_per_msg": records_s / messages * 1e6,
     }
+
+
+def stored_records(pulled: list[Any]) -> tuple[bytes, int]:
+    """The commit-log records of ``pulled`` v2 messages back to back, as a PullRecords reply
+    holds them (the properties the broker stores: UNIQ_KEY, KEYS, TAGS, the user's)."""
+    reply = bytearray()
+    for m in pulled:
+        sp = m.system_properties
+        stored = {
+            "UNIQ_KEY": sp.message_id,
+            "KEYS": " ".join(sp.keys),
+            "TAGS": sp.tag,
+            **dict(m.user_properties),
+        }
+        record = Message(
+            topic=m.topic.name,
+            body=m.body,
+            queue_id=1,
+            properties=stored,
+            queue_offset=sp.queue_offset,
+            born_timestamp_ms=sp.born_timestamp.ToMilliseconds(),
+            store_timestamp_ms=sp.store_timestamp.ToMilliseconds(),
+        )
+        record.physical_offset = len(reply)
+        reply += records.encode(record, body_size_max_bytes=4 * 2**20)
+    return bytes(reply), len(pulled)
 
 
 def spark_kafka_jars() -> list[str]:
@@ -360,10 +397,16 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="smaller data (make bench)")
     parser.add_argument("--total-mib", type=int, default=None, help="commit log per run")
     parser.add_argument("--no-kafka", action="store_true", help="skip spark-sql-kafka vs Kafka")
+    parser.add_argument(
+        "--read-messages",
+        type=int,
+        default=None,
+        help="messages read (100,000; --quick: 10,000)",
+    )
     args = parser.parse_args()
     total_mib = args.total_mib or (16 if args.quick else 256)
     counts = (1, 4) if args.quick else (1, 2, 4, 8, 16)
-    read_messages = 10_000 if args.quick else 100_000
+    read_messages = args.read_messages or (10_000 if args.quick else 100_000)
     import gannet.pipeline
 
     kafka_skipped = "--no-kafka" if args.no_kafka else ""
@@ -461,7 +504,13 @@ def report(results: dict[str, dict[str, float]], total_mib: int, kafka_skipped: 
         lines.append(
             f"Python side of that read, CPU per message in one process: Arrow batches "
             f"{cpu['arrow_batch_us_per_msg']:.1f} µs, tuples through pyspark's conversion "
-            f"{cpu['tuples_us_per_msg']:.1f} µs."
+            f"{cpu['tuples_us_per_msg']:.1f} µs"
+            + (
+                f"; PullRecords replies parsed into Arrow batches "
+                f"{cpu['records_batch_us_per_msg']:.1f} µs."
+                if "records_batch_us_per_msg" in cpu
+                else "."
+            )
         )
     sk = results.get("spark_kafka")
     if sk is not None:

@@ -38,7 +38,9 @@ import pyarrow as pa
 from gannet.node.store import properties as props
 from gannet.node.store.log import record_checks, records
 from gannet.node.store.log.records import Buffer
-from gannet.pipeline import segments
+from gannet.node.store.msgids import create_offset_msg_id
+from gannet.pipeline import propcolumns, segments
+from gannet.pipeline.propcolumns import PropertyColumns
 from gannet.pipeline.segments import Damage, Segment
 
 CHUNK_BYTES = 32 * 1024 * 1024
@@ -69,12 +71,37 @@ class Chunk:
     prepared_offsets: Int64s
     store_host_positions: Int64s
     store_host_lengths: Int64s
-    topics: list[str]
-    properties: list[dict[str, str]]
+    topic_column: pa.StringArray
+    property_columns: PropertyColumns
     bodies: pa.BinaryArray
 
     def __len__(self) -> int:
         return len(self.positions)
+
+    @property
+    def topics(self) -> list[str]:
+        return self.topic_column.to_pylist()  # type: ignore[no-any-return]
+
+    @property
+    def properties(self) -> list[dict[str, str]]:
+        """Each record's properties as the store's decoder gives them (one dict per record:
+        for row-by-row consumers; the bulk ones use :attr:`property_columns`)."""
+        return [dict(pairs) for pairs in self.property_columns.maps().to_pylist()]
+
+    def message_ids(self, buf: Buffer) -> pa.StringArray:
+        """Each record's ``UNIQ_KEY``, or for one without, its offset message id (store host,
+        commit offset), as PullMessage answers; ``buf`` is what the chunk was parsed from."""
+        found = self.property_columns.value(props.UNIQ_KEY)
+        if not found.null_count:  # (the decoder drops empty values: none is ever empty)
+            return found
+        ids: list[str] = []
+        for i, uniq in enumerate(found.to_pylist()):
+            if uniq:
+                ids.append(uniq)
+                continue
+            host, port = self.store_host(buf, i)
+            ids.append(create_offset_msg_id(host, port, int(self.commit_offsets[i])))
+        return pa.array(ids, pa.string())
 
     def store_host(self, buf: Buffer, index: int) -> tuple[str, int]:
         """STOREHOST of record ``index`` (address, port), read from the segment ``buf``."""
@@ -164,43 +191,26 @@ def _check(
         if zlib.crc32(view[b : b + body_len_list[i]]) & 0x7FFFFFFF != crc_list[i]:
             limit = i
             break
-    topics: list[str] = []
-    properties: list[dict[str, str]] = []
-    cache: dict[bytes, str] = {}
-    at_list, end_list = at.tolist(), end.tolist()
-    topic_at_list, topic_len_list = topic_at.tolist(), topic_len.tolist()
-    props_at_list, props_len_list = props_at.tolist(), props_len.tolist()
-    for i in range(limit):
-        t = topic_at_list[i]
-        raw_topic = bytes(view[t : t + topic_len_list[i]])
-        topic = cache.get(raw_topic)
-        if topic is None:
-            try:
-                topic = cache[raw_topic] = raw_topic.decode("utf-8")
-            except UnicodeDecodeError:
-                limit = i
-                break
-        p, plen = props_at_list[i], props_len_list[i]
-        raw = bytes(view[p : p + plen])
-        if (
-            plen >= records.CRC32_RESERVED_LENGTH
-            and raw.endswith(b"\x02")
-            and (raw[-records.CRC32_RESERVED_LENGTH : -11] == _CRC_TAIL_MARK)
-        ):
-            try:
-                expected = int(raw[-11:-1].decode("ascii")[::-1])
-            except ValueError:
-                limit = i
-                break
-            covered = view[at_list[i] : end_list[i] - records.CRC32_RESERVED_LENGTH]
-            if zlib.crc32(covered) & 0x7FFFFFFF != expected:
-                limit = i
-                break
-        topics.append(topic)
-        properties.append(props.decode(raw.decode("utf-8", errors="replace")) if plen else {})
+    tails = np.flatnonzero(_has_crc_tail(data, end, props_len)[:limit])
+    for i in tails.tolist():  # records with a whole-record CRC (the broker's option)
+        tail = bytes(view[int(end[i]) - records.CRC32_RESERVED_LENGTH + 9 : int(end[i]) - 1])
+        try:
+            expected = int(tail.decode("ascii")[::-1])
+        except ValueError:
+            limit = i
+            break
+        covered = view[int(at[i]) : int(end[i]) - records.CRC32_RESERVED_LENGTH]
+        if zlib.crc32(covered) & 0x7FFFFFFF != expected:
+            limit = i
+            break
+    topics = _topic_column(data, view, topic_at[:limit], topic_len[:limit])
+    try:
+        topic_column = topics.cast(pa.string())
+    except pa.ArrowInvalid:  # the first topic that is not UTF-8 ends the valid records
+        limit = _first_not_utf8(topics.to_pylist())
     if limit < n:
         return limit, None
-    del topics[limit:]
+    properties = propcolumns.parse(_binary_column(view, props_at, props_len))
     bodies = _binary_column(view, body_at, body_len)
     chunk = Chunk(
         positions=at,
@@ -214,11 +224,50 @@ def _check(
         prepared_offsets=prepared,
         store_host_positions=host_at,
         store_host_lengths=store_len,
-        topics=topics,
-        properties=properties,
+        topic_column=topic_column,
+        property_columns=properties,
         bodies=bodies,
     )
     return n, chunk
+
+
+def _has_crc_tail(
+    data: npt.NDArray[np.uint8], end: Int64s, props_len: Int64s
+) -> npt.NDArray[np.bool_]:
+    """Which records' properties end with the whole-record CRC property (``__CRC32#`` and ten
+    reversed digits, then the pair separator), found column-wise."""
+    long_enough = props_len >= records.CRC32_RESERVED_LENGTH
+    start = np.where(long_enough, end - records.CRC32_RESERVED_LENGTH, 0)
+    index = np.minimum(start[:, None] + np.arange(len(_CRC_TAIL_MARK)), len(data) - 1)
+    marked = (data[index] == np.frombuffer(_CRC_TAIL_MARK, dtype=np.uint8)).all(axis=1)
+    last = data[np.clip(end - 1, 0, len(data) - 1)] == 2
+    return long_enough & marked & last  # type: ignore[no-any-return]
+
+
+def _topic_column(
+    data: npt.NDArray[np.uint8], view: memoryview, starts: Int64s, lengths: Int64s
+) -> pa.BinaryArray:
+    """The topics as one binary column; records of one topic (a queue's, a typical segment's
+    run) are compared column-wise and the column made from the first."""
+    n = len(starts)
+    if n and int(lengths.min()) == int(lengths.max()) and n * int(lengths[0]) <= len(data):
+        width = int(lengths[0])
+        names = data[starts[:, None] + np.arange(width)]
+        if (names == names[0]).all():
+            offsets = np.arange(0, (n + 1) * width, width, dtype=np.int32)[: n + 1]
+            repeated = bytes(names[0]) * n
+            buffers = [None, pa.py_buffer(offsets), pa.py_buffer(repeated)]
+            return pa.BinaryArray.from_buffers(pa.binary(), n, buffers)
+    return _binary_column(view, starts, lengths)
+
+
+def _first_not_utf8(raw: list[bytes]) -> int:
+    for i, value in enumerate(raw):
+        try:
+            value.decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    return len(raw)
 
 
 def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.BinaryArray:

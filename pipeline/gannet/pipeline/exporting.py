@@ -40,14 +40,13 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gannet.node.store import properties as props
 from gannet.node.store.log import records
-from gannet.node.store.msgids import create_offset_msg_id
-from gannet.node.store.properties import split_keys
-from gannet.pipeline import columns, segments
+from gannet.pipeline import columns, propcolumns, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
 
@@ -88,7 +87,8 @@ class ExportFilter:
             kind == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
         )
         if self.topics is not None:
-            keep &= np.fromiter((t in self.topics for t in chunk.topics), bool, len(chunk))
+            wanted = pa.array(sorted(self.topics), pa.string())
+            keep &= pc.is_in(chunk.topic_column, value_set=wanted).to_numpy(zero_copy_only=False)
         if self.since_ms is not None:
             keep &= chunk.store_timestamps_ms >= self.since_ms
         if self.until_ms is not None:
@@ -136,32 +136,21 @@ def open_output(output: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), posixpath.abspath(output)
 
 
-def _message_ids(buf: records.Buffer, chunk: Chunk, rows: list[int]) -> list[str]:
-    """UNIQ_KEY of each row, else its offset message id (store host + commit offset)."""
-    ids: list[str] = []
-    for i in rows:
-        uniq = chunk.properties[i].get(props.UNIQ_KEY)
-        if not uniq:
-            host, port = chunk.store_host(buf, i)
-            uniq = create_offset_msg_id(host, port, int(chunk.commit_offsets[i]))
-        ids.append(uniq)
-    return ids
-
-
 def chunk_table(buf: records.Buffer, chunk: Chunk, rows: npt.NDArray[np.int64]) -> pa.Table:
-    """The :data:`ARROW_SCHEMA` columns of records ``rows`` (indices) of ``chunk``."""
-    picked = rows.tolist()
-    maps = [chunk.properties[i] for i in picked]
+    """The :data:`ARROW_SCHEMA` columns of records ``rows`` (indices) of ``chunk``, built
+    column-wise (:mod:`gannet.pipeline.propcolumns`)."""
+    found = chunk.property_columns
+    index = pa.array(rows)
     arrays = [
         pa.array(chunk.queue_ids[rows], pa.int32()),
         pa.array(chunk.queue_offsets[rows], pa.int64()),
         pa.array(chunk.commit_offsets[rows], pa.int64()),
         pa.array(chunk.sizes[rows], pa.int32()),
-        pa.array(_message_ids(buf, chunk, picked), pa.string()),
-        pa.array([split_keys(m.get(props.KEYS)) for m in maps], pa.list_(pa.string())),
-        pa.array([m.get(props.TAGS) for m in maps], pa.string()),
-        pa.array([list(m.items()) for m in maps], pa.map_(pa.string(), pa.string())),
-        chunk.bodies.take(pa.array(rows)),
+        chunk.message_ids(buf).take(index),
+        propcolumns.keys_lists(found.value(props.KEYS)).take(index),
+        found.value(props.TAGS).take(index),
+        found.maps().take(index),
+        chunk.bodies.take(index),
         pa.array(chunk.born_timestamps_ms[rows], pa.int64()),
         pa.array(chunk.store_timestamps_ms[rows], pa.int64()),
         pa.array(chunk.sys_flags[rows], pa.int32()),
@@ -173,13 +162,20 @@ def partition_rows(
     chunk: Chunk, kept: npt.NDArray[np.bool_]
 ) -> dict[tuple[str, str], npt.NDArray[np.int64]]:
     """The kept records of ``chunk`` grouped by (topic, UTC store date), in record order."""
-    days = (chunk.store_timestamps_ms // MS_PER_DAY).tolist()
-    groups: dict[tuple[str, int], list[int]] = {}
-    for i in np.flatnonzero(kept).tolist():
-        groups.setdefault((chunk.topics[i], days[i]), []).append(i)
+    encoded = pc.dictionary_encode(chunk.topic_column)
+    names = encoded.dictionary.to_pylist()
+    codes = encoded.indices.to_numpy().astype(np.int64)
+    days = chunk.store_timestamps_ms // MS_PER_DAY
+    picked = np.flatnonzero(kept)
+    if not len(picked):
+        return {}
+    keys = np.stack([codes[picked], days[picked]], axis=1)
+    found, inverse = np.unique(keys, axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    first_seen = np.argsort(np.unique(inverse, return_index=True)[1])  # groups in row order
     return {
-        (topic, utc_date(day * MS_PER_DAY)): np.array(rows, dtype=np.int64)
-        for (topic, day), rows in groups.items()
+        (names[int(found[g][0])], utc_date(int(found[g][1]) * MS_PER_DAY)): picked[inverse == g]
+        for g in first_seen.tolist()
     }
 
 

@@ -144,15 +144,22 @@ def resolve(conn: BrokerConnection, topic: str, queue_id: int, bound: Bound) -> 
     return offset
 
 
+def _is_latest(bound: Bound, queue_id: int) -> bool:
+    """Whether ``bound`` names the queue's end (answered by the END query the plan makes)."""
+    return bound.timestamp_ms is None and bound.offsets.get(queue_id, bound.default) == (
+        options.LATEST
+    )
+
+
 def plan_batch(groups: GroupConnections, opts: ReadOptions) -> list[QueueRange]:
     """The ``[start, end)`` range of every queue read in every group (ends past a queue's end
     are cut)."""
     planned: list[QueueRange] = []
     for routed in routed_queues(groups.entry, opts):
         conn, q = groups.of(routed), routed.queue_id
-        start = resolve(conn, opts.topic, q, opts.start)
-        end = resolve(conn, opts.topic, q, opts.end)
         top = conn.query_offset(opts.topic, q, definition_pb2.END)
+        start = resolve(conn, opts.topic, q, opts.start)
+        end = top if _is_latest(opts.end, q) else resolve(conn, opts.topic, q, opts.end)
         if start > end:
             raise OptionError(
                 f"queue {q} of {opts.topic!r} in group {routed.group}: start offset {start} is "

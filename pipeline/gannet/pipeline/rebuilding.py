@@ -56,8 +56,9 @@ class DispatchColumns:
 
     @classmethod
     def of(cls, chunk: Chunk) -> DispatchColumns:
-        maps = chunk.properties
-        codes = np.fromiter((tags_code(m.get(props.TAGS)) for m in maps), np.int64, len(maps))
+        found = chunk.property_columns
+        tags = found.value(props.TAGS)
+        codes = np.fromiter((tags_code(t) for t in tags.to_pylist()), np.int64, len(tags))
         numbers = np.stack(
             [
                 chunk.queue_ids,
@@ -73,8 +74,8 @@ class DispatchColumns:
         return cls(
             chunk.topics,
             numbers,
-            [m.get(props.KEYS) for m in maps],
-            [m.get(props.UNIQ_KEY) for m in maps],
+            found.value(props.KEYS).to_pylist(),
+            found.value(props.UNIQ_KEY).to_pylist(),
         )
 
     def __len__(self) -> int:

@@ -46,8 +46,7 @@ from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.store import properties as props
 from gannet.node.store import validation
-from gannet.node.store.msgids import create_offset_msg_id
-from gannet.node.store.properties import split_keys
+from gannet.pipeline import propcolumns
 from gannet.pipeline.columns import Chunk
 
 READ_SCHEMA = (
@@ -132,38 +131,32 @@ _HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {
 
 def records_batch(buf: bytes, chunk: Chunk, broker: str = "") -> pa.RecordBatch:
     """The read rows of the records of ``chunk`` (parsed from ``buf``, an Admin PullRecords
-    reply of broker group ``broker``) as one record batch of :data:`READ_ARROW_SCHEMA`: fixed
-    fields and bodies column-wise, only the property maps row by row. Rows mean what
+    reply of broker group ``broker``) as one record batch of :data:`READ_ARROW_SCHEMA`, built
+    column-wise (properties with Arrow compute, :mod:`gannet.pipeline.propcolumns`); only a
+    record without ``UNIQ_KEY`` gets its id made on its own. Rows mean what
     :func:`messages_batch` makes of the same messages read with v2 PullMessage."""
-    maps = chunk.properties
-    ids: list[str] = []
-    for i, p in enumerate(maps):
-        uniq = p.get(props.UNIQ_KEY)
-        if not uniq:
-            host, port = chunk.store_host(buf, i)
-            uniq = create_offset_msg_id(host, port, int(chunk.commit_offsets[i]))
-        ids.append(uniq)
-    hidden = _HIDDEN_PROPERTIES
-    transient = props.TRANSIENT_PREFIX
-    user = [
-        [(k, v) for k, v in p.items() if k not in hidden and not k.startswith(transient)]
-        for p in maps
-    ]
+    found = chunk.property_columns
+    ids = chunk.message_ids(buf)
     micros = _MICROS_PER_MILLI
     columns = [
-        pa.array(chunk.topics, pa.string()),
+        chunk.topic_column,
         pa.array(chunk.queue_ids, pa.int32()),
         pa.array(chunk.queue_offsets, pa.int64()),
-        pa.array(ids, pa.string()),
-        pa.array([split_keys(p.get(props.KEYS)) for p in maps], pa.list_(pa.string())),
-        pa.array([p.get(props.TAGS) for p in maps], pa.string()),
-        pa.array(user, pa.map_(pa.string(), pa.string())),
+        ids,
+        propcolumns.keys_lists(found.value(props.KEYS)),
+        found.value(props.TAGS),
+        found.maps(_HIDDEN_PROPERTIES, props.TRANSIENT_PREFIX),
         chunk.bodies,
         pa.array(chunk.born_timestamps_ms * micros, pa.timestamp("us", tz="UTC")),
         pa.array(chunk.store_timestamps_ms * micros, pa.timestamp("us", tz="UTC")),
-        pa.array([broker] * len(chunk), pa.string()),
+        pa.array([broker] * len(chunk), pa.string()) if broker else _empty_strings(len(chunk)),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=READ_ARROW_SCHEMA)
+
+
+def _empty_strings(rows: int) -> pa.StringArray:
+    offsets = pa.py_buffer(bytes(4 * (rows + 1)))
+    return pa.StringArray.from_buffers(rows, offsets, pa.py_buffer(b""))
 
 
 def check_write_schema(fields: Sequence[tuple[str, str]]) -> None:

@@ -60,7 +60,7 @@ from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors
 from gannet.node.store.log import records
 from gannet.node.store.log.records import DispatchInfo
-from gannet.node.store.queues.reading import GetResult, GetStatus
+from gannet.node.store.queues.reading import GetResult, GetStatus, read_queue_records
 
 log = logging.getLogger(__name__)
 
@@ -194,11 +194,16 @@ class PullHandler:
         wanted: int,
         tag_filter: MessageFilter,
         wait_ms: int,
+        records_bytes_max: int = 0,
     ) -> GetResult:
         """Read up to ``wanted`` messages at ``offset``, waiting up to ``wait_ms`` at the end
-        of the queue (shared by PullMessage and :mod:`record_pulling`)."""
+        of the queue (shared by PullMessage and :mod:`record_pulling`). With
+        ``records_bytes_max`` (and no filter) the records are read in bulk into
+        ``GetResult.records`` (:func:`~gannet.node.store.queues.reading.read_queue_records`)."""
         deadline = time.monotonic() + wait_ms / 1000
-        read = functools.partial(self._read, topic, queue_id, offset, wanted, tag_filter)
+        read = functools.partial(
+            self._read, topic, queue_id, offset, wanted, tag_filter, records_bytes_max
+        )
         got = await asyncio.to_thread(read)
         while got.status is GetStatus.OFFSET_OVERFLOW_ONE and time.monotonic() < deadline:
             arrived = self._arrivals.register(topic, queue_id)
@@ -224,12 +229,23 @@ class PullHandler:
         return wanted
 
     def _read(
-        self, topic: str, queue_id: int, offset: int, wanted: int, tag_filter: MessageFilter
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        wanted: int,
+        tag_filter: MessageFilter,
+        records_bytes_max: int = 0,
     ) -> GetResult:
         store = self.store
-        got = store.get_messages(
-            topic, queue_id, offset, wanted, tag_filter.unit_test, tag_filter.record_test
-        )
+        if records_bytes_max:
+            got = read_queue_records(
+                store.queues, store.commitlog, topic, queue_id, offset, wanted, records_bytes_max
+            )
+        else:
+            got = store.get_messages(
+                topic, queue_id, offset, wanted, tag_filter.unit_test, tag_filter.record_test
+            )
         empty = (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
         if (
             offset < 0

@@ -12,6 +12,10 @@ concatenated as stored, in one message; the reader parses them into Arrow column
 * ``messages_max`` (>= 1) is capped at :attr:`PullLimits.batch_messages_max`, ``bytes_max``
   (0: the cap) at :attr:`PullLimits.batch_bytes_max`; the reply holds at least one record
   when any is there. ``next_offset`` is where to read next (past filtered-out units too).
+* Without a tag expression the store reads the range in bulk
+  (:func:`gannet.node.store.queues.reading.read_queue_records`: the consume-queue units as one
+  byte string, records that follow each other in the commit log copied as one slice), with the
+  same units, statuses and bounds as PullMessage; no record is decoded.
 * A tag expression is applied by tag hash in the store; records whose tag only collides are
   decoded and dropped here (the only per-record decode, and only with a filter).
 * Errors are gRPC status codes (the admin API's model): NOT_FOUND (topic, group),
@@ -100,13 +104,24 @@ async def _pull(
     remaining_s = context.time_remaining()
     if remaining_s is not None:
         wait_ms = min(wait_ms, max(int(remaining_s * 1000) - limits.deadline_margin_ms, 0))
+    check_tags = not (isinstance(tag_filter, TagFilter) and tag_filter.matches_all)
+    if not check_tags:  # in bulk: the records as stored, one slice per run of them
+        got = await handler.get(
+            config.topic_name, queue_id, int(request.offset), wanted, tag_filter, wait_ms, bytes_max
+        )
+        return admin_pb2.PullRecordsResponse(
+            records=got.records,
+            count=got.records_count,
+            next_offset=got.next_begin_offset,
+            min_offset=got.min_offset,
+            max_offset=got.max_offset,
+        )
     got = await handler.get(
         config.topic_name, queue_id, int(request.offset), wanted, tag_filter, wait_ms
     )
     kept: list[bytes] = []
     size_bytes = 0
     next_offset = got.next_begin_offset
-    check_tags = not (isinstance(tag_filter, TagFilter) and tag_filter.matches_all)
     for stored in got.messages:
         if kept and size_bytes + len(stored.data) > bytes_max:
             next_offset = stored.queue_offset

@@ -260,29 +260,37 @@ class ConsumeQueue:
 
     def read_units(self, start_queue_offset: int, max_count: int) -> list[CqUnit]:
         """Up to ``max_count`` units from ``start_queue_offset``, stopping at the written end."""
+        raw = self.read_unit_bytes(start_queue_offset, max_count)
+        return [
+            CqUnit(start_queue_offset + i, offset, size, code)
+            for i, (offset, size, code) in enumerate(_UNIT.iter_unpack(raw))
+        ]
+
+    def read_unit_bytes(self, start_queue_offset: int, max_count: int) -> bytes:
+        """The units :meth:`read_units` returns, as stored: 20 bytes each (``>qiq``: commit
+        offset, size, tags code), concatenated; for bulk readers that want no object per unit."""
         if start_queue_offset < self.min_offset_in_queue() or max_count <= 0:
-            return []
-        result: list[CqUnit] = []
+            return b""
+        parts: list[bytes] = []
+        got = 0
         logical = start_queue_offset * CQ_UNIT_SIZE_BYTES
         try:
-            while len(result) < max_count:
+            while got < max_count:
                 f = self._mfq.find_file(logical)
                 if f is None:
                     break
                 position = logical - f.file_from_offset
-                want = (max_count - len(result)) * CQ_UNIT_SIZE_BYTES
-                end = min(f.wrote_position, position + want)
+                end = min(f.wrote_position, position + (max_count - got) * CQ_UNIT_SIZE_BYTES)
                 if end <= position:
                     break
-                queue_offset = logical // CQ_UNIT_SIZE_BYTES
-                for i, (offset, size, code) in enumerate(_UNIT.iter_unpack(f.buffer[position:end])):
-                    result.append(CqUnit(queue_offset + i, offset, size, code))
+                parts.append(f.buffer[position:end])
+                got += (end - position) // CQ_UNIT_SIZE_BYTES
                 logical = f.file_from_offset + end
                 if end < self._file_size:
                     break
         except ValueError:  # the file was unmapped by a concurrent delete
-            return result
-        return result
+            pass
+        return b"".join(parts)
 
     def _read_head(self, logical: int) -> tuple[int, int] | None:
         f = self._mfq.find_file(logical)

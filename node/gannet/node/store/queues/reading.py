@@ -12,17 +12,26 @@ NO_MATCHED_MESSAGE; units whose
 commit-log bytes are gone (cleaned) → MESSAGE_WAS_REMOVING; the file holding the offset is gone
 → OFFSET_FOUND_NULL (next = start of the next file).
 
+:func:`read_queue_records` reads the same way without filters, in bulk (Admin PullRecords): the
+records back to back in one byte string, records that follow each other in the commit log
+copied as one slice.
+
 Pure with respect to the store's state: no writes. Called by :class:`MessageStore`.
 """
 
 from __future__ import annotations
 
 import enum
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gannet.node.store.log.commitlog import CommitLog
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
+from gannet.node.store.queues.consume_queues import (
+    ConsumeQueue,
+    ConsumeQueueStore,
+    CqUnit,
+)
 
 READ_COUNT_MAX = 1024
 READ_BYTES_MAX = 4 * 1024 * 1024
@@ -58,6 +67,28 @@ class GetResult:
     min_offset: int
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
+    records: bytes = b""
+    """With :func:`read_queue_records`: the records of ``records_count`` messages, back to back."""
+    records_count: int = 0
+
+
+def _locate(
+    queues: ConsumeQueueStore, topic: str, queue_id: int, offset: int
+) -> tuple[ConsumeQueue | None, GetResult | None]:
+    """The queue to read, or the result when ``offset`` is not inside it (the status rules)."""
+    cq = queues.get(topic, queue_id)
+    if cq is None:
+        return None, GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+    if hi == 0:
+        return cq, GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
+    if offset < lo:
+        return cq, GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+    if offset == hi:
+        return cq, GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
+    if offset > hi:
+        return cq, GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+    return cq, None
 
 
 def read_queue(
@@ -71,18 +102,11 @@ def read_queue(
     record_filter: Callable[[bytes], bool] | None = None,
 ) -> GetResult:
     max_count = max(1, min(max_count, READ_COUNT_MAX))
-    cq = queues.get(topic, queue_id)
-    if cq is None:
-        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+    cq, early = _locate(queues, topic, queue_id, offset)
+    if early is not None:
+        return early
+    assert cq is not None
     lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
-    if hi == 0:
-        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi)
-    if offset < lo:
-        return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-    if offset == hi:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi)
-    if offset > hi:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
     # A filter may skip units, so scan up to maxFilterMessageSize of queue; without one
     # exactly max_count units are wanted (pre-blank and removed units are rare).
     filtered = tag_filter is not None or record_filter is not None
@@ -118,3 +142,79 @@ def read_queue(
     elif removed:
         result.status = GetStatus.MESSAGE_WAS_REMOVING
     return result
+
+
+_UNIT = struct.Struct(">qiq")
+
+
+def read_queue_records(
+    queues: ConsumeQueueStore,
+    commitlog: CommitLog,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    bytes_max: int,
+) -> GetResult:
+    """What :func:`read_queue` reads without filters, in bulk: the records themselves, back to
+    back in ``records`` (``messages`` stays empty), at most ``bytes_max`` of them (at least one
+    record when any is there) and :data:`READ_BYTES_MAX`.
+
+    Same statuses, units and bounds: the consume queue's units are read as one byte string and
+    unpacked without an object per unit, and records that follow each other in the commit log
+    (a batch sent to one queue) are copied as one slice of the mapped file. A run whose bytes
+    are not all stored any more is read record by record, as :func:`read_queue` does.
+    """
+    max_count = max(1, min(max_count, READ_COUNT_MAX))
+    bytes_max = max(1, min(bytes_max, READ_BYTES_MAX))
+    cq, early = _locate(queues, topic, queue_id, offset)
+    if early is not None:
+        return early
+    assert cq is not None
+    lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
+    raw = cq.read_unit_bytes(offset, min(max_count, hi - offset))
+    if not raw:
+        return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
+    units = list(_UNIT.iter_unpack(raw))
+    commit_min = commitlog.min_offset()
+    runs: list[tuple[int, int]] = []  # [first, past) indexes into units, contiguous records
+    first = last = -1
+    run_end = removed = count = size_total = taken = 0
+    for i, (commit_offset, size, _) in enumerate(units):
+        if size == PRE_BLANK_SIZE or commit_offset < commit_min:
+            removed += 1
+            taken = i + 1
+            continue
+        if count and size_total + size > bytes_max:
+            break
+        if first < 0 or commit_offset != run_end or last != i - 1:
+            if first >= 0:
+                runs.append((first, last + 1))
+            first = i
+        run_end = commit_offset + size
+        last = i
+        count += 1
+        size_total += size
+        taken = i + 1
+    if first >= 0:
+        runs.append((first, last + 1))
+    parts: list[bytes] = []
+    count = 0
+    for first, past in runs:
+        at = units[first][0]
+        data = commitlog.read(at, units[past - 1][0] + units[past - 1][1] - at)
+        if data is not None:
+            parts.append(data)
+            count += past - first
+            continue
+        for commit_offset, size, _ in units[first:past]:  # as read_queue: missing = removed
+            one = commitlog.read(commit_offset, size)
+            if one is None:
+                removed += 1
+            else:
+                parts.append(one)
+                count += 1
+    status = GetStatus.FOUND
+    if not count:
+        status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MESSAGE
+    return GetResult(status, offset + taken, lo, hi, records=b"".join(parts), records_count=count)
