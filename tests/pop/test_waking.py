@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from gannet.node.pop.config import PopConfig
+from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
 from gannet.node.pop.waking import WakeSchedule
 from tests.pop.pop_harness import GROUP, TOPIC, Harness
@@ -81,7 +82,8 @@ def test_waiter_registered_while_asleep_expires_at_its_millisecond(tmp_path: Pat
         assert not waiter.woken
         timer.now_ms = t0 + 37
         broker.schedule.poke()
-        assert waiter.wait(30) and waiter.expired
+        assert waiter.wait(30)
+        assert waiter.expired
         assert timer.await_waits(4)[-1] == REVIVE_MS - 37
         assert broker.passes_total == 2
     finally:
@@ -97,7 +99,7 @@ def test_acks_wake_the_thread_within_the_scan_interval(tmp_path: Path) -> None:
         h.produce(3, queue_id=0)
         got = h.pop(queue_id=0)  # buffered: due in pop_ck_stay_buffer_time_ms, no wake
         assert broker.ctx.buffer.statistics().buffered == 1
-        handles = [m.receipt_handle for m in got.messages]
+        handles: list[str | ReceiptHandle] = [m.receipt_handle for m in got.messages]
         assert broker.ack_many(GROUP, TOPIC, handles, now_ms=t0) == [None, None, None]
         # Offsets over finished pops may need committing: a pass one scan interval after the
         # last (the ack itself committed these; the pass catches any it could not).

@@ -10,7 +10,8 @@ any-queue key and the oldest of the message's queue key. A message of a group's 
 table; the caller re-runs the pop from the beginning and, if it is still empty and time is left,
 registers again (filters are not consulted when waking, so a woken pop may find nothing
 and wait again). :meth:`PollWaiters.expire` (the broker thread, which sleeps until
-:meth:`PollWaiters.next_expiry_ms`; or a test with virtual time) wakes the expired ones, which then answer empty.
+:meth:`PollWaiters.next_expiry_ms`; or a test with virtual time) wakes the expired ones, which
+then answer empty.
 
 Bounds: ``poll_waiters_per_key_max`` per key and ``poll_waiters_max`` in total; beyond them
 :meth:`register` raises :class:`PopBusy` (v2 ``TOO_MANY_REQUESTS``, RocketMQ POLLING_FULL).
