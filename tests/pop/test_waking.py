@@ -90,6 +90,23 @@ def test_waiter_registered_while_asleep_expires_at_its_millisecond(tmp_path: Pat
         h.close()
 
 
+def test_passes_stay_one_scan_interval_apart(tmp_path: Path) -> None:
+    h, timer, broker = _threaded(tmp_path)
+    t0 = timer.now_ms
+    scan_ms = h.config.buffer_scan_interval_ms
+    try:
+        timer.await_waits(1)
+        waiter = broker.waiters.register(TOPIC, GROUP, -1, t0 + 2, t0)
+        assert waiter is not None
+        assert timer.await_waits(2)[-1] == scan_ms  # as late as the 5 ms scan, not later
+        timer.now_ms = t0 + scan_ms
+        broker.schedule.poke()
+        assert waiter.wait(30)
+        assert waiter.expired
+    finally:
+        h.close()
+
+
 def test_acks_wake_the_thread_within_the_scan_interval(tmp_path: Path) -> None:
     h, timer, broker = _threaded(tmp_path)
     t0 = timer.now_ms

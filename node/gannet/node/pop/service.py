@@ -11,8 +11,10 @@
   buffer, run one revive pass per revive queue. :meth:`start` runs it on a thread with the
   broker's clock (wall by default); tests call it with virtual time. The thread does not poll:
   it sleeps (:class:`waking.WakeSchedule`) until the earliest long-poll expiry, buffer work
-  (a checkpoint's store time; offsets to commit, at most every ``buffer_scan_interval_ms``) or
-  revive pass, and is woken earlier by a waiter registered or a checkpoint buffered or acked.
+  (a checkpoint's store time, offsets to commit) or revive pass, and is woken earlier by a
+  waiter registered or a checkpoint buffered or acked. Passes stay at least
+  ``buffer_scan_interval_ms`` apart (RocketMQ's fixed scan), so a deadline is met at its
+  millisecond when the thread was idle and at most that interval late under load, as before.
 
 Raft: only the leader writes on its own. :meth:`PopBroker.set_leading` (False on a follower,
 wired by :mod:`gannet.node.api.receiving` to the replication node's role) pauses the thread's
@@ -105,8 +107,8 @@ class PopBroker:
         self.passes_total = 0
         """Passes of the thread (for tests: an idle broker makes one per revive interval)."""
         self._last_pass_ms = 0
-        self.waiters.on_register = self.schedule.request
-        self.ctx.buffer.on_work = self._buffer_work_due
+        self.waiters.on_register = self._work_due
+        self.ctx.buffer.on_work = self._work_due
 
     @property
     def leading(self) -> bool:
@@ -355,8 +357,9 @@ class PopBroker:
         self._thread = threading.Thread(target=self._run, name="gannet-pop", daemon=True)
         self._thread.start()
 
-    def _buffer_work_due(self, due_ms: int) -> None:
-        # Batches the scan as RocketMQ's fixed interval does while acks keep coming.
+    def _work_due(self, due_ms: int) -> None:
+        """A waiter registered or a checkpoint buffered/acked: wake for it (see the module
+        docstring for the least gap between passes)."""
         self.schedule.request(max(due_ms, self._last_pass_ms + self.config.buffer_scan_interval_ms))
 
     def _run(self) -> None:
@@ -383,15 +386,13 @@ class PopBroker:
             self.schedule.sleep(next_ms, self._stop)
 
     def _next_work_ms(self, now_ms: int, last_revive_ms: int) -> int:
-        """The earliest of the next revive pass, long-poll expiry and buffer work."""
+        """The earliest of the next revive pass, long-poll expiry and buffer work, but not
+        sooner than one scan interval after this pass."""
         next_ms = last_revive_ms + self.config.revive_interval_ms
-        expiry_ms = self.waiters.next_expiry_ms()
-        if expiry_ms is not None:
-            next_ms = min(next_ms, expiry_ms)
-        flush_ms = self.ctx.next_flush_ms()
-        if flush_ms is not None:
-            next_ms = min(next_ms, max(flush_ms, now_ms + self.config.buffer_scan_interval_ms))
-        return next_ms
+        for due_ms in (self.waiters.next_expiry_ms(), self.ctx.next_flush_ms()):
+            if due_ms is not None:
+                next_ms = min(next_ms, due_ms)
+        return max(next_ms, now_ms + self.config.buffer_scan_interval_ms)
 
     def close(self) -> None:
         """Stop the thread and write every buffered checkpoint."""
