@@ -6,7 +6,8 @@ buffered checkpoint's store time, the next revive pass). Threads that create ear
 (a waiter registered, a checkpoint buffered or acked) call :meth:`WakeSchedule.request`, which
 wakes the sleeper only when the new time is earlier than the one it sleeps until; a request
 made during a pass is kept for the next sleep. So an idle broker wakes once per revive interval,
-not every scan interval, and a deadline is met at its millisecond, not at the next poll.
+not every scan interval, and a deadline is met at its millisecond, not at the next poll (the
+service keeps passes a scan interval apart, so under load it is at most that late).
 
 Times are the caller's clock in ms (``clock_ms``); tests pass a virtual clock with a ``wait``
 that ends only when woken, and :meth:`WakeSchedule.poke` the sleeper when they move the clock.
@@ -37,19 +38,12 @@ class WakeSchedule:
         self._event = threading.Event()
         self._wake_at_ms = NEVER_MS
         self._sleeping = False
-        self.waits_total = 0
-        """Timed waits begun (for tests: an idle thread waits once per revive interval)."""
 
     @property
     def wake_at_ms(self) -> int:
         """The time the thread sleeps until (or was asked to wake at during a pass)."""
         with self._lock:
             return self._wake_at_ms
-
-    @property
-    def sleeping(self) -> bool:
-        with self._lock:
-            return self._sleeping
 
     def request(self, due_ms: int) -> None:
         """Wake the thread no later than ``due_ms`` (0: now)."""
@@ -84,7 +78,6 @@ class WakeSchedule:
                 wait_ms = wake_at_ms - self._clock_ms()
                 if wait_ms <= 0:
                     return
-                self.waits_total += 1
                 if not self._wait(self._event, min(wait_ms / 1000, self._sleep_max_s)):
                     return  # due (or the bound passed): the pass finds out which
         finally:
