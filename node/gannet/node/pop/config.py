@@ -28,7 +28,9 @@ class PopConfig:
     pop_ck_stay_buffer_timeout_ms: int = 3_000  # popCkStayBufferTimeOut
     pop_ck_buffer_size_max: int = 200_000  # popCkMaxBufferSize (tracked checkpoints)
     pop_ck_offset_queue_size_max: int = 20_000  # popCkOffsetMaxQueueSize (per queue)
-    buffer_scan_interval_ms: int = 5  # PopBufferMergeService scan interval
+    # PopBufferMergeService scan interval. Gannet: the least gap between scans while acks keep
+    # coming; otherwise the thread sleeps until its next deadline (pop/waking.py).
+    buffer_scan_interval_ms: int = 5
     # Revive.
     revive_interval_ms: int = 1_000  # reviveInterval
     revive_batch_messages_max: int = 32  # messages pulled per read of a revive queue

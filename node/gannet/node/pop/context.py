@@ -3,8 +3,9 @@ queue locks, the seeded random source and the revive-queue round robin.
 
 Also the buffer's periodic work (:meth:`PopContext.flush_buffer`, RocketMQ's 5 ms scan): write
 buffered checkpoints that must be stored, commit consumer offsets over finished pops, forget
-checkpoints past their revive time. The broker calls it every ``buffer_scan_interval_ms``; tests
-call it with a virtual ``now_ms``.
+checkpoints past their revive time. The broker thread calls it when :meth:`PopContext.next_flush_ms`
+is due (at most every ``buffer_scan_interval_ms`` while work keeps coming); tests call it with a
+virtual ``now_ms``.
 
 Created by :class:`gannet.node.pop.service.PopBroker`; used by :mod:`popping`, :mod:`acking`,
 :mod:`reviving`.
@@ -135,6 +136,15 @@ class PopContext:
             if now_ms - self._last_expire_ms >= EXPIRE_INTERVAL_MS or now_ms < self._last_expire_ms:
                 self._last_expire_ms = now_ms
                 self.buffer.expire(now_ms)
+
+    def next_flush_ms(self) -> int | None:
+        """When :meth:`flush_buffer` next has work (see :meth:`InflightBuffer.next_due_ms`;
+        tracked checkpoints are expired every ``EXPIRE_INTERVAL_MS``); None when it has none."""
+        due = self.buffer.next_due_ms()
+        if self.buffer.statistics().tracked:
+            expire_ms = self._last_expire_ms + EXPIRE_INTERVAL_MS
+            due = expire_ms if due is None else min(due, expire_ms)
+        return due
 
     def flush_all(self) -> None:
         """Write every buffered checkpoint now (shutdown), then commit offsets."""

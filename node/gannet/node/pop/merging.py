@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gannet.node.pop import checkpoints
@@ -77,6 +78,10 @@ class InflightBuffer:
         self._buffered: dict[str, Inflight] = {}  # in memory only, not fully acked
         self._dirty: set[str] = set()  # lock keys whose offset-queue head may be done
         self.dropped_without_write_total = 0
+        self.on_work: Callable[[int], None] | None = None
+        """Called (under the lock) with the time new scan work is due: a checkpoint buffered
+        (its :meth:`store_due_ms`) or an offset-queue head that may be done (0: at once). The
+        broker thread (:mod:`service`) sleeps until then instead of polling."""
         self.tracking_since_ms: int | None = None
         """Time since which every checkpoint this broker makes is tracked: the clock of the
         first pop or ack (:meth:`start_tracking`), or set by :mod:`service` when the broker
@@ -118,10 +123,12 @@ class InflightBuffer:
                 self._owners[_position(ck)] = ck.cid
                 if not entry.stored:
                     self._buffered[key] = entry
+                    self._work_due(self.store_due_ms(ck))
             if lock_key is not None:
                 self._offsets.setdefault(lock_key, deque()).append(entry)
                 if entry.offset_done:
                     self._dirty.add(lock_key)
+                    self._work_due(0)
 
     def mark_stored(self, entry: Inflight) -> None:
         """The entry's CK message was written."""
@@ -144,6 +151,11 @@ class InflightBuffer:
             self._buffered.pop(checkpoints.ck_revive_key(entry.ck), None)
         if entry.lock_key is not None:
             self._dirty.add(entry.lock_key)
+            self._work_due(0)
+
+    def _work_due(self, due_ms: int) -> None:
+        if self.on_work is not None:
+            self.on_work(due_ms)
 
     def clear_offsets(self, lock_key: str) -> None:
         with self.lock:
@@ -175,6 +187,25 @@ class InflightBuffer:
                 if too_old or near:
                     out.append(entry)
         return out
+
+    def store_due_ms(self, ck: PopCheckPoint) -> int:
+        """The first ``now_ms`` at which :meth:`due_for_store` returns a buffered ``ck``."""
+        too_old_ms = ck.pop_time_ms + self.config.pop_ck_stay_buffer_time_ms + 1
+        near_ms = ck.revive_time_ms - self.config.pop_ck_stay_buffer_timeout_ms + 1
+        return min(too_old_ms, near_ms)
+
+    def next_due_ms(self) -> int | None:
+        """When the scan next has work: 0 when an offset-queue head may be done, else the
+        earliest :meth:`store_due_ms` of a buffered checkpoint; None when neither."""
+        with self.lock:
+            if self._dirty:
+                return 0
+            due = [
+                self.store_due_ms(e.ck)
+                for e in self._buffered.values()
+                if e.ck is not None and not (e.stored or e.storing or e.all_acked)
+            ]
+            return min(due, default=None)
 
     def unstored(self) -> list[Inflight]:
         """Every buffered checkpoint not yet written and not fully acked (for shutdown)."""

@@ -9,8 +9,9 @@ any-queue key and the oldest of the message's queue key. A message of a group's 
 ``%RETRY%<group>_<topic>`` wakes that group's waiters of ``<topic>``. A woken waiter leaves the
 table; the caller re-runs the pop from the beginning and, if it is still empty and time is left,
 registers again (filters are not consulted when waking, so a woken pop may find nothing
-and wait again). :meth:`PollWaiters.expire` (the broker's 20 ms loop, or a test with virtual
-time) wakes the expired ones, which then answer empty.
+and wait again). :meth:`PollWaiters.expire` (the broker thread, which sleeps until
+:meth:`PollWaiters.next_expiry_ms`; or a test with virtual time) wakes the expired ones, which
+then answer empty.
 
 Bounds: ``poll_waiters_per_key_max`` per key and ``poll_waiters_max`` in total; beyond them
 :meth:`register` raises :class:`PopBusy` (v2 ``TOO_MANY_REQUESTS``, RocketMQ POLLING_FULL).
@@ -27,7 +28,7 @@ import asyncio
 import itertools
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from gannet.node.pop.config import PopConfig
@@ -104,6 +105,9 @@ class PollWaiters:
         self._groups_of_topic: dict[str, dict[str, int]] = {}
         self._total = 0
         self._serials = itertools.count()
+        self.on_register: Callable[[int], None] | None = None
+        """Called with each new waiter's ``expire_at_ms`` (the broker thread sleeps until the
+        earliest, :meth:`next_expiry_ms`)."""
 
     def attach(self, store: MessageStore) -> None:
         """Wake waiters on every message the store dispatches."""
@@ -136,6 +140,8 @@ class PollWaiters:
             groups = self._groups_of_topic.setdefault(topic, {})
             groups[group] = groups.get(group, 0) + 1
             self._total += 1
+        if self.on_register is not None:
+            self.on_register(expire_at_ms)
         return waiter
 
     def _remove_locked(self, waiter: Waiter) -> bool:
@@ -201,6 +207,14 @@ class PollWaiters:
         for w in doomed:
             w._wake(expired=True)
         return len(doomed)
+
+    def next_expiry_ms(self) -> int | None:
+        """The earliest ``expire_at_ms`` of a waiting pop; None when nobody waits."""
+        with self._lock:
+            return min(
+                (w.expire_at_ms for queue in self._by_key.values() for w in queue.values()),
+                default=None,
+            )
 
     def waiting(self) -> int:
         with self._lock:

@@ -8,8 +8,13 @@
 * :meth:`PopBroker.forward_to_dlq` — ForwardMessageToDeadLetterQueue;
 * :meth:`PopBroker.set_revive_queue_count` — admin / operator;
 * :meth:`PopBroker.tick` — the periodic work, with an explicit ``now_ms``: flush the in-flight
-  buffer, run one revive pass per revive queue. :meth:`start` runs it on a thread with the wall
-  clock; tests call it with virtual time.
+  buffer, run one revive pass per revive queue. :meth:`start` runs it on a thread with the
+  broker's clock (wall by default); tests call it with virtual time. The thread does not poll:
+  it sleeps (:class:`waking.WakeSchedule`) until the earliest long-poll expiry, buffer work
+  (a checkpoint's store time, offsets to commit) or revive pass, and is woken earlier by a
+  waiter registered or a checkpoint buffered or acked. Passes stay at least
+  ``buffer_scan_interval_ms`` apart (RocketMQ's fixed scan), so a deadline is met at its
+  millisecond when the thread was idle and at most that interval late under load, as before.
 
 Raft: only the leader writes on its own. :meth:`PopBroker.set_leading` (False on a follower,
 wired by :mod:`gannet.node.api.receiving` to the replication node's role) pauses the thread's
@@ -43,6 +48,7 @@ from gannet.node.pop.polling import PollWaiters
 from gannet.node.pop.popping import InitMode, PopRequest, PopResult, PopService
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.reviving import RevivePass, ReviveService
+from gannet.node.pop.waking import NEVER_MS, Wait, WakeSchedule
 from gannet.node.store.config import FlushMode
 from gannet.node.store.message_store import MessageStore
 
@@ -82,7 +88,11 @@ class PopBroker:
         config: PopConfig | None = None,
         *,
         rng: random.Random | None = None,
+        clock_ms: Callable[[], int] = _wall_ms,
+        wait: Wait | None = None,
     ) -> None:
+        """``clock_ms`` and ``wait`` drive the thread (:meth:`start`); tests pass virtual ones
+        (:class:`waking.WakeSchedule`)."""
         self.config = config or PopConfig()
         self.ctx = PopContext(store, self.config, rng or random.Random())
         self.popper = PopService(self.ctx)
@@ -95,6 +105,14 @@ class PopBroker:
         self._thread: threading.Thread | None = None
         self._leading = threading.Event()
         self._leading.set()
+        self._clock_ms = clock_ms
+        interval_ms = self.config.revive_interval_ms
+        self.schedule = WakeSchedule(clock_ms, interval_ms, wait)
+        self.passes_total = 0
+        """Passes of the thread (for tests: an idle broker makes one per revive interval)."""
+        self._last_pass_ms = 0
+        self.waiters.on_register = self._work_due
+        self.ctx.buffer.on_work = self._work_due
 
     @property
     def leading(self) -> bool:
@@ -109,6 +127,7 @@ class PopBroker:
                 now = time.time_ns() // 1_000_000
                 self.ctx.buffer.tracking_since_ms = now + CLOCK_MARGIN_MS
             self._leading.set()
+            self.schedule.request(0)
         else:
             self._leading.clear()
 
@@ -371,27 +390,47 @@ class PopBroker:
         self._thread = threading.Thread(target=self._run, name="gannet-pop", daemon=True)
         self._thread.start()
 
+    def _work_due(self, due_ms: int) -> None:
+        """A waiter registered or a checkpoint buffered/acked: wake for it (see the module
+        docstring for the least gap between passes)."""
+        self.schedule.request(max(due_ms, self._last_pass_ms + self.config.buffer_scan_interval_ms))
+
     def _run(self) -> None:
         last_revive = 0
-        interval_s = self.config.buffer_scan_interval_ms / 1000
-        while not self._stop.wait(interval_s):
-            if not self._leading.is_set():
-                continue  # a Raft follower: the leader revives and writes checkpoints
-            try:
-                now = _wall_ms()
-                self.ctx.flush_buffer(now)
-                self.waiters.expire(now)
-                if now - last_revive >= self.config.revive_interval_ms:
-                    last_revive = now
-                    self.revive(now)
-                    self.orders.sweep(now)
-                    self.shrink_drained_revive_queues(now)
-            except Exception:
-                log.exception("pop housekeeping failed")
+        interval_ms = self.config.buffer_scan_interval_ms
+        while not self._stop.is_set():
+            self.schedule.begin_pass()
+            now = self._last_pass_ms = self._clock_ms()
+            next_ms = NEVER_MS  # a Raft follower: the leader revives and writes checkpoints
+            if self._leading.is_set():
+                try:
+                    self.ctx.flush_buffer(now)
+                    self.waiters.expire(now)
+                    if now - last_revive >= self.config.revive_interval_ms:
+                        last_revive = now
+                        self.revive(now)
+                        self.orders.sweep(now)
+                        self.shrink_drained_revive_queues(now)
+                    next_ms = self._next_work_ms(now, last_revive)
+                except Exception:
+                    log.exception("pop housekeeping failed")
+                    next_ms = now + interval_ms
+            self.passes_total += 1
+            self.schedule.sleep(next_ms, self._stop)
+
+    def _next_work_ms(self, now_ms: int, last_revive_ms: int) -> int:
+        """The earliest of the next revive pass, long-poll expiry and buffer work, but not
+        sooner than one scan interval after this pass."""
+        next_ms = last_revive_ms + self.config.revive_interval_ms
+        for due_ms in (self.waiters.next_expiry_ms(), self.ctx.next_flush_ms()):
+            if due_ms is not None:
+                next_ms = min(next_ms, due_ms)
+        return max(next_ms, now_ms + self.config.buffer_scan_interval_ms)
 
     def close(self) -> None:
         """Stop the thread and write every buffered checkpoint."""
         self._stop.set()
+        self.schedule.request(0)
         if self._thread is not None:
             self._thread.join()
             self._thread = None
