@@ -25,6 +25,7 @@ never runs beside a broker (and a broker cannot start during one).
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -110,23 +111,14 @@ class DispatchColumns:
         rows = self.numbers[:, start:stop].tolist()
         queue, commit, size, code, stored, offset, flag, prepared, topic = rows
         names, keys, uniq_keys = self.topic_names, self.keys, self.uniq_keys
-        return [
-            DispatchInfo(
-                names[topic[i]],
-                queue[i],
-                commit[i],
-                size[i],
-                code[i],
-                stored[i],
-                offset[i],
-                keys[start + i],
-                uniq_keys[start + i],
-                flag[i],
-                prepared[i],
-                _NO_PROPERTIES,
+        infos = []
+        for i in range(stop - start):
+            info = DispatchInfo(
+                names[topic[i]], queue[i], commit[i], size[i], code[i], stored[i], offset[i],
+                keys[start + i], uniq_keys[start + i], flag[i], prepared[i], _NO_PROPERTIES,
             )  # fmt: skip
-            for i in range(stop - start)
-        ]
+            infos.append(info)
+        return infos
 
     def index_item_counts(self, stop: int) -> npt.NDArray[np.int64]:
         """Index items each of the first ``stop`` records adds (``IndexService._index_items``'s
@@ -225,7 +217,7 @@ class Dispatcher:
         packed = units.tobytes()
         starts = [0, *(np.flatnonzero(np.diff(queue_keys[by_queue])) + 1).tolist(), len(order)]
         run = _Run(packed, rows, order, chunk)
-        for first, end in zip(starts, starts[1:], strict=False):
+        for first, end in itertools.pairwise(starts):
             at = int(order[first])
             topic = chunk.topic_names[int(rows[chunk.TOPIC, at])]
             queue = self.queues.find_or_create(topic, int(rows[chunk.QUEUE, at]))
