@@ -65,11 +65,12 @@ class DispatchColumns:
 
     topic_names: list[str]  # the distinct topics; row TOPIC of ``numbers`` indexes them
     numbers: npt.NDArray[np.int64]  # rows: queue id, commit offset, size, tags code,
-    # store time, queue offset, sysFlag, prepared transaction offset, topic (index)
+    # store time, queue offset, sysFlag, prepared transaction offset, topic (index), index
+    # items the record adds (counted on the executor: :func:`_index_item_counts`)
     keys: list[str | None]
     uniq_keys: list[str | None]
 
-    QUEUE, COMMIT, SIZE, CODE, STORED, QUEUE_OFFSET, FLAG, PREPARED, TOPIC = range(9)
+    QUEUE, COMMIT, SIZE, CODE, STORED, QUEUE_OFFSET, FLAG, PREPARED, TOPIC, ITEMS = range(10)
 
     @classmethod
     def of(cls, chunk: Chunk) -> DispatchColumns:
@@ -77,6 +78,8 @@ class DispatchColumns:
         tags = found.value(props.TAGS)
         codes = np.fromiter((tags_code(t) for t in tags.to_pylist()), np.int64, len(tags))
         encoded = chunk.topic_column.dictionary_encode()
+        keys = found.value(props.KEYS).to_pylist()
+        uniq_keys = found.value(props.UNIQ_KEY).to_pylist()
         numbers = np.stack(
             [
                 chunk.queue_ids,
@@ -88,14 +91,10 @@ class DispatchColumns:
                 chunk.sys_flags,
                 chunk.prepared_offsets,
                 encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+                _index_item_counts(keys, uniq_keys, chunk.sys_flags),
             ]
         )
-        return cls(
-            encoded.dictionary.to_pylist(),
-            numbers,
-            found.value(props.KEYS).to_pylist(),
-            found.value(props.UNIQ_KEY).to_pylist(),
-        )
+        return cls(encoded.dictionary.to_pylist(), numbers, keys, uniq_keys)
 
     def __len__(self) -> int:
         return int(self.numbers.shape[1])
@@ -109,7 +108,7 @@ class DispatchColumns:
         """The records ``[start, stop)`` as the store's ``DispatchInfo`` s."""
         stop = len(self) if stop is None else stop
         rows = self.numbers[:, start:stop].tolist()
-        queue, commit, size, code, stored, offset, flag, prepared, topic = rows
+        queue, commit, size, code, stored, offset, flag, prepared, topic, _ = rows
         names, keys, uniq_keys = self.topic_names, self.keys, self.uniq_keys
         infos = []
         for i in range(stop - start):
@@ -120,19 +119,22 @@ class DispatchColumns:
             infos.append(info)
         return infos
 
-    def index_item_counts(self, stop: int) -> npt.NDArray[np.int64]:
-        """Index items each of the first ``stop`` records adds (``IndexService._index_items``'s
-        rules: the unique key and every non-empty KEYS token; none for a rolled-back record)."""
-        counts = np.fromiter(
-            (
-                (u is not None) + (len(props.split_keys(k)) if k else 0)
-                for k, u in zip(self.keys[:stop], self.uniq_keys[:stop], strict=True)
-            ),
-            np.int64,
-            stop,
-        )
-        counts[(self.numbers[self.FLAG, :stop] & _ROLLBACK_TYPE) == _ROLLBACK_TYPE] = 0
-        return counts
+
+def _index_item_counts(
+    keys: list[str | None], uniq_keys: list[str | None], sys_flags: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Index items each record adds (``IndexService._index_items``'s rules: the unique key and
+    every non-empty KEYS token; none for a rolled-back record)."""
+    counts = np.fromiter(
+        (
+            (u is not None) + (len(props.split_keys(k)) if k else 0)
+            for k, u in zip(keys, uniq_keys, strict=True)
+        ),
+        np.int64,
+        len(keys),
+    )
+    counts[(sys_flags & _ROLLBACK_TYPE) == _ROLLBACK_TYPE] = 0
+    return counts
 
 
 def dispatch_events(parts: Iterable[Segment]) -> Iterator[DispatchColumns | Damage]:
@@ -231,7 +233,7 @@ class Dispatcher:
         assert index is not None
         items_max = self.config.index_items_max
         stored = chunk.numbers[chunk.STORED]
-        ends = np.cumsum(chunk.index_item_counts(count))  # items after each record
+        ends = np.cumsum(chunk.numbers[chunk.ITEMS, :count])  # items after each record
         start = base = 0
         while start < count:
             last = index.last_file()
