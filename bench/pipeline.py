@@ -5,7 +5,9 @@
   :func:`gannet.pipeline.exporting.export_segment` over the segments in a loop, and
   ``dispatch_1proc`` is the broker's dispatch chain (consume-queue put then index build, the
   store's own classes via :class:`gannet.pipeline.rebuilding.Dispatcher`) fed by one sequential
-  scan — a store rebuild without Spark.
+  scan — a store rebuild without Spark. ``driver_bulk``/``driver_one_by_one``: the rebuild
+  driver's dispatch alone (bulk writer against one ``DispatchInfo`` per record), on columns
+  parsed beforehand; ``spark_one_task_job_s``: an empty one-task job, Spark's fixed cost.
 * **Scaling with segment count:** the same commit log (``--total-mib``) is written with files
   of ``total / segments`` bytes for each segment count, so a row shows how splitting the same
   bytes into more Spark tasks changes throughput (``local[2]``: at most two run at once).
@@ -164,6 +166,10 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
     dispatcher.close()
     dispatch_1proc_s = time.perf_counter() - started
     assert dispatcher.records == rebuilt.records
+    driver = driver_dispatch_s(found, base, config.commitlog_file_size_bytes, count)
+    started = time.perf_counter()
+    spark.sparkContext.parallelize([0], 1).count()
+    spark_job_s = time.perf_counter() - started
     shutil.rmtree(root)
     return {
         "segments": float(len(found)),
@@ -174,7 +180,33 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
         "rebuild_spark_mb_per_s": _mb_per_s(size, rebuild_spark_s),
         "dispatch_1proc_mb_per_s": _mb_per_s(size, dispatch_1proc_s),
         "rebuild_spark_vs_dispatch": dispatch_1proc_s / rebuild_spark_s,
+        "driver_bulk_mb_per_s": _mb_per_s(size, driver["bulk"]),
+        "driver_one_by_one_mb_per_s": _mb_per_s(size, driver["one_by_one"]),
+        "spark_one_task_job_s": spark_job_s,
     }
+
+
+def driver_dispatch_s(
+    found: list[segments.Segment], base: Path, file_size_bytes: int, count: int
+) -> dict[str, float]:
+    """The rebuild driver's part alone, on dispatch columns parsed beforehand (untimed) as the
+    executors send them: ``bulk`` = :meth:`rebuilding.Dispatcher.dispatch_columns` (what
+    :func:`jobs.rebuild` runs), ``one_by_one`` = one ``DispatchInfo`` per record through
+    ``Dispatcher.dispatch_all`` (what it ran before)."""
+    events = [e for e in rebuilding.dispatch_events(found) if not isinstance(e, segments.Damage)]
+    timings: dict[str, float] = {}
+    for name in ("one_by_one", "bulk"):
+        target = store_config(base / f"driver-{name}-{count}", file_size_bytes)
+        started = time.perf_counter()
+        dispatcher = rebuilding.Dispatcher(target)
+        for event in events:
+            if name == "bulk":
+                dispatcher.dispatch_columns(event, None)
+            else:
+                dispatcher.dispatch_all(event.infos(), None)
+        dispatcher.close()
+        timings[name] = time.perf_counter() - started
+    return timings
 
 
 def bench_datasource(spark: Any, base: Path, messages: int) -> dict[str, float]:
@@ -469,7 +501,19 @@ def report(results: dict[str, dict[str, float]], total_mib: int, kafka_skipped: 
         "Rebuild parses segments in parallel tasks but dispatches on the driver in commit-log",
         "order (the bytes must equal the broker's), so on local[2] it can at best hide the",
         "parsing; export is parallel end to end. Figures on a shared, loaded machine swing by",
-        "2-4x between runs: compare the columns of one row.",
+        "2-4x between runs: compare the columns of one row. `driver bulk` and `driver one by",
+        "one` are the rebuild driver's part alone on columns parsed beforehand (MB/s of commit",
+        "log): the bulk writer `jobs.rebuild` runs, and one `DispatchInfo` per record as",
+        "before; `1-task job` is the seconds of an empty one-task Spark job in the same session.",
+        "",
+        "| segments | driver bulk | driver one by one | 1-task job s |",
+        "| ---: | ---: | ---: | ---: |",
+        *(
+            f"| {f['segments']:.0f} | {f['driver_bulk_mb_per_s']:.2f} | "
+            f"{f['driver_one_by_one_mb_per_s']:.2f} | {f['spark_one_task_job_s']:.2f} |"
+            for name, f in results.items()
+            if name.startswith("segments_") and "driver_bulk_mb_per_s" in f
+        ),
         "",
         "| segments | MiB | export spark | export 1 proc | rebuild spark | dispatch 1 proc "
         "| rebuild / dispatch |",

@@ -14,12 +14,13 @@ bytes.
   (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out. A
   damaged record fails the job with the segment, byte range and reason
   (:class:`gannet.pipeline.exporting.SegmentDamagedError`) instead of leaving messages out.
-* :func:`rebuild` collects the dispatch infos of every segment and writes, on the driver and in
-  commit-log order, the consume queues and index files with the store's own
-  ``ConsumeQueueStore``/``IndexService`` — the same dispatch rules, so the same bytes as the
-  broker's dispatch. It stops at the first damaged range or missing segment, as dispatch
-  does. Index files are named from the store time of the message that opened them (the broker
-  uses its wall clock), so a rebuild is reproducible; compare index files by order.
+* :func:`rebuild` collects the dispatch columns of every segment and writes, on the driver and
+  in commit-log order, the consume queues and index files in bulk with the store's own
+  ``ConsumeQueueStore``/``IndexService`` (:meth:`rebuilding.Dispatcher.dispatch_columns`) —
+  the same dispatch rules, so the same bytes as the broker's dispatch. It stops at the first
+  damaged range or missing segment, as dispatch does. Index files are named from the store
+  time of the message that opened them (the broker uses its wall clock), so a rebuild is
+  reproducible; compare index files by order.
 * :func:`verify` checks every record's structure, body CRC, whole-record CRC and
   PHYSICALOFFSET and reports damaged ranges (segment, from, to, reason) plus missing segments.
   Files are only read; on a store a broker is writing, the report is a snapshot (a record
@@ -276,7 +277,7 @@ def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildRe
             if isinstance(event, Damage):
                 stopped = event
                 break
-            stopped = dispatcher.dispatch_all(event.infos(), stop_at)
+            stopped = dispatcher.dispatch_columns(event, stop_at)
             if stopped is not None:
                 break
     finally:

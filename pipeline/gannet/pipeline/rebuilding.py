@@ -3,15 +3,20 @@
 
 Executors parse their segments in bulk (:mod:`gannet.pipeline.columns`) and send the driver
 :class:`DispatchColumns`: the dispatch fields of a chunk of records as a few flat columns,
-which pickle in a fraction of the time one ``DispatchInfo`` per record does; the driver turns
-them back into ``DispatchInfo`` s one by one as it dispatches (:meth:`DispatchColumns.infos`).
+which pickle in a fraction of the time one ``DispatchInfo`` per record does.
 
-:class:`Dispatcher` is the broker's dispatch chain without the broker: for every record, in
-commit-log order, the consume-queue put (non-transactional and commit-type records only) and
-then ``IndexService.build_index`` — the store's own classes, so the bytes are the ones the
-broker's dispatch writes (``reference/store-format.md`` §3.2, §4.4, §4.6, §5). Index files are
-named from the store time of the record that opened them instead of the wall clock, so a
-rebuild of the same commit log is reproducible.
+:class:`Dispatcher` is the broker's dispatch chain without the broker: in commit-log order,
+the consume-queue units (non-transactional and commit-type records only) and then the index
+items — the store's own classes, so the bytes are the ones the broker's dispatch writes
+(``reference/store-format.md`` §3.2, §4.4, §4.6, §5). :meth:`Dispatcher.dispatch` takes one
+record; :meth:`Dispatcher.dispatch_columns` takes a whole chunk in bulk: the units of every
+queue the chunk reaches packed in one numpy step (a structured array of the 20-byte ``>qiq``
+layout) and appended with ``ConsumeQueue.put_units`` (one slice copy per queue and file; the
+record-by-record ``put`` only where that declines: a queue's first unit, a new file, a gap),
+and the index through ``IndexService.build_index_batch`` (the broker's batch path). Index
+files are named from the store time of the record that opened them instead of the wall
+clock, so a rebuild of the same commit log is reproducible; the bulk path splits a chunk where
+an index file fills so that each new file is named by the same record as one by one.
 
 :func:`store_lock` takes a store's lock file the way a broker does, so an in-place rebuild
 never runs beside a broker (and a broker cannot start during one).
@@ -20,6 +25,7 @@ never runs beside a broker (and a broker cannot start during one).
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -34,13 +40,22 @@ from gannet.node.store import properties as props
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.hashing import tags_code
 from gannet.node.store.log.records import DispatchInfo
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore
+from gannet.node.store.queues.consume_queues import (
+    CQ_UNIT_SIZE_BYTES,
+    ConsumeQueue,
+    ConsumeQueueStore,
+)
 from gannet.node.store.queues.index_files import IndexService
 from gannet.pipeline import columns, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
 
 _NO_PROPERTIES: dict[str, str] = {}
+_UNIT = np.dtype([("commit_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
+"""A consume-queue unit as stored (``ConsumeQueue``'s ``>qiq``): 20 bytes, no padding."""
+assert _UNIT.itemsize == CQ_UNIT_SIZE_BYTES
+_PREPARED_BIT = 0x4  # sysFlag: prepared (0x4) or rollback (0xC) records get no unit
+_ROLLBACK_TYPE = 0xC  # sysFlag & 0xC: rolled back, not indexed
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,17 +63,23 @@ class DispatchColumns:
     """The dispatch infos of consecutive records, column by column (property maps dropped:
     dispatch needs only KEYS and UNIQ_KEY, which have their own columns)."""
 
-    topics: list[str]
+    topic_names: list[str]  # the distinct topics; row TOPIC of ``numbers`` indexes them
     numbers: npt.NDArray[np.int64]  # rows: queue id, commit offset, size, tags code,
-    # store time, queue offset, sysFlag, prepared transaction offset
+    # store time, queue offset, sysFlag, prepared transaction offset, topic (index), index
+    # items the record adds (counted on the executor: :func:`_index_item_counts`)
     keys: list[str | None]
     uniq_keys: list[str | None]
+
+    QUEUE, COMMIT, SIZE, CODE, STORED, QUEUE_OFFSET, FLAG, PREPARED, TOPIC, ITEMS = range(10)
 
     @classmethod
     def of(cls, chunk: Chunk) -> DispatchColumns:
         found = chunk.property_columns
         tags = found.value(props.TAGS)
         codes = np.fromiter((tags_code(t) for t in tags.to_pylist()), np.int64, len(tags))
+        encoded = chunk.topic_column.dictionary_encode()
+        keys = found.value(props.KEYS).to_pylist()
+        uniq_keys = found.value(props.UNIQ_KEY).to_pylist()
         numbers = np.stack(
             [
                 chunk.queue_ids,
@@ -69,25 +90,51 @@ class DispatchColumns:
                 chunk.queue_offsets,
                 chunk.sys_flags,
                 chunk.prepared_offsets,
+                encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+                _index_item_counts(keys, uniq_keys, chunk.sys_flags),
             ]
         )
-        return cls(
-            chunk.topics,
-            numbers,
-            found.value(props.KEYS).to_pylist(),
-            found.value(props.UNIQ_KEY).to_pylist(),
-        )
+        return cls(encoded.dictionary.to_pylist(), numbers, keys, uniq_keys)
 
     def __len__(self) -> int:
-        return len(self.topics)
+        return int(self.numbers.shape[1])
 
-    def infos(self) -> Iterator[DispatchInfo]:
-        queue, commit, size, code, stored, offset, flag, prepared = self.numbers.tolist()
-        for i, topic in enumerate(self.topics):
-            yield DispatchInfo(
-                topic, queue[i], commit[i], size[i], code[i], stored[i], offset[i],
-                self.keys[i], self.uniq_keys[i], flag[i], prepared[i], _NO_PROPERTIES,
+    @property
+    def topics(self) -> list[str]:
+        names = self.topic_names
+        return [names[i] for i in self.numbers[self.TOPIC].tolist()]
+
+    def infos(self, start: int = 0, stop: int | None = None) -> list[DispatchInfo]:
+        """The records ``[start, stop)`` as the store's ``DispatchInfo`` s."""
+        stop = len(self) if stop is None else stop
+        rows = self.numbers[:, start:stop].tolist()
+        queue, commit, size, code, stored, offset, flag, prepared, topic, _ = rows
+        names, keys, uniq_keys = self.topic_names, self.keys, self.uniq_keys
+        infos = []
+        for i in range(stop - start):
+            info = DispatchInfo(
+                names[topic[i]], queue[i], commit[i], size[i], code[i], stored[i], offset[i],
+                keys[start + i], uniq_keys[start + i], flag[i], prepared[i], _NO_PROPERTIES,
             )  # fmt: skip
+            infos.append(info)
+        return infos
+
+
+def _index_item_counts(
+    keys: list[str | None], uniq_keys: list[str | None], sys_flags: npt.NDArray[np.int64]
+) -> npt.NDArray[np.int64]:
+    """Index items each record adds (``IndexService._index_items``'s rules: the unique key and
+    every non-empty KEYS token; none for a rolled-back record)."""
+    counts = np.fromiter(
+        (
+            (u is not None) + (len(props.split_keys(k)) if k else 0)
+            for k, u in zip(keys, uniq_keys, strict=True)
+        ),
+        np.int64,
+        len(keys),
+    )
+    counts[(sys_flags & _ROLLBACK_TYPE) == _ROLLBACK_TYPE] = 0
+    return counts
 
 
 def dispatch_events(parts: Iterable[Segment]) -> Iterator[DispatchColumns | Damage]:
@@ -135,6 +182,76 @@ class Dispatcher:
         self.records += 1
         self.end_offset = info.commit_offset + info.size
 
+    def dispatch_columns(self, chunk: DispatchColumns, stop_at: Damage | None) -> Damage | None:
+        """:meth:`dispatch_all` of a chunk's records in bulk (same bytes): ``stop_at`` when a
+        record at or past it was reached (the records before it are dispatched), else None."""
+        rows = chunk.numbers
+        count = len(chunk)
+        reached = None
+        if stop_at is not None:
+            cut = int(np.searchsorted(rows[chunk.COMMIT], stop_at.start_offset, side="left"))
+            if cut < count:
+                count, reached = cut, stop_at
+        if count:
+            self._put_units(chunk, count)
+            if self.index is not None:
+                self._build_index(chunk, count)
+            last = count - 1
+            self.records += count
+            self.end_offset = int(rows[chunk.COMMIT, last] + rows[chunk.SIZE, last])
+            self.last_store_timestamp_ms = int(rows[chunk.STORED, last])
+        return reached
+
+    def _put_units(self, chunk: DispatchColumns, count: int) -> None:
+        """The consume-queue units of the first ``count`` records: every queue's units packed
+        in one step, each queue's run appended in file-sized slices."""
+        rows = chunk.numbers[:, :count]
+        kept = np.flatnonzero((rows[chunk.FLAG] & _PREPARED_BIT) == 0)
+        if not len(kept):
+            return
+        queue_keys = (rows[chunk.TOPIC, kept] << 32) | rows[chunk.QUEUE, kept]
+        by_queue = np.argsort(queue_keys, kind="stable")  # log order within a queue
+        order = kept[by_queue]
+        units = np.empty(len(order), _UNIT)
+        units["commit_offset"] = rows[chunk.COMMIT, order]
+        units["size"] = rows[chunk.SIZE, order]
+        units["tags_code"] = rows[chunk.CODE, order]
+        packed = units.tobytes()
+        starts = [0, *(np.flatnonzero(np.diff(queue_keys[by_queue])) + 1).tolist(), len(order)]
+        run = _Run(packed, rows, order, chunk)
+        for first, end in itertools.pairwise(starts):
+            at = int(order[first])
+            topic = chunk.topic_names[int(rows[chunk.TOPIC, at])]
+            queue = self.queues.find_or_create(topic, int(rows[chunk.QUEUE, at]))
+            run.put(queue, first, end, self.config.consume_queue_units_per_file)
+
+    def _build_index(self, chunk: DispatchColumns, count: int) -> None:
+        """``build_index_batch`` over the first ``count`` records, split where an index file
+        fills: a new file is then opened by the call's first record and named by its store
+        time, as one record at a time would (a record whose keys straddle files goes alone)."""
+        index = self.index
+        assert index is not None
+        items_max = self.config.index_items_max
+        stored = chunk.numbers[chunk.STORED]
+        ends = np.cumsum(chunk.numbers[chunk.ITEMS, :count])  # items after each record
+        start = base = 0
+        while start < count:
+            last = index.last_file()
+            room = items_max - 1
+            if last is not None and not last.is_full():
+                room = items_max - last.index_count
+            filler = int(np.searchsorted(ends, base + room, side="left"))
+            if filler >= count:
+                stop = count
+            elif ends[filler] == base + room:
+                stop = filler + 1  # fills the file: the next record opens a new one
+            else:
+                stop = max(filler, start + 1)
+            self.last_store_timestamp_ms = int(stored[start])
+            index.build_index_batch(chunk.infos(start, stop))
+            base = int(ends[stop - 1])
+            start = stop
+
     def dispatch_all(self, infos: Iterable[DispatchInfo], stop_at: Damage | None) -> Damage | None:
         """Dispatch ``infos`` in order up to ``stop_at`` (a missing segment); ``stop_at`` when
         it was reached, else None."""
@@ -153,6 +270,48 @@ class Dispatcher:
         if self.index is not None:
             self.index.close()
         return queues, index_files
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """The packed units of one chunk, sorted by queue (``order``: record index of each unit)."""
+
+    packed: bytes
+    rows: npt.NDArray[np.int64]
+    order: npt.NDArray[np.intp]
+    chunk: DispatchColumns
+
+    def put(self, queue: ConsumeQueue, first: int, end: int, units_per_file: int) -> None:
+        """Append units ``[first, end)`` (one queue's, in log order) to ``queue``: slices that
+        fit its last file and have consecutive queue offsets with ``put_units``, the rest (a
+        first unit, the one opening a file, a gap) with ``put``, which handles those cases."""
+        c = self.chunk
+        at = self.order[first:end]
+        commit = self.rows[c.COMMIT, at]
+        size = self.rows[c.SIZE, at]
+        offsets = self.rows[c.QUEUE_OFFSET, at]
+        gaps = np.concatenate(([0], np.cumsum(np.diff(offsets) != 1)))  # breaks before each
+        file_bytes = units_per_file * CQ_UNIT_SIZE_BYTES
+        i, n = 0, end - first
+        while i < n:
+            files = queue.files
+            room = (file_bytes - files[-1].wrote_position) // CQ_UNIT_SIZE_BYTES if files else 0
+            k = min(room, n - i)
+            if k > 0:
+                k = int(np.searchsorted(gaps[i : i + k], gaps[i], side="right"))
+                lo, hi = (first + i) * CQ_UNIT_SIZE_BYTES, (first + i + k) * CQ_UNIT_SIZE_BYTES
+                last = i + k - 1
+                if queue.put_units(
+                    self.packed[lo:hi],
+                    int(offsets[i]),
+                    int(commit[i] + size[i]),
+                    int(commit[last] + size[last]),
+                ):
+                    i += k
+                    continue
+            code = int(self.rows[c.CODE, at[i]])
+            queue.put(int(commit[i]), int(size[i]), code, int(offsets[i]))
+            i += 1
 
 
 class StoreLockedError(RuntimeError):
