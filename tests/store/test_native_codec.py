@@ -32,7 +32,7 @@ from gannet.node.store.hashing import index_key_hash, tags_code
 from gannet.node.store.log import native
 from gannet.node.store.log.commitlog import AppendResult, CommitLog
 from gannet.node.store.log.records import DispatchInfo, Message
-from gannet.node.store.message_store import _dispatch_infos_of
+from gannet.node.store.queues.dispatching import _dispatch_infos_of
 from gannet.node.store.queues.index_files import IndexFile, IndexService
 
 CODEC, WHY = native.load()

@@ -45,7 +45,6 @@ from gannet.node.store.errors import (
     StoreLocked,
     StoreNotWritable,
 )
-from gannet.node.store.hashing import tags_code
 from gannet.node.store.log import native, record_checks
 from gannet.node.store.log.checkpoints import Checkpoint
 from gannet.node.store.log.commitlog import AppendResult, CommitLog, now_ms
@@ -53,7 +52,7 @@ from gannet.node.store.log.flushing import FlushService, OffsetWaiters
 from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.msgids import UniqKeyGenerator
 from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
-from gannet.node.store.queues.dispatching import DispatchService
+from gannet.node.store.queues.dispatching import DispatchService, dispatch_infos_of
 from gannet.node.store.queues.index_files import IndexService
 from gannet.node.store.queues.reading import GetResult, read_queue
 from gannet.node.store.timers.delivery import TimerService
@@ -90,40 +89,6 @@ class StoreStatistics:
     timer_backlog: int
     last_exit_ok: bool
     disk_full: bool
-
-
-def dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
-    """What dispatch needs of the records of one append by this node (no re-parse), built
-    in one loop while the put lock is held (one C call with the native encoder)."""
-    codec = native.codec
-    if codec is not None:
-        return codec.dispatch_infos(msgs, results, DispatchInfo, tags_code, _dispatch_infos_of)
-    return _dispatch_infos_of(msgs, results)
-
-
-def _dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
-    tags, keys, uniq = props.TAGS, props.KEYS, props.UNIQ_KEY
-    infos = []
-    for msg, res in zip(msgs, results, strict=True):
-        p = msg.properties
-        tag_text = p.get(tags)
-        infos.append(
-            DispatchInfo(
-                msg.topic,
-                msg.queue_id,
-                res.wrote_offset,
-                res.wrote_bytes,
-                tags_code(tag_text) if tag_text else 0,
-                res.store_timestamp_ms,
-                res.queue_offset,
-                p.get(keys),
-                p.get(uniq),
-                msg.sys_flag,
-                msg.prepared_transaction_offset,
-                p,
-            )
-        )
-    return infos
 
 
 class MessageStore:

@@ -6,7 +6,7 @@ extension). It does, one call per batch, what these Python functions do one mess
 with the same bytes and the same errors: ``CommitLog.encode_all`` (:func:`packing.record_fields
 <gannet.node.store.log.packing.record_fields>`), ``CommitLog._lay_out``
 (:func:`packing.pack_record_into <gannet.node.store.log.packing.pack_record_into>`),
-``dispatch_infos_of`` (message store), the consume-queue loop of
+``dispatch_infos_of`` (dispatching), the consume-queue loop of
 ``MessageStore._dispatch_consume_queues``, the hand-off steps of
 ``DispatchService._dispatch_batch``, and the index batch path (``IndexService._index_items``,
 ``IndexFile.add_items``). The Python functions stay the reference and the fallback: tests run

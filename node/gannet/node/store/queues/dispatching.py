@@ -17,8 +17,8 @@ listeners that wake long polls): one call per dispatcher and batch instead of on
 Records appended by this node are handed over in memory (:meth:`DispatchService.offer`, in
 commit-log order, bounded by ``HANDOFF_RECORDS_MAX``) so that dispatch does not parse them
 again; anything else — recovery, a follower's replicated bytes, an overflowing hand-off — is
-parsed from the commit log. One thread; work per wake-up is bounded by
-``DISPATCH_BATCH_RECORDS_MAX``.
+parsed from the commit log (:func:`dispatch_infos_of` builds the hand-off of one append). One
+thread; work per wake-up is bounded by ``DISPATCH_BATCH_RECORDS_MAX``.
 
 Inline dispatch: a caller that raises the commit offset on a hot path holding no other lock
 (the v2 send path on the event loop) may pass ``inline_records_max``; it then dispatches up to
@@ -35,9 +35,11 @@ import threading
 from collections import deque
 from collections.abc import Callable
 
+from gannet.node.store import properties as props
+from gannet.node.store.hashing import tags_code
 from gannet.node.store.log import native, record_checks
-from gannet.node.store.log.commitlog import CommitLog
-from gannet.node.store.log.records import DispatchInfo
+from gannet.node.store.log.commitlog import AppendResult, CommitLog
+from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.service_threads import ServiceThread
 
 log = logging.getLogger(__name__)
@@ -220,3 +222,37 @@ class DispatchService(ServiceThread):
                 return None, offset
             return res.info, offset
         return None, offset
+
+
+def dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
+    """What dispatch needs of the records of one append by this node (no re-parse), built
+    in one loop while the put lock is held (one C call with the native encoder)."""
+    codec = native.codec
+    if codec is not None:
+        return codec.dispatch_infos(msgs, results, DispatchInfo, tags_code, _dispatch_infos_of)
+    return _dispatch_infos_of(msgs, results)
+
+
+def _dispatch_infos_of(msgs: list[Message], results: list[AppendResult]) -> list[DispatchInfo]:
+    tags, keys, uniq = props.TAGS, props.KEYS, props.UNIQ_KEY
+    infos = []
+    for msg, res in zip(msgs, results, strict=True):
+        p = msg.properties
+        tag_text = p.get(tags)
+        infos.append(
+            DispatchInfo(
+                msg.topic,
+                msg.queue_id,
+                res.wrote_offset,
+                res.wrote_bytes,
+                tags_code(tag_text) if tag_text else 0,
+                res.store_timestamp_ms,
+                res.queue_offset,
+                p.get(keys),
+                p.get(uniq),
+                msg.sys_flag,
+                msg.prepared_transaction_offset,
+                p,
+            )
+        )
+    return infos
