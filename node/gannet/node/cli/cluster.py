@@ -62,6 +62,7 @@ from gannet.node.cli import (
     output,
     raft_views,
 )
+from gannet.node.cli.cluster_certs import ClusterTls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
@@ -128,7 +129,7 @@ def broker_argv(
     seeds: tuple[str, ...] = (),
     file_size_mb: int | None = None,
     auth: cluster_auth.ClusterAuth | None = None,
-    tls: cluster_tls.ClusterTls | None = None,
+    tls: ClusterTls | None = None,
 ) -> list[str]:
     """The ``gannet broker run`` command line of one member (the group's shared peer secret
     is ``data_root/peer-secret``: :func:`ensure_secret`)."""
@@ -317,7 +318,7 @@ def start_cluster(
     *,
     file_size_mb: int | None = None,
     auth: cluster_auth.ClusterAuth | None = None,
-    tls: cluster_tls.ClusterTls | None = None,
+    tls: ClusterTls | None = None,
 ) -> None:
     """Start every member of ``plans`` (``processes`` gets ``<group root>/node<i>`` → its
     process as each starts, so the caller can stop what did start). The library entry point
@@ -357,9 +358,7 @@ def start_cluster(
                 )
 
 
-def write_client_env(
-    data_root: Path, plans: tuple[GroupPlan, ...], tls: cluster_tls.ClusterTls | None
-) -> Path:
+def write_client_env(data_root: Path, plans: tuple[GroupPlan, ...], tls: ClusterTls | None) -> Path:
     """``DATA_ROOT/client.env``: shell ``export`` lines of ``GANNET_ENDPOINT`` (the first
     member) and, with TLS, ``GANNET_TLS_CA`` and ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` (the CA,
     for the official Python client, which trusts gRPC's default roots only). After ``source``
@@ -391,7 +390,7 @@ def write_client_env(
 def _print_table(
     plans: tuple[GroupPlan, ...],
     auth: cluster_auth.ClusterAuth | None,
-    tls: cluster_tls.ClusterTls | None,
+    tls: ClusterTls | None,
     env_file: Path,
 ) -> None:
     members = sum(len(g.peers) for g in plans)

@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gannet.node.cli.cluster_tls import ClusterTls, MemberFiles
+from gannet.node.cli.cluster_certs import ClusterTls, MemberFiles
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"

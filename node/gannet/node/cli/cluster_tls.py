@@ -8,7 +8,7 @@ created once and reused by the next ``up`` (:mod:`cluster_pki` makes and checks 
 files: one certificate serves every member (they all listen on ``--host``). Each member runs
 with its certificate on the client port (TLS only) and on the peer port (mutual TLS, cluster
 CA), and trusts the CA when it calls the other groups (``--cluster-tls-ca``):
-:meth:`ClusterTls.argv`.
+:meth:`~gannet.node.cli.cluster_certs.ClusterTls.argv`.
 
 Called by :mod:`gannet.node.cli.cluster` (``cluster up`` and :func:`~cluster.start_cluster`).
 ``cryptography`` is loaded only when TLS is asked for (:func:`prepare`): it would add about
@@ -18,38 +18,13 @@ Called by :mod:`gannet.node.cli.cluster` (``cluster up`` and :func:`~cluster.sta
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import click
 
+from gannet.node.cli.cluster_certs import ClusterTls
+
 TLS_DIR_NAME = "tls"
-
-
-@dataclass(frozen=True, slots=True)
-class MemberFiles:
-    cert_file: Path
-    key_file: Path
-
-
-@dataclass(frozen=True, slots=True)
-class ClusterTls:
-    """What every member of a local cluster runs with when TLS is on."""
-
-    ca_file: Path
-    members: dict[str, MemberFiles]
-    """Member name (:func:`member_name`) → its certificate and key."""
-
-    def argv(self, member: str) -> list[str]:
-        """The ``gannet broker run`` options of ``member``: client TLS, peer mTLS, and the CA
-        of the other groups' client ports."""
-        own = self.members[member]
-        cert, key, ca = str(own.cert_file), str(own.key_file), str(self.ca_file)
-        return [
-            *("--tls-cert", cert, "--tls-key", key),
-            *("--peer-tls-cert", cert, "--peer-tls-key", key, "--peer-tls-ca", ca),
-            *("--cluster-tls-ca", ca),
-        ]
 
 
 def member_name(broker_name: str, node_id: int) -> str:
