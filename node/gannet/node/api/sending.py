@@ -91,6 +91,10 @@ _KIND_OF = {
     int(definition_pb2.LITE): MessageType.LITE,
     int(definition_pb2.PRIORITY): MessageType.PRIORITY,
 }
+_IDENTITY = int(Encoding.IDENTITY)
+_NORMAL = int(definition_pb2.NORMAL)
+_TRANSACTION = int(definition_pb2.TRANSACTION)
+_UNIQ_KEY, _TAGS, _KEYS = props.UNIQ_KEY, props.TAGS, props.KEYS
 _ENCODINGS = frozenset({int(Encoding.ENCODING_UNSPECIFIED), int(Encoding.IDENTITY), _GZIP})
 
 
@@ -153,20 +157,19 @@ def prepare(
             f"{limits.batch_messages_max} per request",
         )
     topic_name = str(messages[0].topic.name)
-    if any(m.topic.name != topic_name for m in messages):
+    if len({m.topic.name for m in messages}) != 1:
         raise ApiError(statuses.MESSAGE_CORRUPTED, "all messages of a batch must share the topic")
     topic = writable_topic(topic_of, topic_name)
     # Parsed from the attributes once per request; a tuple: ``in`` finds an enum member by
     # identity, where a frozenset calls Enum.__hash__ (Python code) for every message.
     accepted = tuple(topic.accepted_message_types)
-    converted = [_convert(m, topic, accepted, peer_host, now_ms, limits) for m in messages]
+    converted, id_list, transactional = _convert_all(
+        messages, topic, accepted, peer_host, now_ms, limits
+    )
     group_key = props.LITE_TOPIC if MessageType.LITE in accepted else props.SHARDING_KEY
     groups = {m.properties.get(group_key) for m in converted}
     group = groups.pop() if len(groups) == 1 else None
-    ids = tuple([m.properties[props.UNIQ_KEY] for m in converted])  # = message_id
-    transactional = any(
-        m.system_properties.message_type == definition_pb2.TRANSACTION for m in messages
-    )
+    ids = tuple(id_list)  # = each message's UNIQ_KEY
     if transactional and len(messages) > 1:
         raise ApiError(
             statuses.BAD_REQUEST,
@@ -213,6 +216,89 @@ def topic_not_found_message(name: str) -> str:
         f"topic {name!r} does not exist (this broker does not create topics automatically); "
         f"create it with `gannet topic create {name}`"
     )
+
+
+def _convert_all(
+    messages: Sequence[definition_pb2.Message],
+    topic: TopicConfig,
+    accepted: tuple[MessageType, ...],
+    peer_host: str,
+    now_ms: int,
+    limits: SendLimits,
+) -> tuple[list[records.Message], list[str], bool]:
+    """Every message of a request checked and converted, in order: the records, their message
+    ids and whether one is TRANSACTION. One pass; the common message (NORMAL, IDENTITY, no
+    digest, group, delivery time, lite topic or priority) is converted inline with what is
+    the same for the whole batch (limits, the topic, the born host's IP) read once. Any other
+    message, and any that fails a check, goes through :func:`_convert`, which raises the
+    error; the inline path is :func:`_convert` for the messages it takes (tests pin it)."""
+    body_max = limits.body_size_max_bytes
+    topic_name = topic.topic_name
+    inline = MessageType.NORMAL in accepted
+    message_class = records.Message
+    converted: list[records.Message] = []
+    ids: list[str] = []
+    transactional = False
+    last_born_host, last_born_ip = "", ""
+    for pb in messages:
+        sp = pb.system_properties
+        body = pb.body
+        declared = sp.message_type
+        message_id = sp.message_id
+        if (
+            not inline
+            or not 0 <= declared <= _NORMAL  # enums are open: a negative one is refused
+            or not body
+            or len(body) > body_max
+            or not 0 <= sp.body_encoding <= _IDENTITY
+            or not 0 < len(message_id) <= MESSAGE_ID_CHARS_MAX
+            or not message_id.isascii()
+            or not message_id.isprintable()
+            or " " in message_id
+            or sp.HasField("body_digest")
+            or sp.HasField("lite_topic")
+            or sp.HasField("priority")
+            or sp.HasField("message_group")
+            or sp.HasField("delivery_timestamp")
+        ):
+            message = _convert(pb, topic, accepted, peer_host, now_ms, limits)
+            converted.append(message)
+            ids.append(message.properties[props.UNIQ_KEY])
+            transactional = transactional or declared == _TRANSACTION
+            continue
+        tag = sp.tag if sp.HasField("tag") else None
+        key_field, user_field = sp.keys, pb.user_properties
+        keys = list(key_field) if key_field else []
+        properties = dict(user_field) if user_field else {}
+        if tag is not None or keys or properties:
+            if tag is not None and len(tag) > TAG_CHARS_MAX:
+                _convert(pb, topic, accepted, peer_host, now_ms, limits)  # raises
+            _check_tag_keys_properties(tag, keys, properties)
+        properties[_UNIQ_KEY] = message_id
+        if tag is not None:
+            properties[_TAGS] = tag
+        if keys:
+            properties[_KEYS] = props.KEY_SEPARATOR.join(keys)
+        if sp.HasField("trace_context"):
+            properties[TRACE_CONTEXT] = sp.trace_context
+        born_ms = 0
+        if sp.HasField("born_timestamp"):
+            born = sp.born_timestamp
+            seconds, nanos = born.seconds, born.nanos
+            if not (
+                TIMESTAMP_SECONDS_MIN <= seconds <= TIMESTAMP_SECONDS_MAX
+                and 0 <= nanos < 1_000_000_000
+            ):
+                _born_ms(born)  # raises BAD_REQUEST
+            born_ms = seconds * 1000 + nanos // 1_000_000
+        born_host = sp.born_host
+        if born_host != last_born_host or not last_born_ip:
+            last_born_host, last_born_ip = born_host, _born_ip(born_host, peer_host)
+        converted.append(
+            message_class(topic_name, body, 0, 0, properties, 0, born_ms, (last_born_ip, 0))
+        )
+        ids.append(message_id)
+    return converted, ids, transactional
 
 
 def _convert(
