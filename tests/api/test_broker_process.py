@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import queue
 import re
 import signal
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.broker import threads
+from gannet.node.api.group_polling import GroupPoller
+from gannet.node.broker import serving, threads
 from gannet.node.broker.serving import BrokerConfig, with_listen
 from gannet.node.cli import calls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
@@ -99,3 +101,21 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path, broker: threads.BrokerThre
         threads.start(BrokerConfig(store=store, listen_port=port))
     other = threads.start(BrokerConfig(store=store, listen_port=0))  # the store was released
     other.stop()
+
+
+def test_a_stop_step_that_never_ends_is_left_behind_and_the_store_still_closes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A gRPC completion that never comes (the poller's calls to a seed) must not hang stop."""
+
+    async def never(self: GroupPoller) -> None:
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(GroupPoller, "stop", never)
+    monkeypatch.setattr(serving, "STOP_STEP_SLACK_S", 0.2)
+    store = StoreConfig.for_tests(tmp_path / "store", flush_mode=FlushMode.SYNC_FLUSH)
+    config = BrokerConfig(store=store, listen_port=0, cluster_seeds=("127.0.0.1:1",))
+    running = threads.start(config)
+    running.stop()
+    assert "the group poller's stop did not end within 0.2 s" in caplog.text
+    assert not (tmp_path / "store" / "abort").exists()  # closed cleanly all the same

@@ -9,7 +9,10 @@ pings down to once a minute are allowed (the Java client pings every 5 minutes).
 
 :meth:`Broker.stop` stops accepting, lets in-flight RPCs finish for up to ``shutdown_grace_s``,
 then closes the store — final flush, consume queues, index and checkpoint written, abort file
-removed. :meth:`Broker.run_until_signalled` does that on SIGTERM or SIGINT.
+removed. :meth:`Broker.run_until_signalled` does that on SIGTERM or SIGINT. The two steps that
+wait on gRPC completions (stopping the group poller's calls, the server's stop after the grace)
+are bounded by :data:`STOP_STEP_SLACK_S`: one that does not end is logged and left behind, so a
+stop never hangs on a completion that never comes and the store is still closed cleanly.
 
 With ``metrics_listen`` set, the metrics endpoint (:mod:`gannet.node.metrics`) starts before
 recovery, so ``/healthz`` answers and ``/readyz`` says 503 while the store recovers; it says
@@ -44,6 +47,7 @@ import contextlib
 import dataclasses
 import logging
 import signal
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +89,7 @@ RECEIVE_MESSAGE_BYTES_MAX = 130 * 1024 * 1024  # grpcMaxInboundMessageSize
 SEND_MESSAGE_BYTES_MAX = 130 * 1024 * 1024
 CONCURRENT_RPCS_MAX = 4096
 SHUTDOWN_GRACE_S = 10.0
+STOP_STEP_SLACK_S = 5.0  # beyond its own deadline, how long a stop step may take
 PING_INTERVAL_MS_MIN = 60_000
 
 
@@ -474,9 +479,10 @@ class Broker:
         if self.messaging is not None:
             self.messaging.begin_shutdown()
         if self.groups is not None:
-            await self.groups.poller.stop()
+            await _bounded(self.groups.poller.stop(), STOP_STEP_SLACK_S, "the group poller's stop")
         if server is not None:
-            await server.stop(self.config.shutdown_grace_s if grace_s is None else grace_s)
+            grace = self.config.shutdown_grace_s if grace_s is None else grace_s
+            await _bounded(server.stop(grace), grace + STOP_STEP_SLACK_S, "the gRPC server's stop")
         await self._stop_replication()
         await self._close_pop()
         # After a failed fsync nothing more is synced: the store is dropped as a crash would.
@@ -501,6 +507,16 @@ class Broker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await self.stop()
+
+
+async def _bounded(step: Coroutine[object, object, None], limit_s: float, what: str) -> None:
+    """Await ``step`` for at most ``limit_s``; past that, log it and leave it running."""
+    task = asyncio.ensure_future(step)
+    done, _ = await asyncio.wait({task}, timeout=limit_s)
+    if not done:
+        log.warning("%s did not end within %.1f s; stopping without it", what, limit_s)
+        return
+    task.result()
 
 
 def _tls_credentials(config: BrokerConfig) -> grpc.ServerCredentials | None:
