@@ -138,9 +138,59 @@ def test_cli_pop_revive_queues(broker) -> None:
 
     out = run()
     assert "8 active" in out
+    assert "8 active, 0 parked" in out
     assert out.count("active") == 9  # title + 8 rows
     out = run("--set", "4")
     assert "4 active" in out
     assert "draining" not in out  # nothing parked: retired at once
     assert "--set" in run("--set", "0", code=2)
     assert "Usage" in run("--help")
+
+
+def _pops(admin) -> tuple[int, int, bool]:
+    """(parked, revive backlog, counted) of ``GetReviveQueues``."""
+    reply = admin.GetReviveQueues(admin_pb2.GetReviveQueuesRequest(), timeout=5)
+    backlog = sum(q.max_offset - q.revive_offset for q in reply.queues)
+    return reply.parked_messages, backlog, reply.parked_counted
+
+
+def _lag(admin, group: str) -> dict[str, int]:
+    described = admin.DescribeGroup(admin_pb2.DescribeGroupRequest(name=group), timeout=5)
+    found: dict[str, int] = {}
+    for q in described.queues:
+        found[q.topic] = found.get(q.topic, 0) + q.lag
+    return found
+
+
+def test_a_pop_not_acked_is_counted_until_revive_brings_it_back_as_retry_lag(broker, stubs) -> None:
+    """What a drain reads of a popped message nobody acked, stage by stage: lag 0 once its
+    checkpoint is written, then parked in the timer wheel, then in a revive queue, then lag on
+    the retry topic; never in none of them (virtual time for the timer and revive)."""
+    admin, messaging = stubs
+    admin.CreateTopic(admin_pb2.CreateTopicRequest(name="U", queue_nums=1), timeout=5)
+    admin.CreateGroup(admin_pb2.CreateGroupRequest(name="UG"), timeout=5)
+    send = service_pb2.SendMessageRequest()
+    msg = send.messages.add(body=b"u")
+    msg.topic.name = "U"
+    msg.system_properties.message_id = "0102FC000000013E000B13F97D0000E001"
+    assert messaging.SendMessage(send, timeout=5, metadata=CLIENT_ID).status.code == Code.OK
+    settle(broker)
+    assert _pops(admin) == (0, 0, True)
+    popped_ms = int(time.time() * 1000)
+    assert [m.body for m in _receive_one(messaging, "U", "UG", 60)] == [b"u"]
+    assert _lag(admin, "UG") == {"U": 0}  # consumed as far as its offset says
+    assert _pops(admin) == (1, 0, True)  # its checkpoint waits in the wheel
+    store = broker.broker.store
+    store.timers.tick(popped_ms + 62_000)  # the checkpoint comes due into a revive queue
+    assert _pops(admin) == (0, 1, True)
+    pop = receiving.pop_broker_of(store)
+    assert pop is not None
+    store.timers.tick(popped_ms + 70_000)  # the wheel has nothing else due by then
+    pop.revive(popped_ms + 70_000)  # not acked: redelivered to the retry topic
+    assert _pops(admin) == (0, 0, True)
+    assert _lag(admin, "UG") == {"U": 0, "%RETRY%UG_U": 1}
+    listed = admin.ListTopics(admin_pb2.ListTopicsRequest(include_system=True), timeout=5)
+    retry = [t.name for t in listed.topics if t.name.startswith("%RETRY%UG")]
+    assert len(retry) == 1, retry
+    described = admin.DescribeTopic(admin_pb2.DescribeTopicRequest(name=retry[0]), timeout=5)
+    assert sum(q.max_offset - q.min_offset for q in described.queues) == 1

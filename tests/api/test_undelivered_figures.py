@@ -105,3 +105,29 @@ def test_prepared_transactions_are_counted_until_ended_and_a_commit_lands_read_o
         assert described.prepared_transactions == 0
     finally:
         handler.service.limits = limits
+
+
+def test_a_delivered_delayed_message_stays_counted_until_it_is_in_its_queue(
+    broker, messaging, admin
+) -> None:
+    """The wheel has appended the message's copy but dispatch has not written its queue entry
+    yet: ``DescribeTopic`` must not answer 0 delayed and 0 stored (a drain would delete the
+    group in that gap). It waits for dispatch a moment, then says the count is unknown."""
+    topic = unique("Gap")
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=1, message_type=admin_pb2.DELAY)
+    )
+    # Later than the wheel's read time after the tests above moved it on (virtual time).
+    due_ms = int(time.time() * 1000) + 30_000
+    _send(messaging, topic, "0102FC000000013E000B13F97D0000D100", delivery_ms=due_ms)
+    settle(broker)
+    store = broker.broker.store
+    with store.dispatch.paused():  # dispatch cannot run: the copy is appended, not dispatched
+        assert store.timers.tick(due_ms + 2_000) == 1
+        held = admin.DescribeTopic(admin_pb2.DescribeTopicRequest(name=topic))
+        assert sum(q.max_offset for q in held.queues) == 0
+        assert held.delayed_messages == 1
+        assert not held.delayed_counted  # dispatch did not catch up: the drain keeps waiting
+    settle(broker)
+    done = admin.DescribeTopic(admin_pb2.DescribeTopicRequest(name=topic))
+    assert (done.delayed_counted, done.delayed_messages, _stored(admin, topic)) == (True, 0, 1)

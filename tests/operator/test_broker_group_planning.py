@@ -481,3 +481,48 @@ def test_groups_of_status_leaves_out_serving_groups_without_a_leader() -> None:
     ]
     assert bgp.groups_of_status(3, rows) == ([0, 1], [3])
     assert bgp.groups_of_status(1, []) == ([0], [])
+
+
+def test_drain_waits_for_pops_not_settled_and_says_so() -> None:
+    """A popped message's offset has moved on once its checkpoint is written; until revive
+    has matched the checkpoint with an ack (or redelivered the message to the retry topic) it
+    is only in the revive topic: the group is not deleted meanwhile."""
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("Orders", RO),),
+        subscriptions={"billing": frozenset({"Orders"})},
+        lag={("billing", "Orders"): 0},
+        messages={"Orders": 4},
+        pops=bgp.UnsettledPops(parked=2, backlog=1),
+    )
+    step = bgp.drain_step(draining, [draining])
+    assert isinstance(step, bgp.WaitForLag)
+    assert (step.pending, step.unconsumed, step.held) == ((), (), ())
+    text = step.message("broker-1")
+    assert "lag" not in text
+    assert "for pops not settled (2 checkpoints and acks waiting for the popped" in text
+    assert "1 in the revive queues" in text
+    unknown = dataclasses.replace(draining, pops=bgp.UnsettledPops(counted=False))
+    step = bgp.drain_step(unknown, [unknown])
+    assert isinstance(step, bgp.WaitForLag)
+    assert "pops not settled (not counted" in step.message("broker-1")
+    settled = dataclasses.replace(draining, pops=bgp.UnsettledPops())
+    assert bgp.drain_step(settled, [settled]) == bgp.DeleteGroup(1)
+
+
+def test_a_retry_topic_known_only_from_lag_holds_the_drain() -> None:
+    """Revive can create a group's retry topic while the operator reads (after it listed the
+    topics): the lag read afterwards names it, and that is enough to wait for it."""
+    retry = "%RETRY%billing_Orders"
+    draining = bgp.GroupState(
+        1,
+        "l1",
+        (topic("Orders", RO),),
+        subscriptions={"billing": frozenset({"Orders", retry})},
+        lag={("billing", "Orders"): 0, ("billing", retry): 1},
+        messages={"Orders": 4},
+    )
+    step = bgp.drain_step(draining, [draining])
+    assert isinstance(step, bgp.WaitForLag)
+    assert step.pending == (("billing", retry, 1),)

@@ -16,7 +16,7 @@ from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.reading import GetStatus
 from gannet.node.store.timers import delivery
-from gannet.node.store.timers.pending import TopicTimers
+from gannet.node.store.timers.pending import PendingTimers, TopicTimers
 
 
 def open_store(root: Path) -> MessageStore:
@@ -103,8 +103,9 @@ def test_delivery_in_the_past_is_stored_directly(tmp_path: Path) -> None:
 
 # ------------------------------------------------------------ figures a drain waits for
 def test_pending_figures_count_per_topic_until_delivered(tmp_path: Path) -> None:
-    """Every delayed message of a topic counts until its copy is in the real queue; the
-    latest due time is the last one's (its slot's end)."""
+    """Every delayed message of a topic counts until its copy is in the real queue (appended
+    and dispatched: a reader of these figures and then of consumer lag never sees a message
+    in neither); the latest due time is the last one's (its slot's end)."""
     store = open_store(tmp_path)
     try:
         t0 = now_ms()
@@ -117,8 +118,13 @@ def test_pending_figures_count_per_topic_until_delivered(tmp_path: Path) -> None
         assert t0 + 20_000 <= orders.last_due_ms <= t0 + 21_000
         assert store.timers.pending_of("Payments").messages == 0
         assert store.timers.tick(t0 + 16_000) == 2
+        assert store.max_offset_in_queue("Orders", 2) == 0  # appended, not dispatched yet
+        assert store.timers.pending_of("Orders").messages == 3
+        settle(store)
+        assert store.max_offset_in_queue("Orders", 2) == 2
         assert store.timers.pending_of("Orders").messages == 1
         assert store.timers.tick(t0 + 30_000) == 1
+        settle(store)
         assert store.timers.pending_of("Orders") == TopicTimers(0, 0)
     finally:
         store.close()
@@ -147,6 +153,7 @@ def test_pending_figures_survive_a_restart_and_a_crash(tmp_path: Path) -> None:
     try:
         assert store.timers.pending_of("Orders").messages == 2
         assert store.timers.tick(t0 + 60_000) == 2
+        settle(store)
         assert store.timers.pending_of("Orders").messages == 0
     finally:
         store.close()
@@ -213,3 +220,26 @@ def test_a_delayed_message_comes_due_into_a_read_only_queue(tmp_path: Path) -> N
         assert store.timers.pending_of("Orders").messages == 0
     finally:
         store.close()
+
+
+def test_pending_core_forgets_a_delivered_copy_once_dispatch_passes_it() -> None:
+    """The counting core alone: a delivered copy counts until the dispatched offset given
+    reaches its end; a dropped one (its message cleaned up) goes at once; ``rebuilt`` starts
+    over."""
+    pending = PendingTimers()
+    for i in range(3):
+        pending.added("Orders", 1_000 + i, commit_offset=100 * i)
+    pending.delivered("Orders", end_offset=500, dispatched_offset=400)
+    pending.delivered("Orders", end_offset=600, dispatched_offset=400)
+    assert pending.of("Orders", 400) == TopicTimers(3, 1_002)
+    assert pending.of("Orders", 500) == TopicTimers(2, 1_002)
+    pending.dropped("Orders")
+    assert pending.all(599) == {"Orders": TopicTimers(1, 1_002)}
+    assert pending.of("Orders", 600) == TopicTimers(0, 0)
+    pending.added("Orders", 2_000, commit_offset=900)
+    pending.delivered("Orders", end_offset=700, dispatched_offset=700)  # already dispatched
+    assert pending.of("Orders", 700) == TopicTimers(0, 0)
+    pending.added("Orders", 3_000, commit_offset=1_000)
+    pending.delivered("Orders", end_offset=1_200, dispatched_offset=1_100)
+    pending.rebuilt([("Payments", 5_000)])
+    assert pending.all(0) == {"Payments": TopicTimers(1, 5_000)}

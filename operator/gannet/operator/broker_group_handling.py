@@ -115,21 +115,26 @@ async def _read_state(ctx: Context, g: _Group, *, offsets: bool) -> None:
         return
     try:
         topics, groups = await ctx.brokers.group_definitions(g.leader_endpoint)
-        subs: Mapping[str, frozenset[str]] = {}
-        lag: Mapping[tuple[str, str], int] = {}
-        messages: Mapping[str, int] = {}
-        undelivered: Mapping[str, bgp.Undelivered] = {}
-        if offsets:
-            system = await ctx.brokers.system_topics(g.leader_endpoint)
-            subs, lag, messages, undelivered = await ctx.brokers.group_offsets(
-                g.leader_endpoint, [c.name for c in groups], [t.name for t in topics] + list(system)
-            )
+        if not offsets:
+            g.state = bgp.GroupState(g.group, g.leader_endpoint, topics, groups)
+            return
+        found = await ctx.brokers.group_offsets(
+            g.leader_endpoint, [c.name for c in groups], [t.name for t in topics]
+        )
     except (BrokerUnavailable, BrokerRefused) as exc:
         g.state = bgp.GroupState(g.group, "")
         g.message = str(exc)
         return
     g.state = bgp.GroupState(
-        g.group, g.leader_endpoint, topics, groups, subs, lag, messages, undelivered
+        g.group,
+        g.leader_endpoint,
+        topics,
+        groups,
+        found.subscriptions,
+        found.lag,
+        found.messages,
+        found.undelivered,
+        found.pops,
     )
 
 

@@ -25,7 +25,10 @@ steps of this pass:
   writing redeliveries there while the drain waits). Messages the group holds outside its
   queues hold the drain too (:func:`undelivered`): delayed messages still in its timer wheel
   and prepared transactional messages not yet committed or rolled back; once delivered they
-  are in the queues and count as lag like any other message; (3) the
+  are in the queues and count as lag like any other message. So do pops not settled yet
+  (:class:`UnsettledPops`): a popped message's consumer offset moves on when its checkpoint is
+  written to the revive topic, and until revive has matched it with its ack (or redelivered it
+  to the retry topic, where it counts as lag again) only the revive topic knows it; (3) the
   other groups forget it and its objects are deleted (:class:`DeleteGroup`). Without a leader
   in the group nothing can be read, so nothing is deleted (:class:`WaitForLeader`).
 """
@@ -82,6 +85,33 @@ class Undelivered:
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
+class UnsettledPops:
+    """Pops a broker group has not settled (``GetReviveQueues``): checkpoints and acks still
+    parked in its timer wheel until the popped messages' invisible time ends (``parked``) and
+    those in its revive queues that revive has not handled yet (``backlog``). ``counted`` is
+    False when the member asked does not run the timer wheel: then nothing is known."""
+
+    parked: int = 0
+    backlog: int = 0
+    counted: bool = True
+
+    @property
+    def holds(self) -> bool:
+        return self.parked > 0 or self.backlog > 0 or not self.counted
+
+    def text(self) -> str:
+        if not self.counted:
+            return (
+                "pops not settled (not counted: the member asked does not run the timer wheel, "
+                "or its Gannet is older than the operator's)"
+            )
+        return (
+            f"pops not settled ({self.parked} checkpoints and acks waiting for the popped "
+            f"messages' invisible time to end, {self.backlog} in the revive queues)"
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
 class GroupState:
     """What the operator read of one broker group this pass (``leader`` empty: none known,
     then ``topics``/``groups`` are empty too)."""
@@ -100,14 +130,16 @@ class GroupState:
     # topic -> its messages outside the queues (timer wheel, prepared transactions), for the
     # same topics as ``messages``
     undelivered: Mapping[str, Undelivered] = dataclasses.field(default_factory=dict)
+    pops: UnsettledPops = UnsettledPops()
 
     def drained_topics(self) -> set[str]:
         """Every topic a drain waits for here: the listed ones plus the retry and dead-letter
-        topics that hold messages (a retry topic is consumed by its consumer group, a
-        dead-letter topic by whoever reads it; both are lost with the group's store)."""
-        return {t.name for t in self.topics} | {
-            name for name in self.messages if name.startswith(SYSTEM_TOPIC_PREFIXES)
-        }
+        topics that hold messages or that a consumer group has lag on (a retry topic is
+        consumed by its consumer group, a dead-letter topic by whoever reads it; both are lost
+        with the group's store)."""
+        system = {name for name in self.messages if name.startswith(SYSTEM_TOPIC_PREFIXES)}
+        system.update(t for _, t in self.lag if t.startswith(SYSTEM_TOPIC_PREFIXES))
+        return {t.name for t in self.topics} | system
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -136,6 +168,7 @@ class WaitForLag:
     unconsumed: tuple[tuple[str, int], ...] = ()
     # (topic, its messages outside the queues) still to be delivered, by topic name
     held: tuple[tuple[str, Undelivered], ...] = ()
+    pops: UnsettledPops | None = None  # when they hold the drain
 
     @property
     def total(self) -> int:
@@ -163,6 +196,8 @@ class WaitForLag:
             )
         if self.held:
             parts.append(f"for messages not in its queues yet ({_held_text(self.held)})")
+        if self.pops is not None:
+            parts.append(f"for {self.pops.text()}")
         return f"draining {broker_name}: waiting " + ", and ".join(parts)
 
 
@@ -345,8 +380,9 @@ def drain_step(draining: GroupState, all_groups: Sequence[GroupState]) -> DrainS
     pending = drain_lag(draining, all_groups)
     left = unconsumed(draining, all_groups)
     held = undelivered(draining)
-    if pending or left or held:
-        return WaitForLag(draining.group, tuple(pending), tuple(left), tuple(held))
+    pops = draining.pops if draining.pops.holds else None
+    if pending or left or held or pops:
+        return WaitForLag(draining.group, tuple(pending), tuple(left), tuple(held), pops)
     return DeleteGroup(draining.group)
 
 

@@ -525,15 +525,49 @@ class Brokers:
 
     async def group_offsets(
         self, endpoint: str, consumer_groups: Iterable[str], topics: Iterable[str]
-    ) -> tuple[
-        dict[str, frozenset[str]],
-        dict[tuple[str, str], int],
-        dict[str, int],
-        dict[str, bgp.Undelivered],
-    ]:
-        """One broker group's consumption: consumer group -> topics it holds offsets for,
-        (consumer group, topic) -> lag, topic -> messages stored, and topic -> messages held
-        outside its queues (for :class:`~gannet.operator.broker_group_planning.GroupState`)."""
+    ) -> Consumption:
+        """One broker group's consumption of ``topics`` and of its retry and dead-letter
+        topics by ``consumer_groups`` (for
+        :class:`~gannet.operator.broker_group_planning.GroupState`).
+
+        A message moves through these figures in one direction: outside the queues (delayed,
+        prepared) -> a queue (lag) -> popped with its checkpoint in the revive topic (unsettled
+        pops) -> the retry topic (lag, or messages stored there) or acked. The broker adds a
+        message to the next figure before it leaves the previous one, and each answer includes
+        everything appended before it was asked; so reading the figures in that order (the
+        retry topics again at the end) never misses a message that moves while they are read:
+        a drain cannot see it in none of them."""
+        messages: dict[str, int] = {}
+        undelivered: dict[str, bgp.Undelivered] = {}
+        system = await self.system_topics(endpoint)
+        for topic in [*topics, *system]:
+            described = await self.describe_topic(endpoint, topic)
+            if described is not None:
+                messages[topic] = described[1].messages
+                undelivered[topic] = described[1].undelivered
+        names = list(consumer_groups)
+        subscriptions, lag = await self._lag(endpoint, names)
+        revive = await self._call(endpoint, "GetReviveQueues", admin_pb2.GetReviveQueuesRequest())
+        pops = bgp.UnsettledPops(
+            parked=revive.parked_messages,
+            backlog=sum(max(0, q.max_offset - q.revive_offset) for q in revive.queues),
+            counted=revive.parked_counted,
+        )
+        later_subscriptions, later_lag = await self._lag(endpoint, names)
+        for name, later in later_subscriptions.items():
+            subscriptions[name] = subscriptions.get(name, frozenset()) | later
+        for key, n in later_lag.items():
+            lag[key] = max(lag.get(key, 0), n)
+        for topic in await self.system_topics(endpoint):  # revive may have written new ones
+            described = await self.describe_topic(endpoint, topic)
+            if described is not None:
+                messages[topic] = max(messages.get(topic, 0), described[1].messages)
+        return Consumption(subscriptions, lag, messages, undelivered, pops)
+
+    async def _lag(
+        self, endpoint: str, consumer_groups: Iterable[str]
+    ) -> tuple[dict[str, frozenset[str]], dict[tuple[str, str], int]]:
+        """Consumer group -> topics it holds offsets for; (consumer group, topic) -> lag."""
         subscriptions: dict[str, frozenset[str]] = {}
         lag: dict[tuple[str, str], int] = {}
         for name in consumer_groups:
@@ -543,14 +577,7 @@ class Brokers:
             by_topic = dict(found[1].lag_by_topic)
             subscriptions[name] = frozenset(by_topic)
             lag.update({(name, t): n for t, n in by_topic.items()})
-        messages: dict[str, int] = {}
-        undelivered: dict[str, bgp.Undelivered] = {}
-        for topic in topics:
-            described = await self.describe_topic(endpoint, topic)
-            if described is not None:
-                messages[topic] = described[1].messages
-                undelivered[topic] = described[1].undelivered
-        return subscriptions, lag, messages, undelivered
+        return subscriptions, lag
 
     async def create_topic_here(self, endpoint: str, topic: bgp.TopicDef) -> None:
         """CreateTopic in the answering broker group only; already there counts as done."""
@@ -592,6 +619,17 @@ class Brokers:
         answer = await self._call(endpoint, "GetClusterView", admin_pb2.GetClusterViewRequest())
         groups = [(g.group.broker_name, g.age_seconds, g.last_error) for g in answer.groups]
         return groups, list(answer.seeds)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Consumption:
+    """One broker group's consumption figures (:meth:`Brokers.group_offsets`)."""
+
+    subscriptions: dict[str, frozenset[str]]  # consumer group -> topics it holds offsets for
+    lag: dict[tuple[str, str], int]  # (consumer group, topic) -> lag
+    messages: dict[str, int]  # topic -> messages stored
+    undelivered: dict[str, bgp.Undelivered]  # topic -> messages held outside its queues
+    pops: bgp.UnsettledPops
 
 
 def _revive_view(answer: Any) -> ReviveView:

@@ -186,6 +186,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             queues = [
                 conv.queue_offsets_pb(self.store, config.topic_name, q) for q in range(queue_count)
             ]
+            # Dispatch first: a message appended before this call (a delivered delayed
+            # message, a committed transaction) is in the queue figures or still counted.
+            caught_up = self.store.dispatch_caught_up()
             timers = self.store.timers
             delayed = timers.pending_of(config.topic_name)
             return admin_pb2.DescribeTopicResponse(
@@ -194,7 +197,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 groups=self.store.consumer_offsets.groups_of(config.topic_name),
                 delayed_messages=delayed.messages,
                 delayed_last_due_ms=delayed.last_due_ms,
-                delayed_counted=timers.running,
+                delayed_counted=timers.running and caught_up,
                 prepared_transactions=self._prepared(config.topic_name),
             )
 
@@ -264,6 +267,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     async def DescribeGroup(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         def work() -> admin_pb2.DescribeGroupResponse:
             config = self._group(request.name)
+            self.store.dispatch_caught_up()  # lag of every message appended before the call
             rows = []
             for topic in self.store.consumer_offsets.topics_of(config.group_name):
                 offsets = self.store.consumer_offsets.query_all(config.group_name, topic)
@@ -417,8 +421,14 @@ def _wall_ms() -> int:
 def _revive_queues_pb(pop: PopBroker) -> admin_pb2.ReviveQueuesResponse:
     """Every revive queue still read; those at or past the active count are draining."""
     active = pop.ctx.revive_write_queues
-    reply = admin_pb2.ReviveQueuesResponse(active_count=active)
     topic = revive_log.revive_topic(pop.store)
+    caught_up = pop.store.dispatch_caught_up()  # checkpoints written before the call counted
+    timers = pop.store.timers
+    reply = admin_pb2.ReviveQueuesResponse(
+        active_count=active,
+        parked_messages=timers.pending_of(topic).messages,
+        parked_counted=timers.running and caught_up,
+    )
     for queue_id in pop.revive_queue_ids():
         reply.queues.add(
             queue_id=queue_id,

@@ -422,9 +422,13 @@ def pop_revive_queues(count: int | None, endpoint: str) -> None:
         }
         for q in reply.queues
     ]
+    parked = reply.parked_messages if reply.parked_counted else None
+    title = f"revive queues: {reply.active_count} active"
+    if parked is not None:
+        title += f", {parked} parked"  # checkpoints and acks waiting in the timer wheel
     emit(
-        {"active_count": reply.active_count, "queues": rows},
-        output.table(f"revive queues: {reply.active_count} active", REVIVE_COLUMNS, rows),
+        {"active_count": reply.active_count, "parked": parked, "queues": rows},
+        output.table(title, REVIVE_COLUMNS, rows),
     )
 
 

@@ -69,6 +69,7 @@ log = logging.getLogger(__name__)
 HOUSEKEEPING_INTERVAL_MS = 1_000
 VALID_TOPICS_CACHE_MAX = 100_000
 INLINE_DISPATCH_RECORDS_MAX = 256  # records a send dispatches itself; the rest wakes the thread
+DISPATCH_CATCH_UP_S = 1.0  # how long a figure reader waits for dispatch to catch up
 # Called once per dispatched batch, in commit-log order (dispatch thread, or the sender's
 # inline): one call per batch instead of one per record keeps dispatch's per-record cost down.
 ArrivalListener = Callable[[Sequence[DispatchInfo]], None]
@@ -397,6 +398,16 @@ class MessageStore:
 
     def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool:
         return self.dispatch.wait_dispatched(offset, timeout_s)
+
+    def dispatched_to(self) -> int:
+        """The commit-log offset dispatch has reached (consume queues written below it)."""
+        return self.dispatch.reput_from
+
+    def dispatch_caught_up(self, timeout_s: float = DISPATCH_CATCH_UP_S) -> bool:
+        """Wait until everything committed before this call is dispatched; False on timeout.
+        Figures read afterwards (queue offsets, lag, timer counts) include every message
+        appended before the call."""
+        return self.dispatch.wait_dispatched(self.dispatch.commit_offset, timeout_s)
 
     def _dispatchers(self) -> list[Callable[[list[DispatchInfo]], None]]:
         chain: list[Callable[[list[DispatchInfo]], None]] = [self._dispatch_consume_queues]

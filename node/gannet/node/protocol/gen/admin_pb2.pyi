@@ -469,12 +469,16 @@ class ReviveQueue(_message.Message):
     def __init__(self, queue_id: _Optional[int] = ..., draining: bool = ..., revive_offset: _Optional[int] = ..., max_offset: _Optional[int] = ...) -> None: ...
 
 class ReviveQueuesResponse(_message.Message):
-    __slots__ = ("active_count", "queues")
+    __slots__ = ("active_count", "queues", "parked_messages", "parked_counted")
     ACTIVE_COUNT_FIELD_NUMBER: _ClassVar[int]
     QUEUES_FIELD_NUMBER: _ClassVar[int]
+    PARKED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
+    PARKED_COUNTED_FIELD_NUMBER: _ClassVar[int]
     active_count: int
     queues: _containers.RepeatedCompositeFieldContainer[ReviveQueue]
-    def __init__(self, active_count: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[ReviveQueue, _Mapping]]] = ...) -> None: ...
+    parked_messages: int
+    parked_counted: bool
+    def __init__(self, active_count: _Optional[int] = ..., queues: _Optional[_Iterable[_Union[ReviveQueue, _Mapping]]] = ..., parked_messages: _Optional[int] = ..., parked_counted: bool = ...) -> None: ...
 
 class GetRaftStatusRequest(_message.Message):
     __slots__ = ()

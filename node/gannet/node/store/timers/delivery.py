@@ -54,6 +54,9 @@ _TIMING_KEYS = frozenset(
     (props.DELAY_TIME_LEVEL, props.TIMER_DELAY_SEC, props.TIMER_DELAY_MS, props.TIMER_DELIVER_MS)
 )
 FLUSH_INTERVAL_MS = 1_000
+DISPATCH_WAIT_S = 5.0
+"""At most this long the timer thread waits for dispatch when too many delivered copies are
+not dispatched yet (:data:`~gannet.node.store.timers.pending.DISPATCHING_MAX`)."""
 DELAY_LEVELS_MS = [
     1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
     420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
@@ -195,6 +198,12 @@ class TimerHost(Protocol):
         self, msgs: list[Message], *, timeout_s: float | None = None
     ) -> list[AppendResult]: ...
 
+    def dispatched_to(self) -> int:
+        """The commit-log offset dispatch has reached (consume queues written below it)."""
+        ...
+
+    def wait_dispatched(self, offset: int, timeout_s: float = 5.0) -> bool: ...
+
 
 class TimerService:
     def __init__(self, store: TimerHost) -> None:
@@ -332,7 +341,7 @@ class TimerService:
                 log.warning("timer entry at %d: message no longer stored", entry.commit_offset)
                 gone = self._topic_of_hash.get(entry.topic_hash)
                 if gone is not None:
-                    self.pending.delivered(gone)
+                    self.pending.dropped(gone)
                 continue
             topics.append(msg.properties.get(props.REAL_TOPIC, ""))
             if entry.rolled:
@@ -342,11 +351,14 @@ class TimerService:
         for start in range(0, len(out), 64):
             batch = out[start : start + 64]
             results = self.store.put_messages(batch)
+            dispatched = self.store.dispatched_to()
             for msg, topic, result in zip(batch, topics[start:], results, strict=False):
                 if msg.topic == TIMER_TOPIC:
                     self.pending.rolled(topic, result.wrote_offset)
                 else:
-                    self.pending.delivered(topic)
+                    self.pending.delivered(topic, result.end_offset, dispatched)
+            if self.pending.dispatching_full:  # a bound: let dispatch catch up first
+                self.store.wait_dispatched(results[-1].end_offset, DISPATCH_WAIT_S)
         self.fired_total += len(out)
         return len(out)
 
@@ -359,7 +371,7 @@ class TimerService:
             with self._work:
                 if self.timer_store is not None:
                     self._enqueue_new(self.timer_store)
-        return self.pending.of(topic)
+        return self.pending.of(topic, self.store.dispatched_to())
 
     def _recount(self, ts: TimerStore) -> None:
         found: list[tuple[str, int]] = []
