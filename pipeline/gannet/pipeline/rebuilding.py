@@ -45,7 +45,7 @@ from gannet.node.store.queues.consume_queues import (
     ConsumeQueue,
     ConsumeQueueStore,
 )
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.index_service import IndexService
 from gannet.pipeline import columns, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment

@@ -53,7 +53,7 @@ from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.msgids import UniqKeyGenerator
 from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
 from gannet.node.store.queues.dispatching import DispatchService, dispatch_infos_of
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.index_service import IndexService
 from gannet.node.store.queues.reading import GetResult, read_queue
 from gannet.node.store.timers.delivery import TimerService
 from gannet.node.store.upkeep.cleaning import CleanService

@@ -65,7 +65,7 @@ from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.log.mapped_files import MappedFile
 from gannet.node.store.queues.consume_queues import ConsumeQueueStore
 from gannet.node.store.queues.dispatching import DispatchService
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.index_service import IndexService
 
 log = logging.getLogger(__name__)
 
