@@ -92,6 +92,17 @@ class BrokerProcess:
 
 
 @contextlib.contextmanager
+def scratch_dir(prefix: str) -> Iterator[Path]:
+    """A fresh temporary directory for one run's stores, removed when the run ends (also when it
+    fails). Used by :func:`run_style`, :mod:`bench.official` and :mod:`bench.transactions`."""
+    root = Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@contextlib.contextmanager
 def broker_process(root: Path, style: str) -> Iterator[BrokerProcess]:
     if style not in STYLES:
         raise ValueError(f"unknown server style {style!r}; use one of {STYLES}")
@@ -570,8 +581,7 @@ def _machine() -> dict[str, Any]:
 
 
 def run_style(style: str, seconds: float, profile: bool) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix=f"gannet-bench-{style}-"))
-    try:
+    with scratch_dir(f"gannet-bench-{style}-") as root:
         with broker_process(root / "store", style) as broker:
             _admin_setup(broker.endpoint)
             result: dict[str, Any] = {"style": style, "machine_before": _machine()}
@@ -612,8 +622,6 @@ def run_style(style: str, seconds: float, profile: bool) -> dict[str, Any]:
             print(style, "grpc floor (canned reply)", result["grpc_floor"], flush=True)
         result["machine_after"] = _machine()
         return result
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:

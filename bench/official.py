@@ -19,10 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
@@ -42,6 +39,7 @@ from bench.broker import (
     _official_worker,
     _run_workers,
     broker_process,
+    scratch_dir,
 )
 
 CONSUMER_PROCESSES = 4
@@ -92,27 +90,26 @@ def _prefill(endpoint: str, messages: int) -> None:
 
 
 def run(seconds: float, phases: list[str]) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="gannet-bench-official-"))
-    try:
-        with broker_process(root / "store", "uvloop") as broker:
-            _admin_setup(broker.endpoint)
-            result: dict[str, Any] = {"machine_before": _machine()}
-            if "send" in phases:
-                result["official_send"] = _run_workers(
-                    broker, _official_worker, OFFICIAL_PROCESSES,
-                    OFFICIAL_IN_FLIGHT // OFFICIAL_PROCESSES, seconds,
-                )  # fmt: skip
-                print("official send", result["official_send"], flush=True)
-            if "receive" in phases:
-                _prefill(broker.endpoint, int(PREFILL_MESSAGES_PER_S * seconds))
-                result["official_receive"] = _run_workers(
-                    broker, _consumer_worker, CONSUMER_PROCESSES, 1, seconds
-                )
-                print("official receive+ack", result["official_receive"], flush=True)
-            result["machine_after"] = _machine()
-            return result
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    with (
+        scratch_dir("gannet-bench-official-") as root,
+        broker_process(root / "store", "uvloop") as broker,
+    ):
+        _admin_setup(broker.endpoint)
+        result: dict[str, Any] = {"machine_before": _machine()}
+        if "send" in phases:
+            result["official_send"] = _run_workers(
+                broker, _official_worker, OFFICIAL_PROCESSES,
+                OFFICIAL_IN_FLIGHT // OFFICIAL_PROCESSES, seconds,
+            )  # fmt: skip
+            print("official send", result["official_send"], flush=True)
+        if "receive" in phases:
+            _prefill(broker.endpoint, int(PREFILL_MESSAGES_PER_S * seconds))
+            result["official_receive"] = _run_workers(
+                broker, _consumer_worker, CONSUMER_PROCESSES, 1, seconds
+            )
+            print("official receive+ack", result["official_receive"], flush=True)
+        result["machine_after"] = _machine()
+        return result
 
 
 def main() -> None:

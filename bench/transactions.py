@@ -19,16 +19,13 @@ the window); the ratios transactional / normal are printed and appended to
 from __future__ import annotations
 
 import argparse
-import shutil
-import tempfile
 import time
-from pathlib import Path
 from typing import Any
 
 import grpc
 
 from bench import results_log
-from bench.broker import BrokerProcess, _machine, _run_workers, broker_process
+from bench.broker import BrokerProcess, _machine, _run_workers, broker_process, scratch_dir
 
 NORMAL_TOPIC, TX_TOPIC, QUEUES = "TxBenchNormal", "TxBenchTx", 8
 PROCESSES = 2
@@ -116,8 +113,7 @@ def tx_worker(endpoint: str, threads: int, start: Any, stop: Any, out: Any, read
 
 
 def run(seconds: float) -> dict[str, Any]:
-    root = Path(tempfile.mkdtemp(prefix="gannet-bench-tx-"))
-    try:
+    with scratch_dir("gannet-bench-tx-") as root:
         broker: BrokerProcess
         with broker_process(root / "store", "asyncio") as broker:
             _setup(broker.endpoint)
@@ -133,8 +129,6 @@ def run(seconds: float) -> dict[str, Any]:
         )
         result["machine_after"] = _machine()
         return result
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def main() -> None:

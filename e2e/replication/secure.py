@@ -1,6 +1,8 @@
 """Authentication and TLS for the e2e replication group: one access key with every right,
 a cluster CA, and per node a certificate used on the client port (TLS-only) and between peers
-(mutual TLS).
+(mutual TLS). The CA and the certificates are made by the product's own writer,
+:func:`gannet.node.cli.cluster_pki.generated` (what ``gannet cluster up --tls`` runs with:
+``serverAuth`` and ``clientAuth``, SANs ``localhost``, ``127.0.0.1``, ``::1`` and the node name).
 
 Used by :class:`e2e.replication.harness.ProcessGroup` (``security=``) for the ``kill-secure``
 scenario of :mod:`e2e.replication.scenario`: brokers run with ``--auth-file``, ``--tls-cert``,
@@ -23,8 +25,9 @@ from pathlib import Path
 import grpc
 from rocketmq import Credentials
 
+from gannet.node.cli import cluster_pki
+from gannet.node.cli.cluster_certs import MemberFiles
 from gannet.node.protocol import auth
-from tests.security import certs
 
 ACCESS_KEY = "e2e-admin"
 SECRET_KEY = "e2e-admin-secret"
@@ -34,20 +37,20 @@ SECRET_KEY = "e2e-admin-secret"
 class Security:
     auth_file: Path
     ca_file: Path
-    node_files: dict[int, certs.Issued]
+    node_files: dict[int, MemberFiles]
 
     @classmethod
     def make(cls, directory: Path, ids: list[int]) -> Security:
         directory.mkdir(parents=True, exist_ok=True)
-        authority = certs.authority(directory, "cluster-ca")
-        nodes = {i: authority.issue(directory, f"node{i}", server=True, client=True) for i in ids}
+        pki = cluster_pki.generated(directory / "tls", [f"node{i}" for i in ids], "127.0.0.1")
+        nodes = {i: pki.members[f"node{i}"] for i in ids}
         allow = [{"actions": ["pub", "sub", "admin"], "topics": ["*"], "groups": ["*"]}]
         accounts = {
             "accounts": [{"access_key": ACCESS_KEY, "secret_key": SECRET_KEY, "allow": allow}]
         }
         auth_file = directory / "accounts.json"
         auth_file.write_text(json.dumps(accounts))
-        return cls(auth_file, authority.cert_file, nodes)
+        return cls(auth_file, pki.ca_file, nodes)
 
     def broker_args(self, node_id: int) -> list[str]:
         node = self.node_files[node_id]

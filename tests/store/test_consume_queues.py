@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gannet.node.store.config import StoreConfig
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.consume_queues import (
     PRE_BLANK_UNIT,
     Boundary,
     ConsumeQueue,
-    ConsumeQueueStore,
     CqUnit,
 )
 

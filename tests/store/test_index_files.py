@@ -21,7 +21,6 @@ from gannet.node.store.log.records import (
 from gannet.node.store.queues.index_files import (
     IndexFile,
     IndexItem,
-    IndexService,
     build_key,
     epoch_ms_of_name,
     file_name_for,
@@ -29,6 +28,7 @@ from gannet.node.store.queues.index_files import (
     item_position,
     slot_position,
 )
+from gannet.node.store.queues.index_service import IndexService
 
 pytestmark = pytest.mark.usefixtures("put_path")  # native and Python put paths
 

@@ -33,7 +33,8 @@ from gannet.node.store.log import native
 from gannet.node.store.log.commitlog import AppendResult, CommitLog
 from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.queues.dispatching import _dispatch_infos_of
-from gannet.node.store.queues.index_files import IndexFile, IndexService
+from gannet.node.store.queues.index_files import IndexFile
+from gannet.node.store.queues.index_service import IndexService
 
 CODEC, WHY = native.load()
 pytestmark = pytest.mark.skipif(CODEC is None, reason=f"native encoder not in use: {WHY}")

@@ -40,12 +40,9 @@ from gannet.node.store import properties as props
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.hashing import tags_code
 from gannet.node.store.log.records import DispatchInfo
-from gannet.node.store.queues.consume_queues import (
-    CQ_UNIT_SIZE_BYTES,
-    ConsumeQueue,
-    ConsumeQueueStore,
-)
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
+from gannet.node.store.queues.consume_queues import CQ_UNIT_SIZE_BYTES, ConsumeQueue
+from gannet.node.store.queues.index_service import IndexService
 from gannet.pipeline import columns, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment

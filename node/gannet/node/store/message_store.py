@@ -51,9 +51,10 @@ from gannet.node.store.log.commitlog import AppendResult, CommitLog, now_ms
 from gannet.node.store.log.flushing import FlushService, OffsetWaiters
 from gannet.node.store.log.records import DispatchInfo, Message
 from gannet.node.store.msgids import UniqKeyGenerator
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore, CqUnit
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
+from gannet.node.store.queues.consume_queues import CqUnit
 from gannet.node.store.queues.dispatching import DispatchService, dispatch_infos_of
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.index_service import IndexService
 from gannet.node.store.queues.reading import GetResult, read_queue
 from gannet.node.store.timers.delivery import TimerService
 from gannet.node.store.upkeep.cleaning import CleanService

@@ -9,7 +9,7 @@
  *   encode_all           CommitLog.encode_all + packing.record_fields   (store/log/commitlog.py,
  *                                                                         store/log/packing.py)
  *   lay_out              CommitLog._lay_out + packing.pack_record_into  (same modules)
- *   index_items          the key loop of IndexService.build_index_batch (store/queues/index_files.py)
+ *   index_items          the key loop of IndexService.build_index_batch (store/queues/index_service.py)
  *   add_index_items      IndexFile.add_items                            (store/queues/index_files.py)
  *   dispatch_infos       dispatch_infos_of                              (store/message_store.py)
  *   queue_units          the loop of MessageStore._dispatch_consume_queues with

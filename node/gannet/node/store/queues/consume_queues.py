@@ -1,9 +1,12 @@
 """Consume queues: per-(topic, queue) position indexes over the commit log (``ConsumeQueue``).
 
-Called by the dispatcher (:meth:`ConsumeQueue.put` for every dispatched record), by recovery
-(:meth:`ConsumeQueueStore.recover`, :meth:`ConsumeQueueStore.truncate_dirty`), by the cleaner
-(:meth:`ConsumeQueueStore.delete_expired`) and by the read paths (pull, Pop, queries by offset
-and by time). Byte-compatible with RocketMQ 5 (``reference/store-format.md`` §3).
+One queue, its files and their 20-byte units: :class:`ConsumeQueue` writes, reads, recovers,
+cuts and searches them. Called by the dispatcher (:meth:`ConsumeQueue.put` and
+:meth:`ConsumeQueue.put_units` for every dispatched record) and by the read paths (pull, Pop,
+queries by offset and by time) on one queue; recovery, truncation, cleanup and the pipeline's
+rebuild job reach every queue through
+:class:`~gannet.node.store.queues.consume_queue_store.ConsumeQueueStore`, which keeps them.
+Byte-compatible with RocketMQ 5 (``reference/store-format.md`` §3).
 
 Format. A queue lives in ``<root>/consumequeue/<topic>/<queueId>/`` as a sequence of
 fixed-size files of ``StoreConfig.consume_queue_units_per_file`` units (300,000 by default).
@@ -141,7 +144,7 @@ class ConsumeQueue:
         self._forget_times()
         self.max_physic_offset = -1
         self._min_logic_offset = 0
-        _remove_empty_dir(self.directory)
+        remove_empty_dir(self.directory)
 
     # --- dispatch ---
     def put(self, commit_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
@@ -560,93 +563,8 @@ class _TimeSearch:
         return position
 
 
-def _remove_empty_dir(path: Path) -> None:
+def remove_empty_dir(path: Path) -> None:
+    """Remove a queue's or a topic's directory if it is empty (also used by
+    :class:`~gannet.node.store.queues.consume_queue_store.ConsumeQueueStore`)."""
     with contextlib.suppress(OSError):  # missing, or still holds files that are not ours
         os.rmdir(path)
-
-
-class ConsumeQueueStore:
-    """Every consume queue of a store, keyed by (topic, queue id) (``ConsumeQueueStore``)."""
-
-    def __init__(self, config: StoreConfig) -> None:
-        self.config = config
-        self._table: dict[str, dict[int, ConsumeQueue]] = {}
-
-    def load(self) -> None:
-        """Open ``<root>/consumequeue/<topic>/<queueId>/`` for every directory found."""
-        root = self.config.consume_queue_dir
-        root.mkdir(parents=True, exist_ok=True)
-        for topic_dir in sorted(p for p in root.iterdir() if p.is_dir()):
-            for queue_dir in sorted(p for p in topic_dir.iterdir() if p.is_dir()):
-                if not queue_dir.name.isdigit():
-                    _log.warning("ignoring %s: queue directory name is not a number", queue_dir)
-                    continue
-                cq = self.find_or_create(topic_dir.name, int(queue_dir.name))
-                cq.load()
-
-    def recover(self) -> int:
-        """Recover every queue; the max ``max_physic_offset`` over them (-1 when none)."""
-        best = -1
-        for cq in self.queues():
-            cq.recover()
-            best = max(best, cq.max_physic_offset)
-        return best
-
-    def find_or_create(self, topic: str, queue_id: int) -> ConsumeQueue:
-        by_id = self._table.setdefault(topic, {})
-        cq = by_id.get(queue_id)
-        if cq is None:
-            cq = ConsumeQueue(topic, queue_id, self.config)
-            by_id[queue_id] = cq
-        return cq
-
-    def get(self, topic: str, queue_id: int) -> ConsumeQueue | None:
-        by_id = self._table.get(topic)
-        return None if by_id is None else by_id.get(queue_id)
-
-    def queues(self) -> list[ConsumeQueue]:
-        return [cq for by_id in self._table.values() for cq in by_id.values()]
-
-    def topics(self) -> list[str]:
-        return list(self._table)
-
-    def truncate_dirty(self, phy_offset: int) -> None:
-        """Cut units at or past ``phy_offset`` in every queue that has any."""
-        for cq in self.queues():
-            unknown = cq.max_physic_offset < 0 and bool(cq.files)
-            if cq.max_physic_offset > phy_offset or unknown:
-                cq.truncate_dirty_logic_files(phy_offset)
-
-    def correct_min_offsets(self, min_commitlog_offset: int) -> None:
-        for cq in self.queues():
-            cq.correct_min_offset(min_commitlog_offset)
-
-    def delete_expired(self, min_commitlog_offset: int) -> int:
-        """Delete expired files of every queue; the number of files deleted."""
-        return sum(cq.delete_expired_file(min_commitlog_offset) for cq in self.queues())
-
-    def flush_all(self, least_pages: int) -> None:
-        for cq in self.queues():
-            cq.flush(least_pages)
-
-    def destroy_queue(self, topic: str, queue_id: int) -> None:
-        by_id = self._table.get(topic)
-        cq = None if by_id is None else by_id.pop(queue_id, None)
-        if cq is not None:
-            cq.destroy()
-        if by_id is not None and not by_id:
-            del self._table[topic]
-            _remove_empty_dir(self.config.consume_queue_dir / topic)
-
-    def destroy_topic(self, topic: str) -> None:
-        for cq in self._table.pop(topic, {}).values():
-            cq.destroy()
-        _remove_empty_dir(self.config.consume_queue_dir / topic)
-
-    def destroy_all(self) -> None:
-        for topic in list(self._table):
-            self.destroy_topic(topic)
-
-    def close(self) -> None:
-        for cq in self.queues():
-            cq.close()

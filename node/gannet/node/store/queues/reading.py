@@ -27,11 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gannet.node.store.log.commitlog import CommitLog
-from gannet.node.store.queues.consume_queues import (
-    ConsumeQueue,
-    ConsumeQueueStore,
-    CqUnit,
-)
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
+from gannet.node.store.queues.consume_queues import ConsumeQueue, CqUnit
 
 READ_COUNT_MAX = 1024
 READ_BYTES_MAX = 4 * 1024 * 1024

@@ -36,7 +36,7 @@ from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import MessageIllegal, StoreError
 from gannet.node.store.log.commitlog import AppendResult
 from gannet.node.store.log.records import Message
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.timers.codecs import TimerEntry, floor_to_precision, topic_hash
 from gannet.node.store.timers.pending import PendingTimers, TopicTimers
 from gannet.node.store.timers.store import TimerStore

@@ -63,9 +63,9 @@ from gannet.node.store.configs.offsets import ConsumerOffsetManager
 from gannet.node.store.errors import StoreError
 from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.log.mapped_files import MappedFile
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.dispatching import DispatchService
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.index_service import IndexService
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from gannet.node.store.errors import CorruptionError
 from gannet.node.store.log.commitlog import CommitLog, queue_key
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore, is_pre_blank
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
+from gannet.node.store.queues.consume_queues import is_pre_blank
 
 _ADVICE = (
     "the queue's numbering has a hole (a send that reserved an offset and failed, in an "

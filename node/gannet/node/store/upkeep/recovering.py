@@ -67,8 +67,8 @@ from gannet.node.store.log import records
 from gannet.node.store.log.checkpoints import Checkpoint
 from gannet.node.store.log.commitlog import CommitLog, queue_key
 from gannet.node.store.log.mapped_files import MappedFile
-from gannet.node.store.queues.consume_queues import ConsumeQueueStore
-from gannet.node.store.queues.index_files import IndexService
+from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
+from gannet.node.store.queues.index_service import IndexService
 from gannet.node.store.upkeep.queue_consistency import TailGapCheck, check_queue_ends
 
 log = logging.getLogger(__name__)
