@@ -200,10 +200,9 @@ def _handshake(tls_dir: Path, member: str, trusted_ca: Path) -> str:
         accepting.start()
         client = client_context.wrap_socket(right, server_hostname=HOST)
         accepting.join()
-        peer = client.getpeercert()
-    return ",".join(f"{k}={v}" for rdn in peer["subject"] for k, v in rdn).replace(
-        "commonName", "CN"
-    )
+        der = client.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).subject.rfc4514_string()
 
 
 def test_your_own_certificates_are_warned_about_and_never_rewritten(
