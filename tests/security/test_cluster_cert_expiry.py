@@ -20,7 +20,7 @@ import click
 import pytest
 from click.testing import CliRunner, Result
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from gannet.node.broker import threads
@@ -46,35 +46,14 @@ def _ca_key(tls_dir: Path) -> ec.EllipticCurvePrivateKey:
     return key
 
 
-def _resign(
-    cert_file: Path, issuer: x509.Certificate, key: ec.EllipticCurvePrivateKey, *, days: float
-) -> x509.Certificate:
-    """``cert_file``'s certificate signed again by ``key`` (same subject, public key and
-    extensions), valid from two days ago until ``days`` from now (negative: expired)."""
-    old = _cert(cert_file)
-    now = dt.datetime.now(dt.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(old.subject)
-        .issuer_name(issuer.subject)
-        .public_key(old.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - 2 * DAY - abs(days) * DAY)
-        .not_valid_after(now + days * DAY)
-    )
-    for extension in old.extensions:
-        builder = builder.add_extension(extension.value, critical=extension.critical)
-    cert = builder.sign(key, hashes.SHA256())
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    return cert
-
-
 def _expire_member(tls_dir: Path, name: str, *, days: float) -> x509.Certificate:
-    return _resign(tls_dir / f"{name}.crt", _cert(tls_dir / "ca.crt"), _ca_key(tls_dir), days=days)
+    return certs.resign(
+        tls_dir / f"{name}.crt", _cert(tls_dir / "ca.crt"), _ca_key(tls_dir), days=days
+    )
 
 
 def _expire_ca(tls_dir: Path, *, days: float) -> x509.Certificate:
-    return _resign(tls_dir / "ca.crt", _cert(tls_dir / "ca.crt"), _ca_key(tls_dir), days=days)
+    return certs.resign(tls_dir / "ca.crt", _cert(tls_dir / "ca.crt"), _ca_key(tls_dir), days=days)
 
 
 def _prepare(tls_dir: Path, **kwargs: object) -> None:
