@@ -165,6 +165,17 @@ def test_a_ca_near_expiry_is_warned_about_and_renewed_only_when_asked(
     assert _handshake(tls_dir, "broker-a-node1", old_ca_file) == "CN=broker-a-node1"
     cluster_pki.generated(tls_dir, MEMBERS, HOST)  # cluster up accepts the lot
 
+    _expire_ca(tls_dir, days=-1)  # an expired CA: cluster up says how to keep it
+    with pytest.raises(click.ClickException) as refused:
+        cluster_pki.generated(tls_dir, MEMBERS, HOST)
+    assert refused.value.format_message().endswith(
+        f"run `gannet cluster certs renew --ca --tls-dir {tls_dir}` to re-sign it with its own "
+        f"key (the member certificates stay valid under it), or delete {tls_dir} to have "
+        "cluster up create a new CA and certificates"
+    )
+    assert _invoke(["cluster", "certs", "renew", "--ca", "--tls-dir", str(tls_dir)]).exit_code == 0
+    cluster_pki.generated(tls_dir, MEMBERS, HOST)
+
 
 def _handshake(tls_dir: Path, member: str, trusted_ca: Path) -> str:
     """A real TLS handshake (OpenSSL): a server with ``member``'s files, a client trusting

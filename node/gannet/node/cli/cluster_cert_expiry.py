@@ -271,9 +271,10 @@ def warnings(
         if r.state != "expiring":
             continue
         what = "CA certificate" if r.member == CA_MEMBER else "certificate"
+        days = r.days_left or 0
+        left = "within a day" if days < 1 else f"in {days} day{'s' if days > 1 else ''}"
         head = (
-            f"TLS warning: the {what} {r.file} ({r.subject}) expires on {_day(r.not_after)}, "
-            f"in {r.days_left} days"
+            f"TLS warning: the {what} {r.file} ({r.subject}) expires on {_day(r.not_after)}, {left}"
         )
         found.append(f"{head}; {_remedy(r, tls_dir, skipped or {})}")
     return found
@@ -311,8 +312,8 @@ def _remedy(r: CertReport, tls_dir: Path | None, skipped: dict[str, str]) -> str
         return (
             "gannet does not replace its CA by itself (every member and client trusts it): "
             f"run `gannet cluster certs renew --ca{where}` (same key: members and clients of "
-            f"the old CA keep working) and give clients the new {r.file} before it expires, "
-            f"or delete {tls_dir} to start over with a new CA"
+            f"the old CA keep working) and give clients the new {r.file} before the old one "
+            f"expires, or delete {tls_dir} to start over with a new CA"
         )
     why = skipped.get(r.member)
     renew = f"`gannet cluster certs renew{where}` re-issues it from the cluster CA"

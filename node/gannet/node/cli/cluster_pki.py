@@ -64,7 +64,11 @@ def generated(tls_dir: Path, members: Sequence[str], host: str) -> ClusterTls:
         _write_ca(ca_file, ca_key_file)
     elif not ca_file.exists():
         raise click.ClickException(f"TLS: the CA certificate {ca_file} is missing; {fresh}")
-    [ca] = _check_ca(ca_file, remedy=fresh)
+    resign = (
+        f"run `gannet cluster certs renew --ca --tls-dir {tls_dir}` to re-sign it with its own "
+        f"key (the member certificates stay valid under it), or {fresh}"
+    )
+    [ca] = _check_ca(ca_file, remedy=fresh, dates_remedy=resign)
     ca_key: ec.EllipticCurvePrivateKey | None = None
     found: dict[str, MemberFiles] = {}
     for name in members:
@@ -140,15 +144,21 @@ def check_member(
         raise refuse(f"{files.cert_file} does not name {host} in its subject alternative names")
 
 
-def _check_ca(ca_file: Path, *, remedy: str) -> list[x509.Certificate]:
-    """The certificates of ``ca_file``, each a CA valid now."""
+def _check_ca(
+    ca_file: Path, *, remedy: str, dates_remedy: str | None = None
+) -> list[x509.Certificate]:
+    """The certificates of ``ca_file``, each a CA valid now (``dates_remedy``: what to do
+    about an expired or not yet valid one, default ``remedy``)."""
 
     def refuse(problem: str) -> click.ClickException:
         return click.ClickException(f"TLS: {problem}; {remedy}")
 
+    def refuse_dates(problem: str) -> click.ClickException:
+        return click.ClickException(f"TLS: {problem}; {dates_remedy or remedy}")
+
     cas = certificates(ca_file, "CA certificate", remedy)
     for ca in cas:
-        _check_dates(ca, ca_file, refuse)
+        _check_dates(ca, ca_file, refuse_dates)
         try:
             is_ca = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
         except x509.ExtensionNotFound:
