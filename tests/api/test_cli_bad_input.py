@@ -104,6 +104,7 @@ HOSTILE_ARGUMENTS: dict[str, list[tuple[str, set[int]]]] = {
     "target": [],
     "spec": [("garbage", {USAGE}), ("4=127.0.0.1:1/2", {5})],  # 5: not a replicated broker
     "node_id": [("0", {USAGE}), ("x", {USAGE}), ("2", {5})],
+    "members": [("bad name!", {USAGE}), ("../ca", {USAGE}), ("", {USAGE})],
 }  # fmt: skip
 # options that complete a command's arguments, so a hostile argument reaches the command body
 COMPLETING: dict[tuple[str, ...], tuple[str, ...]] = {

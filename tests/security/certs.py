@@ -99,6 +99,31 @@ def authority(directory: Path, name: str) -> Authority:
     return Authority(name, cert, key, cert_file)
 
 
+def resign(
+    cert_file: Path, issuer: x509.Certificate, key: ec.EllipticCurvePrivateKey, *, days: float
+) -> x509.Certificate:
+    """``cert_file``'s certificate signed again by ``key`` (same subject, public key and
+    extensions; issuer ``issuer``), valid until ``days`` from now (negative: expired), written
+    back: short validity without waiting."""
+    old = x509.load_pem_x509_certificate(cert_file.read_bytes())
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(old.subject)
+        .issuer_name(issuer.subject)
+        .public_key(old.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - (2 + abs(days)) * day)
+        .not_valid_after(now + days * day)
+    )
+    for extension in old.extensions:
+        builder = builder.add_extension(extension.value, critical=extension.critical)
+    cert = builder.sign(key, hashes.SHA256())
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    return cert
+
+
 def _base(name: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (

@@ -6,7 +6,8 @@ with only their access key added; the official Python client (its own process: i
 ``GRPC_DEFAULT_SSL_ROOTS_FILE_PATH`` from that file) sends over both groups and receives and
 acks every message; plaintext and a TLS client trusting another CA are refused on client and
 peer ports; each group's follower holds what its leader committed (replication over peer mTLS).
-A second ``up`` reuses the certificates and serves with them.
+A second ``up`` reuses the certificates, renews the one that expires within 30 days (re-signed
+to do so) from the same CA, and serves with it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import json
 import os
 import shlex
 import signal
+import socket
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -22,6 +25,9 @@ from pathlib import Path
 
 import grpc
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 
 from e2e.groups.harness import free_base_port, wait_for
 from gannet.node.cli import cluster
@@ -81,6 +87,24 @@ def started(tmp_path: Path) -> Iterator[list[Up]]:
     for up in ups:
         if up.process.poll() is None:
             up.stop()
+
+
+def _pem_cert(path: Path) -> x509.Certificate:
+    return x509.load_pem_x509_certificate(path.read_bytes())
+
+
+def _served(endpoint: str, ca_file: Path) -> x509.Certificate:
+    """The certificate a TLS handshake with ``endpoint`` (trusting ``ca_file``) is shown."""
+    host, port = endpoint.rsplit(":", 1)
+    context = ssl.create_default_context(cafile=str(ca_file))
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((host, int(port)), timeout=5) as raw,
+        context.wrap_socket(raw, server_hostname=host) as wrapped,
+    ):
+        der = wrapped.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der)
 
 
 def _admin(endpoint: str, ca_file: Path) -> admin_pb2_grpc.AdminStub:
@@ -225,16 +249,28 @@ def test_two_groups_of_two_run_secured_end_to_end(tmp_path: Path, started: list[
 
     assert started[0].stop() == 0
     assert "cluster stopped" in started[0].output()
-    made = {p.name: p.read_bytes() for p in (root / "tls").iterdir()}
-    assert len(made) == 2 + 2 * 4  # the CA and each member's certificate and key
+    tls_dir = root / "tls"
+    assert len(list(tls_dir.iterdir())) == 2 + 2 * 4  # the CA and each member's cert and key
+    ca_key = serialization.load_pem_private_key((tls_dir / "ca.key").read_bytes(), None)
+    assert isinstance(ca_key, ec.EllipticCurvePrivateKey)
+    soon = certs.resign(  # broker-1-node1 expires in 5 days: the second up renews it
+        tls_dir / "broker-1-node1.crt", _pem_cert(ca_file), ca_key, days=5
+    )
+    made = {p.name: p.read_bytes() for p in tls_dir.iterdir()}
 
     started.append(Up(argv, tmp_path / "up-2.out"))
     started[1].wait_started()
-    assert {p.name: p.read_bytes() for p in (root / "tls").iterdir()} == made
+    after = {p.name: p.read_bytes() for p in tls_dir.iterdir()}
+    assert {n for n in made if after[n] != made[n]} == {"broker-1-node1.crt", "broker-1-node1.key"}
+    renewed = _pem_cert(tls_dir / "broker-1-node1.crt")
+    assert renewed.serial_number != soon.serial_number
+    assert "TLS: renewed the certificate of broker-1-node1" in started[1].output()
+    assert "TLS warning" not in started[1].output()
     wait_for(
         lambda: _status(plans[1].client_endpoints()[0], ca_file) is not None,
         START_TIMEOUT_S,
-        "a member of the second up to answer with the same CA",
+        "the renewed member of the second up to answer with the same CA",
         0.2,
     )
+    assert _served(plans[1].client_endpoints()[0], ca_file) == renewed
     assert started[1].stop() == 0

@@ -15,7 +15,9 @@ every member gets the other groups' client endpoints as ``--cluster-seeds``
 requests, and with several groups gives them a cluster key to sign their polls of each other
 (:mod:`cluster_auth`). ``--tls`` (or ``--tls-dir``, or the user's own ``--tls-cert/--tls-key/
 --tls-ca``) gives every member a TLS-only client port and mutual TLS between peers, with a
-cluster CA and member certificates it creates once and reuses (:mod:`cluster_tls`).
+cluster CA and member certificates it creates once and reuses (:mod:`cluster_tls`), warning
+about certificates that expire within ``--tls-warn-days`` and re-issuing its own members'
+(``gannet cluster certs list|renew``: :mod:`cluster_cert_commands`).
 ``DATA_ROOT/client.env`` (:func:`write_client_env`) holds the environment of the ``gannet``
 commands and the official clients for this cluster. The command prints the endpoints, then
 waits: on
@@ -55,6 +57,7 @@ from rich.table import Table
 from gannet.node.cli import (
     calls,
     cluster_auth,
+    cluster_cert_commands,
     cluster_tls,
     exits,
     members,
@@ -183,6 +186,7 @@ def cluster() -> None:
 
 
 cluster.add_command(members.member)
+cluster.add_command(cluster_cert_commands.certs)
 
 
 @cluster.command("up")
@@ -255,6 +259,20 @@ cluster.add_command(members.member)
 )
 @click.option("--tls-key", type=options.PEM_FILE, help="Private key of --tls-cert.")
 @click.option("--tls-ca", type=options.PEM_FILE, help="The CA (PEM) that issued --tls-cert.")
+@click.option(
+    "--tls-warn-days",
+    type=click.IntRange(0, cluster_cert_commands.WARN_DAYS_MAX),
+    default=cluster_tls.WARN_DAYS_DEFAULT,
+    show_default=True,
+    help="Warn about any certificate that expires within this many days; the member "
+    "certificates cluster up created are re-issued from its CA instead.",
+)
+@click.option(
+    "--renew-certs",
+    is_flag=True,
+    help="Re-issue every member certificate cluster up created (from the same CA, new keys) "
+    "before starting. See also `gannet cluster certs`.",
+)
 def cluster_up(
     groups: int,
     replicas: int,
@@ -269,6 +287,8 @@ def cluster_up(
     tls_cert: Path | None,
     tls_key: Path | None,
     tls_ca: Path | None,
+    tls_warn_days: int,
+    renew_certs: bool,
 ) -> None:
     """Start GROUPS broker groups of REPLICAS brokers each and run until Ctrl-C or SIGTERM."""
     if base_port + (groups - 1) * GROUP_PORT_STRIDE + 10 + replicas > 65535:
@@ -292,6 +312,8 @@ def cluster_up(
         cert_file=tls_cert,
         key_file=tls_key,
         ca_file=tls_ca,
+        warn_days=tls_warn_days,
+        renew=renew_certs,
     )
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):

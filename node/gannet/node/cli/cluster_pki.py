@@ -64,7 +64,11 @@ def generated(tls_dir: Path, members: Sequence[str], host: str) -> ClusterTls:
         _write_ca(ca_file, ca_key_file)
     elif not ca_file.exists():
         raise click.ClickException(f"TLS: the CA certificate {ca_file} is missing; {fresh}")
-    [ca] = _check_ca(ca_file, remedy=fresh)
+    resign = (
+        f"run `gannet cluster certs renew --ca --tls-dir {tls_dir}` to re-sign it with its own "
+        f"key (the member certificates stay valid under it), or {fresh}"
+    )
+    [ca] = _check_ca(ca_file, remedy=fresh, dates_remedy=resign)
     ca_key: ec.EllipticCurvePrivateKey | None = None
     found: dict[str, MemberFiles] = {}
     for name in members:
@@ -72,7 +76,7 @@ def generated(tls_dir: Path, members: Sequence[str], host: str) -> ClusterTls:
         again = f"delete {files.cert_file} and {files.key_file} to have cluster up issue them again"
         if not files.cert_file.exists() and not files.key_file.exists():
             if ca_key is None:
-                ca_key = _load_ca_key(ca_key_file, ca, name, fresh)
+                ca_key = load_ca_key(ca_key_file, ca, name, fresh)
             _write_member(files, name, host, ca, ca_key)
         for path in (files.cert_file, files.key_file):
             if not path.exists():
@@ -108,17 +112,18 @@ def check_member(
     def refuse(problem: str) -> click.ClickException:
         return click.ClickException(f"TLS: {problem}; {remedy}")
 
-    chain = _certificates(files.cert_file, "certificate", remedy)
-    key = _private_key(files.key_file, remedy)
+    chain = certificates(files.cert_file, "certificate", remedy)
+    key = private_key(files.key_file, remedy)
     leaf = chain[0]
-    if _public_der(leaf.public_key()) != _public_der(key.public_key()):
+    if public_der(leaf.public_key()) != public_der(key.public_key()):
         raise refuse(f"the private key {files.key_file} does not belong to {files.cert_file}")
     for cert in chain:
         _check_dates(cert, files.cert_file, refuse)
-    if not _issued_by_one_of(chain, cas):
+    if not issued_by_one_of(chain, cas):
         raise refuse(
-            f"{files.cert_file} ({_subject(leaf)}, issued by {leaf.issuer.rfc4514_string()}) was "
-            f"not issued by the CA ({', '.join(_subject(c) for c in cas)})"
+            f"{files.cert_file} ({subject_text(leaf)}, issued by "
+            f"{leaf.issuer.rfc4514_string()}) was not issued by the CA "
+            f"({', '.join(subject_text(c) for c in cas)})"
         )
     usages = _extended_usages(leaf)
     if usages is not None:
@@ -139,25 +144,31 @@ def check_member(
         raise refuse(f"{files.cert_file} does not name {host} in its subject alternative names")
 
 
-def _check_ca(ca_file: Path, *, remedy: str) -> list[x509.Certificate]:
-    """The certificates of ``ca_file``, each a CA valid now."""
+def _check_ca(
+    ca_file: Path, *, remedy: str, dates_remedy: str | None = None
+) -> list[x509.Certificate]:
+    """The certificates of ``ca_file``, each a CA valid now (``dates_remedy``: what to do
+    about an expired or not yet valid one, default ``remedy``)."""
 
     def refuse(problem: str) -> click.ClickException:
         return click.ClickException(f"TLS: {problem}; {remedy}")
 
-    cas = _certificates(ca_file, "CA certificate", remedy)
+    def refuse_dates(problem: str) -> click.ClickException:
+        return click.ClickException(f"TLS: {problem}; {dates_remedy or remedy}")
+
+    cas = certificates(ca_file, "CA certificate", remedy)
     for ca in cas:
-        _check_dates(ca, ca_file, refuse)
+        _check_dates(ca, ca_file, refuse_dates)
         try:
             is_ca = ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
         except x509.ExtensionNotFound:
             is_ca = False
         if not is_ca:
-            raise refuse(f"{ca_file} ({_subject(ca)}) is not a CA certificate")
+            raise refuse(f"{ca_file} ({subject_text(ca)}) is not a CA certificate")
     return cas
 
 
-def _certificates(path: Path, what: str, remedy: str) -> list[x509.Certificate]:
+def certificates(path: Path, what: str, remedy: str) -> list[x509.Certificate]:
     data = _read(path, what, remedy)
     try:
         certs = x509.load_pem_x509_certificates(data)
@@ -168,7 +179,7 @@ def _certificates(path: Path, what: str, remedy: str) -> list[x509.Certificate]:
     return certs
 
 
-def _private_key(path: Path, remedy: str) -> PrivateKeyTypes:
+def private_key(path: Path, remedy: str) -> PrivateKeyTypes:
     data = _read(path, "private key", remedy)
     try:
         return serialization.load_pem_private_key(data, password=None)
@@ -198,25 +209,26 @@ def _check_dates(
     now = dt.datetime.now(dt.UTC)
     if now > cert.not_valid_after_utc:
         raise refuse(
-            f"{path} ({_subject(cert)}) expired at {cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
+            f"{path} ({subject_text(cert)}) expired at "
+            f"{cert.not_valid_after_utc:%Y-%m-%d %H:%M} UTC"
         )
     if now < cert.not_valid_before_utc:
         raise refuse(
-            f"{path} ({_subject(cert)}) is not valid before "
+            f"{path} ({subject_text(cert)}) is not valid before "
             f"{cert.not_valid_before_utc:%Y-%m-%d %H:%M} UTC (check the clock)"
         )
 
 
-def _issued_by_one_of(chain: list[x509.Certificate], cas: Sequence[x509.Certificate]) -> bool:
+def issued_by_one_of(chain: list[x509.Certificate], cas: Sequence[x509.Certificate]) -> bool:
     """Each certificate of ``chain`` issued by the next, the last by (or equal to) a CA."""
     for cert, issuer in itertools.pairwise(chain):
-        if not _signed_by(cert, issuer):
+        if not signed_by(cert, issuer):
             return False
     last = chain[-1]
-    return any(last == ca or _signed_by(last, ca) for ca in cas)
+    return any(last == ca or signed_by(last, ca) for ca in cas)
 
 
-def _signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
+def signed_by(cert: x509.Certificate, issuer: x509.Certificate) -> bool:
     try:
         cert.verify_directly_issued_by(issuer)
     except (ValueError, TypeError, InvalidSignature):
@@ -246,11 +258,11 @@ def _names(cert: x509.Certificate, host: str) -> bool:
     return address in sans.get_values_for_type(x509.IPAddress)
 
 
-def _subject(cert: x509.Certificate) -> str:
+def subject_text(cert: x509.Certificate) -> str:
     return cert.subject.rfc4514_string()
 
 
-def _public_der(key: object) -> bytes:
+def public_der(key: object) -> bytes:
     public_bytes = getattr(key, "public_bytes", None)
     if public_bytes is None:
         return b""
@@ -260,7 +272,7 @@ def _public_der(key: object) -> bytes:
     return der
 
 
-def _load_ca_key(
+def load_ca_key(
     ca_key_file: Path, ca: x509.Certificate, member: str, fresh: str
 ) -> ec.EllipticCurvePrivateKey:
     if not ca_key_file.exists():
@@ -268,9 +280,9 @@ def _load_ca_key(
             f"TLS: the CA key {ca_key_file} is missing and {member} needs a certificate; "
             f"restore it, or {fresh}"
         )
-    key = _private_key(ca_key_file, f"restore it, or {fresh}")
-    if not isinstance(key, ec.EllipticCurvePrivateKey) or _public_der(key.public_key()) != (
-        _public_der(ca.public_key())
+    key = private_key(ca_key_file, f"restore it, or {fresh}")
+    if not isinstance(key, ec.EllipticCurvePrivateKey) or public_der(key.public_key()) != (
+        public_der(ca.public_key())
     ):
         raise click.ClickException(
             f"TLS: the CA key {ca_key_file} does not belong to the CA certificate; {fresh}"
@@ -312,10 +324,23 @@ def _write_member(
     ca: x509.Certificate,
     ca_key: ec.EllipticCurvePrivateKey,
 ) -> None:
+    key, cert = issue_member(name, _san(name, host), ca, ca_key)
+    write_member_pair(files, key, cert)
+
+
+def issue_member(
+    name: str,
+    sans: Sequence[x509.GeneralName],
+    ca: x509.Certificate,
+    ca_key: ec.EllipticCurvePrivateKey,
+) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
+    """A new key and a certificate for member ``name`` signed by the CA, for
+    :data:`MEMBER_VALID_DAYS` but never past the CA's own expiry (a certificate cannot outlive
+    the CA that vouches for it). Also the renewal of :mod:`cluster_cert_expiry`."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (
-        _builder(subject, ca.subject, key, MEMBER_VALID_DAYS)
+        _builder(subject, ca.subject, key, MEMBER_VALID_DAYS, ca.not_valid_after_utc)
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(
             x509.ExtendedKeyUsage(
@@ -323,14 +348,35 @@ def _write_member(
             ),
             critical=False,
         )
-        .add_extension(x509.SubjectAlternativeName(_san(name, host)), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(
             x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False
         )
         .sign(ca_key, hashes.SHA256())
     )
-    _write_file(files.key_file, _key_pem(key), 0o600)
-    _write_file(files.cert_file, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    return key, cert
+
+
+def reissue_ca(ca: x509.Certificate, ca_key: ec.EllipticCurvePrivateKey) -> x509.Certificate:
+    """The CA certificate again, with the same subject, key and extensions, a new serial and
+    :data:`CA_VALID_DAYS` from now. Certificates the old one issued verify against it (same
+    issuer name, same key), and the old one still verifies what it issues until it expires."""
+    builder = _builder(ca.subject, ca.subject, ca_key, CA_VALID_DAYS)
+    for extension in ca.extensions:
+        builder = builder.add_extension(extension.value, critical=extension.critical)
+    return builder.sign(ca_key, hashes.SHA256())
+
+
+def write_member_pair(
+    files: MemberFiles, key: ec.EllipticCurvePrivateKey, cert: x509.Certificate
+) -> None:
+    """Both files written and synced as temporary files first, then renamed key first, cert
+    right after: a broker that reloads its files (every 2 s at most) sees a mismatched pair
+    for microseconds at worst, and its next check picks up the matching one."""
+    key_temp = _write_temp(files.key_file, _key_pem(key), 0o600)
+    cert_temp = _write_temp(files.cert_file, cert.public_bytes(serialization.Encoding.PEM), 0o644)
+    os.replace(key_temp, files.key_file)
+    os.replace(cert_temp, files.cert_file)
 
 
 def _san(name: str, host: str) -> list[x509.GeneralName]:
@@ -346,9 +392,16 @@ def _san(name: str, host: str) -> list[x509.GeneralName]:
 
 
 def _builder(
-    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePrivateKey, days: int
+    subject: x509.Name,
+    issuer: x509.Name,
+    key: ec.EllipticCurvePrivateKey,
+    days: int,
+    not_after_max: dt.datetime | None = None,
 ) -> x509.CertificateBuilder:
     now = dt.datetime.now(dt.UTC)
+    not_after = now + dt.timedelta(days=days)
+    if not_after_max is not None:
+        not_after = min(not_after, not_after_max)
     return (
         x509.CertificateBuilder()
         .subject_name(subject)
@@ -356,7 +409,7 @@ def _builder(
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - BACKDATE)
-        .not_valid_after(now + dt.timedelta(days=days))
+        .not_valid_after(not_after)
     )
 
 
@@ -369,6 +422,11 @@ def _key_pem(key: ec.EllipticCurvePrivateKey) -> bytes:
 def _write_file(path: Path, data: bytes, mode: int) -> None:
     """``data`` into ``path`` through a temporary file with ``mode`` from its creation, fsync
     and rename (no half file, no moment where a key is readable by others)."""
+    os.replace(_write_temp(path, data, mode), path)
+
+
+def _write_temp(path: Path, data: bytes, mode: int) -> Path:
+    """``data`` in ``.<name>.tmp`` beside ``path``, created with ``mode``, synced."""
     temp = path.with_name(f".{path.name}.tmp")
     temp.unlink(missing_ok=True)
     fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
@@ -376,4 +434,9 @@ def _write_file(path: Path, data: bytes, mode: int) -> None:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-    os.replace(temp, path)
+    return temp
+
+
+def write_certificate(path: Path, cert: x509.Certificate) -> None:
+    """A certificate (public, 0644) through a temporary file and a rename."""
+    _write_file(path, cert.public_bytes(serialization.Encoding.PEM), 0o644)

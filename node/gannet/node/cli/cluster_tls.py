@@ -4,10 +4,13 @@
 Generated (``--tls``): ``DATA_ROOT/tls/`` (or ``--tls-dir``) holds a cluster CA (``ca.crt``,
 its key ``ca.key``) and one certificate per member, ``<member>.crt``/``<member>.key`` (member
 ``broker-a-node1``, or ``broker-<g>-node<i>`` with several groups: :func:`member_name`),
-created once and reused by the next ``up`` (:mod:`cluster_pki` makes and checks them). Own
-files: one certificate serves every member (they all listen on ``--host``). Each member runs
-with its certificate on the client port (TLS only) and on the peer port (mutual TLS, cluster
-CA), and trusts the CA when it calls the other groups (``--cluster-tls-ca``):
+created once and reused by the next ``up`` (:mod:`cluster_pki` makes and checks them), which
+re-issues a member certificate from the same CA when it expires within ``--tls-warn-days``
+(or ``--renew-certs``) and warns about any certificate that still does
+(:mod:`cluster_cert_expiry`). Own files: one certificate serves every member (they all listen
+on ``--host``); never rewritten, only warned about. Each member runs with its certificate on the
+client port (TLS only) and on the peer port (mutual TLS, cluster CA), and trusts the CA when it
+calls the other groups (``--cluster-tls-ca``):
 :meth:`~gannet.node.cli.cluster_certs.ClusterTls.argv`.
 
 Called by :mod:`gannet.node.cli.cluster` (``cluster up`` and :func:`~cluster.start_cluster`).
@@ -17,6 +20,7 @@ Called by :mod:`gannet.node.cli.cluster` (``cluster up`` and :func:`~cluster.sta
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -25,6 +29,8 @@ import click
 from gannet.node.cli.cluster_certs import ClusterTls
 
 TLS_DIR_NAME = "tls"
+WARN_DAYS_DEFAULT = 30
+"""Warn about certificates that expire within this many days; renew the generated members'."""
 
 
 def member_name(broker_name: str, node_id: int) -> str:
@@ -41,9 +47,14 @@ def prepare(
     cert_file: Path | None,
     key_file: Path | None,
     ca_file: Path | None,
+    warn_days: int = WARN_DAYS_DEFAULT,
+    renew: bool = False,
 ) -> ClusterTls | None:
     """``cluster up``'s TLS options → the members' certificates (None: TLS off). Usage errors
-    for an incomplete or contradictory choice."""
+    for an incomplete or contradictory choice. Generated member certificates that expire
+    within ``warn_days`` (every one with ``renew``) are re-issued from the cluster CA first;
+    then every certificate that still expires within ``warn_days`` gets a warning on stderr
+    (:mod:`cluster_cert_expiry`)."""
     own = (cert_file, key_file, ca_file)
     if any(p is not None for p in own):
         if cert_file is None or key_file is None or ca_file is None:
@@ -56,11 +67,34 @@ def prepare(
                 "--tls-dir is where cluster up keeps the certificates it creates; with your "
                 "own --tls-cert/--tls-key/--tls-ca leave it out"
             )
-        from gannet.node.cli import cluster_pki  # noqa: PLC0415 (module docstring: start time)
+        if renew:
+            raise click.UsageError(
+                "--renew-certs re-issues the certificates cluster up created; your own "
+                "--tls-cert is renewed by the CA that issued it (cluster up only warns about it)"
+            )
+        from gannet.node.cli import (  # noqa: PLC0415 (module docstring: start time)
+            cluster_cert_expiry,
+            cluster_pki,
+        )
 
-        return cluster_pki.provided(cert_file, key_file, ca_file, members, host)
+        found = cluster_pki.provided(cert_file, key_file, ca_file, members, host)
+        renewals = cluster_cert_expiry.Renewals()
+        cluster_cert_expiry.check_up(found, renewals, tls_dir=None, warn_days=warn_days)
+        return found
     if tls or tls_dir is not None:
-        from gannet.node.cli import cluster_pki  # noqa: PLC0415 (module docstring: start time)
+        from gannet.node.cli import (  # noqa: PLC0415 (module docstring: start time)
+            cluster_cert_expiry,
+            cluster_pki,
+        )
 
-        return cluster_pki.generated(tls_dir or data_root / TLS_DIR_NAME, members, host)
+        directory = tls_dir or data_root / TLS_DIR_NAME
+        now = dt.datetime.now(dt.UTC)
+        renewals = cluster_cert_expiry.renew_members(
+            directory, members, warn_days=warn_days, force=renew, now=now
+        )
+        found = cluster_pki.generated(directory, members, host)
+        cluster_cert_expiry.check_up(found, renewals, tls_dir=directory, warn_days=warn_days)
+        return found
+    if renew:
+        raise click.UsageError("--renew-certs renews the certificates of --tls; add --tls")
     return None
