@@ -143,8 +143,9 @@ class FakeAdmin(admin_pb2_grpc.AdminServicer):
 
 
 @contextlib.contextmanager
-def serving(admin: FakeAdmin) -> Iterator[str]:
-    """Serve ``admin``; yields its endpoint."""
+def serving(admin: admin_pb2_grpc.AdminServicer) -> Iterator[str]:
+    """Serve ``admin`` (this module's fake or another scripted servicer); yields its
+    endpoint."""
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     admin_pb2_grpc.add_AdminServicer_to_server(admin, server)  # type: ignore[no-untyped-call]
     port = server.add_insecure_port("127.0.0.1:0")

@@ -11,10 +11,7 @@ Whatever stage it starts in, the figures read must hold the drain.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-from collections.abc import Iterator
-from concurrent import futures
 from typing import Any
 
 import grpc
@@ -24,6 +21,7 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator import broker_group_planning as bgp
 from gannet.operator.brokers import Brokers
 from gannet.operator.specs import Permission
+from tests.operator import fake_admin
 
 TOPIC, RETRY, CONSUMERS = "Orders", "%RETRY%billing_Orders", "billing"
 DELAYED, QUEUED, PARKED, REVIVING, RETRIED = range(5)
@@ -101,18 +99,6 @@ class MovingMessage(admin_pb2_grpc.AdminServicer):
             return reply
 
 
-@contextlib.contextmanager
-def _serving(servicer: MovingMessage) -> Iterator[str]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    admin_pb2_grpc.add_AdminServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        yield f"127.0.0.1:{port}"
-    finally:
-        server.stop(None).wait(5)
-
-
 async def _read(endpoint: str) -> bgp.GroupState:
     brokers = Brokers(timeout_s=5)
     try:
@@ -135,7 +121,7 @@ async def _read(endpoint: str) -> bgp.GroupState:
 @pytest.mark.parametrize("start", [DELAYED, QUEUED, PARKED, REVIVING, RETRIED])
 def test_a_message_moving_on_during_the_read_still_holds_the_drain(start: int) -> None:
     servicer = MovingMessage(start)
-    with _serving(servicer) as endpoint:
+    with fake_admin.serving(servicer) as endpoint:
         state = asyncio.run(_read(endpoint))
     step = bgp.drain_step(state, [state])
     assert isinstance(step, bgp.WaitForLag), (start, servicer.calls, state)
@@ -146,7 +132,7 @@ def test_figures_are_read_in_the_direction_messages_move() -> None:
     """Topics (outside the queues, stored) first, then lag, then unsettled pops, then lag and
     the retry and dead-letter topics again."""
     servicer = MovingMessage(RETRIED)
-    with _serving(servicer) as endpoint:
+    with fake_admin.serving(servicer) as endpoint:
         asyncio.run(_read(endpoint))
     assert servicer.calls == [
         "ListTopics",
