@@ -19,7 +19,11 @@ them; until then a loaded file counts as full.
 
 Callers: :mod:`commitlog`, :mod:`consume_queues`, :mod:`timers`. Threading: one writer at a time
 (the owner's lock); readers may read concurrently (under the GIL a slice of an mmap is atomic
-with respect to appends).
+with respect to appends). A flush thread and cleanup (or truncation) meet on one file: the
+queue's lifecycle lock is held around each file's ``fdatasync`` and around closing or deleting
+files, and a flush skips a file closed meanwhile, so cleanup never closes a descriptor under a
+running ``fdatasync`` (which would fail it with EBADF, and a failed fsync stops the node).
+Appends never take that lock.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+import threading
 from pathlib import Path
 
 from gannet.node.store import durable
@@ -174,9 +179,13 @@ class MappedFile:
             return dirty_pages >= least_pages
         return True
 
+    @property
+    def closed(self) -> bool:
+        return self._mm.closed
+
     def flush(self, least_pages: int = 0) -> int:
         """fdatasync when enough is dirty; returns the flushed position."""
-        if self.is_able_to_flush(least_pages):
+        if self.is_able_to_flush(least_pages) and not self.closed:
             target = self.wrote_position
             durable.sync_data(self._fd, str(self.path))
             self.flushed_position = target
@@ -206,6 +215,8 @@ class MappedFileQueue:
         self.directory = directory
         self.file_size = file_size
         self.files: list[MappedFile] = []
+        # Held around one file's fdatasync and around closing or deleting files (module doc).
+        self._lifecycle = threading.Lock()
 
     def load(self) -> None:
         """Open every file in the directory (see the module docstring for the load rule)."""
@@ -288,7 +299,8 @@ class MappedFileQueue:
         """Flush every file with unflushed bytes (full ones first); returns the flushed offset."""
         for f in self.files:
             if f.flushed_position < f.wrote_position:
-                f.flush(0 if f.is_full() else least_pages)
+                with self._lifecycle:  # not closed under the fdatasync by cleanup
+                    f.flush(0 if f.is_full() else least_pages)
         return self.flushed_offset()
 
     def truncate_dirty_files(self, offset: int) -> None:
@@ -307,21 +319,26 @@ class MappedFileQueue:
                 f.set_positions(position)
                 keep.append(f)
             else:
-                f.destroy()
+                with self._lifecycle:
+                    f.destroy()
         self.files = keep
 
     def delete_files(self, doomed: list[MappedFile]) -> None:
-        """Destroy and forget the given files (cleanup)."""
-        for f in doomed:
-            f.destroy()
+        """Destroy and forget the given files (cleanup); waits for a running fdatasync of one
+        of them to end first."""
         ids = {id(f) for f in doomed}
         self.files = [f for f in self.files if id(f) not in ids]
+        with self._lifecycle:
+            for f in doomed:
+                f.destroy()
 
     def destroy(self) -> None:
-        for f in self.files:
-            f.destroy()
+        with self._lifecycle:
+            for f in self.files:
+                f.destroy()
         self.files = []
 
     def close(self) -> None:
-        for f in self.files:
-            f.close()
+        with self._lifecycle:
+            for f in self.files:
+                f.close()
