@@ -51,7 +51,6 @@ from gannet.node.api import (
     priorities,
     pulling,
     routes,
-    send_batching,
     sending,
     store_statuses,
     transactions,
@@ -134,10 +133,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             store, window_s=dedup_window_s, entries_max=dedup_entries_max
         )
         """Retried sends answered with the original receipt (:mod:`dedup`)."""
-        self.send_batches = send_batching.SendCoalescer(
-            send_batching.store_appender(store, replication, on_sent), self._settle_send
-        )
-        """Sends of one loop turn appended, proposed and settled together (:mod:`send_batching`)."""
         self.lite_subscriptions = lite_topics.LiteSubscriptions()
         """Lite topics each lite consumer subscribed (:mod:`lite_topics`)."""
         self.pop: PopHandlers | None = pop(self) if pop is not None else None
@@ -296,8 +291,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     def begin_shutdown(self) -> None:
         """End the long-lived streams so that the server's drain does not wait for them."""
         self.closing.set()
-        batches = self.send_batches
-        log.info("%d sends appended in %d batches", batches.sends_total, batches.batches_total)
         if self.pop is not None:
             self.pop.begin_shutdown()
         if self.transactions is not None:
@@ -366,12 +359,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             if self.transactions is None:
                 raise _unsupported("transactional messages")
             messages = self.transactions.to_half(messages)
-            results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
-            if self._on_sent is not None:
-                self._on_sent(prepared.topic.topic_name, messages)
-            await self._acknowledge(durable_at)
-        else:
-            results = await self.send_batches.append(messages)
+        results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
+        if self._on_sent is not None:
+            self._on_sent(prepared.topic.topic_name, messages)
+        if self.replication is not None:
+            await self._wait_committed(self.replication)
+        elif durable_at is not None:
+            await self._wait_durable(durable_at)
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
             transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
@@ -432,17 +426,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             await self._wait_committed(self.replication)
         elif durable_at is not None:
             await self._wait_durable(durable_at)
-
-    async def _settle_send(self, end_offset: int) -> None:
-        """A batch of sends proposed up to ``end_offset`` (Raft) or written up to it (SYNC_FLUSH)
-        may be answered once it commits or is flushed (:mod:`send_batching`)."""
-        if self.replication is None:
-            await self._wait_durable(end_offset)
-            return
-        try:
-            await self.replication.wait_committed(end_offset)
-        except ReplicationError as exc:
-            raise routes.replication_refusal(exc) from None
 
     async def _wait_durable(self, offset: int) -> None:
         try:
