@@ -4,6 +4,7 @@ time, a unit whose hash a crash zeroed). Virtual clock, no sleeps."""
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 
@@ -13,8 +14,10 @@ from gannet.node.store.log.commitlog import now_ms
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.reading import GetStatus
+from gannet.node.store.timers import codecs
 from gannet.node.store.timers.codecs import UNIT_SIZE_BYTES, topic_hash
 from gannet.node.store.timers.pending import TopicTimers
+from gannet.node.store.timers.wheel import read_checkpoint
 
 TOPIC_HASH_FIELD = slice(40, 44)  # the real-topic hash inside a 52-byte timer-log unit
 
@@ -144,8 +147,9 @@ def test_a_unit_whose_hash_was_zeroed_is_counted_from_its_message(tmp_path: Path
 
 
 def test_a_rolled_entry_keeps_its_due_time_across_a_restart(tmp_path: Path) -> None:
-    """A ROLL unit's slot is where it rolls, not when it is due: the rebuild reads that one
-    message for its due time, and the entry stays counted once until it is delivered."""
+    """A ROLL unit's slot is where it rolls, not when it is due: the unit records the
+    message's TIMER_OUT_MS, so the rebuild reads nothing, and the entry stays counted once
+    until it is delivered."""
     t0 = now_ms()
     store = open_store(tmp_path)
     window = store.timers.timer_store.roll_window_ms  # type: ignore[union-attr]
@@ -159,7 +163,7 @@ def test_a_rolled_entry_keeps_its_due_time_across_a_restart(tmp_path: Path) -> N
     store = open_store(tmp_path)
     try:
         assert store.timers.pending_of("Orders") == before
-        assert store.timers.recount_reads == 1
+        assert store.timers.recount_reads == 0
         clock = t0
         while store.timers.pending_of("Orders").messages and clock < t0 + 5 * window:
             clock += window // 4
@@ -170,3 +174,46 @@ def test_a_rolled_entry_keeps_its_due_time_across_a_restart(tmp_path: Path) -> N
         assert store.timers.pending_of("Orders") == TopicTimers(0, 0)
     finally:
         store.close()
+
+
+def test_a_rolled_unit_replayed_after_a_crash_is_read_from_its_message(tmp_path: Path) -> None:
+    """A ROLL unit past the checkpoint's flush position may be torn (its recorded due time
+    half zeroed): the rebuild takes the due time from the parked message instead."""
+    t0 = now_ms()
+    store = open_store(tmp_path)
+    window = store.timers.timer_store.roll_window_ms  # type: ignore[union-attr]
+    park(store, "Orders", t0 + 3 * window)
+    settle(store)
+    store.timers.tick(t0)
+    before = store.timers.pending_of("Orders")
+    store.close()
+    config = StoreConfig.for_tests(tmp_path)
+    assert tear_low_half_of_reserved(config.timer_log_dir) == 1
+    checkpoint_path = config.config_dir / codecs.CHECKPOINT_FILE_NAME
+    checkpoint = read_checkpoint(checkpoint_path)
+    assert checkpoint is not None
+    unflushed = dataclasses.replace(checkpoint, last_timer_log_flush_pos=0)  # crash before it
+    checkpoint_path.write_bytes(codecs.encode_checkpoint(unflushed))
+    store = open_store(tmp_path)
+    try:
+        assert store.timers.pending_of("Orders") == before
+        assert store.timers.recount_reads == 1
+    finally:
+        store.close()
+
+
+def tear_low_half_of_reserved(timer_log_dir: Path) -> int:
+    """Zero bytes 48..52 of every ROLL unit (a tear at 48); returns the units changed."""
+    changed = 0
+    for path in sorted(timer_log_dir.iterdir()):
+        data = bytearray(path.read_bytes())
+        for pos in range(0, len(data) - UNIT_SIZE_BYTES + 1, UNIT_SIZE_BYTES):
+            unit = codecs.decode_unit(data, pos)
+            if unit is None:
+                break
+            if unit.magic & codecs.MAGIC_ROLL:
+                assert codecs.roll_due_ms(unit) is not None  # recorded when it was written
+                data[pos + 48 : pos + 52] = bytes(4)
+                changed += 1
+        path.write_bytes(bytes(data))
+    return changed

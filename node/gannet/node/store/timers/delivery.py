@@ -23,9 +23,11 @@ still holds, 52 bytes each: a unit carries its real topic's hash and its slot ti
 slot's end is when the wheel delivers it. The parked message itself is read only where the unit
 cannot tell (``TimerService.recount_reads`` counts them):
 
-* a ROLL unit, whose slot is where it rolls, not when it is due: its ``TIMER_OUT_MS`` gives the
-  due time (the count alone would not need it; ``last_due_ms`` must never be earlier than the
-  truth);
+* a ROLL unit, whose slot is where it rolls, not when it is due, when the unit does not record
+  the message's ``TIMER_OUT_MS`` itself (:func:`~gannet.node.store.timers.codecs.roll_due_ms`:
+  units written by RocketMQ or an older Gannet), or when it lies in the timer log's tail that
+  recovery replayed past the last checkpoint (a crash may have torn that field). The count
+  alone would not need the due time; ``last_due_ms`` must never be earlier than the truth;
 * a unit with hash 0: a crash can tear a unit after its record size, zeroing the hash (see
   :mod:`~gannet.node.store.timers.codecs`), so the message's ``REAL_TOPIC`` names the key.
 
@@ -58,6 +60,7 @@ from gannet.node.store.timers.codecs import (
     TimerEntry,
     TimerUnit,
     floor_to_precision,
+    roll_due_ms,
     topic_hash,
 )
 from gannet.node.store.timers.pending import PendingTimers, TopicTimers
@@ -393,11 +396,16 @@ class TimerService:
     def _recount(self, ts: TimerStore) -> None:
         """Rebuild the figures from the units the wheel holds (module docstring)."""
         precision = self.store.config.timer_precision_ms
+        torn = ts.replayed_tail
         found: list[tuple[int, int]] = []
         reads = 0
-        for unit in ts.pending_units():
-            if unit.topic_hash != 0 and not unit.magic & MAGIC_ROLL:
-                found.append((unit.topic_hash, unit.fire_ms + precision))
+        for pos, unit in ts.pending_units_at():
+            due_ms: int | None = unit.fire_ms + precision  # its slot's end
+            if unit.magic & MAGIC_ROLL:
+                out = roll_due_ms(unit) if pos not in torn else None
+                due_ms = None if out is None else max(unit.fire_ms + precision, self._due_ms(out))
+            if unit.topic_hash != 0 and due_ms is not None:
+                found.append((unit.topic_hash, due_ms))
             else:
                 found.append(self._recount_from_message(unit))
                 reads += 1

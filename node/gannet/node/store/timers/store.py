@@ -120,6 +120,14 @@ UNITS_PER_SLOT_MAX = 10_000_000  # bound on one slot's chain walked by pending_u
 # --------------------------------------------------------------------------------------------
 
 
+def _reserved_field(delete_target: int | None, rolled: bool, deliver_ms: int) -> int:
+    """A unit's reserved field (codecs): a DELETE marker's target + 1, a ROLL unit's
+    TIMER_OUT_MS, else 0."""
+    if delete_target is not None:
+        return delete_target + 1
+    return deliver_ms if rolled and deliver_ms > 0 else 0
+
+
 class TimerStore:
     """The timer wheel, timer log and checkpoint of one store directory.
 
@@ -155,6 +163,9 @@ class TimerStore:
         self._queue_offset = 0
         self._clock_ms = 0
         self._file_fire_max: dict[int, int] = {}  # sealed file start → newest fire time in it
+        # Units replayed past the checkpoint's flush position by recover(): a crash may have
+        # torn them (codecs), so their hash and reserved field are not trusted.
+        self.replayed_tail: range = range(0)
         self._counts = {"enqueued": 0, "rolled": 0, "markers": 0, "returned": 0, "suppressed": 0}
 
     @classmethod
@@ -191,6 +202,7 @@ class TimerStore:
                 )
             self._log.cut(end)
             self._log.sync_from(cp.last_timer_log_flush_pos)
+            self.replayed_tail = range(cp.last_timer_log_flush_pos, end)
             if self._read_ms is None:
                 self._read_ms = self._committed_ms = self._earliest_slot_ms()
             self._state = "open"
@@ -306,7 +318,7 @@ class TimerStore:
                 commit_offset=commit_offset,
                 size=size,
                 topic_hash=thash,
-                reserved=delete_target + 1 if delete_target is not None else 0,
+                reserved=_reserved_field(delete_target, rolled, deliver_ms),
             )
             pos = self._log.append(encode_unit(unit))
             self._link(slot, fire_ms, pos, num_delta(magic))
@@ -583,24 +595,29 @@ class TimerStore:
         committed read time on: what fires again from here, after a restart too. Reads the
         timer log; :class:`~gannet.node.store.timers.pending.PendingTimers` is rebuilt from it
         when the store opens or is truncated."""
+        return [unit for _, unit in self.pending_units_at()]
+
+    def pending_units_at(self) -> list[tuple[int, TimerUnit]]:
+        """:meth:`pending_units` with each unit's timer-log position (compare with
+        :attr:`replayed_tail`)."""
         with self._lock:
             self._require_open()
             if self._committed_ms is None:
                 return []
-            out: list[TimerUnit] = []
+            out: list[tuple[int, TimerUnit]] = []
             for slot in self._wheel.live_slots(self._committed_ms):
-                units: list[TimerUnit] = []
+                units: list[tuple[int, TimerUnit]] = []
                 pos = slot.last_pos
                 while pos >= 0 and len(units) < UNITS_PER_SLOT_MAX:
                     unit = self._log.read(pos)
                     if unit.fire_ms != slot.time_ms:
                         break  # a unit of an older time that shared the index: not this slot's
-                    units.append(unit)
+                    units.append((pos, unit))
                     pos = unit.prev_pos
-                deleted = {u.reserved - 1 for u in units if u.magic & MAGIC_DELETE}
+                deleted = {u.reserved - 1 for _, u in units if u.magic & MAGIC_DELETE}
                 out.extend(
-                    u
-                    for u in reversed(units)
+                    (at, u)
+                    for at, u in reversed(units)
                     if not u.magic & MAGIC_DELETE and u.commit_offset not in deleted
                 )
             return out
