@@ -170,8 +170,12 @@ def encode_unit(unit: TimerUnit) -> bytes:
     )
 
 
-def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
-    """The unit at ``offset``, or None when the bytes are not a plausible unit."""
+UnitFields = tuple[int, int, int, int, int, int, int, int]
+"""A unit's fields in :class:`TimerUnit` order, without the object (hot loops over millions)."""
+
+
+def unit_fields(buf: _Buffer, offset: int) -> UnitFields | None:
+    """The fields of the unit at ``offset``, or None when the bytes are not a plausible unit."""
     size, prev, magic, enqueue, delay, commit, rec_size, thash, reserved = _UNIT.unpack_from(
         buf, offset
     )
@@ -185,7 +189,13 @@ def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
     )
     if not plausible:
         return None
-    return TimerUnit(prev, magic, enqueue, delay, commit, rec_size, thash, reserved)
+    return prev, magic, enqueue, delay, commit, rec_size, thash, reserved
+
+
+def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
+    """The unit at ``offset``, or None when the bytes are not a plausible unit."""
+    fields = unit_fields(buf, offset)
+    return TimerUnit(*fields) if fields is not None else None
 
 
 def roll_due_ms(unit: TimerUnit) -> int | None:

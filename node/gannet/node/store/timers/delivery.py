@@ -399,13 +399,15 @@ class TimerService:
         torn = ts.replayed_tail
         found: list[tuple[int, int]] = []
         reads = 0
-        for pos, unit in ts.pending_units_at():
-            due_ms: int | None = unit.fire_ms + precision  # its slot's end
-            if unit.magic & MAGIC_ROLL:
-                out = roll_due_ms(unit) if pos not in torn else None
-                due_ms = None if out is None else max(unit.fire_ms + precision, self._due_ms(out))
-            if unit.topic_hash != 0 and due_ms is not None:
-                found.append((unit.topic_hash, due_ms))
+        for pos, fields in ts.pending_unit_fields():
+            _, magic, enqueue_ms, delay_ms, _, _, thash, _ = fields
+            if thash != 0 and not magic & MAGIC_ROLL:  # the common case, kept cheap
+                found.append((thash, enqueue_ms + delay_ms + precision))  # its slot's end
+                continue
+            unit = TimerUnit(*fields)
+            out = roll_due_ms(unit) if pos not in torn else None
+            if thash != 0 and out is not None:
+                found.append((thash, max(unit.fire_ms + precision, self._due_ms(out))))
             else:
                 found.append(self._recount_from_message(unit))
                 reads += 1

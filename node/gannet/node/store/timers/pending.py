@@ -24,7 +24,7 @@ Why by hash: the figures are rebuilt whenever the store is opened or truncated
 time on: exactly the entries that fire again after a restart), and the timer-log unit already
 holds the hash and the slot time. Keyed by hash, that rebuild reads 52-byte units only, not the
 parked messages (1 KiB each, a million of them in a big backlog); see
-:meth:`~gannet.node.store.timers.delivery.TimerService` for the few it still reads.
+:mod:`~gannet.node.store.timers.delivery` for the few it still reads.
 
 Hash collisions: two topics can share a hash (``"Aa"`` and ``"BB"`` do). Their messages are then
 counted under one key and :meth:`PendingTimers.of` reports the sum for **both** topics: too many

@@ -94,6 +94,7 @@ from gannet.node.store.timers.codecs import (
     TimerEntry,
     TimerStatistics,
     TimerUnit,
+    UnitFields,
     encode_checkpoint,
     encode_unit,
     floor_to_precision,
@@ -234,21 +235,31 @@ class TimerStore:
         else:
             first = max(0, self._log.file_index_for(self._checkpoint.last_timer_log_flush_pos) - 1)
         scan = LogScan(self._log, first)
-        for pos, unit in scan:
-            self._relink(pos, unit)
-            self._last_commit_offset = max(self._last_commit_offset, unit.commit_offset)
+        read_ms = self._read_ms
+        chained: dict[int, int] = {}  # fire ms -> its slot's last_pos as the replay left it
+        last_offset = self._last_commit_offset
+        for pos, fields in scan.fields():  # prev, magic, enqueue, delay, commit, size, ...
+            last_offset = max(last_offset, fields[4])
+            fire_ms = fields[2] + fields[3]
+            if read_ms is not None and fire_ms < read_ms:
+                continue  # already read before the crash; its slot may hold a newer time
+            if chained.get(fire_ms, -1) >= pos:
+                continue  # chained already: the common case, decided without the wheel
+            chained[fire_ms] = self._relink(pos, fire_ms, fields[1])
+        self._last_commit_offset = last_offset
         return scan.end
 
-    def _relink(self, pos: int, unit: TimerUnit) -> None:
-        fire_ms = unit.fire_ms
-        if self._read_ms is not None and fire_ms < self._read_ms:
-            return  # already read before the crash; its slot may hold a newer time
+    def _relink(self, pos: int, fire_ms: int, magic: int) -> int:
+        """Chain the unit at ``pos`` in its slot unless the slot has it; the slot's last_pos."""
         slot = self._wheel.get(fire_ms)
-        delta = num_delta(unit.magic)
+        delta = num_delta(magic)
         if slot is None:
             self._wheel.put(Slot(fire_ms, pos, pos, delta))
-        elif slot.last_pos < pos:
+            return pos
+        if slot.last_pos < pos:
             self._wheel.put(dataclasses.replace(slot, last_pos=pos, num=slot.num + delta))
+            return pos
+        return slot.last_pos
 
     def _earliest_slot_ms(self) -> int | None:
         times = [slot.time_ms for slot in self._wheel.live_slots(None)]
@@ -594,32 +605,38 @@ class TimerStore:
         """Every entry (not delete markers, nor their known targets) in the slots from the
         committed read time on: what fires again from here, after a restart too. Reads the
         timer log; :class:`~gannet.node.store.timers.pending.PendingTimers` is rebuilt from it
-        when the store opens or is truncated."""
-        return [unit for _, unit in self.pending_units_at()]
+        when the store opens or is truncated (:meth:`pending_unit_fields`)."""
+        return [TimerUnit(*fields) for _, fields in self.pending_unit_fields()]
 
-    def pending_units_at(self) -> list[tuple[int, TimerUnit]]:
-        """:meth:`pending_units` with each unit's timer-log position (compare with
-        :attr:`replayed_tail`)."""
+    def pending_unit_fields(self) -> list[tuple[int, UnitFields]]:
+        """:meth:`pending_units` as (timer-log position, unit fields) pairs, in slot order then
+        enqueue order: no object per unit, since a backlog holds millions (compare the
+        position with :attr:`replayed_tail`)."""
         with self._lock:
             self._require_open()
             if self._committed_ms is None:
                 return []
-            out: list[tuple[int, TimerUnit]] = []
+            out: list[tuple[int, UnitFields]] = []
+            read = self._log.read_fields
             for slot in self._wheel.live_slots(self._committed_ms):
-                units: list[tuple[int, TimerUnit]] = []
-                pos = slot.last_pos
-                while pos >= 0 and len(units) < UNITS_PER_SLOT_MAX:
-                    unit = self._log.read(pos)
-                    if unit.fire_ms != slot.time_ms:
+                chain: list[tuple[int, UnitFields]] = []
+                pos, markers = slot.last_pos, False
+                while pos >= 0 and len(chain) < UNITS_PER_SLOT_MAX:
+                    fields = read(pos)  # prev, magic, enqueue, delay, commit, size, hash, rsvd
+                    if fields[2] + fields[3] != slot.time_ms:
                         break  # a unit of an older time that shared the index: not this slot's
-                    units.append((pos, unit))
-                    pos = unit.prev_pos
-                deleted = {u.reserved - 1 for _, u in units if u.magic & MAGIC_DELETE}
-                out.extend(
-                    (at, u)
-                    for at, u in reversed(units)
-                    if not u.magic & MAGIC_DELETE and u.commit_offset not in deleted
-                )
+                    chain.append((pos, fields))
+                    markers = markers or bool(fields[1] & MAGIC_DELETE)
+                    pos = fields[0]
+                chain.reverse()
+                if markers:
+                    deleted = {f[7] - 1 for _, f in chain if f[1] & MAGIC_DELETE}
+                    chain = [
+                        (at, f)
+                        for at, f in chain
+                        if not f[1] & MAGIC_DELETE and f[4] not in deleted
+                    ]
+                out.extend(chain)
             return out
 
     # --- metrics ---
