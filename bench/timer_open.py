@@ -133,9 +133,10 @@ def run_scenario(root: Path, count: int, topics: int, delay_ms: int) -> dict[str
 
 
 def wait_counted(store: MessageStore, opened_at: float) -> float:
-    """Seconds from the start of the open until the figures are counted (a service that
-    rebuilds them in the background says so with ``counted``; one that rebuilds them while
-    opening is counted when the open returns)."""
+    """Seconds from the start of the open until the figures are counted. Gannet rebuilds them
+    inside the open, so this is the open's time; a timer service that rebuilt them in the
+    background would say so with a ``counted`` attribute, waited for here, so that both
+    designs are compared on the moment a drain can trust the figures."""
     if hasattr(store.timers, "counted"):
         timers = store.timers
         wait_until("the delayed figures are counted", lambda: bool(timers.counted), 3_600)

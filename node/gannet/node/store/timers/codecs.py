@@ -198,6 +198,14 @@ def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
     return TimerUnit(*fields) if fields is not None else None
 
 
+def reserved_field(delete_target: int | None, rolled: bool, deliver_ms: int) -> int:
+    """The reserved field of a new unit: a DELETE marker's target + 1, a ROLL unit's
+    TIMER_OUT_MS (``deliver_ms``), else 0."""
+    if delete_target is not None:
+        return delete_target + 1
+    return deliver_ms if rolled and deliver_ms > 0 else 0
+
+
 def roll_due_ms(unit: TimerUnit) -> int | None:
     """The TIMER_OUT_MS a ROLL unit records (Gannet writes it), or None: not a ROLL unit, a
     DELETE marker, or a unit written without it (by RocketMQ or an older Gannet). Only trust

@@ -36,6 +36,12 @@ the message's ``REAL_TOPIC`` when the message is read, the unit's hash when it i
 any more. A topic sharing its hash with another reports both topics' messages (too many, never
 too few; :mod:`~gannet.node.store.timers.pending` says why that is the chosen trade).
 
+The rebuild runs while the store opens, not in the background: walking the units costs a few
+µs each (a million parked messages: seconds, where reading every parked message took over a
+minute; ``bench/timer_open.py``), and figures that are right from the first answer need no
+"not counted yet" state that every reader (the operator's drain, the revive-queue shrink)
+would have to wait out after each restart or leadership change.
+
 Called by :class:`MessageStore` (route, load, start, stop, truncate, backlog).
 """
 

@@ -100,6 +100,7 @@ from gannet.node.store.timers.codecs import (
     floor_to_precision,
     invariant,
     num_delta,
+    reserved_field,
     roll_window_ms,
     unit_times,
 )
@@ -119,14 +120,6 @@ UNITS_PER_SLOT_MAX = 10_000_000  # bound on one slot's chain walked by pending_u
 # --------------------------------------------------------------------------------------------
 # The store.
 # --------------------------------------------------------------------------------------------
-
-
-def _reserved_field(delete_target: int | None, rolled: bool, deliver_ms: int) -> int:
-    """A unit's reserved field (codecs): a DELETE marker's target + 1, a ROLL unit's
-    TIMER_OUT_MS, else 0."""
-    if delete_target is not None:
-        return delete_target + 1
-    return deliver_ms if rolled and deliver_ms > 0 else 0
 
 
 class TimerStore:
@@ -164,9 +157,7 @@ class TimerStore:
         self._queue_offset = 0
         self._clock_ms = 0
         self._file_fire_max: dict[int, int] = {}  # sealed file start → newest fire time in it
-        # Units replayed past the checkpoint's flush position by recover(): a crash may have
-        # torn them (codecs), so their hash and reserved field are not trusted.
-        self.replayed_tail: range = range(0)
+        self.replayed_tail = range(0)  # log positions recover() replayed: maybe torn (codecs)
         self._counts = {"enqueued": 0, "rolled": 0, "markers": 0, "returned": 0, "suppressed": 0}
 
     @classmethod
@@ -329,7 +320,7 @@ class TimerStore:
                 commit_offset=commit_offset,
                 size=size,
                 topic_hash=thash,
-                reserved=_reserved_field(delete_target, rolled, deliver_ms),
+                reserved=reserved_field(delete_target, rolled, deliver_ms),
             )
             pos = self._log.append(encode_unit(unit))
             self._link(slot, fire_ms, pos, num_delta(magic))
@@ -609,9 +600,7 @@ class TimerStore:
         return [TimerUnit(*fields) for _, fields in self.pending_unit_fields()]
 
     def pending_unit_fields(self) -> list[tuple[int, UnitFields]]:
-        """:meth:`pending_units` as (timer-log position, unit fields) pairs, in slot order then
-        enqueue order: no object per unit, since a backlog holds millions (compare the
-        position with :attr:`replayed_tail`)."""
+        """:meth:`pending_units` as (log position, unit fields): no object per unit."""
         with self._lock:
             self._require_open()
             if self._committed_ms is None:
@@ -631,11 +620,8 @@ class TimerStore:
                 chain.reverse()
                 if markers:
                     deleted = {f[7] - 1 for _, f in chain if f[1] & MAGIC_DELETE}
-                    chain = [
-                        (at, f)
-                        for at, f in chain
-                        if not f[1] & MAGIC_DELETE and f[4] not in deleted
-                    ]
+                    chain = [c for c in chain if not c[1][1] & MAGIC_DELETE]
+                    chain = [c for c in chain if c[1][4] not in deleted]
                 out.extend(chain)
             return out
 
