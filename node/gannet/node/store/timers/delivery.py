@@ -51,7 +51,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -401,24 +401,25 @@ class TimerService:
 
     def _recount(self, ts: TimerStore) -> None:
         """Rebuild the figures from the units the wheel holds (module docstring)."""
+        self.recount_reads = 0
+        self.pending.rebuilt(self._recounted(ts))
+
+    def _recounted(self, ts: TimerStore) -> Iterator[tuple[int, int]]:
+        """(key, due ms) of every unit the wheel holds, streamed (millions: no list)."""
         precision = self.store.config.timer_precision_ms
         torn = ts.replayed_tail
-        found: list[tuple[int, int]] = []
-        reads = 0
         for pos, fields in ts.pending_unit_fields():
             _, magic, enqueue_ms, delay_ms, _, _, thash, _ = fields
             if thash != 0 and not magic & MAGIC_ROLL:  # the common case, kept cheap
-                found.append((thash, enqueue_ms + delay_ms + precision))  # its slot's end
+                yield thash, enqueue_ms + delay_ms + precision  # its slot's end
                 continue
             unit = TimerUnit(*fields)
             out = roll_due_ms(unit) if pos not in torn else None
             if thash != 0 and out is not None:
-                found.append((thash, max(unit.fire_ms + precision, self._due_ms(out))))
+                yield thash, max(unit.fire_ms + precision, self._due_ms(out))
             else:
-                found.append(self._recount_from_message(unit))
-                reads += 1
-        self.pending.rebuilt(found)
-        self.recount_reads = reads
+                self.recount_reads += 1
+                yield self._recount_from_message(unit)
 
     def _recount_from_message(self, unit: TimerUnit) -> tuple[int, int]:
         """(key, due ms) of a unit that cannot tell them itself, from its parked message."""

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
 
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
@@ -599,13 +600,13 @@ class TimerStore:
         when the store opens or is truncated (:meth:`pending_unit_fields`)."""
         return [TimerUnit(*fields) for _, fields in self.pending_unit_fields()]
 
-    def pending_unit_fields(self) -> list[tuple[int, UnitFields]]:
-        """:meth:`pending_units` as (log position, unit fields): no object per unit."""
+    def pending_unit_fields(self) -> Iterator[tuple[int, UnitFields]]:
+        """:meth:`pending_units` as (log position, unit fields), streamed: no object per unit
+        and no list of millions. Holds the store's lock until consumed: consume it whole."""
         with self._lock:
             self._require_open()
             if self._committed_ms is None:
-                return []
-            out: list[tuple[int, UnitFields]] = []
+                return
             read = self._log.read_fields
             for slot in self._wheel.live_slots(self._committed_ms):
                 chain: list[tuple[int, UnitFields]] = []
@@ -622,8 +623,7 @@ class TimerStore:
                     deleted = {f[7] - 1 for _, f in chain if f[1] & MAGIC_DELETE}
                     chain = [c for c in chain if not c[1][1] & MAGIC_DELETE]
                     chain = [c for c in chain if c[1][4] not in deleted]
-                out.extend(chain)
-            return out
+                yield from chain
 
     # --- metrics ---
     def backlog_count(self) -> int:
