@@ -51,6 +51,11 @@ def make_config(root: Path) -> StoreConfig:
         consume_queue_units_per_file=300_000,
         index_hash_slots=500_000,
         index_items_max=2_000_000,
+        # The disk is shared with other work: refusing writes at 85 % (parked messages have no
+        # consumer, so cleanup frees nothing) would stop a run because of others' files.
+        disk_max_used_ratio_percent=95,
+        disk_warning_ratio=0.98,
+        disk_clean_forcibly_ratio=0.97,
     )
 
 
