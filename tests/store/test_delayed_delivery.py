@@ -16,6 +16,7 @@ from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.reading import GetStatus
 from gannet.node.store.timers import delivery
+from gannet.node.store.timers.codecs import topic_hash
 from gannet.node.store.timers.pending import PendingTimers, TopicTimers
 
 
@@ -225,21 +226,23 @@ def test_a_delayed_message_comes_due_into_a_read_only_queue(tmp_path: Path) -> N
 def test_pending_core_forgets_a_delivered_copy_once_dispatch_passes_it() -> None:
     """The counting core alone: a delivered copy counts until the dispatched offset given
     reaches its end; a dropped one (its message cleaned up) goes at once; ``rebuilt`` starts
-    over."""
+    over. Messages are counted under their topic's hash; readers ask by topic name."""
     pending = PendingTimers()
+    orders, payments = topic_hash("Orders"), topic_hash("Payments")
     for i in range(3):
-        pending.added("Orders", 1_000 + i, commit_offset=100 * i)
-    pending.delivered("Orders", end_offset=500, dispatched_offset=400)
-    pending.delivered("Orders", end_offset=600, dispatched_offset=400)
+        pending.added(orders, 1_000 + i, commit_offset=100 * i)
+    pending.delivered(orders, end_offset=500, dispatched_offset=400)
+    pending.delivered(orders, end_offset=600, dispatched_offset=400)
     assert pending.of("Orders", 400) == TopicTimers(3, 1_002)
     assert pending.of("Orders", 500) == TopicTimers(2, 1_002)
-    pending.dropped("Orders")
-    assert pending.all(599) == {"Orders": TopicTimers(1, 1_002)}
+    pending.dropped(orders)
+    assert pending.all(599) == {orders: TopicTimers(1, 1_002)}
     assert pending.of("Orders", 600) == TopicTimers(0, 0)
-    pending.added("Orders", 2_000, commit_offset=900)
-    pending.delivered("Orders", end_offset=700, dispatched_offset=700)  # already dispatched
+    pending.added(orders, 2_000, commit_offset=900)
+    pending.delivered(orders, end_offset=700, dispatched_offset=700)  # already dispatched
     assert pending.of("Orders", 700) == TopicTimers(0, 0)
-    pending.added("Orders", 3_000, commit_offset=1_000)
-    pending.delivered("Orders", end_offset=1_200, dispatched_offset=1_100)
-    pending.rebuilt([("Payments", 5_000)])
-    assert pending.all(0) == {"Payments": TopicTimers(1, 5_000)}
+    pending.added(orders, 3_000, commit_offset=1_000)
+    pending.delivered(orders, end_offset=1_200, dispatched_offset=1_100)
+    pending.rebuilt([(payments, 5_000), (payments, 4_000)])
+    assert pending.all(0) == {payments: TopicTimers(2, 5_000)}
+    assert pending.of("Payments", 0) == TopicTimers(2, 5_000)

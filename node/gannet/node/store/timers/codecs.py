@@ -33,7 +33,9 @@ RocketMQ) holding 52-byte units appended back to back from the file start::
      36    4  int   commit-log record size
      40    4  int   real-topic hash (Java ``String.hashCode``, for metrics)
      44    8  long  reserved: 0 in RocketMQ; Gannet writes (target commit offset + 1) into a
-                    DELETE marker whose target is known, 0 when it is not
+                    DELETE marker whose target is known, and the parked message's
+                    TIMER_OUT_MS into a ROLL unit that is not a DELETE marker (its slot is
+                    where it rolls, not when it is due); 0 when not known
 
   A unit is appended only while ``52 + 16 <= bytes left in the file``; otherwise the 16-byte
   blank ``[int bytes left, long 0, int 0xCBD43194 (-875286124)]`` closes the file and the unit
@@ -42,8 +44,9 @@ RocketMQ) holding 52-byte units appended back to back from the file start::
   Units carry no checksum. A unit torn by a crash is still recognised: files are zero-filled
   and written once, units start at multiples of 4, so a tear leaves zeros from a 4-byte
   boundary on (or before it); a tear at or before offset 36 zeroes the record size, which a
-  real unit never has, and a tear at 40 or 44 loses only the metrics hash and the reserved
-  field (a DELETE marker then forgets its target and suppresses nothing).
+  real unit never has, and a tear at 40, 44 or 48 loses only the metrics hash (zeroed) and
+  all or the low half of the reserved field (a DELETE marker then forgets its target and
+  suppresses nothing; a ROLL unit's due time is not to be trusted, see :func:`roll_due_ms`).
 
 ``<root>/config/timercheck`` — 4096 bytes, longs: lastReadTimeMs @0, lastTimerLogFlushPos @8,
 lastTimerQueueOffset @16, masterTimerQueueOffset @24, dataVersion stateVersion @32,
@@ -167,8 +170,12 @@ def encode_unit(unit: TimerUnit) -> bytes:
     )
 
 
-def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
-    """The unit at ``offset``, or None when the bytes are not a plausible unit."""
+UnitFields = tuple[int, int, int, int, int, int, int, int]
+"""A unit's fields in :class:`TimerUnit` order, without the object (hot loops over millions)."""
+
+
+def unit_fields(buf: _Buffer, offset: int) -> UnitFields | None:
+    """The fields of the unit at ``offset``, or None when the bytes are not a plausible unit."""
     size, prev, magic, enqueue, delay, commit, rec_size, thash, reserved = _UNIT.unpack_from(
         buf, offset
     )
@@ -182,7 +189,30 @@ def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
     )
     if not plausible:
         return None
-    return TimerUnit(prev, magic, enqueue, delay, commit, rec_size, thash, reserved)
+    return prev, magic, enqueue, delay, commit, rec_size, thash, reserved
+
+
+def decode_unit(buf: _Buffer, offset: int) -> TimerUnit | None:
+    """The unit at ``offset``, or None when the bytes are not a plausible unit."""
+    fields = unit_fields(buf, offset)
+    return TimerUnit(*fields) if fields is not None else None
+
+
+def reserved_field(delete_target: int | None, rolled: bool, deliver_ms: int) -> int:
+    """The reserved field of a new unit: a DELETE marker's target + 1, a ROLL unit's
+    TIMER_OUT_MS (``deliver_ms``), else 0."""
+    if delete_target is not None:
+        return delete_target + 1
+    return deliver_ms if rolled and deliver_ms > 0 else 0
+
+
+def roll_due_ms(unit: TimerUnit) -> int | None:
+    """The TIMER_OUT_MS a ROLL unit records (Gannet writes it), or None: not a ROLL unit, a
+    DELETE marker, or a unit written without it (by RocketMQ or an older Gannet). Only trust
+    it for units that were durable before a crash (a tear may have zeroed its low half)."""
+    if unit.magic & (MAGIC_ROLL | MAGIC_DELETE) != MAGIC_ROLL or unit.reserved <= 0:
+        return None
+    return unit.reserved
 
 
 def encode_blank(remaining_bytes: int) -> bytes:

@@ -14,9 +14,33 @@
   beyond the wheel's window come back as ROLL entries and are parked again. Only after those
   appends return is the read cursor committed, so a crash repeats a delivery rather than losing
   it (at least once).
-* Count (:mod:`~gannet.node.store.timers.pending`): per real topic, the parked messages not
-  delivered yet and the latest due time (:meth:`TimerService.pending_of`), rebuilt from the
+* Count (:mod:`~gannet.node.store.timers.pending`): per real-topic hash, the parked messages
+  not delivered yet and the latest due time (:meth:`TimerService.pending_of`), rebuilt from the
   wheel when it is opened or truncated. An operator draining the group waits for them.
+
+Rebuilding the figures (:meth:`TimerService._recount`) reads the timer-log units the wheel
+still holds, 52 bytes each: a unit carries its real topic's hash and its slot time, and the
+slot's end is when the wheel delivers it. The parked message itself is read only where the unit
+cannot tell (``TimerService.recount_reads`` counts them):
+
+* a ROLL unit, whose slot is where it rolls, not when it is due, when the unit does not record
+  the message's ``TIMER_OUT_MS`` itself (:func:`~gannet.node.store.timers.codecs.roll_due_ms`:
+  units written by RocketMQ or an older Gannet), or when it lies in the timer log's tail that
+  recovery replayed past the last checkpoint (a crash may have torn that field). The count
+  alone would not need the due time; ``last_due_ms`` must never be earlier than the truth;
+* a unit with hash 0: a crash can tear a unit after its record size, zeroing the hash (see
+  :mod:`~gannet.node.store.timers.codecs`), so the message's ``REAL_TOPIC`` names the key.
+
+Every unit is counted under the key the fire path will later take it off with: the hash of
+the message's ``REAL_TOPIC`` when the message is read, the unit's hash when it is not stored
+any more. A topic sharing its hash with another reports both topics' messages (too many, never
+too few; :mod:`~gannet.node.store.timers.pending` says why that is the chosen trade).
+
+The rebuild runs while the store opens, not in the background: walking the units costs a few
+µs each (a million parked messages: seconds, where reading every parked message took over a
+minute; ``bench/timer_open.py``), and figures that are right from the first answer need no
+"not counted yet" state that every reader (the operator's drain, the revive-queue shrink)
+would have to wait out after each restart or leadership change.
 
 Called by :class:`MessageStore` (route, load, start, stop, truncate, backlog).
 """
@@ -27,7 +51,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -37,7 +61,14 @@ from gannet.node.store.errors import MessageIllegal, StoreError
 from gannet.node.store.log.commitlog import AppendResult
 from gannet.node.store.log.records import Message
 from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
-from gannet.node.store.timers.codecs import TimerEntry, floor_to_precision, topic_hash
+from gannet.node.store.timers.codecs import (
+    MAGIC_ROLL,
+    TimerEntry,
+    TimerUnit,
+    floor_to_precision,
+    roll_due_ms,
+    topic_hash,
+)
 from gannet.node.store.timers.pending import PendingTimers, TopicTimers
 from gannet.node.store.timers.store import TimerStore
 
@@ -214,7 +245,7 @@ class TimerService:
         self.fired_total = 0
         self.enqueued_total = 0
         self.pending = PendingTimers()
-        self._topic_of_hash: dict[int, str] = {}  # real topics seen, by their timer-log hash
+        self.recount_reads = 0  # parked messages the last rebuild of the figures had to read
         self._work = threading.Lock()  # one enqueue/fire pass at a time (timer thread, admin)
 
     # --- lifecycle ---
@@ -317,13 +348,10 @@ class TimerService:
         if not out.lstrip("-").isdigit():
             log.warning("timer message at %d has no TIMER_OUT_MS; dropped", commit_offset)
             return
-        real_topic = msg.properties.get(props.REAL_TOPIC)
-        thash = topic_hash(real_topic)
+        thash = topic_hash(msg.properties.get(props.REAL_TOPIC))
         if ts.enqueue(commit_offset, msg.store_size, int(out), msg.store_timestamp_ms, thash):
             self.enqueued_total += 1
-            if real_topic:
-                self._topic_of_hash[thash] = real_topic
-                self.pending.added(real_topic, self._due_ms(int(out)), commit_offset)
+            self.pending.added(thash, self._due_ms(int(out)), commit_offset)
 
     def _due_ms(self, timer_out_ms: int) -> int:
         """When the wheel delivers a message of this TIMER_OUT_MS (its slot's end)."""
@@ -332,18 +360,16 @@ class TimerService:
 
     def _fire(self, entries: list[TimerEntry], now_ms: int) -> int:
         out: list[Message] = []
-        topics: list[str] = []  # the real topic of each message of ``out``
+        keys: list[int] = []  # the real-topic hash of each message of ``out``
         for entry in entries:
             if entry.deleted:
                 continue
             msg = self.store.read_message(entry.commit_offset)
             if msg is None:
                 log.warning("timer entry at %d: message no longer stored", entry.commit_offset)
-                gone = self._topic_of_hash.get(entry.topic_hash)
-                if gone is not None:
-                    self.pending.dropped(gone)
+                self.pending.dropped(entry.topic_hash)
                 continue
-            topics.append(msg.properties.get(props.REAL_TOPIC, ""))
+            keys.append(topic_hash(msg.properties.get(props.REAL_TOPIC)))
             if entry.rolled:
                 out.append(roll_message(msg))
             else:
@@ -352,11 +378,11 @@ class TimerService:
             batch = out[start : start + 64]
             results = self.store.put_messages(batch)
             dispatched = self.store.dispatched_to()
-            for msg, topic, result in zip(batch, topics[start:], results, strict=False):
+            for msg, key, result in zip(batch, keys[start:], results, strict=False):
                 if msg.topic == TIMER_TOPIC:
-                    self.pending.rolled(topic, result.wrote_offset)
+                    self.pending.rolled(key, result.wrote_offset)
                 else:
-                    self.pending.delivered(topic, result.end_offset, dispatched)
+                    self.pending.delivered(key, result.end_offset, dispatched)
             if self.pending.dispatching_full:  # a bound: let dispatch catch up first
                 self.store.wait_dispatched(results[-1].end_offset, DISPATCH_WAIT_S)
         self.fired_total += len(out)
@@ -374,17 +400,38 @@ class TimerService:
         return self.pending.of(topic, self.store.dispatched_to())
 
     def _recount(self, ts: TimerStore) -> None:
-        found: list[tuple[str, int]] = []
-        for unit in ts.pending_units():
-            msg = self.store.read_message(unit.commit_offset)
-            if msg is None:
+        """Rebuild the figures from the units the wheel holds (module docstring)."""
+        self.recount_reads = 0
+        self.pending.rebuilt(self._recounted(ts))
+
+    def _recounted(self, ts: TimerStore) -> Iterator[tuple[int, int]]:
+        """(key, due ms) of every unit the wheel holds, streamed (millions: no list)."""
+        precision = self.store.config.timer_precision_ms
+        torn = ts.replayed_tail
+        for pos, fields in ts.pending_unit_fields():
+            _, magic, enqueue_ms, delay_ms, _, _, thash, _ = fields
+            if thash != 0 and not magic & MAGIC_ROLL:  # the common case, kept cheap
+                yield thash, enqueue_ms + delay_ms + precision  # its slot's end
                 continue
-            topic = msg.properties.get(props.REAL_TOPIC, "")
-            out = msg.properties.get(props.TIMER_OUT_MS, "")
-            if topic and out.lstrip("-").isdigit():
-                self._topic_of_hash[unit.topic_hash] = topic
-                found.append((topic, self._due_ms(int(out))))
-        self.pending.rebuilt(found)
+            unit = TimerUnit(*fields)
+            out = roll_due_ms(unit) if pos not in torn else None
+            if thash != 0 and out is not None:
+                yield thash, max(unit.fire_ms + precision, self._due_ms(out))
+            else:
+                self.recount_reads += 1
+                yield self._recount_from_message(unit)
+
+    def _recount_from_message(self, unit: TimerUnit) -> tuple[int, int]:
+        """(key, due ms) of a unit that cannot tell them itself, from its parked message."""
+        slot_end_ms = unit.fire_ms + self.store.config.timer_precision_ms
+        msg = self.store.read_message(unit.commit_offset)
+        if msg is None:
+            return unit.topic_hash, slot_end_ms  # the fire path drops it under this key
+        key = topic_hash(msg.properties.get(props.REAL_TOPIC))
+        out = msg.properties.get(props.TIMER_OUT_MS, "")
+        if unit.magic & MAGIC_ROLL and out.lstrip("-").isdigit():
+            return key, max(slot_end_ms, self._due_ms(int(out)))
+        return key, slot_end_ms
 
     # --- maintenance ---
     def truncate(self, commit_offset: int) -> None:

@@ -1,9 +1,11 @@
-"""Delayed messages not delivered yet, per real topic (no IO): the timer figures an operator's
-drain waits for.
+"""Delayed messages not delivered yet, per real-topic hash (no IO): the timer figures an
+operator's drain waits for.
 
 :class:`~gannet.node.store.timers.delivery.TimerService` keeps one :class:`PendingTimers` and
-tells it, in order, what happens to each parked message (its topic is the parked message's
-``REAL_TOPIC``, its due time ``TIMER_OUT_MS`` plus the wheel's precision):
+tells it, in order, what happens to each parked message. A message is counted under the
+**topic hash** its timer-log unit carries (Java ``String.hashCode`` of its ``REAL_TOPIC``,
+:func:`~gannet.node.store.timers.codecs.topic_hash`), not under the topic's name, and its due
+time is its wheel slot's end:
 
 * :meth:`PendingTimers.added` — the message entered the wheel (``TimerStore.enqueue`` took it);
 * :meth:`PendingTimers.delivered` — its entry came due and the restored copy was appended to the
@@ -17,14 +19,25 @@ tells it, in order, what happens to each parked message (its topic is the parked
   at commit-log offset ``copy_offset``: it stays counted, and when that copy enters the wheel
   (:meth:`added` with that offset) it is not counted twice.
 
-Nothing here is persisted. The figures are rebuilt from what the timer store still holds
-(:meth:`PendingTimers.rebuilt`, every entry from the committed read time on: those are exactly
-the entries that fire again after a restart) whenever the store is opened or truncated; parked
-messages of the timer topic the wheel has not taken yet are counted when it takes them, and
-:meth:`TimerService.pending_of` takes them first. So a figure never reads 0 while a message of
-the topic waits in the wheel, after a restart too.
+Why by hash: the figures are rebuilt whenever the store is opened or truncated
+(:meth:`PendingTimers.rebuilt`, from every entry the wheel still holds from the committed read
+time on: exactly the entries that fire again after a restart), and the timer-log unit already
+holds the hash and the slot time. Keyed by hash, that rebuild reads 52-byte units only, not the
+parked messages (1 KiB each, a million of them in a big backlog); see
+:mod:`~gannet.node.store.timers.delivery` for the few it still reads.
 
-``last_due_ms`` is the latest due time added since the topic's count was last 0: entries fire
+Hash collisions: two topics can share a hash (``"Aa"`` and ``"BB"`` do). Their messages are then
+counted under one key and :meth:`PendingTimers.of` reports the sum for **both** topics: too many
+for each, never too few. A drain of one of them waits until the other's delayed messages are
+delivered too; it never deletes a broker group while a message of a drained topic waits. That is
+the trade: an exact split after a restart would need every parked message read again, which is
+what this layout avoids, and a conservative figure is safe where an exact one is merely nicer.
+
+Nothing here is persisted; parked messages of the timer topic the wheel has not taken yet are
+counted when it takes them, and :meth:`TimerService.pending_of` takes them first. So a figure
+never reads 0 while a message of the topic waits in the wheel, after a restart too.
+
+``last_due_ms`` is the latest due time added since the key's count was last 0: entries fire
 in due order, so the latest one is the last to go, and the figure is never earlier than the
 truth (a duplicate fired twice after a crash may keep it later, never earlier).
 
@@ -38,7 +51,10 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+from gannet.node.store.timers.codecs import topic_hash
 
 IN_TRANSIT_MAX = 1_000_000
 """Rolled copies remembered until they enter the wheel (one fire batch each; a bound only)."""
@@ -50,7 +66,8 @@ waits for dispatch before it delivers more (:attr:`PendingTimers.dispatching_ful
 
 @dataclass(frozen=True, slots=True)
 class TopicTimers:
-    """One real topic's delayed messages still in the wheel (or rolling over to it)."""
+    """One real topic's delayed messages still in the wheel (or rolling over to it); with a
+    topic that shares its hash, the two topics' messages together (module docstring)."""
 
     messages: int
     last_due_ms: int
@@ -59,82 +76,89 @@ class TopicTimers:
 class PendingTimers:
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        # topic -> [messages in the wheel or delivered but not dispatched, last due ms]
-        self._topics: dict[str, list[int]] = {}
-        self._in_transit: dict[int, str] = {}  # commit offset of a rolled copy -> topic
-        # (end offset, topic) of delivered copies dispatch has not passed, in commit-log order
-        self._dispatching: deque[tuple[int, str]] = deque()
+        # topic hash -> [messages in the wheel or delivered but not dispatched, last due ms]
+        self._rows: dict[int, list[int]] = {}
+        self._in_transit: dict[int, int] = {}  # commit offset of a rolled copy -> topic hash
+        # (end offset, topic hash) of delivered copies dispatch has not passed, in log order
+        self._dispatching: deque[tuple[int, int]] = deque()
 
-    def rebuilt(self, entries: list[tuple[str, int]]) -> None:
-        """Start over from ``(topic, due ms)`` of every entry the wheel still holds (the store
-        is opened, or truncated with dispatch reset: copies delivered before are dispatched
-        again from the log, or gone with the truncated part)."""
+    def rebuilt(self, entries: Iterable[tuple[int, int]]) -> None:
+        """Start over from ``(topic hash, due ms)`` of every entry the wheel still holds (the
+        store is opened, or truncated with dispatch reset: copies delivered before are
+        dispatched again from the log, or gone with the truncated part)."""
+        rows: dict[int, list[int]] = {}
+        for thash, due_ms in entries:
+            row = rows.get(thash)
+            if row is None:
+                rows[thash] = [1, due_ms]
+            else:
+                row[0] += 1
+                row[1] = max(row[1], due_ms)
         with self._lock:
-            self._topics.clear()
+            self._rows = rows
             self._in_transit.clear()
             self._dispatching.clear()
-            for topic, due_ms in entries:
-                self._add(topic, due_ms)
 
-    def added(self, topic: str, due_ms: int, commit_offset: int) -> None:
+    def added(self, thash: int, due_ms: int, commit_offset: int) -> None:
         with self._lock:
             if self._in_transit.pop(commit_offset, None) is None:
-                self._add(topic, due_ms)
+                row = self._rows.setdefault(thash, [0, 0])
+                row[0] += 1
+                row[1] = max(row[1], due_ms)
 
-    def _add(self, topic: str, due_ms: int) -> None:
-        row = self._topics.setdefault(topic, [0, 0])
-        row[0] += 1
-        row[1] = max(row[1], due_ms)
-
-    def delivered(self, topic: str, end_offset: int, dispatched_offset: int) -> None:
-        """The copy of a message of ``topic`` was appended, ending at ``end_offset``: counted
-        until ``dispatched_offset`` (given here and to the readers) reaches it."""
+    def delivered(self, thash: int, end_offset: int, dispatched_offset: int) -> None:
+        """The copy of a message counted under ``thash`` was appended, ending at
+        ``end_offset``: counted until ``dispatched_offset`` (given here and to the readers)
+        reaches it."""
         with self._lock:
             self._forget_dispatched(dispatched_offset)
-            if topic not in self._topics:
+            if thash not in self._rows:
                 return
             if end_offset <= dispatched_offset:
-                self._remove(topic)
+                self._remove(thash)
             else:
-                self._dispatching.append((end_offset, topic))
+                self._dispatching.append((end_offset, thash))
 
-    def dropped(self, topic: str) -> None:
-        """A message of ``topic`` came due but was no longer stored: not counted any more."""
+    def dropped(self, thash: int) -> None:
+        """A message counted under ``thash`` came due but was no longer stored: not counted
+        any more."""
         with self._lock:
-            self._remove(topic)
+            self._remove(thash)
 
     @property
     def dispatching_full(self) -> bool:
         return len(self._dispatching) >= DISPATCHING_MAX
 
-    def _remove(self, topic: str) -> None:
-        row = self._topics.get(topic)
+    def _remove(self, thash: int) -> None:
+        row = self._rows.get(thash)
         if row is None:
             return
         row[0] -= 1
         if row[0] <= 0:
-            del self._topics[topic]
+            del self._rows[thash]
 
     def _forget_dispatched(self, dispatched_offset: int) -> None:
         waiting = self._dispatching
         while waiting and waiting[0][0] <= dispatched_offset:
             self._remove(waiting.popleft()[1])
 
-    def rolled(self, topic: str, copy_offset: int) -> None:
+    def rolled(self, thash: int, copy_offset: int) -> None:
         with self._lock:
             if len(self._in_transit) >= IN_TRANSIT_MAX:
                 # Forget the oldest: its copy is then counted again when it enters the wheel
                 # (too many, never too few).
                 self._in_transit.pop(next(iter(self._in_transit)))
-            self._in_transit[copy_offset] = topic
+            self._in_transit[copy_offset] = thash
 
     def of(self, topic: str, dispatched_offset: int) -> TopicTimers:
+        """The figures of ``topic`` (of every topic with its hash)."""
         with self._lock:
             self._forget_dispatched(dispatched_offset)
-            row = self._topics.get(topic)
+            row = self._rows.get(topic_hash(topic))
             return TopicTimers(row[0], row[1]) if row is not None else TopicTimers(0, 0)
 
-    def all(self, dispatched_offset: int) -> dict[str, TopicTimers]:
+    def all(self, dispatched_offset: int) -> dict[int, TopicTimers]:
+        """Every key's figures, by topic hash."""
         with self._lock:
             self._forget_dispatched(dispatched_offset)
-            return {t: TopicTimers(n, due) for t, (n, due) in self._topics.items()}
+            return {h: TopicTimers(n, due) for h, (n, due) in self._rows.items()}

@@ -78,6 +78,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+from collections.abc import Iterator
 
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
@@ -94,11 +95,13 @@ from gannet.node.store.timers.codecs import (
     TimerEntry,
     TimerStatistics,
     TimerUnit,
+    UnitFields,
     encode_checkpoint,
     encode_unit,
     floor_to_precision,
     invariant,
     num_delta,
+    reserved_field,
     roll_window_ms,
     unit_times,
 )
@@ -155,6 +158,7 @@ class TimerStore:
         self._queue_offset = 0
         self._clock_ms = 0
         self._file_fire_max: dict[int, int] = {}  # sealed file start → newest fire time in it
+        self.replayed_tail = range(0)  # log positions recover() replayed: maybe torn (codecs)
         self._counts = {"enqueued": 0, "rolled": 0, "markers": 0, "returned": 0, "suppressed": 0}
 
     @classmethod
@@ -191,6 +195,7 @@ class TimerStore:
                 )
             self._log.cut(end)
             self._log.sync_from(cp.last_timer_log_flush_pos)
+            self.replayed_tail = range(cp.last_timer_log_flush_pos, end)
             if self._read_ms is None:
                 self._read_ms = self._committed_ms = self._earliest_slot_ms()
             self._state = "open"
@@ -222,21 +227,31 @@ class TimerStore:
         else:
             first = max(0, self._log.file_index_for(self._checkpoint.last_timer_log_flush_pos) - 1)
         scan = LogScan(self._log, first)
-        for pos, unit in scan:
-            self._relink(pos, unit)
-            self._last_commit_offset = max(self._last_commit_offset, unit.commit_offset)
+        read_ms = self._read_ms
+        chained: dict[int, int] = {}  # fire ms -> its slot's last_pos as the replay left it
+        last_offset = self._last_commit_offset
+        for pos, fields in scan.fields():  # prev, magic, enqueue, delay, commit, size, ...
+            last_offset = max(last_offset, fields[4])
+            fire_ms = fields[2] + fields[3]
+            if read_ms is not None and fire_ms < read_ms:
+                continue  # already read before the crash; its slot may hold a newer time
+            if chained.get(fire_ms, -1) >= pos:
+                continue  # chained already: the common case, decided without the wheel
+            chained[fire_ms] = self._relink(pos, fire_ms, fields[1])
+        self._last_commit_offset = last_offset
         return scan.end
 
-    def _relink(self, pos: int, unit: TimerUnit) -> None:
-        fire_ms = unit.fire_ms
-        if self._read_ms is not None and fire_ms < self._read_ms:
-            return  # already read before the crash; its slot may hold a newer time
+    def _relink(self, pos: int, fire_ms: int, magic: int) -> int:
+        """Chain the unit at ``pos`` in its slot unless the slot has it; the slot's last_pos."""
         slot = self._wheel.get(fire_ms)
-        delta = num_delta(unit.magic)
+        delta = num_delta(magic)
         if slot is None:
             self._wheel.put(Slot(fire_ms, pos, pos, delta))
-        elif slot.last_pos < pos:
+            return pos
+        if slot.last_pos < pos:
             self._wheel.put(dataclasses.replace(slot, last_pos=pos, num=slot.num + delta))
+            return pos
+        return slot.last_pos
 
     def _earliest_slot_ms(self) -> int | None:
         times = [slot.time_ms for slot in self._wheel.live_slots(None)]
@@ -306,7 +321,7 @@ class TimerStore:
                 commit_offset=commit_offset,
                 size=size,
                 topic_hash=thash,
-                reserved=delete_target + 1 if delete_target is not None else 0,
+                reserved=reserved_field(delete_target, rolled, deliver_ms),
             )
             pos = self._log.append(encode_unit(unit))
             self._link(slot, fire_ms, pos, num_delta(magic))
@@ -582,28 +597,33 @@ class TimerStore:
         """Every entry (not delete markers, nor their known targets) in the slots from the
         committed read time on: what fires again from here, after a restart too. Reads the
         timer log; :class:`~gannet.node.store.timers.pending.PendingTimers` is rebuilt from it
-        when the store opens or is truncated."""
+        when the store opens or is truncated (:meth:`pending_unit_fields`)."""
+        return [TimerUnit(*fields) for _, fields in self.pending_unit_fields()]
+
+    def pending_unit_fields(self) -> Iterator[tuple[int, UnitFields]]:
+        """:meth:`pending_units` as (log position, unit fields), streamed: no object per unit
+        and no list of millions. Holds the store's lock until consumed: consume it whole."""
         with self._lock:
             self._require_open()
             if self._committed_ms is None:
-                return []
-            out: list[TimerUnit] = []
+                return
+            read = self._log.read_fields
             for slot in self._wheel.live_slots(self._committed_ms):
-                units: list[TimerUnit] = []
-                pos = slot.last_pos
-                while pos >= 0 and len(units) < UNITS_PER_SLOT_MAX:
-                    unit = self._log.read(pos)
-                    if unit.fire_ms != slot.time_ms:
+                chain: list[tuple[int, UnitFields]] = []
+                pos, markers = slot.last_pos, False
+                while pos >= 0 and len(chain) < UNITS_PER_SLOT_MAX:
+                    fields = read(pos)  # prev, magic, enqueue, delay, commit, size, hash, rsvd
+                    if fields[2] + fields[3] != slot.time_ms:
                         break  # a unit of an older time that shared the index: not this slot's
-                    units.append(unit)
-                    pos = unit.prev_pos
-                deleted = {u.reserved - 1 for u in units if u.magic & MAGIC_DELETE}
-                out.extend(
-                    u
-                    for u in reversed(units)
-                    if not u.magic & MAGIC_DELETE and u.commit_offset not in deleted
-                )
-            return out
+                    chain.append((pos, fields))
+                    markers = markers or bool(fields[1] & MAGIC_DELETE)
+                    pos = fields[0]
+                chain.reverse()
+                if markers:
+                    deleted = {f[7] - 1 for _, f in chain if f[1] & MAGIC_DELETE}
+                    chain = [c for c in chain if not c[1][1] & MAGIC_DELETE]
+                    chain = [c for c in chain if c[1][4] not in deleted]
+                yield from chain
 
     # --- metrics ---
     def backlog_count(self) -> int:

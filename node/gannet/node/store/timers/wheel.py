@@ -28,6 +28,7 @@ from gannet.node.store.timers.codecs import (
     TimerCheckpoint,
     TimerEntry,
     TimerUnit,
+    UnitFields,
     decode_checkpoint,
     decode_slot,
     decode_unit,
@@ -35,6 +36,7 @@ from gannet.node.store.timers.codecs import (
     encode_slot,
     entry_of,
     is_blank,
+    unit_fields,
 )
 
 _SCAN_CHUNK_BYTES = 128 * SLOT_SIZE_BYTES
@@ -138,15 +140,19 @@ class TimerLog:
 
     def read(self, pos: int) -> TimerUnit:
         """The unit at global ``pos``; :class:`CorruptionError` when there is none."""
+        return TimerUnit(*self.read_fields(pos))
+
+    def read_fields(self, pos: int) -> UnitFields:
+        """:meth:`read` without building the object (walks over millions of units)."""
         f = self.queue.find_file(pos)
         local = pos - f.file_from_offset if f is not None else -1
-        unit = None
+        fields = None
         if f is not None and local + UNIT_SIZE_BYTES <= f.file_size:
-            unit = decode_unit(f.buffer, local)
-        if unit is None or unit.prev_pos >= pos:
+            fields = unit_fields(f.buffer, local)
+        if fields is None or fields[0] >= pos:
             where = f.path if f is not None else self.queue.directory
             raise CorruptionError(f"{where}: no valid timer-log unit at offset {pos}")
-        return unit
+        return fields
 
     def units_end(self, f: MappedFile) -> int:
         return min(f.wrote_position, self.units_end_max)
@@ -201,19 +207,26 @@ class LogScan:
         self.end = files[first_index].file_from_offset if files else 0
 
     def __iter__(self) -> Iterator[tuple[int, TimerUnit]]:
+        for pos, fields in self.fields():
+            yield pos, TimerUnit(*fields)
+
+    def fields(self) -> Iterator[tuple[int, UnitFields]]:
+        """The scan as (position, unit fields): no object per unit (recovery replays every
+        unit of the log's last files, millions with a big backlog)."""
         for f in self.log.queue.files[self.first_index :]:
+            buf, start, size = f.buffer, f.file_from_offset, f.file_size
             local = 0
-            while local + BLANK_SIZE_BYTES <= f.file_size and not is_blank(f.buffer, local):
-                unit = None
-                if local + UNIT_SIZE_BYTES <= f.file_size:
-                    unit = decode_unit(f.buffer, local)
-                pos = f.file_from_offset + local
-                if unit is None or unit.prev_pos >= pos:
+            while local + BLANK_SIZE_BYTES <= size and not is_blank(buf, local):
+                fields = None
+                if local + UNIT_SIZE_BYTES <= size:
+                    fields = unit_fields(buf, local)
+                pos = start + local
+                if fields is None or fields[0] >= pos:
                     self.end = pos
                     return
-                yield pos, unit
+                yield pos, fields
                 local += UNIT_SIZE_BYTES
-            self.end = f.file_from_offset + f.file_size
+            self.end = start + size
 
 
 @dataclass(slots=True)
