@@ -2,10 +2,10 @@
 
 A message with ``TIMER_DELAY_SEC``/``TIMER_DELAY_MS``/``TIMER_DELIVER_MS`` is parked in the
 commit log under the timer topic (:mod:`~gannet.node.store.timers.delivery` routes and parks
-it). The message
-store's timer glue reads that topic in commit-log order and calls :meth:`TimerStore.enqueue`;
+it). The message store's timer glue reads that topic in commit-log order and calls
+:meth:`TimerStore.enqueue`;
 its timer thread calls :meth:`TimerStore.due_entries` with the current time, re-puts each
-returned message (:func:`restore_message`, or :func:`roll_message` for rolled entries), and then
+returned message (:func:`restore_message`, or :func:`roll_message` for rolled entries), and
 confirms with :meth:`TimerStore.commit_read`. This module never reads the commit log itself.
 
 On-disk formats: :mod:`~gannet.node.store.timers.codecs`; the wheel and timer-log files:
@@ -55,9 +55,8 @@ is durable, and the wheel on disk may be ahead of the checkpoint but never ahead
 3. Drop entries pointing at commit-log offsets ``>= commit_log_max_offset`` when given
    (:meth:`TimerStore.truncate`), then flush everything.
 
-The read cursor restarts at ``Rc``: entries returned but not committed are returned again.
-Delivery is therefore **at least once**, and exactly once when the glue commits what it
-re-put and nothing crashes in between. Every unit that was flushed fires at least once.
+The read cursor restarts at ``Rc``: entries returned but not committed are returned again, so
+delivery is **at least once** (once if nothing crashes); every flushed unit fires at least once.
 
 Enqueue is idempotent by commit offset: units carry strictly increasing commit-log offsets, and
 an ``enqueue``/``delete`` whose offset is not above the last one is ignored (it is a replay of
@@ -70,8 +69,7 @@ its markers are returned first (``deleted=True``, for RocketMQ-style matching by
 (the reserved field) are not returned. A marker that does not land in its target's slot
 (target rolled meanwhile) does not suppress it.
 
-Threading: every public method takes the store's lock; callers may share one instance between
-the timer thread and the flush thread.
+Threading: every public method takes the store's lock (shared by the timer and flush threads).
 """
 
 from __future__ import annotations
