@@ -528,9 +528,7 @@ class PopHandler:
             text = str(entry.receipt_handle)
             result = add(message_id=entry.message_id, receipt_handle=text)
             try:
-                handles.append(
-                    await self._release(group, text) if renewed else parse_handle(text)
-                )
+                handles.append(await self._release(group, text) if renewed else parse_handle(text))
                 result.status.code = statuses.OK
                 result.status.message = "OK"  # statuses.ok()
                 slots.append(len(entries))

@@ -148,9 +148,7 @@ def _field(parts: list[str], index: int, name: str, text: str, maximum: int) -> 
 
 
 _D = "([0-9]{1,19})"
-_CANONICAL = re.compile(
-    rf"{_D} {_D} {_D} {_D} ([012]) ([^ ]+) {_D} {_D} {_D}", re.ASCII
-)
+_CANONICAL = re.compile(rf"{_D} {_D} {_D} {_D} ([012]) ([^ ]+) {_D} {_D} {_D}", re.ASCII)
 """A 9-field handle whose every number is 1 to 19 ASCII digits (as :meth:`ReceiptHandle.encode`
 writes them): :func:`parse` checks only the ranges of its fields, in one match."""
 _FLAGS = (TopicFlag.NORMAL, TopicFlag.RETRY_V1, TopicFlag.RETRY_V2)
@@ -163,9 +161,7 @@ def parse(text: str) -> ReceiptHandle:
     queue id, long for the rest; none negative), the checkpoint's offset may not lie past the
     message's, and ``popTime + invisibleTime`` must stay a long. Whether the handle names a
     checkpoint this broker made is :mod:`acking`'s check."""
-    match = (
-        _CANONICAL.fullmatch(text) if len(text) <= RECEIPT_HANDLE_LENGTH_MAX_CHARS else None
-    )
+    match = _CANONICAL.fullmatch(text) if len(text) <= RECEIPT_HANDLE_LENGTH_MAX_CHARS else None
     if match is not None:
         ck, pop, invisible, revive, flag, broker, queue, offset, commit = match.groups()
         handle = ReceiptHandle(
