@@ -540,7 +540,8 @@ class PopHandler:
             for slot, outcome in zip(slots, outcomes, strict=True):
                 if outcome is not None:
                     entries[slot].status.CopyFrom(pop_error(outcome).status())
-            await self._replicated()
+            if self.servicer.replication is not None:
+                await self._replicated()
         first = entries[0].status
         if all(e.status.code == first.code for e in entries):
             response.status.CopyFrom(first)
