@@ -32,6 +32,7 @@ from bench.broker import (
     GROUP,
     OFFICIAL_IN_FLIGHT,
     OFFICIAL_PROCESSES,
+    QUEUES,
     TOPIC,
     _admin_setup,
     _batch_request_bytes,
@@ -89,6 +90,126 @@ def _prefill(endpoint: str, messages: int) -> None:
                 raise RuntimeError(f"prefill SendMessage answered status {code}")
 
 
+class _Context:
+    """What the Pop handlers read of a ``grpc.aio.ServicerContext``."""
+
+    def time_remaining(self) -> float:
+        return 30.0
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return CLIENT_ID
+
+
+def receive_path(rounds: int) -> dict[str, float]:
+    """CPU µs per message of the broker's receive + ack path without gRPC, in this process
+    (every thread): ``rounds`` × (one ReceiveMessage of 32 decoded, answered and its frames
+    encoded; one AckMessage per message decoded, answered and encoded), through
+    :class:`MessagingServicer` as the gRPC server calls it, on a store prefilled with 1 KiB
+    messages (ASYNC_FLUSH), and of its event-loop thread alone. The gRPC stack itself is what
+    the ``receive`` phase adds."""
+    import asyncio
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from rocketmq.grpc_protocol import definition_pb2
+
+    from gannet.node.api import receiving, routes, sending
+    from gannet.node.api.messaging import MessagingServicer
+    from gannet.node.store.config import FlushMode, StoreConfig
+    from gannet.node.store.configs.groups import SubscriptionGroupConfig
+    from gannet.node.store.configs.topics import TopicConfig
+    from gannet.node.store.message_store import MessageStore
+
+    root = Path(tempfile.mkdtemp(prefix="gannet-bench-receive-"))
+    config = StoreConfig(
+        root_dir=root,
+        flush_mode=FlushMode.ASYNC_FLUSH,
+        commitlog_file_size_bytes=256 * 1024 * 1024,
+        index_hash_slots=500_000,
+        index_items_max=2_000_000,
+    )
+    send = service_pb2.SendMessageRequest.FromString(_batch_request_bytes(BODY_OFFICIAL_BYTES, 1))
+    receive = service_pb2.ReceiveMessageRequest(batch_size=RECEIVE_BATCH)
+    receive.group.name = GROUP
+    receive.message_queue.topic.name = TOPIC
+    receive.filter_expression.type = definition_pb2.TAG
+    receive.filter_expression.expression = "*"
+    receive.invisible_duration.seconds = INVISIBLE_S
+    receive.long_polling_timeout.seconds = 5
+    receive_bytes = receive.SerializeToString()
+
+    async def once(servicer: MessagingServicer, context: Any) -> int:
+        request = service_pb2.ReceiveMessageRequest.FromString(receive_bytes)
+        acks = []
+        async for frame in servicer.ReceiveMessage(request, context):  # type: ignore[no-untyped-call]
+            frame.SerializeToString()
+            if frame.HasField("message"):
+                ack = service_pb2.AckMessageRequest()
+                ack.group.name = GROUP
+                ack.topic.name = TOPIC
+                ack.entries.add(
+                    message_id=frame.message.system_properties.message_id,
+                    receipt_handle=frame.message.system_properties.receipt_handle,
+                )
+                acks.append(ack.SerializeToString())
+        for payload in acks:
+            answer = await servicer.AckMessage(  # type: ignore[no-untyped-call]
+                service_pb2.AckMessageRequest.FromString(payload), context
+            )
+            if answer.status.code != 20000:
+                raise RuntimeError(f"AckMessage answered {answer.status}")
+            answer.SerializeToString()
+        return len(acks)
+
+    async def measure(store: MessageStore) -> dict[str, float]:
+        identity = routes.BrokerIdentity(broker_name="broker-a", host="127.0.0.1", port=8081)
+        servicer = MessagingServicer(store, identity, pop=receiving.factory())
+        context = _Context()
+        try:
+            for _ in range(10):
+                await once(servicer, context)
+            count = 0
+            cpu_before, loop_before = time.process_time(), time.thread_time()
+            for _ in range(rounds):
+                count += await once(servicer, context)
+            loop_used = time.thread_time() - loop_before
+            cpu_used = time.process_time() - cpu_before
+        finally:
+            if servicer.pop is not None:
+                servicer.pop.close()
+        return {
+            "msgs": count,
+            "cpu_us_per_msg": round(cpu_used / max(count, 1) * 1e6, 2),
+            # The loop thread alone: the pops and acks run on it (nothing contends for their
+            # locks here); leaves out the store's flush of the prefilled log.
+            "loop_cpu_us_per_msg": round(loop_used / max(count, 1) * 1e6, 2),
+        }
+
+    async def main() -> dict[str, float]:
+        # The store closes while the loop runs (as in the broker): its flush thread wakes
+        # waiters on this loop.
+        with MessageStore(config).open() as store:
+            store.topic_configs.put(
+                TopicConfig(TOPIC, read_queue_nums=QUEUES, write_queue_nums=QUEUES)
+            )
+            store.group_configs.put(SubscriptionGroupConfig(GROUP))
+            for _ in range(rounds + 10):
+                prepared = sending.prepare(
+                    send, store.topic_configs.get, peer_host="127.0.0.1",
+                    now_ms=time.time_ns() // 1_000_000,
+                )  # fmt: skip
+                batch = [prepared.messages[0].copy() for _ in range(RECEIVE_BATCH)]
+                store.put_messages(batch)
+            store.wait_dispatched(store.commitlog.max_offset(), 60)
+            return await measure(store)
+
+    try:
+        return asyncio.run(main())
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run(seconds: float, phases: list[str]) -> dict[str, Any]:
     with (
         scratch_dir("gannet-bench-official-") as root,
@@ -119,7 +240,27 @@ def main() -> None:
         "--phase", choices=("send", "receive"), action="append", help="repeatable; default both"
     )
     parser.add_argument("--label", default="", help="recorded with each figure (paired runs)")
+    parser.add_argument(
+        "--receive-path-rounds",
+        type=int,
+        default=0,
+        help="only the in-process receive + ack path (no gRPC), this many receives of 32",
+    )
     args = parser.parse_args()
+    if args.receive_path_rounds:
+        path = receive_path(args.receive_path_rounds)
+        print("receive+ack path without gRPC:", path, flush=True)
+        results_log.append(
+            "broker",
+            {
+                "scenario": "receive_path",
+                "at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                "label": args.label,
+                "result": path,
+                "machine": _machine(),
+            },
+        )
+        return
     result = run(args.seconds, args.phase or ["send", "receive"])
     record = {
         "scenario": "official_paths",

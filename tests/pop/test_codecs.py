@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from gannet.node.pop import acks, checkpoints, filtering, receipts
 from gannet.node.pop.acks import AckMsg
@@ -163,6 +166,64 @@ def test_topic_flags() -> None:
 def test_bad_receipt_handles_are_refused(text: str) -> None:
     with pytest.raises(ReceiptHandleIllegal):
         receipts.parse(text)
+
+
+_EDGE_NUMBERS = (
+    "0",
+    "7",
+    "999",
+    "2147483647",
+    "2147483648",
+    "9223372036854775807",
+    "9223372036854775808",
+    "99999999999999999999",
+    "-1",
+    "007",
+    "1_0",
+    "\u0663",
+    "",
+)
+
+
+_NUMBERS = st.one_of(st.sampled_from(_EDGE_NUMBERS), st.integers(0, 2**64).map(str))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    head=st.lists(_NUMBERS, min_size=4, max_size=4),
+    flag=st.sampled_from(("0", "1", "2", "3", "01", "")),
+    broker=st.sampled_from(("b", "broker-a", "", "x\ty")),
+    tail=st.lists(_NUMBERS, min_size=2, max_size=4),
+)
+def test_parse_fast_path_agrees_with_the_field_checks(
+    head: list[str], flag: str, broker: str, tail: list[str]
+) -> None:
+    """``parse``'s one-match path gives the handle or the error the field-by-field checks
+    give, for 8 to 10 fields of numbers near every limit."""
+    text = " ".join([*head, flag, broker, *tail])
+
+    def outcome(parse: Callable[[str], ReceiptHandle]) -> object:
+        try:
+            return parse(text)
+        except ReceiptHandleIllegal as exc:
+            return ("illegal", str(exc))
+
+    assert outcome(receipts.parse) == outcome(receipts._parse_checked)
+
+
+def test_parse_fast_path_keeps_the_range_checks() -> None:
+    ok = "100 1700000000000 60000 3 0 broker-a 2 102 8812"
+    assert receipts.parse(ok) == receipts._parse_checked(ok)
+    for bad in (
+        "100 9223372036854775807 1 3 0 b 2 102 8812",  # pop + invisible past a long
+        "103 1 1 3 0 b 2 102 8812",  # checkpoint offset past the message's
+        "1 1 1 2147483648 0 b 2 102 8812",  # revive queue past an int
+        "1 1 1 3 0 b 2147483648 102 8812",  # queue id past an int
+        "1 1 1 3 0 b 2 9223372036854775808 8812",  # queue offset past a long
+        "1 1 1 3 0 b 2 102 9223372036854775808",  # commit offset past a long
+    ):
+        with pytest.raises(ReceiptHandleIllegal):
+            receipts.parse(bad)
 
 
 def _unit(tag: str | None) -> CqUnit:

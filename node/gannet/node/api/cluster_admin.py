@@ -37,7 +37,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
@@ -189,7 +189,7 @@ class BrokerGroups:
             f"this is {self.name!r}: send it there (query the route again)",
         )
 
-    def misdirected_handles(self, handles: Sequence[str]) -> ApiError | None:
+    def misdirected_handles(self, handles: Iterable[str]) -> ApiError | None:
         """A receipt handle of another group this member knows of."""
         if not self.poller.views:
             return None  # one group (every broker by default): no handle to parse twice

@@ -34,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TypeVar
 
 import grpc
@@ -604,9 +604,12 @@ def _not_served(make: Callable[..., Response]) -> Response:
     return make(status=ApiError(statuses.UNSUPPORTED, statuses.POP_NOT_SERVED).status())
 
 
-def _handles(request: object) -> list[str]:
-    """The receipt handles of an Ack, ChangeInvisibleDuration or DLQ request."""
+def _handles(request: object) -> Iterator[str]:
+    """The receipt handles of an Ack, ChangeInvisibleDuration or DLQ request (lazily: with
+    one broker group nobody reads them)."""
     entries = getattr(request, "entries", None)
     if entries is not None:
-        return [str(e.receipt_handle) for e in entries]
-    return [str(getattr(request, "receipt_handle", ""))]
+        for e in entries:
+            yield str(e.receipt_handle)
+        return
+    yield str(getattr(request, "receipt_handle", ""))

@@ -181,8 +181,14 @@ _HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {
 }
 
 
-def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition_pb2.Message:
-    """A popped message as a v2 ``Message`` with the system properties clients need."""
+def message_pb(
+    popped: PoppedMessage,
+    namespace: str,
+    now_ms: int,
+    out: definition_pb2.Message | None = None,
+) -> definition_pb2.Message:
+    """A popped message as a v2 ``Message`` with the system properties clients need; filled
+    into ``out`` (an empty message, e.g. a response's field) when given."""
     msg = popped.message
     p = msg.properties
     store_host, store_port = msg.store_host
@@ -190,7 +196,9 @@ def message_pb(popped: PoppedMessage, namespace: str, now_ms: int) -> definition
         store_host, store_port, msg.physical_offset
     )
     # Filled in place: nested messages passed to constructors are copied once more.
-    out = definition_pb2.Message(body=msg.body)
+    if out is None:
+        out = definition_pb2.Message()
+    out.body = msg.body
     out.topic.name = msg.topic
     if namespace:
         out.topic.resource_namespace = namespace
@@ -307,8 +315,8 @@ class PopHandler:
             yield service_pb2.ReceiveMessageResponse(status=error.status())
             return
         yield service_pb2.ReceiveMessageResponse(status=status)
-        for message in frames:
-            yield service_pb2.ReceiveMessageResponse(message=message)
+        for frame in frames:
+            yield frame
         yield service_pb2.ReceiveMessageResponse(delivery_timestamp=_timestamp(_now_ms()))
 
     def polling_ms(
@@ -352,7 +360,9 @@ class PopHandler:
 
     async def _receive(
         self, request: service_pb2.ReceiveMessageRequest, context: grpc.aio.ServicerContext
-    ) -> tuple[definition_pb2.Status, list[definition_pb2.Message]]:
+    ) -> tuple[definition_pb2.Status, list[service_pb2.ReceiveMessageResponse]]:
+        """The status and the message frames of a receive (each message filled into its
+        frame in place: passed to the frame's constructor it would be copied once more)."""
         group = self.resources.group(str(request.group.name))
         topic = self.resources.topic(str(request.message_queue.topic.name))
         if not topic.readable:
@@ -400,7 +410,12 @@ class PopHandler:
         if request.auto_renew:
             self._start_renewing(group, topic.topic_name, delivered, client_id_of(context), now)
         namespace = str(request.message_queue.topic.resource_namespace)
-        return statuses.ok(), [message_pb(m, namespace, now) for m in delivered]
+        frames = []
+        for m in delivered:
+            frame = service_pb2.ReceiveMessageResponse()
+            message_pb(m, namespace, now, frame.message)
+            frames.append(frame)
+        return statuses.ok(), frames
 
     # --- auto-renew ---
     def _start_renewing(
@@ -491,43 +506,49 @@ class PopHandler:
     async def AckMessage(  # noqa: N802
         self, request: service_pb2.AckMessageRequest, context: grpc.aio.ServicerContext
     ) -> service_pb2.AckMessageResponse:
-        async def work() -> service_pb2.AckMessageResponse:
-            group = self.resources.group(str(request.group.name))
-            topic = self.resources.topic(str(request.topic.name)).topic_name
-            if not request.entries:
-                raise ApiError(statuses.BAD_REQUEST, "entries is empty: nothing to acknowledge")
-            # Entries are added to the response in place and share one OK status: built apart
-            # and passed in, each would be copied once more (PROFILE.md, issue 19).
-            response = service_pb2.AckMessageResponse()
-            add = response.entries.add
-            ok = statuses.ok()
-            entries: list[service_pb2.AckMessageResultEntry] = []
-            slots: list[int] = []
-            handles: list[str | ReceiptHandle] = []
-            for entry in request.entries:
-                text = entry.receipt_handle
-                try:
-                    handles.append(await self._release(group, str(text)))
-                    status = ok
-                    slots.append(len(entries))
-                except ApiError as exc:
-                    status = exc.status()
-                entries.append(add(message_id=entry.message_id, receipt_handle=text, status=status))
-            if handles:
-                outcomes = await self.acks.ack((group, topic, handles))
-                for slot, outcome in zip(slots, outcomes, strict=True):
-                    if outcome is not None:
-                        entries[slot].status.CopyFrom(pop_error(outcome).status())
-                await self._replicated()
-            codes = {e.status.code for e in entries}
-            if len(codes) == 1:
-                response.status.CopyFrom(entries[0].status)
-            else:
-                response.status.code = Code.MULTIPLE_RESULTS
-                response.status.message = "entries have different results"
-            return response
+        try:
+            return await self._ack(request)
+        except Exception as exc:
+            return service_pb2.AckMessageResponse(status=_api_error(exc, "AckMessage").status())
 
-        return await _answer(service_pb2.AckMessageResponse, work, "AckMessage")
+    async def _ack(self, request: service_pb2.AckMessageRequest) -> service_pb2.AckMessageResponse:
+        group = self.resources.group(str(request.group.name))
+        topic = self.resources.topic(str(request.topic.name)).topic_name
+        if not request.entries:
+            raise ApiError(statuses.BAD_REQUEST, "entries is empty: nothing to acknowledge")
+        # Entries are added to the response in place and their statuses set field by field:
+        # built apart and passed in, each would be copied once more (PROFILE.md, issue 19).
+        response = service_pb2.AckMessageResponse()
+        add = response.entries.add
+        entries: list[service_pb2.AckMessageResultEntry] = []
+        slots: list[int] = []
+        handles: list[str | ReceiptHandle] = []
+        renewed = len(self.renewals) > 0
+        for entry in request.entries:
+            text = str(entry.receipt_handle)
+            result = add(message_id=entry.message_id, receipt_handle=text)
+            try:
+                handles.append(await self._release(group, text) if renewed else parse_handle(text))
+                result.status.code = statuses.OK
+                result.status.message = "OK"  # statuses.ok()
+                slots.append(len(entries))
+            except ApiError as exc:
+                result.status.CopyFrom(exc.status())
+            entries.append(result)
+        if handles:
+            outcomes = await self.acks.ack((group, topic, handles))
+            for slot, outcome in zip(slots, outcomes, strict=True):
+                if outcome is not None:
+                    entries[slot].status.CopyFrom(pop_error(outcome).status())
+            if self.servicer.replication is not None:
+                await self._replicated()
+        first = entries[0].status
+        if all(e.status.code == first.code for e in entries):
+            response.status.CopyFrom(first)
+        else:
+            response.status.code = Code.MULTIPLE_RESULTS
+            response.status.message = "entries have different results"
+        return response
 
     async def _replicated(self) -> None:
         """Raft group: answer an ack, an invisible-time change or a DLQ forward only once what

@@ -144,7 +144,8 @@ class AckService:
             raise ReceiptHandleUnknown(
                 f"receipt handle's pop time {h.pop_time_ms} lies in the future (now {now_ms})"
             )
-        if not h.is_order:
+        # Below the queues written now, it is below the revive topic's count as well.
+        if not h.is_order and h.revive_qid >= self.ctx.revive_write_queues:
             revive = self.ctx.store.topic_configs.get(revive_log.revive_topic(self.ctx.store))
             count = 0 if revive is None else max(revive.read_queue_nums, revive.write_queue_nums)
             if h.revive_qid >= max(count, self.ctx.revive_write_queues):

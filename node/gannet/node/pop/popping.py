@@ -64,10 +64,12 @@ class PoppedMessage:
 
     message: records.Message
     handle: ReceiptHandle
+    encoded: str | None = None
+    """``handle.encode()`` when the pop made it already (None: encoded when asked)."""
 
     @property
     def receipt_handle(self) -> str:
-        return self.handle.encode()
+        return self.handle.encode() if self.encoded is None else self.encoded
 
     @property
     def delivery_attempt(self) -> int:
@@ -278,8 +280,10 @@ class PopService:
             )
             if flag is not TopicFlag.NORMAL:
                 msg.topic = original
-            msg.properties.setdefault(props.POP_CK, handle.extra_info())
-            result.messages.append(PoppedMessage(msg, handle))
+            extra_info = handle.extra_info()
+            msg.properties.setdefault(props.POP_CK, extra_info)
+            encoded = f"{extra_info}{receipts.FIELD_SEPARATOR}{stored_msg.commit_offset}"
+            result.messages.append(PoppedMessage(msg, handle, encoded))
         result.start_offset_info.append(
             receipts.start_offset_info(flag, ck.queue_id, ck.start_offset)
         )

@@ -26,6 +26,7 @@ Pure; called by :mod:`popping` (build) and :mod:`acking` (parse).
 from __future__ import annotations
 
 import enum
+import re
 from dataclasses import dataclass
 
 from gannet.node.pop.errors import ReceiptHandleIllegal
@@ -146,6 +147,13 @@ def _field(parts: list[str], index: int, name: str, text: str, maximum: int) -> 
     return value
 
 
+_D = "([0-9]{1,19})"
+_CANONICAL = re.compile(rf"{_D} {_D} {_D} {_D} ([012]) ([^ ]+) {_D} {_D} {_D}", re.ASCII)
+"""A 9-field handle whose every number is 1 to 19 ASCII digits (as :meth:`ReceiptHandle.encode`
+writes them): :func:`parse` checks only the ranges of its fields, in one match."""
+_FLAGS = (TopicFlag.NORMAL, TopicFlag.RETRY_V1, TopicFlag.RETRY_V2)
+
+
 def parse(text: str) -> ReceiptHandle:
     """Parse an 8-field extra info or a 9-field receipt handle; raises ReceiptHandleIllegal.
 
@@ -153,6 +161,28 @@ def parse(text: str) -> ReceiptHandle:
     queue id, long for the rest; none negative), the checkpoint's offset may not lie past the
     message's, and ``popTime + invisibleTime`` must stay a long. Whether the handle names a
     checkpoint this broker made is :mod:`acking`'s check."""
+    match = _CANONICAL.fullmatch(text) if len(text) <= RECEIPT_HANDLE_LENGTH_MAX_CHARS else None
+    if match is not None:
+        ck, pop, invisible, revive, flag, broker, queue, offset, commit = match.groups()
+        handle = ReceiptHandle(
+            int(ck), int(pop), int(invisible), int(revive), _FLAGS[int(flag)], broker,
+            int(queue), int(offset), int(commit),
+        )  # fmt: skip
+        if (
+            handle.ck_queue_offset <= handle.queue_offset
+            and handle.next_visible_time_ms <= _INT64_MAX
+            and handle.revive_qid <= _INT32_MAX
+            and handle.queue_id <= _INT32_MAX
+            and max(handle.queue_offset, handle.commit_offset) <= _INT64_MAX
+        ):
+            # pop and invisible time (each >= 0) are bounded by their sum; the checkpoint
+            # offset by the queue offset.
+            return handle
+    return _parse_checked(text)
+
+
+def _parse_checked(text: str) -> ReceiptHandle:
+    """:func:`parse` field by field, with the error naming what is wrong."""
     if len(text) > RECEIPT_HANDLE_LENGTH_MAX_CHARS:
         raise ReceiptHandleIllegal(
             f"receipt handle is {len(text)} characters; at most "

@@ -226,6 +226,10 @@ class PopBroker:
         """:meth:`ack_many` of several AckMessage requests in one pass
         (:meth:`AckService.ack_jobs`: one lock hold, one append); orderly handles are acked
         one by one through the order service."""
+        if all(
+            isinstance(h, ReceiptHandle) and not h.is_order for _, _, hs in jobs for h in hs
+        ):  # the usual case (parsed plain handles): no order result to interleave
+            return self.acker.ack_jobs(jobs, now_ms)
         out: list[list[PopError | None]] = []
         plain_jobs: list[AckJob] = []
         slots: list[list[int]] = []

@@ -167,6 +167,8 @@ def _shown(value: str) -> str:
 
 
 def _first_illegal_char(name: str) -> tuple[int, str] | None:
+    if _NAME_CHARS.issuperset(name):  # one C call for the usual, valid name
+        return None
     for index, char in enumerate(name):
         if char not in _NAME_CHARS:
             return index, char
