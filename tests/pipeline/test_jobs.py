@@ -87,6 +87,27 @@ def test_export_keeps_chosen_topic_and_time_range(
     assert offsets == [w.commit_offset for w in expected]
 
 
+def test_export_of_segments_cut_into_ranges_writes_each_row_once(
+    spark, broker_store: BrokerStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments cut into many byte ranges (one Spark task each) export the same rows as the
+    segments exported whole in one process."""
+    monkeypatch.setattr(jobs, "SPLIT_BYTES_MIN", 4096)
+    cut = jobs.export_ranges
+    monkeypatch.setattr(jobs, "export_ranges", lambda found, _: cut(found, 64))
+    found = segments.find_segments(broker_store.config.root_dir)
+    assert len(jobs.export_ranges(found, 2)) > 2 * len(found)
+    report = jobs.export(spark, broker_store.config.root_dir, str(tmp_path / "split"))
+    for segment in found:
+        exporting.export_segment(segment, jobs.KEEP_ALL, str(tmp_path / "whole"))
+    split, whole = (
+        pq.read_table(tmp_path / name).sort_by("commit_offset").to_pylist()
+        for name in ("split", "whole")
+    )
+    assert report.messages == len(whole) == len([w for w in broker_store.written if w.consumable])
+    assert split == whole
+
+
 def test_rebuild_is_byte_identical_to_the_brokers_dispatch(
     spark, broker_store: BrokerStore, tmp_path: Path
 ) -> None:

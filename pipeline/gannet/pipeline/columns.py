@@ -159,8 +159,10 @@ def _first_bad_body(
     call with the store's native module, else one ``zlib.crc32`` per body)."""
     codec = native.codec
     if codec is not None:
-        arrays = [memoryview(np.ascontiguousarray(a[:limit])) for a in (body_at, body_len, crc)]
-        return codec.bodies_crc_bad(view, *arrays, limit)
+        starts, lengths, expected = (
+            np.ascontiguousarray(a[:limit], dtype=np.int64).data for a in (body_at, body_len, crc)
+        )
+        return codec.bodies_crc_bad(view, starts, lengths, expected, limit)
     body_list = body_at.tolist()
     body_len_list = body_len.tolist()
     crc_list = crc.tolist()
@@ -304,8 +306,10 @@ def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.Bina
     """
     n = len(starts)
     ends = starts + lengths
-    if n and int(ends[-1]) - int(starts[0]) < _ARROW_OFFSET_MAX and (
-        n == 1 or bool((starts[1:] >= ends[:-1]).all())
+    if (
+        n
+        and int(ends[-1]) - int(starts[0]) < _ARROW_OFFSET_MAX
+        and (n == 1 or bool((starts[1:] >= ends[:-1]).all()))
     ):
         first = int(starts[0])
         cuts = np.empty(2 * n, dtype=np.int32)
@@ -326,18 +330,36 @@ def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.Bina
     return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
 
 
+def first_record_from(buf: Buffer, at: int) -> int | None:
+    """Where the first record of segment ``buf`` starting at or after byte ``at`` lies, found
+    by walking TOTALSIZE from the segment's start (one C call with the native module); None
+    when the walk ends before ``at`` (a BLANK, the end of the data, or a record that does not
+    look right: :func:`chunks` of the range holding that place reports it)."""
+    if at <= 0:
+        return 0
+    _, stop, full = _boundaries(buf, 0, len(buf), at)
+    return stop if full else None
+
+
 def chunks(
-    buf: Buffer, segment: Segment, *, chunk_bytes: int = CHUNK_BYTES
+    buf: Buffer,
+    segment: Segment,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+    start: int = 0,
+    end: int | None = None,
 ) -> Iterator[Chunk | Damage]:
     """The valid records of one segment in file order, as chunks, then its first damage if any
-    (see the module docstring)."""
+    (see the module docstring). ``start`` (a record's position) and ``end`` limit them to the
+    records starting in ``[start, end)``."""
     size = len(buf)
     if size == 0:
         return
+    end = size if end is None else min(end, size)
     data = np.frombuffer(buf, dtype=np.uint8)
-    pos = 0
-    while pos < size:
-        at, stop, more = _boundaries(buf, pos, size, chunk_bytes)
+    pos = start
+    while pos < end:
+        at, stop, more = _boundaries(buf, pos, size, min(chunk_bytes, end - pos))
         good, chunk = _check(data, buf, segment, at)
         if chunk is None and good:
             chunk = _check(data, buf, segment, at[:good])[1]

@@ -208,14 +208,33 @@ class _PartitionWriters:
         return len(self.writers)
 
 
-def export_segment(segment: Segment, keep: ExportFilter, output: str) -> SegmentExport:
+def export_segment(
+    segment: Segment,
+    keep: ExportFilter,
+    output: str,
+    byte_range: tuple[int, int | None] | None = None,
+) -> SegmentExport:
     """Write the kept messages of one segment under ``output``; SegmentDamagedError at the
-    first damaged record (what was before it is written)."""
+    first damaged record (what was before it is written).
+
+    ``byte_range`` = (cut, next cut or None for the file's end) exports only the records
+    starting in it: from the first record at or after the cut
+    (:func:`columns.first_record_from`) to the last one starting before the next cut, so the
+    ranges of consecutive cuts split a segment's records between them without overlap (what
+    :func:`gannet.pipeline.jobs.export` gives each task).
+    """
     writers = _PartitionWriters(output, segment)
     kept = 0
     try:
         with segments.mapped(segment) as buf:
-            for part in columns.chunks(buf, segment):
+            start: int | None = 0
+            end = None
+            if byte_range is not None:
+                start = columns.first_record_from(buf, byte_range[0])
+                end = byte_range[1]
+            if start is None:  # no record starts in the range
+                return SegmentExport(segment.name, 0, 0)
+            for part in columns.chunks(buf, segment, start=start, end=end):
                 if isinstance(part, Damage):
                     raise SegmentDamagedError(part)
                 for key, rows in partition_rows(part, keep.mask(part)).items():

@@ -127,11 +127,36 @@ KEEP_ALL = ExportFilter()
 EXPORT_MODES = ("errorifexists", "overwrite", "append", "ignore")
 
 
+SPLIT_BYTES_MIN = 8 * 2**20
+"""Export: a segment is cut into byte ranges of at least this many bytes (see
+:func:`export_ranges`)."""
+
+ExportRange = tuple[Segment, int, int]
+
+
+def export_ranges(found: Sequence[Segment], parallelism: int) -> list[ExportRange]:
+    """The export's tasks: each segment cut into byte ranges of about the job's bytes ÷
+    ``parallelism`` (at least :data:`SPLIT_BYTES_MIN`), so that few or large segments still
+    keep every task slot busy; many small segments stay one task each.
+    :func:`exporting.export_segment` exports a range's records (those that start in it)."""
+    total = sum(s.size_bytes for s in found)
+    target = max(SPLIT_BYTES_MIN, -(-total // max(1, parallelism)))
+    ranges: list[ExportRange] = []
+    for segment in found:
+        parts = max(1, -(-segment.size_bytes // target))
+        step = -(-segment.size_bytes // parts)
+        cuts = [i * step for i in range(parts)] + [segment.size_bytes]
+        ranges += [(segment, cuts[i], cuts[i + 1]) for i in range(parts)]
+    return ranges
+
+
 def _export_partition(
-    keep: ExportFilter, output: str, parts: Iterable[Segment]
+    keep: ExportFilter, output: str, parts: Iterable[ExportRange]
 ) -> Iterator[exporting.SegmentExport]:
-    for segment in parts:
-        yield exporting.export_segment(segment, keep, output)
+    for segment, start, end in parts:
+        last = end >= segment.size_bytes  # to the file's end, as it is when the task runs
+        byte_range = None if start == 0 and last else (start, None if last else end)
+        yield exporting.export_segment(segment, keep, output, byte_range)
 
 
 def export(
@@ -172,7 +197,9 @@ def export(
     if not (exists and mode == "ignore"):
         if exists and mode == "overwrite":
             filesystem.delete_dir(base)
-        work = _segment_rdd(spark, found).mapPartitions(partial(_export_partition, keep, output))
+        ranges = export_ranges(found, int(spark.sparkContext.defaultParallelism))
+        tasks = spark.sparkContext.parallelize(ranges, len(ranges))
+        work = tasks.mapPartitions(partial(_export_partition, keep, output))
         done = work.collect()
         filesystem.create_dir(base, recursive=True)
         with filesystem.open_output_stream(posixpath.join(base, "_SUCCESS")):
