@@ -279,3 +279,29 @@ def test_export_ranges_cut_large_segments_and_keep_small_ones_whole() -> None:
     assert [(a, b) for s, a, b in ranges if s is not big] == [(0, 2**20), (0, 2**20)]
     only = jobs.export_ranges(small, parallelism=2)  # below SPLIT_BYTES_MIN: one task each
     assert [(a, b) for _, a, b in only] == [(0, 2**20), (0, 2**20)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from(["A", "B", "Ü"]), st.integers(-(2**40), 2**42), st.booleans()),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_partition_rows_group_by_topic_and_date_in_record_order(
+    rows: list[tuple[str, int, bool]],
+) -> None:
+    messages = [
+        (Message(topic=t, body=b"x", store_timestamp_ms=ts), False, False) for t, ts, _ in rows
+    ]
+    buf = bytes(segment_bytes(messages, "zeros"))
+    (chunk,) = _parsed(buf, _segment(buf, is_last=True), columns.CHUNK_BYTES)
+    assert isinstance(chunk, Chunk)
+    picked = np.array([i for i, (_, _, kept) in enumerate(rows) if kept], dtype=np.int64)
+    expected: dict[tuple[str, str], list[int]] = {}
+    for j, i in enumerate(picked.tolist()):
+        topic, ts, _ = rows[i]
+        expected.setdefault((topic, exporting.utc_date(ts)), []).append(j)
+    got = exporting.partition_rows(chunk, picked)
+    assert [(key, rel.tolist()) for key, rel in got] == list(expected.items())
