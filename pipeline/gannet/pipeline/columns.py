@@ -1,14 +1,18 @@
 """Commit-log segments parsed in bulk into columns: the parser of the export and rebuild jobs.
 
 One pass over a mapped segment finds the record boundaries (TOTALSIZE and MAGICCODE of each
-record, one struct unpack per record). The fixed-position fields of all the records found are
+record: one C call, ``record_starts`` of the store's native module
+:mod:`gannet.node.store.log.native`, or one struct unpack per record in Python when it is not
+built). The fixed-position fields of all the records found are
 then read column-wise with numpy — big-endian gathers at record start + field position
 (``reference/store-format.md`` §1.2; the positions are those of
 :mod:`gannet.node.store.log.records`) —
-bodies are sliced into one Arrow binary column, and only each
-record's PROPERTIES string is decoded on its own, by the store's decoder
-(:func:`gannet.node.store.properties.decode`), so keys, tags and unique keys mean what they mean
-to the broker.
+bodies and PROPERTIES strings are cut into Arrow binary columns by Arrow (``take`` over one
+array spanning the records: one copy, no Python object per record), and the properties are
+parsed column-wise as the store's decoder (:func:`gannet.node.store.properties.decode`) does
+(:mod:`gannet.pipeline.propcolumns`), so keys, tags and unique keys mean what they mean
+to the broker. Body CRCs are checked in one C call (``bodies_crc_bad``), else one
+``zlib.crc32`` per body.
 
 Every record is checked as the store's
 :func:`~gannet.node.store.log.record_checks.check_record` does:

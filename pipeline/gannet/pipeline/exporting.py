@@ -4,10 +4,10 @@ Each task writes its own files with pyarrow, straight from the mapped segment: n
 into the JVM, which is what makes the export run at parsing speed rather than at the speed of
 Spark's Python-to-Java row conversion. The segment is parsed in bulk into columns
 (:mod:`gannet.pipeline.columns`: record boundaries in one pass, fixed fields gathered
-column-wise, bodies sliced into one Arrow buffer); only the properties are decoded record by
-record, by the store's own decoder. The layout is the Hive layout Spark's own
-``partitionBy("topic", "date")`` writes, so ``spark.read.parquet``, pyarrow and other engines
-read it back with ``topic`` and ``date`` columns::
+column-wise, bodies cut into one Arrow buffer, properties parsed column-wise); each chunk's
+kept records become one Arrow table, gathered per (topic, date) file. The layout is the Hive
+layout Spark's own ``partitionBy("topic", "date")`` writes, so ``spark.read.parquet``, pyarrow
+and other engines read it back with ``topic`` and ``date`` columns::
 
     <output>/topic=<topic, %-escaped>/date=<YYYY-MM-DD, UTC store date>/part-<segment>-<id>.parquet
 
@@ -25,6 +25,11 @@ the segment (:data:`gannet.pipeline.columns.CHUNK_BYTES`) in memory; each chunk'
 A damaged record fails the task with :class:`SegmentDamagedError`, which names the segment,
 the byte range and the reason: an export never leaves messages out silently. ``gannet pipeline
 verify`` lists every damaged range.
+
+A task may export a byte range of a segment instead of all of it (``byte_range``: the records
+starting in it), so that one large segment is several tasks; the files of a range are named
+like a segment's (their random suffixes differ). A damaged record fails its range's task;
+other ranges of the job may have written their files (the job has failed: no ``_SUCCESS``).
 
 Called by :func:`gannet.pipeline.jobs.export` (driver: mode handling, ``_SUCCESS``).
 """

@@ -1,15 +1,18 @@
 """Bulk Spark jobs over commit-log segments: export, rebuild, verify.
 
 Every job parallelises one Spark task per segment (``sparkContext.parallelize(segments,
-len(segments))`` then ``mapPartitions``): executors map their segment file read-only; export
-and rebuild parse it in bulk into columns (:mod:`gannet.pipeline.columns`), verify record by
-record with the store's own check (:mod:`gannet.node.store.log.records` through
-:mod:`gannet.pipeline.segments`). Records never straddle files, so no task needs another's
-bytes.
+len(segments))`` then ``mapPartitions``; export cuts large segments into byte ranges):
+executors map their segment file read-only; export and rebuild parse it in bulk into columns
+(:mod:`gannet.pipeline.columns`), verify record by record with the store's own check
+(:mod:`gannet.node.store.log.records` through :mod:`gannet.pipeline.segments`). Records never
+straddle files, so no task needs another's bytes.
 
 * :func:`export` writes messages of chosen topics and store-time range to Parquet, partitioned
   by ``topic`` and ``date`` (UTC date of the store time) in the layout of Spark's
-  ``partitionBy``; each task writes its segment's files with pyarrow (:mod:`exporting`), so
+  ``partitionBy``; a segment larger than the job's bytes ÷ task slots (and than
+  :data:`SPLIT_BYTES_MIN`) is cut into byte ranges, one task each (:func:`export_ranges`), so
+  one large segment keeps every slot busy; each task writes its files with pyarrow
+  (:mod:`exporting`), so
   OUTPUT is a path every executor can write (shared storage) or a URI pyarrow knows
   (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out. A
   damaged record fails the job with the segment, byte range and reason
