@@ -7,6 +7,7 @@ corrupted byte anywhere, and a corrupt segment refused by the export with its na
 from __future__ import annotations
 
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -204,8 +205,8 @@ def test_the_native_walk_and_body_crcs_equal_the_python_path(
         pytest.skip("the native module is not built")
     buf = segment_bytes(messages, data.draw(st.sampled_from(["blank", "zeros", "none"])))
     if data.draw(st.booleans(), label="damaged"):
-        at = data.draw(st.integers(0, len(buf) - 1), label="position")
-        buf[at] ^= data.draw(st.integers(1, 255), label="xor")
+        flipped = data.draw(st.integers(0, len(buf) - 1), label="position")
+        buf[flipped] ^= data.draw(st.integers(1, 255), label="xor")
     raw = bytes(buf)
     start = data.draw(st.integers(0, len(raw)), label="start")
     size = data.draw(st.integers(start, len(raw)), label="size")
@@ -213,7 +214,7 @@ def test_the_native_walk_and_body_crcs_equal_the_python_path(
     positions, stop, full = columns._boundaries(raw, start, size, chunk_bytes)
     expected = columns._boundaries_python(raw, start, size, chunk_bytes)
     assert (positions.tolist(), stop, full) == expected
-    # Body CRCs of the records the whole walk finds, some of them damaged.
+    # Body CRCs of ranges inside the records the whole walk finds, some of them wrong.
     at, _, _ = columns._boundaries(raw, 0, len(raw), len(raw) + 1)
     if not len(at):
         return
@@ -221,7 +222,15 @@ def test_the_native_walk_and_body_crcs_equal_the_python_path(
     total = columns._gather(data_array, at, 4, "i")
     body_at = np.minimum(at + 8, len(raw) - 1)  # any ranges inside the buffer will do
     body_len = np.minimum(total - 8, len(raw) - body_at)
-    crc = columns._gather(data_array, at + 8, 4, "i")
+    crc = np.array(  # the right CRC of each range, but for the ones drawn to be wrong
+        [
+            zlib.crc32(raw[a : a + n]) & 0x7FFFFFFF
+            for a, n in zip(body_at.tolist(), body_len.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
+    for wrong in data.draw(st.sets(st.integers(0, len(at) - 1), max_size=3), label="wrong"):
+        crc[wrong] ^= 1
     limit = data.draw(st.integers(0, len(at)), label="limit")
     view = memoryview(raw)
     got = columns._first_bad_body(view, body_at, body_len, crc, limit)
