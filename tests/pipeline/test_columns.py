@@ -278,16 +278,17 @@ def test_byte_ranges_split_the_records_of_a_segment_without_overlap(
         assert rows[0].to_pylist() == rows[1].to_pylist()
 
 
-def test_export_ranges_cut_large_segments_and_keep_small_ones_whole() -> None:
+def test_task_ranges_cut_large_segments_and_keep_small_ones_whole() -> None:
     big = Segment("/x/00000000000000000000", 0, 100 * 2**20, is_last=False)
     small = [Segment(f"/x/{i:020d}", i, 2**20, is_last=False) for i in range(1, 3)]
-    ranges = jobs.export_ranges([big, *small], parallelism=4)
-    assert [(s.name, a, b) for s, a, b in ranges if s is big] == [
-        (big.name, i * 25 * 2**20, (i + 1) * 25 * 2**20) for i in range(4)
-    ]
-    assert [(a, b) for s, a, b in ranges if s is not big] == [(0, 2**20), (0, 2**20)]
-    only = jobs.export_ranges(small, parallelism=2)  # below SPLIT_BYTES_MIN: one task each
-    assert [(a, b) for _, a, b in only] == [(0, 2**20), (0, 2**20)]
+    ranges = jobs.task_ranges([big, *small], parallelism=4)
+    step = 25 * 2**20
+    assert [(a, b) for s, a, b in ranges if s is big] == [
+        (0, step), (step, 2 * step), (2 * step, 3 * step), (3 * step, None)
+    ]  # fmt: skip
+    assert [(a, b) for s, a, b in ranges if s is not big] == [(0, None), (0, None)]
+    only = jobs.task_ranges(small, parallelism=2)  # below SPLIT_BYTES_MIN: one task each
+    assert [(a, b) for _, a, b in only] == [(0, None), (0, None)]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])

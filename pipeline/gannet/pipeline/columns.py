@@ -378,6 +378,18 @@ def chunks(
         pos = stop
 
 
+def range_chunks(
+    buf: Buffer, segment: Segment, cut: int, next_cut: int | None
+) -> Iterator[Chunk | Damage]:
+    """:func:`chunks` of the records starting in ``[cut, next_cut)`` (None: the file's end),
+    from the first record at or after ``cut`` (:func:`first_record_from`): the ranges of
+    consecutive cuts split a segment's records between them without overlap. Nothing when no
+    record starts in the range."""
+    start = first_record_from(buf, cut)
+    if start is not None:
+        yield from chunks(buf, segment, start=start, end=next_cut)
+
+
 def records_chunk(buf: bytes, count: int) -> Chunk:
     """The ``count`` records ``buf`` holds back to back (an Admin ``PullRecords`` reply: records
     copied from a commit log, so positions are within ``buf``), parsed and checked as a

@@ -251,23 +251,16 @@ def export_segment(
     first damaged record (what was before it is written).
 
     ``byte_range`` = (cut, next cut or None for the file's end) exports only the records
-    starting in it: from the first record at or after the cut
-    (:func:`columns.first_record_from`) to the last one starting before the next cut, so the
-    ranges of consecutive cuts split a segment's records between them without overlap (what
-    :func:`gannet.pipeline.jobs.export` gives each task).
+    starting in it (:func:`columns.range_chunks`: the ranges of consecutive cuts split a
+    segment's records between them without overlap; what :func:`gannet.pipeline.jobs.export`
+    gives each task).
     """
     writers = _PartitionWriters(output, segment)
     kept = 0
     try:
         with segments.mapped(segment) as buf:
-            start: int | None = 0
-            end = None
-            if byte_range is not None:
-                start = columns.first_record_from(buf, byte_range[0])
-                end = byte_range[1]
-            if start is None:  # no record starts in the range
-                return SegmentExport(segment.name, 0, 0)
-            for part in columns.chunks(buf, segment, start=start, end=end):
+            cut, next_cut = (0, None) if byte_range is None else byte_range
+            for part in columns.range_chunks(buf, segment, cut, next_cut):
                 if isinstance(part, Damage):
                     raise SegmentDamagedError(part)
                 picked = np.flatnonzero(keep.mask(part))

@@ -10,7 +10,7 @@ straddle files, so no task needs another's bytes.
 * :func:`export` writes messages of chosen topics and store-time range to Parquet, partitioned
   by ``topic`` and ``date`` (UTC date of the store time) in the layout of Spark's
   ``partitionBy``; a segment larger than the job's bytes ÷ task slots (and than
-  :data:`SPLIT_BYTES_MIN`) is cut into byte ranges, one task each (:func:`export_ranges`), so
+  :data:`SPLIT_BYTES_MIN`) is cut into byte ranges, one task each (:func:`task_ranges`), so
   one large segment keeps every slot busy; each task writes its files with pyarrow
   (:mod:`exporting`), so
   OUTPUT is a path every executor can write (shared storage) or a URI pyarrow knows
@@ -131,35 +131,35 @@ EXPORT_MODES = ("errorifexists", "overwrite", "append", "ignore")
 
 
 SPLIT_BYTES_MIN = 8 * 2**20
-"""Export: a segment is cut into byte ranges of at least this many bytes (see
-:func:`export_ranges`)."""
+"""Export and rebuild: a segment is cut into byte ranges of at least this many bytes (see
+:func:`task_ranges`)."""
 
-ExportRange = tuple[Segment, int, int]
+TaskRange = rebuilding.SegmentRange
 
 
-def export_ranges(found: Sequence[Segment], parallelism: int) -> list[ExportRange]:
-    """The export's tasks: each segment cut into byte ranges of about the job's bytes ÷
-    ``parallelism`` (at least :data:`SPLIT_BYTES_MIN`), so that few or large segments still
-    keep every task slot busy; many small segments stay one task each.
-    :func:`exporting.export_segment` exports a range's records (those that start in it)."""
+def task_ranges(found: Sequence[Segment], parallelism: int) -> list[TaskRange]:
+    """The tasks of an export or rebuild: each segment cut into byte ranges of about the job's
+    bytes ÷ ``parallelism`` (at least :data:`SPLIT_BYTES_MIN`), so that few or large segments
+    still keep every task slot busy; many small segments stay one task each. A range holds the
+    records that start in it (:func:`gannet.pipeline.columns.range_chunks`); the last range of
+    a segment runs to the file's end as it is when the task runs (None)."""
     total = sum(s.size_bytes for s in found)
     target = max(SPLIT_BYTES_MIN, -(-total // max(1, parallelism)))
-    ranges: list[ExportRange] = []
+    ranges: list[TaskRange] = []
     for segment in found:
         parts = max(1, -(-segment.size_bytes // target))
         step = -(-segment.size_bytes // parts)
-        cuts = [i * step for i in range(parts)] + [segment.size_bytes]
-        ranges += [(segment, cuts[i], cuts[i + 1]) for i in range(parts)]
+        cuts: list[int | None] = [i * step for i in range(1, parts)]
+        ranges += [(segment, i * step, cut) for i, cut in enumerate([*cuts, None])]
     return ranges
 
 
 def _export_partition(
-    keep: ExportFilter, output: str, parts: Iterable[ExportRange]
+    keep: ExportFilter, output: str, parts: Iterable[TaskRange]
 ) -> Iterator[exporting.SegmentExport]:
-    for segment, start, end in parts:
-        last = end >= segment.size_bytes  # to the file's end, as it is when the task runs
-        byte_range = None if start == 0 and last else (start, None if last else end)
-        yield exporting.export_segment(segment, keep, output, byte_range)
+    for segment, cut, next_cut in parts:
+        whole = cut == 0 and next_cut is None
+        yield exporting.export_segment(segment, keep, output, None if whole else (cut, next_cut))
 
 
 def export(
@@ -200,7 +200,7 @@ def export(
     if not (exists and mode == "ignore"):
         if exists and mode == "overwrite":
             filesystem.delete_dir(base)
-        ranges = export_ranges(found, int(spark.sparkContext.defaultParallelism))
+        ranges = task_ranges(found, int(spark.sparkContext.defaultParallelism))
         tasks = spark.sparkContext.parallelize(ranges, len(ranges))
         work = tasks.mapPartitions(partial(_export_partition, keep, output))
         done = work.collect()
@@ -263,14 +263,15 @@ def _in_segment_order(
     """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
     Each job (a *wave*) parses ``SEGMENTS_PER_TASK_SLOT_IN_WAVE × defaultParallelism``
-    segments: fewer jobs than one per segment, bounded driver memory. The next wave is parsed
+    segments or byte ranges of large ones (:func:`task_ranges`): fewer jobs than one per segment, bounded driver memory. The next wave is parsed
     on the executors while the driver dispatches the current one, so the driver holds at most
     two waves of dispatch columns (about 100 bytes per record).
     """
     context = spark.sparkContext
-    rdd = _segment_rdd(spark, found)
+    ranges = task_ranges(found, int(context.defaultParallelism))
+    rdd = context.parallelize(ranges, len(ranges))
     wave = max(1, int(context.defaultParallelism) * SEGMENTS_PER_TASK_SLOT_IN_WAVE)
-    waves = [range(i, min(len(found), i + wave)) for i in range(0, len(found), wave)]
+    waves = [range(i, min(len(ranges), i + wave)) for i in range(0, len(ranges), wave)]
 
     def run(partitions: range) -> list[rebuilding.DispatchColumns | Damage]:
         result: list[rebuilding.DispatchColumns | Damage] = context.runJob(
