@@ -2,7 +2,8 @@
 
 * **export** and **rebuild** (:mod:`gannet.pipeline.jobs`) on Spark ``local[2]``, in MB/s of
   commit log, against the same work in one process without Spark: ``export_1proc`` runs
-  :func:`gannet.pipeline.exporting.export_segment` over the segments in a loop, and
+  :func:`gannet.pipeline.exporting.export_segment` over the segments in a loop
+  (``export_1proc_cpu``: its CPU time, less sensitive to a loaded machine), and
   ``dispatch_1proc`` is the broker's dispatch chain (consume-queue put then index build, the
   store's own classes via :class:`gannet.pipeline.rebuilding.Dispatcher`) fed by one sequential
   scan — a store rebuild without Spark. ``driver_bulk``/``driver_one_by_one``: the rebuild
@@ -30,9 +31,10 @@
 
 Run with ``make bench`` (``--quick``, under 2 minutes on 2 idle cores) or ``python -m
 bench.pipeline`` (``--read-messages`` sets the read's size alone, e.g. the full run's 100,000
-with ``--quick``'s segments; ``--segments-only`` runs export and rebuild alone). Results are appended to ``bench/results/pipeline.jsonl`` and
-summarised in ``bench/results/PIPELINE.md``. Machine load matters: the figures are for the
-machine as it was; compare ratios within one run.
+with ``--quick``'s segments; ``--segments-only`` runs export and rebuild alone). Results are
+appended to ``bench/results/pipeline.jsonl`` and summarised in ``bench/results/PIPELINE.md``.
+Machine load matters: the figures are for the machine as it was; compare ratios within one
+run.
 """
 
 from __future__ import annotations
@@ -147,10 +149,11 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
     shutil.rmtree(out)
 
     out = base / f"export-1proc-{count}"
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for segment in found:
         exporting.export_segment(segment, jobs.KEEP_ALL, str(out))
     export_1proc_s = time.perf_counter() - started
+    export_1proc_cpu_s = time.process_time() - cpu_started
     shutil.rmtree(out)
 
     target = store_config(base / f"rebuild-spark-{count}", config.commitlog_file_size_bytes)
@@ -177,6 +180,7 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
         "messages": float(rebuilt.records),
         "export_spark_mb_per_s": _mb_per_s(size, export_spark_s),
         "export_1proc_mb_per_s": _mb_per_s(size, export_1proc_s),
+        "export_1proc_cpu_mb_per_s": _mb_per_s(size, export_1proc_cpu_s),
         "rebuild_spark_mb_per_s": _mb_per_s(size, rebuild_spark_s),
         "dispatch_1proc_mb_per_s": _mb_per_s(size, dispatch_1proc_s),
         "rebuild_spark_vs_dispatch": dispatch_1proc_s / rebuild_spark_s,
