@@ -263,9 +263,10 @@ def _in_segment_order(
     """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
     Each job (a *wave*) parses ``SEGMENTS_PER_TASK_SLOT_IN_WAVE × defaultParallelism``
-    segments or byte ranges of large ones (:func:`task_ranges`): fewer jobs than one per segment, bounded driver memory. The next wave is parsed
-    on the executors while the driver dispatches the current one, so the driver holds at most
-    two waves of dispatch columns (about 100 bytes per record).
+    segments or byte ranges of large ones (:func:`task_ranges`): fewer jobs than one per
+    segment, bounded driver memory. The next wave is parsed on the executors while the driver
+    dispatches the current one, so the driver holds at most two waves of dispatch columns
+    (about 100 bytes per record).
     """
     context = spark.sparkContext
     ranges = task_ranges(found, int(context.defaultParallelism))
