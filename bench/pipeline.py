@@ -2,7 +2,8 @@
 
 * **export** and **rebuild** (:mod:`gannet.pipeline.jobs`) on Spark ``local[2]``, in MB/s of
   commit log, against the same work in one process without Spark: ``export_1proc`` runs
-  :func:`gannet.pipeline.exporting.export_segment` over the segments in a loop, and
+  :func:`gannet.pipeline.exporting.export_segment` over the segments in a loop
+  (``export_1proc_cpu``: its CPU time, less sensitive to a loaded machine), and
   ``dispatch_1proc`` is the broker's dispatch chain (consume-queue put then index build, the
   store's own classes via :class:`gannet.pipeline.rebuilding.Dispatcher`) fed by one sequential
   scan — a store rebuild without Spark. ``driver_bulk``/``driver_one_by_one``: the rebuild
@@ -30,9 +31,10 @@
 
 Run with ``make bench`` (``--quick``, under 2 minutes on 2 idle cores) or ``python -m
 bench.pipeline`` (``--read-messages`` sets the read's size alone, e.g. the full run's 100,000
-with ``--quick``'s segments). Results are appended to ``bench/results/pipeline.jsonl`` and
-summarised in ``bench/results/PIPELINE.md``. Machine load matters: the figures are for the
-machine as it was; compare ratios within one run.
+with ``--quick``'s segments; ``--segments-only`` runs export and rebuild alone). Results are
+appended to ``bench/results/pipeline.jsonl`` and summarised in ``bench/results/PIPELINE.md``.
+Machine load matters: the figures are for the machine as it was; compare ratios within one
+run.
 """
 
 from __future__ import annotations
@@ -147,10 +149,11 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
     shutil.rmtree(out)
 
     out = base / f"export-1proc-{count}"
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for segment in found:
         exporting.export_segment(segment, jobs.KEEP_ALL, str(out))
     export_1proc_s = time.perf_counter() - started
+    export_1proc_cpu_s = time.process_time() - cpu_started
     shutil.rmtree(out)
 
     target = store_config(base / f"rebuild-spark-{count}", config.commitlog_file_size_bytes)
@@ -177,6 +180,7 @@ def bench_segments(spark: Any, base: Path, total_bytes: int, count: int) -> dict
         "messages": float(rebuilt.records),
         "export_spark_mb_per_s": _mb_per_s(size, export_spark_s),
         "export_1proc_mb_per_s": _mb_per_s(size, export_1proc_s),
+        "export_1proc_cpu_mb_per_s": _mb_per_s(size, export_1proc_cpu_s),
         "rebuild_spark_mb_per_s": _mb_per_s(size, rebuild_spark_s),
         "dispatch_1proc_mb_per_s": _mb_per_s(size, dispatch_1proc_s),
         "rebuild_spark_vs_dispatch": dispatch_1proc_s / rebuild_spark_s,
@@ -424,6 +428,23 @@ def bench_spark_kafka(spark: Any, base: Path, messages: int) -> dict[str, float]
     }
 
 
+def read_through_broker(
+    spark: Any, base: Path, messages: int, results: dict[str, dict[str, float]], kafka_skipped: str
+) -> str:
+    """The data source read, the worker CPU figures and (unless skipped) Spark's Kafka source,
+    into ``results``; why Kafka was skipped, if it was."""
+    results["datasource"] = bench_datasource(spark, base, messages)
+    print(f"datasource: {results['datasource']}", flush=True)
+    results["worker_cpu"] = bench_worker_cpu(messages)
+    print(f"worker_cpu: {results['worker_cpu']}", flush=True)
+    if not kafka_skipped:
+        try:
+            results["spark_kafka"] = bench_spark_kafka(spark, base, messages)
+        except (processes.PeerError, ImportError) as exc:
+            kafka_skipped = str(exc).splitlines()[0]
+    return kafka_skipped
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="smaller data (make bench)")
@@ -435,6 +456,11 @@ def main() -> None:
         default=None,
         help="messages read (100,000; --quick: 10,000)",
     )
+    parser.add_argument(
+        "--segments-only",
+        action="store_true",
+        help="only export and rebuild (no data source read, worker CPU or Kafka)",
+    )
     args = parser.parse_args()
     total_mib = args.total_mib or (16 if args.quick else 256)
     counts = (1, 4) if args.quick else (1, 2, 4, 8, 16)
@@ -442,6 +468,7 @@ def main() -> None:
     import gannet.pipeline
 
     kafka_skipped = "--no-kafka" if args.no_kafka else ""
+    kafka_skipped = "--segments-only" if args.segments_only else kafka_skipped
     if not kafka_skipped:
         try:
             kafka.fetch()
@@ -461,15 +488,8 @@ def main() -> None:
         for count in counts:
             results[f"segments_{count}"] = bench_segments(spark, base, total_mib * 2**20, count)
             print(f"segments={count}: {results[f'segments_{count}']}", flush=True)
-        results["datasource"] = bench_datasource(spark, base, read_messages)
-        print(f"datasource: {results['datasource']}", flush=True)
-        results["worker_cpu"] = bench_worker_cpu(read_messages)
-        print(f"worker_cpu: {results['worker_cpu']}", flush=True)
-        if not kafka_skipped:
-            try:
-                results["spark_kafka"] = bench_spark_kafka(spark, base, read_messages)
-            except (processes.PeerError, ImportError) as exc:
-                kafka_skipped = str(exc).splitlines()[0]
+        if not args.segments_only:
+            kafka_skipped = read_through_broker(spark, base, read_messages, results, kafka_skipped)
     finally:
         spark.stop()
         shutil.rmtree(base, ignore_errors=True)

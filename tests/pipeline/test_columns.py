@@ -6,6 +6,8 @@ corrupted byte anywhere, and a corrupt segment refused by the export with its na
 
 from __future__ import annotations
 
+import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gannet.node.store.log import records
+from gannet.node.store.log import native, records
 from gannet.node.store.log.records import Message
 from gannet.node.store.msgids import create_offset_msg_id
 from gannet.node.store.properties import split_keys
-from gannet.pipeline import columns, exporting, rebuilding, segments
+from gannet.pipeline import columns, exporting, jobs, rebuilding, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.exporting import ExportFilter, SegmentDamagedError
 from gannet.pipeline.segments import Damage, Segment
@@ -190,3 +192,126 @@ def test_export_filter_masks_transactions_topics_and_times() -> None:
     assert ExportFilter().mask(chunk).tolist() == [True, False, True, False, True]
     keep = ExportFilter(topics=frozenset({"A"}), since_ms=5, until_ms=9)
     assert keep.mask(chunk).tolist() == [True, False, False, False, False]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=stored_messages(), data=st.data())
+def test_the_native_walk_and_body_crcs_equal_the_python_path(
+    messages: list[tuple[Message, bool, bool]], data: st.DataObject
+) -> None:
+    """``_native.record_starts`` and ``bodies_crc_bad`` against the Python loops they replace,
+    on clean and damaged segments from any start and with any chunk size."""
+    if native.codec is None:
+        pytest.skip("the native module is not built")
+    buf = segment_bytes(messages, data.draw(st.sampled_from(["blank", "zeros", "none"])))
+    if data.draw(st.booleans(), label="damaged"):
+        flipped = data.draw(st.integers(0, len(buf) - 1), label="position")
+        buf[flipped] ^= data.draw(st.integers(1, 255), label="xor")
+    raw = bytes(buf)
+    start = data.draw(st.integers(0, len(raw)), label="start")
+    size = data.draw(st.integers(start, len(raw)), label="size")
+    chunk_bytes = data.draw(st.sampled_from([0, 1, 300, 5000, len(raw) + 1]), label="chunk")
+    positions, stop, full = columns._boundaries(raw, start, size, chunk_bytes)
+    expected = columns._boundaries_python(raw, start, size, chunk_bytes)
+    assert (positions.tolist(), stop, full) == expected
+    # Body CRCs of ranges inside the records the whole walk finds, some of them wrong.
+    at, _, _ = columns._boundaries(raw, 0, len(raw), len(raw) + 1)
+    if not len(at):
+        return
+    data_array = np.frombuffer(raw, dtype=np.uint8)
+    total = columns._gather(data_array, at, 4, "i")
+    body_at = np.minimum(at + 8, len(raw) - 1)  # any ranges inside the buffer will do
+    body_len = np.minimum(total - 8, len(raw) - body_at)
+    crc = np.array(  # the right CRC of each range, but for the ones drawn to be wrong
+        [
+            zlib.crc32(raw[a : a + n]) & 0x7FFFFFFF
+            for a, n in zip(body_at.tolist(), body_len.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
+    for wrong in data.draw(st.sets(st.integers(0, len(at) - 1), max_size=3), label="wrong"):
+        crc[wrong] ^= 1
+    limit = data.draw(st.integers(0, len(at)), label="limit")
+    view = memoryview(raw)
+    got = columns._first_bad_body(view, body_at, body_len, crc, limit)
+    codec, native.codec = native.codec, None
+    try:
+        assert got == columns._first_bad_body(view, body_at, body_len, crc, limit)
+    finally:
+        native.codec = codec
+
+
+def test_the_native_walk_refuses_a_size_beyond_the_buffer() -> None:
+    if native.codec is None:
+        pytest.skip("the native module is not built")
+    with pytest.raises(ValueError, match="outside the buffer"):
+        native.codec.record_starts(b"12345678", 0, 9, 100, 91)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(messages=stored_messages(), data=st.data())
+def test_byte_ranges_split_the_records_of_a_segment_without_overlap(
+    messages: list[tuple[Message, bool, bool]], data: st.DataObject
+) -> None:
+    """Any cuts: the ranges' records, exported one range at a time as the tasks of a split
+    segment do, are exactly the whole segment's, once each, with the same rows."""
+    tail = data.draw(st.sampled_from(["blank", "zeros", "none"]))
+    buf = bytes(segment_bytes(messages, tail))
+    with tempfile.TemporaryDirectory(prefix="gannet-ranges-") as tmp:
+        path = Path(tmp) / f"{START_OFFSET:020d}"
+        path.write_bytes(buf)
+        (segment,) = segments.find_segments(Path(tmp))
+        cuts = sorted(data.draw(st.lists(st.integers(1, len(buf) - 1), max_size=4), label="cuts"))
+        bounds: list[tuple[int, int | None]] = [
+            (a, b) for a, b in zip([0, *cuts], [*cuts, None], strict=True)
+        ]
+        whole = exporting.export_segment(segment, ExportFilter(), f"{tmp}/whole")
+        parts = [
+            exporting.export_segment(segment, ExportFilter(), f"{tmp}/ranges", r) for r in bounds
+        ]
+        assert sum(p.messages for p in parts) == whole.messages
+        if not whole.messages:
+            return
+        rows = [
+            pq.read_table(f"{tmp}/{name}").sort_by("commit_offset") for name in ("whole", "ranges")
+        ]
+        assert rows[0].to_pylist() == rows[1].to_pylist()
+
+
+def test_task_ranges_cut_large_segments_and_keep_small_ones_whole() -> None:
+    big = Segment("/x/00000000000000000000", 0, 100 * 2**20, is_last=False)
+    small = [Segment(f"/x/{i:020d}", i, 2**20, is_last=False) for i in range(1, 3)]
+    ranges = jobs.task_ranges([big, *small], parallelism=4)
+    step = 25 * 2**20
+    assert [(a, b) for s, a, b in ranges if s is big] == [
+        (0, step), (step, 2 * step), (2 * step, 3 * step), (3 * step, None)
+    ]  # fmt: skip
+    assert [(a, b) for s, a, b in ranges if s is not big] == [(0, None), (0, None)]
+    only = jobs.task_ranges(small, parallelism=2)  # below SPLIT_BYTES_MIN: one task each
+    assert [(a, b) for _, a, b in only] == [(0, None), (0, None)]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    rows=st.lists(
+        st.tuples(st.sampled_from(["A", "B", "Ü"]), st.integers(-(2**40), 2**42), st.booleans()),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_partition_rows_group_by_topic_and_date_in_record_order(
+    rows: list[tuple[str, int, bool]],
+) -> None:
+    messages = [
+        (Message(topic=t, body=b"x", store_timestamp_ms=ts), False, False) for t, ts, _ in rows
+    ]
+    buf = bytes(segment_bytes(messages, "zeros"))
+    (chunk,) = _parsed(buf, _segment(buf, is_last=True), columns.CHUNK_BYTES)
+    assert isinstance(chunk, Chunk)
+    picked = np.array([i for i, (_, _, kept) in enumerate(rows) if kept], dtype=np.int64)
+    expected: dict[tuple[str, str], list[int]] = {}
+    for j, i in enumerate(picked.tolist()):
+        topic, ts, _ = rows[i]
+        expected.setdefault((topic, exporting.utc_date(ts)), []).append(j)
+    got = exporting.partition_rows(chunk, picked)
+    assert [(key, rel.tolist()) for key, rel in got] == list(expected.items())

@@ -87,10 +87,39 @@ def test_export_keeps_chosen_topic_and_time_range(
     assert offsets == [w.commit_offset for w in expected]
 
 
+def _cut_into_ranges(monkeypatch: pytest.MonkeyPatch, found: list[segments.Segment]) -> None:
+    """Make the jobs cut every segment of ``found`` into several byte ranges (tasks)."""
+    monkeypatch.setattr(jobs, "SPLIT_BYTES_MIN", 4096)
+    cut = jobs.task_ranges
+    monkeypatch.setattr(jobs, "task_ranges", lambda found, _: cut(found, 64))
+    assert len(jobs.task_ranges(found, 2)) > 2 * len(found)
+
+
+def test_export_of_segments_cut_into_ranges_writes_each_row_once(
+    spark, broker_store: BrokerStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Segments cut into many byte ranges (one Spark task each) export the same rows as the
+    segments exported whole in one process."""
+    found = segments.find_segments(broker_store.config.root_dir)
+    _cut_into_ranges(monkeypatch, found)
+    report = jobs.export(spark, broker_store.config.root_dir, str(tmp_path / "split"))
+    for segment in found:
+        exporting.export_segment(segment, jobs.KEEP_ALL, str(tmp_path / "whole"))
+    split, whole = (
+        pq.read_table(tmp_path / name).sort_by("commit_offset").to_pylist()
+        for name in ("split", "whole")
+    )
+    assert report.messages == len(whole) == len([w for w in broker_store.written if w.consumable])
+    assert split == whole
+
+
+@pytest.mark.parametrize("ranges", [False, True], ids=["segments", "byte-ranges"])
 def test_rebuild_is_byte_identical_to_the_brokers_dispatch(
-    spark, broker_store: BrokerStore, tmp_path: Path
+    spark, broker_store: BrokerStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranges: bool
 ) -> None:
     source = broker_store.config.root_dir
+    if ranges:
+        _cut_into_ranges(monkeypatch, segments.find_segments(source))
     target = dataclasses.replace(broker_store.config, root_dir=tmp_path / "rebuilt")
     report = jobs.rebuild(spark, source, target)
     assert report.stopped_at is None
@@ -157,11 +186,14 @@ def test_verify_finds_a_flipped_bit_and_a_torn_tail(
     assert clean.records_ok == len(broker_store.written)
 
 
+@pytest.mark.parametrize("ranges", [False, True], ids=["segments", "byte-ranges"])
 def test_rebuild_from_segment_copies_stops_at_damage_like_dispatch(
-    spark, broker_store: BrokerStore, tmp_path: Path
+    spark, broker_store: BrokerStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, ranges: bool
 ) -> None:
     copies = tmp_path / "copies"
     shutil.copytree(broker_store.config.commitlog_dir, copies)
+    if ranges:
+        _cut_into_ranges(monkeypatch, segments.find_segments(copies))
     offsets = sorted(w.commit_offset for w in broker_store.written)
     third = segments.find_segments(copies)[2]
     damaged = next(o for o in offsets if o > third.start_offset + 1000)

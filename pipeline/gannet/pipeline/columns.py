@@ -1,14 +1,18 @@
 """Commit-log segments parsed in bulk into columns: the parser of the export and rebuild jobs.
 
 One pass over a mapped segment finds the record boundaries (TOTALSIZE and MAGICCODE of each
-record, one struct unpack per record). The fixed-position fields of all the records found are
+record: one C call, ``record_starts`` of the store's native module
+:mod:`gannet.node.store.log.native`, or one struct unpack per record in Python when it is not
+built). The fixed-position fields of all the records found are
 then read column-wise with numpy — big-endian gathers at record start + field position
 (``reference/store-format.md`` §1.2; the positions are those of
 :mod:`gannet.node.store.log.records`) —
-bodies are sliced into one Arrow binary column, and only each
-record's PROPERTIES string is decoded on its own, by the store's decoder
-(:func:`gannet.node.store.properties.decode`), so keys, tags and unique keys mean what they mean
-to the broker.
+bodies and PROPERTIES strings are cut into Arrow binary columns by Arrow (``take`` over one
+array spanning the records: one copy, no Python object per record), and the properties are
+parsed column-wise as the store's decoder (:func:`gannet.node.store.properties.decode`) does
+(:mod:`gannet.pipeline.propcolumns`), so keys, tags and unique keys mean what they mean
+to the broker. Body CRCs are checked in one C call (``bodies_crc_bad``), else one
+``zlib.crc32`` per body.
 
 Every record is checked as the store's
 :func:`~gannet.node.store.log.record_checks.check_record` does:
@@ -36,7 +40,7 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from gannet.node.store import properties as props
-from gannet.node.store.log import record_checks, records
+from gannet.node.store.log import native, record_checks, records
 from gannet.node.store.log.records import Buffer
 from gannet.node.store.msgids import create_offset_msg_id
 from gannet.pipeline import propcolumns, segments
@@ -48,6 +52,7 @@ _HEAD = struct.Struct(">ii")
 _MAGICS = (records.MAGIC_V1, records.MAGIC_V2)
 _RECORD_BYTES_MIN = 91
 _CRC_TAIL_MARK = b"__CRC32#\x01"
+_ARROW_OFFSET_MAX = 2**31 - 1  # int32 offsets of an Arrow binary array
 
 Int64s = npt.NDArray[np.int64]
 
@@ -116,13 +121,24 @@ def _gather(data: npt.NDArray[np.uint8], at: Int64s, width: int, kind: str) -> I
     return raw.view(f">{kind}{width}").reshape(-1).astype(np.int64)
 
 
-def _boundaries(
-    buf: Buffer, start: int, size: int, chunk_bytes: int
-) -> tuple[list[int], int, bool]:
+def _boundaries(buf: Buffer, start: int, size: int, chunk_bytes: int) -> tuple[Int64s, int, bool]:
     """Positions of the records from ``start`` on whose magic and TOTALSIZE look right, up to
     ``chunk_bytes`` of them (at least one); where the walk stopped; and whether it stopped only
     because the chunk was full (else: a BLANK, the file end, or a record that does not look
-    right)."""
+    right). The store's native module walks them when it is built (one C call), else
+    :func:`_boundaries_python`."""
+    codec = native.codec
+    if codec is None:
+        found, stop, full = _boundaries_python(buf, start, size, chunk_bytes)
+        return np.array(found, dtype=np.int64), stop, full
+    raw, stop, full = codec.record_starts(buf, start, size, chunk_bytes, _RECORD_BYTES_MIN)
+    return np.frombuffer(raw, dtype=np.int64), stop, full
+
+
+def _boundaries_python(
+    buf: Buffer, start: int, size: int, chunk_bytes: int
+) -> tuple[list[int], int, bool]:
+    """:func:`_boundaries` one record at a time (the reference of the native walk)."""
     found: list[int] = []
     pos = start
     stop = min(size, start + chunk_bytes)
@@ -138,6 +154,27 @@ def _boundaries(
     else:
         return found, pos, pos < size
     return found, pos, False
+
+
+def _first_bad_body(
+    view: memoryview, body_at: Int64s, body_len: Int64s, crc: Int64s, limit: int
+) -> int:
+    """The first of the first ``limit`` records whose body CRC differs, else ``limit`` (one C
+    call with the store's native module, else one ``zlib.crc32`` per body)."""
+    codec = native.codec
+    if codec is not None:
+        starts, lengths, expected = (
+            np.ascontiguousarray(a[:limit], dtype=np.int64).data for a in (body_at, body_len, crc)
+        )
+        return codec.bodies_crc_bad(view, starts, lengths, expected, limit)
+    body_list = body_at.tolist()
+    body_len_list = body_len.tolist()
+    crc_list = crc.tolist()
+    for i in range(limit):
+        b = body_list[i]
+        if zlib.crc32(view[b : b + body_len_list[i]]) & 0x7FFFFFFF != crc_list[i]:
+            return i
+    return limit
 
 
 def _check(
@@ -183,14 +220,7 @@ def _check(
     bad = np.flatnonzero(~ok)
     limit = int(bad[0]) if len(bad) else n
     view = memoryview(buf) if not isinstance(buf, memoryview) else buf
-    body_list = body_at.tolist()
-    body_len_list = body_len.tolist()
-    crc_list = crc.tolist()
-    for i in range(limit):  # one C call per body: zlib.crc32
-        b = body_list[i]
-        if zlib.crc32(view[b : b + body_len_list[i]]) & 0x7FFFFFFF != crc_list[i]:
-            limit = i
-            break
+    limit = _first_bad_body(view, body_at, body_len, crc, limit)
     tails = np.flatnonzero(_has_crc_tail(data, end, props_len)[:limit])
     for i in tails.tolist():  # records with a whole-record CRC (the broker's option)
         tail = bytes(view[int(end[i]) - records.CRC32_RESERVED_LENGTH + 9 : int(end[i]) - 1])
@@ -271,7 +301,30 @@ def _first_not_utf8(raw: list[bytes]) -> int:
 
 
 def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.BinaryArray:
-    """One Arrow binary column of the byte ranges (a single copy into one buffer)."""
+    """One Arrow binary column of the byte ranges (a single copy into one buffer).
+
+    Ranges in ascending order that do not overlap (a segment's bodies, properties, topics) are
+    cut by Arrow: an array over the spanned bytes whose elements alternate between a range and
+    the gap to the next, of which ``take`` keeps every other element (one copy in C, no Python
+    object per range). Any other ranges are joined one slice at a time.
+    """
+    n = len(starts)
+    ends = starts + lengths
+    if (
+        n
+        and int(ends[-1]) - int(starts[0]) < _ARROW_OFFSET_MAX
+        and (n == 1 or bool((starts[1:] >= ends[:-1]).all()))
+    ):
+        first = int(starts[0])
+        cuts = np.empty(2 * n, dtype=np.int32)
+        cuts[0::2] = starts - first
+        cuts[1::2] = ends - first
+        spanned = pa.py_buffer(view[first : int(ends[-1])])
+        pieces = pa.BinaryArray.from_buffers(
+            pa.binary(), 2 * n - 1, [None, pa.py_buffer(cuts), spanned]
+        )
+        column: pa.BinaryArray = pieces.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+        return column
     data = b"".join(
         [view[s : s + n] for s, n in zip(starts.tolist(), lengths.tolist(), strict=True)]
     )
@@ -281,26 +334,43 @@ def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.Bina
     return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
 
 
+def first_record_from(buf: Buffer, at: int) -> int | None:
+    """Where the first record of segment ``buf`` starting at or after byte ``at`` lies, found
+    by walking TOTALSIZE from the segment's start (one C call with the native module); None
+    when the walk ends before ``at`` (a BLANK, the end of the data, or a record that does not
+    look right: :func:`chunks` of the range holding that place reports it)."""
+    if at <= 0:
+        return 0
+    _, stop, full = _boundaries(buf, 0, len(buf), at)
+    return stop if full else None
+
+
 def chunks(
-    buf: Buffer, segment: Segment, *, chunk_bytes: int = CHUNK_BYTES
+    buf: Buffer,
+    segment: Segment,
+    *,
+    chunk_bytes: int = CHUNK_BYTES,
+    start: int = 0,
+    end: int | None = None,
 ) -> Iterator[Chunk | Damage]:
     """The valid records of one segment in file order, as chunks, then its first damage if any
-    (see the module docstring)."""
+    (see the module docstring). ``start`` (a record's position) and ``end`` limit them to the
+    records starting in ``[start, end)``."""
     size = len(buf)
     if size == 0:
         return
+    end = size if end is None else min(end, size)
     data = np.frombuffer(buf, dtype=np.uint8)
-    pos = 0
-    while pos < size:
-        found, stop, more = _boundaries(buf, pos, size, chunk_bytes)
-        at = np.array(found, dtype=np.int64)
+    pos = start
+    while pos < end:
+        at, stop, more = _boundaries(buf, pos, size, min(chunk_bytes, end - pos))
         good, chunk = _check(data, buf, segment, at)
         if chunk is None and good:
             chunk = _check(data, buf, segment, at[:good])[1]
         if chunk is not None and len(chunk):
             yield chunk
-        if good < len(found) or not more:
-            at_pos = found[good] if good < len(found) else stop
+        if good < len(at) or not more:
+            at_pos = int(at[good]) if good < len(at) else stop
             damage = None if at_pos >= size else _damage_at(buf, segment, at_pos)
             if damage is not None:
                 yield damage
@@ -308,20 +378,31 @@ def chunks(
         pos = stop
 
 
+def range_chunks(
+    buf: Buffer, segment: Segment, cut: int, next_cut: int | None
+) -> Iterator[Chunk | Damage]:
+    """:func:`chunks` of the records starting in ``[cut, next_cut)`` (None: the file's end),
+    from the first record at or after ``cut`` (:func:`first_record_from`): the ranges of
+    consecutive cuts split a segment's records between them without overlap. Nothing when no
+    record starts in the range."""
+    start = first_record_from(buf, cut)
+    if start is not None:
+        yield from chunks(buf, segment, start=start, end=next_cut)
+
+
 def records_chunk(buf: bytes, count: int) -> Chunk:
     """The ``count`` records ``buf`` holds back to back (an Admin ``PullRecords`` reply: records
     copied from a commit log, so positions are within ``buf``), parsed and checked as a
     segment's are; ValueError naming the first record that does not check."""
-    found, stop, _ = _boundaries(buf, 0, len(buf), len(buf) + 1)
-    if len(found) != count or stop != len(buf):
+    at, stop, _ = _boundaries(buf, 0, len(buf), len(buf) + 1)
+    if len(at) != count or stop != len(buf):
         raise ValueError(
-            f"the reply holds {count} records in {len(buf)} bytes, but only {len(found)} "
+            f"the reply holds {count} records in {len(buf)} bytes, but only {len(at)} "
             f"records ({stop} bytes) are well-formed"
         )
-    at = np.array(found, dtype=np.int64)
     good, chunk = _check(np.frombuffer(buf, dtype=np.uint8), buf, None, at)
     if chunk is None:
-        raise ValueError(f"record {good} of the reply (at byte {found[good]}) does not check")
+        raise ValueError(f"record {good} of the reply (at byte {int(at[good])}) does not check")
     return chunk
 
 

@@ -4,10 +4,10 @@ Each task writes its own files with pyarrow, straight from the mapped segment: n
 into the JVM, which is what makes the export run at parsing speed rather than at the speed of
 Spark's Python-to-Java row conversion. The segment is parsed in bulk into columns
 (:mod:`gannet.pipeline.columns`: record boundaries in one pass, fixed fields gathered
-column-wise, bodies sliced into one Arrow buffer); only the properties are decoded record by
-record, by the store's own decoder. The layout is the Hive layout Spark's own
-``partitionBy("topic", "date")`` writes, so ``spark.read.parquet``, pyarrow and other engines
-read it back with ``topic`` and ``date`` columns::
+column-wise, bodies cut into one Arrow buffer, properties parsed column-wise); each chunk's
+kept records become one Arrow table, gathered per (topic, date) file. The layout is the Hive
+layout Spark's own ``partitionBy("topic", "date")`` writes, so ``spark.read.parquet``, pyarrow
+and other engines read it back with ``topic`` and ``date`` columns::
 
     <output>/topic=<topic, %-escaped>/date=<YYYY-MM-DD, UTC store date>/part-<segment>-<id>.parquet
 
@@ -25,6 +25,11 @@ the segment (:data:`gannet.pipeline.columns.CHUNK_BYTES`) in memory; each chunk'
 A damaged record fails the task with :class:`SegmentDamagedError`, which names the segment,
 the byte range and the reason: an export never leaves messages out silently. ``gannet pipeline
 verify`` lists every damaged range.
+
+A task may export a byte range of a segment instead of all of it (``byte_range``: the records
+starting in it), so that one large segment is several tasks; the files of a range are named
+like a segment's (their random suffixes differ). A damaged record fails its range's task;
+other ranges of the job may have written their files (the job has failed: no ``_SUCCESS``).
 
 Called by :func:`gannet.pipeline.jobs.export` (driver: mode handling, ``_SUCCESS``).
 """
@@ -137,46 +142,74 @@ def open_output(output: str) -> tuple[pafs.FileSystem, str]:
 
 
 def chunk_table(buf: records.Buffer, chunk: Chunk, rows: npt.NDArray[np.int64]) -> pa.Table:
-    """The :data:`ARROW_SCHEMA` columns of records ``rows`` (indices) of ``chunk``, built
-    column-wise (:mod:`gannet.pipeline.propcolumns`)."""
+    """The :data:`ARROW_SCHEMA` columns of records ``rows`` (ascending indices) of ``chunk``,
+    built column-wise (:mod:`gannet.pipeline.propcolumns`); all of them without a gather."""
     found = chunk.property_columns
-    index = pa.array(rows)
+    columns_made = [
+        chunk.message_ids(buf),
+        propcolumns.keys_lists(found.value(props.KEYS)),
+        found.value(props.TAGS),
+        found.maps(),
+        chunk.bodies,
+    ]
+    numbers = [
+        chunk.queue_ids,
+        chunk.queue_offsets,
+        chunk.commit_offsets,
+        chunk.sizes,
+        chunk.born_timestamps_ms,
+        chunk.store_timestamps_ms,
+        chunk.sys_flags,
+    ]
+    if len(rows) != len(chunk):
+        index = pa.array(rows)
+        columns_made = [c.take(index) for c in columns_made]
+        numbers = [n[rows] for n in numbers]
+    queue_ids, queue_offsets, commit_offsets, sizes, born, stored, sys_flags = numbers
+    message_ids, keys, tags, maps, bodies = columns_made
     arrays = [
-        pa.array(chunk.queue_ids[rows], pa.int32()),
-        pa.array(chunk.queue_offsets[rows], pa.int64()),
-        pa.array(chunk.commit_offsets[rows], pa.int64()),
-        pa.array(chunk.sizes[rows], pa.int32()),
-        chunk.message_ids(buf).take(index),
-        propcolumns.keys_lists(found.value(props.KEYS)).take(index),
-        found.value(props.TAGS).take(index),
-        found.maps().take(index),
-        chunk.bodies.take(index),
-        pa.array(chunk.born_timestamps_ms[rows], pa.int64()),
-        pa.array(chunk.store_timestamps_ms[rows], pa.int64()),
-        pa.array(chunk.sys_flags[rows], pa.int32()),
+        pa.array(queue_ids, pa.int32()),
+        pa.array(queue_offsets, pa.int64()),
+        pa.array(commit_offsets, pa.int64()),
+        pa.array(sizes, pa.int32()),
+        message_ids,
+        keys,
+        tags,
+        maps,
+        bodies,
+        pa.array(born, pa.int64()),
+        pa.array(stored, pa.int64()),
+        pa.array(sys_flags, pa.int32()),
     ]
     return pa.Table.from_arrays(arrays, schema=ARROW_SCHEMA)
 
 
 def partition_rows(
-    chunk: Chunk, kept: npt.NDArray[np.bool_]
-) -> dict[tuple[str, str], npt.NDArray[np.int64]]:
-    """The kept records of ``chunk`` grouped by (topic, UTC store date), in record order."""
-    encoded = pc.dictionary_encode(chunk.topic_column)
+    chunk: Chunk, picked: npt.NDArray[np.int64]
+) -> list[tuple[tuple[str, str], npt.NDArray[np.int64]]]:
+    """The records ``picked`` (ascending indices) of ``chunk`` grouped by (topic, UTC store
+    date), groups in the order of their first record; each group as indices into
+    ``picked``, in record order."""
+    if not len(picked):
+        return []
+    encoded = pc.dictionary_encode(chunk.topic_column.take(pa.array(picked)))
     names = encoded.dictionary.to_pylist()
     codes = encoded.indices.to_numpy().astype(np.int64)
-    days = chunk.store_timestamps_ms // MS_PER_DAY
-    picked = np.flatnonzero(kept)
-    if not len(picked):
-        return {}
-    keys = np.stack([codes[picked], days[picked]], axis=1)
-    found, inverse = np.unique(keys, axis=0, return_inverse=True)
-    inverse = inverse.reshape(-1)
-    first_seen = np.argsort(np.unique(inverse, return_index=True)[1])  # groups in row order
-    return {
-        (names[int(found[g][0])], utc_date(int(found[g][1]) * MS_PER_DAY)): picked[inverse == g]
-        for g in first_seen.tolist()
-    }
+    days = chunk.store_timestamps_ms[picked] // MS_PER_DAY
+    first_day = int(days.min())
+    keys = codes * (int(days.max()) - first_day + 1) + (days - first_day)
+    if int(keys.min()) == int(keys.max()):  # one topic and one date: the common case
+        return [((names[int(codes[0])], utc_date(int(days[0]) * MS_PER_DAY)), np.arange(len(keys)))]
+    order = np.argsort(keys, kind="stable")  # record order kept within each group
+    ordered = keys[order]
+    starts = np.flatnonzero(np.concatenate([[True], ordered[1:] != ordered[:-1]]))
+    bounds = [*starts.tolist(), len(order)]
+    groups = [order[bounds[g] : bounds[g + 1]] for g in range(len(starts))]
+    groups.sort(key=lambda rows: int(rows[0]))
+    return [
+        ((names[int(codes[rows[0]])], utc_date(int(days[rows[0]]) * MS_PER_DAY)), rows)
+        for rows in groups
+    ]
 
 
 class _PartitionWriters:
@@ -208,18 +241,34 @@ class _PartitionWriters:
         return len(self.writers)
 
 
-def export_segment(segment: Segment, keep: ExportFilter, output: str) -> SegmentExport:
+def export_segment(
+    segment: Segment,
+    keep: ExportFilter,
+    output: str,
+    byte_range: tuple[int, int | None] | None = None,
+) -> SegmentExport:
     """Write the kept messages of one segment under ``output``; SegmentDamagedError at the
-    first damaged record (what was before it is written)."""
+    first damaged record (what was before it is written).
+
+    ``byte_range`` = (cut, next cut or None for the file's end) exports only the records
+    starting in it (:func:`columns.range_chunks`: the ranges of consecutive cuts split a
+    segment's records between them without overlap; what :func:`gannet.pipeline.jobs.export`
+    gives each task).
+    """
     writers = _PartitionWriters(output, segment)
     kept = 0
     try:
         with segments.mapped(segment) as buf:
-            for part in columns.chunks(buf, segment):
+            cut, next_cut = (0, None) if byte_range is None else byte_range
+            for part in columns.range_chunks(buf, segment, cut, next_cut):
                 if isinstance(part, Damage):
                     raise SegmentDamagedError(part)
-                for key, rows in partition_rows(part, keep.mask(part)).items():
-                    writers.write(key, chunk_table(buf, part, rows))
+                picked = np.flatnonzero(keep.mask(part))
+                groups = partition_rows(part, picked)
+                table = chunk_table(buf, part, picked) if groups else None
+                for key, rows in groups:
+                    assert table is not None
+                    writers.write(key, table if len(rows) == len(picked) else table.take(rows))
                     kept += len(rows)
     finally:
         files = writers.close()

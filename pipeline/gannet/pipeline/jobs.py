@@ -1,15 +1,18 @@
 """Bulk Spark jobs over commit-log segments: export, rebuild, verify.
 
 Every job parallelises one Spark task per segment (``sparkContext.parallelize(segments,
-len(segments))`` then ``mapPartitions``): executors map their segment file read-only; export
-and rebuild parse it in bulk into columns (:mod:`gannet.pipeline.columns`), verify record by
-record with the store's own check (:mod:`gannet.node.store.log.records` through
-:mod:`gannet.pipeline.segments`). Records never straddle files, so no task needs another's
-bytes.
+len(segments))`` then ``mapPartitions``; export cuts large segments into byte ranges):
+executors map their segment file read-only; export and rebuild parse it in bulk into columns
+(:mod:`gannet.pipeline.columns`), verify record by record with the store's own check
+(:mod:`gannet.node.store.log.records` through :mod:`gannet.pipeline.segments`). Records never
+straddle files, so no task needs another's bytes.
 
 * :func:`export` writes messages of chosen topics and store-time range to Parquet, partitioned
   by ``topic`` and ``date`` (UTC date of the store time) in the layout of Spark's
-  ``partitionBy``; each task writes its segment's files with pyarrow (:mod:`exporting`), so
+  ``partitionBy``; a segment larger than the job's bytes ÷ task slots (and than
+  :data:`SPLIT_BYTES_MIN`) is cut into byte ranges, one task each (:func:`task_ranges`), so
+  one large segment keeps every slot busy; each task writes its files with pyarrow
+  (:mod:`exporting`), so
   OUTPUT is a path every executor can write (shared storage) or a URI pyarrow knows
   (``hdfs://``, ``s3://``). Prepared and rolled-back transactional records are left out. A
   damaged record fails the job with the segment, byte range and reason
@@ -127,11 +130,36 @@ KEEP_ALL = ExportFilter()
 EXPORT_MODES = ("errorifexists", "overwrite", "append", "ignore")
 
 
+SPLIT_BYTES_MIN = 8 * 2**20
+"""Export and rebuild: a segment is cut into byte ranges of at least this many bytes (see
+:func:`task_ranges`)."""
+
+TaskRange = rebuilding.SegmentRange
+
+
+def task_ranges(found: Sequence[Segment], parallelism: int) -> list[TaskRange]:
+    """The tasks of an export or rebuild: each segment cut into byte ranges of about the job's
+    bytes ÷ ``parallelism`` (at least :data:`SPLIT_BYTES_MIN`), so that few or large segments
+    still keep every task slot busy; many small segments stay one task each. A range holds the
+    records that start in it (:func:`gannet.pipeline.columns.range_chunks`); the last range of
+    a segment runs to the file's end as it is when the task runs (None)."""
+    total = sum(s.size_bytes for s in found)
+    target = max(SPLIT_BYTES_MIN, -(-total // max(1, parallelism)))
+    ranges: list[TaskRange] = []
+    for segment in found:
+        parts = max(1, -(-segment.size_bytes // target))
+        step = -(-segment.size_bytes // parts)
+        cuts: list[int | None] = [i * step for i in range(1, parts)]
+        ranges += [(segment, i * step, cut) for i, cut in enumerate([*cuts, None])]
+    return ranges
+
+
 def _export_partition(
-    keep: ExportFilter, output: str, parts: Iterable[Segment]
+    keep: ExportFilter, output: str, parts: Iterable[TaskRange]
 ) -> Iterator[exporting.SegmentExport]:
-    for segment in parts:
-        yield exporting.export_segment(segment, keep, output)
+    for segment, cut, next_cut in parts:
+        whole = cut == 0 and next_cut is None
+        yield exporting.export_segment(segment, keep, output, None if whole else (cut, next_cut))
 
 
 def export(
@@ -172,7 +200,9 @@ def export(
     if not (exists and mode == "ignore"):
         if exists and mode == "overwrite":
             filesystem.delete_dir(base)
-        work = _segment_rdd(spark, found).mapPartitions(partial(_export_partition, keep, output))
+        ranges = task_ranges(found, int(spark.sparkContext.defaultParallelism))
+        tasks = spark.sparkContext.parallelize(ranges, len(ranges))
+        work = tasks.mapPartitions(partial(_export_partition, keep, output))
         done = work.collect()
         filesystem.create_dir(base, recursive=True)
         with filesystem.open_output_stream(posixpath.join(base, "_SUCCESS")):
@@ -233,14 +263,16 @@ def _in_segment_order(
     """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
     Each job (a *wave*) parses ``SEGMENTS_PER_TASK_SLOT_IN_WAVE × defaultParallelism``
-    segments: fewer jobs than one per segment, bounded driver memory. The next wave is parsed
-    on the executors while the driver dispatches the current one, so the driver holds at most
-    two waves of dispatch columns (about 100 bytes per record).
+    segments or byte ranges of large ones (:func:`task_ranges`): fewer jobs than one per
+    segment, bounded driver memory. The next wave is parsed on the executors while the driver
+    dispatches the current one, so the driver holds at most two waves of dispatch columns
+    (about 100 bytes per record).
     """
     context = spark.sparkContext
-    rdd = _segment_rdd(spark, found)
+    ranges = task_ranges(found, int(context.defaultParallelism))
+    rdd = context.parallelize(ranges, len(ranges))
     wave = max(1, int(context.defaultParallelism) * SEGMENTS_PER_TASK_SLOT_IN_WAVE)
-    waves = [range(i, min(len(found), i + wave)) for i in range(0, len(found), wave)]
+    waves = [range(i, min(len(ranges), i + wave)) for i in range(0, len(ranges), wave)]
 
     def run(partitions: range) -> list[rebuilding.DispatchColumns | Damage]:
         result: list[rebuilding.DispatchColumns | Damage] = context.runJob(

@@ -134,11 +134,20 @@ def _index_item_counts(
     return counts
 
 
-def dispatch_events(parts: Iterable[Segment]) -> Iterator[DispatchColumns | Damage]:
-    """Executor side: each segment's dispatch infos in chunks, up to its first damage."""
-    for segment in parts:
+SegmentRange = tuple[Segment, int, int | None]
+"""A segment and the byte range of it whose records a task reads (cut, next cut or None for
+the file's end; :func:`gannet.pipeline.columns.range_chunks`)."""
+
+
+def dispatch_events(
+    parts: Iterable[Segment | SegmentRange],
+) -> Iterator[DispatchColumns | Damage]:
+    """Executor side: the dispatch infos of each segment (or byte range of one) in chunks, up
+    to its first damage."""
+    for part_of in parts:
+        segment, cut, next_cut = (part_of, 0, None) if isinstance(part_of, Segment) else part_of
         with segments.mapped(segment) as buf:
-            for part in columns.chunks(buf, segment):
+            for part in columns.range_chunks(buf, segment, cut, next_cut):
                 if isinstance(part, Damage):
                     yield part
                     break

@@ -16,6 +16,9 @@
  *                        ConsumeQueue.put_units (store/queues/consume_queues.py)
  *   take_handoff         the hand-off steps of DispatchService._dispatch_batch
  *                                                                       (store/queues/dispatching.py)
+ *   record_starts        the record-boundary walk of a segment's bulk parser
+ *                                                      (pipeline/gannet/pipeline/columns.py)
+ *   bodies_crc_bad       the body-CRC loop of that parser (same module)
  *
  * The record layout is documented in store/log/records.py, the index-file layout in
  * store/queues/index_files.py. Whatever this code does not handle on its fast path (a field of
@@ -43,7 +46,7 @@
 #define INDEX_SLOT_SIZE 4
 #define INDEX_ITEM_SIZE 20
 #define INT32_MAX_VALUE 2147483647LL
-#define NATIVE_VERSION 1
+#define NATIVE_VERSION 2
 
 static const char TRANSIENT_PREFIX[] = "__RMQ.TRANSIENT.";
 #define TRANSIENT_PREFIX_LEN (sizeof(TRANSIENT_PREFIX) - 1)
@@ -1192,6 +1195,127 @@ fail:
     return NULL;
 }
 
+/* ---------------------------------------------------------------- segment parsing (pipeline) */
+
+/* record_starts(buf, start, size, chunk_bytes, record_min) -> (positions, stop, full):
+ * columns._boundaries_python. Walks TOTALSIZE from `start` while a record's MAGICCODE is V1 or
+ * V2 and record_min <= TOTALSIZE <= size - pos, up to `chunk_bytes` past `start` (at least one
+ * record). positions: the starts found, as native int64 in one bytes object; stop: where the
+ * walk stopped; full: whether it stopped only because the chunk was full. */
+static PyObject *record_starts(PyObject *self, PyObject *args) {
+    Py_buffer view;
+    Py_ssize_t start, size, chunk_bytes, record_min;
+    if (!PyArg_ParseTuple(args, "y*nnnn", &view, &start, &size, &chunk_bytes, &record_min))
+        return NULL;
+    if (size < 0 || size > view.len || start < 0 || chunk_bytes < 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_ValueError, "record_starts: start or size outside the buffer");
+        return NULL;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    Py_ssize_t stop = (chunk_bytes > size - start) ? size : start + chunk_bytes;
+    Py_ssize_t cap = 1024, n = 0, pos = start;
+    int64_t *found = (int64_t *)PyMem_Malloc((size_t)cap * sizeof(int64_t));
+    int full = 0;
+    if (found == NULL) {
+        PyBuffer_Release(&view);
+        return PyErr_NoMemory();
+    }
+    while (pos < size && (pos < stop || n == 0)) {
+        if (size - pos < 8)
+            break;
+        const unsigned char *r = p + pos;
+        int32_t total = (int32_t)(((uint32_t)r[0] << 24) | ((uint32_t)r[1] << 16) |
+                                  ((uint32_t)r[2] << 8) | (uint32_t)r[3]);
+        int32_t magic = (int32_t)(((uint32_t)r[4] << 24) | ((uint32_t)r[5] << 16) |
+                                  ((uint32_t)r[6] << 8) | (uint32_t)r[7]);
+        if ((magic != MAGIC_V1 && magic != MAGIC_V2) || total < record_min || total > size - pos)
+            break;
+        if (n == cap) {
+            cap *= 2;
+            int64_t *grown = (int64_t *)PyMem_Realloc(found, (size_t)cap * sizeof(int64_t));
+            if (grown == NULL) {
+                PyMem_Free(found);
+                PyBuffer_Release(&view);
+                return PyErr_NoMemory();
+            }
+            found = grown;
+        }
+        found[n++] = pos;
+        pos += total;
+    }
+    if (!(pos < size && (pos < stop || n == 0)))
+        full = pos < size; /* the loop's condition ended it, not a break */
+    else
+        full = 0;
+    PyBuffer_Release(&view);
+    PyObject *raw = PyBytes_FromStringAndSize((const char *)found, n * (Py_ssize_t)sizeof(int64_t));
+    PyMem_Free(found);
+    if (raw == NULL)
+        return NULL;
+    return Py_BuildValue("(NnO)", raw, pos, full ? Py_True : Py_False);
+}
+
+/* bodies_crc_bad(buf, starts, lengths, expected, count) -> index: the first i < count whose
+ * crc32(buf[starts[i] : starts[i] + lengths[i]]) & 0x7FFFFFFF differs from expected[i], else
+ * count (columns._check's body-CRC loop; the three arrays are native int64 buffers). */
+static PyObject *bodies_crc_bad(PyObject *self, PyObject *args) {
+    Py_buffer view, sv, lv, ev;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*n", &view, &sv, &lv, &ev, &count))
+        return NULL;
+    Py_ssize_t have = sv.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t bad = -1;
+    if (lv.len / (Py_ssize_t)sizeof(int64_t) < have)
+        have = lv.len / (Py_ssize_t)sizeof(int64_t);
+    if (ev.len / (Py_ssize_t)sizeof(int64_t) < have)
+        have = ev.len / (Py_ssize_t)sizeof(int64_t);
+    if (count < 0 || count > have) {
+        PyErr_SetString(PyExc_ValueError, "bodies_crc_bad: count exceeds the arrays");
+        goto done;
+    }
+    const unsigned char *p = (const unsigned char *)view.buf;
+    const int64_t *starts = (const int64_t *)sv.buf, *lengths = (const int64_t *)lv.buf,
+                  *expected = (const int64_t *)ev.buf;
+    int out_of_range = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t at = starts[i], len = lengths[i];
+        if (at < 0 || len < 0 || at > (int64_t)view.len || len > (int64_t)view.len - at) {
+            out_of_range = 1;
+            bad = i;
+            break;
+        }
+        uLong crc = crc32(0L, Z_NULL, 0);
+        const unsigned char *b = p + at;
+        while (len > 0) {
+            uInt piece = len > (1 << 30) ? (uInt)(1 << 30) : (uInt)len;
+            crc = crc32(crc, b, piece);
+            b += piece;
+            len -= piece;
+        }
+        if ((int64_t)(crc & 0x7FFFFFFFUL) != expected[i]) {
+            bad = i;
+            break;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (out_of_range) {
+        PyErr_Format(PyExc_ValueError, "bodies_crc_bad: body %zd lies outside the buffer", bad);
+        bad = -1;
+    } else if (bad < 0) {
+        bad = count;
+    }
+done:
+    PyBuffer_Release(&view);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&lv);
+    PyBuffer_Release(&ev);
+    if (PyErr_Occurred())
+        return NULL;
+    return PyLong_FromSsize_t(bad);
+}
+
 /* ---------------------------------------------------------------- module */
 static PyMethodDef methods[] = {
     {"encode_all", encode_all, METH_VARARGS,
@@ -1215,6 +1339,12 @@ static PyMethodDef methods[] = {
     {"take_handoff", take_handoff, METH_VARARGS,
      "take_handoff(handoff, batch, offset, end, count, records_max) -> (offset, count, stop): "
      "the hand-off steps of DispatchService._dispatch_batch."},
+    {"record_starts", record_starts, METH_VARARGS,
+     "record_starts(buf, start, size, chunk_bytes, record_min) -> (int64 positions as bytes, "
+     "stop, full): the record-boundary walk of gannet.pipeline.columns."},
+    {"bodies_crc_bad", bodies_crc_bad, METH_VARARGS,
+     "bodies_crc_bad(buf, starts, lengths, expected, count) -> index of the first body whose "
+     "CRC differs, else count: the body-CRC loop of gannet.pipeline.columns."},
     {NULL, NULL, 0, NULL},
 };
 

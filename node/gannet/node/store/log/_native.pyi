@@ -3,7 +3,7 @@
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from gannet.node.store.log.records import DispatchInfo, Message
+from gannet.node.store.log.records import Buffer, DispatchInfo, Message
 
 VERSION: int
 _R = TypeVar("_R")
@@ -71,3 +71,9 @@ def take_handoff(
     records_max: int,
     /,
 ) -> tuple[int, int, bool]: ...
+def record_starts(
+    buf: Buffer, start: int, size: int, chunk_bytes: int, record_min: int, /
+) -> tuple[bytes, int, bool]: ...
+def bodies_crc_bad(
+    buf: Buffer, starts: Buffer, lengths: Buffer, expected: Buffer, count: int, /
+) -> int: ...

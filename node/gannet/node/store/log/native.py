@@ -9,7 +9,9 @@ with the same bytes and the same errors: ``CommitLog.encode_all`` (:func:`packin
 ``dispatch_infos_of`` (dispatching), the consume-queue loop of
 ``MessageStore._dispatch_consume_queues``, the hand-off steps of
 ``DispatchService._dispatch_batch``, and the index batch path (``IndexService._index_items``,
-``IndexFile.add_items``). The Python functions stay the reference and the fallback: tests run
+``IndexFile.add_items``); and for the pipeline's bulk segment parser
+(:mod:`gannet.pipeline.columns`), the record-boundary walk and the body-CRC loop. The Python
+functions stay the reference and the fallback: tests run
 the store against both (``tests/store``, ``docs/adr/0006-native-batch-encoder.md``).
 
 ``codec`` is the native module in use, or None for the Python path: None when the extension
@@ -24,12 +26,12 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from gannet.node.store.log.records import DispatchInfo, Message
+from gannet.node.store.log.records import Buffer, DispatchInfo, Message
 
 log = logging.getLogger(__name__)
 
 ENV_VAR = "GANNET_NATIVE"
-VERSION = 1
+VERSION = 2
 """The ``VERSION`` of ``_native.c`` this code calls; a build of another version is not used."""
 _R = TypeVar("_R")
 _A = TypeVar("_A")
@@ -113,6 +115,14 @@ class Codec(Protocol):
         records_max: int,
         /,
     ) -> tuple[int, int, bool]: ...
+
+    def record_starts(
+        self, buf: Buffer, start: int, size: int, chunk_bytes: int, record_min: int, /
+    ) -> tuple[bytes, int, bool]: ...
+
+    def bodies_crc_bad(
+        self, buf: Buffer, starts: Buffer, lengths: Buffer, expected: Buffer, count: int, /
+    ) -> int: ...
 
 
 def load() -> tuple[Codec | None, str]:
