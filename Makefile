@@ -19,7 +19,8 @@ $(STAMP): pyproject.toml node/gannet/node/store/log/_native.c
 	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 	  && [ -e /usr/include/zlib.h ] && command -v gcc >/dev/null \
 	  || { $(SUDO) apt-get update -q && $(APT_INSTALL) gcc python3-dev zlib1g-dev; }
-	$(PYTHON) -m venv $(VENV)
+	# ensurepip failed once here on a busy shared machine; a second try from scratch passed
+	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
 	touch $(STAMP)
