@@ -65,9 +65,12 @@ GROUPS = 3 if os.environ.get("GANNET_E2E_GROUPS_FULL") == "1" else 2
 """Groups grown to (and drained back from): 2 in ``make e2e-kube``; 3 with
 ``GANNET_E2E_GROUPS_FULL=1`` (two groups drain at once)."""
 ROUTE_WAIT_S = 20.0  # routes follow within a poll (2 s) and a pass (2 s) on a busy machine
-DELAY_S = 40.0
+DELAY_S = 90.0
 """Delay of the messages sent before the last drain: longer than lowering the count, consuming
-the other messages and one operator pass take on a busy machine (about 10 s)."""
+the other messages and one operator pass can take. Consuming 8 messages over 4 queues usually
+takes about 10 s, but every receive that finds a queue empty is held for the broker's minimum
+long poll (5 s, as RocketMQ's proxy), and a CI run needed 40 s: the delayed messages then came
+due among the others. This must stay above ``_consume``'s own 60 s limit."""
 RW = definition_pb2.READ_WRITE
 AUTH = os.environ.get("GANNET_E2E_GROUPS_AUTH") == "1"
 """``security.auth`` on, the operator's cluster key signing the group polls (module docstring)."""
