@@ -36,3 +36,30 @@ def append(name: str, *records: Mapping[str, Any]) -> Path:
         for record in records:
             out.write(json.dumps(record) + "\n")
     return log_path(name)
+
+
+def figure_rows(
+    results: Mapping[str, Mapping[str, float]],
+    earlier: Mapping[str, Mapping[str, float]] | None,
+    before: str,
+    label: str,
+) -> list[str]:
+    """Markdown table lines of ``scenario -> figure -> value``; with ``earlier`` (the run
+    labelled ``before``) side by side with it and the ratio (this run / that one)."""
+    if earlier:
+        lines = [
+            f"| scenario | figure | {before} | {label or 'this run'} | ratio |",
+            "| --- | --- | ---: | ---: | ---: |",
+        ]
+    else:
+        lines = ["| scenario | figure | value |", "| --- | --- | ---: |"]
+    for name, figures in results.items():
+        for key, value in figures.items():
+            if not earlier:
+                lines.append(f"| {name} | {key} | {value:,.2f} |")
+                continue
+            old = earlier.get(name, {}).get(key)
+            shown = "–" if old is None else f"{old:,.2f}"
+            ratio = f"{value / old:.2f}×" if old else "–"
+            lines.append(f"| {name} | {key} | {shown} | {value:,.2f} | {ratio} |")
+    return lines

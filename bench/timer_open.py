@@ -224,20 +224,8 @@ def report(results: dict[str, dict[str, float]], label: str, load: str, before: 
             f"Side by side with the run labelled {before!r} (same workload and machine; its load "
             f"average {earlier_load}).",
             "",
-            f"| scenario | figure | {before} | {label or 'this run'} | ratio |",
-            "| --- | --- | ---: | ---: | ---: |",
         ]
-    else:
-        lines += ["| scenario | figure | value |", "| --- | --- | ---: |"]
-    for name, figures in results.items():
-        for key, value in figures.items():
-            if not earlier:
-                lines.append(f"| {name} | {key} | {value:,.2f} |")
-                continue
-            old = earlier.get(name, {}).get(key)
-            shown = "–" if old is None else f"{old:,.2f}"
-            ratio = f"{value / old:.2f}×" if old else "–"
-            lines.append(f"| {name} | {key} | {shown} | {value:,.2f} | {ratio} |")
+    lines += results_log.figure_rows(results, earlier, str(before), label)
     text = "\n".join(lines) + "\n"
     (RESULTS / "TIMER_OPEN.md").write_text(text)
     print(text)
