@@ -48,12 +48,15 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from bench import latency, results_log
+
+if TYPE_CHECKING:
+    from gannet.node.store.config import StoreConfig
 
 RESULTS = Path(__file__).parent / "results"
 TOPIC, GROUP, QUEUES = "BrokerBench", "BrokerBenchGroup", 16
@@ -480,24 +483,31 @@ def _latency(broker: BrokerProcess, rate_per_s: float, seconds: float) -> dict[s
 
 
 # ---------------------------------------------------------------------- send path, no gRPC
-def send_path(batch: int, seconds: float) -> dict[str, float]:
-    """CPU µs per message of the broker's send path without gRPC, in this process: decode a
-    ``SendMessageRequest``, :func:`sending.prepare`, append (ASYNC_FLUSH; dispatch threads
-    included, they run in this process), build and encode the response."""
-    from gannet.node.api import sending
-    from gannet.node.protocol import statuses
+def path_store_config(root: Path) -> StoreConfig:
+    """The in-process path benches' store (ASYNC_FLUSH, 256 MiB commit-log files, a big
+    index): a ``StoreConfig``, imported here so that the bench imports the store lazily."""
     from gannet.node.store.config import FlushMode, StoreConfig
-    from gannet.node.store.configs.topics import TopicConfig
-    from gannet.node.store.message_store import MessageStore
 
-    root = Path(tempfile.mkdtemp(prefix="gannet-bench-send-"))
-    config = StoreConfig(
+    return StoreConfig(
         root_dir=root,
         flush_mode=FlushMode.ASYNC_FLUSH,
         commitlog_file_size_bytes=256 * 1024 * 1024,
         index_hash_slots=500_000,
         index_items_max=2_000_000,
     )
+
+
+def send_path(batch: int, seconds: float) -> dict[str, float]:
+    """CPU µs per message of the broker's send path without gRPC, in this process: decode a
+    ``SendMessageRequest``, :func:`sending.prepare`, append (ASYNC_FLUSH; dispatch threads
+    included, they run in this process), build and encode the response."""
+    from gannet.node.api import sending
+    from gannet.node.protocol import statuses
+    from gannet.node.store.configs.topics import TopicConfig
+    from gannet.node.store.message_store import MessageStore
+
+    root = Path(tempfile.mkdtemp(prefix="gannet-bench-send-"))
+    config = path_store_config(root)
     request = service_pb2.SendMessageRequest.FromString(_batch_request_bytes(100, 1))
     del request.messages[batch:]
     payload = request.SerializeToString()

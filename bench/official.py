@@ -40,6 +40,7 @@ from bench.broker import (
     _official_worker,
     _run_workers,
     broker_process,
+    path_store_config,
     scratch_dir,
 )
 
@@ -116,19 +117,12 @@ def receive_path(rounds: int) -> dict[str, float]:
 
     from gannet.node.api import receiving, routes, sending
     from gannet.node.api.messaging import MessagingServicer
-    from gannet.node.store.config import FlushMode, StoreConfig
     from gannet.node.store.configs.groups import SubscriptionGroupConfig
     from gannet.node.store.configs.topics import TopicConfig
     from gannet.node.store.message_store import MessageStore
 
     root = Path(tempfile.mkdtemp(prefix="gannet-bench-receive-"))
-    config = StoreConfig(
-        root_dir=root,
-        flush_mode=FlushMode.ASYNC_FLUSH,
-        commitlog_file_size_bytes=256 * 1024 * 1024,
-        index_hash_slots=500_000,
-        index_items_max=2_000_000,
-    )
+    config = path_store_config(root)
     send = service_pb2.SendMessageRequest.FromString(_batch_request_bytes(BODY_OFFICIAL_BYTES, 1))
     receive = service_pb2.ReceiveMessageRequest(batch_size=RECEIVE_BATCH)
     receive.group.name = GROUP
