@@ -15,11 +15,12 @@ PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
 # _native.c: the store's native batch encoder, built by the editable install (pyproject.toml).
 # Building it needs a C compiler, Python's headers and zlib's: Debian's packages when missing.
+# The virtualenv is made a second time from scratch if the first try fails (ensurepip failed
+# once on a busy shared machine; the retry passed).
 $(STAMP): pyproject.toml node/gannet/node/store/log/_native.c
 	$(PYTHON) -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' \
 	  && [ -e /usr/include/zlib.h ] && command -v gcc >/dev/null \
 	  || { $(SUDO) apt-get update -q && $(APT_INSTALL) gcc python3-dev zlib1g-dev; }
-	# ensurepip failed once here on a busy shared machine; a second try from scratch passed
 	$(PYTHON) -m venv $(VENV) || { rm -rf $(VENV) && $(PYTHON) -m venv $(VENV); }
 	$(BIN)/pip install --quiet --upgrade pip==25.3
 	$(BIN)/pip install --quiet -e '.[dev,pipeline]'
