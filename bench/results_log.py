@@ -63,3 +63,19 @@ def figure_rows(
             ratio = f"{value / old:.2f}×" if old else "–"
             lines.append(f"| {name} | {key} | {shown} | {value:,.2f} | {ratio} |")
     return lines
+
+
+def recorded_run(name: str, label: str) -> tuple[dict[str, dict[str, float]], str]:
+    """The figures (scenario -> figure -> value) of the latest run recorded in log ``name``
+    with ``label``, and that run's 1-minute load average; exits naming the log when none is."""
+    runs: dict[str, dict[str, dict[str, float]]] = {}
+    load = "?"
+    for line in log_path(name).read_text().splitlines():
+        row = json.loads(line)
+        if row.get("label") == label:
+            figures = {k: v for k, v in row.items() if isinstance(v, int | float)}
+            runs.setdefault(row["time"], {})[row["scenario"]] = figures
+            load = str(row.get("load1", "?"))
+    if not runs:
+        raise SystemExit(f"no run labelled {label!r} in {log_path(name)}")
+    return runs[max(runs)], load

@@ -32,7 +32,6 @@ from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 
 RESULTS = results_log.RESULTS
-LOADS: dict[str, str] = {}  # label -> 1-minute load average of its run, from storage.jsonl
 BODY_1K = b"x" * 1024
 
 
@@ -258,20 +257,6 @@ def run_all(args: argparse.Namespace, base: Path) -> None:
     report(results, args.label, load, args.before)
 
 
-def recorded_run(label: str) -> dict[str, dict[str, float]]:
-    """The figures of the latest run recorded in ``storage.jsonl`` with ``label``."""
-    runs: dict[str, dict[str, dict[str, float]]] = {}
-    for line in (RESULTS / "storage.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        if row.get("label") == label:
-            figures = {k: v for k, v in row.items() if isinstance(v, int | float)}
-            runs.setdefault(row["time"], {})[row["scenario"]] = figures
-            LOADS[label] = str(row.get("load1", "?"))
-    if not runs:
-        raise SystemExit(f"no run labelled {label!r} in {RESULTS / 'storage.jsonl'}")
-    return runs[max(runs)]
-
-
 def report(results: dict[str, dict[str, float]], label: str, load: str, before: str | None) -> None:
     RESULTS.mkdir(exist_ok=True)
     meta = {
@@ -282,7 +267,7 @@ def report(results: dict[str, dict[str, float]], label: str, load: str, before: 
         "label": label,
         "load1": load,
     }
-    earlier = recorded_run(before) if before else {}
+    earlier, earlier_load = results_log.recorded_run("storage", before) if before else ({}, "?")
     results_log.append(
         "storage", *({"scenario": name, **figures, **meta} for name, figures in results.items())
     )
@@ -297,7 +282,7 @@ def report(results: dict[str, dict[str, float]], label: str, load: str, before: 
     if earlier:
         lines += [
             f"Side by side with the run labelled {before!r} (same workload, same machine, "
-            f"same session; its load average {LOADS.get(str(before), '?')}). "
+            f"same session; its load average {earlier_load}). "
             "CPU µs per message is process CPU time (appending and dispatch "
             "threads) over the messages appended: less sensitive to the machine's load than "
             "the rates. Rates of paths a change did not touch (reads, recovery, the disk "

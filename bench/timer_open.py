@@ -183,21 +183,6 @@ def main() -> None:
     report(results, args.label, f"{load_before:.1f} → {os.getloadavg()[0]:.1f}", args.before)
 
 
-def recorded_run(label: str) -> tuple[dict[str, dict[str, float]], str]:
-    """The figures of the latest run recorded with ``label`` and its load average."""
-    runs: dict[str, dict[str, dict[str, float]]] = {}
-    load = "?"
-    for line in results_log.log_path("timer_open").read_text().splitlines():
-        row = json.loads(line)
-        if row.get("label") == label:
-            figures = {k: v for k, v in row.items() if isinstance(v, int | float)}
-            runs.setdefault(row["time"], {})[row["scenario"]] = figures
-            load = str(row.get("load1", "?"))
-    if not runs:
-        raise SystemExit(f"no run labelled {label!r} in {results_log.log_path('timer_open')}")
-    return runs[max(runs)], load
-
-
 def report(results: dict[str, dict[str, float]], label: str, load: str, before: str | None) -> None:
     meta = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -207,7 +192,7 @@ def report(results: dict[str, dict[str, float]], label: str, load: str, before: 
         "label": label,
         "load1": load,
     }
-    earlier, earlier_load = recorded_run(before) if before else ({}, "?")
+    earlier, earlier_load = results_log.recorded_run("timer_open", before) if before else ({}, "?")
     results_log.append(
         "timer_open", *({"scenario": name, **figures, **meta} for name, figures in results.items())
     )

@@ -9,7 +9,7 @@ import struct
 from pathlib import Path
 
 from gannet.node.store import properties as props
-from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.config import StoreConfig
 from gannet.node.store.log.commitlog import now_ms
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
@@ -18,18 +18,9 @@ from gannet.node.store.timers import codecs
 from gannet.node.store.timers.codecs import UNIT_SIZE_BYTES, topic_hash
 from gannet.node.store.timers.pending import TopicTimers
 from gannet.node.store.timers.wheel import read_checkpoint
+from tests.store.test_delayed_delivery import open_store, settle
 
 TOPIC_HASH_FIELD = slice(40, 44)  # the real-topic hash inside a 52-byte timer-log unit
-
-
-def open_store(root: Path) -> MessageStore:
-    config = StoreConfig.for_tests(root, flush_mode=FlushMode.ASYNC_FLUSH)
-    return MessageStore(config).open(start_services=False)
-
-
-def settle(store: MessageStore) -> None:
-    store.dispatch.set_commit_offset(store.commitlog.max_offset())
-    store.dispatch.dispatch_available()
 
 
 def park(store: MessageStore, topic: str, deliver_ms: int, i: int = 0) -> None:
