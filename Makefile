@@ -97,6 +97,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.replication --quick
 	$(BIN)/python -m bench.forwarding --quick
 	$(BIN)/python -m bench.groups --quick
+	$(BIN)/python -m bench.groups --quick --per-group
 	$(BIN)/python -m bench.group_metadata --quick
 	$(BIN)/python -m bench.timer_open --quick
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis

@@ -7,7 +7,11 @@ The load generator follows the route as the official clients do: it asks any mem
 ``rocketmq.grpc_protocol`` stubs) round-robin over every queue of the route, each call to its
 queue's group (the first address of the queue's ``Broker.endpoints``, the leader), with
 ``IN_FLIGHT`` calls in flight from each of ``SENDER_THREADS`` threads. Nothing else changes
-between 1 and 2 groups.
+between 1 and 2 groups. With ``--per-group`` the calls in flight and the receive+ack threads
+grow with the number of groups, so each group sees the concurrency one group sees alone (as when
+clients grow with a cluster, and as each group would on a machine with a core per group); without
+it the same calls are spread over all groups and each of 2 groups sees half of them, which costs
+grpc more per call (``GROUPS.md``).
 
 Figures per run: aggregate acknowledged messages/s; the CPU seconds every broker process used
 in the window (``/proc/<pid>/stat`` utime + stime), as µs per message and as messages per
@@ -16,7 +20,7 @@ per group. The machine's load average is recorded before and after: this machine
 shared with the load generator (and other work), so the aggregate throughput of 2 groups
 cannot double here; the per-CPU figure is the honest one.
 
-``python -m bench.groups [--quick] [--replicas 1,3]``; appends to
+``python -m bench.groups [--quick] [--replicas 1,3] [--per-group]``; appends to
 ``bench/results/groups.jsonl``; ``bench/results/GROUPS.md`` is the write-up.
 """
 
@@ -503,6 +507,12 @@ def main() -> None:
         "--receivers", type=int, default=RECEIVER_THREADS, help="receive+ack threads"
     )
     parser.add_argument("--groups", default="1,2", help="group counts to run, e.g. 1,2")
+    parser.add_argument(
+        "--per-group",
+        action="store_true",
+        help="scale the calls in flight and the receive+ack threads with the number of groups"
+        " (each group sees the load one group sees alone, as when clients grow with a cluster)",
+    )
     parser.add_argument("--no-record", action="store_true", help="do not append to groups.jsonl")
     parser.add_argument(
         "--poll-topics",
@@ -523,7 +533,12 @@ def main() -> None:
         for replicas in replica_counts:
             for groups in [int(g) for g in args.groups.split(",") if g.strip()]:
                 root = base / f"g{groups}r{replicas}"
-                row = run(root, groups, replicas, seconds, args.in_flight, args.receivers)
+                scale = groups if args.per_group else 1
+                row = run(
+                    root, groups, replicas, seconds, args.in_flight * scale, args.receivers * scale
+                )
+                row["in_flight_per_thread"] = args.in_flight * scale
+                row["receivers"] = args.receivers * scale
                 print(json.dumps(row), flush=True)
                 rows.append(row)
                 shutil.rmtree(base / f"g{groups}r{replicas}", ignore_errors=True)
@@ -534,6 +549,7 @@ def main() -> None:
         "seconds": seconds,
         "in_flight_per_thread": args.in_flight,
         "receivers": args.receivers,
+        "per_group": args.per_group,
         "label": args.label,
         "runs": rows,
     }
