@@ -137,8 +137,8 @@ class GroupPoller:
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self.own_endpoints: Callable[[], Iterable[str]] = lambda: ()
-        """Endpoints of this member's own group (set by :class:`~gannet.node.api.cluster_admin.
-        BrokerGroups`); seeds among them are this group, never polled."""
+        """Endpoints of this member's own group (``cluster_admin.BrokerGroups`` sets it);
+        seeds among them are this group, never polled."""
         self.cluster_name = ""
         """This member's cluster name; a seed answering with another one is refused (empty:
         not checked)."""
@@ -284,8 +284,7 @@ class GroupPoller:
         self._learn(seed, reply)
 
     def _learn(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> None:
-        if foreign_cluster(self.cluster_name, endpoint, reply):
-            return  # a member that now answers for another cluster teaches nothing
+        """An answer of this cluster (the callers checked :func:`foreign_cluster`)."""
         name = reply.broker_name
         for member in {endpoint, *reply.configured_endpoints} & set(self.seeds):
             self._seed_owner[member] = name  # a member down now still belongs to its group
