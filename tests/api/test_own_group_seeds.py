@@ -195,6 +195,27 @@ def test_a_seed_of_another_cluster_is_refused_naming_it(tmp_path: Path) -> None:
         other.stop()
 
 
+def test_another_group_under_this_groups_name_is_refused(tmp_path: Path) -> None:
+    """Two groups both started as ``broker-0``: a seed answering with this group's name but
+    sharing no member with it is not taken for this group (its writes would be lost there)."""
+    zero = _start(tmp_path, "broker-0")
+    twin = _start(tmp_path / "twin", "broker-0")
+    try:
+        admin = _admin(zero.endpoint)
+        with pytest.raises(grpc.RpcError) as refused:
+            admin.SetClusterSeeds(
+                admin_pb2.SetClusterSeedsRequest(seeds=[twin.endpoint]), timeout=10
+            )
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        details = str(refused.value.details())
+        for part in (twin.endpoint, "two groups share the broker name", "--broker-name"):
+            assert part in details, details
+        assert list(_view(admin).seeds) == []
+    finally:
+        twin.stop()
+        zero.stop()
+
+
 def test_a_refused_poll_says_to_give_the_cluster_key(tmp_path: Path) -> None:
     """A seed of another group that requires signatures, polled unsigned: the fan-out's
     answer says what to do, not just UNAUTHENTICATED."""

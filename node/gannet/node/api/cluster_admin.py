@@ -460,11 +460,12 @@ class ClusterAdminServicer:
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, statuses.bounded(str(exc)))
         # Seeds of this member's own group are fine (it knows them for its own); a seed that
-        # answers as another cluster's group is refused, and the seeds stay as they were.
-        if foreign := await poller.foreign_seeds(seeds):
+        # answers as another cluster's group, or as another group under this group's name, is
+        # refused, and the seeds stay as they were.
+        if refused := await poller.refused_seeds(seeds):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                statuses.bounded("; ".join(foreign) + " (the seeds are unchanged)"),
+                statuses.bounded("; ".join(refused) + " (the seeds are unchanged)"),
             )
         poller.set_seeds(seeds)
         # One round shows what the new seeds answered; a seed that cannot be resolved or

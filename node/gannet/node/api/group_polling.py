@@ -17,11 +17,12 @@ is among the new seeds are forgotten, the rest are kept and the poller runs at o
 A seed list may name this member's own group too (one list of every group's endpoints given to
 every group is the natural way to write it): a seed among :attr:`GroupPoller.own_endpoints`
 (this member, a configured or serving member of its group) is taken for this group without
-being asked, and a seed that answers with this group's broker name (its client Service, say)
-is this group from then on. Either way it is never polled again, never waited for as a group
-not heard of yet, and never sent a fanned-out write (this group applies the write itself). Only
-a seed that answers as a group of *another* cluster is refused from the view (its error says
-so and what to do); see :func:`foreign_cluster`.
+being asked, and a seed that answers with this group's broker name and shares a member with
+it (its client Service, say) is this group from then on. Either way it is never polled again,
+never waited for as a group not heard of yet, and never sent a fanned-out write (this group
+applies the write itself). Only what is really wrong is refused from the view, its error
+saying so and what to do (:func:`refusal`): a seed that answers as a group of another cluster,
+or as another group under this group's broker name.
 
 Security (``docs/security.md``, "Broker groups"): polls go out with the member's own client
 settings (:class:`~gannet.node.protocol.auth.ClientSecurity`): TLS when its client port is TLS,
@@ -95,16 +96,32 @@ def poll_error(exc: grpc.RpcError) -> str:
     return str(code.name)
 
 
-def foreign_cluster(cluster_name: str, endpoint: str, reply: admin_pb2.BrokerGroup) -> str:
-    """Why ``endpoint``'s answer is not a group of this cluster (empty: it is, or either side
-    names no cluster): it answered with another cluster name."""
-    if not cluster_name or not reply.cluster_name or reply.cluster_name == cluster_name:
-        return ""
-    return (
-        f"{endpoint} answers as {reply.broker_name!r} of cluster {reply.cluster_name!r}, not "
-        f"of this member's cluster {cluster_name!r}: remove it from the seeds, or start every "
-        "group with the same --cluster"
-    )
+def refusal(
+    local_name: str,
+    cluster_name: str,
+    own: Iterable[str],
+    endpoint: str,
+    reply: admin_pb2.BrokerGroup,
+) -> str:
+    """Why ``endpoint``'s answer cannot be taken (empty: it can): it answers with another
+    cluster name (not checked when either side names none), or with this group's broker name
+    ``local_name`` while none of its members is among ``own`` (this group's endpoints; not
+    checked when empty): another group under the same name."""
+    if cluster_name and reply.cluster_name and reply.cluster_name != cluster_name:
+        return (
+            f"{endpoint} answers as {reply.broker_name!r} of cluster {reply.cluster_name!r}, "
+            f"not of this member's cluster {cluster_name!r}: remove it from the seeds, or start "
+            "every group with the same --cluster"
+        )
+    own = set(own)
+    theirs = {*reply.configured_endpoints, *reply.member_endpoints}
+    if reply.broker_name == local_name and own and theirs and not own & theirs:
+        return (
+            f"{endpoint} answers as {local_name!r}, this member's own group, but none of its "
+            f"members ({', '.join(sorted(theirs))}) is a member here: two groups share the "
+            "broker name; give each group its own --broker-name, or remove the seed"
+        )
+    return ""
 
 
 class GroupPoller:
@@ -187,13 +204,11 @@ class GroupPoller:
             self.start()
         self.wake()
 
-    async def foreign_seeds(self, seeds: Iterable[str]) -> list[str]:
-        """Why each of ``seeds`` that answers as a group of another cluster is wrong (asked
+    async def refused_seeds(self, seeds: Iterable[str]) -> list[str]:
+        """Why each of ``seeds`` whose answer cannot be taken (:func:`refusal`) is wrong (asked
         once each, together, each call bounded by the call timeout; ``SetClusterSeeds`` refuses
         them). A seed of this member's own group or already known is not asked; one that does
         not answer is not refused (its group may be starting: the poller keeps asking)."""
-        if not self.cluster_name:
-            return []
         own = set(self.own_endpoints())
         asked = [s for s in seeds if s not in own and s not in self._seed_owner]
 
@@ -202,7 +217,7 @@ class GroupPoller:
                 reply = await self._ask(seed, "")
             except grpc.RpcError:
                 return ""
-            return foreign_cluster(self.cluster_name, seed, reply)
+            return self._refusal(seed, reply)
 
         found = await asyncio.gather(*(check(s) for s in asked))
         return [why for why in found if why]
@@ -250,7 +265,7 @@ class GroupPoller:
             except grpc.RpcError as exc:
                 errors.append(f"{endpoint}: {poll_error(exc)}")
                 continue
-            if refused := foreign_cluster(self.cluster_name, endpoint, reply):
+            if refused := self._refusal(endpoint, reply):
                 errors.append(refused)
                 continue
             if reply.broker_name != name:
@@ -262,6 +277,10 @@ class GroupPoller:
         view = self.views.get(name)
         if view is not None:
             view.last_error = "; ".join(errors) or "no member known"
+
+    def _refusal(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> str:
+        own = self.own_endpoints()
+        return refusal(self.local_name, self.cluster_name, own, endpoint, reply)
 
     def _claim_own_seeds(self) -> None:
         """Seeds that are this member's own group (module docstring) need no answer."""
@@ -277,14 +296,14 @@ class GroupPoller:
         except grpc.RpcError as exc:
             self._seed_errors[seed] = poll_error(exc)
             return
-        if refused := foreign_cluster(self.cluster_name, seed, reply):
+        if refused := self._refusal(seed, reply):
             self._seed_errors[seed] = refused
             return
         self._seed_errors.pop(seed, None)
         self._learn(seed, reply)
 
     def _learn(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> None:
-        """An answer of this cluster (the callers checked :func:`foreign_cluster`)."""
+        """An answer that can be taken (the callers checked :meth:`_refusal`)."""
         name = reply.broker_name
         for member in {endpoint, *reply.configured_endpoints} & set(self.seeds):
             self._seed_owner[member] = name  # a member down now still belongs to its group
