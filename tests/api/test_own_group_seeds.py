@@ -211,6 +211,9 @@ def test_another_group_under_this_groups_name_is_refused(tmp_path: Path) -> None
         for part in (twin.endpoint, "two groups share the broker name", "--broker-name"):
             assert part in details, details
         assert list(_view(admin).seeds) == []
+        groups = zero.broker.groups
+        assert groups is not None
+        assert groups.poller.channel_endpoints() == []  # the channel opened to ask it is closed
     finally:
         twin.stop()
         zero.stop()

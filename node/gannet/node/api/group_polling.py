@@ -219,8 +219,10 @@ class GroupPoller:
                 return ""
             return self._refusal(seed, reply)
 
-        found = await asyncio.gather(*(check(s) for s in asked))
-        return [why for why in found if why]
+        refused = [why for why in await asyncio.gather(*(check(s) for s in asked)) if why]
+        if refused:  # the seeds stay as they were: close what was opened to ask the new ones
+            self._drop_idle_channels()
+        return refused
 
     # ---------------------------------------------------------------- polling
     async def _run(self) -> None:
