@@ -139,9 +139,15 @@ def test_a_member_without_the_cluster_key_is_refused_by_the_others(cluster: Clus
         groups = lone.broker.groups
         assert groups is not None
         _until(
-            lambda: groups.poller.unowned_seeds().get(cluster.zero.endpoint) == "UNAUTHENTICATED",
+            lambda: (
+                groups.poller.unowned_seeds()
+                .get(cluster.zero.endpoint, "")
+                .startswith("UNAUTHENTICATED")
+            ),
             "broker-0 to refuse broker-2's unsigned poll",
         )
+        why = groups.poller.unowned_seeds()[cluster.zero.endpoint]
+        assert "--cluster-access-key" in why, why  # says what to do
         assert groups.poller.views == {}
     finally:
         lone.stop()

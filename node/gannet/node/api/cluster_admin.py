@@ -44,7 +44,7 @@ from typing import Any, NoReturn
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api import broker_groups, routes
+from gannet.node.api import broker_groups, group_polling, routes
 from gannet.node.api.broker_groups import GroupView
 from gannet.node.api.group_polling import GroupPoller
 from gannet.node.pop import receipts
@@ -73,6 +73,7 @@ _REQUEST_ID_HEADER = "x-mq-request-id"
 _FORWARDED_HEADERS = ("authorization", "x-mq-date-time", _REQUEST_ID_HEADER)
 _TRY_NEXT = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
 _RETRY_PAUSE_S = 0.2
+_LOOPBACK_OR_ANY = ("127.0.0.1", "localhost", "::1", "0.0.0.0", "::")
 
 
 class _Aborted(Exception):
@@ -121,6 +122,8 @@ class BrokerGroups:
         self.replication = replication
         self.poller = poller
         self._route_topics = broker_groups.RouteTopicsCache()
+        poller.own_endpoints = self.own_endpoints  # seeds of this group: never polled
+        poller.cluster_name = store.config.cluster_name
 
     @property
     def name(self) -> str:
@@ -165,6 +168,16 @@ class BrokerGroups:
         if node is None:
             return [f"{self.identity.host}:{self.identity.port}"]
         return [f"{p.host}:{p.client_port}" for p in node.config.peers]
+
+    def own_endpoints(self) -> set[str]:
+        """Endpoints that reach this group: this member's (with its loopback forms when it
+        answers on a loopback or wildcard address), its configured and serving members'. A
+        seed among them is this group (:mod:`group_polling`)."""
+        host, port = self.identity.host.strip("[]"), self.identity.port
+        hosts = [host, *(_LOOPBACK_OR_ANY if host in _LOOPBACK_OR_ANY else ())]
+        found = {*self.configured(), *self.members()[0]}
+        found.update(form.format(h, port) for h in hosts for form in ("{}:{}", "[{}]:{}"))
+        return found
 
     # ---------------------------------------------------------------- routes
     def remote_queues(self, topic: str, namespace: str) -> list[definition_pb2.MessageQueue]:
@@ -443,9 +456,18 @@ class ClusterAdminServicer:
     async def SetClusterSeeds(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         poller = self.groups.poller
         try:
-            poller.set_seeds(request.seeds)
+            seeds = group_polling.parse_seeds(request.seeds)
         except ValueError as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, statuses.bounded(str(exc)))
+        # Seeds of this member's own group are fine (it knows them for its own); a seed that
+        # answers as another cluster's group, or as another group under this group's name, is
+        # refused, and the seeds stay as they were.
+        if refused := await poller.refused_seeds(seeds):
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                statuses.bounded("; ".join(refused) + " (the seeds are unchanged)"),
+            )
+        poller.set_seeds(seeds)
         # One round shows what the new seeds answered; a seed that cannot be resolved or
         # reached must not hold the caller past its deadline: after a bounded wait the view
         # answers as it stands (its groups' last errors say who has not answered yet).

@@ -14,6 +14,16 @@ Seeds come from ``--cluster-seeds`` and may be replaced at run time (``SetCluste
 operator's call when it adds or drains a group): groups none of whose known members or seeds
 is among the new seeds are forgotten, the rest are kept and the poller runs at once.
 
+A seed list may name this member's own group too (one list of every group's endpoints given to
+every group is the natural way to write it): a seed among :attr:`GroupPoller.own_endpoints`
+(this member, a configured or serving member of its group) is taken for this group without
+being asked, and a seed that answers with this group's broker name and shares a member with
+it (its client Service, say) is this group from then on. Either way it is never polled again,
+never waited for as a group not heard of yet, and never sent a fanned-out write (this group
+applies the write itself). Only what is really wrong is refused from the view, its error
+saying so and what to do (:func:`refusal`): a seed that answers as a group of another cluster,
+or as another group under this group's broker name.
+
 Security (``docs/security.md``, "Broker groups"): polls go out with the member's own client
 settings (:class:`~gannet.node.protocol.auth.ClientSecurity`): TLS when its client port is TLS,
 trusting the cluster CA and presenting its certificate under mutual TLS, and signed with the
@@ -52,7 +62,8 @@ _RECEIVE_BYTES_MAX = 64 * 1024 * 1024  # a topic table of many thousand topics
 
 def parse_seeds(text: str | Iterable[str]) -> tuple[str, ...]:
     """``host:port`` endpoints (comma-separated text or a list), deduplicated in order;
-    raises ValueError naming a malformed one."""
+    raises ValueError naming a malformed one. Endpoints of this member's own group are welcome
+    (module docstring)."""
     items = text.split(",") if isinstance(text, str) else list(text)
     seeds: list[str] = []
     for item in (i.strip() for i in items):
@@ -60,12 +71,57 @@ def parse_seeds(text: str | Iterable[str]) -> tuple[str, ...]:
             continue
         host, sep, port = item.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"cluster seed {item!r} is not host:port")
+            raise ValueError(
+                f"cluster seed {item!r} is not host:port: give each seed as the client "
+                "endpoint of a broker group member, e.g. broker-1.example:8081"
+            )
         if item not in seeds:
             seeds.append(item)
     if len(seeds) > SEEDS_MAX:
-        raise ValueError(f"{len(seeds)} cluster seeds; at most {SEEDS_MAX}")
+        raise ValueError(
+            f"{len(seeds)} cluster seeds; at most {SEEDS_MAX}: one endpoint per group is enough"
+        )
     return tuple(seeds)
+
+
+def poll_error(exc: grpc.RpcError) -> str:
+    """Why a poll failed, in a view's ``last_error`` or a fan-out's answer; a refused
+    signature says what to do."""
+    code = exc.code()
+    if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+        return (
+            f"{code.name}: it refused this member's poll; give this member the cluster access "
+            "key (--cluster-access-key, with admin rights there)"
+        )
+    return str(code.name)
+
+
+def refusal(
+    local_name: str,
+    cluster_name: str,
+    own: Iterable[str],
+    endpoint: str,
+    reply: admin_pb2.BrokerGroup,
+) -> str:
+    """Why ``endpoint``'s answer cannot be taken (empty: it can): it answers with another
+    cluster name (not checked when either side names none), or with this group's broker name
+    ``local_name`` while none of its members is among ``own`` (this group's endpoints; not
+    checked when empty): another group under the same name."""
+    if cluster_name and reply.cluster_name and reply.cluster_name != cluster_name:
+        return (
+            f"{endpoint} answers as {reply.broker_name!r} of cluster {reply.cluster_name!r}, "
+            f"not of this member's cluster {cluster_name!r}: remove it from the seeds, or start "
+            "every group with the same --cluster"
+        )
+    own = set(own)
+    theirs = {*reply.configured_endpoints, *reply.member_endpoints}
+    if reply.broker_name == local_name and own and theirs and not own & theirs:
+        return (
+            f"{endpoint} answers as {local_name!r}, this member's own group, but none of its "
+            f"members ({', '.join(sorted(theirs))}) is a member here: two groups share the "
+            "broker name; give each group its own --broker-name, or remove the seed"
+        )
+    return ""
 
 
 class GroupPoller:
@@ -97,6 +153,12 @@ class GroupPoller:
         self._channels: dict[str, grpc.aio.Channel] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
+        self.own_endpoints: Callable[[], Iterable[str]] = lambda: ()
+        """Endpoints of this member's own group (``cluster_admin.BrokerGroups`` sets it);
+        seeds among them are this group, never polled."""
+        self.cluster_name = ""
+        """This member's cluster name; a seed answering with another one is refused (empty:
+        not checked)."""
         self.polls_total = 0
         self.rounds_total = 0
         self._round_done = asyncio.Condition()
@@ -142,6 +204,26 @@ class GroupPoller:
             self.start()
         self.wake()
 
+    async def refused_seeds(self, seeds: Iterable[str]) -> list[str]:
+        """Why each of ``seeds`` whose answer cannot be taken (:func:`refusal`) is wrong (asked
+        once each, together, each call bounded by the call timeout; ``SetClusterSeeds`` refuses
+        them). A seed of this member's own group or already known is not asked; one that does
+        not answer is not refused (its group may be starting: the poller keeps asking)."""
+        own = set(self.own_endpoints())
+        asked = [s for s in seeds if s not in own and s not in self._seed_owner]
+
+        async def check(seed: str) -> str:
+            try:
+                reply = await self._ask(seed, "")
+            except grpc.RpcError:
+                return ""
+            return self._refusal(seed, reply)
+
+        refused = [why for why in await asyncio.gather(*(check(s) for s in asked)) if why]
+        if refused:  # the seeds stay as they were: close what was opened to ask the new ones
+            self._drop_idle_channels()
+        return refused
+
     # ---------------------------------------------------------------- polling
     async def _run(self) -> None:
         while True:
@@ -155,6 +237,7 @@ class GroupPoller:
 
     async def poll_once(self) -> None:
         """One round: every known group, and every seed not known to belong to one."""
+        self._claim_own_seeds()
         work = [self._poll_group(name) for name in list(self.views)]
         work += [self._poll_seed(s) for s in self.seeds if s not in self._seed_owner]
         await asyncio.gather(*work)
@@ -182,7 +265,10 @@ class GroupPoller:
             try:
                 reply = await self._ask(endpoint, view.topics_version)
             except grpc.RpcError as exc:
-                errors.append(f"{endpoint}: {exc.code().name}")
+                errors.append(f"{endpoint}: {poll_error(exc)}")
+                continue
+            if refused := self._refusal(endpoint, reply):
+                errors.append(refused)
                 continue
             if reply.broker_name != name:
                 errors.append(f"{endpoint}: now answers as group {reply.broker_name!r}")
@@ -194,16 +280,32 @@ class GroupPoller:
         if view is not None:
             view.last_error = "; ".join(errors) or "no member known"
 
+    def _refusal(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> str:
+        own = self.own_endpoints()
+        return refusal(self.local_name, self.cluster_name, own, endpoint, reply)
+
+    def _claim_own_seeds(self) -> None:
+        """Seeds that are this member's own group (module docstring) need no answer."""
+        own = set(self.own_endpoints())
+        for seed in self.seeds:
+            if seed in own:
+                self._seed_owner[seed] = self.local_name
+                self._seed_errors.pop(seed, None)
+
     async def _poll_seed(self, seed: str) -> None:
         try:
             reply = await self._ask(seed, "")
         except grpc.RpcError as exc:
-            self._seed_errors[seed] = exc.code().name
+            self._seed_errors[seed] = poll_error(exc)
+            return
+        if refused := self._refusal(seed, reply):
+            self._seed_errors[seed] = refused
             return
         self._seed_errors.pop(seed, None)
         self._learn(seed, reply)
 
     def _learn(self, endpoint: str, reply: admin_pb2.BrokerGroup) -> None:
+        """An answer that can be taken (the callers checked :meth:`_refusal`)."""
         name = reply.broker_name
         for member in {endpoint, *reply.configured_endpoints} & set(self.seeds):
             self._seed_owner[member] = name  # a member down now still belongs to its group
@@ -263,8 +365,18 @@ class GroupPoller:
         return max(0.0, self._clock_s() - view.heard_at_s)
 
     def unowned_seeds(self) -> dict[str, str]:
-        """Seeds that never answered (their group is unknown) and why (empty: not asked yet)."""
+        """Seeds that never answered (their group is unknown) and why (empty: not asked yet);
+        seeds of this member's own group are not among them."""
+        self._claim_own_seeds()
         return {s: self._seed_errors.get(s, "") for s in self.seeds if s not in self._seed_owner}
+
+    def own_seeds(self) -> list[str]:
+        """Seeds known to be this member's own group (listed, never polled as another)."""
+        return [s for s in self.seeds if self._seed_owner.get(s) == self.local_name]
+
+    def channel_endpoints(self) -> list[str]:
+        """Endpoints this member has a poll channel to (it asked them at least once)."""
+        return list(self._channels)
 
     def channel_to(self, endpoint: str) -> grpc.aio.Channel:
         """A channel to a member of another group (admin fan-out reuses the poll channels)."""

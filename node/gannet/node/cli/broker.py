@@ -79,7 +79,9 @@ def broker() -> None:
     default="",
     help="Comma-separated client endpoints (host:port) of members of the cluster's OTHER "
     "broker groups: routes then list every group's queues (polled every 2 s) and topic and "
-    "consumer-group writes apply to every group. Default: this group is the whole cluster.",
+    "consumer-group writes apply to every group. Endpoints of this member's own group may be "
+    "listed too (one list for every group); they are known as this group. Default: this group "
+    "is the whole cluster.",
 )
 @click.option(
     "--cluster-access-key",
