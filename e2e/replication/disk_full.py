@@ -11,7 +11,7 @@ Called by :func:`e2e.replication.scenario.run_one`. Steps, on a 3-node group of 
    the store's disk warning ratio (90 %) — and the admin ``Cleanup`` RPC triggers the pass that
    measures the real ``statvfs`` (the periodic pass would do the same within 10 s);
 3. while full: node 1 reports ``disk_full``; a send through the official Producer to node 1 is
-   refused with the store's "disk usage … above the warning ratio" error, and so is a send
+   refused with the store's "disk full: … above the warning ratio" error, and so is a send
    through a Producer pointed at a follower (the route leads it to the leader); node 1
    **stays leader** in the same term for ``HOLD_S`` (a full disk does not move leadership), so
    writes are refused group-wide — the documented behaviour this scenario asserts; reads of
@@ -272,11 +272,11 @@ def run_disk_full(
     assert disk_full(group), f"node 1 does not report disk_full at {disk.used_ratio():.0%} used"
 
     refusal = refused_send(group, FULL_NODE, topic)
-    assert "disk usage" in refusal, f"the refusal does not name the full disk: {refusal}"
+    assert "disk full" in refusal, f"the refusal does not name the full disk: {refusal}"
     assert "warning ratio" in refusal, f"the refusal does not name the warning ratio: {refusal}"
     follower = FULL_NODE % group.size + 1
     follower_refusal = refused_send(group, follower, topic)
-    assert "disk usage" in follower_refusal, (
+    assert "disk full" in follower_refusal, (
         f"a Producer pointed at follower {follower} was not refused for the full disk: "
         f"{follower_refusal}"
     )
@@ -285,7 +285,7 @@ def run_disk_full(
     if pop_error:
         # Pop writes its checkpoint to the commit log, so a full store refuses it: the client
         # must get the disk error, not a hang or an unexplained failure.
-        assert "disk usage" in pop_error, f"Pop receive on the full node failed: {pop_error}"
+        assert "disk full" in pop_error, f"Pop receive on the full node failed: {pop_error}"
         pop_while_full = f"refused ({len(popped)} received first): {pop_error}"
     else:
         assert len(popped) == len(receipts), (
