@@ -13,7 +13,9 @@ before and after a change (alternate runs with ``PYTHONPATH`` pointing at the ot
   (``SendDeduplicator.log_lookups_total``). First ``--fill`` unique ids are appended in batches
   of 32 (more than the map holds: it drops ids for room), then ``--pause-s`` pass, so the
   map's oldest ids are older than the born-time margin, as on a broker that has taken ~1,400
-  unique ids/s for a while (100,000 ids span 71 s). ``--fill 0``: no id dropped.
+  unique ids/s for a while (100,000 ids span 71 s). ``--fill 0``: no id dropped. The CPU per
+  fill record (append and dispatch, 32 per put, every thread) is recorded too: what a new id
+  costs the map.
 * ``official``: a ``gannet broker run`` process (uvloop, ASYNC_FLUSH, as :mod:`bench.broker`);
   raw 32-message SendMessage requests append ``--fill`` unique ids, ``--pause-s`` pass, then
   the official ``Producer`` sends for ``--seconds`` (:mod:`bench.broker`'s official phase):
@@ -116,6 +118,7 @@ def path(sends: int, fill: int, pause_s: float, entries_max: int | None) -> dict
         extra: dict[str, Any] = {} if entries_max is None else {"dedup_entries_max": entries_max}
         servicer = MessagingServicer(store, identity, **extra)
         checker = servicer.dedup
+        fill_cpu_before = time.process_time()
         for first in range(0, fill, BATCH_MESSAGES):
             store.put_messages(
                 [
@@ -129,6 +132,7 @@ def path(sends: int, fill: int, pause_s: float, entries_max: int | None) -> dict
                 ]
             )
         store.wait_dispatched(store.commitlog.max_offset(), 300)
+        fill_cpu_s = time.process_time() - fill_cpu_before
         await asyncio.sleep(pause_s)
         context = _Context()
         send = servicer.SendMessage
@@ -156,6 +160,8 @@ def path(sends: int, fill: int, pause_s: float, entries_max: int | None) -> dict
             "cpu_us_per_send": round(cpu_used / sends * 1e6, 2),
             "loop_cpu_us_per_send": round(loop_used / sends * 1e6, 2),
             "sends_per_s": round(sends / elapsed, 1),
+            # Appending and dispatching the fill (32 per put): what a new id costs the map.
+            "fill_cpu_us_per_record": round(fill_cpu_s / fill * 1e6, 2) if fill else None,
         }
 
     async def main(store_root: Any) -> dict[str, Any]:
