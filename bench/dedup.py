@@ -19,8 +19,9 @@ before and after a change (alternate runs with ``PYTHONPATH`` pointing at the ot
 * ``official``: a ``gannet broker run`` process (uvloop, ASYNC_FLUSH, as :mod:`bench.broker`);
   raw 32-message SendMessage requests append ``--fill`` unique ids, ``--pause-s`` pass, then
   the official ``Producer`` sends for ``--seconds`` (:mod:`bench.broker`'s official phase):
-  broker CPU µs per send, and the lookups from ``/metrics``
-  (``gannet_send_dedup_log_lookups_total``; None for code without the counter).
+  broker CPU µs per send, the lookups from ``/metrics``
+  (``gannet_send_dedup_log_lookups_total``; None for code without the counter) and the
+  broker's resident memory after the fill (the window map's size shows there).
 
 ``python -m bench.dedup path --fill 120000 --pause-s 22 --entries-max 100000 --label after``;
 records go to ``bench/results/broker.jsonl`` (``scenario`` ``dedup_path`` / ``dedup_official``),
@@ -232,6 +233,7 @@ def official(seconds: float, fill: int, pause_s: float) -> dict[str, Any]:
             began = time.time()
             _fill_broker(broker.endpoint, fill)
             fill_s = time.time() - began
+            rss_after_fill = broker.rss_bytes()
             time.sleep(pause_s)
             lookups_before = _lookups(metrics_port)
             machine_before = _machine()
@@ -243,6 +245,7 @@ def official(seconds: float, fill: int, pause_s: float) -> dict[str, Any]:
             return {
                 "fill": fill,
                 "fill_s": round(fill_s, 1),
+                "rss_mb_after_fill": round(rss_after_fill / 2**20, 1),
                 "pause_s": pause_s,
                 "official_send": sent,
                 "log_lookups": None
