@@ -19,13 +19,14 @@ Where the original is found, in order:
    the map cannot hold: ids dispatched before this process started (a restarted member), or
    dropped for room while still within the window.
 
-The index lookup costs about a millisecond and a worker-thread hop, so it is made only for a
-send whose original can be outside the map. The map is *complete since* a horizon: it holds
-every id recorded after the newest dropped id's store time, and after this process started
-(ids indexed before the start were never added). A retry's original was stored no earlier
-than the retry's ``system_properties.born_timestamp`` minus :data:`BORN_MARGIN_S`. The
-official Python client (5.1.2) stamps the born time anew for every attempt
-(``int(time.time())``, whole seconds), so a retry's born time is at most the client's retry
+The index lookup costs ~100 µs of CPU and a worker-thread hop per send (the rest of a
+one-message send without gRPC is ~175 µs: ``bench/results/BROKER.md``, session 9), so it is
+made only for a send whose original can be outside the map. The map is *complete since* a
+horizon: it holds every id recorded after the newest dropped id's store time, and after this
+process started (ids indexed before the start were never added). A retry's original was
+stored no earlier than the retry's ``system_properties.born_timestamp`` minus
+:data:`BORN_MARGIN_S`. The official Python client (5.1.2) stamps the born time anew for every
+attempt (``int(time.time())``, whole seconds), so a retry's born time is at most the client's retry
 span after its original's store time (attempts - 1 request timeouts: 6 s with the stock 3
 attempts of 3 s) plus the clock skew between the client and the brokers; the margin (20 s)
 covers both with room. A client that keeps the first attempt's born time, or truncates it,
@@ -38,8 +39,9 @@ window old.
 Under sustained load the horizon trails the clock by how long the map holds ids
 (``entries_max`` / unique ids per second), so new messages skip the lookup while that
 exceeds the margin (plus the born time's truncation to a second): at the defaults up to
-about 400,000 / 21 s ≈ 19,000 unique ids/s. A map entry costs about 280 bytes (a
-``(topic, id)`` key, the id string and one packed int), ~110 MB when full.
+about 400,000 / 21 s ≈ 19,000 unique ids/s. A map entry costs 250–280 bytes (a
+``(topic, id)`` key, the id string and one packed int; a broker's resident memory grew by
+72 MB for 300,000 more ids), ~100–110 MB when full.
 
 Only requests of one message are deduplicated (the official clients send one message per
 request; a batch is appended as it comes). ``duplicates_total`` counts the retries answered
