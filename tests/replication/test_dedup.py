@@ -15,6 +15,7 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from gannet.node.api import dedup
 from gannet.node.api.dedup import SendDeduplicator
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
@@ -123,3 +124,32 @@ def test_the_window_map_is_bounded_and_dropped_ids_are_found_in_the_index(
         assert dedup._in_log((TOPIC, "unknown")) is None
     finally:
         store.close()
+
+
+def test_after_a_restart_a_send_born_past_the_margin_skips_the_index(tmp_path: Path) -> None:
+    """The born time travels from the request to the deduplicator: a send born after the
+    start + the margin is not looked up, one without a born time is."""
+    cluster = Cluster(tmp_path, 1)
+    try:
+        cluster.start_all()
+        leader = cluster.leader()
+        cluster.create_topic(TOPIC, queues=1)
+        _send(cluster, leader, "ID-S", b"s")
+        cluster.stop_all()
+        cluster.start_all()
+        leader = cluster.leader()
+        messaging = cluster.nodes[leader].broker.messaging
+        assert messaging is not None
+        assert messaging.dedup.looks_in_log()
+        born_s = messaging.dedup.complete_since_ms() // 1000 + int(dedup.BORN_MARGIN_S) + 2
+        request = _request("ID-NEW", b"n")
+        request.messages[0].system_properties.born_timestamp.seconds = born_s
+        with grpc.insecure_channel(cluster.endpoint(leader)) as channel:
+            reply = _stub(channel).SendMessage(request, metadata=CLIENT_ID, timeout=15)
+        assert reply.status.code == definition_pb2.OK, reply.status.message
+        assert messaging.dedup.log_lookups_total == 0
+        _send(cluster, leader, "ID-UNBORN", b"u")
+        assert messaging.dedup.log_lookups_total == 1
+        assert _stored(cluster, leader) == [b"s", b"n", b"u"]
+    finally:
+        cluster.stop_all()

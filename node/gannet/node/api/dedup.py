@@ -17,13 +17,36 @@ Where the original is found, in order:
    stored longer ago than the window;
 3. *in the index files* (``topic#id``, built by the same dispatch and kept on disk), for what
    the map cannot hold: ids dispatched before this process started (a restarted member), or
-   dropped for room while still within the window. This lookup costs about a millisecond, so
-   it is made only while such ids can exist: until the last record indexed before the start
-   (or the last dropped id) leaves the window.
+   dropped for room while still within the window.
+
+The index lookup costs ~100 µs of CPU and a worker-thread hop per send (the rest of a
+one-message send without gRPC is ~175 µs: ``bench/results/BROKER.md``, session 9), so it is
+made only for a send whose original can be outside the map. The map is *complete since* a
+horizon: it holds every id recorded after the newest dropped id's store time, and after this
+process started (ids indexed before the start were never added). A retry's original was
+stored no earlier than the retry's ``system_properties.born_timestamp`` minus
+:data:`BORN_MARGIN_S`. The official Python client (5.1.2) stamps the born time anew for every
+attempt (``int(time.time())``, whole seconds), so a retry's born time is at most the client's retry
+span after its original's store time (attempts - 1 request timeouts: 6 s with the stock 3
+attempts of 3 s) plus the clock skew between the client and the brokers; the margin (20 s)
+covers both with room. A client that keeps the first attempt's born time, or truncates it,
+only makes it earlier: more lookups, never fewer. A send born more than the margin after the
+horizon therefore cannot have an original outside the map: it is not looked up. Only a send
+born before that (a genuinely old retry, a send right after a restart or a drop of a recent
+id, or one without a born time) is looked up, and no send at all once the horizon is a
+window old.
+
+Under sustained load the horizon trails the clock by how long the map holds ids
+(``entries_max`` / unique ids per second), so new messages skip the lookup while that
+exceeds the margin (plus the born time's truncation to a second): at the defaults up to
+about 400,000 / 21 s ≈ 19,000 unique ids/s. A map entry costs 250–280 bytes (a
+``(topic, id)`` key, the id string and one packed int; a broker's resident memory grew by
+72 MB for 300,000 more ids), ~100–110 MB when full.
 
 Only requests of one message are deduplicated (the official clients send one message per
 request; a batch is appended as it comes). ``duplicates_total`` counts the retries answered
-without appending (``gannet_send_duplicates_dropped_total``).
+without appending (``gannet_send_duplicates_dropped_total``), ``log_lookups_total`` the index
+lookups made (``gannet_send_dedup_log_lookups_total``).
 
 Used by :class:`gannet.node.api.messaging.MessagingServicer` on the node that appends.
 """
@@ -36,6 +59,7 @@ import contextlib
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
+from sys import intern
 from typing import Final
 
 from rocketmq.grpc_protocol import service_pb2
@@ -46,16 +70,23 @@ from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
 
 WINDOW_S = 120.0
-ENTRIES_MAX = 100_000
+ENTRIES_MAX = 400_000
+BORN_MARGIN_S = 20.0
+"""How much earlier than a send's born time its original may have been stored: the client's
+retry span plus clock skew (module docstring)."""
 
 
-_Receipt = tuple[str, int, int]
-"""(client message id, queue offset, store time in ms) of a stored send. A plain tuple of str and
-ints on purpose: the garbage collector stops tracking those, where a window of 100,000 tracked
-receipt objects made collections cost ~7 µs per dispatched record (``PROFILE.md``)."""
-_ID: Final = 0
-_OFFSET: Final = 1
-_STORED_AT_MS: Final = 2
+_Receipt = int
+"""``queue offset << 44 | store time in ms`` of a stored send (the message id is the key's). One
+int, not a tuple: ~100 bytes less per entry, and never tracked by the garbage collector, where a
+window of tracked receipt objects made collections cost ~7 µs per dispatched record
+(``PROFILE.md``). 44 bits of milliseconds last until the year 2527."""
+_STORED_AT_BITS: Final = 44
+_STORED_AT_MASK: Final = (1 << _STORED_AT_BITS) - 1
+
+
+def _receipt(queue_offset: int, stored_at_ms: int) -> _Receipt:
+    return queue_offset << _STORED_AT_BITS | stored_at_ms
 
 
 Key = tuple[str, str]
@@ -76,20 +107,25 @@ class SendDeduplicator:
         *,
         window_s: float = WINDOW_S,
         entries_max: int = ENTRIES_MAX,
+        born_margin_s: float = BORN_MARGIN_S,
     ) -> None:
-        if window_s < 0 or entries_max <= 0:
-            raise ValueError("window_s must be >= 0 and entries_max positive")
+        if window_s < 0 or entries_max <= 0 or born_margin_s < 0:
+            raise ValueError("window_s and born_margin_s must be >= 0 and entries_max positive")
         self._store = store
         self.window_s = window_s
         self._window_ms = int(window_s * 1000)
         self._entries_max = entries_max
+        self._born_margin_ms = int(born_margin_s * 1000)
         self._lock = threading.Lock()
         self._recent: collections.OrderedDict[Key, _Receipt] = collections.OrderedDict()
         self._pending: dict[Key, asyncio.Future[service_pb2.SendMessageResponse]] = {}
+        self._complete_since_ms = 0
+        """The map holds every id recorded after this store time (module docstring)."""
         self._log_lookups_until_ms = 0
         self.duplicates_total = 0
         self.log_lookups_total = 0
         if self.enabled:
+            self._complete_since_ms = self._unseen_before_ms()
             self._log_lookups_until_ms = self._unseen_until_ms()
             store.add_arrival_listener(self._on_dispatched)
 
@@ -102,8 +138,22 @@ class SendDeduplicator:
         return self._known((topic, message_id)) is not None
 
     def looks_in_log(self) -> bool:
-        """Whether sends of unknown ids are looked up in the index files now."""
+        """Whether sends of unknown ids born before :meth:`complete_since_ms` plus the margin
+        are looked up in the index files now."""
         return self._log_lookups_until_ms > _now_ms()
+
+    def complete_since_ms(self) -> int:
+        """The map holds every id recorded after this store time (epoch ms; 0: since ever)."""
+        return self._complete_since_ms
+
+    def _needs_lookup(self, born_ms: int) -> bool:
+        """Whether the original of a send born at ``born_ms`` (0: unknown) can be outside the
+        map: born no later than the margin after the horizon, while ids outside the map can
+        still be within the window."""
+        return (
+            born_ms - self._born_margin_ms <= self._complete_since_ms
+            and self._log_lookups_until_ms > _now_ms()
+        )
 
     def held(self) -> int:
         with self._lock:
@@ -117,17 +167,26 @@ class SendDeduplicator:
             return 0
         return index.files[-1].end_timestamp_ms + self._window_ms
 
+    def _unseen_before_ms(self) -> int:
+        """The first horizon: ids indexed before this process started were never added, and
+        were stored no later than now (another member's clock: within the margin)."""
+        index = self._store.index
+        if index is None or not index.files:
+            return 0
+        return max(_now_ms(), index.files[-1].end_timestamp_ms)
+
     def _on_dispatched(self, infos: Sequence[DispatchInfo]) -> None:
         """Dispatch thread: a committed batch (on any replica) joins the window, under one
         lock hold for the whole batch."""
-        fresh = [((info.topic, info.uniq_key), info) for info in infos if info.uniq_key]
+        # Interned: records a follower decodes carry a topic string each (~60 bytes per entry).
+        fresh = [((intern(info.topic), info.uniq_key), info) for info in infos if info.uniq_key]
         if not fresh:
             return
         recent = self._recent
         with self._lock:
             for key, info in fresh:
                 if key not in recent:  # the first receipt stays (the original)
-                    recent[key] = (key[1], info.queue_offset, info.store_timestamp_ms)
+                    recent[key] = info.queue_offset << _STORED_AT_BITS | info.store_timestamp_ms
             self._trim_locked()
 
     async def send_once(
@@ -135,15 +194,18 @@ class SendDeduplicator:
         topic: str,
         message_ids: list[str],
         append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+        *,
+        born_ms: int = 0,
     ) -> service_pb2.SendMessageResponse:
         """``append()``'s answer, or the original answer when this message was accepted
-        within the window (module docstring)."""
+        within the window (module docstring). ``born_ms``: the message's born time (epoch ms,
+        0 when the request has none), which decides whether the index files are asked."""
         if not self.enabled or len(message_ids) != 1 or not message_ids[0]:
             return await append()
         key = (topic, message_ids[0])
         known = self._known(key)
         if known is not None:
-            return self._duplicate(known)
+            return self._duplicate(key, known)
         pending = self._pending.get(key)
         if pending is not None:
             with contextlib.suppress(Exception):
@@ -151,11 +213,11 @@ class SendDeduplicator:
                 self.duplicates_total += 1
                 return answer
             # The original failed (refused, or not known committed): take this one as new.
-        if self.looks_in_log():
+        if self._needs_lookup(born_ms):
             found = await asyncio.to_thread(self._in_log, key)
             if found is not None:
                 self._remember(key, found)
-                return self._duplicate(found)
+                return self._duplicate(key, found)
         future: asyncio.Future[service_pb2.SendMessageResponse] = (
             asyncio.get_running_loop().create_future()
         )
@@ -173,13 +235,13 @@ class SendDeduplicator:
         entries = list(answer.entries)
         if answer.status.code == statuses.ok().code and len(entries) == 1:
             # Dispatch adds it too, maybe a moment later: no gap for a quick retry.
-            self._remember(key, (entries[0].message_id, entries[0].offset, _now_ms()))
+            self._remember(key, _receipt(entries[0].offset, _now_ms()))
         return answer
 
-    def _duplicate(self, receipt: _Receipt) -> service_pb2.SendMessageResponse:
+    def _duplicate(self, key: Key, receipt: _Receipt) -> service_pb2.SendMessageResponse:
         self.duplicates_total += 1
         entry = service_pb2.SendResultEntry(
-            status=statuses.ok(), message_id=receipt[_ID], offset=receipt[_OFFSET]
+            status=statuses.ok(), message_id=key[1], offset=receipt >> _STORED_AT_BITS
         )
         return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
 
@@ -188,11 +250,11 @@ class SendDeduplicator:
         with self._lock:
             while self._recent:
                 oldest_key, oldest = next(iter(self._recent.items()))
-                if oldest[_STORED_AT_MS] >= horizon:
+                if oldest & _STORED_AT_MASK >= horizon:
                     break
                 del self._recent[oldest_key]
             found = self._recent.get(key)
-        return found if found is not None and found[_STORED_AT_MS] >= horizon else None
+        return found if found is not None and found & _STORED_AT_MASK >= horizon else None
 
     def _remember(self, key: Key, receipt: _Receipt) -> None:
         with self._lock:
@@ -203,12 +265,19 @@ class SendDeduplicator:
 
     def _trim_locked(self) -> None:
         """Drop the oldest receipts past ``entries_max`` (``_lock`` held)."""
-        while len(self._recent) > self._entries_max:
-            _, dropped = self._recent.popitem(last=False)
-            # The map no longer holds the whole window: ask the log until it does again.
-            self._log_lookups_until_ms = max(
-                self._log_lookups_until_ms, dropped[_STORED_AT_MS] + self._window_ms
-            )
+        recent = self._recent
+        if len(recent) <= self._entries_max:
+            return
+        newest_dropped_ms = 0
+        while len(recent) > self._entries_max:
+            _, dropped = recent.popitem(last=False)
+            newest_dropped_ms = max(newest_dropped_ms, dropped & _STORED_AT_MASK)
+        # The map no longer holds every id since then: sends born before (+ the margin) ask
+        # the log, until the dropped ids leave the window.
+        self._complete_since_ms = max(self._complete_since_ms, newest_dropped_ms)
+        self._log_lookups_until_ms = max(
+            self._log_lookups_until_ms, newest_dropped_ms + self._window_ms
+        )
 
     def _in_log(self, key: Key) -> _Receipt | None:
         """Worker thread: the message of ``key`` stored within the window, from the index."""
@@ -219,4 +288,4 @@ class SendDeduplicator:
         if not found.messages:
             return None
         first = min(found.messages, key=lambda m: m.physical_offset)
-        return (message_id, first.queue_offset, first.store_timestamp_ms)
+        return _receipt(first.queue_offset, first.store_timestamp_ms)

@@ -345,6 +345,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             prepared.topic.topic_name,
             list(prepared.message_ids),
             lambda: self._append(prepared),
+            born_ms=prepared.messages[0].born_timestamp_ms,
         )
 
     async def _append(self, prepared: sending.PreparedSend) -> service_pb2.SendMessageResponse:

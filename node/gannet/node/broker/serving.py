@@ -390,7 +390,9 @@ class Broker:
         admin_servicer.messaging = self.messaging
         if self.metrics is not None:
             self.metrics.registry.register(
-                failover_collecting.DuplicatesCollector(self._duplicates_dropped)
+                failover_collecting.DuplicatesCollector(
+                    self._duplicates_dropped, self._dedup_log_lookups
+                )
             )
             self.metrics.registry.register(
                 transaction_collecting.TransactionCollector(self._transaction_figures)
@@ -421,6 +423,9 @@ class Broker:
 
     def _duplicates_dropped(self) -> int | None:
         return self.messaging.dedup.duplicates_total if self.messaging is not None else None
+
+    def _dedup_log_lookups(self) -> int | None:
+        return self.messaging.dedup.log_lookups_total if self.messaging is not None else None
 
     def _transaction_figures(self) -> transaction_collecting.TransactionFigures | None:
         handler = self.messaging.transactions if self.messaging is not None else None

@@ -14,8 +14,9 @@ Families (a group of one exports none of them):
   ``timeout_now_not_from_leader``).
 
 And on every broker (a group of one too): ``gannet_send_duplicates_dropped_total`` — sends
-answered with the original receipt instead of being appended again
-(:mod:`gannet.node.api.dedup`; :class:`DuplicatesCollector`).
+answered with the original receipt instead of being appended again, and
+``gannet_send_dedup_log_lookups_total`` — sends whose original was looked up in the index files
+because the window map may not hold it (:mod:`gannet.node.api.dedup`; :class:`DuplicatesCollector`).
 
 Registered by the broker (:mod:`gannet.node.broker.serving`) with a callable returning the
 :class:`FailoverFigures` of the moment, or None while not serving.
@@ -88,10 +89,16 @@ class FailoverCollector(FiguresCollector[FailoverFigures]):
 
 
 class DuplicatesCollector:
-    """``gannet_send_duplicates_dropped_total`` from ``duplicates()`` (None: not serving)."""
+    """``gannet_send_duplicates_dropped_total`` from ``duplicates()`` and
+    ``gannet_send_dedup_log_lookups_total`` from ``log_lookups()`` (None: not serving)."""
 
-    def __init__(self, duplicates: Callable[[], int | None]) -> None:
+    def __init__(
+        self,
+        duplicates: Callable[[], int | None],
+        log_lookups: Callable[[], int | None] | None = None,
+    ) -> None:
         self._duplicates = duplicates
+        self._log_lookups = log_lookups
 
     def collect(self) -> Iterator[Metric]:
         count = self._duplicates()
@@ -101,4 +108,12 @@ class DuplicatesCollector:
                 "Retried sends (same client message id, within the window) answered with the "
                 "original receipt instead of being stored again.",
                 value=count,
+            )
+        lookups = self._log_lookups() if self._log_lookups is not None else None
+        if lookups is not None:
+            yield CounterMetricFamily(
+                "gannet_send_dedup_log_lookups",
+                "Sends whose original was looked up in the index files (the window map may "
+                "not hold it: dropped for room, or stored before the process started).",
+                value=lookups,
             )

@@ -1,0 +1,183 @@
+"""Which sends the deduplicator looks up in the index files (``api/dedup.py``, its horizon).
+
+A real store (files, index, inline dispatch) and :class:`SendDeduplicator` with a small map,
+on a virtual clock shared by the store's store times and the deduplicator: sustained fresh
+sends past ``entries_max`` make no index lookup; a retry whose original was dropped for room
+(born before the horizon) is looked up and gets the original receipt; after a restart a retry
+of an id indexed before it is found, and a send without a born time is always looked up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+from rocketmq.grpc_protocol import service_pb2
+
+from gannet.node.api import dedup
+from gannet.node.api.dedup import SendDeduplicator
+from gannet.node.protocol import statuses
+from gannet.node.store import message_store
+from gannet.node.store.config import StoreConfig
+from gannet.node.store.log import commitlog, records
+from gannet.node.store.message_store import MessageStore
+
+TOPIC = "Horizon"
+ENTRIES_MAX = 50
+MARGIN_S = 2.0
+STEP_MS = 100  # 10 fresh ids a second: the map of 50 holds 5 s, above margin + 1 s
+
+
+class Clock:
+    """Virtual epoch milliseconds, for the store's store times and the deduplicator."""
+
+    def __init__(self, start_ms: int) -> None:
+        self.ms = start_ms
+
+    def __call__(self) -> int:
+        return self.ms
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    virtual = Clock(time.time_ns() // 1_000_000)
+    monkeypatch.setattr(message_store, "now_ms", virtual)
+    monkeypatch.setattr(commitlog, "now_ms", virtual)
+    monkeypatch.setattr(dedup, "_now_ms", virtual)
+    return virtual
+
+
+def _open(root: Path) -> MessageStore:
+    store = MessageStore(StoreConfig.for_tests(root))
+    store.open()
+    return store
+
+
+def _deduplicator(store: MessageStore) -> SendDeduplicator:
+    return SendDeduplicator(store, window_s=120, entries_max=ENTRIES_MAX, born_margin_s=MARGIN_S)
+
+
+def _send(
+    store: MessageStore, dedup_: SendDeduplicator, message_id: str, born_ms: int
+) -> tuple[str, int]:
+    """One one-message send through ``send_once``, appended to the real store."""
+
+    async def append() -> service_pb2.SendMessageResponse:
+        message = records.Message(
+            topic=TOPIC, body=b"x", properties={"UNIQ_KEY": message_id}, born_timestamp_ms=born_ms
+        )
+        results, _ = store.put_messages_nowait([message], dispatch_inline=True)
+        entry = service_pb2.SendResultEntry(
+            status=statuses.ok(), message_id=message_id, offset=results[0].queue_offset
+        )
+        return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
+
+    async def once() -> service_pb2.SendMessageResponse:
+        return await dedup_.send_once(TOPIC, [message_id], append, born_ms=born_ms)
+
+    answer = asyncio.run(once())
+    assert answer.status.code == statuses.ok().code, answer.status.message
+    (entry,) = answer.entries
+    return entry.message_id, entry.offset
+
+
+def _whole_seconds(ms: int) -> int:
+    """A born time as the official Python client stamps it (``int(time.time())``)."""
+    return ms // 1000 * 1000
+
+
+def _stored(store: MessageStore) -> int:
+    return store.max_offset_in_queue(TOPIC, 0)
+
+
+def _sustained(store: MessageStore, dedup_: SendDeduplicator, clock: Clock, count: int) -> None:
+    for i in range(count):
+        clock.ms += STEP_MS
+        _send(store, dedup_, f"N{i}", _whole_seconds(clock.ms))
+
+
+def test_sustained_fresh_sends_past_the_map_make_no_lookup(tmp_path: Path, clock: Clock) -> None:
+    store = _open(tmp_path)
+    try:
+        checker = _deduplicator(store)
+        _sustained(store, checker, clock, 300)
+        assert checker.held() == ENTRIES_MAX
+        assert checker.complete_since_ms() > 0  # 250 ids were dropped for room
+        assert checker.looks_in_log()  # ... and are still within the window
+        assert checker.log_lookups_total == 0
+        assert _stored(store) == 300
+    finally:
+        store.close()
+
+
+def test_a_retry_of_a_dropped_original_is_looked_up_and_gets_its_receipt(
+    tmp_path: Path, clock: Clock
+) -> None:
+    store = _open(tmp_path)
+    try:
+        checker = _deduplicator(store)
+        start_ms = clock.ms
+        _sustained(store, checker, clock, 300)
+        assert not checker.remembers(TOPIC, "N0")
+        # The client stamps each attempt anew: the retry is born a little after the original.
+        retry = _send(store, checker, "N0", _whole_seconds(start_ms + 3_000))
+        assert retry == ("N0", 0)
+        assert checker.log_lookups_total == 1
+        assert checker.duplicates_total == 1
+        assert _stored(store) == 300  # not appended again
+    finally:
+        store.close()
+
+
+def test_after_a_restart_an_old_retry_is_found_and_new_sends_skip_the_lookup(
+    tmp_path: Path, clock: Clock
+) -> None:
+    store = _open(tmp_path)
+    try:
+        first = _send(store, _deduplicator(store), "OLD", _whole_seconds(clock.ms))
+    finally:
+        store.close()
+    clock.ms += 5_000
+    store = _open(tmp_path)
+    try:
+        checker = _deduplicator(store)
+        assert checker.held() == 0
+        assert checker.looks_in_log()
+        assert _send(store, checker, "OLD", _whole_seconds(clock.ms)) == first
+        assert checker.log_lookups_total == 1
+        clock.ms += int(MARGIN_S * 1000) + 1_000
+        _sustained(store, checker, clock, 20)  # born after the start + the margin
+        assert checker.log_lookups_total == 1
+        assert checker.duplicates_total == 1
+        assert _stored(store) == 21
+    finally:
+        store.close()
+
+
+def test_a_send_without_a_born_time_is_looked_up(tmp_path: Path, clock: Clock) -> None:
+    store = _open(tmp_path)
+    try:
+        checker = _deduplicator(store)
+        _sustained(store, checker, clock, 100)
+        assert checker.log_lookups_total == 0
+        assert _send(store, checker, "UNBORN", 0) == ("UNBORN", 100)
+        assert checker.log_lookups_total == 1
+        assert _send(store, checker, "N1", 0) == ("N1", 1)  # dropped, found in the index
+        assert checker.log_lookups_total == 2
+        clock.ms += 121_000  # the dropped ids left the window: no lookup at all
+        assert not checker.looks_in_log()
+        assert _send(store, checker, "LATE", 0) == ("LATE", 101)
+        assert checker.log_lookups_total == 2
+    finally:
+        store.close()
+
+
+def test_the_margin_and_limits_are_checked(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    try:
+        with pytest.raises(ValueError, match="born_margin_s"):
+            SendDeduplicator(store, born_margin_s=-1)
+    finally:
+        store.close()
