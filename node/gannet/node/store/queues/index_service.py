@@ -170,11 +170,12 @@ class IndexService:
         if not self.config.index_enabled or not infos:
             return
         f = self._writable_file()
+        first_end_phy_offset = f.end_phy_offset
         codec = native.codec
         if codec is not None:
-            items = codec.index_items(infos, f.end_phy_offset, index_key_hash)
+            items = codec.index_items(infos, first_end_phy_offset, index_key_hash)
         else:
-            items = self._index_items(infos, f.end_phy_offset)
+            items = self._index_items(infos, first_end_phy_offset)
         done = 0
         while items:
             done = f.add_items(items, done)
@@ -183,6 +184,13 @@ class IndexService:
                 break
             _log.info("index file %s is full; creating the next one", f.name)
             f = self._writable_file()
+        if items and f.is_full():
+            # One call per record opens the next file as soon as any record arrives after the
+            # file filled up, even one that indexes nothing: so does the batch (rare: once per
+            # index file), so that both leave the same files.
+            last = self._last_indexing_record(infos, first_end_phy_offset)
+            if last < len(infos) - 1:
+                self._writable_file()
 
     @staticmethod
     def _index_items(infos: list[DispatchInfo], end_phy_offset: int) -> list[tuple[int, int, int]]:
@@ -207,6 +215,22 @@ class IndexService:
             if len(items) > count:
                 end_phy_offset = offset
         return items
+
+    @staticmethod
+    def _last_indexing_record(infos: list[DispatchInfo], end_phy_offset: int) -> int:
+        """The position in ``infos`` of the last record that indexes a key (the rules of
+        :meth:`_index_items`), -1 when none does."""
+        last = -1
+        for position, info in enumerate(infos):
+            offset = info.commit_offset
+            if offset < end_phy_offset:
+                continue
+            if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+                continue
+            if info.uniq_key is not None or any(info.keys.split(" ") if info.keys else ()):
+                last = position
+                end_phy_offset = offset
+        return last
 
     def _put(self, f: IndexFile, key: str, info: DispatchInfo) -> IndexFile:
         while not f.put_key(key, info.commit_offset, info.store_timestamp_ms):
