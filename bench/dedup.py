@@ -63,33 +63,33 @@ FILL_IN_FLIGHT = 8
 LOOKUPS_METRIC = "gannet_send_dedup_log_lookups_total"
 
 
+def _add_message(
+    request: service_pb2.SendMessageRequest, body: bytes, message_id: str, born_s: int
+) -> None:
+    """A NORMAL message of ``TOPIC`` as the official client fills it (born in whole seconds)."""
+    msg = request.messages.add(body=body)
+    msg.topic.name = TOPIC
+    sp = msg.system_properties
+    sp.message_id = message_id
+    sp.body_encoding = definition_pb2.IDENTITY
+    sp.message_type = definition_pb2.NORMAL
+    sp.born_timestamp.seconds = born_s
+    sp.born_host = "127.0.0.1"
+
+
 def _fill_request(first: int) -> bytes:
     """32 messages with unique ids ``first``.. (hex), 100-byte bodies."""
     request = service_pb2.SendMessageRequest()
     born_s = int(time.time())
     for i in range(first, first + BATCH_MESSAGES):
-        msg = request.messages.add(body=b"f" * FILL_BODY_BYTES)
-        msg.topic.name = TOPIC
-        sp = msg.system_properties
-        sp.message_id = f"0F{i:032X}"
-        sp.body_encoding = definition_pb2.IDENTITY
-        sp.message_type = definition_pb2.NORMAL
-        sp.born_timestamp.seconds = born_s
-        sp.born_host = "127.0.0.1"
+        _add_message(request, b"f" * FILL_BODY_BYTES, f"0F{i:032X}", born_s)
     return bytes(request.SerializeToString())
 
 
 def _send_request(seq: int) -> bytes:
     """One official-client-like message: 1 KiB, a fresh id, born this whole second."""
     request = service_pb2.SendMessageRequest()
-    msg = request.messages.add(body=b"o" * BODY_OFFICIAL_BYTES)
-    msg.topic.name = TOPIC
-    sp = msg.system_properties
-    sp.message_id = f"05{seq:032X}"
-    sp.body_encoding = definition_pb2.IDENTITY
-    sp.message_type = definition_pb2.NORMAL
-    sp.born_timestamp.seconds = int(time.time())
-    sp.born_host = "127.0.0.1"
+    _add_message(request, b"o" * BODY_OFFICIAL_BYTES, f"05{seq:032X}", int(time.time()))
     return bytes(request.SerializeToString())
 
 

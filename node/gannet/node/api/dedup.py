@@ -150,10 +150,7 @@ class SendDeduplicator:
         """Whether the original of a send born at ``born_ms`` (0: unknown) can be outside the
         map: born no later than the margin after the horizon, while ids outside the map can
         still be within the window."""
-        return (
-            born_ms - self._born_margin_ms <= self._complete_since_ms
-            and self._log_lookups_until_ms > _now_ms()
-        )
+        return born_ms - self._born_margin_ms <= self._complete_since_ms and self.looks_in_log()
 
     def held(self) -> int:
         with self._lock:

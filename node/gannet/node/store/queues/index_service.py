@@ -154,9 +154,7 @@ class IndexService:
         if not self.config.index_enabled:
             return
         f = self._writable_file()
-        if info.commit_offset < f.end_phy_offset:
-            return  # already indexed
-        if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+        if not _indexable(info, f.end_phy_offset):
             return
         if info.uniq_key is not None:
             f = self._put(f, build_key(info.topic, info.uniq_key), info)
@@ -198,12 +196,9 @@ class IndexService:
         then each KEYS token; records below ``end_phy_offset`` are indexed already."""
         items: list[tuple[int, int, int]] = []
         for info in infos:
-            offset = info.commit_offset
-            if offset < end_phy_offset:
-                continue  # already indexed
-            if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+            if not _indexable(info, end_phy_offset):
                 continue
-            stored_ms, keys = info.store_timestamp_ms, info.keys
+            offset, stored_ms, keys = info.commit_offset, info.store_timestamp_ms, info.keys
             prefix = info.topic + "#"
             count = len(items)
             if info.uniq_key is not None:
@@ -222,14 +217,11 @@ class IndexService:
         :meth:`_index_items`), -1 when none does."""
         last = -1
         for position, info in enumerate(infos):
-            offset = info.commit_offset
-            if offset < end_phy_offset:
-                continue
-            if transaction_type(info.sys_flag) == SYSFLAG_TRANSACTION_ROLLBACK_TYPE:
+            if not _indexable(info, end_phy_offset):
                 continue
             if info.uniq_key is not None or any(info.keys.split(" ") if info.keys else ()):
                 last = position
-                end_phy_offset = offset
+                end_phy_offset = info.commit_offset
         return last
 
     def _put(self, f: IndexFile, key: str, info: DispatchInfo) -> IndexFile:
@@ -328,3 +320,12 @@ class IndexService:
 
 def _wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _indexable(info: DispatchInfo, end_phy_offset: int) -> bool:
+    """Whether a record's keys go into the index: not below ``end_phy_offset`` (indexed
+    already) and not a rolled-back transaction."""
+    return (
+        info.commit_offset >= end_phy_offset
+        and transaction_type(info.sys_flag) != SYSFLAG_TRANSACTION_ROLLBACK_TYPE
+    )
