@@ -266,3 +266,84 @@ def test_follower_holding_half_a_record_restarts(tmp_path: Path, stop: str) -> N
         assert again.recovery is not None
         assert again.recovery.process_offset == last_start
         assert again.truncations.events["recovery"] == 1
+
+
+def _garbage(seed_label: str) -> bytes:
+    seed = random.randrange(2**32)
+    print(f"{seed_label} seed {seed}")
+    return random.Random(seed).randbytes(100 * 1024)
+
+
+def test_lone_short_commit_log_file_without_checkpoint_is_refused_untouched(
+    tmp_path: Path,
+) -> None:
+    """The first-contact report: only ``commitlog/00000000000000000000``, 100 kB of random bytes,
+    no checkpoint. Refused before anything is mapped: the file keeps its size and bytes, no
+    checkpoint or abort file is left behind. ``--force-recover`` cuts and keeps the bytes."""
+    garbage = _garbage("short file")
+    (tmp_path / "commitlog").mkdir()
+    segment = tmp_path / "commitlog" / f"{0:020d}"
+    segment.write_bytes(garbage)
+    config = cfg(tmp_path, commitlog_file_size_bytes=1024 * 1024)
+    with pytest.raises(RecoveryRefused, match=r"102,400 bytes long, not the configured") as err:
+        MessageStore(config).open()
+    assert str(segment) in str(err.value)
+    assert "--force-recover" in str(err.value)
+    assert err.value.offset == 0
+    assert err.value.bytes_at_stake == len(garbage.rstrip(b"\0"))
+    assert segment.stat().st_size == len(garbage)
+    assert segment.read_bytes() == garbage
+    assert not (tmp_path / "checkpoint").exists()
+    assert not (tmp_path / "abort").exists()
+    forced = MessageStore(StoreConfig.for_tests(tmp_path, **_forced(config))).open()
+    try:
+        assert forced.recovery is not None
+        assert forced.recovery.process_offset == 0
+        kept = tmp_path / "quarantine" / f"{segment.name}.truncated-0"
+        assert kept.read_bytes() == garbage.rstrip(b"\0")
+    finally:
+        forced.close()
+
+
+def test_full_size_file_with_no_valid_record_is_refused_even_after_a_crash(
+    tmp_path: Path,
+) -> None:
+    """The same garbage in a file of the configured size, after a crash (abort file), no
+    checkpoint: no valid record at all is no torn tail."""
+    garbage = _garbage("full-size file")
+    (tmp_path / "commitlog").mkdir()
+    segment = tmp_path / "commitlog" / f"{0:020d}"
+    segment.write_bytes(garbage + bytes(FILE_SIZE - len(garbage) % FILE_SIZE))
+    (tmp_path / "abort").write_text("1")
+    config = cfg(tmp_path, commitlog_file_size_bytes=len(segment.read_bytes()))
+    before = digest(tmp_path)
+    with pytest.raises(RecoveryRefused, match=r"holds no valid record at all"):
+        MessageStore(config).open()
+    assert digest(tmp_path) == before
+
+
+def test_data_running_into_a_later_file_is_no_torn_tail(tmp_path: Path) -> None:
+    """Damage near the end of one file with records in the next: the cut would remove a
+    whole later file's data, though less than one file's worth of bytes."""
+    records = fill(tmp_path, 70)  # two files: 63 records of 1 kB fit in 64 kB
+    second = [r for r in records if r[0] >= FILE_SIZE]
+    assert 0 < len(second) < 20, second
+    set_flushed_floor(tmp_path, 0)
+    (tmp_path / "abort").write_text("1")
+    last_in_first = max(r for r in records if r[0] < FILE_SIZE)
+    flip(tmp_path / "commitlog" / f"{0:020d}", last_in_first[0] + 200)
+    before = digest(tmp_path)
+    with pytest.raises(RecoveryRefused, match=r"runs on past .* into a later file"):
+        MessageStore(cfg(tmp_path)).open()
+    assert digest(tmp_path) == before
+
+
+def test_short_last_file_of_zeros_is_extended(tmp_path: Path) -> None:
+    """A short last file holding nothing (allocation cut by a crash) is no data at stake: the
+    store opens (recovery drops the empty file past the end of the log)."""
+    fill(tmp_path, 3)
+    (tmp_path / "commitlog" / f"{FILE_SIZE:020d}").write_bytes(bytes(4096))
+    with MessageStore(cfg(tmp_path)).open() as store:
+        assert store.max_offset_in_queue("TopicA", 0) == 3
+    zeros = tmp_path / "commitlog" / f"{FILE_SIZE:020d}"
+    assert not zeros.exists() or zeros.stat().st_size == FILE_SIZE  # dropped past the cut

@@ -161,7 +161,9 @@ def store_verify(data_dir: Path) -> None:
         )
         renderables += [
             output.table("damage", damage_columns, damage),
-            "[red]damage found[/]: a broker start recovers by cutting at the last valid record",
+            "[red]damage found[/]: a broker start cuts a torn tail after a crash (the end of "
+            "the last file, past what was flushed) and refuses any other damage; "
+            "--force-recover cuts at the last valid record and keeps the rest in quarantine/",
         ]
     emit(
         {

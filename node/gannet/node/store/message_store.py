@@ -63,6 +63,7 @@ from gannet.node.store.upkeep.recovering import (
     TruncationTally,
     offset_table_of,
     recover,
+    refuse_short_last_file,
 )
 
 log = logging.getLogger(__name__)
@@ -162,6 +163,7 @@ class MessageStore:
         self.topic_configs.load()
         self.group_configs.load()
         self.consumer_offsets.load()
+        refuse_short_last_file(self.config)  # before loading maps (and extends) the last file
         self.commitlog.load()
         self.queues.load()
         if self.index is not None:
@@ -195,6 +197,8 @@ class MessageStore:
                 log.exception("closing after a failed open")
         if not abort_existed:
             self.config.abort_path.unlink(missing_ok=True)
+        if checkpoint is not None and checkpoint.trust == "new":
+            durable.remove_file(checkpoint.path)  # made by this open: the directory as found
         self._release_lock()
 
     def _has_commitlog_files(self) -> bool:

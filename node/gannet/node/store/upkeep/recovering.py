@@ -28,7 +28,17 @@ Called once by :meth:`MessageStore.load` after the files are opened. The steps f
    c. ``stake_end - process_offset <= commitlog_file_size_bytes`` — the *last unflushed
       region*: the flush service writes full files first and flushes at least every
       ``flush_thorough_interval_ms``, so a crash leaves at most the newest mapped file's worth
-      unflushed.
+      unflushed;
+   d. the bytes at stake end inside the file of the cut: a torn tail is the end of the *last*
+      file holding data, never data running on into a later file;
+   e. the file of the cut holds a valid record before it, unless the bytes at stake are the
+      written prefix of one record (as in b): a file with no valid record at all — garbage, a
+      partial copy, another program's file — is not a torn write.
+
+   Before any file is mapped, :func:`refuse_short_last_file` applies the same rule to a last
+   commit-log file shorter than the configured size (a copy cut short, a restore that missed
+   bytes): holding data, it is refused as it is, not extended with zeros (which would move the
+   bytes into a file the broker then owns).
 
    Otherwise recovery raises :class:`~gannet.node.store.errors.RecoveryRefused` naming the
    file, the offset, the bytes at stake and what to do, and changes nothing. With
@@ -56,12 +66,14 @@ construction) and is counted with cause ``divergence``.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from gannet.node.store import durable
+from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import RecoveryRefused
 from gannet.node.store.log import records
 from gannet.node.store.log.checkpoints import Checkpoint
@@ -230,6 +242,17 @@ def _guard(
             "leave unflushed"
         )
     f = commitlog.files.find_file(cut) or commitlog.files.files[-1]
+    if stake > 0 and stake_end > f.file_from_offset + f.file_size:
+        reasons.append(
+            f"the data runs on past {f.path.name} into a later file, and a torn tail is only "
+            "ever the end of the last file"
+        )
+    if (
+        stake > 0
+        and cut == f.file_from_offset
+        and not _incomplete_last_record(commitlog, cut, stake_end)
+    ):
+        reasons.append(f"{f.path.name} holds no valid record at all, so this is no torn write")
     what = error or "zeros where flushed records should be"
     if reasons and not force:
         root = commitlog.config.root_dir
@@ -265,6 +288,52 @@ def _guard(
         f"; FORCED past: {'; '.join(reasons)}" if reasons else " (a torn tail)",
         f"; kept in {', '.join(str(p) for p in result.quarantined)}" if result.quarantined else "",
     )
+
+
+def refuse_short_last_file(config: StoreConfig) -> None:
+    """Refuse a last commit-log file shorter than ``commitlog_file_size_bytes`` that holds
+    data, unless ``force_recover`` (module docstring, step 4). A zero-length or all-zero short
+    file holds nothing: loading deletes or extends it. Earlier files of another length are
+    refused by the load itself; so is a longer last file (another configured size)."""
+    directory = config.commitlog_dir
+    if config.force_recover or not directory.is_dir():
+        return
+    names = sorted(p for p in directory.iterdir() if p.is_file() and p.name.isdigit())
+    if not names:
+        return
+    last = names[-1]
+    size = last.stat().st_size
+    if size >= config.commitlog_file_size_bytes:
+        return
+    data_bytes = _data_length(last)
+    if data_bytes == 0:
+        return
+    offset = int(last.name)
+    raise RecoveryRefused(
+        f"recovery refused: commit-log file {last} is {size:,} bytes long, not the configured "
+        f"{config.commitlog_file_size_bytes:,} (a copy or restore cut short?), and holds "
+        f"{data_bytes:,} bytes of data (offsets {offset:,} to {offset + data_bytes:,}). Nothing "
+        f"was changed. Restore the whole file, or check the store with `gannet store verify "
+        f"{config.root_dir}` and start the broker with --force-recover to keep the valid "
+        f"records and move the rest to {config.quarantine_dir}",
+        path=str(last),
+        offset=offset,
+        bytes_at_stake=data_bytes,
+    )
+
+
+def _data_length(path: Path) -> int:
+    """Bytes up to and including the last non-zero byte of ``path`` (read from the end)."""
+    with open(path, "rb") as f:
+        top = os.fstat(f.fileno()).st_size
+        while top > 0:
+            bottom = max(0, top - _SCAN_CHUNK_BYTES)
+            f.seek(bottom)
+            kept = f.read(top - bottom).rstrip(b"\0")
+            if kept:
+                return bottom + len(kept)
+            top = bottom
+    return 0
 
 
 def _incomplete_last_record(commitlog: CommitLog, cut: int, stake_end: int) -> bool:
