@@ -1,7 +1,7 @@
 """Broker benchmark over ``apache.rocketmq.v2``: a ``gannet broker run`` subprocess (ASYNC_FLUSH,
 one Raft member) driven by client processes on the same machine.
 
-Scenarios (``reference/performance.md`` §S2–S4):
+Scenarios (``docs/benchmarks.md`` §2, S2–S4):
 
 * ``official`` — the official ``rocketmq-python-client`` Producer, 1 KiB, 1 message per RPC,
   64 sends in flight in total (``send_async``) over ``OFFICIAL_PROCESSES`` processes;

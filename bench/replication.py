@@ -1,5 +1,5 @@
 """Replication benchmark: a 3-node Raft group vs a single broker, both ``gannet broker run``
-processes with SYNC_FLUSH on this machine (``reference/performance.md``; issue 5 "Must show").
+processes with SYNC_FLUSH on this machine (``docs/benchmarks.md``; issue 5 "Must show").
 
 Figures:
 

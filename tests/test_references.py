@@ -70,3 +70,87 @@ def test_design_page_exists_and_is_linked() -> None:
     design = REPO / "docs" / "design.md"
     assert design.is_file()
     assert "docs/design.md" in (REPO / "README.md").read_text()
+
+
+# --- citations of markdown files ------------------------------------------------------------
+# A path or bare file name ending in ``.md``: ``docs/formats/pop.md``, ``../store.md``,
+# ``store-format.md``. Not part of a longer name (``x.mdx``), nor the tail of a glob (``*.md``)
+# or a template (``{name}.md``). URLs are blanked out before matching: they cite other sites.
+MD_CITATION = re.compile(r"(?<![\w./*{}-])((?:\.{1,2}/)*(?:[\w-][\w.-]*/)*[\w-][\w.-]*\.md)\b")
+URL = re.compile(r"\b[a-z][a-z0-9+.-]*://\S+", re.IGNORECASE)
+CITING_SOURCE_ROOTS = ("node", "operator", "pipeline", "tests", "bench", "e2e")
+
+
+def md_citations(text: str) -> list[str]:
+    """The ``.md`` files a text cites, in order, URLs excluded."""
+    return MD_CITATION.findall(URL.sub(" ", text))
+
+
+def citing_files(files: list[Path]) -> list[Path]:
+    """Python sources of the code and test roots, and every markdown file."""
+    found = []
+    for path in files:
+        rel = path.relative_to(REPO)
+        if path.suffix == ".md" or (path.suffix == ".py" and rel.parts[0] in CITING_SOURCE_ROOTS):
+            found.append(path)
+    return found
+
+
+def cited_file_exists(cited: str, citing: Path, names: set[str]) -> bool:
+    """A path resolves from the repository root or from the citing file's folder; a bare name
+    also matches any tracked file of that name."""
+    for base in (REPO, citing.parent):
+        if (base / cited).is_file():
+            return True
+    return "/" not in cited and cited in names
+
+
+def missing_citations(path: Path, names: set[str]) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:  # deleted in the work tree, not yet in the index
+        return []
+    found = []
+    for number, line in enumerate(text.splitlines(), 1):
+        for cited in md_citations(line):
+            if not cited_file_exists(cited, path, names):
+                found.append(f"{path.relative_to(REPO)}:{number}: {cited}")
+    return found
+
+
+def test_the_citation_pattern_catches_what_it_must() -> None:
+    cases = {
+        "Byte-compatible with RocketMQ 5 (``reference/store-format.md`` §3).": [
+            "reference/store-format.md"
+        ],
+        '"""Pop checkpoints (``PopCheckPoint``, store-format.md §10.4): the JSON body."""': [
+            "store-format.md"
+        ],
+        "# per performance.md §5": ["performance.md"],
+        "see [the store](../store.md) and docs/formats/pop.md §2": [
+            "../store.md",
+            "docs/formats/pop.md",
+        ],
+        "https://github.com/apache/rocketmq-clients/blob/master/README.md": [],
+        "glob *.md, template {name}.md, suffix .md, x.mdx": [],
+    }
+    for text, expected in cases.items():
+        assert md_citations(text) == expected, text
+    names = {"design.md"}
+    assert not cited_file_exists("store-format.md", THIS, names)
+    assert not cited_file_exists("docs/no-such-page.md", THIS, names)
+    assert not cited_file_exists("reference/design.md", THIS, names)  # a path must resolve
+    assert cited_file_exists("design.md", THIS, names)  # a bare name matches a tracked file
+    assert cited_file_exists("docs/design.md", THIS, names)
+    assert cited_file_exists("../docs/store.md", THIS, names)  # relative to the citing file
+
+
+def test_every_cited_markdown_file_exists() -> None:
+    files = [p for p in tracked_files() if p.resolve() != THIS]
+    names = {p.name for p in files}
+    citing = citing_files(files)
+    assert len(citing) > 100, "the list of citing files is implausibly short"
+    missing = [line for path in citing for line in missing_citations(path, names)]
+    assert not missing, "citations of markdown files that are not in the repository:\n" + (
+        "\n".join(missing)
+    )

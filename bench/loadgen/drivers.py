@@ -96,7 +96,7 @@ class WorkerResult:
 
 
 def _body(size_bytes: int, worker: int) -> bytes:
-    return os.urandom(size_bytes)  # incompressible, per performance.md §5
+    return os.urandom(size_bytes)  # incompressible, per docs/benchmarks.md §1
 
 
 def _pace(scenario: Scenario, workers: int, start_s: float, sent: int) -> None:

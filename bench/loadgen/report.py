@@ -122,7 +122,7 @@ NEXT_STEPS = {
         "one gRPC call per message: grpcio's aio server costs ~350 µs of CPU per unary call on "
         "this VM before Gannet's own ~300 µs (validation, append, dispatch, answer). Next: N "
         "gRPC front processes on one port (SO_REUSEPORT) handing records to the store process "
-        "over a shared-memory ring (performance.md §3.5); pays off with more than 2 cores."
+        "over a shared-memory ring (docs/benchmarks.md §3); pays off with more than 2 cores."
     ),
     ("stock", "consume"): (
         "the official SimpleConsumer acks one message per AckMessage call and waits for each: "

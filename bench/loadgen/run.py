@@ -6,7 +6,7 @@ group created), then per repetition a produce phase (producers only; consumers n
 and a consume phase (Pop receive + ack until every message is back), each metered on the broker
 processes; stop the system. A system that cannot run a scenario (no sync flush, no R3) gets a
 ``skipped`` line saying why, so the report can state it. Load generators run on CPU 1, brokers
-on CPU 0 (performance.md §5). JSON line fields are documented in :func:`record`.
+on CPU 0 (``docs/benchmarks.md`` §1). JSON line fields are documented in :func:`record`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The benchmark scenarios S1–S9 of performance.md §5 as data: message size, topics × queues,
-producers / consumers, send mode, rate, durability and the bounds (message count, duration,
-warm-up, repetitions) of each run. Pure; :mod:`bench.loadgen.run` picks scenarios from here and
-the report prints their settings.
+"""The benchmark scenarios S1–S9 of ``docs/benchmarks.md`` §2 as data: message size,
+topics × queues, producers / consumers, send mode, rate, durability and the bounds (message
+count, duration, warm-up, repetitions) of each run. Pure; :mod:`bench.loadgen.run` picks
+scenarios from here and the report prints their settings.
 
 Two send modes per system:
 - ``stock``: one message per request, as users' clients do (official RocketMQ client

@@ -80,7 +80,7 @@ def _start_cluster(workdir: Path, flush: str, replicas: int, layout: Layout) -> 
         "--base-port", str(base), "--metrics-base-port", "0", "--flush", flush,
     ]  # fmt: skip
     # Three nodes pinned to one loaded CPU missed the 5 s commit bound of admin writes: the
-    # Raft group runs unpinned (performance.md §5 allows spreading over CPUs 0-1; said so).
+    # Raft group runs unpinned (docs/benchmarks.md §1 allows spreading over CPUs 0-1; said so).
     child = processes.spawn("gannet-cluster", argv, workdir / "cluster.log", cpus=None)
     try:
         for i in range(replicas):

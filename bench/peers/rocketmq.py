@@ -6,7 +6,7 @@ run with ``java -cp '<lib>/*'``, both pinned to CPU 0. The proxy's gRPC port spe
 drives it as drives Gannet.
 
 Topics are written into the broker's ``config/topics.json`` before it starts (the RocketMQ
-store-config format, performance.md / store-format.md §9.3); the broker registers them with the
+store-config format, ``docs/formats/configs.md`` §3); the broker registers them with the
 name server at boot. Consumer groups are auto-created (``autoCreateSubscriptionGroup=true``).
 
 Durability: ``flushDiskType=ASYNC_FLUSH`` (flush every 500 ms, like Gannet's ``--flush async``)

@@ -1,4 +1,4 @@
-"""Byte-exact fixtures for the Pop formats of store-format.md §10.4–§10.5."""
+"""Byte-exact fixtures for the Pop formats of ``docs/formats/pop.md`` §2–§3."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Byte-level tests of the commit-log record codec, properties, hashes and message ids.
 
-Expected bytes are written out field by field from store-format.md §1.2, not produced by the
-encoder under test.
+Expected bytes are written out field by field from ``docs/formats/commitlog.md`` §3 and §5, not
+produced by the encoder under test.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Tests of the timer store: byte layouts, routing (§11.1), due order, roll, crash, truncate.
 
-Expected bytes are written out field by field from store-format.md §11.2, not produced by the
+Expected bytes are written out field by field from ``docs/formats/timers.md``, not produced by the
 encoders under test. Time is virtual: every call gets ``now_ms`` explicitly.
 """
 

@@ -5,7 +5,7 @@ record: one C call, ``record_starts`` of the store's native module
 :mod:`gannet.node.store.log.native`, or one struct unpack per record in Python when it is not
 built). The fixed-position fields of all the records found are
 then read column-wise with numpy — big-endian gathers at record start + field position
-(``reference/store-format.md`` §1.2; the positions are those of
+(``docs/formats/commitlog.md`` §3; the positions are those of
 :mod:`gannet.node.store.log.records`) —
 bodies and PROPERTIES strings are cut into Arrow binary columns by Arrow (``take`` over one
 array spanning the records: one copy, no Python object per record), and the properties are

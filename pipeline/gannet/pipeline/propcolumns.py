@@ -1,7 +1,7 @@
 """The PROPERTIES strings of many records parsed together, with numpy over the column's one
 buffer: no Python object per record.
 
-A record's properties are ``name\\x01value\\x02`` pairs (``reference/store-format.md`` §1.2). The
+A record's properties are ``name\\x01value\\x02`` pairs (``docs/formats/commitlog.md`` §5). The
 store's decoder (:func:`gannet.node.store.properties.decode`) splits at ``\\x02``, then each
 piece at its first ``\\x01``, and drops pieces with an empty name or value; a repeated name
 keeps its first position and its last value (a ``dict``). :func:`parse` does the same for a

@@ -8,7 +8,7 @@ which pickle in a fraction of the time one ``DispatchInfo`` per record does.
 :class:`Dispatcher` is the broker's dispatch chain without the broker: in commit-log order,
 the consume-queue units (non-transactional and commit-type records only) and then the index
 items — the store's own classes, so the bytes are the ones the broker's dispatch writes
-(``reference/store-format.md`` §3.2, §4.4, §4.6, §5). :meth:`Dispatcher.dispatch` takes one
+(``docs/formats/queues.md`` §1.3, §2.4). :meth:`Dispatcher.dispatch` takes one
 record; :meth:`Dispatcher.dispatch_columns` takes a whole chunk in bulk: the units of every
 queue the chunk reaches packed in one numpy step (a structured array of the 20-byte ``>qiq``
 layout) and appended with ``ConsumeQueue.put_units`` (one slice copy per queue and file; the

@@ -1,10 +1,10 @@
 """Commit-log segments: finding them and scanning one of them on its own.
 
 A *segment* is one commit-log file, named by the 20-digit decimal global offset of its first
-byte (``reference/store-format.md`` §1.1). Records never straddle files: a file ends with a
-BLANK record (§1.9) or, for the newest file, with zero bytes past the last record. So every
-segment can be parsed independently of the others, which is what lets the Spark jobs of
-:mod:`gannet.pipeline.jobs` split work one task per segment.
+byte (``docs/formats/commitlog.md`` §2). Records never straddle files: a file ends with a
+BLANK record (``docs/formats/commitlog.md`` §6) or, for the newest file, with zero bytes past
+the last record. So every segment can be parsed independently of the others, which is what
+lets the Spark jobs of :mod:`gannet.pipeline.jobs` split work one task per segment.
 
 :func:`find_segments` accepts a store directory (its ``commitlog/`` folder is used) or any
 folder of segment copies. :func:`scan` walks one mapped segment and yields, in file order,

@@ -2,7 +2,7 @@
 
 A client opens a Telemetry stream and sends its ``Settings``; the broker answers on the same
 stream with ``TelemetryCommand{status OK, settings}`` — the client's settings merged with the
-server's values (``v2-protocol.md`` §4.2, §8.2). Missing pieces silently break clients:
+server's values (``docs/protocol.md`` §4). Missing pieces silently break clients:
 
 * producers: ``publishing.max_body_size`` (the Python client refuses every send with 0),
   ``validate_message_type`` and an ``exponential_backoff`` policy (Java/Node);

@@ -1,7 +1,7 @@
 """Pop consumption over v2: ReceiveMessage, AckMessage, ChangeInvisibleDuration and
 ForwardMessageToDeadLetterQueue served by :class:`~gannet.node.pop.service.PopBroker`.
 
-The rules are the v2 proxy's (``v2-protocol.md`` §4.6–§4.9, §4.11):
+The rules are the v2 proxy's (``docs/protocol.md`` §7):
 
 * **ReceiveMessage** — the group must exist and the topic be readable; the polling time is the
   request's ``long_polling_timeout`` (else half the remaining deadline), clamped to

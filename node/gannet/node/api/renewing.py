@@ -1,7 +1,7 @@
 """Server-side renewal of ``auto_renew`` receipts (the proxy's ``DefaultReceiptHandleManager``).
 
 A push consumer receives with ``auto_renew = true`` and never renews by itself
-(``v2-protocol.md`` §5c: "the server owns the invisible time"). So the broker keeps, per
+(``docs/protocol.md`` §7: the server owns the invisible time). So the broker keeps, per
 delivered message, the receipt handle the client holds (the *original*) and the newest handle
 it renewed to (*current*). Shortly before *current* becomes visible again (``renew_ahead_ms``)
 it changes the invisible time again (:meth:`RenewalTable.due` → ChangeInvisibleDuration with the

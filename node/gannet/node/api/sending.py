@@ -1,6 +1,6 @@
 """SendMessage: validate a v2 ``SendMessageRequest`` and turn it into store records.
 
-The rules are the v2 proxy's (``v2-protocol.md`` §4.3, §4.12), each failure an
+The rules are the v2 proxy's (``docs/protocol.md`` §6), each failure an
 :class:`~gannet.node.protocol.statuses.ApiError` whose message names the field:
 
 * zero messages, or messages for different topics → ``MESSAGE_CORRUPTED``; more than

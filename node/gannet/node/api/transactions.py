@@ -1,5 +1,6 @@
 """Transactional messages over v2: half messages, EndTransaction and orphan checks
-(``v2-protocol.md`` §4, RocketMQ ``TransactionalMessageService``), on one node or a Raft group.
+(``docs/protocol.md`` §1, ``docs/formats/commitlog.md`` §9, RocketMQ
+``TransactionalMessageService``), on one node or a Raft group.
 
 Every record a transaction writes (half message, commit copy, op record, check record, discard
 copy: :mod:`transaction_records`) is an ordinary commit-log append, so on a Raft group it is

@@ -4,7 +4,7 @@ in-memory ack matching, retry and dead-letter topics, orderly pop and long polli
 Built on :mod:`gannet.node.store`; called by the v2 gRPC service (ReceiveMessage, AckMessage,
 ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue) through
 :class:`gannet.node.pop.service.PopBroker`, and by the admin service (revive-queue count).
-Formats are specified in ``store-format.md`` §10 and in each module's docstring.
+Formats are specified in ``docs/formats/pop.md`` and in each module's docstring.
 
 Modules: :mod:`checkpoints`, :mod:`acks`, :mod:`receipts`, :mod:`filtering` (pure codecs and
 rules); :mod:`merging` (in-flight checkpoints, in-memory ack matching); :mod:`popping`,

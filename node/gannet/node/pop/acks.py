@@ -1,4 +1,5 @@
-"""Ack records (``AckMsg`` / ``BatchAckMsg``, store-format.md §10.5): JSON bodies of ACK messages.
+"""Ack records (``AckMsg`` / ``BatchAckMsg``, ``docs/formats/pop.md`` §3): JSON bodies of ACK
+messages.
 
 AckMsg (tag ``ack``), fastjson names, sorted, compact::
 

@@ -1,4 +1,4 @@
-"""Pop checkpoints (``PopCheckPoint``, store-format.md §10.4): the JSON body of CK messages.
+"""Pop checkpoints (``PopCheckPoint``, ``docs/formats/pop.md`` §2): the JSON body of CK messages.
 
 A checkpoint records one pop of up to 32 messages of one queue: where it started, when, for
 how long the messages are invisible, and which of them were acknowledged. JSON (fastjson 1.x

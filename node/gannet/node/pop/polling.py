@@ -1,4 +1,4 @@
-"""Long-polling waiters for Pop (RocketMQ ``PopLongPollingService``, store-format.md §10.8).
+"""Long-polling waiters for Pop (RocketMQ ``PopLongPollingService``, ``docs/protocol.md`` §7).
 
 A pop that found nothing registers a :class:`Waiter` under ``topic@group@queueId`` (queue id −1
 for "any queue") with an absolute expiry, then waits on it — on a thread with

@@ -1,5 +1,5 @@
 """Pop: take up to 32 messages from the queues of a topic and make them invisible
-(RocketMQ ``PopMessageProcessor``, store-format.md §10.2–§10.3).
+(RocketMQ ``PopMessageProcessor``, ``docs/formats/pop.md`` §6).
 
 Order of queues: with probability ``pop_from_retry_probability_percent`` the group's retry topic
 ``%RETRY%<group>_<topic>`` is read first; then the topic's read queues from a random start

@@ -1,4 +1,4 @@
-"""Extra info (the ``POP_CK`` property) and receipt handles (store-format.md §10.5).
+"""Extra info (the ``POP_CK`` property) and receipt handles (``docs/formats/pop.md`` §4).
 
 Extra info (``ExtraInfoUtil.buildExtraInfo``): eight fields joined by one space::
 

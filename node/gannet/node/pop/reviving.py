@@ -1,5 +1,5 @@
 """Revive: bring back messages whose invisible time elapsed without an ack
-(RocketMQ ``PopReviveService``, store-format.md §10.11). One service per revive queue.
+(RocketMQ ``PopReviveService``, ``docs/formats/pop.md`` §5). One service per revive queue.
 
 A pass reads the revive queue from the stored progress + 1, at most
 ``revive_pass_messages_max`` messages (``revive_batch_messages_max`` per read):

@@ -1,7 +1,7 @@
 """v2 request signatures: the pure check of ``MQv2-HMAC-SHA1`` headers plus the replay guard.
 
 The official RocketMQ 5 clients sign every call with two metadata headers
-(``v2-protocol.md`` §2.2; ground truth: the Python client's ``v5/util/signature.py``)::
+(``docs/protocol.md`` §3; ground truth: the Python client's ``v5/util/signature.py``)::
 
     x-mq-date-time: 20261122T062105Z
     authorization:  MQv2-HMAC-SHA1 Credential=<ak>, SignedHeaders=x-mq-date-time, Signature=<hex>

@@ -1,7 +1,7 @@
 """v2 status codes and the one exception type request handlers raise.
 
 Business errors travel inside v2 responses as ``Status{code, message}`` with gRPC status OK
-(``v2-protocol.md`` §2.1); every unary response carries a non-zero code. Handlers raise
+(``docs/protocol.md`` §2); every unary response carries a non-zero code. Handlers raise
 :class:`ApiError`; the servicer turns it into the response's ``status``. Store errors are mapped
 by type in :mod:`gannet.node.api.store_statuses`, so a message that names the field reaches the
 client; this module knows nothing of the store.

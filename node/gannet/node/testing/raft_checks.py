@@ -3,7 +3,8 @@
 Called by ``raft_runs.run_simulation`` (and usable from any test holding a
 ``raft_sim.Cluster``). Each check is one named method; a failure raises
 ``raft_sim.SimulationFailure`` with the check's name. The properties are those of
-``reference/raft.md`` §4.5, stated on commit-log bytes:
+``docs/architecture.md`` ("Safety properties the simulations check"), stated on commit-log
+bytes:
 
 * ``single_leader_per_term``: no two nodes lead in the same term.
 * ``monotonic_terms``: a node's term never decreases, restarts included (term and vote are

@@ -9,10 +9,10 @@ real driver must drive it (``ready.py``): truncate, write, persist hard state, s
   synced offset. ``crash()`` loses every byte written after the last sync (power loss).
 * the network: a bag of in-flight messages; delivery picks one at random (reordering and
   delay), may drop or duplicate it; partitions cut links both ways, ``cut_links`` one way.
-* ``Checker``: after every event, the invariants of ``reference/raft.md`` §4.5 — one leader per
-  term, terms monotonic per node across restarts, committed prefixes identical everywhere,
-  commit only on bytes durable on a majority, leader completeness, no acknowledged proposal
-  lost, no node's commit offset beyond its log.
+* ``Checker``: after every event, the invariants of ``docs/architecture.md`` (Raft safety
+  properties) — one leader per term, terms monotonic per node across restarts, committed
+  prefixes identical everywhere, commit only on bytes durable on a majority, leader
+  completeness, no acknowledged proposal lost, no node's commit offset beyond its log.
 
 Records are real bytes: ``header(length u32, record_id u64, term u32)`` + filler derived from
 the id, so replicas can be compared byte for byte and by record identity.

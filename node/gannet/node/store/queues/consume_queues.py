@@ -6,7 +6,7 @@ cuts and searches them. Called by the dispatcher (:meth:`ConsumeQueue.put` and
 queries by offset and by time) on one queue; recovery, truncation, cleanup and the pipeline's
 rebuild job reach every queue through
 :class:`~gannet.node.store.queues.consume_queue_store.ConsumeQueueStore`, which keeps them.
-Byte-compatible with RocketMQ 5 (``reference/store-format.md`` §3).
+Byte-compatible with RocketMQ 5 (``docs/formats/queues.md`` §1).
 
 Format. A queue lives in ``<root>/consumequeue/<topic>/<queueId>/`` as a sequence of
 fixed-size files of ``StoreConfig.consume_queue_units_per_file`` units (300,000 by default).

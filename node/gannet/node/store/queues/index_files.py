@@ -5,7 +5,7 @@ undoes its items; the functions beside it give byte positions, key strings and f
 Called by :class:`~gannet.node.store.queues.index_service.IndexService`, which keeps the set
 of files of a store (load, rollover, queries across files, cleanup, truncation) and is what
 the dispatcher, the queries, recovery and the cleaner call. Byte-compatible with RocketMQ 5
-(``reference/store-format.md`` §4).
+(``docs/formats/queues.md`` §2).
 
 Format. Files live in ``<root>/index/`` and are named by the local time of their creation,
 ``yyyyMMddHHmmssSSS``. One file, all integers big-endian::

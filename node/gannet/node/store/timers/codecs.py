@@ -4,8 +4,8 @@ files): wheel slots, timer-log units, blanks and the ``timercheck`` checkpoint. 
 Used by the wheel and timer-log files (:mod:`~gannet.node.store.timers.wheel`), the timer store
 (:mod:`~gannet.node.store.timers.store`), offline verification and the tests.
 
-On-disk formats (all integers big-endian; store-format.md §11.2)
------------------------------------------------------------------
+On-disk formats (all integers big-endian; ``docs/formats/timers.md``)
+---------------------------------------------------------------------
 
 ``<root>/timerwheel`` — ``2 × timer_wheel_slots`` slots of 32 bytes (file size
 ``2 × slots × 32``; 38,707,200 bytes with RocketMQ's 604,800 slots)::
