@@ -1,13 +1,20 @@
-"""The README runs: every ``sh``/``bash`` and ``python`` block of README.md is executed, in
-order, against a real ``gannet broker run`` process on free 127.0.0.1 ports in a temporary
-directory, as a reader following the page would run them.
+"""The README and the guides run: every ``sh``/``bash`` and ``python`` block of README.md and of
+the ``docs/`` pages is executed, in order, against a real ``gannet broker run`` process on free
+127.0.0.1 ports in a temporary directory, as a reader following the page would run them.
+
+Each page is one test. The README runs against the broker ``make run`` starts (its command is
+read from the Makefile). A ``docs/`` page continues the README's quick start: the README's
+blocks run first, then the page's, on the same store, against the page's own ``gannet broker
+run`` block if it has one and ``make run``'s otherwise. A ``docs/`` page takes part when it has
+a runnable block; blocks of other languages (``json``, plain text) are not run.
 
 An HTML comment on the line before a block says how to run it:
 
 * ``<!-- doctest: skip (reason) -->`` — not run; the reason is required (a Kubernetes cluster,
   Docker, a Spark cluster, a command that serves until Ctrl-C).
-* ``<!-- doctest: broker (...) -->`` — the one ``gannet broker run`` command the test starts in
-  the background (with ``--listen`` and ``--metrics-listen`` on free ports) for the other blocks.
+* ``<!-- doctest: broker (...) -->`` — the page's one ``gannet broker run`` command, which the
+  test starts in the background (with ``--listen`` and ``--metrics-listen`` on free ports) for
+  the other blocks.
 * ``<!-- doctest: broker stopped -->`` — run with that broker stopped (``store get`` and
   ``store query`` refuse a store a broker holds); the next block without it starts it again on
   the same store.
@@ -41,9 +48,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+DOCS = REPO / "docs"
+DEVELOPMENT = DOCS / "development.md"
 MAKEFILE = REPO / "Makefile"
 RUNNABLE = {"sh", "bash", "python"}
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```\n", re.M | re.S)
+# A fence may be indented (a block inside a list item); its lines lose that indentation.
+FENCE = re.compile(r"^( *)```(\w*)\n(.*?)^\1```\n", re.M | re.S)
 MARKER = re.compile(r"<!-- doctest: (.*?) -->\s*$")
 SKIP = re.compile(r"skip \((?P<reason>[^)]{10,})\)")
 BLOCK_TIMEOUT_S = 600.0  # a loaded 2-core machine runs the three Spark jobs in minutes
@@ -76,29 +86,94 @@ def blocks(text: str) -> list[Block]:
     for match in FENCE.finditer(text):
         before = text[: match.start()].rstrip("\n").rsplit("\n", 1)[-1]
         marker = MARKER.search(before)
+        indent = len(match.group(1))
+        lines = match.group(3).splitlines(keepends=True)
         found.append(
             Block(
                 line=text.count("\n", 0, match.start()) + 1,
-                language=match.group(1),
-                code=match.group(2),
+                language=match.group(2),
+                code="".join(line[indent:] if line.strip() else line for line in lines),
                 marker=marker.group(1).strip() if marker else "",
             )
         )
     return found
 
 
-def test_blocks_are_found_and_marked_well() -> None:
-    found = blocks(README.read_text())
-    assert len(found) >= 15, "the README's blocks were not found"
+def page_blocks(page: Path) -> list[Block]:
+    """The blocks of a page the test deals with: all of the README's (each must be runnable or
+    skipped), the ``sh``/``bash``/``python`` ones of a ``docs/`` page."""
+    found = blocks(page.read_text())
+    return found if page == README else [b for b in found if b.language in RUNNABLE]
+
+
+def docs_pages() -> list[Path]:
+    """The ``docs/`` pages with at least one block the test runs."""
+    return [
+        page for page in sorted(DOCS.rglob("*.md")) if any(not b.skipped for b in page_blocks(page))
+    ]
+
+
+PAGES = [README, *docs_pages()]
+
+
+def name(page: Path) -> str:
+    return str(page.relative_to(REPO))
+
+
+@pytest.mark.parametrize("page", PAGES, ids=name)
+def test_blocks_are_found_and_marked_well(page: Path) -> None:
+    found = page_blocks(page)
     for block in found:
-        where = f"README.md:{block.line}"
+        where = f"{name(page)}:{block.line}"
         assert block.language in RUNNABLE, f"{where}: block without sh/bash/python language"
         if block.skipped:
             assert SKIP.fullmatch(block.marker), f"{where}: a skipped block needs a (reason)"
         else:
             assert block.marker in ("", "broker stopped") or block.broker, f"{where}: {block!r}"
-    assert sum(b.broker for b in found) == 1, "exactly one block is the broker"
-    assert sum(not b.skipped and not b.broker for b in found) >= 10
+    assert sum(b.broker for b in found) <= 1, f"{name(page)}: more than one broker block"
+    if page == README:  # it runs against `make run`'s broker: it shows no other
+        assert not any(b.broker for b in found), "the README's broker is make run's"
+        assert sum(not b.skipped for b in found) >= 4, "the README's blocks were not found"
+
+
+def test_every_page_that_runs_is_found() -> None:
+    # The pages the README's blocks moved to, each with blocks that run; and as many blocks
+    # run in all as when they were all on the README (14 besides its broker).
+    assert {name(p) for p in PAGES} >= {
+        "README.md",
+        "docs/messages.md",
+        "docs/cli.md",
+        "docs/pipeline.md",
+    }
+    run = [b for page in PAGES for b in page_blocks(page) if not b.skipped and not b.broker]
+    assert len(run) >= 14, len(run)
+    # A docs page whose sh/python blocks are all skipped is not run: its blocks say why.
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in page_blocks(page):
+            if page not in PAGES:
+                assert SKIP.fullmatch(block.marker), f"{name(page)}:{block.line}: {block!r}"
+
+
+def make_run_command() -> str:
+    """The broker command of ``make run``'s recipe, with the Makefile's variables filled in as
+    a reader's shell would see them (``$(HOME)`` as ``~``)."""
+    makefile = MAKEFILE.read_text()
+    variables: dict[str, str] = dict(re.findall(r"^([A-Z_]+) *[:?]?= *(.*?) *$", makefile, re.M))
+    variables["HOME"] = "~"
+    command: str
+    (command,) = re.findall(r"^run:.*\n\t(.+)$", makefile, re.M)
+    while "$(" in command:
+        command = re.sub(r"\$\((\w+)\)", lambda m: variables[m.group(1)], command)
+    return command
+
+
+def test_make_run_serves_the_readmes_store() -> None:
+    command = make_run_command()
+    assert command == ".venv/bin/gannet broker run --data-dir ~/.gannet/store --auto-create-groups"
+    readme = README.read_text()
+    (line,) = [line for line in readme.splitlines() if line.startswith("make run ")]
+    assert line.endswith("starts a single-node broker on ~/.gannet/store"), line
+    assert "--auto-create-groups" in readme  # the README says why its consumer needs no group
 
 
 def test_marker_parsing() -> None:
@@ -113,6 +188,11 @@ def test_marker_parsing() -> None:
     assert second.language == "python"
     assert not SKIP.fullmatch("skip")
     assert not SKIP.fullmatch("skip ()")
+    indented = "* a list item:\n\n  <!-- doctest: skip (needs a Kubernetes cluster) -->\n"
+    indented += "  ```sh\n  kubectl get gc \\\n    -n gannet\n  ```\n"
+    (block,) = blocks(indented)
+    assert block.skipped
+    assert block.code == "kubectl get gc \\\n  -n gannet\n"
 
 
 def test_readme_and_makefile_agree() -> None:
@@ -124,9 +204,12 @@ def test_readme_and_makefile_agree() -> None:
     assert "promtool" in readme
     assert "openjdk-17-jre-headless" in makefile
     assert "install-promtool.sh" in makefile
-    # The benchmark duration is the same on both.
+    # The benchmark duration is the same on both (the other targets are in docs/development.md).
+    development = DEVELOPMENT.read_text()
     (in_make,) = re.findall(r"## bench-standard:.*?\((about \d+ min on 2 cores)", makefile)
-    (row,) = [line for line in readme.splitlines() if line.startswith("| `make bench-standard`")]
+    (row,) = [
+        line for line in development.splitlines() if line.startswith("| `make bench-standard`")
+    ]
     assert in_make in row, (in_make, row)
 
 
@@ -222,22 +305,28 @@ def reader_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-# About 1.5 min on an idle 2-core machine (four Spark jobs start a JVM each); more under load.
+# README.md alone: about 30 s; docs/pipeline.md, after the README's blocks: about 1.5 min on an
+# idle 2-core machine (four Spark jobs start a JVM each); more under load.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
-def test_every_readme_block_runs(reader_env: dict[str, str], tmp_path: Path) -> None:
-    found = blocks(README.read_text())
+@pytest.mark.parametrize("page", PAGES, ids=name)
+def test_every_block_runs(page: Path, reader_env: dict[str, str], tmp_path: Path) -> None:
+    steps = [(page, b) for b in page_blocks(page)]
+    if page != README:  # a docs page continues the README's quick start
+        steps = [(README, b) for b in page_blocks(README)] + steps
     bin_dir = Path(sys.executable).parent
     assert (bin_dir / "gannet").exists(), f"no gannet command beside {sys.executable}"
-    (broker_block,) = [b for b in found if b.broker]
-    command = substituted(broker_block.code.strip(), reader_env, bin_dir, tmp_path)
+    brokers = [b.code.strip() for _, b in steps if b.broker]
+    (command,) = brokers or [make_run_command()]
+    command = substituted(command, reader_env, bin_dir, tmp_path)
     assert "\n" not in command, "the broker block is one command"
     broker = Broker(command, reader_env, tmp_path / "broker.log")
-    ran: list[int] = []
+    ran: list[str] = []
     try:
-        for block in found:
+        for source, block in steps:
             if block.skipped or block.broker:
                 continue
+            where = f"{name(source)}:{block.line}"
             if block.offline:
                 broker.stop()
             elif broker.process is None:
@@ -258,23 +347,23 @@ def test_every_readme_block_runs(reader_env: dict[str, str], tmp_path: Path) -> 
                 check=False,
             )
             took = time.monotonic() - started
-            print(f"README.md:{block.line} ({block.language}) rc={done.returncode} {took:.1f}s")
+            print(f"{where} ({block.language}) rc={done.returncode} {took:.1f}s")
             assert done.returncode == 0, (
-                f"README.md:{block.line} failed (rc {done.returncode}):\n{block.code}\n"
+                f"{where} failed (rc {done.returncode}):\n{block.code}\n"
                 f"--- stdout\n{done.stdout[-3000:]}\n--- stderr\n{done.stderr[-5000:]}\n"
                 f"--- broker\n{broker.tail() if broker.log.exists() else ''}"
             )
-            assert "Traceback" not in done.stderr, f"README.md:{block.line}:\n{done.stderr}"
-            check_output(block, done.stdout)
-            ran.append(block.line)
+            assert "Traceback" not in done.stderr, f"{where}:\n{done.stderr}"
+            check_output(where, block, done.stdout)
+            ran.append(where)
     finally:
         broker.stop()
-    assert len(ran) >= 10
+    own = [w for w in ran if w.startswith(f"{name(page)}:")]
+    assert len(own) == sum(not b.skipped and not b.broker for b in page_blocks(page)), ran
 
 
-def check_output(block: Block, stdout: str) -> None:
+def check_output(where: str, block: Block, stdout: str) -> None:
     """What a reader should see from the blocks whose output says whether they worked."""
-    where = f"README.md:{block.line}"
     if "FilterType.SQL" in block.code:  # the SQL92 filter passes order 1006 (amount 250) only
         assert stdout == "big order b'order 1006 paid'\n", f"{where}: {stdout}"
     elif "begin_transaction" in block.code:  # the half message committed
@@ -291,8 +380,9 @@ def check_output(block: Block, stdout: str) -> None:
     elif "SimpleConsumer(" in block.code:
         assert "got b'order 100" in stdout, f"{where}: {stdout}"
     if 'spark.read.format("gannet")' in block.code:
-        # .show() prints each message's keys; the body is binary (hex).
-        for order in range(1001, 1006):
+        # .show() prints each message's keys (the orders of the README's producer); the body
+        # is binary (hex).
+        for order in range(1001, 1005):
             assert f"[order-{order}]" in stdout, f"{where}: {stdout}"
     if "/metrics" in block.code:
         assert "gannet_messages_in" in stdout, f"{where}: {stdout}"

@@ -156,6 +156,102 @@ SCENARIO_NOTES = {
 
 PEER_GAP_SCENARIOS = (("S2", "stock"), ("S3", "batched"))
 
+# Figures measured outside this harness, each dated and naming the file that holds its runs
+# (relative to bench/results/): (date, title, files, text). They are kept here, not in
+# REPORT.md by hand, so that regenerating the report keeps them.
+DATED_NOTES = (
+    (
+        "2026-11-22",
+        "the `make bench-standard` run of the tables above, in one sentence",
+        (),
+        "With the official Python client Gannet is at parity with RocketMQ (both brokers spend "
+        "600–750 µs of CPU per send, most of Gannet's in grpcio); the C, Go and JVM peers with "
+        "their own clients are faster. Why each gap exists and the next step to close it are in "
+        "the section above.",
+    ),
+    (
+        "2026-11-26",
+        "broker groups (`python -m bench.groups --quick`)",
+        ("GROUPS.md",),
+        "2 groups ÷ 1 group, messages per broker-CPU-second with the same load generator, three "
+        "runs on an otherwise idle 2-core machine: produce R1 0.80–0.95 and R3 0.82–0.87, "
+        "receive+ack R1 0.83–0.96 and R3 0.87–0.93 (target ≥ 0.9: not met consistently). One "
+        "group now spends 55–73 µs of broker CPU per produced message at R1 (79–88 before the "
+        "native encoder) and 10–13 ms per second idle (47–53 before the Pop and flush threads "
+        "slept when idle), so what a second group adds weighs relatively more. Counting the "
+        "fsyncs showed group commit is a small part of the gap (each of two groups batches up to "
+        "35 % fewer messages per fsync, and the flush thread is 3–8 % of broker CPU): the rest is "
+        "each group's event loop at half the calls in flight, and its timers, polls and "
+        "heartbeats. A control measured it (GROUPS.md, last section): the load generator keeps "
+        "the same 16 sends in flight however many groups there are, so each of 2 groups sees "
+        "half of them, and one group given only those 8 already costs 62–71 µs per message "
+        "against 68–74 µs for each of 2 groups (the latest quiet pair gave 0.71 and 0.89 at R1, "
+        "0.86 and 0.82 at R3). The reverse run, `bench.groups --per-group` (also in "
+        "`make bench`), keeps 16 sends in flight per group, as clients that grow with the "
+        "cluster would: 2 ÷ 1 is then 0.84–0.96 (median 0.87 in three rounds at R1), both "
+        "brokers spending the same per message. The rest is two brokers and a busier load "
+        "generator sharing 2 cores; showing ≥ 0.9 needs a core for each broker and one for the "
+        "load generator. `python -m bench.group_metadata` puts one real group among G − 1 fake "
+        "groups to measure what G groups cost a leader besides messages; projected from one "
+        "group's cost per message, 8 groups stay within 2 % of linear and 32 × 3 within 7 %. "
+        "What bends the curve: route answers grow with G × queues (4–6 ms of CPU each at 32 "
+        "groups), so route refreshes concentrated on one node, and the `(G − 1) × R` polls per "
+        "2 s each leader answers.",
+    ),
+    (
+        "2026-11-26",
+        "per-message cost on a quiet machine",
+        ("BROKER.md", "STORAGE.md", "PIPELINE.md"),
+        "This VM ran about a third faster that day than on 2026-11-22, so compare ratios. "
+        "Batched sends of 32 × 100 B cost 23–25 µs of broker CPU per message (S3 in the peer "
+        "harness: 31 µs, Kafka 18 µs in the same session; 32 × 1 KiB in S7: 48 µs, Kafka "
+        "24 µs); the store alone appends 122k messages/s at 32 per put (8.2 µs each); an "
+        "official-client send costs 482–554 µs, of which grpcio's aio server takes 230–395 µs "
+        "per call before any Gannet code; against the code of 2026-11-25 in same-session pairs, "
+        "official sends are 1.41× cheaper and official receive + ack gets 1.47× the messages per "
+        "broker-core-second. Segment export with Spark on `local[2]` reads 243–403 MB/s of "
+        "commit log at 256 MiB; a Spark read through the broker is bound by Spark's fixed cost "
+        "per job (17.4k msgs/s for 100,000 messages, where Spark's own Kafka connector reads the "
+        "same messages at 19.9k). Under sustained load an official-client send used to pay an "
+        "index lookup for send deduplication once the dedup window overflowed (any broker above "
+        "~833 new message ids/s); it no longer does: 822 → 575 µs of broker CPU per send after a "
+        "450,000-id fill.",
+    ),
+    (
+        "2026-11-26",
+        "store open with a timer backlog (`python -m bench.timer_open`)",
+        ("TIMER_OPEN.md",),
+        "Reopening a store that holds 1 M delayed 1 KiB messages took 78 s, 75 s of it "
+        "rebuilding the delayed-message figures a drain waits for by reading every parked "
+        "message back; they are now rebuilt from the timer log's 52-byte units (per topic hash) "
+        "and the open takes 9 s, 6.8 s of it the timer service's (200 k messages due beyond the "
+        "2-day roll window: 40 s → 4.8 s; load averages 8–12 on 2 shared cores for both runs).",
+    ),
+)
+
+
+def dated_notes() -> list[str]:
+    """:data:`DATED_NOTES` as one paragraph each: date and title in bold, then the text and
+    links to the files that hold the runs."""
+    lines = []
+    for date, title, files, text in DATED_NOTES:
+        where = ", ".join(f"[{name}]({name})" for name in files)
+        lines += [f"**{date}, {title}.** {text}" + (f" Runs: {where}." if where else ""), ""]
+    return lines
+
+
+def run_dates(current: Sequence[Mapping[str, Any]]) -> list[str]:
+    """When the rows shown ran (UTC), from each line's ``ts``."""
+    stamps = sorted(str(r["ts"]) for r in current if r.get("ts"))
+    if not stamps:
+        return []
+    first, last = stamps[0], stamps[-1]
+    if first[:10] == last[:10]:
+        span = f"{first[:10]}, {first[11:16]}–{last[11:16]} UTC"
+    else:
+        span = f"{first[:10]} {first[11:16]} – {last[:10]} {last[11:16]} UTC"
+    return [f"Runs of the rows shown: {span}.", ""]
+
 
 def earlier_targets(table: Mapping[Key, Mapping[str, Any]]) -> list[str]:
     """The throughput targets of issue 4, judged on this run's Gannet rows. They are set 'on
@@ -315,6 +411,7 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
         "answer; at fixed rates it is measured from the actual send (coordinated omission is "
         "not corrected).",
         "",
+        *run_dates(current),
         "## Targets (issue 9)",
         "",
         *targets(table),
@@ -349,6 +446,9 @@ def render(records: Sequence[Mapping[str, Any]], images: list[str]) -> str:
         "",
         *peer_gaps(table),
         "",
+        "## Dated notes: figures measured outside this harness",
+        "",
+        *dated_notes(),
         "## Systems",
         "",
         "| system | version | durability | settings |",

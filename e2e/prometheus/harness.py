@@ -9,7 +9,7 @@ metrics endpoints plus one client endpoint, so a 3-node cluster (``gannet cluste
 it exists) plugs in the same way as the single broker started here.
 
 Used by :mod:`e2e.prometheus.scenario` (``make e2e-prometheus``, tests/metrics) and
-:mod:`e2e.prometheus.render` (README pictures).
+:mod:`e2e.prometheus.render` (the pictures of docs/metrics.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Pictures of the main Grafana dashboards for the README, drawn with matplotlib from the very
+"""Pictures of the main Grafana dashboards for docs/metrics.md, drawn with matplotlib from the very
 panel expressions of ``deploy/dashboards/build.py``, evaluated by a real Prometheus over the
 load of :mod:`e2e.prometheus.scenario` on a local 3-node cluster (``query_range``, 1 s step).
 
@@ -245,7 +245,7 @@ def render_all(prometheus: harness.Prometheus, start: float, end: float, out_dir
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description="Render dashboard pictures for the README.")
+    parser = argparse.ArgumentParser(description="Render dashboard pictures for docs/metrics.md.")
     parser.add_argument("--load-s", type=float, default=60.0, help="extra seconds of load")
     parser.add_argument("--out", type=Path, default=OUT_DIR)
     args = parser.parse_args()

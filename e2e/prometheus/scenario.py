@@ -32,8 +32,8 @@ scraped by the same Prometheus, so the Operator dashboard is checked with real d
 
 Run ``make e2e-prometheus`` or ``python -m e2e.prometheus.scenario``; tests/metrics runs it
 too when the prometheus binary is present. :func:`run` returns a :class:`Report`; an optional
-``on_loaded`` callback sees Prometheus and the load window before the faults (the README
-pictures are drawn there, :mod:`e2e.prometheus.render`).
+``on_loaded`` callback sees Prometheus and the load window before the faults (the dashboard
+pictures of docs/metrics.md are drawn there, :mod:`e2e.prometheus.render`).
 """
 
 from __future__ import annotations

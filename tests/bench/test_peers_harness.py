@@ -5,6 +5,7 @@ process helpers on a real child (``sleep``) — no Java, NATS or Redis needed.""
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -160,6 +161,21 @@ def test_report_renders_targets_ratios_and_skips_from_a_fixture(tmp_path: Path) 
     assert "999" not in text
     assert "nats-server 2.9 has no per-message fsync" in text
     assert (tmp_path / "img" / "throughput_produce.png").stat().st_size > 1000
+
+
+def test_committed_report_is_what_the_generator_renders() -> None:
+    # REPORT.md is generated: what it says beyond the runs (the dated notes measured outside
+    # the harness) lives in bench/loadgen/report.py, so regenerating it loses nothing.
+    results = Path(report.__file__).resolve().parent.parent / "results"
+    committed = (results / "REPORT.md").read_text()
+    images = re.findall(r"^!\[[^\]]*\]\(img/([^)]+)\)$", committed, re.M)
+    assert images
+    assert all((results / "img" / name).is_file() for name in images)
+    assert report.render(report.load(results / "peers.jsonl"), images) == committed
+    assert "Runs of the rows shown: 2026-11-22" in committed
+    for date, title, files, text in report.DATED_NOTES:
+        assert f"**{date}, {title}.** {text}" in committed
+        assert all((results / name).is_file() for name in files), files
 
 
 def test_report_names_the_line_that_is_not_json(tmp_path: Path) -> None:

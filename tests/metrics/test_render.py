@@ -1,5 +1,5 @@
-"""The README's dashboard pictures (``e2e.prometheus.render``) show what a reader needs at a
-glance: drawn here from synthetic series of the real dashboard panels, the Term panel is steps
+"""The dashboard pictures of docs/metrics.md (``e2e.prometheus.render``) show what a reader needs
+at a glance: drawn here from synthetic series of the real dashboard panels, the Term panel is steps
 on an integer axis from zero (not a flat line on a 0.96-1.04 axis), the leader map is a
 per-node leader/follower strip (not raw 0/1 values), a flat zero line sits on a 0-1 axis and
 says so, and stat panels are a strip of tiles above the plots."""

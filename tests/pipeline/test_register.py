@@ -1,7 +1,7 @@
 """``gannet.pipeline.register``: on a local master the data source runs under the interpreter
 that registered it (Spark would otherwise start ``python3`` from PATH, which need not have
 Gannet: ``ModuleNotFoundError: No module named 'gannet'`` in every worker). The end-to-end
-check is the README's Spark block in ``tests/test_readme.py``."""
+check is the Spark block of docs/pipeline.md in ``tests/test_readme.py``."""
 
 from __future__ import annotations
 

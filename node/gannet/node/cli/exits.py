@@ -1,6 +1,6 @@
 """Exit codes of the ``gannet`` command, one table for every subcommand, and :func:`fail`.
 
-Scripts can rely on them (also in ``gannet --help`` and the README): 0 success; 1 the check
+Scripts can rely on them (also in ``gannet --help`` and docs/cli.md): 0 success; 1 the check
 failed or nothing was found; 2 wrong usage (click: unknown option, bad value, malformed endpoint
 or message id; ``cluster status``: the members do not agree on one leader); 3 the store could
 not be opened; 4 the broker could not be reached; 5 the broker refused the request.

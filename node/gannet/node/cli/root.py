@@ -1,6 +1,6 @@
 """The ``gannet`` command: run a broker and work with store directories.
 
-Exit codes scripts can rely on (also in ``gannet --help`` and the README): 0 success; 1 the
+Exit codes scripts can rely on (also in ``gannet --help`` and docs/cli.md): 0 success; 1 the
 check failed or nothing was found (damage reported by ``store verify``, no message for ``store
 get``/``query``); 2 wrong usage (click: unknown option, bad value, malformed endpoint or message
 id); 3 the store could not be opened (not a store directory, held by a running broker,
