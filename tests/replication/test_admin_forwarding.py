@@ -242,6 +242,12 @@ def test_no_leader_answers_unavailable_within_the_deadline(cluster: Cluster) -> 
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
     assert "no Raft leader" in (refused.value.details() or "")
     assert "retry" in (refused.value.details() or "")
+    # The CLI says what the broker said (not "cannot reach a broker"), exit code 4 as before.
+    result = CliRunner().invoke(
+        cli.main, ["topic", "create", "NoLeader", "--endpoint", cluster.endpoint(follower)]
+    )
+    assert result.exit_code == 4, result.output
+    assert "no Raft leader" in result.output
     assert "NoLeader" not in cluster.nodes[follower].broker.store.topic_configs
 
 

@@ -1,7 +1,7 @@
 """Replicated configuration: topics, groups and consumer offsets travel through the log.
 
-In-process 3-broker groups on 127.0.0.1 (see ``conftest``): admin writes on the leader reach
-every member, also when sent to a follower (it forwards them); a new leader after a crash has every
+In-process 3-broker groups on 127.0.0.1 (see ``conftest``): admin writes on the leader (or sent
+to a follower, which forwards them) reach every member; a new leader after a crash has every
 committed topic, group and offset; a restarted member replays what it missed; a Pop consumer
 continues on the new leader without getting acknowledged messages again.
 """
