@@ -6,13 +6,20 @@ and reach every member; the CLI takes any member as ``--endpoint``; a write whil
 can be elected answers a retryable ``UNAVAILABLE`` within the caller's deadline, and one sent
 just after the leader crashed is held until the new leader takes it; ``Cleanup`` stays on the
 member called; with ``--auth-file`` a caller without the right is refused by the follower and
-nothing is forwarded. Waits are on Raft conditions (``Cluster.wait``), never sleeps.
+nothing is forwarded. Waits are on Raft conditions (``Cluster.wait``), never sleeps; the one
+test of ``gannet broker run`` processes (peer secret on) runs the real ``gannet`` command and
+polls the other processes' answers.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +34,7 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 from .conftest import Cluster
 from .test_cluster import _send_all
+from .test_processes import DEADLINE_S, Group
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -321,3 +329,55 @@ def test_a_follower_refuses_an_unauthorised_write_and_forwards_an_authorised_one
             assert "AuthNope" not in store.topic_configs, f"node {node_id}"
     finally:
         secured.stop_all()
+
+
+# ---------------------------------------------------------------------------- processes
+@pytest.fixture
+def processes(tmp_path: Path) -> Iterator[Group]:
+    made = Group(tmp_path)
+    made.start()
+    yield made
+    made.stop()
+
+
+def _gannet(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+    return subprocess.run(
+        [sys.executable, "-m", "gannet.node.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+
+
+def _topics(group: Group, node_id: int) -> set[str]:
+    with grpc.insecure_channel(group.peers[node_id - 1].client_endpoint) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        reply = stub.ListTopics(admin_pb2.ListTopicsRequest(), timeout=10)
+    return {t.name for t in reply.topics}
+
+
+def test_the_gannet_command_creates_a_topic_through_a_follower_process(
+    processes: Group,
+) -> None:
+    members = [p.node_id for p in processes.peers]
+    leader = processes.leader(members)
+    follower = next(i for i in members if i != leader)
+    endpoint = processes.peers[follower - 1].client_endpoint
+    created = _gannet("topic", "create", "ProcFwd", "--queues", "2", "--endpoint", endpoint)
+    assert created.returncode == 0, created.stderr
+    assert "created" in created.stdout
+    listed = _gannet("topic", "list", "-o", "json", "--endpoint", endpoint)
+    assert listed.returncode == 0, listed.stderr
+    json.loads(listed.stdout)
+    # Other processes: nothing to await, so their answers are polled (the leader answered once
+    # the change was applied there; the followers apply it at their next commit notice).
+    deadline = time.monotonic() + DEADLINE_S
+    pause = threading.Event()
+    missing = set(members)
+    while missing and time.monotonic() < deadline:
+        missing = {i for i in missing if "ProcFwd" not in _topics(processes, i)}
+        pause.wait(0.1)
+    assert not missing, f"members {sorted(missing)} do not have the topic"
