@@ -27,6 +27,7 @@ import grpc
 import pytest
 from click.testing import CliRunner
 
+from gannet.node.api import admin_forwarding
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.cli import root as cli
 from gannet.node.protocol import auth
@@ -40,6 +41,25 @@ pytestmark = pytest.mark.timeout(180)
 
 CALL_S = 30.0
 """Deadline of the admin calls that must succeed (generous: a loaded 2-core machine)."""
+
+
+def test_every_admin_rpc_is_forwarded_or_named_local() -> None:
+    """A new admin write must be classified: forwarded to the leader, or local on purpose."""
+    methods = admin_pb2.DESCRIPTOR.services_by_name["Admin"].methods_by_name
+    reads = ("Get", "List", "Describe", "Query", "Pull")
+    unclassified = [
+        name
+        for name in methods
+        if name not in admin_forwarding.FORWARDED
+        and name not in admin_forwarding.LOCAL_WRITES
+        and not name.startswith(reads)
+    ]
+    assert unclassified == []
+    assert admin_forwarding.is_write("ResetOffset", admin_pb2.ResetOffsetRequest(offset=1))
+    assert not admin_forwarding.is_write(
+        "ResetOffset", admin_pb2.ResetOffsetRequest(offset=1, dry_run=True)
+    )
+    assert not admin_forwarding.is_write("Cleanup", admin_pb2.CleanupRequest())
 
 
 def _follower(cluster: Cluster, leader: int) -> int:

@@ -64,6 +64,8 @@ FORWARDED = frozenset(
     }
 )
 """The admin writes only the leader serves: a follower forwards them."""
+LOCAL_WRITES = frozenset({"Cleanup", "SetClusterSeeds"})
+"""Admin writes of the member called itself (module docstring): never forwarded."""
 CHANGES_LEADER = frozenset({"TransferLeadership"})
 """Forwarded calls that a leader change must not route again (they cause it)."""
 
