@@ -197,9 +197,9 @@ async def secure(
 async def admin_endpoint(
     ctx: Context, namespace: str, cluster: str, spec: specs.ClusterSpec | None = None
 ) -> str:
-    """Where admin writes go: the Raft leader's client endpoint, as followers refuse them
-    ("send admin writes to the leader"). Falls back to the client Service when no leader is
-    known; the call that follows then reports the broker's state. Raises
+    """Where admin writes go: the Raft leader's client endpoint (a follower forwards them there,
+    one hop more; brokers before admin forwarding refused them). Falls back to the client
+    Service when no leader is known; the call that follows then reports the broker's state. Raises
     :class:`~gannet.operator.brokers.Unauthorized` when the cluster's Secrets are unusable."""
     await secure(ctx, namespace, cluster, spec)
     return await leader_endpoint(ctx, namespace, cluster)

@@ -7,6 +7,10 @@ refused changes (shrinking a topic) → FAILED_PRECONDITION. Each RPC runs in a 
 (config files are fsync'ed on change), so the event loop keeps serving producers meanwhile.
 The conversions between protobuf and the store's types live in :mod:`admin_converting`.
 
+Writes are served by the Raft leader: a follower forwards them (:mod:`admin_forwarding`, which
+lists the writes and the ones kept on the member called: ``Cleanup`` works on this member's
+own files).
+
 Created by :mod:`gannet.node.broker.serving`; called by the CLI and the operator.
 """
 
@@ -83,7 +87,10 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await _abort(context, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
 
     async def _write(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
-        """A config change: refused on a Raft follower, answered after commit on the leader."""
+        """A config change: answered after commit on the Raft leader; a follower raises
+        :class:`~gannet.node.api.forwarding.NotLeading` before doing anything (the write was
+        forwarded to the leader by :mod:`admin_forwarding`, so this is only a leader lost
+        meanwhile: the forwarder routes it again)."""
         raft = self._raft()
         await raft.before_write(context)
         result = await self._run(context, work)
@@ -411,7 +418,9 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             pop.shrink_drained_revive_queues(_wall_ms())
             return _revive_queues_pb(pop)
 
-        return await self._run(context, work)
+        # A write: the leader's Pop writes the checkpoints, and the revive topic's new queues
+        # are a config change every member applies from the log.
+        return await self._write(context, work)
 
 
 def _wall_ms() -> int:

@@ -8,14 +8,14 @@ without replication answers as a group of one: role ``leader``, term 0, commit o
 store's commit offset, no peers; a transfer there is ``FAILED_PRECONDITION``.
 
 Admin writes (topics, groups, offset resets) of a replicated broker go through
-:meth:`RaftAdmin.before_write` / :meth:`RaftAdmin.after_write`: a follower refuses them with
-``FAILED_PRECONDITION`` naming the leader (they are not forwarded: the CLI and the operator
-retry against the named endpoint); the leader answers once the change's record is committed
-and applied (:mod:`gannet.node.replication.config_log`), ``UNAVAILABLE`` when that is not
-known (leadership lost, time-out: the change may or may not survive).
-Membership changes are answered by the leader only: a follower answers FAILED_PRECONDITION
-"not the leader; the leader is node N at HOST:PORT" (the CLI follows it), UNAVAILABLE while no
-leader is known. Created by :mod:`gannet.node.broker.serving`.
+:meth:`RaftAdmin.before_write` / :meth:`RaftAdmin.after_write`: the leader answers once the
+change's record is committed and applied (:mod:`gannet.node.replication.config_log`),
+``UNAVAILABLE`` when that is not known (leadership lost, time-out: the change may or may not
+survive). Membership changes and leadership transfers are done by the leader only. A member
+that does not lead raises :class:`~gannet.node.api.forwarding.NotLeading` before doing
+anything: these RPCs reach this class through :mod:`admin_forwarding`, whose forwarder then
+sends the call to the leader (or holds it while no leader is known), so no client has to find
+the leader. Created by :mod:`gannet.node.broker.serving`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from typing import Any
 
 import grpc
 
+from gannet.node.api.forwarding import NotLeading
 from gannet.node.api.routes import BrokerIdentity
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import abort as _abort
@@ -93,7 +94,8 @@ class RaftAdmin:
         )
 
     async def before_write(self, context: grpc.aio.ServicerContext) -> None:
-        """Refuse an admin write unless this node leads (no-op for a group of one)."""
+        """Raise :class:`NotLeading` unless this node leads and serves (no-op for a group of
+        one): nothing is written, and the forwarder routes the write to the leader."""
         node = self.replication
         if node is None:
             return
@@ -104,11 +106,7 @@ class RaftAdmin:
         try:
             node.check_leader()
         except ReplicationError as exc:
-            await _abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"{exc}; send admin writes to the leader",
-            )
+            raise NotLeading(str(exc)) from None
 
     async def after_write(self, context: grpc.aio.ServicerContext) -> None:
         """Answer an admin write only once its config records are committed and applied."""
@@ -158,7 +156,7 @@ class RaftAdmin:
         try:
             leader = await node.transfer_leadership(target, timeout_s)
         except NotLeaderError as exc:
-            await _abort(context, grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            raise NotLeading(str(exc)) from None
         except ReplicationBusy as exc:
             await _abort(context, grpc.StatusCode.UNAVAILABLE, str(exc))
         except ReplicationError as exc:
@@ -255,7 +253,8 @@ class RaftAdmin:
         )
 
     async def _membership_leader(self, context: grpc.aio.ServicerContext) -> ReplicationNode:
-        """The replication node if it leads; aborts naming the leader otherwise."""
+        """The replication node if it leads and serves; raises :class:`NotLeading` otherwise
+        (the forwarder sends the call to the leader)."""
         node = self.replication
         if node is None:
             await _abort(
@@ -267,21 +266,10 @@ class RaftAdmin:
         if node.is_leader() and not node.is_serving_leader():
             with contextlib.suppress(TimeoutError):
                 await node.wait_until(node.is_serving_leader, node.config.commit_timeout_s)
-        leader = node.leader()
-        if not node.is_serving_leader() and (
-            leader is None or leader.node_id == node.config.node_id
-        ):
-            await _abort(
-                context,
-                grpc.StatusCode.UNAVAILABLE,
-                "no leader is known (an election is in progress); retry in a moment",
-            )
-        if not node.is_serving_leader() and leader is not None:
-            await _abort(
-                context,
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"not the leader; the leader is node {leader.node_id} at {leader.client_endpoint}",
-            )
+        if not node.is_serving_leader():
+            leader = node.leader()
+            where = "no leader is known" if leader is None else f"node {leader.node_id} leads"
+            raise NotLeading(f"node {node.config.node_id} does not lead ({where})")
         return node
 
     async def _membership_call(

@@ -2,8 +2,10 @@
 
 Only the leader may do what writes the log: ``SendMessage``, ``AckMessage``,
 ``ChangeInvisibleDuration``, ``ForwardMessageToDeadLetterQueue``, ``UpdateOffset`` and Pop's
-``ReceiveMessage`` (it writes checkpoints). :class:`Forwarder` gates those methods of the v2
-servicer (:mod:`messaging`):
+``ReceiveMessage`` (it writes checkpoints), and the admin API's writes (topics, groups, offset
+resets, membership: :mod:`admin_forwarding`). :class:`Forwarder` gates those methods of the
+services registered with it (:meth:`Forwarder.register`: the v2 servicer of :mod:`messaging`,
+the admin servicer); a forwarded request names its service and method:
 
 - this node leads and has applied the previous terms' log: the request is served here;
 - another member leads: the request goes to it over the peer port
@@ -19,7 +21,18 @@ servicer (:mod:`messaging`):
   reached (``UNAVAILABLE``: killed), or the leader changes while the forwarded call is still
   running (the old leader stopped, not dead: its call would only time out): the request is
   routed again to whoever leads now. A send re-forwarded this way may have committed on the old
-  leader; the client's own retries have the same risk.
+  leader; the client's own retries have the same risk. A method whose purpose is to change the
+  leader (``TransferLeadership``) is not routed again when the leader changes: its leader
+  answers once the change is done;
+- this node served it itself, but its handler found that it no longer leads before doing
+  anything (:class:`NotLeading`): the request is routed again as well.
+
+A service that refuses with gRPC statuses (the admin API, ``context.abort``) gets those
+refusals back in the reply (``refusal_code``): the forwarding member raises :class:`Refused`
+and its caller gets the same status; a failure of the ``Forward`` call itself is always the
+forwarding's own (above). Authentication and authorization stay with the member the client
+called (its gate admitted the call before the servicer forwarded it); the leader trusts the
+forwarding member, which proved its membership on the peer port (:mod:`peer_auth`).
 
 A forwarded call that is not answered before the caller's deadline is ``PROXY_TIMEOUT`` (the
 RocketMQ proxy's code for the same case; retried by the clients). At most
@@ -37,9 +50,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import Any, NoReturn, Protocol, TypeVar
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -64,6 +77,9 @@ WATCH_SLICE_S = 1.0
 """A leader watcher with no forwarded call left ends within this long."""
 
 R = TypeVar("R", bound=ProtoMessage)
+
+V2_SERVICE = "apache.rocketmq.v2.MessagingService"
+"""The service of a forwarded request that names none (members before admin forwarding)."""
 
 REQUESTS: dict[str, tuple[type[ProtoMessage], type[ProtoMessage]]] = {
     "SendMessage": (service_pb2.SendMessageRequest, service_pb2.SendMessageResponse),
@@ -92,18 +108,65 @@ class _Retry(Exception):
     """The forwarded call did nothing (or its leader is gone): route the request again."""
 
 
+class NotLeading(Exception):
+    """Raised by a handler that finds, before doing anything, that this node does not lead (or
+    does not serve yet): the forwarder routes the request again (to the leader), and a leader
+    serving a forwarded request fails the ``Forward`` call with ``FAILED_PRECONDITION``."""
+
+
+class Refused(Exception):
+    """The leader's servicer refused a forwarded request with a gRPC status (services with
+    ``refusals_in_band``); the forwarding member answers its caller with the same."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self.code = code
+        self.details = details
+
+
+_STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+def _status_code(number: int) -> grpc.StatusCode:
+    return _STATUS_CODES.get(number, grpc.StatusCode.UNKNOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedService:
+    """A service whose leader-only methods followers forward (:meth:`Forwarder.register`)."""
+
+    servicer: Any
+    """What the leader calls for a forwarded request, by method name; it must not forward
+    again (the servicer behind the forwarding, not the one that forwards)."""
+    requests: Mapping[str, tuple[type[ProtoMessage], type[ProtoMessage]]]
+    """The forwarded methods: request and response types."""
+    streaming: frozenset[str] = frozenset()
+    """Methods that answer a stream of responses."""
+    refusals_in_band: bool = False
+    """The servicer refuses with ``context.abort`` (gRPC statuses: the admin API); the leader
+    sends such a refusal back in the reply. False: refusals are inside the response (v2)."""
+
+
 class ForwardedContext:
     """The servicer context of a forwarded request on the leader: the client's metadata and
-    address as the forwarding member saw them; deadline and abort are the peer call's."""
+    address as the forwarding member saw them; the deadline is the peer call's. ``abort`` ends
+    the peer call, or with ``refusals_in_band`` raises :class:`Refused` for :meth:`serve` to
+    send back."""
 
     forwarded = True
 
     def __init__(
-        self, inner: grpc.aio.ServicerContext, metadata: tuple[tuple[str, str], ...], peer: str
+        self,
+        inner: grpc.aio.ServicerContext,
+        metadata: tuple[tuple[str, str], ...],
+        peer: str,
+        *,
+        refusals_in_band: bool = False,
     ) -> None:
         self._inner = inner
         self._metadata = metadata
         self._peer = peer
+        self._refusals_in_band = refusals_in_band
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
@@ -115,14 +178,22 @@ class ForwardedContext:
         remaining: float | None = self._inner.time_remaining()
         return remaining
 
-    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+    async def abort(self, code: grpc.StatusCode, details: str = "", *_: object) -> NoReturn:
+        if self._refusals_in_band:
+            raise Refused(code, details)
         await self._inner.abort(code, details)
+        raise AssertionError("context.abort returned")
 
 
 class Servicer(Protocol):
     """The v2 servicer's methods, looked up by name (:data:`REQUESTS`)."""
 
     def __getattr__(self, name: str) -> Any: ...
+
+
+def v2_service(servicer: Servicer) -> ForwardedService:
+    """The v2 servicer's leader-only methods (:data:`REQUESTS`)."""
+    return ForwardedService(servicer, REQUESTS, STREAMING)
 
 
 @dataclass
@@ -155,13 +226,17 @@ class Forwarder:
         self.hold_max_s = hold_max_s
         self._slots = asyncio.Semaphore(inflight_max)
         self.stats = ForwardStats()
-        self.servicer: Servicer | None = None
-        """Set by the servicer; :meth:`serve` calls its methods."""
+        self.services: dict[str, ForwardedService] = {}
+        """By full service name (:meth:`register`); :meth:`serve` calls their servicers."""
         self._moved: dict[int, asyncio.Future[None]] = {}
         """Per member: resolved once it no longer leads (:meth:`_leader_moved`)."""
         self._watching: dict[int, int] = {}
         """Per member: forwarded calls in flight that wait on its ``_moved`` future."""
         self._watchers: set[asyncio.Future[None]] = set()
+
+    def register(self, name: str, service: ForwardedService) -> None:
+        """Serve forwarded requests of service ``name`` (a full gRPC service name)."""
+        self.services[name] = service
 
     # ------------------------------------------------------------------ origin side
     def _deadline(self, context: Any) -> float:
@@ -217,7 +292,9 @@ class Forwarder:
             f"leader, node {leader.node_id} at {leader.client_endpoint}, in time; retry"
         )
 
-    def _request(self, method: str, request: ProtoMessage, context: Any) -> peer_pb2.ForwardRequest:
+    def _request(
+        self, service: str, method: str, request: ProtoMessage, context: Any
+    ) -> peer_pb2.ForwardRequest:
         metadata = [
             peer_pb2.MetadataEntry(key=str(key), value=str(value))
             for key, value in (context.invocation_metadata() or ())
@@ -230,6 +307,7 @@ class Forwarder:
             request=request.SerializeToString(),
             metadata=metadata,
             client_peer=str(context.peer() or ""),
+            service="" if service == V2_SERVICE else service,
         )
 
     async def unary(
@@ -239,17 +317,35 @@ class Forwarder:
         context: Any,
         local: Callable[[], Awaitable[R]],
         response_type: type[R],
+        *,
+        service: str = V2_SERVICE,
+        follows_leader: bool = True,
     ) -> R:
         """Serve ``request`` here (``local()``) or at the leader; raises :class:`ApiError`
-        with a retryable code when no leader served it in time."""
+        with a retryable code when no leader served it in time, :class:`Refused` when the
+        leader's servicer refused it (``refusals_in_band`` services). ``follows_leader``
+        False: a leader change does not route a forwarded call again (the method changes the
+        leader itself)."""
         deadline = self._deadline(context)
         forwarded = bool(getattr(context, "forwarded", False))
+        loop = asyncio.get_running_loop()
         while True:
             target = await self._where(deadline, forwarded)
             if target is None:
-                return await local()
+                try:
+                    return await local()
+                except NotLeading as exc:
+                    if forwarded:
+                        raise
+                    if loop.time() >= deadline:
+                        self.stats.unanswered_total += 1
+                        raise ApiError(Code.HA_NOT_AVAILABLE, f"{exc}; retry") from None
+                    self.stats.rerouted_total += 1
+                    await asyncio.sleep(RETRY_PAUSE_S)
+                    continue
+            forward = self._request(service, method, request, context)
             try:
-                replies = await self._forward_once(target, method, request, context, deadline)
+                replies = await self._forward_once(target, forward, deadline, follows_leader)
             except _Retry:
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
@@ -259,7 +355,10 @@ class Forwarder:
                     f"the leader, node {target.node_id}, answered {method} with "
                     f"{len(replies)} replies",
                 )
-            answer: R = response_type.FromString(replies[0])
+            reply = replies[0]
+            if reply.refusal_code:
+                raise Refused(_status_code(reply.refusal_code), reply.refusal_details)
+            answer: R = response_type.FromString(reply.response)
             return answer
 
     async def stream(
@@ -283,8 +382,8 @@ class Forwarder:
             answered = False
             try:
                 async with self._slot(deadline):
-                    forward = self._request(method, request, context)
-                    call, _ = self._start_forward(target, method, forward, deadline)
+                    forward = self._request(V2_SERVICE, method, request, context)
+                    call, _ = self._start_forward(target, forward, deadline)
                     async for reply in call:
                         answered = True
                         yield response_type.FromString(reply.response)
@@ -325,12 +424,12 @@ class Forwarder:
         return transport.forward_channel(target.node_id)
 
     def _start_forward(
-        self, target: PeerSpec, method: str, forward: peer_pb2.ForwardRequest, deadline: float
+        self, target: PeerSpec, forward: peer_pb2.ForwardRequest, deadline: float
     ) -> tuple[Any, float]:
-        """Count ``method`` and start the leader's ``Forward`` stream of ``forward`` (the caller
+        """Count the method and start the leader's ``Forward`` stream of ``forward`` (the caller
         holds a slot); the call and its timeout in seconds (the deadline plus a margin)."""
         loop = asyncio.get_running_loop()
-        self._count(method)
+        self._count(forward.method)
         timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
         stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
         call = stub.Forward(
@@ -343,29 +442,31 @@ class Forwarder:
     async def _forward_once(
         self,
         target: PeerSpec,
-        method: str,
-        request: ProtoMessage,
-        context: Any,
+        forward: peer_pb2.ForwardRequest,
         deadline: float,
-    ) -> list[bytes]:
+        follows_leader: bool = True,
+    ) -> list[peer_pb2.ForwardReply]:
         """The leader's replies, or :class:`_Retry` when the request must be routed again;
-        races the call against a leader change (a stopped leader never answers)."""
+        races the call against a leader change (a stopped leader never answers) unless
+        ``follows_leader`` is False."""
         loop = asyncio.get_running_loop()
+        method = forward.method
         async with self._slot(deadline):
-            forward = self._request(method, request, context)
-            call, timeout = self._start_forward(target, method, forward, deadline)
+            call, timeout = self._start_forward(target, forward, deadline)
 
-            async def collect() -> list[bytes]:
-                return [reply.response async for reply in call]
+            async def collect() -> list[peer_pb2.ForwardReply]:
+                return [reply async for reply in call]
 
             answer = asyncio.ensure_future(collect())
-            moved = self._leader_moved(target.node_id)
-            self._watching[target.node_id] = self._watching.get(target.node_id, 0) + 1
+            waited: set[asyncio.Future[Any]] = {answer}
+            if follows_leader:
+                waited.add(self._leader_moved(target.node_id))
+                self._watching[target.node_id] = self._watching.get(target.node_id, 0) + 1
             try:
-                waited: set[asyncio.Future[Any]] = {answer, moved}
                 await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                self._watching[target.node_id] -= 1
+                if follows_leader:
+                    self._watching[target.node_id] -= 1
                 if not answer.done():
                     call.cancel()
                     answer.cancel()
@@ -442,14 +543,16 @@ class Forwarder:
         self, request: peer_pb2.ForwardRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[peer_pb2.ForwardReply]:
         """``Peer/Forward``: serve a forwarded request as the client's own call."""
-        types = REQUESTS.get(request.method)
-        if types is None:
+        name = request.service or V2_SERVICE
+        service = self.services.get(name)
+        types = service.requests.get(request.method) if service is not None else None
+        if service is not None and types is None:
             await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, f"{request.method!r} is not forwarded"
+                grpc.StatusCode.INVALID_ARGUMENT, f"{name}/{request.method} is not forwarded"
             )
             return
         repl = self.replication
-        if self.servicer is None or not repl.is_leader():
+        if service is None or types is None or not repl.is_leader():
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"node {repl.config.node_id} does not lead (or does not serve yet)",
@@ -473,11 +576,22 @@ class Forwarder:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"bad {request.method}: {exc}")
             return
         metadata = tuple((m.key, m.value) for m in request.metadata)
-        forwarded = ForwardedContext(context, metadata, request.client_peer)
-        handler = getattr(self.servicer, request.method)
-        if request.method in STREAMING:
+        forwarded = ForwardedContext(
+            context, metadata, request.client_peer, refusals_in_band=service.refusals_in_band
+        )
+        handler = getattr(service.servicer, request.method)
+        if request.method in service.streaming:
             async for response in handler(message, forwarded):
                 yield peer_pb2.ForwardReply(response=response.SerializeToString())
             return
-        response = await handler(message, forwarded)
+        try:
+            response = await handler(message, forwarded)
+        except Refused as refused:
+            yield peer_pb2.ForwardReply(
+                refusal_code=refused.code.value[0], refusal_details=refused.details
+            )
+            return
+        except NotLeading as exc:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            return
         yield peer_pb2.ForwardReply(response=response.SerializeToString())

@@ -128,7 +128,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
         if self.forwarder is not None:
-            self.forwarder.servicer = self
+            self.forwarder.register(forwarding.V2_SERVICE, forwarding.v2_service(self))
         self.dedup = dedup.SendDeduplicator(
             store, window_s=dedup_window_s, entries_max=dedup_entries_max
         )

@@ -34,6 +34,8 @@ Replication (``docs/architecture.md``, Replication): with ``replication`` set th
 member of a Raft group. The store then dispatches only up to the Raft commit offset, a
 :class:`~gannet.node.replication.driver.ReplicationNode` serves ``gannet.raft.v1.Peer`` on the
 peer port, sends are answered once a majority has them durable, and routes name the leader.
+A follower forwards the leader-only v2 requests and admin writes to the leader over the peer
+port (:mod:`gannet.node.api.forwarding`, :mod:`gannet.node.api.admin_forwarding`).
 It starts after recovery and before the client port, and stops after the drain, before Pop
 and the store. Without it (None) the broker is a group of one and commit follows the flush.
 
@@ -56,6 +58,7 @@ from rocketmq.grpc_protocol import service_pb2
 
 from gannet.node.api import (
     admin,
+    admin_forwarding,
     cluster_admin,
     dedup,
     group_polling,
@@ -411,8 +414,12 @@ class Broker:
         self.groups = cluster_admin.BrokerGroups(self.store, identity, self.replication, poller)
         self.messaging.groups = self.groups
         cluster_servicer = cluster_admin.ClusterAdminServicer(admin_servicer, self.groups)
+        # Outermost: a follower forwards a write before anything else (the leader fans it out).
+        forwarding_servicer = admin_forwarding.ForwardingAdminServicer(
+            cluster_servicer, self.messaging.forwarder
+        )
         admin_service = admin_pb2.DESCRIPTOR.services_by_name["Admin"]
-        admin_measured = self._measured(cluster_servicer, admin_service, False)
+        admin_measured = self._measured(forwarding_servicer, admin_service, False)
         admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
         admin_rules = wire.Rules(v2_status=False, gate=admin_gate)
         wire.register(server, admin_service, admin_measured, admin_rules)

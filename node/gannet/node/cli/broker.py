@@ -160,7 +160,7 @@ def broker() -> None:
     "--join",
     is_flag=True,
     help="Start a brand-new member of an existing group: empty, never campaigns, waits for "
-    "`gannet cluster member add` on the leader. Needs --node-id (never used in the group "
+    "`gannet cluster member add` (through any member). Needs --node-id (never used in the group "
     "before); --peers may name only this node (default: --peer-listen and --listen).",
 )
 @click.option(

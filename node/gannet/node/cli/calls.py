@@ -4,8 +4,10 @@
 options (:func:`gannet.node.cli.options.client_security`: signing and TLS, through
 :func:`gannet.node.protocol.auth.client_channel`); :func:`admin_call` runs one
 ``gannet.admin.v1`` RPC and :func:`rpc_failed` turns a failure into one line and the exit code
-(:mod:`gannet.node.cli.exits`): 1 not found, 2 an unusable ``--tls-*`` file, 4 unreachable,
-5 refused (also unsigned or not allowed: the message says which option to pass).
+(:mod:`gannet.node.cli.exits`): 1 not found, 2 an unusable ``--tls-*`` file, 4 unreachable
+(or the broker's group has no leader in time: its message says so), 5 refused (also unsigned
+or not allowed: the message says which option to pass). Any member of a Raft group takes
+admin writes (a follower forwards them to the leader): ``--endpoint`` may name any of them.
 
 Used by the broker client commands (``topic``, ``group``, ``pop``, ``message``, ``status``,
 ``cluster``).
@@ -36,6 +38,16 @@ T = TypeVar("T")
 CALL_TIMEOUT_S = 10.0
 MESSAGE_BYTES_MAX = 130 * 1024 * 1024
 _UNREACHABLE = (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+_TRANSPORT_DETAILS = (
+    "failed to connect",
+    "DNS resolution failed",
+    "Deadline Exceeded",
+    "Socket closed",
+    "Connection reset",
+    "Broken pipe",
+)
+"""Texts of gRPC's own UNAVAILABLE / DEADLINE_EXCEEDED: the broker was not reached (or did
+not answer); any other text is the broker's own answer (no Raft leader in time, say)."""
 
 
 @contextmanager
@@ -64,6 +76,10 @@ def admin_call(endpoint: str, call: Callable[[admin_pb2_grpc.AdminStub], T]) -> 
 def rpc_failed(endpoint: str, exc: grpc.RpcError) -> NoReturn:
     code = exc.code()
     details = escape(exc.details() or "")
+    if code in _UNREACHABLE and details and not any(t in details for t in _TRANSPORT_DETAILS):
+        # The broker answered: e.g. its Raft group has no leader, or a write it forwarded to the
+        # leader was not answered in time (it may or may not have taken effect).
+        fail(f"[red]unavailable[/] ({code.name}) at {endpoint}: {details}", EXIT_UNREACHABLE)
     if code in _UNREACHABLE:
         fail(
             f"[red]cannot reach a broker at {endpoint}[/] ({code.name}); start one with "

@@ -2,10 +2,12 @@
 
 Registered on ``gannet cluster`` by :mod:`commands`; the broker side is
 :mod:`membership_changes`. Each command asks ``--endpoint`` (any member; default
-``GANNET_ENDPOINT`` or 127.0.0.1:8081); a member that does not lead answers with the leader's
-client endpoint and the command asks it there (once). ``list`` prints one row per member (id,
-peer and client address, voter or learner, the leader's match offset and lag in bytes,
-reachable), ``-o json|yaml`` for scripts. ``add N=HOST:PEERPORT/CLIENTPORT`` adds N as a
+``GANNET_ENDPOINT`` or 127.0.0.1:8081): a follower forwards ``add`` and ``remove`` to the
+leader, and ``list`` reads the leader's view of match and lag. A broker from before admin
+forwarding answers a change with the leader's client endpoint instead; the command then asks
+it there (once). ``list`` prints one row per member (id, peer and client address, voter or
+learner, the leader's match offset and lag in bytes, reachable), ``-o json|yaml`` for
+scripts. ``add N=HOST:PEERPORT/CLIENTPORT`` adds N as a
 learner, waits until it caught up and promotes it (``--learner-only`` stops after the first
 step); the new broker runs with ``gannet broker run --node-id N --join``. ``remove N`` removes
 N (the leader too: it hands over once its removal committed).

@@ -2,8 +2,9 @@
 
 Families (a group of one exports none of them):
 
-* ``gannet_forwarded_requests_total{method}`` — client requests this member took and forwarded
-  to the leader (:mod:`gannet.node.api.forwarding`);
+* ``gannet_forwarded_requests_total{method}`` — client requests (v2 and admin writes, e.g.
+  ``SendMessage``, ``CreateTopic``) this member took and forwarded to the leader
+  (:mod:`gannet.node.api.forwarding`);
 * ``gannet_forward_rerouted_total`` — forwarded calls routed again (leader refused, died or
   changed); ``gannet_forward_held_total`` — requests that waited for a leader;
   ``gannet_forward_unanswered_total`` — requests answered with a retryable refusal because no

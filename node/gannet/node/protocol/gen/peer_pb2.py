@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gannet/raft/v1/peer.proto\x12\x0egannet.raft.v1\"\x96\x01\n\x0e\x46orwardRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\x04\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x0f\n\x07request\x18\x04 \x01(\x0c\x12/\n\x08metadata\x18\x05 \x03(\x0b\x32\x1d.gannet.raft.v1.MetadataEntry\x12\x13\n\x0b\x63lient_peer\x18\x06 \x01(\t\"+\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\" \n\x0c\x46orwardReply\x12\x10\n\x08response\x18\x01 \x01(\x0c\"\x8a\x05\n\x0bRaftMessage\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\x04\x12\x0e\n\x06target\x18\x03 \x01(\x04\x12\x0c\n\x04term\x18\x04 \x01(\x04\x12:\n\x10pre_vote_request\x18\n \x01(\x0b\x32\x1e.gannet.raft.v1.PreVoteRequestH\x00\x12<\n\x11pre_vote_response\x18\x0b \x01(\x0b\x32\x1f.gannet.raft.v1.PreVoteResponseH\x00\x12\x33\n\x0cvote_request\x18\x0c \x01(\x0b\x32\x1b.gannet.raft.v1.VoteRequestH\x00\x12\x35\n\rvote_response\x18\r \x01(\x0b\x32\x1c.gannet.raft.v1.VoteResponseH\x00\x12\x37\n\x0e\x61ppend_entries\x18\x0e \x01(\x0b\x32\x1d.gannet.raft.v1.AppendEntriesH\x00\x12\x39\n\x0f\x61ppend_response\x18\x0f \x01(\x0b\x32\x1e.gannet.raft.v1.AppendResponseH\x00\x12.\n\theartbeat\x18\x10 \x01(\x0b\x32\x19.gannet.raft.v1.HeartbeatH\x00\x12?\n\x12heartbeat_response\x18\x11 \x01(\x0b\x32!.gannet.raft.v1.HeartbeatResponseH\x00\x12\x31\n\x0btimeout_now\x18\x12 \x01(\x0b\x32\x1a.gannet.raft.v1.TimeoutNowH\x00\x12\x38\n\x0freset_log_start\x18\x13 \x01(\x0b\x32\x1d.gannet.raft.v1.ResetLogStartH\x00\x42\x06\n\x04\x62ody\"8\n\x0ePreVoteRequest\x12\x11\n\tlast_term\x18\x01 \x01(\x04\x12\x13\n\x0blast_offset\x18\x02 \x01(\x04\"\"\n\x0fPreVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\"G\n\x0bVoteRequest\x12\x11\n\tlast_term\x18\x01 \x01(\x04\x12\x13\n\x0blast_offset\x18\x02 \x01(\x04\x12\x10\n\x08transfer\x18\x03 \x01(\x08\"\x1f\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\"\x89\x01\n\rAppendEntries\x12\x13\n\x0bprev_offset\x18\x01 \x01(\x04\x12\x11\n\tprev_term\x18\x02 \x01(\x04\x12\x12\n\nend_offset\x18\x03 \x01(\x04\x12\x14\n\x0c\x65ntries_term\x18\x04 \x01(\x04\x12\x15\n\rleader_commit\x18\x05 \x01(\x04\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\"\x95\x01\n\x0e\x41ppendResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x14\n\x0cmatch_offset\x18\x02 \x01(\x04\x12\x16\n\x0e\x64urable_offset\x18\x03 \x01(\x04\x12\x1c\n\x14rejected_prev_offset\x18\x04 \x01(\x04\x12\x11\n\thint_term\x18\x05 \x01(\x04\x12\x13\n\x0bhint_offset\x18\x06 \x01(\x04\"\"\n\tHeartbeat\x12\x15\n\rleader_commit\x18\x01 \x01(\x04\"A\n\x11HeartbeatResponse\x12\x14\n\x0cmatch_offset\x18\x01 \x01(\x04\x12\x16\n\x0e\x64urable_offset\x18\x02 \x01(\x04\"\x0c\n\nTimeoutNow\"\x80\x01\n\rResetLogStart\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x04\x12\x12\n\nstart_term\x18\x02 \x01(\x04\x12\x15\n\rleader_commit\x18\x03 \x01(\x04\x12.\n\nmembership\x18\x04 \x01(\x0b\x32\x1a.gannet.raft.v1.Membership\"f\n\nMembership\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x04\x12\x12\n\nend_offset\x18\x02 \x01(\x04\x12\x0e\n\x06voters\x18\x03 \x03(\x04\x12\x10\n\x08learners\x18\x04 \x03(\x04\x12\x0c\n\x04\x62ody\x18\x05 \x01(\x0c\"+\n\x0e\x44\x65liverSummary\x12\x19\n\x11messages_received\x18\x01 \x01(\x04\x32\x9b\x01\n\x04Peer\x12H\n\x07\x44\x65liver\x12\x1b.gannet.raft.v1.RaftMessage\x1a\x1e.gannet.raft.v1.DeliverSummary(\x01\x12I\n\x07\x46orward\x12\x1e.gannet.raft.v1.ForwardRequest\x1a\x1c.gannet.raft.v1.ForwardReply0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gannet/raft/v1/peer.proto\x12\x0egannet.raft.v1\"\xa7\x01\n\x0e\x46orwardRequest\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\x04\x12\x0e\n\x06method\x18\x03 \x01(\t\x12\x0f\n\x07request\x18\x04 \x01(\x0c\x12/\n\x08metadata\x18\x05 \x03(\x0b\x32\x1d.gannet.raft.v1.MetadataEntry\x12\x13\n\x0b\x63lient_peer\x18\x06 \x01(\t\x12\x0f\n\x07service\x18\x07 \x01(\t\"+\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"O\n\x0c\x46orwardReply\x12\x10\n\x08response\x18\x01 \x01(\x0c\x12\x14\n\x0crefusal_code\x18\x02 \x01(\x05\x12\x17\n\x0frefusal_details\x18\x03 \x01(\t\"\x8a\x05\n\x0bRaftMessage\x12\r\n\x05group\x18\x01 \x01(\t\x12\x0e\n\x06sender\x18\x02 \x01(\x04\x12\x0e\n\x06target\x18\x03 \x01(\x04\x12\x0c\n\x04term\x18\x04 \x01(\x04\x12:\n\x10pre_vote_request\x18\n \x01(\x0b\x32\x1e.gannet.raft.v1.PreVoteRequestH\x00\x12<\n\x11pre_vote_response\x18\x0b \x01(\x0b\x32\x1f.gannet.raft.v1.PreVoteResponseH\x00\x12\x33\n\x0cvote_request\x18\x0c \x01(\x0b\x32\x1b.gannet.raft.v1.VoteRequestH\x00\x12\x35\n\rvote_response\x18\r \x01(\x0b\x32\x1c.gannet.raft.v1.VoteResponseH\x00\x12\x37\n\x0e\x61ppend_entries\x18\x0e \x01(\x0b\x32\x1d.gannet.raft.v1.AppendEntriesH\x00\x12\x39\n\x0f\x61ppend_response\x18\x0f \x01(\x0b\x32\x1e.gannet.raft.v1.AppendResponseH\x00\x12.\n\theartbeat\x18\x10 \x01(\x0b\x32\x19.gannet.raft.v1.HeartbeatH\x00\x12?\n\x12heartbeat_response\x18\x11 \x01(\x0b\x32!.gannet.raft.v1.HeartbeatResponseH\x00\x12\x31\n\x0btimeout_now\x18\x12 \x01(\x0b\x32\x1a.gannet.raft.v1.TimeoutNowH\x00\x12\x38\n\x0freset_log_start\x18\x13 \x01(\x0b\x32\x1d.gannet.raft.v1.ResetLogStartH\x00\x42\x06\n\x04\x62ody\"8\n\x0ePreVoteRequest\x12\x11\n\tlast_term\x18\x01 \x01(\x04\x12\x13\n\x0blast_offset\x18\x02 \x01(\x04\"\"\n\x0fPreVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\"G\n\x0bVoteRequest\x12\x11\n\tlast_term\x18\x01 \x01(\x04\x12\x13\n\x0blast_offset\x18\x02 \x01(\x04\x12\x10\n\x08transfer\x18\x03 \x01(\x08\"\x1f\n\x0cVoteResponse\x12\x0f\n\x07granted\x18\x01 \x01(\x08\"\x89\x01\n\rAppendEntries\x12\x13\n\x0bprev_offset\x18\x01 \x01(\x04\x12\x11\n\tprev_term\x18\x02 \x01(\x04\x12\x12\n\nend_offset\x18\x03 \x01(\x04\x12\x14\n\x0c\x65ntries_term\x18\x04 \x01(\x04\x12\x15\n\rleader_commit\x18\x05 \x01(\x04\x12\x0f\n\x07payload\x18\x06 \x01(\x0c\"\x95\x01\n\x0e\x41ppendResponse\x12\x0f\n\x07success\x18\x01 \x01(\x08\x12\x14\n\x0cmatch_offset\x18\x02 \x01(\x04\x12\x16\n\x0e\x64urable_offset\x18\x03 \x01(\x04\x12\x1c\n\x14rejected_prev_offset\x18\x04 \x01(\x04\x12\x11\n\thint_term\x18\x05 \x01(\x04\x12\x13\n\x0bhint_offset\x18\x06 \x01(\x04\"\"\n\tHeartbeat\x12\x15\n\rleader_commit\x18\x01 \x01(\x04\"A\n\x11HeartbeatResponse\x12\x14\n\x0cmatch_offset\x18\x01 \x01(\x04\x12\x16\n\x0e\x64urable_offset\x18\x02 \x01(\x04\"\x0c\n\nTimeoutNow\"\x80\x01\n\rResetLogStart\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x04\x12\x12\n\nstart_term\x18\x02 \x01(\x04\x12\x15\n\rleader_commit\x18\x03 \x01(\x04\x12.\n\nmembership\x18\x04 \x01(\x0b\x32\x1a.gannet.raft.v1.Membership\"f\n\nMembership\x12\x14\n\x0cstart_offset\x18\x01 \x01(\x04\x12\x12\n\nend_offset\x18\x02 \x01(\x04\x12\x0e\n\x06voters\x18\x03 \x03(\x04\x12\x10\n\x08learners\x18\x04 \x03(\x04\x12\x0c\n\x04\x62ody\x18\x05 \x01(\x0c\"+\n\x0e\x44\x65liverSummary\x12\x19\n\x11messages_received\x18\x01 \x01(\x04\x32\x9b\x01\n\x04Peer\x12H\n\x07\x44\x65liver\x12\x1b.gannet.raft.v1.RaftMessage\x1a\x1e.gannet.raft.v1.DeliverSummary(\x01\x12I\n\x07\x46orward\x12\x1e.gannet.raft.v1.ForwardRequest\x1a\x1c.gannet.raft.v1.ForwardReply0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,37 +32,37 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gannet.raft.v1.peer_pb2', _
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_FORWARDREQUEST']._serialized_start=46
-  _globals['_FORWARDREQUEST']._serialized_end=196
-  _globals['_METADATAENTRY']._serialized_start=198
-  _globals['_METADATAENTRY']._serialized_end=241
-  _globals['_FORWARDREPLY']._serialized_start=243
-  _globals['_FORWARDREPLY']._serialized_end=275
-  _globals['_RAFTMESSAGE']._serialized_start=278
-  _globals['_RAFTMESSAGE']._serialized_end=928
-  _globals['_PREVOTEREQUEST']._serialized_start=930
-  _globals['_PREVOTEREQUEST']._serialized_end=986
-  _globals['_PREVOTERESPONSE']._serialized_start=988
-  _globals['_PREVOTERESPONSE']._serialized_end=1022
-  _globals['_VOTEREQUEST']._serialized_start=1024
-  _globals['_VOTEREQUEST']._serialized_end=1095
-  _globals['_VOTERESPONSE']._serialized_start=1097
-  _globals['_VOTERESPONSE']._serialized_end=1128
-  _globals['_APPENDENTRIES']._serialized_start=1131
-  _globals['_APPENDENTRIES']._serialized_end=1268
-  _globals['_APPENDRESPONSE']._serialized_start=1271
-  _globals['_APPENDRESPONSE']._serialized_end=1420
-  _globals['_HEARTBEAT']._serialized_start=1422
-  _globals['_HEARTBEAT']._serialized_end=1456
-  _globals['_HEARTBEATRESPONSE']._serialized_start=1458
-  _globals['_HEARTBEATRESPONSE']._serialized_end=1523
-  _globals['_TIMEOUTNOW']._serialized_start=1525
-  _globals['_TIMEOUTNOW']._serialized_end=1537
-  _globals['_RESETLOGSTART']._serialized_start=1540
-  _globals['_RESETLOGSTART']._serialized_end=1668
-  _globals['_MEMBERSHIP']._serialized_start=1670
-  _globals['_MEMBERSHIP']._serialized_end=1772
-  _globals['_DELIVERSUMMARY']._serialized_start=1774
-  _globals['_DELIVERSUMMARY']._serialized_end=1817
-  _globals['_PEER']._serialized_start=1820
-  _globals['_PEER']._serialized_end=1975
+  _globals['_FORWARDREQUEST']._serialized_end=213
+  _globals['_METADATAENTRY']._serialized_start=215
+  _globals['_METADATAENTRY']._serialized_end=258
+  _globals['_FORWARDREPLY']._serialized_start=260
+  _globals['_FORWARDREPLY']._serialized_end=339
+  _globals['_RAFTMESSAGE']._serialized_start=342
+  _globals['_RAFTMESSAGE']._serialized_end=992
+  _globals['_PREVOTEREQUEST']._serialized_start=994
+  _globals['_PREVOTEREQUEST']._serialized_end=1050
+  _globals['_PREVOTERESPONSE']._serialized_start=1052
+  _globals['_PREVOTERESPONSE']._serialized_end=1086
+  _globals['_VOTEREQUEST']._serialized_start=1088
+  _globals['_VOTEREQUEST']._serialized_end=1159
+  _globals['_VOTERESPONSE']._serialized_start=1161
+  _globals['_VOTERESPONSE']._serialized_end=1192
+  _globals['_APPENDENTRIES']._serialized_start=1195
+  _globals['_APPENDENTRIES']._serialized_end=1332
+  _globals['_APPENDRESPONSE']._serialized_start=1335
+  _globals['_APPENDRESPONSE']._serialized_end=1484
+  _globals['_HEARTBEAT']._serialized_start=1486
+  _globals['_HEARTBEAT']._serialized_end=1520
+  _globals['_HEARTBEATRESPONSE']._serialized_start=1522
+  _globals['_HEARTBEATRESPONSE']._serialized_end=1587
+  _globals['_TIMEOUTNOW']._serialized_start=1589
+  _globals['_TIMEOUTNOW']._serialized_end=1601
+  _globals['_RESETLOGSTART']._serialized_start=1604
+  _globals['_RESETLOGSTART']._serialized_end=1732
+  _globals['_MEMBERSHIP']._serialized_start=1734
+  _globals['_MEMBERSHIP']._serialized_end=1836
+  _globals['_DELIVERSUMMARY']._serialized_start=1838
+  _globals['_DELIVERSUMMARY']._serialized_end=1881
+  _globals['_PEER']._serialized_start=1884
+  _globals['_PEER']._serialized_end=2039
 # @@protoc_insertion_point(module_scope)

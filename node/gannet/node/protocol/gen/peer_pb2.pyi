@@ -7,20 +7,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ForwardRequest(_message.Message):
-    __slots__ = ("group", "sender", "method", "request", "metadata", "client_peer")
+    __slots__ = ("group", "sender", "method", "request", "metadata", "client_peer", "service")
     GROUP_FIELD_NUMBER: _ClassVar[int]
     SENDER_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     REQUEST_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     CLIENT_PEER_FIELD_NUMBER: _ClassVar[int]
+    SERVICE_FIELD_NUMBER: _ClassVar[int]
     group: str
     sender: int
     method: str
     request: bytes
     metadata: _containers.RepeatedCompositeFieldContainer[MetadataEntry]
     client_peer: str
-    def __init__(self, group: _Optional[str] = ..., sender: _Optional[int] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ..., metadata: _Optional[_Iterable[_Union[MetadataEntry, _Mapping]]] = ..., client_peer: _Optional[str] = ...) -> None: ...
+    service: str
+    def __init__(self, group: _Optional[str] = ..., sender: _Optional[int] = ..., method: _Optional[str] = ..., request: _Optional[bytes] = ..., metadata: _Optional[_Iterable[_Union[MetadataEntry, _Mapping]]] = ..., client_peer: _Optional[str] = ..., service: _Optional[str] = ...) -> None: ...
 
 class MetadataEntry(_message.Message):
     __slots__ = ("key", "value")
@@ -31,10 +33,14 @@ class MetadataEntry(_message.Message):
     def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class ForwardReply(_message.Message):
-    __slots__ = ("response",)
+    __slots__ = ("response", "refusal_code", "refusal_details")
     RESPONSE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_CODE_FIELD_NUMBER: _ClassVar[int]
+    REFUSAL_DETAILS_FIELD_NUMBER: _ClassVar[int]
     response: bytes
-    def __init__(self, response: _Optional[bytes] = ...) -> None: ...
+    refusal_code: int
+    refusal_details: str
+    def __init__(self, response: _Optional[bytes] = ..., refusal_code: _Optional[int] = ..., refusal_details: _Optional[str] = ...) -> None: ...
 
 class RaftMessage(_message.Message):
     __slots__ = ("group", "sender", "target", "term", "pre_vote_request", "pre_vote_response", "vote_request", "vote_response", "append_entries", "append_response", "heartbeat", "heartbeat_response", "timeout_now", "reset_log_start")

@@ -57,11 +57,13 @@ class PeerServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def Forward(self, request, context):
-        """A client request a follower took and only the leader may serve (SendMessage, AckMessage,
-        ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, UpdateOffset, ReceiveMessage),
-        served by the leader as if the client had called it; the gRPC deadline is the client's.
-        Unary methods answer one ForwardReply, ReceiveMessage one per response. A member that does
-        not lead (or is not ready to) fails the call with FAILED_PRECONDITION: nothing was done.
+        """A client request a follower took and only the leader may serve (v2: SendMessage,
+        AckMessage, ChangeInvisibleDuration, ForwardMessageToDeadLetterQueue, UpdateOffset,
+        ReceiveMessage, ...; admin: the writes of gannet.admin.v1.Admin), served by the leader as if
+        the client had called it; the gRPC deadline is the client's. Unary methods answer one
+        ForwardReply, ReceiveMessage one per response. A member that does not lead (or is not ready
+        to) fails the call with FAILED_PRECONDITION: nothing was done. Any other failure of the call
+        is the forwarding's; the served method's own refusals travel in the reply.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
