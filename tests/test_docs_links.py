@@ -70,7 +70,7 @@ def test_the_link_reader() -> None:
     text = (
         'See [design](docs/design.md#7-how-it-is-checked), ![pic](img/a.png "A"), '
         "[site](https://example.com) and [top](#quick-start).\n"
-        "`[not](a-link.md)`\n```sh\necho [no](link.md)\n```\n[ref]: docs/store.md\n"
+        "`[not](docs/cli.md)`\n```sh\necho [no](docs/pipeline.md)\n```\n[ref]: docs/store.md\n"
     )
     assert links(text) == [
         "docs/design.md#7-how-it-is-checked",
