@@ -154,3 +154,142 @@ def test_every_cited_markdown_file_exists() -> None:
     assert not missing, "citations of markdown files that are not in the repository:\n" + (
         "\n".join(missing)
     )
+
+
+# --- section citations ----------------------------------------------------------------------
+# A ``§`` number means nothing without the document it numbers. The sources and tests once cited
+# bare numbers (``§10.11``, ``(§4.1)``) of developers' notes a reader does not have; a citation
+# now names its source near the number: a ``.md`` page of the repository (``docs/formats/pop.md``
+# §6) or a named outside work (Raft §5.4.2, Ongaro's dissertation §4.2.2, an RFC, KIP or RIP).
+SECTION = re.compile(r"§\s*\d")
+SECTION_SOURCE = re.compile(r"\.md\b|\b(?:Raft|Ongaro|[Dd]issertation|[Pp]aper|RFC|KIP|RIP)\b")
+SECTION_CONTEXT_CHARS = 120
+SECTION_CITING_ROOTS = ("node", "operator", "pipeline", "tests", "bench", "e2e")
+
+
+def bare_sections(text: str) -> list[int]:
+    """Line numbers (1-based) of ``§`` numbers whose line, or the text just before that line,
+    names no source."""
+    found = []
+    for match in SECTION.finditer(text):
+        line_start = text.rfind("\n", 0, match.start()) + 1
+        line_end = text.find("\n", match.end())
+        window = text[
+            max(0, line_start - SECTION_CONTEXT_CHARS) : len(text) if line_end < 0 else line_end
+        ]
+        if not SECTION_SOURCE.search(window):
+            found.append(text.count("\n", 0, match.start()) + 1)
+    return found
+
+
+# A ``.md`` citation followed by its section numbers: ``docs/formats/pop.md`` §3–§4,
+# ``queues.md`` §1.3, §2.4, ``commitlog.md`` §3 and §5. Each number must be a heading of the page
+# (``## 3. …``, ``### 1.3 …``).
+CITED_SECTIONS = re.compile(
+    r"(?<![\w./*{}-])((?:\.{1,2}/)*(?:[\w-][\w.-]*/)*[\w-][\w.-]*\.md)`*\)?\s*"
+    r"(§\s*\d+(?:\.\d+)*(?:\s*(?:–|-|,|and)\s*§\s*\d+(?:\.\d+)*)*)"
+)
+SECTION_NUMBER = re.compile(r"§\s*(\d+(?:\.\d+)*)")
+
+
+def cited_sections(text: str) -> list[tuple[str, str]]:
+    """(page, section number) pairs a text cites."""
+    return [
+        (match.group(1), number)
+        for match in CITED_SECTIONS.finditer(URL.sub(" ", text))
+        for number in SECTION_NUMBER.findall(match.group(2))
+    ]
+
+
+def has_section(page: Path, number: str) -> bool:
+    heading = re.compile(rf"^#+ {re.escape(number)}\.?\s", re.MULTILINE)
+    return bool(heading.search(page.read_text(encoding="utf-8")))
+
+
+def test_the_section_patterns_catch_what_they_must() -> None:
+    for bad in (
+        '"""Retry and dead-letter messages (send-back to DLQ, §10.11)."""',
+        "A topic is published as the proxy does (§4.1):",
+        "# --- routing (§11.1) ---",
+        "callers must not catch (style guide §9 rule 5).",
+        "Orderly (FIFO) Pop (RocketMQ §10.10).",
+        "Statuses (§12): no consume queue",
+    ):
+        assert bare_sections(bad) == [1], bad
+    for fine in (
+        "Pop checkpoints (``PopCheckPoint``, ``docs/formats/pop.md`` §2): the JSON body.",
+        "(``docs/formats/queues.md`` §1.3, §2.4). Dispatch takes",
+        "# Raft §5.4.2: count replicas only for bytes of the current term.",
+        "(Ongaro's dissertation §4.2.2). A joining node never campaigns.",
+        "RFC 7540 §6.9, KIP-98 §3, RIP-31 §2",
+        "no section sign at all, 10.11",
+    ):
+        assert bare_sections(fine) == [], fine
+    # The source may end the line before: a citation wrapped over two lines.
+    wrapped = "(Ongaro, *Consensus: Bridging Theory and\nPractice*, §4.1). We chose it"
+    assert bare_sections(wrapped) == []
+    far = "see docs/formats/pop.md\n" + "x" * 200 + "\nand §3"
+    assert bare_sections(far) == [3]
+    assert cited_sections("``docs/formats/pop.md`` §3–§4, ``docs/protocol.md`` §7") == [
+        ("docs/formats/pop.md", "3"),
+        ("docs/formats/pop.md", "4"),
+        ("docs/protocol.md", "7"),
+    ]
+    assert cited_sections("from ``docs/formats/commitlog.md`` §3 and §5, not") == [
+        ("docs/formats/commitlog.md", "3"),
+        ("docs/formats/commitlog.md", "5"),
+    ]
+    assert cited_sections("[configs.md](configs.md) §5; queues.md §1.3") == [
+        ("configs.md", "5"),
+        ("queues.md", "1.3"),
+    ]
+    queues = REPO / "docs" / "formats" / "queues.md"
+    assert has_section(queues, "1")
+    assert has_section(queues, "1.3")
+    assert not has_section(queues, "3.6")
+    assert not has_section(queues, "1.9")
+
+
+def test_no_bare_section_citation() -> None:
+    files = [
+        p
+        for p in tracked_files()
+        if p.resolve() != THIS
+        and p.suffix == ".py"
+        and p.relative_to(REPO).parts[0] in SECTION_CITING_ROOTS
+    ]
+    assert len(files) > 100, "the list of Python files is implausibly short"
+    found = []
+    for path in files:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:  # deleted in the work tree, not yet in the index
+            continue
+        lines = text.splitlines()
+        for number in bare_sections(text):
+            found.append(f"{path.relative_to(REPO)}:{number}: {lines[number - 1].strip()[:100]}")
+    assert not found, (
+        "section numbers that name no document (cite a docs/ page and its section, e.g. "
+        "``docs/formats/queues.md`` §1.5, or drop the number):\n" + "\n".join(found)
+    )
+
+
+def test_every_cited_section_exists() -> None:
+    files = [p for p in tracked_files() if p.resolve() != THIS]
+    by_name: dict[str, list[Path]] = {}
+    for p in files:
+        by_name.setdefault(p.name, []).append(p)
+    missing = []
+    for path in citing_files(files):
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            for cited, section in cited_sections(line):
+                pages = [base / cited for base in (REPO, path.parent) if (base / cited).is_file()]
+                if not pages and "/" not in cited:
+                    pages = by_name.get(cited, [])
+                if pages and not any(has_section(page, section) for page in pages):
+                    missing.append(f"{path.relative_to(REPO)}:{number}: {cited} §{section}")
+    assert not missing, "cited sections that the page does not have:\n" + "\n".join(missing)

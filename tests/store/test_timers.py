@@ -1,4 +1,5 @@
-"""Tests of the timer store: byte layouts, routing (§11.1), due order, roll, crash, truncate.
+"""Tests of the timer store: byte layouts, routing (``docs/formats/timers.md`` §4), due order,
+roll, crash, truncate.
 
 Expected bytes are written out field by field from ``docs/formats/timers.md``, not produced by the
 encoders under test. Time is virtual: every call gets ``now_ms`` explicitly.
@@ -179,7 +180,7 @@ def test_wheel_with_another_size_is_refused(tmp_path: Path) -> None:
         TimerStore.open(config(tmp_path, timer_wheel_slots=1800))
 
 
-# --- routing (§11.1) ---------------------------------------------------------------------------
+# --- routing (docs/formats/timers.md §4) ------------------------------------------------------
 
 
 @pytest.mark.parametrize(

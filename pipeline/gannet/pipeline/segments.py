@@ -91,7 +91,8 @@ ScanEvent = Record | Damage | End
 
 def is_consumable(sys_flag: int) -> bool:
     """Whether a record is a message consumers see: not a prepared or rolled-back
-    transactional record (the consume-queue dispatch rule, §5)."""
+    transactional record (the consume-queue dispatch rule,
+    ``docs/formats/queues.md`` §1.3)."""
     return records.transaction_type(sys_flag) in (
         records.SYSFLAG_TRANSACTION_NOT_TYPE,
         records.SYSFLAG_TRANSACTION_COMMIT_TYPE,

@@ -1,6 +1,7 @@
 """QueryRoute and QueryAssignment answers: the broker itself is the only broker.
 
-A topic of ``r`` read and ``w`` write queues is published as the proxy does (§4.1):
+A topic of ``r`` read and ``w`` write queues is published as the proxy does
+(``docs/protocol.md`` §5):
 ``min(r, w)`` queues READ_WRITE, then read-only extras READ and write-only extras WRITE, ids
 ``0..n-1``, or NONE when the topic's perm has neither bit. ``accept_message_types`` comes from
 the topic's ``message.type`` (MIXED → NORMAL, FIFO, DELAY, TRANSACTION). ``broker.id`` is 0

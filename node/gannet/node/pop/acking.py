@@ -1,5 +1,6 @@
 """Ack, batch ack, change invisible time and forward-to-DLQ of popped messages
-(RocketMQ ``AckMessageProcessor`` / ``ChangeInvisibleTimeProcessor``, §10.6–§10.7).
+(RocketMQ ``AckMessageProcessor`` / ``ChangeInvisibleTimeProcessor``;
+``docs/formats/pop.md`` §3–§4, ``docs/protocol.md`` §7).
 
 Checks, in this order, each raising before anything is written: the handle parses (every field
 a plain decimal within its Java type, :mod:`receipts`); it names this broker; its queue offset

@@ -1,4 +1,5 @@
-"""In-flight checkpoints and in-memory ack matching (RocketMQ ``PopBufferMergeService``, §10.9).
+"""In-flight checkpoints and in-memory ack matching (RocketMQ ``PopBufferMergeService``,
+``docs/formats/pop.md`` §2).
 
 Two structures, guarded by one lock:
 

@@ -1,5 +1,5 @@
-"""Orderly-pop state per queue (RocketMQ ``ConsumerOrderInfoManager``, §10.10) and its file
-``<root>/config/consumerOrderInfo.json``.
+"""Orderly-pop state per queue (RocketMQ ``ConsumerOrderInfoManager``, ``docs/formats/pop.md`` §7)
+and its file ``<root>/config/consumerOrderInfo.json`` (``docs/formats/configs.md`` §6).
 
 Table ``"topic@group"`` → queue id → :class:`OrderInfo` of the last pop of that queue. JSON
 (strict, keys sorted; RocketMQ's names)::

@@ -1,4 +1,4 @@
-"""Orderly (FIFO) Pop for groups with ``consume_message_orderly`` (RocketMQ §10.10).
+"""Orderly (FIFO) Pop for groups with ``consume_message_orderly`` (``docs/formats/pop.md`` §7).
 
 No checkpoint is written and retry topics are not read; receipt handles carry revive queue 999.
 Per queue of the topic (messages of one message group share a queue, so this is also per

@@ -1,4 +1,5 @@
-"""Retry and dead-letter messages (``PopReviveService.reviveRetry``, send-back to DLQ, §10.11).
+"""Retry and dead-letter messages (``PopReviveService.reviveRetry``, send-back to DLQ,
+``docs/formats/pop.md`` §6).
 
 Retry: topic = the checkpoint's topic when it already is a ``%RETRY%`` topic, else
 ``%RETRY%<group>_<topic>``; queue 0; body, flag, sys flag, born time and host and every property

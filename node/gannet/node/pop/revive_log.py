@@ -1,4 +1,5 @@
-"""CK and ACK messages of the revive topic ``rmq_sys_REVIVE_LOG_<cluster>`` (§10.4, §10.5).
+"""CK and ACK messages of the revive topic ``rmq_sys_REVIVE_LOG_<cluster>``
+(``docs/formats/pop.md`` §1–§3).
 
 A CK message goes to revive queue ``reviveQid`` with tag ``ck``, the checkpoint JSON as body, the
 CK unique key as ``UNIQ_KEY`` and ``TIMER_DELIVER_MS = reviveTime − 1000``; an ACK message goes to

@@ -2,7 +2,8 @@
 
 Used by every module of ``gannet.node.raft``. A plain ``assert`` disappears under
 ``python -O``; a broken Raft invariant must never be silently skipped, so this raises
-``InvariantViolation`` instead, which callers must not catch (style guide §9 rule 5).
+``InvariantViolation`` instead, which callers must not catch: no ``except`` around a Raft call
+may swallow it, so a broken invariant always stops the node.
 """
 
 from __future__ import annotations

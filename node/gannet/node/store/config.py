@@ -26,26 +26,26 @@ class StoreConfig:
     """Settings of one store directory."""
 
     root_dir: Path
-    # --- commit log (§1) ---
+    # --- commit log (docs/formats/commitlog.md) ---
     commitlog_file_size_bytes: int = 1024 * 1024 * 1024  # mappedFileSizeCommitLog
     message_body_size_max_bytes: int = 4 * 1024 * 1024  # maxMessageSize
     check_crc_on_recover: bool = True  # checkCRCOnRecover
     force_recover: bool = False  # Gannet: cut damage below the flushed floor, keeping the bytes
-    # --- flushing (§7) ---
+    # --- flushing (docs/design.md §2, group commit) ---
     flush_mode: FlushMode = FlushMode.ASYNC_FLUSH  # flushDiskType
     flush_interval_ms: int = 500  # flushIntervalCommitLog
     flush_least_pages: int = 4  # flushCommitLogLeastPages
     flush_thorough_interval_ms: int = 10_000  # flushCommitLogThoroughInterval
     sync_flush_timeout_ms: int = 5_000  # syncFlushTimeout
-    # --- consume queues (§3) ---
+    # --- consume queues (docs/formats/queues.md §1) ---
     consume_queue_units_per_file: int = 300_000  # mappedFileSizeConsumeQueue / 20
     consume_queue_flush_interval_ms: int = 1_000  # flushIntervalConsumeQueue
-    # --- index files (§4) ---
+    # --- index files (docs/formats/queues.md §2) ---
     index_enabled: bool = True  # messageIndexEnable
     index_hash_slots: int = 5_000_000  # maxHashSlotNum
     index_items_max: int = 20_000_000  # maxIndexNum
     index_query_results_max: int = 64  # maxMsgsNumBatch
-    # --- cleanup (§8) ---
+    # --- cleanup (docs/store.md, Cleanup) ---
     file_reserved_hours: float = 72.0  # fileReservedTime
     delete_when: str = "04"  # deleteWhen: ';'-separated local hours
     disk_max_used_ratio_percent: int = 75  # diskMaxUsedSpaceRatio
@@ -55,7 +55,7 @@ class StoreConfig:
     delete_unconsumed: bool = False  # Gannet: forcible cleanup may delete unconsumed messages
     delete_files_per_run_max: int = 10  # deleteFileBatchMax
     clean_resource_interval_ms: int = 10_000  # cleanResourceInterval
-    # --- timer store (§11) ---
+    # --- timer store (docs/formats/timers.md) ---
     timer_precision_ms: int = 1_000  # timerPrecisionMs
     timer_wheel_slots: int = 7 * 86_400  # TIMER_WHEEL_TTL_DAY × seconds per day
     timer_log_file_size_bytes: int = 100 * 1024 * 1024  # mappedFileSizeTimerLog

@@ -9,8 +9,8 @@ consumer offsets every second when changed and at close), and offers:
   group commit shares one fdatasync among concurrent writers) and
   :meth:`MessageStore.put_messages_nowait` (returns a future for durability, for asyncio
   callers);
-* reads — :meth:`get_messages` by queue offset with RocketMQ's status rules (§12),
-  :meth:`read_message` by commit-log offset;
+* reads — :meth:`get_messages` by queue offset with RocketMQ's status rules
+  (:mod:`~gannet.node.store.queues.reading`), :meth:`read_message` by commit-log offset;
 * queries — by offset message id, key, unique key, store time (see :mod:`querying`);
 * maintenance — :meth:`truncate` (Raft divergence), :meth:`reset_to` (Raft catch-up below
   the leader's retention), :meth:`clean_now`, :meth:`statistics`.

@@ -7,7 +7,8 @@
   (RocketMQ leaves that to the client);
 * by queue offset — one consume-queue unit, then the record;
 * by store time — the queue offset for a timestamp, LOWER (first message at or after) or UPPER
-  (last message at or before), binary search in the consume queue (§3.6).
+  (last message at or before), binary search in the consume queue
+  (``docs/formats/queues.md`` §1.6).
 
 Read-only. Called by the CLI, the admin API and the pipeline.
 """

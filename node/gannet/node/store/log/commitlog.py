@@ -371,7 +371,8 @@ class CommitLog:
             raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
-        """Store time of the record at ``offset`` or −1 (time search, §3.6)."""
+        """Store time of the record at ``offset`` or −1 (time search,
+        ``docs/formats/queues.md`` §1.6)."""
         f = self.files.find_file(offset)
         if f is None:
             return -1

@@ -82,7 +82,8 @@ def check_record(
 
 
 class DelayResolver:
-    """Maps a legacy delay level to the delivery timestamp of a stored message (§1.12)."""
+    """Maps a legacy delay level to the delivery timestamp of a stored message
+    (``docs/formats/commitlog.md`` §8, ``docs/formats/timers.md`` §4)."""
 
     def __init__(self, level_delays_ms: list[int]) -> None:
         self.level_delays_ms = level_delays_ms

@@ -115,7 +115,8 @@ class ConsumeQueue:
         self._mfq.load()
 
     def recover(self) -> None:
-        """Find the end of valid units (§3.3) and cut everything after it."""
+        """Find the end of valid units and cut everything after it
+        (``docs/formats/queues.md`` §1.5)."""
         files = self._mfq.files
         self._forget_times()
         if not files:
@@ -148,7 +149,8 @@ class ConsumeQueue:
 
     # --- dispatch ---
     def put(self, commit_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
-        """Append the unit of one dispatched record (§3.2); idempotent for rebuilt entries."""
+        """Append the unit of one dispatched record (``docs/formats/queues.md`` §1.2–§1.3);
+        idempotent for rebuilt entries."""
         if commit_offset + size <= self.max_physic_offset:
             return
         assert min(commit_offset, queue_offset) >= 0 < size, (
@@ -229,7 +231,7 @@ class ConsumeQueue:
         return queue_offset + self._units_per_file - queue_offset % self._units_per_file
 
     def get_last_offset(self) -> int:
-        """Commit-log end (offset + size) of the last unit, or -1 (§3.7)."""
+        """Commit-log end (offset + size) of the last unit, or -1."""
         end = self._mfq.max_offset()
         if end < CQ_UNIT_SIZE_BYTES:
             return -1
@@ -352,7 +354,8 @@ class ConsumeQueue:
         return position
 
     def truncate_dirty_logic_files(self, phy_offset: int) -> None:
-        """Remove every unit pointing at or past commit-log ``phy_offset`` (§3.4).
+        """Remove every unit pointing at or past commit-log ``phy_offset``
+        (``docs/formats/queues.md`` §1.5).
 
         Files whose first unit is cut are deleted; the file holding the cut keeps its head and
         its tail is zeroed so that no cut unit can be found again.
@@ -381,7 +384,8 @@ class ConsumeQueue:
         self._min_logic_offset = min(self._min_logic_offset, self._mfq.max_offset())
 
     def correct_min_offset(self, min_commitlog_offset: int) -> None:
-        """Move the min offset to the first unit at or past ``min_commitlog_offset`` (§3.5)."""
+        """Move the min offset to the first unit at or past ``min_commitlog_offset``
+        (``docs/formats/queues.md`` §1.5)."""
         end = self._mfq.max_offset()
         first = self._mfq.first_file()
         if first is None or self._min_logic_offset >= end:
@@ -401,7 +405,8 @@ class ConsumeQueue:
         self._min_logic_offset = found * CQ_UNIT_SIZE_BYTES
 
     def delete_expired_file(self, min_commitlog_offset: int) -> int:
-        """Delete leading files whose last unit points before the commit-log min (§3.7)."""
+        """Delete leading files whose last unit points before the commit-log min
+        (``docs/formats/queues.md`` §1.5)."""
         files = self._mfq.files
         doomed: list[MappedFile] = []
         for f in files[:-1]:
@@ -425,9 +430,9 @@ class ConsumeQueue:
     ) -> int:
         """Queue offset of the first (LOWER) or last (UPPER) unit stored at ``timestamp_ms``.
 
-        §3.6: choose a file by its first/last store times, binary-search inside it, and clamp
-        the result into ``[min_offset_in_queue, max_offset_in_queue]``. RocketMQ's default
-        boundary is LOWER.
+        ``docs/formats/queues.md`` §1.6: choose a file by its first/last store times,
+        binary-search inside it, and clamp the result into
+        ``[min_offset_in_queue, max_offset_in_queue]``. RocketMQ's default boundary is LOWER.
         """
         f = self._file_by_time(timestamp_ms, boundary, store_time_of)
         result = 0
@@ -479,7 +484,8 @@ class ConsumeQueue:
 
 
 class _TimeSearch:
-    """The binary search of §3.6 inside one consume-queue file (``binarySearchInQueueByTime``)."""
+    """The binary search inside one consume-queue file (``binarySearchInQueueByTime``,
+    ``docs/formats/queues.md`` §1.6)."""
 
     def __init__(
         self,

@@ -187,7 +187,8 @@ class IndexFile:
 
     # --- writing ---
     def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one item for ``key`` (§4.4) and write the header; False when the file is full."""
+        """Add one item for ``key`` (``docs/formats/queues.md`` §2.4) and write the header;
+        False when the file is full."""
         if not self.add_item(key, phy_offset, store_timestamp_ms):
             return False
         self._write_header()
@@ -247,7 +248,8 @@ class IndexFile:
         return at
 
     def add_item(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
-        """Add one item for ``key`` (§4.4) without writing the header; False when full.
+        """Add one item for ``key`` (``docs/formats/queues.md`` §2.4) without writing the
+        header; False when full.
 
         On the dispatch hot path, hence written out inline (same rules as
         :func:`slot_position`, :meth:`read_slot_at`, :func:`_time_diff_s`,
@@ -338,7 +340,8 @@ class IndexFile:
         return IndexItem(key_hash, phy_offset, time_diff_s, prev)
 
     def is_time_matched(self, begin_ms: int, end_ms: int) -> bool:
-        """Whether ``[begin_ms, end_ms]`` overlaps the file's time range (§4.5)."""
+        """Whether ``[begin_ms, end_ms]`` overlaps the file's time range
+        (``docs/formats/queues.md`` §2.5)."""
         first, last = self.begin_timestamp_ms, self.end_timestamp_ms
         return (
             (begin_ms < first and end_ms > last)

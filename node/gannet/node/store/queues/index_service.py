@@ -150,7 +150,8 @@ class IndexService:
 
     # --- dispatch ---
     def build_index(self, info: DispatchInfo) -> None:
-        """Index the unique key and every KEYS token of one dispatched record (§5)."""
+        """Index the unique key and every KEYS token of one dispatched record
+        (``docs/formats/queues.md`` §2.4)."""
         if not self.config.index_enabled:
             return
         f = self._writable_file()

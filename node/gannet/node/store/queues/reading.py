@@ -1,7 +1,7 @@
 """Reading a queue by queue offset (``DefaultMessageStore.getMessage``), with RocketMQ's status
 rules, so that pull, Pop and the CLI share one definition of "what is there".
 
-Statuses (§12): no consume queue → NO_MATCHED_LOGIC_QUEUE; empty queue → NO_MESSAGE_IN_QUEUE;
+Statuses: no consume queue → NO_MATCHED_LOGIC_QUEUE; empty queue → NO_MESSAGE_IN_QUEUE;
 offset < min → OFFSET_TOO_SMALL (next = min); offset == max → OFFSET_OVERFLOW_ONE; offset > max
 → OFFSET_OVERFLOW_BADLY (next = max); otherwise units are scanned — at most
 ``max(16000, max_count × 20)`` bytes of consume queue, at most ``max_count`` messages and

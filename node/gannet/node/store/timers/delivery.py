@@ -95,7 +95,7 @@ DELAY_LEVELS_MS = [
 
 
 # --------------------------------------------------------------------------------------------
-# Routing (§11.1) and message transformation: pure.
+# Routing (docs/formats/timers.md §4) and message transformation: pure.
 # --------------------------------------------------------------------------------------------
 
 
@@ -140,14 +140,16 @@ def _has_delay_level(properties: Mapping[str, str]) -> bool:
 def route_for_timer(
     properties: Mapping[str, str], now_ms: int, config: StoreConfig
 ) -> TimerRouting | None:
-    """Decide whether a message goes to the timer (§11.1, ``HookUtils.handleScheduleMessage``).
+    """Decide whether a message goes to the timer (``docs/formats/timers.md`` §4,
+    ``HookUtils.handleScheduleMessage``).
 
     Returns None when the message is stored directly: no timer property, ``TIMER_OUT_MS``
-    already set (already routed), a legacy ``DELAY`` level set (the schedule path of §11.3
-    takes it), or a delivery time that has come (``<= now``). Precedence ``TIMER_DELAY_SEC``,
-    then ``TIMER_DELAY_MS``, then ``TIMER_DELIVER_MS``. Raises :class:`MessageIllegal` for an
-    unparsable value or a delay beyond ``timer_max_delay_s``. The caller checks that the topic
-    is not already :data:`TIMER_TOPIC`.
+    already set (already routed), a legacy ``DELAY`` level set (:meth:`TimerService.route` turns
+    a level into ``TIMER_DELIVER_MS`` before it calls this), or a delivery time that has come
+    (``<= now``). Precedence ``TIMER_DELAY_SEC``, then ``TIMER_DELAY_MS``, then
+    ``TIMER_DELIVER_MS``. Raises :class:`MessageIllegal` for an unparsable value or a delay
+    beyond ``timer_max_delay_s``. The caller checks that the topic is not already
+    :data:`TIMER_TOPIC`.
     """
     if props.TIMER_OUT_MS in properties or _has_delay_level(properties):
         return None

@@ -15,9 +15,10 @@ On-disk formats: :mod:`~gannet.node.store.timers.codecs`; the wheel and timer-lo
 Time rules
 ----------
 
-* Routing (§11.1): the delivery time is rounded *down* to the precision, and an exact multiple
-  loses one more unit; that rounded value is ``TIMER_OUT_MS``. The slot of time ``t`` is due
-  when ``now >= t + precision``, so an entry never fires before it was asked to.
+* Routing (``docs/formats/timers.md`` §4): the delivery time is rounded *down* to the
+  precision, and an exact multiple loses one more unit; that rounded value is
+  ``TIMER_OUT_MS``. The slot of time ``t`` is due when ``now >= t + precision``, so an entry
+  never fires before it was asked to.
 * The read cursor ``R`` is the time of the next slot to read; every slot before it has been
   returned. Units are placed only in ``[R, R + roll window)``: a fire time before ``R`` goes to
   ``R`` (to ``R + precision`` while slot ``R`` is half read, so a slot being read never grows);
