@@ -276,12 +276,21 @@ class Broker:
 
 
 def substituted(code: str, env: dict[str, str], bin_dir: Path, tmp: Path) -> str:
+    """The block as the test runs it. ``/tmp/`` is replaced first: the paths put in after it
+    (the checkout's ``.venv/bin``) may themselves lie under /tmp, and must stay as they are."""
     return (
-        code.replace("127.0.0.1:8081", env["GANNET_ENDPOINT"])
+        code.replace("/tmp/", f"{tmp}/")
+        .replace("127.0.0.1:8081", env["GANNET_ENDPOINT"])
         .replace("127.0.0.1:5557", env["DOCTEST_METRICS"])
         .replace(".venv/bin/", f"{bin_dir}/")
-        .replace("/tmp/", f"{tmp}/")
     )
+
+
+def test_substitution_keeps_a_checkout_under_tmp_intact(tmp_path: Path) -> None:
+    env = {"GANNET_ENDPOINT": "127.0.0.1:1", "DOCTEST_METRICS": "127.0.0.1:2"}
+    code = ".venv/bin/gannet store get /tmp/store 127.0.0.1:8081"
+    got = substituted(code, env, Path("/tmp/ci/clone/.venv/bin"), tmp_path)
+    assert got == f"/tmp/ci/clone/.venv/bin/gannet store get {tmp_path}/store 127.0.0.1:1"
 
 
 @pytest.fixture
