@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.upkeep import cleaning
+from gannet.node.store.upkeep import cleaning, disk_space
 from gannet.node.store.upkeep.recovering import TRUNCATION_CAUSES
 
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def figures_of(store: MessageStore) -> StoreFigures:
         consume_queues=s.consume_queues,
         index_files=s.index_files,
         timer_backlog_messages=s.timer_backlog,
-        disk_used_ratio=cleaning.disk_used_ratio(str(store.config.root_dir)),
+        disk_used_ratio=disk_space.disk_used_ratio(str(store.config.root_dir)),
         disk_warning_ratio=_clamp(policy.disk_warning_ratio, WARNING_RATIO_RANGE),
         disk_clean_forcibly_ratio=_clamp(
             policy.disk_clean_forcibly_ratio, CLEAN_FORCIBLY_RATIO_RANGE
@@ -152,7 +152,8 @@ _GAUGES: tuple[tuple[str, str, Callable[[StoreFigures], float]], ...] = (
     ),
     (
         "gannet_store_disk_used_ratio",
-        "Used fraction of the store's partition, rounded up to a whole percent (0-1).",
+        "Used fraction of the store's partition as df's Use% counts it, used / (used + "
+        "available to the broker), root-reserved blocks excluded; exact, not rounded (0-1).",
         lambda f: f.disk_used_ratio,
     ),
     (
