@@ -58,6 +58,7 @@ class StoreFigures:
     disk_used_ratio: float
     disk_warning_ratio: float
     disk_clean_forcibly_ratio: float
+    disk_hysteresis_ratio: float
     disk_full: bool
     fsync_failed: bool
 
@@ -99,6 +100,7 @@ def figures_of(store: MessageStore) -> StoreFigures:
         disk_clean_forcibly_ratio=_clamp(
             policy.disk_clean_forcibly_ratio, CLEAN_FORCIBLY_RATIO_RANGE
         ),
+        disk_hysteresis_ratio=cleaning.hysteresis_margin(policy),
         disk_full=s.disk_full,
         fsync_failed=flush is not None and flush.fatal_error is not None,
     )
@@ -165,6 +167,12 @@ _GAUGES: tuple[tuple[str, str, Callable[[StoreFigures], float]], ...] = (
         "gannet_store_disk_clean_forcibly_ratio",
         "Disk ratio above which cleanup deletes unexpired files (effective, clamped).",
         lambda f: f.disk_clean_forcibly_ratio,
+    ),
+    (
+        "gannet_store_disk_hysteresis_ratio",
+        "Once the disk ratio rose above the warning or clean-forcibly ratio, writes stay refused "
+        "(cleanup forced) until it falls this much below that ratio (0-1; 0.02 = 2 points).",
+        lambda f: f.disk_hysteresis_ratio,
     ),
     ("gannet_store_disk_full", "1 while writes are refused for disk space.", lambda f: f.disk_full),
     (
