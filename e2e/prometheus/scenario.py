@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import shutil
 import sys
 import tempfile
 import threading
@@ -64,6 +63,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 from deploy.dashboards import build
 from e2e.prometheus import harness, operating
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.store.upkeep import disk_space
 
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@prometheus"),)
 RPC_TIMEOUT_S = 15.0
@@ -273,8 +273,7 @@ def _has_data(prometheus: harness.Prometheus, expr: str, broker: str = ".+") -> 
 def disk_really_above_clean_forcibly(data_dir: Path) -> bool:
     """Whether the disk under the brokers is itself above the clean-forcibly ratio (then the
     disk alert is right to fire: a shared machine, not a healthy cluster)."""
-    usage = shutil.disk_usage(data_dir)
-    return (usage.total - usage.free) / usage.total > DISK_CLEAN_FORCIBLY_RATIO
+    return disk_space.disk_used_ratio(str(data_dir)) > DISK_CLEAN_FORCIBLY_RATIO
 
 
 def check_silence(prometheus: harness.Prometheus, report: Report, data_dir: Path) -> None:

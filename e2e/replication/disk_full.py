@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import subprocess
 import threading
 import time
@@ -48,6 +47,7 @@ from rocketmq import (
 
 from e2e.replication.harness import Load, ProcessGroup, Receipt, wait_for
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.store.upkeep import disk_space
 
 DISK_SIZE_MB = 640
 """A broker's fresh store preallocates about 480 MB (index file 400 MB, timer wheel, queues)."""
@@ -91,13 +91,14 @@ class SmallDisk:
         self._sudo = argv[0] == "sudo"
 
     def used_ratio(self) -> float:
-        usage = shutil.disk_usage(self.path)
-        return (usage.total - usage.free) / usage.total
+        """The ratio the store measures (used / (used + available), as df)."""
+        return disk_space.measure(str(self.path)).used_ratio
 
     def fill_to(self, ratio: float) -> int:
-        """Allocate a ballast file so that ``ratio`` of the filesystem is used; its size."""
-        usage = shutil.disk_usage(self.path)
-        size_bytes = int(usage.total * ratio) - (usage.total - usage.free)
+        """Allocate a ballast file so that the store measures ``ratio``; its size."""
+        space = disk_space.measure(str(self.path))
+        counted = space.used_bytes + space.available_bytes
+        size_bytes = int(counted * ratio) - space.used_bytes
         if size_bytes <= 0:
             raise AssertionError(
                 f"{self.path} is already {self.used_ratio():.0%} used, above the {ratio:.0%} fill"

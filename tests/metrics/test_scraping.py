@@ -85,6 +85,7 @@ def test_store_gauges_follow_the_store(broker, admin, messaging) -> None:
     assert value(text, "gannet_store_commitlog_files") == stats.commitlog_files
     assert 0 < value(text, "gannet_store_disk_used_ratio") <= 1
     assert value(text, "gannet_store_disk_clean_forcibly_ratio") == 0.85
+    assert value(text, "gannet_store_disk_hysteresis_ratio") == 0.02
     assert value(text, "gannet_store_writable") == 1
     assert value(text, "gannet_store_fsync_failed") == 0
     assert value(text, "process_resident_memory_bytes") > 0

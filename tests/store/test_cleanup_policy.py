@@ -263,10 +263,12 @@ def test_broker_run_takes_the_ratios_and_the_opt_in(
             "--delete-when",
             "03;04",
             "--delete-unconsumed",
+            "--disk-hysteresis-percentage-points",
+            "3.5",
         ],
     )
     assert result.exit_code == 0, result.output
-    assert seen["policy"] == CleanPolicy(24.0, "03;04", 80, 0.97, 0.93, True)
+    assert seen["policy"] == CleanPolicy(24.0, "03;04", 80, 0.97, 0.93, True, 3.5)
 
 
 @pytest.mark.parametrize(
@@ -275,6 +277,7 @@ def test_broker_run_takes_the_ratios_and_the_opt_in(
         (["--disk-clean-forcibly-ratio", "0.95", "--disk-warning-ratio", "0.9"], "warning"),
         (["--disk-warning-ratio", "1.5"], "--disk-warning-ratio"),
         (["--delete-when", "noon"], "deleteWhen"),
+        (["--disk-hysteresis-percentage-points", "25"], "--disk-hysteresis-percentage-points"),
     ],
 )
 def test_broker_run_refuses_bad_ratios(tmp_path: Path, extra: list[str], names: str) -> None:

@@ -221,6 +221,15 @@ def broker() -> None:
     help="Above this disk usage new writes are refused whatever cleanup does.",
 )
 @click.option(
+    "--disk-hysteresis-percentage-points",
+    type=click.FloatRange(0.0, 20.0),
+    default=2.0,
+    show_default=True,
+    help="Once the disk rose above one of the ratios, writes are refused (or cleanup forced) "
+    "until it falls this many percentage points below it, so writes do not flap. Disk usage is "
+    "used / (used + available), as df's Use%.",
+)
+@click.option(
     "--delete-unconsumed",
     is_flag=True,
     help="Above --disk-clean-forcibly-ratio delete the oldest files even when a consumer group "
@@ -316,6 +325,7 @@ def broker_run(
     disk_max_used_ratio_percent: int,
     disk_clean_forcibly_ratio: float,
     disk_warning_ratio: float,
+    disk_hysteresis_percentage_points: float,
     delete_unconsumed: bool,
     dedup_window_s: float,
     transaction_timeout_ms: int,
@@ -366,6 +376,7 @@ def broker_run(
         disk_warning_ratio,
         disk_clean_forcibly_ratio,
         delete_unconsumed,
+        disk_hysteresis_percentage_points,
     )
     try:
         policy.validate()
@@ -385,6 +396,7 @@ def broker_run(
         disk_max_used_ratio_percent=disk_max_used_ratio_percent,
         disk_warning_ratio=disk_warning_ratio,
         disk_clean_forcibly_ratio=disk_clean_forcibly_ratio,
+        disk_hysteresis_percentage_points=disk_hysteresis_percentage_points,
         delete_unconsumed=delete_unconsumed,
     )
     broker_config = serving.with_listen(

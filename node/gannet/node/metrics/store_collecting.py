@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.upkeep import cleaning
+from gannet.node.store.upkeep import cleaning, disk_space
 from gannet.node.store.upkeep.recovering import TRUNCATION_CAUSES
 
 log = logging.getLogger(__name__)
@@ -58,6 +58,7 @@ class StoreFigures:
     disk_used_ratio: float
     disk_warning_ratio: float
     disk_clean_forcibly_ratio: float
+    disk_hysteresis_ratio: float
     disk_full: bool
     fsync_failed: bool
 
@@ -94,11 +95,12 @@ def figures_of(store: MessageStore) -> StoreFigures:
         consume_queues=s.consume_queues,
         index_files=s.index_files,
         timer_backlog_messages=s.timer_backlog,
-        disk_used_ratio=cleaning.disk_used_ratio(str(store.config.root_dir)),
+        disk_used_ratio=disk_space.disk_used_ratio(str(store.config.root_dir)),
         disk_warning_ratio=_clamp(policy.disk_warning_ratio, WARNING_RATIO_RANGE),
         disk_clean_forcibly_ratio=_clamp(
             policy.disk_clean_forcibly_ratio, CLEAN_FORCIBLY_RATIO_RANGE
         ),
+        disk_hysteresis_ratio=cleaning.hysteresis_margin(policy),
         disk_full=s.disk_full,
         fsync_failed=flush is not None and flush.fatal_error is not None,
     )
@@ -152,7 +154,8 @@ _GAUGES: tuple[tuple[str, str, Callable[[StoreFigures], float]], ...] = (
     ),
     (
         "gannet_store_disk_used_ratio",
-        "Used fraction of the store's partition, rounded up to a whole percent (0-1).",
+        "Used fraction of the store's partition as df's Use% counts it, used / (used + "
+        "available to the broker), root-reserved blocks excluded; exact, not rounded (0-1).",
         lambda f: f.disk_used_ratio,
     ),
     (
@@ -164,6 +167,12 @@ _GAUGES: tuple[tuple[str, str, Callable[[StoreFigures], float]], ...] = (
         "gannet_store_disk_clean_forcibly_ratio",
         "Disk ratio above which cleanup deletes unexpired files (effective, clamped).",
         lambda f: f.disk_clean_forcibly_ratio,
+    ),
+    (
+        "gannet_store_disk_hysteresis_ratio",
+        "Once the disk ratio rose above the warning or clean-forcibly ratio, writes stay refused "
+        "(cleanup forced) until it falls this much below that ratio (0-1; 0.02 = 2 points).",
+        lambda f: f.disk_hysteresis_ratio,
     ),
     ("gannet_store_disk_full", "1 while writes are refused for disk space.", lambda f: f.disk_full),
     (

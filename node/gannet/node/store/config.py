@@ -51,6 +51,7 @@ class StoreConfig:
     disk_max_used_ratio_percent: int = 75  # diskMaxUsedSpaceRatio
     disk_warning_ratio: float = 0.90  # diskSpaceWarningLevelRatio
     disk_clean_forcibly_ratio: float = 0.85  # diskSpaceCleanForciblyRatio
+    disk_hysteresis_percentage_points: float = 2.0  # Gannet: a level clears this far below it
     clean_file_forcibly_enabled: bool = True  # cleanFileForciblyEnable
     delete_unconsumed: bool = False  # Gannet: forcible cleanup may delete unconsumed messages
     delete_files_per_run_max: int = 10  # deleteFileBatchMax

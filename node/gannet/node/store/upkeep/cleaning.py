@@ -5,9 +5,9 @@ throwing away messages a consumer group has not consumed unless the operator all
 Triggers, checked every ``clean_resource_interval_ms`` by the store's housekeeping thread:
 
 * time-up — the current local hour is in ``delete_when`` (``"04"`` or ``"03;04"``);
-* space — disk usage of the store's partition (used / (used + available), rounded up to a whole
-  percent; :attr:`CleanService.ratio_probe`, replaceable in tests) above
-  ``disk_max_used_ratio_percent`` deletes expired files at any hour;
+* space — disk usage of the store's partition (used / (used + available), as ``df`` and RocketMQ
+  count it: :mod:`~gannet.node.store.upkeep.disk_space`; :attr:`CleanService.ratio_probe`,
+  replaceable in tests) above ``disk_max_used_ratio_percent`` deletes expired files at any hour;
 * manual — :meth:`CleanService.run` with ``manual=True`` (``gannet store clean``, admin API).
 
 A commit-log file is expired when ``now ≥ last-modified + file_reserved_hours``: expired files
@@ -27,6 +27,12 @@ Disk pressure (Gannet's policy; RocketMQ deletes at once and Kafka only refuses 
   (``gannet broker run --delete-unconsumed``) it deletes them anyway, as RocketMQ does;
 * above ``disk_warning_ratio`` writes are refused in every mode.
 
+Hysteresis: each of the three levels (max-used, clean-forcibly, warning) turns on when the ratio
+rises above its threshold and off only once it falls below the threshold minus
+``disk_hysteresis_percentage_points`` (2 by default), so a disk hovering at a threshold does not
+flip writes between refused and accepted at every pass (:func:`latched`, :func:`space_state`
+given the previous state). Each change of state is logged once, with the ratio and thresholds.
+
 "Unconsumed" (:func:`unconsumed_below`): a consume-queue entry that points below the new commit-
 log minimum and lies at or above the committed offset of a group that has offsets for its
 topic; a topic no group has offsets for counts all its entries under
@@ -40,7 +46,8 @@ drops files whose last unit points below it and corrects its minimum offset, and
 drops files whose end offset is below it (never its last file).
 
 The decisions are pure functions (:func:`space_state`, :func:`plan_deletion`) over the measured
-ratio, the files and a loss function, so tests drive them with any disk usage. Ratios are
+ratio, the previous state, the files and a loss function, so tests drive them with any disk
+usage and any sequence of readings. Ratios are
 clamped: max-used to [10, 95] %, warning to [0.35, 0.99], forcibly to [0.30, 0.99]; RocketMQ
 caps the last two at 0.90 / 0.85, which left a disk more than 85 % full with no setting that
 stops deletions. Called by :class:`MessageStore`.
@@ -51,8 +58,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
-import math
-import shutil
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -66,6 +72,7 @@ from gannet.node.store.log.mapped_files import MappedFile
 from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.dispatching import DispatchService
 from gannet.node.store.queues.index_service import IndexService
+from gannet.node.store.upkeep.disk_space import disk_used_ratio
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +106,7 @@ class CleanedStore(Protocol):
 MAX_USED_PERCENT_RANGE = (10, 95)
 WARNING_RATIO_RANGE = (0.35, 0.99)
 CLEAN_FORCIBLY_RATIO_RANGE = (0.30, 0.99)
+HYSTERESIS_PERCENTAGE_POINTS_RANGE = (0.0, 20.0)
 DESCRIBE_GROUPS_MAX = 8
 UnconsumedBelow = Callable[[int], dict[str, int]]
 
@@ -113,6 +121,9 @@ class CleanPolicy:
     disk_warning_ratio: float
     disk_clean_forcibly_ratio: float
     delete_unconsumed: bool = False
+    disk_hysteresis_percentage_points: float = 2.0
+    """A disk level that turned on turns off only below its threshold minus this many
+    percentage points (module docstring, Hysteresis)."""
 
     def delete_hours(self) -> set[int]:
         hours: set[int] = set()
@@ -128,6 +139,12 @@ class CleanPolicy:
         if not self.delete_hours() and self.delete_when.strip():
             raise StoreError(
                 f"deleteWhen {self.delete_when!r} names no hour; use ';'-separated hours 0-23"
+            )
+        low, high = HYSTERESIS_PERCENTAGE_POINTS_RANGE
+        if not low <= self.disk_hysteresis_percentage_points <= high:
+            raise StoreError(
+                f"disk hysteresis of {self.disk_hysteresis_percentage_points:g} percentage "
+                f"points is outside {low:g}-{high:g}"
             )
 
 
@@ -163,6 +180,10 @@ class SpaceState:
     """Above the warning ratio: writes are refused whatever cleanup does."""
 
 
+CLEAR = SpaceState(space_delete=False, clean_at_once=False, forcibly=False, warning=False)
+"""No disk pressure: the state before the first measurement."""
+
+
 @dataclass(frozen=True, slots=True)
 class Candidate:
     """A commit-log file cleanup may delete: its start offset, size and last-modified time."""
@@ -196,16 +217,47 @@ def effective_ratios(policy: CleanPolicy) -> tuple[float, float, float]:
     return max_used, forcibly, warning
 
 
-def space_state(ratio: float, policy: CleanPolicy, *, forcibly_enabled: bool) -> SpaceState:
-    """Pure: what a disk used ``ratio`` (0-1) asks of cleanup under ``policy``."""
+def hysteresis_margin(policy: CleanPolicy) -> float:
+    """The hysteresis margin as a fraction (2 percentage points: 0.02), clamped."""
+    points = _clamp(policy.disk_hysteresis_percentage_points, HYSTERESIS_PERCENTAGE_POINTS_RANGE)
+    return points / 100
+
+
+def latched(ratio: float, threshold: float, *, was_on: bool, margin: float) -> bool:
+    """Pure hysteresis of one level: on above ``threshold``; once on, it stays on until the
+    ratio falls below ``threshold - margin``."""
+    if ratio > threshold:
+        return True
+    return was_on and ratio >= threshold - margin
+
+
+def space_state(
+    ratio: float,
+    policy: CleanPolicy,
+    *,
+    forcibly_enabled: bool,
+    previous: SpaceState = CLEAR,
+) -> SpaceState:
+    """Pure: what a disk used ``ratio`` (0-1) asks of cleanup under ``policy``, the state of
+    the previous measurement being ``previous`` (each level is :func:`latched`)."""
     max_used, forcibly, warning = effective_ratios(policy)
-    above_forcibly = ratio > forcibly or ratio > warning
+    margin = hysteresis_margin(policy)
+    above_warning = latched(ratio, warning, was_on=previous.warning, margin=margin)
+    above_forcibly = (
+        latched(ratio, forcibly, was_on=previous.forcibly, margin=margin) or above_warning
+    )
+    above_max_used = latched(ratio, max_used, was_on=previous.space_delete, margin=margin)
     return SpaceState(
-        space_delete=ratio > max_used or above_forcibly,
+        space_delete=above_max_used or above_forcibly,
         clean_at_once=above_forcibly and forcibly_enabled,
         forcibly=above_forcibly,
-        warning=ratio > warning,
+        warning=above_warning,
     )
+
+
+def percent(fraction: float) -> str:
+    """``0.88`` → ``"88%"``, ``0.8812`` → ``"88.1%"`` (to a tenth of a percent)."""
+    return f"{round(fraction * 100, 1):g}%"
 
 
 def plan_deletion(
@@ -235,16 +287,6 @@ def plan_deletion(
                     return Plan(count, lost)
         count += 1
     return Plan(count)
-
-
-def disk_used_ratio(path: str) -> float:
-    """used / (used + available) rounded up to a whole percent, as a fraction."""
-    usage = shutil.disk_usage(path)
-    used = usage.total - usage.free
-    denominator = used + usage.free
-    if denominator <= 0:
-        return 0.0
-    return math.ceil(used * 100 / denominator) / 100
 
 
 def unconsumed_below(store: CleanedStore, new_min_offset: int) -> dict[str, int]:
@@ -296,11 +338,18 @@ class CleanService:
             disk_warning_ratio=cfg.disk_warning_ratio,
             disk_clean_forcibly_ratio=cfg.disk_clean_forcibly_ratio,
             delete_unconsumed=cfg.delete_unconsumed,
+            disk_hysteresis_percentage_points=cfg.disk_hysteresis_percentage_points,
         )
         self.last_result: CleanResult | None = None
         self.listeners: list[Callable[[CleanResult], None]] = []
         self._last_min_offset = -1
         self.ratio_probe: Callable[[str], float] = disk_used_ratio
+        self.space = CLEAR
+        """The disk state of the latest pass; the next pass's :func:`space_state` starts
+        from it (hysteresis)."""
+        self._refusal = ""
+        """Why writes are refused for space ("warning", "forcibly") or ""."""
+        self._run_lock = threading.Lock()  # the housekeeping thread and the admin API
 
     def set_policy(self, **changes: object) -> CleanPolicy:
         policy = dataclasses.replace(self.policy, **changes)  # type: ignore[arg-type]
@@ -310,11 +359,23 @@ class CleanService:
 
     def run(self, *, manual: bool, now_ms: int | None = None) -> CleanResult:
         """One cleanup pass; returns (and remembers) what it did."""
+        with self._run_lock:
+            result = self._run(manual=manual, now_ms=now_ms)
+        for listener in self.listeners:
+            listener(result)
+        return result
+
+    def _run(self, *, manual: bool, now_ms: int | None) -> CleanResult:
         now = now_ms if now_ms is not None else time.time_ns() // 1_000_000
         ratio = self.ratio_probe(str(self.store.config.root_dir))
         space = space_state(
-            ratio, self.policy, forcibly_enabled=self.store.config.clean_file_forcibly_enabled
+            ratio,
+            self.policy,
+            forcibly_enabled=self.store.config.clean_file_forcibly_enabled,
+            previous=self.space,
         )
+        self._log_forcibly_change(ratio, space)
+        self.space = space
         hour = dt.datetime.fromtimestamp(now / 1000).astimezone().hour
         time_up = hour in self.policy.delete_hours()
         reason = (
@@ -326,34 +387,87 @@ class CleanService:
         result = self._delete_derived_files(result)
         self._admit_writes(ratio, space, result)
         self.last_result = result
-        for listener in self.listeners:
-            listener(result)
         return result
+
+    def _against(self, ratio: float, name: str, threshold: float) -> str:
+        """Where ``ratio`` stands against a level that is on: above its threshold, or back
+        under it but not yet below the hysteresis margin."""
+        if ratio > threshold:
+            return f"above the {name} ratio ({percent(threshold)})"
+        return (
+            f"not yet below {percent(threshold - hysteresis_margin(self.policy))} after rising "
+            f"above the {name} ratio ({percent(threshold)})"
+        )
+
+    def _log_forcibly_change(self, ratio: float, space: SpaceState) -> None:
+        """Log, once per change, when disk pressure starts and stops (clean-forcibly level)."""
+        if space.forcibly == self.space.forcibly:
+            return
+        _, forcibly, _ = effective_ratios(self.policy)
+        resume = forcibly - hysteresis_margin(self.policy)
+        root = self.store.config.root_dir
+        if space.forcibly:
+            log.warning(
+                "disk pressure: %s is %s used, above the clean-forcibly ratio (%s); cleanup may "
+                "delete unexpired files until it is below %s",
+                root,
+                percent(ratio),
+                percent(forcibly),
+                percent(resume),
+            )
+        else:
+            log.warning(
+                "disk pressure over: %s is %s used, below %s (the clean-forcibly ratio %s minus "
+                "the hysteresis margin)",
+                root,
+                percent(ratio),
+                percent(resume),
+                percent(forcibly),
+            )
 
     def _admit_writes(self, ratio: float, space: SpaceState, result: CleanResult) -> None:
         """Refuse writes above the warning ratio, and above the clean-forcibly ratio while
-        unconsumed messages keep cleanup from freeing space; admit them again otherwise."""
+        unconsumed messages keep cleanup from freeing space; admit them again once neither
+        holds (each level with its hysteresis). Logged once per change."""
         _, forcibly, warning = effective_ratios(self.policy)
+        margin = hysteresis_margin(self.policy)
         root = self.store.config.root_dir
         why = ""
+        refusal = ""
         if space.warning:
+            refusal = "warning"
             why = (
-                f"disk full: {root} is {ratio:.0%} used, above the warning ratio ({warning:.0%}); "
-                "writes are refused until cleanup frees space — free disk space, lower "
-                "--file-reserved-hours or raise --disk-warning-ratio"
+                f"disk full: {root} is {percent(ratio)} used, "
+                f"{self._against(ratio, 'warning', warning)}; writes are refused until cleanup "
+                f"frees space (accepted again below {percent(warning - margin)}) — free disk "
+                "space, lower --file-reserved-hours or raise --disk-warning-ratio"
             )
         elif space.forcibly and result.kept_unconsumed:
+            refusal = "forcibly"
             why = (
-                f"disk full: {root} is {ratio:.0%} used, above the clean-forcibly ratio "
-                f"({forcibly:.0%}), and the oldest commit-log file holds messages not consumed "
-                f"yet ({_describe(result.kept_unconsumed)}); writes are refused until cleanup "
-                "frees space — let consumers catch up, free disk space, raise "
-                "--disk-clean-forcibly-ratio, or start the broker with --delete-unconsumed"
+                f"disk full: {root} is {percent(ratio)} used, "
+                f"{self._against(ratio, 'clean-forcibly', forcibly)}, and the oldest commit-log "
+                f"file holds messages not consumed yet ({_describe(result.kept_unconsumed)}); "
+                "writes are refused until cleanup frees space (accepted again once those "
+                f"messages are consumed or below {percent(forcibly - margin)}) — let consumers "
+                "catch up, free disk space, raise --disk-clean-forcibly-ratio, or start the "
+                "broker with --delete-unconsumed"
             )
-        if why and why.split(";")[0] != self.store.disk_full_reason.split(";")[0]:
+        if refusal and refusal != self._refusal:
             log.error("%s", why)
-        elif not why and self.store.disk_full:
-            log.warning("disk usage of %s is %.0f%%: writes are accepted again", root, ratio * 100)
+        elif not refusal and self._refusal:
+            log.warning(
+                "disk usage of %s is %s: writes are accepted again (refused above the warning "
+                "ratio %s until below %s, and above the clean-forcibly ratio %s until below %s "
+                "while unconsumed messages keep cleanup from freeing space)",
+                root,
+                percent(ratio),
+                percent(warning),
+                percent(warning - margin),
+                percent(forcibly),
+                percent(forcibly - margin),
+            )
+        self._refusal = refusal
         self.store.disk_full_reason = why
         self.store.disk_full = bool(why)
 
@@ -401,7 +515,7 @@ class CleanService:
         why = {
             "manual": "manual cleanup",
             "time": f"deleteWhen hour, older than {self.policy.file_reserved_hours:g} h",
-            "space": f"disk {result.disk_used_ratio:.0%} used",
+            "space": f"disk {percent(result.disk_used_ratio)} used",
         }.get(result.reason, result.reason)
         if forced:
             why += ", unexpired files deleted for space"
