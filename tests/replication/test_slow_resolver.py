@@ -233,6 +233,17 @@ def test_group_named_by_dns_elects_and_replicates_behind_a_5s_resolver(
     assert total / count >= DELAY_S * 0.9
     assert _sample(text, "gannet_peer_address_family", peer=other, family="ipv4") == 1.0
     assert _sample(text, "gannet_peer_resolve_failures_total", peer=other) == 0.0
+    promtool = shutil.which("promtool")
+    if promtool is not None:  # the families are clean exposition (make unit installs promtool)
+        linted = subprocess.run(
+            [promtool, "check", "metrics"],
+            input=text,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert linted.returncode == 0, linted.stdout + linted.stderr
     slow = r"resolving peer \S+ \(\S+\) took \d+\.\d s: ipv4 answered first"
     assert re.search(slow, group.tail(leader)), group.tail(leader)
 
