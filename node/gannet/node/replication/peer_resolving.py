@@ -5,9 +5,9 @@ A member named by a host name (a Kubernetes headless-service name such as
 there the lookup counted against the 2 s connect deadline, and a resolver that took longer
 (4 s per AAAA lookup without upstream DNS) kept every member from ever connecting.
 
-* The lookup has its own deadline (``timeout_s``, 30 s by default) and runs on a small thread
-  pool of its own (``threads_max``), so a slow resolver neither times out the dial nor starves
-  the event loop's default executor.
+* The lookup has its own deadline (``timeout_s``, 30 s by default) and runs on threads of its
+  own (daemon threads, at most ``threads_max`` at once), so a slow resolver neither times out
+  the dial, nor starves the event loop's default executor, nor holds up the process's exit.
 * IPv4 and IPv6 are looked up apart and raced: the first family that answers with addresses is
   dialed (the other is not waited for), and the log and ``/metrics`` say which one
   (``gannet_peer_address_family{peer,family}``).
@@ -25,10 +25,11 @@ there the lookup counted against the 2 s connect deadline, and a resolver that t
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
+import contextlib
 import ipaddress
 import logging
 import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -155,8 +156,8 @@ class PeerResolver:
         slow_s: float = SLOW_S,
         threads_max: int = THREADS_MAX,
     ) -> None:
-        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._threads_max = threads_max
+        self._threads: asyncio.Semaphore | None = None
         self._lookup = lookup if lookup is not None else self._getaddrinfo
         self.cache = cache if cache is not None else ResolveCache()
         self._clock_s = clock_s
@@ -203,9 +204,6 @@ class PeerResolver:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         self._inflight.clear()
-        executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
 
     def _dial_target(self, peer: PeerSpec, answer: Answer) -> DialTarget:
         self.figures.family[peer.node_id] = answer.family
@@ -290,17 +288,42 @@ class PeerResolver:
         log.warning(message, *args)
 
     async def _getaddrinfo(self, host: str, port: int, family: socket.AddressFamily) -> list[str]:
-        """The system resolver (glibc: /etc/hosts, then DNS) for one family, on this
-        resolver's own threads."""
-        if self._executor is None:
-            self._executor = concurrent.futures.ThreadPoolExecutor(
-                self._threads_max, thread_name_prefix="peer-resolve"
-            )
+        """The system resolver (glibc: /etc/hosts, then DNS) for one family, on a daemon thread
+        of its own (at most ``threads_max`` at once; one abandoned by the deadline ends with
+        glibc's own timeout, and never holds up the process's exit)."""
+        if self._threads is None:
+            self._threads = asyncio.Semaphore(self._threads_max)
+        threads = self._threads
+        await threads.acquire()  # released when the thread ends, not when the caller gives up
         loop = asyncio.get_running_loop()
-        infos = await loop.run_in_executor(
-            self._executor, socket.getaddrinfo, host, port, family, socket.SOCK_STREAM
-        )
-        return [str(info[4][0]) for info in infos if info[0] == family]
+        found: asyncio.Future[list[str]] = loop.create_future()
+
+        def settle(result: list[str], error: OSError | None) -> None:
+            threads.release()
+            if found.done():
+                return
+            if error is not None:
+                found.set_exception(error)
+            else:
+                found.set_result(result)
+
+        def run() -> None:
+            addresses: list[str] = []
+            error: OSError | None = None
+            try:
+                infos = socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+                addresses = [str(info[4][0]) for info in infos if info[0] == family]
+            except OSError as exc:
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
+                loop.call_soon_threadsafe(settle, addresses, error)
+
+        try:
+            threading.Thread(target=run, name=f"peer-resolve-{host}", daemon=True).start()
+        except BaseException:
+            threads.release()
+            raise
+        return await found
 
 
 def _retrieve(task: asyncio.Task[Answer]) -> None:
