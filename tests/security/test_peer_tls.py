@@ -6,6 +6,7 @@ receives nothing and never counts toward a commit."""
 from __future__ import annotations
 
 import dataclasses
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import admin_pb2, peer_pb2, peer_pb2_grpc
+from gannet.node.replication import peer_resolving
 from gannet.node.replication.config import PeerTls
 from tests.replication.conftest import Cluster
 
@@ -144,3 +146,39 @@ def test_member_with_another_cas_certificate_cannot_join(rogue_cluster: TlsClust
     )
     assert rogue_cluster.commit_offset(leader) == committed
     assert rogue_cluster.last_offset(3) == 0
+
+
+def test_members_named_by_dns_dial_the_address_and_check_the_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Members written by host name: each dials the address the resolver found, and the
+    handshake checks the *name* (every certificate names only its member's host, no address)."""
+    named = TlsCluster(tmp_path, 3)
+    named.peers = tuple(
+        dataclasses.replace(p, host=f"gannet-{p.node_id}.peers.tls-test.svc") for p in named.peers
+    )
+    for peer in named.peers:
+        issued = named.cluster_ca.issue(
+            tmp_path, f"named{peer.node_id}", server=True, client=True, dns_names=(peer.host,)
+        )
+        named.peer_tls[peer.node_id] = PeerTls(
+            issued.cert_file, issued.key_file, named.cluster_ca.cert_file
+        )
+    hosts = {p.host for p in named.peers}
+
+    async def lookup(
+        self: peer_resolving.PeerResolver, host: str, port: int, family: socket.AddressFamily
+    ) -> list[str]:
+        return ["127.0.0.1"] if host in hosts and family == socket.AF_INET else []
+
+    monkeypatch.setattr(peer_resolving.PeerResolver, "_getaddrinfo", lookup)
+    try:
+        named.start_all()
+        leader = named.leader()
+        named.create_topic("PeerTlsNamed")
+        assert named.raft(leader).transport.resolver.figures.family == {
+            p.node_id: "ipv4" for p in named.peers if p.node_id != leader
+        }
+        assert not named.raft(leader).transport.refusals.by_reason
+    finally:
+        named.stop_all()

@@ -76,6 +76,7 @@ from gannet.node.metrics import (
     failover_collecting,
     http_serving,
     instrumenting,
+    resolver_collecting,
     transaction_collecting,
 )
 from gannet.node.pop.service import PopBroker
@@ -83,6 +84,7 @@ from gannet.node.protocol import auth, credentials, headers, tls
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.peer_resolving import ResolveFigures
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
 
@@ -405,6 +407,9 @@ class Broker:
             self.metrics.registry.register(
                 failover_collecting.FailoverCollector(self._failover_figures)
             )
+            self.metrics.registry.register(
+                resolver_collecting.ResolveCollector(self._resolve_figures)
+            )
         poller = group_polling.GroupPoller(
             identity.broker_name,
             cfg.cluster_seeds,
@@ -459,6 +464,14 @@ class Broker:
             unanswered_total=stats.unanswered_total,
             peer_drops_by_reason=dict(replication.transport.refusals.by_reason),
         )
+
+    def _resolve_figures(self) -> ResolveFigures | None:
+        """None while not replicating or before a first dial (a group of one exports none)."""
+        replication = self.replication
+        if replication is None:
+            return None
+        figures = replication.transport.resolver.figures
+        return figures if figures.family or figures.seconds else None
 
     async def _start_replication(self) -> None:
         if self.config.replication is not None:

@@ -7,6 +7,10 @@ member's messages to it in order; when the stream fails it reconnects after a ba
 messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
 go-back-N).
 
+Members named by host name are resolved by :mod:`peer_resolving` before the dial, with a
+deadline of their own: ``CONNECT_TIMEOUT_S`` covers only the connection to the address found
+(cached, raced between IPv4 and IPv6, looked up again when a connection to it fails).
+
 ``Forward`` carries a client request a follower took to the leader: the server hands it to
 ``forward_handler`` (set by the broker: :mod:`gannet.node.api.forwarding`), and
 :meth:`PeerTransport.forward_channel` keeps one channel per member for sending them (same
@@ -51,7 +55,7 @@ import grpc
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
-from gannet.node.replication import members, peer_auth, peer_wire
+from gannet.node.replication import members, peer_auth, peer_resolving, peer_wire
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 
 log = logging.getLogger(__name__)
@@ -187,7 +191,9 @@ class PeerTransport:
                 peer_tls.cert_file, peer_tls.key_file, peer_tls.ca_file
             ).credentials
             self._channel_credentials = self._peer_channel_credentials()
-        self._forward_channels: dict[int, grpc.aio.Channel] = {}
+        self._forward_channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
+        self.resolver = peer_resolving.PeerResolver()
+        """Members' host names to addresses, apart from the connect deadline."""
         self.forward_handler: ForwardHandler | None = None
         """Set by the broker once its v2 servicer exists; None: Forward is refused."""
         self.refusals = peer_auth.PeerRefusals()
@@ -255,9 +261,9 @@ class PeerTransport:
                 task.cancel()
             self._outboxes.pop(node_id, None)
             self._connected.pop(node_id, None)
-            channel = self._forward_channels.pop(node_id, None)
-            if channel is not None:
-                asyncio.get_running_loop().create_task(channel.close(None))
+            kept = self._forward_channels.pop(node_id, None)
+            if kept is not None:
+                asyncio.get_running_loop().create_task(kept[1].close(None))
         added = [p for n, p in fresh.items() if self._peers.get(n) != p]
         self._peers = fresh
         self._member_ids = frozenset(fresh)
@@ -287,8 +293,9 @@ class PeerTransport:
         self._tasks = []
         self._senders = {}
         channels, self._forward_channels = self._forward_channels, {}
-        for channel in channels.values():
+        for _, channel in channels.values():
             await channel.close(None)
+        await self.resolver.close()
         server, self._server = self._server, None
         if server is not None:
             await server.stop(0.5)
@@ -370,7 +377,11 @@ class PeerTransport:
     def dropped_total(self) -> int:
         return sum(o.dropped_total for o in self._outboxes.values())
 
-    def _channel_options(self) -> list[tuple[str, str | int]]:
+    def _channel_options(
+        self, target: peer_resolving.DialTarget | None = None
+    ) -> list[tuple[str, str | int]]:
+        """Options of a peer channel; dialing a resolved address keeps the host name as the
+        authority and, with peer TLS, as the name the certificate must carry."""
         options: list[tuple[str, str | int]] = [
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
@@ -378,8 +389,12 @@ class PeerTransport:
             ("grpc.max_reconnect_backoff_ms", 1000),
         ]
         peer_tls = self.config.peer_tls
+        if target is not None and target.host_name is not None:
+            options.append(("grpc.default_authority", target.authority))
         if peer_tls is not None and peer_tls.server_name is not None:
             options.append(("grpc.ssl_target_name_override", peer_tls.server_name))
+        elif peer_tls is not None and target is not None and target.host_name is not None:
+            options.append(("grpc.ssl_target_name_override", target.host_name))
         return options
 
     def hello_metadata(self, target: int) -> tuple[tuple[str, str], ...]:
@@ -393,23 +408,40 @@ class PeerTransport:
 
     def forward_channel(self, node_id: int) -> grpc.aio.Channel:
         """The channel client requests are forwarded on to member ``node_id`` (kept open, one
-        per member, closed by :meth:`stop`; gRPC reconnects it by itself)."""
-        channel = self._forward_channels.get(node_id)
-        if channel is None:
-            peer = self._peers.get(node_id) or self.config.peer(node_id)
-            channel = self._channel(peer.peer_endpoint, self._channel_options())
-            self._forward_channels[node_id] = channel
+        per member, closed by :meth:`stop`; gRPC reconnects it by itself). It dials the
+        member's resolved address once the resolver has one (the host name until then, left to
+        gRPC), and is replaced when that address changes."""
+        peer = self._peers.get(node_id) or self.config.peer(node_id)
+        target = self.resolver.cached_target(peer)
+        uri = target.uri if target is not None else peer.peer_endpoint
+        kept = self._forward_channels.get(node_id)
+        if kept is not None and kept[0] == uri:
+            return kept[1]
+        if kept is not None:
+            asyncio.get_running_loop().create_task(kept[1].close(None))
+        channel = self._channel(uri, self._channel_options(target))
+        self._forward_channels[node_id] = (uri, channel)
         return channel
 
     async def _send_loop(self, peer: PeerSpec) -> None:
         outbox = self._outboxes.get(peer.node_id)
         if outbox is None:
             return
-        options = self._channel_options()
         while not self._stopping.is_set():
-            channel = self._channel(peer.peer_endpoint, options)
             try:
-                await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
+                target = await self.resolver.target(peer)
+            except peer_resolving.ResolveError as exc:
+                log.debug("peer %s not resolved: %s", peer, exc)  # the resolver warns
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stopping.wait(), RECONNECT_BACKOFF_S)
+                continue
+            channel = self._channel(target.uri, self._channel_options(target))
+            try:
+                try:
+                    await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
+                except TimeoutError:
+                    self.resolver.connection_failed(peer)  # it may have moved: look again
+                    raise
                 self._connected[peer.node_id] = True
                 stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
                 await stub.Deliver(self._stream(outbox), metadata=self.hello_metadata(peer.node_id))
