@@ -65,15 +65,20 @@ def _run_and_kill(root: Path, acks_before_kill: int, seed: int) -> tuple[list[st
     try:
         for line in proc.stdout:
             kind, _, body = line.strip().partition(" ")
+            assert kind in ("POP", "ACK"), f"unexpected line from the consumer: {line!r}"
             (acked if kind == "ACK" else popped).append(body)
             if len(acked) >= acks_before_kill:
                 break
             assert time.monotonic() < deadline, "consumer too slow"
         proc.send_signal(signal.SIGKILL)
-        rest, _ = proc.communicate(timeout=30)
-        for line in rest.splitlines():
+        # Read the rest through the same text stream: communicate() would read the pipe's file
+        # descriptor directly and skip what the iteration above had already buffered, starting
+        # mid-line. The child writes each line with one flushed write, so none is cut.
+        for line in proc.stdout.read().splitlines():
             kind, _, body = line.strip().partition(" ")
+            assert kind in ("POP", "ACK"), f"unexpected line from the consumer: {line!r}"
             (acked if kind == "ACK" else popped).append(body)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
