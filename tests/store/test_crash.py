@@ -49,8 +49,10 @@ def run_and_kill(root: Path, flush: str, acks_before_kill: int, run: int) -> lis
                     break
             assert time.monotonic() < deadline, "writer too slow"
         proc.send_signal(signal.SIGKILL)
-        # acks printed before the kill landed are still in the pipe: they count too
-        rest, _ = proc.communicate(timeout=30)
+        # acks printed before the kill landed are still in the pipe: they count too. Read them
+        # through the same text stream (communicate() would skip what the loop above buffered).
+        rest = proc.stdout.read()
+        proc.wait(timeout=30)
         acks += [
             [int(x) for x in ln.split()[1:]] for ln in rest.splitlines() if ln.startswith("ACK")
         ]
