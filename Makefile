@@ -34,7 +34,7 @@ $(PROMTOOL):
 ## run: install and start a single-node broker on $(DATA_DIR) (consumer groups are created on
 ## first use, as in RocketMQ, so the README's consumer runs as is)
 run: $(STAMP)
-	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups
+	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups --remoting-port 10911 --nameserver-port 9876
 
 ## test: install, lint (ruff + mypy --strict + import layers) and run the test suite
 test: lint unit
