@@ -157,7 +157,7 @@ class BrokerRequests:
     # ------------------------------------------------------------------ sending
     async def send(self, request: Command, conn: Connection) -> Command | None:
         ext = request.ext
-        if request.code == codes.SEND_MESSAGE_V2:
+        if request.code != codes.SEND_MESSAGE:  # 310, and 320 as the 4.x client sends it
             ext = {_V2_NAMES.get(k, k): v for k, v in ext.items()}
         topic = _text(ext, "topic")
         queue_id = _int(ext, "queueId")
