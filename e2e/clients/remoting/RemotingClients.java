@@ -11,7 +11,7 @@
 //            after <count> distinct keys ("consumed <n>") or 120 s ("timeout <n>")
 //   litepull <namesrv> <topic> <group> <count>   DefaultLitePullConsumer, same output
 //
-// Runs with `java -cp '<lib>/*' RemotingClients.java ...` (Java 11+ source launch).
+// Runs from source (`java -cp "<lib>/*" RemotingClients.java ...`) or compiled by javac.
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashSet;
@@ -34,12 +34,23 @@ import org.apache.rocketmq.common.message.MessageExt;
 public class RemotingClients {
     static final long DEADLINE_MS = 120_000;
 
-    public static void main(String[] args) throws Exception {
-        switch (args[0]) {
-            case "produce": produce(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
-            case "push": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5]); break;
-            case "litepull": litePull(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
-            default: throw new IllegalArgumentException("unknown mode " + args[0]);
+    // Requests to the name server and the broker may wait this long (the client's default is
+    // 3 s, which a machine busy with several JVMs starting at once can exceed).
+    static final int API_TIMEOUT_MS = 20_000;
+
+    public static void main(String[] args) {
+        try {
+            switch (args[0]) {
+                case "produce": produce(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
+                case "push": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5]); break;
+                case "litepull": litePull(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
+                default: throw new IllegalArgumentException("unknown mode " + args[0]);
+            }
+        } catch (Throwable e) {
+            // the client's threads would keep the JVM alive: end it, failed
+            e.printStackTrace();
+            System.out.flush();
+            System.exit(2);
         }
         System.exit(0);
     }
@@ -61,6 +72,7 @@ public class RemotingClients {
     static void produce(String namesrv, String topic, String prefix, int count) throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer(prefix + "-producer");
         producer.setNamesrvAddr(namesrv);
+        producer.setMqClientApiTimeout(API_TIMEOUT_MS);
         producer.setSendMsgTimeout(10_000);
         producer.start();
         try {
@@ -111,6 +123,7 @@ public class RemotingClients {
     static void push(String namesrv, String topic, String group, int count, String tags) throws Exception {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(namesrv);
+        consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.subscribe(topic, tags);
         Set<String> seen = new HashSet<>();
@@ -137,6 +150,7 @@ public class RemotingClients {
     static void litePull(String namesrv, String topic, String group, int count) throws Exception {
         DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group);
         consumer.setNamesrvAddr(namesrv);
+        consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
         consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         consumer.setAutoCommit(false);
         consumer.subscribe(topic, "*");
