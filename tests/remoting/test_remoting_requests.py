@@ -8,6 +8,7 @@ import json
 import re
 import struct
 import threading
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -15,8 +16,10 @@ import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
 from gannet.node.remoting import codec, codes, messages
 from gannet.node.remoting.codec import Command
+from gannet.node.store.config import FlushMode, StoreConfig
 
 from .client import RawClient, json_body, raw_frame
 
@@ -367,3 +370,16 @@ def _decode_record(data: bytes) -> dict[str, Any]:
     text = data[pos + 2 : pos + 2 + props_length].decode()
     assert pos + 2 + props_length == total
     return {"body": body, "queue_id": queue_id, "properties": messages.parse_properties(text)}
+
+
+def test_a_taken_remoting_port_fails_the_start_cleanly(
+    tmp_path: Path, remoting_endpoint: str
+) -> None:
+    taken = int(remoting_endpoint.rpartition(":")[2])
+    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
+    config = BrokerConfig(store=store, listen_port=0, remoting_port=taken)
+    with pytest.raises(OSError, match="remoting protocol"):
+        threads.start(config)
+    refused = BrokerConfig(store=store, listen_port=0, nameserver_port=0)
+    with pytest.raises(ValueError, match="--remoting-port"):
+        threads.start(refused)

@@ -452,7 +452,15 @@ class Broker:
         await server.start()
         self.server = server
         poller.start()
-        await self._serve_remoting(forwarding_servicer)
+        try:
+            await self._serve_remoting(forwarding_servicer)
+        except BaseException:  # e.g. the remoting port is taken: no half-started broker
+            self.messaging.begin_shutdown()
+            await self.groups.poller.stop()
+            self.server = None
+            await server.stop(0)
+            await asyncio.sleep(0)  # the transaction checker sees its stop before the loop ends
+            raise
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
 
     async def _serve_remoting(self, admin_servicer: object) -> None:
