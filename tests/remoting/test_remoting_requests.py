@@ -200,6 +200,10 @@ def test_offsets_are_shared_with_v2_consumers_of_the_group(
         assert update.code == codes.SUCCESS, update.remark
         assert rc.call(codes.GET_MAX_OFFSET, {"topic": topic, "queueId": "2"}).ext["offset"] == "3"
         assert rc.call(codes.GET_MIN_OFFSET, {"topic": topic, "queueId": "2"}).ext["offset"] == "0"
+        by_time = {"topic": topic, "queueId": "2", "timestamp": "0"}
+        assert rc.call(codes.SEARCH_OFFSET_BY_TIMESTAMP, by_time).ext["offset"] == "0"
+        by_time["timestamp"] = str(2**62)  # after every message: the queue's end
+        assert rc.call(codes.SEARCH_OFFSET_BY_TIMESTAMP, by_time).ext["offset"] == "3"
         queue = definition_pb2.MessageQueue(topic=definition_pb2.Resource(name=topic), id=2)
         group = definition_pb2.Resource(name="RemOffsets")
         with grpc.insecure_channel(broker.endpoint) as channel:
@@ -383,3 +387,24 @@ def test_a_taken_remoting_port_fails_the_start_cleanly(
     refused = BrokerConfig(store=store, listen_port=0, nameserver_port=0)
     with pytest.raises(ValueError, match="--remoting-port"):
         threads.start(refused)
+
+
+@pytest.mark.parametrize(
+    ("code", "ext"),
+    [
+        (codes.GET_MAX_OFFSET, {"topic": "T", "queueId": "2147483648"}),
+        (codes.UPDATE_AND_CREATE_TOPIC, {"topic": "T", "readQueueNums": "9" * 30}),
+        (codes.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "T", "queueId": "0", "timestamp": "1e3"}),
+        (
+            codes.PULL_MESSAGE,
+            {"consumerGroup": "G", "topic": "T", "queueId": "-1", "queueOffset": str(2**63)},
+        ),
+    ],
+)
+def test_out_of_range_numbers_are_refused_by_name(
+    remoting_endpoint: str, code: int, ext: dict[str, str]
+) -> None:
+    with RawClient(remoting_endpoint) as rc:
+        answer = rc.call(code, ext)
+    assert answer.code == codes.SYSTEM_ERROR
+    assert "header field" in (answer.remark or "") or "queueId" in (answer.remark or "")

@@ -11,7 +11,8 @@ as they are stored — RocketMQ's message layout, which the remoting client deco
 
 Served: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), PULL_MESSAGE (11),
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC (17),
-GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), HEART_BEAT (34), UNREGISTER_CLIENT (35),
+GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
+UNREGISTER_CLIENT (35),
 GET_CONSUMER_LIST_BY_GROUP (38), CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
 name-server requests (:mod:`nameserver`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
@@ -52,6 +53,7 @@ _V2_NAMES = {
     "n": "brokerName",
 }  # fmt: skip
 
+TIMESTAMP_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
@@ -66,16 +68,26 @@ class BadRequest(Exception):
         self.code = code
 
 
+_INT32_FIELDS = frozenset({
+    "queueId", "sysFlag", "maxMsgNums", "perm", "readQueueNums", "writeQueueNums",
+})  # fmt: skip
+
+
 def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
+    """A numeric header field: Java's int for :data:`_INT32_FIELDS`, else a long."""
     value = ext.get(name)
     if value is None or value == "":
         if default is None:
             raise BadRequest(f"header field {name} is missing")
         return default
     try:
-        return int(value)
+        number = int(value[:40])
     except ValueError:
         raise BadRequest(f"header field {name} = {value[:40]!r} is not a number") from None
+    bits = 32 if name in _INT32_FIELDS else 64
+    if not -(2 ** (bits - 1)) <= number < 2 ** (bits - 1):
+        raise BadRequest(f"header field {name} = {value[:40]!r} is outside int{bits}")
+    return number
 
 
 def _text(ext: dict[str, str], name: str) -> str:
@@ -112,6 +124,7 @@ class BrokerRequests:
         self.admin = admin
         """The admin servicer (topic creation goes through it, forwarded to the leader)."""
         self.consumers = ConsumerRegistry()
+        self._unsupported_seen: set[int] = set()
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
             codes.SEND_MESSAGE_V2: self.send,
@@ -122,6 +135,7 @@ class BrokerRequests:
             codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             codes.GET_MAX_OFFSET: self.max_offset,
             codes.GET_MIN_OFFSET: self.min_offset,
+            codes.SEARCH_OFFSET_BY_TIMESTAMP: self.offset_by_time,
             codes.HEART_BEAT: self.heartbeat,
             codes.UNREGISTER_CLIENT: self.unregister,
             codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
@@ -135,6 +149,13 @@ class BrokerRequests:
     async def dispatch(self, request: Command, conn: Connection) -> Command | None:
         handler = self.handlers.get(request.code)
         if handler is None:
+            if request.code not in self._unsupported_seen and len(self._unsupported_seen) < 256:
+                self._unsupported_seen.add(request.code)  # logged once per code
+                log.info(
+                    "remoting: request code %d from a %s client is not supported",
+                    request.code,
+                    request.language,
+                )
             return request.response(
                 codes.REQUEST_CODE_NOT_SUPPORTED,
                 f"request code {request.code} is not supported by Gannet's remoting port "
@@ -316,11 +337,13 @@ class BrokerRequests:
         return _refusal(request, reply.status)
 
     async def _query_offset(
-        self, request: Command, conn: Connection, policy: int
+        self, request: Command, conn: Connection, policy: int, at_ms: int = 0
     ) -> int | definition_pb2.Status:
         query = service_pb2.QueryOffsetRequest(
             message_queue=self._queue(request.ext), query_offset_policy=policy
         )
+        if policy == definition_pb2.TIMESTAMP:
+            query.timestamp.FromMilliseconds(at_ms)
         reply = await self._v2.QueryOffset(query, RemotingContext(conn))
         if reply.status.code != statuses.OK:
             return reply.status
@@ -332,8 +355,15 @@ class BrokerRequests:
     async def min_offset(self, request: Command, conn: Connection) -> Command:
         return await self._offset_answer(request, conn, definition_pb2.BEGINNING)
 
-    async def _offset_answer(self, request: Command, conn: Connection, policy: int) -> Command:
-        found = await self._query_offset(request, conn, policy)
+    async def offset_by_time(self, request: Command, conn: Connection) -> Command:
+        # into protobuf's Timestamp range: before 1970 finds the first offset, after 9999 the end
+        at_ms = min(max(_int(request.ext, "timestamp"), 0), TIMESTAMP_MS_MAX)
+        return await self._offset_answer(request, conn, definition_pb2.TIMESTAMP, at_ms)
+
+    async def _offset_answer(
+        self, request: Command, conn: Connection, policy: int, at_ms: int = 0
+    ) -> Command:
+        found = await self._query_offset(request, conn, policy, at_ms)
         if isinstance(found, int):
             return request.response(codes.SUCCESS, ext={"offset": str(found)})
         return _refusal(request, found)
