@@ -1,7 +1,8 @@
 """The official RocketMQ remoting Java client, unchanged (rocketmq-client 4.9.8), against a
 broker's name-server and remoting ports: DefaultMQProducer (sync with keys, tags and a user
 property; oneway; a batch; a delay level; a body the client compresses), DefaultMQPushConsumer
-(every message once; a tag filter) and DefaultLitePullConsumer; and both protocols on one store:
+(every message once; a tag filter; every message failed once, sent back and consumed from the
+retry topic) and DefaultLitePullConsumer; and both protocols on one store:
 what the Java client sent is received by the official Python gRPC SimpleConsumer, what the Python
 gRPC Producer sent is received by the Java push consumer."""
 
@@ -97,6 +98,28 @@ def test_push_tag_filtered_push_and_lite_pull_consumers_get_everything_once(
     _check(_received(java_clients.finish(push)), wanted, "remoting")
     _check(_received(java_clients.finish(tagged)), tag_a, "remoting")
     _check(_received(java_clients.finish(lite)), wanted, "remoting")
+
+
+def test_a_failed_message_comes_back_from_the_retry_topic(
+    broker: threads.BrokerThread,
+    nameserver_endpoint: str,
+    produced: tuple[str, dict[str, str]],
+    logs: Path,
+) -> None:
+    topic, wanted = produced
+    lines = java_clients.run(
+        logs, "pushretry", nameserver_endpoint, topic, "RemJavaRetry", str(len(wanted)), "*"
+    )
+    _check(_received(lines), wanted, "remoting")
+    # every message went through the broker's retry topic (CONSUMER_SEND_MSG_BACK), not the
+    # client's own fallback of consuming it again locally
+    store = broker.broker.store
+    retry = store.topic_configs.get("%RETRY%RemJavaRetry")
+    assert retry is not None
+    stored = sum(
+        store.max_offset_in_queue(retry.topic_name, q) for q in range(retry.write_queue_nums)
+    )
+    assert stored == len(wanted)
 
 
 def test_sent_over_remoting_received_over_grpc(

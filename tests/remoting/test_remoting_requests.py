@@ -408,3 +408,41 @@ def test_out_of_range_numbers_are_refused_by_name(
         answer = rc.call(code, ext)
     assert answer.code == codes.SYSTEM_ERROR
     assert "header field" in (answer.remark or "") or "queueId" in (answer.remark or "")
+
+
+def _physical_offset(record: bytes) -> int:
+    (offset,) = struct.unpack_from(">q", record, 28)  # after size, magic, CRC, queue, flag, qoffset
+    return int(offset)
+
+
+def test_send_back_goes_to_the_retry_topic_after_its_delay_then_to_the_dlq(
+    remoting_endpoint: str,
+) -> None:
+    topic, group = topic_name(), "RemBackG"
+    with RawClient(remoting_endpoint) as rc:
+        assert send(rc, topic, 0, b"fails", TAGS="TagA").code == codes.SUCCESS
+        first = pull(rc, topic, 0, 0, suspend_ms=WAIT_MS)
+        offset = _physical_offset(first.body)
+        back = {
+            "group": group, "offset": str(offset), "delayLevel": "1", "originMsgId": "ORIGIN1",
+            "originTopic": topic, "maxReconsumeTimes": "1",
+        }  # fmt: skip
+        answer = rc.call(codes.CONSUMER_SEND_MSG_BACK, back)
+        assert answer.code == codes.SUCCESS, answer.remark
+        retry = f"%RETRY%{group}"
+        # delay level 1 (1 s): the timer store delivers it, the suspended pull wakes then
+        again = pull(rc, retry, 0, 0, suspend_ms=WAIT_MS)
+        assert again.code == codes.SUCCESS, again.remark
+        record = _decode_record(again.body)
+        assert record["body"] == b"fails"
+        assert record["properties"]["RETRY_TOPIC"] == topic
+        assert record["properties"]["ORIGIN_MESSAGE_ID"] == "ORIGIN1"
+        assert record["properties"]["TAGS"] == "TagA"
+        # reconsumed once already, at most once allowed: the next send-back is a dead letter
+        back["offset"] = str(_physical_offset(again.body))
+        assert rc.call(codes.CONSUMER_SEND_MSG_BACK, back).code == codes.SUCCESS
+        dead = pull(rc, f"%DLQ%{group}", 0, 0, suspend_ms=WAIT_MS)
+        assert dead.code == codes.SUCCESS, dead.remark
+        assert _decode_record(dead.body)["properties"]["DLQ_ORIGIN_TOPIC"] == topic
+        nowhere = rc.call(codes.CONSUMER_SEND_MSG_BACK, {**back, "offset": str(2**40)})
+        assert nowhere.code == codes.SYSTEM_ERROR

@@ -9,6 +9,8 @@
 //   push     <namesrv> <topic> <group> <count> <tags>   DefaultMQPushConsumer from the first
 //            offset; prints "got <key> <tag> <bodyLength> <bodyCrc> <property>" per message, stops
 //            after <count> distinct keys ("consumed <n>") or 120 s ("timeout <n>")
+//   pushretry <namesrv> <topic> <group> <count> <tags>   the same, but every first delivery fails
+//            (RECONSUME_LATER, delay level 1): messages are counted when they come back
 //   litepull <namesrv> <topic> <group> <count>   DefaultLitePullConsumer, same output
 //
 // Runs from source (`java -cp "<lib>/*" RemotingClients.java ...`) or compiled by javac.
@@ -42,7 +44,8 @@ public class RemotingClients {
         try {
             switch (args[0]) {
                 case "produce": produce(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
-                case "push": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5]); break;
+                case "push": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5], false); break;
+                case "pushretry": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5], true); break;
                 case "litepull": litePull(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
                 default: throw new IllegalArgumentException("unknown mode " + args[0]);
             }
@@ -120,7 +123,8 @@ public class RemotingClients {
         return true;
     }
 
-    static void push(String namesrv, String topic, String group, int count, String tags) throws Exception {
+    static void push(String namesrv, String topic, String group, int count, String tags, boolean failFirst)
+            throws Exception {
         DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
         consumer.setNamesrvAddr(namesrv);
         consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
@@ -130,6 +134,12 @@ public class RemotingClients {
         CountDownLatch all = new CountDownLatch(1);
         consumer.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
             synchronized (RemotingClients.class) {
+                if (failFirst && msgs.get(0).getReconsumeTimes() == 0) {
+                    // the first delivery fails: the client sends it back (CONSUMER_SEND_MSG_BACK)
+                    // and it comes again from the group's retry topic after delay level 1 (1 s)
+                    context.setDelayLevelWhenNextConsume(1);
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                }
                 for (MessageExt msg : msgs) {
                     print(msg, seen);
                 }

@@ -427,6 +427,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         except ReplicationError as exc:
             raise routes.replication_refusal(exc) from None
 
+    async def append_and_acknowledge(self, messages: list[records.Message]) -> None:
+        """Append records the broker made itself (a remoting consumer's send-back) and return
+        once they may be acknowledged (:meth:`_acknowledge`); the caller checked leadership."""
+        _, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
+        await self._acknowledge(durable_at)
+
     async def _acknowledge(self, durable_at: int | None) -> None:
         """Return once what this node just appended may be answered: committed by the Raft
         group, or durable per the flush mode."""

@@ -12,13 +12,14 @@ as they are stored — RocketMQ's message layout, which the remoting client deco
 Served: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), PULL_MESSAGE (11),
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC (17),
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
-UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
+UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
+CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
 name-server requests (:mod:`nameserver`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
@@ -30,6 +31,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import filters, pulling, sending
 from gannet.node.api.messaging import MessagingServicer
+from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
@@ -39,6 +41,7 @@ from gannet.node.remoting.consumers import ConsumerRegistry, Subscription
 from gannet.node.remoting.context import Aborted, RemotingContext
 from gannet.node.remoting.nameserver import NameServer, PortMap
 from gannet.node.remoting.server import Connection
+from gannet.node.store import properties as props
 from gannet.node.store.queues.reading import GetStatus
 
 log = logging.getLogger(__name__)
@@ -130,6 +133,7 @@ class BrokerRequests:
             codes.SEND_MESSAGE_V2: self.send,
             codes.SEND_BATCH_MESSAGE: self.send,
             codes.PULL_MESSAGE: self.pull,
+            codes.CONSUMER_SEND_MSG_BACK: self.send_back,
             codes.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             codes.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
             codes.UPDATE_AND_CREATE_TOPIC: self.create_topic,
@@ -289,6 +293,45 @@ class BrokerRequests:
             found = self.consumers.subscription(group, topic)
             kind, text = (found.expression_type, found.expression) if found else ("TAG", "*")
         return _filter(kind, text)
+
+    # ------------------------------------------------------------------ send back
+    async def send_back(self, request: Command, conn: Connection) -> Command:
+        """A message the consumer failed to consume: to ``%RETRY%<group>`` after its delay
+        level (0: 3 + reconsume times, as RocketMQ), or to ``%DLQ%<group>`` when the level is
+        negative or the message used up its reconsume times. Only the leader writes it; a
+        follower answers SERVICE_NOT_AVAILABLE and the client consumes the message again
+        itself."""
+        ext = request.ext
+        servicer = self.servicer
+        group = servicer.resources.group(_text(ext, "group"))
+        offset = _int(ext, "offset")
+        replication = servicer.replication
+        if replication is not None and not replication.is_serving_leader():
+            return request.response(
+                codes.SERVICE_NOT_AVAILABLE, "send-back is served by the Raft leader only"
+            )
+        store = servicer.store
+        original = await asyncio.to_thread(store.read_message, offset)
+        if original is None:
+            return request.response(codes.SYSTEM_ERROR, f"no message at commit-log offset {offset}")
+        config = store.group_configs.get(group)
+        default_max = config.retry_max_times if config is not None else 16
+        max_times = _int(ext, "maxReconsumeTimes", default_max)
+        level = _int(ext, "delayLevel", 0)
+        origin_topic = original.properties.get(props.RETRY_TOPIC) or original.topic
+        if level < 0 or original.reconsume_times >= max_times:
+            message = retrying.dlq_message(original, group, origin_topic)
+            retrying.ensure_system_topic(store, message.topic, None)
+        else:
+            level = level or 3 + original.reconsume_times
+            delay_s = messages.DELAY_LEVELS_S[min(level, len(messages.DELAY_LEVELS_S)) - 1]
+            message = retrying.sent_back_message(original, group, _now_ms() + delay_s * 1000)
+            retrying.ensure_system_topic(store, message.topic, group)
+        origin_id = ext.get("originMsgId")
+        if origin_id:
+            message.properties[props.ORIGIN_MESSAGE_ID] = origin_id
+        await servicer.append_and_acknowledge([message])
+        return request.response(codes.SUCCESS)
 
     # ------------------------------------------------------------------ offsets
     def _queue(self, ext: dict[str, str]) -> definition_pb2.MessageQueue:
