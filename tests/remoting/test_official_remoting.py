@@ -2,9 +2,9 @@
 broker's name-server and remoting ports: DefaultMQProducer (sync with keys, tags and a user
 property; oneway; a batch; a delay level; a body the client compresses), DefaultMQPushConsumer
 (every message once; a tag filter; every message failed once, sent back and consumed from the
-retry topic) and DefaultLitePullConsumer; and both protocols on one store:
-what the Java client sent is received by the official Python gRPC SimpleConsumer, what the Python
-gRPC Producer sent is received by the Java push consumer."""
+retry topic; an orderly listener, locking its queues) and DefaultLitePullConsumer; and both
+protocols on one store: what the Java client sent is received by the official Python gRPC
+SimpleConsumer, what the Python gRPC Producer sent is received by the Java push consumer."""
 
 from __future__ import annotations
 
@@ -78,7 +78,15 @@ def produced(nameserver_endpoint: str, logs: Path) -> tuple[str, dict[str, str]]
     assert lines[-1] == "done"
     sent = [line.split(" ")[1] for line in lines if line.startswith(("sent ", "oneway "))]
     assert sorted(sent) == sorted(_expected(prefix))
+    for line in lines:
+        if line.startswith("sent "):
+            _, key, queue, offset = line.split(" ")
+            PLACES[key] = (int(queue), int(offset))
     return topic, _expected(prefix)
+
+
+PLACES: dict[str, tuple[int, int]] = {}
+"""Queue and queue offset of each acknowledged send (a batch answers its first's offset)."""
 
 
 def test_push_tag_filtered_push_and_lite_pull_consumers_get_everything_once(
@@ -120,6 +128,32 @@ def test_a_failed_message_comes_back_from_the_retry_topic(
         store.max_offset_in_queue(retry.topic_name, q) for q in range(retry.write_queue_nums)
     )
     assert stored == len(wanted)
+
+
+def test_an_orderly_consumer_locks_its_queues_and_reads_each_in_order(
+    broker: threads.BrokerThread,
+    nameserver_endpoint: str,
+    produced: tuple[str, dict[str, str]],
+    logs: Path,
+) -> None:
+    topic, wanted = produced
+    lines = java_clients.run(
+        logs, "orderly", nameserver_endpoint, topic, "RemJavaOrderly", str(len(wanted))
+    )
+    got = _received(lines)
+    _check(got, wanted, "remoting")
+    seen: dict[int, list[int]] = {}
+    for key, *_ in got:
+        if key in PLACES and "-batch-" not in key:
+            queue, offset = PLACES[key]
+            seen.setdefault(queue, []).append(offset)
+    assert seen
+    assert all(offsets == sorted(offsets) for offsets in seen.values()), seen
+    requests = broker.broker.remoting_requests
+    assert requests is not None
+    assert requests.locks.granted_total["RemJavaOrderly"] >= 8  # each of its queues, locked
+    # and released when it shut down (UNLOCK_BATCH_MQ): another client may lock them now
+    assert requests.locks.lock("RemJavaOrderly", "another", [(topic, "broker-a", 0)])
 
 
 def test_sent_over_remoting_received_over_grpc(

@@ -291,7 +291,7 @@ def test_refusals_carry_remoting_codes(remoting_endpoint: str) -> None:
 
 def test_unknown_request_codes_answer_not_supported(remoting_endpoint: str) -> None:
     with RawClient(remoting_endpoint) as rc:
-        for code in (0, 9999, 41, -5):  # 41: LOCK_BATCH_MQ, not served yet
+        for code in (0, 9999, 361, -5):  # 361: LITE_PULL_MESSAGE, not served yet
             answer = rc.call(code)
             assert answer.code == codes.REQUEST_CODE_NOT_SUPPORTED
             assert str(code) in (answer.remark or "")
@@ -446,3 +446,24 @@ def test_send_back_goes_to_the_retry_topic_after_its_delay_then_to_the_dlq(
         assert _decode_record(dead.body)["properties"]["DLQ_ORIGIN_TOPIC"] == topic
         nowhere = rc.call(codes.CONSUMER_SEND_MSG_BACK, {**back, "offset": str(2**40)})
         assert nowhere.code == codes.SYSTEM_ERROR
+
+
+def test_queue_locks_go_to_one_client_of_a_group_until_unlocked(remoting_endpoint: str) -> None:
+    def body(client_id: str, *queues: int) -> bytes:
+        mqs = [{"brokerName": "broker-a", "queueId": q, "topic": "RemLockT"} for q in queues]
+        return json.dumps(
+            {"consumerGroup": "RemLockG", "clientId": client_id, "mqSet": mqs}
+        ).encode()
+
+    def locked(answer: Command) -> set[int]:
+        assert answer.code == codes.SUCCESS, answer.remark
+        return {mq["queueId"] for mq in json_body(answer)["lockOKMQSet"]}
+
+    with RawClient(remoting_endpoint) as rc:
+        assert locked(rc.call(codes.LOCK_BATCH_MQ, body=body("a", 0, 1))) == {0, 1}
+        assert locked(rc.call(codes.LOCK_BATCH_MQ, body=body("b", 1, 2))) == {2}
+        assert locked(rc.call(codes.LOCK_BATCH_MQ, body=body("a", 0, 1))) == {0, 1}  # renewed
+        assert rc.call(codes.UNLOCK_BATCH_MQ, body=body("a", 1)).code == codes.SUCCESS
+        assert locked(rc.call(codes.LOCK_BATCH_MQ, body=body("b", 1))) == {1}
+        bad = rc.call(codes.LOCK_BATCH_MQ, body=b'{"consumerGroup":"G","mqSet":[{}]}')
+        assert bad.code == codes.SYSTEM_ERROR

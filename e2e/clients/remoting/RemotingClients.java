@@ -11,6 +11,8 @@
 //            after <count> distinct keys ("consumed <n>") or 120 s ("timeout <n>")
 //   pushretry <namesrv> <topic> <group> <count> <tags>   the same, but every first delivery fails
 //            (RECONSUME_LATER, delay level 1): messages are counted when they come back
+//   orderly  <namesrv> <topic> <group> <count>   DefaultMQPushConsumer with MessageListenerOrderly
+//            (locks its queues with LOCK_BATCH_MQ), same output
 //   litepull <namesrv> <topic> <group> <count>   DefaultLitePullConsumer, same output
 //
 // Runs from source (`java -cp "<lib>/*" RemotingClients.java ...`) or compiled by javac.
@@ -25,7 +27,9 @@ import java.util.zip.CRC32;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.SendResult;
 import org.apache.rocketmq.client.producer.SendStatus;
@@ -46,6 +50,7 @@ public class RemotingClients {
                 case "produce": produce(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
                 case "push": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5], false); break;
                 case "pushretry": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5], true); break;
+                case "orderly": orderly(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
                 case "litepull": litePull(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
                 default: throw new IllegalArgumentException("unknown mode " + args[0]);
             }
@@ -148,6 +153,33 @@ public class RemotingClients {
                 }
             }
             return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        consumer.start();
+        boolean done = all.await(DEADLINE_MS, TimeUnit.MILLISECONDS);
+        synchronized (RemotingClients.class) {
+            System.out.println((done ? "consumed " : "timeout ") + seen.size());
+        }
+        consumer.shutdown();
+    }
+
+    static void orderly(String namesrv, String topic, String group, int count) throws Exception {
+        DefaultMQPushConsumer consumer = new DefaultMQPushConsumer(group);
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.subscribe(topic, "*");
+        Set<String> seen = new HashSet<>();
+        CountDownLatch all = new CountDownLatch(1);
+        consumer.registerMessageListener((MessageListenerOrderly) (msgs, context) -> {
+            synchronized (RemotingClients.class) {
+                for (MessageExt msg : msgs) {
+                    print(msg, seen);
+                }
+                if (seen.size() >= count) {
+                    all.countDown();
+                }
+            }
+            return ConsumeOrderlyStatus.SUCCESS;
         });
         consumer.start();
         boolean done = all.await(DEADLINE_MS, TimeUnit.MILLISECONDS);

@@ -13,6 +13,7 @@ Served: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), PULL
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC (17),
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
 UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
+LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
 CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
 name-server requests (:mod:`nameserver`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
@@ -37,7 +38,12 @@ from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import Command
-from gannet.node.remoting.consumers import ConsumerRegistry, Subscription
+from gannet.node.remoting.consumers import (
+    ConsumerRegistry,
+    QueueKey,
+    RebalanceLocks,
+    Subscription,
+)
 from gannet.node.remoting.context import Aborted, RemotingContext
 from gannet.node.remoting.nameserver import NameServer, PortMap
 from gannet.node.remoting.server import Connection
@@ -127,6 +133,7 @@ class BrokerRequests:
         self.admin = admin
         """The admin servicer (topic creation goes through it, forwarded to the leader)."""
         self.consumers = ConsumerRegistry()
+        self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
@@ -143,6 +150,8 @@ class BrokerRequests:
             codes.HEART_BEAT: self.heartbeat,
             codes.UNREGISTER_CLIENT: self.unregister,
             codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            codes.LOCK_BATCH_MQ: self.lock_queues,
+            codes.UNLOCK_BATCH_MQ: self.unlock_queues,
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
             codes.GET_TOPIC_CONFIG: self.topic_config,
             codes.GET_ROUTEINFO_BY_TOPIC: nameserver.route,
@@ -454,6 +463,38 @@ class BrokerRequests:
         sub = data.get("subscriptionData") if isinstance(data, dict) else None
         if isinstance(sub, dict):
             _filter(str(sub.get("expressionType") or "TAG"), str(sub.get("subString") or "*"))
+        return request.response(codes.SUCCESS)
+
+    # ------------------------------------------------------------------ orderly locks
+    def _lock_body(self, request: Command) -> tuple[str, str, list[QueueKey]]:
+        data = _json_body(request)
+        if not isinstance(data, dict):
+            raise BadRequest("the body is not a JSON object")
+        group = str(data.get("consumerGroup") or "")
+        client_id = str(data.get("clientId") or "")
+        if not group or not client_id:
+            raise BadRequest("the body needs consumerGroup and clientId")
+        queues: list[QueueKey] = []
+        for mq in data.get("mqSet") or []:
+            if not isinstance(mq, dict):
+                raise BadRequest("mqSet holds a non-object")
+            queue_id = mq.get("queueId")
+            if not isinstance(queue_id, int) or isinstance(queue_id, bool):
+                raise BadRequest("a queue of mqSet has no integer queueId")
+            queues.append((str(mq.get("topic") or ""), str(mq.get("brokerName") or ""), queue_id))
+        return group, client_id, queues
+
+    async def lock_queues(self, request: Command, conn: Connection) -> Command:
+        group, client_id, queues = self._lock_body(request)
+        granted = self.locks.lock(group, client_id, queues)
+        body = json.dumps({
+            "lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in granted]
+        })  # fmt: skip
+        return request.response(codes.SUCCESS, body=body.encode("utf-8"))
+
+    async def unlock_queues(self, request: Command, conn: Connection) -> Command:
+        group, client_id, queues = self._lock_body(request)
+        self.locks.unlock(group, client_id, queues)
         return request.response(codes.SUCCESS)
 
     # ------------------------------------------------------------------ topics

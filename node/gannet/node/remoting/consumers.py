@@ -11,6 +11,7 @@ list changes, its other connected consumers are told with a oneway
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from gannet.node.remoting.codec import Command
@@ -80,3 +81,51 @@ class ConsumerRegistry:
                 member.conn.send(
                     Command(NOTIFY_CONSUMER_IDS_CHANGED, flag=2, ext={"consumerGroup": group})
                 )
+
+
+LOCK_LIFETIME_S = 60.0  # RocketMQ's rebalance.lockMaxLiveTime
+LOCKS_MAX = 100_000
+
+QueueKey = tuple[str, str, int]
+"""(topic, broker name, queue id) of a message queue."""
+
+
+class RebalanceLocks:
+    """Which client of a consumer group holds which queue (RocketMQ's
+    ``RebalanceLockManager``): orderly consumers lock their queues (``LOCK_BATCH_MQ``) and renew
+    the locks every 20 s; a lock not renewed for :data:`LOCK_LIFETIME_S` may be taken by
+    another client of the group. Kept in memory by the broker the consumers talk to (the
+    group's master, the Raft leader): after a leader change the consumers lock again there.
+    Bounded by :data:`LOCKS_MAX` entries (beyond: no new lock is granted)."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._held: dict[str, dict[QueueKey, tuple[str, float]]] = {}
+        self._count = 0
+        self.granted_total: dict[str, int] = {}
+        """Locks granted (or renewed), by group."""
+
+    def lock(self, group: str, client_id: str, queues: list[QueueKey]) -> list[QueueKey]:
+        """Lock (or renew) ``queues`` for ``client_id``; returns those now held by it."""
+        now = self._clock()
+        table = self._held.setdefault(group, {})
+        granted = []
+        for queue in queues:
+            held = table.get(queue)
+            if held is None and self._count >= LOCKS_MAX:
+                continue
+            if held is None or held[0] == client_id or now - held[1] > LOCK_LIFETIME_S:
+                if held is None:
+                    self._count += 1
+                table[queue] = (client_id, now)
+                granted.append(queue)
+        self.granted_total[group] = self.granted_total.get(group, 0) + len(granted)
+        return granted
+
+    def unlock(self, group: str, client_id: str, queues: list[QueueKey]) -> None:
+        table = self._held.get(group, {})
+        for queue in queues:
+            held = table.get(queue)
+            if held is not None and held[0] == client_id:
+                del table[queue]
+                self._count -= 1
