@@ -467,3 +467,29 @@ def test_queue_locks_go_to_one_client_of_a_group_until_unlocked(remoting_endpoin
         assert locked(rc.call(codes.LOCK_BATCH_MQ, body=body("b", 1))) == {1}
         bad = rc.call(codes.LOCK_BATCH_MQ, body=b'{"consumerGroup":"G","mqSet":[{}]}')
         assert bad.code == codes.SYSTEM_ERROR
+
+
+def test_messages_by_key_unique_key_and_commit_log_offset(remoting_endpoint: str) -> None:
+    topic = topic_name()
+    with RawClient(remoting_endpoint) as rc:
+        uniq = messages.new_message_id()
+        sent = send(rc, topic, 0, b"find me", KEYS="order-7 other", UNIQ_KEY=uniq)
+        assert sent.code == codes.SUCCESS, sent.remark
+        pulled = pull(rc, topic, 0, 0, suspend_ms=WAIT_MS)  # dispatched (and indexed) by now
+        assert pulled.code == codes.SUCCESS, pulled.remark
+        query = {"topic": topic, "key": "order-7", "maxNum": "32", "beginTimestamp": "0",
+                 "endTimestamp": str(2**62)}  # fmt: skip
+        by_key = rc.call(codes.QUERY_MESSAGE, query)
+        assert by_key.code == codes.SUCCESS, by_key.remark
+        assert by_key.body == pulled.body  # the record as stored, as a pull returns it
+        assert int(by_key.ext["indexLastUpdatePhyoffset"]) >= 0
+        by_uniq = rc.call(codes.QUERY_MESSAGE, {**query, "key": uniq, "_UNIQUE_KEY_QUERY": "true"})
+        assert by_uniq.body == pulled.body
+        missing = rc.call(codes.QUERY_MESSAGE, {**query, "key": "no-such-key"})
+        assert missing.code == codes.QUERY_NOT_FOUND
+        offset = _physical_offset(pulled.body)
+        viewed = rc.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
+        assert viewed.code == codes.SUCCESS, viewed.remark
+        assert viewed.body == pulled.body
+        nowhere = rc.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(2**40)})
+        assert nowhere.code == codes.SYSTEM_ERROR

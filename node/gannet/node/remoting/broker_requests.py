@@ -13,7 +13,7 @@ Served: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), PULL
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC (17),
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
 UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
-LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
+LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
 CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
 name-server requests (:mod:`nameserver`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
@@ -48,6 +48,7 @@ from gannet.node.remoting.context import Aborted, RemotingContext
 from gannet.node.remoting.nameserver import NameServer, PortMap
 from gannet.node.remoting.server import Connection
 from gannet.node.store import properties as props
+from gannet.node.store import querying
 from gannet.node.store.queues.reading import GetStatus
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,7 @@ _V2_NAMES = {
     "n": "brokerName",
 }  # fmt: skip
 
+QUERY_MESSAGES_MAX = 64
 TIMESTAMP_MS_MAX = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
@@ -151,6 +153,8 @@ class BrokerRequests:
             codes.UNREGISTER_CLIENT: self.unregister,
             codes.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             codes.LOCK_BATCH_MQ: self.lock_queues,
+            codes.QUERY_MESSAGE: self.query_message,
+            codes.VIEW_MESSAGE_BY_ID: self.view_message,
             codes.UNLOCK_BATCH_MQ: self.unlock_queues,
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
             codes.GET_TOPIC_CONFIG: self.topic_config,
@@ -464,6 +468,52 @@ class BrokerRequests:
         if isinstance(sub, dict):
             _filter(str(sub.get("expressionType") or "TAG"), str(sub.get("subString") or "*"))
         return request.response(codes.SUCCESS)
+
+    # ------------------------------------------------------------------ queries
+    def _raw(self, offset: int, size: int) -> bytes | None:
+        return self.servicer.store.commitlog.read(offset, size)
+
+    async def view_message(self, request: Command, conn: Connection) -> Command:
+        """The record at a commit-log offset (an offset message id's), as stored."""
+        offset = _int(request.ext, "offset")
+        message = await asyncio.to_thread(self.servicer.store.read_message, offset)
+        data = None if message is None else await asyncio.to_thread(
+            self._raw, offset, message.store_size
+        )  # fmt: skip
+        if data is None:
+            return request.response(codes.SYSTEM_ERROR, f"no message at commit-log offset {offset}")
+        return request.response(codes.SUCCESS, body=data)
+
+    async def query_message(self, request: Command, conn: Connection) -> Command:
+        """Messages of a topic by key (or by unique key, ``_UNIQUE_KEY_QUERY``) from the index
+        (:func:`gannet.node.store.querying.by_key`), the records as stored."""
+        ext = request.ext
+        topic, key = _text(ext, "topic"), _text(ext, "key")
+        unique = ext.get("_UNIQUE_KEY_QUERY") == "true"
+        found = await asyncio.to_thread(
+            querying.by_key,
+            self.servicer.store,
+            topic,
+            key,
+            max_num=max(1, min(_int(ext, "maxNum", 32), QUERY_MESSAGES_MAX)),
+            begin_ms=max(_int(ext, "beginTimestamp", 0), 0),
+            end_ms=_int(ext, "endTimestamp", 2**63 - 1),
+            unique=unique,
+        )
+        records = []
+        for message in found.messages:
+            data = await asyncio.to_thread(self._raw, message.physical_offset, message.store_size)
+            if data is not None:
+                records.append(data)
+        header = {
+            "indexLastUpdateTimestamp": str(found.index_last_update_timestamp_ms),
+            "indexLastUpdatePhyoffset": str(found.index_last_update_phy_offset),
+        }
+        if not records:
+            return request.response(
+                codes.QUERY_NOT_FOUND, f"no message of {topic!r} with key {key!r}", ext=header
+            )
+        return request.response(codes.SUCCESS, ext=header, body=b"".join(records))
 
     # ------------------------------------------------------------------ orderly locks
     def _lock_body(self, request: Command) -> tuple[str, str, list[QueueKey]]:
