@@ -197,7 +197,7 @@ FIELDS = [
     "topic", "queueId", "consumerGroup", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
     "suspendTimeoutMillis", "subscription", "expressionType", "a", "b", "e", "f", "g", "i", "m",
     "readQueueNums", "writeQueueNums", "perm", "clientID", "bornTimestamp", "properties",
-    "timestamp",
+    "timestamp", "key", "offset", "group", "delayLevel", "maxReconsumeTimes",
 ]  # fmt: skip
 
 

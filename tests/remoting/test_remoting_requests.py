@@ -128,6 +128,11 @@ def test_send_then_pull_returns_the_stored_record(remoting_endpoint: str) -> Non
         moved = pull(rc, topic, 3, 5)
         assert moved.code == codes.PULL_OFFSET_MOVED
         assert moved.ext["nextBeginOffset"] == "1"
+        lite = rc.call(codes.LITE_PULL_MESSAGE, {
+            "consumerGroup": "RemG", "topic": topic, "queueId": "3", "queueOffset": "0",
+            "maxMsgNums": "8", "sysFlag": "0",
+        })  # fmt: skip
+        assert (lite.code, lite.body) == (codes.SUCCESS, got.body)  # 5.x lite pull: the same
 
 
 def test_batch_send_stores_every_message(remoting_endpoint: str) -> None:
@@ -291,7 +296,7 @@ def test_refusals_carry_remoting_codes(remoting_endpoint: str) -> None:
 
 def test_unknown_request_codes_answer_not_supported(remoting_endpoint: str) -> None:
     with RawClient(remoting_endpoint) as rc:
-        for code in (0, 9999, 361, -5):  # 361: LITE_PULL_MESSAGE, not served yet
+        for code in (0, 9999, 37, -5):  # 37: END_TRANSACTION, not served yet
             answer = rc.call(code)
             assert answer.code == codes.REQUEST_CODE_NOT_SUPPORTED
             assert str(code) in (answer.remark or "")

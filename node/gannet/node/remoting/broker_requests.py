@@ -9,7 +9,8 @@ read through the v2 ``PullMessage`` reader (:func:`gannet.node.api.pulling.handl
 same long polling, woken by dispatch). What is translated is the answer: pulled records go back
 as they are stored — RocketMQ's message layout, which the remoting client decodes itself.
 
-Served: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), PULL_MESSAGE (11),
+Served: SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), PULL_MESSAGE (11) and
+LITE_PULL_MESSAGE (361),
 QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC (17),
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
 UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
@@ -142,6 +143,7 @@ class BrokerRequests:
             codes.SEND_MESSAGE_V2: self.send,
             codes.SEND_BATCH_MESSAGE: self.send,
             codes.PULL_MESSAGE: self.pull,
+            codes.LITE_PULL_MESSAGE: self.pull,  # RocketMQ serves it with the same processor
             codes.CONSUMER_SEND_MSG_BACK: self.send_back,
             codes.QUERY_CONSUMER_OFFSET: self.query_consumer_offset,
             codes.UPDATE_CONSUMER_OFFSET: self.update_consumer_offset,
