@@ -623,6 +623,11 @@ async def _serve(running: serving.Broker) -> None:
     console.print(f"  create a topic: gannet topic create TopicTest --endpoint {endpoint}")
     console.print(f"  broker status:  gannet status --endpoint {endpoint}")
     console.print(f'  Python client:  ClientConfiguration("{endpoint}", Credentials())')
+    if running.remoting is not None:
+        console.print(
+            f'  4.x (remoting): setNamesrvAddr("{running.nameserver_endpoint}") '
+            f"(remoting port {running.remoting_port}; docs/remoting.md)"
+        )
     if running.authenticator is not None:
         keys = len(running.authenticator.accounts)
         console.print(f"  authentication: on, {keys} access keys (clients: Credentials(ak, sk))")
