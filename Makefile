@@ -32,9 +32,10 @@ $(PROMTOOL):
 	bash deploy/prometheus/install-promtool.sh
 
 ## run: install and start a single-node broker on $(DATA_DIR) (consumer groups are created on
-## first use, as in RocketMQ, so the README's consumer runs as is)
+## first use, as in RocketMQ, so the README's consumer runs as is); gRPC clients on 8081, RocketMQ
+## remoting (4.x) clients with name server 127.0.0.1:9876 (docs/remoting.md)
 run: $(STAMP)
-	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups
+	$(BIN)/gannet broker run --data-dir $(DATA_DIR) --auto-create-groups --remoting-port 10911 --nameserver-port 9876
 
 ## test: install, lint (ruff + mypy --strict + import layers) and run the test suite
 test: lint unit
@@ -60,9 +61,11 @@ test-load: $(STAMP) $(PROMTOOL) java
 	  $(BIN)/pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(PYTEST_ARGS); \
 	  status=$$?; kill $$hog; exit $$status
 
-# Java runs PySpark in tests/pipeline (local[2]).
+# Java runs PySpark in tests/pipeline (local[2]); tests/remoting compiles the official RocketMQ
+# remoting client's test program (javac) against jars Maven fetches once.
 java:
-	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
+	command -v java >/dev/null && command -v javac >/dev/null && command -v mvn >/dev/null || \
+	  { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jdk-headless maven; }
 
 unit: $(STAMP) $(PROMTOOL) java
 	$(BIN)/pytest -q $(PYTEST_ARGS)

@@ -169,7 +169,10 @@ def make_run_command() -> str:
 
 def test_make_run_serves_the_readmes_store() -> None:
     command = make_run_command()
-    assert command == ".venv/bin/gannet broker run --data-dir ~/.gannet/store --auto-create-groups"
+    assert command == (
+        ".venv/bin/gannet broker run --data-dir ~/.gannet/store --auto-create-groups"
+        " --remoting-port 10911 --nameserver-port 9876"  # docs/remoting.md: 4.x clients too
+    )
     readme = README.read_text()
     (line,) = [line for line in readme.splitlines() if line.startswith("make run ")]
     assert line.endswith("starts a single-node broker on ~/.gannet/store"), line

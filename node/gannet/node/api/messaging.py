@@ -299,7 +299,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     # ------------------------------------------------------------------ sending
     async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.SendMessageResponse:
-            return await self._send(request, peer_host_of(context))
+            queue_id = sending.requested_queue_id(context.invocation_metadata())
+            return await self._send(request, peer_host_of(context), queue_id)
 
         return await self._leader_only(
             "SendMessage", request, context, service_pb2.SendMessageResponse, work
@@ -325,7 +326,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         return await self._answer(make, routed, method)
 
     async def _send(
-        self, request: service_pb2.SendMessageRequest, peer_host: str
+        self,
+        request: service_pb2.SendMessageRequest,
+        peer_host: str,
+        queue_id: int | None = None,
     ) -> service_pb2.SendMessageResponse:
         self._check_leader()
         prepared = sending.prepare(
@@ -334,6 +338,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             peer_host=peer_host,
             now_ms=_now_ms(),
             limits=self.limits,
+            queue_id=queue_id,
         )
         if prepared.transactional:
             if self.transactions is not None:
@@ -351,7 +356,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def _append(self, prepared: sending.PreparedSend) -> service_pb2.SendMessageResponse:
         """Append a prepared send, wait until it is durable (or committed), answer it."""
         queue_id = self.selector.select(prepared.topic.write_queue_nums, prepared.message_group)
-        if prepared.priority is not None:
+        if prepared.queue_id is not None:
+            queue_id = prepared.queue_id  # chosen by a remoting client (gannet.node.remoting)
+        elif prepared.priority is not None:
             queue_id = priorities.queue_of(prepared.priority, prepared.topic.write_queue_nums)
         messages = list(prepared.messages)
         for message in messages:
@@ -419,6 +426,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             await replication.wait_committed(end_offset)
         except ReplicationError as exc:
             raise routes.replication_refusal(exc) from None
+
+    async def append_and_acknowledge(self, messages: list[records.Message]) -> None:
+        """Append records the broker made itself (a remoting consumer's send-back) and return
+        once they may be acknowledged (:meth:`_acknowledge`); the caller checked leadership."""
+        _, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
+        await self._acknowledge(durable_at)
 
     async def _acknowledge(self, durable_at: int | None) -> None:
         """Return once what this node just appended may be answered: committed by the Raft

@@ -46,7 +46,7 @@ import itertools
 import socket
 import threading
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
 
@@ -122,6 +122,8 @@ class PreparedSend:
     transactional: bool = False
     priority: int | None = None
     """The highest priority of a PRIORITY batch: it picks the queue (:mod:`priorities`)."""
+    queue_id: int | None = None
+    """The queue the client chose (remoting clients do); None: the broker chooses."""
 
 
 class QueueSelector:
@@ -145,8 +147,11 @@ def prepare(
     peer_host: str,
     now_ms: int,
     limits: SendLimits = DEFAULT_LIMITS,
+    queue_id: int | None = None,
 ) -> PreparedSend:
-    """Validate the whole request; raise :class:`ApiError` for the first problem found."""
+    """Validate the whole request; raise :class:`ApiError` for the first problem found.
+    ``queue_id``: the queue the client chose (a remoting client does: :func:`requested_queue_id`),
+    None to let the broker choose."""
     messages: Sequence[definition_pb2.Message] = request.messages
     if not messages:
         raise ApiError(statuses.MESSAGE_CORRUPTED, "SendMessageRequest.messages is empty")
@@ -178,7 +183,29 @@ def prepare(
     priority = None
     if MessageType.PRIORITY in accepted:  # only there: this is the hot path
         priority = max((priorities.of(m.properties) or 0) for m in converted)
-    return PreparedSend(topic, tuple(converted), ids, group, transactional, priority)
+    if queue_id is not None and not 0 <= queue_id < topic.write_queue_nums:
+        raise ApiError(
+            statuses.BAD_REQUEST,
+            f"queue {queue_id} is not a write queue of topic {topic.topic_name!r} "
+            f"(0..{topic.write_queue_nums - 1})",
+        )
+    return PreparedSend(topic, tuple(converted), ids, group, transactional, priority, queue_id)
+
+
+QUEUE_ID_HEADER = "x-gannet-queue-id"
+"""Call metadata naming the queue a send goes to: a remoting client picks its queue, and the
+remoting layer passes it on this way so that a follower's forwarding carries it to the leader."""
+
+
+def requested_queue_id(metadata: Iterable[tuple[str, str]] | None) -> int | None:
+    """The queue named by :data:`QUEUE_ID_HEADER` in ``metadata``; None when absent."""
+    for key, value in metadata or ():
+        if key == QUEUE_ID_HEADER:
+            try:
+                return int(value)
+            except ValueError:
+                raise ApiError(statuses.BAD_REQUEST, f"{QUEUE_ID_HEADER} {value!r}") from None
+    return None
 
 
 def writable_topic(topic_of: TopicLookup, name: str) -> TopicConfig:

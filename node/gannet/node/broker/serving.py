@@ -82,6 +82,8 @@ from gannet.node.metrics import (
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import auth, credentials, headers, tls
 from gannet.node.protocol.gen import admin_pb2
+from gannet.node.remoting import broker_requests, nameserver
+from gannet.node.remoting.server import RemotingServer
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.peer_resolving import ResolveFigures
@@ -151,6 +153,12 @@ class BrokerConfig:
     cluster_secret_key: str | None = dataclasses.field(default=None, repr=False)
     cluster_tls_ca: Path | None = None
     """CA the other groups' client-port certificates chain to (default ``tls_client_ca``)."""
+    remoting_port: int | None = None
+    """Port of the RocketMQ remoting protocol (10911 by convention; 0: any free port) on
+    ``listen_host``; None: not served (:mod:`gannet.node.remoting`, ``docs/remoting.md``)."""
+    nameserver_port: int | None = None
+    """Port of the name-server requests (9876 by convention; 0: any free port); None: only on
+    the remoting port. Needs ``remoting_port``."""
 
 
 def cluster_security(config: BrokerConfig) -> auth.ClientSecurity:
@@ -197,6 +205,19 @@ class Broker:
         self.groups: cluster_admin.BrokerGroups | None = None
         """The other broker groups of the cluster (:mod:`gannet.node.api.cluster_admin`)."""
         self.phase = "created"
+        self.remoting: RemotingServer | None = None
+        self.remoting_requests: broker_requests.BrokerRequests | None = None
+        self.remoting_port = 0
+        self.nameserver_port = 0
+        if config.remoting_port is not None and (
+            config.auth_file is not None or config.tls_cert is not None
+        ):
+            raise tls.TlsFileError(
+                "the remoting port does not check signatures or speak TLS yet: it cannot be "
+                "served with --auth-file or --tls-cert (docs/remoting.md)"
+            )
+        if config.nameserver_port is not None and config.remoting_port is None:
+            raise ValueError("--nameserver-port needs --remoting-port")
         self.metrics: broker_metrics.BrokerMetrics | None = None
         self.metrics_server: http_serving.MetricsServer | None = None
         self.authenticator: auth.Authenticator | None = None
@@ -431,7 +452,45 @@ class Broker:
         await server.start()
         self.server = server
         poller.start()
+        try:
+            await self._serve_remoting(forwarding_servicer)
+        except BaseException:  # e.g. the remoting port is taken: no half-started broker
+            self.messaging.begin_shutdown()
+            await self.groups.poller.stop()
+            self.server = None
+            await server.stop(0)
+            await asyncio.sleep(0)  # the transaction checker sees its stop before the loop ends
+            raise
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+
+    async def _serve_remoting(self, admin_servicer: object) -> None:
+        """The remoting and name-server ports (``remoting_port``), when configured."""
+        cfg = self.config
+        if cfg.remoting_port is None or self.messaging is None:
+            return
+        requests = broker_requests.BrokerRequests(self.messaging, admin_servicer)
+        server = RemotingServer(requests.dispatch, on_closed=requests.connection_closed)
+        self.remoting = server
+        self.remoting_requests = requests
+        try:
+            self.remoting_port = await server.listen(cfg.listen_host, cfg.remoting_port)
+            if cfg.nameserver_port is not None:
+                self.nameserver_port = await server.listen(cfg.listen_host, cfg.nameserver_port)
+        except OSError:
+            await server.stop()
+            raise
+        requests.nameserver.ports = nameserver.PortMap(self.port, self.remoting_port)
+        log.info(
+            "remoting protocol on port %d, name server on port %d",
+            self.remoting_port,
+            self.nameserver_port or self.remoting_port,
+        )
+
+    @property
+    def nameserver_endpoint(self) -> str:
+        """``host:port`` remoting clients use as their name server."""
+        host = self.config.advertised_host or self.config.listen_host
+        return f"{_bracketed(host)}:{self.nameserver_port or self.remoting_port}"
 
     def _duplicates_dropped(self) -> int | None:
         return self.messaging.dedup.duplicates_total if self.messaging is not None else None
@@ -505,6 +564,9 @@ class Broker:
             self.messaging.begin_shutdown()
         if self.groups is not None:
             await _bounded(self.groups.poller.stop(), STOP_STEP_SLACK_S, "the group poller's stop")
+        remoting, self.remoting = self.remoting, None
+        if remoting is not None:
+            await _bounded(remoting.stop(), STOP_STEP_SLACK_S, "the remoting server's stop")
         if server is not None:
             grace = self.config.shutdown_grace_s if grace_s is None else grace_s
             await _bounded(server.stop(grace), grace + STOP_STEP_SLACK_S, "the gRPC server's stop")

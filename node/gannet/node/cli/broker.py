@@ -89,6 +89,22 @@ def broker() -> None:
     show_default=True,
     help="host:port for RocketMQ 5 clients (apache.rocketmq.v2) and the admin API.",
 )
+@click.option(
+    "--remoting-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve the RocketMQ remoting protocol (4.x clients, DefaultMQProducer, "
+    "DefaultMQPushConsumer) on this port of --listen's host; 10911 by convention, 0 any free "
+    "port. Off by default. The name-server requests are answered there too (docs/remoting.md).",
+)
+@click.option(
+    "--nameserver-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Also answer the name-server requests (routes, cluster info, topic lists) on this "
+    "port, RocketMQ's 9876 by convention: remoting clients set it as their namesrvAddr. "
+    "Needs --remoting-port.",
+)
 @click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
 @click.option(
     "--broker-name",
@@ -324,6 +340,8 @@ def broker_run(
     file_size_mb: int,
     index_hash_slots: int,
     listen: str,
+    remoting_port: int | None,
+    nameserver_port: int | None,
     cluster_name: str,
     broker_name: str,
     auto_create_topics: bool,
@@ -444,6 +462,8 @@ def broker_run(
             cluster_access_key=cluster_access_key or None,
             cluster_secret_key=cluster_secret_key or None,
             cluster_tls_ca=cluster_tls_ca,
+            remoting_port=remoting_port,
+            nameserver_port=nameserver_port,
             replication=_replication(
                 node_id,
                 peers,
@@ -460,7 +480,7 @@ def broker_run(
     )
     try:
         running = serving.Broker(broker_config)
-    except (auth.CredentialsError, tls.TlsFileError) as exc:
+    except (auth.CredentialsError, tls.TlsFileError, ValueError) as exc:
         raise click.BadParameter(str(exc)) from None
     loop_factory = uvloop.new_event_loop if event_loop == "uvloop" else None
     try:
@@ -603,6 +623,11 @@ async def _serve(running: serving.Broker) -> None:
     console.print(f"  create a topic: gannet topic create TopicTest --endpoint {endpoint}")
     console.print(f"  broker status:  gannet status --endpoint {endpoint}")
     console.print(f'  Python client:  ClientConfiguration("{endpoint}", Credentials())')
+    if running.remoting is not None:
+        console.print(
+            f'  4.x (remoting): setNamesrvAddr("{running.nameserver_endpoint}") '
+            f"(remoting port {running.remoting_port}; docs/remoting.md)"
+        )
     if running.authenticator is not None:
         keys = len(running.authenticator.accounts)
         console.print(f"  authentication: on, {keys} access keys (clients: Credentials(ak, sk))")

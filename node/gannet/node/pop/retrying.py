@@ -83,6 +83,26 @@ def retry_message(original: Message, group: str, ck_topic: str, pop_time_ms: int
     return msg
 
 
+def classic_retry_topic(group: str) -> str:
+    """The retry topic of a remoting push consumer group: ``%RETRY%<group>`` (RocketMQ's
+    ``MixAll.getRetryTopic``; the 4.x client subscribes to it by itself)."""
+    return f"{validation.RETRY_TOPIC_PREFIX}{group}"
+
+
+def sent_back_message(original: Message, group: str, deliver_at_ms: int) -> Message:
+    """A message a remoting consumer sent back (``CONSUMER_SEND_MSG_BACK``): a copy on the
+    group's classic retry topic with ``reconsumeTimes`` + 1, delivered by the timer store at
+    ``deliver_at_ms``; ``RETRY_TOPIC`` keeps the topic it was first sent to, and
+    ``ORIGIN_MESSAGE_ID`` its first message id, as RocketMQ's broker sets them."""
+    msg = _copy(original, classic_retry_topic(group), original.reconsume_times + 1)
+    msg.properties.setdefault(props.RETRY_TOPIC, original.topic)
+    uniq = original.uniq_key
+    if uniq:
+        msg.properties.setdefault(props.ORIGIN_MESSAGE_ID, uniq)
+    msg.properties[props.TIMER_DELIVER_MS] = str(deliver_at_ms)
+    return msg
+
+
 def dlq_message(original: Message, group: str, origin_topic: str) -> Message:
     msg = _copy(original, validation.dlq_topic(group), original.reconsume_times + 1)
     msg.properties[props.DLQ_ORIGIN_TOPIC] = origin_topic

@@ -1,0 +1,145 @@
+"""Name-server requests, answered by every broker from what it knows of its cluster.
+
+Gannet has no separate name server: as RocketMQ 5's proxy does, each broker answers the
+name-server requests — on its name-server port (9876 by convention) and on its remoting port —
+from the same sources as the v2 ``QueryRoute`` (:mod:`gannet.node.api.routes`, called through
+the servicer, so topics auto-create and broker groups merge the same way):
+
+* ``GET_ROUTEINFO_BY_TOPIC`` (105): one ``QueueData`` per broker group (read and write queue
+  counts and perm rebuilt from the v2 queues), one ``BrokerData`` per group whose
+  ``brokerAddrs`` name the leader as brokerId 0 and the other serving members as 1, 2, ...
+  (the routes list the leader first); ``TOPIC_NOT_EXIST`` for an unknown topic.
+* ``GET_BROKER_CLUSTER_INFO`` (106): every group of the cluster with its members
+  (:meth:`gannet.node.api.cluster_admin.BrokerGroups.cluster_view`).
+* ``GET_ALL_TOPIC_LIST_FROM_NAMESERVER`` (206): this group's topics.
+
+Addresses are remoting addresses: a member's client (gRPC) address with its port moved by the
+distance between this broker's remoting port and client port (:class:`PortMap`). Every member
+of a cluster must therefore keep its remoting port at the same distance from its client port
+(on Kubernetes every pod has the same ports; ``cluster up`` lays ports out so).
+
+Bodies are JSON as fastjson writes them: maps with integer keys (``brokerAddrs``) are written
+with bare integer keys, which fastjson reads back into its ``HashMap<Long, String>``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
+
+from gannet.node.api.messaging import MessagingServicer
+from gannet.node.protocol import statuses
+from gannet.node.remoting import codes
+from gannet.node.remoting.codec import Command
+from gannet.node.remoting.context import RemotingContext
+from gannet.node.remoting.server import Connection
+
+PERM_READ = 4
+PERM_WRITE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PortMap:
+    """Client (gRPC) port → remoting port of any member (module docstring)."""
+
+    client_port: int
+    remoting_port: int
+
+    def remoting(self, endpoint: str) -> str:
+        host, _, port = endpoint.rpartition(":")
+        return f"{host}:{int(port) + self.remoting_port - self.client_port}"
+
+
+def _broker_data(cluster: str, name: str, addresses: list[str]) -> str:
+    addrs = ",".join(f"{i}:{json.dumps(a)}" for i, a in enumerate(addresses))
+    return (
+        f'{{"brokerAddrs":{{{addrs}}},"brokerName":{json.dumps(name)},'
+        f'"cluster":{json.dumps(cluster)}}}'
+    )
+
+
+class NameServer:
+    def __init__(self, servicer: MessagingServicer, ports: PortMap) -> None:
+        self.servicer = servicer
+        self.ports = ports
+
+    @property
+    def cluster(self) -> str:
+        return self.servicer.store.config.cluster_name
+
+    async def route(self, request: Command, conn: Connection) -> Command:
+        topic = request.ext.get("topic", "")
+        identity = self.servicer.identity
+        query = service_pb2.QueryRouteRequest(
+            topic=definition_pb2.Resource(name=topic),
+            endpoints=definition_pb2.Endpoints(
+                scheme=definition_pb2.IPv4,
+                addresses=[definition_pb2.Address(host=identity.host, port=identity.port)],
+            ),
+        )
+        v2: Any = self.servicer
+        reply = await v2.QueryRoute(query, RemotingContext(conn))
+        if reply.status.code != statuses.OK:
+            code = codes.from_v2(reply.status.code)
+            return request.response(code, str(reply.status.message))
+        groups: dict[str, tuple[list[str], list[int]]] = {}
+        for queue in reply.message_queues:
+            name = str(queue.broker.name)
+            entry = groups.setdefault(name, ([], []))
+            if not entry[0]:
+                entry[0].extend(self.ports.remoting(f"{a.host}:{a.port}")
+                                for a in queue.broker.endpoints.addresses)  # fmt: skip
+            entry[1].append(int(queue.permission))
+        queue_datas = []
+        broker_datas = []
+        for name, (addresses, perms) in groups.items():
+            reads = sum(1 for p in perms if p in (definition_pb2.READ, definition_pb2.READ_WRITE))
+            writes = sum(1 for p in perms if p in (definition_pb2.WRITE, definition_pb2.READ_WRITE))
+            perm = (PERM_READ if reads else 0) | (PERM_WRITE if writes else 0)
+            queue_datas.append(
+                json.dumps(
+                    {
+                        "brokerName": name,
+                        "perm": perm,
+                        "readQueueNums": reads,
+                        "topicSysFlag": 0,
+                        "writeQueueNums": writes,
+                    }
+                )
+            )
+            broker_datas.append(_broker_data(self.cluster, name, addresses))
+        body = (
+            f'{{"brokerDatas":[{",".join(broker_datas)}],"filterServerTable":{{}},'
+            f'"queueDatas":[{",".join(queue_datas)}]}}'
+        )
+        return request.response(codes.SUCCESS, body=body.encode("utf-8"))
+
+    async def cluster_info(self, request: Command, conn: Connection) -> Command:
+        groups = self.servicer.groups
+        entries: list[tuple[str, list[str]]] = []
+        if groups is None:
+            own = f"{self.servicer.identity.host}:{self.servicer.identity.port}"
+            entries.append((self.servicer.identity.broker_name, [own]))
+        else:
+            for state in groups.cluster_view().groups:
+                members = list(state.group.member_endpoints)
+                entries.append((str(state.group.broker_name), members))
+        table = ",".join(
+            f"{json.dumps(name)}:"
+            + _broker_data(self.cluster, name, [self.ports.remoting(m) for m in members])
+            for name, members in entries
+        )
+        names = json.dumps([name for name, _ in entries])
+        body = (
+            f'{{"brokerAddrTable":{{{table}}},'
+            f'"clusterAddrTable":{{{json.dumps(self.cluster)}:{names}}}}}'
+        )
+        return request.response(codes.SUCCESS, body=body.encode("utf-8"))
+
+    async def topic_list(self, request: Command, conn: Connection) -> Command:
+        names = sorted(c.topic_name for c in self.servicer.store.topic_configs.list())
+        body = json.dumps({"topicList": names})
+        return request.response(codes.SUCCESS, body=body.encode("utf-8"))

@@ -1,0 +1,177 @@
+"""The remoting TCP server: frames in, one task per request, responses out.
+
+One :class:`RemotingServer` serves any number of listening ports (the broker's remoting port
+and its name-server port share one dispatcher). Per connection, a reader loop decodes frames
+(:mod:`codec`: lengths and serialize type checked before anything is read for them; a bad frame
+closes the connection) and starts a task per request, so a slow request — a long-polling pull,
+a send waiting for its Raft commit — never holds the requests behind it. Bounded queues: at most
+``inflight_per_connection_max`` requests run per connection (more are answered ``SYSTEM_BUSY``
+at once, oneway ones dropped), at most ``connections_max`` connections are open (more are
+closed on accept), and a connection whose peer does not read its responses stops being read
+once its write buffer passes ``write_buffer_bytes_max`` (the transport's high-water mark).
+
+Responses go back in the order their requests finish; each carries its request's ``opaque``.
+A response frame from the client (flag bit 0) answers a request the broker sent
+(``NOTIFY_CONSUMER_IDS_CHANGED`` is oneway, so none is expected) and is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from gannet.node.remoting import codec, codes
+from gannet.node.remoting.codec import Command
+
+log = logging.getLogger(__name__)
+
+INFLIGHT_PER_CONNECTION_MAX = 256
+CONNECTIONS_MAX = 4096
+WRITE_BUFFER_BYTES_MAX = 8 * 1024 * 1024
+
+
+class Connection:
+    """One client connection: where responses and broker-initiated requests are written."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername") or ("", 0)
+        self.peer_host = str(peer[0])
+        self.peer_port = int(peer[1]) if len(peer) > 1 else 0
+        self.closed = asyncio.Event()
+        self.inflight = 0
+        self.client_ids: set[str] = set()
+        """Client ids that heartbeated on this connection (:mod:`broker_requests`)."""
+
+    @property
+    def peer(self) -> str:
+        """The peer as gRPC writes it: ``ipv4:h:p`` or ``ipv6:[h]:p``."""
+        if ":" in self.peer_host:
+            return f"ipv6:[{self.peer_host}]:{self.peer_port}"
+        return f"ipv4:{self.peer_host}:{self.peer_port}"
+
+    def send(self, command: Command) -> None:
+        if self.closed.is_set() or self.writer.is_closing():
+            return
+        self.writer.write(codec.encode(command))
+
+
+Dispatch = Callable[[Command, Connection], Awaitable[Command | None]]
+"""Serve one request: its response, or None (oneway requests' responses are dropped anyway)."""
+ClosedListener = Callable[[Connection], None]
+
+
+class RemotingServer:
+    def __init__(
+        self,
+        dispatch: Dispatch,
+        *,
+        limits: codec.Limits = codec.DEFAULT_LIMITS,
+        inflight_per_connection_max: int = INFLIGHT_PER_CONNECTION_MAX,
+        connections_max: int = CONNECTIONS_MAX,
+        write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
+        on_closed: ClosedListener | None = None,
+    ) -> None:
+        self._dispatch = dispatch
+        self.limits = limits
+        self.inflight_per_connection_max = inflight_per_connection_max
+        self.connections_max = connections_max
+        self.write_buffer_bytes_max = write_buffer_bytes_max
+        self._on_closed = on_closed
+        self._servers: list[asyncio.Server] = []
+        self.connections: set[Connection] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.bad_frames_total = 0
+        self.busy_total = 0
+
+    async def listen(self, host: str, port: int) -> int:
+        """Start listening on ``host:port`` (0: any free port); returns the bound port."""
+        try:
+            server = await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+        except OSError as exc:
+            raise OSError(
+                f"cannot listen on {host}:{port} for the remoting protocol: {exc.strerror}; "
+                "choose another port or stop the other process"
+            ) from exc
+        self._servers.append(server)
+        return int(server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        """Stop accepting, close every connection, cancel the requests still running."""
+        for server in self._servers:
+            server.close()
+        for conn in list(self.connections):
+            conn.writer.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=5.0)
+        for server in self._servers:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(server.wait_closed(), 5.0)
+        self._servers.clear()
+
+    async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if len(self.connections) >= self.connections_max:
+            log.warning("remoting: %d connections open; closing a new one", len(self.connections))
+            writer.close()
+            return
+        writer.transport.set_write_buffer_limits(high=self.write_buffer_bytes_max)
+        conn = Connection(reader, writer)
+        self.connections.add(conn)
+        try:
+            await self._read_loop(conn)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except codec.FrameError as exc:
+            self.bad_frames_total += 1
+            log.info("remoting: closing %s after a bad frame: %s", conn.peer, exc)
+        finally:
+            conn.closed.set()
+            self.connections.discard(conn)
+            writer.close()
+            if self._on_closed is not None:
+                self._on_closed(conn)
+
+    async def _read_loop(self, conn: Connection) -> None:
+        reader = conn.reader
+        while True:
+            prefix = await reader.readexactly(4)
+            length = codec.frame_length(prefix, self.limits)
+            frame = await reader.readexactly(length)
+            command = codec.decode_frame(frame, self.limits)
+            if command.is_response:
+                continue
+            if conn.inflight >= self.inflight_per_connection_max:
+                self.busy_total += 1
+                if not command.is_oneway:
+                    conn.send(
+                        command.response(
+                            codes.SYSTEM_BUSY,
+                            f"{conn.inflight} requests of this connection are in flight; "
+                            "retry later",
+                        )
+                    )
+                continue
+            conn.inflight += 1
+            task = asyncio.create_task(self._serve(command, conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            # backpressure: a peer that does not read its responses is not read either
+            await conn.writer.drain()
+
+    async def _serve(self, command: Command, conn: Connection) -> None:
+        try:
+            response = await self._dispatch(command, conn)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("remoting: request code %d failed", command.code)
+            response = command.response(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            conn.inflight -= 1
+        if response is not None and not command.is_oneway:
+            conn.send(response)
