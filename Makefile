@@ -138,7 +138,7 @@ e2e-failover: $(STAMP)
 ## e2e-silent-link: root only (ip netns, iptables): 3 broker processes in network namespaces, one
 ## follower cut from the leader by iptables DROP for 20 s then 60 s: time until the leader's
 ## /metrics says it unreachable (target <= 5 s) and from the heal until it is back in step
-## (target <= 3 s); every namespace and process is removed afterwards (about 2 min)
+## (target <= 3 s); every namespace and process is removed afterwards (about 1.5 min)
 .PHONY: e2e-silent-link
 e2e-silent-link: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }

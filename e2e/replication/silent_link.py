@@ -1,6 +1,6 @@
 """A silent link between two members: iptables DROP between network namespaces, no proxy.
 
-``make e2e-silent-link`` (root only; needs ``ip`` and ``iptables``; about 1 min 40 s for the
+``make e2e-silent-link`` (root only; needs ``ip`` and ``iptables``; about 1 min 30 s for the
 20 s and 60 s partitions). Three ``gannet broker run`` processes, each in a network namespace
 of its own, joined by veth pairs to a bridge in a fourth namespace (``ctl``) that also holds
 this script's measuring half; every address is in 10.213.0.0/16 inside those namespaces, so

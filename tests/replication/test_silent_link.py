@@ -37,6 +37,7 @@ class Pair:
     follower: PeerTransport
     a: FaultProxy  # 1 → 2
     b: FaultProxy  # 2 → 1
+    beating: asyncio.Event  # cleared: no heartbeats, idle links
 
 
 async def _until(condition: Callable[[], bool], what: str) -> float:
@@ -78,14 +79,18 @@ async def _pair() -> AsyncIterator[Pair]:
     await leader.start()
     await follower.start()
 
+    beating = asyncio.Event()
+    beating.set()
+
     async def heartbeats() -> None:
         while True:
+            await beating.wait()
             leader.send(Heartbeat(NodeId(1), NodeId(2), Term(1), ByteOffset(0)))
             await asyncio.sleep(TICK_S)
 
     ticking = asyncio.create_task(heartbeats())
     try:
-        yield Pair(leader, follower, a, b)
+        yield Pair(leader, follower, a, b, beating)
     finally:
         ticking.cancel()
         await asyncio.gather(ticking, return_exceptions=True)
@@ -125,8 +130,9 @@ async def _keepalive_scenario() -> None:
         for transport in (pair.leader, pair.follower):
             transport.liveness.bound_s = 3600.0  # no stall check: keepalive alone
         await _until(lambda: pair.leader.reachable(2), "follower reachable at first")
-        # idle and busy links alike keep their connections: the servers accept the PINGs
-        # (no GOAWAY too_many_pings, which would close them and make the senders redial)
+        pair.beating.clear()
+        # idle links keep their connections: the servers accept PINGs without data (no GOAWAY
+        # too_many_pings, which would close them and make the senders redial)
         quiet_s = 4 * (KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS) / 1000
         dialed = (pair.a.counters.accepted_total, pair.b.counters.accepted_total)
         await asyncio.sleep(quiet_s)
