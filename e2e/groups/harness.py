@@ -37,12 +37,15 @@ from gannet.node.cli.cluster import (
 from gannet.node.cli.root import main
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
+from gannet.node.testing import small_stores
 
 CLIENT_ID = (("x-mq-client-id", "e2e@1@0@groups"),)
 STATUS_TIMEOUT_S = 1.0
 STOP_TIMEOUT_S = 30.0
-FILE_SIZE_MB = 16
+FILE_SIZE_MB = small_stores.FILE_SIZE_MB
 """Commit-log file size of every member (1 GiB files would take 6 GiB per 2 x 3 run)."""
+INDEX_HASH_SLOTS = small_stores.INDEX_HASH_SLOTS
+"""Index hash slots of every member (the default's 420 MB index files: 2.5 GB per 2 x 3 run)."""
 
 
 def free_base_port(groups: int, seed: int) -> int:
@@ -86,7 +89,14 @@ class Cluster:
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
 
     def start(self) -> None:
-        start_cluster(self.plans, "sync", 0, self.processes, file_size_mb=FILE_SIZE_MB)
+        start_cluster(
+            self.plans,
+            "sync",
+            0,
+            self.processes,
+            file_size_mb=FILE_SIZE_MB,
+            index_hash_slots=INDEX_HASH_SLOTS,
+        )
 
     def group(self, name: str) -> GroupPlan:
         return next(g for g in self.plans if g.broker_name == name)
@@ -170,6 +180,7 @@ class Cluster:
             broker_name=group.broker_name,
             seeds=group.seeds,
             file_size_mb=FILE_SIZE_MB,
+            index_hash_slots=INDEX_HASH_SLOTS,
         )
         key = self._key(group, peer)
         with Path(key).with_suffix(".log").open("ab") as log:

@@ -57,6 +57,7 @@ from rocketmq import (
 )
 
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.testing import small_stores
 from gannet.operator import kube, metrics, resources
 from tests.operator.conftest import Env, ready
 from tests.operator.emulating import ApiServerEmulator
@@ -241,6 +242,7 @@ async def _scenario(workdir: Path) -> Report:
         "sync",
         "--file-size-mb",
         "16",
+        *small_stores.INDEX_ARGS,
     ]
     try:
         async with api, kmock.Server(api) as server:

@@ -33,6 +33,7 @@ import grpc
 
 from gannet.node.cli.cluster import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.testing import small_stores
 
 REPO = Path(__file__).resolve().parents[2]
 RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"
@@ -131,6 +132,7 @@ def start_broker(
         metrics,
         "--file-size-mb",
         "64",
+        *small_stores.INDEX_ARGS,
         "--broker-name",
         broker_name or name,
         "--cluster",

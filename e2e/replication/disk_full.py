@@ -49,8 +49,10 @@ from e2e.replication.harness import Load, ProcessGroup, Receipt, wait_for
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.upkeep import disk_space
 
-DISK_SIZE_MB = 640
-"""A broker's fresh store preallocates about 480 MB (index file 400 MB, timer wheel, queues)."""
+DISK_SIZE_MB = 256
+"""A broker's fresh store preallocates about 50 MB (4 MB commit-log file, small index file:
+:mod:`gannet.node.testing.small_stores`; 37 MB timer wheel, queues); the ballast fills the
+rest."""
 FILL_RATIO = 0.95
 FULL_NODE = 1
 MOUNT_TIMEOUT_S = 10.0

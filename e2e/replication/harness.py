@@ -39,6 +39,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from gannet.node.cli.cluster import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
+from gannet.node.testing import small_stores
 from gannet.node.testing.fault_proxy import FaultProxy, Mode, ProxyThread
 
 if TYPE_CHECKING:
@@ -151,6 +152,7 @@ class ProcessGroup:
                 "--data-dir", str(self.root / f"node{i}"),
                 "--flush", self.flush,
                 "--file-size-mb", str(FILE_SIZE_MB),
+                *small_stores.INDEX_ARGS,
                 "--listen", self.client_endpoint(i),
                 "--metrics-listen", "",
             ]  # fmt: skip

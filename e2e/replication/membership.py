@@ -35,6 +35,7 @@ from e2e.replication.harness import (
 from gannet.node.cli.cluster import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
+from gannet.node.testing import small_stores
 
 CAPACITY = 7
 CLI_TIMEOUT_S = 120.0
@@ -88,6 +89,7 @@ class MembershipGroup(ProcessGroup):
             "--data-dir", str(self.root / f"node{node_id}"),
             "--flush", self.flush,
             "--file-size-mb", "4",
+            *small_stores.INDEX_ARGS,
             "--listen", self.client_endpoint(node_id),
             "--metrics-listen", "",
             "--node-id", str(node_id),

@@ -20,6 +20,7 @@ from gannet.node.broker.serving import BrokerConfig, with_listen
 from gannet.node.cli import calls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.testing import small_stores
 
 from .conftest import CLIENT_ID
 
@@ -31,7 +32,7 @@ def test_broker_run_serves_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
     args = [
         sys.executable, "-m", "gannet.node.cli", "broker", "run",
         "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--file-size-mb", "4",
-        "--flush", "sync", "--metrics-listen", "",
+        *small_stores.INDEX_ARGS, "--flush", "sync", "--metrics-listen", "",
     ]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

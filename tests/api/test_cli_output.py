@@ -18,6 +18,7 @@ from click.testing import CliRunner
 
 from gannet.node.cli.root import main
 from gannet.node.protocol.gen import admin_pb2
+from gannet.node.testing import small_stores
 
 from .conftest import settle, unique
 
@@ -210,6 +211,7 @@ def test_grpc_core_logging_stays_quiet_unless_verbose(broker, tmp_path) -> None:
     verbose = _gannet_process("--verbose", *tls_to_plaintext)
     assert any(noise in verbose.stderr for noise in C_CORE_NOISE), verbose.stderr  # asked for
     used_port = ["broker", "run", "--data-dir", str(tmp_path / "store"), "--metrics-listen", ""]
+    used_port += small_stores.BROKER_ARGS
     taken = _gannet_process(*used_port, "--listen", broker.endpoint)
     assert taken.returncode == 3, taken.stderr
     assert not any(noise in taken.stderr for noise in C_CORE_NOISE), taken.stderr

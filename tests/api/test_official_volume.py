@@ -32,6 +32,7 @@ from rocketmq import (
 
 from gannet.node.cli.calls import channel
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.testing import small_stores
 
 MESSAGES = 10_000
 PRODUCERS = 4
@@ -48,7 +49,8 @@ def endpoint(tmp_path: Path) -> Iterator[str]:
     args = [
         sys.executable, "-m", "gannet.node.cli", "broker", "run",
         "--data-dir", str(tmp_path / "store"), "--listen", "127.0.0.1:0",
-        "--file-size-mb", "64", "--flush", "async", "--metrics-listen", "",
+        "--file-size-mb", "64", *small_stores.INDEX_ARGS, "--flush", "async",
+        "--metrics-listen", "",
     ]  # fmt: skip
     proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:

@@ -50,7 +50,10 @@ def _send(
 
 
 def _stored(cluster: Cluster, node_id: int) -> list[bytes]:
+    """The topic's messages on ``node_id`` once dispatch has written the queue entries of
+    everything in its commit log (a send is answered when committed, not when dispatched)."""
     store = cluster.nodes[node_id].broker.store
+    assert store.wait_dispatched(store.commitlog.max_offset(), 30.0), "dispatch did not catch up"
     found = []
     for stored in store.get_messages(TOPIC, 0, 0, 100).messages:
         message = store.read_message(stored.commit_offset)

@@ -19,6 +19,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from gannet.node.cli.cluster import broker_argv, ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
+from gannet.node.testing import small_stores
 
 from .conftest import free_ports
 
@@ -41,7 +42,15 @@ class Group:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         ensure_secret(self.root)
         for peer in self.peers:
-            argv = broker_argv(peer, self.peers, self.root, "sync", None)
+            argv = broker_argv(
+                peer,
+                self.peers,
+                self.root,
+                "sync",
+                None,
+                file_size_mb=small_stores.FILE_SIZE_MB,
+                index_hash_slots=small_stores.INDEX_HASH_SLOTS,
+            )
             with (self.root / f"node{peer.node_id}.log").open("ab") as log:
                 self.processes[peer.node_id] = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env

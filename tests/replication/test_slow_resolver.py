@@ -36,6 +36,7 @@ from gannet.node.cli.cluster import broker_argv, ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import peer_resolving
 from gannet.node.replication.config import PeerSpec
+from gannet.node.testing import small_stores
 from gannet.node.testing.slow_dns import SlowDns, resolv_conf
 
 from .conftest import Cluster, free_ports
@@ -101,7 +102,15 @@ class NamedGroup:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         mounts = [str(self.root / "resolv.conf"), str(self.root / "hosts")]
         for peer, port in zip(self.local, self.metrics_ports, strict=True):
-            argv = broker_argv(peer, self.local, self.root, "sync", port)
+            argv = broker_argv(
+                peer,
+                self.local,
+                self.root,
+                "sync",
+                port,
+                file_size_mb=small_stores.FILE_SIZE_MB,
+                index_hash_slots=small_stores.INDEX_HASH_SLOTS,
+            )
             argv[argv.index("--peers") + 1] = ",".join(str(p) for p in self.named)
             wrapped = ["unshare", "--mount", "--propagation", "private", "sh", "-c", NAMESPACED]
             with self.log_path(peer.node_id).open("ab") as log:

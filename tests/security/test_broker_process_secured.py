@@ -16,6 +16,7 @@ import pytest
 
 from gannet.node.protocol import auth, tls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.testing import small_stores
 
 from . import certs
 from .conftest import ADMIN, SUB_A, write_accounts
@@ -33,6 +34,7 @@ def test_secured_broker_process(tmp_path: Path) -> None:
     args = [
         sys.executable, "-m", "gannet.node.cli", "broker", "run",
         "--data-dir", str(tmp_path / "store"), "--listen", "127.0.0.1:0", "--file-size-mb", "4",
+        *small_stores.INDEX_ARGS,
         "--metrics-listen", "", "--auth-file", str(write_accounts(tmp_path / "accounts.json")),
         "--tls-cert", str(server.cert_file), "--tls-key", str(server.key_file),
     ]  # fmt: skip

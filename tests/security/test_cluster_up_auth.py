@@ -22,6 +22,7 @@ from e2e.groups.harness import free_base_port, wait_for
 from gannet.node.cli import cluster, cluster_auth
 from gannet.node.protocol import credentials
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.testing import small_stores
 
 from .conftest import ADMIN, Signed, write_accounts
 
@@ -80,7 +81,15 @@ def test_two_groups_with_auth_poll_each_other_with_the_cluster_key(tmp_path: Pat
     auth = cluster_auth.prepare(root, users, cluster_key=True)
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        cluster.start_cluster(plans, "sync", 0, processes, file_size_mb=16, auth=auth)
+        cluster.start_cluster(
+            plans,
+            "sync",
+            0,
+            processes,
+            file_size_mb=16,
+            index_hash_slots=small_stores.INDEX_HASH_SLOTS,
+            auth=auth,
+        )
         for group in plans:
             endpoint = group.peers[0].client_endpoint
             other = next(g.broker_name for g in plans if g is not group)

@@ -33,6 +33,7 @@ from e2e.groups.harness import free_base_port, wait_for
 from gannet.node.cli import cluster
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.testing import small_stores
 
 from . import certs
 from .conftest import ADMIN, Signed, write_accounts
@@ -181,6 +182,7 @@ def test_two_groups_of_two_run_secured_end_to_end(tmp_path: Path, started: list[
         sys.executable, "-m", "gannet.node.cli", "cluster", "up", "--tls", "--auth-file",
         str(users), "--groups", "2", "--replicas", "2", "--data-root", str(root),
         "--base-port", str(base_port), "--metrics-base-port", "0", "--flush", "async",
+        *small_stores.BROKER_ARGS,
     ]  # fmt: skip
     started.append(Up(argv, tmp_path / "up-1.out"))
     started[0].wait_started()

@@ -37,6 +37,12 @@ from gannet.node.store.upkeep import cleaning
 console = output.console
 err_console = output.err_console
 DEFAULT_DATA_DIR = Path.home() / ".gannet" / "store"
+INDEX_HASH_SLOTS_DEFAULT = 5_000_000  # StoreConfig.index_hash_slots (RocketMQ maxHashSlotNum)
+INDEX_HASH_SLOTS_MIN = 16
+INDEX_HASH_SLOTS_MAX = 50_000_000
+INDEX_ITEMS_PER_SLOT = 4
+"""Index entries per hash slot, RocketMQ's ratio (maxIndexNum / maxHashSlotNum); ``gannet
+store`` infers the slots of an existing index file from it."""
 
 
 @click.group()
@@ -59,7 +65,24 @@ def broker() -> None:
     show_default=True,
     help="async: flush every 500 ms; sync: answer writers after fdatasync (group commit).",
 )
-@click.option("--file-size-mb", type=click.IntRange(1, 4096), default=1024, show_default=True)
+@click.option(
+    "--file-size-mb",
+    type=click.IntRange(1, 4096),
+    default=1024,
+    show_default=True,
+    help="Size of each commit-log file (RocketMQ mappedFileSizeCommitLog); files are "
+    "preallocated, so each takes this much disk from its creation.",
+)
+@click.option(
+    "--index-hash-slots",
+    type=click.IntRange(INDEX_HASH_SLOTS_MIN, INDEX_HASH_SLOTS_MAX),
+    default=INDEX_HASH_SLOTS_DEFAULT,
+    show_default=True,
+    help="Hash slots of each message-key index file (RocketMQ maxHashSlotNum); a file holds "
+    "4 × as many entries (maxIndexNum) and takes 84 bytes per slot: about 420 MB at the "
+    "default. Lower it for small test or development stores; reopen a store with the value "
+    "it was created with.",
+)
 @click.option(
     "--listen",
     default="127.0.0.1:8081",
@@ -299,6 +322,7 @@ def broker_run(
     data_dir: Path,
     flush: str,
     file_size_mb: int,
+    index_hash_slots: int,
     listen: str,
     cluster_name: str,
     broker_name: str,
@@ -386,6 +410,8 @@ def broker_run(
         root_dir=data_dir,
         flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
         commitlog_file_size_bytes=file_size_mb * 1024 * 1024,
+        index_hash_slots=index_hash_slots,
+        index_items_max=INDEX_ITEMS_PER_SLOT * index_hash_slots,
         cluster_name=cluster_name,
         broker_name=broker_name,
         store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",

@@ -55,6 +55,7 @@ import grpc
 from rich.table import Table
 
 from gannet.node.cli import (
+    broker,
     calls,
     cluster_auth,
     cluster_cert_commands,
@@ -131,13 +132,18 @@ def broker_argv(
     broker_name: str = "broker-a",
     seeds: tuple[str, ...] = (),
     file_size_mb: int | None = None,
+    index_hash_slots: int | None = None,
     auth: cluster_auth.ClusterAuth | None = None,
     tls: ClusterTls | None = None,
 ) -> list[str]:
     """The ``gannet broker run`` command line of one member (the group's shared peer secret
-    is ``data_root/peer-secret``: :func:`ensure_secret`)."""
+    is ``data_root/peer-secret``: :func:`ensure_secret`). ``file_size_mb`` and
+    ``index_hash_slots``: the members' ``--file-size-mb`` and ``--index-hash-slots`` (None:
+    the broker's defaults)."""
     member = cluster_tls.member_name(broker_name, peer.node_id)
     size = ["--file-size-mb", str(file_size_mb)] if file_size_mb is not None else []
+    if index_hash_slots is not None:
+        size += ["--index-hash-slots", str(index_hash_slots)]
     return [
         sys.executable,
         "-m",
@@ -233,6 +239,18 @@ cluster.add_command(cluster_cert_commands.certs)
 )
 @click.option("--flush", type=click.Choice(["async", "sync"]), default="sync", show_default=True)
 @click.option(
+    "--file-size-mb",
+    type=click.IntRange(1, 4096),
+    help="Every member's commit-log file size (`broker run --file-size-mb`; default: the "
+    "broker's, 1024). Files are preallocated: lower it for small development or test clusters.",
+)
+@click.option(
+    "--index-hash-slots",
+    type=click.IntRange(broker.INDEX_HASH_SLOTS_MIN, broker.INDEX_HASH_SLOTS_MAX),
+    help="Every member's index-file hash slots (`broker run --index-hash-slots`; default: the "
+    "broker's, about 420 MB files).",
+)
+@click.option(
     "--auth-file",
     type=click.Path(path_type=Path, exists=True),
     help="Require signed requests on every member (credentials file or directory, as "
@@ -281,6 +299,8 @@ def cluster_up(
     base_port: int,
     metrics_base_port: int,
     flush: str,
+    file_size_mb: int | None,
+    index_hash_slots: int | None,
     auth_file: Path | None,
     tls_on: bool,
     tls_dir: Path | None,
@@ -320,7 +340,16 @@ def cluster_up(
         signal.signal(signum, lambda *_: stop.set())
     processes: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        start_cluster(plans, flush, metrics_base_port, processes, auth=auth, tls=tls)
+        start_cluster(
+            plans,
+            flush,
+            metrics_base_port,
+            processes,
+            file_size_mb=file_size_mb,
+            index_hash_slots=index_hash_slots,
+            auth=auth,
+            tls=tls,
+        )
         env_file = write_client_env(data_root, plans, tls)
         _print_table(plans, auth, tls, env_file)
         failed = _wait(processes, stop)
@@ -339,6 +368,7 @@ def start_cluster(
     processes: dict[str, subprocess.Popen[bytes]],
     *,
     file_size_mb: int | None = None,
+    index_hash_slots: int | None = None,
     auth: cluster_auth.ClusterAuth | None = None,
     tls: ClusterTls | None = None,
 ) -> None:
@@ -346,7 +376,8 @@ def start_cluster(
     process as each starts, so the caller can stop what did start). The library entry point
     of ``cluster up`` (e2e tests and benchmarks). ``auth``: :func:`cluster_auth.prepare`'s
     answer, every member's auth options and environment; ``tls``: :func:`cluster_tls.prepare`'s
-    answer, every member's certificates."""
+    answer, every member's certificates; ``file_size_mb``, ``index_hash_slots``: as
+    :func:`broker_argv`."""
     env = {**os.environ, **auth.env()} if auth is not None else None
     for group in plans:
         group.root.mkdir(parents=True, exist_ok=True)
@@ -366,6 +397,7 @@ def start_cluster(
                 broker_name=group.broker_name,
                 seeds=group.seeds,
                 file_size_mb=file_size_mb,
+                index_hash_slots=index_hash_slots,
                 auth=auth,
                 tls=tls,
             )
