@@ -144,6 +144,15 @@ e2e-silent-link: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
 	$(BIN)/python -m e2e.replication.silent_link --partition-s 20 --partition-s 60
 
+## e2e-partition-clients: root only (ip netns, iptables): the official Python and Java producers
+## with their channel on a member cut off from the majority (leader cut from its followers,
+## follower cut from its peers, bridge), 15 s each: the longest time without a successful send
+## (target <= 3 s); every namespace and process is removed afterwards (about 2 min per client)
+.PHONY: e2e-partition-clients
+e2e-partition-clients: $(STAMP)
+	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
+	$(BIN)/python -m e2e.replication.partition_clients --client python --client java
+
 ## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
 ## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)
 e2e-groups: $(STAMP)
