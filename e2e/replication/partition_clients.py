@@ -15,10 +15,11 @@ Scenarios (node 1 is the member the Python client's channel is on):
 
 Each cut lasts ``--partition-s`` (15 s by default), then heals. Measured per scenario: the
 **outage** — the longest stretch from the cut to the heal without a successful send (the cut and
-the heal bound it; a client that never succeeded meanwhile scores the whole partition) — and the
-sends that failed after the client's own retries, by error. Target: outage <=
-:data:`OUTAGE_TARGET_S` (a majority serves all along). One JSON line per scenario; exit status 0
-when every target is met, 1 otherwise, 2 without root.
+the heal bound it; a client that never succeeded meanwhile scores the whole partition), the
+sends that failed after the client's own retries, by error, and when the cut-off member's
+``/readyz`` said not ready and its client port refused connections (seconds after the cut).
+Target: outage <= :data:`OUTAGE_TARGET_S` (a majority serves all along). One JSON line per
+scenario; exit status 0 when every target is met, 1 otherwise, 2 without root.
 
 Two processes, as in :mod:`silent_link`: the outer one makes the namespaces and always deletes
 them (and kills the inner session) in ``finally``.
@@ -32,11 +33,13 @@ import itertools
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,7 +48,7 @@ import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from e2e.replication.clients import ExternalLoad
-from e2e.replication.silent_link import CLIENT_PORT, Group, Namespaces
+from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group, Namespaces
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 OUTAGE_TARGET_S = 3.0
@@ -53,6 +56,8 @@ PARTITION_S = 15.0
 SETTLE_TIMEOUT_S = 60.0
 POLL_S = 0.1
 STOP_TIMEOUT_S = 15.0
+CUT_MEMBER = 1
+"""The member cut off in every scenario: the Python client's channel sits on it."""
 TOPIC = "PartitionClients"
 SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
     "leader-cut": (1, [(1, 2), (1, 3)]),
@@ -227,6 +232,37 @@ def place_leader(group: Group, node_id: int) -> None:
     raise TimeoutError(f"node {node_id} did not take leadership")
 
 
+def _ready(group: Group, node_id: int) -> bool:
+    """Whether ``node_id``'s ``/readyz`` answers 200."""
+    url = f"http://{group.addresses[node_id - 1]}:{METRICS_PORT}/readyz"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=1.0) as reply:
+            return int(reply.status) == 200
+    except OSError:  # HTTPError (503) included
+        return False
+
+
+def _refuses(group: Group, node_id: int) -> bool:
+    """Whether ``node_id``'s client port refuses a TCP connection."""
+    try:
+        with socket.create_connection((group.addresses[node_id - 1], CLIENT_PORT), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
+def _first(condition: Callable[[], bool], since_s: float, limit_s: float) -> float | None:
+    """Seconds from ``since_s`` until ``condition()`` held (polled), None within ``limit_s``."""
+    while time.monotonic() - since_s < limit_s:
+        if condition():
+            return round(time.monotonic() - since_s, 2)
+        time.sleep(POLL_S)
+    return None
+
+
 def one_scenario(
     group: Group, name: str, client: str, partition_s: float, root: Path
 ) -> dict[str, object]:
@@ -242,7 +278,9 @@ def one_scenario(
         cut_s = time.monotonic()
         for a, b in links:
             group.cut(a, b)
-        time.sleep(partition_s)  # the partition's length is the experiment, not a wait
+        unready_s = _first(lambda: not _ready(group, CUT_MEMBER), cut_s, partition_s)
+        refused_s = _first(lambda: _refuses(group, CUT_MEMBER), cut_s, partition_s)
+        time.sleep(max(0.0, cut_s + partition_s - time.monotonic()))  # the partition's length
         group.heal()
         healed_s = time.monotonic()
         before = len(load.sends.snapshot()[0])
@@ -259,6 +297,8 @@ def one_scenario(
         "partition_s": partition_s,
         "outage_s": round(worst, 2),
         "acked_during_cut": sum(1 for t in acked if cut_s < t < healed_s),
+        "cut_member_unready_after_s": unready_s,
+        "cut_member_port_refused_after_s": refused_s,
         "failed_sends": failures,
         "target_met": worst <= OUTAGE_TARGET_S,
     }

@@ -28,6 +28,16 @@ def test_an_election_shorter_than_the_grace_keeps_it_open_a_longer_gap_closes_it
     assert gate.open(60.1, leader_known=True)  # and open again at once
 
 
+def test_a_starting_member_keeps_it_open_until_it_has_known_a_leader() -> None:
+    gate = PortGate(close_after_s=0.5)
+    assert gate.open(0.0, leader_known=False)
+    assert gate.open(30.0, leader_known=False)  # the first election: nothing was lost
+    assert gate.closes_in_s(30.0) is None
+    assert gate.open(31.0, leader_known=True)
+    assert gate.open(32.0, leader_known=False)
+    assert not gate.open(32.5, leader_known=False)
+
+
 def test_a_negative_grace_is_refused() -> None:
     with pytest.raises(ValueError, match="negative"):
         PortGate(close_after_s=-1.0)

@@ -10,15 +10,16 @@ member cut off from the majority, still reachable by clients, kept them for the 
 ends — and a port that refuses the next one — is what moves them: ``pick_first`` reconnects on
 the next call and goes on to the next address.
 
-The rule: the port is **open while this member knows a leader** (it leads, or follows a leader
-it heard from within an election timeout — a follower that stops hearing its leader campaigns
-and forgets it; a leader that did not hear a majority within an election timeout steps down,
-check-quorum), and **closed once no leader has been known for** ``close_after_s`` — longer
-than the brief gap of an ordinary election, in which the member holds requests until the new
-leader is known (:mod:`gannet.node.api.forwarding`). It opens again as soon as a leader is
-known. Closing answers the requests held for a leader at once (retryable), then stops the
-server; ``/readyz`` says not ready meanwhile, so a Kubernetes Service stops sending new
-connections too.
+The rule: the port is **open while this member knows a leader** (it leads, or follows a
+leader it heard from within an election timeout — a follower that stops hearing its leader
+campaigns and forgets it; a leader that did not hear a majority within an election timeout
+steps down, check-quorum), and **closed once no leader has been known for** ``close_after_s``
+— longer than the brief gap of an ordinary election, in which the member holds requests until
+the new leader is known (:mod:`gannet.node.api.forwarding`). It opens again as soon as a leader
+is known. A starting member keeps it open until it has known a leader once: its first election
+is no lost leader. Closing answers the requests held for a leader at once (retryable), then
+stops the server; ``/readyz`` says not ready meanwhile, so a Kubernetes Service stops sending
+new connections too.
 """
 
 from __future__ import annotations
@@ -35,12 +36,16 @@ class PortGate:
             raise ValueError("close_after_s must not be negative")
         self.close_after_s = close_after_s
         self._leaderless_since_s: float | None = None
+        self._ever_known = False
 
     def open(self, now_s: float, leader_known: bool) -> bool:
         """Record what this member knows at ``now_s``; whether the port should be open."""
         if leader_known:
+            self._ever_known = True
             self._leaderless_since_s = None
             return True
+        if not self._ever_known:
+            return True  # starting: the first election is not a lost leader
         if self._leaderless_since_s is None:
             self._leaderless_since_s = now_s
         return now_s - self._leaderless_since_s < self.close_after_s

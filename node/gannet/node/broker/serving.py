@@ -571,11 +571,15 @@ class Broker:
             self.phase = "stopped"
             await self._close_metrics_server()
 
-    async def _stop_serving(self, grace_s: float | None) -> None:
+    async def stop_port_gate(self) -> None:
+        """Stop closing and reopening the client port (:meth:`stop`; a test's crash)."""
         gating, self._gating = self._gating, None
         if gating is not None:
             gating.cancel()
             await asyncio.gather(gating, return_exceptions=True)
+
+    async def _stop_serving(self, grace_s: float | None) -> None:
+        await self.stop_port_gate()
         server, self.server = self.server, None
         if self.messaging is not None:
             self.messaging.begin_shutdown()
