@@ -234,6 +234,7 @@ class Broker:
         self._services: list[tuple[object, object, wire.Rules]] = []
         """What every server of the client port serves (registered again on a reopen)."""
         self._gating: asyncio.Future[None] | None = None
+        self._gate_stopped = False
         self.port_closes_total = 0
         """Times the client port closed because no leader was known (:mod:`port_gate`)."""
         """v2 calls in flight per client id (refusals in ``inflight.refused_total``)."""
@@ -465,7 +466,7 @@ class Broker:
         """Close the client port while this member knows no leader, reopen it once it knows
         one (:mod:`port_gate`); ends when the broker stops serving."""
         loop = asyncio.get_running_loop()
-        while self.phase in ("starting", "serving"):
+        while self.phase in ("starting", "serving") and not self._gate_stopped:
             known = repl.leader() is not None
             should_open = gate.open(loop.time(), known)
             if not should_open and self.server is not None:
@@ -575,6 +576,7 @@ class Broker:
         """Stop closing and reopening the client port (:meth:`stop`; a test's crash)."""
         gating, self._gating = self._gating, None
         if gating is not None:
+            self._gate_stopped = True  # a cancellation lost in wait_for (3.11) ends it too
             gating.cancel()
             await asyncio.gather(gating, return_exceptions=True)
 
