@@ -20,7 +20,7 @@ import grpc
 import pytest
 
 from gannet.node.api.plugs import PopFactory
-from gannet.node.broker import threads
+from gannet.node.broker import port_gate, threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
@@ -56,6 +56,9 @@ class Cluster:
         peer_secret: bytes | None = None,
     ) -> None:
         self.peer_secret = peer_secret
+        self.leaderless_close_after_s: float | None = port_gate.CLOSE_AFTER_S
+        """Each broker's :attr:`BrokerConfig.leaderless_close_after_s` (None: ports never
+        close for want of a leader)."""
         self.pop = pop
         self.flush_mode = flush_mode
         ports = free_ports(2 * size)
@@ -78,7 +81,12 @@ class Cluster:
             commit_timeout_s=5.0,
             peer_secret=self.peer_secret,
         )
-        return BrokerConfig(store=store, listen_port=peer.client_port, replication=replication)
+        return BrokerConfig(
+            store=store,
+            listen_port=peer.client_port,
+            replication=replication,
+            leaderless_close_after_s=self.leaderless_close_after_s,
+        )
 
     def start(self, node_id: int) -> threads.BrokerThread:
         running = threads.start(self.config(node_id), pop=self.pop)
@@ -157,6 +165,7 @@ class Cluster:
         broker = running.broker
 
         async def crash() -> None:
+            await broker.stop_port_gate()
             if broker.replication is not None:
                 await broker.replication.stop()
             if broker.server is not None:

@@ -255,6 +255,9 @@ def test_a_write_through_a_follower_is_held_across_a_leader_crash(cluster: Clust
 
 
 def test_no_leader_answers_unavailable_within_the_deadline(cluster: Cluster) -> None:
+    # The member keeps its port open (no port gate): what it answers while it holds a request
+    # without a leader. With the gate it closes the port instead (test_port_gate_processes).
+    cluster.leaderless_close_after_s = None
     cluster.start_all()
     leader = cluster.leader()
     follower = _follower(cluster, leader)

@@ -214,6 +214,9 @@ def test_send_without_a_majority_is_answered_retryable_before_the_deadline(
     cluster: Cluster,
 ) -> None:
     topic = "CwNoMajority"
+    # The hold path's answer, with the port kept open (no port gate): with the gate the member
+    # answers the same once, then refuses connections (test_port_gate_cluster).
+    cluster.leaderless_close_after_s = None
     old = _setup(cluster, topic, "GCwNoMajority", queues=1)
     survivor, other = (i for i in cluster.nodes if i != old)
     cluster.crash(old)

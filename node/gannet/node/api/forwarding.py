@@ -16,7 +16,10 @@ the admin servicer); a forwarded request names its service and method:
   the log: the request is *held* until one is, at most until shortly before the caller's
   deadline (:data:`HOLD_MAX_S` without one), then answered ``HA_NOT_AVAILABLE`` — a code every
   official client retries (the Python client retries every failure but ``TOO_MANY_REQUESTS``,
-  immediately, up to its attempt count);
+  immediately, up to its attempt count). Once the member has known no leader for longer than
+  an ordinary election, the broker closes its client port (``broker.port_gate``) and the held
+  requests are answered at once (:meth:`Forwarder.release_held`): a retry on the same
+  connection would only reach the same member, a closed connection moves the client;
 - the leader it forwarded to refuses (it lost leadership: ``FAILED_PRECONDITION``) or cannot be
   reached (``UNAVAILABLE``: killed), or the leader changes while the forwarded call is still
   running (the old leader stopped, not dead: its call would only time out): the request is
@@ -233,6 +236,18 @@ class Forwarder:
         self._watching: dict[int, int] = {}
         """Per member: forwarded calls in flight that wait on its ``_moved`` future."""
         self._watchers: set[asyncio.Future[None]] = set()
+        self._released = False
+        """Set while this member's client port is closed for want of a leader
+        (:meth:`release_held`): requests are answered at once instead of held."""
+
+    def release_held(self) -> None:
+        """Answer every request held for a leader now, and hold none until
+        :meth:`hold_again` (the broker closes its client port: ``broker.port_gate``)."""
+        self._released = True
+        self.replication.wake_waiters()
+
+    def hold_again(self) -> None:
+        self._released = False
 
     def register(self, name: str, service: ForwardedService) -> None:
         """Serve forwarded requests of service ``name`` (a full gRPC service name)."""
@@ -262,14 +277,14 @@ class Forwarder:
 
         while not settled():
             remaining = deadline - loop.time()
-            if forwarded or remaining <= 0:
+            if forwarded or remaining <= 0 or self._released:
                 self.stats.unanswered_total += 1
                 raise ApiError(Code.HA_NOT_AVAILABLE, self._no_leader_message())
             if not held:
                 held = True
                 self.stats.held_total += 1
             with contextlib.suppress(TimeoutError):
-                await repl.wait_until(settled, remaining)
+                await repl.wait_until(lambda: settled() or self._released, remaining)
         if repl.is_serving_leader():
             return None
         return repl.leader()

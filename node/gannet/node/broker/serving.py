@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 from collections.abc import Coroutine
@@ -71,6 +72,7 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.transaction_book import CheckLimits
+from gannet.node.broker import port_gate
 from gannet.node.metrics import (
     broker_metrics,
     failover_collecting,
@@ -98,6 +100,10 @@ CONCURRENT_RPCS_MAX = 4096
 SHUTDOWN_GRACE_S = 10.0
 STOP_STEP_SLACK_S = 5.0  # beyond its own deadline, how long a stop step may take
 PING_INTERVAL_MS_MIN = 60_000
+PORT_CLOSE_GRACE_S = 0.3
+"""Calls in flight when the client port closes get this long to finish (then cancelled)."""
+PORT_GATE_RECHECK_S = 1.0
+"""The port gate looks again at least this often (a leader change wakes it at once)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +165,9 @@ class BrokerConfig:
     nameserver_port: int | None = None
     """Port of the name-server requests (9876 by convention; 0: any free port); None: only on
     the remoting port. Needs ``remoting_port``."""
+    leaderless_close_after_s: float | None = port_gate.CLOSE_AFTER_S
+    """A replicated member that has known no Raft leader this long closes its client port until
+    it knows one again (:mod:`port_gate`); None: it never closes it."""
 
 
 def cluster_security(config: BrokerConfig) -> auth.ClientSecurity:
@@ -243,6 +252,12 @@ class Broker:
         self._failing_task: asyncio.Future[None] | None = None
         self._signalled: asyncio.Event | None = None
         self.inflight = limits.InflightPerClient(config.inflight_per_client_max)
+        self._services: list[tuple[object, object, wire.Rules]] = []
+        """What every server of the client port serves (registered again on a reopen)."""
+        self._gating: asyncio.Future[None] | None = None
+        self._gate_stopped = False
+        self.port_closes_total = 0
+        """Times the client port closed because no leader was known (:mod:`port_gate`)."""
         """v2 calls in flight per client id (refusals in ``inflight.refused_total``)."""
         if config.metrics_listen:
             self.metrics = broker_metrics.BrokerMetrics()
@@ -361,24 +376,36 @@ class Broker:
         if server is not None:
             await asyncio.to_thread(server.close)
 
-    async def _serve(self) -> None:
+    def _bound_server(self, port: int) -> grpc.aio.Server:
+        """A new server bound to ``port`` (0: any), its services not registered yet;
+        ``self.port`` is the port bound. OSError when it cannot bind."""
         cfg = self.config
         server = grpc.aio.server(
             options=_server_options(cfg), maximum_concurrent_rpcs=cfg.concurrent_rpcs_max
         )
-        address = f"{_bracketed(cfg.listen_host)}:{cfg.listen_port}"
+        address = f"{_bracketed(cfg.listen_host)}:{port}"
         try:
             if self._tls is not None:
-                self.port = server.add_secure_port(address, self._tls)
+                bound = server.add_secure_port(address, self._tls)
             else:
-                self.port = server.add_insecure_port(address)
+                bound = server.add_insecure_port(address)
         except RuntimeError:  # grpcio raises when bind fails
-            self.port = 0
-        if self.port == 0:
+            bound = 0
+        if bound == 0:
             raise OSError(
                 f"cannot listen on {address}: the port is in use or the host is not a local "
                 "address; stop the other process or choose another --listen"
             )
+        self.port = bound
+        return server
+
+    def _register(self, server: grpc.aio.Server) -> None:
+        for service, servicer, rules in self._services:
+            wire.register(server, service, servicer, rules)
+
+    async def _serve(self) -> None:
+        cfg = self.config
+        server = self._bound_server(cfg.listen_port)
         identity = routes.BrokerIdentity(
             broker_name=cfg.store.broker_name,
             host=cfg.advertised_host or cfg.listen_host,
@@ -408,9 +435,7 @@ class Broker:
             gate=auth.WireGate(authenticator, "v2") if authenticator else None,
             inflight=self.inflight,
         )
-        wire.register(
-            server, v2_service, self._measured(self.messaging, v2_service, True), v2_rules
-        )
+        self._services = [(v2_service, self._measured(self.messaging, v2_service, True), v2_rules)]
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
         admin_servicer.messaging = self.messaging
@@ -448,7 +473,8 @@ class Broker:
         admin_measured = self._measured(forwarding_servicer, admin_service, False)
         admin_gate = auth.WireGate(authenticator, "admin") if authenticator else None
         admin_rules = wire.Rules(v2_status=False, gate=admin_gate)
-        wire.register(server, admin_service, admin_measured, admin_rules)
+        self._services.append((admin_service, admin_measured, admin_rules))
+        self._register(server)
         await server.start()
         self.server = server
         poller.start()
@@ -462,6 +488,53 @@ class Broker:
             await asyncio.sleep(0)  # the transaction checker sees its stop before the loop ends
             raise
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
+        if self.replication is not None and cfg.leaderless_close_after_s is not None:
+            gate = port_gate.PortGate(cfg.leaderless_close_after_s)
+            self._gating = asyncio.ensure_future(self._gate_port(self.replication, gate))
+
+    async def _gate_port(self, repl: ReplicationNode, gate: port_gate.PortGate) -> None:
+        """Close the client port while this member knows no leader, reopen it once it knows
+        one (:mod:`port_gate`); ends when the broker stops serving."""
+        loop = asyncio.get_running_loop()
+        while self.phase in ("starting", "serving") and not self._gate_stopped:
+            known = repl.leader() is not None
+            should_open = gate.open(loop.time(), known)
+            if not should_open and self.server is not None:
+                await self._close_port()
+            elif should_open and self.server is None and self.phase == "serving":
+                await self._reopen_port()
+            closes_in = gate.closes_in_s(loop.time())
+            wait_s = PORT_GATE_RECHECK_S if closes_in is None or closes_in == 0 else closes_in
+            with contextlib.suppress(TimeoutError):
+                await repl.wait_until(functools.partial(_leader_known_is, repl, not known), wait_s)
+
+    async def _close_port(self) -> None:
+        server, self.server = self.server, None
+        if server is None:
+            return
+        self.port_closes_total += 1
+        log.warning(
+            "no Raft leader known for %.1f s: client port %d closed until one is (clients move "
+            "to another member)",
+            self.config.leaderless_close_after_s or 0.0,
+            self.port,
+        )
+        if self.messaging is not None and self.messaging.forwarder is not None:
+            self.messaging.forwarder.release_held()
+        await _bounded(server.stop(PORT_CLOSE_GRACE_S), STOP_STEP_SLACK_S, "closing the port")
+
+    async def _reopen_port(self) -> None:
+        try:
+            server = self._bound_server(self.port)
+        except OSError as exc:
+            log.warning("client port not reopened yet: %s", exc)
+            return
+        if self.messaging is not None and self.messaging.forwarder is not None:
+            self.messaging.forwarder.hold_again()
+        self._register(server)
+        await server.start()
+        self.server = server
+        log.warning("a Raft leader is known again: client port %d reopened", self.port)
 
     async def _serve_remoting(self, admin_servicer: object) -> None:
         """The remoting and name-server ports (``remoting_port``), when configured."""
@@ -558,7 +631,16 @@ class Broker:
             self.phase = "stopped"
             await self._close_metrics_server()
 
+    async def stop_port_gate(self) -> None:
+        """Stop closing and reopening the client port (:meth:`stop`; a test's crash)."""
+        gating, self._gating = self._gating, None
+        if gating is not None:
+            self._gate_stopped = True  # a cancellation lost in wait_for (3.11) ends it too
+            gating.cancel()
+            await asyncio.gather(gating, return_exceptions=True)
+
     async def _stop_serving(self, grace_s: float | None) -> None:
+        await self.stop_port_gate()
         server, self.server = self.server, None
         if self.messaging is not None:
             self.messaging.begin_shutdown()
@@ -594,6 +676,10 @@ class Broker:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await self.stop()
+
+
+def _leader_known_is(repl: ReplicationNode, known: bool) -> bool:
+    return (repl.leader() is not None) is known
 
 
 async def _bounded(step: Coroutine[object, object, None], limit_s: float, what: str) -> None:

@@ -15,7 +15,8 @@ Families (all per node; peers bounded by the group size):
   {role="leader"})`` counts leaders and a dashboard can draw the leader map;
 * ``gannet_raft_term``, ``gannet_raft_commit_offset_bytes``, ``gannet_raft_last_offset_bytes``;
 * ``gannet_raft_follower_lag_bytes{peer}`` and ``gannet_raft_peer_reachable{peer}`` — the
-  leader's view of each follower (followers export none);
+  leader's view of each follower (followers export none); reachable means answered lately, not
+  merely connected (``replication.liveness``: a silent link reads 0 within 3 election timeouts);
 * ``gannet_raft_elections_total``, ``gannet_raft_leader_changes_total``.
 
 Wired by whoever builds the replication layer:
@@ -92,7 +93,8 @@ def families(status: RaftStatusLike) -> list[Metric]:
     )
     reachable = GaugeMetricFamily(
         "gannet_raft_peer_reachable",
-        "1 while the leader reaches the follower's peer port.",
+        "1 while the leader's stream to the follower is open and the follower answered within "
+        "the last 3 election timeouts.",
         labels=["peer"],
     )
     if status.role == "leader":

@@ -623,6 +623,13 @@ class ReplicationNode:
             raise ReplicationError("replication is not started")
         return self._loop
 
+    def wake_waiters(self) -> None:
+        """Re-check every :meth:`wait_until` predicate now (something outside Raft changed)."""
+        watchers, self._watchers = self._watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
+
     async def wait_until(self, predicate: Callable[[], bool], timeout_s: float) -> None:
         """Return once ``predicate()`` holds, re-checked after every executed Ready; raises
         TimeoutError after ``timeout_s``."""

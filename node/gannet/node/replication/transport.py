@@ -7,6 +7,19 @@ member's messages to it in order; when the stream fails it reconnects after a ba
 messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
 go-back-N).
 
+Liveness (a silent link — packets dropped, no connection closed — must not look healthy):
+every peer channel and the server run HTTP/2 keepalive (:data:`KEEPALIVE_CLIENT_OPTIONS`,
+:data:`KEEPALIVE_SERVER_OPTIONS`: a PING after ``KEEPALIVE_TIME_MS`` of silence, the connection
+closed when unanswered for ``KEEPALIVE_TIMEOUT_MS`` — also set as ``grpc.http2.ping_timeout_ms``,
+which is what times an unanswered PING out in gRPC 1.75, 1 min by default; the server permits
+those PINGs, so it never answers GOAWAY ``too_many_pings``), and each sender cancels its stream
+when the peer owes an answer past the silence bound (:mod:`liveness`). Either way the channel is
+closed, the peer's resolved address marked stale
+(:meth:`peer_resolving.PeerResolver.connection_failed`) and the peer redialed with a back-off
+capped at 1 s (:func:`liveness.redial_backoff_s`).
+:meth:`PeerTransport.reachable` is true only while the stream is open *and* the peer answered
+within the silence bound.
+
 Members named by host name are resolved by :mod:`peer_resolving` before the dial, with a
 deadline of their own: ``CONNECT_TIMEOUT_S`` covers only the connection to the address found
 (cached, raced between IPv4 and IPv6, looked up again when a connection to it fails).
@@ -55,7 +68,7 @@ import grpc
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
-from gannet.node.replication import members, peer_auth, peer_resolving, peer_wire
+from gannet.node.replication import liveness, members, peer_auth, peer_resolving, peer_wire
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 
 log = logging.getLogger(__name__)
@@ -63,8 +76,39 @@ log = logging.getLogger(__name__)
 GRPC_MESSAGE_BYTES_MAX = 64 << 20
 CONTACT_HEADER = "x-gannet-peer"
 CONTACTS_MAX = 16
-RECONNECT_BACKOFF_S = 0.2
 CONNECT_TIMEOUT_S = 2.0
+KEEPALIVE_TIME_MS = 1000
+"""HTTP/2 PING on every peer connection after this long without a frame from the other side."""
+KEEPALIVE_TIMEOUT_MS = 1500
+"""A PING unanswered this long closes the connection (its calls fail ``UNAVAILABLE``)."""
+PING_INTERVAL_MIN_RECEIVED_MS = 500
+"""The server accepts PINGs this often (below ``KEEPALIVE_TIME_MS``: never GOAWAY
+``too_many_pings``)."""
+STALL_CHECK_INTERVAL_S = 0.25
+"""How often a sender checks whether its peer owes an answer past the silence bound."""
+
+KEEPALIVE_CLIENT_OPTIONS: list[tuple[str, str | int]] = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS),
+]
+"""Peer channels (streams and Forward): a silent link is noticed within
+``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS``, not after TCP's retransmissions give up."""
+KEEPALIVE_SERVER_OPTIONS: list[tuple[str, str | int]] = [
+    ("grpc.keepalive_time_ms", KEEPALIVE_TIME_MS),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.http2.ping_timeout_ms", KEEPALIVE_TIMEOUT_MS),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_TIME_MS),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", PING_INTERVAL_MIN_RECEIVED_MS),
+    ("grpc.http2.max_ping_strikes", 0),
+]
+"""The peer server permits the members' PINGs and pings them back (a dead inbound stream is
+freed the same way)."""
 
 
 class _Outbox:
@@ -205,6 +249,12 @@ class PeerTransport:
             if config.peer_secret is not None
             else None
         )
+        self.liveness = liveness.PeerLiveness(
+            liveness.silence_bound_s(config.tick_interval_s, config.election_timeout_ticks)
+        )
+        """Who answered lately: :meth:`reachable`, and the stall check of every sender."""
+        self.redials_total = 0
+        """Streams torn down because their peer stopped answering (a silent link)."""
         self.received_total = 0
         self.partitioned = False
         """Fault injection (tests, drills): while True every message in or out is dropped."""
@@ -216,6 +266,7 @@ class PeerTransport:
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.max_send_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.so_reuseport", 0),
+            *KEEPALIVE_SERVER_OPTIONS,
         ]
         server = grpc.aio.server(options=options)
         peer_pb2_grpc.add_PeerServicer_to_server(_PeerServicer(self), server)  # type: ignore[no-untyped-call]
@@ -261,6 +312,7 @@ class PeerTransport:
                 task.cancel()
             self._outboxes.pop(node_id, None)
             self._connected.pop(node_id, None)
+            self.liveness.forget(node_id)
             kept = self._forward_channels.pop(node_id, None)
             if kept is not None:
                 asyncio.get_running_loop().create_task(kept[1].close(None))
@@ -362,6 +414,7 @@ class PeerTransport:
         if self.partitioned:
             return
         self.received_total += 1
+        self.liveness.heard(message.sender)
         self._on_message(message)
 
     # ------------------------------------------------------------------ out
@@ -371,8 +424,9 @@ class PeerTransport:
             outbox.put(message)
 
     def reachable(self, node_id: int) -> bool:
-        """Whether the stream to ``node_id`` is open now."""
-        return self._connected.get(node_id, False)
+        """Whether the stream to ``node_id`` is open and ``node_id`` answered lately (within
+        the silence bound of :mod:`liveness`)."""
+        return self.liveness.reachable(node_id, self._connected.get(node_id, False))
 
     def dropped_total(self) -> int:
         return sum(o.dropped_total for o in self._outboxes.values())
@@ -387,6 +441,10 @@ class PeerTransport:
             ("grpc.max_receive_message_length", GRPC_MESSAGE_BYTES_MAX),
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", 1000),
+            # a channel of its own connections: closing it (a redial) drops the dead one
+            # instead of handing the next channel the same connection from gRPC's shared pool
+            ("grpc.use_local_subchannel_pool", 1),
+            *KEEPALIVE_CLIENT_OPTIONS,
         ]
         peer_tls = self.config.peer_tls
         if target is not None and target.host_name is not None:
@@ -427,13 +485,17 @@ class PeerTransport:
         outbox = self._outboxes.get(peer.node_id)
         if outbox is None:
             return
+        failed_dials = 0
         while not self._stopping.is_set():
             try:
                 target = await self.resolver.target(peer)
             except peer_resolving.ResolveError as exc:
                 log.debug("peer %s not resolved: %s", peer, exc)  # the resolver warns
+                failed_dials += 1
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stopping.wait(), RECONNECT_BACKOFF_S)
+                    await asyncio.wait_for(
+                        self._stopping.wait(), liveness.redial_backoff_s(failed_dials)
+                    )
                 continue
             channel = self._channel(target.uri, self._channel_options(target))
             try:
@@ -442,10 +504,29 @@ class PeerTransport:
                 except TimeoutError:
                     self.resolver.connection_failed(peer)  # it may have moved: look again
                     raise
+                failed_dials = 0
                 self._connected[peer.node_id] = True
+                self.liveness.restarted(peer.node_id)
                 stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
-                await stub.Deliver(self._stream(outbox), metadata=self.hello_metadata(peer.node_id))
-            except (grpc.aio.AioRpcError, TimeoutError, ConnectionError) as exc:
+                call = stub.Deliver(
+                    self._stream(peer.node_id, outbox),
+                    metadata=self.hello_metadata(peer.node_id),
+                )
+                if await self._until_done_or_stalled(peer.node_id, call):
+                    self.redials_total += 1
+                    self.resolver.connection_failed(peer)
+                    log.warning(
+                        "peer %s stopped answering (silent %.1f s with messages unanswered): "
+                        "redialing",
+                        peer,
+                        self.liveness.silent_s(peer.node_id) or 0.0,
+                    )
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    self.resolver.connection_failed(peer)  # keepalive failed, or it went away
+                log.debug("peer %s stream ended: %s", peer, exc)
+            except (TimeoutError, ConnectionError) as exc:
+                failed_dials += 1
                 log.debug("peer %s stream ended: %s", peer, exc)
             finally:
                 if peer.node_id in self._connected:
@@ -453,7 +534,30 @@ class PeerTransport:
                 await channel.close(None)
             outbox.clear()  # stale after a gap; the core re-sends what matters
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), RECONNECT_BACKOFF_S)
+                await asyncio.wait_for(
+                    self._stopping.wait(), liveness.redial_backoff_s(failed_dials)
+                )
+
+    async def _until_done_or_stalled(
+        self, node_id: int, call: grpc.aio.StreamUnaryCall[peer_pb2.RaftMessage, object]
+    ) -> bool:
+        """Wait for the ``Deliver`` call to end (its error raised); True when it was cancelled
+        instead because ``node_id`` owed an answer past the silence bound (:mod:`liveness`)."""
+        waiter: asyncio.Future[object] = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({waiter}, timeout=STALL_CHECK_INTERVAL_S)
+                if done:
+                    waiter.result()
+                    return False
+                if self.liveness.stalled(node_id):
+                    call.cancel()
+                    await asyncio.wait({waiter})
+                    return True
+        finally:
+            if not waiter.done():
+                call.cancel()
+                waiter.cancel()
 
     def _channel(self, endpoint: str, options: list[tuple[str, str | int]]) -> grpc.aio.Channel:
         if self._channel_credentials is not None:
@@ -482,10 +586,11 @@ class PeerTransport:
         self._channel_fingerprint = seen
         return fresh
 
-    async def _stream(self, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
+    async def _stream(self, node_id: int, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
         group = self.config.group
         while True:
             message = await outbox.get()
+            self.liveness.sent(node_id)
             yield peer_wire.to_proto(message, group)
 
 

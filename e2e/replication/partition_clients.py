@@ -1,0 +1,354 @@
+"""Official clients against a member cut off from the majority: iptables cuts between network
+namespaces (:mod:`e2e.replication.silent_link`'s namespaces and brokers), no proxy.
+
+``make e2e-partition-clients`` (root only; needs ``ip`` and ``iptables``; about 2 min per
+client). Three ``gannet broker run`` processes, each in its own network namespace on a bridge;
+the client runs in the bridge's namespace and reaches every member all the time: only peer
+links are cut. The client is given every member's address; the official Python client dials the
+route's addresses sorted as strings with gRPC's ``pick_first``, so its channel sits on node 1
+(the lowest address); the Java client dials them in the route's order, the leader first.
+Scenarios (node 1 is the member the Python client's channel is on):
+
+* ``leader-cut`` — node 1 leads and is cut from both followers (clients still reach it);
+* ``follower-cut`` — node 2 leads; node 1, a follower, is cut from both peers;
+* ``bridge`` — node 2 leads; node 1 is cut from node 2 only: both still see node 3.
+
+Each cut lasts ``--partition-s`` (15 s by default), then heals. Measured per scenario: the
+**outage** — the longest stretch from the cut to the heal without a successful send (the cut and
+the heal bound it; a client that never succeeded meanwhile scores the whole partition), the
+sends that failed after the client's own retries, by error, and when the cut-off member's
+``/readyz`` said not ready and its client port refused connections (seconds after the cut).
+Target: outage <= :data:`OUTAGE_TARGET_S` (a majority serves all along). One JSON line per
+scenario; exit status 0 when every target is met, 1 otherwise, 2 without root.
+
+Two processes, as in :mod:`silent_link`: the outer one makes the namespaces and always deletes
+them (and kills the inner session) in ``finally``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import itertools
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from rocketmq import ClientConfiguration, Credentials, Message, Producer
+
+from e2e.replication.clients import ExternalLoad
+from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group, Namespaces
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+
+OUTAGE_TARGET_S = 3.0
+PARTITION_S = 15.0
+SETTLE_TIMEOUT_S = 60.0
+POLL_S = 0.1
+STOP_TIMEOUT_S = 15.0
+CUT_MEMBER = 1
+"""The member cut off in every scenario: the Python client's channel sits on it."""
+TOPIC = "PartitionClients"
+SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
+    "leader-cut": (1, [(1, 2), (1, 3)]),
+    "follower-cut": (2, [(1, 2), (1, 3)]),
+    "bridge": (2, [(1, 2)]),
+}
+"""Scenario name → (the leader to place before the cut, the links to cut)."""
+
+
+# ---------------------------------------------------------------------------- outer
+def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
+    if os.geteuid() != 0:
+        print("e2e-partition-clients needs root (network namespaces, iptables)", file=sys.stderr)
+        return 2
+    spaces = Namespaces(3)
+    inner_process: subprocess.Popen[bytes] | None = None
+    try:
+        spaces.create()
+        spec = {
+            "nodes": spaces.nodes,
+            "addresses": [spaces.address(i) for i in (1, 2, 3)],
+            "clients": clients,
+            "scenarios": scenarios,
+            "partition_s": partition_s,
+        }
+        argv = ["ip", "netns", "exec", spaces.ctl, sys.executable,
+                "-m", "e2e.replication.partition_clients", "--inner", json.dumps(spec)]  # fmt: skip
+        inner_process = subprocess.Popen(argv, start_new_session=True)
+        return inner_process.wait()
+    finally:
+        if inner_process is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(inner_process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                inner_process.wait(STOP_TIMEOUT_S)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(inner_process.pid, signal.SIGKILL)  # brokers left in the session
+        spaces.delete()
+
+
+# ---------------------------------------------------------------------------- inner
+@dataclass
+class Sends:
+    """Answer times (monotonic) of the successful sends; failures by error name."""
+
+    acked_at_s: list[float] = field(default_factory=list)
+    failures: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def acked(self, at_s: float) -> None:
+        with self.lock:
+            self.acked_at_s.append(at_s)
+
+    def failed(self, kind: str) -> None:
+        with self.lock:
+            self.failures[kind] = self.failures.get(kind, 0) + 1
+
+    def snapshot(self) -> tuple[list[float], dict[str, int]]:
+        with self.lock:
+            return list(self.acked_at_s), dict(self.failures)
+
+
+def outage_s(acked_at_s: list[float], cut_s: float, healed_s: float) -> float:
+    """The longest stretch in ``[cut_s, healed_s]`` without a successful send."""
+    marks = [cut_s, *sorted(t for t in acked_at_s if cut_s < t < healed_s), healed_s]
+    return max(b - a for a, b in itertools.pairwise(marks))
+
+
+class PythonLoad(threading.Thread):
+    """The official Python Producer sending one message at a time (request timeout 3 s, its
+    default 3 attempts)."""
+
+    def __init__(self, endpoints: str) -> None:
+        super().__init__(name="python-producer", daemon=True)
+        config = ClientConfiguration(endpoints, Credentials(), request_timeout=3)
+        self.producer = Producer(config, (TOPIC,))
+        self.sends = Sends()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        number = 0
+        while not self.done.is_set():
+            number += 1
+            message = Message()
+            message.topic = TOPIC
+            message.body = f"p{number}".encode()
+            message.keys = f"p{number}"
+            try:
+                self.producer.send(message)
+                self.sends.acked(time.monotonic())
+            except Exception as exc:  # the client's failure after its retries: counted
+                self.sends.failed(type(exc).__name__)
+
+    def startup(self) -> None:
+        self.producer.startup()
+        self.start()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(30)
+        with contextlib.suppress(Exception):
+            self.producer.shutdown()
+
+
+class JavaLoad:
+    """The official Java client's producer process (:mod:`e2e.replication.clients`)."""
+
+    def __init__(self, endpoints: str, log_path: Path) -> None:
+        self.load = ExternalLoad("java", endpoints, TOPIC, log_path)
+
+    @property
+    def sends(self) -> Sends:
+        sends = Sends()
+        with self.load.acks.progress:
+            sends.acked_at_s = [r.acked_at_s for r in self.load.acks.receipts]
+            sends.failures = dict(self.load.acks.failures)
+        return sends
+
+    def startup(self) -> None:
+        self.load.startup()
+
+    def stop(self) -> None:
+        self.load.stop()
+
+
+def _admin(group: Group, node_id: int) -> tuple[grpc.Channel, admin_pb2_grpc.AdminStub]:
+    channel = grpc.insecure_channel(
+        f"{group.addresses[node_id - 1]}:{CLIENT_PORT}", options=[("grpc.enable_http_proxy", 0)]
+    )
+    return channel, admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+
+def _until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout_s:.0f} s: {what}")
+        time.sleep(POLL_S)
+
+
+def agreed_leader(group: Group) -> int | None:
+    """The leader every member names, when all answer and agree and it says it leads."""
+    seen = [group.status(i) for i in group.ids]
+    if any(s is None for s in seen):
+        return None
+    names = {s.leader_id for s in seen if s is not None}
+    if len(names) != 1 or names == {""}:
+        return None
+    leader = int(names.pop())
+    s = seen[leader - 1]
+    return leader if s is not None and s.role == "leader" else None
+
+
+def place_leader(group: Group, node_id: int) -> None:
+    """Move leadership to ``node_id`` (admin ``TransferLeadership``), then wait for agreement."""
+    _until(lambda: agreed_leader(group) is not None, SETTLE_TIMEOUT_S, "an agreed leader")
+    for _ in range(5):
+        leader = agreed_leader(group)
+        if leader == node_id:
+            return
+        if leader is not None:
+            channel, stub = _admin(group, leader)
+            with channel, contextlib.suppress(grpc.RpcError):
+                stub.TransferLeadership(
+                    admin_pb2.TransferLeadershipRequest(
+                        target_node_id=str(node_id), timeout_ms=5000
+                    ),
+                    timeout=10,
+                )
+        with contextlib.suppress(TimeoutError):
+            _until(lambda: agreed_leader(group) == node_id, 10, f"node {node_id} to lead")
+    raise TimeoutError(f"node {node_id} did not take leadership")
+
+
+def _ready(group: Group, node_id: int) -> bool:
+    """Whether ``node_id``'s ``/readyz`` answers 200."""
+    url = f"http://{group.addresses[node_id - 1]}:{METRICS_PORT}/readyz"
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(url, timeout=1.0) as reply:
+            return int(reply.status) == 200
+    except OSError:  # HTTPError (503) included
+        return False
+
+
+def _refuses(group: Group, node_id: int) -> bool:
+    """Whether ``node_id``'s client port refuses a TCP connection."""
+    try:
+        with socket.create_connection((group.addresses[node_id - 1], CLIENT_PORT), timeout=1.0):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+
+
+def _first(condition: Callable[[], bool], since_s: float, limit_s: float) -> float | None:
+    """Seconds from ``since_s`` until ``condition()`` held (polled), None within ``limit_s``."""
+    while time.monotonic() - since_s < limit_s:
+        if condition():
+            return round(time.monotonic() - since_s, 2)
+        time.sleep(POLL_S)
+    return None
+
+
+def one_scenario(
+    group: Group, name: str, client: str, partition_s: float, root: Path
+) -> dict[str, object]:
+    leader, links = SCENARIOS[name]
+    place_leader(group, leader)
+    endpoints = ";".join(f"{a}:{CLIENT_PORT}" for a in group.addresses)
+    load: PythonLoad | JavaLoad = (
+        PythonLoad(endpoints) if client == "python" else JavaLoad(endpoints, root / "java.log")
+    )
+    load.startup()
+    try:
+        _until(lambda: len(load.sends.snapshot()[0]) >= 5, SETTLE_TIMEOUT_S, "5 acks")
+        cut_s = time.monotonic()
+        for a, b in links:
+            group.cut(a, b)
+        unready_s = _first(lambda: not _ready(group, CUT_MEMBER), cut_s, partition_s)
+        refused_s = _first(lambda: _refuses(group, CUT_MEMBER), cut_s, partition_s)
+        time.sleep(max(0.0, cut_s + partition_s - time.monotonic()))  # the partition's length
+        group.heal()
+        healed_s = time.monotonic()
+        before = len(load.sends.snapshot()[0])
+        _until(lambda: len(load.sends.snapshot()[0]) > before, SETTLE_TIMEOUT_S, "acks again")
+        acked, failures = load.sends.snapshot()
+    finally:
+        group.heal()
+        load.stop()
+    _until(lambda: agreed_leader(group) is not None, SETTLE_TIMEOUT_S, "an agreed leader")
+    worst = outage_s(acked, cut_s, healed_s)
+    return {
+        "scenario": name,
+        "client": client,
+        "partition_s": partition_s,
+        "outage_s": round(worst, 2),
+        "acked_during_cut": sum(1 for t in acked if cut_s < t < healed_s),
+        "cut_member_unready_after_s": unready_s,
+        "cut_member_port_refused_after_s": refused_s,
+        "failed_sends": failures,
+        "target_met": worst <= OUTAGE_TARGET_S,
+    }
+
+
+def inner(spec: dict[str, object]) -> int:
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the finally below
+    nodes = [str(n) for n in spec["nodes"]]  # type: ignore[attr-defined]
+    addresses = [str(a) for a in spec["addresses"]]  # type: ignore[attr-defined]
+    clients = [str(c) for c in spec["clients"]]  # type: ignore[attr-defined]
+    scenarios = [str(s) for s in spec["scenarios"]]  # type: ignore[attr-defined]
+    partition_s = float(spec["partition_s"])  # type: ignore[arg-type]
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="gannet-partition-clients-") as root_name:
+        root = Path(root_name)
+        group = Group(nodes, addresses, root)
+        try:
+            group.start()
+            _until(lambda: agreed_leader(group) is not None, SETTLE_TIMEOUT_S, "a first leader")
+            leader = agreed_leader(group)
+            assert leader is not None
+            channel, stub = _admin(group, leader)
+            with channel:
+                stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=4), timeout=10)
+            for client in clients:
+                for name in scenarios:
+                    figures = one_scenario(group, name, client, partition_s, root)
+                    ok = ok and bool(figures["target_met"])
+                    print(json.dumps(figures), flush=True)
+        finally:
+            group.heal()
+            group.stop()
+            if not ok:
+                for i in group.ids:
+                    tail = (root / f"node{i}.log").read_text(errors="replace").splitlines()[-15:]
+                    print(f"--- node{i}.log (tail)", *tail, sep="\n", file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--client", action="append", choices=("python", "java"), default=None)
+    parser.add_argument("--scenario", action="append", choices=tuple(SCENARIOS), default=None)
+    parser.add_argument("--partition-s", type=float, default=PARTITION_S)
+    parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner is not None:
+        sys.exit(inner(json.loads(args.inner)))
+    sys.exit(outer(args.client or ["python"], args.scenario or list(SCENARIOS), args.partition_s))
+
+
+if __name__ == "__main__":
+    main()
