@@ -1,0 +1,237 @@
+"""The nemeses, and their schedule drawn from a seed.
+
+:func:`schedule` is pure: the same seed, duration, cluster size and nemesis list give the same
+faults at the same times (``--seed`` replays a run's schedule exactly). Two streams run side by
+side: network faults (one at a time; each heals every rule when it ends) and process faults (one
+at a time), so a partition may overlap a pause or a crash. A fault names its target by role
+(``leader``, resolved when it starts) or by member (drawn from the seed).
+
+Network nemeses (iptables in the members' namespaces; member 0 is the client, ``ctl``):
+
+* ``halves``: a random member alone on one side, the client on a side drawn from the seed;
+* ``leader-isolated``: the leader cut from every member and from the client;
+* ``leader-peers``: the leader cut from its followers, the client still reaches everyone;
+* ``bridge``: two members cut from each other, both still seeing the third (the bridge);
+* ``minority``: a random member cut from its peers, the client still reaches it;
+* ``ring``: (5 members or more) each member sees its two neighbours only;
+* ``loss``: each packet between members dropped at random (10-40 %);
+* ``flap``: one link cut and restored every 0.5-3 s.
+
+Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
+each on the leader or a random member.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from e2e.faults.cluster import NetCluster
+from e2e.faults.history import History
+
+NETWORK = (
+    "halves",
+    "leader-isolated",
+    "leader-peers",
+    "bridge",
+    "minority",
+    "ring",
+    "loss",
+    "flap",
+)
+PROCESS = ("pause", "kill")
+ALL = NETWORK + PROCESS
+QUIET_START_S = 6.0
+QUIET_END_S = 6.0
+GAP_S = (2.0, 6.0)
+DURATION_S = (3.0, 14.0)
+
+
+@dataclass(frozen=True)
+class Fault:
+    start: float
+    stop: float
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        extra = ", ".join(f"{k}={v}" for k, v in self.params.items() if k != "toggles")
+        return f"{self.kind}({extra})" if extra else self.kind
+
+
+def schedule(seed: int, duration_s: float, size: int, kinds: tuple[str, ...]) -> list[Fault]:
+    """The faults of one run, by start time."""
+    rng = random.Random(seed)
+    usable = [k for k in kinds if k != "ring" or size >= 5]
+    faults: list[Fault] = []
+    for stream in (NETWORK, PROCESS):
+        choices = [k for k in usable if k in stream]
+        if not choices:
+            continue
+        t = QUIET_START_S + rng.uniform(0, GAP_S[1])
+        while True:
+            length = rng.uniform(*DURATION_S)
+            if t + length > duration_s - QUIET_END_S:
+                break
+            kind = rng.choice(choices)
+            faults.append(Fault(round(t, 2), round(t + length, 2), kind,
+                                _params(rng, kind, size, length)))  # fmt: skip
+            t += length + rng.uniform(*GAP_S)
+    return sorted(faults, key=lambda f: f.start)
+
+
+def _params(rng: random.Random, kind: str, size: int, length: float) -> dict[str, Any]:
+    members = list(range(1, size + 1))
+    if kind == "halves":
+        rng.shuffle(members)
+        cut = rng.randint(1, (size - 1) // 2)
+        return {"small": sorted(members[:cut]), "client_with_small": rng.random() < 0.5}
+    if kind in ("bridge", "minority"):
+        rng.shuffle(members)
+        return {"members": members}
+    if kind == "ring":
+        rng.shuffle(members)
+        return {"order": members}
+    if kind == "loss":
+        return {"probability": round(rng.uniform(0.1, 0.4), 2)}
+    if kind == "flap":
+        a, b = rng.sample(members, 2)
+        toggles, t = [], 0.0
+        while True:
+            t += rng.uniform(0.5, 3.0)
+            if t >= length:
+                break
+            toggles.append(round(t, 2))
+        return {"link": [a, b], "toggles": toggles}
+    if kind in ("pause", "kill"):
+        target: int | str = "leader" if rng.random() < 0.5 else rng.choice(members)
+        return {"target": target}
+    return {}
+
+
+class Nemesis(threading.Thread):
+    """Runs a schedule against a cluster, logging every start and stop in the history."""
+
+    def __init__(self, cluster: NetCluster, history: History, faults: list[Fault]) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        self.cluster = cluster
+        self.history = history
+        self.faults = faults
+        self.done = threading.Event()
+        self.errors: list[str] = []
+        self._killed: set[int] = set()
+        self._paused: set[int] = set()
+
+    def run(self) -> None:
+        steps: list[tuple[float, int, str, Fault]] = []
+        for n, fault in enumerate(self.faults):
+            steps.append((fault.start, n, "start", fault))
+            steps.append((fault.stop, n, "stop", fault))
+            for toggle in fault.params.get("toggles", []):
+                steps.append((fault.start + toggle, n, "toggle", fault))
+        steps.sort(key=lambda s: (s[0], s[2] != "stop"))
+        resolved: dict[int, int] = {}
+        cut: dict[int, bool] = {}
+        for at, n, what, fault in steps:
+            if self.done.wait(max(0.0, at - self.history.now())):
+                return
+            try:
+                if what == "start":
+                    resolved[n] = self._begin(fault)
+                    cut[n] = True
+                elif what == "toggle" and n in resolved:
+                    cut[n] = not cut[n]
+                    a, b = fault.params["link"]
+                    if cut[n]:
+                        self.cluster.cut(a, b)
+                    else:
+                        self.cluster.heal()
+                    self.history.add("nemesis", "info", "fault", kind="flap", cut=cut[n])
+                elif n in resolved:
+                    self._end(fault, resolved[n])
+            except Exception as exc:  # a fault that could not be applied: noted, run goes on
+                self.errors.append(f"{what} {fault.describe()}: {type(exc).__name__}: {exc}")
+                self.history.add("nemesis", "info", "fault", error=self.errors[-1])
+
+    def _resolve(self, fault: Fault) -> int:
+        target = fault.params.get("target", "leader")
+        if target == "leader":
+            return self.cluster.newest_leader() or 1
+        return int(target)
+
+    def _begin(self, fault: Fault) -> int:
+        kind, p, c = fault.kind, fault.params, self.cluster
+        chosen = 0
+        if kind == "halves":
+            small = set(p["small"])
+            large = [i for i in c.ids if i not in small]
+            for a in small:
+                for b in large:
+                    c.cut(a, b)
+            for member in large if p["client_with_small"] else small:
+                c.cut(0, member)
+        elif kind in ("leader-isolated", "leader-peers"):
+            chosen = c.newest_leader() or 1
+            for other in c.ids:
+                if other != chosen:
+                    c.cut(chosen, other)
+            if kind == "leader-isolated":
+                c.cut(0, chosen)
+        elif kind == "bridge":
+            a, b = p["members"][1:3]
+            c.cut(a, b)
+            chosen = p["members"][0]
+        elif kind == "minority":
+            chosen = p["members"][0]
+            for other in c.ids:
+                if other != chosen:
+                    c.cut(chosen, other)
+        elif kind == "ring":
+            order = p["order"]
+            near = {(order[i], order[(i + 1) % len(order)]) for i in range(len(order))}
+            for a in c.ids:
+                for b in c.ids:
+                    if a < b and (a, b) not in near and (b, a) not in near:
+                        c.cut(a, b)
+        elif kind == "loss":
+            c.lose(p["probability"])
+        elif kind == "flap":
+            c.cut(*p["link"])
+        elif kind == "pause":
+            chosen = self._resolve(fault)
+            c.pause(chosen)
+            self._paused.add(chosen)
+        elif kind == "kill":
+            chosen = self._resolve(fault)
+            c.kill(chosen)
+            self._killed.add(chosen)
+        self.history.add("nemesis", "start", "fault", kind=kind, fault=fault.describe(),
+                         node=chosen)  # fmt: skip
+        return chosen
+
+    def _end(self, fault: Fault, chosen: int) -> None:
+        if fault.kind in NETWORK:
+            self.cluster.heal()
+        elif fault.kind == "pause":
+            self.cluster.resume(chosen)
+            self._paused.discard(chosen)
+        elif fault.kind == "kill":
+            self.cluster.start(chosen)
+            self._killed.discard(chosen)
+        self.history.add("nemesis", "stop", "fault", kind=fault.kind, fault=fault.describe(),
+                         node=chosen)  # fmt: skip
+
+    def heal_all(self) -> None:
+        """Stop the schedule and undo whatever is still in force."""
+        self.done.set()
+        self.join(30)
+        self.cluster.heal()
+        for member in list(self._paused):
+            self.cluster.resume(member)
+        for member in list(self._killed):
+            self.cluster.start(member)
+        self._paused.clear()
+        self._killed.clear()
+        self.history.add("nemesis", "info", "fault", healed="all")
