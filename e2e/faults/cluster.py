@@ -25,6 +25,7 @@ import grpc
 
 from e2e.faults import netns
 from e2e.faults.history import History, Sample
+from e2e.replication.disk_full import SmallDisk
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.log import records
 from gannet.node.testing import small_stores
@@ -36,6 +37,12 @@ STATUS_TIMEOUT_S = 1.0
 MONITOR_INTERVAL_S = 0.25
 STOP_TIMEOUT_S = 15.0
 PULL_MAX = 1024
+CLOCK_SHIM = Path(__file__).resolve().parent / "clockshim"
+DISK_SIZE_MB = 256
+"""A member's tmpfs with ``disks``: a fresh store takes about 50 MB, its timer log 100 MB more
+once the timer wheel writes."""
+FILL_RATIO = 0.95
+"""Above the store's disk warning ratio (90 %): writes are refused."""
 
 
 def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -50,8 +57,11 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 
 class NetCluster:
     def __init__(
-        self, nodes: list[str], addresses: list[str], ctl_address: str, root: Path
-    ) -> None:
+        self, nodes: list[str], addresses: list[str], ctl_address: str, root: Path,
+        *, clocks: bool = False, disks: bool = False,
+    ) -> None:  # fmt: skip
+        """``clocks``: each member's wall clock skewable (:meth:`set_clock`, the clock shim);
+        ``disks``: each member's store on a small tmpfs of its own (:meth:`fill_disk`)."""
         self.nodes = nodes
         self.addresses = addresses
         self.ctl_address = ctl_address
@@ -62,6 +72,11 @@ class NetCluster:
         self.history: History | None = None
         self._monitor_stop = threading.Event()
         self._monitor: threading.Thread | None = None
+        self.clocks = clocks
+        self.disks: dict[int, SmallDisk] = {}
+        if disks:
+            for i in self.ids:
+                self.disks[i] = SmallDisk(root / f"node{i}", DISK_SIZE_MB)
 
     @property
     def ids(self) -> list[int]:
@@ -81,8 +96,11 @@ class NetCluster:
             secret.write_text(secrets.token_urlsafe(32) + "\n")
             secret.chmod(0o600)
         peers = ",".join(f"{i}={self.addresses[i - 1]}:{PEER_PORT}/{CLIENT_PORT}" for i in self.ids)
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         for i in [node_id] if node_id is not None else self.ids:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            if self.clocks:
+                path = os.pathsep.join(filter(None, [str(CLOCK_SHIM), env.get("PYTHONPATH")]))
+                env.update(PYTHONPATH=path, GANNET_FAULTS_CLOCK_FILE=str(self._clock_file(i)))
             address = self.addresses[i - 1]
             argv = ["ip", "netns", "exec", self.nodes[i - 1], sys.executable, "-m",
                     "gannet.node.cli", "broker", "run",
@@ -114,6 +132,34 @@ class NetCluster:
     def resume(self, node_id: int) -> None:
         self.processes[node_id].send_signal(signal.SIGCONT)
         self.paused.discard(node_id)
+
+    def _clock_file(self, node_id: int) -> Path:
+        return self.root / f"clock{node_id}"
+
+    def set_clock(self, node_id: int, offset_s: float) -> None:
+        """Member ``node_id``'s wall clock runs ``offset_s`` ahead (behind when negative)."""
+        staged = self.root / f"clock{node_id}.new"
+        staged.write_text(f"{offset_s:.3f}\n")
+        staged.replace(self._clock_file(node_id))
+
+    def fill_disk(self, node_id: int) -> None:
+        """Fill member ``node_id``'s filesystem to ``FILL_RATIO`` and make it measure now."""
+        self.disks[node_id].fill_to(FILL_RATIO)
+        self._cleanup(node_id)
+
+    def free_disk(self, node_id: int) -> None:
+        self.disks[node_id].free_ballast()
+        self._cleanup(node_id)
+
+    def _cleanup(self, node_id: int) -> None:
+        with self.stub(node_id) as stub, contextlib.suppress(grpc.RpcError):
+            stub.Cleanup(admin_pb2.CleanupRequest(trigger=True), timeout=10)
+
+    def unmount(self) -> None:
+        for disk in self.disks.values():
+            disk.free_ballast()
+            disk.close()
+        self.disks = {}
 
     def stop(self) -> None:
         self._monitor_stop.set()
@@ -285,6 +331,13 @@ class NetCluster:
                 out += f.read(upto - len(out))
         return bytes(out[:upto])
 
+    def archive(self, target: Path) -> None:
+        """The members' stores and logs as ``target`` (a gzipped tar; preallocated files
+        compress to little), for a failed run's analysis."""
+        names = [p.name for p in self.root.iterdir() if p.name.startswith("node")]
+        subprocess.run(["tar", "czf", str(target), "-C", str(self.root), *names],
+                       capture_output=True, timeout=300, check=False)  # fmt: skip
+
     def store_verify(self, node_id: int) -> tuple[bool, str]:
         """``gannet store verify`` of a stopped member's directory: clean, and its output."""
         argv = [sys.executable, "-m", "gannet.node.cli", "store", "verify",
@@ -293,4 +346,4 @@ class NetCluster:
         text = done.stdout.strip() or done.stderr.strip()
         with contextlib.suppress(ValueError):
             text = json.dumps(json.loads(text))
-        return done.returncode == 0, text[-2000:]
+        return done.returncode == 0, text[-20000:]

@@ -18,7 +18,9 @@ Network nemeses (iptables in the members' namespaces; member 0 is the client, ``
 * ``flap``: one link cut and restored every 0.5-3 s.
 
 Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
-each on the leader or a random member.
+``disk-full`` (its store's filesystem filled to 95 %, freed at the end), each on the leader or a
+random member; ``clock``: a random member's wall clock skewed by 5-60 s either way, or strobed
+(the skew on and off every 0.3-1.5 s), through the clock shim (``clockshim/sitecustomize.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ NETWORK = (
     "loss",
     "flap",
 )
-PROCESS = ("pause", "kill")
+PROCESS = ("pause", "kill", "clock", "disk-full")
 ALL = NETWORK + PROCESS
 QUIET_START_S = 6.0
 QUIET_END_S = 6.0
@@ -105,7 +107,23 @@ def _params(rng: random.Random, kind: str, size: int, length: float) -> dict[str
                 break
             toggles.append(round(t, 2))
         return {"link": [a, b], "toggles": toggles}
-    if kind in ("pause", "kill"):
+    if kind == "clock":
+        offset = round(rng.choice((-1, 1)) * rng.uniform(5, 60), 1)
+        if rng.random() < 0.5:
+            return {"member": rng.choice(members), "offset_s": offset}
+        toggles, t = [], 0.0
+        while True:
+            t += rng.uniform(0.3, 1.5)
+            if t >= length:
+                break
+            toggles.append(round(t, 2))
+        return {
+            "member": rng.choice(members),
+            "offset_s": offset,
+            "strobe": True,
+            "toggles": toggles,
+        }
+    if kind in ("pause", "kill", "disk-full"):
         target: int | str = "leader" if rng.random() < 0.5 else rng.choice(members)
         return {"target": target}
     return {}
@@ -123,6 +141,7 @@ class Nemesis(threading.Thread):
         self.errors: list[str] = []
         self._killed: set[int] = set()
         self._paused: set[int] = set()
+        self._full: set[int] = set()
 
     def run(self) -> None:
         steps: list[tuple[float, int, str, Fault]] = []
@@ -143,17 +162,23 @@ class Nemesis(threading.Thread):
                     cut[n] = True
                 elif what == "toggle" and n in resolved:
                     cut[n] = not cut[n]
-                    a, b = fault.params["link"]
-                    if cut[n]:
-                        self.cluster.cut(a, b)
-                    else:
-                        self.cluster.heal()
-                    self.history.add("nemesis", "info", "fault", kind="flap", cut=cut[n])
+                    self._toggle(fault, cut[n])
                 elif n in resolved:
                     self._end(fault, resolved[n])
             except Exception as exc:  # a fault that could not be applied: noted, run goes on
                 self.errors.append(f"{what} {fault.describe()}: {type(exc).__name__}: {exc}")
                 self.history.add("nemesis", "info", "fault", error=self.errors[-1])
+
+    def _toggle(self, fault: Fault, on: bool) -> None:
+        if fault.kind == "flap":
+            if on:
+                self.cluster.cut(*fault.params["link"])
+            else:
+                self.cluster.heal()
+        else:
+            member, offset = fault.params["member"], fault.params["offset_s"]
+            self.cluster.set_clock(member, offset if on else 0.0)
+        self.history.add("nemesis", "info", "fault", kind=fault.kind, on=on)
 
     def _resolve(self, fault: Fault) -> int:
         target = fault.params.get("target", "leader")
@@ -207,6 +232,13 @@ class Nemesis(threading.Thread):
             chosen = self._resolve(fault)
             c.kill(chosen)
             self._killed.add(chosen)
+        elif kind == "clock":
+            chosen = p["member"]
+            c.set_clock(chosen, p["offset_s"])
+        elif kind == "disk-full":
+            chosen = self._resolve(fault)
+            c.fill_disk(chosen)
+            self._full.add(chosen)
         self.history.add("nemesis", "start", "fault", kind=kind, fault=fault.describe(),
                          node=chosen)  # fmt: skip
         return chosen
@@ -220,6 +252,11 @@ class Nemesis(threading.Thread):
         elif fault.kind == "kill":
             self.cluster.start(chosen)
             self._killed.discard(chosen)
+        elif fault.kind == "clock":
+            self.cluster.set_clock(chosen, 0.0)
+        elif fault.kind == "disk-full":
+            self.cluster.free_disk(chosen)
+            self._full.discard(chosen)
         self.history.add("nemesis", "stop", "fault", kind=fault.kind, fault=fault.describe(),
                          node=chosen)  # fmt: skip
 
@@ -232,6 +269,12 @@ class Nemesis(threading.Thread):
             self.cluster.resume(member)
         for member in list(self._killed):
             self.cluster.start(member)
+        for member in list(self._full):
+            self.cluster.free_disk(member)
+        if self.cluster.clocks:
+            for member in self.cluster.ids:
+                self.cluster.set_clock(member, 0.0)
         self._paused.clear()
         self._killed.clear()
+        self._full.clear()
         self.history.add("nemesis", "info", "fault", healed="all")

@@ -82,7 +82,7 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
     ]
     for r in results:
         if "error" in r:
-            error = r["error"].strip().splitlines()[-1][:150]
+            error = runner_error_line(r["error"])
             lines.append(f"| {r['seed']} | error | | | | | | | | {error} |")
             continue
         fig = r["figures"]
@@ -108,6 +108,12 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         if with_picture is not None:
             lines += ["", f"![seed {r['seed']}]({with_picture.relative_to(out)})"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def runner_error_line(error: str) -> str:
+    lines = [line.strip() for line in error.strip().splitlines() if len(line.strip()) > 3]
+    telling = [line for line in lines if "details" in line or "Error" in line]
+    return (telling or lines or ["?"])[-1][:200].replace("|", "/")
 
 
 def timeline(run_dir: Path, result: dict[str, Any]) -> Path | None:

@@ -73,20 +73,24 @@ def inner(spec: dict[str, Any]) -> int:
     }
     with tempfile.TemporaryDirectory(prefix="gannet-faults-") as root_name:
         root = Path(root_name)
-        cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root)
+        kinds = set(spec["nemeses"])
         history = History()
+        cluster: NetCluster | None = None
         try:
+            cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root,
+                                 clocks="clock" in kinds, disks="disk-full" in kinds)  # fmt: skip
             _one_run(cluster, history, faults, seed, duration_s, result)
         except Exception:
             result["error"] = traceback.format_exc()[-3000:]
         finally:
-            cluster.stop()
+            if cluster is not None:
+                cluster.stop()
             with contextlib.suppress(Exception):
                 history.write(out)
-            if not result.get("valid", False):
-                for i in cluster.ids:
-                    with contextlib.suppress(OSError):
-                        shutil.copy(root / f"node{i}.log", out / f"node{i}.log")
+            if cluster is not None:
+                if not result.get("valid", False):
+                    cluster.archive(out / "stores.tgz")
+                cluster.unmount()
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0 if result.get("valid") else 1
 
@@ -210,9 +214,16 @@ def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3
     return loaded
 
 
+def error_line(error: str) -> str:
+    """The telling line of a traceback (gRPC errors end in a line of their own)."""
+    lines = [line.strip() for line in error.strip().splitlines() if len(line.strip()) > 3]
+    telling = [line for line in lines if "details" in line or "Error" in line]
+    return (telling or lines or ["?"])[-1][:300]
+
+
 def summary_line(r: dict[str, Any]) -> str:
     if "error" in r:
-        return f"seed {r['seed']}: HARNESS ERROR {r['error'].strip().splitlines()[-1][:200]}"
+        return f"seed {r['seed']}: HARNESS ERROR {error_line(r['error'])}"
     fig = r["figures"]
     worst = max((w["s"] for w in r["outages"]), default=0.0)
     return (
