@@ -36,7 +36,7 @@ from e2e.faults.workload import CHANGED_INVISIBLE_S, INVISIBLE_S
 from gannet.node.store.log.records import Message
 
 OUTAGE_S = 1.0
-CUT_OFF = ("leader-isolated", "leader-peers", "minority")
+CUT_OFF = ("leader-isolated", "leader-peers", "minority", "follower-cut")
 """Faults that leave one member with no peer (``halves`` too when its small side is one)."""
 SAMPLE_SETTLE_S = 0.5
 POP_MARGIN_S = 0.5

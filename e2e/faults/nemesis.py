@@ -15,7 +15,9 @@ Network nemeses (iptables in the members' namespaces; member 0 is the client, ``
 * ``minority``: a random member cut from its peers, the client still reaches it;
 * ``ring``: (5 members or more) each member sees its two neighbours only;
 * ``loss``: each packet between members dropped at random (10-40 %);
-* ``flap``: one link cut and restored every 0.5-3 s.
+* ``flap``: one link cut and restored every 0.5-3 s;
+* ``follower-cut``: a follower (the lowest-numbered member that does not lead when it starts)
+  cut from its peers, the client still reaching it: no election needed.
 
 Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
 ``disk-full`` (its store's filesystem filled to 95 %, freed at the end), each on the leader or a
@@ -42,8 +44,10 @@ NETWORK = (
     "ring",
     "loss",
     "flap",
+    "follower-cut",
 )
-PROCESS = ("pause", "kill", "clock", "disk-full")
+PROCESS = ("pause", "kill", "clock", "disk-full", "pause-follower", "kill-follower")
+FOLLOWER = {"pause-follower": "pause", "kill-follower": "kill"}
 ALL = NETWORK + PROCESS
 QUIET_START_S = 6.0
 QUIET_END_S = 6.0
@@ -180,7 +184,13 @@ class Nemesis(threading.Thread):
             self.cluster.set_clock(member, offset if on else 0.0)
         self.history.add("nemesis", "info", "fault", kind=fault.kind, on=on)
 
+    def _follower(self) -> int:
+        leader = self.cluster.newest_leader()
+        return next(i for i in self.cluster.ids if i != leader)
+
     def _resolve(self, fault: Fault) -> int:
+        if fault.kind in FOLLOWER:
+            return self._follower()
         target = fault.params.get("target", "leader")
         if target == "leader":
             return self.cluster.newest_leader() or 1
@@ -208,6 +218,11 @@ class Nemesis(threading.Thread):
             a, b = p["members"][1:3]
             c.cut(a, b)
             chosen = p["members"][0]
+        elif kind == "follower-cut":
+            chosen = self._follower()
+            for other in c.ids:
+                if other != chosen:
+                    c.cut(chosen, other)
         elif kind == "minority":
             chosen = p["members"][0]
             for other in c.ids:
@@ -224,11 +239,11 @@ class Nemesis(threading.Thread):
             c.lose(p["probability"])
         elif kind == "flap":
             c.cut(*p["link"])
-        elif kind == "pause":
+        elif kind in ("pause", "pause-follower"):
             chosen = self._resolve(fault)
             c.pause(chosen)
             self._paused.add(chosen)
-        elif kind == "kill":
+        elif kind in ("kill", "kill-follower"):
             chosen = self._resolve(fault)
             c.kill(chosen)
             self._killed.add(chosen)
@@ -246,10 +261,10 @@ class Nemesis(threading.Thread):
     def _end(self, fault: Fault, chosen: int) -> None:
         if fault.kind in NETWORK:
             self.cluster.heal()
-        elif fault.kind == "pause":
+        elif fault.kind in ("pause", "pause-follower"):
             self.cluster.resume(chosen)
             self._paused.discard(chosen)
-        elif fault.kind == "kill":
+        elif fault.kind in ("kill", "kill-follower"):
             self.cluster.start(chosen)
             self._killed.discard(chosen)
         elif fault.kind == "clock":
