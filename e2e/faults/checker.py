@@ -264,7 +264,14 @@ def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],
     verdict.figures["max_term"] = max((s.term for s in samples), default=0)
     verdict.figures["elections"] = len(leaders)
     inflated = []
-    for fault, start in zip(faults, started, strict=False):
+    unmatched = list(faults)
+    pairs = []
+    for start in started:  # a fault that could not be applied has no start event
+        fault = next((f for f in unmatched if f.describe() == start.value.get("fault")), None)
+        if fault is not None:
+            unmatched.remove(fault)
+            pairs.append((fault, start))
+    for fault, start in pairs:
         lonely = int(start.value.get("node", 0))
         if fault.kind == "halves" and len(fault.params["small"]) == 1:
             lonely = fault.params["small"][0]

@@ -39,6 +39,21 @@ peer (pre-vote). Availability (reported, not failed): windows over 1 s without a
 """
 
 
+CATEGORIES = (
+    ("acknowledged send lost", "acknowledged sends lost"),
+    ("one message id stored twice", "stored twice"),
+    ("unexpected message", "unexpected message"),
+    ("queue offsets (gap or real-time order)", "offset"),
+    ("replicas' queues or commit logs differ", "differ"),
+    ("store verify not clean", "store verify"),
+    ("Pop: acked twice", "acked twice"),
+    ("Pop: delivered after its ack was answered", "after its ack"),
+    ("Pop: delivered during a live lease", "live lease"),
+    ("FIFO order within a group", "out of order"),
+    ("terms (two leaders, term down, cut-off term rose)", "terms:"),
+)
+
+
 def write(out: Path, results: list[dict[str, Any]]) -> None:
     lines = [HEADER, "## Results", ""]
     done = [r for r in results if "error" not in r]
@@ -56,6 +71,16 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         f"{[r['seed'] for r in invalid] or 'none'}",
         f"- acknowledged sends {acked}, lost {lost}, retry duplicates (a key stored twice after "
         f"an unknown outcome, allowed) {retries}",
+        "",
+        "### Violations by kind (runs in which each was found)",
+        "",
+        "| violation | runs | seeds |",
+        "| --- | --- | --- |",
+    ]
+    for name, needle in CATEGORIES:
+        seeds = [r["seed"] for r in done if any(needle in v for v in r["violations"])]
+        lines.append(f"| {name} | {len(seeds)} | {', '.join(map(str, seeds[:12]))} |")
+    lines += [
         "",
         "### Per nemesis",
         "",

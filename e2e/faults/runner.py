@@ -53,7 +53,7 @@ DRAIN_TIMEOUT_S = 40.0
 CONVERGE_TIMEOUT_S = 60.0
 RUN_MARGIN_S = 420.0
 STOP_TIMEOUT_S = 20.0
-DEFAULT_OUT = Path(__file__).resolve().parent / "out"
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
 # ---------------------------------------------------------------------------- inner: one run
@@ -242,10 +242,18 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=60.0)
     parser.add_argument("--nemeses", default="all", help=f"comma-separated of {nemesis.ALL}")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    rewrite = "rewrite <out>/report.md from the runs' result.json files"
+    parser.add_argument("--report-only", action="store_true", help=rewrite)
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner is not None:
         sys.exit(inner(json.loads(args.inner)))
+    if args.report_only:
+        found = [json.loads(p.read_text()) for p in args.out.glob("*/result.json")]
+        report.write(args.out, sorted(found, key=lambda r: int(r["seed"])))
+        print(args.out / "report.md")
+        return
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally blocks clean up
     why = netns.available()
     if why is not None:
         print(f"e2e-faults {why}", file=sys.stderr)
