@@ -149,7 +149,7 @@ e2e-silent-link: $(STAMP)
 ## Pop consumers while a nemesis partitions, drops packets, flaps links, pauses and kills; every
 ## run's history is checked (lost, duplicated, unexpected, offsets, replicas, store verify, Pop,
 ## FIFO, terms, outages). SEED=S replays from seed S (RUNS=1: that run alone); NEMESES=a,b picks
-## nemeses. Report and timelines in e2e/faults/out/report.md (about 2 min per run)
+## nemeses. Report and timelines in e2e/faults/results/report.md (about 2 min per run)
 RUNS ?= 100
 DURATION_S ?= 60
 NEMESES ?= all

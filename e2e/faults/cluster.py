@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,6 +31,7 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.log import records
 from gannet.node.testing import small_stores
 
+FOUNDERS = 3
 CLIENT_PORT = 8081
 PEER_PORT = 8091
 FILE_SIZE_MB = 4
@@ -66,7 +68,8 @@ class NetCluster:
         self.addresses = addresses
         self.ctl_address = ctl_address
         self.root = root
-        self.size = len(nodes)
+        self.size = FOUNDERS if len(nodes) > FOUNDERS else len(nodes)
+        """Founding members 1..size; a namespace beyond them is a spare for ``--join``."""
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
         self.history: History | None = None
@@ -115,6 +118,58 @@ class NetCluster:
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env
                 )
             self.paused.discard(i)
+
+    def spec(self, node_id: int) -> str:
+        return f"{node_id}={self.addresses[node_id - 1]}:{PEER_PORT}/{CLIENT_PORT}"
+
+    def start_joining(self, node_id: int) -> None:
+        """Start member ``node_id`` (a spare namespace) with ``--join`` and an empty store."""
+        address = self.addresses[node_id - 1]
+        data = self.root / f"node{node_id}"
+        if data.exists() and node_id not in self.disks:
+            shutil.rmtree(data)
+        argv = ["ip", "netns", "exec", self.nodes[node_id - 1], sys.executable, "-m",
+                "gannet.node.cli", "broker", "run",
+                "--data-dir", str(data), "--flush", "sync",
+                "--file-size-mb", str(FILE_SIZE_MB), *small_stores.INDEX_ARGS,
+                "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
+                "--node-id", str(node_id), "--join",
+                "--peer-listen", f"{address}:{PEER_PORT}",
+                "--peer-secret-file", str(self.root / "peer-secret")]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with (self.root / f"node{node_id}.log").open("ab") as log:
+            self.processes[node_id] = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+
+    def member_cli(self, *args: str) -> tuple[bool, str]:
+        """``gannet cluster member ...`` through the first founder that answers (the CLI finds
+        the leader); whether it exited 0, and its output."""
+        text = ""
+        for i in self.ids:
+            argv = [sys.executable, "-m", "gannet.node.cli", "cluster", "member", *args,
+                    "--endpoint", self.endpoint(i)]  # fmt: skip
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                                      check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                text = "timed out"
+                continue
+            text = (done.stdout + done.stderr).strip()[-300:]
+            if done.returncode == 0:
+                return True, text
+        return False, text
+
+    def stop_member(self, node_id: int) -> None:
+        process = self.processes.pop(node_id, None)
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
 
     def alive(self) -> list[int]:
         return [i for i, p in self.processes.items() if p.poll() is None]

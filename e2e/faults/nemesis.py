@@ -22,7 +22,11 @@ Network nemeses (iptables in the members' namespaces; member 0 is the client, ``
 Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
 ``disk-full`` (its store's filesystem filled to 95 %, freed at the end), each on the leader or a
 random member; ``clock``: a random member's wall clock skewed by 5-60 s either way, or strobed
-(the skew on and off every 0.3-1.5 s), through the clock shim (``clockshim/sitecustomize.py``).
+(the skew on and off every 0.3-1.5 s), through the clock shim (``clockshim/sitecustomize.py``);
+``membership``: a fourth member (a spare namespace) started with ``--join`` and added with
+``gannet cluster member add`` when it starts, removed with ``gannet cluster member remove`` and
+stopped when it ends, the CLI calls in the background (operations of process ``member`` in the
+history) while the other stream's faults go on.
 """
 
 from __future__ import annotations
@@ -46,13 +50,16 @@ NETWORK = (
     "flap",
     "follower-cut",
 )
-PROCESS = ("pause", "kill", "clock", "disk-full", "pause-follower", "kill-follower")
+PROCESS = (
+    "pause", "kill", "clock", "disk-full", "pause-follower", "kill-follower", "membership",
+)  # fmt: skip
 FOLLOWER = {"pause-follower": "pause", "kill-follower": "kill"}
 ALL = NETWORK + PROCESS
 QUIET_START_S = 6.0
 QUIET_END_S = 6.0
 GAP_S = (2.0, 6.0)
 DURATION_S = (3.0, 14.0)
+MEMBER_OP_WAIT_S = 150.0
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,8 @@ def schedule(seed: int, duration_s: float, size: int, kinds: tuple[str, ...]) ->
             if t + length > duration_s - QUIET_END_S:
                 break
             kind = rng.choice(choices)
+            if kind == "membership":  # one spare namespace: one add and remove per run
+                choices = [k for k in choices if k != kind] or choices
             faults.append(Fault(round(t, 2), round(t + length, 2), kind,
                                 _params(rng, kind, size, length)))  # fmt: skip
             t += length + rng.uniform(*GAP_S)
@@ -146,6 +155,7 @@ class Nemesis(threading.Thread):
         self._killed: set[int] = set()
         self._paused: set[int] = set()
         self._full: set[int] = set()
+        self._members: list[threading.Thread] = []
 
     def run(self) -> None:
         steps: list[tuple[float, int, str, Fault]] = []
@@ -254,6 +264,10 @@ class Nemesis(threading.Thread):
             chosen = self._resolve(fault)
             c.fill_disk(chosen)
             self._full.add(chosen)
+        elif kind == "membership":
+            chosen = c.size + 1
+            c.start_joining(chosen)
+            self._member_op("add", c.spec(chosen), "--timeout-s", "60")
         self.history.add("nemesis", "start", "fault", kind=kind, fault=fault.describe(),
                          node=chosen)  # fmt: skip
         return chosen
@@ -272,13 +286,39 @@ class Nemesis(threading.Thread):
         elif fault.kind == "disk-full":
             self.cluster.free_disk(chosen)
             self._full.discard(chosen)
+        elif fault.kind == "membership":
+            self._member_op("remove", str(chosen), stop=chosen)
         self.history.add("nemesis", "stop", "fault", kind=fault.kind, fault=fault.describe(),
                          node=chosen)  # fmt: skip
+
+    def _member_op(self, *args: str, stop: int = 0) -> None:
+        """``gannet cluster member <args>`` on a thread of its own, after the previous one;
+        ``stop``: then stop that member's process."""
+        previous = self._members[-1] if self._members else None
+
+        def run() -> None:
+            if previous is not None:
+                previous.join()
+            self.history.add("member", "invoke", args[0], args=list(args[1:]))
+            ok, text = self.cluster.member_cli(*args)
+            self.history.add("member", "ok" if ok else "info", args[0], output=text)
+            if stop:
+                self.cluster.stop_member(stop)
+
+        thread = threading.Thread(target=run, name=f"member-{args[0]}", daemon=True)
+        thread.start()
+        self._members.append(thread)
 
     def heal_all(self) -> None:
         """Stop the schedule and undo whatever is still in force."""
         self.done.set()
         self.join(30)
+        for thread in self._members:
+            thread.join(MEMBER_OP_WAIT_S)
+        spare = self.cluster.size + 1
+        if spare in self.cluster.processes:  # added and never removed: remove it now
+            self._member_op("remove", str(spare), stop=spare)
+            self._members[-1].join(MEMBER_OP_WAIT_S)
         self.cluster.heal()
         for member in list(self._paused):
             self.cluster.resume(member)

@@ -64,7 +64,12 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
     retries = sum(
         r["figures"]["jq_retry_duplicates"] + r["figures"]["jf_retry_duplicates"] for r in done
     )
+    lists = sorted({",".join(r.get("nemeses", [])) for r in results})
     lines += [
+        "Replay a run: `python -m e2e.faults.runner --seed S --nemeses N`, N the run's list "
+        "(the schedule draws from the list in its order): "
+        + "; ".join(f"`{n}` (seeds {_seeds_of(results, n)})" for n in lists),
+        "",
         f"- runs: {len(results)} ({len(done)} checked, {len(errors)} harness errors); "
         f"seeds {', '.join(str(r['seed']) for r in results)}",
         f"- valid: {len(done) - len(invalid)} of {len(done)}; failed seeds: "
@@ -139,6 +144,11 @@ def runner_error_line(error: str) -> str:
     lines = [line.strip() for line in error.strip().splitlines() if len(line.strip()) > 3]
     telling = [line for line in lines if "details" in line or "Error" in line]
     return (telling or lines or ["?"])[-1][:200].replace("|", "/")
+
+
+def _seeds_of(results: list[dict[str, Any]], nemeses: str) -> str:
+    seeds = [int(r["seed"]) for r in results if ",".join(r.get("nemeses", [])) == nemeses]
+    return f"{min(seeds)}-{max(seeds)}" if seeds else "none"
 
 
 def timeline(run_dir: Path, result: dict[str, Any]) -> Path | None:

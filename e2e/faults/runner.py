@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.faults import checker, nemesis, netns, report
-from e2e.faults.cluster import NetCluster, wait_for
+from e2e.faults.cluster import FOUNDERS, NetCluster, wait_for
 from e2e.faults.history import Event, History
 from e2e.faults.workload import Popper, Sender
 
@@ -62,7 +62,8 @@ def inner(spec: dict[str, Any]) -> int:
     out = Path(spec["out"])
     out.mkdir(parents=True, exist_ok=True)
     seed, duration_s = int(spec["seed"]), float(spec["duration_s"])
-    faults = nemesis.schedule(seed, duration_s, len(spec["nodes"]), tuple(spec["nemeses"]))
+    size = min(len(spec["nodes"]), FOUNDERS)
+    faults = nemesis.schedule(seed, duration_s, size, tuple(spec["nemeses"]))
     result: dict[str, Any] = {
         "seed": seed,
         "duration_s": duration_s,
@@ -179,7 +180,7 @@ def _count(events: list[Event], f: str, type_: str) -> int:
 # ---------------------------------------------------------------------------- outer: many runs
 def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3) -> dict[str, Any]:
     """Run ``seed`` in fresh namespaces; its ``result.json`` (or a harness error)."""
-    spaces = netns.Namespaces(size, prefix="gfl")
+    spaces = netns.Namespaces(size + ("membership" in kinds), prefix="gfl")
     run_out = out / str(seed)
     if run_out.exists():
         shutil.rmtree(run_out)
@@ -189,7 +190,8 @@ def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3
         spaces.create()
         spec = {
             "seed": seed, "duration_s": duration_s, "nemeses": kinds, "out": str(run_out),
-            "nodes": spaces.nodes, "addresses": [spaces.address(i) for i in range(1, size + 1)],
+            "nodes": spaces.nodes,
+            "addresses": [spaces.address(i) for i in range(1, len(spaces.nodes) + 1)],
             "ctl_address": spaces.ctl_address,
         }  # fmt: skip
         argv = spaces.exec_argv(spaces.ctl, [sys.executable, "-m", "e2e.faults.runner",
