@@ -138,7 +138,9 @@ def _check_real_time_offsets(
 ) -> None:  # fmt: skip
     per_queue: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
     for ok, invoke in zip(oks, invokes, strict=True):
-        queue = queue_of.get(str(ok.value["id"]), -1)
+        queue = queue_of.get(str(ok.value["id"]))
+        if queue is None:
+            continue  # not in any queue: reported as lost
         per_queue[queue].append((invoke.t, ok.t, int(ok.value["offset"])))
     for queue, ops in per_queue.items():
         by_ok = sorted(ops, key=lambda o: o[1])
