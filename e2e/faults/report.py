@@ -21,8 +21,12 @@ Three `gannet broker run --flush sync` processes, each in its own network namesp
 veth on a bridge; the harness (client and nemesis) in a fourth namespace. Faults come from a
 seeded schedule (replay one run: `python -m e2e.faults.runner --seed S`): partitions (`halves`,
 `leader-isolated`, `leader-peers`, `bridge`, `minority`) and random packet `loss` and `flap`ping
-links by iptables in the members' namespaces; `pause` (SIGSTOP/SIGCONT) and `kill`
-(SIGKILL, restart) of the leader or a random member, overlapping the network faults.
+links by iptables in the members' namespaces, `follower-cut`; `pause` (SIGSTOP/SIGCONT) and
+`kill` (SIGKILL, restart) of the leader, a random member or a follower, `disk-full` (a
+member's tmpfs filled to 95 %), `clock` (a member's wall clock skewed or strobed) and
+`membership` (a fourth member added and removed), overlapping the network faults. Nemeses are
+described in `e2e/faults/nemesis.py`; what the runs found, with the seeds, in
+docs/architecture.md (section "Faults as Jepsen injects them").
 
 Workload: the official Python client (rocketmq-python-client), every member's endpoint given:
 two producers on a normal topic (4 queues) and one on a FIFO topic in three message groups, each
