@@ -156,6 +156,21 @@ e2e-partition-clients: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
 	$(BIN)/python -m e2e.replication.partition_clients --client python --client java
 
+## e2e-faults: root only (ip netns, iptables): RUNS (default 100) seeded runs of DURATION_S
+## (default 60) s each: 3 broker processes in network namespaces under official-client sends and
+## Pop consumers while a nemesis partitions, drops packets, flaps links, pauses and kills; every
+## run's history is checked (lost, duplicated, unexpected, offsets, replicas, store verify, Pop,
+## FIFO, terms, outages). SEED=S replays from seed S (RUNS=1: that run alone); NEMESES=a,b picks
+## nemeses. Report and timelines in e2e/faults/results/report.md (about 2 min per run)
+RUNS ?= 100
+DURATION_S ?= 60
+NEMESES ?= all
+.PHONY: e2e-faults
+e2e-faults: $(STAMP)
+	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
+	$(BIN)/python -m e2e.faults.runner --runs $(RUNS) --duration-s $(DURATION_S) \
+	  --nemeses $(NEMESES) $(if $(SEED),--seed $(SEED))
+
 ## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
 ## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)
 e2e-groups: $(STAMP)

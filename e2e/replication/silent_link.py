@@ -40,9 +40,10 @@ from pathlib import Path
 
 import grpc
 
+from e2e.faults import netns
+from e2e.faults.netns import Namespaces
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
-SUBNET_PREFIX = "10.213"
 CLIENT_PORT = 8081
 PEER_PORT = 8091
 METRICS_PORT = 9090
@@ -55,48 +56,7 @@ REJOIN_WAIT_S = 90.0
 STOP_TIMEOUT_S = 15.0
 
 
-def _run(*argv: str) -> None:
-    subprocess.run(argv, check=True, capture_output=True, timeout=30)
-
-
 # ---------------------------------------------------------------------------- outer: namespaces
-class Namespaces:
-    """``ctl`` with a bridge, ``n1``..``n3`` with one veth each; unique names per run."""
-
-    def __init__(self, size: int) -> None:
-        self.tag = secrets.token_hex(2)
-        self.third_octet = int(self.tag[:2], 16)
-        self.ctl = f"gsl{self.tag}c"
-        self.nodes = [f"gsl{self.tag}n{i}" for i in range(1, size + 1)]
-        self.made: list[str] = []
-
-    def address(self, node_index: int) -> str:
-        return f"{SUBNET_PREFIX}.{self.third_octet}.{node_index}"
-
-    def create(self) -> None:
-        net = f"{SUBNET_PREFIX}.{self.third_octet}"
-        for ns in [self.ctl, *self.nodes]:
-            _run("ip", "netns", "add", ns)
-            self.made.append(ns)
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
-        bridge = f"gsl{self.tag}br"
-        _run("ip", "-n", self.ctl, "link", "add", bridge, "type", "bridge")
-        _run("ip", "-n", self.ctl, "addr", "add", f"{net}.254/24", "dev", bridge)
-        _run("ip", "-n", self.ctl, "link", "set", bridge, "up")
-        for i, ns in enumerate(self.nodes, start=1):
-            outside, inside = f"gsl{self.tag}h{i}", f"gsl{self.tag}v{i}"
-            _run("ip", "-n", self.ctl, "link", "add", outside, "type", "veth", "peer", inside,
-                 "netns", ns)  # fmt: skip
-            _run("ip", "-n", self.ctl, "link", "set", outside, "master", bridge, "up")
-            _run("ip", "-n", ns, "addr", "add", f"{net}.{i}/24", "dev", inside)
-            _run("ip", "-n", ns, "link", "set", inside, "up")
-
-    def delete(self) -> None:
-        for ns in reversed(self.made):
-            subprocess.run(["ip", "netns", "delete", ns], check=False, capture_output=True)
-        self.made = []
-
-
 def outer(partitions_s: list[float]) -> int:
     if os.geteuid() != 0:
         print("e2e-silent-link needs root (network namespaces, iptables)", file=sys.stderr)
@@ -218,20 +178,15 @@ class Group:
             time.sleep(SAMPLE_INTERVAL_S)
         raise TimeoutError(f"no agreed leader within {timeout_s} s")
 
-    def _iptables(self, node_id: int, flag: str, other: int) -> None:
-        ns, address = self.nodes[node_id - 1], self.addresses[other - 1]
-        _run("ip", "netns", "exec", ns, "iptables", flag, "INPUT", "-s", address, "-j", "DROP")
-        _run("ip", "netns", "exec", ns, "iptables", flag, "OUTPUT", "-d", address, "-j", "DROP")
-
     def cut(self, a: int, b: int) -> None:
-        self._iptables(a, "-A", b)
-        self._iptables(b, "-A", a)
+        netns.drop_between(self.nodes[a - 1], self.addresses[b - 1])
+        netns.drop_between(self.nodes[b - 1], self.addresses[a - 1])
         self.cuts.append((a, b))
 
     def heal(self) -> None:
         for a, b in self.cuts:
-            self._iptables(a, "-D", b)
-            self._iptables(b, "-D", a)
+            netns.undrop_between(self.nodes[a - 1], self.addresses[b - 1])
+            netns.undrop_between(self.nodes[b - 1], self.addresses[a - 1])
         self.cuts = []
 
     def goaways(self) -> list[str]:

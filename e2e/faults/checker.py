@@ -1,0 +1,317 @@
+"""Checkers over one run's history, as Jepsen's queue and Kafka tests check theirs.
+
+Safety (a run fails on any of them):
+
+* **lost**: an acknowledged send (``ok``) whose message id is not stored on every member, or not
+  at the queue offset its receipt named; split into *prefix*, *middle* and *postfix* by where
+  it falls among the acknowledged sends that were kept, in acknowledgement order;
+* **duplicated id**: one message id stored twice (a key stored twice with two ids comes from the
+  client's own retries after an ``info`` and is counted, not failed);
+* **unexpected**: a stored message no operation sent, or whose body is not its key;
+* **offsets**: a queue whose offsets are not gapless from its first, or an acknowledged send
+  whose offset is not above that of every send on its queue acknowledged before it began;
+* **replicas**: members whose stored queues differ (commit logs are compared by the runner);
+* **Pop**: an id acked twice (two ``ok`` acks), delivered again after an ``ok`` ack was
+  answered, or delivered again while its lease was certainly live (the second receive answered
+  before the first lease could end); FIFO: within a message group, first deliveries out of the
+  stored order;
+* **terms**: two leaders in one term; a member's term going down; a member cut off from every
+  peer whose term rose during the cut (pre-vote must keep it).
+
+Liveness (reported, never failed): every window longer than ``OUTAGE_S`` with no successful send,
+with the faults it overlaps; acknowledged sends never delivered to the Pop consumer.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from e2e.faults.history import Event, Sample
+from e2e.faults.nemesis import Fault
+from e2e.faults.workload import CHANGED_INVISIBLE_S, INVISIBLE_S
+from gannet.node.store.log.records import Message
+
+OUTAGE_S = 1.0
+CUT_OFF = ("leader-isolated", "leader-peers", "minority", "follower-cut")
+"""Faults that leave one member with no peer (``halves`` too when its small side is one)."""
+SAMPLE_SETTLE_S = 0.5
+POP_MARGIN_S = 0.5
+
+
+@dataclass
+class Verdict:
+    figures: dict[str, Any] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.violations
+
+
+def _sends(events: list[Event], prefix: str) -> tuple[dict[str, int], list[Event], list[Event]]:
+    invoked: dict[str, int] = defaultdict(int)
+    oks: list[Event] = []
+    invokes: dict[tuple[str, str], Event] = {}
+    pairs: list[Event] = []
+    for e in events:
+        if e.f != "send" or not e.process.startswith(prefix):
+            continue
+        key = str(e.value["key"])
+        if e.type == "invoke":
+            invoked[key] += 1
+            invokes[(e.process, key)] = e
+        elif e.type == "ok":
+            oks.append(e)
+            pairs.append(invokes[(e.process, key)])
+    return invoked, oks, pairs
+
+
+def check_sends(
+    verdict: Verdict, label: str, events: list[Event], prefix: str,
+    stored: dict[int, dict[int, list[Message]]],
+) -> None:  # fmt: skip
+    """``stored``: member → queue → messages, as read after the run."""
+    invoked, oks, invokes = _sends(events, prefix)
+    reference: dict[int, list[Message]] | None = None
+    for member, queues in sorted(stored.items()):
+        flat = [(q, m.queue_offset, m.uniq_key) for q, ms in sorted(queues.items()) for m in ms]
+        if reference is None:
+            reference = queues
+            ref_flat = flat
+        elif flat != ref_flat:
+            verdict.violations.append(f"{label}: member {member}'s queues differ from the first")
+        by_id: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for q, messages in queues.items():
+            expected = messages[0].queue_offset if messages else 0
+            for m in messages:
+                if m.queue_offset != expected:
+                    verdict.violations.append(
+                        f"{label}: member {member} queue {q}: offset {m.queue_offset} where "
+                        f"{expected} was due"
+                    )
+                    expected = m.queue_offset
+                expected += 1
+                key = m.keys[0] if m.keys else ""
+                if key not in invoked or m.body != key.encode():
+                    verdict.violations.append(
+                        f"{label}: member {member}: unexpected message {m.uniq_key} key {key!r}"
+                    )
+                by_id[m.uniq_key or ""].append((q, m.queue_offset))
+        lost = [e for e in oks if int(e.value["offset"])
+                not in [o for _, o in by_id.get(str(e.value["id"]), [])]]  # fmt: skip
+        twice = [i for i, places in by_id.items() if len(places) > 1]
+        if twice:
+            verdict.violations.append(f"{label}: member {member}: ids stored twice {twice[:5]}")
+        if lost:
+            kept = [i for i, e in enumerate(oks) if e not in lost]
+            first, last = (kept[0], kept[-1]) if kept else (len(oks), -1)
+            parts = {"prefix": 0, "middle": 0, "postfix": 0}
+            for e in lost:
+                i = oks.index(e)
+                parts["prefix" if i < first else "postfix" if i > last else "middle"] += 1
+            verdict.violations.append(
+                f"{label}: member {member}: {len(lost)} acknowledged sends lost {parts}, first "
+                f"{[str(e.value['key']) for e in lost[:5]]}"
+            )
+            verdict.figures[f"{label}_lost"] = max(verdict.figures.get(f"{label}_lost", 0),
+                                                   len(lost))  # fmt: skip
+    keys_stored: dict[str, int] = defaultdict(int)
+    for messages in (reference or {}).values():
+        for m in messages:
+            keys_stored[m.keys[0] if m.keys else ""] += 1
+    verdict.figures[f"{label}_invoked"] = sum(invoked.values())
+    verdict.figures[f"{label}_acknowledged"] = len(oks)
+    verdict.figures[f"{label}_stored"] = sum(keys_stored.values())
+    verdict.figures[f"{label}_retry_duplicates"] = sum(n - 1 for n in keys_stored.values() if n > 1)
+    verdict.figures.setdefault(f"{label}_lost", 0)
+    queue_of = {m.uniq_key: q for q, ms in (reference or {}).items() for m in ms}
+    _check_real_time_offsets(verdict, label, oks, invokes, queue_of)
+
+
+def _check_real_time_offsets(
+    verdict: Verdict, label: str, oks: list[Event], invokes: list[Event],
+    queue_of: dict[str | None, int],
+) -> None:  # fmt: skip
+    per_queue: dict[int, list[tuple[float, float, int]]] = defaultdict(list)
+    for ok, invoke in zip(oks, invokes, strict=True):
+        queue = queue_of.get(str(ok.value["id"]))
+        if queue is None:
+            continue  # not in any queue: reported as lost
+        per_queue[queue].append((invoke.t, ok.t, int(ok.value["offset"])))
+    for queue, ops in per_queue.items():
+        by_ok = sorted(ops, key=lambda o: o[1])
+        ok_times = [o[1] for o in by_ok]
+        best = []
+        running = -1
+        for o in by_ok:
+            running = max(running, o[2])
+            best.append(running)
+        for invoke_t, _, offset in ops:
+            n = bisect.bisect_left(ok_times, invoke_t)
+            if n and best[n - 1] >= offset:
+                verdict.violations.append(
+                    f"{label}: queue {queue}: offset {offset} acknowledged after offset "
+                    f"{best[n - 1]} was, for a send begun later"
+                )
+                return
+
+
+def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -> None:
+    invoke_at: dict[str, float] = {}
+    acks_ok: dict[str, list[float]] = defaultdict(list)
+    leases: dict[str, float] = {}
+    delivered: dict[str, int] = defaultdict(int)
+    bad_redelivered, bad_live = [], []
+    for e in events:
+        if e.process != process:
+            continue
+        key = f"{e.f}:{e.value.get('id', '')}"
+        if e.type == "invoke":
+            invoke_at[key] = e.t
+            if e.f == "receive":
+                invoke_at["receive"] = e.t
+            continue
+        if e.type != "ok":
+            continue
+        if e.f == "receive":
+            begun = invoke_at["receive"]
+            for m in e.value["messages"]:
+                message_id = m["id"]
+                if acks_ok[message_id] and acks_ok[message_id][0] < begun:
+                    bad_redelivered.append(message_id)
+                live = message_id in leases and e.t < leases[message_id] - POP_MARGIN_S
+                if live and not acks_ok[message_id]:
+                    bad_live.append(message_id)
+                delivered[message_id] += 1
+                leases[message_id] = begun + INVISIBLE_S
+        elif e.f == "ack":
+            acks_ok[str(e.value["id"])].append(e.t)
+        elif e.f == "change":
+            message_id = str(e.value["id"])
+            leases[message_id] = max(
+                leases.get(message_id, 0.0), invoke_at[key] + CHANGED_INVISIBLE_S
+            )
+    twice = [i for i, times in acks_ok.items() if len(times) > 1]
+    for what, found in (("acked twice", twice), ("delivered after its ack was answered",
+                        bad_redelivered), ("delivered during a live lease", bad_live)):  # fmt: skip
+        if found:
+            verdict.violations.append(f"{label}: {len(found)} ids {what}: {found[:5]}")
+    verdict.figures[f"{label}_delivered_ids"] = len(delivered)
+    verdict.figures[f"{label}_redeliveries"] = sum(n - 1 for n in delivered.values())
+    verdict.figures[f"{label}_acked"] = len(acks_ok)
+
+
+def undelivered(events: list[Event], sender_prefix: str, process: str) -> list[str]:
+    """Acknowledged sends' ids never received by ``process``."""
+    sent = {
+        str(e.value["id"])
+        for e in events
+        if e.f == "send" and e.type == "ok" and e.process.startswith(sender_prefix)
+    }
+    got = {
+        str(m["id"])
+        for e in events
+        if e.process == process and e.f == "receive" and e.type == "ok"
+        for m in e.value["messages"]
+    }
+    return sorted(sent - got)
+
+
+def check_fifo(
+    verdict: Verdict, events: list[Event], process: str, stored: dict[int, list[Message]]
+) -> None:
+    position: dict[str, tuple[str, int, int]] = {}
+    for q, messages in stored.items():
+        for m in messages:
+            group = m.properties.get("__SHARDINGKEY", "")
+            position[m.uniq_key or ""] = (group, q, m.queue_offset)
+    last: dict[str, tuple[int, int]] = {}
+    seen: set[str] = set()
+    inversions = []
+    for e in events:
+        if e.process != process or e.f != "receive" or e.type != "ok":
+            continue
+        for m in e.value["messages"]:
+            message_id = str(m["id"])
+            if message_id in seen or message_id not in position:
+                continue
+            seen.add(message_id)
+            group, q, offset = position[message_id]
+            if group in last and last[group] > (q, offset):
+                inversions.append(f"{group}: {last[group]} then {(q, offset)}")
+            last[group] = max(last.get(group, (q, offset)), (q, offset))
+    if inversions:
+        verdict.violations.append(f"fifo: {len(inversions)} out of order: {inversions[:3]}")
+    verdict.figures["fifo_groups"] = len(last)
+
+
+def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],
+                started: list[Event]) -> None:  # fmt: skip
+    leaders: dict[int, set[int]] = defaultdict(set)
+    last_term: dict[int, int] = {}
+    for s in samples:
+        if s.role == "leader":
+            leaders[s.term].add(s.node)
+        if s.term < last_term.get(s.node, 0):
+            verdict.violations.append(f"terms: member {s.node} went from term "
+                                      f"{last_term[s.node]} to {s.term}")  # fmt: skip
+        last_term[s.node] = max(s.term, last_term.get(s.node, 0))
+    split = {t: sorted(n) for t, n in leaders.items() if len(n) > 1}
+    if split:
+        verdict.violations.append(f"terms: two leaders in one term {split}")
+    verdict.figures["max_term"] = max((s.term for s in samples), default=0)
+    verdict.figures["elections"] = len(leaders)
+    inflated = []
+    unmatched = list(faults)
+    pairs = []
+    for start in started:  # a fault that could not be applied has no start event
+        fault = next((f for f in unmatched if f.describe() == start.value.get("fault")), None)
+        if fault is not None:
+            unmatched.remove(fault)
+            pairs.append((fault, start))
+    for fault, start in pairs:
+        lonely = int(start.value.get("node", 0))
+        if fault.kind == "halves" and len(fault.params["small"]) == 1:
+            lonely = fault.params["small"][0]
+        if (fault.kind not in CUT_OFF and fault.kind != "halves") or not lonely:
+            continue
+        before = [s.term for s in samples if s.node == lonely and s.t <= start.t]
+        during = [s.term for s in samples if s.node == lonely
+                  and start.t + SAMPLE_SETTLE_S <= s.t <= fault.stop]  # fmt: skip
+        if before and during and max(during) > before[-1]:
+            inflated.append(f"member {lonely} term {before[-1]}->{max(during)} in {fault.kind}")
+    if inflated:
+        verdict.violations.append(f"terms: a cut-off member's term rose: {inflated}")
+
+
+def outages(
+    events: list[Event], begin: float, end: float, faults: list[Fault]
+) -> list[dict[str, Any]]:
+    """Windows longer than ``OUTAGE_S`` with no successful send, with overlapping faults."""
+    times = sorted(e.t for e in events if e.f == "send" and e.type == "ok")
+    marks = [begin, *(t for t in times if begin <= t <= end), end]
+    windows = []
+    for a, b in itertools.pairwise(marks):
+        if b - a > OUTAGE_S:
+            during = [f.describe() for f in faults if f.start < b and f.stop + 2 > a]
+            windows.append({"from": round(a, 2), "to": round(b, 2), "s": round(b - a, 2),
+                            "faults": during})  # fmt: skip
+    return windows
+
+
+def outage_per_fault(events: list[Event], faults: list[Fault], end: float) -> list[float]:
+    """For each fault, the longest time without a successful send that overlaps it."""
+    times = sorted(e.t for e in events if e.f == "send" and e.type == "ok")
+    out = []
+    for f in faults:
+        lo = bisect.bisect_left(times, f.start)
+        marks = [times[lo - 1] if lo else f.start]
+        marks += [t for t in times[lo:] if t <= f.stop]
+        after = bisect.bisect_right(times, f.stop)
+        marks.append(times[after] if after < len(times) else end)
+        out.append(round(max(b - a for a, b in itertools.pairwise(marks)), 2))
+    return out

@@ -1,0 +1,405 @@
+"""Broker processes in network namespaces, seen from the ``ctl`` namespace (the inner side).
+
+Each member ``i`` runs ``gannet broker run --flush sync`` with small store files in namespace
+``nodes[i-1]`` at ``addresses[i-1]``; this process (in ``ctl``) reaches every member over the
+bridge. Faults are applied here: signals to the processes, iptables rules inside the members'
+namespaces (:mod:`e2e.faults.netns`). A monitor thread samples every member's ``GetRaftStatus``
+into the :class:`~e2e.faults.history.History`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import grpc
+
+from e2e.faults import netns
+from e2e.faults.history import History, Sample
+from e2e.replication.disk_full import SmallDisk
+from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.node.store.log import records
+from gannet.node.testing import small_stores
+
+FOUNDERS = 3
+CLIENT_PORT = 8081
+PEER_PORT = 8091
+FILE_SIZE_MB = 4
+STATUS_TIMEOUT_S = 1.0
+MONITOR_INTERVAL_S = 0.25
+STOP_TIMEOUT_S = 15.0
+PULL_MAX = 1024
+CLOCK_SHIM = Path(__file__).resolve().parent / "clockshim"
+DISK_SIZE_MB = 640
+"""A member's tmpfs with ``disks``: a fresh store takes about 50 MB, its timer log 100 MB more
+once the timer wheel writes; at 256 MB a member's own store passed the 90 % warning ratio within
+a 60 s run (seed 201: writes refused from 26 s to the end, no ballast on that member)."""
+FILL_RATIO = 0.95
+"""Above the store's disk warning ratio (90 %): writes are refused."""
+
+
+def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``condition()`` (other processes: there is nothing to await) until true."""
+    deadline = time.monotonic() + timeout_s
+    pause = threading.Event()
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        pause.wait(0.1)
+
+
+class NetCluster:
+    def __init__(
+        self, nodes: list[str], addresses: list[str], ctl_address: str, root: Path,
+        *, clocks: bool = False, disks: bool = False,
+    ) -> None:  # fmt: skip
+        """``clocks``: each member's wall clock skewable (:meth:`set_clock`, the clock shim);
+        ``disks``: each member's store on a small tmpfs of its own (:meth:`fill_disk`)."""
+        self.nodes = nodes
+        self.addresses = addresses
+        self.ctl_address = ctl_address
+        self.root = root
+        self.size = FOUNDERS if len(nodes) > FOUNDERS else len(nodes)
+        """Founding members 1..size; a namespace beyond them is a spare for ``--join``."""
+        self.processes: dict[int, subprocess.Popen[bytes]] = {}
+        self.paused: set[int] = set()
+        self.history: History | None = None
+        self._monitor_stop = threading.Event()
+        self._monitor: threading.Thread | None = None
+        self.clocks = clocks
+        self.disks: dict[int, SmallDisk] = {}
+        if disks:
+            for i in self.ids:
+                self.disks[i] = SmallDisk(root / f"node{i}", DISK_SIZE_MB)
+
+    @property
+    def ids(self) -> list[int]:
+        return list(range(1, self.size + 1))
+
+    def endpoint(self, node_id: int) -> str:
+        return f"{self.addresses[node_id - 1]}:{CLIENT_PORT}"
+
+    @property
+    def endpoints(self) -> str:
+        return ";".join(self.endpoint(i) for i in self.ids)
+
+    # ------------------------------------------------------------------ processes
+    def start(self, node_id: int | None = None) -> None:
+        secret = self.root / "peer-secret"
+        if not secret.exists():
+            secret.write_text(secrets.token_urlsafe(32) + "\n")
+            secret.chmod(0o600)
+        peers = ",".join(f"{i}={self.addresses[i - 1]}:{PEER_PORT}/{CLIENT_PORT}" for i in self.ids)
+        for i in [node_id] if node_id is not None else self.ids:
+            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+            if self.clocks:
+                path = os.pathsep.join(filter(None, [str(CLOCK_SHIM), env.get("PYTHONPATH")]))
+                env.update(PYTHONPATH=path, GANNET_FAULTS_CLOCK_FILE=str(self._clock_file(i)))
+            address = self.addresses[i - 1]
+            argv = ["ip", "netns", "exec", self.nodes[i - 1], sys.executable, "-m",
+                    "gannet.node.cli", "broker", "run",
+                    "--data-dir", str(self.root / f"node{i}"), "--flush", "sync",
+                    "--file-size-mb", str(FILE_SIZE_MB), *small_stores.INDEX_ARGS,
+                    "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
+                    "--node-id", str(i), "--peers", peers,
+                    "--peer-listen", f"{address}:{PEER_PORT}",
+                    "--peer-secret-file", str(secret)]  # fmt: skip
+            with (self.root / f"node{i}.log").open("ab") as log:
+                self.processes[i] = subprocess.Popen(
+                    argv, stdout=log, stderr=subprocess.STDOUT, env=env
+                )
+            self.paused.discard(i)
+
+    def spec(self, node_id: int) -> str:
+        return f"{node_id}={self.addresses[node_id - 1]}:{PEER_PORT}/{CLIENT_PORT}"
+
+    def start_joining(self, node_id: int) -> None:
+        """Start member ``node_id`` (a spare namespace) with ``--join`` and an empty store."""
+        address = self.addresses[node_id - 1]
+        data = self.root / f"node{node_id}"
+        if data.exists() and node_id not in self.disks:
+            shutil.rmtree(data)
+        argv = ["ip", "netns", "exec", self.nodes[node_id - 1], sys.executable, "-m",
+                "gannet.node.cli", "broker", "run",
+                "--data-dir", str(data), "--flush", "sync",
+                "--file-size-mb", str(FILE_SIZE_MB), *small_stores.INDEX_ARGS,
+                "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
+                "--node-id", str(node_id), "--join",
+                "--peer-listen", f"{address}:{PEER_PORT}",
+                "--peer-secret-file", str(self.root / "peer-secret")]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        with (self.root / f"node{node_id}.log").open("ab") as log:
+            self.processes[node_id] = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env
+            )
+
+    def member_cli(self, *args: str) -> tuple[bool, str]:
+        """``gannet cluster member ...`` through the first founder that answers (the CLI finds
+        the leader); whether it exited 0, and its output."""
+        text = ""
+        for i in self.ids:
+            argv = [sys.executable, "-m", "gannet.node.cli", "cluster", "member", *args,
+                    "--endpoint", self.endpoint(i)]  # fmt: skip
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, timeout=120,
+                                      check=False)  # fmt: skip
+            except subprocess.TimeoutExpired:
+                text = "timed out"
+                continue
+            text = (done.stdout + done.stderr).strip()[-300:]
+            if done.returncode == 0:
+                return True, text
+        return False, text
+
+    def stop_member(self, node_id: int) -> None:
+        process = self.processes.pop(node_id, None)
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGCONT)
+            process.terminate()
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    def alive(self) -> list[int]:
+        return [i for i, p in self.processes.items() if p.poll() is None]
+
+    def kill(self, node_id: int) -> None:
+        process = self.processes[node_id]
+        process.send_signal(signal.SIGKILL)
+        process.wait(STOP_TIMEOUT_S)
+        self.paused.discard(node_id)
+
+    def pause(self, node_id: int) -> None:
+        self.processes[node_id].send_signal(signal.SIGSTOP)
+        self.paused.add(node_id)
+
+    def resume(self, node_id: int) -> None:
+        self.processes[node_id].send_signal(signal.SIGCONT)
+        self.paused.discard(node_id)
+
+    def _clock_file(self, node_id: int) -> Path:
+        return self.root / f"clock{node_id}"
+
+    def set_clock(self, node_id: int, offset_s: float) -> None:
+        """Member ``node_id``'s wall clock runs ``offset_s`` ahead (behind when negative)."""
+        staged = self.root / f"clock{node_id}.new"
+        staged.write_text(f"{offset_s:.3f}\n")
+        staged.replace(self._clock_file(node_id))
+
+    def fill_disk(self, node_id: int) -> None:
+        """Fill member ``node_id``'s filesystem to ``FILL_RATIO`` and make it measure now."""
+        self.disks[node_id].fill_to(FILL_RATIO)
+        self._cleanup(node_id)
+
+    def free_disk(self, node_id: int) -> None:
+        self.disks[node_id].free_ballast()
+        self._cleanup(node_id)
+
+    def _cleanup(self, node_id: int) -> None:
+        with self.stub(node_id) as stub, contextlib.suppress(grpc.RpcError):
+            stub.Cleanup(admin_pb2.CleanupRequest(trigger=True), timeout=10)
+
+    def unmount(self) -> None:
+        for disk in self.disks.values():
+            disk.free_ballast()
+            disk.close()
+        self.disks = {}
+
+    def stop(self) -> None:
+        self._monitor_stop.set()
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+        for process in self.processes.values():
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._monitor is not None:
+            self._monitor.join(5)
+
+    # ------------------------------------------------------------------ network
+    def cut(self, a: int, b: int) -> None:
+        """Drop every packet between members ``a`` and ``b`` (0 stands for the client, ctl)."""
+        if a == 0 or b == 0:
+            member = b if a == 0 else a
+            netns.drop_between(self.nodes[member - 1], self.ctl_address)
+            return
+        netns.drop_between(self.nodes[a - 1], self.addresses[b - 1])
+        netns.drop_between(self.nodes[b - 1], self.addresses[a - 1])
+
+    def lose(self, probability: float) -> None:
+        """Drop each packet between members at random (the client's links are spared)."""
+        for i in self.ids:
+            for j in self.ids:
+                if i != j:
+                    netns.drop_incoming_at_random(self.nodes[i - 1], self.addresses[j - 1],
+                                                  probability)  # fmt: skip
+
+    def heal(self) -> None:
+        for ns in self.nodes:
+            netns.flush(ns)
+
+    # ------------------------------------------------------------------ admin
+    @contextlib.contextmanager
+    def stub(self, node_id: int) -> Iterator[admin_pb2_grpc.AdminStub]:
+        options = [("grpc.enable_http_proxy", 0)]
+        with grpc.insecure_channel(self.endpoint(node_id), options=options) as channel:
+            yield admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+
+    def status(self, node_id: int) -> admin_pb2.RaftStatus | None:
+        with self.stub(node_id) as stub:
+            try:
+                reply: admin_pb2.RaftStatus = stub.GetRaftStatus(
+                    admin_pb2.GetRaftStatusRequest(), timeout=STATUS_TIMEOUT_S
+                )
+            except grpc.RpcError:
+                return None
+            return reply
+
+    def monitor(self, history: History) -> None:
+        self.history = history
+        self._monitor = threading.Thread(target=self._watch, name="monitor", daemon=True)
+        self._monitor.start()
+
+    def _watch(self) -> None:
+        assert self.history is not None
+        while not self._monitor_stop.wait(MONITOR_INTERVAL_S):
+            for i in self.alive():
+                if i in self.paused:
+                    continue
+                s = self.status(i)
+                if s is not None:
+                    self.history.sample(
+                        Sample(
+                            round(self.history.now(), 3),
+                            i,
+                            s.role,
+                            int(s.term),
+                            int(s.leader_id or 0),
+                            int(s.commit_offset),
+                        )
+                    )
+
+    def leader(self, timeout_s: float = 60.0) -> int:
+        """The member every live member names as leader, once it says it leads."""
+        found: list[int] = []
+
+        def agreed() -> bool:
+            seen = [self.status(i) for i in self.alive()]
+            if not seen or any(s is None for s in seen):
+                return False
+            leaders = {s.leader_id for s in seen if s is not None}
+            if len(leaders) != 1 or leaders == {""}:
+                return False
+            leader = int(leaders.pop())
+            s = self.status(leader)
+            if s is None or s.role != "leader":
+                return False
+            found[:] = [leader]
+            return True
+
+        wait_for(agreed, timeout_s, "an agreed leader")
+        return found[0]
+
+    def newest_leader(self) -> int | None:
+        """The member that says it leads in the highest term seen (None: none says so)."""
+        seen = [s for s in (self.status(i) for i in self.alive()) if s is not None]
+        leaders = [s for s in seen if s.role == "leader"]
+        if not leaders:
+            return None
+        return int(max(leaders, key=lambda s: s.term).node_id)
+
+    def create_topic(self, name: str, queues: int, message_type: str) -> None:
+        request = admin_pb2.CreateTopicRequest(name=name, queue_nums=queues,
+                                               message_type=message_type)  # fmt: skip
+        with self.stub(self.leader()) as stub:
+            stub.CreateTopic(request, timeout=30)
+
+    def create_group(self, name: str, fifo: bool) -> None:
+        with self.stub(self.leader()) as stub:
+            stub.CreateGroup(admin_pb2.CreateGroupRequest(name=name, fifo=fifo), timeout=30)
+
+    def converged(self, timeout_s: float) -> int:
+        """Wait until every member reports one commit offset equal to its last offset."""
+        found: list[int] = []
+
+        def same() -> bool:
+            seen = [self.status(i) for i in self.ids]
+            if any(s is None for s in seen):
+                return False
+            offsets = {(s.commit_offset, s.last_offset) for s in seen if s is not None}
+            if len(offsets) != 1:
+                return False
+            commit, last = offsets.pop()
+            found[:] = [commit]
+            return bool(commit == last)
+
+        wait_for(same, timeout_s, "every replica at the same commit offset")
+        return found[0]
+
+    def stored(self, node_id: int, topic: str) -> dict[int, list[records.Message]]:
+        """Every message of ``topic`` on ``node_id``, queue by queue, in queue-offset order."""
+        out: dict[int, list[records.Message]] = {}
+        with self.stub(node_id) as stub:
+            described = stub.DescribeTopic(admin_pb2.DescribeTopicRequest(name=topic), timeout=10)
+            for q in described.queues:
+                messages: list[records.Message] = []
+                offset = int(q.min_offset)
+                while offset < q.max_offset:
+                    reply = stub.PullRecords(
+                        admin_pb2.PullRecordsRequest(topic=topic, queue_id=q.queue_id,
+                                                     offset=offset, messages_max=PULL_MAX),
+                        timeout=30,
+                    )  # fmt: skip
+                    buf, pos = bytes(reply.records), 0
+                    for _ in range(reply.count):
+                        message = records.decode(buf, pos)
+                        messages.append(message)
+                        pos += message.store_size
+                    if reply.next_offset <= offset:
+                        break
+                    offset = int(reply.next_offset)
+                out[int(q.queue_id)] = messages
+        return out
+
+    def commitlog_bytes(self, node_id: int, upto: int) -> bytes:
+        directory = self.root / f"node{node_id}" / "commitlog"
+        out = bytearray()
+        for path in sorted(directory.iterdir()):
+            if len(out) >= upto:
+                break
+            with path.open("rb") as f:
+                out += f.read(upto - len(out))
+        return bytes(out[:upto])
+
+    def archive(self, target: Path) -> None:
+        """The members' stores and logs as ``target`` (a gzipped tar; preallocated files
+        compress to little), for a failed run's analysis."""
+        names = [p.name for p in self.root.iterdir() if p.name.startswith("node")]
+        subprocess.run(["tar", "czf", str(target), "-C", str(self.root), *names],
+                       capture_output=True, timeout=300, check=False)  # fmt: skip
+
+    def store_verify(self, node_id: int) -> tuple[bool, str]:
+        """``gannet store verify`` of a stopped member's directory: clean, and its output."""
+        argv = [sys.executable, "-m", "gannet.node.cli", "store", "verify",
+                str(self.root / f"node{node_id}"), "-o", "json"]  # fmt: skip
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+        text = done.stdout.strip() or done.stderr.strip()
+        with contextlib.suppress(ValueError):
+            text = json.dumps(json.loads(text))
+        return done.returncode == 0, text[-20000:]

@@ -1,0 +1,77 @@
+"""The history of one run: every operation and every fault, with times, as Jepsen keeps it.
+
+An operation is an ``invoke`` followed by its completion: ``ok`` (it happened), ``fail`` (it
+certainly did not) or ``info`` (unknown: a timeout, a lost answer). Faults are ``nemesis``
+events (``start``/``stop``). Times are seconds since the run's start (:func:`time.monotonic`).
+The monitor's samples of every member's Raft status are kept apart (:class:`Sample`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    t: float
+    process: str
+    type: str  # invoke, ok, fail, info; start, stop for the nemesis
+    f: str  # send, receive, ack, change, fault
+    value: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Sample:
+    t: float
+    node: int
+    role: str
+    term: int
+    leader: int
+    commit: int
+
+
+class History:
+    """Thread-safe, append-only."""
+
+    def __init__(self) -> None:
+        self.origin = time.monotonic()
+        self.events: list[Event] = []
+        self.samples: list[Sample] = []
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.monotonic() - self.origin
+
+    def add(self, process: str, type_: str, f: str, **value: Any) -> Event:
+        event = Event(round(self.now(), 4), process, type_, f, value)
+        with self._lock:
+            self.events.append(event)
+        return event
+
+    def sample(self, sample: Sample) -> None:
+        with self._lock:
+            self.samples.append(sample)
+
+    def snapshot(self) -> tuple[list[Event], list[Sample]]:
+        with self._lock:
+            return list(self.events), list(self.samples)
+
+    def write(self, directory: Path) -> None:
+        events, samples = self.snapshot()
+        with (directory / "history.jsonl").open("w") as out:
+            for event in events:
+                out.write(json.dumps(asdict(event)) + "\n")
+        with (directory / "samples.jsonl").open("w") as out:
+            for sample in samples:
+                out.write(json.dumps(asdict(sample)) + "\n")
+
+
+def load(directory: Path) -> tuple[list[Event], list[Sample]]:
+    events = [Event(**json.loads(line)) for line in (directory / "history.jsonl").open()]
+    samples = [Sample(**json.loads(line)) for line in (directory / "samples.jsonl").open()]
+    return events, samples

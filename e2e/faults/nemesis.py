@@ -1,0 +1,335 @@
+"""The nemeses, and their schedule drawn from a seed.
+
+:func:`schedule` is pure: the same seed, duration, cluster size and nemesis list give the same
+faults at the same times (``--seed`` replays a run's schedule exactly). Two streams run side by
+side: network faults (one at a time; each heals every rule when it ends) and process faults (one
+at a time), so a partition may overlap a pause or a crash. A fault names its target by role
+(``leader``, resolved when it starts) or by member (drawn from the seed).
+
+Network nemeses (iptables in the members' namespaces; member 0 is the client, ``ctl``):
+
+* ``halves``: a random member alone on one side, the client on a side drawn from the seed;
+* ``leader-isolated``: the leader cut from every member and from the client;
+* ``leader-peers``: the leader cut from its followers, the client still reaches everyone;
+* ``bridge``: two members cut from each other, both still seeing the third (the bridge);
+* ``minority``: a random member cut from its peers, the client still reaches it;
+* ``ring``: (5 members or more) each member sees its two neighbours only;
+* ``loss``: each packet between members dropped at random (10-40 %);
+* ``flap``: one link cut and restored every 0.5-3 s;
+* ``follower-cut``: a follower (the lowest-numbered member that does not lead when it starts)
+  cut from its peers, the client still reaching it: no election needed.
+
+Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
+``disk-full`` (its store's filesystem filled to 95 %, freed at the end), each on the leader or a
+random member; ``clock``: a random member's wall clock skewed by 5-60 s either way, or strobed
+(the skew on and off every 0.3-1.5 s), through the clock shim (``clockshim/sitecustomize.py``);
+``membership``: a fourth member (a spare namespace) started with ``--join`` and added with
+``gannet cluster member add`` when it starts, removed with ``gannet cluster member remove`` and
+stopped when it ends, the CLI calls in the background (operations of process ``member`` in the
+history) while the other stream's faults go on.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+from e2e.faults.cluster import NetCluster
+from e2e.faults.history import History
+
+NETWORK = (
+    "halves",
+    "leader-isolated",
+    "leader-peers",
+    "bridge",
+    "minority",
+    "ring",
+    "loss",
+    "flap",
+    "follower-cut",
+)
+PROCESS = (
+    "pause", "kill", "clock", "disk-full", "pause-follower", "kill-follower", "membership",
+)  # fmt: skip
+FOLLOWER = {"pause-follower": "pause", "kill-follower": "kill"}
+ALL = NETWORK + PROCESS
+QUIET_START_S = 6.0
+QUIET_END_S = 6.0
+GAP_S = (2.0, 6.0)
+DURATION_S = (3.0, 14.0)
+MEMBER_OP_WAIT_S = 150.0
+
+
+@dataclass(frozen=True)
+class Fault:
+    start: float
+    stop: float
+    kind: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def describe(self) -> str:
+        extra = ", ".join(f"{k}={v}" for k, v in self.params.items() if k != "toggles")
+        return f"{self.kind}({extra})" if extra else self.kind
+
+
+def schedule(seed: int, duration_s: float, size: int, kinds: tuple[str, ...]) -> list[Fault]:
+    """The faults of one run, by start time."""
+    rng = random.Random(seed)
+    usable = [k for k in kinds if k != "ring" or size >= 5]
+    faults: list[Fault] = []
+    for stream in (NETWORK, PROCESS):
+        choices = [k for k in usable if k in stream]
+        if not choices:
+            continue
+        t = QUIET_START_S + rng.uniform(0, GAP_S[1])
+        while True:
+            length = rng.uniform(*DURATION_S)
+            if t + length > duration_s - QUIET_END_S:
+                break
+            kind = rng.choice(choices)
+            if kind == "membership":  # one spare namespace: one add and remove per run
+                choices = [k for k in choices if k != kind] or choices
+            faults.append(Fault(round(t, 2), round(t + length, 2), kind,
+                                _params(rng, kind, size, length)))  # fmt: skip
+            t += length + rng.uniform(*GAP_S)
+    return sorted(faults, key=lambda f: f.start)
+
+
+def _params(rng: random.Random, kind: str, size: int, length: float) -> dict[str, Any]:
+    members = list(range(1, size + 1))
+    if kind == "halves":
+        rng.shuffle(members)
+        cut = rng.randint(1, (size - 1) // 2)
+        return {"small": sorted(members[:cut]), "client_with_small": rng.random() < 0.5}
+    if kind in ("bridge", "minority"):
+        rng.shuffle(members)
+        return {"members": members}
+    if kind == "ring":
+        rng.shuffle(members)
+        return {"order": members}
+    if kind == "loss":
+        return {"probability": round(rng.uniform(0.1, 0.4), 2)}
+    if kind == "flap":
+        a, b = rng.sample(members, 2)
+        toggles, t = [], 0.0
+        while True:
+            t += rng.uniform(0.5, 3.0)
+            if t >= length:
+                break
+            toggles.append(round(t, 2))
+        return {"link": [a, b], "toggles": toggles}
+    if kind == "clock":
+        offset = round(rng.choice((-1, 1)) * rng.uniform(5, 60), 1)
+        if rng.random() < 0.5:
+            return {"member": rng.choice(members), "offset_s": offset}
+        toggles, t = [], 0.0
+        while True:
+            t += rng.uniform(0.3, 1.5)
+            if t >= length:
+                break
+            toggles.append(round(t, 2))
+        return {
+            "member": rng.choice(members),
+            "offset_s": offset,
+            "strobe": True,
+            "toggles": toggles,
+        }
+    if kind in ("pause", "kill", "disk-full"):
+        target: int | str = "leader" if rng.random() < 0.5 else rng.choice(members)
+        return {"target": target}
+    return {}
+
+
+class Nemesis(threading.Thread):
+    """Runs a schedule against a cluster, logging every start and stop in the history."""
+
+    def __init__(self, cluster: NetCluster, history: History, faults: list[Fault]) -> None:
+        super().__init__(name="nemesis", daemon=True)
+        self.cluster = cluster
+        self.history = history
+        self.faults = faults
+        self.done = threading.Event()
+        self.errors: list[str] = []
+        self._killed: set[int] = set()
+        self._paused: set[int] = set()
+        self._full: set[int] = set()
+        self._members: list[threading.Thread] = []
+
+    def run(self) -> None:
+        steps: list[tuple[float, int, str, Fault]] = []
+        for n, fault in enumerate(self.faults):
+            steps.append((fault.start, n, "start", fault))
+            steps.append((fault.stop, n, "stop", fault))
+            for toggle in fault.params.get("toggles", []):
+                steps.append((fault.start + toggle, n, "toggle", fault))
+        steps.sort(key=lambda s: (s[0], s[2] != "stop"))
+        resolved: dict[int, int] = {}
+        cut: dict[int, bool] = {}
+        for at, n, what, fault in steps:
+            if self.done.wait(max(0.0, at - self.history.now())):
+                return
+            try:
+                if what == "start":
+                    resolved[n] = self._begin(fault)
+                    cut[n] = True
+                elif what == "toggle" and n in resolved:
+                    cut[n] = not cut[n]
+                    self._toggle(fault, cut[n])
+                elif n in resolved:
+                    self._end(fault, resolved[n])
+            except Exception as exc:  # a fault that could not be applied: noted, run goes on
+                self.errors.append(f"{what} {fault.describe()}: {type(exc).__name__}: {exc}")
+                self.history.add("nemesis", "info", "fault", error=self.errors[-1])
+
+    def _toggle(self, fault: Fault, on: bool) -> None:
+        if fault.kind == "flap":
+            if on:
+                self.cluster.cut(*fault.params["link"])
+            else:
+                self.cluster.heal()
+        else:
+            member, offset = fault.params["member"], fault.params["offset_s"]
+            self.cluster.set_clock(member, offset if on else 0.0)
+        self.history.add("nemesis", "info", "fault", kind=fault.kind, on=on)
+
+    def _follower(self) -> int:
+        leader = self.cluster.newest_leader()
+        return next(i for i in self.cluster.ids if i != leader)
+
+    def _resolve(self, fault: Fault) -> int:
+        if fault.kind in FOLLOWER:
+            return self._follower()
+        target = fault.params.get("target", "leader")
+        if target == "leader":
+            return self.cluster.newest_leader() or 1
+        return int(target)
+
+    def _begin(self, fault: Fault) -> int:
+        kind, p, c = fault.kind, fault.params, self.cluster
+        chosen = 0
+        if kind == "halves":
+            small = set(p["small"])
+            large = [i for i in c.ids if i not in small]
+            for a in small:
+                for b in large:
+                    c.cut(a, b)
+            for member in large if p["client_with_small"] else small:
+                c.cut(0, member)
+        elif kind in ("leader-isolated", "leader-peers"):
+            chosen = c.newest_leader() or 1
+            for other in c.ids:
+                if other != chosen:
+                    c.cut(chosen, other)
+            if kind == "leader-isolated":
+                c.cut(0, chosen)
+        elif kind == "bridge":
+            a, b = p["members"][1:3]
+            c.cut(a, b)
+            chosen = p["members"][0]
+        elif kind == "follower-cut":
+            chosen = self._follower()
+            for other in c.ids:
+                if other != chosen:
+                    c.cut(chosen, other)
+        elif kind == "minority":
+            chosen = p["members"][0]
+            for other in c.ids:
+                if other != chosen:
+                    c.cut(chosen, other)
+        elif kind == "ring":
+            order = p["order"]
+            near = {(order[i], order[(i + 1) % len(order)]) for i in range(len(order))}
+            for a in c.ids:
+                for b in c.ids:
+                    if a < b and (a, b) not in near and (b, a) not in near:
+                        c.cut(a, b)
+        elif kind == "loss":
+            c.lose(p["probability"])
+        elif kind == "flap":
+            c.cut(*p["link"])
+        elif kind in ("pause", "pause-follower"):
+            chosen = self._resolve(fault)
+            c.pause(chosen)
+            self._paused.add(chosen)
+        elif kind in ("kill", "kill-follower"):
+            chosen = self._resolve(fault)
+            c.kill(chosen)
+            self._killed.add(chosen)
+        elif kind == "clock":
+            chosen = p["member"]
+            c.set_clock(chosen, p["offset_s"])
+        elif kind == "disk-full":
+            chosen = self._resolve(fault)
+            c.fill_disk(chosen)
+            self._full.add(chosen)
+        elif kind == "membership":
+            chosen = c.size + 1
+            c.start_joining(chosen)
+            self._member_op("add", c.spec(chosen), "--timeout-s", "60")
+        self.history.add("nemesis", "start", "fault", kind=kind, fault=fault.describe(),
+                         node=chosen)  # fmt: skip
+        return chosen
+
+    def _end(self, fault: Fault, chosen: int) -> None:
+        if fault.kind in NETWORK:
+            self.cluster.heal()
+        elif fault.kind in ("pause", "pause-follower"):
+            self.cluster.resume(chosen)
+            self._paused.discard(chosen)
+        elif fault.kind in ("kill", "kill-follower"):
+            self.cluster.start(chosen)
+            self._killed.discard(chosen)
+        elif fault.kind == "clock":
+            self.cluster.set_clock(chosen, 0.0)
+        elif fault.kind == "disk-full":
+            self.cluster.free_disk(chosen)
+            self._full.discard(chosen)
+        elif fault.kind == "membership":
+            self._member_op("remove", str(chosen), stop=chosen)
+        self.history.add("nemesis", "stop", "fault", kind=fault.kind, fault=fault.describe(),
+                         node=chosen)  # fmt: skip
+
+    def _member_op(self, *args: str, stop: int = 0) -> None:
+        """``gannet cluster member <args>`` on a thread of its own, after the previous one;
+        ``stop``: then stop that member's process."""
+        previous = self._members[-1] if self._members else None
+
+        def run() -> None:
+            if previous is not None:
+                previous.join()
+            self.history.add("member", "invoke", args[0], args=list(args[1:]))
+            ok, text = self.cluster.member_cli(*args)
+            self.history.add("member", "ok" if ok else "info", args[0], output=text)
+            if stop:
+                self.cluster.stop_member(stop)
+
+        thread = threading.Thread(target=run, name=f"member-{args[0]}", daemon=True)
+        thread.start()
+        self._members.append(thread)
+
+    def heal_all(self) -> None:
+        """Stop the schedule and undo whatever is still in force."""
+        self.done.set()
+        self.join(30)
+        for thread in self._members:
+            thread.join(MEMBER_OP_WAIT_S)
+        spare = self.cluster.size + 1
+        if spare in self.cluster.processes:  # added and never removed: remove it now
+            self._member_op("remove", str(spare), stop=spare)
+            self._members[-1].join(MEMBER_OP_WAIT_S)
+        self.cluster.heal()
+        for member in list(self._paused):
+            self.cluster.resume(member)
+        for member in list(self._killed):
+            self.cluster.start(member)
+        for member in list(self._full):
+            self.cluster.free_disk(member)
+        if self.cluster.clocks:
+            for member in self.cluster.ids:
+                self.cluster.set_clock(member, 0.0)
+        self._paused.clear()
+        self._killed.clear()
+        self._full.clear()
+        self.history.add("nemesis", "info", "fault", healed="all")
