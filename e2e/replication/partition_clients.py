@@ -47,8 +47,9 @@ from pathlib import Path
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
+from e2e.faults.netns import Namespaces
 from e2e.replication.clients import ExternalLoad
-from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group, Namespaces
+from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 OUTAGE_TARGET_S = 3.0
