@@ -36,7 +36,7 @@ LOAD_SCRIPT = Path(__file__).resolve().parent / "load.py"
 
 
 def kind(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # type: ignore[call-overload, no-any-return]
+    return subprocess.run(
         [str(tools.aux_binary("kind")), *args],
         env=engine.environment(),
         check=True,
@@ -67,7 +67,9 @@ def created(node_image: str, kubeconfig: Path, images: tuple[str, ...]) -> Itera
         kubectl = Kubectl(kubeconfig)
         kubectl.run("apply", "-f", str(tools.FILES / "coredns.yaml"))
         kubectl.run("-n", "kube-system", "rollout", "restart", "deployment/coredns")
-        kubectl.run("-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=180s")
+        kubectl.run(
+            "-n", "kube-system", "rollout", "status", "deployment/coredns", "--timeout=180s"
+        )
         for image in images:
             kind("load", "docker-image", image, "--name", NAME)
         print(f"e2e-kind: cluster ready in {time.monotonic() - started:.0f} s", flush=True)
@@ -99,7 +101,9 @@ def client_pod(kubectl: Kubectl) -> None:
         },
     }
     kubectl.apply(pod)
-    kubectl.run("-n", NAMESPACE, "wait", f"pod/{CLIENT_POD}", "--for=condition=Ready", "--timeout=120s")
+    kubectl.run(
+        "-n", NAMESPACE, "wait", f"pod/{CLIENT_POD}", "--for=condition=Ready", "--timeout=120s"
+    )
 
 
 def exec_args(kubectl: Kubectl, *args: str) -> list[str]:
@@ -197,7 +201,9 @@ class Load:
         return list(self.acks)
 
 
-def consume(kubectl: Kubectl, topic: str, keys: list[str], group: str = "billing") -> dict[str, Any]:
+def consume(
+    kubectl: Kubectl, topic: str, keys: list[str], group: str = "billing"
+) -> dict[str, Any]:
     """Read ``group`` until every key came back (in the client pod); the consumer's figures."""
     command = exec_args(kubectl, "consume", "--endpoint", CLIENT_SERVICE, "--topic", topic)
     done = subprocess.run(

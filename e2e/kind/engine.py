@@ -79,6 +79,7 @@ def _answers() -> bool:
         [DOCKER_CLI, "version", "--format", "{{.Server.Version}}"],
         env=environment(),
         capture_output=True,
+        check=False,
     )
     return probe.returncode == 0
 

@@ -45,7 +45,10 @@ def node_image() -> str:
 
 def has_image(tag: str) -> bool:
     found = subprocess.run(
-        [engine.DOCKER_CLI, "image", "inspect", tag], env=engine.environment(), capture_output=True
+        [engine.DOCKER_CLI, "image", "inspect", tag],
+        env=engine.environment(),
+        capture_output=True,
+        check=False,
     )
     return found.returncode == 0
 
@@ -231,17 +234,23 @@ def build_node(work: Path) -> str:
     ).stdout.strip()
     try:
         engine.docker("exec", cid, "sh", "-c", "containerd >/tmp/containerd.log 2>&1 &")
-        wait = "for i in $(seq 60); do ctr version >/dev/null 2>&1 && exit 0; sleep 0.5; done; exit 1"
+        wait = (
+            "for i in $(seq 60); do ctr version >/dev/null 2>&1 && exit 0; sleep 0.5; done; exit 1"
+        )
         engine.docker("exec", cid, "sh", "-c", wait)
         save = subprocess.Popen(
-            [engine.DOCKER_CLI, "save", *components], stdout=subprocess.PIPE, env=engine.environment()
+            [engine.DOCKER_CLI, "save", *components],
+            stdout=subprocess.PIPE,
+            env=engine.environment(),
         )
         ctr = ["ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--no-unpack"]
         ctr += ["--label=io.cri-containerd.pinned=pinned", "--digests", "-"]
         engine.docker("exec", "-i", cid, *ctr, stdin=save.stdout, stdout=subprocess.DEVNULL)
         if save.wait() != 0:
             raise RuntimeError("docker save of the component images failed")
-        stop = "kill $(pidof containerd); while pidof containerd; do sleep 0.2; done; rm -f /tmp/*.log"
+        stop = (
+            "kill $(pidof containerd); while pidof containerd; do sleep 0.2; done; rm -f /tmp/*.log"
+        )
         engine.docker("exec", cid, "sh", "-c", stop, stdout=subprocess.DEVNULL)
         entry = 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]'
         engine.docker("commit", "--change", entry, cid, tag, stdout=subprocess.DEVNULL)

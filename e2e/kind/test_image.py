@@ -35,7 +35,8 @@ def test_runs_as_non_root() -> None:
 
 def test_help() -> None:
     text = docker("run", "--rm", IMAGE, "--help")
-    assert "broker" in text and "operator" in text, text
+    assert "broker" in text, text
+    assert "operator" in text, text
 
 
 def _answers(url: str) -> bytes | None:
@@ -49,7 +50,12 @@ def _answers(url: str) -> bytes | None:
 @pytest.fixture
 def broker() -> object:
     name = "gannet-smoke"
-    subprocess.run([engine.DOCKER_CLI, "rm", "-f", name], env=engine.environment(), capture_output=True)
+    subprocess.run(
+        [engine.DOCKER_CLI, "rm", "-f", name],
+        env=engine.environment(),
+        capture_output=True,
+        check=False,
+    )
     docker("run", "-d", "--name", name, IMAGE)
     yield name
     print(docker("logs", "--tail", "20", name))
@@ -67,7 +73,8 @@ def test_broker_starts_and_answers(broker: str) -> None:
         assert time.monotonic() < deadline, "the broker did not answer /readyz"
         time.sleep(0.2)
     metrics = _answers(f"http://{address}:5557/metrics")
-    assert metrics is not None and b"gannet_" in metrics
+    assert metrics is not None
+    assert b"gannet_" in metrics
     status = docker("exec", broker, "cat", "/proc/1/status")
     uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
     assert set(uids) == {"10001"}, status

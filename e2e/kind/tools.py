@@ -143,6 +143,7 @@ def missing_host_packages() -> list[str]:
         ["dpkg-query", "-W", "-f", "${Package} ${Status}\n", *APT_PACKAGES],
         capture_output=True,
         text=True,
+        check=False,
     ).stdout
     installed = {line.split()[0] for line in status.splitlines() if line.endswith(" installed")}
     return [name for name in APT_PACKAGES if name not in installed]

@@ -1,0 +1,230 @@
+"""Gannet as real pods on a kind cluster (make e2e-kind), in the order of issue 33's priorities.
+
+Each scenario prints its figures (``e2e-kind: …`` lines; run with ``-s`` to see them live).
+The tests share one cluster and run in file order: a later one builds on the state an earlier
+one leaves (the examples applied, the client pod running).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from e2e.kind import cluster
+from e2e.kind.cluster import Load
+from e2e.kind.conftest import HELM_VALUES, RELEASE, helm
+from e2e.kube.harness import Kubectl
+
+NS = cluster.NAMESPACE
+OUTAGE_S_MAX = 3.0
+PODS = "gannet.io/cluster=main"
+WAIT = f"--timeout={300}s"
+
+
+def say(text: str) -> None:
+    print(f"e2e-kind: {text}", flush=True)
+
+
+def get(kube: Kubectl, *args: str) -> Any:
+    return kube.json("-n", NS, "get", *args)
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or ()}
+
+
+def events(kube: Kubectl, kind: str, name: str) -> list[dict[str, Any]]:
+    selector = f"involvedObject.kind={kind},involvedObject.name={name}"
+    return list(get(kube, "events", "--field-selector", selector).get("items") or ())
+
+
+def broker_pods(kube: Kubectl) -> dict[str, dict[str, Any]]:
+    listed = get(kube, "pods", "-l", PODS)
+    return {pod["metadata"]["name"]: pod for pod in listed["items"]}
+
+
+def claims(kube: Kubectl) -> dict[str, str]:
+    """PVC name -> uid of the brokers' claims."""
+    listed = get(kube, "pvc")
+    return {
+        pvc["metadata"]["name"]: pvc["metadata"]["uid"]
+        for pvc in listed["items"]
+        if pvc["metadata"]["name"].startswith("data-main-")
+    }
+
+
+def wait_members_ready(kube: Kubectl, replicas: int = 3) -> None:
+    """Every member Ready as the operator reports it (status.readyReplicas, from the brokers)."""
+    kube.run(
+        "-n",
+        NS,
+        "wait",
+        "gannetcluster/main",
+        f"--for=jsonpath={{.status.readyReplicas}}={replicas}",
+        WAIT,
+    )
+    kube.run("-n", NS, "wait", "gannetcluster/main", "--for=condition=Ready", WAIT)
+
+
+def leader(kube: Kubectl) -> str:
+    found = get(kube, "gannetcluster", "main")["status"].get("leader")
+    assert found, "the GannetCluster reports no leader"
+    return str(found)
+
+
+def check_all_back(kube: Kubectl, acks: list[cluster.Ack], what: str) -> dict[str, Any]:
+    keys = [ack.key for ack in acks]
+    summary = cluster.consume(kube, "orders", keys)
+    say(
+        f"{what}: {len(keys)} acknowledged, consumer received {summary['received']} "
+        f"({summary['unique']} distinct), missing {summary['missing_count']}, "
+        f"duplicates {summary['duplicates']}"
+    )
+    assert summary["missing_count"] == 0, f"acknowledged messages lost: {summary['missing']}"
+    return summary
+
+
+# (1) The operator Ready; the examples applied with kubectl; all three Ready with conditions
+# and Events as `kubectl describe` shows them.
+def test_operator_and_examples_ready(kube: Kubectl, release: float, examples: float) -> None:
+    say(f"helm install -> operator Ready: {release:.1f} s")
+    say(
+        "kubectl apply deploy/examples -> GannetCluster, Topic, ConsumerGroup Ready: "
+        f"{examples:.1f} s"
+    )
+    for kind, name in (
+        ("gannetcluster", "main"),
+        ("topic", "orders"),
+        ("consumergroup", "billing"),
+    ):
+        obj = get(kube, kind, name)
+        ready = conditions(obj)["Ready"]
+        assert ready["status"] == "True", ready
+        assert obj["status"].get("observedGeneration") == obj["metadata"]["generation"]
+        described = kube.run("-n", NS, "describe", kind, name).stdout
+        assert "Conditions:" in described, described
+    main = get(kube, "gannetcluster", "main")
+    assert main["status"]["replicas"] == 3
+    assert main["status"]["readyReplicas"] == 3
+    assert main["status"].get("leader", "").startswith("main-")
+    seen = events(kube, "GannetCluster", "main")
+    say("GannetCluster events: " + "; ".join(f"{e['reason']}: {e['message']}" for e in seen[:8]))
+    assert seen, "no Events about the GannetCluster"
+    described = kube.run("-n", NS, "describe", "gannetcluster", "main").stdout
+    assert "Events:" in described
+    assert seen[0]["reason"] in described
+    pods = broker_pods(kube)
+    assert len(pods) == 3
+    for pod in pods.values():
+        user = pod["spec"]["securityContext"].get("runAsUser") or 10001
+        assert user != 0
+        assert pod["status"]["phase"] == "Running"
+    assert len(claims(kube)) == 3, "one PVC per member"
+
+
+# (2) The official Python client inside the cluster, through the client Service.
+def test_client_in_cluster_every_message_back_once(client: Kubectl) -> None:
+    load = Load(client, "orders", "s2")
+    load.wait_acks(200)
+    acks = load.stop()
+    assert not load.failures, load.failures[:5]
+    summary = check_all_back(client, acks, "in-cluster client")
+    assert summary["duplicates"] == 0
+
+
+# (3) kubectl delete pod of the Raft leader under load.
+def test_leader_pod_deleted_under_load(client: Kubectl) -> None:
+    victim = leader(client)
+    before = broker_pods(client)[victim]
+    claim = next(
+        v["persistentVolumeClaim"]["claimName"]
+        for v in before["spec"]["volumes"]
+        if "persistentVolumeClaim" in v
+    )
+    claim_uid = claims(client)[claim]
+    load = Load(client, "orders", "s3")
+    try:
+        load.wait_acks(50)
+        at = time.time()
+        client.run("-n", NS, "delete", "pod", victim, "--wait=false")
+        load.wait_acks(50, after=at)
+        outage = load.outage_s(at)
+        say(
+            f"leader {victim} deleted: client outage {outage:.2f} s, "
+            f"failed sends {len(load.failures)}"
+        )
+        client.run("-n", NS, "wait", f"pod/{victim}", "--for=condition=Ready", WAIT)
+        wait_members_ready(client)
+        after = broker_pods(client)[victim]
+        assert after["metadata"]["uid"] != before["metadata"]["uid"], "the pod was not replaced"
+        assert claims(client)[claim] == claim_uid, "the pod came back with another volume"
+        load.wait_acks(20, after=time.time())
+    finally:
+        acks = load.stop()
+    new_leader = leader(client)
+    say(f"new leader {new_leader}; {victim} back with its claim {claim} and Ready")
+    check_all_back(client, acks, "leader pod deleted")
+    assert outage <= OUTAGE_S_MAX, f"client outage {outage:.2f} s > {OUTAGE_S_MAX} s"
+
+
+# (6) Every broker pod deleted at once: a full restart.
+def test_all_pods_deleted_at_once(client: Kubectl) -> None:
+    before = claims(client)
+    load = Load(client, "orders", "s6")
+    try:
+        load.wait_acks(50)
+        at = time.time()
+        client.run("-n", NS, "delete", "pod", "-l", PODS, "--wait=false")
+        wait_members_ready(client)
+        load.wait_acks(20, after=at, timeout_s=300)
+        outage = load.outage_s(at)
+        say(f"all pods deleted: client outage {outage:.1f} s until the group served again")
+    finally:
+        acks = load.stop()
+    assert claims(client) == before, "the claims changed across the restart"
+    check_all_back(client, acks, "full restart")
+
+
+# (7) helm upgrade with a changed value, then helm uninstall: data as docs/kubernetes.md says.
+def test_helm_upgrade_then_uninstall(client: Kubectl) -> None:
+    from helm_python import Chart  # noqa: PLC0415 - a dev dependency, as in conftest
+
+    from e2e.kind.conftest import CHART  # noqa: PLC0415
+
+    secret_before = get(client, "secret", f"{RELEASE}-gannet-admin")["data"]["secretKey"]
+    pods_before = {n: p["metadata"]["uid"] for n, p in broker_pods(client).items()}
+    claims_before = claims(client)
+    values = json.loads(json.dumps(HELM_VALUES))
+    values["operator"]["refreshIntervalSeconds"] = 3
+    config = helm(client)
+    chart = Chart.load(CHART)
+    try:
+        config.upgrade(chart, RELEASE, values, namespace=NS)
+    finally:
+        chart.close()
+    deployment = f"deployment/{RELEASE}-gannet-operator"
+    client.run("-n", NS, "rollout", "status", deployment, WAIT)
+    args = get(client, deployment)["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "3" in args, args
+    assert get(client, "secret", f"{RELEASE}-gannet-admin")["data"]["secretKey"] == secret_before
+    wait_members_ready(client)
+    assert {n: p["metadata"]["uid"] for n, p in broker_pods(client).items()} == pods_before
+    say(
+        "helm upgrade (operator.refreshIntervalSeconds 2 -> 3): operator rolled, "
+        "admin key kept, brokers untouched"
+    )
+    try:
+        config.uninstall(RELEASE)
+    finally:
+        config.close()
+    client.run("-n", NS, "wait", "--for=delete", deployment, WAIT)
+    crds = client.json("get", "crd")["items"]
+    assert any(c["metadata"]["name"] == "gannetclusters.gannet.io" for c in crds), "CRDs removed"
+    assert get(client, "gannetcluster", "main")["metadata"]["name"] == "main"
+    assert claims(client) == claims_before, "helm uninstall touched the brokers' claims"
+    assert set(broker_pods(client)) == set(pods_before)
+    say(
+        f"helm uninstall: operator gone; CRDs, GannetCluster, {len(claims_before)} PVCs "
+        "and pods kept"
+    )
