@@ -7,7 +7,10 @@ one leaves (the examples applied, the client pod running).
 
 from __future__ import annotations
 
+import itertools
 import json
+import subprocess
+import threading
 import time
 from typing import Any
 
@@ -184,6 +187,110 @@ def test_all_pods_deleted_at_once(client: Kubectl) -> None:
         acks = load.stop()
     assert claims(client) == before, "the claims changed across the restart"
     check_all_back(client, acks, "full restart")
+
+
+# (4) Scale 3 -> 5 -> 3 with kubectl patch under load.
+def test_scale_3_5_3_under_load(client: Kubectl) -> None:
+    load = Load(client, "orders", "s4")
+    patch = ["-n", NS, "patch", "gannetcluster", "main", "--type", "merge", "-p"]
+    try:
+        load.wait_acks(30)
+        started = time.monotonic()
+        client.run(*patch, '{"spec": {"replicas": 5}}')
+        wait_members_ready(client, 5)
+        members = get(client, "gannetcluster", "main")["status"].get("members") or []
+        assert len(members) == 5, members
+        grown = time.monotonic() - started
+        load.wait_acks(20, after=time.time())
+        started = time.monotonic()
+        client.run(*patch, '{"spec": {"replicas": 3}}')
+        client.run(
+            "-n", NS, "wait", "gannetcluster/main", "--for=jsonpath={.status.replicas}=3", WAIT
+        )
+        wait_members_ready(client, 3)
+        shrunk = time.monotonic() - started
+        members = get(client, "gannetcluster", "main")["status"].get("members") or []
+        assert len(members) == 3, members
+        load.wait_acks(20, after=time.time())
+    finally:
+        acks = load.stop()
+    kept = sorted(claims(client))
+    say(
+        f"scale 3 -> 5 in {grown:.0f} s, 5 -> 3 in {shrunk:.0f} s under load; "
+        f"failed sends {len(load.failures)}; claims now {kept}"
+    )
+    # deleteClaim: false (the example): the removed members' claims are kept (docs/operator.md).
+    assert {"data-main-3", "data-main-4"} <= set(kept)
+    check_all_back(client, acks, "scale 3 -> 5 -> 3")
+
+
+# (5) A rolling upgrade to a new image tag built by the test.
+def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
+    from e2e.kind import engine  # noqa: PLC0415
+
+    tag = cluster.IMAGE.rsplit(":", 1)[0] + ":0.1.0-e2e-upgrade"
+    dockerfile = f"FROM {cluster.IMAGE}\nLABEL io.gannet.e2e=upgrade\n"
+    subprocess.run(
+        [engine.DOCKER_CLI, "build", "-q", "-t", tag, "-"],
+        input=dockerfile,
+        text=True,
+        env={**engine.environment(), "DOCKER_BUILDKIT": "0"},
+        check=True,
+        capture_output=True,
+    )
+    cluster.kind("load", "docker-image", tag, "--name", cluster.NAME)
+    pdb = get(client, "pdb", "-l", PODS)["items"]
+    assert pdb, "no PodDisruptionBudget for the brokers"
+    ready_low = [3]
+    stop = threading.Event()
+
+    def watch_ready() -> None:
+        while not stop.is_set():
+            pods = broker_pods(client)
+            ready = sum(
+                1
+                for pod in pods.values()
+                if conditions(pod).get("Ready", {}).get("status") == "True"
+                and pod["metadata"].get("deletionTimestamp") is None
+            )
+            ready_low[0] = min(ready_low[0], ready)
+            stop.wait(0.5)
+
+    watcher = threading.Thread(target=watch_ready, daemon=True)
+    load = Load(client, "orders", "s5")
+    try:
+        load.wait_acks(30)
+        at = time.time()
+        watcher.start()
+        patch = json.dumps({"spec": {"image": tag}})
+        client.run("-n", NS, "patch", "gannetcluster", "main", "--type", "merge", "-p", patch)
+        for name in ("main-0", "main-1", "main-2"):
+            client.run(
+                "-n",
+                NS,
+                "wait",
+                f"pod/{name}",
+                f"--for=jsonpath={{.spec.containers[0].image}}={tag}",
+                WAIT,
+            )
+        wait_members_ready(client)
+        load.wait_acks(20, after=time.time())
+    finally:
+        stop.set()
+        acks = load.stop()
+    gaps = sorted(
+        (later.answered - earlier.answered, earlier.answered)
+        for earlier, later in itertools.pairwise(acks)
+        if earlier.answered >= at
+    )
+    worst = [round(gap, 2) for gap, _ in gaps[-3:]]
+    say(
+        f"rolling upgrade to {tag}: fewest Ready brokers {ready_low[0]} of 3, "
+        f"longest client gaps {worst} s, failed sends {len(load.failures)}"
+    )
+    assert ready_low[0] >= 2, "more than one broker down at a time (the PDB allows 1)"
+    check_all_back(client, acks, "rolling upgrade")
+    assert gaps[-1][0] <= OUTAGE_S_MAX, f"client outage {gaps[-1][0]:.2f} s > {OUTAGE_S_MAX} s"
 
 
 # (7) helm upgrade with a changed value, then helm uninstall: data as docs/kubernetes.md says.
