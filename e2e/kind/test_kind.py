@@ -330,6 +330,8 @@ def test_helm_upgrade_then_uninstall(client: Kubectl) -> None:
     assert any(c["metadata"]["name"] == "gannetclusters.gannet.io" for c in crds), "CRDs removed"
     assert get(client, "gannetcluster", "main")["metadata"]["name"] == "main"
     assert claims(client) == claims_before, "helm uninstall touched the brokers' claims"
+    kept = get(client, "secret", f"{RELEASE}-gannet-admin")["data"]["secretKey"]
+    assert kept == secret_before, "the admin key Secret (resource-policy keep) changed or went"
     assert set(broker_pods(client)) == set(pods_before)
     say(
         f"helm uninstall: operator gone; CRDs, GannetCluster, {len(claims_before)} PVCs "
