@@ -101,7 +101,14 @@ def _component_images(work: Path) -> list[str]:
     coredns = f"registry.k8s.io/coredns/coredns:{tools.COREDNS_VERSION}"
     one("coredns", tools.aux_binary("coredns"), coredns, 'ENTRYPOINT ["/coredns"]', dest="")
     pause = f"registry.k8s.io/pause:{tools.PAUSE_VERSION}"
-    one("pause", tools.aux_binary("pause"), pause, 'ENTRYPOINT ["/pause"]', "USER 65535:65535")
+    one(
+        "pause",
+        tools.aux_binary("pause"),
+        pause,
+        'ENTRYPOINT ["/pause"]',
+        "USER 65535:65535",
+        dest="",
+    )
     engine.docker("tag", pause, "registry.k8s.io/pause:3.10")
     tags.append("registry.k8s.io/pause:3.10")
     one("lpp", tools.aux_binary("local-path-provisioner"), LOCAL_PATH_IMAGE)
@@ -244,7 +251,7 @@ def build_node(work: Path) -> str:
             env=engine.environment(),
         )
         ctr = ["ctr", "--namespace=k8s.io", "images", "import", "--all-platforms", "--no-unpack"]
-        ctr += ["--label=io.cri-containerd.pinned=pinned", "--digests", "-"]
+        ctr += ["--digests", "-"]
         engine.docker("exec", "-i", cid, *ctr, stdin=save.stdout, stdout=subprocess.DEVNULL)
         if save.wait() != 0:
             raise RuntimeError("docker save of the component images failed")
@@ -264,12 +271,12 @@ def build_node(work: Path) -> str:
 
 
 def prune_nodes(keep: str) -> None:
-    """Remove node images of other file hashes (older builds)."""
+    """Remove node images (and bases) of other hashes: older builds, or an interrupted one."""
     listing = engine.docker(
         "image", "ls", "--format", "{{.Repository}}:{{.Tag}}", capture_output=True
     ).stdout.split()
     for tag in listing:
-        if tag.startswith("gannet.local/kind-node:") and tag != keep:
+        if tag.startswith("gannet.local/kind-node") and tag != keep:
             engine.docker("rmi", tag, stdout=subprocess.DEVNULL)
 
 
