@@ -33,6 +33,26 @@ IMAGE = "ghcr.io/gannet/gannet:0.1.0"  # the chart's and the examples' image: no
 CLIENT_POD = "e2e-client"
 CLIENT_SERVICE = f"main-client.{NAMESPACE}.svc.cluster.local:8081"
 LOAD_SCRIPT = Path(__file__).resolve().parent / "load.py"
+KUBECTL_S_MAX = 660  # above every `kubectl wait --timeout` the tests pass
+
+
+class Kube(Kubectl):
+    """kubectl with room for ``kubectl wait --timeout=300s`` (the e2e-kube harness allows 120 s)."""
+
+    def run(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(tools.cache_dir() / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=KUBECTL_S_MAX,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {done.stderr}{done.stdout}")
+        return done
 
 
 def kind(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
@@ -64,7 +84,7 @@ def created(node_image: str, kubeconfig: Path, images: tuple[str, ...]) -> Itera
             "--wait",
             "180s",
         )
-        kubectl = Kubectl(kubeconfig)
+        kubectl = Kube(kubeconfig)
         kubectl.run("apply", "-f", str(tools.FILES / "coredns.yaml"))
         kubectl.run("-n", "kube-system", "rollout", "restart", "deployment/coredns")
         kubectl.run(
