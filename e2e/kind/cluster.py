@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import itertools
 import json
 import subprocess
 import threading
@@ -204,14 +205,15 @@ class Load:
                 raise AssertionError(f"the producer ended: {self.failures[-5:]}")
 
     def outage_s(self, at: float) -> float:
-        """The client's outage around a fault at wall time ``at``: from the last answer before
-        it to the first acknowledged answer after it."""
+        """The client's longest outage since a fault at wall time ``at``: the longest time
+        between two consecutive acknowledged answers, the later one after ``at`` (a pod
+        terminating gracefully keeps serving for a while: the gap can come well after ``at``)."""
         with self.progress:
-            before = [ack.answered for ack in self.acks if ack.answered <= at]
-            after = [ack.answered for ack in self.acks if ack.answered > at]
-        if not after:
+            answered = sorted(ack.answered for ack in self.acks)
+        gaps = [b - a for a, b in itertools.pairwise(answered) if b > at]
+        if not gaps:
             raise AssertionError("no acknowledged send after the fault")
-        return min(after) - (max(before) if before else at)
+        return max(gaps)
 
     def stop(self) -> list[Ack]:
         assert self.process.stdin is not None

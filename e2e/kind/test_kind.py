@@ -70,6 +70,26 @@ def wait_members_ready(kube: Kubectl, replicas: int = 3) -> None:
     kube.run("-n", NS, "wait", "gannetcluster/main", "--for=condition=Ready", WAIT)
 
 
+def wait_replaced(kube: Kubectl, old: dict[str, str]) -> None:
+    """Until every pod named in ``old`` (name -> uid) is a new pod and Ready. Polled every
+    0.5 s: `kubectl wait` cannot wait for "another uid", and the old pod stays Ready while it
+    terminates."""
+    deadline = time.monotonic() + 300
+    while True:
+        pods = broker_pods(kube)
+        fresh = [
+            name
+            for name, uid in old.items()
+            if name in pods
+            and pods[name]["metadata"]["uid"] != uid
+            and conditions(pods[name]).get("Ready", {}).get("status") == "True"
+        ]
+        if len(fresh) == len(old):
+            return
+        assert time.monotonic() < deadline, f"pods not replaced and Ready: {set(old) - set(fresh)}"
+        time.sleep(0.5)
+
+
 def leader(kube: Kubectl) -> str:
     found = get(kube, "gannetcluster", "main")["status"].get("leader")
     assert found, "the GannetCluster reports no leader"
@@ -152,19 +172,18 @@ def test_leader_pod_deleted_under_load(client: Kubectl) -> None:
         at = time.time()
         client.run("-n", NS, "delete", "pod", victim, "--wait=false")
         load.wait_acks(50, after=at)
-        outage = load.outage_s(at)
-        say(
-            f"leader {victim} deleted: client outage {outage:.2f} s, "
-            f"failed sends {len(load.failures)}"
-        )
-        client.run("-n", NS, "wait", f"pod/{victim}", "--for=condition=Ready", WAIT)
+        wait_replaced(client, {victim: before["metadata"]["uid"]})
+        back = time.time() - at
         wait_members_ready(client)
-        after = broker_pods(client)[victim]
-        assert after["metadata"]["uid"] != before["metadata"]["uid"], "the pod was not replaced"
         assert claims(client)[claim] == claim_uid, "the pod came back with another volume"
         load.wait_acks(20, after=time.time())
     finally:
         acks = load.stop()
+    outage = load.outage_s(at)
+    say(
+        f"leader {victim} deleted: longest client gap {outage:.2f} s, failed sends "
+        f"{len(load.failures)}, pod back and Ready after {back:.1f} s"
+    )
     new_leader = leader(client)
     say(f"new leader {new_leader}; {victim} back with its claim {claim} and Ready")
     check_all_back(client, acks, "leader pod deleted")
@@ -174,17 +193,22 @@ def test_leader_pod_deleted_under_load(client: Kubectl) -> None:
 # (6) Every broker pod deleted at once: a full restart.
 def test_all_pods_deleted_at_once(client: Kubectl) -> None:
     before = claims(client)
+    uids = {name: pod["metadata"]["uid"] for name, pod in broker_pods(client).items()}
     load = Load(client, "orders", "s6")
     try:
         load.wait_acks(50)
         at = time.time()
         client.run("-n", NS, "delete", "pod", "-l", PODS, "--wait=false")
+        wait_replaced(client, uids)
         wait_members_ready(client)
-        load.wait_acks(20, after=at, timeout_s=300)
-        outage = load.outage_s(at)
-        say(f"all pods deleted: client outage {outage:.1f} s until the group served again")
+        load.wait_acks(20, after=time.time(), timeout_s=300)
     finally:
         acks = load.stop()
+    outage = load.outage_s(at)
+    say(
+        f"all pods deleted: longest client gap {outage:.1f} s until the group served again, "
+        f"failed sends {len(load.failures)}"
+    )
     assert claims(client) == before, "the claims changed across the restart"
     check_all_back(client, acks, "full restart")
 
