@@ -21,7 +21,6 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -282,8 +281,3 @@ def prune_nodes(keep: str) -> None:
 
 def workdir() -> Path:
     return Path(tempfile.mkdtemp(prefix="gannet-kind-", dir=os.environ.get("TMPDIR", "/tmp")))
-
-
-def tar_members(tar: Path) -> list[str]:
-    with tarfile.open(tar) as archive:
-        return archive.getnames()
