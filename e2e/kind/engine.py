@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -121,6 +122,7 @@ def stop() -> None:
     PIDFILE.unlink(missing_ok=True)
     if NETNS_PATH.exists():
         subprocess.run(["ip", "netns", "del", NETNS], check=False)
+    shutil.rmtree(RUN_DIR, ignore_errors=True)
 
 
 def _kill_leftovers() -> None:
