@@ -199,9 +199,13 @@ manifests: $(STAMP)
 e2e-operator: $(STAMP)
 	$(BIN)/python -m e2e.operator.scenario
 
-## e2e-kind: the operator on a kind cluster (needs docker, kind, kubectl)
+## e2e-kind: Gannet as real pods: a kind cluster built offline (Debian's docker.io in its own
+## network namespace, kind/kubelet/kubeadm built with go, images made with mmdebstrap, no
+## registry), the image built offline, helm install, deploy/examples, the official client in a
+## pod, leader and full restarts, helm upgrade/uninstall. Cache ~/.cache/gannet-kube/v1.34.4
+## (cold ~25 min on 2 cores, warm a few minutes plus the tests); not part of `make test`
 e2e-kind: $(STAMP)
-	bash e2e/operator/kind.sh
+	$(BIN)/python -m e2e.kind.run -q -s $(PYTEST_ARGS)
 
 ## kube-tools: etcd (Debian's etcd-server) and kube-apiserver + kube-controller-manager v1.34.4
 ## and kubectl built with go from the Go module proxy, cached in ~/.cache/gannet-kube (cold: ~20 CPU-min)

@@ -22,8 +22,7 @@ on this machine: see docs/operator.md); ``gannet operator run --server <emulator
 7. The operator's ``/metrics`` counts successful Topic reconciliations.
 
 Run ``python -m e2e.operator.scenario``; ``tests/operator/test_e2e.py`` runs it in CI.
-``make e2e-kind`` is the same story on a real kind cluster for machines with Docker
-(``e2e/operator/kind.sh``).
+``make e2e-kind`` (``e2e/kind/``) tells the story with real pods on a kind cluster.
 """
 
 from __future__ import annotations

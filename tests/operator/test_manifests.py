@@ -102,6 +102,20 @@ def test_auto_create_flags_follow_the_spec(spec: dict[str, Any], flags: list[str
     assert [a for a in args if a.startswith("--auto-create")] == flags
 
 
+def test_index_hash_slots_reach_the_broker_only_when_set() -> None:
+    """A small node sets spec.indexHashSlots (deploy/examples); unset, the broker's default."""
+
+    def args(**spec: Any) -> list[str]:
+        container = by_kind(build(1, **spec), "StatefulSet")["spec"]["template"]["spec"]
+        return list(container["containers"][0]["args"])
+
+    assert "--index-hash-slots" not in args()
+    found = args(indexHashSlots=4096)
+    assert found[found.index("--index-hash-slots") + 1] == "4096"
+    with pytest.raises(specs.SpecError, match=r"spec\.indexHashSlots"):
+        specs.cluster_spec({"indexHashSlots": 8})
+
+
 def test_config_change_changes_the_pod_template() -> None:
     sync = by_kind(build(flushMode="sync"), "StatefulSet")
     async_ = by_kind(build(flushMode="async"), "StatefulSet")

@@ -282,6 +282,8 @@ def _args(spec: ClusterSpec) -> list[str]:
         "--broker-name",
         "$(GANNET_BROKER_NAME)",
     ]
+    if spec.index_hash_slots is not None:
+        args += ["--index-hash-slots", str(spec.index_hash_slots)]
     if spec.auto_create_topics:
         args.append("--auto-create-topics")
     if spec.auto_create_groups:

@@ -40,6 +40,9 @@ QUEUES_MAX = 1024
 REPLICAS_MAX = 9
 BROKER_GROUPS_MAX = 16
 """Broker groups of one GannetCluster (each its own StatefulSet and Raft group)."""
+# broker run --index-hash-slots bounds (gannet.node.cli.broker INDEX_HASH_SLOTS_MIN/MAX).
+INDEX_HASH_SLOTS_MIN = 16
+INDEX_HASH_SLOTS_MAX = 50_000_000
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -154,6 +157,9 @@ class ClusterSpec:
     service_monitor: ServiceMonitorSpec
     security: SecuritySpec = NO_SECURITY
     broker_groups: int = 1
+    index_hash_slots: int | None = None
+    """``broker run --index-hash-slots``; None: the broker's default (5,000,000, ~420 MB of
+    preallocated index file per broker; small nodes set a few thousand)."""
 
 
 def _get(spec: Mapping[str, Any], path: str, kind: type, default: Any) -> Any:
@@ -346,6 +352,10 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     _in_range("brokerGroups", groups, 1, BROKER_GROUPS_MAX)
     size_mb = _get(spec, "commitLogFileSizeMb", int, 1024)
     _in_range("commitLogFileSizeMb", size_mb, 1, 4096)
+    index_slots = spec.get("indexHashSlots")
+    if index_slots is not None:
+        index_slots = _get(spec, "indexHashSlots", int, 0)
+        _in_range("indexHashSlots", index_slots, INDEX_HASH_SLOTS_MIN, INDEX_HASH_SLOTS_MAX)
     revive = _get(_section(spec, "pop"), "pop.reviveQueueCount", int, 8)
     _in_range("pop.reviveQueueCount", revive, 1, 64)
     metrics = _section(spec, "metrics")
@@ -365,6 +375,7 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
         ),
         flush_mode=_one_of("flushMode", _get(spec, "flushMode", str, "async"), ("async", "sync")),
         commitlog_file_size_mb=size_mb,
+        index_hash_slots=index_slots,
         auto_create_topics=_get(spec, "autoCreateTopics", bool, False),
         auto_create_groups=_get(spec, "autoCreateGroups", bool, False),
         storage=_storage(spec),
