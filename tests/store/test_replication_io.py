@@ -10,6 +10,7 @@ import pytest
 
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import DiskFull, StoreError
+from gannet.node.store.log import records
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.upkeep import verifying
@@ -78,3 +79,36 @@ def test_a_follower_above_its_warning_ratio_still_takes_the_leaders_bytes(tmp_pa
     finally:
         leader.close()
         follower.close()
+
+
+def test_a_cut_keeps_the_queue_offsets_of_the_records_not_dispatched_below_it(
+    tmp_path: Path,
+) -> None:
+    """Fault seed 104: a leader stepped down with records not committed yet and was elected
+    again; writing its election record cut the bytes appended past its Raft log, and the cut
+    numbered the queues from the consume queues only (what dispatch had reached), so the new
+    term's first send took the queue offset of a kept, not yet committed record: two records
+    at one queue offset, the second acknowledged but in no consume queue."""
+    store = open_store(tmp_path)
+    try:
+        for i in range(3):
+            store.put_message(Message(topic="T", body=b"committed %d" % i, queue_id=3))
+        committed = store.commitlog.max_offset()
+        store.set_commit_offset(committed)
+        assert store.wait_dispatched(committed)
+        tail = store.put_message(Message(topic="T", body=b"kept, not committed", queue_id=3))
+        kept = store.commitlog.max_offset()
+        stray = store.put_message(Message(topic="T", body=b"never proposed", queue_id=3))
+        assert (tail.queue_offset, stray.queue_offset) == (3, 4)
+        store.truncate(kept)  # the stray bytes cut; the tail stays
+        after = store.put_message(Message(topic="T", body=b"next term", queue_id=3))
+        assert after.queue_offset == 4
+        end = store.commitlog.max_offset()
+        store.set_commit_offset(end)  # the new term's commit commits the kept tail too
+        assert store.wait_dispatched(end)
+        assert store.max_offset_in_queue("T", 3) == 5
+        bodies = [records.decode(m.data).body for m in store.get_messages("T", 3, 0, 10).messages]
+        assert bodies[3:] == [b"kept, not committed", b"next term"]
+    finally:
+        store.close()
+    assert verifying.verify(tmp_path).clean

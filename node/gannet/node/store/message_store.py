@@ -524,7 +524,8 @@ class MessageStore:
         """Cut the commit log and everything derived from it at ``offset`` (a record start).
 
         Used by the Raft layer for a divergent suffix. Dispatch is paused meanwhile; queue
-        offsets are rebuilt from the consume queues.
+        offsets are rebuilt from the consume queues and the records kept past the dispatch
+        cursor (committed or not).
         """
         with self.dispatch.paused(), self.commitlog.put_lock:
             self._check_record_boundary(offset)
@@ -541,8 +542,14 @@ class MessageStore:
             if self.flush is not None:
                 self.flush.truncated(offset)
             self._raw_scanned = min(self._raw_scanned, offset)
-            self.commitlog.queue_offsets = offset_table_of(self.queues)
             reput = min(self.dispatch.reput_from, offset)
+            # Queue offsets continue after every record kept, not only the dispatched ones:
+            # the consume queues end at the dispatch cursor, and the records between it and
+            # the cut (a Raft tail not committed yet) keep their queue offsets. Numbering from
+            # the consume queues alone gave those offsets out again (fault seed 104).
+            self.commitlog.queue_offsets = offset_table_of(self.queues)
+            kept_from = max(reput, self.commitlog.min_offset())
+            self.commitlog.note_records_locked(kept_from, offset)
             self.dispatch.reset(reput, min(self.dispatch.commit_offset, offset))
         if removed > 0:
             log.warning(

@@ -302,20 +302,21 @@ class CommitLog:
         raise the queue-offset table and the last store time. Returns where the next call
         must start (the first incomplete record, or ``end``)."""
         with self.put_lock:
-            offset = start
-            for at, head, _ in self.scan_heads(start, end, check_crc=False):
-                if head is None:
-                    return at
-                if head.sys_flag & 0xC in (0x0, 0x8):
-                    key = queue_key(head.topic, head.queue_id)
-                    self.queue_offsets[key] = max(
-                        self.queue_offsets.get(key, 0), head.queue_offset + 1
-                    )
-                self.last_store_timestamp_ms = max(
-                    self.last_store_timestamp_ms, head.store_timestamp_ms
-                )
-                offset = at + head.size
-            return self._skip_blanks(offset, end)
+            return self.note_records_locked(start, end)
+
+    def note_records_locked(self, start: int, end: int) -> int:
+        """:meth:`note_raw_records` for a caller that holds :attr:`put_lock` (a truncation
+        renumbering the records kept past what was dispatched)."""
+        offset = start
+        for at, head, _ in self.scan_heads(start, end, check_crc=False):
+            if head is None:
+                return at
+            if head.sys_flag & 0xC in (0x0, 0x8):
+                key = queue_key(head.topic, head.queue_id)
+                self.queue_offsets[key] = max(self.queue_offsets.get(key, 0), head.queue_offset + 1)
+            self.last_store_timestamp_ms = max(self.last_store_timestamp_ms, head.store_timestamp_ms)
+            offset = at + head.size
+        return self._skip_blanks(offset, end)
 
     def _skip_blanks(self, offset: int, end: int) -> int:
         while offset < end:
