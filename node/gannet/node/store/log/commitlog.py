@@ -314,7 +314,9 @@ class CommitLog:
             if head.sys_flag & 0xC in (0x0, 0x8):
                 key = queue_key(head.topic, head.queue_id)
                 self.queue_offsets[key] = max(self.queue_offsets.get(key, 0), head.queue_offset + 1)
-            self.last_store_timestamp_ms = max(self.last_store_timestamp_ms, head.store_timestamp_ms)
+            self.last_store_timestamp_ms = max(
+                self.last_store_timestamp_ms, head.store_timestamp_ms
+            )
             offset = at + head.size
         return self._skip_blanks(offset, end)
 
