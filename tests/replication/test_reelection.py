@@ -13,16 +13,20 @@ offset again), and a retry of the kept record's id must get that record's receip
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
 
+from gannet.node.api.dedup import Key
+from gannet.node.protocol.statuses import ApiError
 from gannet.node.raft.ready import Role
 from gannet.node.store import properties as props
 from gannet.node.store.log.records import Message
 
 from .conftest import Cluster
-from .test_dedup import TOPIC, _send, _stored
+from .test_dedup import TOPIC, _request, _send, _stored
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -71,5 +75,48 @@ def test_a_leader_elected_again_numbers_after_its_kept_tail(tmp_path: Path) -> N
         assert _stored(cluster, old) == [b"committed", b"kept", b"next term"]
         assert _stored(cluster, back) == [b"committed", b"kept", b"next term"]
         cluster.raft(away).transport.partitioned = False
+    finally:
+        cluster.stop_all()
+
+
+def test_a_send_whose_leadership_check_went_stale_appends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A send checks leadership, then may wait (for its original's outcome, or an index
+    lookup); a node that lost leadership meanwhile, or leads a new term before applying the
+    earlier ones, must not append it: the bytes would be proposed later, past the dedup
+    check (fault seeds 107, 108: an id stored twice)."""
+    cluster = Cluster(tmp_path, 3)
+    try:
+        cluster.start_all()
+        old = cluster.leader()
+        cluster.create_topic(TOPIC, queues=1)
+        assert _send(cluster, old, "ID-1", b"committed") == [("ID-1", 0)]
+        messaging = cluster.nodes[old].broker.messaging
+        assert messaging is not None
+        looking, release = threading.Event(), threading.Event()
+
+        def slow_lookup(key: Key) -> None:
+            looking.set()
+            release.wait(30)
+
+        monkeypatch.setattr(messaging.dedup, "_needs_lookup", lambda born_ms: True)
+        monkeypatch.setattr(messaging.dedup, "_in_log", slow_lookup)
+        raft = cluster.raft(old)
+        sending = asyncio.run_coroutine_threadsafe(
+            messaging._send(_request("ID-2", b"late"), "127.0.0.1"), raft.loop
+        )
+        assert looking.wait(10)  # checked leadership, now waits for the lookup
+        for node_id in cluster.nodes:
+            cluster.raft(node_id).transport.partitioned = True
+        cluster.wait(old, lambda: raft.core is not None and raft.core.role is not Role.LEADER)
+        store = cluster.nodes[old].broker.store
+        end = store.commitlog.max_offset()
+        release.set()
+        with pytest.raises(ApiError):
+            sending.result(10)
+        assert store.commitlog.max_offset() == end
+        for node_id in cluster.nodes:
+            cluster.raft(node_id).transport.partitioned = False
     finally:
         cluster.stop_all()

@@ -367,6 +367,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             if self.transactions is None:
                 raise _unsupported("transactional messages")
             messages = self.transactions.to_half(messages)
+        # Again, with no await before the append: the check in _send may be stale by now (a
+        # retry that waited for its original, or for an index lookup). Bytes appended on a
+        # node that lost leadership, or leads a new term and has not applied the earlier
+        # terms yet, would be proposed later past the dedup gate (fault seeds 107, 108).
+        self._check_leader()
         results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
         if self._on_sent is not None:
             self._on_sent(prepared.topic.topic_name, messages)
