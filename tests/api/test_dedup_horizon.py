@@ -181,3 +181,42 @@ def test_the_margin_and_limits_are_checked(tmp_path: Path) -> None:
             SendDeduplicator(store, born_margin_s=-1)
     finally:
         store.close()
+
+
+def test_a_retry_waits_for_an_original_whose_caller_went_away(tmp_path: Path) -> None:
+    """Fault seed 104 (replayed after the queue-offset fix): the original's client deadline
+    passed while its append waited for the commit; the cancelled original left the pending
+    map, its retry appended the id again, and both records committed. The original must stay
+    in flight until its outcome is known, and the retry get that outcome."""
+    store = _open(tmp_path)
+    try:
+        checker = _deduplicator(store)
+
+        async def scenario() -> None:
+            appended: list[str] = []
+            committed = asyncio.Event()
+
+            async def append() -> service_pb2.SendMessageResponse:
+                appended.append("ID")
+                await committed.wait()  # proposed, waiting for the commit
+                entry = service_pb2.SendResultEntry(status=statuses.ok(), message_id="ID", offset=7)
+                return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
+
+            original = asyncio.create_task(checker.send_once(TOPIC, ["ID"], append))
+            while not appended:
+                await asyncio.sleep(0)
+            original.cancel()  # the client's deadline: its call is cancelled
+            with pytest.raises(asyncio.CancelledError):
+                await original
+            retry = asyncio.create_task(checker.send_once(TOPIC, ["ID"], append))
+            for _ in range(10):
+                await asyncio.sleep(0)
+            committed.set()
+            answer = await retry
+            assert [(e.message_id, e.offset) for e in answer.entries] == [("ID", 7)]
+            assert appended == ["ID"]
+            assert checker.duplicates_total == 1
+
+        asyncio.run(scenario())
+    finally:
+        store.close()

@@ -9,7 +9,8 @@ already accepted (its message id and queue offset) instead of appending it again
 Where the original is found, in order:
 
 1. *in flight* on this node (appended, waiting for its commit): the retry waits for the same
-   outcome and gets the same answer;
+   outcome and gets the same answer — also when the original's own caller went away (its
+   client's deadline cancelled the call): the original's append runs on to its outcome;
 2. *in the window map*: every replica adds each record's ``UNIQ_KEY`` (topic, queue offset,
    store time) when dispatch reaches it — dispatch follows the Raft commit point, so the map
    is recorded through the replicated log, and a new leader knows what the old one accepted;
@@ -95,6 +96,12 @@ Key = tuple[str, str]
 
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
+
+
+def _retrieve(task: asyncio.Task[service_pb2.SendMessageResponse]) -> None:
+    """Mark an original's outcome retrieved: its caller may have gone (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
 
 
 class SendDeduplicator:
@@ -219,6 +226,22 @@ class SendDeduplicator:
             asyncio.get_running_loop().create_future()
         )
         self._pending[key] = future
+        # The append runs to its outcome even when this caller is cancelled (its client's
+        # deadline passed): its bytes may be proposed already and commit later, and until then
+        # a retry must wait for it here, not append the message again (fault seed 104 replay:
+        # an id stored twice in one term after the original's deadline).
+        task = asyncio.ensure_future(self._append_pending(key, future, append))
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _append_pending(
+        self,
+        key: Key,
+        future: asyncio.Future[service_pb2.SendMessageResponse],
+        append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+    ) -> service_pb2.SendMessageResponse:
+        """``append()`` as the in-flight original of ``key``: its outcome goes to ``future``
+        (retries wait for it); the key stays pending until then."""
         try:
             answer = await append()
         except BaseException as exc:
