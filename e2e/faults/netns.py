@@ -15,14 +15,21 @@ Used by :mod:`e2e.faults.runner` (``make e2e-faults``) and :mod:`e2e.replication
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
 import shutil
+import signal
 import subprocess
+import sys
+from collections.abc import Iterator
+from typing import IO
 
 SUBNET_PREFIX = "10.213"
 CTL_HOST = 254
 COMMAND_TIMEOUT_S = 30
+INNER_STOP_TIMEOUT_S = 20.0
 
 
 def run(*argv: str) -> None:
@@ -112,3 +119,23 @@ def available() -> str | None:
         if shutil.which(tool) is None:
             return f"no {tool} command"
     return None
+
+
+@contextlib.contextmanager
+def inner_process(
+    spaces: Namespaces, module: str, spec: dict[str, object], log: IO[bytes] | None = None
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -m <module> --inner <spec as JSON>`` inside ``spaces.ctl``, in a session of its
+    own; on leaving, that session is stopped (SIGTERM, then SIGKILL after
+    ``INNER_STOP_TIMEOUT_S``: brokers it started and left behind go with it)."""
+    argv = spaces.exec_argv(spaces.ctl, [sys.executable, "-m", module, "--inner", json.dumps(spec)])
+    process = subprocess.Popen(argv, start_new_session=True, stdout=log, stderr=log)
+    try:
+        yield process
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(INNER_STOP_TIMEOUT_S)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)

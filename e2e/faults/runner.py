@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import os
 import random
 import shutil
 import signal
@@ -52,7 +51,6 @@ RECOVER_TIMEOUT_S = 90.0
 DRAIN_TIMEOUT_S = 40.0
 CONVERGE_TIMEOUT_S = 60.0
 RUN_MARGIN_S = 420.0
-STOP_TIMEOUT_S = 20.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 
 
@@ -185,7 +183,6 @@ def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3
     if run_out.exists():
         shutil.rmtree(run_out)
     run_out.mkdir(parents=True)
-    process: subprocess.Popen[bytes] | None = None
     try:
         spaces.create()
         spec = {
@@ -194,20 +191,13 @@ def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3
             "addresses": [spaces.address(i) for i in range(1, len(spaces.nodes) + 1)],
             "ctl_address": spaces.ctl_address,
         }  # fmt: skip
-        argv = spaces.exec_argv(spaces.ctl, [sys.executable, "-m", "e2e.faults.runner",
-                                             "--inner", json.dumps(spec)])  # fmt: skip
-        with (run_out / "inner.log").open("ab") as log:
-            process = subprocess.Popen(argv, start_new_session=True, stdout=log, stderr=log)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(duration_s + RUN_MARGIN_S)
+        with (
+            (run_out / "inner.log").open("ab") as log,
+            netns.inner_process(spaces, "e2e.faults.runner", spec, log) as process,
+            contextlib.suppress(subprocess.TimeoutExpired),
+        ):
+            process.wait(duration_s + RUN_MARGIN_S)
     finally:
-        if process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                process.wait(STOP_TIMEOUT_S)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)  # brokers left in the session
         spaces.delete()
     path = run_out / "result.json"
     if not path.exists():

@@ -34,7 +34,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -47,6 +46,7 @@ from pathlib import Path
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
+from e2e.faults import netns
 from e2e.faults.netns import Namespaces
 from e2e.replication.clients import ExternalLoad
 from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group
@@ -56,7 +56,6 @@ OUTAGE_TARGET_S = 3.0
 PARTITION_S = 15.0
 SETTLE_TIMEOUT_S = 60.0
 POLL_S = 0.1
-STOP_TIMEOUT_S = 15.0
 CUT_MEMBER = 1
 """The member cut off in every scenario: the Python client's channel sits on it."""
 TOPIC = "PartitionClients"
@@ -74,7 +73,6 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
         print("e2e-partition-clients needs root (network namespaces, iptables)", file=sys.stderr)
         return 2
     spaces = Namespaces(3)
-    inner_process: subprocess.Popen[bytes] | None = None
     try:
         spaces.create()
         spec = {
@@ -84,18 +82,9 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
             "scenarios": scenarios,
             "partition_s": partition_s,
         }
-        argv = ["ip", "netns", "exec", spaces.ctl, sys.executable,
-                "-m", "e2e.replication.partition_clients", "--inner", json.dumps(spec)]  # fmt: skip
-        inner_process = subprocess.Popen(argv, start_new_session=True)
-        return inner_process.wait()
+        with netns.inner_process(spaces, "e2e.replication.partition_clients", spec) as inner:
+            return inner.wait()
     finally:
-        if inner_process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(inner_process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                inner_process.wait(STOP_TIMEOUT_S)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(inner_process.pid, signal.SIGKILL)  # brokers left in the session
         spaces.delete()
 
 

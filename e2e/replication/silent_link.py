@@ -62,7 +62,6 @@ def outer(partitions_s: list[float]) -> int:
         print("e2e-silent-link needs root (network namespaces, iptables)", file=sys.stderr)
         return 2
     spaces = Namespaces(3)
-    inner: subprocess.Popen[bytes] | None = None
     try:
         spaces.create()
         spec = {
@@ -70,18 +69,9 @@ def outer(partitions_s: list[float]) -> int:
             "addresses": [spaces.address(i) for i in (1, 2, 3)],
             "partitions_s": partitions_s,
         }
-        argv = ["ip", "netns", "exec", spaces.ctl, sys.executable,
-                "-m", "e2e.replication.silent_link", "--inner", json.dumps(spec)]  # fmt: skip
-        inner = subprocess.Popen(argv, start_new_session=True)
-        return inner.wait()
+        with netns.inner_process(spaces, "e2e.replication.silent_link", spec) as inner:
+            return inner.wait()
     finally:
-        if inner is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(inner.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                inner.wait(STOP_TIMEOUT_S)
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(inner.pid, signal.SIGKILL)  # brokers left in the session
         spaces.delete()
 
 
