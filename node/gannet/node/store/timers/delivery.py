@@ -321,7 +321,11 @@ class TimerService:
             entries = ts.due_entries(now_ms, FIRE_BATCH_MAX)
             if not entries:
                 break
-            fired += self._fire(entries, now_ms)
+            try:
+                fired += self._fire(entries, now_ms)
+            except BaseException:
+                ts.rewind()  # not delivered: due again at the next tick
+                raise
             read_ms = ts.read_time_ms
             if read_ms is not None:
                 ts.commit_read(read_ms)
