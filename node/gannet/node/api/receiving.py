@@ -48,6 +48,7 @@ Plugged into :class:`~gannet.node.api.messaging.MessagingServicer` by
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import logging
 import threading
@@ -117,7 +118,14 @@ def factory(
     the servicer's store, served by :class:`PopHandler`."""
 
     def make(servicer: ServicerParts) -> PopHandler:
-        pop = PopBroker(servicer.store, config)
+        pop_config = config or PopConfig()
+        if servicer.replication is not None:
+            # A checkpoint kept in the leader's memory is lost with its leadership: the next
+            # leader would hand the message out again (even after an ack answered OK, whose
+            # ACK record then matches no checkpoint). Every pop writes its checkpoint, and
+            # ReceiveMessage answers once it and the offset commit are committed.
+            pop_config = dataclasses.replace(pop_config, buffer_merge_enabled=False)
+        pop = PopBroker(servicer.store, pop_config)
         if servicer.replication is not None:  # only the Raft leader revives (pop/service.py)
             pop.set_leading(servicer.replication.is_serving_leader())
             servicer.replication.role_listeners.append(pop.set_leading)
@@ -400,6 +408,11 @@ class PopHandler:
             return _not_found("broker is shutting down"), []
         if not result.found:
             return _not_found("no new message"), []
+        # Raft group: the pop's checkpoint and offset commit reach a majority before the
+        # messages are handed out, so a new leader neither hands them out during their
+        # invisible time nor after an ack (``_replicated``). Not committed: the client gets
+        # an error and the messages come back once invisible (revived by the leader).
+        await self._replicated()
         delivered = await self._drop_mismatched(group, tag_filter, result)
         if not delivered:
             return _not_found("no match message"), []

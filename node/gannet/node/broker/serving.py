@@ -208,6 +208,10 @@ class Broker:
         self._pop_factory = pop if pop is not None else receiving.factory()
         self.store = MessageStore(config.store, commit_follows_flush=config.replication is None)
         self.replication: ReplicationNode | None = None
+        if config.replication is not None:
+            # From the store's opening on (due timers, Pop), only the Raft leader appends on
+            # its own; before replication starts this member does not know it leads.
+            self.store.write_permit = self._leads
         self.server: grpc.aio.Server | None = None
         self.port = 0
         self.messaging: messaging.MessagingServicer | None = None
@@ -604,6 +608,9 @@ class Broker:
             return None
         figures = replication.transport.resolver.figures
         return figures if figures.family or figures.seconds else None
+
+    def _leads(self) -> bool:
+        return self.replication is not None and self.replication.is_leader()
 
     async def _start_replication(self) -> None:
         if self.config.replication is not None:

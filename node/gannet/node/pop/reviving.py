@@ -154,8 +154,7 @@ class ReviveService:
             scan.read += len(got.messages)
             scan.next_offset = got.next_begin_offset
         at_end = scan.next_offset >= store.max_offset_in_queue(self.topic, self.revive_qid)
-        timer = store.timers.timer_store
-        if at_end and (timer is None or timer.is_caught_up(now_ms)):
+        if at_end and store.timers.delivered_until(now_ms):
             scan.end_time_ms = max(scan.end_time_ms, now_ms)
         return scan
 

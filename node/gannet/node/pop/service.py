@@ -50,6 +50,7 @@ from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.reviving import RevivePass, ReviveService
 from gannet.node.pop.waking import NEVER_MS, Wait, WakeSchedule
 from gannet.node.store.config import FlushMode
+from gannet.node.store.errors import NotLeading
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -439,5 +440,8 @@ class PopBroker:
             self._thread.join()
             self._thread = None
         if self._leading.is_set():
-            self.ctx.flush_all()
+            try:
+                self.ctx.flush_all()
+            except NotLeading:  # replication stopped first: nothing here reaches the log now
+                log.warning("pop: buffered checkpoints not written (this member does not lead)")
         self.orders.persist()

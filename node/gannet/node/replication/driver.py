@@ -110,6 +110,7 @@ class ReplicationNode:
 
     def __init__(self, store: MessageStore, config: ReplicationConfig) -> None:
         self.store = store
+        store.write_permit = self.is_leader  # a follower's log takes the leader's bytes only
         self.config = config
         self.files = RaftStateFiles(store.config.root_dir / "raft")
         self.membership_file = members.MembershipFile(self.files.directory / "membership")

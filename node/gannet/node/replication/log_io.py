@@ -77,7 +77,9 @@ class StoreLog:
         past it that were never acknowledged)."""
         end = self.store.commitlog.max_offset()
         if end > start:
-            # Bytes appended here while not leading (or proposals refused): never acknowledged.
+            # Bytes this node appended as leader but never had committed (proposals refused,
+            # leadership lost): never acknowledged. A member that does not lead appends
+            # nothing of its own (``MessageStore.write_permit``).
             self.truncate(start)
         elif end < start:
             raise ReplicationError(f"asked to write at {start} but the commit log ends at {end}")

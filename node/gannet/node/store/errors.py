@@ -42,6 +42,17 @@ class StoreNotWritable(StoreError):
     """The store refuses writes: shut down, read-only, or a previous fatal error."""
 
 
+class NotLeading(StoreNotWritable):
+    """A member of a Raft group that does not lead refuses appends of its own: its log takes
+    only the leader's bytes (``MessageStore.append_replicated``), or it would hold records no
+    other member has, below offsets the leader writes at."""
+
+
+class LogMismatch(StoreError):
+    """A leader's bytes do not fit where this log ends (they start inside a record, or were made
+    for another position): this member holds bytes the leader does not. Never written."""
+
+
 class DiskFull(StoreNotWritable):
     """The disk holding the store is above the warning ratio or has no room left."""
 

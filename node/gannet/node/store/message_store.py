@@ -41,6 +41,8 @@ from gannet.node.store.configs.topics import TopicConfigManager
 from gannet.node.store.errors import (
     DiskFull,
     FlushTimeout,
+    LogMismatch,
+    NotLeading,
     StoreError,
     StoreLocked,
     StoreNotWritable,
@@ -124,6 +126,11 @@ class MessageStore:
         self.flush: FlushService | None = None
         self.cleaner = CleanService(self)
         self.timers = TimerService(self)
+        self.write_permit: Callable[[], bool] | None = None
+        """Raft: true while this member may append on its own (it leads); None: always. Every
+        local append (sends, Pop checkpoints and acks, revives, timers, transaction checks,
+        config records) asks it; the leader's bytes (:meth:`append_replicated`) do not. While
+        it says no, :meth:`start_services` leaves the timer thread stopped."""
 
     # ------------------------------------------------------------------ lifecycle
     def open(self, *, start_services: bool = True) -> MessageStore:
@@ -210,7 +217,8 @@ class MessageStore:
             raise StoreNotWritable("open() the store before starting its services")
         self.flush.start()
         self.dispatch.start()
-        self.timers.start()
+        if self.write_permit is None or self.write_permit():
+            self.timers.start()  # a Raft member's timers start once it leads
         self._housekeeping = threading.Thread(
             target=self._housekeep, name="gannet-housekeeping", daemon=True
         )
@@ -315,6 +323,11 @@ class MessageStore:
         it in the calling thread instead of waking the dispatch thread (see
         :mod:`dispatching`); only for callers that hold no lock a dispatcher could take."""
         self._check_writable()
+        if self.write_permit is not None and not self.write_permit():
+            raise NotLeading(
+                "this Raft member does not lead: only the leader appends on its own (a "
+                "follower's log takes the leader's bytes only)"
+            )
         now = now_ms()
         prepared = self._prepare(msgs, now)
         encoded = self.commitlog.encode_all(prepared)
@@ -513,6 +526,15 @@ class MessageStore:
         # majority may already have committed (cleanup frees its space; a write that really
         # finds no space fails and stops the node).
         self._check_writable(admission=False)
+        if self._raw_scanned == offset:  # no record of the leader's left partial here
+            problem = record_checks.misplaced_start(
+                data, offset, self.config.commitlog_file_size_bytes
+            )
+            if problem is not None:
+                raise LogMismatch(
+                    f"refusing the leader's bytes [{offset}, {offset + len(data)}): {problem}; "
+                    "this log holds bytes the leader's does not (appended here without Raft)"
+                )
         end = self.commitlog.append_raw(offset, data)
         self._raw_scanned = self.commitlog.note_raw_records(self._raw_scanned, end)
         if self.flush is not None:

@@ -27,6 +27,7 @@ from gannet.node.store.log.records import (
     MAGIC_BLANK,
     MAGIC_V1,
     MAGIC_V2,
+    PHYSICAL_OFFSET_POSITION,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_POSITION,
     SYSFLAG_STOREHOST_V6,
@@ -264,3 +265,27 @@ def check_structure(
         return None, total, f"undecodable record: {exc}"
     head = RecordHead(total, topic, queue_id, queue_offset, physical_offset, sys_flag, store_ts)
     return head, total, ""
+
+
+def misplaced_start(data: bytes, offset: int, file_size: int) -> str | None:
+    """Why ``data`` cannot be the bytes that start at ``offset``, a record boundary of the log
+    it is written to (None: it may be; too few bytes to tell pass).
+
+    A message record names its own position (PHYSICALOFFSET); a BLANK closes the file holding
+    ``offset``. Bytes that start elsewhere (inside a record, or at a record written for another
+    position) mean that this log's end is not the writer's: Raft's log matching was broken."""
+    if len(data) < _BLANK.size:
+        return None
+    size, magic = _BLANK.unpack_from(data, 0)
+    if magic == MAGIC_BLANK:
+        if offset % file_size + size != file_size:
+            return f"a BLANK of {size} bytes at {offset} does not close its file"
+        return None
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        return f"magic {magic:#x} at {offset} starts no record (bytes from inside one?)"
+    if len(data) < PHYSICAL_OFFSET_POSITION + _LONG.size:
+        return None
+    (physical,) = _LONG.unpack_from(data, PHYSICAL_OFFSET_POSITION)
+    if physical != offset:
+        return f"the record written at {offset} was made for offset {physical}"
+    return None

@@ -245,6 +245,7 @@ class TimerService:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.fired_total = 0
+        self._fired_end = 0  # commit-log end of the last re-put
         self.enqueued_total = 0
         self.pending = PendingTimers()
         self.recount_reads = 0  # parked messages the last rebuild of the figures had to read
@@ -321,7 +322,11 @@ class TimerService:
             entries = ts.due_entries(now_ms, FIRE_BATCH_MAX)
             if not entries:
                 break
-            fired += self._fire(entries, now_ms)
+            try:
+                fired += self._fire(entries, now_ms)
+            except BaseException:
+                ts.rewind()  # not delivered: due again at the next tick
+                raise
             read_ms = ts.read_time_ms
             if read_ms is not None:
                 ts.commit_read(read_ms)
@@ -379,6 +384,7 @@ class TimerService:
         for start in range(0, len(out), 64):
             batch = out[start : start + 64]
             results = self.store.put_messages(batch)
+            self._fired_end = max(self._fired_end, results[-1].end_offset)
             dispatched = self.store.dispatched_to()
             for msg, key, result in zip(batch, keys[start:], results, strict=False):
                 if msg.topic == TIMER_TOPIC:
@@ -389,6 +395,25 @@ class TimerService:
                 self.store.wait_dispatched(results[-1].end_offset, DISPATCH_WAIT_S)
         self.fired_total += len(out)
         return len(out)
+
+    def delivered_until(self, now_ms: int) -> bool:
+        """True when every parked message due by ``now_ms`` has been re-put and is readable:
+        the wheel holds the timer topic to its dispatched end, its read cursor has passed
+        ``now_ms``, and dispatch has passed the last re-put. Pop's revive relies on it: an ACK
+        still parked must not let its checkpoint be revived. A wheel not read since the store
+        opened (a Raft member that has not led yet, a new leader before its first tick) is
+        not: the previous leader's parked records may be due in it."""
+        ts = self.timer_store
+        if ts is None:
+            return True
+        cq = self.store.queues.get(TIMER_TOPIC, 0)
+        parked_end = cq.max_offset_in_queue() if cq is not None else 0
+        return (
+            ts.timer_queue_offset >= parked_end
+            and ts.read_time_ms is not None
+            and ts.is_caught_up(now_ms)
+            and self.store.dispatched_to() >= self._fired_end
+        )
 
     # --- figures ---
     def pending_of(self, topic: str) -> TopicTimers:

@@ -439,6 +439,15 @@ class TimerStore:
         self._reading = None
         self._read_ms += self._precision_ms
 
+    def rewind(self) -> None:
+        """Move the read cursor back to the committed read time: the entries returned since
+        were not handled (their re-put failed, e.g. refused on a member that does not lead)
+        and are returned again, as after a restart (at least once)."""
+        with self._lock:
+            if self._committed_ms is not None:
+                self._reading = None
+                self._read_ms = self._committed_ms
+
     def commit_read(self, time_ms: int) -> None:
         """Declare every returned entry of the slots before ``time_ms`` handled (re-put
         durably). Persisted by the next :meth:`flush`; clamped to the read cursor."""
