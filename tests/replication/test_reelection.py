@@ -66,7 +66,13 @@ def test_a_leader_elected_again_numbers_after_its_kept_tail(tmp_path: Path) -> N
         assert core is not None
         assert core.log.last_offset == end > core.committed_offset
         store = cluster.nodes[old].broker.store
-        store.put_message(Message(topic=TOPIC, body=b"stray", queue_id=0))  # cut on election
+        # Bytes that land after the step-down, cut when the member is elected again: a write
+        # that passed its write permit just before the step-down (the permit refuses later ones).
+        permit, store.write_permit = store.write_permit, None
+        try:
+            store.put_message(Message(topic=TOPIC, body=b"stray", queue_id=0))
+        finally:
+            store.write_permit = permit
         cluster.raft(old).transport.partitioned = False
         cluster.raft(back).transport.partitioned = False
         assert cluster.leader([old, back]) == old  # the follower's log is shorter
