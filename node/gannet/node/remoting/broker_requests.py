@@ -37,7 +37,7 @@ from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import codes, messages
+from gannet.node.remoting import admin_requests, codes, messages
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
     ConsumerRegistry,
@@ -164,6 +164,8 @@ class BrokerRequests:
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
         }
+        self.admin_requests = admin_requests.AdminRequests(self)
+        self.admin_requests.install(self.handlers)  # mqadmin's requests
 
     async def dispatch(self, request: Command, conn: Connection) -> Command | None:
         handler = self.handlers.get(request.code)
