@@ -23,6 +23,8 @@ Served (request code → admin call):
   queue), as RocketMQ 5's server-side reset; the group's connected remoting consumers are
   then sent ``RESET_CONSUMER_CLIENT_OFFSET`` (220) so they continue from there;
 * ``GET_BROKER_RUNTIME_INFO`` (28) → ``GetStatus``: a ``KVTable`` of the figures Gannet has;
+* ``DELETE_KV_CONFIG`` (102): the name server's KV config, which Gannet does not keep (mqadmin's
+  deleteTopic clears the topic's ``ORDER_TOPIC_CONFIG`` entry): success, nothing to delete;
 * reads of the applied configuration: ``GET_ALL_SUBSCRIPTIONGROUP_CONFIG`` (201),
   ``GET_SUBSCRIPTIONGROUP_CONFIG`` (352), ``GET_ALL_TOPIC_CONFIG`` (21),
   ``QUERY_TOPIC_CONSUME_BY_WHO`` (300);
@@ -152,6 +154,7 @@ class AdminRequests:
             codes.QUERY_TOPIC_CONSUME_BY_WHO: self.topic_consumers,
             codes.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
             codes.GET_PRODUCER_CONNECTION_LIST: self.producer_connections,
+            codes.DELETE_KV_CONFIG: self.delete_kv_config,
         }
         for code, handler in served.items():
             handlers[code] = self._answering(handler)
@@ -404,6 +407,13 @@ class AdminRequests:
         return request.response(codes.SUCCESS, body=admin_bodies.encode(body))
 
     # ------------------------------------------------------------------ broker
+    async def delete_kv_config(self, request: Command, conn: Connection) -> Command:
+        """The name server's KV config (``ORDER_TOPIC_CONFIG``, which mqadmin's deleteTopic
+        clears): Gannet keeps none, so there is nothing to delete."""
+        _text(request.ext, "namespace")
+        _text(request.ext, "key")
+        return request.response(codes.SUCCESS)
+
     async def runtime_info(self, request: Command, conn: Connection) -> Command:
         status = await self._admin("GetStatus", admin_pb2.GetStatusRequest(), conn)
         table = await asyncio.to_thread(self._runtime_table, status)
