@@ -171,6 +171,13 @@ e2e-faults: $(STAMP)
 	$(BIN)/python -m e2e.faults.runner --runs $(RUNS) --duration-s $(DURATION_S) \
 	  --nemeses $(NEMESES) $(if $(SEED),--seed $(SEED))
 
+## e2e-remoting-admin: a Spring Boot application with rocketmq-spring-boot-starter 2.3.3 (syncSend
+## and a @RocketMQMessageListener) against a broker's name-server port: every message back once
+## (about 1 min; mvn fetches the jars once; mqadmin's checks run in `make test`)
+.PHONY: e2e-remoting-admin
+e2e-remoting-admin: $(STAMP) java
+	$(BIN)/python -m e2e.remoting_admin.spring_scenario --count 20
+
 ## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
 ## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)
 e2e-groups: $(STAMP)

@@ -14,7 +14,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from gannet.node.broker import threads
 
-from . import mqadmin_tool
+from . import java_programs
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 CHECKS = (
@@ -28,9 +28,11 @@ CHECKS = (
 def test_mqadmin_everyday_commands(
     broker: threads.BrokerThread, nameserver_endpoint: str, tmp_path: Path
 ) -> None:
-    mqadmin_tool.lib()
+    java_programs.lib(java_programs.MQADMIN)
     kept, topic, group = "MqaKept", "MqaTopic", "MqaGroup"
-    code, lines = mqadmin_tool.run(tmp_path, nameserver_endpoint, kept, topic, group)
+    code, lines = java_programs.run(
+        java_programs.MQADMIN, tmp_path, nameserver_endpoint, kept, topic, group
+    )
     failed = [line for line in lines if line.startswith("FAIL ")]
     passed = {line[3:] for line in lines if line.startswith("ok ")}
     report = "\n".join(lines[-200:])
