@@ -100,7 +100,10 @@ def classes(program: Program) -> Path:
 def run(program: Program, log_root: Path, *args: str) -> tuple[int, list[str]]:
     """Run ``program``; (exit code, output lines). The clients log under ``log_root``."""
     argv = [
-        "java", "-Drocketmq.client.logLevel=WARN", f"-Drocketmq.client.logRoot={log_root}",
+        # the client's rebalance every second, not every 20 s: a lite pull consumer's first
+        # rebalance otherwise waits a whole interval (as java_clients.JVM_PROPERTIES)
+        "java", "-Drocketmq.client.rebalance.waitInterval=1000",
+        "-Drocketmq.client.logLevel=WARN", f"-Drocketmq.client.logRoot={log_root}",
         f"-Duser.home={log_root}", "-cp", f"{classes(program)}:{lib(program)}/*",
         program.main_class, *args,
     ]  # fmt: skip
