@@ -184,6 +184,8 @@ def test_consume_stats_and_reset_by_time_notify_the_consumers(remoting_endpoint:
         one_queue = {**reset, "queueId": "2", "offset": "1"}
         done = rc.call(codes.INVOKE_BROKER_TO_RESET_OFFSET, one_queue)
         assert body(done)["offsetTable"] == {f"{topic}|{BROKER}|2": 1}
+        to_end = rc.call(codes.INVOKE_BROKER_TO_RESET_OFFSET, {**reset, "timestamp": "-1"})
+        assert body(to_end)["offsetTable"][f"{topic}|{BROKER}|2"] == 3  # skip accumulated
         no_group = rc.call(codes.INVOKE_BROKER_TO_RESET_OFFSET, {**reset, "group": "RemNoG"})
         assert no_group.code == codes.SUBSCRIPTION_GROUP_NOT_EXIST
         no_topic = rc.call(codes.INVOKE_BROKER_TO_RESET_OFFSET, {**reset, "topic": "RemNoT"})

@@ -20,7 +20,8 @@ Served (request code → admin call):
 * ``DELETE_TOPIC_IN_BROKER`` (215), ``DELETE_TOPIC_IN_NAMESRV`` (216) → ``DeleteTopic`` (Gannet's
   routes are its topics); a topic already gone is success;
 * ``INVOKE_BROKER_TO_RESET_OFFSET`` (222) → ``ResetOffset`` by time (or to an offset on one
-  queue), as RocketMQ 5's server-side reset; the group's connected remoting consumers are
+  queue; timestamp -1: to the end, as mqadmin's skipAccumulatedMessage asks), as RocketMQ 5's
+  server-side reset; the group's connected remoting consumers are
   then sent ``RESET_CONSUMER_CLIENT_OFFSET`` (220) so they continue from there;
 * ``GET_BROKER_RUNTIME_INFO`` (28) → ``GetStatus``: a ``KVTable`` of the figures Gannet has;
 * ``DELETE_KV_CONFIG`` (102): the name server's KV config, which Gannet does not keep (mqadmin's
@@ -66,6 +67,8 @@ if TYPE_CHECKING:
 
 Handler = Callable[[Command, Connection], Awaitable[Command | None]]
 
+OFFSET_END = 2**63 - 1
+"""A reset to this offset is clamped to each queue's max offset."""
 _FROM_GRPC = {
     grpc.StatusCode.PERMISSION_DENIED: codes.NO_PERMISSION,
     grpc.StatusCode.UNAUTHENTICATED: codes.NO_PERMISSION,
@@ -357,10 +360,13 @@ class AdminRequests:
         reset = admin_pb2.ResetOffsetRequest(group=group, topic=topic)
         if queue_id >= 0:
             reset.queue_id = queue_id
+        timestamp_ms = _long(ext, "timestamp", 0)
         if queue_id >= 0 and offset >= 0:
             reset.offset = offset
+        elif timestamp_ms == -1:  # RocketMQ's "the end" (mqadmin skipAccumulatedMessage)
+            reset.offset = OFFSET_END
         else:
-            reset.timestamp_ms = max(_long(ext, "timestamp", -1), 0)
+            reset.timestamp_ms = max(timestamp_ms, 0)
         if not self.requests.servicer.store.group_configs.get(group):
             raise Refused(codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group!r} does not exist")
         done = await self._admin("ResetOffset", reset, conn, codes.TOPIC_NOT_EXIST)
