@@ -198,6 +198,7 @@ FIELDS = [
     "suspendTimeoutMillis", "subscription", "expressionType", "a", "b", "e", "f", "g", "i", "m",
     "readQueueNums", "writeQueueNums", "perm", "clientID", "bornTimestamp", "properties",
     "timestamp", "key", "offset", "group", "delayLevel", "maxReconsumeTimes",
+    "groupName", "cleanOffset", "producerGroup", "topicList", "isForce", "namespace",
 ]  # fmt: skip
 
 
@@ -207,7 +208,8 @@ FIELDS = [
     code=CODES,
     ext=st.dictionaries(st.sampled_from(FIELDS), HOSTILE_VALUES, max_size=10),
     body=st.one_of(st.binary(max_size=100), st.sampled_from([b"{}", b"[]", b'{"clientID":1}',
-                   b'{"consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{}]}]}'])),
+                   b'{"consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{}]}]}',
+                   b'{"groupName":"G","retryMaxTimes":1099511627776}'])),
     serialize_type=st.sampled_from([codec.SERIALIZE_JSON, codec.SERIALIZE_ROCKETMQ]),
 )  # fmt: skip
 def test_hostile_requests_are_answered_without_internal_errors(

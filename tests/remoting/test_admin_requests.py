@@ -140,6 +140,11 @@ def test_subscription_groups_created_listed_refused_and_deleted(remoting_endpoin
         junk = rc.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=b"{not json")
         assert junk.code == codes.SYSTEM_ERROR
         assert "not a SubscriptionGroupConfig" in (junk.remark or "")
+        huge = group_config(groupName=group, retryMaxTimes=2**40)
+        too_many = rc.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=huge)
+        assert (too_many.code, too_many.remark) == (
+            codes.SYSTEM_ERROR, f"retryMaxTimes {2**40} is outside 0..{2**31 - 1}",
+        )  # fmt: skip
         unnamed = rc.call(codes.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=group_config())
         assert "no groupName" in (unnamed.remark or "")
         keep = rc.call(codes.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": "false"})

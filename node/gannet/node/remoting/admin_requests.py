@@ -306,6 +306,11 @@ class AdminRequests:
         name = wanted.group_name
         if not name:
             raise Refused(codes.SYSTEM_ERROR, "the SubscriptionGroupConfig has no groupName")
+        if not 0 <= wanted.retry_max_times < 2**31:
+            raise Refused(
+                codes.SYSTEM_ERROR,
+                f"retryMaxTimes {wanted.retry_max_times} is outside 0..{2**31 - 1}",
+            )
         existing = self.requests.servicer.store.group_configs.get(name)
         _refuse_unmapped(wanted, existing or SubscriptionGroupConfig(name))
         if existing is None:
