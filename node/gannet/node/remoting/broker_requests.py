@@ -15,8 +15,9 @@ QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
 UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
 LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
-CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
-name-server requests (:mod:`nameserver`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
+CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), the
+name-server requests (:mod:`nameserver`) and mqadmin's admin requests (:mod:`admin_requests`).
+Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
