@@ -507,6 +507,8 @@ class Broker:
                 await self._close_port()
             elif should_open and self.server is None and self.phase == "serving":
                 await self._reopen_port()
+            elif should_open and self.phase == "serving":
+                await self._reopen_remoting()  # one a busy port kept closed before
             closes_in = gate.closes_in_s(loop.time())
             wait_s = PORT_GATE_RECHECK_S if closes_in is None or closes_in == 0 else closes_in
             with contextlib.suppress(TimeoutError):
@@ -526,6 +528,8 @@ class Broker:
         if self.messaging is not None and self.messaging.forwarder is not None:
             self.messaging.forwarder.release_held()
         await _bounded(server.stop(PORT_CLOSE_GRACE_S), STOP_STEP_SLACK_S, "closing the port")
+        if self.remoting is not None:  # the same rule for the remoting and name-server ports
+            await _bounded(self.remoting.close_ports(), STOP_STEP_SLACK_S, "closing remoting")
 
     async def _reopen_port(self) -> None:
         try:
@@ -539,6 +543,15 @@ class Broker:
         await server.start()
         self.server = server
         log.warning("a Raft leader is known again: client port %d reopened", self.port)
+        await self._reopen_remoting()
+
+    async def _reopen_remoting(self) -> None:
+        if self.remoting is None or self.remoting.listening:
+            return
+        try:
+            await self.remoting.reopen()
+        except OSError as exc:  # retried on the gate's next look
+            log.warning("remoting port not reopened yet: %s", exc)
 
     async def _serve_remoting(self, admin_servicer: object) -> None:
         """The remoting and name-server ports (``remoting_port``), when configured."""

@@ -20,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import struct
 from collections.abc import Awaitable, Callable
 
 from gannet.node.remoting import codec, codes
@@ -59,6 +61,21 @@ class Connection:
         self.writer.write(codec.encode(command))
 
 
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _reset_on_close(writer: asyncio.StreamWriter) -> None:
+    """Make the kernel end this connection with a reset, not a FIN, when it is closed — also
+    when the process dies. The 4.x client fails the requests waiting on a channel at once only
+    when it closes the channel itself (``NettyRemotingClient``'s ``failFast``), which a reset
+    makes it do; a FIN only marks the channel inactive, and a send in flight to a broker killed
+    meanwhile waited its whole timeout (3 s) before the producer retried it elsewhere."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+
+
 Dispatch = Callable[[Command, Connection], Awaitable[Command | None]]
 """Serve one request: its response, or None (oneway requests' responses are dropped anyway)."""
 ClosedListener = Callable[[Connection], None]
@@ -82,6 +99,8 @@ class RemotingServer:
         self.write_buffer_bytes_max = write_buffer_bytes_max
         self._on_closed = on_closed
         self._servers: list[asyncio.Server] = []
+        self._addresses: list[tuple[str, int]] = []
+        """``(host, port)`` of every port :meth:`listen` bound, for :meth:`reopen`."""
         self.connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.bad_frames_total = 0
@@ -97,11 +116,27 @@ class RemotingServer:
                 "choose another port or stop the other process"
             ) from exc
         self._servers.append(server)
-        return int(server.sockets[0].getsockname()[1])
+        bound = int(server.sockets[0].getsockname()[1])
+        self._addresses.append((host, bound))
+        return bound
+
+    @property
+    def listening(self) -> bool:
+        """Whether the ports accept connections (:meth:`close_ports` / :meth:`reopen`)."""
+        return bool(self._servers)
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, cancel the requests still running."""
-        for server in self._servers:
+        await self.close_ports()
+        self._addresses.clear()
+
+    async def close_ports(self) -> None:
+        """Stop accepting, close every connection and cancel its requests (what a stopped
+        process does to its clients: they move to another address); :meth:`reopen` listens on
+        the same ports again. The broker's port gate calls both
+        (:mod:`gannet.node.broker.port_gate`)."""
+        servers, self._servers = self._servers, []
+        for server in servers:
             server.close()
         for conn in list(self.connections):
             conn.writer.close()
@@ -109,10 +144,19 @@ class RemotingServer:
             task.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5.0)
-        for server in self._servers:
+        for server in servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
-        self._servers.clear()
+
+    async def reopen(self) -> None:
+        """Listen again on every port :meth:`listen` bound (after :meth:`close_ports`);
+        OSError when one cannot be bound yet (the ones bound stay open: call again)."""
+        bound = {int(s.sockets[0].getsockname()[1]) for s in self._servers if s.sockets}
+        for host, port in self._addresses:
+            if port in bound:
+                continue
+            server = await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+            self._servers.append(server)
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self.connections) >= self.connections_max:
@@ -120,6 +164,7 @@ class RemotingServer:
             writer.close()
             return
         writer.transport.set_write_buffer_limits(high=self.write_buffer_bytes_max)
+        _reset_on_close(writer)
         conn = Connection(reader, writer)
         self.connections.add(conn)
         try:
