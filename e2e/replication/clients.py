@@ -115,7 +115,7 @@ def remoting_lib() -> Path:
     """A directory with the official remoting (4.x) Java client's jars, copied once by Maven
     (the folder ``tests/remoting/java_clients.py`` uses too)."""
     lib = CACHE / "remoting-lib"
-    if not (lib / "rocketmq-client-4.9.8.jar").exists():
+    if not (lib / "rocketmq-acl-4.9.8.jar").exists():
         lib.mkdir(parents=True, exist_ok=True)
         pom = CLIENTS / "remoting" / "pom.xml"
         argv = ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies"]

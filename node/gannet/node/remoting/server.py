@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+import ssl
 import struct
 from collections.abc import Awaitable, Callable
 
@@ -91,8 +92,11 @@ class RemotingServer:
         connections_max: int = CONNECTIONS_MAX,
         write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
         on_closed: ClosedListener | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: every port speaks TLS only (:mod:`tls_context`)."""
         self._dispatch = dispatch
+        self._ssl = ssl_context
         self.limits = limits
         self.inflight_per_connection_max = inflight_per_connection_max
         self.connections_max = connections_max
@@ -109,7 +113,7 @@ class RemotingServer:
     async def listen(self, host: str, port: int) -> int:
         """Start listening on ``host:port`` (0: any free port); returns the bound port."""
         try:
-            server = await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+            server = await self._start(host, port)
         except OSError as exc:
             raise OSError(
                 f"cannot listen on {host}:{port} for the remoting protocol: {exc.strerror}; "
@@ -155,8 +159,13 @@ class RemotingServer:
         for host, port in self._addresses:
             if port in bound:
                 continue
-            server = await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+            server = await self._start(host, port)
             self._servers.append(server)
+
+    async def _start(self, host: str, port: int) -> asyncio.Server:
+        return await asyncio.start_server(
+            self._connected, host, port, limit=64 * 1024, ssl=self._ssl
+        )
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self.connections) >= self.connections_max:
@@ -169,7 +178,7 @@ class RemotingServer:
         self.connections.add(conn)
         try:
             await self._read_loop(conn)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         except codec.FrameError as exc:
             self.bad_frames_total += 1
