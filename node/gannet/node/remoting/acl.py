@@ -6,7 +6,8 @@ The 4.x client's ``AclClientRPCHook`` (``rocketmq-acl``) adds to every request's
 base64 HMAC-SHA1, keyed with the UTF-8 secret key, of the values of every other ext field
 (``AccessKey`` included) concatenated in the order of their names, followed by the body; the
 broker checks it over the fields it received, as RocketMQ's ``PlainAccessValidator`` does
-(``_UNIQUE_KEY_QUERY``, which the client adds after signing, is left out).
+(``_UNIQUE_KEY_QUERY``, which the client adds after signing, is left out). A ``SecurityToken``
+is signed over like any field but not checked: Gannet has no session tokens.
 
 What each request needs is translated to :class:`Need` values (:func:`needs`) and decided by
 :func:`grants.missing`, as for a v2 call: sends ``pub`` on the topic; pulls, offsets and
