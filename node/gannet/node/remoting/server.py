@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 INFLIGHT_PER_CONNECTION_MAX = 256
 CONNECTIONS_MAX = 4096
 WRITE_BUFFER_BYTES_MAX = 8 * 1024 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""A connection that has not finished its TLS handshake by then is closed."""
 
 
 class Connection:
@@ -126,8 +128,9 @@ class RemotingServer:
 
     @property
     def listening(self) -> bool:
-        """Whether the ports accept connections (:meth:`close_ports` / :meth:`reopen`)."""
-        return bool(self._servers)
+        """Whether every port :meth:`listen` bound accepts connections (:meth:`close_ports` /
+        :meth:`reopen`)."""
+        return bool(self._addresses) and len(self._servers) == len(self._addresses)
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, cancel the requests still running."""
@@ -163,8 +166,15 @@ class RemotingServer:
             self._servers.append(server)
 
     async def _start(self, host: str, port: int) -> asyncio.Server:
+        if self._ssl is None:
+            return await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
         return await asyncio.start_server(
-            self._connected, host, port, limit=64 * 1024, ssl=self._ssl
+            self._connected,
+            host,
+            port,
+            limit=64 * 1024,
+            ssl=self._ssl,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
         )
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
