@@ -124,9 +124,10 @@ def remoting_lib() -> Path:
 
 
 def producer_argv(
-    client: str, endpoints: str, topic: str, prefix: str
+    client: str, endpoints: str, topic: str, prefix: str, log_root: Path = CACHE
 ) -> tuple[list[str], dict[str, str]]:
-    """The command (and environment) running ``client``'s producer program."""
+    """The command (and environment) running ``client``'s producer program (the remoting
+    client writes its own log under ``log_root``)."""
     env = dict(os.environ)
     if client == "node":
         if shutil.which("node") is None:
@@ -144,7 +145,7 @@ def producer_argv(
         if shutil.which("java") is None:
             raise ClientMissing("java is not installed; it runs the remoting client")
         source = CLIENTS / "remoting" / "FailoverProducer.java"
-        properties = ["-Drocketmq.client.logLevel=WARN", f"-Drocketmq.client.logRoot={CACHE}"]
+        properties = ["-Drocketmq.client.logLevel=WARN", f"-Drocketmq.client.logRoot={log_root}"]
         argv = ["java", *properties, "-cp", f"{remoting_lib()}/*", str(source)]
         return [*argv, endpoints, topic, prefix], env
     raise ValueError(f"unknown client {client!r}: node, java or remoting")
@@ -155,7 +156,9 @@ class ExternalLoad(threading.Thread):
 
     def __init__(self, client: str, endpoints: str, topic: str, log_path: Path) -> None:
         super().__init__(name=f"failover-{client}", daemon=True)
-        argv, env = producer_argv(client, endpoints, topic, prefix=f"{client[0]}")
+        argv, env = producer_argv(
+            client, endpoints, topic, prefix=f"{client[0]}", log_root=log_path.parent
+        )
         self.client = client
         self.acks = AckLog()
         self.ready = threading.Event()
