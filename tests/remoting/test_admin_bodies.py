@@ -19,7 +19,9 @@ def test_queue_keys_are_objects_in_key_position_sorted_by_topic_then_queue() -> 
 
 
 def test_fields_sorted_nulls_left_out_integer_keys_bare_text_escaped() -> None:
-    value: admin_bodies.Body = {"b": None, "a": {2: "x", 10: "y"}, "c": ['q"\u00e9', 1.5, True]}
+    numbered: dict[int, admin_bodies.Body] = {2: "x", 10: "y"}
+    listed: list[admin_bodies.Body] = ['q"\u00e9', 1.5, True]
+    value: dict[str, admin_bodies.Body] = {"b": None, "a": numbered, "c": listed}
     assert admin_bodies.encode(value) == '{"a":{2:"x",10:"y"},"c":["q\\"\u00e9",1.5,true]}'.encode()
 
 
@@ -36,4 +38,4 @@ def test_consume_stats_report_the_committed_offset_as_pull_offset() -> None:
 
 def test_a_key_of_another_type_is_a_programming_error() -> None:
     with pytest.raises(TypeError, match="neither str, int nor QueueKey"):
-        admin_bodies.encode({1.5: "x"})  # type: ignore[dict-item]
+        admin_bodies.encode({1.5: "x"})  # type: ignore[arg-type]
