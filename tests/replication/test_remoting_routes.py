@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import functools
 import json
-import random
 import re
 import socket
 from collections.abc import Iterator
@@ -18,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from e2e.replication.harness import remoting_shift
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import Command
@@ -28,31 +28,10 @@ from .conftest import Cluster
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-def _port_shift(ports: list[int]) -> int:
-    """A distance that puts every member's remoting port on a free port (docs/remoting.md:
-    every member keeps the same distance between its client and remoting ports)."""
-    for _ in range(200):
-        shift = random.randrange(1000, 20000)
-        if all(_free(p + shift) for p in ports):
-            return shift
-    raise RuntimeError("no common free port shift")
-
-
-def _free(port: int) -> bool:
-    if port > 65535:
-        return False
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 class RemotingCluster(Cluster):
     def __init__(self, root: Path, size: int) -> None:
         super().__init__(root, size)
-        self.shift = _port_shift([p.client_port for p in self.peers])
+        self.shift = remoting_shift([p.client_port for p in self.peers])
 
     def config(self, node_id: int) -> BrokerConfig:
         base = super().config(node_id)
