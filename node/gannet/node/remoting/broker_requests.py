@@ -38,6 +38,7 @@ from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.remoting import codes, messages
+from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
     ConsumerRegistry,
@@ -138,6 +139,7 @@ class BrokerRequests:
         self.consumers = ConsumerRegistry()
         self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
+        self.transactions = remoting_transactions.RemotingTransactions(servicer)
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
             codes.SEND_MESSAGE_V2: self.send,
@@ -160,6 +162,7 @@ class BrokerRequests:
             codes.UNLOCK_BATCH_MQ: self.unlock_queues,
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
             codes.GET_TOPIC_CONFIG: self.topic_config,
+            codes.END_TRANSACTION: self.transactions.end,
             codes.GET_ROUTEINFO_BY_TOPIC: nameserver.route,
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
@@ -193,6 +196,7 @@ class BrokerRequests:
 
     def connection_closed(self, conn: Connection) -> None:
         self.consumers.closed(conn)
+        self.transactions.producers.closed(conn)
 
     # ------------------------------------------------------------------ sending
     async def send(self, request: Command, conn: Connection) -> Command | None:
@@ -221,24 +225,27 @@ class BrokerRequests:
             )
             for flag, body, props in entries
         ]
-        metadata = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
+        metadata: tuple[tuple[str, str], ...] = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
+        half = not batch and messages.is_transactional(sys_flag, entries[0][2])
+        if half:
+            metadata += self.transactions.send_metadata(ext)
         context = RemotingContext(conn, metadata)
         reply = await self._v2.SendMessage(service_pb2.SendMessageRequest(messages=v2), context)
         if reply.status.code != statuses.OK:
             return _refusal(request, reply.status)
         first = reply.entries[0]
         ids = ",".join(str(e.message_id) for e in reply.entries)
-        return request.response(
-            codes.SUCCESS,
-            ext={
-                "msgId": ids,
-                "queueId": str(queue_id),
-                "queueOffset": str(first.offset),
-                "transactionId": "",
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            },
-        )
+        answer = {
+            "msgId": ids,
+            "queueId": str(queue_id),
+            "queueOffset": str(first.offset),
+            "transactionId": "",
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if half:
+            answer.update(self.transactions.answer_ext(first))
+        return request.response(codes.SUCCESS, ext=answer)
 
     # ------------------------------------------------------------------ pulling
     async def pull(self, request: Command, conn: Connection) -> Command:
@@ -447,6 +454,7 @@ class BrokerRequests:
                     _filter(kind, text)  # refuse what would fail every pull
                     subscriptions[str(sub["topic"])] = Subscription(kind, text)
             self.consumers.heartbeat(group, client_id, conn, subscriptions)
+        self.transactions.producers.heartbeat(conn, remoting_transactions.producer_groups(data))
         return request.response(codes.SUCCESS)
 
     async def unregister(self, request: Command, conn: Connection) -> Command:
@@ -454,6 +462,9 @@ class BrokerRequests:
         client_id = request.ext.get("clientID", "")
         if group:
             self.consumers.unregister(group, client_id)
+        producer_group = request.ext.get("producerGroup")
+        if producer_group:
+            self.transactions.producers.unregister(conn, producer_group)
         return request.response(codes.SUCCESS)
 
     async def consumer_list(self, request: Command, conn: Connection) -> Command:
