@@ -51,7 +51,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
 def lines(broker: threads.BrokerThread, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Every scenario, one JVM."""
     logs = tmp_path_factory.mktemp("rocketmq5-client-logs")
-    return java5_clients.run(logs, broker.broker.nameserver_endpoint, PREFIX, "send", "tx")
+    return java5_clients.run(logs, broker.broker.nameserver_endpoint, PREFIX, "send", "tx", "pop")
 
 
 def _keys_in(broker: threads.BrokerThread, topic: str) -> list[str]:
@@ -132,3 +132,24 @@ def test_committed_over_remoting_received_over_grpc(
         f"body {PREFIX}-check".encode(),
         f"body {PREFIX}-commit".encode(),
     }
+
+
+def test_push_consumer_in_pop_mode_with_tags_ack_and_retry(
+    broker: threads.BrokerThread, lines: list[str]
+) -> None:
+    assert "ok pop" in lines, lines
+    popped = [line.split(" ")[1:] for line in lines if line.startswith("popped ")]
+    keys = [key for key, *_ in popped]
+    # TagA only; the failed one twice (its second delivery counts one reconsume), others once
+    assert sorted(keys) == sorted(
+        [f"{PREFIX}-pop-0", f"{PREFIX}-pop-1", f"{PREFIX}-pop-1", f"{PREFIX}-pop-2"]
+    )
+    assert {tag for _, tag, *_ in popped} == {"TagA"}
+    again = [times for key, _, times, *_ in popped if key == f"{PREFIX}-pop-1"]
+    assert again == ["0", "1"]
+    # consumed by Pop over remoting: popped, the failure an invisible-time change, acks
+    requests = broker.broker.remoting_requests
+    assert requests is not None
+    assert requests.popping.popped_total >= 4
+    assert requests.popping.changed_total >= 1
+    assert requests.popping.acked_total >= 3

@@ -15,7 +15,7 @@
 //          POP_MESSAGE, ACK_MESSAGE) of group <prefix>PopG, tag TagA, on <prefix>Pop, after a
 //          DefaultMQProducer sent 3 TagA and 2 TagB messages there; the first delivery of
 //          "<prefix>-pop-1" fails (RECONSUME_LATER) and must come back; prints
-//          "popped <key> <tag> <reconsumeTimes>" per delivery and "pop-done <n>" once every
+//          "popped <key> <tag> <reconsumeTimes> <brokerName> <POP_CK, '|' for ' '>" per delivery and "pop-done <n>" once every
 //          TagA message was consumed (up to 60 s)
 //
 // Each scenario ends with "ok <scenario>"; an error ends the JVM with exit 2.
@@ -165,13 +165,14 @@ public class Remoting5Clients {
         c.setNamesrvAddr(namesrv);
         c.setMqClientApiTimeout(API_TIMEOUT_MS);
         c.setClientRebalance(false);
-        c.setPopInvisibleTime(5_000);
+        c.setPopInvisibleTime(20_000);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.subscribe(topic, "TagA");
         c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
             for (MessageExt m : msgs) {
                 int n = deliveries.merge(m.getKeys(), 1, Integer::sum);
-                System.out.println("popped " + m.getKeys() + " " + m.getTags() + " " + m.getReconsumeTimes());
+                System.out.println("popped " + m.getKeys() + " " + m.getTags() + " " + m.getReconsumeTimes()
+                        + " " + m.getBrokerName() + " " + m.getProperty("POP_CK").replace(' ', '|'));
                 System.out.flush();
                 if (m.getKeys().equals(failing) && n == 1) {
                     return ConsumeConcurrentlyStatus.RECONSUME_LATER;

@@ -37,7 +37,7 @@ from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import codes, messages
+from gannet.node.remoting import codes, messages, popping
 from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
@@ -140,6 +140,7 @@ class BrokerRequests:
         self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
         self.transactions = remoting_transactions.RemotingTransactions(servicer)
+        self.popping = popping.RemotingPop(servicer, self.consumers)
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
             codes.SEND_MESSAGE_V2: self.send,
@@ -163,6 +164,11 @@ class BrokerRequests:
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
             codes.GET_TOPIC_CONFIG: self.topic_config,
             codes.END_TRANSACTION: self.transactions.end,
+            codes.POP_MESSAGE: self.popping.pop,
+            codes.ACK_MESSAGE: self.popping.ack,
+            codes.CHANGE_MESSAGE_INVISIBLETIME: self.popping.change_invisible_time,
+            codes.QUERY_ASSIGNMENT: self.popping.query_assignment,
+            codes.SET_MESSAGE_REQUEST_MODE: self.popping.set_mode,
             codes.GET_ROUTEINFO_BY_TOPIC: nameserver.route,
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
