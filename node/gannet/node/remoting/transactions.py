@@ -269,6 +269,11 @@ class RemotingTransactions:
         if conn is None:
             return False
         identity = self.servicer.identity
-        conn.send(check_request(check, half, identity.host, identity.port))
+        try:
+            command = check_request(check, half, identity.host, identity.port)
+        except Exception:  # a record that cannot be re-encoded: offered to gRPC producers
+            log.exception("remoting: check of transaction %s not sent", check.transaction_id)
+            return False
+        conn.send(command)
         self.checks_sent_total += 1
         return True
