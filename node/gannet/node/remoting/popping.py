@@ -56,6 +56,7 @@ POLLING_FULL = 209  # ResponseCode.POLLING_FULL
 POP_BATCH_MAX = 32
 RECORD_BYTES_MAX = 64 * 1024 * 1024
 MODES_MAX = 65_536
+APPLY_WAIT_S = 2.0
 MODE_POP = "POP"
 MODE_PULL = "PULL"
 _EXPRESSION_TYPES = {"TAG": definition_pb2.TAG, "SQL92": definition_pb2.SQL}
@@ -197,10 +198,9 @@ class RemotingPop:
 
     async def _answer(self, request: Command, popped: list[definition_pb2.Message]) -> Command:
         handles = [receipts.parse(str(m.system_properties.receipt_handle)) for m in popped]
-        store = self.servicer.store
         bodies = []
         for message, handle in zip(popped, handles, strict=True):
-            stored = await asyncio.to_thread(store.read_message, handle.commit_offset)
+            stored = await asyncio.to_thread(self._read, handle.commit_offset)
             if stored is None:
                 log.warning("remoting pop: no record at commit-log offset %d", handle.commit_offset)
                 continue
@@ -217,6 +217,15 @@ class RemotingPop:
             "msgOffsetInfo": msg_info,
         }
         return request.response(codes.SUCCESS, ext=header, body=b"".join(bodies))
+
+    def _read(self, commit_offset: int) -> records.Message | None:
+        """The record at ``commit_offset``; on a follower that forwarded the pop to the leader,
+        once this member applied it (at most ``APPLY_WAIT_S``)."""
+        store = self.servicer.store
+        stored = store.read_message(commit_offset)
+        if stored is None and store.wait_dispatched(commit_offset + 1, APPLY_WAIT_S):
+            stored = store.read_message(commit_offset)
+        return stored  # type: ignore[no-any-return]
 
     # --- ACK_MESSAGE / CHANGE_MESSAGE_INVISIBLETIME ---
     def _handle(self, ext: dict[str, str]) -> tuple[str, str, str, receipts.ReceiptHandle]:
