@@ -15,7 +15,8 @@ import pytest
 
 from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import threads
-from gannet.node.remoting import codes, messages
+from gannet.node.protocol.grants import Action, Kind, Need
+from gannet.node.remoting import acl, codes, messages
 from gannet.node.remoting.codec import Command
 from gannet.node.store import msgids
 from gannet.node.store.log import records
@@ -335,3 +336,20 @@ def test_query_assignment_in_pop_and_pull_modes(remoting_endpoint: str) -> None:
         assert "neither PULL nor POP" in (wrong.remark or "")
         junk = rc.call(codes.QUERY_ASSIGNMENT, body=b"[")
         assert "not JSON" in (junk.remark or "")
+
+
+def test_transactions_and_pop_need_what_their_v2_counterparts_need() -> None:
+    def needs(code: int, ext: dict[str, str], body: bytes = b"") -> list[Need]:
+        return acl.needs(Command(code, ext=ext, body=body))
+
+    assert needs(codes.END_TRANSACTION, {"topic": "T"}) == [Need(Action.PUB, Kind.TOPIC, "T")]
+    assert needs(codes.END_TRANSACTION, {}) == []  # 4.x: a valid signature (acl docstring)
+    sub_both = [Need(Action.SUB, Kind.TOPIC, "T"), Need(Action.SUB, Kind.GROUP, "G")]
+    assert needs(codes.POP_MESSAGE, {"topic": "T", "consumerGroup": "G"}) == sub_both
+    for code in (codes.ACK_MESSAGE, codes.CHANGE_MESSAGE_INVISIBLETIME):
+        ext = {"topic": "%RETRY%G_T", "consumerGroup": "G"}
+        assert needs(code, ext) == [Need(Action.SUB, Kind.GROUP, "G")]
+    body = json.dumps({"topic": "T", "consumerGroup": "G"}).encode()
+    assert needs(codes.QUERY_ASSIGNMENT, {}, body) == sub_both
+    # setting a group's request mode is mqadmin's: admin on the broker
+    assert needs(codes.SET_MESSAGE_REQUEST_MODE, {}, body) == [Need(Action.ADMIN, Kind.CLUSTER, "")]

@@ -38,7 +38,7 @@ from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import codes, messages, popping
+from gannet.node.remoting import acl, codes, messages, popping
 from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
@@ -137,6 +137,8 @@ class BrokerRequests:
         """Its port map is set once the remoting port is bound."""
         self.admin = admin
         """The admin servicer (topic creation goes through it, forwarded to the leader)."""
+        self.gate: acl.RemotingGate | None = None
+        """Signature and rights checks of every request (``--auth-file``; :mod:`acl`)."""
         self.consumers = ConsumerRegistry()
         self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
@@ -190,6 +192,10 @@ class BrokerRequests:
                 f"request code {request.code} is not supported by Gannet's remoting port "
                 "(docs/remoting.md lists the supported codes)",
             )
+        if self.gate is not None:
+            refused = self.gate.refusal(request)
+            if refused is not None:
+                return refused
         try:
             return await handler(request, conn)
         except BadRequest as exc:
