@@ -14,8 +14,9 @@
 //   pop    DefaultMQPushConsumer in pop mode (setClientRebalance(false): QUERY_ASSIGNMENT,
 //          POP_MESSAGE, ACK_MESSAGE) of group <prefix>PopG, tag TagA, on <prefix>Pop, after a
 //          DefaultMQProducer sent 3 TagA and 2 TagB messages there; the first delivery of
-//          "<prefix>-pop-1" fails (RECONSUME_LATER) and must come back; prints
-//          "popped <key> <tag> <reconsumeTimes> <brokerName> <POP_CK, '|' for ' '>" per delivery and "pop-done <n>" once every
+//          "<prefix>-pop-1" fails (RECONSUME_LATER: CHANGE_MESSAGE_INVISIBLETIME, back after
+//          the client's 10 s) and must come back; prints "popped <key> <tag> <reconsumeTimes>
+//          <brokerName> <POP_CK with '|' for ' '>" per delivery and "pop-done <n>" once every
 //          TagA message was consumed (up to 60 s)
 //
 // Each scenario ends with "ok <scenario>"; an error ends the JVM with exit 2.
