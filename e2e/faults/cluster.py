@@ -21,11 +21,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from e2e.faults import netns
 from e2e.faults.history import History, Sample
+from e2e.faults.lazyfs import LazyMount
 from e2e.replication.disk_full import SmallDisk
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.log import records
@@ -61,10 +63,13 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 class NetCluster:
     def __init__(
         self, nodes: list[str], addresses: list[str], ctl_address: str, root: Path,
-        *, clocks: bool = False, disks: bool = False,
+        *, clocks: bool = False, disks: bool = False, lazy: bool = False,
     ) -> None:  # fmt: skip
         """``clocks``: each member's wall clock skewable (:meth:`set_clock`, the clock shim);
-        ``disks``: each member's store on a small tmpfs of its own (:meth:`fill_disk`)."""
+        ``disks``: each member's store on a small tmpfs of its own (:meth:`fill_disk`);
+        ``lazy``: each member's store on a lazy filesystem (:mod:`e2e.faults.lazyfs`) over
+        ``node<i>.backing`` (the tmpfs with ``disks``), which can lose what was not fsynced
+        (:meth:`lose_unfsynced`)."""
         self.nodes = nodes
         self.addresses = addresses
         self.ctl_address = ctl_address
@@ -78,9 +83,14 @@ class NetCluster:
         self._monitor: threading.Thread | None = None
         self.clocks = clocks
         self.disks: dict[int, SmallDisk] = {}
-        if disks:
-            for i in self.ids:
-                self.disks[i] = SmallDisk(root / f"node{i}", DISK_SIZE_MB)
+        self.lazy: dict[int, LazyMount] = {}
+        for i in self.ids:
+            store = root / (f"node{i}.backing" if lazy else f"node{i}")
+            if disks:
+                self.disks[i] = SmallDisk(store, DISK_SIZE_MB)
+            if lazy:
+                self.lazy[i] = LazyMount(store, root / f"node{i}", root / f"lazyfs{i}.log")
+                self.lazy[i].start()
 
     @property
     def ids(self) -> list[int]:
@@ -181,6 +191,13 @@ class NetCluster:
         process.wait(STOP_TIMEOUT_S)
         self.paused.discard(node_id)
 
+    def lose_unfsynced(self, node_id: int) -> dict[str, Any]:
+        """Drop every change member ``node_id`` (killed) did not fsync, as a power loss
+        would; what was lost (files, restored_bytes, sizes)."""
+        if node_id in self.alive():
+            raise RuntimeError(f"member {node_id} still runs: kill it before losing its writes")
+        return self.lazy[node_id].lose()
+
     def pause(self, node_id: int) -> None:
         self.processes[node_id].send_signal(signal.SIGSTOP)
         self.paused.add(node_id)
@@ -212,6 +229,9 @@ class NetCluster:
             stub.Cleanup(admin_pb2.CleanupRequest(trigger=True), timeout=10)
 
     def unmount(self) -> None:
+        for mount in self.lazy.values():
+            mount.stop()
+        self.lazy = {}
         for disk in self.disks.values():
             disk.free_ballast()
             disk.close()
@@ -390,7 +410,8 @@ class NetCluster:
     def archive(self, target: Path) -> None:
         """The members' stores and logs as ``target`` (a gzipped tar; preallocated files
         compress to little), for a failed run's analysis."""
-        names = [p.name for p in self.root.iterdir() if p.name.startswith("node")]
+        names = [p.name for p in self.root.iterdir()
+                 if p.name.startswith("node") and not p.name.endswith(".backing")]  # fmt: skip
         subprocess.run(["tar", "czf", str(target), "-C", str(self.root), *names],
                        capture_output=True, timeout=300, check=False)  # fmt: skip
 

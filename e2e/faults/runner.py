@@ -77,7 +77,8 @@ def inner(spec: dict[str, Any]) -> int:
         cluster: NetCluster | None = None
         try:
             cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root,
-                                 clocks="clock" in kinds, disks="disk-full" in kinds)  # fmt: skip
+                                 clocks="clock" in kinds, disks="disk-full" in kinds,
+                                 lazy="lose-unfsynced" in kinds)  # fmt: skip
             _one_run(cluster, history, faults, seed, duration_s, result)
         except Exception:
             result["error"] = traceback.format_exc()[-3000:]
