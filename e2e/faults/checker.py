@@ -170,15 +170,18 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
     receipt handle; a revive writes a new copy, with the same message id, to the retry topic).
     A copy acked twice, delivered again after an answered ack of that copy, or delivered again
     during its certainly live lease fails the run. A new copy delivered after an answered ack of
-    an earlier copy of the same id is counted (``<label>_copies_after_ack``), not failed, when
-    its delivery attempt is not above the acked copy's: it was not revived from that copy (a
-    revive adds one attempt) but from an earlier one that no ack reached, and revive is at
-    least once across a leader change (docs/architecture.md). With a higher attempt it may come
-    from the acked copy: delivered after its ack."""
+    an earlier copy of the same id is counted (``<label>_copies_after_ack``), not failed, when it
+    may come from a copy no ack reached: a revive adds one delivery attempt, so its source is a
+    copy with one attempt less, and revive is at least once across a leader change
+    (docs/architecture.md). It fails when every known copy with one attempt less had an
+    answered ack and no receive of the consumer failed since the id's first delivery (a pop
+    whose answer was lost makes a copy the history does not show)."""
     invoke_at: dict[str, float] = {}
     acks_ok: dict[str, list[float]] = defaultdict(list)
     id_acks: dict[str, list[tuple[float, int]]] = defaultdict(list)  # id -> (ack answered, attempt)
     attempts: dict[str, int] = {}
+    first_seen: dict[str, float] = {}
+    receive_failed: list[float] = []
     leases: dict[str, float] = {}
     delivered: dict[str, int] = defaultdict(int)
     copies: dict[str, set[str]] = defaultdict(set)
@@ -196,17 +199,24 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
                 invoke_at["receive"] = e.t
             continue
         if e.type != "ok":
+            if e.f == "receive":
+                receive_failed.append(e.t)
             continue
         if e.f == "receive":
             begun = invoke_at["receive"]
             for m in e.value["messages"]:
                 one = f"{m['id']}@{m.get('copy', '')}"
                 attempts[one] = int(m.get("attempt", 0))
-                acked = [attempt for t, attempt in id_acks[m["id"]] if t < begun]
                 if acks_ok[one] and acks_ok[one][0] < begun:
                     bad_redelivered.append(one)
-                elif one not in copies[m["id"]] and acked:
-                    (after_ack if attempts[one] <= max(acked) else bad_redelivered).append(one)
+                elif one not in copies[m["id"]] and any(t < begun for t, _ in id_acks[m["id"]]):
+                    sources = [c for c in copies[m["id"]] if attempts[c] == attempts[one] - 1]
+                    unseen = any(first_seen[m["id"]] <= t < begun for t in receive_failed)
+                    from_acked = sources and all(
+                        acks_ok[c] and acks_ok[c][0] < begun for c in sources
+                    )
+                    (bad_redelivered if from_acked and not unseen else after_ack).append(one)
+                first_seen.setdefault(m["id"], begun)
                 live = one in leases and e.t < leases[one] - POP_MARGIN_S
                 if live and not acks_ok[one]:
                     bad_live.append(one)

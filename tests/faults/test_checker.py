@@ -39,6 +39,23 @@ def test_a_new_copy_revived_from_an_unacked_original_is_counted_not_failed() -> 
     assert verdict.figures["pop_copies"] == 3
 
 
+def test_a_copy_revived_from_an_unacked_copy_of_the_same_attempt_is_counted() -> None:
+    """Fault seed 601: two attempt-2 copies, one acked and one whose ack was lost; an attempt-3
+    copy after the ack may come from the unacked one."""
+    events = [
+        *_receive(1.0, ("m", "1/0/8", 2)),
+        _ev(1.1, "invoke", "ack", id="m", copy="1/0/8"),
+        _ev(1.2, "info", "ack", id="m", copy="1/0/8"),
+        *_receive(12.0, ("m", "1/0/19", 2)),
+        *_ack(12.1, "m", "1/0/19"),
+        *_receive(16.0, ("m", "1/0/22", 3)),
+    ]
+    verdict = checker.Verdict()
+    checker.check_pop(verdict, "pop", events, "pq")
+    assert verdict.violations == []
+    assert verdict.figures["pop_copies_after_ack"] == 1
+
+
 def test_an_acked_copy_delivered_again_or_revived_from_fails() -> None:
     again = [*_receive(1.0, ("m", "0/3/137", 1)), *_ack(1.1, "m", "0/3/137"),
              *_receive(20.0, ("m", "0/3/137", 1))]  # fmt: skip
