@@ -184,6 +184,12 @@ class NetCluster:
                 process.kill()
                 process.wait()
 
+    def members(self) -> list[int]:
+        """Every member with a process, founders and a joined spare alike (a cut from every
+        peer must cut the spare too: seed 602, where the leader cut from the founders still
+        heard the spare's higher term)."""
+        return sorted(set(self.ids) | set(self.processes))
+
     def alive(self) -> list[int]:
         return [i for i, p in self.processes.items() if p.poll() is None]
 

@@ -225,7 +225,7 @@ class Nemesis(threading.Thread):
                 c.cut(0, member)
         elif kind in ("leader-isolated", "leader-peers"):
             chosen = c.newest_leader() or 1
-            for other in c.ids:
+            for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
             if kind == "leader-isolated":
@@ -236,12 +236,12 @@ class Nemesis(threading.Thread):
             chosen = p["members"][0]
         elif kind == "follower-cut":
             chosen = self._follower()
-            for other in c.ids:
+            for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
         elif kind == "minority":
             chosen = p["members"][0]
-            for other in c.ids:
+            for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
         elif kind == "ring":
