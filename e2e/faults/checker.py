@@ -16,10 +16,11 @@ Safety (a run fails on any of them):
   delivered again while its lease was certainly live (the second receive answered before the
   first lease could end); a new copy after an answered ack of an earlier one is counted;
   FIFO: within a message group, first deliveries out of the stored order;
-* **transactions**: a key whose half message was acknowledged and whose decided outcome is
-  commit not stored exactly once, a key decided rollback stored or delivered, any key stored
-  twice (the outcome is decided before the half message is sent, and the producer's checker
-  answers the broker's checks with it: :class:`e2e.faults.workload.TxSender`);
+* **transactions**: a key whose half message and commit were acknowledged not stored exactly
+  once, a key decided rollback stored or delivered, any key stored twice (an in-doubt commit,
+  its answer lost, may be discarded after unanswered checks: counted). The outcome is decided
+  before the half message is sent; the producer's checker answers the broker's checks with it
+  (:class:`e2e.faults.workload.TxSender`);
 * **terms**: two leaders in one term; a member's term going down; a member cut off from every
   peer whose term rose during the cut (pre-vote must keep it).
 
@@ -258,18 +259,21 @@ def undelivered(events: list[Event], sender_prefix: str, process: str) -> list[s
     return sorted(sent - got)
 
 
-def _decided(events: list[Event], process: str) -> tuple[dict[str, bool], set[str]]:
-    """Transactions of ``process``: key -> commit decided, and the keys whose half message was
-    acknowledged."""
+def _decided(events: list[Event], process: str) -> tuple[dict[str, bool], set[str], set[str]]:
+    """Transactions of ``process``: key -> commit decided, the keys whose half message was
+    acknowledged, and those whose commit was acknowledged."""
     decided: dict[str, bool] = {}
     acked: set[str] = set()
+    commit_ok: set[str] = set()
     for e in events:
         if e.process == process and e.f == "half":
             if e.type == "invoke":
                 decided[str(e.value["key"])] = bool(e.value["commit"])
             elif e.type == "ok":
                 acked.add(str(e.value["key"]))
-    return decided, acked
+        elif e.process == process and e.f == "commit" and e.type == "ok":
+            commit_ok.add(str(e.value["key"]))
+    return decided, acked, commit_ok
 
 
 def _received_keys(events: list[Event], process: str) -> set[str]:
@@ -285,15 +289,25 @@ def check_transactions(
     verdict: Verdict, events: list[Event], process: str, popper: str,
     stored: dict[int, dict[int, list[Message]]],
 ) -> None:  # fmt: skip
-    """``stored``: member → queue → messages of the transactional topic, read after the run."""
-    decided, acked = _decided(events, process)
-    committed = {k for k in acked if decided[k]}
+    """``stored``: member → queue → messages of the transactional topic, read after the run.
+
+    Committed: the commit was acknowledged; it must be stored exactly once. A transaction whose
+    commit answer was lost (``info``) is in doubt: the broker asks the producer's checker, and
+    discards the half message after ``--transaction-check-max`` checks nobody answered (as
+    RocketMQ does), so it is stored at most once; in-doubt commits not stored are counted
+    (``tx_in_doubt_not_stored``) with the checks that reached the producer (``tx_checks``)."""
+    decided, acked, commit_ok = _decided(events, process)
+    committed = commit_ok & acked
+    in_doubt = {k for k in acked if decided[k]} - committed
     for member, queues in sorted(stored.items()):
         count: dict[str, int] = defaultdict(int)
         for messages in queues.values():
             for m in messages:
                 count[m.body.decode(errors="replace")] += 1
         missing = sorted(committed - set(count))
+        verdict.figures["tx_in_doubt_not_stored"] = max(
+            verdict.figures.get("tx_in_doubt_not_stored", 0), len(in_doubt - set(count))
+        )
         twice = sorted(k for k, n in count.items() if n > 1)
         rolled = sorted(k for k in count if decided.get(k) is False)
         unexpected = sorted(k for k in count if k not in decided)
@@ -316,14 +330,16 @@ def check_transactions(
     verdict.figures["tx_transactions"] = len(decided)
     verdict.figures["tx_half_acknowledged"] = len(acked)
     verdict.figures["tx_committed"] = len(committed)
-    verdict.figures["tx_rolled_back"] = len(acked) - len(committed)
+    verdict.figures["tx_in_doubt"] = len(in_doubt)
+    verdict.figures["tx_rolled_back"] = len(acked) - len(committed) - len(in_doubt)
+    verdict.figures["tx_checks"] = sum(1 for e in events if e.process == process and e.f == "check")
     verdict.figures["tx_ends"] = dict(ends)
 
 
 def tx_undelivered(events: list[Event], process: str, popper: str) -> list[str]:
-    """Keys of committed transactions (half message acknowledged) never received by ``popper``."""
-    decided, acked = _decided(events, process)
-    return sorted({k for k in acked if decided[k]} - _received_keys(events, popper))
+    """Keys of committed transactions (commit acknowledged) never received by ``popper``."""
+    _, acked, commit_ok = _decided(events, process)
+    return sorted((acked & commit_ok) - _received_keys(events, popper))
 
 
 def check_fifo(

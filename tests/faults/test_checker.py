@@ -81,18 +81,22 @@ def _stored(*keys: str) -> dict[int, dict[int, list[Message]]]:
     return {1: {0: messages}}
 
 
-def _transaction(key: str, commit: bool, half: str = "ok") -> list[Event]:
+def _transaction(key: str, commit: bool, half: str = "ok", end: str = "ok") -> list[Event]:
+    f = "commit" if commit else "rollback"
     return [_ev(0.0, "invoke", "half", "t1", key=key, commit=commit),
-            _ev(0.1, half, "half", "t1", key=key)]  # fmt: skip
+            _ev(0.1, half, "half", "t1", key=key),
+            _ev(0.2, "invoke", f, "t1", key=key), _ev(0.3, end, f, "t1", key=key)]  # fmt: skip
 
 
 def test_transactions_committed_once_and_rolled_back_never() -> None:
     events = [*_transaction("t1-1", True), *_transaction("t1-2", False),
-              *_transaction("t1-3", True, half="info")]  # fmt: skip
+              *_transaction("t1-3", True, half="info"),
+              *_transaction("t1-4", True, end="info")]  # fmt: skip
     verdict = checker.Verdict()
     checker.check_transactions(verdict, events, "t1", "pt", _stored("t1-1"))
     assert verdict.violations == []
     assert (verdict.figures["tx_committed"], verdict.figures["tx_rolled_back"]) == (1, 1)
+    assert verdict.figures["tx_in_doubt_not_stored"] == 1  # t1-4: discarded after checks
 
     broken = [
         (_stored(), "committed transactions not stored"),
