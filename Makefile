@@ -68,6 +68,7 @@ java:
 	  { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jdk-headless maven; }
 
 unit: $(STAMP) $(PROMTOOL) java
+	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 # Peer benchmark (bench/peers, bench/loadgen): the bench extra, Debian's nats-server and
@@ -165,7 +166,8 @@ e2e-partition-clients: $(STAMP)
 
 ## e2e-faults: root only (ip netns, iptables): RUNS (default 100) seeded runs of DURATION_S
 ## (default 60) s each: 3 broker processes in network namespaces under official-client sends and
-## Pop consumers while a nemesis partitions, drops packets, flaps links, pauses and kills; every
+## Pop consumers while a nemesis partitions, drops packets, flaps links, pauses and kills (also
+## dropping what a killed member had not fsynced: a FUSE layer, Debian's fuse3); every
 ## run's history is checked (lost, duplicated, unexpected, offsets, replicas, store verify, Pop,
 ## FIFO, terms, outages). SEED=S replays from seed S (RUNS=1: that run alone); NEMESES=a,b picks
 ## nemeses. Report and timelines in e2e/faults/results/report.md (about 2 min per run)
@@ -175,6 +177,7 @@ NEMESES ?= all
 .PHONY: e2e-faults
 e2e-faults: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
+	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
 	$(BIN)/python -m e2e.faults.runner --runs $(RUNS) --duration-s $(DURATION_S) \
 	  --nemeses $(NEMESES) $(if $(SEED),--seed $(SEED))
 

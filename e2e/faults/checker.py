@@ -11,10 +11,16 @@ Safety (a run fails on any of them):
 * **offsets**: a queue whose offsets are not gapless from its first, or an acknowledged send
   whose offset is not above that of every send on its queue acknowledged before it began;
 * **replicas**: members whose stored queues differ (commit logs are compared by the runner);
-* **Pop**: an id acked twice (two ``ok`` acks), delivered again after an ``ok`` ack was
-  answered, or delivered again while its lease was certainly live (the second receive answered
-  before the first lease could end); FIFO: within a message group, first deliveries out of the
-  stored order;
+* **Pop**, per stored copy of a message (a revive writes a new copy to the retry topic): a copy
+  acked twice (two ``ok`` acks), delivered again after an ``ok`` ack of it was answered, or
+  delivered again while its lease was certainly live (the second receive answered before the
+  first lease could end); a new copy after an answered ack of an earlier one is counted;
+  FIFO: within a message group, first deliveries out of the stored order;
+* **transactions**: a key whose half message and commit were acknowledged not stored exactly
+  once, a key decided rollback stored or delivered, any key stored twice (an in-doubt commit,
+  its answer lost, may be discarded after unanswered checks: counted). The outcome is decided
+  before the half message is sent; the producer's checker answers the broker's checks with it
+  (:class:`e2e.faults.workload.TxSender`);
 * **terms**: two leaders in one term; a member's term going down; a member cut off from every
   peer whose term rose during the cut (pre-vote must keep it).
 
@@ -161,48 +167,80 @@ def _check_real_time_offsets(
 
 
 def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -> None:
+    """Pop leases, per stored copy of a message (``copy``: topic flag, queue and offset of the
+    receipt handle; a revive writes a new copy, with the same message id, to the retry topic).
+    A copy acked twice, delivered again after an answered ack of that copy, or delivered again
+    during its certainly live lease fails the run. A new copy delivered after an answered ack of
+    an earlier copy of the same id is counted (``<label>_copies_after_ack``), not failed, when it
+    may come from a copy no ack reached: a revive adds one delivery attempt, so its source is a
+    copy with one attempt less, and revive is at least once across a leader change
+    (docs/architecture.md). It fails when every known copy with one attempt less had an
+    answered ack and no receive of the consumer failed since the id's first delivery (a pop
+    whose answer was lost makes a copy the history does not show)."""
     invoke_at: dict[str, float] = {}
     acks_ok: dict[str, list[float]] = defaultdict(list)
+    id_acks: dict[str, list[tuple[float, int]]] = defaultdict(list)  # id -> (ack answered, attempt)
+    attempts: dict[str, int] = {}
+    first_seen: dict[str, float] = {}
+    receive_failed: list[float] = []
     leases: dict[str, float] = {}
     delivered: dict[str, int] = defaultdict(int)
-    bad_redelivered, bad_live = [], []
+    copies: dict[str, set[str]] = defaultdict(set)
+    bad_redelivered: list[str] = []
+    bad_live: list[str] = []
+    after_ack: list[str] = []
     for e in events:
         if e.process != process:
             continue
-        key = f"{e.f}:{e.value.get('id', '')}"
+        copy = f"{e.value.get('id', '')}@{e.value.get('copy', '')}"
+        key = f"{e.f}:{copy}"
         if e.type == "invoke":
             invoke_at[key] = e.t
             if e.f == "receive":
                 invoke_at["receive"] = e.t
             continue
         if e.type != "ok":
+            if e.f == "receive":
+                receive_failed.append(e.t)
             continue
         if e.f == "receive":
             begun = invoke_at["receive"]
             for m in e.value["messages"]:
-                message_id = m["id"]
-                if acks_ok[message_id] and acks_ok[message_id][0] < begun:
-                    bad_redelivered.append(message_id)
-                live = message_id in leases and e.t < leases[message_id] - POP_MARGIN_S
-                if live and not acks_ok[message_id]:
-                    bad_live.append(message_id)
-                delivered[message_id] += 1
-                leases[message_id] = begun + INVISIBLE_S
+                one = f"{m['id']}@{m.get('copy', '')}"
+                attempts[one] = int(m.get("attempt", 0))
+                if acks_ok[one] and acks_ok[one][0] < begun:
+                    bad_redelivered.append(one)
+                elif one not in copies[m["id"]] and any(t < begun for t, _ in id_acks[m["id"]]):
+                    sources = [c for c in copies[m["id"]] if attempts[c] == attempts[one] - 1]
+                    unseen = any(first_seen[m["id"]] <= t < begun for t in receive_failed)
+                    from_acked = sources and all(
+                        acks_ok[c] and acks_ok[c][0] < begun for c in sources
+                    )
+                    (bad_redelivered if from_acked and not unseen else after_ack).append(one)
+                first_seen.setdefault(m["id"], begun)
+                live = one in leases and e.t < leases[one] - POP_MARGIN_S
+                if live and not acks_ok[one]:
+                    bad_live.append(one)
+                delivered[m["id"]] += 1
+                copies[m["id"]].add(one)
+                leases[one] = begun + INVISIBLE_S
         elif e.f == "ack":
-            acks_ok[str(e.value["id"])].append(e.t)
+            acks_ok[copy].append(e.t)
+            id_acks[str(e.value["id"])].append((e.t, attempts.get(copy, 0)))
         elif e.f == "change":
-            message_id = str(e.value["id"])
-            leases[message_id] = max(
-                leases.get(message_id, 0.0), invoke_at[key] + CHANGED_INVISIBLE_S
-            )
+            leases[copy] = max(leases.get(copy, 0.0), invoke_at[key] + CHANGED_INVISIBLE_S)
     twice = [i for i, times in acks_ok.items() if len(times) > 1]
     for what, found in (("acked twice", twice), ("delivered after its ack was answered",
                         bad_redelivered), ("delivered during a live lease", bad_live)):  # fmt: skip
         if found:
-            verdict.violations.append(f"{label}: {len(found)} ids {what}: {found[:5]}")
+            verdict.violations.append(f"{label}: {len(found)} copies {what}: {found[:5]}")
     verdict.figures[f"{label}_delivered_ids"] = len(delivered)
     verdict.figures[f"{label}_redeliveries"] = sum(n - 1 for n in delivered.values())
-    verdict.figures[f"{label}_acked"] = len(acks_ok)
+    verdict.figures[f"{label}_acked"] = len({i.split("@")[0] for i in acks_ok})
+    verdict.figures[f"{label}_copies"] = sum(len(c) for c in copies.values())
+    verdict.figures[f"{label}_copies_after_ack"] = len(after_ack)
+    if after_ack:
+        verdict.figures[f"{label}_copies_after_ack_first"] = after_ack[:5]
 
 
 def undelivered(events: list[Event], sender_prefix: str, process: str) -> list[str]:
@@ -219,6 +257,89 @@ def undelivered(events: list[Event], sender_prefix: str, process: str) -> list[s
         for m in e.value["messages"]
     }
     return sorted(sent - got)
+
+
+def _decided(events: list[Event], process: str) -> tuple[dict[str, bool], set[str], set[str]]:
+    """Transactions of ``process``: key -> commit decided, the keys whose half message was
+    acknowledged, and those whose commit was acknowledged."""
+    decided: dict[str, bool] = {}
+    acked: set[str] = set()
+    commit_ok: set[str] = set()
+    for e in events:
+        if e.process == process and e.f == "half":
+            if e.type == "invoke":
+                decided[str(e.value["key"])] = bool(e.value["commit"])
+            elif e.type == "ok":
+                acked.add(str(e.value["key"]))
+        elif e.process == process and e.f == "commit" and e.type == "ok":
+            commit_ok.add(str(e.value["key"]))
+    return decided, acked, commit_ok
+
+
+def _received_keys(events: list[Event], process: str) -> set[str]:
+    return {
+        str(m["key"])
+        for e in events
+        if e.process == process and e.f == "receive" and e.type == "ok"
+        for m in e.value["messages"]
+    }
+
+
+def check_transactions(
+    verdict: Verdict, events: list[Event], process: str, popper: str,
+    stored: dict[int, dict[int, list[Message]]],
+) -> None:  # fmt: skip
+    """``stored``: member → queue → messages of the transactional topic, read after the run.
+
+    Committed: the commit was acknowledged; it must be stored exactly once. A transaction whose
+    commit answer was lost (``info``) is in doubt: the broker asks the producer's checker, and
+    discards the half message after ``--transaction-check-max`` checks nobody answered (as
+    RocketMQ does), so it is stored at most once; in-doubt commits not stored are counted
+    (``tx_in_doubt_not_stored``) with the checks that reached the producer (``tx_checks``)."""
+    decided, acked, commit_ok = _decided(events, process)
+    committed = commit_ok & acked
+    in_doubt = {k for k in acked if decided[k]} - committed
+    for member, queues in sorted(stored.items()):
+        count: dict[str, int] = defaultdict(int)
+        for messages in queues.values():
+            for m in messages:
+                count[m.body.decode(errors="replace")] += 1
+        missing = sorted(committed - set(count))
+        verdict.figures["tx_in_doubt_not_stored"] = max(
+            verdict.figures.get("tx_in_doubt_not_stored", 0), len(in_doubt - set(count))
+        )
+        twice = sorted(k for k, n in count.items() if n > 1)
+        rolled = sorted(k for k in count if decided.get(k) is False)
+        unexpected = sorted(k for k in count if k not in decided)
+        for what, found in (("committed transactions not stored", missing),
+                            ("transactions stored twice", twice),
+                            ("rolled-back transactions stored", rolled),
+                            ("unexpected transactional messages", unexpected)):  # fmt: skip
+            if found:
+                verdict.violations.append(f"tx: member {member}: {len(found)} {what}: {found[:5]}")
+    delivered_rolled = sorted(k for k in _received_keys(events, popper) if decided.get(k) is False)
+    if delivered_rolled:
+        verdict.violations.append(
+            f"tx: {len(delivered_rolled)} rolled-back transactions delivered: "
+            f"{delivered_rolled[:5]}"
+        )
+    ends: dict[str, int] = defaultdict(int)
+    for e in events:
+        if e.process == process and e.f in ("commit", "rollback") and e.type in ("ok", "info"):
+            ends[f"{e.f}_{e.type}"] += 1
+    verdict.figures["tx_transactions"] = len(decided)
+    verdict.figures["tx_half_acknowledged"] = len(acked)
+    verdict.figures["tx_committed"] = len(committed)
+    verdict.figures["tx_in_doubt"] = len(in_doubt)
+    verdict.figures["tx_rolled_back"] = len(acked) - len(committed) - len(in_doubt)
+    verdict.figures["tx_checks"] = sum(1 for e in events if e.process == process and e.f == "check")
+    verdict.figures["tx_ends"] = dict(ends)
+
+
+def tx_undelivered(events: list[Event], process: str, popper: str) -> list[str]:
+    """Keys of committed transactions (commit acknowledged) never received by ``popper``."""
+    _, acked, commit_ok = _decided(events, process)
+    return sorted((acked & commit_ok) - _received_keys(events, popper))
 
 
 def check_fifo(

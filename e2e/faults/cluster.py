@@ -21,11 +21,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 
 from e2e.faults import netns
 from e2e.faults.history import History, Sample
+from e2e.faults.lazyfs import LazyMount
 from e2e.replication.disk_full import SmallDisk
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.log import records
@@ -44,6 +46,8 @@ DISK_SIZE_MB = 640
 """A member's tmpfs with ``disks``: a fresh store takes about 50 MB, its timer log 100 MB more
 once the timer wheel writes; at 256 MB a member's own store passed the 90 % warning ratio within
 a 60 s run (seed 201: writes refused from 26 s to the end, no ballast on that member)."""
+TX_CHECK_ARGS = ("--transaction-timeout-ms", "3000", "--transaction-check-interval-ms", "2000")
+"""Open transactions are checked within the run's drain (RocketMQ's defaults: 6 s, then 60 s)."""
 FILL_RATIO = 0.95
 """Above the store's disk warning ratio (90 %): writes are refused."""
 
@@ -61,10 +65,13 @@ def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None
 class NetCluster:
     def __init__(
         self, nodes: list[str], addresses: list[str], ctl_address: str, root: Path,
-        *, clocks: bool = False, disks: bool = False,
+        *, clocks: bool = False, disks: bool = False, lazy: bool = False,
     ) -> None:  # fmt: skip
         """``clocks``: each member's wall clock skewable (:meth:`set_clock`, the clock shim);
-        ``disks``: each member's store on a small tmpfs of its own (:meth:`fill_disk`)."""
+        ``disks``: each member's store on a small tmpfs of its own (:meth:`fill_disk`);
+        ``lazy``: each member's store on a lazy filesystem (:mod:`e2e.faults.lazyfs`) over
+        ``node<i>.backing`` (the tmpfs with ``disks``), which can lose what was not fsynced
+        (:meth:`lose_unfsynced`)."""
         self.nodes = nodes
         self.addresses = addresses
         self.ctl_address = ctl_address
@@ -78,9 +85,14 @@ class NetCluster:
         self._monitor: threading.Thread | None = None
         self.clocks = clocks
         self.disks: dict[int, SmallDisk] = {}
-        if disks:
-            for i in self.ids:
-                self.disks[i] = SmallDisk(root / f"node{i}", DISK_SIZE_MB)
+        self.lazy: dict[int, LazyMount] = {}
+        for i in self.ids:
+            store = root / (f"node{i}.backing" if lazy else f"node{i}")
+            if disks:
+                self.disks[i] = SmallDisk(store, DISK_SIZE_MB)
+            if lazy:
+                self.lazy[i] = LazyMount(store, root / f"node{i}", root / f"lazyfs{i}.log")
+                self.lazy[i].start()
 
     @property
     def ids(self) -> list[int]:
@@ -113,7 +125,7 @@ class NetCluster:
                     "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
                     "--node-id", str(i), "--peers", peers,
                     "--peer-listen", f"{address}:{PEER_PORT}",
-                    "--peer-secret-file", str(secret)]  # fmt: skip
+                    "--peer-secret-file", str(secret), *TX_CHECK_ARGS]  # fmt: skip
             with (self.root / f"node{i}.log").open("ab") as log:
                 self.processes[i] = subprocess.Popen(
                     argv, stdout=log, stderr=subprocess.STDOUT, env=env
@@ -136,7 +148,7 @@ class NetCluster:
                 "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
                 "--node-id", str(node_id), "--join",
                 "--peer-listen", f"{address}:{PEER_PORT}",
-                "--peer-secret-file", str(self.root / "peer-secret")]  # fmt: skip
+                "--peer-secret-file", str(self.root / "peer-secret"), *TX_CHECK_ARGS]  # fmt: skip
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with (self.root / f"node{node_id}.log").open("ab") as log:
             self.processes[node_id] = subprocess.Popen(
@@ -172,6 +184,12 @@ class NetCluster:
                 process.kill()
                 process.wait()
 
+    def members(self) -> list[int]:
+        """Every member with a process, founders and a joined spare alike (a cut from every
+        peer must cut the spare too: seed 602, where the leader cut from the founders still
+        heard the spare's higher term)."""
+        return sorted(set(self.ids) | set(self.processes))
+
     def alive(self) -> list[int]:
         return [i for i, p in self.processes.items() if p.poll() is None]
 
@@ -180,6 +198,13 @@ class NetCluster:
         process.send_signal(signal.SIGKILL)
         process.wait(STOP_TIMEOUT_S)
         self.paused.discard(node_id)
+
+    def lose_unfsynced(self, node_id: int) -> dict[str, Any]:
+        """Drop every change member ``node_id`` (killed) did not fsync, as a power loss
+        would; what was lost (files, restored_bytes, sizes)."""
+        if node_id in self.alive():
+            raise RuntimeError(f"member {node_id} still runs: kill it before losing its writes")
+        return self.lazy[node_id].lose()
 
     def pause(self, node_id: int) -> None:
         self.processes[node_id].send_signal(signal.SIGSTOP)
@@ -212,6 +237,9 @@ class NetCluster:
             stub.Cleanup(admin_pb2.CleanupRequest(trigger=True), timeout=10)
 
     def unmount(self) -> None:
+        for mount in self.lazy.values():
+            mount.stop()
+        self.lazy = {}
         for disk in self.disks.values():
             disk.free_ballast()
             disk.close()
@@ -390,7 +418,8 @@ class NetCluster:
     def archive(self, target: Path) -> None:
         """The members' stores and logs as ``target`` (a gzipped tar; preallocated files
         compress to little), for a failed run's analysis."""
-        names = [p.name for p in self.root.iterdir() if p.name.startswith("node")]
+        names = [p.name for p in self.root.iterdir()
+                 if p.name.startswith("node") and not p.name.endswith(".backing")]  # fmt: skip
         subprocess.run(["tar", "czf", str(target), "-C", str(self.root), *names],
                        capture_output=True, timeout=300, check=False)  # fmt: skip
 

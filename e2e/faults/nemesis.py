@@ -21,8 +21,11 @@ Network nemeses (iptables in the members' namespaces; member 0 is the client, ``
 
 Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
 ``disk-full`` (its store's filesystem filled to 95 %, freed at the end), each on the leader or a
-random member; ``clock``: a random member's wall clock skewed by 5-60 s either way, or strobed
-(the skew on and off every 0.3-1.5 s), through the clock shim (``clockshim/sitecustomize.py``);
+random member; ``lose-unfsynced``: SIGKILL of the leader or a random member, then every change
+its store did not fsync dropped (the lazy filesystem, :mod:`e2e.faults.lazyfs`: what a power
+loss does), restart at the end; ``clock``: a random member's wall clock skewed by 5-60 s either
+way, or strobed (the skew on and off every 0.3-1.5 s), through the clock shim
+(``clockshim/sitecustomize.py``);
 ``membership``: a fourth member (a spare namespace) started with ``--join`` and added with
 ``gannet cluster member add`` when it starts, removed with ``gannet cluster member remove`` and
 stopped when it ends, the CLI calls in the background (operations of process ``member`` in the
@@ -52,7 +55,10 @@ NETWORK = (
 )
 PROCESS = (
     "pause", "kill", "clock", "disk-full", "pause-follower", "kill-follower", "membership",
+    "lose-unfsynced",
 )  # fmt: skip
+"""Appended to, never reordered: a seed's schedule draws from these tuples. Runs before
+``lose-unfsynced`` was added replay with ``--nemeses`` naming the kinds of then."""
 FOLLOWER = {"pause-follower": "pause", "kill-follower": "kill"}
 ALL = NETWORK + PROCESS
 QUIET_START_S = 6.0
@@ -136,7 +142,7 @@ def _params(rng: random.Random, kind: str, size: int, length: float) -> dict[str
             "strobe": True,
             "toggles": toggles,
         }
-    if kind in ("pause", "kill", "disk-full"):
+    if kind in ("pause", "kill", "disk-full", "lose-unfsynced"):
         target: int | str = "leader" if rng.random() < 0.5 else rng.choice(members)
         return {"target": target}
     return {}
@@ -219,7 +225,7 @@ class Nemesis(threading.Thread):
                 c.cut(0, member)
         elif kind in ("leader-isolated", "leader-peers"):
             chosen = c.newest_leader() or 1
-            for other in c.ids:
+            for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
             if kind == "leader-isolated":
@@ -230,12 +236,12 @@ class Nemesis(threading.Thread):
             chosen = p["members"][0]
         elif kind == "follower-cut":
             chosen = self._follower()
-            for other in c.ids:
+            for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
         elif kind == "minority":
             chosen = p["members"][0]
-            for other in c.ids:
+            for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
         elif kind == "ring":
@@ -257,6 +263,14 @@ class Nemesis(threading.Thread):
             chosen = self._resolve(fault)
             c.kill(chosen)
             self._killed.add(chosen)
+        elif kind == "lose-unfsynced":
+            chosen = self._resolve(fault)
+            c.kill(chosen)
+            self._killed.add(chosen)
+            lost = c.lose_unfsynced(chosen)
+            self.history.add("nemesis", "info", "fault", kind=kind, node=chosen,
+                             lost_files=lost["files"],
+                             lost_bytes=lost["restored_bytes"])  # fmt: skip
         elif kind == "clock":
             chosen = p["member"]
             c.set_clock(chosen, p["offset_s"])
@@ -278,7 +292,7 @@ class Nemesis(threading.Thread):
         elif fault.kind in ("pause", "pause-follower"):
             self.cluster.resume(chosen)
             self._paused.discard(chosen)
-        elif fault.kind in ("kill", "kill-follower"):
+        elif fault.kind in ("kill", "kill-follower", "lose-unfsynced"):
             self.cluster.start(chosen)
             self._killed.discard(chosen)
         elif fault.kind == "clock":

@@ -23,23 +23,31 @@ seeded schedule (replay one run: `python -m e2e.faults.runner --seed S`): partit
 `leader-isolated`, `leader-peers`, `bridge`, `minority`) and random packet `loss` and `flap`ping
 links by iptables in the members' namespaces, `follower-cut`; `pause` (SIGSTOP/SIGCONT) and
 `kill` (SIGKILL, restart) of the leader, a random member or a follower, `disk-full` (a
-member's tmpfs filled to 95 %), `clock` (a member's wall clock skewed or strobed) and
-`membership` (a fourth member added and removed), overlapping the network faults. Nemeses are
+member's tmpfs filled to 95 %), `clock` (a member's wall clock skewed or strobed),
+`membership` (a fourth member added and removed) and `lose-unfsynced` (SIGKILL, then every
+change the member had not fsynced dropped by a FUSE layer, restart), overlapping the network
+faults. Nemeses are
 described in `e2e/faults/nemesis.py`; what the runs found, with the seeds, in
 docs/architecture.md (section "Faults as Jepsen injects them").
 
 Workload: the official Python client (rocketmq-python-client), every member's endpoint given:
 two producers on a normal topic (4 queues) and one on a FIFO topic in three message groups, each
 ~15 sends/s with key = body, a raised send retried twice with its key; a SimpleConsumer (Pop) on
-each topic receiving, changing the invisible time of a fifth, acking each.
+each topic receiving, changing the invisible time of a fifth, acking each; transactions on a
+TRANSACTION topic (~8/s: a half message, then commit or rollback as drawn from the seed, the
+producer's checker answering the broker's checks with the same outcome) and a SimpleConsumer on
+it.
 
 Checked after the faults heal (module docstring of `e2e/faults/checker.py`): acknowledged sends
 lost (prefix/middle/postfix), one message id stored twice, unexpected messages, gapless queue
 offsets and real-time order of acknowledged offsets, replicas' queues and commit logs
-byte-identical up to the commit offset, `gannet store verify` clean on every member; Pop: acked
-twice, delivered after its ack was answered, delivered during a live lease, FIFO order within a
-group; terms: one leader per term, terms never down, no term rise on a member cut off from every
-peer (pre-vote). Availability (reported, not failed): windows over 1 s without a successful send.
+byte-identical up to the commit offset, `gannet store verify` clean on every member; Pop, per
+stored copy of a message (a revive writes a new copy, same id, to the retry topic): acked twice,
+delivered after its ack was answered (or a copy revived from an acked one), delivered during a
+live lease, FIFO order within a group; transactions: committed ones stored exactly once,
+rolled-back ones never stored or delivered; terms: one leader per term, terms never down, no
+term rise on a member cut off from every peer (pre-vote). Availability (reported, not failed):
+windows over 1 s without a successful send.
 """
 
 
@@ -54,6 +62,7 @@ CATEGORIES = (
     ("Pop: delivered after its ack was answered", "after its ack"),
     ("Pop: delivered during a live lease", "live lease"),
     ("FIFO order within a group", "out of order"),
+    ("transactions (committed not once, rolled back seen)", "tx:"),
     ("terms (two leaders, term down, cut-off term rose)", "terms:"),
 )
 
@@ -80,6 +89,12 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         f"{[r['seed'] for r in invalid] or 'none'}",
         f"- acknowledged sends {acked}, lost {lost}, retry duplicates (a key stored twice after "
         f"an unknown outcome, allowed) {retries}",
+        f"- transactions: {_total(done, 'tx_committed')} committed, "
+        f"{_total(done, 'tx_rolled_back')} rolled back (half message acknowledged); Pop copies "
+        "revived again from an unacked original after an ack of another copy (at least once, "
+        f"counted): {_total(done, 'pop_copies_after_ack')} + transactional "
+        f"{_total(done, 'tx_pop_copies_after_ack')} + FIFO "
+        f"{_total(done, 'fifo_pop_copies_after_ack')}",
         "",
         "### Violations by kind (runs in which each was found)",
         "",
@@ -142,6 +157,10 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         if with_picture is not None:
             lines += ["", f"![seed {r['seed']}]({with_picture.relative_to(out)})"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def _total(results: list[dict[str, Any]], figure: str) -> int:
+    return sum(int(r["figures"].get(figure, 0)) for r in results)
 
 
 def runner_error_line(error: str) -> str:

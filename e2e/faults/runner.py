@@ -8,7 +8,8 @@ the namespaces. The inner run:
 1. starts three ``gannet broker run --flush sync`` members with small store files, waits for a
    leader, creates the topics (``jq`` normal, 4 queues; ``jf`` FIFO, 2 queues) and the groups;
 2. starts the workload (:mod:`e2e.faults.workload`: two senders on ``jq``, one FIFO sender on
-   ``jf`` in three message groups, a Pop consumer on each topic) and the nemesis
+   ``jf`` in three message groups, transactions on ``jt`` (TRANSACTION, 2 queues), a Pop
+   consumer on each topic) and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
 3. stops the senders, heals every fault, lets the consumers drain, waits until the replicas
    converge, compares their commit logs byte for byte up to the commit offset, reads every
@@ -42,9 +43,10 @@ from typing import Any
 from e2e.faults import checker, nemesis, netns, report
 from e2e.faults.cluster import FOUNDERS, NetCluster, wait_for
 from e2e.faults.history import Event, History
-from e2e.faults.workload import Popper, Sender
+from e2e.faults.workload import Popper, Sender, TxSender
 
 SEND_RATE_PER_S = 15.0
+TX_RATE_PER_S = 8.0
 FIFO_GROUPS = 3
 START_TIMEOUT_S = 90.0
 RECOVER_TIMEOUT_S = 90.0
@@ -77,7 +79,8 @@ def inner(spec: dict[str, Any]) -> int:
         cluster: NetCluster | None = None
         try:
             cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root,
-                                 clocks="clock" in kinds, disks="disk-full" in kinds)  # fmt: skip
+                                 clocks="clock" in kinds, disks="disk-full" in kinds,
+                                 lazy="lose-unfsynced" in kinds)  # fmt: skip
             _one_run(cluster, history, faults, seed, duration_s, result)
         except Exception:
             result["error"] = traceback.format_exc()[-3000:]
@@ -102,8 +105,10 @@ def _one_run(
     cluster.leader(START_TIMEOUT_S)
     cluster.create_topic("jq", 4, "NORMAL")
     cluster.create_topic("jf", 2, "FIFO")
+    cluster.create_topic("jt", 2, "TRANSACTION")
     cluster.create_group("cq", fifo=False)
     cluster.create_group("cf", fifo=True)
+    cluster.create_group("ct", fifo=False)
     cluster.converged(CONVERGE_TIMEOUT_S)  # every member knows the topics before clients ask
     history.origin = time.monotonic()
     cluster.monitor(history)
@@ -111,9 +116,12 @@ def _one_run(
     senders = [Sender(endpoints, "jq", f"s{i}", history, SEND_RATE_PER_S) for i in (1, 2)]
     senders.append(Sender(endpoints, "jf", "f1", history, SEND_RATE_PER_S, groups=FIFO_GROUPS))
     poppers = [Popper(endpoints, "jq", "cq", "pq", history, seed),
-               Popper(endpoints, "jf", "cf", "pf", history, seed + 1)]  # fmt: skip
+               Popper(endpoints, "jf", "cf", "pf", history, seed + 1),
+               Popper(endpoints, "jt", "ct", "pt", history, seed + 2)]  # fmt: skip
+    tx = TxSender(endpoints, "jt", "t1", history, TX_RATE_PER_S, seed + 3)
     for sender in senders:
         sender.startup()
+    tx.startup()
     for popper in poppers:
         popper.startup()
     chaos = nemesis.Nemesis(cluster, history, faults)
@@ -122,6 +130,7 @@ def _one_run(
     load_end = history.now()
     for sender in senders:
         sender.stop()
+    tx.stop()
     chaos.heal_all()
     healed = history.now()
     cluster.leader(RECOVER_TIMEOUT_S)
@@ -129,16 +138,20 @@ def _one_run(
 
     def drained() -> bool:
         events, _ = history.snapshot()
-        return not checker.undelivered(events, "s", "pq") and not checker.undelivered(
-            events, "f", "pf"
+        return (
+            not checker.undelivered(events, "s", "pq")
+            and not checker.undelivered(events, "f", "pf")
+            and not checker.tx_undelivered(events, "t1", "pt")
         )
 
     with contextlib.suppress(TimeoutError):
         wait_for(drained, DRAIN_TIMEOUT_S, "the consumers to receive every acknowledged send")
     for popper in poppers:
         popper.stop()
+    tx.shutdown()
     commit = cluster.converged(CONVERGE_TIMEOUT_S)
-    stored = {topic: {i: cluster.stored(i, topic) for i in cluster.ids} for topic in ("jq", "jf")}
+    topics = ("jq", "jf", "jt")
+    stored = {topic: {i: cluster.stored(i, topic) for i in cluster.ids} for topic in topics}
     reference = cluster.commitlog_bytes(1, commit)
     differ = [i for i in cluster.ids[1:] if cluster.commitlog_bytes(i, commit) != reference]
     cluster.stop()
@@ -151,6 +164,8 @@ def _one_run(
     checker.check_pop(verdict, "pop", events, "pq")
     checker.check_pop(verdict, "fifo_pop", events, "pf")
     checker.check_fifo(verdict, events, "pf", stored["jf"][1])
+    checker.check_transactions(verdict, events, "t1", "pt", stored["jt"])
+    checker.check_pop(verdict, "tx_pop", events, "pt")
     started = [e for e in events if e.process == "nemesis" and e.type == "start"]
     checker.check_terms(verdict, samples, faults, started)
     result["verify"] = {str(i): cluster.store_verify(i) for i in cluster.ids}
@@ -164,6 +179,7 @@ def _one_run(
     result["undelivered"] = {
         "jq": len(checker.undelivered(events, "s", "pq")),
         "jf": len(checker.undelivered(events, "f", "pf")),
+        "jt": len(checker.tx_undelivered(events, "t1", "pt")),
     }
     result["outages"] = checker.outages(events, 0.0, load_end, faults)
     result["outage_per_fault"] = checker.outage_per_fault(events, faults, load_end)
@@ -221,7 +237,8 @@ def summary_line(r: dict[str, Any]) -> str:
     return (
         f"seed {r['seed']}: {'valid' if r['valid'] else 'INVALID'}; acked "
         f"{fig['jq_acknowledged']}+{fig['jf_acknowledged']}, lost {fig['jq_lost']}+"
-        f"{fig['jf_lost']}, longest outage {worst:.1f} s, faults "
+        f"{fig['jf_lost']}, transactions {fig.get('tx_committed', 0)} committed + "
+        f"{fig.get('tx_rolled_back', 0)} rolled back, longest outage {worst:.1f} s, faults "
         f"{', '.join(f['what'] for f in r['faults'])}"
         + ("" if r["valid"] else f"; violations: {r['violations'][:3]}")
     )

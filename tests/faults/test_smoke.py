@@ -8,9 +8,10 @@ acknowledged lost, no id stored twice, nothing unexpected, gapless offsets, repl
 ``store verify`` clean, Pop and FIFO order, one leader per term, no term rise on the cut-off
 member (pre-vote). Outages are printed, not asserted.
 
-Faults that move leadership are left to ``make e2e-faults``: its runs found Pop acks undone
-and an id stored twice across leader changes (docs/architecture.md, "Faults as Jepsen injects
-them"), which would make this smoke fail until they are fixed.
+Faults that move leadership are left to ``make e2e-faults``: FIFO leases and acks do not
+survive a leader change yet (docs/architecture.md, "Faults as Jepsen injects them"), which
+would make this smoke fail. The workload includes transactions (committed once, rolled back
+never).
 
 Root only (network namespaces, iptables); skipped elsewhere, as test_slow_resolver is. Every
 wait in the run awaits a condition under a generous deadline; namespaces and processes are

@@ -59,6 +59,23 @@ def test_fifo_partial_ack_then_expiry_redelivers_from_first_unacked(harness: Har
     assert bodies_of(again) == ["m1", "m2", "m3"]
 
 
+def test_fifo_popped_again_skips_the_messages_acked_in_the_batch(harness: Harness) -> None:
+    """Fault seeds 601 and 606: the ack of one message of a batch was lost; when the batch came
+    back after its invisible time, the messages acked behind it came back too."""
+    _setup(harness)
+    harness.produce(4, queue_id=1)
+    first = harness.pop(4, group=FIFO, queue_id=1)
+    for message in (first.messages[1], first.messages[3]):
+        harness.broker.ack(FIFO, TOPIC, message.receipt_handle, now_ms=harness.now)
+    assert harness.store.consumer_offsets.query(FIFO, TOPIC, 1) == 0
+    harness.advance(INVISIBLE_MS + 1)
+    again = harness.pop(4, group=FIFO, queue_id=1)
+    assert bodies_of(again) == ["m0", "m2"]
+    for message in again.messages:
+        harness.broker.ack(FIFO, TOPIC, message.receipt_handle, now_ms=harness.now)
+    assert harness.store.consumer_offsets.query(FIFO, TOPIC, 1) == 4
+
+
 def test_fifo_queues_are_independent(harness: Harness) -> None:
     _setup(harness)
     harness.produce(2, queue_id=0)

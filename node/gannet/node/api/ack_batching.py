@@ -27,12 +27,12 @@ Used by :class:`gannet.node.api.receiving.PopHandler`.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections import deque
 from collections.abc import Callable
 
 from gannet.node.pop.acking import AckJob
 from gannet.node.pop.errors import PopError
+from gannet.node.store import steady_clock
 
 JOBS_PER_BATCH_MAX = 256
 
@@ -46,7 +46,7 @@ _Queued = tuple[AckJob, "asyncio.Future[list[PopError | None]]"]
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return steady_clock.now_ms()
 
 
 class AckBatcher:

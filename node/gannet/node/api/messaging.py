@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import TypeVar
 
@@ -62,7 +61,7 @@ from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
-from gannet.node.store import errors
+from gannet.node.store import errors, steady_clock
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.log import records
@@ -87,7 +86,7 @@ def peer_host_of(context: grpc.aio.ServicerContext) -> str:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return steady_clock.now_ms()
 
 
 class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ignore[misc]

@@ -52,7 +52,6 @@ import dataclasses
 import hashlib
 import logging
 import threading
-import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -78,7 +77,7 @@ from gannet.node.protocol import statuses
 from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.errors import ReplicationError
-from gannet.node.store import errors, msgids, validation
+from gannet.node.store import errors, msgids, steady_clock, validation
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.log import records
@@ -148,7 +147,7 @@ def pop_broker_of(store: MessageStore) -> PopBroker | None:
 
 
 def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return steady_clock.now_ms()
 
 
 def _ms(duration: object) -> int:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-import time
 
 from gannet.node.pop import revive_log
 from gannet.node.pop.acks import AckMsg
@@ -25,6 +24,7 @@ from gannet.node.pop.config import CK_DELIVER_LEAD_MS, RE_PUT_BACKOFF_S, PopConf
 from gannet.node.pop.errors import InvisibleTimeIllegal
 from gannet.node.pop.locks import QueueLocks
 from gannet.node.pop.merging import Inflight, InflightBuffer
+from gannet.node.store import steady_clock
 from gannet.node.store.errors import FlushTimeout
 from gannet.node.store.message_store import MessageStore
 
@@ -49,7 +49,7 @@ class PopContext:
         self._last_delivery_ms: dict[int, int] = {}
         # CKs parked by an earlier process may reach any revive queue until this horizon.
         self._restart_horizon_ms = (
-            time.time_ns() // 1_000_000 + config.invisible_time_ms_max + REVIVE_HORIZON_MARGIN_MS
+            steady_clock.now_ms() + config.invisible_time_ms_max + REVIVE_HORIZON_MARGIN_MS
             if existed
             else 0
         )

@@ -33,7 +33,6 @@ import dataclasses
 import logging
 import random
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -49,6 +48,7 @@ from gannet.node.pop.popping import InitMode, PopRequest, PopResult, PopService
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.reviving import RevivePass, ReviveService
 from gannet.node.pop.waking import NEVER_MS, Wait, WakeSchedule
+from gannet.node.store import steady_clock
 from gannet.node.store.config import FlushMode
 from gannet.node.store.errors import NotLeading
 from gannet.node.store.message_store import MessageStore
@@ -63,7 +63,7 @@ Runner = Callable[[Callable[[], PopResult]], Awaitable[PopResult]]
 
 
 def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
+    return steady_clock.now_ms()
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,7 +125,8 @@ class PopBroker:
             if not self._leading.is_set():
                 # The former leader's pops are not tracked here; its clock may run a little
                 # ahead of this one.
-                now = time.time_ns() // 1_000_000
+                steady_clock.CLOCK.anchor()  # this term's clock (steady_clock)
+                now = steady_clock.now_ms()
                 self.ctx.buffer.tracking_since_ms = now + CLOCK_MARGIN_MS
             self._leading.set()
             self.schedule.request(0)

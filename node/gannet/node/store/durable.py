@@ -78,7 +78,8 @@ def _write_all(fd: int, data: bytes, path: Path) -> None:
 
 
 def allocate_file(path: Path, size_bytes: int) -> None:
-    """Create ``path`` with exactly ``size_bytes`` bytes of allocated, zeroed space.
+    """Create ``path`` with exactly ``size_bytes`` bytes of allocated, zeroed space, durably
+    (the file's size and its name).
 
     Raises :class:`DiskFull` (and removes the partial file) when the disk has no room.
     """
@@ -99,6 +100,11 @@ def allocate_file(path: Path, size_bytes: int) -> None:
                 ) from exc
             else:
                 raise StoreError(f"cannot allocate {path}: {exc}") from exc
+        # The size is the file's metadata: only an fsync of the file makes it durable (the
+        # directory's fsync makes the name durable). Without it a crash could leave the name
+        # with 0 bytes, which opening refuses as a file of the wrong length (fault harness,
+        # lose-unfsynced: the timer wheel, created and never written, came back empty).
+        sync_data(fd, str(path))
     finally:
         if fd >= 0:
             os.close(fd)

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from gannet.node.store import durable, validation
+from gannet.node.store import durable, steady_clock, validation
 from gannet.node.store import properties as props
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.configs.groups import GroupConfigManager
@@ -376,12 +376,17 @@ class MessageStore:
                 msg.properties[uniq] = key
         host = (self.config.store_host, self.config.store_port)
         route = self.timers.route
+        # Whether a delivery time lies ahead is asked of the timer wheel's clock, not of the
+        # wall clock: a Pop checkpoint stamped by the steady clock and judged due by a wall
+        # clock stepped ahead went straight to the revive log and moved revive's end time
+        # past leases still live (fault seed 210, +59 s strobe on the leader).
+        timer_now = steady_clock.now_ms()
         prepared = []
         for msg in msgs:
             msg.store_host = host
             if msg.born_timestamp_ms == 0:
                 msg.born_timestamp_ms = now
-            prepared.append(route(msg, now))
+            prepared.append(route(msg, timer_now))
         return prepared
 
     # ------------------------------------------------------------------ commit / dispatch

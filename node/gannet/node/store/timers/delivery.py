@@ -56,6 +56,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from gannet.node.store import properties as props
+from gannet.node.store import steady_clock
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import MessageIllegal, StoreError
 from gannet.node.store.log.commitlog import AppendResult
@@ -297,7 +298,7 @@ class TimerService:
         last_flush = time.monotonic()
         while not self._stop.wait(TICK_MS / 1000):
             try:
-                self.tick(time.time_ns() // 1_000_000)
+                self.tick(steady_clock.now_ms())
                 if (time.monotonic() - last_flush) * 1000 >= FLUSH_INTERVAL_MS:
                     last_flush = time.monotonic()
                     if self.timer_store is not None:

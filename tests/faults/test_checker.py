@@ -1,0 +1,111 @@
+"""The fault harness's Pop and transaction checkers (:mod:`e2e.faults.checker`) on small
+hand-written histories: what fails a run and what is only counted."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from e2e.faults import checker
+from e2e.faults.history import Event
+from gannet.node.store.log.records import Message
+
+
+def _ev(t: float, type_: str, f: str, process: str = "pq", **value: Any) -> Event:
+    return Event(t, process, type_, f, value)
+
+
+def _receive(t: float, *copies: tuple[str, str, int]) -> list[Event]:
+    messages = [{"key": "k", "id": i, "copy": c, "attempt": a} for i, c, a in copies]
+    return [_ev(t, "invoke", "receive"), _ev(t + 0.01, "ok", "receive", messages=messages)]
+
+
+def _ack(t: float, message_id: str, copy: str) -> list[Event]:
+    return [_ev(t, "invoke", "ack", id=message_id, copy=copy),
+            _ev(t + 0.01, "ok", "ack", id=message_id, copy=copy)]  # fmt: skip
+
+
+def test_a_new_copy_revived_from_an_unacked_original_is_counted_not_failed() -> None:
+    events = [
+        *_receive(1.0, ("m", "1/0/0", 2), ("m", "1/0/1", 2)),  # two revives of the original
+        *_ack(1.1, "m", "1/0/0"),
+        *_ack(1.2, "m", "1/0/1"),
+        *_receive(5.0, ("m", "1/0/13", 2)),  # a third revive of the original, after the acks
+        *_ack(5.1, "m", "1/0/13"),
+    ]
+    verdict = checker.Verdict()
+    checker.check_pop(verdict, "pop", events, "pq")
+    assert verdict.violations == []
+    assert verdict.figures["pop_copies_after_ack"] == 1
+    assert verdict.figures["pop_copies"] == 3
+
+
+def test_a_copy_revived_from_an_unacked_copy_of_the_same_attempt_is_counted() -> None:
+    """Fault seed 601: two attempt-2 copies, one acked and one whose ack was lost; an attempt-3
+    copy after the ack may come from the unacked one."""
+    events = [
+        *_receive(1.0, ("m", "1/0/8", 2)),
+        _ev(1.1, "invoke", "ack", id="m", copy="1/0/8"),
+        _ev(1.2, "info", "ack", id="m", copy="1/0/8"),
+        *_receive(12.0, ("m", "1/0/19", 2)),
+        *_ack(12.1, "m", "1/0/19"),
+        *_receive(16.0, ("m", "1/0/22", 3)),
+    ]
+    verdict = checker.Verdict()
+    checker.check_pop(verdict, "pop", events, "pq")
+    assert verdict.violations == []
+    assert verdict.figures["pop_copies_after_ack"] == 1
+
+
+def test_an_acked_copy_delivered_again_or_revived_from_fails() -> None:
+    again = [*_receive(1.0, ("m", "0/3/137", 1)), *_ack(1.1, "m", "0/3/137"),
+             *_receive(20.0, ("m", "0/3/137", 1))]  # fmt: skip
+    revived = [*_receive(1.0, ("m", "0/3/137", 1)), *_ack(1.1, "m", "0/3/137"),
+               *_receive(20.0, ("m", "1/0/4", 2))]  # fmt: skip
+    for events in (again, revived):
+        verdict = checker.Verdict()
+        checker.check_pop(verdict, "pop", events, "pq")
+        assert len(verdict.violations) == 1, verdict.violations
+        assert "delivered after its ack was answered" in verdict.violations[0]
+
+
+def test_a_copy_delivered_during_its_lease_fails() -> None:
+    events = [*_receive(1.0, ("m", "0/0/5", 1)), *_receive(3.0, ("m", "0/0/5", 1))]
+    verdict = checker.Verdict()
+    checker.check_pop(verdict, "pop", events, "pq")
+    assert verdict.violations == ["pop: 1 copies delivered during a live lease: ['m@0/0/5']"]
+
+
+def _stored(*keys: str) -> dict[int, dict[int, list[Message]]]:
+    messages = [Message(topic="jt", body=k.encode(), queue_id=0, queue_offset=i)
+                for i, k in enumerate(keys)]  # fmt: skip
+    return {1: {0: messages}}
+
+
+def _transaction(key: str, commit: bool, half: str = "ok", end: str = "ok") -> list[Event]:
+    f = "commit" if commit else "rollback"
+    return [_ev(0.0, "invoke", "half", "t1", key=key, commit=commit),
+            _ev(0.1, half, "half", "t1", key=key),
+            _ev(0.2, "invoke", f, "t1", key=key), _ev(0.3, end, f, "t1", key=key)]  # fmt: skip
+
+
+def test_transactions_committed_once_and_rolled_back_never() -> None:
+    events = [*_transaction("t1-1", True), *_transaction("t1-2", False),
+              *_transaction("t1-3", True, half="info"),
+              *_transaction("t1-4", True, end="info")]  # fmt: skip
+    verdict = checker.Verdict()
+    checker.check_transactions(verdict, events, "t1", "pt", _stored("t1-1"))
+    assert verdict.violations == []
+    assert (verdict.figures["tx_committed"], verdict.figures["tx_rolled_back"]) == (1, 1)
+    assert verdict.figures["tx_in_doubt_not_stored"] == 1  # t1-4: discarded after checks
+
+    broken = [
+        (_stored(), "committed transactions not stored"),
+        (_stored("t1-1", "t1-1"), "transactions stored twice"),
+        (_stored("t1-1", "t1-2"), "rolled-back transactions stored"),
+        (_stored("t1-1", "x-9"), "unexpected transactional messages"),
+    ]
+    for stored, what in broken:
+        verdict = checker.Verdict()
+        checker.check_transactions(verdict, events, "t1", "pt", stored)
+        assert len(verdict.violations) == 1, verdict.violations
+        assert what in verdict.violations[0]
