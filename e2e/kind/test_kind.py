@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+import sys
 import threading
 import time
 from typing import Any
@@ -315,6 +316,137 @@ def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
     assert ready_low[0] >= 2, "more than one broker down at a time (the PDB allows 1)"
     check_all_back(client, acks, "rolling upgrade")
     assert gaps[-1][0] <= OUTAGE_S_MAX, f"client outage {gaps[-1][0]:.2f} s > {OUTAGE_S_MAX} s"
+
+
+# (8) A client outside the cluster: a process of the e2e's network namespace, on the host side
+# of the kind network, reaching the pods through their NodePorts at the node's address.
+CLIENT_NODE_PORT = 30081
+REMOTING_NODE_PORT = 30911
+OUTSIDE_MESSAGES = 200
+
+
+def node_address() -> str:
+    from e2e.kind import engine  # noqa: PLC0415
+
+    found = engine.docker(
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        f"{cluster.NAME}-control-plane",
+        capture_output=True,
+    ).stdout.strip()
+    assert found, "the kind node has no address"
+    return str(found)
+
+
+def outside_run(*args: str, stdin: str = "", timeout_s: float = 300) -> list[dict[str, Any]]:
+    """load.py run here, outside the cluster, with the official Python client of this venv."""
+    done = subprocess.run(
+        [sys.executable, str(cluster.LOAD_SCRIPT), *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
+    assert done.returncode == 0, f"outside client failed: {done.stderr[-2000:]}"
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def grpc_route(dialed: tuple[str, int]) -> list[tuple[str, int]]:
+    """The addresses QueryRoute hands a client that dialed ``dialed`` (as the clients ask)."""
+    import grpc  # noqa: PLC0415
+    from rocketmq.grpc_protocol import (  # type: ignore[import-untyped, unused-ignore]  # noqa: PLC0415
+        definition_pb2,
+        service_pb2,
+        service_pb2_grpc,
+    )
+
+    endpoints = definition_pb2.Endpoints(
+        scheme=definition_pb2.IPv4,
+        addresses=[definition_pb2.Address(host=dialed[0], port=dialed[1])],
+    )
+    with grpc.insecure_channel(f"{dialed[0]}:{dialed[1]}") as channel:
+        reply = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            service_pb2.QueryRouteRequest(
+                topic=definition_pb2.Resource(name="orders"), endpoints=endpoints
+            ),
+            timeout=10,
+            metadata=[("x-mq-client-id", "e2e-outside"), ("x-mq-language", "PYTHON")],
+        )
+    assert reply.status.code == 20000, reply.status.message
+    return sorted(
+        {(a.host, a.port) for q in reply.message_queues for a in q.broker.endpoints.addresses}
+    )
+
+
+def remoting_master(dialed: tuple[str, int]) -> str:
+    """brokerId 0's address in the name-server route a remoting client at ``dialed`` gets."""
+    from gannet.node.remoting import codes  # noqa: PLC0415
+    from tests.remoting.client import RawClient  # noqa: PLC0415
+
+    with RawClient(f"{dialed[0]}:{dialed[1]}") as raw:
+        answer = raw.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})
+    assert answer.code == codes.SUCCESS, answer.remark
+    text = answer.body.decode()
+    start = text.index('"brokerAddrs":{0:') + len('"brokerAddrs":{0:')
+    return str(json.loads(text[start : text.index("}", start)].split(",")[0]))
+
+
+def test_client_outside_through_node_ports(client: Kubectl) -> None:
+    host = node_address()
+    before = {n: p["metadata"]["uid"] for n, p in broker_pods(client).items()}
+    external = {
+        "type": "NodePort",
+        "host": host,
+        "nodePorts": {"client": CLIENT_NODE_PORT, "remoting": REMOTING_NODE_PORT},
+    }
+    patch = json.dumps({"spec": {"remoting": {"enabled": True}, "external": external}})
+    started = time.monotonic()
+    client.run("-n", NS, "patch", "gannetcluster", "main", "--type", "merge", "-p", patch)
+    wait_replaced(client, before)  # the new arguments roll the pods, one at a time
+    wait_members_ready(client)
+    services = [get(client, "service", f"main-{i}-external") for i in range(3)]
+    assert [s["spec"]["ports"][0]["nodePort"] for s in services] == [30081, 30082, 30083]
+    say(f"external access enabled (pods rolled) in {time.monotonic() - started:.1f} s")
+
+    # Routes: every member names the leader's external address, whichever one is asked.
+    def settled() -> tuple[str, list[list[tuple[str, int]]], list[str]]:
+        for _ in range(20):
+            first = leader(client)
+            answers = [grpc_route((host, CLIENT_NODE_PORT + i)) for i in range(3)]
+            masters = [remoting_master((host, REMOTING_NODE_PORT + i)) for i in range(3)]
+            if leader(client) == first:
+                return first, answers, masters
+        raise AssertionError("the leader kept changing")
+
+    lead, answers, masters = settled()
+    ordinal = int(lead.rsplit("-", 1)[1])
+    say(f"routes from outside (leader {lead}): gRPC {answers}, remoting brokerId 0 {masters}")
+    assert answers == [[(host, CLIENT_NODE_PORT + ordinal)]] * 3
+    assert masters == [f"{host}:{REMOTING_NODE_PORT + ordinal}"] * 3
+
+    # The official Python client, outside, through a follower's NodePort.
+    follower = (ordinal + 1) % 3
+    endpoint = f"{host}:{CLIENT_NODE_PORT + follower}"
+    produced = outside_run(
+        "produce", "--endpoint", endpoint, "--topic", "orders", "--prefix", "s8",
+        "--count", str(OUTSIDE_MESSAGES),
+    )  # fmt: skip
+    keys = [line["ack"] for line in produced if "ack" in line]
+    failed = [line for line in produced if "fail" in line]
+    summary = outside_run(
+        "consume", "--endpoint", endpoint, "--topic", "orders", "--group", "billing",
+        stdin="".join(f"{key}\n" for key in keys),
+    )[-1]  # fmt: skip
+    say(
+        f"outside client via {endpoint}: {len(keys)} acknowledged, {len(failed)} failed sends, "
+        f"consumer received {summary['received']} ({summary['unique']} distinct), missing "
+        f"{summary['missing_count']}, duplicates {summary['duplicates']}"
+    )
+    assert len(keys) == OUTSIDE_MESSAGES, failed[:5]
+    assert summary["missing_count"] == 0, summary["missing"]
+    assert summary["duplicates"] == 0
 
 
 # (7) helm upgrade with a changed value, then helm uninstall: data as docs/kubernetes.md says.
