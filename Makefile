@@ -138,6 +138,13 @@ e2e-failover: $(STAMP)
 	$(BIN)/python -m e2e.replication.failover --kills 5 --mode kill --consumer push || status=1; \
 	exit $$status
 
+## e2e-remoting-failover: leader SIGKILL x10 (restarted each time) under the official 4.9.8
+## remoting DefaultMQProducer (its defaults; mvn fetches it once) on a 3-member group: time to its
+## next acknowledged send (target <= 3 s), 0 acknowledged lost (about 3 min)
+.PHONY: e2e-remoting-failover
+e2e-remoting-failover: $(STAMP)
+	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client remoting
+
 ## e2e-silent-link: root only (ip netns, iptables): 3 broker processes in network namespaces, one
 ## follower cut from the leader by iptables DROP for 20 s then 60 s: time until the leader's
 ## /metrics says it unreachable (target <= 5 s) and from the heal until it is back in step
@@ -170,6 +177,13 @@ e2e-faults: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
 	$(BIN)/python -m e2e.faults.runner --runs $(RUNS) --duration-s $(DURATION_S) \
 	  --nemeses $(NEMESES) $(if $(SEED),--seed $(SEED))
+
+## e2e-remoting-admin: a Spring Boot application with rocketmq-spring-boot-starter 2.3.3 (syncSend
+## and a @RocketMQMessageListener) against a broker's name-server port: every message back once
+## (about 1 min; mvn fetches the jars once; mqadmin's checks run in `make test`)
+.PHONY: e2e-remoting-admin
+e2e-remoting-admin: $(STAMP) java
+	$(BIN)/python -m e2e.remoting_admin.spring_scenario --count 20
 
 ## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
 ## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)

@@ -21,8 +21,9 @@ An HTML comment on the line before a block says how to run it:
 
 What the test changes, and nothing else: ``HOME`` is a temporary directory (so
 ``~/.gannet/store`` is a fresh store), ``/tmp/`` in a block becomes the temporary directory,
-``127.0.0.1:8081`` and ``127.0.0.1:5557`` become the broker's ports (``GANNET_ENDPOINT`` is set
-for the CLI's default), and ``.venv/bin/`` is the directory of the interpreter running the test.
+``127.0.0.1:8081``, ``127.0.0.1:5557`` and ``127.0.0.1:9876`` become the broker's ports
+(``GANNET_ENDPOINT`` is set for the CLI's default; ``make run``'s remoting ports become free
+ones too), and ``.venv/bin/`` is the directory of the interpreter running the test.
 Python blocks run under that interpreter with ``PYSPARK_PYTHON`` unset and a ``python3`` on PATH
 that has no Gannet installed (the interpreter the virtual environment was made from), as on a
 machine where the README's ``.venv`` is not activated. Shell blocks run with ``bash -euo
@@ -226,8 +227,11 @@ class Broker:
     """The README's ``gannet broker run`` line as a background process on free ports."""
 
     def __init__(self, command: str, env: dict[str, str], log: Path) -> None:
+        # make run's fixed remoting ports (10911, 9876) become free ones as well: another
+        # broker on this machine (a second checkout's suite, a developer's make run) may hold them.
+        fixed = {"10911": env["DOCTEST_REMOTING_PORT"], "9876": env["DOCTEST_NAMESERVER_PORT"]}
         self.argv = [
-            *shlex.split(command),
+            *(fixed.get(a, a) for a in shlex.split(command)),
             "--listen",
             env["GANNET_ENDPOINT"],
             "--metrics-listen",
@@ -285,12 +289,17 @@ def substituted(code: str, env: dict[str, str], bin_dir: Path, tmp: Path) -> str
         code.replace("/tmp/", f"{tmp}/")
         .replace("127.0.0.1:8081", env["GANNET_ENDPOINT"])
         .replace("127.0.0.1:5557", env["DOCTEST_METRICS"])
+        .replace("127.0.0.1:9876", f"127.0.0.1:{env['DOCTEST_NAMESERVER_PORT']}")
         .replace(".venv/bin/", f"{bin_dir}/")
     )
 
 
 def test_substitution_keeps_a_checkout_under_tmp_intact(tmp_path: Path) -> None:
-    env = {"GANNET_ENDPOINT": "127.0.0.1:1", "DOCTEST_METRICS": "127.0.0.1:2"}
+    env = {
+        "GANNET_ENDPOINT": "127.0.0.1:1",
+        "DOCTEST_METRICS": "127.0.0.1:2",
+        "DOCTEST_NAMESERVER_PORT": "3",
+    }
     code = ".venv/bin/gannet store get /tmp/store 127.0.0.1:8081"
     got = substituted(code, env, Path("/tmp/ci/clone/.venv/bin"), tmp_path)
     assert got == f"/tmp/ci/clone/.venv/bin/gannet store get {tmp_path}/store 127.0.0.1:1"
@@ -311,6 +320,8 @@ def reader_env(tmp_path: Path) -> dict[str, str]:
         PATH=f"{plain}{os.pathsep}{env.get('PATH', '/usr/bin:/bin')}",
         GANNET_ENDPOINT=f"127.0.0.1:{free_port()}",
         DOCTEST_METRICS=f"127.0.0.1:{free_port()}",
+        DOCTEST_REMOTING_PORT=str(free_port()),
+        DOCTEST_NAMESERVER_PORT=str(free_port()),
         PYTHONUNBUFFERED="1",
     )
     env.pop("VIRTUAL_ENV", None)

@@ -111,10 +111,23 @@ def java_lib() -> Path:
     return lib
 
 
+def remoting_lib() -> Path:
+    """A directory with the official remoting (4.x) Java client's jars, copied once by Maven
+    (the folder ``tests/remoting/java_clients.py`` uses too)."""
+    lib = CACHE / "remoting-lib"
+    if not (lib / "rocketmq-acl-4.9.8.jar").exists():
+        lib.mkdir(parents=True, exist_ok=True)
+        pom = CLIENTS / "remoting" / "pom.xml"
+        argv = ["mvn", "-B", "-q", "-f", str(pom), "dependency:copy-dependencies"]
+        _run([*argv, f"-DoutputDirectory={lib}"], CLIENTS / "remoting", "the remoting client")
+    return lib
+
+
 def producer_argv(
-    client: str, endpoints: str, topic: str, prefix: str
+    client: str, endpoints: str, topic: str, prefix: str, log_root: Path = CACHE
 ) -> tuple[list[str], dict[str, str]]:
-    """The command (and environment) running ``client``'s producer program."""
+    """The command (and environment) running ``client``'s producer program (the remoting
+    client writes its own log under ``log_root``)."""
     env = dict(os.environ)
     if client == "node":
         if shutil.which("node") is None:
@@ -128,7 +141,14 @@ def producer_argv(
         source = CLIENTS / "java" / "FailoverProducer.java"
         classpath = f"{java_lib()}/*"
         return ["java", "-cp", classpath, str(source), endpoints, topic, prefix], env
-    raise ValueError(f"unknown client {client!r}: node or java")
+    if client == "remoting":  # endpoints: the name servers
+        if shutil.which("java") is None:
+            raise ClientMissing("java is not installed; it runs the remoting client")
+        source = CLIENTS / "remoting" / "FailoverProducer.java"
+        properties = ["-Drocketmq.client.logLevel=WARN", f"-Drocketmq.client.logRoot={log_root}"]
+        argv = ["java", *properties, "-cp", f"{remoting_lib()}/*", str(source)]
+        return [*argv, endpoints, topic, prefix], env
+    raise ValueError(f"unknown client {client!r}: node, java or remoting")
 
 
 class ExternalLoad(threading.Thread):
@@ -136,7 +156,9 @@ class ExternalLoad(threading.Thread):
 
     def __init__(self, client: str, endpoints: str, topic: str, log_path: Path) -> None:
         super().__init__(name=f"failover-{client}", daemon=True)
-        argv, env = producer_argv(client, endpoints, topic, prefix=f"{client[0]}")
+        argv, env = producer_argv(
+            client, endpoints, topic, prefix=f"{client[0]}", log_root=log_path.parent
+        )
         self.client = client
         self.acks = AckLog()
         self.ready = threading.Event()

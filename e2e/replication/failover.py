@@ -114,7 +114,7 @@ class Result:
     """SIGSTOPs of the member the client's channel is on (it stalls until SIGCONT)."""
     failures: dict[str, int] = field(default_factory=dict)
     client: str = "python"
-    """The producer's client: "python", "node" or "java"."""
+    """The producer's client: "python", "node", "java" or "remoting"."""
     consumer: str = ""
     """"simple" or "push" when a consumer ran along (``run(consumer=...)``)."""
     consumer_gaps_s: list[float] = field(default_factory=list)
@@ -189,8 +189,9 @@ def run(
 ) -> Result:
     """``kills`` leader faults of ``mode`` ("kill" or "stop") on a fresh group in ``root``;
     ``consumer`` "simple" (a SimpleConsumer receives and acks all along) or "push" (a
-    PushConsumer consumes all along); ``client`` "python", "node" or "java" (the producer)."""
-    group = ProcessGroup(root, 3, flush="sync", proxied=False)
+    PushConsumer consumes all along); ``client`` "python", "node", "java" or "remoting" (the
+    producer)."""
+    group = ProcessGroup(root, 3, flush="sync", proxied=False, remoting=client == "remoting")
     result = Result(mode, consumer=consumer, client=client)
     reader: SimpleLoad | PushLoad | None = None
     service: ServiceProxy | None = None
@@ -207,6 +208,8 @@ def run(
             load = ClientLoad(group, TOPIC)
         else:
             endpoints = ";".join(group.client_endpoint(i) for i in group.ids)
+            if client == "remoting":  # every member is a name server
+                endpoints = ";".join(group.remoting_endpoint(i) for i in group.ids)
             if client == "node":  # one address only: a Service in front of every member
                 service = ServiceProxy(
                     [("127.0.0.1", group.client_ports[i - 1]) for i in group.ids]
@@ -310,9 +313,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--client",
-        choices=("python", "node", "java", "all"),
+        choices=("python", "node", "java", "remoting", "all"),
         default="python",
-        help="the official client that produces (all: each in turn)",
+        help="the official client that produces (all: python, node and java in turn; "
+        "remoting: the 4.9.8 remoting DefaultMQProducer, its defaults)",
     )
     args = parser.parse_args(argv)
     clients = ["python", "node", "java"] if args.client == "all" else [args.client]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -64,6 +65,27 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
+def remoting_shift(ports: list[int]) -> int:
+    """A distance that puts ``port + distance`` on a free port for each of ``ports`` (every
+    member of a cluster keeps its remoting port at the same distance from its client port)."""
+    for _ in range(200):
+        shift = random.randrange(1000, 20000)
+        if all(_bindable(p + shift) for p in ports):
+            return shift
+    raise RuntimeError("no common free port distance for the remoting ports")
+
+
+def _bindable(port: int) -> bool:
+    if port > 65535:
+        return False
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
 def wait_for(condition: object, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
     """Poll ``condition()`` (other processes: there is nothing to await) until true."""
     assert callable(condition)
@@ -99,8 +121,11 @@ class ProcessGroup:
         replicated: bool = True,
         security: Security | None = None,
         extra_args: tuple[str, ...] = (),
+        remoting: bool = False,
     ) -> None:
         """``proxied=False``: peers dial each other directly (benchmarks);
+        ``remoting``: every node also serves the remoting protocol, on a port at the same
+        distance from its client port (:meth:`remoting_endpoint`; ``docs/remoting.md``);
         ``replicated=False`` (size 1): a broker without ``--node-id``, today's single node;
         ``security``: auth, TLS on the client port and mutual TLS between peers
         (:mod:`e2e.replication.secure`)."""
@@ -116,6 +141,7 @@ class ProcessGroup:
         ports = free_ports(2 * size)
         self.client_ports = ports[:size]
         self.peer_ports = ports[size:]
+        self.remoting_shift = remoting_shift(self.client_ports) if remoting else None
         self.proxies = ProxyThread()
         self.links: dict[tuple[int, int], FaultProxy] = {}
         for i in self.ids:
@@ -133,6 +159,12 @@ class ProcessGroup:
 
     def client_endpoint(self, node_id: int) -> str:
         return f"127.0.0.1:{self.client_ports[node_id - 1]}"
+
+    def remoting_endpoint(self, node_id: int) -> str:
+        """``node_id``'s remoting port (and name server), with ``remoting=True``."""
+        if self.remoting_shift is None:
+            raise ValueError("this group was started without remoting=True")
+        return f"127.0.0.1:{self.client_ports[node_id - 1] + self.remoting_shift}"
 
     def _peers_arg(self, node_id: int) -> str:
         specs = []
@@ -163,6 +195,8 @@ class ProcessGroup:
                     "--peer-listen", f"127.0.0.1:{self.peer_ports[i - 1]}",
                     "--peer-secret-file", str(ensure_secret(self.root)),
                 ]  # fmt: skip
+            if self.remoting_shift is not None:
+                argv += ["--remoting-port", str(self.client_ports[i - 1] + self.remoting_shift)]
             if self.security is not None:
                 argv += self.security.broker_args(i)
             argv += self.extra_args

@@ -150,13 +150,6 @@ def test_the_schema_accepts_the_sections() -> None:
             {"brokerGroups": 2, "external": {"host": "a", "nodePorts": {"client": 30000}}},
             "brokerGroups 2",
         ),
-        (
-            {
-                "remoting": {"enabled": True},
-                "security": {"auth": {"enabled": True, "credentialsSecret": "k"}},
-            },
-            "does not check signatures",
-        ),
     ],
 )
 def test_unusable_sections_are_refused_naming_the_field(spec: dict[str, Any], problem: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import socket
+import ssl
 import struct
 from typing import Any
 
@@ -16,9 +17,14 @@ _opaques = itertools.count(1)
 
 
 class RawClient:
-    def __init__(self, endpoint: str, timeout_s: float = TIMEOUT_S) -> None:
+    def __init__(
+        self, endpoint: str, timeout_s: float = TIMEOUT_S, tls: ssl.SSLContext | None = None
+    ) -> None:
+        """``tls``: speak TLS with this client context."""
         host, _, port = endpoint.rpartition(":")
         self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock, server_hostname=host)
 
     def close(self) -> None:
         self.sock.close()

@@ -17,14 +17,17 @@ CLIENTS = Path(__file__).resolve().parents[2] / "e2e" / "clients"
 CACHE = Path(os.environ.get("GANNET_CLIENTS_CACHE", CLIENTS / ".cache"))
 PROGRAM = CLIENTS / "remoting" / "RemotingClients.java"
 CLIENT_JAR = "rocketmq-client-4.9.8.jar"
+ACL_JAR = "rocketmq-acl-4.9.8.jar"  # AclClientRPCHook: the ACL 1.0 request signing
 RUN_TIMEOUT_S = 240.0  # the program's own deadline is 120 s; JVM start and compile on top
 
 
 def lib() -> Path:
     """The jars, copied by Maven on first use (atomically: a rename of a finished folder)."""
     target = CACHE / "remoting-lib"
-    if (target / CLIENT_JAR).exists():
+    if (target / CLIENT_JAR).exists() and (target / ACL_JAR).exists():
         return target
+    if target.exists():  # copied before the pom named rocketmq-acl: copy again
+        shutil.rmtree(target, ignore_errors=True)
     for tool in ("java", "javac", "mvn"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (make java installs a JDK and Maven)")
@@ -35,7 +38,7 @@ def lib() -> Path:
     done = subprocess.run(
         [*argv, f"-DoutputDirectory={staging}"], capture_output=True, text=True, check=False
     )
-    if done.returncode != 0 or not (staging / CLIENT_JAR).exists():
+    if done.returncode != 0 or not (staging / ACL_JAR).exists():
         shutil.rmtree(staging, ignore_errors=True)
         raise RuntimeError(f"mvn could not fetch rocketmq-client:\n{done.stdout[-3000:]}")
     try:
@@ -76,12 +79,13 @@ def classes() -> Path:
     return target
 
 
-def start(log_root: Path, *args: str) -> subprocess.Popen[str]:
-    """``args`` of RemotingClients.java; the client writes its own log under ``log_root``."""
+def start(log_root: Path, *args: str, properties: tuple[str, ...] = ()) -> subprocess.Popen[str]:
+    """``args`` of RemotingClients.java; the client writes its own log under ``log_root``;
+    ``properties``: more ``-D`` options (TLS)."""
     classpath = f"{classes()}:{lib()}/*"
     argv = [
-        "java", *JVM_PROPERTIES, f"-Drocketmq.client.logRoot={log_root}", "-cp", classpath,
-        "RemotingClients", *args,
+        "java", *JVM_PROPERTIES, *properties, f"-Drocketmq.client.logRoot={log_root}",
+        "-cp", classpath, "RemotingClients", *args,
     ]  # fmt: skip
     return subprocess.Popen(
         argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=PROGRAM.parent
@@ -102,5 +106,5 @@ def finish(process: subprocess.Popen[str]) -> list[str]:
     return out.splitlines()
 
 
-def run(log_root: Path, *args: str) -> list[str]:
-    return finish(start(log_root, *args))
+def run(log_root: Path, *args: str, properties: tuple[str, ...] = ()) -> list[str]:
+    return finish(start(log_root, *args, properties=properties))

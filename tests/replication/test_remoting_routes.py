@@ -9,7 +9,6 @@ import asyncio
 import dataclasses
 import functools
 import json
-import random
 import re
 import socket
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
+from e2e.replication.harness import remoting_shift
 from gannet.node.api import external_routes
 from gannet.node.api.external_routes import ExternalAddress
 from gannet.node.broker.serving import BrokerConfig
@@ -32,31 +32,10 @@ from .conftest import Cluster
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 
-def _port_shift(ports: list[int]) -> int:
-    """A distance that puts every member's remoting port on a free port (docs/remoting.md:
-    every member keeps the same distance between its client and remoting ports)."""
-    for _ in range(200):
-        shift = random.randrange(1000, 20000)
-        if all(_free(p + shift) for p in ports):
-            return shift
-    raise RuntimeError("no common free port shift")
-
-
-def _free(port: int) -> bool:
-    if port > 65535:
-        return False
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 class RemotingCluster(Cluster):
     def __init__(self, root: Path, size: int) -> None:
         super().__init__(root, size)
-        self.shift = _port_shift([p.client_port for p in self.peers])
+        self.shift = remoting_shift([p.client_port for p in self.peers])
 
     def config(self, node_id: int) -> BrokerConfig:
         base = super().config(node_id)
@@ -154,12 +133,32 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
     _serving_routes(cluster, leader, list(cluster.nodes))
     for node_id in cluster.nodes:
         route = _route(cluster.remoting(node_id), "RemRaftT")
-        [data] = route["brokerDatas"]
+        datas = {d["brokerName"]: d for d in route["brokerDatas"]}
+        queues = {q["brokerName"]: q for q in route["queueDatas"]}
+        [group] = [name for name, q in queues.items() if q["readQueueNums"]]
+        data = datas[group]
         assert data["brokerAddrs"]["0"] == cluster.remoting(leader)
         assert sorted(data["brokerAddrs"].values()) == sorted(
             cluster.remoting(n) for n in cluster.nodes
         )
-        assert route["queueDatas"][0]["writeQueueNums"] == 2
+        assert queues[group] == {
+            "brokerName": group, "perm": 6, "readQueueNums": 2, "topicSysFlag": 0,
+            "writeQueueNums": 2,
+        }  # fmt: skip
+        # each follower is also a write-only broker of its own: the producer's retry of a
+        # send that failed on one broker name goes to another (docs/remoting.md, failover)
+        followers_named = {}
+        for index in (1, 2):
+            name = f"{group}@{index}"
+            assert queues[name] == {
+                "brokerName": name, "perm": 2, "readQueueNums": 0, "topicSysFlag": 0,
+                "writeQueueNums": 2,
+            }  # fmt: skip
+            [(broker_id, address)] = datas[name]["brokerAddrs"].items()
+            assert broker_id == "0"
+            followers_named[address] = name
+        assert sorted(followers_named) == sorted(cluster.remoting(n) for n in followers)
+        assert len(datas) == 3
     sent = _send(cluster.remoting(followers[0]), "RemRaftT", b"via a follower")
     assert sent.code == codes.SUCCESS, sent.remark
     pull_ext = {
@@ -176,7 +175,8 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
     new_leader = cluster.leader(survivors)
     _serving_routes(cluster, new_leader, survivors)
     for node_id in survivors:
-        addrs = _route(cluster.remoting(node_id), "RemRaftT")["brokerDatas"][0]["brokerAddrs"]
+        datas = _route(cluster.remoting(node_id), "RemRaftT")["brokerDatas"]
+        addrs = next(d["brokerAddrs"] for d in datas if "@" not in d["brokerName"])
         assert addrs["0"] == cluster.remoting(new_leader)
         assert {cluster.remoting(n) for n in survivors} <= set(addrs.values())
     after = _send(cluster.remoting(followers[0]), "RemRaftT", b"after the failover")
@@ -185,6 +185,39 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
 
 def _has_topic(cluster: Cluster, node_id: int, topic: str) -> bool:
     return cluster.nodes[node_id].broker.store.topic_configs.get(topic) is not None
+
+
+def test_a_member_without_a_leader_closes_its_remoting_port_until_it_knows_one(
+    cluster: RemotingCluster,
+) -> None:
+    """The port gate's rule (``broker.port_gate``) holds for the remoting and name-server
+    ports as for the gRPC port: a member left alone closes them (an open connection is closed,
+    a new one refused) and listens on them again once a leader is known."""
+    leader = cluster.leader()
+    alone = next(i for i in cluster.nodes if i != leader)
+    others = [i for i in cluster.nodes if i != alone]
+    broker = cluster.nodes[alone].broker
+    remoting = broker.remoting
+    assert remoting is not None
+    endpoint = cluster.remoting(alone)
+    host, _, port = endpoint.rpartition(":")
+    with RawClient(endpoint) as held:
+        answer = held.call(codes.GET_BROKER_CLUSTER_INFO, {})
+        assert answer.code == codes.SUCCESS, answer.remark
+        for node_id in others:
+            cluster.crash(node_id)
+        cluster.wait(alone, lambda: not remoting.listening and not remoting.connections)
+        assert held.closed_by_peer()
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2).close()
+
+    cluster.start(others[0])
+    cluster.leader([alone, others[0]])
+    cluster.wait(alone, lambda: remoting.listening)
+    with RawClient(endpoint) as client:  # the same port answers again
+        answer = client.call(codes.GET_BROKER_CLUSTER_INFO, {})
+    assert answer.code == codes.SUCCESS, answer.remark
+    assert broker.port_closes_total == 1
 
 
 def _grpc_route(cluster: RemotingCluster, node_id: int, dialed: tuple[str, int]) -> list[str]:

@@ -14,6 +14,11 @@
 //   orderly  <namesrv> <topic> <group> <count>   DefaultMQPushConsumer with MessageListenerOrderly
 //            (locks its queues with LOCK_BATCH_MQ), same output
 //   litepull <namesrv> <topic> <group> <count>   DefaultLitePullConsumer, same output
+//   secure   <namesrv> <topic> <deniedTopic> <group> <accessKey> <secretKey> <count>   clients
+//            signing with rocketmq-acl's AclClientRPCHook (run with -Dtls.enable=true for TLS):
+//            <count> sends ("sent ..."), a send to <deniedTopic>, sends with a wrong secret and
+//            an unknown key ("refused <what> <responseCode> <message>" or "accepted <what> ..."),
+//            then a signed DefaultLitePullConsumer ("got ...", "consumed <n>"), then "done"
 //
 // Runs from source (`java -cp "<lib>/*" RemotingClients.java ...`) or compiled by javac.
 import java.nio.charset.StandardCharsets;
@@ -24,7 +29,11 @@ import java.util.Set;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
 import java.util.zip.CRC32;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.exception.MQBrokerException;
+import org.apache.rocketmq.client.exception.MQClientException;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
@@ -52,6 +61,7 @@ public class RemotingClients {
                 case "pushretry": push(args[1], args[2], args[3], Integer.parseInt(args[4]), args[5], true); break;
                 case "orderly": orderly(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
                 case "litepull": litePull(args[1], args[2], args[3], Integer.parseInt(args[4])); break;
+                case "secure": secure(args[1], args[2], args[3], args[4], args[5], args[6], Integer.parseInt(args[7])); break;
                 default: throw new IllegalArgumentException("unknown mode " + args[0]);
             }
         } catch (Throwable e) {
@@ -210,5 +220,83 @@ public class RemotingClients {
         } finally {
             consumer.shutdown();
         }
+    }
+
+    static AclClientRPCHook signer(String accessKey, String secretKey) {
+        return new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
+    }
+
+    static DefaultMQProducer signedProducer(String namesrv, String group, String accessKey,
+            String secretKey) throws Exception {
+        DefaultMQProducer producer = new DefaultMQProducer(group, signer(accessKey, secretKey));
+        producer.setNamesrvAddr(namesrv);
+        producer.setSendMsgTimeout(API_TIMEOUT_MS);
+        producer.start();
+        return producer;
+    }
+
+    static void refused(String what, DefaultMQProducer producer, String topic) throws Exception {
+        byte[] body = what.getBytes(StandardCharsets.UTF_8);
+        try {
+            SendResult result = producer.send(new Message(topic, "TagA", what, body));
+            System.out.println("accepted " + what + " " + result.getSendStatus());
+        } catch (MQClientException e) {
+            // after its retries the producer wraps the broker's last answer: print that one
+            Throwable cause = e.getCause();
+            String message = cause instanceof MQBrokerException
+                    ? ((MQBrokerException) cause).getErrorMessage() : e.getErrorMessage();
+            System.out.println("refused " + what + " " + e.getResponseCode() + " "
+                    + String.valueOf(message).replace('\n', ' '));
+        } catch (MQBrokerException e) {
+            System.out.println("refused " + what + " " + e.getResponseCode() + " "
+                    + String.valueOf(e.getErrorMessage()).replace('\n', ' '));
+        }
+    }
+
+    static void secure(String namesrv, String topic, String denied, String group, String accessKey,
+            String secretKey, int count) throws Exception {
+        DefaultMQProducer producer = signedProducer(namesrv, "GRemSecP", accessKey, secretKey);
+        try {
+            for (int i = 0; i < count; i++) {
+                String key = "sec" + i;
+                sent(key, producer.send(message(topic, "TagA", key, key.getBytes(StandardCharsets.UTF_8))));
+            }
+            refused("denied", producer, denied);
+        } finally {
+            producer.shutdown();
+        }
+        DefaultMQProducer wrong = signedProducer(namesrv, "GRemSecW", accessKey, secretKey + "x");
+        try {
+            refused("wrongsecret", wrong, topic);
+        } finally {
+            wrong.shutdown();
+        }
+        DefaultMQProducer unknown = signedProducer(namesrv, "GRemSecU", "nobody", secretKey);
+        try {
+            refused("unknownkey", unknown, topic);
+        } finally {
+            unknown.shutdown();
+        }
+        DefaultLitePullConsumer consumer = new DefaultLitePullConsumer(group, signer(accessKey, secretKey));
+        consumer.setNamesrvAddr(namesrv);
+        consumer.setMqClientApiTimeout(API_TIMEOUT_MS);
+        consumer.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        consumer.setAutoCommit(false);
+        consumer.subscribe(topic, "*");
+        consumer.start();
+        Set<String> seen = new HashSet<>();
+        long deadline = System.currentTimeMillis() + DEADLINE_MS;
+        try {
+            while (seen.size() < count && System.currentTimeMillis() < deadline) {
+                for (MessageExt msg : consumer.poll(1000)) {
+                    print(msg, seen);
+                }
+                consumer.commitSync();
+            }
+            System.out.println((seen.size() >= count ? "consumed " : "timeout ") + seen.size());
+        } finally {
+            consumer.shutdown();
+        }
+        System.out.println("done");
     }
 }

@@ -484,7 +484,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     async def UpdateOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.UpdateOffsetResponse:
             self._check_leader()  # offsets change through the log: only the leader writes
-            reply = offsets.update_offset(self.resources, request)
+            try:
+                reply = offsets.update_offset(self.resources, request)
+            except ApiError as error:
+                if error.code != statuses.ILLEGAL_OFFSET:
+                    raise
+                # On a Raft group dispatch follows the commit point: a message whose send was
+                # just answered may not be in its consume queue yet. Judge the offset again
+                # once everything committed before now is dispatched.
+                await asyncio.to_thread(self.store.dispatch_caught_up)
+                reply = offsets.update_offset(self.resources, request)
             if self.replication is not None:
                 await self._wait_committed(self.replication)  # its offset.commit record
             return reply

@@ -1,5 +1,6 @@
-"""When a member of a Raft group closes its client port: it must not hold clients it cannot
-serve.
+"""When a member of a Raft group closes its client ports: it must not hold clients it cannot
+serve. The rule holds for the gRPC client port and, when served, the remoting and name-server
+ports alike (:mod:`gannet.node.remoting.server`: ``close_ports`` / ``reopen``).
 
 Pure (times are injected, in monotonic seconds); the broker (:mod:`serving`) does the closing
 and reopening. The official clients stay where their connection is: the Python and Java clients

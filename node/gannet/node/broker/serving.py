@@ -85,7 +85,7 @@ from gannet.node.metrics import (
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import auth, credentials, headers, tls
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.remoting import broker_requests, nameserver
+from gannet.node.remoting import acl, broker_requests, nameserver, tls_context
 from gannet.node.remoting.server import RemotingServer
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -229,13 +229,6 @@ class Broker:
         self.remoting_requests: broker_requests.BrokerRequests | None = None
         self.remoting_port = 0
         self.nameserver_port = 0
-        if config.remoting_port is not None and (
-            config.auth_file is not None or config.tls_cert is not None
-        ):
-            raise tls.TlsFileError(
-                "the remoting port does not check signatures or speak TLS yet: it cannot be "
-                "served with --auth-file or --tls-cert (docs/remoting.md)"
-            )
         if config.nameserver_port is not None and config.remoting_port is None:
             raise ValueError("--nameserver-port needs --remoting-port")
         if config.external_remoting_port is not None and (
@@ -527,6 +520,8 @@ class Broker:
                 await self._close_port()
             elif should_open and self.server is None and self.phase == "serving":
                 await self._reopen_port()
+            elif should_open and self.phase == "serving":
+                await self._reopen_remoting()  # one a busy port kept closed before
             closes_in = gate.closes_in_s(loop.time())
             wait_s = PORT_GATE_RECHECK_S if closes_in is None or closes_in == 0 else closes_in
             with contextlib.suppress(TimeoutError):
@@ -546,6 +541,8 @@ class Broker:
         if self.messaging is not None and self.messaging.forwarder is not None:
             self.messaging.forwarder.release_held()
         await _bounded(server.stop(PORT_CLOSE_GRACE_S), STOP_STEP_SLACK_S, "closing the port")
+        if self.remoting is not None:  # the same rule for the remoting and name-server ports
+            await _bounded(self.remoting.close_ports(), STOP_STEP_SLACK_S, "closing remoting")
 
     async def _reopen_port(self) -> None:
         try:
@@ -559,6 +556,15 @@ class Broker:
         await server.start()
         self.server = server
         log.warning("a Raft leader is known again: client port %d reopened", self.port)
+        await self._reopen_remoting()
+
+    async def _reopen_remoting(self) -> None:
+        if self.remoting is None or self.remoting.listening:
+            return
+        try:
+            await self.remoting.reopen()
+        except OSError as exc:  # retried on the gate's next look
+            log.warning("remoting port not reopened yet: %s", exc)
 
     async def _serve_remoting(self, admin_servicer: object) -> None:
         """The remoting and name-server ports (``remoting_port``), when configured."""
@@ -566,7 +572,21 @@ class Broker:
         if cfg.remoting_port is None or self.messaging is None:
             return
         requests = broker_requests.BrokerRequests(self.messaging, admin_servicer)
-        server = RemotingServer(requests.dispatch, on_closed=requests.connection_closed)
+        if self.authenticator is not None:  # ACL signatures, the same accounts and grants
+            requests.gate = acl.RemotingGate(
+                self.authenticator.current_accounts, self.authenticator.denials_total
+            )
+        context = None
+        if cfg.tls_cert is not None and cfg.tls_key is not None:  # the client port's files
+            context = tls_context.ReloadingContext(
+                cfg.tls_cert,
+                cfg.tls_key,
+                cfg.tls_client_ca,
+                interval_s=cfg.tls_reload_interval_s,
+            ).context
+        server = RemotingServer(
+            requests.dispatch, on_closed=requests.connection_closed, ssl_context=context
+        )
         self.remoting = server
         self.remoting_requests = requests
         try:

@@ -117,11 +117,15 @@ class Authenticator:
         """Refusals by reason (``bad_signature``, ``forbidden``, …) since start; every known
         reason is there at 0 from the start, so ``increase()`` sees the first denial."""
 
-    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
-        """The caller's account; raises :class:`Denied` (``UNAUTHORIZED``)."""
+    def current_accounts(self) -> Mapping[str, Account]:
+        """The accounts now: reloaded first when the credentials files changed."""
         if self.reloader is not None and self.reloader.poll():
             self.accounts = self.reloader.accounts
-        accounts = self.accounts  # one snapshot for the whole check
+        return self.accounts
+
+    def authenticate(self, metadata: Iterable[tuple[str, str]]) -> Account:
+        """The caller's account; raises :class:`Denied` (``UNAUTHORIZED``)."""
+        accounts = self.current_accounts()  # one snapshot for the whole check
 
         def secret_of(access_key: str) -> str | None:
             account = accounts.get(access_key)

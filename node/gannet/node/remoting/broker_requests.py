@@ -15,8 +15,9 @@ QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
 UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
 LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
-CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), and the
-name-server requests (:mod:`nameserver`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
+CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), the
+name-server requests (:mod:`nameserver`) and mqadmin's admin requests (:mod:`admin_requests`).
+Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import codes, messages
+from gannet.node.remoting import acl, admin_requests, codes, messages
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
     ConsumerRegistry,
@@ -135,6 +136,8 @@ class BrokerRequests:
         """Its port map is set once the remoting port is bound."""
         self.admin = admin
         """The admin servicer (topic creation goes through it, forwarded to the leader)."""
+        self.gate: acl.RemotingGate | None = None
+        """Signature and rights checks of every request (``--auth-file``; :mod:`acl`)."""
         self.consumers = ConsumerRegistry()
         self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
@@ -164,6 +167,8 @@ class BrokerRequests:
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
         }
+        self.admin_requests = admin_requests.AdminRequests(self)
+        self.admin_requests.install(self.handlers)  # mqadmin's requests
 
     async def dispatch(self, request: Command, conn: Connection) -> Command | None:
         handler = self.handlers.get(request.code)
@@ -180,6 +185,10 @@ class BrokerRequests:
                 f"request code {request.code} is not supported by Gannet's remoting port "
                 "(docs/remoting.md lists the supported codes)",
             )
+        if self.gate is not None:
+            refused = self.gate.refusal(request)
+            if refused is not None:
+                return refused
         try:
             return await handler(request, conn)
         except BadRequest as exc:

@@ -8,7 +8,8 @@ the servicer, so topics auto-create and broker groups merge the same way):
 * ``GET_ROUTEINFO_BY_TOPIC`` (105): one ``QueueData`` per broker group (read and write queue
   counts and perm rebuilt from the v2 queues), one ``BrokerData`` per group whose
   ``brokerAddrs`` name the leader as brokerId 0 and the other serving members as 1, 2, ...
-  (the routes list the leader first); ``TOPIC_NOT_EXIST`` for an unknown topic.
+  (the routes list the leader first); ``TOPIC_NOT_EXIST`` for an unknown topic. Plus, for
+  failover, one *write-only* entry per follower (:func:`failover_name`).
 * ``GET_BROKER_CLUSTER_INFO`` (106): every group of the cluster with its members
   (:meth:`gannet.node.api.cluster_admin.BrokerGroups.cluster_view`).
 * ``GET_ALL_TOPIC_LIST_FROM_NAMESERVER`` (206): this group's topics.
@@ -17,6 +18,16 @@ Addresses are remoting addresses: a member's client (gRPC) address with its port
 distance between this broker's remoting port and client port (:class:`PortMap`). Every member
 of a cluster must therefore keep its remoting port at the same distance from its client port
 (on Kubernetes every pod has the same ports; ``cluster up`` lays ports out so).
+
+**Failover entries.** A 4.x producer sends only to a group's brokerId 0, from a route it
+refreshes every 30 s, and retries a failed send (``retryTimesWhenSendFailed``, 2) on a queue
+of *another broker name* (``TopicPublishInfo.selectOneMessageQueue(lastBrokerName)``): with one
+name per group, every retry after a leader's death went to the dead address until the next
+refresh. So each follower ``i`` is also named as a broker of its own, ``<group>@<i>``, with
+the group's write queues, perm WRITE only, no read queues and its address as brokerId 0: the
+producer spreads its sends over every member, each member forwards to the leader as for gRPC,
+and a send that fails on one member is retried on another at once. Consumers see only
+readable queues, so they see the group alone (``topicRouteData2TopicSubscribeInfo``).
 
 A request that came in on the external remoting listener (``--external-remoting-port``,
 :attr:`NameServer.external_ports`) is answered with the members' external remoting addresses
@@ -60,6 +71,14 @@ class PortMap:
     def remoting(self, endpoint: str) -> str:
         host, _, port = endpoint.rpartition(":")
         return f"{host}:{int(port) + self.remoting_port - self.client_port}"
+
+
+FAILOVER_SEPARATOR = "@"
+
+
+def failover_name(group: str, index: int) -> str:
+    """The write-only broker name of a group's ``index``-th member (1: the first follower)."""
+    return f"{group}{FAILOVER_SEPARATOR}{index}"
 
 
 def _broker_data(cluster: str, name: str, addresses: list[str]) -> str:
@@ -148,6 +167,23 @@ class NameServer:
                 )
             )
             broker_datas.append(_broker_data(self.cluster, name, addresses))
+            if not writes:
+                continue
+            for index, address in enumerate(addresses[1:], start=1):
+                queue_datas.append(
+                    json.dumps(
+                        {
+                            "brokerName": failover_name(name, index),
+                            "perm": PERM_WRITE,
+                            "readQueueNums": 0,
+                            "topicSysFlag": 0,
+                            "writeQueueNums": writes,
+                        }
+                    )
+                )
+                broker_datas.append(
+                    _broker_data(self.cluster, failover_name(name, index), [address])
+                )
         body = (
             f'{{"brokerDatas":[{",".join(broker_datas)}],"filterServerTable":{{}},'
             f'"queueDatas":[{",".join(queue_datas)}]}}'

@@ -20,6 +20,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
+import ssl
+import struct
 from collections.abc import Awaitable, Callable
 
 from gannet.node.remoting import codec, codes
@@ -30,6 +33,8 @@ log = logging.getLogger(__name__)
 INFLIGHT_PER_CONNECTION_MAX = 256
 CONNECTIONS_MAX = 4096
 WRITE_BUFFER_BYTES_MAX = 8 * 1024 * 1024
+TLS_HANDSHAKE_TIMEOUT_S = 10.0
+"""A connection that has not finished its TLS handshake by then is closed."""
 
 
 class Connection:
@@ -62,6 +67,21 @@ class Connection:
         self.writer.write(codec.encode(command))
 
 
+_LINGER_RESET = struct.pack("ii", 1, 0)
+
+
+def _reset_on_close(writer: asyncio.StreamWriter) -> None:
+    """Make the kernel end this connection with a reset, not a FIN, when it is closed — also
+    when the process dies. The 4.x client fails the requests waiting on a channel at once only
+    when it closes the channel itself (``NettyRemotingClient``'s ``failFast``), which a reset
+    makes it do; a FIN only marks the channel inactive, and a send in flight to a broker killed
+    meanwhile waited its whole timeout (3 s) before the producer retried it elsewhere."""
+    sock = writer.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+
+
 Dispatch = Callable[[Command, Connection], Awaitable[Command | None]]
 """Serve one request: its response, or None (oneway requests' responses are dropped anyway)."""
 ClosedListener = Callable[[Connection], None]
@@ -77,14 +97,19 @@ class RemotingServer:
         connections_max: int = CONNECTIONS_MAX,
         write_buffer_bytes_max: int = WRITE_BUFFER_BYTES_MAX,
         on_closed: ClosedListener | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
+        """``ssl_context``: every port speaks TLS only (:mod:`tls_context`)."""
         self._dispatch = dispatch
+        self._ssl = ssl_context
         self.limits = limits
         self.inflight_per_connection_max = inflight_per_connection_max
         self.connections_max = connections_max
         self.write_buffer_bytes_max = write_buffer_bytes_max
         self._on_closed = on_closed
         self._servers: list[asyncio.Server] = []
+        self._addresses: list[tuple[str, int]] = []
+        """``(host, port)`` of every port :meth:`listen` bound, for :meth:`reopen`."""
         self.connections: set[Connection] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.bad_frames_total = 0
@@ -93,18 +118,35 @@ class RemotingServer:
     async def listen(self, host: str, port: int) -> int:
         """Start listening on ``host:port`` (0: any free port); returns the bound port."""
         try:
-            server = await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+            server = await self._start(host, port)
         except OSError as exc:
             raise OSError(
                 f"cannot listen on {host}:{port} for the remoting protocol: {exc.strerror}; "
                 "choose another port or stop the other process"
             ) from exc
         self._servers.append(server)
-        return int(server.sockets[0].getsockname()[1])
+        bound = int(server.sockets[0].getsockname()[1])
+        self._addresses.append((host, bound))
+        return bound
+
+    @property
+    def listening(self) -> bool:
+        """Whether every port :meth:`listen` bound accepts connections (:meth:`close_ports` /
+        :meth:`reopen`)."""
+        return bool(self._addresses) and len(self._servers) == len(self._addresses)
 
     async def stop(self) -> None:
         """Stop accepting, close every connection, cancel the requests still running."""
-        for server in self._servers:
+        await self.close_ports()
+        self._addresses.clear()
+
+    async def close_ports(self) -> None:
+        """Stop accepting, close every connection and cancel its requests (what a stopped
+        process does to its clients: they move to another address); :meth:`reopen` listens on
+        the same ports again. The broker's port gate calls both
+        (:mod:`gannet.node.broker.port_gate`)."""
+        servers, self._servers = self._servers, []
+        for server in servers:
             server.close()
         for conn in list(self.connections):
             conn.writer.close()
@@ -112,10 +154,31 @@ class RemotingServer:
             task.cancel()
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=5.0)
-        for server in self._servers:
+        for server in servers:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(server.wait_closed(), 5.0)
-        self._servers.clear()
+
+    async def reopen(self) -> None:
+        """Listen again on every port :meth:`listen` bound (after :meth:`close_ports`);
+        OSError when one cannot be bound yet (the ones bound stay open: call again)."""
+        bound = {int(s.sockets[0].getsockname()[1]) for s in self._servers if s.sockets}
+        for host, port in self._addresses:
+            if port in bound:
+                continue
+            server = await self._start(host, port)
+            self._servers.append(server)
+
+    async def _start(self, host: str, port: int) -> asyncio.Server:
+        if self._ssl is None:
+            return await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+        return await asyncio.start_server(
+            self._connected,
+            host,
+            port,
+            limit=64 * 1024,
+            ssl=self._ssl,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
+        )
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         if len(self.connections) >= self.connections_max:
@@ -123,11 +186,12 @@ class RemotingServer:
             writer.close()
             return
         writer.transport.set_write_buffer_limits(high=self.write_buffer_bytes_max)
+        _reset_on_close(writer)
         conn = Connection(reader, writer)
         self.connections.add(conn)
         try:
             await self._read_loop(conn)
-        except (ConnectionError, asyncio.IncompleteReadError):
+        except (ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
             pass
         except codec.FrameError as exc:
             self.bad_frames_total += 1

@@ -1,0 +1,116 @@
+"""Java programs built on Maven Central jars, for the tests: mqadmin's classes (rocketmq-tools
+5.3.3, ``e2e/clients/mqadmin/MqAdminChecks.java``) and a Spring Boot application with
+rocketmq-spring-boot-starter 2.3.3 (``e2e/clients/spring``), all unchanged. Each program's jars
+are copied once by Maven into ``e2e/clients/.cache/<name>-lib`` (``GANNET_CLIENTS_CACHE``
+overrides the folder) and its source compiled once per version, as :mod:`java_clients` does
+for the 4.x client."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .java_clients import CACHE, CLIENTS
+
+RUN_TIMEOUT_S = 180.0
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    """The folder under e2e/clients holding pom.xml and the source."""
+    source: str
+    """The source file, relative to that folder (a package path for packaged classes)."""
+    main_class: str
+    marker_jar: str
+    """A jar that is in the lib folder once Maven copied everything."""
+
+    @property
+    def folder(self) -> Path:
+        return CLIENTS / self.name
+
+
+MQADMIN = Program("mqadmin", "MqAdminChecks.java", "MqAdminChecks", "rocketmq-tools-5.3.3.jar")
+SPRING = Program(
+    "spring",
+    "io/gannet/e2e/SpringChecks.java",
+    "io.gannet.e2e.SpringChecks",
+    "rocketmq-spring-boot-2.3.3.jar",
+)
+
+
+def _require(*tools: str) -> None:
+    for tool in tools:
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed (make java installs a JDK and Maven)")
+
+
+def _publish(staging: Path, target: Path) -> Path:
+    """Rename a finished folder into place (another run may have finished first)."""
+    try:
+        staging.rename(target)
+    except OSError:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def lib(program: Program) -> Path:
+    target = CACHE / f"{program.name}-lib"
+    if (target / program.marker_jar).exists():
+        return target
+    _require("java", "javac", "mvn")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f"{program.name}-lib.", dir=CACHE))
+    argv = ["mvn", "-B", "-q", "-f", str(program.folder / "pom.xml")]
+    done = subprocess.run(
+        [*argv, "dependency:copy-dependencies", f"-DoutputDirectory={staging}"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0 or not (staging / program.marker_jar).exists():
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RuntimeError(f"mvn could not fetch {program.marker_jar}:\n{done.stdout[-3000:]}")
+    return _publish(staging, target)
+
+
+def classes(program: Program) -> Path:
+    jars = lib(program)
+    source = program.folder / program.source
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = CACHE / f"{program.name}-classes-{digest}"
+    if (target / program.source.replace(".java", ".class")).exists():
+        return target
+    _require("javac")
+    staging = Path(tempfile.mkdtemp(prefix=f"{program.name}-classes.", dir=CACHE))
+    argv = ["javac", "-nowarn", "-parameters", "-cp", f"{jars}/*", "-d", str(staging), str(source)]
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise RuntimeError(f"javac failed on {source.name}:\n{done.stderr[-3000:]}")
+    return _publish(staging, target)
+
+
+def run(program: Program, log_root: Path, *args: str) -> tuple[int, list[str]]:
+    """Run ``program``; (exit code, output lines). The clients log under ``log_root``."""
+    argv = [
+        # the client's rebalance every second, not every 20 s: a lite pull consumer's first
+        # rebalance otherwise waits a whole interval (as java_clients.JVM_PROPERTIES)
+        "java", "-Drocketmq.client.rebalance.waitInterval=1000",
+        "-Drocketmq.client.logLevel=WARN", f"-Drocketmq.client.logRoot={log_root}",
+        f"-Duser.home={log_root}", "-cp", f"{classes(program)}:{lib(program)}/*",
+        program.main_class, *args,
+    ]  # fmt: skip
+    try:
+        done = subprocess.run(
+            argv, capture_output=True, text=True, timeout=RUN_TIMEOUT_S, cwd=log_root, check=False
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"{program.main_class} did not end:\n{exc.stdout!r}") from None
+    return done.returncode, (done.stdout + done.stderr[-3000:]).splitlines()
