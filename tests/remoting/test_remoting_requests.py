@@ -296,7 +296,7 @@ def test_refusals_carry_remoting_codes(remoting_endpoint: str) -> None:
 
 def test_unknown_request_codes_answer_not_supported(remoting_endpoint: str) -> None:
     with RawClient(remoting_endpoint) as rc:
-        for code in (0, 9999, 37, -5):  # 37: END_TRANSACTION, not served yet
+        for code in (0, 9999, 39, -5):  # 39: CHECK_TRANSACTION_STATE goes to clients only
             answer = rc.call(code)
             assert answer.code == codes.REQUEST_CODE_NOT_SUPPORTED
             assert str(code) in (answer.remark or "")

@@ -230,6 +230,9 @@ public class RemotingClients {
             String secretKey) throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer(group, signer(accessKey, secretKey));
         producer.setNamesrvAddr(namesrv);
+        // the route query too: its 3 s default ran out under load (TLS handshake on a cold JVM),
+        // and the send then failed with "No route info of this topic"
+        producer.setMqClientApiTimeout(API_TIMEOUT_MS);
         producer.setSendMsgTimeout(API_TIMEOUT_MS);
         producer.start();
         return producer;

@@ -64,6 +64,7 @@ from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors
+from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
@@ -317,8 +318,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
     # ------------------------------------------------------------------ sending
     async def SendMessage(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.SendMessageResponse:
-            queue_id = sending.requested_queue_id(context.invocation_metadata())
-            return await self._send(request, peer_host_of(context), queue_id)
+            metadata = context.invocation_metadata()
+            queue_id = sending.requested_queue_id(metadata)
+            group = sending.requested_producer_group(metadata)
+            return await self._send(request, peer_host_of(context), queue_id, group)
 
         return await self._leader_only(
             "SendMessage", request, context, service_pb2.SendMessageResponse, work
@@ -348,6 +351,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         request: service_pb2.SendMessageRequest,
         peer_host: str,
         queue_id: int | None = None,
+        producer_group: str | None = None,
     ) -> service_pb2.SendMessageResponse:
         self._check_leader()
         prepared = sending.prepare(
@@ -359,6 +363,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             queue_id=queue_id,
         )
         if prepared.transactional:
+            if producer_group is not None:  # a remoting producer's: its check-back goes there
+                for message in prepared.messages:
+                    message.properties[props.PRODUCER_GROUP] = producer_group
             if self.transactions is not None:
                 retried = self.transactions.retried(prepared.topic.topic_name, prepared.message_ids)
                 if retried is not None:

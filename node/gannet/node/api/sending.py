@@ -208,6 +208,21 @@ def requested_queue_id(metadata: Iterable[tuple[str, str]] | None) -> int | None
     return None
 
 
+PRODUCER_GROUP_HEADER = "x-gannet-producer-group"
+"""Call metadata naming the producer group of a transactional send (remoting clients name it;
+stored as the half message's ``PGROUP``, as RocketMQ does, so a check-back finds the group's
+producers after a restart or failover too)."""
+
+
+def requested_producer_group(metadata: Iterable[tuple[str, str]] | None) -> str | None:
+    """The group named by :data:`PRODUCER_GROUP_HEADER` in ``metadata``; None when absent."""
+    for key, value in metadata or ():
+        if key == PRODUCER_GROUP_HEADER and value:
+            check_group_name(value)
+            return value
+    return None
+
+
 def writable_topic(topic_of: TopicLookup, name: str) -> TopicConfig:
     """The config of a topic clients may write; ApiError when the name or topic is wrong."""
     check_topic_name(name)

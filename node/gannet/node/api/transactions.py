@@ -81,6 +81,8 @@ class OrphanCheck:
     topic: str
     transaction_id: str
     message: definition_pb2.Message
+    half: records.Message | None = None
+    """The half message as stored (remoting producers get it in the store's layout)."""
 
 
 def ensure_topics(store: MessageStore) -> None:
@@ -192,7 +194,9 @@ class TransactionService:
         if half is None or half.topic != tr.HALF_TOPIC:
             return
         offset = pending.half_offset
-        self.on_check(OrphanCheck(pending.topic, tr.transaction_id_of(offset), tr.message_pb(half)))
+        self.on_check(
+            OrphanCheck(pending.topic, tr.transaction_id_of(offset), tr.message_pb(half), half)
+        )
 
     def _read_all(self, topic: str, each: Callable[[records.Message, int], None]) -> None:
         if self.store.topic_configs.get(topic) is None:
@@ -392,6 +396,9 @@ class TransactionHandler:
         self._closing = asyncio.Event()
         self.checks_sent_total = 0
         """RecoverOrphanedTransactionCommands this node pushed to a producer."""
+        self.check_listeners: list[Callable[[OrphanCheck], bool]] = []
+        """Other protocols' producers (:mod:`gannet.node.remoting.transactions`), asked first
+        (event loop): True when one of theirs took the check."""
         self._task = self._loop.create_task(self._check_loop())
 
     # --- Telemetry streams ---
@@ -483,6 +490,10 @@ class TransactionHandler:
                 message=check.message, transaction_id=check.transaction_id
             )
         )
+        for listener in self.check_listeners:
+            if listener(check):
+                self.checks_sent_total += 1
+                return
         for topics, outbox in list(self._streams.values()):
             if check.topic in topics and not outbox.full():
                 outbox.put_nowait(Outgoing(command))

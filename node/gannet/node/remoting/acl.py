@@ -13,7 +13,8 @@ What each request needs is translated to :class:`Need` values (:func:`needs`) an
 :func:`grants.missing`, as for a v2 call: sends ``pub`` on the topic; pulls, offsets and
 send-back ``sub`` on topic and group; routes and topic configs any right on the topic;
 consumer lists and queue locks any right on the group; message queries and topic creation
-``admin`` on the topic; heartbeats and client checks only a valid signature. A request code not
+``admin`` on the topic; heartbeats and client checks only a valid signature; transactions and
+Pop as :func:`_transaction_and_pop_needs` says. A request code not
 classified here needs ``admin`` on the broker: new requests are closed until classified, as new
 RPCs are. The name-server requests (routes, cluster info, topic list) are answered unsigned, as
 RocketMQ 4's name server answers them: a client with a wrong key then learns its route and gets
@@ -128,15 +129,45 @@ def needs(request: Command) -> list[Need]:
         return [Need(None, Kind.GROUP, _body_group(request))]
     if code in _SIGNED_ONLY:
         return []
-    return [Need(Action.ADMIN, Kind.CLUSTER, "")]
+    found = _transaction_and_pop_needs(request)
+    return found if found is not None else [Need(Action.ADMIN, Kind.CLUSTER, "")]
+
+
+def _transaction_and_pop_needs(request: Command) -> list[Need] | None:
+    """END_TRANSACTION ``pub`` on its topic (a 4.x client names none: a valid signature, the
+    transaction id naming a half message its producer sent with ``pub``); POP_MESSAGE ``sub``
+    on topic and group; ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME ``sub`` on the group (their
+    topic may be the pop retry topic); QUERY_ASSIGNMENT ``sub`` on the body's topic and group.
+    None: not one of these."""
+    code, ext = request.code, request.ext
+    if code == codes.END_TRANSACTION:
+        topic = ext.get("topic", "")
+        return [Need(Action.PUB, Kind.TOPIC, topic)] if topic else []
+    if code == codes.POP_MESSAGE:
+        return [
+            Need(Action.SUB, Kind.TOPIC, ext.get("topic", "")),
+            Need(Action.SUB, Kind.GROUP, ext.get("consumerGroup", "")),
+        ]
+    if code in (codes.ACK_MESSAGE, codes.CHANGE_MESSAGE_INVISIBLETIME):
+        return [Need(Action.SUB, Kind.GROUP, ext.get("consumerGroup", ""))]
+    if code == codes.QUERY_ASSIGNMENT:
+        return [
+            Need(Action.SUB, Kind.TOPIC, _body_field(request, "topic")),
+            Need(Action.SUB, Kind.GROUP, _body_field(request, "consumerGroup")),
+        ]
+    return None
 
 
 def _body_group(request: Command) -> str:
+    return _body_field(request, "consumerGroup")
+
+
+def _body_field(request: Command, name: str) -> str:
     try:
         data = json.loads(request.body.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError):
         return ""
-    return str(data.get("consumerGroup") or "") if isinstance(data, dict) else ""
+    return str(data.get(name) or "") if isinstance(data, dict) else ""
 
 
 class RemotingGate:

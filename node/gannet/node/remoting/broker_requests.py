@@ -15,7 +15,8 @@ QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15), UPDATE_AND_CREATE_TOPIC
 GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), SEARCH_OFFSET_BY_TIMESTAMP (29), HEART_BEAT (34),
 UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP (38),
 LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
-CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), the
+CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), transactions (half messages on the sends,
+END_TRANSACTION (37): :mod:`transactions`), Pop for 5.x clients (:mod:`popping`), the
 name-server requests (:mod:`nameserver`) and mqadmin's admin requests (:mod:`admin_requests`).
 Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
@@ -38,7 +39,8 @@ from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import acl, admin_requests, codes, messages
+from gannet.node.remoting import acl, admin_requests, codes, messages, popping
+from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
     ConsumerRegistry,
@@ -141,6 +143,8 @@ class BrokerRequests:
         self.consumers = ConsumerRegistry()
         self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
+        self.transactions = remoting_transactions.RemotingTransactions(servicer)
+        self.popping = popping.RemotingPop(servicer, self.consumers)
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
             codes.SEND_MESSAGE_V2: self.send,
@@ -163,6 +167,12 @@ class BrokerRequests:
             codes.UNLOCK_BATCH_MQ: self.unlock_queues,
             codes.CHECK_CLIENT_CONFIG: self.check_client_config,
             codes.GET_TOPIC_CONFIG: self.topic_config,
+            codes.END_TRANSACTION: self.transactions.end,
+            codes.POP_MESSAGE: self.popping.pop,
+            codes.ACK_MESSAGE: self.popping.ack,
+            codes.CHANGE_MESSAGE_INVISIBLETIME: self.popping.change_invisible_time,
+            codes.QUERY_ASSIGNMENT: self.popping.query_assignment,
+            codes.SET_MESSAGE_REQUEST_MODE: self.popping.set_mode,
             codes.GET_ROUTEINFO_BY_TOPIC: nameserver.route,
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
@@ -202,6 +212,7 @@ class BrokerRequests:
 
     def connection_closed(self, conn: Connection) -> None:
         self.consumers.closed(conn)
+        self.transactions.producers.closed(conn)
 
     # ------------------------------------------------------------------ sending
     async def send(self, request: Command, conn: Connection) -> Command | None:
@@ -230,24 +241,27 @@ class BrokerRequests:
             )
             for flag, body, props in entries
         ]
-        metadata = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
+        metadata: tuple[tuple[str, str], ...] = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
+        half = not batch and messages.is_transactional(sys_flag, entries[0][2])
+        if half:
+            metadata += self.transactions.send_metadata(ext)
         context = RemotingContext(conn, metadata)
         reply = await self._v2.SendMessage(service_pb2.SendMessageRequest(messages=v2), context)
         if reply.status.code != statuses.OK:
             return _refusal(request, reply.status)
         first = reply.entries[0]
         ids = ",".join(str(e.message_id) for e in reply.entries)
-        return request.response(
-            codes.SUCCESS,
-            ext={
-                "msgId": ids,
-                "queueId": str(queue_id),
-                "queueOffset": str(first.offset),
-                "transactionId": "",
-                "MSG_REGION": "DefaultRegion",
-                "TRACE_ON": "true",
-            },
-        )
+        answer = {
+            "msgId": ids,
+            "queueId": str(queue_id),
+            "queueOffset": str(first.offset),
+            "transactionId": "",
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        }
+        if half:
+            answer.update(self.transactions.answer_ext(first))
+        return request.response(codes.SUCCESS, ext=answer)
 
     # ------------------------------------------------------------------ pulling
     async def pull(self, request: Command, conn: Connection) -> Command:
@@ -456,6 +470,7 @@ class BrokerRequests:
                     _filter(kind, text)  # refuse what would fail every pull
                     subscriptions[str(sub["topic"])] = Subscription(kind, text)
             self.consumers.heartbeat(group, client_id, conn, subscriptions)
+        self.transactions.producers.heartbeat(conn, remoting_transactions.producer_groups(data))
         return request.response(codes.SUCCESS)
 
     async def unregister(self, request: Command, conn: Connection) -> Command:
@@ -463,6 +478,9 @@ class BrokerRequests:
         client_id = request.ext.get("clientID", "")
         if group:
             self.consumers.unregister(group, client_id)
+        producer_group = request.ext.get("producerGroup")
+        if producer_group:
+            self.transactions.producers.unregister(conn, producer_group)
         return request.response(codes.SUCCESS)
 
     async def consumer_list(self, request: Command, conn: Connection) -> Command:

@@ -112,13 +112,13 @@ def v2_message(
     now_ms: int,
 ) -> definition_pb2.Message:
     """One remoting message as the v2 message the gRPC path sends (module docstring)."""
-    if sys_flag & SYSFLAG_TRANSACTION_PREPARED or properties.get(props.TRANSACTION_PREPARED):
-        raise BadMessage("transactional messages are not served over remoting yet")
     sp = definition_pb2.SystemProperties(
         message_id=properties.get(props.UNIQ_KEY) or new_message_id(),
         body_encoding=Encoding.GZIP if sys_flag & SYSFLAG_COMPRESSED else Encoding.IDENTITY,
         born_timestamp=_timestamp(born_ms or now_ms),
     )
+    if is_transactional(sys_flag, properties):
+        sp.message_type = definition_pb2.TRANSACTION  # a half message (remoting.transactions)
     tag = properties.get(props.TAGS)
     if tag:
         sp.tag = tag
@@ -137,6 +137,13 @@ def v2_message(
         user_properties=user,
         system_properties=sp,
         body=body,
+    )
+
+
+def is_transactional(sys_flag: int, properties: dict[str, str]) -> bool:
+    """A half message: sysFlag ``TRANSACTION_PREPARED_TYPE`` or ``TRAN_MSG=true``."""
+    return bool(sys_flag & SYSFLAG_TRANSACTION_PREPARED) or (
+        properties.get(props.TRANSACTION_PREPARED) == "true"
     )
 
 

@@ -1,0 +1,196 @@
+// The official RocketMQ 5.x remoting client (rocketmq-client 5.3.3, unchanged) against Gannet's
+// remoting and name-server ports, for tests/remoting/test_remoting5.py. One JVM runs every
+// scenario named on the command line, in order, and prints one line per event:
+//
+//   Remoting5Clients <namesrv> <prefix> <scenario>...
+//
+//   send   DefaultMQProducer: 4 sync sends to <prefix>Send with keys and tags TagA/TagB;
+//          prints "sent <key> <queueId> <queueOffset> <msgId>"
+//   tx     TransactionMQProducer (group <prefix>TxG) on <prefix>Tx: "<prefix>-commit" committed
+//          by the local transaction, "<prefix>-rollback" rolled back, "<prefix>-check" left
+//          UNKNOW and committed when the broker checks it back (CHECK_TRANSACTION_STATE);
+//          prints "half <key> <status> <transactionId>" per send and "checked <key> <txid>"
+//          when the broker's check arrives (waits for it up to 60 s)
+//   pop    DefaultMQPushConsumer in pop mode (setClientRebalance(false): QUERY_ASSIGNMENT,
+//          POP_MESSAGE, ACK_MESSAGE) of group <prefix>PopG, tag TagA, on <prefix>Pop, after a
+//          DefaultMQProducer sent 3 TagA and 2 TagB messages there; the first delivery of
+//          "<prefix>-pop-1" fails (RECONSUME_LATER: CHANGE_MESSAGE_INVISIBLETIME, back after
+//          the client's 10 s) and must come back; prints "popped <key> <tag> <reconsumeTimes>
+//          <brokerName> <POP_CK with '|' for ' '>" per delivery and "pop-done <n>" once every
+//          TagA message was consumed (up to 60 s)
+//
+// Each scenario ends with "ok <scenario>"; an error ends the JVM with exit 2.
+import java.nio.charset.StandardCharsets;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.TimeUnit;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+
+public class Remoting5Clients {
+    static final long WAIT_S = 60;
+    static final int API_TIMEOUT_MS = 20_000;
+    static final java.util.List<DefaultMQProducer> open = new java.util.ArrayList<>();
+
+    public static void main(String[] args) {
+        try {
+            String namesrv = args[0];
+            String prefix = args[1];
+            for (int i = 2; i < args.length; i++) {
+                switch (args[i]) {
+                    case "send": send(namesrv, prefix); break;
+                    case "tx": transactions(namesrv, prefix); break;
+                    case "pop": pop(namesrv, prefix); break;
+                    default: throw new IllegalArgumentException("unknown scenario " + args[i]);
+                }
+                System.out.println("ok " + args[i]);
+                System.out.flush();
+            }
+            for (DefaultMQProducer p : open) p.shutdown();
+        } catch (Throwable e) {
+            // the client's threads would keep the JVM alive: end it, failed
+            e.printStackTrace();
+            System.out.flush();
+            System.exit(2);
+        }
+        System.exit(0);
+    }
+
+    static DefaultMQProducer producer(DefaultMQProducer p, String namesrv) throws Exception {
+        p.setNamesrvAddr(namesrv);
+        p.setSendMsgTimeout(API_TIMEOUT_MS);
+        p.setMqClientApiTimeout(API_TIMEOUT_MS);
+        p.start();
+        return p;
+    }
+
+    static void checkSent(String key, SendResult result) {
+        if (result.getSendStatus() != SendStatus.SEND_OK) {
+            throw new IllegalStateException("send of " + key + ": " + result);
+        }
+    }
+
+    static void send(String namesrv, String prefix) throws Exception {
+        DefaultMQProducer p = producer(new DefaultMQProducer(prefix + "SendG"), namesrv);
+        try {
+            for (int i = 0; i < 4; i++) {
+                String key = prefix + "-send-" + i;
+                String tag = i % 2 == 0 ? "TagA" : "TagB";
+                Message msg = new Message(prefix + "Send", tag, key, ("body " + key).getBytes(StandardCharsets.UTF_8));
+                SendResult r = p.send(msg);
+                checkSent(key, r);
+                System.out.println("sent " + key + " " + r.getMessageQueue().getQueueId() + " "
+                        + r.getQueueOffset() + " " + r.getMsgId());
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    static void transactions(String namesrv, String prefix) throws Exception {
+        CountDownLatch checked = new CountDownLatch(1);
+        TransactionMQProducer p = new TransactionMQProducer(prefix + "TxG");
+        p.setTransactionListener(new TransactionListener() {
+            @Override
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                String key = msg.getKeys();
+                if (key.endsWith("-commit")) return LocalTransactionState.COMMIT_MESSAGE;
+                if (key.endsWith("-rollback")) return LocalTransactionState.ROLLBACK_MESSAGE;
+                return LocalTransactionState.UNKNOW;
+            }
+
+            @Override
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                System.out.println("checked " + msg.getKeys() + " " + msg.getTopic() + " "
+                        + msg.getTransactionId());
+                System.out.flush();
+                if (!msg.getKeys().endsWith("-check")) return LocalTransactionState.ROLLBACK_MESSAGE;
+                checked.countDown();
+                return LocalTransactionState.COMMIT_MESSAGE;
+            }
+        });
+        producer(p, namesrv);
+        try {
+            for (String kind : new String[] {"commit", "rollback", "check"}) {
+                String key = prefix + "-" + kind;
+                Message msg = new Message(prefix + "Tx", "TagT", key, ("body " + key).getBytes(StandardCharsets.UTF_8));
+                TransactionSendResult r = p.sendMessageInTransaction(msg, null);
+                checkSent(key, r);
+                System.out.println("half " + key + " " + r.getLocalTransactionState() + " "
+                        + r.getTransactionId());
+                System.out.flush();
+            }
+            if (!checked.await(WAIT_S, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("no CHECK_TRANSACTION_STATE came in " + WAIT_S + " s");
+            }
+        } catch (Exception e) {
+            p.shutdown();
+            throw e;
+        }
+        // the answer to the check is a oneway END_TRANSACTION sent after the listener returns:
+        // the producer stays up until the JVM ends, the test awaits the commit in the store
+        open.add(p);
+    }
+
+    static void pop(String namesrv, String prefix) throws Exception {
+        String topic = prefix + "Pop";
+        DefaultMQProducer p = producer(new DefaultMQProducer(prefix + "PopSendG"), namesrv);
+        Set<String> wanted = ConcurrentHashMap.newKeySet();
+        try {
+            for (int i = 0; i < 5; i++) {
+                String key = prefix + "-pop-" + i;
+                String tag = i < 3 ? "TagA" : "TagB";
+                if (i < 3) wanted.add(key);
+                checkSent(key, p.send(new Message(topic, tag, key, ("body " + key).getBytes(StandardCharsets.UTF_8))));
+            }
+        } finally {
+            p.shutdown();
+        }
+        CountDownLatch done = new CountDownLatch(1);
+        Map<String, Integer> deliveries = new ConcurrentHashMap<>();
+        String failing = prefix + "-pop-1";
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(prefix + "PopG");
+        c.setNamesrvAddr(namesrv);
+        c.setMqClientApiTimeout(API_TIMEOUT_MS);
+        c.setClientRebalance(false);
+        c.setPopInvisibleTime(20_000);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "TagA");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> {
+            for (MessageExt m : msgs) {
+                int n = deliveries.merge(m.getKeys(), 1, Integer::sum);
+                System.out.println("popped " + m.getKeys() + " " + m.getTags() + " " + m.getReconsumeTimes()
+                        + " " + m.getBrokerName() + " " + m.getProperty("POP_CK").replace(' ', '|'));
+                System.out.flush();
+                if (m.getKeys().equals(failing) && n == 1) {
+                    return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                }
+                wanted.remove(m.getKeys());
+            }
+            if (wanted.isEmpty()) done.countDown();
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        try {
+            if (!done.await(WAIT_S, TimeUnit.SECONDS)) {
+                throw new IllegalStateException("not consumed in " + WAIT_S + " s: " + wanted);
+            }
+            System.out.println("pop-done " + deliveries.size());
+        } finally {
+            c.shutdown();
+        }
+    }
+}

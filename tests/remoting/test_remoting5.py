@@ -1,0 +1,156 @@
+"""The official RocketMQ 5.x remoting Java client, unchanged (rocketmq-client 5.3.3), against a
+broker's name-server and remoting ports, in one JVM (``Remoting5Clients.java``): DefaultMQProducer
+sends; TransactionMQProducer commit, rollback and a check-back (the listener answers UNKNOW, the
+broker's CHECK_TRANSACTION_STATE reaches the producer over its connection and its answer
+commits); and the transactions seen from the store and from the official Python gRPC client."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+from gannet.node.api import receiving
+from gannet.node.api.transaction_book import CheckLimits
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
+
+from . import java5_clients
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+PREFIX = "R5"
+QUICK = receiving.ReceiveLimits(polling_ms_min=0, polling_ms_max=200)
+# a half message is checked 3 s after it was stored (long enough for the oneway commit and
+# rollback to arrive on a busy machine: only the UNKNOW one may be checked), again every 2 s
+CHECKS = CheckLimits(check_after_ms=3_000, check_interval_ms=2_000)
+AWAIT_S = 30.0
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
+    root = tmp_path_factory.mktemp("remoting5-broker")
+    config = BrokerConfig(
+        store=StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH),
+        listen_port=0,
+        remoting_port=0,
+        nameserver_port=0,
+        auto_create_topics=True,
+        auto_create_groups=True,
+        transaction_limits=CHECKS,
+    )
+    running = threads.start(config, pop=receiving.factory(QUICK))
+    yield running
+    running.stop()
+
+
+@pytest.fixture(scope="module")
+def lines(broker: threads.BrokerThread, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """Every scenario, one JVM."""
+    logs = tmp_path_factory.mktemp("rocketmq5-client-logs")
+    return java5_clients.run(logs, broker.broker.nameserver_endpoint, PREFIX, "send", "tx", "pop")
+
+
+def _keys_in(broker: threads.BrokerThread, topic: str) -> list[str]:
+    store = broker.broker.store
+    config = store.topic_configs.get(topic)
+    if config is None:
+        return []
+    keys = []
+    for queue in range(config.read_queue_nums):
+        got = store.get_messages(topic, queue, 0, 64)
+        keys += [" ".join(records.decode(m.data).keys) for m in got.messages]
+    return sorted(keys)
+
+
+def _transactions(broker: threads.BrokerThread) -> Any:
+    servicer = broker.broker.messaging
+    assert servicer is not None
+    assert servicer.transactions is not None
+    return servicer.transactions
+
+
+def _await(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + AWAIT_S
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {AWAIT_S} s")
+        time.sleep(0.05)
+
+
+def test_sends_of_the_5x_producer(lines: list[str]) -> None:
+    sent = [line.split(" ") for line in lines if line.startswith("sent ")]
+    assert [s[1] for s in sent] == [f"{PREFIX}-send-{i}" for i in range(4)]
+    assert "ok send" in lines
+
+
+def test_commit_rollback_and_check_back(broker: threads.BrokerThread, lines: list[str]) -> None:
+    assert "ok tx" in lines, lines
+    halves = {line.split(" ")[1]: line.split(" ")[2:] for line in lines if line.startswith("half ")}
+    assert halves[f"{PREFIX}-commit"][0] == "COMMIT_MESSAGE"
+    assert halves[f"{PREFIX}-rollback"][0] == "ROLLBACK_MESSAGE"
+    assert halves[f"{PREFIX}-check"][0] == "UNKNOW"
+    checked = [line.split(" ") for line in lines if line.startswith("checked ")]
+    # the check reached the producer with the real topic; only the UNKNOW one was checked
+    assert [c[1:3] for c in checked] == [[f"{PREFIX}-check", f"{PREFIX}Tx"]]
+    handler = _transactions(broker)
+    _await(lambda: handler.service.pending() == 0, "every transaction resolved")
+    assert _keys_in(broker, f"{PREFIX}Tx") == [f"{PREFIX}-check", f"{PREFIX}-commit"]
+    assert handler.service.committed_total == 2
+    assert handler.service.rolled_back_total == 1
+    requests = broker.broker.remoting_requests
+    assert requests is not None
+    assert requests.transactions.checks_sent_total >= 1
+
+
+def test_committed_over_remoting_received_over_grpc(
+    broker: threads.BrokerThread, lines: list[str]
+) -> None:
+    assert "ok tx" in lines
+    handler = _transactions(broker)
+    _await(lambda: handler.service.pending() == 0, "every transaction resolved")
+    config = ClientConfiguration(broker.endpoint, Credentials(), request_timeout=5)
+    consumer = SimpleConsumer(
+        config, "R5GrpcReader", {f"{PREFIX}Tx": FilterExpression("*")}, await_duration=0
+    )
+    consumer.startup()
+    got: list[Any] = []
+    try:
+        deadline = time.monotonic() + AWAIT_S
+        while len(got) < 2 and time.monotonic() < deadline:
+            batch = consumer.receive(32, 15)
+            for message in batch:
+                consumer.ack(message)
+            got.extend(batch)
+    finally:
+        consumer.shutdown()
+    assert sorted(k for m in got for k in m.keys) == [f"{PREFIX}-check", f"{PREFIX}-commit"]
+    assert {m.body for m in got} == {
+        f"body {PREFIX}-check".encode(),
+        f"body {PREFIX}-commit".encode(),
+    }
+
+
+def test_push_consumer_in_pop_mode_with_tags_ack_and_retry(
+    broker: threads.BrokerThread, lines: list[str]
+) -> None:
+    assert "ok pop" in lines, lines
+    popped = [line.split(" ")[1:] for line in lines if line.startswith("popped ")]
+    keys = [key for key, *_ in popped]
+    # TagA only; the failed one twice (its second delivery counts one reconsume), others once
+    assert sorted(keys) == sorted(
+        [f"{PREFIX}-pop-0", f"{PREFIX}-pop-1", f"{PREFIX}-pop-1", f"{PREFIX}-pop-2"]
+    )
+    assert {tag for _, tag, *_ in popped} == {"TagA"}
+    again = [times for key, _, times, *_ in popped if key == f"{PREFIX}-pop-1"]
+    assert again == ["0", "1"]
+    # consumed by Pop over remoting: popped, the failure an invisible-time change, acks
+    requests = broker.broker.remoting_requests
+    assert requests is not None
+    assert requests.popping.popped_total >= 4
+    assert requests.popping.changed_total >= 1
+    assert requests.popping.acked_total >= 3
