@@ -211,7 +211,7 @@ clean:
 manifests: $(STAMP)
 	$(BIN)/python -m deploy.render
 
-.PHONY: e2e-operator e2e-kind e2e-kube kube-tools
+.PHONY: e2e-operator e2e-kind e2e-kind-drain e2e-kube kube-tools
 ## e2e-operator: operator and broker processes against the KMock API (also run by make test)
 e2e-operator: $(STAMP)
 	$(BIN)/python -m e2e.operator.scenario
@@ -219,10 +219,18 @@ e2e-operator: $(STAMP)
 ## e2e-kind: Gannet as real pods: a kind cluster built offline (Debian's docker.io in its own
 ## network namespace, kind/kubelet/kubeadm built with go, images made with mmdebstrap, no
 ## registry), the image built offline, helm install, deploy/examples, the official client in a
-## pod, leader and full restarts, helm upgrade/uninstall. Cache ~/.cache/gannet-kube/v1.34.4
-## (cold ~25 min on 2 cores, warm a few minutes plus the tests); not part of `make test`
+## pod, leader and full restarts, helm upgrade/uninstall, a client outside through NodePorts.
+## Cache ~/.cache/gannet-kube/v1.34.4 (cold ~25 min on 2 cores, warm a few minutes plus the
+## tests); not part of `make test`
 e2e-kind: $(STAMP)
 	$(BIN)/python -m e2e.kind.run -q -s $(PYTEST_ARGS)
+
+## e2e-kind-drain: make e2e-kind's cluster with a control plane and two workers (bridge CNI per
+## node, host-gw routes: e2e/kind/pod_network.py): the examples Ready, the in-cluster client,
+## kubectl drain of a worker under load with the PodDisruptionBudget, uncordon, 0 lost
+e2e-kind-drain: $(STAMP)
+	GANNET_KIND_NODES=3 $(BIN)/python -m e2e.kind.run -q -s \
+		-k "examples_ready or in_cluster or node_drain" $(PYTEST_ARGS)
 
 ## kube-tools: etcd (Debian's etcd-server) and kube-apiserver + kube-controller-manager v1.34.4
 ## and kubectl built with go from the Go module proxy, cached in ~/.cache/gannet-kube (cold: ~20 CPU-min)

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
-from e2e.kind import engine, tools
+from e2e.kind import engine, pod_network, tools
 from e2e.kube.harness import Kubectl
 
 NAME = "gannet-e2e"
@@ -67,7 +67,13 @@ def kind(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
 
 
 @contextlib.contextmanager
-def created(node_image: str, kubeconfig: Path, images: tuple[str, ...]) -> Iterator[Kubectl]:
+def created(
+    node_image: str, kubeconfig: Path, images: tuple[str, ...], *, nodes: int = 1
+) -> Iterator[Kubectl]:
+    """One node (``files/cluster.yaml``), or a control plane and two workers (``nodes`` 3,
+    ``files/cluster-3.yaml``, connected by :mod:`e2e.kind.pod_network`)."""
+    if nodes not in (1, 3):
+        raise ValueError(f"GANNET_KIND_NODES is {nodes}; use 1 or 3")
     started = time.monotonic()
     kind("delete", "cluster", "--name", NAME)  # a leftover of a killed run
     try:
@@ -79,13 +85,16 @@ def created(node_image: str, kubeconfig: Path, images: tuple[str, ...]) -> Itera
             "--image",
             node_image,
             "--config",
-            str(tools.FILES / "cluster.yaml"),
+            str(tools.FILES / ("cluster.yaml" if nodes == 1 else f"cluster-{nodes}.yaml")),
             "--kubeconfig",
             str(kubeconfig),
             "--wait",
             "180s",
         )
         kubectl = Kube(kubeconfig)
+        if nodes > 1:
+            cidrs = pod_network.connect(kubectl)
+            print(f"e2e-kind: pod network (host-gw) {cidrs}", flush=True)
         kubectl.run("apply", "-f", str(tools.FILES / "coredns.yaml"))
         kubectl.run("-n", "kube-system", "rollout", "restart", "deployment/coredns")
         kubectl.run(

@@ -38,7 +38,8 @@ def kube(workdir: Path) -> Iterator[Kubectl]:
     node = os.environ.get("GANNET_KIND_NODE_IMAGE")
     if not node:
         pytest.skip("run through `make e2e-kind` (python -m e2e.kind.run): it builds the images")
-    with cluster.created(node, workdir / "kubeconfig", (cluster.IMAGE,)) as kubectl:
+    nodes = int(os.environ.get("GANNET_KIND_NODES", "1"))
+    with cluster.created(node, workdir / "kubeconfig", (cluster.IMAGE,), nodes=nodes) as kubectl:
         yield kubectl
 
 

@@ -12,7 +12,8 @@ stdout:
 - ``consume``: one SimpleConsumer of a group reading until it has received every key listed on
   stdin (one per line), then ``--drain-s`` more seconds to catch redeliveries (at most
   ``--timeout-s`` in all); a line
-  ``{"received": n, "unique": n, "missing": [...], "duplicates": n}``.
+  ``{"received": n, "unique": n, "missing": [...], "duplicates": n, "wanted_duplicates": n}``
+  (duplicates of the listed keys only: earlier scenarios may leave messages of their own).
 
 Stdlib and the client only: it runs under the image's Python.
 """
@@ -115,6 +116,7 @@ def consume(endpoint: str, topic: str, group: str, drain_s: float, timeout_s: fl
         missing=sorted(wanted - seen.keys())[:20],
         missing_count=len(wanted - seen.keys()),
         duplicates=sum(times - 1 for times in seen.values()),
+        wanted_duplicates=sum(times - 1 for key, times in seen.items() if key in wanted),
     )
 
 

@@ -10,9 +10,13 @@ from __future__ import annotations
 import itertools
 import json
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from typing import Any
+
+import pytest
 
 from e2e.kind import cluster
 from e2e.kind.cluster import Load
@@ -156,6 +160,67 @@ def test_client_in_cluster_every_message_back_once(client: Kubectl) -> None:
     assert summary["duplicates"] == 0
 
 
+# Multi-node only (make e2e-kind-drain, GANNET_KIND_NODES=3): kubectl drain of the worker that
+# runs the most brokers, under load. The claims are local-path volumes bound to their node, so
+# an evicted broker stays Pending while its node is cordoned: the PodDisruptionBudget (at most 1
+# member down of 3) must refuse every further eviction. Then uncordon: every member back.
+def test_node_drain_respects_the_disruption_budget(client: Kubectl) -> None:
+    nodes = get(client, "nodes")["items"]
+    if len(nodes) < 2:
+        pytest.skip("one node: run make e2e-kind-drain (GANNET_KIND_NODES=3)")
+    placed: dict[str, list[str]] = {}
+    for name, pod in broker_pods(client).items():
+        placed.setdefault(pod["spec"]["nodeName"], []).append(name)
+    node, on_node = max(placed.items(), key=lambda item: len(item[1]))
+    say(f"brokers per node: {placed}; draining {node}")
+    ready_low = [3]
+    stop = threading.Event()
+
+    def watch_ready() -> None:
+        while not stop.is_set():
+            pods = broker_pods(client)
+            ready = sum(
+                1
+                for pod in pods.values()
+                if conditions(pod).get("Ready", {}).get("status") == "True"
+                and pod["metadata"].get("deletionTimestamp") is None
+            )
+            ready_low[0] = min(ready_low[0], ready)
+            stop.wait(0.5)
+
+    watcher = threading.Thread(target=watch_ready, daemon=True)
+    load = Load(client, "orders", "sd")
+    try:
+        load.wait_acks(30)
+        at = time.time()
+        watcher.start()
+        drained = client.run(
+            "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
+            f"--pod-selector={PODS}", "--timeout=45s", check=False,
+        )  # fmt: skip
+        output = drained.stdout + drained.stderr
+        load.wait_acks(20, after=time.time())
+        outage = load.outage_s(at)
+        client.run("uncordon", node)
+        wait_members_ready(client)
+        load.wait_acks(20, after=time.time())
+    finally:
+        stop.set()
+        acks = load.stop()
+    refused = "disruption budget" in output
+    say(
+        f"drain of {node} ({len(on_node)} brokers): exit {drained.returncode}, PDB refusals "
+        f"seen {refused}, fewest Ready brokers {ready_low[0]} of 3, longest client gap "
+        f"{outage:.2f} s, failed sends {len(load.failures)}"
+    )
+    assert ready_low[0] >= 2, "more than one broker down at a time (the PDB allows 1)"
+    if len(on_node) > 1:
+        assert drained.returncode != 0, output
+        assert refused, output
+    check_all_back(client, acks, "node drain")
+    assert outage <= OUTAGE_S_MAX, f"client outage {outage:.2f} s > {OUTAGE_S_MAX} s"
+
+
 # (3) kubectl delete pod of the Raft leader under load.
 def test_leader_pod_deleted_under_load(client: Kubectl) -> None:
     victim = leader(client)
@@ -286,7 +351,8 @@ def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
         load.wait_acks(30)
         at = time.time()
         watcher.start()
-        patch = json.dumps({"spec": {"image": tag}})
+        # One roll for the new image and scenario 8's access from outside.
+        patch = json.dumps({"spec": {"image": tag, **external_spec(node_address())}})
         client.run("-n", NS, "patch", "gannetcluster", "main", "--type", "merge", "-p", patch)
         for name in ("main-0", "main-1", "main-2"):
             client.run(
@@ -315,6 +381,163 @@ def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
     assert ready_low[0] >= 2, "more than one broker down at a time (the PDB allows 1)"
     check_all_back(client, acks, "rolling upgrade")
     assert gaps[-1][0] <= OUTAGE_S_MAX, f"client outage {gaps[-1][0]:.2f} s > {OUTAGE_S_MAX} s"
+
+
+# (8) A client outside the cluster: a process of the e2e's network namespace, on the host side
+# of the kind network, reaching the pods through their NodePorts at the node's address.
+CLIENT_NODE_PORT = 30081
+REMOTING_NODE_PORT = 30911
+OUTSIDE_MESSAGES = 200
+
+
+def node_address() -> str:
+    from e2e.kind import engine  # noqa: PLC0415
+
+    found = engine.docker(
+        "inspect",
+        "-f",
+        "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+        f"{cluster.NAME}-control-plane",
+        capture_output=True,
+    ).stdout.strip()
+    assert found, "the kind node has no address"
+    return str(found)
+
+
+def outside_run(
+    *args: str, stdin: str | None = None, timeout_s: float = 300
+) -> list[dict[str, Any]]:
+    """load.py run here, outside the cluster, with the official Python client of this venv.
+    ``stdin`` None: kept open until the process ends (the producer stops when it closes)."""
+    with tempfile.TemporaryFile("w+") as errors:
+        process = subprocess.Popen(
+            [sys.executable, str(cluster.LOAD_SCRIPT), *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errors,
+            text=True,
+        )
+        try:
+            if stdin is not None:
+                out, _ = process.communicate(stdin, timeout=timeout_s)
+            else:
+                assert process.stdout is not None
+                assert process.stdin is not None
+                out = process.stdout.read()  # to its end: the producer exits after --count
+                process.wait(timeout=timeout_s)
+                process.stdin.close()
+        finally:
+            if process.poll() is None:
+                process.kill()
+        errors.seek(0)
+        assert process.returncode == 0, f"outside client failed: {errors.read()[-2000:]}"
+    return [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+
+
+def external_spec(host: str) -> dict[str, Any]:
+    """spec.remoting and spec.external of scenario 8 (NodePorts at the node's address)."""
+    external = {
+        "type": "NodePort",
+        "host": host,
+        "nodePorts": {"client": CLIENT_NODE_PORT, "remoting": REMOTING_NODE_PORT},
+    }
+    return {"remoting": {"enabled": True}, "external": external}
+
+
+def grpc_route(dialed: tuple[str, int]) -> list[tuple[str, int]]:
+    """The addresses QueryRoute hands a client that dialed ``dialed`` (as the clients ask)."""
+    import grpc  # noqa: PLC0415
+    from rocketmq.grpc_protocol import (  # type: ignore[import-untyped, unused-ignore]  # noqa: PLC0415
+        definition_pb2,
+        service_pb2,
+        service_pb2_grpc,
+    )
+
+    endpoints = definition_pb2.Endpoints(
+        scheme=definition_pb2.IPv4,
+        addresses=[definition_pb2.Address(host=dialed[0], port=dialed[1])],
+    )
+    with grpc.insecure_channel(f"{dialed[0]}:{dialed[1]}") as channel:
+        reply = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            service_pb2.QueryRouteRequest(
+                topic=definition_pb2.Resource(name="orders"), endpoints=endpoints
+            ),
+            timeout=10,
+            metadata=[("x-mq-client-id", "e2e-outside"), ("x-mq-language", "PYTHON")],
+        )
+    assert reply.status.code == 20000, reply.status.message
+    return sorted(
+        {(a.host, a.port) for q in reply.message_queues for a in q.broker.endpoints.addresses}
+    )
+
+
+def remoting_master(dialed: tuple[str, int]) -> str:
+    """brokerId 0's address in the name-server route a remoting client at ``dialed`` gets."""
+    from gannet.node.remoting import codes  # noqa: PLC0415
+    from tests.remoting.client import RawClient  # noqa: PLC0415
+
+    with RawClient(f"{dialed[0]}:{dialed[1]}") as raw:
+        answer = raw.call(codes.GET_ROUTEINFO_BY_TOPIC, {"topic": "orders"})
+    assert answer.code == codes.SUCCESS, answer.remark
+    text = answer.body.decode()
+    start = text.index('"brokerAddrs":{0:') + len('"brokerAddrs":{0:')
+    return str(json.loads(text[start : text.index("}", start)].split(",")[0]))
+
+
+def test_client_outside_through_node_ports(client: Kubectl) -> None:
+    host = node_address()
+    if "external" not in get(client, "gannetcluster", "main")["spec"]:
+        # Scenario 5's rolling upgrade turns it on with the new image (one roll for both).
+        before = {n: p["metadata"]["uid"] for n, p in broker_pods(client).items()}
+        patch = json.dumps({"spec": external_spec(host)})
+        started = time.monotonic()
+        client.run("-n", NS, "patch", "gannetcluster", "main", "--type", "merge", "-p", patch)
+        wait_replaced(client, before)  # the new arguments roll the pods, one at a time
+        wait_members_ready(client)
+        say(f"external access enabled (pods rolled) in {time.monotonic() - started:.1f} s")
+    services = [get(client, "service", f"main-{i}-external") for i in range(3)]
+    assert [s["spec"]["type"] for s in services] == ["NodePort"] * 3
+    assert [s["spec"]["ports"][0]["nodePort"] for s in services] == [30081, 30082, 30083]
+
+    # Routes: every member names the leader's external address, whichever one is asked.
+    def settled() -> tuple[str, list[list[tuple[str, int]]], list[str]]:
+        for _ in range(20):
+            first = leader(client)
+            answers = [grpc_route((host, CLIENT_NODE_PORT + i)) for i in range(3)]
+            masters = [remoting_master((host, REMOTING_NODE_PORT + i)) for i in range(3)]
+            if leader(client) == first:
+                return first, answers, masters
+        raise AssertionError("the leader kept changing")
+
+    lead, answers, masters = settled()
+    ordinal = int(lead.rsplit("-", 1)[1])
+    say(f"routes from outside (leader {lead}): gRPC {answers}, remoting brokerId 0 {masters}")
+    assert answers == [[(host, CLIENT_NODE_PORT + ordinal)]] * 3
+    assert masters == [f"{host}:{REMOTING_NODE_PORT + ordinal}"] * 3
+
+    # The official Python client, outside, through a follower's NodePort.
+    follower = (ordinal + 1) % 3
+    endpoint = f"{host}:{CLIENT_NODE_PORT + follower}"
+    produced = outside_run(
+        "produce", "--endpoint", endpoint, "--topic", "orders", "--prefix", "s8",
+        "--count", str(OUTSIDE_MESSAGES),
+    )  # fmt: skip
+    assert any("started" in line for line in produced), produced[:5]
+    keys = [line["ack"] for line in produced if "ack" in line]
+    failed = [line for line in produced if "fail" in line]
+    summary = outside_run(
+        "consume", "--endpoint", endpoint, "--topic", "orders", "--group", "billing",
+        stdin="".join(f"{key}\n" for key in keys),
+    )[-1]  # fmt: skip
+    say(
+        f"outside client via {endpoint}: {len(keys)} acknowledged, {len(failed)} failed sends, "
+        f"consumer received {summary['received']} ({summary['unique']} distinct, earlier "
+        f"scenarios' leftovers included), missing {summary['missing_count']}, duplicates of "
+        f"its own {summary['wanted_duplicates']} (of any {summary['duplicates']})"
+    )
+    assert len(keys) == OUTSIDE_MESSAGES, failed[:5]
+    assert summary["missing_count"] == 0, summary["missing"]
+    assert summary["wanted_duplicates"] == 0
 
 
 # (7) helm upgrade with a changed value, then helm uninstall: data as docs/kubernetes.md says.

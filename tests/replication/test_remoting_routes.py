@@ -15,9 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from e2e.replication.harness import remoting_shift
+from gannet.node.api import external_routes
+from gannet.node.api.external_routes import ExternalAddress
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import Command
@@ -36,8 +40,34 @@ class RemotingCluster(Cluster):
     def config(self, node_id: int) -> BrokerConfig:
         base = super().config(node_id)
         return dataclasses.replace(
-            base, remoting_port=base.listen_port + self.shift, auto_create_groups=True
+            base,
+            remoting_port=base.listen_port + self.shift,
+            auto_create_groups=True,
+            external_addresses=self.book,
+            external_remoting_port=0,
         )
+
+    @property
+    def book(self) -> Path:
+        """Every member's external addresses (docs/kubernetes.md, "Access from outside"):
+        member n is 203.0.113.n at client port 30080+n and remoting port 30910+n."""
+        path = self.root / "external.json"
+        if not path.exists():
+            path.write_text(
+                external_routes.render(
+                    {
+                        f"127.0.0.1:{p.client_port}": ExternalAddress(
+                            client=(f"203.0.113.{p.node_id}", 30080 + p.node_id),
+                            remoting=(f"203.0.113.{p.node_id}", 30910 + p.node_id),
+                        )
+                        for p in self.peers
+                    }
+                )
+            )
+        return path
+
+    def external_remoting(self, node_id: int) -> str:
+        return f"127.0.0.1:{self.nodes[node_id].broker.external_remoting_port}"
 
     def remoting(self, node_id: int) -> str:
         return f"127.0.0.1:{self.peers[node_id - 1].client_port + self.shift}"
@@ -188,3 +218,53 @@ def test_a_member_without_a_leader_closes_its_remoting_port_until_it_knows_one(
         answer = client.call(codes.GET_BROKER_CLUSTER_INFO, {})
     assert answer.code == codes.SUCCESS, answer.remark
     assert broker.port_closes_total == 1
+
+
+def _grpc_route(cluster: RemotingCluster, node_id: int, dialed: tuple[str, int]) -> list[str]:
+    """The addresses a Python client that dialed ``dialed`` gets from member ``node_id``."""
+    endpoints = definition_pb2.Endpoints(
+        scheme=definition_pb2.IPv4,
+        addresses=[definition_pb2.Address(host=dialed[0], port=dialed[1])],
+    )
+    with grpc.insecure_channel(f"127.0.0.1:{cluster.peers[node_id - 1].client_port}") as channel:
+        reply = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            service_pb2.QueryRouteRequest(
+                topic=definition_pb2.Resource(name="RemExtT"), endpoints=endpoints
+            ),
+            timeout=10,
+            metadata=[("x-mq-client-id", "outside"), ("x-mq-language", "PYTHON")],
+        )
+    assert reply.status.code == 20000, reply.status.message
+    return [f"{a.host}:{a.port}" for a in reply.message_queues[0].broker.endpoints.addresses]
+
+
+def test_clients_outside_are_handed_the_leaders_external_address_by_every_member(
+    cluster: RemotingCluster,
+) -> None:
+    leader = cluster.leader()
+    cluster.create_topic("RemExtT", queues=2)
+    for node_id in cluster.nodes:
+        cluster.wait(node_id, functools.partial(_has_topic, cluster, node_id, "RemExtT"))
+    _serving_routes(cluster, leader, list(cluster.nodes))
+    members = list(cluster.nodes)
+    for node_id in members:
+        addrs = _route(cluster.external_remoting(node_id), "RemExtT")["brokerDatas"][0]
+        assert addrs["brokerAddrs"]["0"] == f"203.0.113.{leader}:{30910 + leader}"
+        assert sorted(addrs["brokerAddrs"].values()) == [
+            f"203.0.113.{n}:{30910 + n}" for n in members
+        ]
+        internal = _route(cluster.remoting(node_id), "RemExtT")["brokerDatas"][0]["brokerAddrs"]
+        assert internal["0"] == cluster.remoting(leader)  # inside: unchanged
+        outside = _grpc_route(cluster, node_id, (f"203.0.113.{node_id}", 30080 + node_id))
+        assert outside[0] == f"203.0.113.{leader}:{30080 + leader}"
+        assert sorted(outside) == [f"203.0.113.{n}:{30080 + n}" for n in members]
+
+    cluster.crash(leader)
+    survivors = list(cluster.nodes)
+    new_leader = cluster.leader(survivors)
+    _serving_routes(cluster, new_leader, survivors)
+    for node_id in survivors:
+        addrs = _route(cluster.external_remoting(node_id), "RemExtT")["brokerDatas"][0]
+        assert addrs["brokerAddrs"]["0"] == f"203.0.113.{new_leader}:{30910 + new_leader}"
+        outside = _grpc_route(cluster, node_id, (f"203.0.113.{node_id}", 30080 + node_id))
+        assert outside[0] == f"203.0.113.{new_leader}:{30080 + new_leader}"

@@ -66,7 +66,7 @@ def group_objects(
     ``<cluster>-g<group>...`` and owned by the GannetCluster."""
     return [
         peers_service(cluster, namespace, uid, group),
-        peer_network_policy(cluster, namespace, uid, group),
+        peer_network_policy(cluster, namespace, uid, group, spec),
         client_service(cluster, namespace, uid, spec, group),
         stateful_set(cluster, namespace, uid, spec, replicas=replicas, group=group),
         disruption_budget(cluster, namespace, uid, replicas=replicas, group=group),

@@ -41,8 +41,15 @@ import hashlib
 import json
 from typing import Any
 
-from gannet.operator import cluster_key, resources
-from gannet.operator.resources import CLIENT_PORT, METRICS_PORT, PEER_PORT
+from gannet.operator import cluster_key, external_access, resources
+from gannet.operator.resources import (
+    CLIENT_PORT,
+    EXTERNAL_REMOTING_PORT,
+    METRICS_PORT,
+    NAMESERVER_PORT,
+    PEER_PORT,
+    REMOTING_PORT,
+)
 from gannet.operator.specs import BROKER_GROUPS_MAX, ClusterSpec, TlsSpec
 
 DATA_DIR = "/var/lib/gannet"
@@ -141,7 +148,9 @@ def generated_cluster_key(cluster: str, namespace: str, uid: str, secret_key: st
     }
 
 
-def peer_network_policy(cluster: str, namespace: str, uid: str, group: int = 0) -> Manifest:
+def peer_network_policy(
+    cluster: str, namespace: str, uid: str, group: int = 0, spec: ClusterSpec | None = None
+) -> Manifest:
     """Only the group's own pods reach its peer port (Raft stays inside a group); clients and
     metrics stay open (other groups poll and forward through the client port)."""
     owner, cluster = cluster, group_base(cluster, group)
@@ -155,10 +164,20 @@ def peer_network_policy(cluster: str, namespace: str, uid: str, group: int = 0) 
             "policyTypes": ["Ingress"],
             "ingress": [
                 {"from": [{"podSelector": pods}], "ports": [{"port": PEER_PORT}]},
-                {"ports": [{"port": CLIENT_PORT}, {"port": METRICS_PORT}]},
+                {"ports": [{"port": port} for port in _open_ports(spec)]},
             ],
         },
     }
+
+
+def _open_ports(spec: ClusterSpec | None) -> list[int]:
+    """The pod ports anyone may reach: client and metrics, and remoting when served."""
+    ports = [CLIENT_PORT, METRICS_PORT]
+    if spec is not None and spec.remoting:
+        ports += [REMOTING_PORT, NAMESERVER_PORT]
+        if spec.external is not None:
+            ports.append(EXTERNAL_REMOTING_PORT)
+    return ports
 
 
 def _tls_secret(cluster: str, tls: TlsSpec, purpose: str) -> str | None:
@@ -294,6 +313,13 @@ def _args(spec: ClusterSpec) -> list[str]:
         args += ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key"]
     if peer_secret_name("", spec) is not None:
         args += ["--peer-secret-file", f"{PEER_SECRET_DIR}/{PEER_SECRET_KEY}"]
+    if spec.remoting:
+        args += ["--remoting-port", str(REMOTING_PORT), "--nameserver-port", str(NAMESERVER_PORT)]
+    if spec.external is not None:
+        book = f"{external_access.BOOK_DIR}/{external_access.BOOK_KEY}"
+        args += ["--external-addresses", book]
+        if spec.remoting:
+            args += ["--external-remoting-port", str(EXTERNAL_REMOTING_PORT)]
     if spec.security.peer_tls.enabled:
         args += [
             "--peer-tls-cert",
@@ -368,6 +394,19 @@ def _container(spec: ClusterSpec, group: int = 0) -> dict[str, Any]:
         },
         **_probes(spec),
     }
+    if spec.remoting:
+        container["ports"] += [
+            {"name": "remoting", "containerPort": REMOTING_PORT, "protocol": "TCP"},
+            {"name": "nameserver", "containerPort": NAMESERVER_PORT, "protocol": "TCP"},
+        ]
+        if spec.external is not None:
+            container["ports"].append(
+                {"name": "ext-remoting", "containerPort": EXTERNAL_REMOTING_PORT, "protocol": "TCP"}
+            )
+    if spec.external is not None:
+        container["volumeMounts"].append(
+            {"name": "external", "mountPath": external_access.BOOK_DIR, "readOnly": True}
+        )
     if spec.resources:
         container["resources"] = {k: dict(v) for k, v in spec.resources.items()}
     return container
@@ -422,6 +461,9 @@ def stateful_set(
             "configMap": {"name": groups_config_map_name(owner), "optional": True},
         },
     ]
+    if spec.external is not None:
+        book = {"name": external_access.book_config_map_name(owner), "optional": True}
+        pod_spec["volumes"].append({"name": "external", "configMap": book})
     pod_spec["volumes"] += [
         cluster_key.auth_volume(owner, secret, SECRET_MODE)
         if volume == "auth" and cluster_key.needed(spec)
@@ -487,6 +529,11 @@ def client_service(
 ) -> Manifest:
     owner, cluster = cluster, group_base(cluster, group)
     ports = [{"name": "client", "port": CLIENT_PORT, "targetPort": "client", "protocol": "TCP"}]
+    if spec.remoting:
+        ports += [
+            {"name": name, "port": port, "targetPort": name, "protocol": "TCP"}
+            for name, port in (("remoting", REMOTING_PORT), ("nameserver", NAMESERVER_PORT))
+        ]
     if spec.metrics_enabled:
         ports.append(
             {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"}
@@ -614,6 +661,36 @@ def certificates(
     return found
 
 
+def external_objects(
+    cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
+) -> list[Manifest]:
+    """The address book ConfigMap and one Service per pod (:mod:`external_access`), for every
+    pod up to ``replicas``; none without ``spec.external``."""
+    if spec.external is None:
+        return []
+    internal = [pod_endpoint(cluster, namespace, i) for i in range(replicas)]
+    book = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(
+            external_access.book_config_map_name(cluster), cluster, namespace, uid
+        ),
+        "data": {external_access.BOOK_KEY: external_access.book_text(internal, spec)},
+    }
+    services = [
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": _metadata(
+                external_access.service_name(cluster, i), cluster, namespace, uid
+            ),
+            "spec": external_access.pod_service(cluster, i, spec),
+        }
+        for i in range(replicas)
+    ]
+    return [book, *services]
+
+
 def build(
     cluster: str, namespace: str, uid: str, spec: ClusterSpec, *, replicas: int
 ) -> list[Manifest]:
@@ -622,8 +699,9 @@ def build(
     objects = [
         *certificates(cluster, namespace, uid, spec, replicas=replicas),
         peers_service(cluster, namespace, uid),
-        peer_network_policy(cluster, namespace, uid),
+        peer_network_policy(cluster, namespace, uid, spec=spec),
         client_service(cluster, namespace, uid, spec),
+        *external_objects(cluster, namespace, uid, spec, replicas=max(replicas, spec.replicas)),
         config_map(cluster, namespace, uid, spec, replicas=replicas),
         stateful_set(cluster, namespace, uid, spec, replicas=replicas),
         disruption_budget(cluster, namespace, uid, replicas=replicas),

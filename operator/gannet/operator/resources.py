@@ -31,6 +31,10 @@ PAUSE_ANNOTATION: Final = "gannet.io/pause-reconciliation"
 CLIENT_PORT: Final = 8081
 PEER_PORT: Final = 8091
 METRICS_PORT: Final = 5557
+REMOTING_PORT: Final = 10911
+NAMESERVER_PORT: Final = 9876
+EXTERNAL_REMOTING_PORT: Final = 10912
+"""The remoting listener for clients outside (``--external-remoting-port``)."""
 
 NAME_LABEL: Final = "app.kubernetes.io/name"
 INSTANCE_LABEL: Final = "app.kubernetes.io/instance"

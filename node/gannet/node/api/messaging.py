@@ -44,6 +44,7 @@ from gannet.node.api import (
     client_settings,
     cluster_admin,
     dedup,
+    external_routes,
     forwarding,
     lite_topics,
     offsets,
@@ -108,8 +109,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         dedup_entries_max: int = dedup.ENTRIES_MAX,
         tls_port: bool = False,
         transaction_limits: transactions.TransactionLimits | None = None,
+        external_book: Callable[[], external_routes.AddressBook] | None = None,
     ) -> None:
         self.store = store
+        self.external_book = external_book
+        """The members' external addresses (:mod:`external_routes`); None: no client is outside."""
         self.tls_port = tls_port
         """The client port is TLS: routes publish one address (:func:`routes.member_endpoints`)."""
         self.replication = replication
@@ -192,7 +196,21 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         context: grpc.aio.ServicerContext,
     ) -> list[definition_pb2.MessageQueue]:
         """This group's queues of ``topic`` and, in a cluster of broker groups, every other
-        group's (:mod:`cluster_admin`); a topic only other groups define: theirs."""
+        group's (:mod:`cluster_admin`); a topic only other groups define: theirs. A client
+        that dialed an external address gets external addresses (:mod:`external_routes`)."""
+        book = self.external_book() if self.external_book is not None else None
+        if book is None or not book.dialed_outside(requested):
+            return self._internal_route(topic, requested, context)
+        # A client outside: the route as for a client that named nothing, then translated.
+        queues = self._internal_route(topic, definition_pb2.Endpoints(), context)
+        return external_routes.translate_queues(queues, book)
+
+    def _internal_route(
+        self,
+        topic: definition_pb2.Resource,
+        requested: definition_pb2.Endpoints,
+        context: grpc.aio.ServicerContext,
+    ) -> list[definition_pb2.MessageQueue]:
         namespace = str(topic.resource_namespace)
         try:
             config = self.resources.topic(str(topic.name))

@@ -62,6 +62,7 @@ from gannet.node.api import (
     admin_forwarding,
     cluster_admin,
     dedup,
+    external_book_file,
     group_polling,
     limits,
     messaging,
@@ -165,6 +166,12 @@ class BrokerConfig:
     nameserver_port: int | None = None
     """Port of the name-server requests (9876 by convention; 0: any free port); None: only on
     the remoting port. Needs ``remoting_port``."""
+    external_addresses: Path | None = None
+    """The members' external addresses (``--external-addresses``, :mod:`external_routes`):
+    gRPC clients that dialed one get routes naming external addresses; None: none."""
+    external_remoting_port: int | None = None
+    """A remoting listener for clients outside (0: any free port), answered with the book's
+    remoting addresses; None: not served. Needs ``remoting_port`` and ``external_addresses``."""
     leaderless_close_after_s: float | None = port_gate.CLOSE_AFTER_S
     """A replicated member that has known no Raft leader this long closes its client port until
     it knows one again (:mod:`port_gate`); None: it never closes it."""
@@ -224,6 +231,18 @@ class Broker:
         self.nameserver_port = 0
         if config.nameserver_port is not None and config.remoting_port is None:
             raise ValueError("--nameserver-port needs --remoting-port")
+        if config.external_remoting_port is not None and (
+            config.remoting_port is None or config.external_addresses is None
+        ):
+            raise ValueError(
+                "--external-remoting-port needs --remoting-port and --external-addresses"
+            )
+        self.external_book = (
+            external_book_file.BookFile(config.external_addresses)
+            if config.external_addresses is not None
+            else None
+        )
+        self.external_remoting_port = 0
         self.metrics: broker_metrics.BrokerMetrics | None = None
         self.metrics_server: http_serving.MetricsServer | None = None
         self.authenticator: auth.Authenticator | None = None
@@ -421,6 +440,7 @@ class Broker:
             dedup_entries_max=cfg.dedup_entries_max,
             tls_port=self._tls is not None,
             transaction_limits=cfg.transaction_limits,
+            external_book=self.external_book.book if self.external_book is not None else None,
         )
         if self.replication is not None and self.messaging.forwarder is not None:
             self.replication.transport.forward_handler = self.messaging.forwarder.serve
@@ -573,6 +593,11 @@ class Broker:
             self.remoting_port = await server.listen(cfg.listen_host, cfg.remoting_port)
             if cfg.nameserver_port is not None:
                 self.nameserver_port = await server.listen(cfg.listen_host, cfg.nameserver_port)
+            if cfg.external_remoting_port is not None:
+                self.external_remoting_port = await server.listen(
+                    cfg.listen_host, cfg.external_remoting_port
+                )
+                requests.nameserver.external_ports = frozenset({self.external_remoting_port})
         except OSError:
             await server.stop()
             raise

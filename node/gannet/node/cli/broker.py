@@ -105,6 +105,22 @@ def broker() -> None:
     "port, RocketMQ's 9876 by convention: remoting clients set it as their namesrvAddr. "
     "Needs --remoting-port.",
 )
+@click.option(
+    "--external-addresses",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="JSON file naming every member's external addresses by its internal client endpoint "
+    "(the operator writes it on Kubernetes): gRPC clients that dialed an external address get "
+    "routes naming the leader's external address. Re-read when it changes "
+    "(docs/kubernetes.md, 'Access from outside').",
+)
+@click.option(
+    "--external-remoting-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="A remoting listener for clients outside: its name-server answers name the "
+    "--external-addresses remoting addresses. Needs --remoting-port and --external-addresses.",
+)
 @click.option("--cluster", "cluster_name", default="DefaultCluster", show_default=True)
 @click.option(
     "--broker-name",
@@ -342,6 +358,8 @@ def broker_run(
     listen: str,
     remoting_port: int | None,
     nameserver_port: int | None,
+    external_addresses: Path | None,
+    external_remoting_port: int | None,
     cluster_name: str,
     broker_name: str,
     auto_create_topics: bool,
@@ -464,6 +482,8 @@ def broker_run(
             cluster_tls_ca=cluster_tls_ca,
             remoting_port=remoting_port,
             nameserver_port=nameserver_port,
+            external_addresses=external_addresses,
+            external_remoting_port=external_remoting_port,
             replication=_replication(
                 node_id,
                 peers,

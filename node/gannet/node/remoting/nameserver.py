@@ -29,6 +29,13 @@ producer spreads its sends over every member, each member forwards to the leader
 and a send that fails on one member is retried on another at once. Consumers see only
 readable queues, so they see the group alone (``topicRouteData2TopicSubscribeInfo``).
 
+A request that came in on the external remoting listener (``--external-remoting-port``,
+:attr:`NameServer.external_ports`) is answered with the members' external remoting addresses
+from the address book (:mod:`gannet.node.api.external_routes`): the route is the one a gRPC
+client that named nothing gets (the leader, or every serving member leader first), each
+member's internal client address translated by the book; an address the book does not hold
+keeps its internal remoting address.
+
 Bodies are JSON as fastjson writes them: maps with integer keys (``brokerAddrs``) are written
 with bare integer keys, which fastjson reads back into its ``HashMap<Long, String>``.
 """
@@ -41,6 +48,8 @@ from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
+from gannet.node.api import external_routes, routes
+from gannet.node.api.external_routes import AddressBook
 from gannet.node.api.messaging import MessagingServicer
 from gannet.node.protocol import statuses
 from gannet.node.remoting import codes
@@ -84,6 +93,31 @@ class NameServer:
     def __init__(self, servicer: MessagingServicer, ports: PortMap) -> None:
         self.servicer = servicer
         self.ports = ports
+        self.external_ports: frozenset[int] = frozenset()
+        """Local ports whose clients are outside (the external remoting listener)."""
+
+    def _book(self, conn: Connection) -> AddressBook | None:
+        """The address book when ``conn`` came in on an external listener, else None."""
+        if conn.local_port not in self.external_ports:
+            return None
+        load = self.servicer.external_book
+        return load() if load is not None else external_routes.EMPTY
+
+    def _own_client_endpoint(self) -> tuple[str, int]:
+        """This member's client endpoint as routes name it: its ``--peers`` address in a Raft
+        group (a pod's DNS name: the broker listens on 0.0.0.0 there), else the broker's."""
+        replication = self.servicer.replication
+        if replication is not None:
+            me = replication.config.me
+            return me.host, me.client_port
+        return self.servicer.identity.host, self.servicer.identity.port
+
+    def _remoting(self, endpoint: str, book: AddressBook | None) -> str:
+        if book is not None:
+            found = book.remoting(endpoint)
+            if found is not None:
+                return found
+        return self.ports.remoting(endpoint)
 
     @property
     def cluster(self) -> str:
@@ -91,12 +125,15 @@ class NameServer:
 
     async def route(self, request: Command, conn: Connection) -> Command:
         topic = request.ext.get("topic", "")
-        identity = self.servicer.identity
+        book = self._book(conn)
+        host, port = self._own_client_endpoint()
         query = service_pb2.QueryRouteRequest(
             topic=definition_pb2.Resource(name=topic),
-            endpoints=definition_pb2.Endpoints(
-                scheme=definition_pb2.IPv4,
-                addresses=[definition_pb2.Address(host=identity.host, port=identity.port)],
+            endpoints=definition_pb2.Endpoints()
+            if book is not None
+            else definition_pb2.Endpoints(
+                scheme=routes.address_scheme(host),
+                addresses=[definition_pb2.Address(host=host, port=port)],
             ),
         )
         v2: Any = self.servicer
@@ -109,7 +146,7 @@ class NameServer:
             name = str(queue.broker.name)
             entry = groups.setdefault(name, ([], []))
             if not entry[0]:
-                entry[0].extend(self.ports.remoting(f"{a.host}:{a.port}")
+                entry[0].extend(self._remoting(f"{a.host}:{a.port}", book)
                                 for a in queue.broker.endpoints.addresses)  # fmt: skip
             entry[1].append(int(queue.permission))
         queue_datas = []
@@ -155,6 +192,7 @@ class NameServer:
 
     async def cluster_info(self, request: Command, conn: Connection) -> Command:
         groups = self.servicer.groups
+        book = self._book(conn)
         entries: list[tuple[str, list[str]]] = []
         if groups is None:
             own = f"{self.servicer.identity.host}:{self.servicer.identity.port}"
@@ -165,7 +203,7 @@ class NameServer:
                 entries.append((str(state.group.broker_name), members))
         table = ",".join(
             f"{json.dumps(name)}:"
-            + _broker_data(self.cluster, name, [self.ports.remoting(m) for m in members])
+            + _broker_data(self.cluster, name, [self._remoting(m, book) for m in members])
             for name, members in entries
         )
         names = json.dumps([name for name, _ in entries])

@@ -46,6 +46,9 @@ class Connection:
         peer = writer.get_extra_info("peername") or ("", 0)
         self.peer_host = str(peer[0])
         self.peer_port = int(peer[1]) if len(peer) > 1 else 0
+        local = writer.get_extra_info("sockname") or ("", 0)
+        self.local_port = int(local[1]) if len(local) > 1 else 0
+        """The broker's port the client connected to (which listener: :mod:`nameserver`)."""
         self.closed = asyncio.Event()
         self.inflight = 0
         self.client_ids: set[str] = set()
