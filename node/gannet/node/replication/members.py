@@ -45,7 +45,7 @@ from gannet.node.replication.config import (
     parse_peer,
 )
 from gannet.node.replication.state_files import StateFileError, write_durably
-from gannet.node.store.log import record_checks, records
+from gannet.node.store.log import layout, record_checks, records
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)
@@ -125,7 +125,7 @@ def memberships_in(start: ByteOffset, payload: bytes) -> tuple[MembershipEntry, 
             )
         if checked.size == 0:  # BLANK: the rest of the file is padding
             total = int.from_bytes(payload[position : position + 4], "big", signed=True)
-            position += max(total, records.END_FILE_MIN_BLANK_LENGTH)
+            position += max(total, layout.END_FILE_MIN_BLANK_LENGTH)
             continue
         info = checked.info
         if info is not None and info.topic == MEMBERS_TOPIC:

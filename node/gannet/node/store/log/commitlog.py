@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
-from gannet.node.store.log import native, packing, record_checks, records
+from gannet.node.store.log import layout, native, packing, record_checks, records
 from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
@@ -111,12 +111,12 @@ class CommitLog:
         """:meth:`encode` of each message, the settings read once per batch."""
         fields_of = packing.record_fields
         body_max, append_crc = self.config.message_body_size_max_bytes, self.append_crc
-        limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
+        limit = self.config.commitlog_file_size_bytes - layout.END_FILE_MIN_BLANK_LENGTH
         codec = native.codec
         if codec is not None:
             return codec.encode_all(
                 msgs, body_max, append_crc, limit, self.config.commitlog_file_size_bytes,
-                records.encode_host, records._topic_field,
+                records.encode_host, records.topic_field_of,
                 partial(fields_of, body_size_max_bytes=body_max, append_crc=append_crc),
                 MessageTooLarge,
             )  # fmt: skip
@@ -236,7 +236,7 @@ class CommitLog:
         file_size = f.file_size
         for fields, key in batch:
             size = fields[0]
-            if size + records.END_FILE_MIN_BLANK_LENGTH > room:
+            if size + layout.END_FILE_MIN_BLANK_LENGTH > room:
                 del buf[pos:]
                 plan.append((roll, buf, count))
                 left -= pos
@@ -383,8 +383,8 @@ class CommitLog:
         if pos + max(size, 64) > f.wrote_position:
             return -1
         try:
-            sys_flag = f.read_int(pos + records.SYSFLAG_POSITION)
-            return f.read_long(pos + records.store_timestamp_position(sys_flag))
+            sys_flag = f.read_int(pos + layout.SYSFLAG_POSITION)
+            return f.read_long(pos + layout.store_timestamp_position(sys_flag))
         except ValueError:  # unmapped by a concurrent cleanup
             return -1
 
