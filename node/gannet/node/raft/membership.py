@@ -48,8 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gannet.node.invariants import invariant
 from gannet.node.raft.ids import ZERO_OFFSET, ByteOffset, NodeId
-from gannet.node.raft.invariants import invariant
 
 
 @dataclass(frozen=True, slots=True)

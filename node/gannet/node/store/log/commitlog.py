@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import NamedTuple
 
+from gannet.node.invariants import invariant
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
 from gannet.node.store.log import layout, native, packing, record_checks, records
@@ -169,10 +170,12 @@ class CommitLog:
             # files and the store time as they were: no offset is reserved for a message
             # that is not written.
             plan, results, reserved = self._lay_out(batch, f, ts, host, port)
+            _check_laid_out(plan, results)
             # Phase 2: reserve the offsets and copy the bytes.
             self.last_store_timestamp_ms = ts
-            assert all(n > self.queue_offsets.get(k, 0) for k, n in reserved.items()), (
-                "queue offsets only grow: an append reserved an offset below one already taken"
+            invariant(
+                all(n > self.queue_offsets.get(k, 0) for k, n in reserved.items()),
+                "queue offsets only grow: an append reserved an offset below one already taken",
             )
             self.queue_offsets.update(reserved)
             written = 0
@@ -188,9 +191,10 @@ class CommitLog:
             except BaseException:
                 self._unreserve(batch[written:], results[written:])
                 raise
-            assert not results or f.end_offset == results[-1].end_offset, (
+            invariant(
+                not results or f.end_offset == results[-1].end_offset,
                 f"the commit log ends at {f.end_offset} after an append whose last record ends "
-                f"at {results[-1].end_offset}"
+                f"at {results[-1].end_offset if results else -1}",
             )
             self._appended = (start, plan[0][1]) if len(plan) == 1 else (-1, b"")
             if on_appended is not None:
@@ -369,9 +373,15 @@ class CommitLog:
         if data is None:
             return None
         try:
-            return records.decode(data)
+            msg = records.decode(data)
         except ValueError as exc:
             raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
+        invariant(
+            msg.physical_offset == offset and msg.store_size == size,
+            f"the record read back at {offset} ({size} bytes) says PHYSICALOFFSET "
+            f"{msg.physical_offset}, TOTALSIZE {msg.store_size}",
+        )
+        return msg
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
         """Store time of the record at ``offset`` or −1 (time search,
@@ -388,44 +398,14 @@ class CommitLog:
         except ValueError:  # unmapped by a concurrent cleanup
             return -1
 
-    def scan(
-        self, start: int, end: int, *, check_crc: bool
-    ) -> Iterator[tuple[int, record_checks.CheckResult]]:
-        """Yield ``(offset, result)`` for each record from ``start`` up to ``end``.
-
-        BLANK records are followed to the next file. Stops at the first invalid record (that
-        result is yielded, so the caller sees where and why) or at ``end``.
-        """
-        offset = start
-        while offset < end:
-            f = self.files.find_file(offset)
-            if f is None:
-                return
-            pos = offset - f.file_from_offset
-            res = record_checks.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
-            if res.ok and res.size == 0:
-                offset = self.files.roll_next_file(offset)
-                continue
-            if res.ok and offset + res.size > end:
-                return  # the record is written but lies past ``end`` (not committed yet)
-            if res.ok and res.info is not None and res.info.commit_offset != offset:
-                res = record_checks.CheckResult(
-                    False,
-                    res.size,
-                    error=f"PHYSICALOFFSET field says {res.info.commit_offset}, record is at "
-                    f"{offset}",
-                )
-            yield offset, res
-            if not res.ok:
-                return
-            offset += res.size
-
     def scan_heads(
         self, start: int, end: int, *, check_crc: bool
     ) -> Iterator[tuple[int, record_checks.RecordHead | None, str]]:
-        """Like :meth:`scan` but yields ``(offset, head, error)`` from
-        :func:`record_checks.check_structure` (no property parsing): recovery's fast path. A final
-        ``(offset, None, error)`` marks an invalid record."""
+        """Yield ``(offset, head, "")`` for each record from ``start`` up to ``end``, checked by
+        :func:`record_checks.check_structure` (no property parsing): the commit log's one scan
+        loop (recovery, finding record starts). BLANK records are followed to the next file; a
+        final ``(offset, None, error)`` marks the first invalid record, where the scan stops; a
+        record that lies past ``end`` (written, not committed yet) ends it silently."""
         offset = start
         while offset < end:
             f = self.files.find_file(offset)
@@ -473,3 +453,26 @@ class CommitLog:
         with self.put_lock:
             for key in [k for k in self.queue_offsets if predicate(k)]:
                 del self.queue_offsets[key]
+
+
+def _check_laid_out(plan: list[tuple[bool, bytearray, int]], results: list[AppendResult]) -> None:
+    """Before a batch is written: each buffer holds exactly its records, and its first record
+    carries the TOTALSIZE, PHYSICALOFFSET and QUEUEOFFSET its result reports (a few reads per
+    buffer, not per record; no CRC)."""
+    at = 0
+    for _, buf, count in plan:
+        if not count:
+            continue
+        first, last = results[at], results[at + count - 1]
+        start, expected_bytes = first.wrote_offset, last.end_offset - first.wrote_offset
+        (total,) = layout.INT.unpack_from(buf, 0)
+        (queue_offset,) = layout.LONG.unpack_from(buf, layout.QUEUE_OFFSET_POSITION)
+        (physical,) = layout.LONG.unpack_from(buf, layout.PHYSICAL_OFFSET_POSITION)
+        invariant(
+            len(buf) == expected_bytes
+            and (total, physical, queue_offset) == (first.wrote_bytes, start, first.queue_offset),
+            f"a laid-out buffer of {len(buf)} bytes for {count} records at {start} starts with "
+            f"TOTALSIZE {total}, PHYSICALOFFSET {physical}, QUEUEOFFSET {queue_offset}; expected "
+            f"{expected_bytes} bytes, {first.wrote_bytes}, {start}, {first.queue_offset}",
+        )
+        at += count
