@@ -79,6 +79,12 @@ class MembershipEntry:
     end_offset: ByteOffset
     membership: Membership
 
+    def __post_init__(self) -> None:
+        invariant(
+            0 <= self.start_offset <= self.end_offset,
+            f"a configuration record at [{self.start_offset}, {self.end_offset})",
+        )
+
 
 def change_refusal(old: Membership, new: Membership) -> str | None:
     """Why ``new`` may not follow ``old`` directly, or None when it may (single-server rule)."""

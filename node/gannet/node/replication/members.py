@@ -36,6 +36,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from gannet.node.invariants import invariant
 from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication.config import (
@@ -192,7 +193,18 @@ class MemberTable:
         self.contacts: dict[int, PeerSpec] = {}
 
     def update(self, membership: Membership) -> None:
+        """Install the configuration in force: its members with their addresses."""
         members = members_of(membership, self._known)
+        voters = {m.spec.node_id for m in members if m.voter}
+        learners = {m.spec.node_id for m in members if not m.voter}
+        invariant(
+            voters <= membership.voters
+            and learners <= membership.learners
+            and (not membership.body or voters | learners == membership.members()),
+            f"installing voters {sorted(membership.voters)} and learners "
+            f"{sorted(membership.learners)}: the addresses name voters {sorted(voters)} and "
+            f"learners {sorted(learners)}",
+        )
         for m in members:
             self._known[m.spec.node_id] = m.spec
         self.members = {m.spec.node_id: m for m in members}
