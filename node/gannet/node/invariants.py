@@ -5,7 +5,9 @@ Pop checkpoints and replication. A plain ``assert`` disappears under ``python -O
 invariant must never be silently skipped, so this raises ``InvariantViolation`` instead, which
 callers must not catch: no ``except`` may swallow it, so a broken invariant always stops the
 operation (and, inside Raft, the node). The message must name what was wrong and the values
-seen. Checks must be cheap: no IO, no extra pass over the data.
+seen. Checks must be cheap: no IO, no extra pass over the data. On a hot path, where building
+the message would cost on every call, write ``if not CONDITION: raise InvariantViolation(...)``:
+the same check, its message built only when it fails.
 """
 
 from __future__ import annotations

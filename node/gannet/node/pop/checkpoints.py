@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
-from gannet.node.invariants import invariant
+from gannet.node.invariants import InvariantViolation
 from gannet.node.pop.errors import PopRequestIllegal
 
 CK_TAG = "ck"
@@ -57,15 +57,17 @@ class PopCheckPoint:
 
     def __post_init__(self) -> None:
         """The checks when a checkpoint is built (from a pop, or decoded from the log)."""
-        invariant(0 < self.num <= CK_MESSAGES_MAX, f"a checkpoint of {self.num} messages")
-        invariant(
-            self.offset_diffs is None or len(self.offset_diffs) == self.num,
-            f"a checkpoint of {self.num} messages with {len(self.offset_diffs or ())} offset diffs",
-        )
-        invariant(
-            self.bit_map & ~self.all_bits == 0,
-            f"ack bits {self.bit_map:#x} name messages beyond the {self.num} of the checkpoint",
-        )
+        if not (0 < self.num <= CK_MESSAGES_MAX):
+            raise InvariantViolation(f"a checkpoint of {self.num} messages")
+        if not (self.offset_diffs is None or len(self.offset_diffs) == self.num):
+            raise InvariantViolation(
+                f"a checkpoint of {self.num} messages with "
+                f"{len(self.offset_diffs or ())} offset diffs"
+            )
+        if self.bit_map & ~self.all_bits:
+            raise InvariantViolation(
+                f"ack bits {self.bit_map:#x} name messages beyond the {self.num} of the checkpoint"
+            )
 
     @property
     def revive_time_ms(self) -> int:
@@ -94,11 +96,11 @@ class PopCheckPoint:
 
     def with_bits(self, bits: int) -> PopCheckPoint:
         """The checkpoint with acks applied: ``bits`` may only name its own messages."""
-        invariant(
-            bits & ~self.all_bits == 0,
-            f"ack bits {bits:#x} for {self.topic}-{self.queue_id} at {self.start_offset} name "
-            f"messages beyond the {self.num} of the checkpoint",
-        )
+        if bits & ~self.all_bits:
+            raise InvariantViolation(
+                f"ack bits {bits:#x} for {self.topic}-{self.queue_id} at {self.start_offset} name "
+                f"messages beyond the {self.num} of the checkpoint"
+            )
         return replace(self, bit_map=self.bit_map | bits)
 
     @property

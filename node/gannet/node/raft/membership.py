@@ -48,7 +48,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gannet.node.invariants import invariant
+from gannet.node.invariants import InvariantViolation, invariant
 from gannet.node.raft.ids import ZERO_OFFSET, ByteOffset, NodeId
 
 
@@ -80,10 +80,10 @@ class MembershipEntry:
     membership: Membership
 
     def __post_init__(self) -> None:
-        invariant(
-            0 <= self.start_offset <= self.end_offset,
-            f"a configuration record at [{self.start_offset}, {self.end_offset})",
-        )
+        if not (0 <= self.start_offset <= self.end_offset):
+            raise InvariantViolation(
+                f"a configuration record at [{self.start_offset}, {self.end_offset})"
+            )
 
 
 def change_refusal(old: Membership, new: Membership) -> str | None:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import NamedTuple
 
-from gannet.node.invariants import invariant
+from gannet.node.invariants import InvariantViolation, invariant
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
 from gannet.node.store.log import layout, native, packing, record_checks, records
@@ -191,11 +191,11 @@ class CommitLog:
             except BaseException:
                 self._unreserve(batch[written:], results[written:])
                 raise
-            invariant(
-                not results or f.end_offset == results[-1].end_offset,
-                f"the commit log ends at {f.end_offset} after an append whose last record ends "
-                f"at {results[-1].end_offset if results else -1}",
-            )
+            if results and f.end_offset != results[-1].end_offset:
+                raise InvariantViolation(
+                    f"the commit log ends at {f.end_offset} after an append whose last record "
+                    f"ends at {results[-1].end_offset}"
+                )
             self._appended = (start, plan[0][1]) if len(plan) == 1 else (-1, b"")
             if on_appended is not None:
                 on_appended(results)
@@ -376,11 +376,11 @@ class CommitLog:
             msg = records.decode(data)
         except ValueError as exc:
             raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
-        invariant(
-            msg.physical_offset == offset and msg.store_size == size,
-            f"the record read back at {offset} ({size} bytes) says PHYSICALOFFSET "
-            f"{msg.physical_offset}, TOTALSIZE {msg.store_size}",
-        )
+        if not (msg.physical_offset == offset and msg.store_size == size):
+            raise InvariantViolation(
+                f"the record read back at {offset} ({size} bytes) says PHYSICALOFFSET "
+                f"{msg.physical_offset}, TOTALSIZE {msg.store_size}"
+            )
         return msg
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
@@ -468,11 +468,14 @@ def _check_laid_out(plan: list[tuple[bool, bytearray, int]], results: list[Appen
         (total,) = layout.INT.unpack_from(buf, 0)
         (queue_offset,) = layout.LONG.unpack_from(buf, layout.QUEUE_OFFSET_POSITION)
         (physical,) = layout.LONG.unpack_from(buf, layout.PHYSICAL_OFFSET_POSITION)
-        invariant(
+        if not (
             len(buf) == expected_bytes
-            and (total, physical, queue_offset) == (first.wrote_bytes, start, first.queue_offset),
-            f"a laid-out buffer of {len(buf)} bytes for {count} records at {start} starts with "
-            f"TOTALSIZE {total}, PHYSICALOFFSET {physical}, QUEUEOFFSET {queue_offset}; expected "
-            f"{expected_bytes} bytes, {first.wrote_bytes}, {start}, {first.queue_offset}",
-        )
+            and (total, physical, queue_offset) == (first.wrote_bytes, start, first.queue_offset)
+        ):
+            raise InvariantViolation(
+                f"a laid-out buffer of {len(buf)} bytes for {count} records at {start} starts "
+                f"with TOTALSIZE {total}, PHYSICALOFFSET {physical}, QUEUEOFFSET {queue_offset}; "
+                f"expected {expected_bytes} bytes, {first.wrote_bytes}, {start}, "
+                f"{first.queue_offset}"
+            )
         at += count
