@@ -455,27 +455,30 @@ class CommitLog:
                 del self.queue_offsets[key]
 
 
+_LAID_OUT_PREFIX = layout.HEAD  # TOTALSIZE .. BORNTIMESTAMP, one unpack per buffer
+
+
 def _check_laid_out(plan: list[tuple[bool, bytearray, int]], results: list[AppendResult]) -> None:
     """Before a batch is written: each buffer holds exactly its records, and its first record
-    carries the TOTALSIZE, PHYSICALOFFSET and QUEUEOFFSET its result reports (a few reads per
+    carries the TOTALSIZE, PHYSICALOFFSET and QUEUEOFFSET its result reports (one unpack per
     buffer, not per record; no CRC)."""
     at = 0
     for _, buf, count in plan:
         if not count:
             continue
-        first, last = results[at], results[at + count - 1]
-        start, expected_bytes = first.wrote_offset, last.end_offset - first.wrote_offset
-        (total,) = layout.INT.unpack_from(buf, 0)
-        (queue_offset,) = layout.LONG.unpack_from(buf, layout.QUEUE_OFFSET_POSITION)
-        (physical,) = layout.LONG.unpack_from(buf, layout.PHYSICAL_OFFSET_POSITION)
-        if not (
-            len(buf) == expected_bytes
-            and (total, physical, queue_offset) == (first.wrote_bytes, start, first.queue_offset)
+        start, size, expected_queue_offset = results[at][:3]
+        last = results[at + count - 1]
+        total, _, _, _, _, queue_offset, physical, _, _ = _LAID_OUT_PREFIX.unpack_from(buf)
+        if (
+            total != size
+            or physical != start
+            or queue_offset != expected_queue_offset
+            or len(buf) != last.wrote_offset + last.wrote_bytes - start
         ):
             raise InvariantViolation(
                 f"a laid-out buffer of {len(buf)} bytes for {count} records at {start} starts "
                 f"with TOTALSIZE {total}, PHYSICALOFFSET {physical}, QUEUEOFFSET {queue_offset}; "
-                f"expected {expected_bytes} bytes, {first.wrote_bytes}, {start}, "
-                f"{first.queue_offset}"
+                f"expected {last.end_offset - start} bytes, {size}, {start}, "
+                f"{expected_queue_offset}"
             )
         at += count

@@ -41,6 +41,7 @@ from __future__ import annotations
 import mmap
 import struct
 import zlib
+from collections.abc import Callable
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -139,6 +140,10 @@ class RecordSpan(NamedTuple):
     properties_length: int
 
 
+_new_span: Callable[[type[RecordSpan], tuple[int, ...]], RecordSpan] = tuple.__new__
+"""Builds a span without the named tuple's Python-level ``__new__`` (one per record walked)."""
+
+
 def walk(
     buf: Buffer, pos: int, limit: int, *, check_crc: bool
 ) -> tuple[RecordSpan | None, int, str]:
@@ -210,11 +215,11 @@ def walk(
                     return None, total, "whole-record CRC mismatch"
     except (struct.error, IndexError, ValueError) as exc:
         return None, total, f"undecodable record: {exc}"
-    span = RecordSpan(
+    span = _new_span(RecordSpan, (
         total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts,
         pos + BORN_HOST_POSITION, born_len, store_ts, store_at, store_len, reconsume, prepared,
         body_at, body_len, topic_at, topic_len, p, props_len,
-    )  # fmt: skip
+    ))  # fmt: skip
     return span, total, ""
 
 

@@ -75,9 +75,9 @@ _TOPICS: dict[bytes, str] = {}
 _TOPICS_CACHE_MAX = 10_000
 
 
-def _topic(buf: Buffer, span: layout.RecordSpan) -> str:
+def _topic(buf: Buffer, topic_at: int, topic_length: int) -> str:
     """The TOPIC of a walked record, decoded once per distinct topic."""
-    raw_topic = bytes(buf[span.topic_at : span.topic_at + span.topic_length])
+    raw_topic = bytes(buf[topic_at : topic_at + topic_length])
     topic = _TOPICS.get(raw_topic)
     if topic is None:
         topic = raw_topic.decode("utf-8")
@@ -89,10 +89,12 @@ def _topic(buf: Buffer, span: layout.RecordSpan) -> str:
 def _dispatch_info(
     buf: Buffer, span: layout.RecordSpan, resolver: DelayResolver | None
 ) -> CheckResult:
-    topic = _topic(buf, span)
+    (total, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _,
+     _, prepared, _, _, topic_at, topic_len, props_at, props_len) = span  # fmt: skip
+    topic = _topic(buf, topic_at, topic_len)
     prop_map: dict[str, str] = {}
-    if span.properties_length:
-        raw = bytes(buf[span.properties_at : span.properties_at + span.properties_length])
+    if props_len:
+        raw = bytes(buf[props_at : props_at + props_len])
         # Invalid UTF-8 becomes U+FFFD, as Java's new String(bytes, UTF_8) does in RocketMQ:
         # no CRC covers V1 properties, and recovery's fast path does not decode them either.
         prop_map = props.decode(raw.decode("utf-8", errors="replace"))
@@ -100,22 +102,22 @@ def _dispatch_info(
     if resolver is not None and topic == SCHEDULE_TOPIC:
         level = prop_map.get(props.DELAY_TIME_LEVEL)
         if level is not None and level.isdigit():
-            code = resolver.delivery_timestamp(int(level), span.store_timestamp_ms)
+            code = resolver.delivery_timestamp(int(level), store_ts)
     info = DispatchInfo(
         topic,
-        span.queue_id,
-        span.physical_offset,
-        span.total,
+        queue_id,
+        physical_offset,
+        total,
         code,
-        span.store_timestamp_ms,
-        span.queue_offset,
+        store_ts,
+        queue_offset,
         prop_map.get(props.KEYS),
         prop_map.get(props.UNIQ_KEY),
-        span.sys_flag,
-        span.prepared_offset,
+        sys_flag,
+        prepared,
         prop_map,
     )
-    return CheckResult(True, span.total, info)
+    return CheckResult(True, total, info)
 
 
 class RecordHead(NamedTuple):
@@ -142,19 +144,13 @@ def check_structure(
     span, size, error = layout.walk(buf, pos, limit, check_crc=check_crc)
     if span is None:
         return None, size, error
+    (_, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _, _,
+     _, _, _, topic_at, topic_len, _, _) = span  # fmt: skip
     try:
-        topic = _topic(buf, span)
+        topic = _topic(buf, topic_at, topic_len)
     except ValueError as exc:  # a topic that is not UTF-8
         return None, size, f"undecodable record: {exc}"
-    head = RecordHead(
-        size,
-        topic,
-        span.queue_id,
-        span.queue_offset,
-        span.physical_offset,
-        span.sys_flag,
-        span.store_timestamp_ms,
-    )
+    head = RecordHead(size, topic, queue_id, queue_offset, physical_offset, sys_flag, store_ts)
     return head, size, ""
 
 
