@@ -26,8 +26,6 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from gannet.node.invariants import InvariantViolation
-from gannet.node.store.log import layout
 from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.consume_queues import ConsumeQueue, CqUnit
@@ -128,7 +126,6 @@ def read_queue(
         if data is None:
             removed += 1
             continue
-        _check_read_back(data, unit.commit_offset, unit.size, unit.queue_offset)
         if record_filter is not None and not record_filter(data):
             continue
         result.messages.append(
@@ -204,7 +201,6 @@ def read_queue_records(
         at = units[first][0]
         data = commitlog.read(at, units[past - 1][0] + units[past - 1][1] - at)
         if data is not None:
-            _check_read_back(data, at, units[first][1], offset + first)
             parts.append(data)
             count += past - first
             continue
@@ -219,17 +215,3 @@ def read_queue_records(
     if not count:
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MESSAGE
     return GetResult(status, offset + taken, lo, hi, records=b"".join(parts), records_count=count)
-
-
-def _check_read_back(data: bytes, commit_offset: int, size: int, queue_offset: int) -> None:
-    """A record read back for a consume-queue unit is the one the unit was written for: its
-    TOTALSIZE, PHYSICALOFFSET and QUEUEOFFSET are the unit's (three reads of bytes at hand)."""
-    (total,) = layout.INT.unpack_from(data, 0)
-    (stored_queue_offset,) = layout.LONG.unpack_from(data, layout.QUEUE_OFFSET_POSITION)
-    (physical,) = layout.LONG.unpack_from(data, layout.PHYSICAL_OFFSET_POSITION)
-    if total != size or physical != commit_offset or stored_queue_offset != queue_offset:
-        raise InvariantViolation(
-            f"the unit (commit offset {commit_offset}, size {size}, queue offset {queue_offset}) "
-            f"reads back a record with TOTALSIZE {total}, PHYSICALOFFSET {physical}, "
-            f"QUEUEOFFSET {stored_queue_offset}"
-        )
