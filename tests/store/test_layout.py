@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from gannet.node.invariants import InvariantViolation
 from gannet.node.store.config import StoreConfig
+from gannet.node.store.errors import CorruptionError
 from gannet.node.store.log import layout, native, records
 from gannet.node.store.log.commitlog import AppendResult, CommitLog, _check_laid_out
 from gannet.node.store.log.records import Message
@@ -153,6 +154,6 @@ def test_a_record_read_back_at_the_wrong_place_stops_the_read(log: CommitLog) ->
     msg = Message(topic="T", body=b"x", physical_offset=64)  # made for offset 64
     record = records.encode(msg, body_size_max_bytes=BODY_MAX)
     log.append_raw(log.max_offset(), bytes(record))
-    with pytest.raises(InvariantViolation, match=r"read back at 0 .* says PHYSICALOFFSET 64"):
+    with pytest.raises(CorruptionError, match=r"read back at 0 .* says PHYSICALOFFSET 64"):
         log.read_message(0)
     log.truncate(0)

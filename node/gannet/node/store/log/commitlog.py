@@ -376,8 +376,8 @@ class CommitLog:
             msg = records.decode(data)
         except ValueError as exc:
             raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
-        if not (msg.physical_offset == offset and msg.store_size == size):
-            raise InvariantViolation(
+        if msg.physical_offset != offset or msg.store_size != size:  # bytes from disk: data
+            raise CorruptionError(
                 f"the record read back at {offset} ({size} bytes) says PHYSICALOFFSET "
                 f"{msg.physical_offset}, TOTALSIZE {msg.store_size}"
             )
