@@ -8,7 +8,8 @@ import struct
 from pathlib import Path
 
 from gannet.node.store.config import StoreConfig
-from gannet.node.store.log.records import MAGIC_V1, Message
+from gannet.node.store.log.layout import MAGIC_V1
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.pipeline import segments
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from gannet.node.invariants import InvariantViolation
 from gannet.node.raft.config import Config, InitialState
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.epochs import Epoch
-from gannet.node.raft.invariants import InvariantViolation
 from gannet.node.raft.messages import (
     Busy,
     ByteOffset,

@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from gannet.node.invariants import InvariantViolation
 from gannet.node.raft.epochs import Epoch, EpochLog
-from gannet.node.raft.invariants import InvariantViolation
 from gannet.node.raft.messages import ByteOffset, Term
 
 Segments = list[tuple[int, int]]  # (term, length_bytes)

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
+from gannet.node.invariants import InvariantViolation
 from gannet.node.raft.core import RaftCore
-from gannet.node.raft.invariants import InvariantViolation
 from gannet.node.raft.messages import (
     AppendResponse,
     ByteOffset,

@@ -20,7 +20,8 @@ from gannet.node.store.errors import (
     RecoveryRefused,
     TopicNameIllegal,
 )
-from gannet.node.store.log.records import MAGIC_BLANK, Message
+from gannet.node.store.log.layout import MAGIC_BLANK
+from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
 from gannet.node.store.queues.reading import GetStatus

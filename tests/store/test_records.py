@@ -16,7 +16,7 @@ from gannet.node.store import msgids
 from gannet.node.store import properties as props
 from gannet.node.store.errors import MessageIllegal, MessageTooLarge, PropertiesTooLarge
 from gannet.node.store.hashing import body_crc32, index_key_hash, java_string_hash, tags_code
-from gannet.node.store.log import packing, record_checks, records
+from gannet.node.store.log import layout, packing, record_checks, records
 from gannet.node.store.log.records import Message
 
 # A V1 record: topic "T", body b"hi", properties TAGS=a, born 10.0.0.1:7, store 127.0.0.1:10911.
@@ -78,7 +78,7 @@ def test_ipv6_hosts_set_sysflag_bits_and_move_the_store_timestamp() -> None:
     buf = records.encode(msg, body_size_max_bytes=1024)
     assert struct.unpack_from(">i", buf, 0)[0] == 101 + 24
     sys_flag = struct.unpack_from(">i", buf, 36)[0]
-    assert sys_flag == records.SYSFLAG_BORNHOST_V6 | records.SYSFLAG_STOREHOST_V6
+    assert sys_flag == layout.SYSFLAG_BORNHOST_V6 | layout.SYSFLAG_STOREHOST_V6
     assert buf[48:64] == bytes(15) + b"\x01"
     assert struct.unpack_from(">q", buf, 68)[0] == 200  # 56 + 12
     back = records.decode(buf)
@@ -89,7 +89,7 @@ def test_ipv6_hosts_set_sysflag_bits_and_move_the_store_timestamp() -> None:
 def test_long_topic_uses_v2_magic_and_two_byte_length() -> None:
     topic = "%RETRY%" + "g" * 130
     buf = records.encode(sample(topic=topic), body_size_max_bytes=1024)
-    assert struct.unpack_from(">i", buf, 4)[0] == records.MAGIC_V2
+    assert struct.unpack_from(">i", buf, 4)[0] == layout.MAGIC_V2
     assert struct.unpack_from(">i", buf, 0)[0] == 91 + 2 + 1 + len(topic) + 7
     assert records.decode(buf).topic == topic
 

@@ -40,8 +40,8 @@ import numpy.typing as npt
 import pyarrow as pa
 
 from gannet.node.store import properties as props
-from gannet.node.store.log import native, record_checks, records
-from gannet.node.store.log.records import Buffer
+from gannet.node.store.log import layout, native, record_checks, records
+from gannet.node.store.log.layout import Buffer
 from gannet.node.store.msgids import create_offset_msg_id
 from gannet.pipeline import propcolumns, segments
 from gannet.pipeline.propcolumns import PropertyColumns
@@ -49,7 +49,7 @@ from gannet.pipeline.segments import Damage, Segment
 
 CHUNK_BYTES = 32 * 1024 * 1024
 _HEAD = struct.Struct(">ii")
-_MAGICS = (records.MAGIC_V1, records.MAGIC_V2)
+_MAGICS = (layout.MAGIC_V1, layout.MAGIC_V2)
 _RECORD_BYTES_MIN = 91
 _CRC_TAIL_MARK = b"__CRC32#\x01"
 _ARROW_OFFSET_MAX = 2**31 - 1  # int32 offsets of an Arrow binary array
@@ -189,12 +189,12 @@ def _check(
     crc = _gather(data, at + 8, 4, "i")
     queue_id = _gather(data, at + 12, 4, "i")
     queue_offset = _gather(data, at + 20, 8, "i")
-    physical = _gather(data, at + records.PHYSICAL_OFFSET_POSITION, 8, "i")
-    sys_flag = _gather(data, at + records.SYSFLAG_POSITION, 4, "i")
+    physical = _gather(data, at + layout.PHYSICAL_OFFSET_POSITION, 8, "i")
+    sys_flag = _gather(data, at + layout.SYSFLAG_POSITION, 4, "i")
     born_ts = _gather(data, at + 40, 8, "i")
-    born_len = np.where(sys_flag & records.SYSFLAG_BORNHOST_V6, 20, 8)
-    store_len = np.where(sys_flag & records.SYSFLAG_STOREHOST_V6, 20, 8)
-    store_ts_at = at + records.BORN_HOST_POSITION + born_len
+    born_len = np.where(sys_flag & layout.SYSFLAG_BORNHOST_V6, 20, 8)
+    store_len = np.where(sys_flag & layout.SYSFLAG_STOREHOST_V6, 20, 8)
+    store_ts_at = at + layout.BORN_HOST_POSITION + born_len
     store_ts = _gather(data, store_ts_at, 8, "i")
     host_at = store_ts_at + 8
     prepared = _gather(data, host_at + store_len + 4, 8, "i")
@@ -204,7 +204,7 @@ def _check(
     end = at + total
     ok = physical == segment.start_offset + at if segment is not None else physical >= 0
     ok &= (body_len >= 0) & (body_at + body_len <= end)
-    v2 = magic == records.MAGIC_V2
+    v2 = magic == layout.MAGIC_V2
     topic_len_at = np.where(ok, body_at + body_len, at)
     topic_len = np.where(
         v2,
@@ -223,13 +223,13 @@ def _check(
     limit = _first_bad_body(view, body_at, body_len, crc, limit)
     tails = np.flatnonzero(_has_crc_tail(data, end, props_len)[:limit])
     for i in tails.tolist():  # records with a whole-record CRC (the broker's option)
-        tail = bytes(view[int(end[i]) - records.CRC32_RESERVED_LENGTH + 9 : int(end[i]) - 1])
+        tail = bytes(view[int(end[i]) - layout.CRC32_RESERVED_LENGTH + 9 : int(end[i]) - 1])
         try:
             expected = int(tail.decode("ascii")[::-1])
         except ValueError:
             limit = i
             break
-        covered = view[int(at[i]) : int(end[i]) - records.CRC32_RESERVED_LENGTH]
+        covered = view[int(at[i]) : int(end[i]) - layout.CRC32_RESERVED_LENGTH]
         if zlib.crc32(covered) & 0x7FFFFFFF != expected:
             limit = i
             break
@@ -266,8 +266,8 @@ def _has_crc_tail(
 ) -> npt.NDArray[np.bool_]:
     """Which records' properties end with the whole-record CRC property (``__CRC32#`` and ten
     reversed digits, then the pair separator), found column-wise."""
-    long_enough = props_len >= records.CRC32_RESERVED_LENGTH
-    start = np.where(long_enough, end - records.CRC32_RESERVED_LENGTH, 0)
+    long_enough = props_len >= layout.CRC32_RESERVED_LENGTH
+    start = np.where(long_enough, end - layout.CRC32_RESERVED_LENGTH, 0)
     index = np.minimum(start[:, None] + np.arange(len(_CRC_TAIL_MARK)), len(data) - 1)
     marked = (data[index] == np.frombuffer(_CRC_TAIL_MARK, dtype=np.uint8)).all(axis=1)
     last = data[np.clip(end - 1, 0, len(data) - 1)] == 2

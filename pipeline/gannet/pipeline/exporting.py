@@ -50,7 +50,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from gannet.node.store import properties as props
-from gannet.node.store.log import records
+from gannet.node.store.log import layout, records
 from gannet.pipeline import columns, propcolumns, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
@@ -141,7 +141,7 @@ def open_output(output: str) -> tuple[pafs.FileSystem, str]:
     return pafs.LocalFileSystem(), posixpath.abspath(output)
 
 
-def chunk_table(buf: records.Buffer, chunk: Chunk, rows: npt.NDArray[np.int64]) -> pa.Table:
+def chunk_table(buf: layout.Buffer, chunk: Chunk, rows: npt.NDArray[np.int64]) -> pa.Table:
     """The :data:`ARROW_SCHEMA` columns of records ``rows`` (ascending indices) of ``chunk``,
     built column-wise (:mod:`gannet.pipeline.propcolumns`); all of them without a gather."""
     found = chunk.property_columns

@@ -29,13 +29,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from gannet.node.store.log import record_checks, records
-from gannet.node.store.log.records import Buffer, DispatchInfo
+from gannet.node.store.log import layout, record_checks, records
+from gannet.node.store.log.layout import Buffer
+from gannet.node.store.log.records import DispatchInfo
 
 SEGMENT_NAME_LENGTH = 20
 _MAGIC_BYTES = (
-    struct.pack(">i", records.MAGIC_V1),
-    struct.pack(">i", records.MAGIC_V2),
+    struct.pack(">i", layout.MAGIC_V1),
+    struct.pack(">i", layout.MAGIC_V2),
 )
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _ZERO_PROBE_BYTES = 8
@@ -212,9 +213,9 @@ def _find(buf: Buffer, needle: bytes, start: int) -> int:
 
 
 def _record_at(buf: Buffer, segment: Segment, pos: int, size: int, *, check_crc: bool) -> bool:
-    if pos + records.PHYSICAL_OFFSET_POSITION + 8 > size:
+    if pos + layout.PHYSICAL_OFFSET_POSITION + 8 > size:
         return False
-    (physical,) = _PHYSICAL_OFFSET.unpack_from(buf, pos + records.PHYSICAL_OFFSET_POSITION)
+    (physical,) = _PHYSICAL_OFFSET.unpack_from(buf, pos + layout.PHYSICAL_OFFSET_POSITION)
     if physical != segment.start_offset + pos:
         return False
     return record_checks.check_record(buf, pos, size, check_crc=check_crc).ok

@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 
+from gannet.node.invariants import InvariantViolation
 from gannet.node.pop.errors import PopRequestIllegal
 
 CK_TAG = "ck"
@@ -37,7 +38,7 @@ RE_PUT_TIMES_UNPARSABLE = 127
 
 @dataclass(frozen=True, slots=True)
 class PopCheckPoint:
-    """One checkpoint. Invariants (asserted): ``0 < num <= CK_MESSAGES_MAX``;
+    """One checkpoint. Invariants (checked when built): ``0 < num <= CK_MESSAGES_MAX``;
     ``len(offset_diffs) == num`` when ``offset_diffs`` is set; ``bit_map`` has bits only for the
     ``num`` messages (:attr:`all_bits`). :func:`decode` refuses a body that breaks them."""
 
@@ -55,13 +56,18 @@ class PopCheckPoint:
     re_put_times: str | None = None
 
     def __post_init__(self) -> None:
-        assert 0 < self.num <= CK_MESSAGES_MAX, f"a checkpoint of {self.num} messages"
-        assert self.offset_diffs is None or len(self.offset_diffs) == self.num, (
-            f"a checkpoint of {self.num} messages with {len(self.offset_diffs)} offset diffs"
-        )
-        assert self.bit_map & ~self.all_bits == 0, (
-            f"ack bits {self.bit_map:#x} name messages beyond the {self.num} of the checkpoint"
-        )
+        """The checks when a checkpoint is built (from a pop, or decoded from the log)."""
+        if not (0 < self.num <= CK_MESSAGES_MAX):
+            raise InvariantViolation(f"a checkpoint of {self.num} messages")
+        if not (self.offset_diffs is None or len(self.offset_diffs) == self.num):
+            raise InvariantViolation(
+                f"a checkpoint of {self.num} messages with "
+                f"{len(self.offset_diffs or ())} offset diffs"
+            )
+        if self.bit_map & ~self.all_bits:
+            raise InvariantViolation(
+                f"ack bits {self.bit_map:#x} name messages beyond the {self.num} of the checkpoint"
+            )
 
     @property
     def revive_time_ms(self) -> int:
@@ -89,9 +95,12 @@ class PopCheckPoint:
         return bool(self.bit_map >> index & 1)
 
     def with_bits(self, bits: int) -> PopCheckPoint:
-        assert bits & ~self.all_bits == 0, (
-            f"ack bits {bits:#x} name messages beyond the {self.num} of the checkpoint"
-        )
+        """The checkpoint with acks applied: ``bits`` may only name its own messages."""
+        if bits & ~self.all_bits:
+            raise InvariantViolation(
+                f"ack bits {bits:#x} for {self.topic}-{self.queue_id} at {self.start_offset} name "
+                f"messages beyond the {self.num} of the checkpoint"
+            )
         return replace(self, bit_map=self.bit_map | bits)
 
     @property

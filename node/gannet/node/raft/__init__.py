@@ -16,5 +16,5 @@ Modules: ``messages`` (wire messages and id types), ``config`` (limits, restart 
 ``progress`` (per-follower replication state), ``quorum`` (majority arithmetic), ``ready``
 (the output contract), ``core`` (``RaftCore``: inputs, output, dispatch), ``node_state`` (the
 state and its invariants), ``election``, ``replication`` (appends, commit, transfer),
-``leases`` (check-quorum, leader stickiness), ``invariants`` (the crash-on-bug helper).
+``leases`` (check-quorum, leader stickiness); the crash-on-bug helper is ``gannet.node.invariants``.
 """

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from gannet.node.invariants import invariant
 from gannet.node.raft.epochs import Epoch
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.membership import MembershipEntry
 from gannet.node.raft.messages import NO_NODE, ZERO_OFFSET, ZERO_TERM, ByteOffset, NodeId, Term
 from gannet.node.raft.ready import HardState, Role

@@ -43,9 +43,9 @@ state of ``node_state.NodeState``, which also holds the invariants.
 
 from __future__ import annotations
 
+from gannet.node.invariants import invariant
 from gannet.node.raft import election, leases, replication
 from gannet.node.raft.config import Status
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.membership import Membership, MembershipEntry, change_refusal
 from gannet.node.raft.messages import (
     NO_NODE,

@@ -17,8 +17,8 @@ messages). Pure functions over ``node_state.NodeState``.
 
 from __future__ import annotations
 
+from gannet.node.invariants import invariant
 from gannet.node.raft import leases, quorum, replication
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.messages import (
     NO_NODE,
     ByteOffset,

@@ -17,7 +17,7 @@ import bisect
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from gannet.node.raft.invariants import invariant
+from gannet.node.invariants import invariant
 from gannet.node.raft.messages import ZERO_OFFSET, ZERO_TERM, ByteOffset, Term
 
 

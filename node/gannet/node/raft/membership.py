@@ -48,8 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from gannet.node.invariants import InvariantViolation, invariant
 from gannet.node.raft.ids import ZERO_OFFSET, ByteOffset, NodeId
-from gannet.node.raft.invariants import invariant
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +78,12 @@ class MembershipEntry:
     start_offset: ByteOffset
     end_offset: ByteOffset
     membership: Membership
+
+    def __post_init__(self) -> None:
+        if not (0 <= self.start_offset <= self.end_offset):
+            raise InvariantViolation(
+                f"a configuration record at [{self.start_offset}, {self.end_offset})"
+            )
 
 
 def change_refusal(old: Membership, new: Membership) -> str | None:

@@ -19,9 +19,9 @@ changes, TigerBeetle-style (a broken one raises ``InvariantViolation`` and stops
 
 from __future__ import annotations
 
+from gannet.node.invariants import invariant
 from gannet.node.raft.config import Config, InitialState
 from gannet.node.raft.epochs import EpochLog
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.membership import MembershipLog
 from gannet.node.raft.messages import NO_NODE, ByteOffset, Message, NodeId, Term
 from gannet.node.raft.progress import Progress

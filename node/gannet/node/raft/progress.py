@@ -21,7 +21,7 @@ import collections
 import enum
 from dataclasses import dataclass
 
-from gannet.node.raft.invariants import invariant
+from gannet.node.invariants import invariant
 from gannet.node.raft.messages import ByteOffset
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from gannet.node.raft.invariants import invariant
+from gannet.node.invariants import invariant
 from gannet.node.raft.messages import ByteOffset
 
 

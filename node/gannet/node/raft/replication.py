@@ -17,8 +17,8 @@ offset (``report_durable``) so the leader counts only synced bytes.
 
 from __future__ import annotations
 
+from gannet.node.invariants import invariant
 from gannet.node.raft import leases, quorum
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.messages import (
     NO_NODE,
     AppendEntries,

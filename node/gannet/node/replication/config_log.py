@@ -45,6 +45,7 @@ import secrets
 import threading
 from collections.abc import Callable, Sequence
 
+from gannet.node.invariants import invariant
 from gannet.node.store.configs.fastjson import JsonObject, JsonValue
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.tables import ConfigTable
@@ -176,6 +177,15 @@ def _apply_snapshot(store: MessageStore, change: JsonObject) -> None:
             store.group_configs.delete(group.group_name)
     for group_config in groups.values():
         store.group_configs.put(group_config)
+    installed_topics = {t.topic_name for t in store.topic_configs.list()}
+    installed_groups = {g.group_name for g in store.group_configs.list()}
+    invariant(
+        installed_topics == topics.keys() and installed_groups == groups.keys(),
+        f"a config snapshot of {len(topics)} topics and {len(groups)} groups installed "
+        f"{len(installed_topics)} and {len(installed_groups)}: differ in topics "
+        f"{sorted(installed_topics ^ topics.keys())[:5]}, groups "
+        f"{sorted(installed_groups ^ groups.keys())[:5]}",
+    )
     applied = store.consumer_offsets.query(APPLIER_GROUP, CONFIG_TOPIC, 0)
     store.consumer_offsets.replace_table(offsets)
     if applied >= 0:  # our own progress is not the leader's to set

@@ -25,10 +25,10 @@ import itertools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from gannet.node.invariants import invariant
 from gannet.node.raft.config import Config, InitialState, NoopPayload, Status
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.epochs import Epoch
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.messages import (
     NO_NODE,
     AppendEntries,

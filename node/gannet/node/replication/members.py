@@ -36,6 +36,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from gannet.node.invariants import invariant
 from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication.config import (
@@ -45,7 +46,7 @@ from gannet.node.replication.config import (
     parse_peer,
 )
 from gannet.node.replication.state_files import StateFileError, write_durably
-from gannet.node.store.log import record_checks, records
+from gannet.node.store.log import layout, record_checks, records
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def memberships_in(start: ByteOffset, payload: bytes) -> tuple[MembershipEntry, 
             )
         if checked.size == 0:  # BLANK: the rest of the file is padding
             total = int.from_bytes(payload[position : position + 4], "big", signed=True)
-            position += max(total, records.END_FILE_MIN_BLANK_LENGTH)
+            position += max(total, layout.END_FILE_MIN_BLANK_LENGTH)
             continue
         info = checked.info
         if info is not None and info.topic == MEMBERS_TOPIC:
@@ -192,7 +193,18 @@ class MemberTable:
         self.contacts: dict[int, PeerSpec] = {}
 
     def update(self, membership: Membership) -> None:
+        """Install the configuration in force: its members with their addresses."""
         members = members_of(membership, self._known)
+        voters = {m.spec.node_id for m in members if m.voter}
+        learners = {m.spec.node_id for m in members if not m.voter}
+        invariant(
+            voters <= membership.voters
+            and learners <= membership.learners
+            and (not membership.body or voters | learners == membership.members()),
+            f"installing voters {sorted(membership.voters)} and learners "
+            f"{sorted(membership.learners)}: the addresses name voters {sorted(voters)} and "
+            f"learners {sorted(learners)}",
+        )
         for m in members:
             self._known[m.spec.node_id] = m.spec
         self.members = {m.spec.node_id: m for m in members}

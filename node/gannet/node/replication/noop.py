@@ -12,7 +12,7 @@ the file and the zeros after it, exactly the bytes an ordinary append leaves the
 
 from __future__ import annotations
 
-from gannet.node.store.log import records
+from gannet.node.store.log import layout, records
 from gannet.node.store.log.commitlog import now_ms, queue_key
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.validation import SYSTEM_TOPIC_PREFIX
@@ -41,8 +41,8 @@ def encode_noop(store: MessageStore, offset: int, term: int, node_id: int) -> by
     room = file_size - offset % file_size
     prefix = b""
     position = offset
-    if parts.total + records.END_FILE_MIN_BLANK_LENGTH > room:
-        prefix = records.blank_record(room) + bytes(room - records.END_FILE_MIN_BLANK_LENGTH)
+    if parts.total + layout.END_FILE_MIN_BLANK_LENGTH > room:
+        prefix = records.blank_record(room) + bytes(room - layout.END_FILE_MIN_BLANK_LENGTH)
         position = offset + room
     queue_offset = commitlog.queue_offsets.get(queue_key(NOOP_TOPIC, 0), 0)
     record = bytearray().join(

@@ -21,7 +21,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gannet.node.raft.invariants import InvariantViolation
+from gannet.node.invariants import InvariantViolation
 from gannet.node.raft.membership import Membership
 from gannet.node.raft.messages import NodeId, Proposed
 from gannet.node.raft.ready import Role

@@ -27,10 +27,10 @@ import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from gannet.node.invariants import invariant
 from gannet.node.raft import config as raft_config
 from gannet.node.raft import core as raft_core
 from gannet.node.raft.epochs import Epoch
-from gannet.node.raft.invariants import invariant
 from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import (
     AppendEntries,

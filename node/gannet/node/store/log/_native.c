@@ -99,7 +99,7 @@ typedef struct {
     Py_ssize_t body_max;
     int append_crc;
     PyObject *encode_host;  /* records.encode_host(host, port) -> bytes (lru-cached) */
-    PyObject *topic_field;  /* records._topic_field(topic, False) -> (v2, field) */
+    PyObject *topic_field;  /* records.topic_field_of(topic, False) -> (v2, field) */
     PyObject *fallback;     /* packing.record_fields bound to the batch's settings */
     /* last-seen caches (borrowed keys kept alive by the references we hold) */
     PyObject *born_key, *born_val, *store_key, *store_val, *topic_key, *topic_val;
@@ -168,7 +168,7 @@ static PyObject *topic_field_of(Enc *e, PyObject *topic, int *v2) {
     if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 ||
         !PyBytes_CheckExact(PyTuple_GET_ITEM(r, 1))) {
         Py_DECREF(r);
-        PyErr_SetString(PyExc_TypeError, "_topic_field returned an unexpected value");
+        PyErr_SetString(PyExc_TypeError, "topic_field_of returned an unexpected value");
         return NULL;
     }
     int is_v2 = PyObject_IsTrue(PyTuple_GET_ITEM(r, 0));

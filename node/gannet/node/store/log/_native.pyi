@@ -3,7 +3,8 @@
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from gannet.node.store.log.records import Buffer, DispatchInfo, Message
+from gannet.node.store.log.layout import Buffer
+from gannet.node.store.log.records import DispatchInfo, Message
 
 VERSION: int
 _R = TypeVar("_R")

@@ -27,9 +27,10 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import NamedTuple
 
+from gannet.node.invariants import InvariantViolation, invariant
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, MessageTooLarge, StoreError
-from gannet.node.store.log import native, packing, record_checks, records
+from gannet.node.store.log import layout, native, packing, record_checks, records
 from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 from gannet.node.store.msgids import create_offset_msg_id
 
@@ -111,12 +112,12 @@ class CommitLog:
         """:meth:`encode` of each message, the settings read once per batch."""
         fields_of = packing.record_fields
         body_max, append_crc = self.config.message_body_size_max_bytes, self.append_crc
-        limit = self.config.commitlog_file_size_bytes - records.END_FILE_MIN_BLANK_LENGTH
+        limit = self.config.commitlog_file_size_bytes - layout.END_FILE_MIN_BLANK_LENGTH
         codec = native.codec
         if codec is not None:
             return codec.encode_all(
                 msgs, body_max, append_crc, limit, self.config.commitlog_file_size_bytes,
-                records.encode_host, records._topic_field,
+                records.encode_host, records.topic_field_of,
                 partial(fields_of, body_size_max_bytes=body_max, append_crc=append_crc),
                 MessageTooLarge,
             )  # fmt: skip
@@ -169,10 +170,12 @@ class CommitLog:
             # files and the store time as they were: no offset is reserved for a message
             # that is not written.
             plan, results, reserved = self._lay_out(batch, f, ts, host, port)
+            _check_laid_out(plan, results)
             # Phase 2: reserve the offsets and copy the bytes.
             self.last_store_timestamp_ms = ts
-            assert all(n > self.queue_offsets.get(k, 0) for k, n in reserved.items()), (
-                "queue offsets only grow: an append reserved an offset below one already taken"
+            invariant(
+                all(n > self.queue_offsets.get(k, 0) for k, n in reserved.items()),
+                "queue offsets only grow: an append reserved an offset below one already taken",
             )
             self.queue_offsets.update(reserved)
             written = 0
@@ -188,10 +191,11 @@ class CommitLog:
             except BaseException:
                 self._unreserve(batch[written:], results[written:])
                 raise
-            assert not results or f.end_offset == results[-1].end_offset, (
-                f"the commit log ends at {f.end_offset} after an append whose last record ends "
-                f"at {results[-1].end_offset}"
-            )
+            if results and f.end_offset != results[-1].end_offset:
+                raise InvariantViolation(
+                    f"the commit log ends at {f.end_offset} after an append whose last record "
+                    f"ends at {results[-1].end_offset}"
+                )
             self._appended = (start, plan[0][1]) if len(plan) == 1 else (-1, b"")
             if on_appended is not None:
                 on_appended(results)
@@ -236,7 +240,7 @@ class CommitLog:
         file_size = f.file_size
         for fields, key in batch:
             size = fields[0]
-            if size + records.END_FILE_MIN_BLANK_LENGTH > room:
+            if size + layout.END_FILE_MIN_BLANK_LENGTH > room:
                 del buf[pos:]
                 plan.append((roll, buf, count))
                 left -= pos
@@ -369,9 +373,15 @@ class CommitLog:
         if data is None:
             return None
         try:
-            return records.decode(data)
+            msg = records.decode(data)
         except ValueError as exc:
             raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
+        if msg.physical_offset != offset or msg.store_size != size:  # bytes from disk: data
+            raise CorruptionError(
+                f"the record read back at {offset} ({size} bytes) says PHYSICALOFFSET "
+                f"{msg.physical_offset}, TOTALSIZE {msg.store_size}"
+            )
+        return msg
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
         """Store time of the record at ``offset`` or −1 (time search,
@@ -383,49 +393,19 @@ class CommitLog:
         if pos + max(size, 64) > f.wrote_position:
             return -1
         try:
-            sys_flag = f.read_int(pos + records.SYSFLAG_POSITION)
-            return f.read_long(pos + records.store_timestamp_position(sys_flag))
+            sys_flag = f.read_int(pos + layout.SYSFLAG_POSITION)
+            return f.read_long(pos + layout.store_timestamp_position(sys_flag))
         except ValueError:  # unmapped by a concurrent cleanup
             return -1
-
-    def scan(
-        self, start: int, end: int, *, check_crc: bool
-    ) -> Iterator[tuple[int, record_checks.CheckResult]]:
-        """Yield ``(offset, result)`` for each record from ``start`` up to ``end``.
-
-        BLANK records are followed to the next file. Stops at the first invalid record (that
-        result is yielded, so the caller sees where and why) or at ``end``.
-        """
-        offset = start
-        while offset < end:
-            f = self.files.find_file(offset)
-            if f is None:
-                return
-            pos = offset - f.file_from_offset
-            res = record_checks.check_record(f.buffer, pos, f.wrote_position, check_crc=check_crc)
-            if res.ok and res.size == 0:
-                offset = self.files.roll_next_file(offset)
-                continue
-            if res.ok and offset + res.size > end:
-                return  # the record is written but lies past ``end`` (not committed yet)
-            if res.ok and res.info is not None and res.info.commit_offset != offset:
-                res = record_checks.CheckResult(
-                    False,
-                    res.size,
-                    error=f"PHYSICALOFFSET field says {res.info.commit_offset}, record is at "
-                    f"{offset}",
-                )
-            yield offset, res
-            if not res.ok:
-                return
-            offset += res.size
 
     def scan_heads(
         self, start: int, end: int, *, check_crc: bool
     ) -> Iterator[tuple[int, record_checks.RecordHead | None, str]]:
-        """Like :meth:`scan` but yields ``(offset, head, error)`` from
-        :func:`record_checks.check_structure` (no property parsing): recovery's fast path. A final
-        ``(offset, None, error)`` marks an invalid record."""
+        """Yield ``(offset, head, "")`` for each record from ``start`` up to ``end``, checked by
+        :func:`record_checks.check_structure` (no property parsing): the commit log's one scan
+        loop (recovery, finding record starts). BLANK records are followed to the next file; a
+        final ``(offset, None, error)`` marks the first invalid record, where the scan stops; a
+        record that lies past ``end`` (written, not committed yet) ends it silently."""
         offset = start
         while offset < end:
             f = self.files.find_file(offset)
@@ -473,3 +453,32 @@ class CommitLog:
         with self.put_lock:
             for key in [k for k in self.queue_offsets if predicate(k)]:
                 del self.queue_offsets[key]
+
+
+_LAID_OUT_PREFIX = layout.HEAD  # TOTALSIZE .. BORNTIMESTAMP, one unpack per buffer
+
+
+def _check_laid_out(plan: list[tuple[bool, bytearray, int]], results: list[AppendResult]) -> None:
+    """Before a batch is written: each buffer holds exactly its records, and its first record
+    carries the TOTALSIZE, PHYSICALOFFSET and QUEUEOFFSET its result reports (one unpack per
+    buffer, not per record; no CRC)."""
+    at = 0
+    for _, buf, count in plan:
+        if not count:
+            continue
+        start, size, expected_queue_offset = results[at][:3]
+        last = results[at + count - 1]
+        total, _, _, _, _, queue_offset, physical, _, _ = _LAID_OUT_PREFIX.unpack_from(buf)
+        if (
+            total != size
+            or physical != start
+            or queue_offset != expected_queue_offset
+            or len(buf) != last.wrote_offset + last.wrote_bytes - start
+        ):
+            raise InvariantViolation(
+                f"a laid-out buffer of {len(buf)} bytes for {count} records at {start} starts "
+                f"with TOTALSIZE {total}, PHYSICALOFFSET {physical}, QUEUEOFFSET {queue_offset}; "
+                f"expected {last.end_offset - start} bytes, {size}, {start}, "
+                f"{expected_queue_offset}"
+            )
+        at += count

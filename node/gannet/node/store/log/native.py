@@ -26,7 +26,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
-from gannet.node.store.log.records import Buffer, DispatchInfo, Message
+from gannet.node.store.log.layout import Buffer
+from gannet.node.store.log.records import DispatchInfo, Message
 
 log = logging.getLogger(__name__)
 

@@ -13,27 +13,30 @@ from __future__ import annotations
 import zlib
 
 from gannet.node.store import properties as props
-from gannet.node.store.log.records import (
-    _FIXED_V4,
-    _HEAD,
-    _SHORT,
+from gannet.node.store.log.layout import (
     CRC32_RESERVED_LENGTH,
+    FIXED_FIELDS_LENGTH,
+    FIXED_V4,
+    HEAD,
+    MAGIC_V1,
+    MAGIC_V2,
+    SHORT,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_STOREHOST_V6,
+    middle_struct,
+)
+from gannet.node.store.log.records import (
     INT32_MAX,
     INT32_MIN,
     INT64_MAX,
     INT64_MIN,
-    MAGIC_V1,
-    MAGIC_V2,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_STOREHOST_V6,
     Message,
-    _check_ranges,
-    _middle_struct,
-    _topic_field,
+    check_ranges,
     checked_body,
     crc_property_tail,
     encode_host,
     properties_field,
+    topic_field_of,
 )
 
 RecordFields = tuple[int, int, int, int, int, int, int, bytes, bytes, int, int, bytes, bytes]
@@ -64,7 +67,7 @@ def record_fields(
         and INT64_MIN <= born_ms <= INT64_MAX
         and INT64_MIN <= prepared <= INT64_MAX
     ):
-        _check_ranges(msg)
+        check_ranges(msg)
     body = checked_body(msg, body_size_max_bytes)
     born = encode_host(*msg.born_host)
     store = encode_host(*msg.store_host)
@@ -73,7 +76,7 @@ def record_fields(
         sys_flag |= SYSFLAG_BORNHOST_V6
     if len(store) == 20:
         sys_flag |= SYSFLAG_STOREHOST_V6
-    v2, topic_field = _topic_field(msg.topic, False)
+    v2, topic_field = topic_field_of(msg.topic, False)
     properties = msg.properties
     prop_text = ""
     if properties:
@@ -81,9 +84,9 @@ def record_fields(
         if props.TRANSIENT_PREFIX in prop_text:
             prop_text = props.encode(properties)  # drops the transient keys
     prop_bytes = properties_field(prop_text, append_crc=append_crc)
-    tail = topic_field + _SHORT.pack(len(prop_bytes)) + prop_bytes
+    tail = topic_field + SHORT.pack(len(prop_bytes)) + prop_bytes
     return (
-        72 + len(born) + len(store) + len(body) + len(tail),  # encoded_length
+        FIXED_FIELDS_LENGTH + len(born) + len(store) + len(body) + len(tail),  # encoded_length
         MAGIC_V2 if v2 else MAGIC_V1,
         zlib.crc32(body) & 0x7FFFFFFF,
         queue_id,
@@ -115,22 +118,22 @@ def pack_record_into(
     (total, magic, crc, queue_id, flag, sys_flag, born_ms, born, store, reconsume, prepared,
      body, tail) = fields  # fmt: skip
     if len(born) == 8 and len(store) == 8:
-        _FIXED_V4.pack_into(
+        FIXED_V4.pack_into(
             buf, pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset,
             sys_flag, born_ms, born, store_timestamp_ms, store, reconsume, prepared, len(body),
         )  # fmt: skip
-        at = pos + _FIXED_V4.size
+        at = pos + FIXED_V4.size
     else:
-        _HEAD.pack_into(
+        HEAD.pack_into(
             buf, pos, total, magic, crc, queue_id, flag, queue_offset, physical_offset,
             sys_flag, born_ms,
         )  # fmt: skip
-        middle = _middle_struct(len(born), len(store))
+        middle = middle_struct(len(born), len(store))
         middle.pack_into(
-            buf, pos + _HEAD.size, born, store_timestamp_ms, store, reconsume, prepared,
+            buf, pos + HEAD.size, born, store_timestamp_ms, store, reconsume, prepared,
             len(body),
         )  # fmt: skip
-        at = pos + _HEAD.size + middle.size
+        at = pos + HEAD.size + middle.size
     end = at + len(body)
     buf[at:end] = body
     buf[end : end + len(tail)] = tail

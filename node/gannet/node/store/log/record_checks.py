@@ -1,6 +1,6 @@
 """Checking commit-log records where they are read back: field by field with dispatch info
 (:func:`check_record`, RocketMQ ``checkMessageAndReturnSize``), or structure only
-(:func:`check_structure`, recovery's fast path). The layout is :mod:`records`'.
+(:func:`check_structure`, recovery's fast path). The layout and its one walk are :mod:`layout`'s.
 
 Every length must stay inside the readable region and add up to TOTALSIZE, so that a torn write
 never passes; the body CRC and, when present, the whole-record CRC are verified on request.
@@ -10,31 +10,13 @@ replication (membership records) and the pipeline.
 
 from __future__ import annotations
 
-import struct
-import zlib
 from typing import NamedTuple
 
 from gannet.node.store import properties as props
 from gannet.node.store.hashing import tags_code
-from gannet.node.store.log.records import (
-    _BLANK,
-    _FIXED_V4,
-    _HEAD,
-    _INT,
-    _LONG,
-    _SHORT,
-    CRC32_RESERVED_LENGTH,
-    MAGIC_BLANK,
-    MAGIC_V1,
-    MAGIC_V2,
-    PHYSICAL_OFFSET_POSITION,
-    SYSFLAG_BORNHOST_V6,
-    SYSFLAG_POSITION,
-    SYSFLAG_STOREHOST_V6,
-    Buffer,
-    DispatchInfo,
-    host_length,
-)
+from gannet.node.store.log import layout
+from gannet.node.store.log.layout import BLANK, LONG, MAGIC_BLANK, MAGIC_V1, MAGIC_V2, Buffer
+from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.validation import SCHEDULE_TOPIC
 
 
@@ -66,20 +48,13 @@ def check_record(
     RocketMQ's, tightened where a torn write could otherwise pass: every length must stay
     inside the region and add up to TOTALSIZE.
     """
-    avail = limit - pos
-    if avail < 8:
-        return CheckResult(False, -1, error="fewer than 8 bytes remain")
-    total, magic = _BLANK.unpack_from(buf, pos)
-    if magic == MAGIC_BLANK:
-        return CheckResult(True, 0)
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        return CheckResult(False, -1, error=f"bad magic code 0x{magic & 0xFFFFFFFF:08X}")
-    if total <= 0 or total > avail or total < 91:
-        return CheckResult(False, -1, error=f"total size {total} outside the readable region")
+    span, size, error = layout.walk(buf, pos, limit, check_crc=check_crc)
+    if span is None:
+        return CheckResult(size == 0, size, error=error)
     try:
-        return _check_fields(buf, pos, total, magic, check_crc, delivery_time_of_level)
-    except (struct.error, UnicodeDecodeError, ValueError) as exc:
-        return CheckResult(False, total, error=f"undecodable record: {exc}")
+        return _dispatch_info(buf, span, delivery_time_of_level)
+    except ValueError as exc:  # a topic that is not UTF-8
+        return CheckResult(False, size, error=f"undecodable record: {exc}")
 
 
 class DelayResolver:
@@ -100,68 +75,26 @@ _TOPICS: dict[bytes, str] = {}
 _TOPICS_CACHE_MAX = 10_000
 
 
-def _host_dependent_fields(buf: Buffer, pos: int, sys_flag: int) -> tuple[int, int, int]:
-    """(store time, prepared offset, position of BODY LENGTH) for any host kinds."""
-    p = pos + 48 + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
-    (store_ts,) = _LONG.unpack_from(buf, p)
-    p += 8 + host_length(sys_flag, SYSFLAG_STOREHOST_V6) + 4
-    (prepared,) = _LONG.unpack_from(buf, p)
-    return store_ts, prepared, p + 8
-
-
-def _check_fields(
-    buf: Buffer,
-    pos: int,
-    total: int,
-    magic: int,
-    check_crc: bool,
-    resolver: DelayResolver | None,
-) -> CheckResult:
-    (sys_flag,) = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)
-    if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0:
-        (_, _, crc, queue_id, _, queue_offset, physical_offset, _, _, _, store_ts, _, _,
-         prepared, body_len) = _FIXED_V4.unpack_from(buf, pos)  # fmt: skip
-        p = pos + _FIXED_V4.size
-    else:
-        _, _, crc, queue_id, _, queue_offset, physical_offset, _, _ = _HEAD.unpack_from(buf, pos)
-        store_ts, prepared, p = _host_dependent_fields(buf, pos, sys_flag)
-        (body_len,) = _INT.unpack_from(buf, p)
-        p += 4
-    end = pos + total
-    if body_len < 0 or p + body_len > end:
-        return CheckResult(False, total, error=f"body length {body_len} overruns the record")
-    if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
-        return CheckResult(False, total, error="body CRC mismatch")
-    p += body_len
-    if magic == MAGIC_V2:
-        (topic_len,) = _SHORT.unpack_from(buf, p)
-        p += 2
-    else:
-        topic_len = buf[p]
-        p += 1
-    if topic_len < 0 or p + topic_len > end:
-        return CheckResult(False, total, error=f"topic length {topic_len} overruns the record")
-    raw_topic = bytes(buf[p : p + topic_len])
+def _topic(buf: Buffer, topic_at: int, topic_length: int) -> str:
+    """The TOPIC of a walked record, decoded once per distinct topic."""
+    raw_topic = bytes(buf[topic_at : topic_at + topic_length])
     topic = _TOPICS.get(raw_topic)
     if topic is None:
         topic = raw_topic.decode("utf-8")
         if len(_TOPICS) < _TOPICS_CACHE_MAX:
             _TOPICS[raw_topic] = topic
-    p += topic_len
-    (props_len,) = _SHORT.unpack_from(buf, p)
-    p += 2
-    if props_len < 0 or p + props_len != end:
-        return CheckResult(
-            False, total, error=f"lengths add up to {p + props_len - pos}, TOTALSIZE is {total}"
-        )
+    return topic
+
+
+def _dispatch_info(
+    buf: Buffer, span: layout.RecordSpan, resolver: DelayResolver | None
+) -> CheckResult:
+    (total, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _,
+     _, prepared, _, _, topic_at, topic_len, props_at, props_len) = span  # fmt: skip
+    topic = _topic(buf, topic_at, topic_len)
     prop_map: dict[str, str] = {}
     if props_len:
-        raw = bytes(buf[p : p + props_len])
-        if check_crc and raw.endswith(b"\x02") and raw[-20:-11] == b"__CRC32#\x01":
-            expected = int(raw[-11:-1].decode("ascii")[::-1])
-            actual = zlib.crc32(buf[pos : end - CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF
-            if expected != actual:
-                return CheckResult(False, total, error="whole-record CRC mismatch")
+        raw = bytes(buf[props_at : props_at + props_len])
         # Invalid UTF-8 becomes U+FFFD, as Java's new String(bytes, UTF_8) does in RocketMQ:
         # no CRC covers V1 properties, and recovery's fast path does not decode them either.
         prop_map = props.decode(raw.decode("utf-8", errors="replace"))
@@ -208,63 +141,17 @@ def check_structure(
     Returns ``(head, size, error)``: a head for a valid record, ``(None, 0, "")`` for a BLANK,
     ``(None, size, error)`` for an invalid one.
     """
-    if limit - pos < 8:
-        return None, -1, "fewer than 8 bytes remain"
-    total, magic = _BLANK.unpack_from(buf, pos)
-    if magic == MAGIC_BLANK:
-        return None, 0, ""
-    if magic not in (MAGIC_V1, MAGIC_V2):
-        return None, -1, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}"
-    if total <= 0 or total > limit - pos or total < 91:
-        return None, -1, f"total size {total} outside the readable region"
-    (sys_flag,) = _INT.unpack_from(buf, pos + SYSFLAG_POSITION)
+    span, size, error = layout.walk(buf, pos, limit, check_crc=check_crc)
+    if span is None:
+        return None, size, error
+    (_, _, _, queue_id, _, queue_offset, physical_offset, sys_flag, _, _, _, store_ts, _, _, _,
+     _, _, _, topic_at, topic_len, _, _) = span  # fmt: skip
     try:
-        if sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0:
-            (_, _, crc, queue_id, _, queue_offset, physical_offset, _, _, _, store_ts, _, _,
-             _, body_len) = _FIXED_V4.unpack_from(buf, pos)  # fmt: skip
-            p = pos + _FIXED_V4.size
-        else:
-            _, _, crc, queue_id, _, queue_offset, physical_offset, _, _ = _HEAD.unpack_from(
-                buf, pos
-            )
-            store_ts, _, p = _host_dependent_fields(buf, pos, sys_flag)
-            (body_len,) = _INT.unpack_from(buf, p)
-            p += 4
-        end = pos + total
-        if body_len < 0 or p + body_len > end:
-            return None, total, f"body length {body_len} overruns the record"
-        if check_crc and zlib.crc32(buf[p : p + body_len]) & 0x7FFFFFFF != crc:
-            return None, total, "body CRC mismatch"
-        p += body_len
-        if magic == MAGIC_V2:
-            (topic_len,) = _SHORT.unpack_from(buf, p)
-            p += 2
-        else:
-            topic_len = buf[p]
-            p += 1
-        if topic_len < 0 or p + topic_len + 2 > end:
-            return None, total, f"topic length {topic_len} overruns the record"
-        raw_topic = bytes(buf[p : p + topic_len])
-        (props_len,) = _SHORT.unpack_from(buf, p + topic_len)
-        if props_len < 0 or p + topic_len + 2 + props_len != end:
-            return (
-                None,
-                total,
-                f"lengths add up to {p + topic_len + 2 + props_len - pos}, TOTALSIZE is {total}",
-            )
-        if check_crc and props_len >= CRC32_RESERVED_LENGTH:
-            tail = bytes(buf[end - CRC32_RESERVED_LENGTH : end])
-            if tail.startswith(b"__CRC32#\x01") and tail.endswith(b"\x02"):
-                expected = int(tail[9:19].decode("ascii")[::-1])
-                if zlib.crc32(buf[pos : end - CRC32_RESERVED_LENGTH]) & 0x7FFFFFFF != expected:
-                    return None, total, "whole-record CRC mismatch"
-        topic = _TOPICS.get(raw_topic)
-        if topic is None:
-            topic = raw_topic.decode("utf-8")
-    except (struct.error, UnicodeDecodeError, ValueError) as exc:
-        return None, total, f"undecodable record: {exc}"
-    head = RecordHead(total, topic, queue_id, queue_offset, physical_offset, sys_flag, store_ts)
-    return head, total, ""
+        topic = _topic(buf, topic_at, topic_len)
+    except ValueError as exc:  # a topic that is not UTF-8
+        return None, size, f"undecodable record: {exc}"
+    head = RecordHead(size, topic, queue_id, queue_offset, physical_offset, sys_flag, store_ts)
+    return head, size, ""
 
 
 def misplaced_start(data: bytes, offset: int, file_size: int) -> str | None:
@@ -274,18 +161,18 @@ def misplaced_start(data: bytes, offset: int, file_size: int) -> str | None:
     A message record names its own position (PHYSICALOFFSET); a BLANK closes the file holding
     ``offset``. Bytes that start elsewhere (inside a record, or at a record written for another
     position) mean that this log's end is not the writer's: Raft's log matching was broken."""
-    if len(data) < _BLANK.size:
+    if len(data) < BLANK.size:
         return None
-    size, magic = _BLANK.unpack_from(data, 0)
+    size, magic = BLANK.unpack_from(data, 0)
     if magic == MAGIC_BLANK:
         if offset % file_size + size != file_size:
             return f"a BLANK of {size} bytes at {offset} does not close its file"
         return None
     if magic not in (MAGIC_V1, MAGIC_V2):
         return f"magic {magic:#x} at {offset} starts no record (bytes from inside one?)"
-    if len(data) < PHYSICAL_OFFSET_POSITION + _LONG.size:
+    if len(data) < layout.PHYSICAL_OFFSET_POSITION + LONG.size:
         return None
-    (physical,) = _LONG.unpack_from(data, PHYSICAL_OFFSET_POSITION)
+    (physical,) = LONG.unpack_from(data, layout.PHYSICAL_OFFSET_POSITION)
     if physical != offset:
         return f"the record written at {offset} was made for offset {physical}"
     return None

@@ -1,30 +1,7 @@
 """Commit-log message records: the byte layout RocketMQ writes, encoded and decoded.
 
-Layout (big-endian; ``MessageExtEncoder.encode`` / ``MessageDecoder.decode``)::
-
-    off  size  field
-      0     4  TOTALSIZE            whole record, this field included
-      4     4  MAGICCODE            V1 0xDAA320A7 (1-byte topic length), V2 0xDAA320AB (2-byte)
-      8     4  BODYCRC              zlib.crc32(body) & 0x7FFFFFFF
-     12     4  QUEUEID
-     16     4  FLAG                 producer's user flag
-     20     8  QUEUEOFFSET          position in the consume queue (0 for prepared/rollback tx)
-     28     8  PHYSICALOFFSET       global commit-log offset of this record
-     36     4  SYSFLAG              see the SYSFLAG_* constants
-     40     8  BORNTIMESTAMP
-     48   8|20 BORNHOST             4 (IPv4) or 16 (IPv6) address bytes, then int port
-      .     8  STORETIMESTAMP
-      .   8|20 STOREHOST
-      .     4  RECONSUMETIMES
-      .     8  PREPARED TRANSACTION OFFSET
-      .   4+n  BODY length + body
-      . 1|2+t  TOPIC length + UTF-8 topic
-      .   2+p  PROPERTIES length (short) + UTF-8 properties string
-
-Total size = 4+4+4+4+4+8+8+4+8+bornHostLen+8+storeHostLen+4+8+4+n+topicLenSize+t+2+p, i.e.
-``91 + n + t + p`` for V1 with two IPv4 hosts. A BLANK record (end of a file) is 8 bytes:
-int remaining-bytes-in-file, int 0xCBD43194. The optional whole-record CRC reserves the last 20
-bytes of the properties: ``__CRC32#`` ``\\x01`` ten digits least-significant first ``\\x02``.
+The byte layout, its field positions and the one walk over a record are :mod:`layout`'s; this
+module builds records from messages and messages from records on top of it.
 
 Pure: no IO. Called by :mod:`commitlog` (append, recovery scan, reads), :mod:`dispatching`,
 the CLI and the pipeline.
@@ -33,8 +10,6 @@ the CLI and the pipeline.
 from __future__ import annotations
 
 import ipaddress
-import mmap
-import struct
 import zlib
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -47,11 +22,28 @@ from gannet.node.store.errors import (
     PropertiesTooLarge,
     TopicNameIllegal,
 )
-
-MAGIC_V1 = -626843481  # 0xDAA320A7
-MAGIC_V2 = -626843477  # 0xDAA320AB
-MAGIC_BLANK = -875286124  # 0xCBD43194
-END_FILE_MIN_BLANK_LENGTH = 8
+from gannet.node.store.log.layout import (
+    BLANK,
+    CRC32_RESERVED_LENGTH,
+    FIXED_V4,
+    HEAD,
+    INT,
+    LONG,
+    MAGIC_BLANK,
+    MAGIC_V1,
+    MAGIC_V2,
+    PHYSICAL_OFFSET_POSITION,
+    QUEUE_OFFSET_POSITION,
+    SHORT,
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_POSITION,
+    SYSFLAG_STOREHOST_V6,
+    Buffer,
+    encoded_length,
+    middle_struct,
+    store_timestamp_position,
+    walk,
+)
 
 HOSTS_DECODED_CACHED_MAX = 1024  # distinct (address, port) pairs kept by decode_host
 SYSFLAG_COMPRESSED = 0x1
@@ -60,8 +52,6 @@ SYSFLAG_TRANSACTION_NOT_TYPE = 0x0
 SYSFLAG_TRANSACTION_PREPARED_TYPE = 0x4
 SYSFLAG_TRANSACTION_COMMIT_TYPE = 0x8
 SYSFLAG_TRANSACTION_ROLLBACK_TYPE = 0xC
-SYSFLAG_BORNHOST_V6 = 0x10
-SYSFLAG_STOREHOST_V6 = 0x20
 SYSFLAG_NEED_UNWRAP = 0x40
 SYSFLAG_INNER_BATCH = 0x80
 SYSFLAG_COMPRESSION_TYPE_MASK = 0x700
@@ -69,23 +59,9 @@ COMPRESSION_LZ4 = 0x100
 COMPRESSION_ZSTD = 0x200
 COMPRESSION_ZLIB = 0x300
 
-CRC32_RESERVED_LENGTH = 20
 TOPIC_LENGTH_MAX_V1 = 127
-QUEUE_OFFSET_POSITION = 20
-PHYSICAL_OFFSET_POSITION = 28
-SYSFLAG_POSITION = 36
-BORN_HOST_POSITION = 48
-
-_HEAD = struct.Struct(">iiiiiqqiq")  # total..borntimestamp: 48 bytes
-_INT = struct.Struct(">i")
-_LONG = struct.Struct(">q")
-_SHORT = struct.Struct(">h")
-_BLANK = struct.Struct(">ii")
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
-
-Buffer = bytes | bytearray | memoryview | mmap.mmap
-"""Anything records can be read from: a file's mapping, a slice, a network buffer."""
 
 
 def transaction_type(sys_flag: int) -> int:
@@ -93,20 +69,10 @@ def transaction_type(sys_flag: int) -> int:
     return sys_flag & 0xC
 
 
-def host_length(sys_flag: int, v6_flag: int) -> int:
-    """Encoded size of a host field: 8 bytes for IPv4, 20 for IPv6."""
-    return 20 if sys_flag & v6_flag else 8
-
-
-def store_timestamp_position(sys_flag: int) -> int:
-    """Position of STORETIMESTAMP, which moves by 12 when the born host is IPv6."""
-    return BORN_HOST_POSITION + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
-
-
 @lru_cache(maxsize=4096)
 def encode_host(host: str, port: int) -> bytes:
     """``socketAddress2ByteBuffer``: address bytes, then the port as a 4-byte int."""
-    return ipaddress.ip_address(host).packed + _INT.pack(port)
+    return ipaddress.ip_address(host).packed + INT.pack(port)
 
 
 def decode_host(data: bytes | bytearray | memoryview) -> tuple[str, int]:
@@ -117,7 +83,7 @@ def decode_host(data: bytes | bytearray | memoryview) -> tuple[str, int]:
 def _decoded_host(raw: bytes) -> tuple[str, int]:
     """Memoised: every popped message decodes its born and store hosts, and ``ipaddress``
     costs more than the rest of a record's decoding (``bench/results/PROFILE.md``)."""
-    (port,) = _INT.unpack(raw[-4:])
+    (port,) = INT.unpack(raw[-4:])
     return str(ipaddress.ip_address(raw[:-4])), port
 
 
@@ -178,21 +144,6 @@ class Message:
             self.store_host, self.reconsume_times, self.prepared_transaction_offset,
             self.queue_offset, self.physical_offset, self.body_crc, self.store_size,
         )  # fmt: skip
-
-
-def encoded_length(
-    body_len: int, topic_len: int, props_len: int, sys_flag: int, *, v2: bool
-) -> int:
-    """``calMsgLength``: the TOTALSIZE of a record with these field sizes."""
-    return (
-        4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8
-        + host_length(sys_flag, SYSFLAG_BORNHOST_V6)
-        + 8
-        + host_length(sys_flag, SYSFLAG_STOREHOST_V6)
-        + 4 + 8 + 4 + body_len
-        + (2 if v2 else 1) + topic_len
-        + 2 + props_len
-    )  # fmt: skip
 
 
 class RecordParts(NamedTuple):
@@ -261,7 +212,7 @@ def split_record(
     Java type's range: every value :func:`pack_head` packs later is checked here, so that the
     append path, which reserves queue offsets, cannot fail on a message's own fields.
     """
-    _check_ranges(msg)
+    check_ranges(msg)
     body = checked_body(msg, body_size_max_bytes)
     sys_flag = msg.sys_flag & ~(SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     born = encode_host(*msg.born_host)
@@ -270,10 +221,10 @@ def split_record(
         sys_flag |= SYSFLAG_BORNHOST_V6
     if len(store) == 20:
         sys_flag |= SYSFLAG_STOREHOST_V6
-    v2, topic_field = _topic_field(msg.topic, force_v2)
+    v2, topic_field = topic_field_of(msg.topic, force_v2)
     prop_text = props.encode(msg.properties)
     prop_bytes = properties_field(prop_text, append_crc=append_crc)
-    tail = topic_field + _SHORT.pack(len(prop_bytes)) + prop_bytes
+    tail = topic_field + SHORT.pack(len(prop_bytes)) + prop_bytes
     topic_len = len(topic_field) - (2 if v2 else 1)
     total = encoded_length(len(body), topic_len, len(prop_bytes), sys_flag, v2=v2)
     return RecordParts(
@@ -293,7 +244,7 @@ def split_record(
     )
 
 
-def _check_ranges(msg: Message) -> None:
+def check_ranges(msg: Message) -> None:
     """Raise :class:`MessageIllegal` naming the first int/long field out of range."""
     int32_fields = (
         ("queue id", msg.queue_id),
@@ -317,16 +268,16 @@ def pack_head(
 ) -> bytes:
     """TOTALSIZE … BODY LENGTH of a record, with its position-dependent fields."""
     if len(p.born) == 8 and len(p.store) == 8:
-        return _FIXED_V4.pack(
+        return FIXED_V4.pack(
             p.total, p.magic, p.crc, p.queue_id, p.flag, queue_offset, physical_offset,
             p.sys_flag, p.born_timestamp_ms, p.born, store_timestamp_ms, p.store,
             p.reconsume_times, p.prepared_offset, len(p.body),
         )  # fmt: skip
-    head = _HEAD.pack(
+    head = HEAD.pack(
         p.total, p.magic, p.crc, p.queue_id, p.flag, queue_offset, physical_offset,
         p.sys_flag, p.born_timestamp_ms,
     )  # fmt: skip
-    middle = _middle_struct(len(p.born), len(p.store)).pack(
+    middle = middle_struct(len(p.born), len(p.store)).pack(
         p.born, store_timestamp_ms, p.store, p.reconsume_times, p.prepared_offset, len(p.body)
     )
     return head + middle
@@ -361,20 +312,14 @@ def encode(
     return buf
 
 
-@lru_cache(maxsize=4)
-def _middle_struct(born_len: int, store_len: int) -> struct.Struct:
-    """BORNHOST … BODY LENGTH in one pack: host bytes, store time, host, reconsume, prepared."""
-    return struct.Struct(f">{born_len}sq{store_len}siqi")
-
-
 @lru_cache(maxsize=4096)
-def _topic_field(topic: str, force_v2: bool) -> tuple[bool, bytes]:
+def topic_field_of(topic: str, force_v2: bool) -> tuple[bool, bytes]:
     """(is V2, the TOPIC length + bytes field) of a topic; cached, topics repeat."""
     topic_bytes = topic.encode("utf-8")
     v2 = force_v2 or java_length(topic) > TOPIC_LENGTH_MAX_V1
     if len(topic_bytes) > (0x7FFF if v2 else 0xFF):
         raise TopicNameIllegal(f"topic is {len(topic_bytes)} bytes, too long for the record")
-    length = _SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),))
+    length = SHORT.pack(len(topic_bytes)) if v2 else bytes((len(topic_bytes),))
     return v2, length + topic_bytes
 
 
@@ -388,12 +333,12 @@ def patch_append_fields(
     append_crc: bool = False,
 ) -> None:
     """Write the fields only known under the put lock into an encoded record at ``start``."""
-    _LONG.pack_into(buf, start + QUEUE_OFFSET_POSITION, queue_offset)
-    _LONG.pack_into(buf, start + PHYSICAL_OFFSET_POSITION, physical_offset)
-    (sys_flag,) = _INT.unpack_from(buf, start + SYSFLAG_POSITION)
-    _LONG.pack_into(buf, start + store_timestamp_position(sys_flag), store_timestamp_ms)
+    LONG.pack_into(buf, start + QUEUE_OFFSET_POSITION, queue_offset)
+    LONG.pack_into(buf, start + PHYSICAL_OFFSET_POSITION, physical_offset)
+    (sys_flag,) = INT.unpack_from(buf, start + SYSFLAG_POSITION)
+    LONG.pack_into(buf, start + store_timestamp_position(sys_flag), store_timestamp_ms)
     if append_crc:
-        (total,) = _INT.unpack_from(buf, start)
+        (total,) = INT.unpack_from(buf, start)
         covered = total - CRC32_RESERVED_LENGTH
         crc = zlib.crc32(buf[start : start + covered]) & 0x7FFFFFFF
         buf[start + covered : start + total] = crc_property_tail(crc)
@@ -407,10 +352,7 @@ def crc_property_tail(crc: int) -> bytes:
 
 def blank_record(remaining_bytes: int) -> bytes:
     """The 8-byte end-of-file marker: remaining length, then the BLANK magic."""
-    return _BLANK.pack(remaining_bytes, MAGIC_BLANK)
-
-
-_FIXED_V4 = struct.Struct(">iiiiiqqiq8sq8siqi")  # both hosts IPv4: every field to BODY LENGTH
+    return BLANK.pack(remaining_bytes, MAGIC_BLANK)
 
 
 class DispatchInfo(NamedTuple):
@@ -438,81 +380,32 @@ def decode_properties(buf: Buffer, pos: int = 0) -> dict[str, str]:
 
     Raises ValueError on a record that does not hold together.
     """
-    try:
-        sys_flag, magic = (
-            _INT.unpack_from(buf, pos + SYSFLAG_POSITION)[0],
-            _INT.unpack_from(buf, pos + 4)[0],
-        )
-        p = pos + BORN_HOST_POSITION + host_length(sys_flag, SYSFLAG_BORNHOST_V6) + 8
-        p += host_length(sys_flag, SYSFLAG_STOREHOST_V6) + 12
-        (body_len,) = _INT.unpack_from(buf, p)
-        p += 4 + body_len
-        if magic == MAGIC_V2:
-            (topic_len,) = _SHORT.unpack_from(buf, p)
-            p += 2 + topic_len
-        else:
-            p += 1 + buf[p]
-        (props_len,) = _SHORT.unpack_from(buf, p)
-        text = bytes(buf[p + 2 : p + 2 + props_len]).decode("utf-8", errors="replace")
-    except (struct.error, IndexError) as exc:
-        raise ValueError(f"undecodable record at {pos}: {exc}") from exc
-    return props.decode(text)
+    span, _, error = walk(buf, pos, len(buf), check_crc=False)
+    if span is None:
+        raise ValueError(f"undecodable record at {pos}: {error or 'a BLANK'}")
+    at = span.properties_at
+    return props.decode(bytes(buf[at : at + span.properties_length]).decode("utf-8", "replace"))
 
 
 def decode(buf: Buffer, pos: int = 0) -> Message:
     """Decode a whole record (``MessageDecoder.decode``, body not decompressed).
 
-    The caller has validated the record (or accepts a :class:`ValueError` on garbage).
+    Raises ValueError on a record that does not hold together (:func:`layout.walk`).
     """
+    span, _, error = walk(buf, pos, len(buf), check_crc=False)
+    if span is None:
+        raise ValueError(f"undecodable record at {pos}: {error or 'a BLANK'}")
+    (total, _, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts, born_at,
+     born_len, store_ts, store_at, store_len, reconsume, prepared, body_at, body_len, topic_at,
+     topic_len, props_at, props_len) = span  # fmt: skip
     try:
-        total, magic, crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = (
-            _HEAD.unpack_from(buf, pos)
-        )
-        if magic not in (MAGIC_V1, MAGIC_V2):
-            raise ValueError(f"bad magic code 0x{magic & 0xFFFFFFFF:08X} at {pos}")
-        p = pos + 48
-        bl = host_length(sys_flag, SYSFLAG_BORNHOST_V6)
-        born_host = decode_host(buf[p : p + bl])
-        p += bl
-        (store_ts,) = _LONG.unpack_from(buf, p)
-        p += 8
-        sl = host_length(sys_flag, SYSFLAG_STOREHOST_V6)
-        store_host = decode_host(buf[p : p + sl])
-        p += sl
-        (reconsume,) = _INT.unpack_from(buf, p)
-        (prepared,) = _LONG.unpack_from(buf, p + 4)
-        (body_len,) = _INT.unpack_from(buf, p + 12)
-        p += 16
-        body = bytes(buf[p : p + body_len])
-        p += body_len
-        if magic == MAGIC_V2:
-            (topic_len,) = _SHORT.unpack_from(buf, p)
-            p += 2
-        else:
-            topic_len = buf[p]
-            p += 1
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
-        p += topic_len
-        (props_len,) = _SHORT.unpack_from(buf, p)
-        p += 2
-        prop_map = props.decode(bytes(buf[p : p + props_len]).decode("utf-8", errors="replace"))
-    except (struct.error, IndexError, UnicodeDecodeError) as exc:
+        topic = bytes(buf[topic_at : topic_at + topic_len]).decode("utf-8")
+    except UnicodeDecodeError as exc:
         raise ValueError(f"undecodable record at {pos}: {exc}") from exc
+    prop_map = props.decode(bytes(buf[props_at : props_at + props_len]).decode("utf-8", "replace"))
     return Message(
-        topic=topic,
-        body=body,
-        queue_id=queue_id,
-        flag=flag,
-        properties=prop_map,
-        sys_flag=sys_flag,
-        born_timestamp_ms=born_ts,
-        born_host=born_host,
-        store_timestamp_ms=store_ts,
-        store_host=store_host,
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        queue_offset=queue_offset,
-        physical_offset=physical_offset,
-        body_crc=crc,
-        store_size=total,
-    )
+        topic, bytes(buf[body_at : body_at + body_len]), queue_id, flag, prop_map, sys_flag,
+        born_ts, decode_host(buf[born_at : born_at + born_len]), store_ts,
+        decode_host(buf[store_at : store_at + store_len]), reconsume, prepared, queue_offset,
+        physical_offset, crc, total,
+    )  # fmt: skip

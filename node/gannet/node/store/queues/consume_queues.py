@@ -45,6 +45,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from gannet.node.invariants import InvariantViolation
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.log.mapped_files import MappedFile, MappedFileQueue
 
@@ -153,10 +154,11 @@ class ConsumeQueue:
         idempotent for rebuilt entries."""
         if commit_offset + size <= self.max_physic_offset:
             return
-        assert min(commit_offset, queue_offset) >= 0 < size, (
-            f"{self.topic}-{self.queue_id}: unit (commit offset {commit_offset}, size {size}, "
-            f"queue offset {queue_offset}) cannot point at a record"
-        )
+        if not (min(commit_offset, queue_offset) >= 0 < size):
+            raise InvariantViolation(
+                f"{self.topic}-{self.queue_id}: unit (commit offset {commit_offset}, size {size}, "
+                f"queue offset {queue_offset}) cannot point at a record"
+            )
         expect = queue_offset * CQ_UNIT_SIZE_BYTES
         files = self._mfq.files
         if files:
@@ -189,6 +191,14 @@ class ConsumeQueue:
         commit-log ends of the first and last record) with one copy. False, writing nothing,
         unless it is that plain case: the queue ends just before them, holds nothing at or past
         ``first_end`` and its last file has room; the caller then puts them one by one."""
+        if not (
+            len(units) % CQ_UNIT_SIZE_BYTES == 0 and first_queue_offset >= 0 < first_end <= last_end
+        ):
+            raise InvariantViolation(
+                f"{self.topic}-{self.queue_id}: {len(units)} bytes of units from queue offset "
+                f"{first_queue_offset}, commit-log ends {first_end}..{last_end}, are no run of "
+                "units"
+            )
         files = self._mfq.files
         if not files or first_end <= self.max_physic_offset:
             return False

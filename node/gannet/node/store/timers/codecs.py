@@ -87,12 +87,6 @@ EMPTY_SLOT = bytes(SLOT_SIZE_BYTES)
 _Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
-def invariant(condition: bool, message: str) -> None:
-    """Raise on a broken invariant (a programming error); not stripped by ``python -O``."""
-    if not condition:
-        raise AssertionError(message)
-
-
 def floor_to_precision(time_ms: int, precision_ms: int) -> int:
     return time_ms - time_ms % precision_ms
 

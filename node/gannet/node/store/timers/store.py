@@ -79,6 +79,7 @@ import dataclasses
 import threading
 from collections.abc import Iterator
 
+from gannet.node.invariants import invariant
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import CorruptionError, StoreNotWritable
@@ -98,7 +99,6 @@ from gannet.node.store.timers.codecs import (
     encode_checkpoint,
     encode_unit,
     floor_to_precision,
-    invariant,
     num_delta,
     reserved_field,
     roll_window_ms,

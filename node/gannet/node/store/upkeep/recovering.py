@@ -75,7 +75,7 @@ from pathlib import Path
 from gannet.node.store import durable
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import RecoveryRefused
-from gannet.node.store.log import records
+from gannet.node.store.log import layout
 from gannet.node.store.log.checkpoints import Checkpoint
 from gannet.node.store.log.commitlog import CommitLog, queue_key
 from gannet.node.store.log.mapped_files import MappedFile
@@ -346,7 +346,7 @@ def _incomplete_last_record(commitlog: CommitLog, cut: int, stake_end: int) -> b
     size, magic = struct.unpack(">ii", head)
     f = commitlog.files.find_file(cut)
     room = f.file_from_offset + f.file_size - cut if f is not None else 0
-    return magic in (records.MAGIC_V1, records.MAGIC_V2) and stake_end < cut + size <= cut + room
+    return magic in (layout.MAGIC_V1, layout.MAGIC_V2) and stake_end < cut + size <= cut + room
 
 
 def _stake_end(commitlog: CommitLog, cut: int, *, damaged: bool) -> int:
