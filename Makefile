@@ -11,7 +11,7 @@ PYTEST_ARGS ?=
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test test-random test-load lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
+.PHONY: run test test-random test-load test-docs-spark lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
 
 # _native.c: the store's native batch encoder, built by the editable install (pyproject.toml).
 # Building it needs a C compiler, Python's headers and zlib's: Debian's packages when missing.
@@ -70,6 +70,11 @@ java:
 unit: $(STAMP) $(PROMTOOL) java
 	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
 	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+## test-docs-spark: the docs pages whose blocks start Spark (docs/pipeline.md, after the README's
+## quick start; about 1.5 min), which make test skips; CI runs it after make test
+test-docs-spark: $(STAMP) java
+	GANNET_DOCS_SPARK=1 $(BIN)/pytest -q tests/test_readme.py -k "every_block_runs and pipeline" $(PYTEST_ARGS)
 
 # Peer benchmark (bench/peers, bench/loadgen): the bench extra, Debian's nats-server and
 # redis-server, and Apache RocketMQ and Kafka jars from Maven Central (cached in bench/peers/.cache).

@@ -328,12 +328,31 @@ def reader_env(tmp_path: Path) -> dict[str, str]:
     return env
 
 
-# README.md alone: about 30 s; docs/pipeline.md, after the README's blocks: about 1.5 min on an
-# idle 2-core machine (four Spark jobs start a JVM each); more under load.
+# Pages whose blocks start Spark: docs/pipeline.md, after the README's blocks, takes about
+# 1.5 min on an idle 2-core machine (four Spark jobs start a JVM each), more under load. `make
+# test` leaves them to `make test-docs-spark` (which CI runs after it); the jobs themselves are
+# tested in tests/pipeline.
+SPARK_PAGES = {DOCS / "pipeline.md"}
+SPARK_PAGES_ENV = "GANNET_DOCS_SPARK"
+
+
+def test_spark_pages_are_the_pages_that_start_spark() -> None:
+    starts_spark = {
+        page
+        for page in PAGES
+        for b in page_blocks(page)
+        if not b.skipped and ("gannet pipeline" in b.code or "pyspark" in b.code)
+    }
+    assert starts_spark == SPARK_PAGES
+
+
+# README.md alone: about 30 s.
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("page", PAGES, ids=name)
 def test_every_block_runs(page: Path, reader_env: dict[str, str], tmp_path: Path) -> None:
+    if page in SPARK_PAGES and os.environ.get(SPARK_PAGES_ENV) != "1":
+        pytest.skip(f"starts Spark: run by make test-docs-spark ({SPARK_PAGES_ENV}=1)")
     steps = [(page, b) for b in page_blocks(page)]
     if page != README:  # a docs page continues the README's quick start
         steps = [(README, b) for b in page_blocks(README)] + steps
