@@ -69,7 +69,7 @@ java:
 
 unit: $(STAMP) $(PROMTOOL) java
 	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q --durations=25 $(PYTEST_ARGS)
 
 ## test-docs-spark: the docs pages whose blocks start Spark (docs/pipeline.md, after the README's
 ## quick start; about 1.5 min), which make test skips; CI runs it after make test
