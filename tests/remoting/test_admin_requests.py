@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from typing import Any
 
 import pytest
 
+from gannet.node.broker import threads
 from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import Command
 from gannet.node.store.configs import fastjson as strict_fastjson
@@ -247,3 +250,35 @@ def test_delete_topic_runtime_info_and_topic_configs(remoting_endpoint: str) -> 
         assert 0 < float(table["commitLogDiskRatio"]) < 1
         assert int(table["earliestMessageTimeStamp"]) > 1_700_000_000_000
         assert table["gannetBrokerName"] == BROKER
+
+
+def test_a_pull_at_an_offset_just_sent_to_waits_for_its_dispatch(
+    broker: threads.BrokerThread, remoting_endpoint: str
+) -> None:
+    """A send is answered before dispatch may have put its message in the consume queue; a
+    pull at that message's offset must not be answered PULL_OFFSET_MOVED (it was, under load:
+    "offset 1 is outside 0..0")."""
+    topic = name("RemAdmLag")
+    dispatch = broker.broker.store.dispatch
+    replies: list[Command] = []
+    ext = {
+        "consumerGroup": "RemAdminLag", "topic": topic, "queueId": "1", "queueOffset": "1",
+        "maxMsgNums": "1", "sysFlag": "2", "subscription": "*", "expressionType": "TAG",
+    }  # fmt: skip
+    with RawClient(remoting_endpoint) as rc, RawClient(remoting_endpoint) as puller:
+        send(rc, topic, 0, b"other queue")  # the topic exists
+        wait_dispatched(rc, topic, 0, 0)
+        caller = threading.Thread(
+            target=lambda: replies.append(puller.call(codes.PULL_MESSAGE, ext))
+        )
+        with dispatch.paused():  # queue 1 stays empty
+            send(rc, topic, 1, b"first")  # answered OK, not dispatched
+            send(rc, topic, 1, b"second")
+            caller.start()
+            deadline = time.monotonic() + 15
+            # Release dispatch once the pull waits for it (or has been answered already).
+            while not replies and dispatch._dispatched_waiters == 0:
+                assert time.monotonic() < deadline, "the pull neither answered nor waited"
+                time.sleep(0.01)
+        caller.join(timeout=15)
+    assert [r.code for r in replies] == [codes.SUCCESS], [(r.code, r.remark) for r in replies]

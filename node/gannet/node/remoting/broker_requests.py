@@ -288,6 +288,13 @@ class BrokerRequests:
         store = servicer.store
         low = store.min_offset_in_queue(topic, queue_id)
         high = store.max_offset_in_queue(topic, queue_id)
+        if offset > high:
+            # A message whose send was just answered may not be in its consume queue yet
+            # (dispatch follows the append, and the commit point on a group): judge the offset
+            # again once everything appended before now is dispatched.
+            await asyncio.to_thread(store.dispatch_caught_up)
+            low = store.min_offset_in_queue(topic, queue_id)
+            high = store.max_offset_in_queue(topic, queue_id)
         if offset < low or offset > high:
             moved = low if offset < low else high
             return request.response(
