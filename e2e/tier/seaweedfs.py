@@ -9,9 +9,9 @@
   command when the binary is missing. MinIO's server is AGPL and is not used.
 - **Serve.** :class:`SeaweedS3` starts one ``weed server`` (master, volume, filer and S3 gateway
   in one process) on free 127.0.0.1 ports with its data in a temporary directory, with one S3
-  identity (access key + secret, so requests are really signed and checked), waits until a
-  bucket can be created and an object written and read back, and on :meth:`SeaweedS3.stop` kills
-  the process group and removes the directory.
+  identity (access key + secret, so requests are really signed and checked), waits until its
+  bucket (:data:`BUCKET`) can be created and an object written and read back, and on
+  :meth:`SeaweedS3.stop` kills the process group and removes the directory.
 """
 
 from __future__ import annotations
@@ -39,6 +39,9 @@ SEAWEEDFS_VERSION = "v0.0.0-20261109003541-7506e5f91cd6"
 ACCESS_KEY = "gannet-tier-test"
 SECRET_KEY = "gannet-tier-test-secret"
 START_TIMEOUT_S = 60.0
+# One bucket per server: SeaweedFS grows 7 volumes per bucket (a collection), so tests share it
+# and keep apart by key prefix.
+BUCKET = "gannet-tier"
 
 
 def cache_dir() -> Path:
@@ -139,7 +142,7 @@ class SeaweedS3:
             "-metricsPort=0",
         ]
 
-    def start(self, *, probe_bucket: str = "gannet-probe") -> SeaweedS3:
+    def start(self, *, probe_bucket: str = BUCKET) -> SeaweedS3:
         """Start the server and return once an object can be written and read back."""
         if not os.access(self.binary, os.X_OK):
             raise FileNotFoundError(
@@ -164,8 +167,8 @@ class SeaweedS3:
                 bucket.create_bucket()
                 probe = self.workdir / "00000000000000000000"
                 probe.write_bytes(b"ready")
-                bucket.put_file("probe", probe, md5_digest=hashlib.md5(b"ready").digest())
-                if bucket.get_range("probe", 0, 5) != b"ready":
+                bucket.put_file("probe/ready", probe, md5_digest=hashlib.md5(b"ready").digest())
+                if bucket.get_range("probe/ready", 0, 5) != b"ready":
                     raise errors.TierUnavailable("probe object read back wrong")
             except errors.TierError as exc:
                 last_error = exc

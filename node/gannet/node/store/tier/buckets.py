@@ -7,8 +7,9 @@ connect/read timeouts and retries, so a dead endpoint costs at most
 ``(attempts) x (connect_timeout_s + read_timeout_s)``.
 
 Every boto3/botocore failure is translated into the tier's errors here and nowhere else:
-refused/timed-out connections and 5xx answers become :class:`errors.TierUnavailable`
-(retryable), 401/403 and signature errors :class:`errors.TierCredentialsRejected`, and
+refused/timed-out connections, 5xx and throttling answers become
+:class:`errors.TierUnavailable` (retryable), 401/403 and signature errors
+:class:`errors.TierCredentialsRejected`, other 4xx :class:`errors.TierRequestRejected`, and
 ``BadDigest`` (the server's MD5 of what it received differs from the ``Content-MD5`` we sent)
 :class:`errors.UploadNotVerified`.
 """
@@ -40,6 +41,7 @@ _CREDENTIAL_CODES = frozenset(
         "ExpiredToken",
     }
 )
+_RETRYABLE_CODES = frozenset({"RequestTimeout", "SlowDown", "Throttling", "TooManyRequests"})
 _MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
@@ -161,6 +163,9 @@ class S3Bucket:
                 raise errors.UploadNotVerified(
                     f"{where}: the server's MD5 differs ({code})"
                 ) from exc
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            if 400 <= status < 500 and code not in _RETRYABLE_CODES:
+                raise errors.TierRequestRejected(f"{where}: {code} (HTTP {status})") from exc
             raise errors.TierUnavailable(f"{where}: {code or exc}") from exc
         except (botocore.exceptions.BotoCoreError, OSError) as exc:
             raise errors.TierUnavailable(f"{where}: {exc}") from exc

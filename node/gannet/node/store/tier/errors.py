@@ -5,6 +5,8 @@
   client retries. Writes at the head never wait on it.
 - :class:`TierCredentialsRejected` — the bucket answered 401/403 (wrong key or secret, no
   permission). Not retryable until the configuration changes; reported once.
+- :class:`TierRequestRejected` — any other 4xx (no such bucket, invalid name, ...): a
+  configuration problem, not retryable; the message carries the server's code.
 - :class:`UploadNotVerified` — the object in the bucket does not have the local file's size or
   MD5 after an upload. The local file stays; the next attempt uploads again.
 - :class:`ManifestConflict` — a change would break a manifest invariant (another object recorded
@@ -28,6 +30,12 @@ class TierUnavailable(TierError):
 
 class TierCredentialsRejected(TierError):
     """The bucket rejected the credentials or the permission; fix the configuration."""
+
+    retryable = False
+
+
+class TierRequestRejected(TierError):
+    """The bucket refused the request for a reason other than credentials (4xx)."""
 
     retryable = False
 
