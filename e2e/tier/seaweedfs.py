@@ -105,6 +105,9 @@ class SeaweedS3:
         self.access_key = ACCESS_KEY
         self.secret_key = SECRET_KEY
         self._process: subprocess.Popen[bytes] | None = None
+        # Chosen once: a restart (kill() then start()) serves the same endpoint and data.
+        self._ports = {name: free_port() for name in ("master", "volume", "filer")}
+        self._grpc_ports = {name: free_port() for name in ("master", "volume", "filer", "s3")}
 
     def _command(self) -> list[str]:
         config = self.workdir / "s3.json"
@@ -114,9 +117,8 @@ class SeaweedS3:
             "actions": ["Admin", "Read", "Write", "List", "Tagging"],
         }
         config.write_text(json.dumps({"identities": [identity]}))
-        (self.workdir / "data").mkdir()
-        ports = {name: free_port() for name in ("master", "volume", "filer")}
-        grpc = {name: free_port() for name in ("master", "volume", "filer", "s3")}
+        (self.workdir / "data").mkdir(exist_ok=True)
+        ports, grpc = self._ports, self._grpc_ports
         return [
             str(self.binary),
             "server",
@@ -148,7 +150,7 @@ class SeaweedS3:
             raise FileNotFoundError(
                 f"{self.binary} is missing: build it with `python -m e2e.tier.seaweedfs build`"
             )
-        log = (self.workdir / "weed.log").open("wb")
+        log = (self.workdir / "weed.log").open("ab")
         self._process = subprocess.Popen(
             self._command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
         )
@@ -200,12 +202,17 @@ class SeaweedS3:
             else ""
         )
 
-    def stop(self) -> None:
-        """Kill the server's process group and remove its directory."""
+    def kill(self) -> None:
+        """SIGKILL the server's process group and keep its data: :meth:`start` again restarts
+        it on the same ports (a bucket outage in tests)."""
         if self._process is not None and self._process.poll() is None:
             os.killpg(self._process.pid, signal.SIGKILL)
             self._process.wait(timeout=10)
         self._process = None
+
+    def stop(self) -> None:
+        """Kill the server's process group and remove its directory."""
+        self.kill()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> SeaweedS3:
