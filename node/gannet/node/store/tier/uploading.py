@@ -4,7 +4,9 @@ Protocol (each step is a :class:`Boundary` where a crash may happen; the tests c
 process at every one and resume):
 
 1. ``BEFORE_UPLOAD`` — the file's size and MD5 are computed from the local copy. If the
-   manifest already records the file, skip to step 5 (a crash after step 4 resumes here).
+   manifest already records the file, skip to step 5 (a crash after step 4 resumes here). A file
+   the manifest could not record (empty, or not starting at the tier's end) is refused here,
+   before any upload, so the bucket never gets an object the manifest cannot hold.
 2. If the bucket already holds the key with the same size and ETag (= MD5 of a single-part
    upload), skip the PUT (a crash after step 2 resumes here); otherwise PUT the file with
    ``Content-MD5``, so the server itself rejects a body that arrived damaged
@@ -127,6 +129,7 @@ def offload(
     recorded = manifest.find(base_offset)
     uploaded = False
     if recorded is None:
+        _check_continues(manifest, path, base_offset, size_bytes)
         key = naming.commitlog_key(manifest.prefix, base_offset)
         uploaded = _upload_unless_held(bucket, key, path, size_bytes, md5_digest, on_boundary)
         _verify(bucket, key, size_bytes, md5_digest)
@@ -141,6 +144,19 @@ def offload(
     if recorded is None:
         raise errors.ManifestConflict(f"manifest lost {path.name} right after recording it")
     return Offloaded(recorded, uploaded, deleted)
+
+
+def _check_continues(
+    manifest: manifests.Manifest, path: Path, base_offset: int, size_bytes: int
+) -> None:
+    """Refuse before any upload what the manifest could not record (no orphan objects)."""
+    if size_bytes <= 0:
+        raise errors.ManifestConflict(f"{path} is empty: nothing to offload")
+    end = manifest.end_offset
+    if end is not None and base_offset != end:
+        raise errors.ManifestConflict(
+            f"{path.name} does not continue the tier, which ends at {end}: offload oldest first"
+        )
 
 
 def _upload_unless_held(
