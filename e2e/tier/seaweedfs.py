@@ -128,6 +128,8 @@ class SeaweedS3:
             f"-master.port={ports['master']}",
             f"-master.port.grpc={grpc['master']}",
             "-master.volumeSizeLimitMB=64",
+            # One master: its Raft election after a restart need not wait the default 10 s.
+            "-master.electionTimeout=1s",
             f"-volume.port={ports['volume']}",
             f"-volume.port.grpc={grpc['volume']}",
             "-volume.max=8",
