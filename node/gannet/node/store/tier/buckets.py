@@ -207,7 +207,8 @@ class S3Bucket:
     ) -> str:
         """Upload ``path`` as ``key`` in one PUT with ``Content-MD5`` (the server rejects a body
         whose MD5 differs); return the ETag. ``on_read`` hears the bytes read so far."""
-        with self._translated(f"PUT {key}"), path.open("rb") as raw:
+        # Opened outside the translation: a local file error is not a bucket outage.
+        with path.open("rb") as raw, self._translated(f"PUT {key}"):
             body: BinaryIO | _ReportingReader = (
                 raw if on_read is None else _ReportingReader(raw, on_read)
             )
