@@ -249,6 +249,19 @@ kube-tools: $(STAMP)
 e2e-kube: kube-tools
 	$(BIN)/pytest -q e2e/kube $(PYTEST_ARGS)
 
+## s3-tools: SeaweedFS's weed (Apache-2.0; its S3 gateway is the tier tests' S3 server) built with
+## go from the Go module proxy, cached in ~/.cache/gannet-s3 (cold: a few CPU-min)
+.PHONY: s3-tools e2e-tier
+s3-tools: $(STAMP)
+	$(BIN)/python -m e2e.tier.seaweedfs check 2>/dev/null || { command -v go >/dev/null || \
+		{ echo "s3-tools: go is not on PATH (it builds SeaweedFS's weed)"; exit 1; }; }
+	$(BIN)/python -m e2e.tier.seaweedfs build
+
+## e2e-tier: tiered storage (docs/tiered-storage.md) against one real SeaweedFS S3 server: the S3
+## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted) (about 50 s)
+e2e-tier: s3-tools
+	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
+
 ## sim-membership: 10,000 seeded simulations of membership changes under faults (~1 CPU-hour)
 .PHONY: sim-membership
 sim-membership: $(STAMP)
