@@ -29,7 +29,7 @@ EXIT_CODES = (
     (1, "check failed or nothing found"),
     (2, "wrong usage: unknown option, bad value, malformed endpoint or message id"),
     (3, "store unavailable: not a store directory, held by a running broker, unreadable"),
-    (4, "broker (or tier bucket) unreachable"),
+    (4, "broker unreachable (or a tiered store's bucket)"),
     (
         5,
         "broker refused the request: bad or reserved name, exists, not allowed; or the tier "

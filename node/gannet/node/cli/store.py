@@ -60,8 +60,8 @@ def store() -> None:
 def store_inspect(data_dir: Path, **tier_values: Any) -> None:
     """Files, offsets, topics and queues of a store directory (read-only; a running broker may
     hold it: the figures are then a live snapshot); with --tier-* also the offloaded files."""
+    tier = open_tier(tier_values)  # usage errors first
     _require_store(data_dir)
-    tier = open_tier(tier_values)
     holder = held_by(data_dir)
     ins = verifying.inspect(data_dir)
     files = [{"name": name, "size": size} for name, size in ins.commitlog_files]
@@ -207,10 +207,10 @@ def held_by(data_dir: Path) -> str | None:
 def store_verify(data_dir: Path, deep: bool, **tier_values: Any) -> None:
     """Check every record's CRC, every consume-queue entry, and that every dispatched record has
     its entry; with --tier-* every offloaded object against the manifest; exit 1 on damage."""
-    _require_store(data_dir)
-    tier = open_tier(tier_values)
+    tier = open_tier(tier_values)  # usage errors first
     if deep and tier is None:
         raise click.UsageError("--deep checks offloaded objects: give the --tier-* options")
+    _require_store(data_dir)
     total = verifying.total_bytes(data_dir)
     columns = (
         TextColumn("verifying"),
