@@ -85,7 +85,7 @@ from gannet.node.metrics import (
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import auth, credentials, headers, tls
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.remoting import acl, broker_requests, nameserver, tls_context
+from gannet.node.remoting import acl, admin_requests, broker_requests, nameserver, tls_context
 from gannet.node.remoting.server import RemotingServer
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -572,6 +572,8 @@ class Broker:
         if cfg.remoting_port is None or self.messaging is None:
             return
         requests = broker_requests.BrokerRequests(self.messaging, admin_servicer)
+        # mqadmin's requests; they wrap the heartbeat handlers to keep the connection lists
+        admin_requests.AdminRequests(self.messaging, admin_servicer).install(requests.handlers)
         if self.authenticator is not None:  # ACL signatures, the same accounts and grants
             requests.gate = acl.RemotingGate(
                 self.authenticator.current_accounts, self.authenticator.denials_total

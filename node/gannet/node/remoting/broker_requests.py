@@ -17,8 +17,9 @@ UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP 
 LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
 CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), transactions (half messages on the sends,
 END_TRANSACTION (37): :mod:`transactions`), Pop for 5.x clients (:mod:`popping`), the
-name-server requests (:mod:`nameserver`) and mqadmin's admin requests (:mod:`admin_requests`).
-Any other code answers REQUEST_CODE_NOT_SUPPORTED.
+name-server requests (:mod:`nameserver`). mqadmin's admin requests (:mod:`admin_requests`) are
+added to :attr:`BrokerRequests.handlers` by the broker that assembles the port
+(:mod:`gannet.node.broker.serving`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import acl, admin_requests, codes, messages, popping
+from gannet.node.remoting import acl, codes, messages, popping
 from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
@@ -177,8 +178,6 @@ class BrokerRequests:
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
         }
-        self.admin_requests = admin_requests.AdminRequests(self)
-        self.admin_requests.install(self.handlers)  # mqadmin's requests
 
     async def dispatch(self, request: Command, conn: Connection) -> Command | None:
         handler = self.handlers.get(request.code)
