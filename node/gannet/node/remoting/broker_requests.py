@@ -175,6 +175,7 @@ class BrokerRequests:
             codes.END_TRANSACTION: self.transactions.end,
             codes.POP_MESSAGE: self.popping.pop,
             codes.ACK_MESSAGE: self.popping.ack,
+            codes.BATCH_ACK_MESSAGE: self.popping.batch_ack,
             codes.CHANGE_MESSAGE_INVISIBLETIME: self.popping.change_invisible_time,
             codes.QUERY_ASSIGNMENT: self.popping.query_assignment,
             codes.SET_MESSAGE_REQUEST_MODE: self.popping.set_mode,

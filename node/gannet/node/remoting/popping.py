@@ -13,6 +13,8 @@
   ``invisibleTime``, ``reviveQid``, ``restNum`` (0) and ``startOffsetInfo`` /
   ``msgOffsetInfo`` built from the handles. Nothing found: PULL_NOT_FOUND; too many waiting
   pops: POLLING_FULL.
+* **BATCH_ACK_MESSAGE** (200151) becomes one ``AckMessage`` per entry of its body
+  (:mod:`batch_acks`: the 8-field extra infos its bit sets name).
 * **ACK_MESSAGE** (200051) becomes ``AckMessage`` of ``extraInfo``; the topic is the original
   one (the header names the retry topic for a message popped from it; the handle's flag says
   so). **CHANGE_MESSAGE_INVISIBLETIME** (200053) becomes ``ChangeInvisibleDuration``; the
@@ -41,7 +43,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 from gannet.node.pop import receipts
 from gannet.node.pop.errors import ReceiptHandleIllegal
 from gannet.node.protocol import statuses
-from gannet.node.remoting import codes
+from gannet.node.remoting import batch_acks, codes
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import ConsumerRegistry
 from gannet.node.remoting.context import RemotingContext
@@ -256,6 +258,41 @@ class RemotingPop:
                 codes.from_v2(int(reply.status.code)), str(reply.status.message)
             )
         self.acked_total += 1
+        return request.response(codes.SUCCESS)
+
+    async def batch_ack(self, request: Command, conn: Connection) -> Command:
+        """BATCH_ACK_MESSAGE: each entry of the body (:mod:`batch_acks`) one v2 AckMessage of
+        its extra infos. SUCCESS when every message was acked; else the first refusal's code,
+        naming how many were refused (the client reports any other code as ``NO_EXIST``)."""
+        try:
+            batches = batch_acks.parse(request.body)
+            parsed = [[receipts.parse(text) for text in b.extra_infos] for b in batches]
+        except (batch_acks.BadBatchAck, ReceiptHandleIllegal) as exc:
+            return request.response(codes.SYSTEM_ERROR, str(exc))
+        refused: list[tuple[int, str]] = []
+        for batch, handles in zip(batches, parsed, strict=True):
+            if not handles:
+                continue
+            ack = service_pb2.AckMessageRequest(
+                group=_resource(batch.group),
+                topic=_resource(original_topic(batch.topic, batch.group, handles[0])),
+                entries=[service_pb2.AckMessageEntry(receipt_handle=t) for t in batch.extra_infos],
+            )
+            reply = await self._v2.AckMessage(ack, RemotingContext(conn))
+            if reply.status.code != statuses.OK and not reply.entries:
+                refused.extend((int(reply.status.code), str(reply.status.message)) for _ in handles)
+                continue
+            for entry in reply.entries:
+                if entry.status.code == statuses.OK:
+                    self.acked_total += 1
+                else:
+                    refused.append((int(entry.status.code), str(entry.status.message)))
+        if refused:
+            total = sum(len(h) for h in parsed)
+            code, message = refused[0]
+            return request.response(
+                codes.from_v2(code), f"{len(refused)} of {total} acks refused; the first: {message}"
+            )
         return request.response(codes.SUCCESS)
 
     async def change_invisible_time(self, request: Command, conn: Connection) -> Command:
