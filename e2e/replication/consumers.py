@@ -245,6 +245,8 @@ class RemotingLoad(threading.Thread):
         self.consumer_group = consumer_group
         self.mode = mode
         self.deliveries = Deliveries()
+        self.queue_times: dict[int, list[float]] = {}
+        """When each queue's messages were delivered (monotonic), by queue id."""
         self.ready = threading.Event()
         self.stopped = threading.Event()
         source = CLIENTS / "remoting" / "FailoverConsumer.java"
@@ -269,6 +271,8 @@ class RemotingLoad(threading.Thread):
             if fields[:1] == ["ready"]:
                 self.ready.set()
             elif fields[:1] == ["got"] and len(fields) == 5:
+                with self.deliveries.progress:
+                    self.queue_times.setdefault(int(fields[2]), []).append(time.monotonic())
                 self.deliveries.note(fields[1])
             elif fields[:1] == ["stopped"]:
                 self.stopped.set()
@@ -284,6 +288,22 @@ class RemotingLoad(threading.Thread):
 
     def first_delivery_after(self, moment: float, timeout_s: float) -> float | None:
         return self.deliveries.first_after(moment, timeout_s)
+
+    def longest_queue_silence(self, since: float) -> float:
+        """The longest time any one queue went without a delivery from ``since`` until now (a
+        consumer steered to a member that died stalls on its queues only)."""
+        with self.deliveries.progress:
+            now = time.monotonic()
+            return max(
+                (
+                    max(
+                        b - a
+                        for a, b in itertools.pairwise([since, *(t for t in ts if t > since), now])
+                    )
+                    for ts in self.queue_times.values()
+                ),
+                default=0.0,
+            )
 
     def settle(self, keys: set[str], timeout_s: float) -> Settlement:
         """Every key delivered at least once; duplicates counted."""

@@ -42,6 +42,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
         auto_create_topics=True,
         auto_create_groups=True,
         transaction_limits=CHECKS,
+        metrics_listen="127.0.0.1:0",
     )
     running = threads.start(config, pop=receiving.factory(QUICK))
     yield running
@@ -170,3 +171,16 @@ def test_batch_ack_of_popped_messages(broker: threads.BrokerThread, lines: list[
         [f"{PREFIX}-batch-1", "NO_EXIST"],
         [f"{PREFIX}-batch-2", "OK"],
     ]
+    # counted in /metrics as gRPC Pop calls are (metrics/remoting_collecting.py)
+    metrics = broker.broker.metrics
+    assert metrics is not None
+
+    def sample(name: str, labels: dict[str, str]) -> float:
+        value = metrics.registry.get_sample_value(name, labels)
+        assert value is not None, (name, labels)
+        return value
+
+    assert sample("gannet_remoting_pop_requests_total", {"request": "batch_ack"}) == 1.0
+    assert sample("gannet_remoting_pop_requests_total", {"request": "ack"}) >= 3 + 3
+    assert sample("gannet_remoting_pop_messages_total", {"result": "popped"}) >= 4 + 3
+    assert sample("gannet_remoting_pop_messages_total", {"result": "acked"}) >= 3 + 2 + 1

@@ -150,10 +150,16 @@ class RemotingPop:
         self.popped_total = 0
         self.acked_total = 0
         self.changed_total = 0
+        self.requests_total: dict[str, int] = {}
+        """Requests served, by :data:`REQUEST_NAMES` (the remoting Pop metrics)."""
         """Messages handed out, acks and invisible-time changes served (tests, metrics)."""
 
     # --- POP_MESSAGE ---
+    def _count(self, name: str) -> None:
+        self.requests_total[name] = self.requests_total.get(name, 0) + 1
+
     async def pop(self, request: Command, conn: Connection) -> Command:
+        self._count("pop")
         ext = request.ext
         try:
             group, topic = _text(ext, "consumerGroup"), _text(ext, "topic")
@@ -243,6 +249,7 @@ class RemotingPop:
         return group, original_topic(topic, group, handle), text, handle
 
     async def ack(self, request: Command, conn: Connection) -> Command:
+        self._count("ack")
         try:
             group, topic, text, _ = self._handle(request.ext)
         except BadPop as exc:
@@ -264,6 +271,7 @@ class RemotingPop:
         """BATCH_ACK_MESSAGE: each entry of the body (:mod:`batch_acks`) one v2 AckMessage of
         its extra infos. SUCCESS when every message was acked; else the first refusal's code,
         naming how many were refused (the client reports any other code as ``NO_EXIST``)."""
+        self._count("batch_ack")
         try:
             batches = batch_acks.parse(request.body)
             parsed = [[receipts.parse(text) for text in b.extra_infos] for b in batches]
@@ -296,6 +304,7 @@ class RemotingPop:
         return request.response(codes.SUCCESS)
 
     async def change_invisible_time(self, request: Command, conn: Connection) -> Command:
+        self._count("change_invisible_time")
         try:
             group, topic, text, _ = self._handle(request.ext)
             invisible_ms = _long(request.ext, "invisibleTime")
