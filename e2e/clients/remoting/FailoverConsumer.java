@@ -1,7 +1,8 @@
 // The official RocketMQ remoting client (rocketmq-client 4.9.8, unchanged) as a consumer for
 // e2e/replication/failover.py (--client remoting --consumer remoting-push | remoting-lite): one
 // DefaultMQPushConsumer (push) or DefaultLitePullConsumer (lite) with its defaults (clustering,
-// offsets committed to the broker every 5 s, pulls long-polled), starting at the first offset,
+// offsets committed to the broker every 5 s, pulls long-polled; the lite consumer commits what
+// it polled before its shutdown), starting at the first offset,
 // on the name servers given, never restarted. Prints one line per message delivered to it:
 //   got <key> <queue id> <queue offset> <delivered ns>
 // (System.nanoTime, CLOCK_MONOTONIC on Linux, as Python's time.monotonic_ns). Stops when its
@@ -73,6 +74,9 @@ public class FailoverConsumer {
           delivered(m);
         }
       }
+      // the auto commit moves polled offsets to the offset store only on a later poll (every
+      // 5 s) and shutdown persists the store as it is: commit what was polled first
+      consumer.commitSync();
       consumer.shutdown();
     }
     System.out.println("stopped");
