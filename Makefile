@@ -147,9 +147,9 @@ e2e-failover: $(STAMP)
 ## e2e-remoting-failover: leader SIGKILL x10 (restarted each time) under the official 4.9.8
 ## remoting DefaultMQProducer (its defaults; mvn fetches it once) on a 3-member group: time to its
 ## next acknowledged send (target <= 3 s), 0 acknowledged lost; then x10 again with a 4.9.8
-## DefaultMQPushConsumer, then a DefaultLitePullConsumer, consuming all along: longest time
-## without a delivery (target <= 3 s), every message consumed, duplicates, the group's offsets
-## at the end on every member (about 10 min)
+## DefaultMQPushConsumer, then a DefaultLitePullConsumer, consuming all along: the longest time
+## one queue went without a delivery (target <= 3 s), every message consumed, duplicates, the
+## group's offsets at the end on every member (about 10 min)
 .PHONY: e2e-remoting-failover
 e2e-remoting-failover: $(STAMP)
 	$(BIN)/python -m e2e.replication.failover --kills 10 --mode kill --client remoting
