@@ -4,7 +4,10 @@
   checkpoints, orderly groups, forwarding to the leader): ``pollTime`` → long-polling time
   (clamped as for gRPC), ``invisibleTime`` (at least 10 s, as for gRPC; else
   ``ILLEGAL_INVISIBLE_TIME`` → MESSAGE_ILLEGAL), ``maxMsgNums`` (at most 32), ``expType`` /
-  ``exp``. Every queue of the topic is popped (queue id -1), whatever ``queueId`` asks. The
+  ``exp``, ``queueId``: -1 pops every queue of the topic, another id that queue only (passed
+  to the v2 call as :data:`gannet.node.api.sending.QUEUE_ID_HEADER`, which a follower's
+  forwarding carries to the leader; a queue the topic lacks is refused); the retry topic is
+  popped too either way. The
   answer's body is each popped record as stored (read at the commit-log offset its receipt
   handle names) with ``POP_CK`` set to the receipt handle — the 5.x client keeps a ``POP_CK``
   it finds instead of building one from the header lists, and acks with it, so its extraInfo
@@ -40,6 +43,7 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
+from gannet.node.api import sending
 from gannet.node.pop import receipts
 from gannet.node.pop.errors import ReceiptHandleIllegal
 from gannet.node.protocol import statuses
@@ -167,6 +171,9 @@ class RemotingPop:
             poll_ms = max(_long(ext, "pollTime", 0), 0)
             wanted = max(1, min(_long(ext, "maxMsgNums", POP_BATCH_MAX), POP_BATCH_MAX))
             expression = self._expression(ext)
+            queue_id = _long(ext, "queueId", -1)
+            if not -1 <= queue_id < 2**31:
+                raise BadPop(f"queueId {queue_id} is neither -1 (every queue) nor a queue id")
         except BadPop as exc:
             return request.response(codes.SYSTEM_ERROR, str(exc))
         receive = service_pb2.ReceiveMessageRequest(
@@ -180,9 +187,12 @@ class RemotingPop:
         attempt = ext.get("attemptId")
         if attempt:
             receive.attempt_id = attempt
+        metadata: tuple[tuple[str, str], ...] = ()
+        if queue_id >= 0:  # one queue (and the retry topic), as RocketMQ pops it
+            metadata = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
         status: definition_pb2.Status | None = None
         popped: list[definition_pb2.Message] = []
-        async for frame in self._v2.ReceiveMessage(receive, RemotingContext(conn)):
+        async for frame in self._v2.ReceiveMessage(receive, RemotingContext(conn, metadata)):
             if frame.HasField("status"):
                 status = frame.status
             elif frame.HasField("message"):
