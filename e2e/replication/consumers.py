@@ -40,8 +40,9 @@ from rocketmq import (
 )
 from rocketmq.v5.model import Message as ReceivedMessage
 
+from e2e.processes import wait_for
 from e2e.replication.clients import CLIENTS, START_TIMEOUT_S, ClientMissing, remoting_lib
-from e2e.replication.harness import ProcessGroup, wait_for
+from e2e.replication.harness import ProcessGroup
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 INVISIBLE_S = 10
