@@ -3,6 +3,10 @@
 * :class:`SimpleLoad` — a ``SimpleConsumer`` receiving up to 16 and acking each, all along.
 * :class:`PushLoad` — a ``PushConsumer`` whose listener records each delivery (the client acks
   after the listener returns ``SUCCESS``).
+* :class:`RemotingLoad` — the official 4.9.8 remoting ``DefaultMQPushConsumer`` or
+  ``DefaultLitePullConsumer`` in its own process (``e2e/clients/remoting/FailoverConsumer.java``),
+  on every member as name server; it prints each delivery, and commits its offsets to the
+  broker as it does by default (:meth:`RemotingLoad.offsets_at_end` checks them).
 
 Both record every delivery of every key with its time. The end check (:meth:`SimpleLoad.settle`,
 :meth:`PushLoad.settle`) holds that every acknowledged send reached the consumer: a key never
@@ -16,10 +20,14 @@ margin have passed, and missing otherwise (it should have come back).
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import shutil
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rocketmq import (
     ClientConfiguration,
@@ -32,6 +40,8 @@ from rocketmq import (
 )
 from rocketmq.v5.model import Message as ReceivedMessage
 
+from e2e.processes import wait_for
+from e2e.replication.clients import CLIENTS, START_TIMEOUT_S, ClientMissing, remoting_lib
 from e2e.replication.harness import ProcessGroup
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
@@ -220,6 +230,132 @@ class PushLoad:
 
     def stop(self) -> None:
         self.consumer.shutdown()
+
+
+class RemotingLoad(threading.Thread):
+    """A 4.9.8 remoting consumer process (``mode`` "push" or "lite"); its lines are deliveries."""
+
+    def __init__(
+        self, group: ProcessGroup, topic: str, consumer_group: str, mode: str, log_path: Path
+    ) -> None:
+        super().__init__(name=f"failover-remoting-{mode}", daemon=True)
+        if shutil.which("java") is None:
+            raise ClientMissing("java is not installed; it runs the remoting client")
+        self.group = group
+        self.topic = topic
+        self.consumer_group = consumer_group
+        self.mode = mode
+        self.deliveries = Deliveries()
+        self.queue_times: dict[int, list[float]] = {}
+        """When each queue's messages were delivered (monotonic), by queue id."""
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+        source = CLIENTS / "remoting" / "FailoverConsumer.java"
+        name_servers = ";".join(group.remoting_endpoint(i) for i in group.ids)
+        properties = [
+            "-Drocketmq.client.logLevel=WARN",
+            f"-Drocketmq.client.logRoot={log_path.parent}",
+        ]
+        self._log = log_path.open("ab")
+        self.process = subprocess.Popen(
+            ["java", *properties, "-cp", f"{remoting_lib()}/*", str(source), mode,
+             name_servers, topic, consumer_group],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+        )  # fmt: skip
+
+    def run(self) -> None:
+        assert self.process.stdout is not None
+        for raw in self.process.stdout:
+            fields = raw.decode(errors="replace").split()
+            if fields[:1] == ["ready"]:
+                self.ready.set()
+            elif fields[:1] == ["got"] and len(fields) == 5:
+                with self.deliveries.progress:
+                    self.queue_times.setdefault(int(fields[2]), []).append(time.monotonic())
+                self.deliveries.note(fields[1])
+            elif fields[:1] == ["stopped"]:
+                self.stopped.set()
+
+    def start(self) -> None:
+        """Start reading its lines; return once its consumer is up."""
+        super().start()
+        if not self.ready.wait(START_TIMEOUT_S):
+            raise AssertionError(
+                f"the remoting {self.mode} consumer did not start in {START_TIMEOUT_S:.0f} s "
+                f"(exit code {self.process.poll()}; its stderr is in {self._log.name})"
+            )
+
+    def first_delivery_after(self, moment: float, timeout_s: float) -> float | None:
+        return self.deliveries.first_after(moment, timeout_s)
+
+    def longest_queue_silence(self, since: float) -> float:
+        """The longest time any one queue went without a delivery from ``since`` until now (a
+        consumer steered to a member that died stalls on its queues only)."""
+        with self.deliveries.progress:
+            now = time.monotonic()
+            return max(
+                (
+                    max(
+                        b - a
+                        for a, b in itertools.pairwise([since, *(t for t in ts if t > since), now])
+                    )
+                    for ts in self.queue_times.values()
+                ),
+                default=0.0,
+            )
+
+    def settle(self, keys: set[str], timeout_s: float) -> Settlement:
+        """Every key delivered at least once; duplicates counted."""
+        missing = self.deliveries.wait_all(keys, timeout_s)
+        return Settlement(never_delivered=missing, duplicates=self.deliveries.duplicates(keys))
+
+    def stop(self) -> None:
+        """Close its input: it shuts the consumer down, which commits its offsets."""
+        assert self.process.stdin is not None
+        with contextlib.suppress(BrokenPipeError):
+            self.process.stdin.close()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        self.join(10)
+        self._log.close()
+        assert self.stopped.is_set(), f"the consumer did not shut down ({self._log.name})"
+
+    def offsets_at_end(self, timeout_s: float) -> dict[int, int]:
+        """Once the consumer is stopped: wait until every member holds the group's committed
+        offset at the end of each queue of the topic (everything consumed, and the commits
+        replicated); the lag per member when that does not happen in time (empty: it did)."""
+        lags: dict[int, int] = {}
+
+        def at_end() -> bool:
+            lags.clear()
+            for node_id in self.group.ids:
+                reply = self.group.admin_call(
+                    node_id, "DescribeGroup",
+                    admin_pb2.DescribeGroupRequest(name=self.consumer_group),
+                )  # fmt: skip
+                assert isinstance(reply, admin_pb2.DescribeGroupResponse)
+                committed = {q.queue_id: q for q in reply.queues if q.topic == self.topic}
+                topic = self.group.admin_call(
+                    node_id, "DescribeTopic", admin_pb2.DescribeTopicRequest(name=self.topic)
+                )
+                assert isinstance(topic, admin_pb2.DescribeTopicResponse)
+                lag = 0
+                for queue in topic.queues:
+                    held = committed.get(queue.queue_id)
+                    offset = held.committed_offset if held is not None else -1
+                    lag += queue.max_offset - max(offset, 0)
+                if lag:
+                    lags[node_id] = lag
+            return not lags
+
+        with contextlib.suppress(AssertionError):
+            wait_for(at_end, timeout_s, "the group's offsets at the end of every queue", 0.5)
+        return dict(lags)
 
 
 def _committed_offsets(group: ProcessGroup, consumer_group: str) -> dict[tuple[str, int], int]:

@@ -50,7 +50,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from e2e.processes import wait_for
 from e2e.replication.clients import AckLog, ExternalLoad, ServiceProxy
-from e2e.replication.consumers import PushLoad, Settlement, SimpleLoad
+from e2e.replication.consumers import PushLoad, RemotingLoad, Settlement, SimpleLoad
 from e2e.replication.harness import ProcessGroup, Receipt, VerifyReport
 from gannet.node.protocol.gen import admin_pb2
 
@@ -117,10 +117,18 @@ class Result:
     client: str = "python"
     """The producer's client: "python", "node", "java" or "remoting"."""
     consumer: str = ""
-    """"simple" or "push" when a consumer ran along (``run(consumer=...)``)."""
+    """"simple", "push", "remoting-push" or "remoting-lite" when a consumer ran along
+    (``run(consumer=...)``)."""
+    victim: str = "leader"
+    """Which member each fault hits: the leader, or a follower (``run(victim=...)``)."""
+    offset_lags: dict[int, int] | None = None
+    """Remoting consumers: per member, how far the group's committed offsets stayed behind the
+    queues' ends after the consumer shut down (empty: at the end everywhere)."""
     consumer_gaps_s: list[float] = field(default_factory=list)
     """Fault -> the consumer's first ack (SimpleConsumer) or delivery (PushConsumer) after it."""
     consumer_failures: int = 0
+    queue_silences_s: list[float] = field(default_factory=list)
+    """Remoting consumers, per fault: the longest time one queue went without a delivery."""
     push_silences_s: list[float] = field(default_factory=list)
     """Per fault: the PushConsumer's longest time without a delivery, from the fault until the
     member was back and the producer steady again."""
@@ -140,8 +148,8 @@ class Result:
             else ""
         )
         return (
-            f"{self.client} {self.mode}: {len(gaps) + len(attached)} faults, leader fault -> "
-            f"next acknowledged send: median {median:.2f} s, "
+            f"{self.client} {self.mode}: {len(gaps) + len(attached)} faults, {self.victim} "
+            f"fault -> next acknowledged send: median {median:.2f} s, "
             f"max {max(gaps, default=float('nan')):.2f} s "
             f"(each: {', '.join(f'{g:.2f}' for g in gaps)}){on_channel}; "
             f"{self.report.acknowledged} "
@@ -155,9 +163,12 @@ class Result:
         if settled is None:
             return ""
         gaps = self.consumer_gaps_s or [float("nan")]
-        kind, event = (
-            ("SimpleConsumer", "ack") if self.consumer == "simple" else ("PushConsumer", "delivery")
-        )
+        kind, event = {
+            "simple": ("SimpleConsumer", "ack"),
+            "push": ("PushConsumer", "delivery"),
+            "remoting-push": ("remoting 4.9.8 DefaultMQPushConsumer", "delivery"),
+            "remoting-lite": ("remoting 4.9.8 DefaultLitePullConsumer", "delivery"),
+        }[self.consumer]
         return (
             f"; {kind} ({len(self.consumer_gaps_s)} faults with a {event} after them): fault -> "
             f"next {event} median {statistics.median(gaps):.2f} s, max {max(gaps):.2f} s, "
@@ -166,8 +177,15 @@ class Result:
             f"({len(settled.never_delivered)} never delivered, {len(settled.stuck)} whose ack "
             f"failed and were not delivered again), {len(settled.ack_took_effect)} acks whose "
             f"answer was lost in a fault but took effect (the group's offset passed them), "
-            f"{settled.duplicates} deliveries beyond the first{self._silences()}"
+            f"{settled.duplicates} deliveries beyond the first{self._silences()}{self._offsets()}"
         )
+
+    def _offsets(self) -> str:
+        if self.offset_lags is None:
+            return ""
+        if not self.offset_lags:
+            return "; committed offsets at every queue's end on every member after shutdown"
+        return f"; committed offsets BEHIND the queues' ends after shutdown: {self.offset_lags}"
 
     def _silences(self) -> str:
         quiet = self.push_silences_s
@@ -175,7 +193,18 @@ class Result:
             return ""
         return (
             f"; longest time without a delivery after a fault: median "
-            f"{statistics.median(quiet):.2f} s, max {max(quiet):.2f} s"
+            f"{statistics.median(quiet):.2f} s, max {max(quiet):.2f} s "
+            f"(each: {', '.join(f'{q:.2f}' for q in quiet)}){self._queue_silences()}"
+        )
+
+    def _queue_silences(self) -> str:
+        quiet = self.queue_silences_s
+        if not quiet:
+            return ""
+        return (
+            f"; longest time one queue went without a delivery after a fault: median "
+            f"{statistics.median(quiet):.2f} s, max {max(quiet):.2f} s "
+            f"(each: {', '.join(f'{q:.2f}' for q in quiet)})"
         )
 
 
@@ -187,14 +216,18 @@ def run(
     *,
     consumer: str = "",
     client: str = "python",
+    victim: str = "leader",
 ) -> Result:
     """``kills`` leader faults of ``mode`` ("kill" or "stop") on a fresh group in ``root``;
     ``consumer`` "simple" (a SimpleConsumer receives and acks all along) or "push" (a
     PushConsumer consumes all along); ``client`` "python", "node", "java" or "remoting" (the
-    producer)."""
+    producer); ``victim`` "leader" or "follower" (the member each fault hits). The remoting
+    consumers ("remoting-push", "remoting-lite") need the remoting producer."""
+    if consumer.startswith("remoting-") and client != "remoting":
+        raise ValueError(f"--consumer {consumer} needs --client remoting")
     group = ProcessGroup(root, 3, flush="sync", proxied=False, remoting=client == "remoting")
-    result = Result(mode, consumer=consumer, client=client)
-    reader: SimpleLoad | PushLoad | None = None
+    result = Result(mode, consumer=consumer, client=client, victim=victim)
+    reader: SimpleLoad | PushLoad | RemotingLoad | None = None
     service: ServiceProxy | None = None
     try:
         group.start()
@@ -202,7 +235,11 @@ def run(
         group.create_topic(TOPIC)
         if consumer:
             group.admin_call(leader, "CreateGroup", admin_pb2.CreateGroupRequest(name=GROUP))
-            reader = (SimpleLoad if consumer == "simple" else PushLoad)(group, TOPIC, GROUP)
+            if consumer.startswith("remoting-"):
+                kind = consumer.removeprefix("remoting-")
+                reader = RemotingLoad(group, TOPIC, GROUP, kind, root / f"{consumer}.log")
+            else:
+                reader = (SimpleLoad if consumer == "simple" else PushLoad)(group, TOPIC, GROUP)
             reader.start()
         load: ClientLoad | ExternalLoad
         if client == "python":
@@ -222,7 +259,11 @@ def run(
         try:
             acks.wait_more(STEADY_ACKS)
             for number in range(kills):
+                if isinstance(reader, RemotingLoad):  # consuming steadily before the fault
+                    assert reader.first_delivery_after(time.monotonic(), GAP_LIMIT_S), "no delivery"
                 leader = group.current_leader()
+                if victim == "follower":
+                    leader = [i for i in group.ids if i != leader][number % 2]
                 # where the Python client's channel sits is known; the others' is not
                 attached = client == "python" and leader == attached_member(group)
                 at = time.monotonic()
@@ -264,8 +305,10 @@ def run(
                     f"node {leader} back in the group",
                 )
                 acks.wait_more(STEADY_ACKS)
-                if isinstance(reader, PushLoad):
+                if isinstance(reader, PushLoad | RemotingLoad):
                     result.push_silences_s.append(reader.deliveries.longest_silence(at))
+                if isinstance(reader, RemotingLoad):
+                    result.queue_silences_s.append(reader.longest_queue_silence(at))
         finally:
             receipts = load.stop()
             result.failures = acks.failures
@@ -273,6 +316,8 @@ def run(
             settled = reader.settle({r.key for r in receipts}, GAP_LIMIT_S)
             reader.stop()
             result.settlement = settled
+            if isinstance(reader, RemotingLoad):
+                result.offset_lags = reader.offsets_at_end(GAP_LIMIT_S)
             if isinstance(reader, SimpleLoad):
                 result.consumer_failures = reader.failures
                 for key in sorted(settled.missing | settled.ack_took_effect):
@@ -309,8 +354,15 @@ def main(argv: list[str] | None = None) -> int:
         nargs="?",
         const="simple",
         default="",
-        choices=("simple", "push"),
-        help="a SimpleConsumer (default) or PushConsumer consumes all along",
+        choices=("simple", "push", "remoting-push", "remoting-lite"),
+        help="a SimpleConsumer (default) or PushConsumer consumes all along; with --client "
+        "remoting: the 4.9.8 remoting DefaultMQPushConsumer or DefaultLitePullConsumer",
+    )
+    parser.add_argument(
+        "--victim",
+        choices=("leader", "follower"),
+        default="leader",
+        help="the member each fault hits (follower: the two followers in turn)",
     )
     parser.add_argument(
         "--client",
@@ -327,13 +379,30 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix=f"gannet-failover-{mode}-") as temporary:
             root = args.keep / f"{client}-{mode}" if args.keep is not None else Path(temporary)
             console.print(f"[bold]{client} {mode}[/bold] x {args.kills} ({root})")
-            result = run(root, args.kills, mode, args.stop_s, consumer=args.consumer, client=client)
+            result = run(
+                root,
+                args.kills,
+                mode,
+                args.stop_s,
+                consumer=args.consumer,
+                client=client,
+                victim=args.victim,
+            )
             console.print(result.summary())
             if max(result.gaps_s, default=0.0) > args.target_s:
                 console.print(f"[red]a gap exceeds the {args.target_s} s target[/red]")
                 ok = False
             if result.settlement is not None and result.settlement.missing:
                 console.print("[red]the consumer never received some acknowledged messages[/red]")
+                ok = False
+            if result.offset_lags:
+                console.print("[red]the group's committed offsets did not reach the end[/red]")
+                ok = False
+            if args.consumer.startswith("remoting-") and (
+                max(result.queue_silences_s, default=0.0) > args.target_s
+                or len(result.consumer_gaps_s) < args.kills
+            ):
+                console.print(f"[red]a queue went over {args.target_s} s without deliveries[/red]")
                 ok = False
     return 0 if ok else 1
 

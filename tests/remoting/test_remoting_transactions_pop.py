@@ -33,13 +33,21 @@ def name(kind: str) -> str:
 
 
 def send(
-    rc: RawClient, topic: str, body: bytes, *, half: bool = False, group: str = "PG", **props: str
+    rc: RawClient,
+    topic: str,
+    body: bytes,
+    *,
+    half: bool = False,
+    group: str = "PG",
+    queue_id: int = 0,
+    **props: str,
 ) -> Command:
     properties = {"UNIQ_KEY": messages.new_message_id(), "WAIT": "true", **props}
     if half:
         properties.update({"TRAN_MSG": "true", "PGROUP": group})
     ext = {
-        "a": group, "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "4" if half else "0",
+        "a": group, "b": topic, "c": "TBW102", "d": "4", "e": str(queue_id),
+        "f": "4" if half else "0",
         "g": "1700000000000", "h": "0", "i": messages.format_properties(properties), "j": "0",
         "k": "false", "m": "false",
     }  # fmt: skip
@@ -291,6 +299,24 @@ def test_ack_of_an_expired_handle_and_bad_pop_headers(remoting_endpoint: str) ->
             assert answer.code != codes.SUCCESS, more
             assert why in (answer.remark or ""), (more, answer.remark)
         assert rc.call(codes.ACK_MESSAGE, handle_ext(group, topic, extra)).code == codes.SUCCESS
+
+
+def test_pop_of_one_queue(remoting_endpoint: str) -> None:
+    """queueId other than -1 pops that queue only (the others stay for the next pop); a queue
+    the topic lacks is refused, naming it."""
+    topic, group = name("Q"), name("PopQ")
+    with RawClient(remoting_endpoint) as rc:
+        for queue_id, body in ((0, b"in 0"), (1, b"in 1"), (1, b"in 1 too")):
+            assert send(rc, topic, body, queue_id=queue_id).code == codes.SUCCESS
+        got = pop(rc, topic, group, queueId="1")
+        assert got.code == codes.SUCCESS, got.remark
+        assert sorted(m.body for m in popped(got)) == [b"in 1", b"in 1 too"]
+        assert {m.queue_id for m in popped(got)} == {1}
+        rest = pop(rc, topic, group)
+        assert [m.body for m in popped(rest)] == [b"in 0"]
+        missing = pop(rc, topic, group, queueId="99", pollTime="0")
+        assert missing.code != codes.SUCCESS
+        assert "queue 99" in (missing.remark or "")
 
 
 def test_query_assignment_in_pop_and_pull_modes(remoting_endpoint: str) -> None:

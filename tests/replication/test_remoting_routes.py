@@ -12,6 +12,7 @@ import json
 import re
 import socket
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -137,10 +138,12 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
         queues = {q["brokerName"]: q for q in route["queueDatas"]}
         [group] = [name for name, q in queues.items() if q["readQueueNums"]]
         data = datas[group]
-        assert data["brokerAddrs"]["0"] == cluster.remoting(leader)
-        assert sorted(data["brokerAddrs"].values()) == sorted(
-            cluster.remoting(n) for n in cluster.nodes
-        )
+        # the leader as 0 (the 4.x master), and every member under its node id: the broker
+        # ids pull answers suggest (remoting/pull_steering.py)
+        assert data["brokerAddrs"] == {
+            "0": cluster.remoting(leader),
+            **{str(n): cluster.remoting(n) for n in cluster.nodes},
+        }
         assert queues[group] == {
             "brokerName": group, "perm": 6, "readQueueNums": 2, "topicSysFlag": 0,
             "writeQueueNums": 2,
@@ -169,6 +172,12 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
         got = client.call(codes.PULL_MESSAGE, pull_ext)  # waits for the commit to reach it
     assert got.code == codes.SUCCESS, got.remark
     assert b"via a follower" in got.body
+    assert got.ext["suggestWhichBrokerId"] == str(followers[1])  # stay on this follower
+    with RawClient(cluster.remoting(leader)) as client:
+        got = client.call(codes.PULL_MESSAGE, pull_ext)
+    assert got.code == codes.SUCCESS, got.remark
+    assert got.ext["suggestWhichBrokerId"] == str(min(followers))  # queue 0: the first one
+    _follower_catches_up_before_answering(cluster, followers[0], pull_ext)
 
     cluster.crash(leader)
     survivors = list(cluster.nodes)
@@ -181,6 +190,30 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
         assert {cluster.remoting(n) for n in survivors} <= set(addrs.values())
     after = _send(cluster.remoting(followers[0]), "RemRaftT", b"after the failover")
     assert after.code == codes.SUCCESS, after.remark
+
+
+def _follower_catches_up_before_answering(
+    cluster: RemotingCluster, follower: int, pull_ext: dict[str, str]
+) -> None:
+    """A consumer steered from the leader to a follower may ask it for an offset its commits
+    have not reached yet: it waits for them rather than answer OFFSET_MOVED (which would make
+    the 4.x push consumer drop the queue until its next rebalance), and, when they do not come
+    in time, answers NOT_FOUND at the same offset and suggests the leader (0)."""
+    ahead = {**pull_ext, "queueOffset": "2"}  # queue 0 holds offset 0 only
+    with ThreadPoolExecutor(1) as pool, RawClient(cluster.remoting(follower)) as client:
+        waiting = pool.submit(client.call, codes.PULL_MESSAGE, ahead)
+        for body in (b"second", b"third"):
+            assert _send(cluster.remoting(cluster.leader()), "RemRaftT", body).code == 0
+        got = waiting.result(timeout=30)
+    assert got.code == codes.SUCCESS, got.remark
+    assert b"third" in got.body
+    assert b"second" not in got.body
+    assert got.ext["nextBeginOffset"] == "3"
+    far = {**pull_ext, "queueOffset": "100", "suspendTimeoutMillis": "200"}
+    with RawClient(cluster.remoting(follower)) as client:
+        got = client.call(codes.PULL_MESSAGE, far)
+    assert got.code == codes.PULL_NOT_FOUND, got.remark
+    assert (got.ext["nextBeginOffset"], got.ext["suggestWhichBrokerId"]) == ("100", "0")
 
 
 def _has_topic(cluster: Cluster, node_id: int, topic: str) -> bool:
@@ -249,10 +282,10 @@ def test_clients_outside_are_handed_the_leaders_external_address_by_every_member
     members = list(cluster.nodes)
     for node_id in members:
         addrs = _route(cluster.external_remoting(node_id), "RemExtT")["brokerDatas"][0]
-        assert addrs["brokerAddrs"]["0"] == f"203.0.113.{leader}:{30910 + leader}"
-        assert sorted(addrs["brokerAddrs"].values()) == [
-            f"203.0.113.{n}:{30910 + n}" for n in members
-        ]
+        assert addrs["brokerAddrs"] == {
+            "0": f"203.0.113.{leader}:{30910 + leader}",
+            **{str(n): f"203.0.113.{n}:{30910 + n}" for n in members},
+        }
         internal = _route(cluster.remoting(node_id), "RemExtT")["brokerDatas"][0]["brokerAddrs"]
         assert internal["0"] == cluster.remoting(leader)  # inside: unchanged
         outside = _grpc_route(cluster, node_id, (f"203.0.113.{node_id}", 30080 + node_id))

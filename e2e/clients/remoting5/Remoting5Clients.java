@@ -18,6 +18,12 @@
 //          the client's 10 s) and must come back; prints "popped <key> <tag> <reconsumeTimes>
 //          <brokerName> <POP_CK with '|' for ' '>" per delivery and "pop-done <n>" once every
 //          TagA message was consumed (up to 60 s)
+//   batchack  the client's MQClientAPIImpl as the 5.x proxy and Pop consumers use it: 3 sends to
+//          <prefix>Batch, POP_MESSAGE (group <prefix>BatchG) until all 3 are popped, then ONE
+//          BATCH_ACK_MESSAGE (batchAckMessageAsync: the extra infos grouped by checkpoint, bit
+//          sets) of the first two, then a single ACK_MESSAGE of each of the 3; prints
+//          "batch-acked <AckStatus>" and "acked-after <key> <AckStatus>" (the two batch-acked
+//          ones are gone: NO_EXIST; the third OK)
 //
 // Each scenario ends with "ok <scenario>"; an error ends the JVM with exit 2.
 import java.nio.charset.StandardCharsets;
@@ -26,7 +32,19 @@ import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.CountDownLatch;
 import java.util.concurrent.TimeUnit;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import org.apache.rocketmq.client.consumer.AckCallback;
+import org.apache.rocketmq.client.consumer.AckResult;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.PopCallback;
+import org.apache.rocketmq.client.consumer.PopResult;
+import org.apache.rocketmq.client.consumer.PopStatus;
+import org.apache.rocketmq.client.impl.MQClientAPIImpl;
+import org.apache.rocketmq.client.impl.factory.MQClientInstance;
+import org.apache.rocketmq.remoting.protocol.header.AckMessageRequestHeader;
+import org.apache.rocketmq.remoting.protocol.header.PopMessageRequestHeader;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
@@ -54,6 +72,7 @@ public class Remoting5Clients {
                     case "send": send(namesrv, prefix); break;
                     case "tx": transactions(namesrv, prefix); break;
                     case "pop": pop(namesrv, prefix); break;
+                    case "batchack": batchAck(namesrv, prefix); break;
                     default: throw new IllegalArgumentException("unknown scenario " + args[i]);
                 }
                 System.out.println("ok " + args[i]);
@@ -191,6 +210,83 @@ public class Remoting5Clients {
             System.out.println("pop-done " + deliveries.size());
         } finally {
             c.shutdown();
+        }
+    }
+
+    static AckCallback acking(CompletableFuture<AckResult> result) {
+        return new AckCallback() {
+            @Override
+            public void onSuccess(AckResult r) { result.complete(r); }
+
+            @Override
+            public void onException(Throwable e) { result.completeExceptionally(e); }
+        };
+    }
+
+    static void batchAck(String namesrv, String prefix) throws Exception {
+        String topic = prefix + "Batch";
+        String group = prefix + "BatchG";
+        DefaultMQProducer p = producer(new DefaultMQProducer(prefix + "BatchSendG"), namesrv);
+        try {
+            String brokerName = null;
+            for (int i = 0; i < 3; i++) {
+                String key = prefix + "-batch-" + i;
+                SendResult r = p.send(new Message(topic, "TagA", key, ("body " + key).getBytes(StandardCharsets.UTF_8)));
+                checkSent(key, r);
+                brokerName = r.getMessageQueue().getBrokerName();
+            }
+            MQClientInstance factory = p.getDefaultMQProducerImpl().getMqClientFactory();
+            MQClientAPIImpl api = factory.getMQClientAPIImpl();
+            String addr = factory.findBrokerAddressInPublish(brokerName);
+            List<MessageExt> popped = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + WAIT_S * 1000;
+            while (popped.size() < 3) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw new IllegalStateException("popped only " + popped.size() + " in " + WAIT_S + " s");
+                }
+                PopMessageRequestHeader h = new PopMessageRequestHeader();
+                h.setConsumerGroup(group);
+                h.setTopic(topic);
+                h.setQueueId(-1);
+                h.setMaxMsgNums(32);
+                h.setInvisibleTime(60_000);
+                h.setPollTime(1_000);
+                h.setBornTime(System.currentTimeMillis());
+                h.setInitMode(0);
+                h.setExpType("TAG");
+                h.setExp("*");
+                CompletableFuture<PopResult> result = new CompletableFuture<>();
+                api.popMessageAsync(brokerName, addr, h, API_TIMEOUT_MS, new PopCallback() {
+                    @Override
+                    public void onSuccess(PopResult r) { result.complete(r); }
+
+                    @Override
+                    public void onException(Throwable e) { result.completeExceptionally(e); }
+                });
+                PopResult r = result.get(WAIT_S, TimeUnit.SECONDS);
+                if (r.getPopStatus() == PopStatus.FOUND) popped.addAll(r.getMsgFoundList());
+            }
+            popped.sort((a, b) -> a.getKeys().compareTo(b.getKeys()));
+            List<String> extraInfos = new ArrayList<>();
+            for (MessageExt m : popped.subList(0, 2)) extraInfos.add(m.getProperty("POP_CK"));
+            CompletableFuture<AckResult> batch = new CompletableFuture<>();
+            api.batchAckMessageAsync(addr, API_TIMEOUT_MS, acking(batch), topic, group, extraInfos);
+            System.out.println("batch-acked " + batch.get(WAIT_S, TimeUnit.SECONDS).getStatus());
+            for (MessageExt m : popped) {
+                AckMessageRequestHeader h = new AckMessageRequestHeader();
+                h.setConsumerGroup(group);
+                h.setTopic(topic);
+                h.setQueueId(m.getQueueId());
+                h.setExtraInfo(m.getProperty("POP_CK"));
+                h.setOffset(m.getQueueOffset());
+                CompletableFuture<AckResult> single = new CompletableFuture<>();
+                api.ackMessageAsync(addr, API_TIMEOUT_MS, acking(single), h);
+                System.out.println("acked-after " + m.getKeys() + " "
+                        + single.get(WAIT_S, TimeUnit.SECONDS).getStatus());
+            }
+            System.out.flush();
+        } finally {
+            p.shutdown();
         }
     }
 }

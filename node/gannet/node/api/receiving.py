@@ -388,10 +388,13 @@ class PopHandler:
             raise ApiError(statuses.BAD_REQUEST, f"batch_size {request.batch_size} is not >= 1")
         poll_ms = self.polling_ms(request, context.time_remaining())
         attempt_id = str(request.attempt_id) if request.HasField("attempt_id") else None
+        # a remoting POP_MESSAGE of one queue names it so (gRPC clients pop every queue)
+        queue_id = sending.requested_queue_id(context.invocation_metadata())
         work = self.pop.pop_long_polling(
             group,
             topic.topic_name,
             poll_time_ms=poll_ms,
+            queue_id=-1 if queue_id is None else queue_id,
             max_msgs=min(int(request.batch_size), BATCH_MESSAGES_MAX),
             invisible_time_ms=invisible_ms,
             init_mode=self.limits.init_mode,

@@ -193,8 +193,9 @@ def prepare(
 
 
 QUEUE_ID_HEADER = "x-gannet-queue-id"
-"""Call metadata naming the queue a send goes to: a remoting client picks its queue, and the
-remoting layer passes it on this way so that a follower's forwarding carries it to the leader."""
+"""Call metadata naming the queue a send goes to (or a ReceiveMessage pops, :mod:`receiving`):
+a remoting client picks its queue, and the remoting layer passes it on this way so that a
+follower's forwarding carries it to the leader."""
 
 
 def requested_queue_id(metadata: Iterable[tuple[str, str]] | None) -> int | None:

@@ -79,13 +79,14 @@ from gannet.node.metrics import (
     failover_collecting,
     http_serving,
     instrumenting,
+    remoting_collecting,
     resolver_collecting,
     transaction_collecting,
 )
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import auth, credentials, headers, tls
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.remoting import acl, broker_requests, nameserver, tls_context
+from gannet.node.remoting import acl, admin_requests, broker_requests, nameserver, tls_context
 from gannet.node.remoting.server import RemotingServer
 from gannet.node.replication.config import ReplicationConfig
 from gannet.node.replication.driver import ReplicationNode
@@ -465,6 +466,9 @@ class Broker:
             self.metrics.registry.register(
                 transaction_collecting.TransactionCollector(self._transaction_figures)
             )
+            self.metrics.registry.register(
+                remoting_collecting.RemotingPopCollector(self._remoting_pop_figures)
+            )
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
             self.metrics.registry.register(
@@ -572,6 +576,8 @@ class Broker:
         if cfg.remoting_port is None or self.messaging is None:
             return
         requests = broker_requests.BrokerRequests(self.messaging, admin_servicer)
+        # mqadmin's requests; they wrap the heartbeat handlers to keep the connection lists
+        admin_requests.AdminRequests(self.messaging, admin_servicer).install(requests.handlers)
         if self.authenticator is not None:  # ACL signatures, the same accounts and grants
             requests.gate = acl.RemotingGate(
                 self.authenticator.current_accounts, self.authenticator.denials_total
@@ -630,6 +636,18 @@ class Broker:
             checks_sent_total=handler.checks_sent_total,
             check_records_total=service.checks_proposed_total,
             resolutions_total={r.value: n for r, n in service.book.ended_total.items()},
+        )
+
+    def _remoting_pop_figures(self) -> remoting_collecting.RemotingPopFigures | None:
+        requests = self.remoting_requests
+        if requests is None:
+            return None
+        pop = requests.popping
+        return remoting_collecting.RemotingPopFigures(
+            requests_by_name=dict(pop.requests_total),
+            popped_total=pop.popped_total,
+            acked_total=pop.acked_total,
+            changed_total=pop.changed_total,
         )
 
     def _failover_figures(self) -> failover_collecting.FailoverFigures | None:

@@ -137,8 +137,8 @@ def _transaction_and_pop_needs(request: Command) -> list[Need] | None:
     """END_TRANSACTION ``pub`` on its topic (a 4.x client names none: a valid signature, the
     transaction id naming a half message its producer sent with ``pub``); POP_MESSAGE ``sub``
     on topic and group; ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME ``sub`` on the group (their
-    topic may be the pop retry topic); QUERY_ASSIGNMENT ``sub`` on the body's topic and group.
-    None: not one of these."""
+    topic may be the pop retry topic), BATCH_ACK_MESSAGE on every group its body names;
+    QUERY_ASSIGNMENT ``sub`` on the body's topic and group. None: not one of these."""
     code, ext = request.code, request.ext
     if code == codes.END_TRANSACTION:
         topic = ext.get("topic", "")
@@ -150,12 +150,30 @@ def _transaction_and_pop_needs(request: Command) -> list[Need] | None:
         ]
     if code in (codes.ACK_MESSAGE, codes.CHANGE_MESSAGE_INVISIBLETIME):
         return [Need(Action.SUB, Kind.GROUP, ext.get("consumerGroup", ""))]
+    if code == codes.BATCH_ACK_MESSAGE:
+        return [Need(Action.SUB, Kind.GROUP, g) for g in _batch_ack_groups(request)]
     if code == codes.QUERY_ASSIGNMENT:
         return [
             Need(Action.SUB, Kind.TOPIC, _body_field(request, "topic")),
             Need(Action.SUB, Kind.GROUP, _body_field(request, "consumerGroup")),
         ]
     return None
+
+
+def _batch_ack_groups(request: Command) -> list[str]:
+    """The groups a BATCH_ACK_MESSAGE body acks for (``[""]``: none readable, which no grant
+    matches)."""
+    try:
+        data = json.loads(request.body.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return [""]
+    acks = data.get("acks") if isinstance(data, dict) else None
+    if not isinstance(acks, list) or not acks:
+        return [""]
+    groups = {
+        str(a.get("c") or a.get("consumerGroup") or "") if isinstance(a, dict) else "" for a in acks
+    }
+    return sorted(groups)
 
 
 def _body_group(request: Command) -> str:

@@ -35,8 +35,9 @@ Served (request code → admin call):
 
 Refusals of the admin API come back with the remoting code the tools act on (unknown topic →
 ``TOPIC_NOT_EXIST``, unknown group → ``SUBSCRIPTION_GROUP_NOT_EXIST``, ...) and its message.
-Bodies are written by :mod:`admin_bodies`. Installed into :class:`BrokerRequests`' dispatch
-table by :meth:`AdminRequests.install`; ``HEART_BEAT`` and ``UNREGISTER_CLIENT`` keep their
+Bodies are written by :mod:`admin_bodies`. The broker assembling its remoting port
+(:mod:`gannet.node.broker.serving`) adds these handlers to the broker requests' dispatch table
+with :meth:`AdminRequests.install`; ``HEART_BEAT`` and ``UNREGISTER_CLIENT`` keep their
 handlers, which this module wraps to fill its client book.
 """
 
@@ -47,10 +48,11 @@ import json
 import shutil
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import grpc
 
+from gannet.node.api.messaging import MessagingServicer
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.remoting import admin_bodies, codes
 from gannet.node.remoting.admin_bodies import QueueKey
@@ -61,9 +63,6 @@ from gannet.node.remoting.server import Connection
 from gannet.node.store import querying
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.errors import MessageIllegal
-
-if TYPE_CHECKING:
-    from gannet.node.remoting.broker_requests import BrokerRequests
 
 Handler = Callable[[Command, Connection], Awaitable[Command | None]]
 
@@ -114,13 +113,15 @@ def _now_ms() -> int:
 class AdminRequests:
     """The admin requests of one broker's remoting port (module docstring)."""
 
-    def __init__(self, requests: BrokerRequests) -> None:
-        self.requests = requests
+    def __init__(self, servicer: MessagingServicer, admin: Any) -> None:
+        self.servicer = servicer
+        self.admin = admin
+        """The admin servicer (``gannet.admin.v1.Admin``): every admin request is its call."""
         self.clients = ClientBook()
 
     @property
     def broker_name(self) -> str:
-        return str(self.requests.servicer.identity.broker_name)
+        return str(self.servicer.identity.broker_name)
 
     def install(self, handlers: dict[int, Handler]) -> None:
         """Add this module's handlers; wrap the heartbeat and unregister handlers."""
@@ -177,7 +178,7 @@ class AdminRequests:
         """Call the admin servicer; its refusal raises :class:`Refused` with the remoting code
         (``not_found`` for NOT_FOUND)."""
         try:
-            return await getattr(self.requests.admin, method)(message, RemotingContext(conn))
+            return await getattr(self.admin, method)(message, RemotingContext(conn))
         except Aborted as exc:
             if exc.code == grpc.StatusCode.NOT_FOUND:
                 raise Refused(not_found, exc.details) from None
@@ -185,7 +186,7 @@ class AdminRequests:
 
     def _store_time(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time of the message at a queue offset, 0 when there is none."""
-        store = self.requests.servicer.store
+        store = self.servicer.store
         found = querying.by_queue_offset(store, topic, queue_id, offset) if offset >= 0 else None
         return found.store_timestamp_ms if found is not None else 0
 
@@ -212,7 +213,7 @@ class AdminRequests:
         )
 
     async def all_topics(self, request: Command, conn: Connection) -> Command:
-        configs = self.requests.servicer.store.topic_configs.list()
+        configs = self.servicer.store.topic_configs.list()
         topics = {c.topic_name: _body(c.to_json()) for c in configs}
         body = admin_bodies.topic_config_wrapper(topics, _now_ms())
         return request.response(codes.SUCCESS, body=admin_bodies.encode(body))
@@ -283,14 +284,14 @@ class AdminRequests:
         )
 
     async def all_groups(self, request: Command, conn: Connection) -> Command:
-        configs = self.requests.servicer.store.group_configs.list()
+        configs = self.servicer.store.group_configs.list()
         groups = {c.group_name: _body(c.to_json()) for c in configs}
         body = admin_bodies.subscription_group_wrapper(groups, _now_ms())
         return request.response(codes.SUCCESS, body=admin_bodies.encode(body))
 
     async def group_config(self, request: Command, conn: Connection) -> Command:
         group = _text(request.ext, "group")
-        config = self.requests.servicer.store.group_configs.get(group)
+        config = self.servicer.store.group_configs.get(group)
         if config is None:
             raise Refused(codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group!r} does not exist")
         return request.response(codes.SUCCESS, body=admin_bodies.encode(_body(config.to_json())))
@@ -311,7 +312,7 @@ class AdminRequests:
                 codes.SYSTEM_ERROR,
                 f"retryMaxTimes {wanted.retry_max_times} is outside 0..{2**31 - 1}",
             )
-        existing = self.requests.servicer.store.group_configs.get(name)
+        existing = self.servicer.store.group_configs.get(name)
         _refuse_unmapped(wanted, existing or SubscriptionGroupConfig(name))
         if existing is None:
             await self._admin(
@@ -372,7 +373,7 @@ class AdminRequests:
             reset.offset = OFFSET_END
         else:
             reset.timestamp_ms = max(timestamp_ms, 0)
-        if not self.requests.servicer.store.group_configs.get(group):
+        if not self.servicer.store.group_configs.get(group):
             raise Refused(codes.SUBSCRIPTION_GROUP_NOT_EXIST, f"group {group!r} does not exist")
         done = await self._admin("ResetOffset", reset, conn, codes.TOPIC_NOT_EXIST)
         offsets = {
@@ -435,7 +436,7 @@ class AdminRequests:
     def _runtime_table(self, status: admin_pb2.GetStatusResponse) -> dict[str, str]:
         """The ``KVTable`` of ``GET_BROKER_RUNTIME_INFO``: RocketMQ's names for the figures
         Gannet has (no thread-pool or TPS figures: Gannet keeps none), plus its own."""
-        store = self.requests.servicer.store
+        store = self.servicer.store
         stats = status.store
         table = {
             "brokerVersionDesc": f"Gannet {status.version}",

@@ -17,8 +17,9 @@ UNREGISTER_CLIENT (35), CONSUMER_SEND_MSG_BACK (36), GET_CONSUMER_LIST_BY_GROUP 
 LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42), QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33),
 CHECK_CLIENT_CONFIG (46), GET_TOPIC_CONFIG (351), transactions (half messages on the sends,
 END_TRANSACTION (37): :mod:`transactions`), Pop for 5.x clients (:mod:`popping`), the
-name-server requests (:mod:`nameserver`) and mqadmin's admin requests (:mod:`admin_requests`).
-Any other code answers REQUEST_CODE_NOT_SUPPORTED.
+name-server requests (:mod:`nameserver`). mqadmin's admin requests (:mod:`admin_requests`) are
+added to :attr:`BrokerRequests.handlers` by the broker that assembles the port
+(:mod:`gannet.node.broker.serving`). Any other code answers REQUEST_CODE_NOT_SUPPORTED.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from gannet.node.api import filters, pulling, sending
 from gannet.node.api.messaging import MessagingServicer
 from gannet.node.pop import retrying
+from gannet.node.pop.filtering import MessageFilter
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import acl, admin_requests, codes, messages, popping
+from gannet.node.remoting import acl, codes, messages, popping, pull_steering
 from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
@@ -73,6 +75,9 @@ PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
 PULL_FLAG_CLASS_FILTER = 0x8
+CATCH_UP_MS_MAX = 3_000
+"""How long a follower waits for an offset a consumer is ahead of it by (:mod:`pull_steering`)
+before it sends the consumer to the leader."""
 
 
 class BadRequest(Exception):
@@ -170,6 +175,7 @@ class BrokerRequests:
             codes.END_TRANSACTION: self.transactions.end,
             codes.POP_MESSAGE: self.popping.pop,
             codes.ACK_MESSAGE: self.popping.ack,
+            codes.BATCH_ACK_MESSAGE: self.popping.batch_ack,
             codes.CHANGE_MESSAGE_INVISIBLETIME: self.popping.change_invisible_time,
             codes.QUERY_ASSIGNMENT: self.popping.query_assignment,
             codes.SET_MESSAGE_REQUEST_MODE: self.popping.set_mode,
@@ -177,8 +183,6 @@ class BrokerRequests:
             codes.GET_BROKER_CLUSTER_INFO: nameserver.cluster_info,
             codes.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: nameserver.topic_list,
         }
-        self.admin_requests = admin_requests.AdminRequests(self)
-        self.admin_requests.install(self.handlers)  # mqadmin's requests
 
     async def dispatch(self, request: Command, conn: Connection) -> Command | None:
         handler = self.handlers.get(request.code)
@@ -295,6 +299,23 @@ class BrokerRequests:
             await asyncio.to_thread(store.dispatch_caught_up)
             low = store.min_offset_in_queue(topic, queue_id)
             high = store.max_offset_in_queue(topic, queue_id)
+        handler = pulling.handler_of(servicer)
+        wait_ms = 0
+        if flags & PULL_FLAG_SUSPEND:
+            wait_ms = min(
+                max(_int(ext, "suspendTimeoutMillis", 0), 0), handler.limits.polling_ms_max
+            )
+        deadline = time.monotonic() + wait_ms / 1000
+        if offset > high and self._follower():
+            # a consumer steered here from the leader may be ahead of this member's commits:
+            # wait for them (pull_steering), then send it back to the leader if still behind
+            high = await self._catch_up(handler, topic, queue_id, offset, high, tag_filter, wait_ms)
+            if offset > high:
+                return request.response(
+                    codes.PULL_NOT_FOUND,
+                    f"offset {offset} is not replicated to this member yet (it has {high})",
+                    ext=self._pull_ext(offset, low, high, pull_steering.LEADER_ID),
+                )
         if offset < low or offset > high:
             moved = low if offset < low else high
             return request.response(
@@ -302,16 +323,11 @@ class BrokerRequests:
                 f"offset {offset} is outside {low}..{high}",
                 ext=self._pull_ext(moved, low, high),
             )
-        handler = pulling.handler_of(servicer)
-        wait_ms = 0
-        if flags & PULL_FLAG_SUSPEND:
-            wait_ms = min(
-                max(_int(ext, "suspendTimeoutMillis", 0), 0), handler.limits.polling_ms_max
-            )
+        wait_ms = max(0, int((deadline - time.monotonic()) * 1000)) if wait_ms else 0
         got = await handler.get(topic, queue_id, offset, wanted, tag_filter, wait_ms)
         low = store.min_offset_in_queue(topic, queue_id)
         high = store.max_offset_in_queue(topic, queue_id)
-        pull_ext = self._pull_ext(got.next_begin_offset, low, high)
+        pull_ext = self._pull_ext(got.next_begin_offset, low, high, self._suggestion(queue_id))
         if got.messages:
             body = b"".join(m.data for m in got.messages)
             return request.response(codes.SUCCESS, ext=pull_ext, body=body)
@@ -319,13 +335,56 @@ class BrokerRequests:
             return request.response(codes.PULL_NOT_FOUND, "no new message", ext=pull_ext)
         return request.response(codes.PULL_RETRY_IMMEDIATELY, "no matched message", ext=pull_ext)
 
-    def _pull_ext(self, next_offset: int, low: int, high: int) -> dict[str, str]:
+    def _pull_ext(
+        self, next_offset: int, low: int, high: int, broker_id: int = pull_steering.LEADER_ID
+    ) -> dict[str, str]:
         return {
             "nextBeginOffset": str(next_offset),
             "minOffset": str(low),
             "maxOffset": str(high),
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": str(broker_id),
         }
+
+    def _follower(self) -> bool:
+        replication = self.servicer.replication
+        return replication is not None and not replication.is_leader()
+
+    def _suggestion(self, queue_id: int) -> int:
+        """The member this queue's consumer should pull from next (:mod:`pull_steering`)."""
+        replication = self.servicer.replication
+        if replication is None:
+            return pull_steering.suggested_broker_id(None, None, (), queue_id)
+        leader = replication.leader()
+        core = replication.core
+        heard = core.responsive_followers() if core is not None else frozenset()
+        return pull_steering.suggested_broker_id(
+            replication.config.node_id,
+            leader.node_id if leader is not None else None,
+            (int(n) for n in heard),
+            queue_id,
+        )
+
+    async def _catch_up(
+        self,
+        handler: pulling.PullHandler,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        high: int,
+        tag_filter: MessageFilter,
+        wait_ms: int,
+    ) -> int:
+        """Wait up to ``wait_ms`` (at most :data:`CATCH_UP_MS_MAX`) until this member's queue
+        reaches ``offset``, woken by each message dispatched to it; its max offset then."""
+        store = self.servicer.store
+        deadline = time.monotonic() + min(wait_ms, CATCH_UP_MS_MAX) / 1000
+        while offset > high:
+            left_ms = int((deadline - time.monotonic()) * 1000)
+            if left_ms <= 0:
+                break
+            await handler.get(topic, queue_id, high, 1, tag_filter, left_ms)
+            high = store.max_offset_in_queue(topic, queue_id)
+        return high
 
     def _expression(
         self, ext: dict[str, str], flags: int, group: str, topic: str

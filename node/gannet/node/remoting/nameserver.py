@@ -8,7 +8,10 @@ the servicer, so topics auto-create and broker groups merge the same way):
 * ``GET_ROUTEINFO_BY_TOPIC`` (105): one ``QueueData`` per broker group (read and write queue
   counts and perm rebuilt from the v2 queues), one ``BrokerData`` per group whose
   ``brokerAddrs`` name the leader as brokerId 0 and the other serving members as 1, 2, ...
-  (the routes list the leader first); ``TOPIC_NOT_EXIST`` for an unknown topic. Plus, for
+  (the routes list the leader first) — in this member's own Raft group, every serving member
+  under its node id too (the leader twice: 0 and its id), so that the broker id a pull answer
+  suggests names the same member across leader changes (:mod:`pull_steering`);
+  ``TOPIC_NOT_EXIST`` for an unknown topic. Plus, for
   failover, one *write-only* entry per follower (:func:`failover_name`).
 * ``GET_BROKER_CLUSTER_INFO`` (106): every group of the cluster with its members
   (:meth:`gannet.node.api.cluster_admin.BrokerGroups.cluster_view`).
@@ -81,8 +84,16 @@ def failover_name(group: str, index: int) -> str:
     return f"{group}{FAILOVER_SEPARATOR}{index}"
 
 
-def _broker_data(cluster: str, name: str, addresses: list[str]) -> str:
-    addrs = ",".join(f"{i}:{json.dumps(a)}" for i, a in enumerate(addresses))
+def _broker_data(
+    cluster: str, name: str, addresses: list[str], broker_ids: list[int] | None = None
+) -> str:
+    """``brokerAddrs`` numbers ``addresses`` 0, 1, 2, ... unless ``broker_ids`` gives each
+    address its id (then the first address is also named 0: the leader)."""
+    if broker_ids is None:
+        numbered = list(enumerate(addresses))
+    else:
+        numbered = [(0, addresses[0]), *zip(broker_ids, addresses, strict=True)]
+    addrs = ",".join(f"{i}:{json.dumps(a)}" for i, a in numbered)
     return (
         f'{{"brokerAddrs":{{{addrs}}},"brokerName":{json.dumps(name)},'
         f'"cluster":{json.dumps(cluster)}}}'
@@ -111,6 +122,13 @@ class NameServer:
             me = replication.config.me
             return me.host, me.client_port
         return self.servicer.identity.host, self.servicer.identity.port
+
+    def _node_ids(self) -> dict[str, int]:
+        """Client endpoint → Raft node id of this group's members (empty: not replicated)."""
+        replication = self.servicer.replication
+        if replication is None:
+            return {}
+        return {f"{p.host}:{p.client_port}": p.node_id for p in replication.route_members()}
 
     def _remoting(self, endpoint: str, book: AddressBook | None) -> str:
         if book is not None:
@@ -142,12 +160,17 @@ class NameServer:
             code = codes.from_v2(reply.status.code)
             return request.response(code, str(reply.status.message))
         groups: dict[str, tuple[list[str], list[int]]] = {}
+        member_ids: dict[str, list[int]] = {}
+        node_ids = self._node_ids()
         for queue in reply.message_queues:
             name = str(queue.broker.name)
             entry = groups.setdefault(name, ([], []))
             if not entry[0]:
-                entry[0].extend(self._remoting(f"{a.host}:{a.port}", book)
-                                for a in queue.broker.endpoints.addresses)  # fmt: skip
+                endpoints = [f"{a.host}:{a.port}" for a in queue.broker.endpoints.addresses]
+                entry[0].extend(self._remoting(e, book) for e in endpoints)
+                ids = [node_ids.get(e) for e in endpoints]
+                if name == self.servicer.identity.broker_name and endpoints and None not in ids:
+                    member_ids[name] = [i for i in ids if i is not None]
             entry[1].append(int(queue.permission))
         queue_datas = []
         broker_datas = []
@@ -166,7 +189,7 @@ class NameServer:
                     }
                 )
             )
-            broker_datas.append(_broker_data(self.cluster, name, addresses))
+            broker_datas.append(_broker_data(self.cluster, name, addresses, member_ids.get(name)))
             if not writes:
                 continue
             for index, address in enumerate(addresses[1:], start=1):

@@ -4,7 +4,10 @@
   checkpoints, orderly groups, forwarding to the leader): ``pollTime`` → long-polling time
   (clamped as for gRPC), ``invisibleTime`` (at least 10 s, as for gRPC; else
   ``ILLEGAL_INVISIBLE_TIME`` → MESSAGE_ILLEGAL), ``maxMsgNums`` (at most 32), ``expType`` /
-  ``exp``. Every queue of the topic is popped (queue id -1), whatever ``queueId`` asks. The
+  ``exp``, ``queueId``: -1 pops every queue of the topic, another id that queue only (passed
+  to the v2 call as :data:`gannet.node.api.sending.QUEUE_ID_HEADER`, which a follower's
+  forwarding carries to the leader; a queue the topic lacks is refused); the retry topic is
+  popped too either way. The
   answer's body is each popped record as stored (read at the commit-log offset its receipt
   handle names) with ``POP_CK`` set to the receipt handle — the 5.x client keeps a ``POP_CK``
   it finds instead of building one from the header lists, and acks with it, so its extraInfo
@@ -13,6 +16,8 @@
   ``invisibleTime``, ``reviveQid``, ``restNum`` (0) and ``startOffsetInfo`` /
   ``msgOffsetInfo`` built from the handles. Nothing found: PULL_NOT_FOUND; too many waiting
   pops: POLLING_FULL.
+* **BATCH_ACK_MESSAGE** (200151) becomes one ``AckMessage`` per entry of its body
+  (:mod:`batch_acks`: the 8-field extra infos its bit sets name).
 * **ACK_MESSAGE** (200051) becomes ``AckMessage`` of ``extraInfo``; the topic is the original
   one (the header names the retry topic for a message popped from it; the handle's flag says
   so). **CHANGE_MESSAGE_INVISIBLETIME** (200053) becomes ``ChangeInvisibleDuration``; the
@@ -38,10 +43,11 @@ from typing import Any
 from google.protobuf.duration_pb2 import Duration
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
+from gannet.node.api import sending
 from gannet.node.pop import receipts
 from gannet.node.pop.errors import ReceiptHandleIllegal
 from gannet.node.protocol import statuses
-from gannet.node.remoting import codes
+from gannet.node.remoting import batch_acks, codes
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import ConsumerRegistry
 from gannet.node.remoting.context import RemotingContext
@@ -148,10 +154,16 @@ class RemotingPop:
         self.popped_total = 0
         self.acked_total = 0
         self.changed_total = 0
+        self.requests_total: dict[str, int] = {}
+        """Requests served, by :data:`REQUEST_NAMES` (the remoting Pop metrics)."""
         """Messages handed out, acks and invisible-time changes served (tests, metrics)."""
 
     # --- POP_MESSAGE ---
+    def _count(self, name: str) -> None:
+        self.requests_total[name] = self.requests_total.get(name, 0) + 1
+
     async def pop(self, request: Command, conn: Connection) -> Command:
+        self._count("pop")
         ext = request.ext
         try:
             group, topic = _text(ext, "consumerGroup"), _text(ext, "topic")
@@ -159,6 +171,9 @@ class RemotingPop:
             poll_ms = max(_long(ext, "pollTime", 0), 0)
             wanted = max(1, min(_long(ext, "maxMsgNums", POP_BATCH_MAX), POP_BATCH_MAX))
             expression = self._expression(ext)
+            queue_id = _long(ext, "queueId", -1)
+            if not -1 <= queue_id < 2**31:
+                raise BadPop(f"queueId {queue_id} is neither -1 (every queue) nor a queue id")
         except BadPop as exc:
             return request.response(codes.SYSTEM_ERROR, str(exc))
         receive = service_pb2.ReceiveMessageRequest(
@@ -172,9 +187,12 @@ class RemotingPop:
         attempt = ext.get("attemptId")
         if attempt:
             receive.attempt_id = attempt
+        metadata: tuple[tuple[str, str], ...] = ()
+        if queue_id >= 0:  # one queue (and the retry topic), as RocketMQ pops it
+            metadata = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
         status: definition_pb2.Status | None = None
         popped: list[definition_pb2.Message] = []
-        async for frame in self._v2.ReceiveMessage(receive, RemotingContext(conn)):
+        async for frame in self._v2.ReceiveMessage(receive, RemotingContext(conn, metadata)):
             if frame.HasField("status"):
                 status = frame.status
             elif frame.HasField("message"):
@@ -241,6 +259,7 @@ class RemotingPop:
         return group, original_topic(topic, group, handle), text, handle
 
     async def ack(self, request: Command, conn: Connection) -> Command:
+        self._count("ack")
         try:
             group, topic, text, _ = self._handle(request.ext)
         except BadPop as exc:
@@ -258,7 +277,44 @@ class RemotingPop:
         self.acked_total += 1
         return request.response(codes.SUCCESS)
 
+    async def batch_ack(self, request: Command, conn: Connection) -> Command:
+        """BATCH_ACK_MESSAGE: each entry of the body (:mod:`batch_acks`) one v2 AckMessage of
+        its extra infos. SUCCESS when every message was acked; else the first refusal's code,
+        naming how many were refused (the client reports any other code as ``NO_EXIST``)."""
+        self._count("batch_ack")
+        try:
+            batches = batch_acks.parse(request.body)
+            parsed = [[receipts.parse(text) for text in b.extra_infos] for b in batches]
+        except (batch_acks.BadBatchAck, ReceiptHandleIllegal) as exc:
+            return request.response(codes.SYSTEM_ERROR, str(exc))
+        refused: list[tuple[int, str]] = []
+        for batch, handles in zip(batches, parsed, strict=True):
+            if not handles:
+                continue
+            ack = service_pb2.AckMessageRequest(
+                group=_resource(batch.group),
+                topic=_resource(original_topic(batch.topic, batch.group, handles[0])),
+                entries=[service_pb2.AckMessageEntry(receipt_handle=t) for t in batch.extra_infos],
+            )
+            reply = await self._v2.AckMessage(ack, RemotingContext(conn))
+            if reply.status.code != statuses.OK and not reply.entries:
+                refused.extend((int(reply.status.code), str(reply.status.message)) for _ in handles)
+                continue
+            for entry in reply.entries:
+                if entry.status.code == statuses.OK:
+                    self.acked_total += 1
+                else:
+                    refused.append((int(entry.status.code), str(entry.status.message)))
+        if refused:
+            total = sum(len(h) for h in parsed)
+            code, message = refused[0]
+            return request.response(
+                codes.from_v2(code), f"{len(refused)} of {total} acks refused; the first: {message}"
+            )
+        return request.response(codes.SUCCESS)
+
     async def change_invisible_time(self, request: Command, conn: Connection) -> Command:
+        self._count("change_invisible_time")
         try:
             group, topic, text, _ = self._handle(request.ext)
             invisible_ms = _long(request.ext, "invisibleTime")
