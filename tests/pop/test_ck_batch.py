@@ -6,6 +6,7 @@ the ones ``ReceiptHandle`` writes field by field."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -124,5 +125,24 @@ def test_handles_are_the_field_by_field_texts(tmp_path: Path, retry: bool) -> No
             assert m.message.properties[props.POP_CK] == m.handle.extra_info()
             assert receipts.parse(m.receipt_handle) == m.handle
             assert (m.handle.flag is not receipts.TopicFlag.NORMAL) is retry
+    finally:
+        h.close()
+
+
+def test_a_batch_checks_every_handle_against_its_own_unit(tmp_path: Path) -> None:
+    """The ack reads a checkpoint's consume-queue units in one run: a handle naming another
+    message's commit-log offset is still refused, alone."""
+    h = Harness(tmp_path, STORED)
+    h.setup(queues=4)
+    try:
+        h.produce(4, queue_id=0)
+        a, b, c, d = (m.handle for m in h.pop(32, queue_id=0).messages)
+        forged = dataclasses.replace(c, commit_offset=b.commit_offset)
+        results = h.broker.ack_many(GROUP, TOPIC, [a, b, forged, d], now_ms=h.now)
+        assert [type(r).__name__ for r in results] == [
+            "NoneType", "NoneType", "ReceiptHandleUnknown", "NoneType",
+        ]  # fmt: skip
+        assert "commit-log offset" in str(results[2])
+        assert h.broker.ack_many(GROUP, TOPIC, [c], now_ms=h.now) == [None]
     finally:
         h.close()
