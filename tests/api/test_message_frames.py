@@ -16,6 +16,7 @@ from rocketmq.grpc_protocol import Encoding, definition_pb2
 from gannet.node.api import receiving, sending
 from gannet.node.pop.popping import PoppedMessage
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
+from gannet.node.store import msgids
 from gannet.node.store import properties as props
 from gannet.node.store.log import records
 
@@ -42,7 +43,7 @@ def _reference(popped: PoppedMessage, namespace: str, now_ms: int) -> definition
     if namespace:
         out.topic.resource_namespace = namespace
     sp = out.system_properties
-    sp.message_id = p.get(props.UNIQ_KEY) or receiving.msgids.create_offset_msg_id(
+    sp.message_id = p.get(props.UNIQ_KEY) or msgids.create_offset_msg_id(
         host, port, msg.physical_offset
     )
     sp.keys.extend(props.split_keys(p.get(props.KEYS)))
