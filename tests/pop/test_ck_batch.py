@@ -7,12 +7,14 @@ the ones ``ReceiptHandle`` writes field by field."""
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import pytest
 
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
+from gannet.node.pop.popping import PopResult
 from gannet.node.pop.service import PopBroker
 from gannet.node.store import properties as props
 from gannet.node.store.errors import StoreError
@@ -144,5 +146,46 @@ def test_a_batch_checks_every_handle_against_its_own_unit(tmp_path: Path) -> Non
         ]  # fmt: skip
         assert "commit-log offset" in str(results[2])
         assert h.broker.ack_many(GROUP, TOPIC, [c], now_ms=h.now) == [None]
+    finally:
+        h.close()
+
+
+def test_queues_stay_locked_until_the_batched_append_is_done(tmp_path: Path) -> None:
+    """A second pop while the first one's checkpoints are being appended hands none of the same
+    messages out, and no offset moves past them before the append is durable."""
+    h = Harness(tmp_path, STORED)
+    h.setup(queues=4)
+    try:
+        sent = h.produce(8)
+        put = h.store.put_messages_nowait
+        appending, release = threading.Event(), threading.Event()
+
+        def held(msgs: list[records.Message], **kw: bool) -> object:
+            if any(m.tags == "ck" for m in msgs):
+                appending.set()
+                assert release.wait(30), "the test never released the append"
+            return put(msgs, **kw)
+
+        h.store.put_messages_nowait = held  # type: ignore[method-assign, assignment]
+        first: list[PopResult] = []
+        popper = threading.Thread(
+            target=lambda: first.append(
+                h.broker.pop(GROUP, TOPIC, invisible_time_ms=INVISIBLE_MS, now_ms=h.now)
+            )
+        )
+        popper.start()
+        try:
+            assert appending.wait(30)
+            second = h.broker.pop(GROUP, TOPIC, invisible_time_ms=INVISIBLE_MS, now_ms=h.now)
+            assert second.messages == []
+            # not committed while the checkpoints are not durable
+            assert all(h.store.consumer_offsets.query(GROUP, TOPIC, q) <= 0 for q in range(4))
+        finally:
+            release.set()
+            popper.join(30)
+        h.store.put_messages_nowait = put  # type: ignore[method-assign]
+        assert sorted(bodies_of(first[0])) == sorted(sent)
+        h.settle()
+        assert h.pop(32).messages == []  # all invisible now
     finally:
         h.close()
