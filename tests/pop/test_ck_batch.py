@@ -189,3 +189,30 @@ def test_queues_stay_locked_until_the_batched_append_is_done(tmp_path: Path) -> 
         assert h.pop(32).messages == []  # all invisible now
     finally:
         h.close()
+
+
+def test_a_failed_read_of_a_later_queue_withdraws_the_checkpoints_so_far(tmp_path: Path) -> None:
+    h = Harness(tmp_path, STORED)
+    h.setup(queues=4)
+    try:
+        sent = h.produce(8)
+        get = h.store.get_messages
+        reads: list[int] = []
+
+        def failing_third(*args: object, **kw: object) -> object:
+            reads.append(1)
+            if len(reads) == 3:
+                raise StoreError("read failed (test)")
+            return get(*args, **kw)  # type: ignore[arg-type]
+
+        h.store.get_messages = failing_third  # type: ignore[method-assign, assignment]
+        with pytest.raises(StoreError, match="read failed"):
+            h.pop(32)
+        h.store.get_messages = get  # type: ignore[method-assign]
+        stats = h.broker.statistics()
+        assert (stats.tracked_checkpoints, stats.offset_queues) == (0, 0)
+        assert sorted(bodies_of(h.pop(32))) == sorted(sent)
+        h.advance(INVISIBLE_MS + 3_000)  # and they are revived once, not lost
+        assert sorted(bodies_of(h.pop(32))) == sorted(sent)
+    finally:
+        h.close()

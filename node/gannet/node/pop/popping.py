@@ -17,8 +17,8 @@ The checkpoints one request writes (one per queue it took messages from) are app
 when the request has read every queue: one append and one durability wait (one Raft proposal)
 per request, not one per queue. Until then each such queue stays locked and its checkpoint is
 tracked as *storing* (its offset is not committed, :mod:`merging`); if the append or the wait
-fails they are withdrawn from the buffer, so the queues are read again from the same offsets,
-as when a single write failed before.
+fails, or reading a later queue does, they are withdrawn from the buffer, so the queues are read
+again from the same offsets.
 
 Messages popped from a retry topic are returned under the original topic; every returned
 message carries its ``POP_CK`` extra info and a receipt handle (:mod:`receipts`).
@@ -169,6 +169,11 @@ class PopService:
                 self._pop_queue(req, req.topic, req.queue_id, result, batch)
             if not need_retry and len(result.messages) < req.max_msgs:
                 self._pop_topic(req, retry, result, batch)
+        except BaseException:  # e.g. a read failed: none of the messages is handed out
+            for entry in batch.entries:
+                self.ctx.buffer.withdraw(entry)
+            raise
+        else:
             self._store_batch(batch)
         finally:
             for key in batch.locked:
