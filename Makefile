@@ -111,6 +111,7 @@ bench-standard: bench-peers
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
+	$(BIN)/python -m bench.pop_path --rounds 100
 	$(BIN)/python -m bench.sqlfilter --quick
 	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
 	$(BIN)/python -m bench.pipeline --quick

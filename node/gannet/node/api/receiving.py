@@ -188,6 +188,27 @@ _HIDDEN_PROPERTIES = validation.RESERVED_PROPERTY_KEYS | {
 }
 
 
+_MD5 = int(definition_pb2.MD5)
+_GZIP = int(Encoding.GZIP)
+_IDENTITY = int(Encoding.IDENTITY)
+_TRANSACTION = int(definition_pb2.TRANSACTION)
+_DELAY = int(definition_pb2.DELAY)
+_FIFO = int(definition_pb2.FIFO)
+_LITE = int(definition_pb2.LITE)
+_PRIORITY = int(definition_pb2.PRIORITY)
+_NORMAL = int(definition_pb2.NORMAL)
+_DELAY_KEYS = (props.DELAY_TIME_LEVEL, props.TIMER_DELIVER_MS, props.TIMER_DELAY_SEC)
+_TYPE_KEYS = frozenset((props.TRANSACTION_PREPARED, *_DELAY_KEYS, props.SHARDING_KEY,
+                        props.LITE_TOPIC, props.PRIORITY))  # fmt: skip
+_OPTIONAL_KEYS = _TYPE_KEYS | frozenset((
+    props.KEYS, props.TAGS, props.SHARDING_KEY, props.TIMER_DELIVER_MS, props.TIMER_DELAY_SEC,
+    sending.TRACE_CONTEXT, props.LITE_TOPIC, props.PRIORITY, props.DLQ_ORIGIN_TOPIC,
+    props.DLQ_ORIGIN_MESSAGE_ID,
+))  # fmt: skip
+"""Properties that set a system property of their own: a message with none of them (the common
+case) skips their checks."""
+
+
 def message_pb(
     popped: PoppedMessage,
     namespace: str,
@@ -199,35 +220,58 @@ def message_pb(
     msg = popped.message
     p = msg.properties
     store_host, store_port = msg.store_host
-    message_id = msg.uniq_key or msgids.create_offset_msg_id(
+    message_id = p.get(props.UNIQ_KEY) or msgids.create_offset_msg_id(
         store_host, store_port, msg.physical_offset
     )
-    # Filled in place: nested messages passed to constructors are copied once more.
+    # Filled in place: nested messages passed to constructors are copied once more; field by
+    # field is also cheaper than keyword construction with upb (PROFILE.md, issue 38).
     if out is None:
         out = definition_pb2.Message()
-    out.body = msg.body
+    body = msg.body
+    out.body = body
     out.topic.name = msg.topic
     if namespace:
         out.topic.resource_namespace = namespace
     sp = out.system_properties
     sp.message_id = message_id
-    sp.keys.extend(msg.keys)
-    sp.body_digest.type = definition_pb2.MD5
-    sp.body_digest.checksum = hashlib.md5(msg.body).hexdigest().upper()
-    sp.body_encoding = (
-        Encoding.GZIP if msg.sys_flag & records.SYSFLAG_COMPRESSED else Encoding.IDENTITY
-    )
-    sp.message_type = _message_type(p)
-    _set_ms(sp.born_timestamp, msg.born_timestamp_ms)
+    digest = sp.body_digest
+    digest.type = _MD5
+    digest.checksum = hashlib.md5(body).hexdigest().upper()
+    sp.body_encoding = _GZIP if msg.sys_flag & records.SYSFLAG_COMPRESSED else _IDENTITY
+    ms = msg.born_timestamp_ms
+    stamp = sp.born_timestamp
+    stamp.seconds = ms // 1000
+    stamp.nanos = (ms % 1000) * 1_000_000
     sp.born_host = p.get(props.BORN_HOST) or msg.born_host[0]
-    _set_ms(sp.store_timestamp, msg.store_timestamp_ms)
+    ms = msg.store_timestamp_ms
+    stamp = sp.store_timestamp
+    stamp.seconds = ms // 1000
+    stamp.nanos = (ms % 1000) * 1_000_000
     sp.store_host = f"{store_host}:{store_port}"
     sp.receipt_handle = popped.receipt_handle
     sp.queue_id = msg.queue_id
     sp.queue_offset = msg.queue_offset
     sp.delivery_attempt = popped.delivery_attempt
-    if msg.tags is not None:
-        sp.tag = msg.tags
+    if p.keys().isdisjoint(_OPTIONAL_KEYS):
+        sp.message_type = _NORMAL
+    else:
+        sp.message_type = _message_type(p)
+        _optional_properties(sp, p, now_ms)
+    user = out.user_properties
+    for k, v in p.items():
+        if k not in _HIDDEN_PROPERTIES and not k.startswith(props.TRANSIENT_PREFIX):
+            user[k] = v
+    return out
+
+
+def _optional_properties(
+    sp: definition_pb2.SystemProperties, p: dict[str, str], now_ms: int
+) -> None:
+    if props.KEYS in p:
+        sp.keys.extend(props.split_keys(p[props.KEYS]))
+    tag = p.get(props.TAGS)
+    if tag is not None:
+        sp.tag = tag
     if props.SHARDING_KEY in p:
         sp.message_group = p[props.SHARDING_KEY]
     deliver_ms = p.get(props.TIMER_DELIVER_MS)
@@ -246,11 +290,6 @@ def message_pb(
         sp.dead_letter_queue.SetInParent()
         sp.dead_letter_queue.topic = p.get(props.DLQ_ORIGIN_TOPIC, "")
         sp.dead_letter_queue.message_id = p.get(props.DLQ_ORIGIN_MESSAGE_ID, "")
-    user = out.user_properties
-    for k, v in p.items():
-        if k not in _HIDDEN_PROPERTIES and not k.startswith(props.TRANSIENT_PREFIX):
-            user[k] = v
-    return out
 
 
 def _set_ms(timestamp: Timestamp, ms: int) -> None:
@@ -259,17 +298,19 @@ def _set_ms(timestamp: Timestamp, ms: int) -> None:
 
 
 def _message_type(p: dict[str, str]) -> int:
+    if p.keys().isdisjoint(_TYPE_KEYS):
+        return _NORMAL
     if p.get(props.TRANSACTION_PREPARED) == "true":
-        return int(definition_pb2.TRANSACTION)
-    if any(k in p for k in (props.DELAY_TIME_LEVEL, props.TIMER_DELIVER_MS, props.TIMER_DELAY_SEC)):
-        return int(definition_pb2.DELAY)
+        return _TRANSACTION
+    if any(k in p for k in _DELAY_KEYS):
+        return _DELAY
     if props.SHARDING_KEY in p:
-        return int(definition_pb2.FIFO)
+        return _FIFO
     if props.LITE_TOPIC in p:
-        return int(definition_pb2.LITE)
+        return _LITE
     if props.PRIORITY in p:
-        return int(definition_pb2.PRIORITY)
-    return int(definition_pb2.NORMAL)
+        return _PRIORITY
+    return _NORMAL
 
 
 # ---------------------------------------------------------------------- handler

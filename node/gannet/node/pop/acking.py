@@ -46,6 +46,8 @@ from gannet.node.pop.errors import (
 from gannet.node.pop.merging import Inflight
 from gannet.node.pop.receipts import InvisibleTimeChange, ReceiptHandle
 from gannet.node.store.log import records
+from gannet.node.store.message_store import MessageStore
+from gannet.node.store.queues.consume_queues import ConsumeQueue
 
 CLOCK_MARGIN_MS = 10_000
 """Slack for clocks of Raft members: a handle a former leader made may carry a pop time a
@@ -78,24 +80,74 @@ class AckTarget:
 AckJob = tuple[str, str, list[str | ReceiptHandle]]
 """(group, topic, handles) of one AckMessage request."""
 
+RUN_UNITS_MAX = 32
+"""Consume-queue units a :class:`StoreView` reads at once (a checkpoint holds at most 32)."""
+
+
+class StoreView:
+    """What :meth:`AckService.resolve` reads of the store for one pass over a batch of handles:
+    each queue's bounds once, and the commit offsets of its units in runs of up to
+    ``run_units`` from the first offset asked (the handles of one checkpoint name nearby
+    offsets), instead of per handle. Used under the buffer lock for one batch; the store only
+    appends meanwhile, and a handle cannot name a unit written after its pop."""
+
+    def __init__(self, store: MessageStore, run_units: int = 1) -> None:
+        self.store = store
+        self.run_units = max(1, min(run_units, RUN_UNITS_MAX))
+        self._bounds: dict[tuple[str, int], tuple[ConsumeQueue | None, int, int]] = {}
+        self._commit_offsets: dict[tuple[str, int, int], int] = {}
+
+    def bounds(self, topic: str, queue_id: int) -> tuple[ConsumeQueue | None, int, int]:
+        """The queue (None if it does not exist) and its ``[min, max)`` offsets (0, 0 then)."""
+        key = (topic, queue_id)
+        got = self._bounds.get(key)
+        if got is None:
+            queue = self.store.queues.get(topic, queue_id)
+            if queue is None:
+                got = (None, 0, 0)
+            else:
+                got = (queue, queue.min_offset_in_queue(), queue.max_offset_in_queue())
+            self._bounds[key] = got
+        return got
+
+    def commit_offset(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        """The commit-log offset of the unit at ``queue_offset`` (None when unreadable)."""
+        key = (topic, queue_id, queue_offset)
+        found = self._commit_offsets.get(key)
+        if found is None:
+            queue, _, hi = self.bounds(topic, queue_id)
+            if queue is None:
+                return None
+            count = max(1, min(self.run_units, hi - queue_offset))
+            for unit in queue.read_units(queue_offset, count):
+                self._commit_offsets[(topic, queue_id, unit.queue_offset)] = unit.commit_offset
+            found = self._commit_offsets.get(key)
+        return found
+
 
 class AckService:
     def __init__(self, ctx: PopContext) -> None:
         self.ctx = ctx
 
     def resolve(
-        self, group: str, topic: str, handle: str | ReceiptHandle, now_ms: int
+        self,
+        group: str,
+        topic: str,
+        handle: str | ReceiptHandle,
+        now_ms: int,
+        view: StoreView | None = None,
     ) -> AckTarget:
-        """Validate a handle for ``group``; call with ``ctx.buffer.lock`` held to act on it."""
+        """Validate a handle for ``group``; call with ``ctx.buffer.lock`` held to act on it.
+        ``view``: the batch's reads of the store (a fresh one by default)."""
         h = receipts.parse(handle) if isinstance(handle, str) else handle
         if h.broker_name != self.ctx.broker_name:
             raise ReceiptHandleUnknown(
                 f"receipt handle names broker {h.broker_name!r}; this is {self.ctx.broker_name!r}"
             )
         real = receipts.real_topic(h.flag, group, topic)
-        store = self.ctx.store
-        lo = store.min_offset_in_queue(real, h.queue_id)
-        hi = store.max_offset_in_queue(real, h.queue_id)
+        if view is None:
+            view = StoreView(self.ctx.store)
+        _, lo, hi = view.bounds(real, h.queue_id)
         if not lo <= h.queue_offset < hi:
             raise ReceiptHandleUnknown(
                 f"receipt handle names offset {h.queue_offset} of {real!r} queue {h.queue_id}, "
@@ -106,7 +158,7 @@ class AckService:
                 f"receipt handle expired at {h.next_visible_time_ms} (now {now_ms}); the "
                 "message may have been delivered again"
             )
-        self._check_names_stored_message(real, h, now_ms)
+        self._check_names_stored_message(real, h, now_ms, view)
         if h.is_order:
             return AckTarget(group, real, h, None, 0)
         key = checkpoints.revive_key(
@@ -139,7 +191,9 @@ class AckService:
             raise AlreadyAcked(f"the message at offset {h.queue_offset} was already acked")
         return AckTarget(group, real, h, entry, 1 << index)
 
-    def _check_names_stored_message(self, real: str, h: ReceiptHandle, now_ms: int) -> None:
+    def _check_names_stored_message(
+        self, real: str, h: ReceiptHandle, now_ms: int, view: StoreView
+    ) -> None:
         """The handle's pop time, revive queue and commit-log offset agree with the store."""
         if h.pop_time_ms > now_ms + CLOCK_MARGIN_MS:
             raise ReceiptHandleUnknown(
@@ -155,13 +209,12 @@ class AckService:
                 )
         if h.commit_offset < 0:
             return
-        queue = self.ctx.store.queues.get(real, h.queue_id)
-        unit = None if queue is None else queue.get_unit(h.queue_offset)
-        if unit is None or unit.commit_offset != h.commit_offset:
+        stored_at = view.commit_offset(real, h.queue_id, h.queue_offset)
+        if stored_at != h.commit_offset:
             raise ReceiptHandleUnknown(
                 f"receipt handle names commit-log offset {h.commit_offset} for offset "
                 f"{h.queue_offset} of {real!r} queue {h.queue_id}; the message there is at "
-                f"{None if unit is None else unit.commit_offset}"
+                f"{stored_at}"
             )
 
     # --- ack ---
@@ -189,12 +242,13 @@ class AckService:
         runs: list[list[AckTarget]] = []  # per job and checkpoint: the offsets acked
         claimed: set[tuple[int, int]] = set()  # (id of a tracked entry, queue offset)
         with self.ctx.buffer.lock:
+            view = StoreView(self.ctx.store, max((len(h) for _, _, h in jobs), default=1))
             for group, topic, handles in jobs:
                 results: list[PopError | None] = []
                 job_writes: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
                 for handle in handles:
                     try:
-                        target = self.resolve(group, topic, handle, now_ms)
+                        target = self.resolve(group, topic, handle, now_ms, view)
                         # An earlier job of this call may have claimed it: the bit of a stored
                         # checkpoint is set only after the write, so resolve cannot see it.
                         mark = (id(target.entry), target.handle.queue_offset)

@@ -138,6 +138,29 @@ class InflightBuffer:
             entry.storing = False
             self._settled(entry)
 
+    def withdraw(self, entry: Inflight) -> None:
+        """Forget a pop whose checkpoint could not be written (:mod:`popping`): the caller
+        still holds its queue lock and handed none of its messages out, so it is its queue's
+        newest pop and nothing was acked or committed over it."""
+        with self.lock:
+            if entry.ck is not None:
+                key = checkpoints.ck_revive_key(entry.ck)
+                if self._tracked.get(key) is entry:
+                    del self._tracked[key]
+                    self._owners.pop(_position(entry.ck), None)
+                if self._buffered.get(key) is entry:
+                    del self._buffered[key]
+            lock_key = entry.lock_key
+            queue = None if lock_key is None else self._offsets.get(lock_key)
+            if lock_key is not None and queue is not None:
+                kept = [e for e in queue if e is not entry]
+                queue.clear()
+                queue.extend(kept)
+                if not queue:
+                    del self._offsets[lock_key]
+            entry.storing = False
+            entry.lock_key = None
+
     def mark_acked(self, entry: Inflight, bits: int) -> None:
         assert entry.ck is None or bits & ~entry.ck.all_bits == 0, (
             f"ack bits {bits:#x} name messages the checkpoint does not hold"

@@ -10,8 +10,15 @@ retry topic was not read first, the retry topic. Each queue is read under a non-
 Offset of a queue: the committed consumer offset (initialised on first use: MIN → the queue's
 min offset, also for retry topics; MAX → ``maxOffset − 1`` clamped at 0, and committed), raised
 to the ``nextBeginOffset`` of the latest pop still in the in-flight buffer. Every pop that found
-messages creates a checkpoint (kept in memory or written at once, see :mod:`merging`); a pop that
+messages creates a checkpoint (kept in memory or written, see :mod:`merging`); a pop that
 only skipped filtered messages records an empty one that just advances the offset.
+
+The checkpoints one request writes (one per queue it took messages from) are appended together
+when the request has read every queue: one append and one durability wait (one Raft proposal)
+per request, not one per queue. Until then each such queue stays locked and its checkpoint is
+tracked as *storing* (its offset is not committed, :mod:`merging`); if the append or the wait
+fails, or reading a later queue does, they are withdrawn from the buffer, so the queues are read
+again from the same offsets.
 
 Messages popped from a retry topic are returned under the original topic; every returned
 message carries its ``POP_CK`` extra info and a receipt handle (:mod:`receipts`).
@@ -105,6 +112,14 @@ class PopRequest:
     attempt_id: str | None = None
 
 
+@dataclass(slots=True)
+class _CkBatch:
+    """Checkpoints of one request that wait for its single append, with their queue locks."""
+
+    entries: list[Inflight] = field(default_factory=list)
+    locked: list[str] = field(default_factory=list)
+
+
 class PopService:
     def __init__(self, ctx: PopContext) -> None:
         self.ctx = ctx
@@ -143,16 +158,48 @@ class PopService:
             pop_time_ms=req.now_ms, invisible_time_ms=req.invisible_time_ms, revive_qid=revive_qid
         )
         retry = validation.retry_topic_v1(req.group, req.topic)
-        if need_retry:
-            self._pop_topic(req, retry, result)
-        if req.queue_id < 0:
-            for queue_id in self._queue_order(req.topic, queues, random_q):
-                self._pop_queue(req, req.topic, queue_id, result)
+        batch = _CkBatch()
+        try:
+            if need_retry:
+                self._pop_topic(req, retry, result, batch)
+            if req.queue_id < 0:
+                for queue_id in self._queue_order(req.topic, queues, random_q):
+                    self._pop_queue(req, req.topic, queue_id, result, batch)
+            else:
+                self._pop_queue(req, req.topic, req.queue_id, result, batch)
+            if not need_retry and len(result.messages) < req.max_msgs:
+                self._pop_topic(req, retry, result, batch)
+        except BaseException:  # e.g. a read failed: none of the messages is handed out
+            for entry in batch.entries:
+                self.ctx.buffer.withdraw(entry)
+            raise
         else:
-            self._pop_queue(req, req.topic, req.queue_id, result)
-        if not need_retry and len(result.messages) < req.max_msgs:
-            self._pop_topic(req, retry, result)
+            self._store_batch(batch)
+        finally:
+            for key in batch.locked:
+                self.ctx.locks.unlock(key)
+        if batch.entries:
+            self.ctx.commit_offsets()
         return result
+
+    def _store_batch(self, batch: _CkBatch) -> None:
+        """Append the request's checkpoints in one write and wait until it is durable; on a
+        failure withdraw them (their queues are still locked: each is its queue's newest pop)."""
+        if not batch.entries:
+            return
+        buffer = self.ctx.buffer
+        try:
+            self.ctx.wait_durable(
+                self.ctx.write_cks_nowait(
+                    [(e.ck, e.revive_qid) for e in batch.entries if e.ck is not None]
+                )
+            )
+        except BaseException:
+            for entry in batch.entries:
+                buffer.withdraw(entry)
+            raise
+        for entry in batch.entries:
+            buffer.mark_stored(entry)
 
     def _queue_order(self, topic: str, queues: int, start: int) -> range | list[int]:
         """From a random start; a PRIORITY topic from its highest queue (the most urgent
@@ -162,30 +209,39 @@ class PopService:
             return range(queues - 1, -1, -1)
         return [(start + i) % queues for i in range(queues)]
 
-    def _pop_topic(self, req: PopRequest, topic: str, result: PopResult) -> None:
+    def _pop_topic(self, req: PopRequest, topic: str, result: PopResult, batch: _CkBatch) -> None:
         config = self.ctx.store.topic_configs.get(topic)
         if config is None:
             return
         for queue_id in range(config.read_queue_nums):
-            self._pop_queue(req, topic, queue_id, result)
+            self._pop_queue(req, topic, queue_id, result, batch)
 
-    def _pop_queue(self, req: PopRequest, topic: str, queue_id: int, result: PopResult) -> None:
+    def _pop_queue(
+        self, req: PopRequest, topic: str, queue_id: int, result: PopResult, batch: _CkBatch
+    ) -> None:
         wanted = req.max_msgs - len(result.messages)
         store = self.ctx.store
         key = lock_key(topic, req.group, queue_id)
         if wanted <= 0:
             return
-        with self.ctx.locks.holding(key, req.now_ms) as got:
-            if not got:
-                backlog = store.max_offset_in_queue(topic, queue_id) - self.pop_offset(
-                    req, topic, queue_id, key, init=False
-                )
-                result.rest_num += max(0, backlog)
-                return
+        locks = self.ctx.locks
+        if not locks.try_lock(key, req.now_ms):
+            backlog = store.max_offset_in_queue(topic, queue_id) - self.pop_offset(
+                req, topic, queue_id, key, init=False
+            )
+            result.rest_num += max(0, backlog)
+            return
+        waiting = len(batch.entries)
+        try:
             offset = self.pop_offset(req, topic, queue_id, key, init=True)
             got_msgs = self.read(req, topic, queue_id, offset, wanted)
-            self._register(req, topic, queue_id, key, offset, got_msgs, result)
+            self._register(req, topic, queue_id, key, offset, got_msgs, result, batch)
             result.rest_num += max(0, got_msgs.max_offset - got_msgs.next_begin_offset)
+        finally:
+            if len(batch.entries) > waiting:  # its checkpoint waits for the batch's append
+                batch.locked.append(key)
+            else:
+                locks.unlock(key)
         self.ctx.commit_offsets()
 
     def pop_offset(
@@ -233,6 +289,7 @@ class PopService:
         offset: int,
         got: GetResult,
         result: PopResult,
+        batch: _CkBatch,
     ) -> None:
         buffer = self.ctx.buffer
         advanced = got.next_begin_offset > offset
@@ -254,10 +311,12 @@ class PopService:
         )
         if not buffer.has_room(key):
             return
-        stored = not buffer.may_buffer(ck, req.now_ms)
-        if stored:
-            self.ctx.write_ck(ck, result.revive_qid)
-        buffer.add(key, Inflight(ck, result.revive_qid, got.next_begin_offset, stored))
+        if buffer.may_buffer(ck, req.now_ms):
+            buffer.add(key, Inflight(ck, result.revive_qid, got.next_begin_offset, False))
+        else:  # written with the request's other checkpoints (:meth:`_store_batch`)
+            entry = Inflight(ck, result.revive_qid, got.next_begin_offset, False, storing=True)
+            buffer.add(key, entry)
+            batch.entries.append(entry)
         self._emit(req, topic, ck, got, result)
 
     def _emit(
@@ -265,24 +324,32 @@ class PopService:
     ) -> None:
         flag = receipts.topic_flag(topic)
         original = req.topic
+        # The fields every handle of this checkpoint shares, as text once (the same text
+        # ReceiptHandle.extra_info writes field by field).
+        prefix = receipts.FIELD_SEPARATOR.join(
+            (
+                str(ck.start_offset),
+                str(ck.pop_time_ms),
+                str(ck.invisible_time_ms),
+                str(result.revive_qid),
+                str(int(flag)),
+                ck.broker_name,
+                str(ck.queue_id),
+                "",
+            )
+        )
         for stored_msg in got.messages:
             msg = records.decode(stored_msg.data)
+            queue_offset, commit_offset = stored_msg.queue_offset, stored_msg.commit_offset
             handle = ReceiptHandle(
-                ck_queue_offset=ck.start_offset,
-                pop_time_ms=ck.pop_time_ms,
-                invisible_time_ms=ck.invisible_time_ms,
-                revive_qid=result.revive_qid,
-                flag=flag,
-                broker_name=ck.broker_name,
-                queue_id=ck.queue_id,
-                queue_offset=stored_msg.queue_offset,
-                commit_offset=stored_msg.commit_offset,
-            )
+                ck.start_offset, ck.pop_time_ms, ck.invisible_time_ms, result.revive_qid, flag,
+                ck.broker_name, ck.queue_id, queue_offset, commit_offset,
+            )  # fmt: skip
             if flag is not TopicFlag.NORMAL:
                 msg.topic = original
-            extra_info = handle.extra_info()
+            extra_info = f"{prefix}{queue_offset}"
             msg.properties.setdefault(props.POP_CK, extra_info)
-            encoded = f"{extra_info}{receipts.FIELD_SEPARATOR}{stored_msg.commit_offset}"
+            encoded = f"{extra_info}{receipts.FIELD_SEPARATOR}{commit_offset}"
             result.messages.append(PoppedMessage(msg, handle, encoded))
         result.start_offset_info.append(
             receipts.start_offset_info(flag, ck.queue_id, ck.start_offset)
