@@ -264,13 +264,13 @@ def _produce(harness: Harness, tag: str, amount: int) -> None:
 
 def _count_reads(harness: Harness, monkeypatch: pytest.MonkeyPatch) -> list[int]:
     reads: list[int] = []
-    original = harness.store.commitlog.read
+    original = harness.store.reads.read  # every read of a record by offset goes through it
 
     def counting(offset: int, size: int) -> bytes | None:
         reads.append(offset)
         return original(offset, size)
 
-    monkeypatch.setattr(harness.store.commitlog, "read", counting)
+    monkeypatch.setattr(harness.store.reads, "read", counting)
     return reads
 
 
