@@ -24,7 +24,7 @@ from . import go_clients
 RUN_TIMEOUT_S = 120.0
 SCENARIOS = (
     "admin", "sync_send", "async_send", "oneway", "batch", "delay", "tag_filter",
-    "pull_consumer", "orderly", "transaction", "offset_resume",
+    "pull_consumer", "orderly", "transaction", "offset_resume", "retry", "sql_filter",
 )  # fmt: skip
 TEXT = "héllo, wörld {}"
 
@@ -174,3 +174,25 @@ def test_consumer_offsets_are_resumed_after_a_restart(reports: dict[str, dict[st
     topic = report["topic"]
     assert bodies(report["first"]) == sorted(f"{topic} body {i}" for i in range(4))
     assert bodies(report["second"]) == sorted(f"{topic} body {i}" for i in range(4, 7))
+
+
+def test_a_message_consumed_later_comes_back_once_from_the_retry_topic(
+    reports: dict[str, dict[str, Any]],
+) -> None:
+    report = ok(reports, "retry")
+    topic = report["topic"]
+    received = report["received"]
+    # each message refused once (CONSUMER_SEND_MSG_BACK, delay level 1), then delivered again
+    # with its reconsume count, under its own topic, keys, tags and properties
+    assert sorted((m["body"], m["reconsume_times"]) for m in received) == sorted(
+        (f"{topic} body {i}", times) for i in range(2) for times in (0, 1)
+    )
+    assert_sent_intact([m for m in received if m["reconsume_times"] == 1], topic, 2, "TagRetry")
+    for again in (m for m in received if m["reconsume_times"] == 1):
+        assert again["received_ms"] - again["born_ms"] >= 1_000
+
+
+def test_sql92_filter(reports: dict[str, dict[str, Any]]) -> None:
+    report = ok(reports, "sql_filter")
+    topic = report["topic"]
+    assert bodies(report["received"]) == sorted(f"{topic} body {i}" for i in (1, 3, 5))

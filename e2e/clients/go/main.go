@@ -49,6 +49,7 @@ type seen struct {
 	QueueOffs  int64             `json:"queue_offset"`
 	MsgID      string            `json:"msg_id"`
 	BornMs     int64             `json:"born_ms"`
+	Reconsumed int32             `json:"reconsume_times"`
 	ReceivedMs int64             `json:"received_ms"`
 }
 
@@ -68,6 +69,7 @@ func view(m *primitive.MessageExt) seen {
 		Body: string(m.Body), Topic: m.Topic, Tags: m.GetTags(), Keys: m.GetKeys(),
 		Properties: userProps(m), QueueID: m.Queue.QueueId, QueueOffs: m.QueueOffset,
 		MsgID: m.MsgId, BornMs: m.BornTimestamp, ReceivedMs: time.Now().UnixMilli(),
+		Reconsumed: m.ReconsumeTimes,
 	}
 }
 
@@ -218,6 +220,7 @@ func message(t string, i int, tag string) *primitive.Message {
 	m.WithTag(tag)
 	m.WithKeys([]string{fmt.Sprintf("key-%d", i), fmt.Sprintf("other-%d", i)})
 	m.WithProperty("u-index", strconv.Itoa(i))
+	m.WithProperty("num", strconv.Itoa(i))
 	m.WithProperty("u-text", fmt.Sprintf("héllo, wörld %d", i))
 	return m
 }
@@ -607,6 +610,77 @@ func scenarioOffsetResume() (map[string]any, error) {
 	return map[string]any{"topic": t, "first": first.messages(), "second": second.messages()}, err
 }
 
+func scenarioRetry() (map[string]any, error) {
+	t := topic("retry")
+	p, err := newProducer("retry-producer")
+	if err != nil {
+		return nil, err
+	}
+	defer p.Shutdown()
+	const n = 2
+	for i := 0; i < n; i++ {
+		if _, err := p.SendSync(context.Background(), message(t, i, "TagRetry")); err != nil {
+			return nil, fmt.Errorf("send %d: %w", i, err)
+		}
+	}
+	// each message is refused once (RECONSUME_LATER, delay level 1: 1 s), then accepted
+	c := newCollector(2 * n)
+	pc, err := rocketmq.NewPushConsumer(
+		consumer.WithNameServer(nameserver()),
+		consumer.WithGroupName(group("retry-consumer")),
+		consumer.WithInstance(group("retry-consumer")),
+		consumer.WithConsumeFromWhere(consumer.ConsumeFromFirstOffset),
+	)
+	if err != nil {
+		return nil, err
+	}
+	err = pc.Subscribe(t, consumer.MessageSelector{Type: consumer.TAG, Expression: "*"},
+		func(ctx context.Context, ms ...*primitive.MessageExt) (consumer.ConsumeResult, error) {
+			c.add(ms...)
+			for _, m := range ms {
+				if m.ReconsumeTimes == 0 {
+					if cc, ok := primitive.GetConcurrentlyCtx(ctx); ok {
+						cc.DelayLevelWhenNextConsume = 1
+					}
+					return consumer.ConsumeRetryLater, nil
+				}
+			}
+			return consumer.ConsumeSuccess, nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	if err := pc.Start(); err != nil {
+		return nil, err
+	}
+	defer pc.Shutdown()
+	err = c.wait(500 * time.Millisecond)
+	return map[string]any{"topic": t, "received": c.messages()}, err
+}
+
+func scenarioSQLFilter() (map[string]any, error) {
+	t := topic("sql")
+	p, err := newProducer("sql-producer")
+	if err != nil {
+		return nil, err
+	}
+	defer p.Shutdown()
+	for i := 0; i < 6; i++ {
+		if _, err := p.SendSync(context.Background(), message(t, i, "TagSql")); err != nil {
+			return nil, fmt.Errorf("send %d: %w", i, err)
+		}
+	}
+	c := newCollector(3)
+	sel := consumer.MessageSelector{Type: consumer.SQL92, Expression: "num IN ('1', '3', '5')"}
+	pc, err := startPush("sql-consumer", group("sql-consumer"), t, pushOptions{selector: sel, from: consumer.ConsumeFromFirstOffset}, c)
+	if err != nil {
+		return nil, err
+	}
+	defer pc.Shutdown()
+	err = c.wait(time.Second)
+	return map[string]any{"topic": t, "received": c.messages()}, err
+}
+
 var scenarios = []struct {
 	name string
 	run  func() (map[string]any, error)
@@ -622,6 +696,8 @@ var scenarios = []struct {
 	{"orderly", scenarioOrderly},
 	{"transaction", scenarioTransaction},
 	{"offset_resume", scenarioOffsetResume},
+	{"retry", scenarioRetry},
+	{"sql_filter", scenarioSQLFilter},
 }
 
 func main() {
