@@ -122,6 +122,12 @@ class _ServedToTheEnd(asyncio.StreamReaderProtocol):
         super().connection_lost(exc)
 
 
+def _served_to_the_end(writer: asyncio.StreamWriter) -> bool:
+    """Whether ``writer``'s connection is lost and its delivered frames are still to be read."""
+    transport = writer.transport
+    return transport.is_closing() and isinstance(transport.get_protocol(), _ServedToTheEnd)
+
+
 def _unread(transport: asyncio.BaseTransport) -> bytes:
     """The bytes still in the kernel's receive buffer of a lost connection (its socket is still
     open while the protocol hears of the loss), at most :data:`UNREAD_BYTES_MAX`."""
@@ -235,12 +241,17 @@ class RemotingServer:
 
         def protocol() -> asyncio.StreamReaderProtocol:
             reader = asyncio.StreamReader(limit=64 * 1024, loop=loop)
-            return _ServedToTheEnd(reader, self._connected, loop, plain=self._ssl is None)
+            return _ServedToTheEnd(reader, self._connected, loop, plain=True)
 
         if self._ssl is None:
             return await loop.create_server(protocol, host, port)
-        return await loop.create_server(
-            protocol, host, port, ssl=self._ssl, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S
+        return await asyncio.start_server(
+            self._connected,
+            host,
+            port,
+            limit=64 * 1024,
+            ssl=self._ssl,
+            ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT_S,
         )
 
     async def _connected(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -290,9 +301,9 @@ class RemotingServer:
             task = asyncio.create_task(self._serve(command, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            # backpressure: a peer that does not read its responses is not read either (a
-            # connection already lost is not drained: the frames it delivered are still served)
-            if not conn.writer.is_closing():
+            # backpressure: a peer that does not read its responses is not read either (a plain
+            # connection already lost is not: what it delivered is still served)
+            if not _served_to_the_end(conn.writer):
                 await conn.writer.drain()
 
     async def _serve(self, command: Command, conn: Connection) -> None:
