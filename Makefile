@@ -8,6 +8,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 DATA_DIR ?= $(HOME)/.gannet/store
 PYTEST_ARGS ?=
+# suites under tests/ with a make target of their own (a cold build of minutes)
+NOT_IN_TEST = --ignore=tests/remoting/test_go_client.py
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
@@ -51,14 +53,14 @@ lint: $(STAMP)
 ## replay an order with SEED=<seed>. Finds tests that pass only after (or before) another.
 SEED ?=
 test-random: $(STAMP) $(PROMTOOL) java
-	$(BIN)/pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(PYTEST_ARGS)
+	$(BIN)/pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(NOT_IN_TEST) $(PYTEST_ARGS)
 
 ## test-load: test-random with stress-ng keeping every core busy (Debian's stress-ng): a test
 ## that races the clock instead of awaiting an event fails here (about twice make test's time)
 test-load: $(STAMP) $(PROMTOOL) java
 	command -v stress-ng >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) stress-ng; }
 	stress-ng --cpu $$(nproc) --timeout 3h --quiet & hog=$$!; \
-	  $(BIN)/pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(PYTEST_ARGS); \
+	  $(BIN)/pytest -q -p randomly $(if $(SEED),--randomly-seed=$(SEED)) $(NOT_IN_TEST) $(PYTEST_ARGS); \
 	  status=$$?; kill $$hog; exit $$status
 
 # Java runs PySpark in tests/pipeline (local[2]); tests/remoting compiles the official RocketMQ
@@ -69,7 +71,7 @@ java:
 
 unit: $(STAMP) $(PROMTOOL) java
 	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
-	$(BIN)/pytest -q --durations=25 $(PYTEST_ARGS)
+	$(BIN)/pytest -q --durations=25 $(NOT_IN_TEST) $(PYTEST_ARGS)
 
 ## test-docs-spark: the docs pages whose blocks start Spark (docs/pipeline.md, after the README's
 ## quick start; about 1.5 min), which make test skips; CI runs it after make test
@@ -198,6 +200,19 @@ e2e-faults: $(STAMP)
 .PHONY: e2e-remoting-admin
 e2e-remoting-admin: $(STAMP) java
 	$(BIN)/python -m e2e.remoting_admin.spring_scenario --count 20
+
+## go-clients: the Go RocketMQ client's harness (e2e/clients/go: rocketmq-client-go v2, remoting)
+## built with go from the Go module proxy, cached in ~/.cache/gannet-go-clients (cold: ~1 CPU-min)
+.PHONY: go-clients e2e-remoting-go
+go-clients: $(STAMP)
+	command -v go >/dev/null || { echo "go-clients: go is not on PATH"; exit 1; }
+	$(BIN)/python tests/remoting/go_clients.py build
+
+## e2e-remoting-go: the Go client against a broker, one process: sync/async/oneway/batch sends,
+## delay level, push (tags), pull, orderly, transactions with check-back, offsets resumed after a
+## restart, admin (about 15 s once built; tests/remoting/test_go_client.py)
+e2e-remoting-go: go-clients
+	$(BIN)/pytest -q -p no:randomly tests/remoting/test_go_client.py $(PYTEST_ARGS)
 
 ## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
 ## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import ssl
 import struct
@@ -81,6 +82,73 @@ def _reset_on_close(writer: asyncio.StreamWriter) -> None:
     if sock is not None:
         with contextlib.suppress(OSError):
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, _LINGER_RESET)
+
+
+UNREAD_BYTES_MAX = 4 * 1024 * 1024
+"""What a lost connection's kernel buffer may still give up (:class:`_ServedToTheEnd`)."""
+
+
+class _ServedToTheEnd(asyncio.StreamReaderProtocol):
+    """A connection lost to a reset or a failed write ends like one closed: every frame the
+    peer delivered is still read and served. A client that writes requests without waiting for
+    their answers and then closes its socket with answers unread (the Go client persisting its
+    consumer offsets at shutdown) makes its kernel reset the connection; asyncio would drop the
+    frames its reader had buffered and, when an answer's write failed first, the ones still in
+    the kernel's receive buffer (Linux keeps them readable after a reset)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        connected: Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]],
+        loop: asyncio.AbstractEventLoop,
+        *,
+        plain: bool,
+    ) -> None:
+        super().__init__(reader, connected, loop=loop)
+        self._kept_reader = reader
+        self._plain = plain
+        self._kept_transport: asyncio.BaseTransport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._kept_transport = transport
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if isinstance(exc, ConnectionError):
+            if self._plain and self._kept_transport is not None:
+                unread = _unread(self._kept_transport)
+                if unread:
+                    self._kept_reader.feed_data(unread)
+            exc = None
+        super().connection_lost(exc)
+
+
+def _served_to_the_end(writer: asyncio.StreamWriter) -> bool:
+    """Whether ``writer``'s connection is lost and its delivered frames are still to be read."""
+    transport = writer.transport
+    return transport.is_closing() and isinstance(transport.get_protocol(), _ServedToTheEnd)
+
+
+def _unread(transport: asyncio.BaseTransport) -> bytes:
+    """The bytes still in the kernel's receive buffer of a lost connection (its socket is still
+    open while the protocol hears of the loss), at most :data:`UNREAD_BYTES_MAX`."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return b""
+    chunks: list[bytes] = []
+    size_bytes = 0
+    try:
+        with socket.socket(fileno=os.dup(sock.fileno())) as raw:
+            raw.setblocking(False)
+            while size_bytes < UNREAD_BYTES_MAX:
+                chunk = raw.recv(min(65536, UNREAD_BYTES_MAX - size_bytes))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size_bytes += len(chunk)
+    except OSError:
+        pass  # nothing more to read (EAGAIN), or the reset itself
+    return b"".join(chunks)
 
 
 Dispatch = Callable[[Command, Connection], Awaitable[Command | None]]
@@ -170,8 +238,14 @@ class RemotingServer:
             self._servers.append(server)
 
     async def _start(self, host: str, port: int) -> asyncio.Server:
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            reader = asyncio.StreamReader(limit=64 * 1024, loop=loop)
+            return _ServedToTheEnd(reader, self._connected, loop, plain=True)
+
         if self._ssl is None:
-            return await asyncio.start_server(self._connected, host, port, limit=64 * 1024)
+            return await loop.create_server(protocol, host, port)
         return await asyncio.start_server(
             self._connected,
             host,
@@ -228,8 +302,10 @@ class RemotingServer:
             task = asyncio.create_task(self._serve(command, conn))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
-            # backpressure: a peer that does not read its responses is not read either
-            await conn.writer.drain()
+            # backpressure: a peer that does not read its responses is not read either (a plain
+            # connection already lost is not: what it delivered is still served)
+            if not _served_to_the_end(conn.writer):
+                await conn.writer.drain()
 
     async def _serve(self, command: Command, conn: Connection) -> None:
         try:
