@@ -73,12 +73,13 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.transaction_book import CheckLimits
-from gannet.node.broker import port_gate
+from gannet.node.broker import port_gate, tiering
 from gannet.node.metrics import (
     broker_metrics,
     failover_collecting,
     http_serving,
     instrumenting,
+    offload_collecting,
     resolver_collecting,
     transaction_collecting,
 )
@@ -92,6 +93,7 @@ from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.peer_resolving import ResolveFigures
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.tier.offloading import Offloader, OffloadFigures, TierConfig
 
 log = logging.getLogger(__name__)
 
@@ -175,6 +177,9 @@ class BrokerConfig:
     leaderless_close_after_s: float | None = port_gate.CLOSE_AFTER_S
     """A replicated member that has known no Raft leader this long closes its client port until
     it knows one again (:mod:`port_gate`); None: it never closes it."""
+    tier: TierConfig | None = None
+    """Tiered storage (``--tier-*``, :mod:`tiering`): sealed commit-log files offloaded to an
+    S3-compatible bucket; None: everything stays local."""
 
 
 def cluster_security(config: BrokerConfig) -> auth.ClientSecurity:
@@ -263,6 +268,8 @@ class Broker:
                 "--auth-file without --cluster-access-key: polls of other broker groups are "
                 "unsigned, so groups that require signatures refuse them"
             )
+        self.offloader: Offloader | None = None
+        """The tier's offload loop (:mod:`tiering`), running while serving with a tier."""
         self.failure: str | None = None
         """Why the node stopped itself (a failed fsync); None while healthy."""
         self._failing_task: asyncio.Future[None] | None = None
@@ -334,8 +341,13 @@ class Broker:
         try:
             await self._start_replication()
             await self._serve()
+            if self.config.tier is not None:
+                self.offloader = await asyncio.to_thread(
+                    tiering.start, self.store, self.replication, self.config.tier
+                )
         except BaseException:
             self.phase = "stopped"
+            await self._stop_offloader()
             await self._stop_replication()
             await self._close_pop()
             await asyncio.to_thread(self.store.close)
@@ -472,6 +484,9 @@ class Broker:
             )
             self.metrics.registry.register(
                 resolver_collecting.ResolveCollector(self._resolve_figures)
+            )
+            self.metrics.registry.register(
+                offload_collecting.OffloadCollector(self._offload_figures)
             )
         poller = group_polling.GroupPoller(
             identity.broker_name,
@@ -654,6 +669,9 @@ class Broker:
         figures = replication.transport.resolver.figures
         return figures if figures.family or figures.seconds else None
 
+    def _offload_figures(self) -> OffloadFigures | None:
+        return self.offloader.figures if self.offloader is not None else None
+
     def _leads(self) -> bool:
         return self.replication is not None and self.replication.is_leader()
 
@@ -661,6 +679,11 @@ class Broker:
         if self.config.replication is not None:
             self.replication = ReplicationNode(self.store, self.config.replication)
             await self.replication.start()
+
+    async def _stop_offloader(self) -> None:
+        offloader, self.offloader = self.offloader, None
+        if offloader is not None:
+            await asyncio.to_thread(offloader.stop)
 
     async def _stop_replication(self) -> None:
         if self.replication is not None:
@@ -704,6 +727,7 @@ class Broker:
         if server is not None:
             grace = self.config.shutdown_grace_s if grace_s is None else grace_s
             await _bounded(server.stop(grace), grace + STOP_STEP_SLACK_S, "the gRPC server's stop")
+        await self._stop_offloader()
         await self._stop_replication()
         await self._close_pop()
         # After a failed fsync nothing more is synced: the store is dropped as a crash would.
