@@ -477,6 +477,9 @@ class Broker:
             self.metrics.registry.register(
                 transaction_collecting.TransactionCollector(self._transaction_figures)
             )
+            self.metrics.registry.register(
+                offload_collecting.OffloadCollector(self._offload_figures)
+            )
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
             self.metrics.registry.register(
@@ -484,9 +487,6 @@ class Broker:
             )
             self.metrics.registry.register(
                 resolver_collecting.ResolveCollector(self._resolve_figures)
-            )
-            self.metrics.registry.register(
-                offload_collecting.OffloadCollector(self._offload_figures)
             )
         poller = group_polling.GroupPoller(
             identity.broker_name,
