@@ -3,7 +3,8 @@
 The broker runs with 1 MiB commit-log files, one upload per pass every 0.2 s and no local
 copy kept. The official RocketMQ Python client writes about 8 MiB (every acknowledged body
 remembered) while files are offloaded only after an hour; the broker restarts with
-``--tier-offload-after-s 0`` and is SIGKILLed while the manifest grows (twice, at different points of the offload), restarted, and left to finish. Then:
+``--tier-offload-after-s 0`` and is SIGKILLed while the manifest grows (twice, at different
+points of the offload), restarted, and left to finish. Then:
 
 - the tier is contiguous from offset 0, and every commit-log file deleted locally is in the
   manifest and in the bucket byte for byte (MD5 and size of the manifest; the bytes read back);
@@ -59,7 +60,8 @@ class BrokerProcess:
         self.args = [
             sys.executable, "-m", "gannet.node.cli", "broker", "run",
             "--data-dir", str(data_dir), "--listen", "127.0.0.1:0", "--file-size-mb", "1",
-            *small_stores.INDEX_ARGS, "--flush", "async", "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
+            *small_stores.INDEX_ARGS, "--flush", "async",
+            "--metrics-listen", f"127.0.0.1:{self.metrics_port}",
             "--tier-endpoint", seaweed.endpoint_url, "--tier-bucket", seaweedfs.BUCKET,
             "--tier-prefix", prefix, "--tier-credentials-file", str(self.credentials),
             "--tier-offload-after-s", "3600", "--tier-uploads-per-pass", "1",
@@ -214,7 +216,8 @@ def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
         figures,
     )
     offloaded = re.search(r"gannet_tier_offloaded_files_total\{[^}]*\} (\d+)", figures)
-    assert offloaded and int(offloaded.group(1)) >= 1, figures
+    assert offloaded, figures
+    assert int(offloaded.group(1)) >= 1, figures
     broker.stop()
     verify = subprocess.run(
         [sys.executable, "-m", "gannet.node.cli", "store", "verify", str(broker.data_dir)],
