@@ -6,6 +6,7 @@
 - Followers' side: :meth:`Offloader.run_pass` on a non-leader deletes exactly the leading files
   the manifest records with the local bytes, through the cleaner; a file recorded with other
   bytes is kept (``conflict``).
+- A manifest kept for another prefix fails the broker's start, named.
 - Cleanup with a tier: under disk pressure an offloaded file with unconsumed messages goes (the
   tier holds them) and writes stay accepted; expiry deletes only what the tier holds; consume
   queues stay down to the tier's start.
@@ -19,11 +20,13 @@ from pathlib import Path
 
 import pytest
 
+from gannet.node.broker import threads
+from gannet.node.broker.serving import BrokerConfig
 from gannet.node.broker.tiering import StoreSide
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.tier import applied, buckets, manifests, planning, uploading
+from gannet.node.store.tier import applied, buckets, errors, manifests, planning, uploading
 from gannet.node.store.tier.offloading import Offloader, TierConfig
 
 from ..store.test_cleanup_policy import TOPIC, fill, noon_ms
@@ -114,7 +117,8 @@ def test_a_tier_ending_below_the_oldest_local_file_is_a_gap(store: MessageStore)
     log = uploading.FileManifestLog(applied.manifest_path(store.config.root_dir), PREFIX)
     _record_first(store, log, 1)
     store.cleaner.run(manual=True, now_ms=noon_ms() + YEAR_MS)  # no tier told: deletes all
-    fill(store)  # new sealed files, after the gap
+    while len(store.commitlog.files.files) < 2:  # a new sealed file, after the gap
+        store.put_message(Message(topic=TOPIC, body=b"o" * 1000))
     offloader = Offloader(_config(), StoreSide(store, None), log, buckets.S3Bucket(_dead_bucket()))
     assert not offloader.run_pass()
     assert offloader.figures.failures_total == {"gap": 1}
@@ -158,3 +162,15 @@ def test_cleanup_with_a_tier_counts_only_files_not_offloaded(store: MessageStore
     assert result.commitlog_files_deleted == 1
     assert result.unconsumed_deleted == {}
     assert store.commitlog.min_offset() == held.end_offset + size
+
+
+def test_a_broker_refuses_to_start_on_a_manifest_of_another_prefix(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    uploading.FileManifestLog(applied.manifest_path(root), "gannet/other/g0").propose(
+        manifests.RecordObject(manifests.TierObject(0, 10, "a" * 32, 1))
+    )
+    store_config = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
+    with pytest.raises(errors.ManifestConflict, match="is for prefix 'gannet/other/g0'"):
+        threads.start(BrokerConfig(store=store_config, listen_port=0, tier=_config()))
+    running = threads.start(BrokerConfig(store=store_config, listen_port=0))  # store released
+    running.stop()

@@ -340,11 +340,11 @@ class Broker:
         self.phase = "starting"
         try:
             await self._start_replication()
-            await self._serve()
             if self.config.tier is not None:
                 self.offloader = await asyncio.to_thread(
                     tiering.start, self.store, self.replication, self.config.tier
                 )
+            await self._serve()
         except BaseException:
             self.phase = "stopped"
             await self._stop_offloader()
