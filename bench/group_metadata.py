@@ -41,7 +41,8 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from bench import results_log
 from bench.groups import CLIENT_ID, QUEUES_PER_GROUP, TOPIC, _machine, cpu_seconds
-from e2e.groups.harness import Cluster, wait_for
+from e2e.groups.harness import Cluster
+from e2e.processes import wait_for
 from gannet.node.api import broker_groups
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 

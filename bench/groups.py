@@ -43,7 +43,8 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from bench import results_log
-from e2e.groups.harness import Cluster, wait_for
+from e2e.groups.harness import Cluster
+from e2e.processes import wait_for
 from gannet.node.protocol.gen import admin_pb2
 
 TOPIC = "GroupsBench"

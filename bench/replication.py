@@ -38,7 +38,8 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from bench import results_log
-from e2e.replication.harness import ProcessGroup, wait_for
+from e2e.processes import wait_for
+from e2e.replication.harness import ProcessGroup
 
 RESULTS = results_log.RESULTS
 TOPIC = "ReplicationBench"

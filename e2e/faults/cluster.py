@@ -18,13 +18,13 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from e2e import processes
 from e2e.faults import netns
 from e2e.faults.history import History, Sample
 from e2e.faults.lazyfs import LazyMount
@@ -50,16 +50,6 @@ TX_CHECK_ARGS = ("--transaction-timeout-ms", "3000", "--transaction-check-interv
 """Open transactions are checked within the run's drain (RocketMQ's defaults: 6 s, then 60 s)."""
 FILL_RATIO = 0.95
 """Above the store's disk warning ratio (90 %): writes are refused."""
-
-
-def wait_for(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    """Poll ``condition()`` (other processes: there is nothing to await) until true."""
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        pause.wait(0.1)
 
 
 class NetCluster:
@@ -247,16 +237,7 @@ class NetCluster:
 
     def stop(self) -> None:
         self._monitor_stop.set()
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        processes.stop_all(self.processes.values(), STOP_TIMEOUT_S)
         if self._monitor is not None:
             self._monitor.join(5)
 
@@ -341,7 +322,7 @@ class NetCluster:
             found[:] = [leader]
             return True
 
-        wait_for(agreed, timeout_s, "an agreed leader")
+        processes.wait_for(agreed, timeout_s, "an agreed leader")
         return found[0]
 
     def newest_leader(self) -> int | None:
@@ -377,7 +358,7 @@ class NetCluster:
             found[:] = [commit]
             return bool(commit == last)
 
-        wait_for(same, timeout_s, "every replica at the same commit offset")
+        processes.wait_for(same, timeout_s, "every replica at the same commit offset")
         return found[0]
 
     def stored(self, node_id: int, topic: str) -> dict[int, list[records.Message]]:

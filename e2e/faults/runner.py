@@ -41,9 +41,10 @@ from pathlib import Path
 from typing import Any
 
 from e2e.faults import checker, nemesis, netns, report
-from e2e.faults.cluster import FOUNDERS, NetCluster, wait_for
+from e2e.faults.cluster import FOUNDERS, NetCluster
 from e2e.faults.history import Event, History
 from e2e.faults.workload import Popper, Sender, TxSender
+from e2e.processes import wait_for
 
 SEND_RATE_PER_S = 15.0
 TX_RATE_PER_S = 8.0

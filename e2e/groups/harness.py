@@ -12,7 +12,6 @@ import itertools
 import os
 import random
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -27,6 +26,8 @@ from click.testing import CliRunner
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
+from e2e import processes
+from e2e.processes import bindable
 from gannet.node.cli.cluster import (
     GROUP_PORT_STRIDE,
     GroupPlan,
@@ -54,29 +55,9 @@ def free_base_port(groups: int, seed: int) -> int:
     span = groups * GROUP_PORT_STRIDE
     for _ in range(200):
         base = rng.randrange(20_000, 60_000 - span)
-        if all(_free(base + offset) for offset in range(span)):
+        if all(bindable(base + offset) for offset in range(span)):
             return base
     raise AssertionError("no free port range found")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def wait_for(condition: object, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
-    """Poll ``condition()`` (other processes: there is nothing to await) until true."""
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        pause.wait(interval_s)
 
 
 class Cluster:
@@ -149,7 +130,7 @@ class Cluster:
                 return found[0] != skip
             return False
 
-        wait_for(agreed, timeout_s, f"a leader of {name}", 0.1)
+        processes.wait_for(agreed, timeout_s, f"a leader of {name}", 0.1)
         return found[0]
 
     def alive(self, endpoint: str) -> bool:
@@ -189,15 +170,7 @@ class Cluster:
             )
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        processes.stop_all(self.processes.values(), STOP_TIMEOUT_S)
 
     def verify_stores(self) -> dict[str, str]:
         """``gannet store verify`` of every member (stopped; the command run in this process,

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-from e2e.groups.harness import Ack, AsyncLoad, Cluster, largest_gap_s, wait_for
+from e2e.groups.harness import Ack, AsyncLoad, Cluster, largest_gap_s
+from e2e.processes import wait_for
 from gannet.node.protocol.gen import admin_pb2
 
 TOPIC = "GroupsE2E"
@@ -110,7 +111,11 @@ def _run(
     load.start()
     try:
         for name in ("broker-0", "broker-1"):
-            wait_for(lambda n=name: load.count(n) >= STEADY_ACKS, 60, f"steady sends to {name}")
+
+            def steady(group: str = name) -> bool:
+                return load.count(group) >= STEADY_ACKS
+
+            wait_for(steady, 60, f"steady sends to {name}")
         phase("steady")
         killed_at = time.monotonic()
         cluster.kill(leader0)

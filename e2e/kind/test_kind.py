@@ -51,6 +51,36 @@ def broker_pods(kube: Kubectl) -> dict[str, dict[str, Any]]:
     return {pod["metadata"]["name"]: pod for pod in listed["items"]}
 
 
+class FewestReady:
+    """The fewest broker pods Ready and not being deleted, sampled every 0.5 s from
+    :meth:`start` to :meth:`stop` (the PodDisruptionBudget allows one member down)."""
+
+    def __init__(self, kube: Kubectl, members: int = 3) -> None:
+        self.kube = kube
+        self.fewest = members
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(10)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            ready = sum(
+                1
+                for pod in broker_pods(self.kube).values()
+                if conditions(pod).get("Ready", {}).get("status") == "True"
+                and pod["metadata"].get("deletionTimestamp") is None
+            )
+            self.fewest = min(self.fewest, ready)
+            self._stop.wait(0.5)
+
+
 def claims(kube: Kubectl) -> dict[str, str]:
     """PVC name -> uid of the brokers' claims."""
     listed = get(kube, "pvc")
@@ -173,27 +203,12 @@ def test_node_drain_respects_the_disruption_budget(client: Kubectl) -> None:
         placed.setdefault(pod["spec"]["nodeName"], []).append(name)
     node, on_node = max(placed.items(), key=lambda item: len(item[1]))
     say(f"brokers per node: {placed}; draining {node}")
-    ready_low = [3]
-    stop = threading.Event()
-
-    def watch_ready() -> None:
-        while not stop.is_set():
-            pods = broker_pods(client)
-            ready = sum(
-                1
-                for pod in pods.values()
-                if conditions(pod).get("Ready", {}).get("status") == "True"
-                and pod["metadata"].get("deletionTimestamp") is None
-            )
-            ready_low[0] = min(ready_low[0], ready)
-            stop.wait(0.5)
-
-    watcher = threading.Thread(target=watch_ready, daemon=True)
+    ready = FewestReady(client)
     load = Load(client, "orders", "sd")
     try:
         load.wait_acks(30)
         at = time.time()
-        watcher.start()
+        ready.start()
         drained = client.run(
             "drain", node, "--ignore-daemonsets", "--delete-emptydir-data",
             f"--pod-selector={PODS}", "--timeout=45s", check=False,
@@ -205,15 +220,15 @@ def test_node_drain_respects_the_disruption_budget(client: Kubectl) -> None:
         wait_members_ready(client)
         load.wait_acks(20, after=time.time())
     finally:
-        stop.set()
+        ready.stop()
         acks = load.stop()
     refused = "disruption budget" in output
     say(
         f"drain of {node} ({len(on_node)} brokers): exit {drained.returncode}, PDB refusals "
-        f"seen {refused}, fewest Ready brokers {ready_low[0]} of 3, longest client gap "
+        f"seen {refused}, fewest Ready brokers {ready.fewest} of 3, longest client gap "
         f"{outage:.2f} s, failed sends {len(load.failures)}"
     )
-    assert ready_low[0] >= 2, "more than one broker down at a time (the PDB allows 1)"
+    assert ready.fewest >= 2, "more than one broker down at a time (the PDB allows 1)"
     if len(on_node) > 1:
         assert drained.returncode != 0, output
         assert refused, output
@@ -330,27 +345,12 @@ def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
     cluster.kind("load", "docker-image", tag, "--name", cluster.NAME)
     pdb = get(client, "pdb", "-l", PODS)["items"]
     assert pdb, "no PodDisruptionBudget for the brokers"
-    ready_low = [3]
-    stop = threading.Event()
-
-    def watch_ready() -> None:
-        while not stop.is_set():
-            pods = broker_pods(client)
-            ready = sum(
-                1
-                for pod in pods.values()
-                if conditions(pod).get("Ready", {}).get("status") == "True"
-                and pod["metadata"].get("deletionTimestamp") is None
-            )
-            ready_low[0] = min(ready_low[0], ready)
-            stop.wait(0.5)
-
-    watcher = threading.Thread(target=watch_ready, daemon=True)
+    ready = FewestReady(client)
     load = Load(client, "orders", "s5")
     try:
         load.wait_acks(30)
         at = time.time()
-        watcher.start()
+        ready.start()
         # One roll for the new image and scenario 8's access from outside.
         patch = json.dumps({"spec": {"image": tag, **external_spec(node_address())}})
         client.run("-n", NS, "patch", "gannetcluster", "main", "--type", "merge", "-p", patch)
@@ -366,7 +366,7 @@ def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
         wait_members_ready(client)
         load.wait_acks(20, after=time.time())
     finally:
-        stop.set()
+        ready.stop()
         acks = load.stop()
     gaps = sorted(
         (later.answered - earlier.answered, earlier.answered)
@@ -375,10 +375,10 @@ def test_rolling_upgrade_to_a_new_tag(client: Kubectl) -> None:
     )
     worst = [round(gap, 2) for gap, _ in gaps[-3:]]
     say(
-        f"rolling upgrade to {tag}: fewest Ready brokers {ready_low[0]} of 3, "
+        f"rolling upgrade to {tag}: fewest Ready brokers {ready.fewest} of 3, "
         f"longest client gaps {worst} s, failed sends {len(load.failures)}"
     )
-    assert ready_low[0] >= 2, "more than one broker down at a time (the PDB allows 1)"
+    assert ready.fewest >= 2, "more than one broker down at a time (the PDB allows 1)"
     check_all_back(client, acks, "rolling upgrade")
     assert gaps[-1][0] <= OUTAGE_S_MAX, f"client outage {gaps[-1][0]:.2f} s > {OUTAGE_S_MAX} s"
 

@@ -26,7 +26,6 @@ import dataclasses
 import datetime as dt
 import json
 import signal
-import socket
 import ssl
 import subprocess
 import time
@@ -42,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from e2e.kube import tools
+from e2e.processes import free_port
 
 START_TIMEOUT_S = 120.0  # a cold kube-apiserver on a busy 2-core machine takes ~10-30 s
 
@@ -52,12 +52,6 @@ omitStages: [RequestReceived]
 rules:
   - level: Metadata
 """
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _pem_key(key: Any) -> bytes:

@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from e2e.kube import tools
-from e2e.kube.control_plane import ControlPlane, free_port
+from e2e.kube.control_plane import ControlPlane
+from e2e.processes import free_port
 
 NAMESPACE = "gannet"
 GROUP_VERSION = "gannet.io/v1alpha1"

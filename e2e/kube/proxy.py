@@ -22,7 +22,8 @@ from collections.abc import Callable, Iterator
 import aiohttp
 from aiohttp import web
 
-from e2e.kube.control_plane import ControlPlane, free_port
+from e2e.kube.control_plane import ControlPlane
+from e2e.processes import free_port
 
 HOP_BY_HOP = {"host", "connection", "keep-alive", "transfer-encoding", "content-length"}
 

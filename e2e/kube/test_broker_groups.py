@@ -51,9 +51,10 @@ from rocketmq import (
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb2_grpc
 
 from e2e.kube import harness
-from e2e.kube.control_plane import ControlPlane, free_port
+from e2e.kube.control_plane import ControlPlane
 from e2e.kube.harness import Kubectl, Process, condition
 from e2e.kube.test_membership import Kubelet
+from e2e.processes import free_port
 from gannet.node.protocol.auth import SigningInterceptor
 
 NS = "gannet-groups"

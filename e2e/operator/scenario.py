@@ -34,7 +34,6 @@ import dataclasses
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,6 +54,7 @@ from rocketmq import (
     SimpleConsumer,
 )
 
+from e2e.processes import free_port
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.testing import small_stores
 from gannet.operator import kube, metrics, resources
@@ -64,12 +64,6 @@ from tests.operator.stores import stack_store
 
 START_TIMEOUT_S = 60.0  # upper bounds: a shared 2-core machine can be very busy
 MESSAGES = 20
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def gannet_command() -> list[str]:

@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from typing import Any
 
 import grpc
 
+from e2e.processes import free_port
 from gannet.node.cli.cluster import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.testing import small_stores
@@ -40,12 +40,6 @@ RULES = REPO / "deploy" / "prometheus" / "gannet-rules.yml"
 START_TIMEOUT_S = 30.0
 HTTP_TIMEOUT_S = 10.0
 SCRAPE_INTERVAL_S = 1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http_get(host_port: str, path: str) -> tuple[int, bytes]:

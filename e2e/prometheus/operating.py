@@ -18,6 +18,7 @@ from pathlib import Path
 import kmock
 
 from e2e.operator import scenario as operator_scenario
+from e2e.processes import free_port
 from e2e.prometheus import harness
 from gannet.operator import kube, metrics, resources
 from tests.operator.conftest import Env, ready
@@ -33,7 +34,7 @@ class OperatorUnderTest:
     def __init__(self, workdir: Path, broker_endpoint: str) -> None:
         self.workdir = workdir
         self.broker_endpoint = broker_endpoint
-        self.metrics_endpoint = f"127.0.0.1:{harness.free_port()}"
+        self.metrics_endpoint = f"127.0.0.1:{free_port()}"
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._ready = threading.Event()

@@ -45,7 +45,8 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-from e2e.replication.harness import Load, ProcessGroup, Receipt, wait_for
+from e2e.processes import wait_for
+from e2e.replication.harness import Load, ProcessGroup, Receipt
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.upkeep import disk_space
 

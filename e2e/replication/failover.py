@@ -48,9 +48,10 @@ from pathlib import Path
 from rich.console import Console
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
+from e2e.processes import wait_for
 from e2e.replication.clients import AckLog, ExternalLoad, ServiceProxy
 from e2e.replication.consumers import PushLoad, Settlement, SimpleLoad
-from e2e.replication.harness import ProcessGroup, Receipt, VerifyReport, wait_for
+from e2e.replication.harness import ProcessGroup, Receipt, VerifyReport
 from gannet.node.protocol.gen import admin_pb2
 
 TOPIC = "E2eFailover"

@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
+from e2e import processes
+from e2e.processes import bindable
 from gannet.node.cli.cluster import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
@@ -70,31 +72,9 @@ def remoting_shift(ports: list[int]) -> int:
     member of a cluster keeps its remoting port at the same distance from its client port)."""
     for _ in range(200):
         shift = random.randrange(1000, 20000)
-        if all(_bindable(p + shift) for p in ports):
+        if all(bindable(p + shift) for p in ports):
             return shift
     raise RuntimeError("no common free port distance for the remoting ports")
-
-
-def _bindable(port: int) -> bool:
-    if port > 65535:
-        return False
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def wait_for(condition: object, timeout_s: float, what: str, interval_s: float = 0.05) -> None:
-    """Poll ``condition()`` (other processes: there is nothing to await) until true."""
-    assert callable(condition)
-    deadline = time.monotonic() + timeout_s
-    pause = threading.Event()
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        pause.wait(interval_s)
 
 
 @dataclass
@@ -233,16 +213,7 @@ class ProcessGroup:
 
     def close(self) -> None:
         self._monitor_stop.set()
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGCONT)
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        processes.stop_all(self.processes.values(), STOP_TIMEOUT_S)
         if self._monitor is not None:
             self._monitor.join(5)
         self.proxies.close()
@@ -294,7 +265,7 @@ class ProcessGroup:
             found[:] = [leader]
             return True
 
-        wait_for(agreed, timeout_s, f"one leader among {ids}")
+        processes.wait_for(agreed, timeout_s, f"one leader among {ids}")
         return found[0]
 
     def current_leader(self, timeout_s: float = 20.0) -> int:
@@ -313,7 +284,7 @@ class ProcessGroup:
             found[:] = [int(best.node_id)]
             return True
 
-        wait_for(newest, timeout_s, "a leader in the newest term")
+        processes.wait_for(newest, timeout_s, "a leader in the newest term")
         return found[0]
 
     def admin_call(self, node_id: int, method: str, request: object) -> object:
@@ -355,7 +326,7 @@ class ProcessGroup:
             found[:] = [commit]
             return commit == last
 
-        wait_for(same, timeout_s, "every replica to reach the same commit offset", 0.2)
+        processes.wait_for(same, timeout_s, "every replica to reach the same commit offset", 0.2)
         return found[0]
 
     def commitlog_bytes(self, node_id: int, upto: int) -> bytes:

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import grpc
 
+from e2e import processes
 from e2e.faults import netns
 from e2e.faults.netns import Namespaces
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
@@ -111,15 +112,7 @@ class Group:
                 )
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        processes.stop_all(self.processes.values(), STOP_TIMEOUT_S)
 
     def _stub(self, node_id: int) -> tuple[grpc.Channel, admin_pb2_grpc.AdminStub]:
         channel = grpc.insecure_channel(

@@ -46,7 +46,8 @@ from rocketmq import (
     TransactionResolution,
 )
 
-from e2e.replication.harness import ProcessGroup, wait_for
+from e2e.processes import wait_for
+from e2e.replication.harness import ProcessGroup
 from gannet.node.protocol.gen import admin_pb2
 
 CHECK_MS = 1_000

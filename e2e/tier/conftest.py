@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from e2e.tier import seaweedfs
+from e2e.tier import seaweedfs, stores
 from gannet.node.store.tier import buckets
 
 _prefix_numbers = itertools.count()
@@ -40,3 +41,10 @@ def bucket(seaweed: seaweedfs.SeaweedS3) -> buckets.S3Bucket:
 def prefix() -> str:
     """A key prefix no other test of the session uses."""
     return f"gannet/test{next(_prefix_numbers)}/g0"
+
+
+@pytest.fixture
+def written(bucket: buckets.S3Bucket, prefix: str, tmp_path: Path) -> stores.Written:
+    """A real store of 64 KiB commit-log files whose two oldest files are offloaded under
+    ``prefix`` and deleted locally (:func:`stores.write_offloaded_store`)."""
+    return stores.write_offloaded_store(bucket, prefix, tmp_path)

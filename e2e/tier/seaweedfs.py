@@ -212,6 +212,17 @@ class SeaweedS3:
             self._process.wait(timeout=10)
         self._process = None
 
+    def pause(self) -> None:
+        """SIGSTOP the server's process group: it keeps its sockets but answers nothing (a
+        hung bucket: connections are accepted by the kernel, reads time out)."""
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after :meth:`pause`."""
+        if self._process is not None and self._process.poll() is None:
+            os.killpg(self._process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Kill the server's process group and remove its directory."""
         self.kill()

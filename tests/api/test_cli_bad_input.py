@@ -63,6 +63,10 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "cluster_access_key": [("key-without-its-secret", USAGE)],
     "cluster_secret_key": [("secret-without-its-key", USAGE)],
     "group_endpoints": [("nohostport", USAGE)],
+    # alone, any --tier-* option is wrong usage: a tiered store needs all five
+    "tier_bucket": [("", USAGE), ("gannet", USAGE)],
+    "tier_endpoint": [("ftp://host", USAGE)],
+    "tier_prefix": [("bad prefix!", USAGE)],
     "groups": [
         ("nodir", USAGE),
         ("broker-0={missing}", USAGE),

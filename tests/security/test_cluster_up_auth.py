@@ -18,7 +18,8 @@ import click
 import grpc
 import pytest
 
-from e2e.groups.harness import free_base_port, wait_for
+from e2e.groups.harness import free_base_port
+from e2e.processes import wait_for
 from gannet.node.cli import cluster, cluster_auth
 from gannet.node.protocol import credentials
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc

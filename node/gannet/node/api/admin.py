@@ -40,6 +40,7 @@ from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
+from gannet.node.store.tier.errors import TierUnavailable
 
 if TYPE_CHECKING:
     from gannet.node.api.messaging import MessagingServicer
@@ -83,6 +84,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             await _abort(context, exc.code, exc.message)
         except errors.MessageIllegal as exc:
             await _abort(context, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except TierUnavailable as exc:  # an offloaded offset while the bucket is down: retry
+            await _abort(context, grpc.StatusCode.UNAVAILABLE, f"tier not available now: {exc}")
         except errors.StoreError as exc:
             await _abort(context, grpc.StatusCode.INTERNAL, f"{type(exc).__name__}: {exc}")
 

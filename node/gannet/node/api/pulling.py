@@ -60,7 +60,7 @@ from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import errors
 from gannet.node.store.log import records
 from gannet.node.store.log.records import DispatchInfo
-from gannet.node.store.queues.reading import GetResult, GetStatus, read_queue_records
+from gannet.node.store.queues.reading import GetResult, GetStatus
 
 log = logging.getLogger(__name__)
 
@@ -239,9 +239,7 @@ class PullHandler:
     ) -> GetResult:
         store = self.store
         if records_bytes_max:
-            got = read_queue_records(
-                store.queues, store.commitlog, topic, queue_id, offset, wanted, records_bytes_max
-            )
+            got = store.get_records(topic, queue_id, offset, wanted, records_bytes_max)
         else:
             got = store.get_messages(
                 topic, queue_id, offset, wanted, tag_filter.unit_test, tag_filter.record_test

@@ -11,6 +11,8 @@ Called by :mod:`gannet.node.api.messaging`, :mod:`gannet.node.api.receiving` and
 
 from __future__ import annotations
 
+from rocketmq.grpc_protocol import Code
+
 from gannet.node.protocol.statuses import (
     BAD_REQUEST,
     ILLEGAL_CONSUMER_GROUP,
@@ -22,6 +24,9 @@ from gannet.node.protocol.statuses import (
     ApiError,
 )
 from gannet.node.store import errors
+from gannet.node.store.tier.errors import TierUnavailable
+
+HA_NOT_AVAILABLE: int = Code.HA_NOT_AVAILABLE
 
 # Most specific first: the first type the error is an instance of gives its code.
 _CODES: tuple[tuple[type[errors.StoreError], int], ...] = (
@@ -41,6 +46,11 @@ def from_store_error(exc: errors.StoreError, *, illegal_code: int = BAD_REQUEST)
         return ApiError(illegal_code, str(exc))
     if isinstance(exc, errors.FlushTimeout):
         return ApiError(MASTER_PERSISTENCE_TIMEOUT, str(exc))
+    if isinstance(exc, TierUnavailable):
+        # A read of an offloaded offset while the bucket is down or busy: the retryable
+        # "not available" code (RocketMQ's SLAVE_NOT_AVAILABLE), as for a member without a
+        # reachable leader (routes.replication_refusal). The text names the offset and bucket.
+        return ApiError(HA_NOT_AVAILABLE, f"tier not available now, retry: {exc}")
     if isinstance(exc, errors.DiskFull):
         # The broker's SERVICE_NOT_AVAILABLE, which RocketMQ's proxy answers as
         # INTERNAL_SERVER_ERROR; clients retry it. The text names the disk ratio.

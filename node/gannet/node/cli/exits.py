@@ -3,7 +3,8 @@
 Scripts can rely on them (also in ``gannet --help`` and docs/cli.md): 0 success; 1 the check
 failed or nothing was found; 2 wrong usage (click: unknown option, bad value, malformed endpoint
 or message id; ``cluster status``: the members do not agree on one leader); 3 the store could
-not be opened; 4 the broker could not be reached; 5 the broker refused the request.
+not be opened; 4 the broker (or a tiered store's bucket) could not be reached; 5 the broker (or
+the bucket) refused the request.
 
 Used by every command module of :mod:`gannet.node.cli`.
 """
@@ -28,8 +29,12 @@ EXIT_CODES = (
     (1, "check failed or nothing found"),
     (2, "wrong usage: unknown option, bad value, malformed endpoint or message id"),
     (3, "store unavailable: not a store directory, held by a running broker, unreadable"),
-    (4, "broker unreachable"),
-    (5, "broker refused the request: bad or reserved name, exists, not allowed"),
+    (4, "broker unreachable (or a tiered store's bucket)"),
+    (
+        5,
+        "broker refused the request: bad or reserved name, exists, not allowed; or the tier "
+        "bucket refused the credentials or the request",
+    ),
 )
 EXIT_CODES_HELP = "\b\nExit codes:\n" + "\n".join(f"  {code}  {what}" for code, what in EXIT_CODES)
 

@@ -4,8 +4,13 @@
 figures are then a live snapshot, :func:`held_by` says by whom); ``verify`` checks every
 record's CRC and every consume-queue entry (exit 1 on damage); ``get`` and ``query`` open the
 store read-only with the sizes its files show (:func:`_offline_config`) and find messages by
-offset, message id, key or store time. Exit codes: 1 nothing found or damage, 3 the store
-cannot be opened (:mod:`gannet.node.cli.exits`).
+offset, message id, key or store time. With the ``--tier-*`` options
+(:mod:`gannet.node.cli.tier_options`) they understand a tiered store: ``inspect`` lists the
+offloaded files beside the local ones, ``verify`` checks each offloaded object against the
+manifest (size and MD5 by HEAD; ``--deep``: read back, MD5 of the bytes and every record
+walked), ``get`` and ``query`` read offloaded records through the tier. Exit codes: 1 nothing
+found or damage, 3 the store cannot be opened, 4 the tier bucket unreachable, 5 the bucket
+refused the credentials or the request (:mod:`gannet.node.cli.exits`).
 
 Registered on the ``gannet`` group by :mod:`gannet.node.cli.root`.
 """
@@ -28,12 +33,15 @@ from gannet.node.cli import options, output
 from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
 from gannet.node.cli.options import data_dir_argument
 from gannet.node.cli.output import Column, emit, output_option
+from gannet.node.cli.tier_options import Tier, open_tier, tier_exit, tier_options
 from gannet.node.store import msgids, querying
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
+from gannet.node.store.tier import auditing, naming, routing
+from gannet.node.store.tier.errors import TierError
 from gannet.node.store.upkeep import verifying
 
 console = output.console
@@ -47,10 +55,12 @@ def store() -> None:
 
 @store.command("inspect")
 @data_dir_argument
+@tier_options
 @output_option
-def store_inspect(data_dir: Path) -> None:
+def store_inspect(data_dir: Path, **tier_values: Any) -> None:
     """Files, offsets, topics and queues of a store directory (read-only; a running broker may
-    hold it: the figures are then a live snapshot)."""
+    hold it: the figures are then a live snapshot); with --tier-* also the offloaded files."""
+    tier = open_tier(tier_values)  # usage errors first
     _require_store(data_dir)
     holder = held_by(data_dir)
     ins = verifying.inspect(data_dir)
@@ -89,15 +99,75 @@ def store_inspect(data_dir: Path) -> None:
         Column("name", "file"),
         Column("size", "size", numeric=True, show="{:,}".format),
     )
+    tier_lines: list[Any] = []
+    if tier is not None:
+        local_start = int(ins.commitlog_files[0][0]) if ins.commitlog_files else ins.commitlog_end
+        document["tier"], tier_lines = _tier_listing(tier, local_start)
     emit(
         document,
         output.table("commit log", file_columns, files),
+        *tier_lines,
         f"written end: {ins.commitlog_end:,}",
         state,
         output.table("consume queues", queue_columns, queues),
         f"index files: {len(ins.index_files)}",
         *(f"checkpoint {name}: {value}" for name, value in ins.checkpoint.items()),
     )
+
+
+TIER_FILE_COLUMNS = (
+    Column("name", "file"),
+    Column("size", "size", numeric=True, show="{:,}".format),
+    Column("md5", "md5"),
+    Column("uploaded_at_ms", "uploaded", show=output.time_text),
+    Column("local", "also local"),
+)
+
+
+def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[Any]]:
+    """The offloaded files of ``tier`` as a document and as table lines (one LIST for the
+    objects the manifest does not record)."""
+    manifest = tier.manifest
+    rows = [
+        {
+            "name": naming.commitlog_file_name(o.base_offset),
+            "size": o.size_bytes,
+            "md5": o.md5_hex,
+            "uploaded_at_ms": o.uploaded_at_ms,
+            "local": o.base_offset >= local_start,
+        }
+        for o in manifest.objects
+    ]
+    try:
+        stray = auditing.orphans(tier.bucket, manifest)
+    except TierError as exc:
+        tier_exit(exc)
+    readable_from = routing.readable_min_offset(local_start, manifest)
+    gap = manifest.end_offset is not None and manifest.end_offset < local_start
+    document = {
+        "bucket": tier.config.bucket,
+        "endpoint": tier.config.endpoint_url,
+        "prefix": manifest.prefix,
+        "start_offset": manifest.start_offset,
+        "end_offset": manifest.end_offset,
+        "readable_from": readable_from,
+        "gap_before_local": gap,
+        "files": rows,
+        "objects_not_in_manifest": stray,
+    }
+    lines: list[Any] = [
+        output.table(
+            f"tier: s3://{tier.config.bucket}/{manifest.prefix}/commitlog/", TIER_FILE_COLUMNS, rows
+        ),
+        f"tier holds [{manifest.start_offset}, {manifest.end_offset}); readable from "
+        f"{readable_from:,}"
+        + (" — [red]a gap: the tier ends before the first local file[/]" if gap else ""),
+    ]
+    if stray:
+        lines.append(
+            f"objects the manifest does not record (an orphan sweep removes them): {stray}"
+        )
+    return document, lines
 
 
 def held_by(data_dir: Path) -> str | None:
@@ -127,10 +197,19 @@ def held_by(data_dir: Path) -> str | None:
 
 @store.command("verify")
 @data_dir_argument
+@tier_options
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="With --tier-*: read every offloaded object back, check its MD5 and walk its records.",
+)
 @output_option
-def store_verify(data_dir: Path) -> None:
+def store_verify(data_dir: Path, deep: bool, **tier_values: Any) -> None:
     """Check every record's CRC, every consume-queue entry, and that every dispatched record has
-    its entry; exit 1 on damage."""
+    its entry; with --tier-* every offloaded object against the manifest; exit 1 on damage."""
+    tier = open_tier(tier_values)  # usage errors first
+    if deep and tier is None:
+        raise click.UsageError("--deep checks offloaded objects: give the --tier-* options")
     _require_store(data_dir)
     total = verifying.total_bytes(data_dir)
     columns = (
@@ -145,12 +224,19 @@ def store_verify(data_dir: Path) -> None:
     damage = [
         {"where": d.where, "from": d.start, "to": d.end, "reason": d.reason} for d in report.damage
     ]
+    tier_document: dict[str, Any] | None = None
+    tier_lines: list[Any] = []
+    if tier is not None:
+        files = verifying.commitlog_files(data_dir)
+        local_start = int(files[0].name) if files else report.commitlog_end
+        tier_document, tier_lines, tier_damage = _verify_tier(tier, local_start, deep=deep)
+        damage += tier_damage
     summary = (
         f"{report.records_ok:,} records and {report.cq_units_ok:,} consume-queue entries valid; "
         f"commit log ends at {report.commitlog_end:,}"
     )
-    renderables: list[Any] = [summary]
-    if report.clean:
+    renderables: list[Any] = [summary, *tier_lines]
+    if not damage:
         renderables.append("[green]store is clean[/]")
     else:
         damage_columns = (
@@ -171,13 +257,88 @@ def store_verify(data_dir: Path) -> None:
             "consume_queue_entries_ok": report.cq_units_ok,
             "commitlog_end": report.commitlog_end,
             "records_without_entry": report.missing_units,
-            "clean": report.clean,
+            "clean": not damage,
             "damage": damage,
+            **({"tier": tier_document} if tier_document is not None else {}),
         },
         *renderables,
     )
-    if not report.clean:
+    if damage:
         sys.exit(EXIT_CHECK_FAILED)
+
+
+TIER_AUDIT_COLUMNS = (
+    Column("name", "file"),
+    Column("size", "size", numeric=True, show="{:,}".format),
+    Column("records_ok", "records", numeric=True),
+    Column("status", "status"),
+)
+
+
+def _verify_tier(
+    tier: Tier, local_start: int, *, deep: bool
+) -> tuple[dict[str, Any], list[Any], list[dict[str, Any]]]:
+    """Audit every offloaded object (progress bar over their bytes); the document, the lines
+    and the damage rows."""
+    manifest = tier.manifest
+    last = manifest.objects[-1].base_offset if manifest.objects else -1
+
+    def walk(data: bytes, base: int) -> tuple[int, str | None]:
+        name = naming.commitlog_file_name(base)
+        ok, _, found = verifying.walk_records(data, base, name, is_last=base == last)
+        return ok, None if found is None else f"record at {found.start}: {found.reason}"
+
+    columns = (TextColumn("verifying tier"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    audits: list[auditing.ObjectAudit] = []
+    try:
+        with Progress(*columns, console=err_console, transient=True) as bar:
+            task = bar.add_task("tier", total=manifest.total_bytes())
+            for obj in manifest.objects:
+                audits.append(
+                    auditing.audit_object(
+                        tier.bucket,
+                        manifest.prefix,
+                        obj,
+                        walk=walk if deep else None,
+                        progress=lambda n: bar.advance(task, n),
+                    )
+                )
+        stray = auditing.orphans(tier.bucket, manifest)
+    except TierError as exc:
+        tier_exit(exc)
+    rows = [
+        {
+            "name": naming.commitlog_file_name(a.obj.base_offset),
+            "size": a.obj.size_bytes,
+            "records_ok": a.records_ok,
+            "status": "ok" if a.ok else "; ".join(a.problems),
+        }
+        for a in audits
+    ]
+    damage = [
+        {"where": f"tier {a.key}", "from": a.obj.base_offset, "to": a.obj.end_offset,
+         "reason": "; ".join(a.problems)}
+        for a in audits
+        if not a.ok
+    ]  # fmt: skip
+    if manifest.end_offset is not None and manifest.end_offset < local_start:
+        damage.append(
+            {"where": "tier", "from": manifest.end_offset, "to": local_start,
+             "reason": "offsets neither offloaded nor local (a gap before the first local file)"}
+        )  # fmt: skip
+    document = {
+        "bucket": tier.config.bucket,
+        "prefix": manifest.prefix,
+        "deep": deep,
+        "objects": rows,
+        "objects_not_in_manifest": stray,
+    }
+    lines: list[Any] = [output.table("tier objects", TIER_AUDIT_COLUMNS, rows)]
+    if stray:
+        lines.append(
+            f"objects the manifest does not record (an orphan sweep removes them): {stray}"
+        )
+    return document, lines, damage
 
 
 @store.command("get")
@@ -192,6 +353,7 @@ def store_verify(data_dir: Path) -> None:
 @click.option("--topic", help="With --queue-offset; narrows a --msg-id lookup.")
 @click.option("--queue", "queue_id", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--queue-offset", type=click.IntRange(0))
+@tier_options
 @output_option
 def store_get(
     data_dir: Path,
@@ -200,6 +362,7 @@ def store_get(
     topic: str | None,
     queue_id: int,
     queue_offset: int | None,
+    **tier_values: Any,
 ) -> None:
     """Print one message, by commit-log offset, message id or queue offset."""
     chosen = [offset is not None, msg_id is not None, queue_offset is not None]
@@ -207,7 +370,8 @@ def store_get(
         raise click.UsageError("give exactly one of --offset, --msg-id, --topic/--queue-offset")
     if queue_offset is not None and topic is None:
         raise click.UsageError("--queue-offset needs --topic")
-    with _opened(_offline_config(data_dir), start_services=False) as st:
+    tier = open_tier(tier_values)
+    with _opened(_offline_config(data_dir), start_services=False, tier=tier) as st:
         if offset is not None:
             found = _read_at(st, offset)
             msgs = [found] if found is not None else []
@@ -270,6 +434,7 @@ def _topics_of(st: MessageStore) -> set[str]:
 @click.option("--queue", "queue_id", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--upper", is_flag=True, help="With --time: last message at or before the time.")
 @click.option("--max", "max_num", type=click.IntRange(1, 64), default=64, show_default=True)
+@tier_options
 @output_option
 def store_query(
     data_dir: Path,
@@ -280,12 +445,14 @@ def store_query(
     queue_id: int,
     upper: bool,
     max_num: int,
+    **tier_values: Any,
 ) -> None:
     """Find messages by key or unique key, or the queue offset for a store time."""
     if sum(x is not None for x in (key, uniq_key, time_text)) != 1:
         raise click.UsageError("give exactly one of --key, --uniq-key, --time")
     ts = options.parse_time_ms(time_text, "--time") if time_text is not None else None
-    with _opened(_offline_config(data_dir), start_services=False) as st:
+    tier = open_tier(tier_values)
+    with _opened(_offline_config(data_dir), start_services=False, tier=tier) as st:
         if ts is not None:
             boundary = Boundary.UPPER if upper else Boundary.LOWER
             found = querying.offset_by_time(st, topic, queue_id, ts, boundary)
@@ -373,8 +540,10 @@ def _offline_config(data_dir: Path) -> StoreConfig:
 
 
 @contextmanager
-def _opened(config: StoreConfig, *, start_services: bool) -> Iterator[MessageStore]:
-    st = MessageStore(config)
+def _opened(
+    config: StoreConfig, *, start_services: bool, tier: Tier | None = None
+) -> Iterator[MessageStore]:
+    st = MessageStore(config, tier=tier.reader() if tier is not None else None)
     try:
         st.open(start_services=start_services)
     except StoreLocked:

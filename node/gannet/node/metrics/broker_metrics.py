@@ -58,6 +58,7 @@ from gannet.node.metrics import (
     raft_collecting,
     store_collecting,
     tallies,
+    tier_collecting,
 )
 from gannet.node.pop.service import PopBroker
 from gannet.node.protocol.versions import gannet_version
@@ -142,6 +143,7 @@ class BrokerMetrics:
     def watch_store(self, store: MessageStore, is_open: Callable[[], bool]) -> None:
         """Export ``store``'s gauges at scrape time and count its cleanup runs."""
         self.registry.register(store_collecting.StoreCollector(store, is_open))
+        self.registry.register(tier_collecting.TierCollector(lambda: store.reads.tier))
         self.cleanup.attach(store.cleaner)
 
     def watch_readiness(self, not_ready_reason: Callable[[], str | None]) -> None:

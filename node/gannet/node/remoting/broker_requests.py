@@ -507,7 +507,7 @@ class BrokerRequests:
 
     # ------------------------------------------------------------------ queries
     def _raw(self, offset: int, size: int) -> bytes | None:
-        return self.servicer.store.commitlog.read(offset, size)
+        return self.servicer.store.read_stored(offset, size)
 
     async def view_message(self, request: Command, conn: Connection) -> Command:
         """The record at a commit-log offset (an offset message id's), as stored."""

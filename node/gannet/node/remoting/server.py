@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable
 
 from gannet.node.remoting import codec, codes
 from gannet.node.remoting.codec import Command
+from gannet.node.store.tier.errors import TierUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -235,6 +236,8 @@ class RemotingServer:
             response = await self._dispatch(command, conn)
         except asyncio.CancelledError:
             raise
+        except TierUnavailable as exc:  # an offloaded offset while the bucket is down: retry
+            response = command.response(codes.SYSTEM_BUSY, f"tier not available now: {exc}")
         except Exception as exc:
             log.exception("remoting: request code %d failed", command.code)
             response = command.response(codes.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")

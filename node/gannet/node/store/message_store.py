@@ -10,7 +10,10 @@ consumer offsets every second when changed and at close), and offers:
   :meth:`MessageStore.put_messages_nowait` (returns a future for durability, for asyncio
   callers);
 * reads — :meth:`get_messages` by queue offset with RocketMQ's status rules
-  (:mod:`~gannet.node.store.queues.reading`), :meth:`read_message` by commit-log offset;
+  (:mod:`~gannet.node.store.queues.reading`), :meth:`read_message` by commit-log offset; every
+  read by commit-log offset goes through :attr:`MessageStore.reads`
+  (:class:`~gannet.node.store.tier.routing.RecordReads`), which reads offsets below the first
+  local file from the tier when a tier reader is given (``MessageStore(config, tier=...)``);
 * queries — by offset message id, key, unique key, store time (see :mod:`querying`);
 * maintenance — :meth:`truncate` (Raft divergence), :meth:`reset_to` (Raft catch-up below
   the leader's retention), :meth:`clean_now`, :meth:`statistics`.
@@ -57,7 +60,9 @@ from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.consume_queues import CqUnit
 from gannet.node.store.queues.dispatching import DispatchService, dispatch_infos_of
 from gannet.node.store.queues.index_service import IndexService
-from gannet.node.store.queues.reading import GetResult, read_queue
+from gannet.node.store.queues.reading import GetResult, read_queue, read_queue_records
+from gannet.node.store.tier.reading import TierReader
+from gannet.node.store.tier.routing import RecordReads
 from gannet.node.store.timers.delivery import TimerService
 from gannet.node.store.upkeep.cleaning import CleanService
 from gannet.node.store.upkeep.recovering import (
@@ -99,9 +104,19 @@ class StoreStatistics:
 class MessageStore:
     """A RocketMQ-compatible store directory, opened for reading and writing."""
 
-    def __init__(self, config: StoreConfig, *, commit_follows_flush: bool = True) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        commit_follows_flush: bool = True,
+        tier: TierReader | None = None,
+    ) -> None:
         self.config = config
         self.commitlog = CommitLog(config)
+        self.reads = RecordReads(self.commitlog, tier)
+        """Every read by commit-log offset: the local file, or the tier below the local start
+        (``tier``: a reader of the offloaded files, :func:`tier.reading.reader_of`; None: local
+        files only)."""
         self.queues = ConsumeQueueStore(config)
         self.index = IndexService(config) if config.index_enabled else None
         self.checkpoint: Checkpoint | None = None
@@ -184,6 +199,7 @@ class MessageStore:
             check_crc=self.config.check_crc_on_recover,
             force=self.config.force_recover,
             quarantine_dir=self.config.quarantine_dir,
+            readable_min_offset=self.reads.min_offset,
         )
         self.timers.load(self.recovery.process_offset)
 
@@ -497,13 +513,32 @@ class MessageStore:
         record_filter: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (see :mod:`reading`)."""
-        queues, commitlog = self.queues, self.commitlog
+        queues, reads = self.queues, self.reads
         return read_queue(
-            queues, commitlog, topic, queue_id, offset, max_count, tag_filter, record_filter
+            queues, reads, topic, queue_id, offset, max_count, tag_filter, record_filter
+        )
+
+    def get_records(
+        self, topic: str, queue_id: int, offset: int, max_count: int, bytes_max: int
+    ) -> GetResult:
+        """The records of up to ``max_count`` messages back to back (see
+        :func:`~gannet.node.store.queues.reading.read_queue_records`)."""
+        return read_queue_records(
+            self.queues, self.reads, topic, queue_id, offset, max_count, bytes_max
         )
 
     def read_message(self, commit_offset: int) -> Message | None:
-        return self.commitlog.read_message(commit_offset)
+        """The record at ``commit_offset``, local or tiered; None when stored in neither."""
+        return self.reads.read_message(commit_offset)
+
+    def read_stored(self, commit_offset: int, size_bytes: int) -> bytes | None:
+        """The raw bytes ``[commit_offset, +size_bytes)`` as stored, local or tiered."""
+        return self.reads.read(commit_offset, size_bytes)
+
+    def readable_min_offset(self) -> int:
+        """The lowest commit-log offset a read reaches: the tier's start when a tier reader is
+        attached and the tier reaches the local files, else the first local file's start."""
+        return self.reads.min_offset()
 
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         cq = self.queues.get(topic, queue_id)

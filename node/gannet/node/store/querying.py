@@ -105,8 +105,8 @@ def offset_by_time(
     return cq.get_offset_in_queue_by_time(
         timestamp_ms,
         boundary,
-        store.commitlog.store_timestamp_at,
-        store.commitlog.min_offset(),
+        store.reads.store_timestamp_at,
+        store.reads.min_offset(),
     )
 
 

@@ -372,16 +372,7 @@ class CommitLog:
         data = self.read(offset, size)
         if data is None:
             return None
-        try:
-            msg = records.decode(data)
-        except ValueError as exc:
-            raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
-        if msg.physical_offset != offset or msg.store_size != size:  # bytes from disk: data
-            raise CorruptionError(
-                f"the record read back at {offset} ({size} bytes) says PHYSICALOFFSET "
-                f"{msg.physical_offset}, TOTALSIZE {msg.store_size}"
-            )
-        return msg
+        return decode_stored(data, offset)
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
         """Store time of the record at ``offset`` or −1 (time search,
@@ -453,6 +444,21 @@ class CommitLog:
         with self.put_lock:
             for key in [k for k in self.queue_offsets if predicate(k)]:
                 del self.queue_offsets[key]
+
+
+def decode_stored(data: bytes, offset: int) -> records.Message:
+    """Decode the stored record ``data`` read at commit-log ``offset`` (from a local file or
+    the tier): bytes that do not decode, or that say another offset or size, are corruption."""
+    try:
+        msg = records.decode(data)
+    except ValueError as exc:
+        raise CorruptionError(f"commit log record at {offset} is undecodable: {exc}") from exc
+    if msg.physical_offset != offset or msg.store_size != len(data):  # bytes from disk: data
+        raise CorruptionError(
+            f"the record read back at {offset} ({len(data)} bytes) says PHYSICALOFFSET "
+            f"{msg.physical_offset}, TOTALSIZE {msg.store_size}"
+        )
+    return msg
 
 
 _LAID_OUT_PREFIX = layout.HEAD  # TOTALSIZE .. BORNTIMESTAMP, one unpack per buffer

@@ -25,10 +25,20 @@ import enum
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from gannet.node.store.log.commitlog import CommitLog
 from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.consume_queues import ConsumeQueue, CqUnit
+
+
+class StoredBytes(Protocol):
+    """Commit-log bytes by physical offset (``tier.routing.RecordReads``: a local file or the
+    tier; a plain ``CommitLog`` reads local files only)."""
+
+    def read(self, offset: int, size: int) -> bytes | None: ...
+
+    def min_offset(self) -> int: ...
+
 
 READ_COUNT_MAX = 1024
 READ_BYTES_MAX = 4 * 1024 * 1024
@@ -90,7 +100,7 @@ def _locate(
 
 def read_queue(
     queues: ConsumeQueueStore,
-    commitlog: CommitLog,
+    commitlog: StoredBytes,
     topic: str,
     queue_id: int,
     offset: int,
@@ -146,7 +156,7 @@ _UNIT = struct.Struct(">qiq")
 
 def read_queue_records(
     queues: ConsumeQueueStore,
-    commitlog: CommitLog,
+    commitlog: StoredBytes,
     topic: str,
     queue_id: int,
     offset: int,

@@ -16,16 +16,20 @@ the fetch size bound the memory a reader may hold; bucket errors propagate as th
 A RocketMQ record never spans two commit-log files (the blank record fills the end), so a read
 that crosses an object's end is refused. :meth:`TierReader.read_record` reads TOTALSIZE, then
 the record. Counters come from :meth:`TierReader.statistics` (a frozen snapshot), for the
-metrics ``gannet_tier_cache_hits_total``, ``..._misses_total``, ``..._fetched_bytes_total``.
-Thread-safe: one lock around cache and counters; fetches happen outside it.
+metrics of :mod:`gannet.node.metrics.tier` (``docs/metrics.md``), with the failed reads counted
+by reason (:func:`error_reason`). Thread-safe: one lock around cache and counters; fetches
+happen outside it, and at most ``fetches_max`` run at once: a read that finds every slot taken
+fails at once with :class:`errors.TierUnavailable` ("busy") instead of queueing, so consumers
+far behind hold at most ``fetches_max`` threads of the broker on a slow bucket.
 """
 
 from __future__ import annotations
 
 import struct
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from gannet.node.store.tier import buckets, caching, errors, manifests, naming
 
@@ -47,6 +51,34 @@ class ReadStatistics:
     fetches: int
     fetched_bytes: int
     cached_bytes: int
+    read_errors: Mapping[str, int] = field(default_factory=dict)
+    """Failed fetches by reason (:func:`error_reason`)."""
+
+
+ERROR_REASONS = ("unavailable", "busy", "credentials", "rejected", "short_read", "other")
+
+
+def error_reason(exc: errors.TierError) -> str:
+    """The ``reason`` label of a failed tier read (one of :data:`ERROR_REASONS`)."""
+    if isinstance(exc, FetchesBusy):
+        return "busy"
+    if isinstance(exc, ShortRead):
+        return "short_read"
+    if isinstance(exc, errors.TierUnavailable):
+        return "unavailable"
+    if isinstance(exc, errors.TierCredentialsRejected):
+        return "credentials"
+    if isinstance(exc, errors.TierRequestRejected):
+        return "rejected"
+    return "other"
+
+
+class FetchesBusy(errors.TierUnavailable):
+    """Every fetch slot of the reader is taken (a slow bucket); retry later."""
+
+
+class ShortRead(errors.TierUnavailable):
+    """A ranged GET answered fewer bytes than asked."""
 
 
 class TierReader:
@@ -60,15 +92,21 @@ class TierReader:
         block_bytes: int = 1 << 20,
         cache_bytes_max: int = 256 << 20,
         readahead_blocks: int = 4,
+        fetches_max: int = 4,
     ) -> None:
         if block_bytes <= 0:
             raise ValueError(f"block_bytes {block_bytes} <= 0")
         if readahead_blocks < 0:
             raise ValueError(f"readahead_blocks {readahead_blocks} < 0")
+        if fetches_max < 1:
+            raise ValueError(f"fetches_max {fetches_max} < 1")
         self._bucket = bucket
         self._manifest = manifest
         self.block_bytes = block_bytes
         self.readahead_blocks = readahead_blocks
+        self.fetches_max = fetches_max
+        self._fetch_slots = threading.BoundedSemaphore(fetches_max)
+        self._errors: dict[str, int] = {}
         self._cache = caching.BlockCache(cache_bytes_max)
         self._lock = threading.Lock()
         self._last_block: caching.BlockKey | None = None
@@ -77,8 +115,17 @@ class TierReader:
     def statistics(self) -> ReadStatistics:
         with self._lock:
             return ReadStatistics(
-                self._hits, self._misses, self._fetches, self._fetched_bytes, self._cache.used_bytes
+                self._hits,
+                self._misses,
+                self._fetches,
+                self._fetched_bytes,
+                self._cache.used_bytes,
+                dict(self._errors),
             )
+
+    def manifest(self) -> manifests.Manifest:
+        """The manifest as the reader sees it now."""
+        return self._manifest()
 
     def read(self, offset: int, size_bytes: int) -> bytes:
         """Commit-log bytes ``[offset, offset + size_bytes)``, all inside one offloaded file."""
@@ -98,7 +145,12 @@ class TierReader:
             )
         start = offset - obj.base_offset
         first, last = start // self.block_bytes, (start + size_bytes - 1) // self.block_bytes
-        parts = [self._block(obj, index, manifest.prefix) for index in range(first, last + 1)]
+        try:
+            parts = [self._block(obj, index, manifest.prefix) for index in range(first, last + 1)]
+        except errors.TierUnavailable as exc:  # the same kind, naming the offset asked for
+            raise type(exc)(
+                f"commit-log offset {offset} (tier file {obj.base_offset}): {exc}"
+            ) from exc
         joined = b"".join(parts)
         begin = start - first * self.block_bytes
         return joined[begin : begin + size_bytes]
@@ -129,11 +181,17 @@ class TierReader:
         count = min(1 + (self.readahead_blocks if sequential else 0), blocks_in_object - index)
         start = index * self.block_bytes
         size = min(count * self.block_bytes, obj.size_bytes - start)
-        data = self._bucket.get_range(naming.commitlog_key(prefix, obj.base_offset), start, size)
-        if len(data) != size:
-            raise errors.TierUnavailable(
-                f"tier file {obj.base_offset}: asked {size} bytes at {start}, got {len(data)}"
-            )
+        try:
+            data = self._fetch(naming.commitlog_key(prefix, obj.base_offset), start, size)
+            if len(data) != size:
+                raise ShortRead(
+                    f"tier file {obj.base_offset}: asked {size} bytes at {start}, got {len(data)}"
+                )
+        except errors.TierError as exc:
+            reason = error_reason(exc)
+            with self._lock:
+                self._errors[reason] = self._errors.get(reason, 0) + 1
+            raise
         with self._lock:
             self._fetches += 1
             self._fetched_bytes += size
@@ -141,3 +199,41 @@ class TierReader:
                 block = data[n * self.block_bytes : (n + 1) * self.block_bytes]
                 self._cache.put((obj.base_offset, index + n), block)
         return data[: self.block_bytes]
+
+    def _fetch(self, key: str, start: int, size: int) -> bytes:
+        if not self._fetch_slots.acquire(blocking=False):
+            raise FetchesBusy(
+                f"{self.fetches_max} tier fetches are in flight (a slow bucket); retry later"
+            )
+        try:
+            return self._bucket.get_range(key, start, size)
+        finally:
+            self._fetch_slots.release()
+
+
+class ManifestSource(Protocol):
+    """What a reader needs of the manifest's keeper: the manifest applied so far.
+    ``uploading.FileManifestLog`` satisfies it, as will the Raft-backed manifest log."""
+
+    def current(self) -> manifests.Manifest: ...
+
+
+def reader_of(
+    config: buckets.BucketConfig,
+    source: ManifestSource,
+    *,
+    block_bytes: int = 1 << 20,
+    cache_bytes_max: int = 256 << 20,
+    readahead_blocks: int = 4,
+    fetches_max: int = 4,
+) -> TierReader:
+    """A reader of the tier in ``config``'s bucket, following ``source``'s manifest (the
+    broker's wiring calls this and hands the reader to ``MessageStore(..., tier=reader)``)."""
+    return TierReader(
+        buckets.S3Bucket(config),
+        source.current,
+        block_bytes=block_bytes,
+        cache_bytes_max=cache_bytes_max,
+        readahead_blocks=readahead_blocks,
+        fetches_max=fetches_max,
+    )

@@ -112,6 +112,10 @@ class CleanedStore(Protocol):
     @property
     def consumer_offsets(self) -> ConsumerOffsetManager: ...
 
+    def readable_min_offset(self) -> int:
+        """The lowest commit-log offset readers reach (the tier's start, when it has one)."""
+        ...
+
 
 MAX_USED_PERCENT_RANGE = (10, 95)
 WARNING_RATIO_RANGE = (0.35, 0.99)
@@ -584,7 +588,7 @@ class CleanService:
         )
 
     def _delete_derived_files(self, result: CleanResult) -> CleanResult:
-        min_offset = self.store.commitlog.min_offset()
+        min_offset = self.store.readable_min_offset()  # offloaded records keep units
         held = self.tier_range() if self.tier_range is not None else None
         if held is not None:
             min_offset = min(min_offset, held[0])  # readers of the tier find records by them

@@ -69,6 +69,7 @@ import logging
 import os
 import struct
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,9 +139,12 @@ def recover(
     check_crc: bool,
     force: bool = False,
     quarantine_dir: Path | None = None,
+    readable_min_offset: Callable[[], int] | None = None,
 ) -> RecoveryResult:
     """Recover (see the module docstring); raises :class:`RecoveryRefused` when the cut would
-    remove flushed data and ``force`` is not set."""
+    remove flushed data and ``force`` is not set. ``readable_min_offset``: the lowest offset
+    readers reach (below the local files when a tier holds the older ones; default the first
+    local file's start), to which the consume queues' minimums are corrected."""
     result = RecoveryResult(last_exit_ok=last_exit_ok)
     floor = checkpoint.flushed_phy_offset
     result.flushed_floor = floor
@@ -200,7 +204,7 @@ def recover(
     table = offset_table_of(queues)
     for key, value in scanned_offsets.items():
         table[key] = max(table.get(key, 0), value)
-    queues.correct_min_offsets(commitlog.min_offset())
+    queues.correct_min_offsets((readable_min_offset or commitlog.min_offset)())
     commitlog.set_queue_offsets(table)
     result.queue_offsets = table
     log.info(

@@ -152,28 +152,46 @@ def _verify_commitlog_file(
 ) -> None:
     start = int(path.name)
     with _mapped(path) as buf:
-        size = len(buf)
-        pos = 0
-        while pos < size:
-            res = record_checks.check_record(buf, pos, size, check_crc=True)
-            if res.ok and res.size == 0:
-                pos = size
+        ok, end, damage = walk_records(buf, start, path.name, is_last=is_last, on_record=on_record)
+    report.records_ok += ok
+    if damage is not None:
+        report.damage.append(damage)
+    report.commitlog_end = end
+
+
+def walk_records(
+    buf: mmap.mmap | bytes,
+    start: int,
+    name: str,
+    *,
+    is_last: bool,
+    on_record: Callable[[records.DispatchInfo], None] | None = None,
+) -> tuple[int, int, Damage | None]:
+    """Check every record of one commit-log file's bytes (structure, CRC, PHYSICALOFFSET) up
+    to the blank record; returns the records found valid, the offset where the walk ended and
+    the damage found (None: clean). A zero tail ends the last file without damage. Used for
+    local files and for offloaded ones read back from the tier (``store verify --deep``)."""
+    size = len(buf)
+    pos = ok = 0
+    damage: Damage | None = None
+    while pos < size:
+        res = record_checks.check_record(buf, pos, size, check_crc=True)
+        if res.ok and res.size == 0:
+            pos = size
+            break
+        if res.ok and res.info is not None and res.info.commit_offset != start + pos:
+            res = record_checks.CheckResult(False, res.size, error="PHYSICALOFFSET mismatch")
+        if not res.ok:
+            zero_tail = buf[pos : pos + 8] in (b"", bytes(min(8, size - pos)))
+            if zero_tail and is_last:
                 break
-            if res.ok and res.info is not None and res.info.commit_offset != start + pos:
-                res = record_checks.CheckResult(False, res.size, error="PHYSICALOFFSET mismatch")
-            if not res.ok:
-                zero_tail = buf[pos : pos + 8] in (b"", bytes(min(8, size - pos)))
-                if zero_tail and is_last:
-                    break
-                report.damage.append(
-                    Damage(path.name, start + pos, start + size, res.error or "invalid record")
-                )
-                break
-            report.records_ok += 1
-            if on_record is not None and res.info is not None:
-                on_record(res.info)
-            pos += res.size
-        report.commitlog_end = start + pos
+            damage = Damage(name, start + pos, start + size, res.error or "invalid record")
+            break
+        ok += 1
+        if on_record is not None and res.info is not None:
+            on_record(res.info)
+        pos += res.size
+    return ok, start + pos, damage
 
 
 class _QueueUnits:

@@ -1,0 +1,129 @@
+"""The ``--tier-*`` options of ``gannet store`` and what they open: a tiered store's bucket
+and manifest.
+
+All or none: ``--tier-bucket``, ``--tier-endpoint``, ``--tier-credentials`` (a file in the
+AWS shared-credentials format: ``aws_access_key_id`` and ``aws_secret_access_key`` in its
+``[default]`` section, or its only section), ``--tier-prefix`` (the broker group's key prefix,
+``docs/tiered-storage.md`` §2) and ``--tier-manifest`` (the manifest bytes of §3: the file a
+``FileManifestLog`` keeps, or a copy exported from the broker). A missing or malformed one is a
+usage error naming it (exit 2). Errors of the bucket itself map to the exit codes scripts read:
+unreachable → 4, credentials or request refused → 5 (:func:`tier_exit`).
+
+Used by :mod:`gannet.node.cli.store`.
+"""
+
+from __future__ import annotations
+
+import configparser
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TypeVar
+
+import click
+
+from gannet.node.cli.exits import EXIT_REFUSED, EXIT_UNREACHABLE, fail
+from gannet.node.store.tier import buckets, errors, manifests, reading
+
+F = TypeVar("F", bound=Callable[..., Any])
+NAMES = ("tier_bucket", "tier_endpoint", "tier_credentials", "tier_prefix", "tier_manifest")
+
+
+@dataclass(frozen=True, slots=True)
+class Tier:
+    """An opened tier: the bucket, its configuration and the manifest read from the file."""
+
+    config: buckets.BucketConfig
+    bucket: buckets.S3Bucket
+    manifest: manifests.Manifest
+
+    def reader(self) -> reading.TierReader:
+        manifest = self.manifest
+        return reading.TierReader(self.bucket, lambda: manifest)
+
+
+def tier_options(command: F) -> F:
+    """Add the five ``--tier-*`` options; the command receives them as keyword arguments."""
+    decorators = (
+        click.option("--tier-bucket", help="Bucket holding the offloaded commit-log files."),
+        click.option("--tier-endpoint", help="S3 endpoint URL of the bucket (http or https)."),
+        click.option(
+            "--tier-credentials",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="AWS shared-credentials file with the bucket's access key and secret.",
+        ),
+        click.option("--tier-prefix", help="Key prefix of this broker group (gannet/<c>/<g>)."),
+        click.option(
+            "--tier-manifest",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Tier manifest file (docs/tiered-storage.md §3).",
+        ),
+    )
+    for decorate in reversed(decorators):
+        command = decorate(command)
+    return command
+
+
+def open_tier(values: dict[str, Any]) -> Tier | None:
+    """The tier the options name, None when none is given; a usage error when only some are."""
+    given = {name: values.get(name) for name in NAMES}
+    if all(v is None for v in given.values()):
+        return None
+    missing = [f"--{n.replace('_', '-')}" for n, v in given.items() if v is None]
+    if missing:
+        raise click.UsageError(f"a tiered store needs every --tier-* option; missing {missing}")
+    access_key, secret_key = read_credentials(Path(str(given["tier_credentials"])))
+    try:
+        config = buckets.BucketConfig(
+            endpoint_url=str(given["tier_endpoint"]),
+            bucket=str(given["tier_bucket"]),
+            access_key=access_key,
+            secret_key=secret_key,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-endpoint/--tier-bucket") from None
+    manifest = read_manifest(Path(str(given["tier_manifest"])))
+    if manifest.prefix != given["tier_prefix"]:
+        raise click.BadParameter(
+            f"the manifest is for prefix {manifest.prefix!r}, not {given['tier_prefix']!r}",
+            param_hint="--tier-prefix",
+        )
+    return Tier(config, buckets.S3Bucket(config), manifest)
+
+
+def read_credentials(path: Path) -> tuple[str, str]:
+    """``(access key, secret key)`` from an AWS shared-credentials file."""
+    parser = configparser.ConfigParser()
+    try:
+        parser.read_string(path.read_text())
+    except (OSError, UnicodeDecodeError, configparser.Error) as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--tier-credentials") from None
+    sections = parser.sections()
+    name = "default" if "default" in sections else (sections[0] if len(sections) == 1 else None)
+    if name is None:
+        raise click.BadParameter(
+            f"{path} has no [default] section and several others ({sections})",
+            param_hint="--tier-credentials",
+        )
+    section = parser[name]
+    keys = ("aws_access_key_id", "aws_secret_access_key")
+    absent = [k for k in keys if not section.get(k, "").strip()]
+    if absent:
+        raise click.BadParameter(f"{path} [{name}] lacks {absent}", param_hint="--tier-credentials")
+    return section[keys[0]].strip(), section[keys[1]].strip()
+
+
+def read_manifest(path: Path) -> manifests.Manifest:
+    try:
+        return manifests.decode(path.read_bytes())
+    except OSError as exc:
+        raise click.BadParameter(f"{path}: {exc.strerror}", param_hint="--tier-manifest") from None
+    except errors.ManifestCorrupt as exc:
+        raise click.BadParameter(f"{path}: {exc}", param_hint="--tier-manifest") from None
+
+
+def tier_exit(exc: errors.TierError) -> NoReturn:
+    """Exit with the code of a bucket error: 4 unreachable, 5 refused."""
+    if isinstance(exc, errors.TierUnavailable):
+        fail(f"[red]tier bucket unreachable[/]: {exc}", EXIT_UNREACHABLE)
+    fail(f"[red]tier bucket refused the request[/]: {exc}", EXIT_REFUSED)
