@@ -9,8 +9,10 @@ points of the offload), restarted, and left to finish. Then:
 - the tier is contiguous from offset 0, and every commit-log file deleted locally is in the
   manifest and in the bucket byte for byte (MD5 and size of the manifest; the bytes read back);
 - the bucket holds exactly the manifest's objects (no duplicates, no orphans);
-- the records of bucket objects + local files hold every acknowledged body exactly once (the
-  read path below the local start is not built yet, so the test reads the tier itself);
+- the records of bucket objects + local files hold every acknowledged body exactly once, and a
+  consumer group (the official SimpleConsumer, created before the sends) receives every
+  acknowledged body exactly once through the broker, which reads the offloaded files from the
+  bucket (its store's tier reader follows the broker's manifest log);
 - the broker, stopped cleanly, leaves a local store ``gannet store verify`` finds clean;
 - ``/metrics`` counted the offloaded files and no failure.
 """
@@ -29,7 +31,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq import ClientConfiguration, Credentials, Message, Producer
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    FilterExpression,
+    Message,
+    Producer,
+    SimpleConsumer,
+)
 
 from e2e.tier import seaweedfs
 from gannet.node.cli import calls
@@ -41,6 +50,7 @@ from gannet.node.testing import small_stores
 pytestmark = pytest.mark.timeout(240)
 
 TOPIC = "TierTopic"
+GROUP = "GTier"
 BODY_BYTES = 16 * 1024
 MESSAGES = 500  # ~8 MiB of records: 7 sealed 1 MiB files
 WAIT_S = 60.0
@@ -143,6 +153,25 @@ def _send(endpoint: str, count: int) -> list[bytes]:
     return acknowledged
 
 
+def _consume(endpoint: str, count: int) -> list[bytes]:
+    """Every body the group receives (acked), until ``count`` or two empty receives."""
+    config = ClientConfiguration(endpoint, Credentials(), request_timeout=30)
+    consumer = SimpleConsumer(config, GROUP, {TOPIC: FilterExpression()}, await_duration=1)
+    consumer.startup()
+    got: list[bytes] = []
+    empty = 0
+    try:
+        while len(got) < count and empty < 2:
+            batch = consumer.receive(32, 30)
+            empty = 0 if batch else empty + 1
+            for message in batch:
+                got.append(message.body)
+                consumer.ack(message)
+    finally:
+        consumer.shutdown()
+    return got
+
+
 def _bodies(data: bytes) -> Iterator[bytes]:
     """The bodies of the records of one commit-log file's bytes, up to its BLANK or zeros."""
     position = 0
@@ -172,6 +201,7 @@ def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
     with calls.channel(broker.endpoint) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
         stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=2), timeout=10)
+        stub.CreateGroup(admin_pb2.CreateGroupRequest(name=GROUP), timeout=10)
     acknowledged = _send(broker.endpoint, MESSAGES)
     commitlog = broker.data_dir / "commitlog"
     sealed = len(list(commitlog.iterdir())) - 1
@@ -209,6 +239,10 @@ def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
     assert len(found) == len(set(found)), "a body is stored twice"
     missing = set(acknowledged) - set(found)
     assert not missing, f"{len(missing)} acknowledged messages are neither local nor in the tier"
+
+    # Consumed through the broker: the records below the local start come from the tier.
+    consumed = _consume(broker.endpoint, len(acknowledged))
+    assert sorted(consumed) == sorted(acknowledged), "the broker serves every message once"
 
     figures = broker.metrics()
     assert re.search(

@@ -218,7 +218,21 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, pop: plugs.PopFactory | None = None) -> None:
         self.config = config
         self._pop_factory = pop if pop is not None else receiving.factory()
-        self.store = MessageStore(config.store, commit_follows_flush=config.replication is None)
+        self.tier_source = (
+            tiering.ManifestSource(config.store.root_dir, config.tier.prefix)
+            if config.tier is not None
+            else None
+        )
+        """The manifest the store's tier reader follows (the manifest log once started)."""
+        self.store = MessageStore(
+            config.store,
+            commit_follows_flush=config.replication is None,
+            tier=(
+                tiering.reader(config.tier, self.tier_source)
+                if config.tier is not None and self.tier_source is not None
+                else None
+            ),
+        )
         self.replication: ReplicationNode | None = None
         if config.replication is not None:
             # From the store's opening on (due timers, Pop), only the Raft leader appends on
@@ -342,7 +356,11 @@ class Broker:
             await self._start_replication()
             if self.config.tier is not None:
                 self.offloader = await asyncio.to_thread(
-                    tiering.start, self.store, self.replication, self.config.tier
+                    tiering.start,
+                    self.store,
+                    self.replication,
+                    self.config.tier,
+                    self.tier_source,
                 )
             await self._serve()
         except BaseException:

@@ -19,10 +19,39 @@ from pathlib import Path
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.tier_log import RaftManifestLog
 from gannet.node.store.message_store import MessageStore
-from gannet.node.store.tier import applied, buckets, naming, offloading, planning, uploading
+from gannet.node.store.tier import (
+    applied,
+    buckets,
+    manifests,
+    naming,
+    offloading,
+    planning,
+    reading,
+    uploading,
+)
 from gannet.node.store.upkeep import disk_space
 
 log = logging.getLogger(__name__)
+
+
+class ManifestSource:
+    """The manifest the store's tier reader follows (:class:`reading.ManifestSource`): the
+    broker's manifest log once :func:`start` set it, the applied manifest file before that (the
+    store's recovery runs before replication starts)."""
+
+    def __init__(self, store_root: Path, prefix: str) -> None:
+        self._before = applied.AppliedManifest(applied.manifest_path(store_root))
+        self._prefix = prefix
+        self.log: uploading.ManifestLog | None = None
+
+    def current(self) -> manifests.Manifest:
+        log = self.log
+        return log.current() if log is not None else self._before.for_prefix(self._prefix)
+
+
+def reader(config: offloading.TierConfig, source: ManifestSource) -> reading.TierReader:
+    """The reader the broker's store reads offloaded files with."""
+    return reading.reader_of(config.bucket, source)
 
 
 class StoreSide:
@@ -68,11 +97,17 @@ def manifest_log(
 
 
 def start(
-    store: MessageStore, replication: ReplicationNode | None, config: offloading.TierConfig
+    store: MessageStore,
+    replication: ReplicationNode | None,
+    config: offloading.TierConfig,
+    source: ManifestSource | None = None,
 ) -> offloading.Offloader:
-    """Tell cleanup the tier's range and start the offload loop's thread."""
+    """Tell cleanup the tier's range, point the store's reader (``source``) at the manifest
+    log, and start the offload loop's thread."""
     manifests_log = manifest_log(store, replication, config)
     manifests_log.current()  # a manifest of another prefix fails the start, named
+    if source is not None:
+        source.log = manifests_log
 
     def tier_range() -> tuple[int, int] | None:
         manifest = manifests_log.current()
