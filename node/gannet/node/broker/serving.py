@@ -73,12 +73,13 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.transaction_book import CheckLimits
-from gannet.node.broker import port_gate
+from gannet.node.broker import port_gate, tiering
 from gannet.node.metrics import (
     broker_metrics,
     failover_collecting,
     http_serving,
     instrumenting,
+    offload_collecting,
     remoting_collecting,
     resolver_collecting,
     transaction_collecting,
@@ -93,6 +94,7 @@ from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.peer_resolving import ResolveFigures
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.tier.offloading import Offloader, OffloadFigures, TierConfig
 
 log = logging.getLogger(__name__)
 
@@ -176,6 +178,9 @@ class BrokerConfig:
     leaderless_close_after_s: float | None = port_gate.CLOSE_AFTER_S
     """A replicated member that has known no Raft leader this long closes its client port until
     it knows one again (:mod:`port_gate`); None: it never closes it."""
+    tier: TierConfig | None = None
+    """Tiered storage (``--tier-*``, :mod:`tiering`): sealed commit-log files offloaded to an
+    S3-compatible bucket; None: everything stays local."""
 
 
 def cluster_security(config: BrokerConfig) -> auth.ClientSecurity:
@@ -214,7 +219,21 @@ class Broker:
     def __init__(self, config: BrokerConfig, *, pop: plugs.PopFactory | None = None) -> None:
         self.config = config
         self._pop_factory = pop if pop is not None else receiving.factory()
-        self.store = MessageStore(config.store, commit_follows_flush=config.replication is None)
+        self.tier_source = (
+            tiering.ManifestSource(config.store.root_dir, config.tier.prefix)
+            if config.tier is not None
+            else None
+        )
+        """The manifest the store's tier reader follows (the manifest log once started)."""
+        self.store = MessageStore(
+            config.store,
+            commit_follows_flush=config.replication is None,
+            tier=(
+                tiering.reader(config.tier, self.tier_source)
+                if config.tier is not None and self.tier_source is not None
+                else None
+            ),
+        )
         self.replication: ReplicationNode | None = None
         if config.replication is not None:
             # From the store's opening on (due timers, Pop), only the Raft leader appends on
@@ -264,6 +283,8 @@ class Broker:
                 "--auth-file without --cluster-access-key: polls of other broker groups are "
                 "unsigned, so groups that require signatures refuse them"
             )
+        self.offloader: Offloader | None = None
+        """The tier's offload loop (:mod:`tiering`), running while serving with a tier."""
         self.failure: str | None = None
         """Why the node stopped itself (a failed fsync); None while healthy."""
         self._failing_task: asyncio.Future[None] | None = None
@@ -334,9 +355,18 @@ class Broker:
         self.phase = "starting"
         try:
             await self._start_replication()
+            if self.config.tier is not None:
+                self.offloader = await asyncio.to_thread(
+                    tiering.start,
+                    self.store,
+                    self.replication,
+                    self.config.tier,
+                    self.tier_source,
+                )
             await self._serve()
         except BaseException:
             self.phase = "stopped"
+            await self._stop_offloader()
             await self._stop_replication()
             await self._close_pop()
             await asyncio.to_thread(self.store.close)
@@ -468,6 +498,9 @@ class Broker:
             )
             self.metrics.registry.register(
                 remoting_collecting.RemotingPopCollector(self._remoting_pop_figures)
+            )
+            self.metrics.registry.register(
+                offload_collecting.OffloadCollector(self._offload_figures)
             )
         if self.metrics is not None and self.replication is not None:
             self.metrics.watch_raft(admin_servicer.raft.status)
@@ -672,6 +705,9 @@ class Broker:
         figures = replication.transport.resolver.figures
         return figures if figures.family or figures.seconds else None
 
+    def _offload_figures(self) -> OffloadFigures | None:
+        return self.offloader.figures if self.offloader is not None else None
+
     def _leads(self) -> bool:
         return self.replication is not None and self.replication.is_leader()
 
@@ -679,6 +715,11 @@ class Broker:
         if self.config.replication is not None:
             self.replication = ReplicationNode(self.store, self.config.replication)
             await self.replication.start()
+
+    async def _stop_offloader(self) -> None:
+        offloader, self.offloader = self.offloader, None
+        if offloader is not None:
+            await asyncio.to_thread(offloader.stop)
 
     async def _stop_replication(self) -> None:
         if self.replication is not None:
@@ -722,6 +763,7 @@ class Broker:
         if server is not None:
             grace = self.config.shutdown_grace_s if grace_s is None else grace_s
             await _bounded(server.stop(grace), grace + STOP_STEP_SLACK_S, "the gRPC server's stop")
+        await self._stop_offloader()
         await self._stop_replication()
         await self._close_pop()
         # After a failed fsync nothing more is synced: the store is dropped as a crash would.

@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 import uvloop
@@ -23,7 +24,7 @@ from rich.table import Table
 from gannet.node.api import group_polling
 from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
-from gannet.node.cli import options, output
+from gannet.node.cli import broker_tier, options, output
 from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
 from gannet.node.metrics import http_serving
 from gannet.node.protocol import auth, tls
@@ -349,6 +350,7 @@ def broker() -> None:
     show_default=True,
     help="Event loop of the gRPC server (uvloop: ~10% less CPU per RPC, bench/results/BROKER.md).",
 )
+@broker_tier.tier_options
 def broker_run(
     event_loop: str,
     data_dir: Path,
@@ -395,13 +397,21 @@ def broker_run(
     cluster_access_key: str | None,
     cluster_secret_key: str | None,
     cluster_tls_ca: Path | None,
+    **tier: Any,
 ) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
     Disk space: expired files (--file-reserved-hours) are deleted as RocketMQ does; above
     --disk-clean-forcibly-ratio only consumed files are deleted early and new writes are refused
     rather than deleting unconsumed messages, unless --delete-unconsumed is given.
+
+    Tiered storage (--tier-endpoint, --tier-bucket, --tier-prefix, --tier-credentials-file):
+    sealed, committed commit-log files are offloaded to an S3-compatible bucket after
+    --tier-offload-after-s or above --tier-offload-disk-ratio, recorded in the replicated
+    manifest, then deleted locally; the disk rules above then count only files not yet
+    offloaded. An unreachable bucket never blocks writes.
     """
+    tier_config = broker_tier.tier_config(**tier)
     try:
         options.check_endpoint(listen, port_min=0)
     except ValueError as exc:
@@ -484,6 +494,7 @@ def broker_run(
             nameserver_port=nameserver_port,
             external_addresses=external_addresses,
             external_remoting_port=external_remoting_port,
+            tier=tier_config,
             replication=_replication(
                 node_id,
                 peers,

@@ -19,8 +19,13 @@ Record body (UTF-8 JSON, one object)::
     op "offset.commit"  group, topic, queue, offset (next offset to consume)
     op "offset.reset"   group, topic, queue, offset (an operator's reset)
     op "offset.remove"  keys (offsetTable keys "<topic>@<group>")
+    op "tier.change"    prefix (the tier's object prefix), change (the change bytes of
+                        ``store.tier.manifests.encode_change`` as a string: one ``record``
+                        or ``expire`` of the tier manifest, docs/tiered-storage.md §3)
     op "snapshot"       topics {name: config}, groups {name: config},
-                        offsets {"<topic>@<group>": {"<queue>": offset}}
+                        offsets {"<topic>@<group>": {"<queue>": offset}},
+                        tier (optional: the manifest bytes of ``manifests.encode`` as a
+                        string, present once the group applied a tier change)
 
 ``incarnation`` is random per process start. The node that wrote a record applied the change
 to its own tables when it made it (Pop commits an offset and pops again at once), so a record
@@ -28,6 +33,14 @@ whose origin is this very process is skipped; everything else is applied in log 
 leader appends a ``snapshot`` once everything before its election is committed and applied:
 replicas replace their tables with it, which also removes a change a deposed leader applied
 locally but whose record was cut as a divergent suffix.
+
+The tier manifest (:mod:`gannet.node.store.tier.applied`) is state of the same log: a
+``tier.change`` is applied by every member to its :class:`AppliedManifest` (persisted in
+``<store>/tier/manifest.json``), a ``snapshot`` carries the whole manifest and installing it
+replaces the member's. The leader applies a change when it appends it (under the lock that also
+builds snapshots, so a snapshot never misses a change appended before it) and
+:class:`~gannet.node.replication.tier_log.RaftManifestLog` returns once the record is committed
+and applied everywhere the commit reached.
 
 Restart: how far the config queue was applied is kept as the consumer offset of the system
 group ``CID_RMQ_SYS_GANNET_CONFIG`` on ``rmq_sys_GANNET_CONFIG``/0 (persisted with the offsets
@@ -53,6 +66,8 @@ from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.log import records
 from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.tier import applied, manifests
+from gannet.node.store.tier import errors as tier_errors
 from gannet.node.store.validation import SYSTEM_GROUP_PREFIX, SYSTEM_TOPIC_PREFIX
 
 log = logging.getLogger(__name__)
@@ -115,20 +130,55 @@ def _obj(change: JsonObject, key: str) -> JsonObject:
     return value
 
 
-def snapshot_of(store: MessageStore) -> JsonObject:
-    """The ``snapshot`` change describing the store's three tables now."""
+def snapshot_of(store: MessageStore, tier: applied.AppliedManifest | None = None) -> JsonObject:
+    """The ``snapshot`` change describing the store's three tables (and the applied tier
+    manifest, if any) now."""
     offsets: JsonObject = {
         key: {str(q): o for q, o in table.items()}
         for key, table in store.consumer_offsets.table().items()
     }
     topics: JsonObject = {t.topic_name: t.to_json() for t in store.topic_configs.list()}
     groups: JsonObject = {g.group_name: g.to_json() for g in store.group_configs.list()}
-    return {"op": "snapshot", "topics": topics, "groups": groups, "offsets": offsets}
+    snapshot: JsonObject = {
+        "op": "snapshot",
+        "topics": topics,
+        "groups": groups,
+        "offsets": offsets,
+    }
+    manifest = tier.current() if tier is not None else None
+    if manifest is not None:
+        snapshot["tier"] = manifests.encode(manifest).decode()
+    return snapshot
 
 
-def apply_change(store: MessageStore, change: JsonObject) -> None:
-    """Apply one decoded change to the store's tables (without journaling it again)."""
+def tier_change_of(prefix: str, change: manifests.Change) -> JsonObject:
+    """The ``tier.change`` config change carrying ``change`` for the tier under ``prefix``."""
+    return {
+        "op": "tier.change",
+        "prefix": prefix,
+        "change": manifests.encode_change(change).decode(),
+    }
+
+
+def _apply_tier_change(tier: applied.AppliedManifest | None, change: JsonObject) -> None:
+    if tier is None:
+        raise ConfigRecordError("config record tier.change: this member keeps no tier manifest")
+    try:
+        decoded = manifests.decode_change(_str(change, "change").encode())
+        tier.apply(_str(change, "prefix"), decoded)
+    except (tier_errors.ManifestCorrupt, tier_errors.ManifestConflict) as exc:
+        raise ConfigRecordError(f"config record tier.change: {exc}") from None
+
+
+def apply_change(
+    store: MessageStore, change: JsonObject, tier: applied.AppliedManifest | None = None
+) -> None:
+    """Apply one decoded change to the store's tables or to the applied tier manifest
+    (without journaling it again)."""
     op = change.get("op")
+    if op == "tier.change":
+        _apply_tier_change(tier, change)
+        return
     tables = store.topic_configs, store.group_configs, store.consumer_offsets
     with tables[0].replaying(), tables[1].replaying(), tables[2].replaying():
         if op == "topic.put":
@@ -155,6 +205,7 @@ def apply_change(store: MessageStore, change: JsonObject) -> None:
             store.consumer_offsets.remove_keys([str(k) for k in keys])
         elif op == "snapshot":
             _apply_snapshot(store, change)
+            _apply_tier_snapshot(tier, change)
         else:
             raise ConfigRecordError(f"config record has the unknown op {op!r}")
 
@@ -192,6 +243,20 @@ def _apply_snapshot(store: MessageStore, change: JsonObject) -> None:
         store.consumer_offsets.commit(APPLIER_GROUP, CONFIG_TOPIC, 0, applied)
 
 
+def _apply_tier_snapshot(tier: applied.AppliedManifest | None, change: JsonObject) -> None:
+    """Install the snapshot's tier manifest; a snapshot without one leaves the member's (the
+    group never applied a tier change when it was taken)."""
+    encoded = change.get("tier")
+    if encoded is None or tier is None:
+        return
+    if not isinstance(encoded, str):
+        raise ConfigRecordError("snapshot: 'tier' is not a string")
+    try:
+        tier.replace(manifests.decode(encoded.encode()))
+    except tier_errors.ManifestCorrupt as exc:
+        raise ConfigRecordError(f"snapshot: {exc}") from None
+
+
 def _as_int(value: JsonValue, key: str) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise ConfigRecordError(f"snapshot: an offset of {key!r} is not an integer")
@@ -210,6 +275,11 @@ class ConfigLog:
         self.origin = f"{node_id}:{secrets.token_hex(8)}"
         self._is_leader = is_leader
         self._apply_lock = threading.Lock()
+        self._append_lock = threading.Lock()
+        """Held while a snapshot is built and appended, and while a tier change is applied
+        and appended: a snapshot holds every tier change appended before it."""
+        self.tier = applied.AppliedManifest(applied.manifest_path(store.config.root_dir))
+        """This member's applied tier manifest (state of the log, like the tables)."""
         self.applied_total = 0
         self.errors_total = 0
 
@@ -245,8 +315,18 @@ class ConfigLog:
         return results[-1].end_offset
 
     def append_snapshot(self) -> int:
-        """Append a snapshot of the three tables (a new leader, once caught up)."""
-        return self.append(snapshot_of(self.store))
+        """Append a snapshot of the three tables and the tier manifest (a new leader, once
+        caught up)."""
+        with self._append_lock:
+            return self.append(snapshot_of(self.store, self.tier))
+
+    def append_tier_change(self, prefix: str, change: manifests.Change) -> int:
+        """Leader: apply ``change`` to this member's manifest, then append its record; returns
+        the commit-log offset after it. A change the manifest refuses is raised
+        (:class:`~gannet.node.store.tier.errors.ManifestConflict`) and nothing is appended."""
+        with self._append_lock:
+            self.tier.apply(prefix, change)
+            return self.append(tier_change_of(prefix, change))
 
     def applied_offset(self) -> int:
         """Next config-queue offset to apply (0 when none was applied yet)."""
@@ -307,7 +387,7 @@ class ConfigLog:
             origin, change = decode_record(body)
             if origin == self.origin:
                 return
-            apply_change(self.store, change)
+            apply_change(self.store, change, self.tier)
             self.applied_total += 1
         except (ConfigRecordError, ValueError) as exc:
             self.errors_total += 1

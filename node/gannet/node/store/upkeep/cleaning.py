@@ -39,6 +39,15 @@ topic; a topic no group has offsets for counts all its entries under
 ``(no consumer group of <topic>)``, so topics nobody reads yet, DLQs, delayed messages parked in
 the timer topic and pending transaction halves are kept too (expiry still removes them).
 
+Tiered storage (``docs/tiered-storage.md`` §6): when the broker offloads sealed files to a
+bucket it sets :attr:`CleanService.tier_range` (the commit-log range the tier holds). Then
+these rules count only files not yet offloaded: a file the tier holds loses no message when it
+goes (:func:`unconsumed_below` is not asked about it, so disk pressure deletes it before any
+write is refused), expiry (``file_reserved_hours``) deletes only files the tier holds (remote
+retention is the tier's), and consume-queue and index files are kept down to the tier's start
+(a reader finds offloaded records through them). The offload loop deletes what the manifest
+records through :meth:`CleanService.delete_offloaded`.
+
 Every deletion is logged at WARNING: the files, the offset range, why, and the unconsumed
 messages it removed per group; the metrics count files, bytes and unconsumed messages removed
 (``gannet_cleanup_*_total``). When the commit log's minimum offset moved, every consume queue
@@ -57,10 +66,11 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -354,6 +364,39 @@ class CleanService:
         self._refusal = ""
         """Why writes are refused for space ("warning", "forcibly") or ""."""
         self._run_lock = threading.Lock()  # the housekeeping thread and the admin API
+        self.tier_range: Callable[[], tuple[int, int] | None] | None = None
+        """The commit-log range ``[start, end)`` the tier holds (None: empty); the attribute
+        is None when the broker has no tier (module docstring, Tiered storage)."""
+
+    def _tier_end(self) -> int | None:
+        """Where the tier ends (None: no tier); an empty tier ends at 0."""
+        if self.tier_range is None:
+            return None
+        held = self.tier_range()
+        return held[1] if held is not None else 0
+
+    def delete_offloaded(self, base_offsets: Sequence[int]) -> int:
+        """Delete the leading commit-log files (never the active one) whose start offset is in
+        ``base_offsets`` — files the tier holds, verified by the caller — then the derived
+        files below the new minimum; returns how many commit-log files went."""
+        wanted = set(base_offsets)
+        with self._run_lock:
+            cl = self.store.commitlog
+            with cl.put_lock:
+                files = cl.files.files[:-1]
+                doomed = list(itertools.takewhile(lambda f: f.file_from_offset in wanted, files))
+                if doomed:
+                    log.info(
+                        "tier: deleted %d offloaded commit-log file(s) %s locally (offsets %d to"
+                        " %d; the tier holds them)",
+                        len(doomed),
+                        ", ".join(f.path.name for f in doomed),
+                        doomed[0].file_from_offset,
+                        doomed[-1].file_from_offset + doomed[-1].file_size,
+                    )
+                cl.files.delete_files(doomed)
+            self._delete_derived_files(CleanResult(0, "tier", 0.0))
+        return len(doomed)
 
     def set_policy(self, **changes: object) -> CleanPolicy:
         policy = dataclasses.replace(self.policy, **changes)  # type: ignore[arg-type]
@@ -480,8 +523,18 @@ class CleanService:
     ) -> CleanResult:
         cl = self.store.commitlog
         policy = self.policy
+        tier_end = self._tier_end()
+
+        def lost_below(end: int) -> dict[str, int]:
+            if tier_end is not None and end <= tier_end:
+                return {}  # the tier holds every message below ``end``
+            return unconsumed_below(self.store, end)
+
         with cl.put_lock:
             files = cl.files.files[:-1]
+            if tier_end is not None and not clean_at_once:
+                # Expiry deletes only what the tier holds; disk pressure follows today's rules.
+                files = [f for f in files if f.file_from_offset + f.file_size <= tier_end]
             candidates = [
                 Candidate(f.file_from_offset, f.file_size, f.last_modified_ms()) for f in files
             ]
@@ -492,14 +545,12 @@ class CleanService:
                 clean_at_once=clean_at_once,
                 delete_unconsumed=policy.delete_unconsumed,
                 files_max=self.store.config.delete_files_per_run_max,
-                unconsumed_below=lambda end: unconsumed_below(self.store, end),
+                unconsumed_below=lost_below,
             )
             doomed: list[MappedFile] = files[: plan.delete]
             lost: dict[str, int] = {}
             if doomed:
-                lost = unconsumed_below(
-                    self.store, doomed[-1].file_from_offset + doomed[-1].file_size
-                )
+                lost = lost_below(doomed[-1].file_from_offset + doomed[-1].file_size)
                 self._log_deletion(result, doomed, lost, clean_at_once)
             cl.files.delete_files(doomed)
         freed = sum(f.file_size for f in doomed)
@@ -538,6 +589,9 @@ class CleanService:
 
     def _delete_derived_files(self, result: CleanResult) -> CleanResult:
         min_offset = self.store.readable_min_offset()  # offloaded records keep units
+        held = self.tier_range() if self.tier_range is not None else None
+        if held is not None:
+            min_offset = min(min_offset, held[0])  # readers of the tier find records by them
         if min_offset <= self._last_min_offset:
             return result
         self._last_min_offset = min_offset

@@ -1,0 +1,159 @@
+"""The ``--tier-*`` options of ``gannet broker run``: tiered storage (docs/tiered-storage.md).
+
+:func:`tier_options` adds the options to the command; :func:`tier_config` is the one place they
+are checked together and turned into a :class:`TierConfig` (None without ``--tier-endpoint``).
+Every problem is a ``click.BadParameter`` naming the option.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from gannet.node.store.tier import buckets, credentials_file, naming, planning
+from gannet.node.store.tier.offloading import TierConfig
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_OPTIONS = (
+    click.option(
+        "--tier-endpoint",
+        metavar="URL",
+        help="S3-compatible endpoint (http(s)://host:port) of the tier: sealed commit-log files "
+        "are offloaded to it and deleted locally once recorded in the replicated manifest. "
+        "Without it everything stays local and the other --tier-* options are refused.",
+    ),
+    click.option("--tier-bucket", metavar="NAME", help="Bucket of the tier (must exist)."),
+    click.option(
+        "--tier-prefix",
+        metavar="PREFIX",
+        help="Key prefix of this broker group's objects, e.g. gannet/<cluster>/<group> "
+        "(letters, digits and . _ = - in '/'-separated segments); objects are "
+        "<prefix>/commitlog/<20-digit offset>.",
+    ),
+    click.option(
+        "--tier-credentials-file",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="File with 'aws_access_key_id = ...' and 'aws_secret_access_key = ...' lines "
+        "(AWS shared-credentials spelling).",
+    ),
+    click.option(
+        "--tier-region",
+        default="us-east-1",
+        show_default=True,
+        help="Region the requests are signed for.",
+    ),
+    click.option(
+        "--tier-offload-after-s",
+        type=click.FloatRange(0, 10 * 365 * 86400),
+        default=3600.0,
+        show_default=True,
+        help="Offload a sealed, committed commit-log file once it is this old.",
+    ),
+    click.option(
+        "--tier-offload-disk-ratio",
+        type=click.FloatRange(0, 1, min_open=True),
+        default=0.7,
+        show_default=True,
+        help="Offload sealed files sooner while the disk is more used than this "
+        "(used / (used + available), as df).",
+    ),
+    click.option(
+        "--tier-local-retention-bytes",
+        type=click.IntRange(0),
+        default=0,
+        show_default=True,
+        help="Keep the newest offloaded files up to this many bytes on local disk too (a hot "
+        "cache for consumers near the head); older offloaded files are deleted locally.",
+    ),
+    click.option(
+        "--tier-uploads-per-pass",
+        type=click.IntRange(1, 64),
+        default=4,
+        show_default=True,
+        help="Files uploaded at most per offload pass.",
+    ),
+    click.option(
+        "--tier-pass-interval-s",
+        type=click.FloatRange(0.1, 3600),
+        default=10.0,
+        show_default=True,
+        help="Time between offload passes; after a failed pass (bucket unreachable) the wait "
+        "doubles up to 300 s. Writes never wait for the tier.",
+    ),
+)
+
+
+def tier_options(command: F) -> F:
+    """Add the ``--tier-*`` options to ``command`` (their values arrive as keyword args)."""
+    for option in reversed(_OPTIONS):
+        command = option(command)
+    return command
+
+
+def tier_config(
+    *,
+    tier_endpoint: str | None,
+    tier_bucket: str | None,
+    tier_prefix: str | None,
+    tier_credentials_file: Path | None,
+    tier_region: str,
+    tier_offload_after_s: float,
+    tier_offload_disk_ratio: float,
+    tier_local_retention_bytes: int,
+    tier_uploads_per_pass: int,
+    tier_pass_interval_s: float,
+) -> TierConfig | None:
+    """The tier of the options, None without ``--tier-endpoint`` (module docstring)."""
+    given = {
+        "--tier-bucket": tier_bucket,
+        "--tier-prefix": tier_prefix,
+        "--tier-credentials-file": tier_credentials_file,
+    }
+    if not tier_endpoint:
+        for name, value in given.items():
+            if value:
+                raise click.BadParameter(f"{name} needs --tier-endpoint", param_hint=name)
+        return None
+    if not tier_bucket:
+        raise click.BadParameter("--tier-endpoint needs --tier-bucket", param_hint="--tier-bucket")
+    if not tier_prefix:
+        raise click.BadParameter("--tier-endpoint needs --tier-prefix", param_hint="--tier-prefix")
+    if tier_credentials_file is None:
+        raise click.BadParameter(
+            "--tier-endpoint needs --tier-credentials-file", param_hint="--tier-credentials-file"
+        )
+    try:
+        naming.check_prefix(tier_prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-prefix") from None
+    try:
+        secrets = credentials_file.load(tier_credentials_file)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-credentials-file") from None
+    try:
+        bucket = buckets.BucketConfig(
+            endpoint_url=tier_endpoint,
+            bucket=tier_bucket,
+            access_key=secrets.access_key,
+            secret_key=secrets.secret_key,
+            region=tier_region,
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-endpoint") from None
+    policy = planning.TierPolicy(
+        offload_age_s_min=tier_offload_after_s,
+        local_use_ratio_max=tier_offload_disk_ratio,
+        uploads_max=tier_uploads_per_pass,
+        local_keep_bytes=tier_local_retention_bytes,
+    )
+    return TierConfig(
+        bucket=bucket,
+        prefix=tier_prefix,
+        policy=policy,
+        pass_interval_s=tier_pass_interval_s,
+        retry_backoff_s_max=max(300.0, tier_pass_interval_s),
+    )
