@@ -57,6 +57,7 @@ from gannet.node.api import (
 )
 from gannet.node.api.plugs import PopFactory, PopHandlers, ReceivedObserver
 from gannet.node.api.resources import Resources
+from gannet.node.domain.committing import NOTHING_TO_FLUSH, Appended, Committer, PersistenceTimeout
 from gannet.node.protocol import statuses
 from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
@@ -126,8 +127,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.limits = limits
         self.clients = client_settings.ClientRegistry()
         self.selector = sending.QueueSelector()
-        self._waiters = store.durable_waiters(asyncio.get_running_loop())
-        self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
+        self.committer = Committer(store, replication)
+        """The one rule for when a write may be answered (:mod:`gannet.node.domain.committing`)."""
         self.closing = asyncio.Event()
         self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
@@ -145,7 +146,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.transactions: transactions.TransactionHandler | None = transactions.TransactionHandler(
             store,
             lambda name: self.resources.topic(name).topic_name,
-            self._acknowledge,
+            self.commit,
             lambda: replication is None or replication.is_serving_leader(),
             transaction_limits,
         )
@@ -399,10 +400,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
         if self._on_sent is not None:
             self._on_sent(prepared.topic.topic_name, messages)
-        if self.replication is not None:
-            await self._wait_committed(self.replication)
-        elif durable_at is not None:
-            await self._wait_durable(durable_at)
+        await self.commit(Appended(durable_at))
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
             transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
@@ -448,37 +446,19 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             return exc.status()
         return None
 
-    async def _wait_committed(self, replication: ReplicationNode) -> None:
-        """Propose what was just appended, then wait until a majority has it durable."""
+    async def commit(self, appended: Appended) -> None:
+        """:meth:`Committer.commit`, its domain errors as v2 statuses: the one mapping of the
+        commit rule's errors in this protocol layer (:func:`routes.commit_refusal`)."""
         try:
-            end_offset = replication.propose_local()
-            await replication.wait_committed(end_offset)
-        except ReplicationError as exc:
-            raise routes.replication_refusal(exc) from None
+            await self.committer.commit(appended)
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None
 
     async def append_and_acknowledge(self, messages: list[records.Message]) -> None:
         """Append records the broker made itself (a remoting consumer's send-back) and return
-        once they may be acknowledged (:meth:`_acknowledge`); the caller checked leadership."""
+        once they may be acknowledged (:meth:`commit`); the caller checked leadership."""
         _, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
-        await self._acknowledge(durable_at)
-
-    async def _acknowledge(self, durable_at: int | None) -> None:
-        """Return once what this node just appended may be answered: committed by the Raft
-        group, or durable per the flush mode."""
-        if self.replication is not None:
-            await self._wait_committed(self.replication)
-        elif durable_at is not None:
-            await self._wait_durable(durable_at)
-
-    async def _wait_durable(self, offset: int) -> None:
-        try:
-            await asyncio.wait_for(self._waiters.wait(offset), self._flush_timeout_s)
-        except TimeoutError:
-            raise ApiError(
-                statuses.MASTER_PERSISTENCE_TIMEOUT,
-                f"written but not flushed within {self._flush_timeout_s:.1f} s; the message may "
-                "or may not survive a crash",
-            ) from None
+        await self.commit(Appended(durable_at))
 
     # ------------------------------------------------------------------ offsets
     async def GetOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -500,8 +480,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                 # once everything committed before now is dispatched.
                 await asyncio.to_thread(self.store.dispatch_caught_up)
                 reply = offsets.update_offset(self.resources, request)
-            if self.replication is not None:
-                await self._wait_committed(self.replication)  # its offset.commit record
+            await self.commit(NOTHING_TO_FLUSH)  # its offset.commit record (Raft group)
             return reply
 
         return await self._leader_only(

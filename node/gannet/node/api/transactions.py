@@ -53,6 +53,7 @@ from gannet.node.api.transaction_book import (
     Resolution,
     TransactionBook,
 )
+from gannet.node.domain.committing import Appended
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
@@ -376,21 +377,22 @@ async def with_outbox(
 
 class TransactionHandler:
     """The servicer's side: Telemetry outboxes of producers, the check task and the
-    EndTransaction work. ``acknowledge(durable_at)`` returns once an append may be answered
-    (durable, or committed by the Raft group); ``is_leader`` says whether this node writes."""
+    EndTransaction work. ``commit(appended)`` returns once an append may be answered (the
+    broker's one rule: :mod:`gannet.node.domain.committing`); ``is_leader`` says whether this
+    node writes."""
 
     def __init__(
         self,
         store: MessageStore,
         topic_name: Callable[[str], str],
-        acknowledge: Callable[[int | None], Awaitable[None]],
+        commit: Callable[[Appended], Awaitable[None]],
         is_leader: Callable[[], bool] = lambda: True,
         limits: CheckLimits | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.service = TransactionService(store, limits, on_check=self._offer_threadsafe)
         self._topic_name = topic_name
-        self._acknowledge = acknowledge
+        self._commit = commit
         self._is_leader = is_leader
         self._streams: dict[str, tuple[set[str], asyncio.Queue[Outgoing]]] = {}
         self._closing = asyncio.Event()
@@ -526,13 +528,13 @@ class TransactionHandler:
         await self._append_ending(writes, (offset,))
 
     async def _append_ending(self, writes: list[records.Message], ending: Iterable[int]) -> None:
-        """Append ``writes`` and wait for their acknowledgement; then the half messages at
+        """Append ``writes`` and wait for their commit; then the half messages at
         offsets ``ending`` are done in the book, or, on any failure, left to the log to decide
         (:meth:`TransactionBook.end_failed`)."""
         book = self.service.book
         try:
             _, durable_at = await asyncio.to_thread(self.service.append, writes)
-            await self._acknowledge(durable_at)
+            await self._commit(Appended(durable_at))
         except BaseException:
             for offset in ending:
                 book.end_failed(offset)
