@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -58,6 +58,7 @@ from gannet.node.api import (
 from gannet.node.api.plugs import PopFactory, PopHandlers, ReceivedObserver
 from gannet.node.api.resources import Resources
 from gannet.node.domain.committing import NOTHING_TO_FLUSH, Appended, Committer, PersistenceTimeout
+from gannet.node.domain.sending import Sender, SentObserver
 from gannet.node.protocol import statuses
 from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
@@ -66,17 +67,12 @@ from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, steady_clock
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
-from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
 
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
 T = TypeVar("T")
-
-
-SentObserver = Callable[[str, Sequence[records.Message]], None]
-"""Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
 
 
 def peer_host_of(context: grpc.aio.ServicerContext) -> str:
@@ -118,7 +114,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.tls_port = tls_port
         """The client port is TLS: routes publish one address (:func:`routes.member_endpoints`)."""
         self.replication = replication
-        self._on_sent = on_sent
         self.on_received = on_received
         self.resources = Resources(
             store, auto_create_topics=auto_create_topics, auto_create_groups=auto_create_groups
@@ -129,6 +124,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.selector = sending.QueueSelector()
         self.committer = Committer(store, replication)
         """The one rule for when a write may be answered (:mod:`gannet.node.domain.committing`)."""
+        self.sender = Sender(store, replication, self.committer, on_sent)
+        """Leader check, append and commit of every send (:mod:`gannet.node.domain.sending`)."""
         self.closing = asyncio.Event()
         self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
@@ -392,15 +389,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             if self.transactions is None:
                 raise _unsupported("transactional messages")
             messages = self.transactions.to_half(messages)
-        # Again, with no await before the append: the check in _send may be stale by now (a
-        # retry that waited for its original, or for an index lookup). Bytes appended on a
-        # node that lost leadership, or leads a new term and has not applied the earlier
-        # terms yet, would be proposed later past the dedup gate (fault seeds 107, 108).
-        self._check_leader()
-        results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
-        if self._on_sent is not None:
-            self._on_sent(prepared.topic.topic_name, messages)
-        await self.commit(Appended(durable_at))
+        # The leader is checked again there, with no await before the append: the check in
+        # _send may be stale by now (fault seeds 107, 108; gannet.node.domain.sending).
+        try:
+            results = await self.sender.send(prepared.topic.topic_name, messages)
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
             transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
@@ -453,12 +447,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             await self.committer.commit(appended)
         except (ReplicationError, PersistenceTimeout) as exc:
             raise routes.commit_refusal(exc) from None
-
-    async def append_and_acknowledge(self, messages: list[records.Message]) -> None:
-        """Append records the broker made itself (a remoting consumer's send-back) and return
-        once they may be acknowledged (:meth:`commit`); the caller checked leadership."""
-        _, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
-        await self.commit(Appended(durable_at))
 
     # ------------------------------------------------------------------ offsets
     async def GetOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
