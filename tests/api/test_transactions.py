@@ -24,12 +24,13 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import receiving, transaction_records, transactions
+from gannet.node.api import receiving, transactions
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
+from gannet.node.transactions import records as transaction_records
 
 from .conftest import settle, unique
 

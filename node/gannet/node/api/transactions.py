@@ -3,9 +3,10 @@
 ``TransactionalMessageService``), on one node or a Raft group.
 
 Every record a transaction writes (half message, commit copy, op record, check record, discard
-copy: :mod:`transaction_records`) is an ordinary commit-log append, so on a Raft group it is
-proposed and committed like any send. Every replica applies the records that dispatch reaches
-to its :class:`~gannet.node.api.transaction_book.TransactionBook`; only the leader writes:
+copy: :mod:`gannet.node.transactions.records`) is an ordinary commit-log append, so on a Raft
+group it is proposed and committed like any send. Every replica applies the records that
+dispatch reaches to its :class:`~gannet.node.transactions.book.TransactionBook`; only the leader
+writes:
 
 * **EndTransaction** (followers forward it, :mod:`forwarding`): the leader waits until the half
   message is dispatched, reserves the resolution in its book (a second request for the same
@@ -45,14 +46,6 @@ from typing import TypeVar
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import transaction_records as tr
-from gannet.node.api.transaction_book import (
-    CheckLimits,
-    EndRefused,
-    Pending,
-    Resolution,
-    TransactionBook,
-)
 from gannet.node.domain.committing import Appended
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
@@ -63,6 +56,14 @@ from gannet.node.store.log import records
 from gannet.node.store.log.commitlog import AppendResult
 from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions import records as tr
+from gannet.node.transactions.book import (
+    CheckLimits,
+    EndRefused,
+    Pending,
+    Resolution,
+    TransactionBook,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -72,7 +72,6 @@ from gannet.node.api import (
     wire,
 )
 from gannet.node.api.admin_raft import RaftAdmin
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import port_gate
 from gannet.node.metrics import (
     broker_metrics,
@@ -93,6 +92,7 @@ from gannet.node.replication.driver import ReplicationNode
 from gannet.node.replication.peer_resolving import ResolveFigures
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions.book import CheckLimits
 
 log = logging.getLogger(__name__)
 

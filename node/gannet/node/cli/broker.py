@@ -21,7 +21,6 @@ import uvloop
 from rich.table import Table
 
 from gannet.node.api import group_polling
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
 from gannet.node.cli import options, output
 from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
@@ -33,6 +32,7 @@ from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import StoreError
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.upkeep import cleaning
+from gannet.node.transactions.book import CheckLimits
 
 console = output.console
 err_console = output.err_console
