@@ -68,6 +68,7 @@ from gannet.node.store import errors, steady_clock
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions.service import TransactionLimits
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +106,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         dedup_window_s: float = dedup.WINDOW_S,
         dedup_entries_max: int = dedup.ENTRIES_MAX,
         tls_port: bool = False,
-        transaction_limits: transactions.TransactionLimits | None = None,
+        transaction_limits: TransactionLimits | None = None,
         external_book: Callable[[], external_routes.AddressBook] | None = None,
     ) -> None:
         self.store = store
