@@ -144,7 +144,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.transactions: transactions.TransactionHandler | None = transactions.TransactionHandler(
             store,
             lambda name: self.resources.topic(name).topic_name,
-            self.commit,
+            self.committer.commit,
             lambda: replication is None or replication.is_serving_leader(),
             transaction_limits,
         )

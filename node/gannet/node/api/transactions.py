@@ -40,18 +40,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gannet.node.domain.committing import Appended
+from gannet.node.api import routes
+from gannet.node.domain.committing import PersistenceTimeout
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
+from gannet.node.replication.errors import ReplicationError
 from gannet.node.store.log import records
 from gannet.node.store.log.commitlog import AppendResult
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions import ending as ending_of
 from gannet.node.transactions import records as tr
 from gannet.node.transactions.book import CheckLimits, Resolution
 from gannet.node.transactions.service import (
@@ -108,15 +111,15 @@ async def with_outbox(
 
 class TransactionHandler:
     """The servicer's side: Telemetry outboxes of producers, the check task and the
-    EndTransaction work. ``commit(appended)`` returns once an append may be answered (the
-    broker's one rule: :mod:`gannet.node.domain.committing`); ``is_leader`` says whether this
-    node writes."""
+    EndTransaction work. ``commit`` is the broker's one rule for when an append may be answered
+    (:meth:`gannet.node.domain.committing.Committer.commit`; its domain errors are mapped
+    here); ``is_leader`` says whether this node writes."""
 
     def __init__(
         self,
         store: MessageStore,
         topic_name: Callable[[str], str],
-        commit: Callable[[Appended], Awaitable[None]],
+        commit: ending_of.Commit,
         is_leader: Callable[[], bool] = lambda: True,
         limits: CheckLimits | None = None,
     ) -> None:
@@ -259,16 +262,9 @@ class TransactionHandler:
         await self._append_ending(writes, (offset,))
 
     async def _append_ending(self, writes: list[records.Message], ending: Iterable[int]) -> None:
-        """Append ``writes`` and wait for their commit; then the half messages at
-        offsets ``ending`` are done in the book, or, on any failure, left to the log to decide
-        (:meth:`TransactionBook.end_failed`)."""
-        book = self.service.book
+        """:func:`gannet.node.transactions.ending.append_ending`, its commit errors as v2
+        statuses (:func:`routes.commit_refusal`)."""
         try:
-            _, durable_at = await asyncio.to_thread(self.service.append, writes)
-            await self._commit(Appended(durable_at))
-        except BaseException:
-            for offset in ending:
-                book.end_failed(offset)
-            raise
-        for offset in ending:
-            book.end_done(offset)
+            await ending_of.append_ending(self.service, self._commit, writes, ending)
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None
