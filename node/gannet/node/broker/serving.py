@@ -63,7 +63,6 @@ from gannet.node.api import (
     cluster_admin,
     dedup,
     external_book_file,
-    group_polling,
     limits,
     messaging,
     plugs,
@@ -73,6 +72,7 @@ from gannet.node.api import (
 )
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.broker import port_gate
+from gannet.node.broker_groups import polling as group_polling
 from gannet.node.metrics import (
     broker_metrics,
     failover_collecting,
@@ -153,7 +153,7 @@ class BrokerConfig:
     """When open transactions are checked and discarded; None: RocketMQ's defaults."""
     cluster_seeds: tuple[str, ...] = ()
     """Client endpoints of members of the cluster's other broker groups (``--cluster-seeds``);
-    empty: this group is the whole cluster (:mod:`gannet.node.api.group_polling`)."""
+    empty: this group is the whole cluster (:mod:`gannet.node.broker_groups.polling`)."""
     group_poll_interval_s: float = group_polling.POLL_INTERVAL_S
     cluster_access_key: str | None = None
     """Signs this member's polls of the other groups (``--cluster-access-key``); None: unsigned.

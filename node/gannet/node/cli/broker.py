@@ -20,8 +20,8 @@ import click
 import uvloop
 from rich.table import Table
 
-from gannet.node.api import group_polling
 from gannet.node.broker import serving
+from gannet.node.broker_groups import polling as group_polling
 from gannet.node.cli import options, output
 from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
 from gannet.node.metrics import http_serving
