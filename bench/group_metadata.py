@@ -44,6 +44,7 @@ from bench.groups import CLIENT_ID, QUEUES_PER_GROUP, TOPIC, _machine, cpu_secon
 from e2e.groups.harness import Cluster
 from e2e.processes import wait_for
 from gannet.node.api import broker_groups
+from gannet.node.broker_groups import views as group_views
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 POLL_INTERVAL_S = 2.0
@@ -65,7 +66,7 @@ class FakeGroup(admin_pb2_grpc.AdminServicer):
     def __init__(self, name: str, replicas: int) -> None:
         self.name = name
         self.replicas = replicas
-        self.topics: dict[str, broker_groups.RouteTopic] = {}
+        self.topics: dict[str, group_views.RouteTopic] = {}
         self.lock = threading.Lock()
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=FAKE_WORKERS))
         admin_pb2_grpc.add_AdminServicer_to_server(self, self.server)  # type: ignore[no-untyped-call]
@@ -78,10 +79,10 @@ class FakeGroup(admin_pb2_grpc.AdminServicer):
 
     def add_topic(self, name: str) -> None:
         with self.lock:
-            self.topics[name] = broker_groups.RouteTopic(
+            self.topics[name] = group_views.RouteTopic(
                 name, QUEUES_PER_GROUP, QUEUES_PER_GROUP, 6, "NORMAL"
             )
-            self.version = broker_groups.topics_version(self.topics.values())
+            self.version = group_views.topics_version(self.topics.values())
 
     def GetBrokerGroup(self, request, context):  # noqa: N802
         with self.lock:

@@ -54,9 +54,9 @@ def attach_broker_listeners(store: MessageStore) -> None:
     """The arrival listeners a broker attaches to its store (send dedup, Pop long polling,
     transactions), each idle as in a produce-only run: what dispatch pays per record for them."""
     from gannet.node.api.dedup import SendDeduplicator
-    from gannet.node.api.transactions import TransactionService
     from gannet.node.pop.config import PopConfig
     from gannet.node.pop.polling import PollWaiters
+    from gannet.node.transactions.service import TransactionService
 
     SendDeduplicator(store)
     PollWaiters(PopConfig()).attach(store)

@@ -32,6 +32,7 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 from gannet.node.api import broker_groups
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.broker_groups import views as group_views
 from gannet.node.cli.root import main
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -389,7 +390,7 @@ def test_a_write_limited_to_some_groups_and_unknown_groups_refused(pair: Pair) -
 # ------------------------------------------------------------------------------- pure parts
 def test_groups_sort_by_number_and_merge_in_cluster_order() -> None:
     names = ["broker-10", "broker-2", "broker-1"]
-    assert sorted(names, key=broker_groups.group_order) == ["broker-1", "broker-2", "broker-10"]
+    assert sorted(names, key=group_views.group_order) == ["broker-1", "broker-2", "broker-10"]
 
     def queue(name: str, i: int) -> definition_pb2.MessageQueue:
         return definition_pb2.MessageQueue(id=i, broker=definition_pb2.Broker(name=name))
@@ -401,17 +402,17 @@ def test_groups_sort_by_number_and_merge_in_cluster_order() -> None:
 
 
 def test_topics_version_ignores_order_and_sees_a_queue_change() -> None:
-    a = broker_groups.RouteTopic("A", 4, 4, 6, "NORMAL")
-    b = broker_groups.RouteTopic("B", 2, 2, 6, "FIFO")
-    assert broker_groups.topics_version([a, b]) == broker_groups.topics_version([b, a])
+    a = group_views.RouteTopic("A", 4, 4, 6, "NORMAL")
+    b = group_views.RouteTopic("B", 2, 2, 6, "FIFO")
+    assert group_views.topics_version([a, b]) == group_views.topics_version([b, a])
     grown = dataclasses.replace(a, read_queue_nums=8)
-    assert broker_groups.topics_version([grown, b]) != broker_groups.topics_version([a, b])
+    assert group_views.topics_version([grown, b]) != group_views.topics_version([a, b])
 
 
 def test_the_poll_answer_digest_is_computed_once_per_topic_table_version(tmp_path: Path) -> None:
     table = TopicConfigManager(tmp_path)
     table.put(TopicConfig("A", read_queue_nums=4, write_queue_nums=4))
-    cache = broker_groups.RouteTopicsCache()
+    cache = group_views.RouteTopicsCache()
     listed = [0]
 
     def configs() -> list[TopicConfig]:
@@ -431,7 +432,7 @@ def test_the_poll_answer_digest_is_computed_once_per_topic_table_version(tmp_pat
     table.put(TopicConfig("A", read_queue_nums=8, write_queue_nums=8))  # same config: no write
     assert cache.get(table.data_version, configs)[1] == grown
     assert table.delete("A")
-    assert cache.get(table.data_version, configs) == ({}, broker_groups.topics_version([]))
+    assert cache.get(table.data_version, configs) == ({}, group_views.topics_version([]))
     assert (listed[0], cache.computed) == (3, 3)
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.api.group_polling import GroupPoller
 from gannet.node.broker import serving, threads
 from gannet.node.broker.serving import BrokerConfig, with_listen
+from gannet.node.broker_groups.polling import GroupPoller
 from gannet.node.cli import calls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig

@@ -24,9 +24,9 @@ import pytest
 
 from gannet.node.api import routes
 from gannet.node.api.cluster_admin import BrokerGroups
-from gannet.node.api.group_polling import GroupPoller
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.broker_groups.polling import GroupPoller
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from gannet.node.api.transaction_book import (
+from gannet.node.metrics import transaction_collecting
+from gannet.node.transactions.book import (
     CheckLimits,
     EndRefused,
     Resolution,
     TransactionBook,
 )
-from gannet.node.metrics import transaction_collecting
 
 LIMITS = CheckLimits(check_after_ms=1_000, check_interval_ms=500, check_max=2, pending_max=3)
 

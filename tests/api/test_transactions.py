@@ -24,12 +24,14 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import receiving, transaction_records, transactions
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
+from gannet.node.transactions import records as transaction_records
+from gannet.node.transactions import service as transaction_service
 
 from .conftest import settle, unique
 
@@ -46,7 +48,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
     assert running.broker.messaging is not None
     handler = running.broker.messaging.transactions
     assert handler is not None
-    handler.service.limits = transactions.TransactionLimits(
+    handler.service.limits = transaction_service.TransactionLimits(
         check_after_ms=300, check_interval_ms=300, check_max=3
     )
     yield running
@@ -215,7 +217,7 @@ def test_a_retried_transactional_send_gets_the_open_transaction(broker, messagin
     settle(broker)
     assert _half(messaging, topic, "0102FC000000013E000B13F97D000000D1") == first
     service = broker.broker.messaging.transactions.service
-    assert transactions.parse_transaction_id(first) in service.book.pending_offsets()
+    assert transaction_service.parse_transaction_id(first) in service.book.pending_offsets()
 
 
 def test_transactional_send_rules(broker, messaging, admin, make_topic) -> None:
@@ -250,10 +252,10 @@ def test_pending_half_messages_are_recovered_from_the_store(broker, messaging, a
     request.topic.name = topic
     assert messaging.EndTransaction(request, timeout=5).status.code == Code.OK
     settle(broker)
-    fresh = transactions.TransactionService(broker.broker.store, listen=False)  # a restart
+    fresh = transaction_service.TransactionService(broker.broker.store, listen=False)  # a restart
     pending = fresh.book.pending_offsets()
-    assert transactions.parse_transaction_id(open_id) in pending
-    assert transactions.parse_transaction_id(ended_id) not in pending
+    assert transaction_service.parse_transaction_id(open_id) in pending
+    assert transaction_service.parse_transaction_id(ended_id) not in pending
 
 
 def test_too_many_open_transactions_are_refused(broker, messaging, admin) -> None:

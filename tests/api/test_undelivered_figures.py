@@ -10,9 +10,9 @@ import time
 
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import transactions
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store.configs.topics import PERM_READ
+from gannet.node.transactions import service as transaction_service
 
 from .conftest import settle, unique
 
@@ -102,7 +102,7 @@ def test_prepared_transactions_are_counted_until_ended_and_a_commit_lands_read_o
         described = admin.DescribeTopic(admin_pb2.DescribeTopicRequest(name=topic))
         assert described.prepared_transactions == 3
         # A restart rebuilds the open transactions from the store.
-        fresh = transactions.TransactionService(broker.broker.store, listen=False)
+        fresh = transaction_service.TransactionService(broker.broker.store, listen=False)
         assert fresh.book.pending_of(topic) == 3
         admin.UpdateTopic(admin_pb2.UpdateTopicRequest(name=topic, perm=READ_ONLY))
         _end(messaging, topic, ids[0], tx[0], definition_pb2.COMMIT)

@@ -7,7 +7,7 @@ import grpc
 
 from bench import group_metadata
 from bench.groups import TOPIC
-from gannet.node.api import broker_groups
+from gannet.node.broker_groups import views as group_views
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
 
@@ -43,7 +43,7 @@ def test_fake_group_answers_polls_as_a_group_and_takes_fanned_out_creates() -> N
             assert first.leader_endpoint == fake.endpoint
             assert len(first.member_endpoints) == 3
             assert first.topics_included
-            view = broker_groups.apply_answer(None, first, 0.0)
+            view = group_views.apply_answer(None, first, 0.0)
             assert view.topics[TOPIC].write_queue_nums == 8
             known = admin_pb2.GetBrokerGroupRequest(known_topics_version=first.topics_version)
             assert not stub.GetBrokerGroup(known, timeout=10).topics_included

@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 
 from gannet.node.api import receiving
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.transactions.book import CheckLimits
 
 from . import go_clients
 

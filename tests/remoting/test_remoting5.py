@@ -14,11 +14,11 @@ import pytest
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
 from gannet.node.api import receiving
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
+from gannet.node.transactions.book import CheckLimits
 
 from . import java5_clients
 

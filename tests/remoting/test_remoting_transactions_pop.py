@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import threads
 from gannet.node.protocol.grants import Action, Kind, Need
 from gannet.node.remoting import acl, codes, messages
 from gannet.node.remoting.codec import Command
 from gannet.node.store import msgids
 from gannet.node.store.log import records
+from gannet.node.transactions.book import CheckLimits
 
 from .client import RawClient
 

@@ -1,9 +1,9 @@
 """The admin API of a cluster of broker groups, wrapped around one member's
 :class:`~gannet.node.api.admin.AdminServicer`.
 
-* ``GetBrokerGroup`` — this member's group as the other groups poll it (:mod:`group_polling`):
-  broker name, the members that serve (leader first), the leader, and the route-relevant topic
-  table when the caller's version differs.
+* ``GetBrokerGroup`` — this member's group as the other groups poll it
+  (:mod:`gannet.node.broker_groups.polling`): broker name, the members that serve (leader
+  first), the leader, and the route-relevant topic table when the caller's version differs.
 * ``GetClusterView`` — every group this member routes to, with the age of its view and why
   the last poll failed (``gannet status``, ``topic describe`` and the operator read it).
 * ``SetClusterSeeds`` — replace the seed endpoints at run time (the operator, when it adds or
@@ -44,9 +44,11 @@ from typing import Any, NoReturn
 import grpc
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api import broker_groups, group_polling, routes
-from gannet.node.api.broker_groups import GroupView
-from gannet.node.api.group_polling import GroupPoller
+from gannet.node.api import broker_groups, routes
+from gannet.node.broker_groups import polling as group_polling
+from gannet.node.broker_groups import views as group_views
+from gannet.node.broker_groups.polling import GroupPoller
+from gannet.node.broker_groups.views import GroupView
 from gannet.node.pop import receipts
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
@@ -121,7 +123,7 @@ class BrokerGroups:
         self.identity = identity
         self.replication = replication
         self.poller = poller
-        self._route_topics = broker_groups.RouteTopicsCache()
+        self._route_topics = group_views.RouteTopicsCache()
         poller.own_endpoints = self.own_endpoints  # seeds of this group: never polled
         poller.cluster_name = store.config.cluster_name
 
@@ -131,7 +133,7 @@ class BrokerGroups:
 
     def others(self) -> list[GroupView]:
         return sorted(
-            self.poller.views.values(), key=lambda v: broker_groups.group_order(v.broker_name)
+            self.poller.views.values(), key=lambda v: group_views.group_order(v.broker_name)
         )
 
     # ---------------------------------------------------------------- this group
@@ -172,7 +174,7 @@ class BrokerGroups:
     def own_endpoints(self) -> set[str]:
         """Endpoints that reach this group: this member's (with its loopback forms when it
         answers on a loopback or wildcard address), its configured and serving members'. A
-        seed among them is this group (:mod:`group_polling`)."""
+        seed among them is this group (:mod:`gannet.node.broker_groups.polling`)."""
         host, port = self.identity.host.strip("[]"), self.identity.port
         hosts = [host, *(_LOOPBACK_OR_ANY if host in _LOOPBACK_OR_ANY else ())]
         found = {*self.configured(), *self.members()[0]}
@@ -244,7 +246,7 @@ class BrokerGroups:
                     topic_count=len(view.topics),
                 )
             )
-        states.sort(key=lambda s: broker_groups.group_order(s.group.broker_name))
+        states.sort(key=lambda s: group_views.group_order(s.group.broker_name))
         return admin_pb2.ClusterView(
             groups=states,
             seeds=list(self.poller.seeds),
@@ -273,7 +275,7 @@ class BrokerGroups:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 f"broker_groups names unknown groups {unknown}; the cluster has "
-                f"{sorted(known, key=broker_groups.group_order)}",
+                f"{sorted(known, key=group_views.group_order)}",
             )
         done_code = _ALREADY_DONE[method]
         outcomes: list[Outcome] = []
@@ -381,7 +383,7 @@ def merged_reset(outcomes: Sequence[Outcome]) -> admin_pb2.ResetOffsetResponse:
     (queue ids repeat across groups), groups in route order."""
     merged = admin_pb2.ResetOffsetResponse()
     applied = [o for o in outcomes if o.code == grpc.StatusCode.OK and o.reply is not None]
-    for outcome in sorted(applied, key=lambda o: broker_groups.group_order(o.group)):
+    for outcome in sorted(applied, key=lambda o: group_views.group_order(o.group)):
         for source, target in ((outcome.reply.queues, merged.queues),
                                (outcome.reply.before, merged.before)):  # fmt: skip
             for queue in source:
@@ -401,7 +403,7 @@ def _handle_broker_name(text: str) -> str:
 
 def _scoped(context: grpc.aio.ServicerContext) -> bool:
     return any(
-        k == broker_groups.SCOPE_HEADER and v == broker_groups.SCOPE_GROUP
+        k == group_views.SCOPE_HEADER and v == group_views.SCOPE_GROUP
         for k, v in context.invocation_metadata() or ()
     )
 
@@ -410,7 +412,7 @@ def _forwarded(context: grpc.aio.ServicerContext) -> list[tuple[str, str]]:
     found = [
         (str(k), str(v)) for k, v in context.invocation_metadata() or () if k in _FORWARDED_HEADERS
     ]
-    return [*found, (broker_groups.SCOPE_HEADER, broker_groups.SCOPE_GROUP)]
+    return [*found, (group_views.SCOPE_HEADER, group_views.SCOPE_GROUP)]
 
 
 def _fresh_request_id(metadata: list[tuple[str, str]]) -> list[tuple[str, str]]:

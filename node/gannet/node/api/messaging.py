@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TypeVar
 
 import grpc
@@ -57,6 +57,8 @@ from gannet.node.api import (
 )
 from gannet.node.api.plugs import PopFactory, PopHandlers, ReceivedObserver
 from gannet.node.api.resources import Resources
+from gannet.node.domain.committing import NOTHING_TO_FLUSH, Appended, Committer, PersistenceTimeout
+from gannet.node.domain.sending import Sender, SentObserver
 from gannet.node.protocol import statuses
 from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
@@ -65,17 +67,13 @@ from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, steady_clock
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
-from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions.service import TransactionLimits
 
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
 T = TypeVar("T")
-
-
-SentObserver = Callable[[str, Sequence[records.Message]], None]
-"""Told (topic, messages) after each SendMessage appended its messages; metrics use it."""
 
 
 def peer_host_of(context: grpc.aio.ServicerContext) -> str:
@@ -108,7 +106,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         dedup_window_s: float = dedup.WINDOW_S,
         dedup_entries_max: int = dedup.ENTRIES_MAX,
         tls_port: bool = False,
-        transaction_limits: transactions.TransactionLimits | None = None,
+        transaction_limits: TransactionLimits | None = None,
         external_book: Callable[[], external_routes.AddressBook] | None = None,
     ) -> None:
         self.store = store
@@ -117,7 +115,6 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.tls_port = tls_port
         """The client port is TLS: routes publish one address (:func:`routes.member_endpoints`)."""
         self.replication = replication
-        self._on_sent = on_sent
         self.on_received = on_received
         self.resources = Resources(
             store, auto_create_topics=auto_create_topics, auto_create_groups=auto_create_groups
@@ -126,8 +123,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.limits = limits
         self.clients = client_settings.ClientRegistry()
         self.selector = sending.QueueSelector()
-        self._waiters = store.durable_waiters(asyncio.get_running_loop())
-        self._flush_timeout_s = store.config.sync_flush_timeout_ms / 1000
+        self.committer = Committer(store, replication)
+        """The one rule for when a write may be answered (:mod:`gannet.node.domain.committing`)."""
+        self.sender = Sender(store, replication, self.committer, on_sent)
+        """Leader check, append and commit of every send (:mod:`gannet.node.domain.sending`)."""
         self.closing = asyncio.Event()
         self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
@@ -145,7 +144,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.transactions: transactions.TransactionHandler | None = transactions.TransactionHandler(
             store,
             lambda name: self.resources.topic(name).topic_name,
-            self._acknowledge,
+            self.committer.commit,
             lambda: replication is None or replication.is_serving_leader(),
             transaction_limits,
         )
@@ -391,18 +390,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             if self.transactions is None:
                 raise _unsupported("transactional messages")
             messages = self.transactions.to_half(messages)
-        # Again, with no await before the append: the check in _send may be stale by now (a
-        # retry that waited for its original, or for an index lookup). Bytes appended on a
-        # node that lost leadership, or leads a new term and has not applied the earlier
-        # terms yet, would be proposed later past the dedup gate (fault seeds 107, 108).
-        self._check_leader()
-        results, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
-        if self._on_sent is not None:
-            self._on_sent(prepared.topic.topic_name, messages)
-        if self.replication is not None:
-            await self._wait_committed(self.replication)
-        elif durable_at is not None:
-            await self._wait_durable(durable_at)
+        # The leader is checked again there, with no await before the append: the check in
+        # _send may be stale by now (fault seeds 107, 108; gannet.node.domain.sending).
+        try:
+            results = await self.sender.send(prepared.topic.topic_name, messages)
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
             transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
@@ -448,37 +441,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             return exc.status()
         return None
 
-    async def _wait_committed(self, replication: ReplicationNode) -> None:
-        """Propose what was just appended, then wait until a majority has it durable."""
+    async def commit(self, appended: Appended) -> None:
+        """:meth:`Committer.commit`, its domain errors as v2 statuses: the one mapping of the
+        commit rule's errors in this protocol layer (:func:`routes.commit_refusal`)."""
         try:
-            end_offset = replication.propose_local()
-            await replication.wait_committed(end_offset)
-        except ReplicationError as exc:
-            raise routes.replication_refusal(exc) from None
-
-    async def append_and_acknowledge(self, messages: list[records.Message]) -> None:
-        """Append records the broker made itself (a remoting consumer's send-back) and return
-        once they may be acknowledged (:meth:`_acknowledge`); the caller checked leadership."""
-        _, durable_at = self.store.put_messages_nowait(messages, dispatch_inline=True)
-        await self._acknowledge(durable_at)
-
-    async def _acknowledge(self, durable_at: int | None) -> None:
-        """Return once what this node just appended may be answered: committed by the Raft
-        group, or durable per the flush mode."""
-        if self.replication is not None:
-            await self._wait_committed(self.replication)
-        elif durable_at is not None:
-            await self._wait_durable(durable_at)
-
-    async def _wait_durable(self, offset: int) -> None:
-        try:
-            await asyncio.wait_for(self._waiters.wait(offset), self._flush_timeout_s)
-        except TimeoutError:
-            raise ApiError(
-                statuses.MASTER_PERSISTENCE_TIMEOUT,
-                f"written but not flushed within {self._flush_timeout_s:.1f} s; the message may "
-                "or may not survive a crash",
-            ) from None
+            await self.committer.commit(appended)
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None
 
     # ------------------------------------------------------------------ offsets
     async def GetOffset(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
@@ -500,8 +469,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                 # once everything committed before now is dispatched.
                 await asyncio.to_thread(self.store.dispatch_caught_up)
                 reply = offsets.update_offset(self.resources, request)
-            if self.replication is not None:
-                await self._wait_committed(self.replication)  # its offset.commit record
+            await self.commit(NOTHING_TO_FLUSH)  # its offset.commit record (Raft group)
             return reply
 
         return await self._leader_only(

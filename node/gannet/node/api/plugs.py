@@ -23,6 +23,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.lite_topics import LiteSubscriptions
 from gannet.node.api.resources import Resources
+from gannet.node.domain.committing import Appended
 from gannet.node.replication.driver import ReplicationNode
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
@@ -43,6 +44,10 @@ class ServicerParts(Protocol):
     on_received: ReceivedObserver | None
     closing: asyncio.Event
     """Set by ``begin_shutdown``: long polls end at once instead of after the longest wait."""
+
+    async def commit(self, appended: Appended) -> None:
+        """Return once what this node just appended may be answered (the broker's one rule,
+        :mod:`gannet.node.domain.committing`); its errors already v2 statuses (ApiError)."""
 
 
 class PopHandlers(Protocol):

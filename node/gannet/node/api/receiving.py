@@ -61,11 +61,12 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, Encoding, definition_pb2, service_pb2
 
-from gannet.node.api import ack_batching, priorities, routes, sending, store_statuses
+from gannet.node.api import ack_batching, priorities, sending, store_statuses
 from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.plugs import PopFactory, ServicerParts
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.shutdown_gate import ShutdownGate
+from gannet.node.domain.committing import NOTHING_TO_FLUSH
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
@@ -76,7 +77,6 @@ from gannet.node.pop.service import PopBroker
 from gannet.node.protocol import statuses
 from gannet.node.protocol.headers import client_id_of
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import errors, msgids, steady_clock, validation
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
@@ -611,13 +611,9 @@ class PopHandler:
         it wrote (ACK and checkpoint records, the DLQ copy, consumer-offset commits) is
         committed, so a new leader never hands out an acknowledged message again and keeps
         every changed invisible time."""
-        replication = self.servicer.replication
-        if replication is None:
-            return
-        try:
-            await replication.wait_committed(replication.propose_local())
-        except ReplicationError as exc:
-            raise routes.replication_refusal(exc) from None
+        if self.servicer.replication is None:
+            return  # one node: Pop waits for its own flush (pop/context.py)
+        await self.servicer.commit(NOTHING_TO_FLUSH)
 
     # --- ChangeInvisibleDuration ---
     async def ChangeInvisibleDuration(  # noqa: N802

@@ -58,6 +58,7 @@ from dataclasses import dataclass
 
 from rocketmq.grpc_protocol import Code, definition_pb2
 
+from gannet.node.domain.committing import PersistenceTimeout
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.driver import ReplicationNode
@@ -182,6 +183,15 @@ def replication_refusal(exc: ReplicationError) -> ApiError:
     if isinstance(exc, ReplicationBusy):
         return ApiError(statuses.TOO_MANY_REQUESTS, str(exc))
     return ApiError(statuses.INTERNAL_SERVER_ERROR, str(exc))
+
+
+def commit_refusal(exc: ReplicationError | PersistenceTimeout) -> ApiError:
+    """The v2 status of a write that :meth:`Committer.commit` did not confirm: the Raft
+    group's refusal (:func:`replication_refusal`), or MASTER_PERSISTENCE_TIMEOUT when the flush
+    did not finish in time."""
+    if isinstance(exc, PersistenceTimeout):
+        return ApiError(statuses.MASTER_PERSISTENCE_TIMEOUT, str(exc))
+    return replication_refusal(exc)
 
 
 def address_scheme(host: str) -> int:

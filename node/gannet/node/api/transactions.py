@@ -3,9 +3,10 @@
 ``TransactionalMessageService``), on one node or a Raft group.
 
 Every record a transaction writes (half message, commit copy, op record, check record, discard
-copy: :mod:`transaction_records`) is an ordinary commit-log append, so on a Raft group it is
-proposed and committed like any send. Every replica applies the records that dispatch reaches
-to its :class:`~gannet.node.api.transaction_book.TransactionBook`; only the leader writes:
+copy: :mod:`gannet.node.transactions.records`) is an ordinary commit-log append, so on a Raft
+group it is proposed and committed like any send. Every replica applies the records that
+dispatch reaches to its :class:`~gannet.node.transactions.book.TransactionBook`; only the leader
+writes:
 
 * **EndTransaction** (followers forward it, :mod:`forwarding`): the leader waits until the half
   message is dispatched, reserves the resolution in its book (a second request for the same
@@ -27,7 +28,8 @@ committed transaction is neither lost nor written twice. On start the book is re
 the op, check and half topics (a half message whose commit copy survived without its op record
 is found through the index by its unique key).
 
-:class:`TransactionService` is the store side (worker and dispatch threads);
+:class:`~gannet.node.transactions.service.TransactionService` is the store side (worker and
+dispatch threads);
 :class:`TransactionHandler` is its event-loop side for
 :class:`~gannet.node.api.messaging.MessagingServicer`: the EndTransaction work, an outbox per
 producer Telemetry stream (merged into the stream by :func:`with_outbox`, at most
@@ -38,299 +40,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gannet.node.api import transaction_records as tr
-from gannet.node.api.transaction_book import (
-    CheckLimits,
-    EndRefused,
-    Pending,
-    Resolution,
-    TransactionBook,
-)
+from gannet.node.api import routes
+from gannet.node.domain.committing import PersistenceTimeout
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.store import properties as props
-from gannet.node.store import querying
-from gannet.node.store.configs.topics import PERM_READ, PERM_WRITE, TopicConfig
+from gannet.node.replication.errors import ReplicationError
 from gannet.node.store.log import records
 from gannet.node.store.log.commitlog import AppendResult
-from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions import ending as ending_of
+from gannet.node.transactions import records as tr
+from gannet.node.transactions.book import CheckLimits, Resolution
+from gannet.node.transactions.service import (
+    OrphanCheck,
+    TransactionService,
+    ensure_topics,
+    wall_ms,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-TransactionLimits = CheckLimits
-parse_transaction_id = tr.parse_transaction_id
-transaction_id_of = tr.transaction_id_of
-READ_BATCH_MESSAGES = 256
-DISPATCH_WAIT_S = 2.0
-"""How long EndTransaction waits for its half message to be dispatched (just committed)."""
-
-
-@dataclass(frozen=True, slots=True)
-class OrphanCheck:
-    """A half message to offer to a producer of ``topic``."""
-
-    topic: str
-    transaction_id: str
-    message: definition_pb2.Message
-    half: records.Message | None = None
-    """The half message as stored (remoting producers get it in the store's layout)."""
-
-
-def ensure_topics(store: MessageStore) -> None:
-    for name in tr.TOPICS:
-        if store.topic_configs.get(name) is None:
-            store.topic_configs.put(
-                TopicConfig(
-                    name, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ | PERM_WRITE
-                )
-            )
-
-
-def _wall_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
-class TransactionService:
-    """The book of one store, fed by dispatch; builds what the leader appends.
-
-    ``on_check`` is called (dispatch thread) with each fresh check record's half message."""
-
-    def __init__(
-        self,
-        store: MessageStore,
-        limits: CheckLimits | None = None,
-        *,
-        on_check: Callable[[OrphanCheck], None] | None = None,
-        listen: bool = True,
-    ) -> None:
-        self.store = store
-        self.book = TransactionBook(limits)
-        self.on_check = on_check
-        self.checks_proposed_total = 0
-        self._listening = listen
-        if listen:
-            store.add_arrival_listener(self._on_dispatched)
-        self._replay()
-
-    @property
-    def limits(self) -> CheckLimits:
-        return self.book.limits
-
-    @limits.setter
-    def limits(self, value: CheckLimits) -> None:
-        self.book.limits = value
-
-    def close(self) -> None:
-        if self._listening and self._on_dispatched in self.store.listeners:
-            self.store.listeners.remove(self._on_dispatched)
-
-    def pending(self) -> int:
-        return self.book.pending_count()
-
-    @property
-    def committed_total(self) -> int:
-        return self.book.ended_total[Resolution.COMMIT]
-
-    @property
-    def rolled_back_total(self) -> int:
-        return self.book.ended_total[Resolution.ROLLBACK]
-
-    @property
-    def abandoned_total(self) -> int:
-        return self.book.ended_total[Resolution.DISCARD]
-
-    # ------------------------------------------------------------------ applying the log
-    def _on_dispatched(self, infos: Sequence[DispatchInfo]) -> None:
-        """Dispatch thread (or the sender's, inline): a committed batch. Only transaction
-        records cost more than one filtering pass; an error on one is logged and the
-        rest of the batch still applied."""
-        for info in tr.watched_of(infos):
-            try:
-                self._apply(info)
-            except Exception:
-                log.exception(
-                    "transaction record at commit-log offset %d not applied", info.commit_offset
-                )
-
-    def _apply(self, info: DispatchInfo) -> None:
-        body = None
-        if info.topic in (tr.OP_TOPIC, tr.CHECK_TOPIC):
-            message = self.store.read_message(info.commit_offset)
-            body = message.body if message is not None else None
-        seen = tr.seen(info, body)
-        if seen is None:
-            return
-        if seen.kind == "half":
-            self.book.half(
-                seen.half_offset,
-                seen.topic,
-                info.store_timestamp_ms,
-                message_id=info.uniq_key or "",
-                queue_offset=info.queue_offset,
-            )
-        elif seen.kind == "commit":
-            self.book.resolve(seen.half_offset, Resolution.COMMIT)
-        elif seen.kind == "op":
-            self.book.resolve(seen.half_offset, Resolution.ROLLBACK)
-        elif seen.kind == "check":
-            pending = self.book.checked(seen.half_offset, seen.checks, info.store_timestamp_ms)
-            fresh_ms = max(self.limits.check_interval_ms, 1_000)
-            if pending is not None and _wall_ms() - info.store_timestamp_ms < fresh_ms:
-                self._tell_check(pending)
-
-    def _tell_check(self, pending: Pending) -> None:
-        if self.on_check is None:
-            return
-        half = self.store.read_message(pending.half_offset)
-        if half is None or half.topic != tr.HALF_TOPIC:
-            return
-        offset = pending.half_offset
-        self.on_check(
-            OrphanCheck(pending.topic, tr.transaction_id_of(offset), tr.message_pb(half), half)
-        )
-
-    def _read_all(self, topic: str, each: Callable[[records.Message, int], None]) -> None:
-        if self.store.topic_configs.get(topic) is None:
-            return
-        offset = self.store.min_offset_in_queue(topic, 0)
-        while True:
-            got = self.store.get_messages(topic, 0, offset, READ_BATCH_MESSAGES)
-            if not got.messages:
-                return
-            for stored in got.messages:
-                each(records.decode(stored.data), stored.commit_offset)
-            offset = got.next_begin_offset
-
-    def _replay(self) -> None:
-        """Open transactions from the op, check and half topics (start)."""
-        resolved: set[int] = set()
-        checks: dict[int, tuple[int, int]] = {}
-        halves: list[tuple[records.Message, int]] = []
-        queue_offsets: dict[int, int] = {}
-
-        def op(message: records.Message, _: int) -> None:
-            if message.body.isdigit() and message.tags == tr.OP_TAG:
-                resolved.add(int(message.body))
-
-        def check(message: records.Message, _: int) -> None:
-            if message.body.isdigit():
-                number = message.properties.get(tr.CHECK_TIMES, "0")
-                seen = (int(number) if number.isdigit() else 0, message.store_timestamp_ms)
-                checks[int(message.body)] = max(checks.get(int(message.body), (0, 0)), seen)
-
-        def half(message: records.Message, offset: int) -> None:
-            if offset not in resolved:
-                halves.append((message, offset))
-                queue_offsets[offset] = message.queue_offset
-
-        self._read_all(tr.OP_TOPIC, op)
-        self._read_all(tr.CHECK_TOPIC, check)
-        self._read_all(tr.HALF_TOPIC, half)
-        for message, offset in halves:
-            if self._commit_copy_exists(message, offset):
-                continue
-            topic = message.properties.get(props.REAL_TOPIC, "")
-            count, last_ms = checks.get(offset, (0, 0))
-            self.book.half(
-                offset,
-                topic,
-                message.store_timestamp_ms,
-                count,
-                message_id=message.properties.get(props.UNIQ_KEY, ""),
-                queue_offset=queue_offsets[offset],
-            )
-            if last_ms:
-                self.book.checked(offset, count, last_ms)
-
-    def _commit_copy_exists(self, half: records.Message, half_offset: int) -> bool:
-        """The commit copy is written before the op record: one may be cut by a crash or a
-        failover while the other committed; the index finds the copy by unique key."""
-        uniq = half.properties.get(props.UNIQ_KEY)
-        topic = half.properties.get(props.REAL_TOPIC)
-        if not uniq or not topic or self.store.index is None:
-            return False
-        found = querying.by_key(self.store, topic, uniq, unique=True)
-        return any(
-            records.transaction_type(m.sys_flag) == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
-            and m.prepared_transaction_offset == half_offset
-            for m in found.messages
-        )
-
-    # ------------------------------------------------------------------ the leader's writes
-    def prepare_end(
-        self, topic: str, message_id: str, transaction_id: str, resolution: Resolution
-    ) -> tuple[int, list[records.Message]] | None:
-        """Check an EndTransaction and reserve it; the records to append, or None when the
-        same resolution is already in the log. Raises ApiError naming the problem."""
-        offset = tr.parse_transaction_id(transaction_id)
-        half = self._half_at(offset, transaction_id)
-        real_topic = half.properties.get(props.REAL_TOPIC, "")
-        if real_topic != topic:
-            raise ApiError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction_id {transaction_id} belongs to topic {real_topic!r}, not {topic!r}",
-            )
-        if message_id and half.properties.get(props.UNIQ_KEY) != message_id:
-            raise ApiError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction_id {transaction_id} is not the one of message_id {message_id!r}",
-            )
-        self.store.wait_dispatched(offset + 1, DISPATCH_WAIT_S)
-        try:
-            if not self.book.begin_end(offset, resolution):
-                return None
-        except EndRefused as exc:
-            raise ApiError(
-                Code.INVALID_TRANSACTION_ID, f"transaction_id {transaction_id} {exc}"
-            ) from None
-        return offset, tr.resolution_records(half, offset, resolution)
-
-    def _half_at(self, offset: int, transaction_id: str) -> records.Message:
-        try:
-            half = self.store.read_message(offset)
-        except Exception:
-            half = None
-        if half is None or half.topic != tr.HALF_TOPIC:
-            raise ApiError(
-                Code.INVALID_TRANSACTION_ID,
-                f"transaction_id {transaction_id} names no half message",
-            )
-        return half
-
-    def due_writes(self, now_ms: int) -> tuple[list[records.Message], list[int]]:
-        """Leader: the check records and discards due now, and the discarded offsets
-        (reserved in the book: :meth:`TransactionBook.end_done` / ``end_failed`` them)."""
-        check, discard = self.book.due(now_ms)
-        writes = [tr.check_record(p.half_offset, p.checks + 1) for p in check]
-        discarded = []
-        for p in discard:
-            half = self.store.read_message(p.half_offset)
-            if half is None or half.topic != tr.HALF_TOPIC:
-                self.book.end_failed(p.half_offset)
-                self.book.resolve(p.half_offset, Resolution.DISCARD)  # its file was cleaned
-                continue
-            log.warning(
-                "transaction %s of topic %r unresolved after %d checks: discarded to %s",
-                tr.transaction_id_of(p.half_offset), p.topic, p.checks, tr.DISCARD_TOPIC,
-            )  # fmt: skip
-            writes += tr.resolution_records(half, p.half_offset, Resolution.DISCARD)
-            discarded.append(p.half_offset)
-        if writes:
-            ensure_topics(self.store)
-        self.checks_proposed_total += len(check)
-        return writes, discarded
-
-    def append(self, writes: list[records.Message]) -> tuple[list[AppendResult], int | None]:
-        return self.store.put_messages_nowait(writes)
 
 
 # ---------------------------------------------------------------------- serving
@@ -376,21 +111,22 @@ async def with_outbox(
 
 class TransactionHandler:
     """The servicer's side: Telemetry outboxes of producers, the check task and the
-    EndTransaction work. ``acknowledge(durable_at)`` returns once an append may be answered
-    (durable, or committed by the Raft group); ``is_leader`` says whether this node writes."""
+    EndTransaction work. ``commit`` is the broker's one rule for when an append may be answered
+    (:meth:`gannet.node.domain.committing.Committer.commit`; its domain errors are mapped
+    here); ``is_leader`` says whether this node writes."""
 
     def __init__(
         self,
         store: MessageStore,
         topic_name: Callable[[str], str],
-        acknowledge: Callable[[int | None], Awaitable[None]],
+        commit: ending_of.Commit,
         is_leader: Callable[[], bool] = lambda: True,
         limits: CheckLimits | None = None,
     ) -> None:
         self._loop = asyncio.get_running_loop()
         self.service = TransactionService(store, limits, on_check=self._offer_threadsafe)
         self._topic_name = topic_name
-        self._acknowledge = acknowledge
+        self._commit = commit
         self._is_leader = is_leader
         self._streams: dict[str, tuple[set[str], asyncio.Queue[Outgoing]]] = {}
         self._closing = asyncio.Event()
@@ -468,7 +204,7 @@ class TransactionHandler:
             if not self._is_leader() or not self.service.pending():
                 continue
             try:
-                await self._check_once(_wall_ms())
+                await self._check_once(wall_ms())
             except ApiError as exc:
                 log.info("transaction checks not written: %s", exc.message)
             except Exception:
@@ -526,16 +262,9 @@ class TransactionHandler:
         await self._append_ending(writes, (offset,))
 
     async def _append_ending(self, writes: list[records.Message], ending: Iterable[int]) -> None:
-        """Append ``writes`` and wait for their acknowledgement; then the half messages at
-        offsets ``ending`` are done in the book, or, on any failure, left to the log to decide
-        (:meth:`TransactionBook.end_failed`)."""
-        book = self.service.book
+        """:func:`gannet.node.transactions.ending.append_ending`, its commit errors as v2
+        statuses (:func:`routes.commit_refusal`)."""
         try:
-            _, durable_at = await asyncio.to_thread(self.service.append, writes)
-            await self._acknowledge(durable_at)
-        except BaseException:
-            for offset in ending:
-                book.end_failed(offset)
-            raise
-        for offset in ending:
-            book.end_done(offset)
+            await ending_of.append_ending(self.service, self._commit, writes, ending)
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None

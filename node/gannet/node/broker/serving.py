@@ -63,7 +63,6 @@ from gannet.node.api import (
     cluster_admin,
     dedup,
     external_book_file,
-    group_polling,
     limits,
     messaging,
     plugs,
@@ -72,8 +71,8 @@ from gannet.node.api import (
     wire,
 )
 from gannet.node.api.admin_raft import RaftAdmin
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import port_gate, tiering
+from gannet.node.broker_groups import polling as group_polling
 from gannet.node.metrics import (
     broker_metrics,
     failover_collecting,
@@ -95,6 +94,7 @@ from gannet.node.replication.peer_resolving import ResolveFigures
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.tier.offloading import Offloader, OffloadFigures, TierConfig
+from gannet.node.transactions.book import CheckLimits
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class BrokerConfig:
     """When open transactions are checked and discarded; None: RocketMQ's defaults."""
     cluster_seeds: tuple[str, ...] = ()
     """Client endpoints of members of the cluster's other broker groups (``--cluster-seeds``);
-    empty: this group is the whole cluster (:mod:`gannet.node.api.group_polling`)."""
+    empty: this group is the whole cluster (:mod:`gannet.node.broker_groups.polling`)."""
     group_poll_interval_s: float = group_polling.POLL_INTERVAL_S
     cluster_access_key: str | None = None
     """Signs this member's polls of the other groups (``--cluster-access-key``); None: unsigned.

@@ -21,9 +21,8 @@ import click
 import uvloop
 from rich.table import Table
 
-from gannet.node.api import group_polling
-from gannet.node.api.transaction_book import CheckLimits
 from gannet.node.broker import serving
+from gannet.node.broker_groups import polling as group_polling
 from gannet.node.cli import broker_tier, options, output
 from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
 from gannet.node.metrics import http_serving
@@ -34,6 +33,7 @@ from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import StoreError
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.upkeep import cleaning
+from gannet.node.transactions.book import CheckLimits
 
 console = output.console
 err_console = output.err_console

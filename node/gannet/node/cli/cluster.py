@@ -11,7 +11,7 @@ local address such as 127.0.0.2 works on Linux). With several groups, group ``g`
 is named ``broker-<g>``, lives in ``--data-root/broker-<g>/`` (its nodes, logs and peer
 secret), and its ports are shifted by ``g × GROUP_PORT_STRIDE`` (metrics by ``g × 10``);
 every member gets the other groups' client endpoints as ``--cluster-seeds``
-(:mod:`gannet.node.api.group_polling`). ``--auth-file`` makes every member require signed
+(:mod:`gannet.node.broker_groups.polling`). ``--auth-file`` makes every member require signed
 requests, and with several groups gives them a cluster key to sign their polls of each other
 (:mod:`cluster_auth`). ``--tls`` (or ``--tls-dir``, or the user's own ``--tls-cert/--tls-key/
 --tls-ca``) gives every member a TLS-only client port and mutual TLS between peers, with a

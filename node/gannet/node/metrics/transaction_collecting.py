@@ -1,4 +1,4 @@
-"""Transaction figures of a broker at scrape time (:mod:`gannet.node.api.transactions`).
+"""Transaction figures of a broker at scrape time (:mod:`gannet.node.transactions.service`).
 
 Families:
 

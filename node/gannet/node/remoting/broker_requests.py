@@ -34,8 +34,9 @@ from typing import Any
 import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gannet.node.api import filters, pulling, sending
+from gannet.node.api import filters, pulling, routes, sending
 from gannet.node.api.messaging import MessagingServicer
+from gannet.node.domain.committing import PersistenceTimeout
 from gannet.node.pop import retrying
 from gannet.node.pop.filtering import MessageFilter
 from gannet.node.protocol import statuses
@@ -53,6 +54,7 @@ from gannet.node.remoting.consumers import (
 from gannet.node.remoting.context import Aborted, RemotingContext
 from gannet.node.remoting.nameserver import NameServer, PortMap
 from gannet.node.remoting.server import Connection
+from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import properties as props
 from gannet.node.store import querying
 from gannet.node.store.queues.reading import GetStatus
@@ -434,7 +436,10 @@ class BrokerRequests:
         origin_id = ext.get("originMsgId")
         if origin_id:
             message.properties[props.ORIGIN_MESSAGE_ID] = origin_id
-        await servicer.append_and_acknowledge([message])
+        try:
+            await servicer.sender.append_own([message])
+        except (ReplicationError, PersistenceTimeout) as exc:
+            raise routes.commit_refusal(exc) from None
         return request.response(codes.SUCCESS)
 
     # ------------------------------------------------------------------ offsets

@@ -36,8 +36,6 @@ from typing import Any
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import sending
-from gannet.node.api import transaction_records as tr
-from gannet.node.api.transactions import OrphanCheck
 from gannet.node.protocol import statuses
 from gannet.node.remoting import codes
 from gannet.node.remoting.codec import FLAG_ONEWAY, Command
@@ -46,6 +44,8 @@ from gannet.node.remoting.server import Connection
 from gannet.node.store import msgids
 from gannet.node.store import properties as props
 from gannet.node.store.log import records
+from gannet.node.transactions import records as tr
+from gannet.node.transactions.service import OrphanCheck
 
 log = logging.getLogger(__name__)
 

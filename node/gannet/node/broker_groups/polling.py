@@ -29,7 +29,8 @@ settings (:class:`~gannet.node.protocol.auth.ClientSecurity`): TLS when its clie
 trusting the cluster CA and presenting its certificate under mutual TLS, and signed with the
 cluster access key when it has one. The admin fan-out reuses these channels (:meth:`channel_to`).
 
-IO at the edge (gRPC channels, an asyncio task); the view itself is :mod:`broker_groups`.
+IO at the edge (gRPC channels, an asyncio task); the view itself is
+:mod:`gannet.node.broker_groups.views`.
 Started and stopped by :mod:`gannet.node.broker.serving`.
 """
 
@@ -44,8 +45,8 @@ from collections.abc import Callable, Iterable
 
 import grpc
 
-from gannet.node.api import broker_groups
-from gannet.node.api.broker_groups import GroupView
+from gannet.node.broker_groups import views as group_views
+from gannet.node.broker_groups.views import GroupView
 from gannet.node.protocol import auth, signing, tls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
@@ -314,7 +315,7 @@ class GroupPoller:
         if name not in self.views and len(self.views) >= GROUPS_MAX:
             log.warning("ignoring broker group %r: %d groups known already", name, GROUPS_MAX)
             return
-        self.views[name] = broker_groups.apply_answer(self.views.get(name), reply, self._clock_s())
+        self.views[name] = group_views.apply_answer(self.views.get(name), reply, self._clock_s())
 
     async def _ask(self, endpoint: str, known_version: str) -> admin_pb2.BrokerGroup:
         self.polls_total += 1

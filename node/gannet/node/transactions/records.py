@@ -35,12 +35,12 @@ from typing import NamedTuple
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Code, definition_pb2
 
-from gannet.node.api.transaction_book import Resolution
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.store import properties as props
 from gannet.node.store import validation
 from gannet.node.store.log import records
 from gannet.node.store.log.records import DispatchInfo
+from gannet.node.transactions.book import Resolution
 
 HALF_TOPIC = validation.TRANS_HALF_TOPIC
 OP_TOPIC = validation.TRANS_OP_HALF_TOPIC
