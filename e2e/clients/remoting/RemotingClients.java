@@ -226,8 +226,8 @@ public class RemotingClients {
         return new AclClientRPCHook(new SessionCredentials(accessKey, secretKey));
     }
 
-    static DefaultMQProducer signedProducer(String namesrv, String group, String accessKey,
-            String secretKey) throws Exception {
+    static DefaultMQProducer signedProducer(String namesrv, String group, String topic,
+            String accessKey, String secretKey) throws Exception {
         DefaultMQProducer producer = new DefaultMQProducer(group, signer(accessKey, secretKey));
         producer.setNamesrvAddr(namesrv);
         // the route query too: its 3 s default ran out under load (TLS handshake on a cold JVM),
@@ -235,7 +235,32 @@ public class RemotingClients {
         producer.setMqClientApiTimeout(API_TIMEOUT_MS);
         producer.setSendMsgTimeout(API_TIMEOUT_MS);
         producer.start();
+        awaitRoute(producer, topic);
         return producer;
+    }
+
+    // A started client refreshes every route at once, holding its name-server lock for as long as
+    // the first TLS handshake takes; a send waits at most 3 s for that lock (a constant of the
+    // 4.x client), then fails with "No route info of this topic" without asking anyone. Under
+    // load a cold JVM's handshake takes longer, so the route is fetched first, here, without the
+    // lock: the send then finds it (the name server answers every client, signed or not).
+    static void awaitRoute(DefaultMQProducer producer, String topic) throws Exception {
+        long deadline = System.currentTimeMillis() + API_TIMEOUT_MS;
+        while (true) {
+            try {
+                if (!producer.fetchPublishMessageQueues(topic).isEmpty()) {
+                    return;
+                }
+            } catch (MQClientException e) {
+                if (System.currentTimeMillis() > deadline) {
+                    throw e;
+                }
+            }
+            if (System.currentTimeMillis() > deadline) {
+                throw new IllegalStateException("no route for " + topic + " within " + API_TIMEOUT_MS + " ms");
+            }
+            Thread.sleep(100);
+        }
     }
 
     static void refused(String what, DefaultMQProducer producer, String topic) throws Exception {
@@ -258,7 +283,7 @@ public class RemotingClients {
 
     static void secure(String namesrv, String topic, String denied, String group, String accessKey,
             String secretKey, int count) throws Exception {
-        DefaultMQProducer producer = signedProducer(namesrv, "GRemSecP", accessKey, secretKey);
+        DefaultMQProducer producer = signedProducer(namesrv, "GRemSecP", topic, accessKey, secretKey);
         try {
             for (int i = 0; i < count; i++) {
                 String key = "sec" + i;
@@ -268,13 +293,13 @@ public class RemotingClients {
         } finally {
             producer.shutdown();
         }
-        DefaultMQProducer wrong = signedProducer(namesrv, "GRemSecW", accessKey, secretKey + "x");
+        DefaultMQProducer wrong = signedProducer(namesrv, "GRemSecW", topic, accessKey, secretKey + "x");
         try {
             refused("wrongsecret", wrong, topic);
         } finally {
             wrong.shutdown();
         }
-        DefaultMQProducer unknown = signedProducer(namesrv, "GRemSecU", "nobody", secretKey);
+        DefaultMQProducer unknown = signedProducer(namesrv, "GRemSecU", topic, "nobody", secretKey);
         try {
             refused("unknownkey", unknown, topic);
         } finally {
