@@ -41,7 +41,7 @@ def tier_args(
         seaweedfs.BUCKET,
         "--tier-endpoint",
         endpoint or server.endpoint_url,
-        "--tier-credentials",
+        "--tier-credentials-file",
         str(credentials),
         "--tier-prefix",
         written.log.current().prefix,

@@ -34,6 +34,16 @@ def test_credentials_file_takes_the_aws_cli_spelling_and_hides_the_secret() -> N
     assert "SK" not in repr(parsed)
 
 
+def test_credentials_file_of_several_profiles_takes_default_or_names_the_ambiguity() -> None:
+    other = "[ci]\naws_access_key_id = CI\naws_secret_access_key = CS\naws_session_token = T\n"
+    parsed = credentials_file.parse(other + "[default]\n" + GOOD, "creds")
+    assert (parsed.access_key, parsed.secret_key) == ("AK", "SK")
+    only = credentials_file.parse("[ci]\n" + GOOD, "creds")
+    assert only.access_key == "AK"
+    with pytest.raises(ValueError, match=r"several profiles \['ci', 'dev'\] and no \[default\]"):
+        credentials_file.parse(other + "[dev]\n" + GOOD, "creds")
+
+
 def _options(tmp_path: Path, **given: str | None) -> dict[str, object]:
     credentials = tmp_path / "creds"
     credentials.write_text(GOOD)

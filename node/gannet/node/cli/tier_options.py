@@ -1,11 +1,11 @@
 """The ``--tier-*`` options of ``gannet store`` and what they open: a tiered store's bucket
 and manifest.
 
-All or none: ``--tier-bucket``, ``--tier-endpoint``, ``--tier-credentials`` (a file in the
-AWS shared-credentials format: ``aws_access_key_id`` and ``aws_secret_access_key`` in its
-``[default]`` section, or its only section), ``--tier-prefix`` (the broker group's key prefix,
-``docs/tiered-storage.md`` §2) and ``--tier-manifest`` (the manifest bytes of §3: the file a
-``FileManifestLog`` keeps, or a copy exported from the broker). A missing or malformed one is a
+All or none: ``--tier-bucket``, ``--tier-endpoint``, ``--tier-credentials-file`` (read as
+``gannet broker run`` reads it: :mod:`gannet.node.store.tier.credentials_file`),
+``--tier-prefix`` (the broker group's key prefix, ``docs/tiered-storage.md`` §2) and
+``--tier-manifest`` (the manifest bytes of §3: ``<store>/tier/manifest.json`` on a broker, the
+file a ``FileManifestLog`` keeps, or a copy). A missing or malformed one is a
 usage error naming it (exit 2). Errors of the bucket itself map to the exit codes scripts read:
 unreachable → 4, credentials or request refused → 5 (:func:`tier_exit`).
 
@@ -14,7 +14,6 @@ Used by :mod:`gannet.node.cli.store`.
 
 from __future__ import annotations
 
-import configparser
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,10 +22,10 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from gannet.node.cli.exits import EXIT_REFUSED, EXIT_UNREACHABLE, fail
-from gannet.node.store.tier import buckets, errors, manifests, reading
+from gannet.node.store.tier import buckets, credentials_file, errors, manifests, reading
 
 F = TypeVar("F", bound=Callable[..., Any])
-NAMES = ("tier_bucket", "tier_endpoint", "tier_credentials", "tier_prefix", "tier_manifest")
+NAMES = ("tier_bucket", "tier_endpoint", "tier_credentials_file", "tier_prefix", "tier_manifest")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,9 +47,10 @@ def tier_options(command: F) -> F:
         click.option("--tier-bucket", help="Bucket holding the offloaded commit-log files."),
         click.option("--tier-endpoint", help="S3 endpoint URL of the bucket (http or https)."),
         click.option(
-            "--tier-credentials",
+            "--tier-credentials-file",
             type=click.Path(path_type=Path, dir_okay=False),
-            help="AWS shared-credentials file with the bucket's access key and secret.",
+            help="AWS shared-credentials file with the bucket's access key and secret "
+            "(the file gannet broker run --tier-credentials-file reads).",
         ),
         click.option("--tier-prefix", help="Key prefix of this broker group (gannet/<c>/<g>)."),
         click.option(
@@ -72,13 +72,16 @@ def open_tier(values: dict[str, Any]) -> Tier | None:
     missing = [f"--{n.replace('_', '-')}" for n, v in given.items() if v is None]
     if missing:
         raise click.UsageError(f"a tiered store needs every --tier-* option; missing {missing}")
-    access_key, secret_key = read_credentials(Path(str(given["tier_credentials"])))
+    try:
+        credentials = credentials_file.load(Path(str(given["tier_credentials_file"])))
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-credentials-file") from None
     try:
         config = buckets.BucketConfig(
             endpoint_url=str(given["tier_endpoint"]),
             bucket=str(given["tier_bucket"]),
-            access_key=access_key,
-            secret_key=secret_key,
+            access_key=credentials.access_key,
+            secret_key=credentials.secret_key,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--tier-endpoint/--tier-bucket") from None
@@ -89,28 +92,6 @@ def open_tier(values: dict[str, Any]) -> Tier | None:
             param_hint="--tier-prefix",
         )
     return Tier(config, buckets.S3Bucket(config), manifest)
-
-
-def read_credentials(path: Path) -> tuple[str, str]:
-    """``(access key, secret key)`` from an AWS shared-credentials file."""
-    parser = configparser.ConfigParser()
-    try:
-        parser.read_string(path.read_text())
-    except (OSError, UnicodeDecodeError, configparser.Error) as exc:
-        raise click.BadParameter(f"{path}: {exc}", param_hint="--tier-credentials") from None
-    sections = parser.sections()
-    name = "default" if "default" in sections else (sections[0] if len(sections) == 1 else None)
-    if name is None:
-        raise click.BadParameter(
-            f"{path} has no [default] section and several others ({sections})",
-            param_hint="--tier-credentials",
-        )
-    section = parser[name]
-    keys = ("aws_access_key_id", "aws_secret_access_key")
-    absent = [k for k in keys if not section.get(k, "").strip()]
-    if absent:
-        raise click.BadParameter(f"{path} [{name}] lacks {absent}", param_hint="--tier-credentials")
-    return section[keys[0]].strip(), section[keys[1]].strip()
 
 
 def read_manifest(path: Path) -> manifests.Manifest:

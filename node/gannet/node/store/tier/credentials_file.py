@@ -1,8 +1,9 @@
 """The tier's credentials file (``gannet broker run --tier-credentials-file``).
 
 Lines of ``name = value`` in the spelling of AWS's shared credentials file, so a file made for
-the AWS CLI works as is; blank lines, ``#`` or ``;`` comments and ``[section]`` headers are
-ignored (one identity per file)::
+the AWS CLI works as is (``~/.aws/credentials``); blank lines and ``#`` or ``;`` comments are
+skipped. Of ``[section]`` profiles, ``[default]`` is taken, or the only one; lines before any
+header count as the default profile::
 
     aws_access_key_id = AKIA...
     aws_secret_access_key = ...
@@ -29,10 +30,7 @@ class TierCredentials:
 def parse(text: str, where: str) -> TierCredentials:
     """The credentials in ``text``; ``ValueError`` naming ``where`` and the line otherwise."""
     values: dict[str, str] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        line = raw.strip()
-        if not line or line.startswith(("#", ";")) or (line.startswith("[") and line.endswith("]")):
-            continue
+    for number, line in _profile_lines(text, where):
         name, sep, value = line.partition("=")
         name, value = name.strip(), value.strip()
         if not sep or name not in (ACCESS_KEY_NAME, SECRET_KEY_NAME):
@@ -49,6 +47,27 @@ def parse(text: str, where: str) -> TierCredentials:
     if missing:
         raise ValueError(f"{where}: {' and '.join(missing)} missing")
     return TierCredentials(values[ACCESS_KEY_NAME], values[SECRET_KEY_NAME])
+
+
+def _profile_lines(text: str, where: str) -> list[tuple[int, str]]:
+    """The numbered lines of the profile :func:`parse` reads (module docstring)."""
+    profiles: dict[str | None, list[tuple[int, str]]] = {None: []}
+    current: str | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith(("#", ";")):
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            current = line[1:-1].strip()
+            profiles.setdefault(current, [])
+            continue
+        profiles[current].append((number, line))
+    named = [name for name in profiles if name is not None]
+    if "default" in profiles:
+        return profiles[None] + profiles["default"]
+    if len(named) <= 1:
+        return profiles[None] + (profiles[named[0]] if named else [])
+    raise ValueError(f"{where}: several profiles {named} and no [default]: which one is meant?")
 
 
 def load(path: Path) -> TierCredentials:
