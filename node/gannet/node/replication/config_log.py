@@ -1,4 +1,5 @@
-"""Replicated configuration: topic and group configs and consumer offsets as records of the log.
+"""Replicated configuration: topic and group configs, consumer offsets and orderly Pop's order
+infos as records of the log.
 
 Created by :class:`~gannet.node.replication.driver.ReplicationNode` (only when the broker is
 replicated; a group of one keeps changing its ``config/*.json`` directly). The three config
@@ -19,8 +20,13 @@ Record body (UTF-8 JSON, one object)::
     op "offset.commit"  group, topic, queue, offset (next offset to consume)
     op "offset.reset"   group, topic, queue, offset (an operator's reset)
     op "offset.remove"  keys (offsetTable keys "<topic>@<group>")
+    op "order.put"      key ("<topic>@<group>"), queue, info (a consumerOrderInfo.json entry:
+                        a FIFO batch's lease and ack bits)
+    op "order.remove"   key, queue
     op "snapshot"       topics {name: config}, groups {name: config},
-                        offsets {"<topic>@<group>": {"<queue>": offset}}
+                        offsets {"<topic>@<group>": {"<queue>": offset}},
+                        orders {"<topic>@<group>": {"<queue>": info}} (absent in records of
+                        older brokers: the order infos are then kept as they are)
 
 ``incarnation`` is random per process start. The node that wrote a record applied the change
 to its own tables when it made it (Pop commits an offset and pops again at once), so a record
@@ -48,6 +54,7 @@ from collections.abc import Callable, Sequence
 from gannet.node.invariants import invariant
 from gannet.node.store.configs.fastjson import JsonObject, JsonValue
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.order_infos import OrderInfo
 from gannet.node.store.configs.tables import ConfigTable
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.log import records
@@ -116,21 +123,29 @@ def _obj(change: JsonObject, key: str) -> JsonObject:
 
 
 def snapshot_of(store: MessageStore) -> JsonObject:
-    """The ``snapshot`` change describing the store's three tables now."""
+    """The ``snapshot`` change describing the store's config tables now."""
     offsets: JsonObject = {
         key: {str(q): o for q, o in table.items()}
         for key, table in store.consumer_offsets.table().items()
     }
     topics: JsonObject = {t.topic_name: t.to_json() for t in store.topic_configs.list()}
     groups: JsonObject = {g.group_name: g.to_json() for g in store.group_configs.list()}
-    return {"op": "snapshot", "topics": topics, "groups": groups, "offsets": offsets}
+    orders = store.order_infos.table_json()
+    return {
+        "op": "snapshot",
+        "topics": topics,
+        "groups": groups,
+        "offsets": offsets,
+        "orders": orders,
+    }
 
 
 def apply_change(store: MessageStore, change: JsonObject) -> None:
     """Apply one decoded change to the store's tables (without journaling it again)."""
     op = change.get("op")
+    orders = store.order_infos
     tables = store.topic_configs, store.group_configs, store.consumer_offsets
-    with tables[0].replaying(), tables[1].replaying(), tables[2].replaying():
+    with tables[0].replaying(), tables[1].replaying(), tables[2].replaying(), orders.replaying():
         if op == "topic.put":
             name = _str(change, "name")
             store.topic_configs.put(TopicConfig.from_json(_obj(change, "config"), name))
@@ -153,6 +168,13 @@ def apply_change(store: MessageStore, change: JsonObject) -> None:
             if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
                 raise ConfigRecordError("config record offset.remove: 'keys' is not a list")
             store.consumer_offsets.remove_keys([str(k) for k in keys])
+        elif op == "order.put":
+            info = OrderInfo.from_json(_obj(change, "info"))
+            if info is None:
+                raise ConfigRecordError("config record order.put: 'info' is not an order info")
+            orders.put(_str(change, "key"), _int(change, "queue"), info)
+        elif op == "order.remove":
+            orders.remove(_str(change, "key"), _int(change, "queue"))
         elif op == "snapshot":
             _apply_snapshot(store, change)
         else:
@@ -190,6 +212,8 @@ def _apply_snapshot(store: MessageStore, change: JsonObject) -> None:
     store.consumer_offsets.replace_table(offsets)
     if applied >= 0:  # our own progress is not the leader's to set
         store.consumer_offsets.commit(APPLIER_GROUP, CONFIG_TOPIC, 0, applied)
+    if "orders" in change:
+        store.order_infos.replace_table(_obj(change, "orders"))
 
 
 def _as_int(value: JsonValue, key: str) -> int:
@@ -230,7 +254,7 @@ class ConfigLog:
 
     def _tables(self) -> tuple[ConfigTable, ...]:
         store = self.store
-        return store.topic_configs, store.group_configs, store.consumer_offsets
+        return store.topic_configs, store.group_configs, store.consumer_offsets, store.order_infos
 
     def journal(self, change: JsonObject) -> None:
         """A table changed (its lock is held): append the record when this node leads."""
@@ -245,7 +269,7 @@ class ConfigLog:
         return results[-1].end_offset
 
     def append_snapshot(self) -> int:
-        """Append a snapshot of the three tables (a new leader, once caught up)."""
+        """Append a snapshot of the config tables (a new leader, once caught up)."""
         return self.append(snapshot_of(self.store))
 
     def applied_offset(self) -> int:
