@@ -23,6 +23,7 @@ from gannet.node.replication import config_log
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.configs.fastjson import JsonObject
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.order_infos import OrderInfo
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
 
@@ -353,3 +354,30 @@ def _store_tables(store: MessageStore) -> tuple[object, ...]:
     offsets = store.consumer_offsets.table()
     offsets.pop(f"{config_log.CONFIG_TOPIC}@{config_log.APPLIER_GROUP}", None)
     return (store.topic_configs.list(), store.group_configs.list(), offsets)
+
+
+def test_order_infos_travel_as_records_and_in_the_snapshot(tmp_path: Path) -> None:
+    """A FIFO batch's lease and ack bits (``order.put`` / ``order.remove``) reach a replica,
+    and a new leader's snapshot replaces a stray one; bad records name the problem."""
+    info = OrderInfo(pop_time_ms=1_000, invisible_time_ms=60_000, offsets=(4, 5, 6), commit_bits=5)
+    with MessageStore(StoreConfig.for_tests(tmp_path)).open() as store:
+        put: JsonObject = {"op": "order.put", "key": "A@G", "queue": 0, "info": info.to_json()}
+        _, change = config_log.decode_record(config_log.encode_record(put, "9:ff"))
+        config_log.apply_change(store, change)
+        got = store.order_infos.get("A@G", 0)
+        assert got == info
+        assert got.next_offset() == 5  # offset 4 and 6 acked
+        snapshot = config_log.snapshot_of(store)
+        assert snapshot["orders"] == {"A@G": {"0": info.to_json()}}
+        config_log.apply_change(store, {"op": "order.remove", "key": "A@G", "queue": 0})
+        assert store.order_infos.get("A@G", 0) is None
+        store.order_infos.put("Stray@G", 1, info)  # a deposed leader's, never committed
+        config_log.apply_change(store, snapshot)
+        assert store.order_infos.table_json() == {"A@G": {"0": info.to_json()}}
+        with pytest.raises(config_log.ConfigRecordError, match="'info' is not an order info"):
+            config_log.apply_change(
+                store, {"op": "order.put", "key": "A@G", "queue": 0, "info": {"o": []}}
+            )
+        assert store.order_infos.persist()
+    with MessageStore(StoreConfig.for_tests(tmp_path)).open() as store:  # reloaded from its file
+        assert store.order_infos.get("A@G", 0) == info

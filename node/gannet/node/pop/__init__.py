@@ -8,9 +8,9 @@ Formats are specified in ``docs/formats/pop.md`` and in each module's docstring.
 
 Modules: :mod:`checkpoints`, :mod:`acks`, :mod:`receipts`, :mod:`filtering` (pure codecs and
 rules); :mod:`merging` (in-flight checkpoints, in-memory ack matching); :mod:`popping`,
-:mod:`acking`, :mod:`reviving`, :mod:`retrying`, :mod:`ordering` with :mod:`order_infos`,
-:mod:`polling` (the services); :mod:`context`, :mod:`revive_log`, :mod:`locks`, :mod:`config`,
-:mod:`errors` (shared pieces); :mod:`service` (the facade).
+:mod:`acking`, :mod:`reviving`, :mod:`retrying`, :mod:`ordering` (its state is the store's
+order infos), :mod:`polling` (the services); :mod:`context`, :mod:`revive_log`, :mod:`locks`,
+:mod:`config`, :mod:`errors` (shared pieces); :mod:`service` (the facade).
 
 Decisions where Gannet differs from, or chooses within, RocketMQ:
 

@@ -4,7 +4,9 @@ No checkpoint is written and retry topics are not read; receipt handles carry re
 Per queue of the topic (messages of one message group share a queue, so this is also per
 message group) at most one popped batch is in flight: a queue is *blocked* while any un-acked
 offset of its last pop is still invisible (a request repeating the same attempt id is not
-blocked). A pop records the batch in :mod:`order_infos` (``consumerOrderInfo.json``), carrying
+blocked). A pop records the batch in the store's order infos
+(:mod:`gannet.node.store.configs.order_infos`, ``consumerOrderInfo.json``; replicated through
+the Raft log as consumer offsets are, so a new leader keeps the leases and acks), carrying
 the consumed counts of offsets popped again, and commits the consumer offset = the first
 un-acked offset, so the offset never moves past an un-acked message. An ack sets the offset's
 bit and commits the next un-acked offset (or last + 1). When a message has been delivered
@@ -22,7 +24,6 @@ from gannet.node.pop.acking import AckService
 from gannet.node.pop.context import PopContext
 from gannet.node.pop.errors import AlreadyAcked, ReceiptHandleExpired, ReceiptHandleUnknown
 from gannet.node.pop.locks import lock_key
-from gannet.node.pop.order_infos import OrderInfo, OrderInfoManager
 from gannet.node.pop.popping import PoppedMessage, PopRequest, PopResult, PopService
 from gannet.node.pop.receipts import (
     ORDER_REVIVE_QUEUE,
@@ -32,6 +33,7 @@ from gannet.node.pop.receipts import (
 )
 from gannet.node.store import properties as props
 from gannet.node.store.configs import offsets as consumer_offsets
+from gannet.node.store.configs.order_infos import OrderInfo, OrderInfoManager
 from gannet.node.store.log import records
 from gannet.node.store.queues.reading import GetResult, GetStatus
 
@@ -41,9 +43,7 @@ class OrderService:
         self.ctx = ctx
         self.popper = popper
         self.acker = AckService(ctx)
-        self.infos = OrderInfoManager(ctx.store.config.config_dir)
-        self.infos.load()
-        self._last_now_ms = 0
+        self.infos: OrderInfoManager = ctx.store.order_infos
 
     # --- pop ---
     def pop(self, req: PopRequest) -> PopResult:
@@ -206,9 +206,8 @@ class OrderService:
 
     # --- housekeeping ---
     def sweep(self, now_ms: int) -> None:
-        self._last_now_ms = now_ms
         self.infos.sweep(now_ms, self.ctx.config.order_info_idle_ms_max)
-        self.infos.persist(now_ms)
+        self.infos.persist()
 
     def persist(self) -> None:
-        self.infos.persist(self._last_now_ms)
+        self.infos.persist()

@@ -1,4 +1,5 @@
-"""Replicated configuration: topic and group configs and consumer offsets as records of the log.
+"""Replicated configuration: topic and group configs, consumer offsets and orderly Pop's order
+infos as records of the log.
 
 Created by :class:`~gannet.node.replication.driver.ReplicationNode` (only when the broker is
 replicated; a group of one keeps changing its ``config/*.json`` directly). The three config
@@ -22,8 +23,13 @@ Record body (UTF-8 JSON, one object)::
     op "tier.change"    prefix (the tier's object prefix), change (the change bytes of
                         ``store.tier.manifests.encode_change`` as a string: one ``record``
                         or ``expire`` of the tier manifest, docs/tiered-storage.md §3)
+    op "order.put"      key ("<topic>@<group>"), queue, info (a consumerOrderInfo.json entry:
+                        a FIFO batch's lease and ack bits)
+    op "order.remove"   key, queue
     op "snapshot"       topics {name: config}, groups {name: config},
                         offsets {"<topic>@<group>": {"<queue>": offset}},
+                        orders {"<topic>@<group>": {"<queue>": info}} (absent in records of
+                        older brokers: the order infos are then kept as they are),
                         tier (optional: the manifest bytes of ``manifests.encode`` as a
                         string, present once the group applied a tier change)
 
@@ -61,6 +67,7 @@ from collections.abc import Callable, Sequence
 from gannet.node.invariants import invariant
 from gannet.node.store.configs.fastjson import JsonObject, JsonValue
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.order_infos import OrderInfo
 from gannet.node.store.configs.tables import ConfigTable
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.log import records
@@ -131,7 +138,7 @@ def _obj(change: JsonObject, key: str) -> JsonObject:
 
 
 def snapshot_of(store: MessageStore, tier: applied.AppliedManifest | None = None) -> JsonObject:
-    """The ``snapshot`` change describing the store's three tables (and the applied tier
+    """The ``snapshot`` change describing the store's config tables (and the applied tier
     manifest, if any) now."""
     offsets: JsonObject = {
         key: {str(q): o for q, o in table.items()}
@@ -139,11 +146,13 @@ def snapshot_of(store: MessageStore, tier: applied.AppliedManifest | None = None
     }
     topics: JsonObject = {t.topic_name: t.to_json() for t in store.topic_configs.list()}
     groups: JsonObject = {g.group_name: g.to_json() for g in store.group_configs.list()}
+    orders = store.order_infos.table_json()
     snapshot: JsonObject = {
         "op": "snapshot",
         "topics": topics,
         "groups": groups,
         "offsets": offsets,
+        "orders": orders,
     }
     manifest = tier.current() if tier is not None else None
     if manifest is not None:
@@ -179,8 +188,9 @@ def apply_change(
     if op == "tier.change":
         _apply_tier_change(tier, change)
         return
+    orders = store.order_infos
     tables = store.topic_configs, store.group_configs, store.consumer_offsets
-    with tables[0].replaying(), tables[1].replaying(), tables[2].replaying():
+    with tables[0].replaying(), tables[1].replaying(), tables[2].replaying(), orders.replaying():
         if op == "topic.put":
             name = _str(change, "name")
             store.topic_configs.put(TopicConfig.from_json(_obj(change, "config"), name))
@@ -203,6 +213,13 @@ def apply_change(
             if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
                 raise ConfigRecordError("config record offset.remove: 'keys' is not a list")
             store.consumer_offsets.remove_keys([str(k) for k in keys])
+        elif op == "order.put":
+            info = OrderInfo.from_json(_obj(change, "info"))
+            if info is None:
+                raise ConfigRecordError("config record order.put: 'info' is not an order info")
+            orders.put(_str(change, "key"), _int(change, "queue"), info)
+        elif op == "order.remove":
+            orders.remove(_str(change, "key"), _int(change, "queue"))
         elif op == "snapshot":
             _apply_snapshot(store, change)
             _apply_tier_snapshot(tier, change)
@@ -241,6 +258,8 @@ def _apply_snapshot(store: MessageStore, change: JsonObject) -> None:
     store.consumer_offsets.replace_table(offsets)
     if applied >= 0:  # our own progress is not the leader's to set
         store.consumer_offsets.commit(APPLIER_GROUP, CONFIG_TOPIC, 0, applied)
+    if "orders" in change:
+        store.order_infos.replace_table(_obj(change, "orders"))
 
 
 def _apply_tier_snapshot(tier: applied.AppliedManifest | None, change: JsonObject) -> None:
@@ -300,7 +319,7 @@ class ConfigLog:
 
     def _tables(self) -> tuple[ConfigTable, ...]:
         store = self.store
-        return store.topic_configs, store.group_configs, store.consumer_offsets
+        return store.topic_configs, store.group_configs, store.consumer_offsets, store.order_infos
 
     def journal(self, change: JsonObject) -> None:
         """A table changed (its lock is held): append the record when this node leads."""
@@ -315,7 +334,7 @@ class ConfigLog:
         return results[-1].end_offset
 
     def append_snapshot(self) -> int:
-        """Append a snapshot of the three tables and the tier manifest (a new leader, once
+        """Append a snapshot of the config tables and the tier manifest (a new leader, once
         caught up)."""
         with self._append_lock:
             return self.append(snapshot_of(self.store, self.tier))

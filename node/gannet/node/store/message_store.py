@@ -2,8 +2,9 @@
 
 This is the storage engine's entry point. It owns the commit log, consume queues, index,
 checkpoint, flush and dispatch services, timer service, cleanup and the config files
-(``topic_configs``, ``group_configs``, ``consumer_offsets``, persisted under ``config/``;
-consumer offsets every second when changed and at close), and offers:
+(``topic_configs``, ``group_configs``, ``consumer_offsets``, ``order_infos`` — orderly Pop's
+state —, persisted under ``config/``; consumer offsets and order infos every second when changed
+and at close), and offers:
 
 * writes — :meth:`MessageStore.put_messages` (answers after the bytes are durable in SYNC_FLUSH;
   group commit shares one fdatasync among concurrent writers) and
@@ -40,6 +41,7 @@ from gannet.node.store import properties as props
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.configs.groups import GroupConfigManager
 from gannet.node.store.configs.offsets import ConsumerOffsetManager
+from gannet.node.store.configs.order_infos import OrderInfoManager
 from gannet.node.store.configs.topics import TopicConfigManager
 from gannet.node.store.errors import (
     DiskFull,
@@ -137,6 +139,7 @@ class MessageStore:
         self.topic_configs = TopicConfigManager(config.config_dir)
         self.group_configs = GroupConfigManager(config.config_dir)
         self.consumer_offsets = ConsumerOffsetManager(config.config_dir)
+        self.order_infos = OrderInfoManager(config.config_dir)
         self.dispatch = DispatchService(self.commitlog, self._dispatchers())
         self.flush: FlushService | None = None
         self.cleaner = CleanService(self)
@@ -185,6 +188,7 @@ class MessageStore:
         self.topic_configs.load()
         self.group_configs.load()
         self.consumer_offsets.load()
+        self.order_infos.load()
         refuse_short_last_file(self.config)  # before loading maps (and extends) the last file
         self.commitlog.load()
         self.queues.load()
@@ -682,6 +686,9 @@ class MessageStore:
         return self.cleaner.run(manual=True).commitlog_files_deleted
 
     def _flush_structures(self) -> None:
+        # Order infos first: the offsets file holds how far replicated config records were
+        # applied, and a restart applies them again only from there.
+        self.order_infos.persist()
         self.consumer_offsets.persist()
         self.queues.flush_all(0)
         if self.index is not None:

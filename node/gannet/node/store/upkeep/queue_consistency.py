@@ -65,6 +65,11 @@ class TailGapCheck:
     def __init__(self, queues: ConsumeQueueStore, scan_start: int) -> None:
         self._next: dict[str, int] = {}
         self._held_until: dict[str, int] = {}
+        self.first_unheld: int | None = None
+        """Commit-log offset of the first scanned record that its (existing) consume queue
+        does not hold: dispatch must start there at the latest."""
+        self.unheld_next: dict[str, int] = {}
+        """Queue key → next queue offset after the records its consume queue does not hold."""
         for q in queues.queues():
             key = queue_key(q.topic, q.queue_id)
             self._held_until[key] = q.max_physic_offset
@@ -73,8 +78,13 @@ class TailGapCheck:
 
     def see(self, topic: str, queue_id: int, queue_offset: int, commit_offset: int) -> None:
         key = queue_key(topic, queue_id)
-        if commit_offset < self._held_until.get(key, -1):
+        held_until = self._held_until.get(key)
+        if held_until is not None and commit_offset < held_until:
             return
+        if held_until is not None:
+            if self.first_unheld is None:
+                self.first_unheld = commit_offset
+            self.unheld_next[key] = max(self.unheld_next.get(key, 0), queue_offset + 1)
         expected = self._next.get(key)
         if expected is None:
             self._next[key] = queue_offset + 1

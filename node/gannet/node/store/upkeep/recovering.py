@@ -4,8 +4,10 @@ Called once by :meth:`MessageStore.load` after the files are opened. The steps f
 5 (``DefaultMessageStore.recover``), with Gannet's dispatch-after-start:
 
 1. Consume queues recover first (each keeps its valid prefix; ``max_physic_offset`` is the end
-   of the last record they point at). ``dispatch_from`` = the lowest of that and the index's
-   end, so that the dispatcher later rebuilds whatever either structure lacks.
+   of the last record they point at). ``dispatch_from`` = the lowest of the highest of these
+   and the index's end, so that the dispatcher later rebuilds whatever either structure lacks;
+   lowered after the scan (step 3) to the first record that its own consume queue lacks (a
+   crash may drop each queue file's unsynced tail separately).
 2. Start file. Normal exit (no ``abort`` file): the newest file whose first record is valid and
    starts at or before ``dispatch_from``. Abnormal exit: the newest file whose first record is
    valid, starts at or before ``dispatch_from`` and was stored before the checkpoint's
@@ -200,6 +202,13 @@ def recover(
     _truncate_all(commitlog, queues, index, process_offset)
     check_queue_ends(commitlog, queues)
     result.process_offset = process_offset
+    if gaps.first_unheld is not None:
+        # A consume queue that lost its unsynced tail at a crash (each file loses its own) may
+        # end well before another queue's end, the ``dispatch_from`` above: its records in
+        # between must be dispatched again, or its later entries land shifted (seed 620).
+        dispatch_from = min(dispatch_from, gaps.first_unheld)
+        for key, value in gaps.unheld_next.items():
+            scanned_offsets[key] = max(scanned_offsets.get(key, 0), value)
     result.dispatch_from = min(dispatch_from, process_offset)
     table = offset_table_of(queues)
     for key, value in scanned_offsets.items():

@@ -1,6 +1,13 @@
 """Orderly-pop state per queue (RocketMQ ``ConsumerOrderInfoManager``, ``docs/formats/pop.md`` §7)
 and its file ``<root>/config/consumerOrderInfo.json`` (``docs/formats/configs.md`` §6).
 
+A config table of the store (:class:`~gannet.node.store.configs.tables.ConfigTable`), so in a
+Raft group every change goes through the log as the consumer offsets do
+(:mod:`gannet.node.replication.config_log`: ops ``order.put`` and ``order.remove``, and the
+``orders`` of a new leader's snapshot): a FIFO batch's lease and its acks are known to every
+member, and a new leader neither hands out a message of a queue whose lease is live nor an
+acked one again.
+
 Table ``"topic@group"`` → queue id → :class:`OrderInfo` of the last pop of that queue. JSON
 (strict, keys sorted; RocketMQ's names)::
 
@@ -14,18 +21,20 @@ deltas from the first); ``ot`` offset → next visible time when changed from th
 ``popTime + i``; ``oc`` offset → times consumed before this pop (absent = 0); ``l`` last
 consume time; ``cm`` commit bitset (bit i = offset i acked); ``a`` attempt id.
 
-Pure data and codec plus a small manager (thread-safe, file written on :meth:`persist`).
-Called by :mod:`ordering`.
+Pure data and codec plus the table (thread-safe; the store writes the file with the consumer
+offsets, every second when changed and at close). Called by :mod:`gannet.node.pop.ordering` and
+the replication apply path.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from gannet.node.store.configs import fastjson
-from gannet.node.store.configs.fastjson import DataVersion, JsonObject, JsonValue
+from gannet.node.store.configs.fastjson import JsonObject, JsonValue
+from gannet.node.store.configs.tables import ConfigTable, now_ms
 
 ORDER_INFO_FILE_NAME = "consumerOrderInfo.json"
 
@@ -116,53 +125,71 @@ def _int_map(value: JsonValue) -> dict[int, int]:
     return {int(k): _int(v) for k, v in value.items() if k.lstrip("-").isdigit()}
 
 
-class OrderInfoManager:
-    def __init__(self, config_dir: Path) -> None:
-        self._file = fastjson.ConfigFile(config_dir / ORDER_INFO_FILE_NAME)
+class OrderInfoManager(ConfigTable):
+    """Table ``"topic@group"`` → queue id → :class:`OrderInfo`.
+
+    :attr:`lock` (re-entrant) is the orderly service's lock over a read-decide-write of one
+    queue; the table's own lock guards each get / put / remove and orders their journal records.
+    """
+
+    def __init__(self, config_dir: Path, clock_ms: Callable[[], int] = now_ms) -> None:
+        super().__init__(config_dir / ORDER_INFO_FILE_NAME, clock_ms)
         self.lock = threading.RLock()
         self._table: dict[str, dict[int, OrderInfo]] = {}
-        self._version = DataVersion()
-        self._dirty = False
 
-    def load(self) -> None:
-        loaded = self._file.read()
-        if loaded is None:
-            return
-        table = loaded.document.get("table")
-        with self.lock:
-            self._table = {}
-            if isinstance(table, dict):
-                for key, queues in table.items():
-                    if not isinstance(queues, dict):
-                        continue
-                    infos = {
-                        int(q): info
-                        for q, raw in queues.items()
-                        if q.isdigit() and (info := OrderInfo.from_json(raw)) is not None
-                    }
-                    if infos:
-                        self._table[key] = infos
-            self._version = DataVersion.from_json(loaded.document.get("dataVersion"))
+    def _parse(self, document: JsonObject, source: Path) -> Callable[[], None]:
+        table = parse_table(document.get("table"))
+
+        def install() -> None:
+            self._table = table
+
+        return install
+
+    def _document(self) -> JsonObject:
+        return {"dataVersion": self._data_version.to_json(), "table": self._table_json()}
+
+    def _table_json(self) -> JsonObject:
+        return {
+            k: {str(q): info.to_json() for q, info in queues.items()}
+            for k, queues in self._table.items()
+        }
 
     def get(self, key: str, queue_id: int) -> OrderInfo | None:
-        with self.lock:
+        with self._lock:
             return self._table.get(key, {}).get(queue_id)
 
     def put(self, key: str, queue_id: int, info: OrderInfo) -> None:
-        with self.lock:
+        with self._lock:
             self._table.setdefault(key, {})[queue_id] = info
-            self._dirty = True
+            self._changed()
+            self._journal(
+                {"op": "order.put", "key": key, "queue": queue_id, "info": info.to_json()}
+            )
 
     def remove(self, key: str, queue_id: int) -> None:
-        with self.lock:
+        with self._lock:
             queues = self._table.get(key)
-            if queues is not None and queues.pop(queue_id, None) is not None:
-                self._dirty = True
-                if not queues:
-                    del self._table[key]
+            if queues is None or queues.pop(queue_id, None) is None:
+                return
+            if not queues:
+                del self._table[key]
+            self._changed()
+            self._journal({"op": "order.remove", "key": key, "queue": queue_id})
+
+    def table_json(self) -> JsonObject:
+        """The whole table as the file's ``table`` (a replication snapshot's ``orders``)."""
+        with self._lock:
+            return self._table_json()
+
+    def replace_table(self, value: JsonValue) -> None:
+        """Install a replication snapshot's ``orders`` (the file's ``table`` form)."""
+        table = parse_table(value)
+        with self._lock:
+            self._table = table
+            self._changed()
 
     def sweep(self, now_ms: int, idle_ms_max: int) -> int:
-        with self.lock:
+        with self._lock:
             doomed = [
                 (k, q)
                 for k, queues in self._table.items()
@@ -173,19 +200,20 @@ class OrderInfoManager:
             self.remove(k, q)
         return len(doomed)
 
-    def persist(self, now_ms: int) -> bool:
-        with self._file.write_lock:
-            with self.lock:
-                if not self._dirty:
-                    return False
-                self._version = self._version.next(now_ms)
-                doc: JsonObject = {
-                    "dataVersion": self._version.to_json(),
-                    "table": {
-                        k: {str(q): info.to_json() for q, info in queues.items()}
-                        for k, queues in self._table.items()
-                    },
-                }
-                self._dirty = False
-            self._file.write(doc)
-            return True
+
+def parse_table(value: JsonValue) -> dict[str, dict[int, OrderInfo]]:
+    """The ``table`` of the file (entries that do not read are dropped, as RocketMQ does)."""
+    table: dict[str, dict[int, OrderInfo]] = {}
+    if not isinstance(value, dict):
+        return table
+    for key, queues in value.items():
+        if not isinstance(queues, dict):
+            continue
+        infos = {
+            int(q): info
+            for q, raw in queues.items()
+            if q.isdigit() and (info := OrderInfo.from_json(raw)) is not None
+        }
+        if infos:
+            table[key] = infos
+    return table
