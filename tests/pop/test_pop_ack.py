@@ -84,7 +84,8 @@ def test_change_invisible_time_postpones_and_returns_a_new_handle(harness: Harne
     new = harness.broker.change_invisible_time(
         GROUP, TOPIC, m.receipt_handle, invisible_time_ms=60_000, now_ms=harness.now
     )
-    assert new.pop_time_ms == harness.now
+    assert new.pop_time_ms == m.handle.pop_time_ms + 1  # the same for a second run
+    assert new.next_visible_time_ms == harness.now + 60_000
     assert new.ck_queue_offset == m.handle.queue_offset
     harness.advance(INVISIBLE_MS + 3_000)  # the old invisible time is over
     assert harness.pop().messages == []

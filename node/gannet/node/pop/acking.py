@@ -19,10 +19,14 @@ checkpoint is no longer tracked (after a restart, or evicted) is acked by a writ
 duplicates are then harmless to revive.
 
 Change invisible time first writes a new one-message checkpoint (never only buffered: the old
-ack may let the message be forgotten) — popTime = now, or one millisecond after the old pop time
-if that is not later, so the two checkpoints never share a revive key; in the old revive queue
-unless it was retired — and then acks the old handle. Orderly handles (revive queue 999) are
-delegated to :mod:`ordering`.
+ack may let the message be forgotten) — popTime = the old pop time + 1 ms, so the two
+checkpoints never share a revive key, and an invisible time that ends at max(now, popTime) +
+the requested time; in the old revive queue unless it was retired — and then acks the old
+handle. Its key depends on the old handle only, so a second run of the same change (a call
+routed again to a new leader that has the first run's records, fault seed 630) finds the first
+run's checkpoint (tracked, or by its unique key in the store's index) and answers with its
+handle instead of writing another checkpoint that no ack would cover. Orderly handles (revive
+queue 999) are delegated to :mod:`ordering`.
 
 Called by :class:`gannet.node.pop.service.PopBroker`.
 """
@@ -319,13 +323,15 @@ class AckService:
             if revive_qid >= self.ctx.revive_write_queues:
                 revive_qid = self.ctx.next_revive_qid()
             # The new CK must not share the revive key (topic, group, queue, start offset,
-            # pop time, broker) of the old one, or revive could match the old ack to it: a
-            # change in the very millisecond of the pop moves the new pop time on by 1 ms.
-            pop_time_ms = max(now_ms, h.pop_time_ms + 1)
+            # pop time, broker) of the old one, or revive could match the old ack to it; and a
+            # second run of this change must make the same key (below). So its pop time is the
+            # old one + 1 ms, and its invisible time runs from there to max(now, that) + the
+            # requested time (the message is visible again when it was before).
+            pop_time_ms = h.pop_time_ms + 1
             ck = PopCheckPoint(
                 start_offset=h.queue_offset,
                 pop_time_ms=pop_time_ms,
-                invisible_time_ms=invisible_time_ms,
+                invisible_time_ms=max(now_ms, pop_time_ms) + invisible_time_ms - pop_time_ms,
                 num=1,
                 queue_id=h.queue_id,
                 topic=target.topic,
@@ -336,8 +342,16 @@ class AckService:
             # Never buffered: acking the old handle may let its pop's offset be committed (or
             # writes an ACK record), so only a stored new CK keeps the message from being lost
             # in a crash (found by the simulation, seed 39).
-            ck_durable_at = self.ctx.write_cks_nowait([(ck, revive_qid)])
-            self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, True))
+            # Run before? (a call routed again to a new leader, which has the stopped leader's
+            # records: fault seed 630) Then answer with that run's CK: a second one would get
+            # no ACK from a client that holds the handle of only one, and come back.
+            earlier = self._earlier_change(ck) if target.entry is None else None
+            if earlier is None:
+                ck_durable_at = self.ctx.write_cks_nowait([(ck, revive_qid)])
+            else:
+                (ck, revive_qid), ck_durable_at = earlier, None
+            if self.ctx.buffer.find(checkpoints.ck_revive_key(ck)) is None:
+                self.ctx.buffer.add(None, Inflight(ck, revive_qid, 0, True))
             to_write: dict[tuple[str, int, int, int, int], list[AckTarget]] = {}
             self._claim(target, to_write)
             # Appended after the new CK, so its durability covers the CK's as well.
@@ -349,7 +363,7 @@ class AckService:
         return ReceiptHandle(
             ck_queue_offset=h.queue_offset,
             pop_time_ms=pop_time_ms,
-            invisible_time_ms=invisible_time_ms,
+            invisible_time_ms=ck.invisible_time_ms,
             revive_qid=revive_qid,
             flag=h.flag,
             broker_name=h.broker_name,
@@ -357,6 +371,14 @@ class AckService:
             queue_offset=h.queue_offset,
             commit_offset=h.commit_offset,
         )
+
+    def _earlier_change(self, ck: PopCheckPoint) -> tuple[PopCheckPoint, int] | None:
+        """The CK (and its revive queue) an earlier run of the same change wrote: tracked
+        here, or found in the log (``revive_log.find_ck``); None when there is none."""
+        entry = self.ctx.buffer.find(checkpoints.ck_revive_key(ck))
+        if entry is not None and entry.ck is not None and entry.ck.num == 1:
+            return entry.ck, entry.revive_qid
+        return revive_log.find_ck(self.ctx.store, ck)
 
     # --- forward to DLQ ---
     def forward_to_dlq(

@@ -12,6 +12,11 @@ The revive topic's config holds the queue counts: ``writeQueueNums`` is the numb
 checkpoints are spread over, ``readQueueNums`` (≥ write) the number the revive service reads, so
 that queues retired by a count change are still revived until drained.
 
+A CK already written is found again by its unique key (:func:`find_ck`, through the store's
+index: parked in the timer topic or delivered to the revive queue), so that a change of
+invisible time run a second time — a call routed again to a new leader after the stopped one
+had replicated its records (fault seed 630) — answers with the checkpoint of the first run.
+
 Called by :mod:`popping`, :mod:`acking` and :mod:`reviving`.
 """
 
@@ -21,7 +26,7 @@ from gannet.node.pop import acks, checkpoints
 from gannet.node.pop.checkpoints import PopCheckPoint
 from gannet.node.pop.config import CK_DELIVER_LEAD_MS
 from gannet.node.store import properties as props
-from gannet.node.store import validation
+from gannet.node.store import querying, validation
 from gannet.node.store.configs.topics import PERM_READ, PERM_WRITE, TopicConfig
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
@@ -47,6 +52,29 @@ def ensure_revive_topic(store: MessageStore, queue_count: int) -> TopicConfig:
         store.topic_configs.put(wanted)
         return wanted
     return current
+
+
+def find_ck(store: MessageStore, ck: PopCheckPoint) -> tuple[PopCheckPoint, int] | None:
+    """A CK message already written with ``ck``'s unique key (topic, queue, start offset,
+    group, pop time, broker): its checkpoint and revive queue, or None. Looked up in the
+    store's index, parked (timer topic) first, then delivered (revive topic); None as well
+    when the store keeps no index."""
+    key = checkpoints.ck_unique_key(ck)
+    for topic in (validation.TIMER_TOPIC, revive_topic(store)):
+        for msg in querying.by_key(store, topic, key, unique=True).messages:
+            if msg.tags != checkpoints.CK_TAG:
+                continue
+            found = checkpoints.decode(msg.body)
+            if checkpoints.ck_revive_key(found) != checkpoints.ck_revive_key(ck):
+                continue
+            qid = msg.queue_id
+            if msg.topic == validation.TIMER_TOPIC:
+                real_qid = msg.properties.get(props.REAL_QUEUE_ID, "")
+                if not real_qid.isdigit():
+                    continue
+                qid = int(real_qid)
+            return found, qid
+    return None
 
 
 def _host(store: MessageStore) -> tuple[str, int]:

@@ -1,0 +1,91 @@
+"""A ChangeInvisibleDuration run twice, on a stopped leader and again on its successor, leaves
+no checkpoint that the client's ack does not cover.
+
+Fault-injection seed 630 replayed (``e2e/faults``): ``s1-168`` popped from leader 3 at 11.50 s,
+its invisible time changed (answered 12.61 s) and acked with the new handle (answered OK 12.63
+s); leader 3 was paused (SIGSTOP) at 11.53 s. A retry copy was delivered at 39.26 s. The change
+had reached leader 3 through a follower's forward; leader 3 appended its new checkpoint (and the
+ACK of the old handle) and replicated them before it stopped, but never answered. The follower
+routed the call again once member 2 led (``api/forwarding.py``: a leader change while the
+forwarded call runs), and member 2, which had the first run's records in its log (and committed
+them), ran the change again: a second checkpoint with its own pop time, whose handle the client
+got and acked. The first run's checkpoint had no ACK and was revived.
+
+In process, as ``test_new_leader_revive.py``: the new leader's store is a copy of the old one's
+bytes (``append_replicated``), the old leader's answer is dropped.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+from gannet.node.pop.config import PopConfig
+from gannet.node.pop.service import PopBroker
+from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
+from gannet.node.store.configs.topics import TopicConfig
+from gannet.node.store.message_store import MessageStore
+from tests.pop.pop_harness import GROUP, TOPIC, Harness
+
+CONFIG = PopConfig(revive_queue_count=1, buffer_merge_enabled=False)
+
+
+def _copy(old: MessageStore, root: Path) -> MessageStore:
+    """A member that followed ``old``: its bytes, its config tables, timers never run."""
+    new = MessageStore(
+        StoreConfig.for_tests(root, flush_mode=FlushMode.ASYNC_FLUSH), commit_follows_flush=False
+    ).open(start_services=False)
+    end = old.commitlog.max_offset()
+    offset = 0
+    while offset < end:
+        offset = new.append_replicated(offset, old.read_replicated(offset, end - offset))
+    new.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=4, write_queue_nums=4))
+    new.group_configs.put(SubscriptionGroupConfig(GROUP))
+    _settle(new)
+    return new
+
+
+def _settle(store: MessageStore) -> None:
+    store.dispatch.set_commit_offset(store.commitlog.max_offset())
+    store.dispatch.dispatch_available()
+
+
+def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: Path) -> None:
+    h = Harness(tmp_path / "old", CONFIG)
+    h.setup()
+    new: MessageStore | None = None
+    pop: PopBroker | None = None
+    try:
+        h.produce(1, queue_id=0)
+        (m0,) = h.pop(invisible_ms=10_000).messages
+        # The first run, on the leader that stops before it answers.
+        lost = h.broker.change_invisible_time(
+            GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=h.now + 10
+        )
+        new = _copy(h.store, tmp_path / "new")
+        pop = PopBroker(new, CONFIG, rng=random.Random(3))
+        now = h.now + 1_100  # routed again once the new leader serves
+        handle = pop.change_invisible_time(
+            GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
+        )
+        pop.ack(GROUP, TOPIC, handle, now_ms=now + 20)
+        _settle(new)
+        revived = 0
+        for step in range(1, 41):  # 40 s of timer ticks and revive passes, 1 s apart
+            at = now + step * 1_000
+            new.timers.tick(at)
+            _settle(new)
+            revived += sum(p.revived for p in pop.revive(at))
+            _settle(new)
+        assert revived == 0
+        assert pop.statistics().revived_total == 0
+        assert handle == lost  # answered with the first run's checkpoint, not a second one
+        reviver = pop.reviver(0)
+        assert reviver.progress() + 1 == new.max_offset_in_queue(reviver.topic, 0)
+    finally:
+        if pop is not None:
+            pop.close()
+        if new is not None:
+            new.close()
+        h.close()
