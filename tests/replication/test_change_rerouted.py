@@ -51,6 +51,18 @@ def _settle(store: MessageStore) -> None:
     store.dispatch.dispatch_available()
 
 
+def _revived_in(pop: PopBroker, store: MessageStore, now: int, seconds: int) -> int:
+    """Messages revived by ``seconds`` of timer ticks and revive passes, 1 s apart."""
+    revived = 0
+    for step in range(1, seconds + 1):
+        at = now + step * 1_000
+        store.timers.tick(at)
+        _settle(store)
+        revived += sum(p.revived for p in pop.revive(at))
+        _settle(store)
+    return revived
+
+
 def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: Path) -> None:
     h = Harness(tmp_path / "old", CONFIG)
     h.setup()
@@ -71,18 +83,42 @@ def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: P
         )
         pop.ack(GROUP, TOPIC, handle, now_ms=now + 20)
         _settle(new)
-        revived = 0
-        for step in range(1, 41):  # 40 s of timer ticks and revive passes, 1 s apart
-            at = now + step * 1_000
-            new.timers.tick(at)
-            _settle(new)
-            revived += sum(p.revived for p in pop.revive(at))
-            _settle(new)
-        assert revived == 0
+        assert _revived_in(pop, new, now, 40) == 0
         assert pop.statistics().revived_total == 0
-        assert handle == lost  # answered with the first run's checkpoint, not a second one
         reviver = pop.reviver(0)
         assert reviver.progress() + 1 == new.max_offset_in_queue(reviver.topic, 0)
+        assert handle == lost  # answered with the first run's checkpoint, not a second one
+    finally:
+        if pop is not None:
+            pop.close()
+        if new is not None:
+            new.close()
+        h.close()
+
+
+def test_a_change_run_twice_on_the_new_leader_is_covered_by_the_ack(tmp_path: Path) -> None:
+    """Both runs on the new leader (a client's retry after a lost answer), for a handle the
+    old leader made: the second finds the checkpoint the first one tracks."""
+    h = Harness(tmp_path / "old", CONFIG)
+    h.setup()
+    new: MessageStore | None = None
+    pop: PopBroker | None = None
+    try:
+        h.produce(1, queue_id=0)
+        (m0,) = h.pop(invisible_ms=10_000).messages
+        new = _copy(h.store, tmp_path / "new")
+        pop = PopBroker(new, CONFIG, rng=random.Random(3))
+        now = h.now + 1_000
+        first = pop.change_invisible_time(
+            GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
+        )
+        second = pop.change_invisible_time(
+            GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now + 500
+        )
+        pop.ack(GROUP, TOPIC, second, now_ms=now + 520)
+        _settle(new)
+        assert _revived_in(pop, new, now, 40) == 0
+        assert second == first
     finally:
         if pop is not None:
             pop.close()
