@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -81,13 +82,17 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="gannet-pop-bench-", dir=os.environ.get("BENCH_DIR")))
     results: dict[str, dict[str, float]] = {}
     n = 0
-    for merge in (True, False):
-        runs = []
-        for _ in range(args.repeat):
-            n += 1
-            runs.append(run_once(base / str(n), count, buffer_merge=merge))
-        name = "in_memory_matching" if merge else "stored_ck_ack_only"
-        results[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    try:
+        for merge in (True, False):
+            runs = []
+            for _ in range(args.repeat):
+                n += 1
+                runs.append(run_once(base / str(n), count, buffer_merge=merge))
+                shutil.rmtree(base / str(n), ignore_errors=True)  # up to 2.6 GB a run
+            name = "in_memory_matching" if merge else "stored_ck_ack_only"
+            results[name] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
     results_log.append(
         "pop", *({"scenario": name, "time": stamp, **figures} for name, figures in results.items())
