@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.operator import group_manifests, manifests, members
+from gannet.operator import broker_group_manifests, manifests, members
 from gannet.operator import membership_planning as mp
 
 
@@ -155,7 +155,7 @@ def test_the_entrypoint_passes_its_groups_seeds_when_the_operator_wrote_them(
     for folder in (members_dir, groups_dir, bin_dir):
         folder.mkdir()
     (members_dir / "main-g1-0").write_text(line)
-    seeds = group_manifests.groups_config_map("main", "demo", "uid-1", 2)["data"]["broker-1"]
+    seeds = broker_group_manifests.groups_config_map("main", "demo", "uid-1", 2)["data"]["broker-1"]
     (groups_dir / "broker-1").write_text(seeds)
     printed = _run_entrypoint(
         bin_dir,
