@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from gannet.node.protocol import credentials
 from gannet.node.protocol.grants import Action
-from gannet.operator import broker_group_manifests, cluster_key, manifests, members, specs
+from gannet.operator import broker_group_manifests, cluster_key, manifests, member_pods, specs
 from gannet.operator import broker_group_planning as bgp
 from gannet.operator import membership_planning as mp
 from gannet.operator import topic_planning as tp
@@ -161,7 +161,7 @@ def test_group_objects_are_named_per_group_and_owned_by_the_cluster() -> None:
 
 def test_each_group_has_its_own_roster_and_raft_peers() -> None:
     roster = mp.bootstrap_roster(3)
-    data = members.config_map("main-g1", "demo", "uid-1", roster, owner=("main", 1))
+    data = member_pods.config_map("main-g1", "demo", "uid-1", roster, owner=("main", 1))
     assert data["metadata"]["name"] == "main-g1-members"
     assert data["metadata"]["ownerReferences"][0]["name"] == "main"
     line = data["data"]["main-g1-0"]

@@ -32,7 +32,7 @@ from gannet.operator import (
     cluster_planning,
     conditions,
     manifests,
-    members,
+    member_pods,
     membership_handling,
 )
 from gannet.operator import broker_group_planning as bgp
@@ -79,7 +79,7 @@ def _outcome_facts(
     lag = max((int(r.get("lagBytes") or 0) for r in outcome.members), default=0)
     if not outcome.leader_id:
         return "", "", pods, lag
-    ordinal = members.ordinal_of(outcome.roster, outcome.leader_id)
+    ordinal = member_pods.ordinal_of(outcome.roster, outcome.leader_id)
     if ordinal < 0:
         return "", ctx.endpoints.client(namespace, base), pods, lag
     return (
