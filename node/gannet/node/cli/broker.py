@@ -255,14 +255,14 @@ def broker() -> None:
 )
 @click.option(
     "--disk-max-used-ratio-percent",
-    type=click.IntRange(10, 95),
+    type=click.IntRange(*cleaning.MAX_USED_PERCENT_RANGE),
     default=75,
     show_default=True,
     help="Above this disk usage expired files are deleted at any hour (diskMaxUsedSpaceRatio).",
 )
 @click.option(
     "--disk-clean-forcibly-ratio",
-    type=click.FloatRange(0.30, 0.99),
+    type=click.FloatRange(*cleaning.CLEAN_FORCIBLY_RATIO_RANGE),
     default=0.85,
     show_default=True,
     help="Above this disk usage unexpired files are deleted too, but only those every consumer "
@@ -271,14 +271,14 @@ def broker() -> None:
 )
 @click.option(
     "--disk-warning-ratio",
-    type=click.FloatRange(0.35, 0.99),
+    type=click.FloatRange(*cleaning.WARNING_RATIO_RANGE),
     default=0.90,
     show_default=True,
     help="Above this disk usage new writes are refused whatever cleanup does.",
 )
 @click.option(
     "--disk-hysteresis-percentage-points",
-    type=click.FloatRange(0.0, 20.0),
+    type=click.FloatRange(*cleaning.HYSTERESIS_PERCENTAGE_POINTS_RANGE),
     default=2.0,
     show_default=True,
     help="Once the disk rose above one of the ratios, writes are refused (or cleanup forced) "
@@ -433,12 +433,6 @@ def broker_run(
             " and GANNET_CLUSTER_SECRET_KEY), or neither",
             param_hint="--cluster-access-key",
         )
-    if disk_clean_forcibly_ratio > disk_warning_ratio:
-        raise click.BadParameter(
-            f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
-            "cleanup must start before writes are refused",
-            param_hint="--disk-clean-forcibly-ratio",
-        )
     policy = cleaning.CleanPolicy(
         file_reserved_hours,
         delete_when,
@@ -449,9 +443,9 @@ def broker_run(
         disk_hysteresis_percentage_points,
     )
     try:
-        policy.validate()
-    except StoreError as exc:
-        raise click.BadParameter(str(exc), param_hint="--delete-when") from None
+        policy.validate(_option_name)
+    except cleaning.PolicyError as exc:
+        raise click.BadParameter(str(exc), param_hint=_option_name(exc.field_name)) from None
     config = StoreConfig(
         root_dir=data_dir,
         flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
@@ -527,6 +521,11 @@ def broker_run(
         err_console.print(f"[red]broker stopped itself[/]: {running.failure}")
         sys.exit(EXIT_STORE_UNAVAILABLE)
     console.print("broker stopped; store closed cleanly")
+
+
+def _option_name(field_name: str) -> str:
+    """A :class:`cleaning.CleanPolicy` field as this command's option (``--disk-warning-ratio``)."""
+    return "--" + field_name.replace("_", "-")
 
 
 def _peer_tls(
