@@ -67,6 +67,7 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "tier_bucket": [("", USAGE), ("gannet", USAGE)],
     "tier_endpoint": [("ftp://host", USAGE)],
     "tier_prefix": [("bad prefix!", USAGE)],
+    "tier_region": [("us-east-1", USAGE)],  # broker run: a region without --tier-endpoint
     "groups": [
         ("nodir", USAGE),
         ("broker-0={missing}", USAGE),
