@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -23,7 +24,12 @@ from gannet.node.store.message_store import MessageStore
 def test_concurrent_pop_and_ack_with_sync_flush(tmp_path: Path, merge: bool) -> None:
     config = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
     store = MessageStore(config).open()
-    broker = PopBroker(store, PopConfig(buffer_merge_enabled=merge), rng=random.Random(3))
+    broker = PopBroker(
+        store,
+        PopConfig(buffer_merge_enabled=merge),
+        wait_durable=pop_flush_wait(store),
+        rng=random.Random(3),
+    )
     try:
         store.topic_configs.put(TopicConfig("T", read_queue_nums=4, write_queue_nums=4))
         store.group_configs.put(SubscriptionGroupConfig("G"))
