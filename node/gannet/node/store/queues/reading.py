@@ -181,31 +181,30 @@ def _scan(
         return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
     commit_min = commitlog.min_offset()
     messages: list[StoredMessage] = []
-    runs: list[list[int]] = []  # bulk: [first unit index, past index, commit offset, end]
-    next_begin = offset
+    runs: list[tuple[int, int, int, int]] = []  # bulk: first, past unit index; commit offsets
+    next_begin = offset + len(raw) // _UNIT.size  # unless the scan stops early
     removed = count = size_total = 0
+    first = last = -1  # bulk: the open run of records back to back, as unit indexes
+    run_start = run_end = 0
     for i, (commit_offset, size, tags_code) in enumerate(_UNIT.iter_unpack(raw)):
-        queue_offset = offset + i
         if size == PRE_BLANK_SIZE or commit_offset < commit_min:
             removed += 1
-            next_begin = queue_offset + 1
             continue
         if bulk:
             if count and size_total + size > bytes_max:
+                next_begin = offset + i  # this one is left for the next read
                 break
-            next_begin = queue_offset + 1
-            run = runs[-1] if runs else None
-            if run is not None and run[1] == i and run[3] == commit_offset:
-                run[1] = i + 1
-                run[3] = commit_offset + size
-            else:
-                runs.append([i, i + 1, commit_offset, commit_offset + size])
+            if first < 0 or commit_offset != run_end or last != i - 1:
+                if first >= 0:
+                    runs.append((first, last + 1, run_start, run_end))
+                first, run_start = i, commit_offset
+            run_end = commit_offset + size
+            last = i
             count += 1
             size_total += size
             continue
-        next_begin = queue_offset + 1
         if tag_filter is not None and not tag_filter(
-            CqUnit(queue_offset, commit_offset, size, tags_code)
+            CqUnit(offset + i, commit_offset, size, tags_code)
         ):
             continue
         data = commitlog.read(commit_offset, size)
@@ -214,10 +213,13 @@ def _scan(
             continue
         if record_filter is not None and not record_filter(data):
             continue
-        messages.append(StoredMessage(queue_offset, commit_offset, data, tags_code))
+        messages.append(StoredMessage(offset + i, commit_offset, data, tags_code))
         size_total += size
         if len(messages) >= max_count or size_total >= bytes_max:
+            next_begin = offset + i + 1
             break
+    if first >= 0:
+        runs.append((first, last + 1, run_start, run_end))
     if not bulk:
         result = GetResult(GetStatus.NO_MATCHED_MESSAGE, next_begin, lo, hi, messages)
         if messages:
