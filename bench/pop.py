@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from bench import results_log
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -49,7 +50,11 @@ def run_once(root: Path, count: int, *, buffer_merge: bool) -> dict[str, float]:
             )
         store.wait_dispatched(store.commitlog.max_offset(), 120)
         log_before = store.commitlog.max_offset()
-        broker = PopBroker(store, PopConfig(buffer_merge_enabled=buffer_merge))
+        broker = PopBroker(
+            store,
+            PopConfig(buffer_merge_enabled=buffer_merge),
+            wait_durable=pop_flush_wait(store),
+        )
         received = 0
         idle_rounds = 0
         t0 = time.perf_counter()
