@@ -35,6 +35,7 @@ import timeit
 from pathlib import Path
 
 from bench import results_log
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop import filtering
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.filtering import MessageFilter
@@ -71,7 +72,7 @@ def _message(i: int) -> Message:
 
 
 def _drain(store: MessageStore, group: str, message_filter: MessageFilter) -> int:
-    broker = PopBroker(store, PopConfig())
+    broker = PopBroker(store, PopConfig(), wait_durable=pop_flush_wait(store))
     received = idle = 0
     while idle < 3:
         now = time.time_ns() // 1_000_000

@@ -1,5 +1,5 @@
 """A local cluster of broker groups as real processes, started the way ``gannet cluster up
---groups G --replicas R`` starts it (:func:`gannet.node.cli.cluster.start_cluster`),
+--groups G --replicas R`` starts it (:func:`gannet.node.cli.cluster.commands.start_cluster`),
 and the official Python producer sending asynchronously across every group's queues.
 
 Used by :mod:`e2e.groups.scenario` (``make e2e-groups``), its short version in
@@ -28,7 +28,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from e2e import processes
 from e2e.processes import bindable
-from gannet.node.cli.cluster import (
+from gannet.node.cli.cluster.commands import (
     GROUP_PORT_STRIDE,
     GroupPlan,
     broker_argv,

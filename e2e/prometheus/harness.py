@@ -31,7 +31,7 @@ from typing import Any
 import grpc
 
 from e2e.processes import free_port
-from gannet.node.cli.cluster import ensure_secret
+from gannet.node.cli.cluster.commands import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.testing import small_stores
 

@@ -39,7 +39,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from e2e import processes
 from e2e.processes import bindable
-from gannet.node.cli.cluster import ensure_secret
+from gannet.node.cli.cluster.commands import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 from gannet.node.testing import small_stores

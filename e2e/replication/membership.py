@@ -32,7 +32,7 @@ from e2e.replication.harness import (
     VerifyReport,
     free_ports,
 )
-from gannet.node.cli.cluster import ensure_secret
+from gannet.node.cli.cluster.commands import ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 from gannet.node.testing import small_stores

@@ -1,7 +1,7 @@
 """Authentication and TLS for the e2e replication group: one access key with every right,
 a cluster CA, and per node a certificate used on the client port (TLS-only) and between peers
 (mutual TLS). The CA and the certificates are made by the product's own writer,
-:func:`gannet.node.cli.cluster_pki.generated` (what ``gannet cluster up --tls`` runs with:
+:func:`gannet.node.cli.cluster.pki.generated` (what ``gannet cluster up --tls`` runs with:
 ``serverAuth`` and ``clientAuth``, SANs ``localhost``, ``127.0.0.1``, ``::1`` and the node name).
 
 Used by :class:`e2e.replication.harness.ProcessGroup` (``security=``) for the ``kill-secure``
@@ -25,8 +25,8 @@ from pathlib import Path
 import grpc
 from rocketmq import Credentials
 
-from gannet.node.cli import cluster_pki
-from gannet.node.cli.cluster_certs import MemberFiles
+from gannet.node.cli.cluster import pki as cluster_pki
+from gannet.node.cli.cluster.certs import MemberFiles
 from gannet.node.protocol import auth
 
 ACCESS_KEY = "e2e-admin"

@@ -19,6 +19,7 @@ import pytest
 from e2e.tier import seaweedfs
 from e2e.tier.stores import FILES_OFFLOADED, MESSAGES, TOPIC, Written, tier_offsets
 from gannet.node.api import store_statuses
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.service import PopBroker
 from gannet.node.store import msgids, querying
 from gannet.node.store.log.records import Message
@@ -96,7 +97,7 @@ def test_every_read_path_serves_offloaded_messages_byte_for_byte(
 
 
 def test_pop_reads_offloaded_messages(tiered: MessageStore, written: Written) -> None:
-    pop = PopBroker(tiered)
+    pop = PopBroker(tiered, wait_durable=pop_flush_wait(tiered))
     seen: dict[int, bytes] = {}
     now_ms = int(time.time() * 1000)
     for _ in range(MESSAGES):

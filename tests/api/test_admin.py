@@ -129,3 +129,31 @@ def test_cleanup_policy_trigger_and_status(admin) -> None:
     assert status.broker_name == "broker-a"
     assert status.flush_mode == "SYNC_FLUSH"
     assert status.store.max_offset >= 0
+
+
+def test_cleanup_refuses_a_clean_forcibly_ratio_above_the_warning_ratio(admin) -> None:
+    """The rule ``gannet broker run`` has always checked holds at the admin API too, against
+    the policy the broker has when the change names one ratio only (CleanPolicy.validate)."""
+    original = admin.Cleanup(admin_pb2.CleanupRequest()).policy
+    pair = admin_pb2.CleanupPolicyChange(disk_clean_forcibly_ratio=0.8, disk_warning_ratio=0.9)
+    assert admin.Cleanup(admin_pb2.CleanupRequest(change=pair)).policy.disk_warning_ratio == 0.9
+    try:
+        for change in (
+            admin_pb2.CleanupPolicyChange(disk_clean_forcibly_ratio=0.95),
+            admin_pb2.CleanupPolicyChange(disk_clean_forcibly_ratio=0.95, disk_warning_ratio=0.9),
+        ):
+            with pytest.raises(grpc.RpcError) as caught:
+                admin.Cleanup(admin_pb2.CleanupRequest(change=change))
+            assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert caught.value.details() == (
+                "disk_clean_forcibly_ratio 0.95 is above disk_warning_ratio 0.9; cleanup must "
+                "start before writes are refused"
+            )
+        kept = admin.Cleanup(admin_pb2.CleanupRequest()).policy
+        assert (kept.disk_clean_forcibly_ratio, kept.disk_warning_ratio) == (0.8, 0.9)
+    finally:
+        back = admin_pb2.CleanupPolicyChange(
+            disk_clean_forcibly_ratio=original.disk_clean_forcibly_ratio,
+            disk_warning_ratio=original.disk_warning_ratio,
+        )
+        admin.Cleanup(admin_pb2.CleanupRequest(change=back))

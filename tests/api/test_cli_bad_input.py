@@ -23,9 +23,9 @@ import pytest
 from click.testing import CliRunner
 
 from gannet.node.broker import serving
-from gannet.node.cli import cluster as replication_commands
 from gannet.node.cli import exits
 from gannet.node.cli import root as cli
+from gannet.node.cli.cluster import commands as replication_commands
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
@@ -67,6 +67,7 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "tier_bucket": [("", USAGE), ("gannet", USAGE)],
     "tier_endpoint": [("ftp://host", USAGE)],
     "tier_prefix": [("bad prefix!", USAGE)],
+    "tier_region": [("us-east-1", USAGE)],  # broker run: a region without --tier-endpoint
     "groups": [
         ("nodir", USAGE),
         ("broker-0={missing}", USAGE),

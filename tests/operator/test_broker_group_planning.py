@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from gannet.node.protocol import credentials
 from gannet.node.protocol.grants import Action
+from gannet.operator import broker_group_manifests, cluster_key, manifests, member_pods, specs
 from gannet.operator import broker_group_planning as bgp
-from gannet.operator import cluster_key, group_manifests, manifests, members, specs
 from gannet.operator import membership_planning as mp
 from gannet.operator import topic_planning as tp
 from gannet.operator.specs import Permission
@@ -61,7 +61,7 @@ def test_secured_groups_get_the_cluster_key_and_the_cluster_ca() -> None:
     cluster key (env from the one Secret) and trusts the client TLS Secret's CA."""
     spec = specs.cluster_spec(SECURED_GROUPS)
     zero = manifests.build("main", "demo", "uid-1", spec, replicas=3)
-    one = group_manifests.group_objects("main", "demo", "uid-1", spec, group=1, replicas=3)
+    one = broker_group_manifests.group_objects("main", "demo", "uid-1", spec, group=1, replicas=3)
     for objects in (zero, one):
         sts = next(o for o in objects if o["kind"] == "StatefulSet")
         env = _env(sts)
@@ -127,7 +127,9 @@ def test_group_zero_keeps_every_name_of_a_one_group_cluster() -> None:
 
 def test_group_objects_are_named_per_group_and_owned_by_the_cluster() -> None:
     spec = specs.cluster_spec({"brokerGroups": 3, "replicas": 3})
-    objects = group_manifests.group_objects("main", "demo", "uid-1", spec, group=2, replicas=3)
+    objects = broker_group_manifests.group_objects(
+        "main", "demo", "uid-1", spec, group=2, replicas=3
+    )
     names = sorted((o["kind"], o["metadata"]["name"]) for o in objects)
     assert names == [
         ("NetworkPolicy", "main-g2-peers"),
@@ -159,7 +161,7 @@ def test_group_objects_are_named_per_group_and_owned_by_the_cluster() -> None:
 
 def test_each_group_has_its_own_roster_and_raft_peers() -> None:
     roster = mp.bootstrap_roster(3)
-    data = members.config_map("main-g1", "demo", "uid-1", roster, owner=("main", 1))
+    data = member_pods.config_map("main-g1", "demo", "uid-1", roster, owner=("main", 1))
     assert data["metadata"]["name"] == "main-g1-members"
     assert data["metadata"]["ownerReferences"][0]["name"] == "main"
     line = data["data"]["main-g1-0"]
@@ -168,7 +170,7 @@ def test_each_group_has_its_own_roster_and_raft_peers() -> None:
 
 
 def test_seeds_point_each_group_at_the_others_client_services() -> None:
-    cm = group_manifests.groups_config_map("main", "demo", "uid-1", 3)
+    cm = broker_group_manifests.groups_config_map("main", "demo", "uid-1", 3)
     assert cm["metadata"]["name"] == "main-groups"
     assert cm["data"] == {
         "broker-0": "main-g1-client.demo.svc:8081,main-g2-client.demo.svc:8081",
@@ -178,11 +180,13 @@ def test_seeds_point_each_group_at_the_others_client_services() -> None:
 
 
 def test_a_drained_group_leaves_nothing_behind_but_its_claims() -> None:
-    keys = group_manifests.group_object_keys("main", 1)
+    keys = broker_group_manifests.group_object_keys("main", 1)
     spec = specs.cluster_spec({"brokerGroups": 2})
     built = {
         (o["apiVersion"], o["kind"], o["metadata"]["name"])
-        for o in group_manifests.group_objects("main", "demo", "u", spec, group=1, replicas=3)
+        for o in broker_group_manifests.group_objects(
+            "main", "demo", "u", spec, group=1, replicas=3
+        )
     }
     assert built <= set(keys)
     assert ("v1", "ConfigMap", "main-g1-members") in keys
@@ -190,14 +194,14 @@ def test_a_drained_group_leaves_nothing_behind_but_its_claims() -> None:
 
 def test_a_group_name_held_by_another_cluster_is_not_taken_over() -> None:
     spec = specs.cluster_spec({"brokerGroups": 2})
-    ours = group_manifests.group_objects("a", "demo", "uid-a", spec, group=1, replicas=3)[3]
-    assert group_manifests.foreign_owner(ours, "uid-a") is None
-    assert group_manifests.foreign_owner(None, "uid-a") is None
+    ours = broker_group_manifests.group_objects("a", "demo", "uid-a", spec, group=1, replicas=3)[3]
+    assert broker_group_manifests.foreign_owner(ours, "uid-a") is None
+    assert broker_group_manifests.foreign_owner(None, "uid-a") is None
     # A GannetCluster named "a-g1" owns a StatefulSet "a-g1" too.
     theirs = manifests.build("a-g1", "demo", "uid-b", spec, replicas=3)
     sts = next(o for o in theirs if o["kind"] == "StatefulSet")
-    assert group_manifests.foreign_owner(sts, "uid-a") == "GannetCluster a-g1"
-    assert group_manifests.foreign_owner({"metadata": {}}, "uid-a") == "no controlling owner"
+    assert broker_group_manifests.foreign_owner(sts, "uid-a") == "GannetCluster a-g1"
+    assert broker_group_manifests.foreign_owner({"metadata": {}}, "uid-a") == "no controlling owner"
 
 
 # ---------------------------------------------------------------- grow

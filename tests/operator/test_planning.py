@@ -7,7 +7,7 @@ import datetime as dt
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.operator import claims, conditions, group_planning, specs, topic_planning
+from gannet.operator import claims, conditions, consumer_group_planning, specs, topic_planning
 from gannet.operator.specs import Permission
 
 NOW = dt.datetime(2026, 5, 1, 12, 0, tzinfo=dt.UTC)
@@ -149,24 +149,24 @@ def group(**spec: object) -> specs.GroupSpec:
 
 
 def test_group_create_update_and_retry_policy() -> None:
-    plan = group_planning.plan(
+    plan = consumer_group_planning.plan(
         group(fifo=True, maxDeliveryAttempts=3),
         None,
         held_name=None,
         winner=None,
         resource="billing",
     )
-    assert plan.action == group_planning.CreateGroup("billing", True, 2)
-    seen = group_planning.BrokerGroup("billing", True, 2, True, "CUSTOMIZED")
-    plan = group_planning.plan(
+    assert plan.action == consumer_group_planning.CreateGroup("billing", True, 2)
+    seen = consumer_group_planning.ObservedGroup("billing", True, 2, True, "CUSTOMIZED")
+    plan = consumer_group_planning.plan(
         group(fifo=True, maxDeliveryAttempts=3, consumeEnabled=False),
         seen,
         held_name="billing",
         winner=None,
         resource="billing",
     )
-    assert plan.action == group_planning.UpdateGroup("billing", None, None, False)
-    plan = group_planning.plan(
+    assert plan.action == consumer_group_planning.UpdateGroup("billing", None, None, False)
+    plan = consumer_group_planning.plan(
         group(fifo=True, maxDeliveryAttempts=3, retryPolicy="EXPONENTIAL"),
         seen,
         held_name="billing",

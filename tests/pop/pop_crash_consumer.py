@@ -14,6 +14,7 @@ import sys
 import time
 from pathlib import Path
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.message_store import MessageStore
@@ -31,7 +32,7 @@ def main() -> None:
     root = Path(sys.argv[1])
     rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
     store = MessageStore(config_for(root)).open()
-    broker = PopBroker(store, rng=rng)
+    broker = PopBroker(store, wait_durable=pop_flush_wait(store), rng=rng)
     broker.start()
     while True:
         now = time.time_ns() // 1_000_000

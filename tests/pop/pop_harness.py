@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.filtering import MATCH_ALL, MessageFilter
 from gannet.node.pop.popping import InitMode, PopResult
@@ -32,7 +33,9 @@ class Harness:
         self.seed = seed
         self.now = now_ms() + 5_000
         self.store = self._open_store()
-        self.broker = PopBroker(self.store, config, rng=random.Random(seed))
+        self.broker = PopBroker(
+            self.store, config, wait_durable=pop_flush_wait(self.store), rng=random.Random(seed)
+        )
         self.sent = 0
 
     def _open_store(self) -> MessageStore:
@@ -51,7 +54,12 @@ class Harness:
         self.settle()
         # A restart takes time: pop times (part of every revive key) do not repeat across it.
         self.now += 1_000
-        self.broker = PopBroker(self.store, self.config, rng=random.Random(self.seed + 1))
+        self.broker = PopBroker(
+            self.store,
+            self.config,
+            wait_durable=pop_flush_wait(self.store),
+            rng=random.Random(self.seed + 1),
+        )
 
     def close(self) -> None:
         self.broker.close()

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.errors import PopError
 from gannet.node.pop.receipts import ReceiptHandle
@@ -149,7 +150,7 @@ def test_a_crash_after_the_append_keeps_what_reached_the_log(tmp_path: Path, tor
         h.store = h._open_store()
         h.settle()
         h.now += 1_000
-        h.broker = PopBroker(h.store, h.config)
+        h.broker = PopBroker(h.store, h.config, wait_durable=pop_flush_wait(h.store))
         assert first < second
         # recovery cut the log at the damaged record, or kept both
         assert h.store.commitlog.max_offset() == (second if torn else end)

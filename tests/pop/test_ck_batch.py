@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.popping import PopResult
@@ -103,7 +104,7 @@ def test_a_crash_after_the_checkpoint_append_brings_the_messages_back(tmp_path: 
         h.store = h._open_store()
         h.settle()
         h.now += 1_000
-        h.broker = PopBroker(h.store, h.config)
+        h.broker = PopBroker(h.store, h.config, wait_durable=pop_flush_wait(h.store))
         assert h.pop(32).messages == []  # invisible: the stored checkpoints hold them
         h.advance(INVISIBLE_MS + 3_000)
         assert sorted(bodies_of(h.pop(32))) == sorted(sent)

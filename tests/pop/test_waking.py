@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.receipts import ReceiptHandle
 from gannet.node.pop.service import PopBroker
@@ -45,7 +46,13 @@ def _threaded(tmp_path: Path) -> tuple[Harness, VirtualTimer, PopBroker]:
     h.setup()
     h.broker.close()
     timer = VirtualTimer(h.now)
-    h.broker = PopBroker(h.store, h.config, clock_ms=timer.clock, wait=timer.wait)
+    h.broker = PopBroker(
+        h.store,
+        h.config,
+        wait_durable=pop_flush_wait(h.store),
+        clock_ms=timer.clock,
+        wait=timer.wait,
+    )
     h.broker.start()
     return h, timer, h.broker
 

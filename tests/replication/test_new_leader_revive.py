@@ -18,6 +18,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -60,7 +61,7 @@ def test_a_new_leader_waits_for_the_parked_ack_before_reviving(tmp_path: Path) -
         h.broker.ack(GROUP, TOPIC, m0.receipt_handle, now_ms=h.now)
         h.advance(10_000)  # the CK (due 1 s before its revive time) is delivered, its ACK not
         new = _copy(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, rng=random.Random(3))
+        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
         now = h.now + 20_000
         revived = sum(p.revived for p in pop.revive(now))  # before the timer's first tick
         _settle(new)

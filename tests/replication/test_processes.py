@@ -16,7 +16,7 @@ import grpc
 import pytest
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.cli.cluster import broker_argv, ensure_secret
+from gannet.node.cli.cluster.commands import broker_argv, ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 from gannet.node.testing import small_stores

@@ -32,7 +32,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
-from gannet.node.cli.cluster import broker_argv, ensure_secret
+from gannet.node.cli.cluster.commands import broker_argv, ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import peer_resolving
 from gannet.node.replication.config import PeerSpec

@@ -1,7 +1,7 @@
 """Test certificates made with ``cryptography``: CAs and leaf certificates for 127.0.0.1.
 
 Used by the TLS tests of the client port, the peer port, the CLI clients, the operator and
-rotation. They need what the product's own writer (:func:`gannet.node.cli.cluster_pki.generated`,
+rotation. They need what the product's own writer (:func:`gannet.node.cli.cluster.pki.generated`,
 one CA named ``gannet local cluster CA`` and ``serverAuth`` + ``clientAuth`` member certificates
 in one directory) does not make: several CAs in one directory, each with its own name (the
 refusals the tests check quote it: ``CN=other-ca``), server-only and client-only leaves, leaves

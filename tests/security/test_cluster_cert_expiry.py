@@ -25,8 +25,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
-from gannet.node.cli import cluster_pki, cluster_tls
 from gannet.node.cli import root as cli
+from gannet.node.cli.cluster import pki as cluster_pki
+from gannet.node.cli.cluster import tls as cluster_tls
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from . import certs

@@ -20,7 +20,8 @@ import pytest
 
 from e2e.groups.harness import free_base_port
 from e2e.processes import wait_for
-from gannet.node.cli import cluster, cluster_auth
+from gannet.node.cli.cluster import auth as cluster_auth
+from gannet.node.cli.cluster import commands as cluster
 from gannet.node.protocol import credentials
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.testing import small_stores

@@ -21,8 +21,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gannet.node.cli import cluster, cluster_pki, cluster_tls
 from gannet.node.cli import root as cli
+from gannet.node.cli.cluster import commands as cluster
+from gannet.node.cli.cluster import pki as cluster_pki
+from gannet.node.cli.cluster import tls as cluster_tls
 
 from . import certs
 

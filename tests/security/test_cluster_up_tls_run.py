@@ -31,7 +31,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from e2e.groups.harness import free_base_port
 from e2e.processes import wait_for
-from gannet.node.cli import cluster
+from gannet.node.cli.cluster import commands as cluster
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.testing import small_stores

@@ -9,8 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from gannet.node.broker import serving
-from gannet.node.cli import broker, cluster
+from gannet.node.cli import broker
 from gannet.node.cli import root as cli
+from gannet.node.cli.cluster import commands as cluster
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.queues.index_files import index_file_size_bytes
 from gannet.node.testing import small_stores

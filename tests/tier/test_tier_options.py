@@ -76,7 +76,12 @@ def test_options_make_the_tier_config(tmp_path: Path) -> None:
     assert (policy.offload_age_s_min, policy.local_use_ratio_max) == (60.0, 0.5)
     assert (policy.local_keep_bytes, policy.uploads_max, config.pass_interval_s) == (1024, 2, 1.0)
     nothing = _options(
-        tmp_path, tier_endpoint=None, tier_bucket=None, tier_prefix=None, tier_credentials_file=None
+        tmp_path,
+        tier_endpoint=None,
+        tier_bucket=None,
+        tier_prefix=None,
+        tier_credentials_file=None,
+        tier_region=None,
     )
     assert broker_tier.tier_config(**nothing) is None  # type: ignore[arg-type]
 
@@ -85,6 +90,8 @@ def test_options_make_the_tier_config(tmp_path: Path) -> None:
     ("args", "problem"),
     [
         (["--tier-bucket", "b"], "--tier-bucket needs --tier-endpoint"),
+        (["--tier-bucket", ""], "--tier-bucket needs --tier-endpoint"),
+        (["--tier-region", "eu-west-1"], "--tier-region needs --tier-endpoint"),
         (["--tier-endpoint", "http://127.0.0.1:1"], "--tier-endpoint needs --tier-bucket"),
         (
             ["--tier-endpoint", "http://127.0.0.1:1", "--tier-bucket", "b"],

@@ -8,7 +8,8 @@ already knows (no broker call, no object). Otherwise, per pass:
 
 1. every group ``1 .. N-1`` with a StatefulSet or wanted by ``spec.brokerGroups`` takes its
    membership steps (:mod:`membership_handling`, on the group's own roster
-   ``<cluster>-g<g>-members``) and gets its objects applied (:func:`group_manifests.group_objects`);
+   ``<cluster>-g<g>-members``) and gets its objects applied
+   (:func:`broker_group_manifests.group_objects`);
    a wanted group whose StatefulSet is gone but whose claims remain is not recreated
    (``BrokerGroups=False reason=StaleGroupData``: a new group on an old Raft log);
 2. the seeds ConfigMap ``<cluster>-groups`` is applied and every member whose seeds differ is
@@ -26,15 +27,15 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from gannet.operator import broker_group_planning as bgp
 from gannet.operator import (
+    broker_group_manifests,
     cluster_planning,
     conditions,
-    group_manifests,
     manifests,
-    members,
+    member_pods,
     membership_handling,
 )
+from gannet.operator import broker_group_planning as bgp
 from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
@@ -78,7 +79,7 @@ def _outcome_facts(
     lag = max((int(r.get("lagBytes") or 0) for r in outcome.members), default=0)
     if not outcome.leader_id:
         return "", "", pods, lag
-    ordinal = members.ordinal_of(outcome.roster, outcome.leader_id)
+    ordinal = member_pods.ordinal_of(outcome.roster, outcome.leader_id)
     if ordinal < 0:
         return "", ctx.endpoints.client(namespace, base), pods, lag
     return (
@@ -187,7 +188,7 @@ async def _views(ctx: Context, zero: _Group, known: Sequence[_Group]) -> None:
 
 
 async def _delete_group(ctx: Context, namespace: str, name: str, group: int) -> None:
-    for api_version, kind, obj in group_manifests.group_object_keys(name, group):
+    for api_version, kind, obj in broker_group_manifests.group_object_keys(name, group):
         try:
             await ctx.kube.delete(api_version, kind, namespace, obj)
         except KubeError as exc:
@@ -254,7 +255,7 @@ async def _group(
     base = manifests.group_base(name, number)
     broker = manifests.broker_name(number)
     sts = await ctx.kube.get("apps/v1", "StatefulSet", namespace, base)
-    other = group_manifests.foreign_owner(sts, uid)
+    other = broker_group_manifests.foreign_owner(sts, uid)
     if other is not None:
         return Condition(
             BROKER_GROUPS,
@@ -276,7 +277,7 @@ async def _group(
     outcome = await membership_handling.advance(
         ctx, base, namespace, uid, cluster, current, pending, owner=(name, number)
     )
-    for obj in group_manifests.group_objects(
+    for obj in broker_group_manifests.group_objects(
         name, namespace, uid, cluster, group=number, replicas=outcome.replicas
     ):
         result = await ctx.kube.apply(obj)
@@ -419,7 +420,7 @@ async def reconcile(
     problems = [p for g in known for p in g.problems]
 
     total = max(g.group for g in known) + 1
-    await ctx.kube.apply(group_manifests.groups_config_map(name, namespace, uid, total))
+    await ctx.kube.apply(broker_group_manifests.groups_config_map(name, namespace, uid, total))
     draining_any = any(g.draining for g in known)
     for g in known:
         await _read_state(ctx, g, offsets=draining_any)
@@ -442,7 +443,9 @@ async def reconcile(
                 )
             known = remaining
             total = max(g.group for g in known) + 1
-            await ctx.kube.apply(group_manifests.groups_config_map(name, namespace, uid, total))
+            await ctx.kube.apply(
+                broker_group_manifests.groups_config_map(name, namespace, uid, total)
+            )
     else:
         problems += await _sync_seeds(ctx, namespace, name, known, pending)
 

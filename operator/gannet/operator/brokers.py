@@ -35,7 +35,7 @@ from gannet.node.protocol import auth
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.operator import broker_group_planning as bgp
 from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
-from gannet.operator.group_planning import BrokerGroup
+from gannet.operator.consumer_group_planning import ObservedGroup
 from gannet.operator.membership_planning import Group, MemberState
 from gannet.operator.specs import CleanupSpec, Permission
 from gannet.operator.topic_planning import BrokerTopic
@@ -322,7 +322,7 @@ class Brokers:
     # ------------------------------------------------------------------ groups
     async def describe_group(
         self, endpoint: str, name: str
-    ) -> tuple[BrokerGroup, GroupFigures] | None:
+    ) -> tuple[ObservedGroup, GroupFigures] | None:
         try:
             answer = await self._call(
                 endpoint, "DescribeGroup", admin_pb2.DescribeGroupRequest(name=name)
@@ -333,7 +333,7 @@ class Brokers:
         by_topic: dict[str, int] = {}
         for queue in answer.queues:
             by_topic[queue.topic] = by_topic.get(queue.topic, 0) + max(0, queue.lag)
-        observed = BrokerGroup(
+        observed = ObservedGroup(
             name=group.name,
             fifo=group.fifo,
             retry_max_times=group.retry_max_times,

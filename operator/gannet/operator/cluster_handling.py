@@ -25,7 +25,7 @@ from gannet.operator import (
     contexts,
     events,
     manifests,
-    members,
+    member_pods,
     membership_handling,
     schedules,
     specs,
@@ -44,7 +44,7 @@ async def _leader_view(
     try:
         view = await ctx.brokers.raft_status(ctx.endpoints.client(namespace, cluster))
         if view.leader_id and view.node_id != view.leader_id:
-            leader = members.ordinal_of(roster, view.leader_id)
+            leader = member_pods.ordinal_of(roster, view.leader_id)
             if leader >= 0:
                 view = await ctx.brokers.raft_status(ctx.endpoints.pod(namespace, cluster, leader))
     except (BrokerUnavailable, BrokerRefused):
@@ -136,7 +136,9 @@ async def reconcile(
     # Rolling restarts, one pod per pass, leader last, never during a membership change.
     leader = await _leader_view(ctx, namespace, name, membership.roster)
     leader_pod = (
-        None if leader is None else members.pod_of_node(name, membership.roster, leader.leader_id)
+        None
+        if leader is None
+        else member_pods.pod_of_node(name, membership.roster, leader.leader_id)
     )
     step: cluster_planning.RollStep
     if membership.changing:

@@ -31,7 +31,7 @@ class PeerView:
 @dataclasses.dataclass(frozen=True, slots=True)
 class RaftView:
     """The leader's view of the group (from GetRaftStatus on the leader); ids are Raft node ids
-    (the roster ConfigMap says which pod runs which, :mod:`gannet.operator.members`)."""
+    (the roster ConfigMap says which pod runs which, :mod:`gannet.operator.member_pods`)."""
 
     leader_id: str
     term: int

@@ -22,7 +22,7 @@ import weakref
 from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any, Protocol
 
-from gannet.operator import manifests, members, resources, specs
+from gannet.operator import manifests, member_pods, resources, specs
 from gannet.operator.brokers import BrokerError, Brokers, Security, Unauthorized
 from gannet.operator.kube import Kube, KubeError
 from gannet.operator.metrics import OperatorMetrics
@@ -51,8 +51,8 @@ class ServiceEndpoints:
 
     def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
         return (
-            members.peer_address(cluster, namespace, ordinal),
-            members.client_address(cluster, namespace, ordinal),
+            member_pods.peer_address(cluster, namespace, ordinal),
+            member_pods.client_address(cluster, namespace, ordinal),
         )
 
 
@@ -72,8 +72,8 @@ class FixedEndpoints:
 
     def member(self, namespace: str, cluster: str, ordinal: int) -> tuple[str, str]:
         return (
-            members.peer_address(cluster, namespace, ordinal),
-            members.client_address(cluster, namespace, ordinal),
+            member_pods.peer_address(cluster, namespace, ordinal),
+            member_pods.client_address(cluster, namespace, ordinal),
         )
 
 
@@ -216,7 +216,7 @@ async def leader_endpoint(ctx: Context, namespace: str, base: str) -> str:
         return client
     # Node ids are not pod ordinals once a member was replaced: the leader's advertised client
     # address names its pod; without one (older brokers), the first members' rule (id - 1).
-    ordinal = members.ordinal_of_endpoint(base, view.leader_client_endpoint)
+    ordinal = member_pods.ordinal_of_endpoint(base, view.leader_client_endpoint)
     if ordinal < 0 and not view.leader_client_endpoint:
-        ordinal = members.ordinal_of(None, view.leader_id)
+        ordinal = member_pods.ordinal_of(None, view.leader_id)
     return ctx.endpoints.pod(namespace, base, ordinal) if ordinal >= 0 else client

@@ -9,7 +9,7 @@ operator in-process against an API emulator and in-process brokers (``tests/oper
 :mod:`gannet.operator.running` runs the same handlers for real.
 
 Each handler reads the resource, asks the broker or the API for what exists, lets a pure planning
-module decide (:mod:`topic_planning`, :mod:`group_planning`, :mod:`cluster_planning`,
+module decide (:mod:`topic_planning`, :mod:`consumer_group_planning`, :mod:`cluster_planning`,
 :mod:`schedules`, :mod:`manifests`), carries the plan out and writes ``status``:
 ``observedGeneration``, ``conditions`` and live figures. Create, update and resume react at once;
 a timer per resource (``refresh_interval_s``) re-runs the same level-based reconcile and
@@ -39,9 +39,9 @@ from gannet.operator import (
     claims,
     cluster_handling,
     conditions,
+    consumer_group_planning,
     contexts,
     events,
-    group_planning,
     manifests,
     resources,
     specs,
@@ -450,7 +450,7 @@ async def _release_named(
 def _step(named: _Named, action: Any) -> tuple[str, str]:
     """The Normal event (reason, message) for a broker change the pass made."""
     subject = "topic" if named.kind == resources.TOPIC_KIND else "consumer group"
-    created = isinstance(action, (topic_planning.CreateTopic, group_planning.CreateGroup))
+    created = isinstance(action, (topic_planning.CreateTopic, consumer_group_planning.CreateGroup))
     values = {f.name: getattr(action, f.name) for f in dataclasses.fields(action)}
     settings = ", ".join(
         f"{key}={value.name if isinstance(value, enum.Enum) else value}"
@@ -520,7 +520,7 @@ async def _broker_groups(ctx: Context, namespace: str, cluster: str) -> tuple[li
 
 
 async def _apply_group(ctx: Context, endpoint: str, action: Any, _where: tuple[str, str]) -> None:
-    if isinstance(action, group_planning.CreateGroup):
+    if isinstance(action, consumer_group_planning.CreateGroup):
         with contextlib.suppress(brokers.AlreadyExists):
             await ctx.brokers.create_group(
                 endpoint, action.name, fifo=action.fifo, retry_max_times=action.retry_max_times
@@ -566,7 +566,7 @@ NAMED_GROUP = _Named(
     held_key="groupName",
     parse=specs.group_spec,
     broker_name=lambda parsed: str(parsed.group_name),
-    plan=group_planning.plan,
+    plan=consumer_group_planning.plan,
     plan_passes=2,
     describe=lambda ctx, endpoint, name: ctx.brokers.describe_group(endpoint, name),
     apply=_apply_group,

@@ -10,7 +10,7 @@ into the objects the operator keeps applied (``handlers`` → ``kube.apply``):
 - ``<name>-config``: ConfigMap with the broker settings (flush mode, file size); its hash is a
   pod-template annotation, so a change rolls the pods. The Raft members are not in it: they
   change through the admin API, and each pod's node id and ``--join``/``--peers`` come from the
-  roster ConfigMap ``<name>-members`` (:mod:`gannet.operator.members`), mounted at
+  roster ConfigMap ``<name>-members`` (:mod:`gannet.operator.member_pods`), mounted at
   :data:`MEMBERS_DIR`, which is not hashed (changing it restarts nothing);
 - ``<name>``: StatefulSet, one Raft group. ``podManagementPolicy: Parallel`` because a Raft group
   needs a majority up before any member is ready; ``updateStrategy: OnDelete`` because the
@@ -269,7 +269,7 @@ def config_hash(data: dict[str, str]) -> str:
 
 
 # The pod's node id, data directory and --join/--peers come from its key in the roster
-# ConfigMap (gannet.operator.members), written before the pod is created: the StatefulSet's
+# ConfigMap (gannet.operator.member_pods), written before the pod is created: the StatefulSet's
 # template is shared by all pods. `$$` is Kubernetes' escape for a literal `$` in a command.
 BROKER_COMMAND = [
     "/bin/sh",

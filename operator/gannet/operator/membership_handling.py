@@ -2,9 +2,9 @@
 :mod:`gannet.operator.membership_planning`.
 
 Called by :func:`gannet.operator.cluster_handling.reconcile` once per pass, before the
-StatefulSet is applied. :func:`advance` reads the roster ConfigMap (:mod:`members`), the pods and
-their claims, and ``ListMembers`` from the Raft leader; asks the planner for the next step and
-carries it out; and repeats (reading everything again) while steps make progress, at most
+StatefulSet is applied. :func:`advance` reads the roster ConfigMap (:mod:`member_pods`), the pods
+and their claims, and ``ListMembers`` from the Raft leader; asks the planner for the next step
+and carries it out; and repeats (reading everything again) while steps make progress, at most
 :data:`STEPS_PER_PASS` times. It returns the StatefulSet size (the roster's length), the
 ``Scaling`` condition and the ``status.members`` table.
 
@@ -36,7 +36,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from gannet.operator import conditions, manifests, members, specs
+from gannet.operator import conditions, manifests, member_pods, specs
 from gannet.operator import membership_planning as mp
 from gannet.operator.brokers import BrokerRefused, BrokerUnavailable
 from gannet.operator.conditions import Condition
@@ -59,8 +59,8 @@ class Outcome:
 
 
 async def _read_roster(ctx: Context, namespace: str, cluster: str) -> mp.Roster | None:
-    found = await ctx.kube.get("v1", "ConfigMap", namespace, members.config_map_name(cluster))
-    return members.decode((found or {}).get("data"))
+    found = await ctx.kube.get("v1", "ConfigMap", namespace, member_pods.config_map_name(cluster))
+    return member_pods.decode((found or {}).get("data"))
 
 
 async def _write_roster(
@@ -71,7 +71,7 @@ async def _write_roster(
     roster: mp.Roster,
     owner: tuple[str, int] | None = None,
 ) -> None:
-    await ctx.kube.apply(members.config_map(cluster, namespace, uid, roster, owner=owner))
+    await ctx.kube.apply(member_pods.config_map(cluster, namespace, uid, roster, owner=owner))
 
 
 def _claim_name(cluster: str, ordinal: int) -> str:
@@ -132,7 +132,7 @@ async def _leader_endpoint(
         return None
     if not view.leader_id:
         return None
-    ordinal = members.ordinal_of(roster, view.leader_id)
+    ordinal = member_pods.ordinal_of(roster, view.leader_id)
     return view.leader_id, (
         ctx.endpoints.pod(namespace, cluster, ordinal) if ordinal >= 0 else client
     )
@@ -277,7 +277,7 @@ async def advance(
     the group's number when that differs from ``(name, 0)``."""
     try:
         roster = await _read_roster(ctx, namespace, name)
-    except members.RosterError as exc:
+    except member_pods.RosterError as exc:
         condition = Condition(SCALING, False, "RosterUnreadable", str(exc))
         return Outcome(None, current_replicas or 0, condition, [], "")
     group: mp.Group | None = None
@@ -333,4 +333,4 @@ async def advance(
 
 
 def leader_pod(name: str, roster: mp.Roster | None, leader_id: str) -> str:
-    return members.pod_of_node(name, roster, leader_id)
+    return member_pods.pod_of_node(name, roster, leader_id)

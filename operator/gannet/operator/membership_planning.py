@@ -2,7 +2,7 @@
 
 Called by :mod:`gannet.operator.membership_handling`, which gathers the inputs (the roster from
 the ``<cluster>-members`` ConfigMap, the pods and their claims, ``ListMembers`` from the leader)
-and carries the step out. The roster (:class:`Roster`, stored by :mod:`gannet.operator.members`)
+and carries the step out. The roster (:class:`Roster`, stored by :mod:`gannet.operator.member_pods`)
 is the operator's record of which pod runs which Raft node id; node ids are never reused and no
 longer equal pod ordinals once a member has been replaced.
 

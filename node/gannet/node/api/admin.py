@@ -452,16 +452,7 @@ def _revive_queues_pb(pop: PopBroker) -> admin_pb2.ReviveQueuesResponse:
 
 
 def _set_policy(store: MessageStore, changes: dict[str, object]) -> None:
-    for name in ("disk_warning_ratio", "disk_clean_forcibly_ratio"):
-        value = changes.get(name)
-        if isinstance(value, float) and not 0 < value <= 1:
-            raise AdminError(grpc.StatusCode.INVALID_ARGUMENT, f"{name} is {value}; use (0, 1]")
-    percent = changes.get("disk_max_used_ratio_percent")
-    if isinstance(percent, int) and not 1 <= percent <= 100:
-        raise AdminError(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            f"disk_max_used_ratio_percent is {percent}; use 1 to 100",
-        )
+    """Every rule is :meth:`CleanPolicy.validate`'s (the command line checks with it too)."""
     try:
         store.cleaner.set_policy(**changes)
     except errors.StoreError as exc:

@@ -66,7 +66,7 @@ from gannet.node.api.filters import filter_of, pop_error
 from gannet.node.api.plugs import PopFactory, ServicerParts
 from gannet.node.api.renewing import Renewal, RenewalLimits, RenewalTable
 from gannet.node.api.shutdown_gate import ShutdownGate
-from gannet.node.domain.committing import NOTHING_TO_FLUSH
+from gannet.node.domain.committing import NOTHING_TO_FLUSH, pop_flush_wait
 from gannet.node.pop import errors as pop_errors
 from gannet.node.pop import receipts
 from gannet.node.pop.config import PopConfig
@@ -124,7 +124,7 @@ def factory(
             # ACK record then matches no checkpoint). Every pop writes its checkpoint, and
             # ReceiveMessage answers once it and the offset commit are committed.
             pop_config = dataclasses.replace(pop_config, buffer_merge_enabled=False)
-        pop = PopBroker(servicer.store, pop_config)
+        pop = PopBroker(servicer.store, pop_config, wait_durable=pop_flush_wait(servicer.store))
         if servicer.replication is not None:  # only the Raft leader revives (pop/service.py)
             pop.set_leading(servicer.replication.is_serving_leader())
             servicer.replication.role_listeners.append(pop.set_leading)
@@ -612,7 +612,7 @@ class PopHandler:
         committed, so a new leader never hands out an acknowledged message again and keeps
         every changed invisible time."""
         if self.servicer.replication is None:
-            return  # one node: Pop waits for its own flush (pop/context.py)
+            return  # one node: Pop waited for the flush (pop_flush_wait, in its thread)
         await self.servicer.commit(NOTHING_TO_FLUSH)
 
     # --- ChangeInvisibleDuration ---

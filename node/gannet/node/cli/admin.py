@@ -14,8 +14,9 @@ from typing import Any
 
 import click
 
-from gannet.node.cli import cluster_views, output
+from gannet.node.cli import output
 from gannet.node.cli.calls import CALL_TIMEOUT_S, admin_call, channel
+from gannet.node.cli.cluster import views as cluster_views
 from gannet.node.cli.options import endpoint_option, parse_time_ms
 from gannet.node.cli.output import Column, console, emit, output_option
 from gannet.node.protocol.gen import admin_pb2

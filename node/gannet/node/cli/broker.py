@@ -1,10 +1,10 @@
 """``gannet broker run``: open (and recover) a store and serve clients until SIGINT/SIGTERM.
 
-Turns the options into a :class:`gannet.node.broker.serving.BrokerConfig` (store, cleanup
-policy, auth, TLS, transactions, broker groups, and the Raft group: ``--node-id``/``--peers``,
-``--join``, peer TLS or a peer secret), runs :class:`~gannet.node.broker.serving.Broker` on
-uvloop (or asyncio) and prints where it serves. Exit code 3 when the store cannot be opened or
-the broker stops itself (:mod:`gannet.node.cli.exits`); bad options are click errors (2).
+Declares the options; :mod:`gannet.node.cli.broker_options` checks them in one place and turns
+them into a :class:`gannet.node.broker.serving.BrokerConfig`. This module runs
+:class:`~gannet.node.broker.serving.Broker` on uvloop (or asyncio) and prints where it serves.
+Exit code 3 when the store cannot be opened or the broker stops itself
+(:mod:`gannet.node.cli.exits`); bad options are click errors (2).
 
 Registered on the ``gannet`` group by :mod:`gannet.node.cli.root`.
 """
@@ -22,18 +22,12 @@ import uvloop
 from rich.table import Table
 
 from gannet.node.broker import serving
-from gannet.node.broker_groups import polling as group_polling
-from gannet.node.cli import broker_tier, options, output
+from gannet.node.cli import broker_options, broker_tier, options, output
 from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
-from gannet.node.metrics import http_serving
 from gannet.node.protocol import auth, tls
-from gannet.node.replication import config as replication_config
-from gannet.node.replication import peer_auth
-from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.errors import StoreError
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.upkeep import cleaning
-from gannet.node.transactions.book import CheckLimits
 
 console = output.console
 err_console = output.err_console
@@ -41,9 +35,6 @@ DEFAULT_DATA_DIR = Path.home() / ".gannet" / "store"
 INDEX_HASH_SLOTS_DEFAULT = 5_000_000  # StoreConfig.index_hash_slots (RocketMQ maxHashSlotNum)
 INDEX_HASH_SLOTS_MIN = 16
 INDEX_HASH_SLOTS_MAX = 50_000_000
-INDEX_ITEMS_PER_SLOT = 4
-"""Index entries per hash slot, RocketMQ's ratio (maxIndexNum / maxHashSlotNum); ``gannet
-store`` infers the slots of an existing index file from it."""
 
 
 @click.group()
@@ -255,14 +246,14 @@ def broker() -> None:
 )
 @click.option(
     "--disk-max-used-ratio-percent",
-    type=click.IntRange(10, 95),
+    type=click.IntRange(*cleaning.MAX_USED_PERCENT_RANGE),
     default=75,
     show_default=True,
     help="Above this disk usage expired files are deleted at any hour (diskMaxUsedSpaceRatio).",
 )
 @click.option(
     "--disk-clean-forcibly-ratio",
-    type=click.FloatRange(0.30, 0.99),
+    type=click.FloatRange(*cleaning.CLEAN_FORCIBLY_RATIO_RANGE),
     default=0.85,
     show_default=True,
     help="Above this disk usage unexpired files are deleted too, but only those every consumer "
@@ -271,14 +262,14 @@ def broker() -> None:
 )
 @click.option(
     "--disk-warning-ratio",
-    type=click.FloatRange(0.35, 0.99),
+    type=click.FloatRange(*cleaning.WARNING_RATIO_RANGE),
     default=0.90,
     show_default=True,
     help="Above this disk usage new writes are refused whatever cleanup does.",
 )
 @click.option(
     "--disk-hysteresis-percentage-points",
-    type=click.FloatRange(0.0, 20.0),
+    type=click.FloatRange(*cleaning.HYSTERESIS_PERCENTAGE_POINTS_RANGE),
     default=2.0,
     show_default=True,
     help="Once the disk rose above one of the ratios, writes are refused (or cleanup forced) "
@@ -351,54 +342,7 @@ def broker() -> None:
     help="Event loop of the gRPC server (uvloop: ~10% less CPU per RPC, bench/results/BROKER.md).",
 )
 @broker_tier.tier_options
-def broker_run(
-    event_loop: str,
-    data_dir: Path,
-    flush: str,
-    file_size_mb: int,
-    index_hash_slots: int,
-    listen: str,
-    remoting_port: int | None,
-    nameserver_port: int | None,
-    external_addresses: Path | None,
-    external_remoting_port: int | None,
-    cluster_name: str,
-    broker_name: str,
-    auto_create_topics: bool,
-    auto_create_groups: bool,
-    metrics_listen: str,
-    auth_file: Path | None,
-    auth_skew_s: float,
-    tls_cert: Path | None,
-    tls_key: Path | None,
-    tls_client_ca: Path | None,
-    node_id: int | None,
-    peers: str | None,
-    join: bool,
-    peer_listen: str | None,
-    peer_tls_cert: Path | None,
-    peer_tls_key: Path | None,
-    peer_tls_ca: Path | None,
-    force_recover: bool,
-    peer_secret_file: Path | None,
-    insecure_peers: bool,
-    file_reserved_hours: float,
-    delete_when: str,
-    disk_max_used_ratio_percent: int,
-    disk_clean_forcibly_ratio: float,
-    disk_warning_ratio: float,
-    disk_hysteresis_percentage_points: float,
-    delete_unconsumed: bool,
-    dedup_window_s: float,
-    transaction_timeout_ms: int,
-    transaction_check_interval_ms: int,
-    transaction_check_max: int,
-    cluster_seeds: str,
-    cluster_access_key: str | None,
-    cluster_secret_key: str | None,
-    cluster_tls_ca: Path | None,
-    **tier: Any,
-) -> None:
+def broker_run(event_loop: str, **values: Any) -> None:
     """Open (and recover) the store and serve clients until SIGINT/SIGTERM.
 
     Disk space: expired files (--file-reserved-hours) are deleted as RocketMQ does; above
@@ -411,104 +355,7 @@ def broker_run(
     manifest, then deleted locally; the disk rules above then count only files not yet
     offloaded. An unreachable bucket never blocks writes.
     """
-    tier_config = broker_tier.tier_config(**tier)
-    try:
-        options.check_endpoint(listen, port_min=0)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--listen") from None
-    host, _, port_text = listen.rpartition(":")
-    if metrics_listen:
-        try:
-            http_serving.parse_listen(metrics_listen)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--metrics-listen") from None
-    peer_tls = _peer_tls(peer_tls_cert, peer_tls_key, peer_tls_ca)
-    try:
-        seeds = group_polling.parse_seeds(cluster_seeds)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--cluster-seeds") from None
-    if bool(cluster_access_key) != bool(cluster_secret_key):
-        raise click.BadParameter(
-            "give both --cluster-access-key and --cluster-secret-key (or GANNET_CLUSTER_ACCESS_KEY"
-            " and GANNET_CLUSTER_SECRET_KEY), or neither",
-            param_hint="--cluster-access-key",
-        )
-    if disk_clean_forcibly_ratio > disk_warning_ratio:
-        raise click.BadParameter(
-            f"{disk_clean_forcibly_ratio} is above --disk-warning-ratio {disk_warning_ratio}; "
-            "cleanup must start before writes are refused",
-            param_hint="--disk-clean-forcibly-ratio",
-        )
-    policy = cleaning.CleanPolicy(
-        file_reserved_hours,
-        delete_when,
-        disk_max_used_ratio_percent,
-        disk_warning_ratio,
-        disk_clean_forcibly_ratio,
-        delete_unconsumed,
-        disk_hysteresis_percentage_points,
-    )
-    try:
-        policy.validate()
-    except StoreError as exc:
-        raise click.BadParameter(str(exc), param_hint="--delete-when") from None
-    config = StoreConfig(
-        root_dir=data_dir,
-        flush_mode=FlushMode.SYNC_FLUSH if flush == "sync" else FlushMode.ASYNC_FLUSH,
-        commitlog_file_size_bytes=file_size_mb * 1024 * 1024,
-        index_hash_slots=index_hash_slots,
-        index_items_max=INDEX_ITEMS_PER_SLOT * index_hash_slots,
-        cluster_name=cluster_name,
-        broker_name=broker_name,
-        store_host=host.strip("[]") if host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1",
-        store_port=int(port_text),
-        force_recover=force_recover,
-        file_reserved_hours=file_reserved_hours,
-        delete_when=delete_when,
-        disk_max_used_ratio_percent=disk_max_used_ratio_percent,
-        disk_warning_ratio=disk_warning_ratio,
-        disk_clean_forcibly_ratio=disk_clean_forcibly_ratio,
-        disk_hysteresis_percentage_points=disk_hysteresis_percentage_points,
-        delete_unconsumed=delete_unconsumed,
-    )
-    broker_config = serving.with_listen(
-        serving.BrokerConfig(
-            store=config,
-            auto_create_topics=auto_create_topics,
-            auto_create_groups=auto_create_groups,
-            metrics_listen=metrics_listen or None,
-            auth_file=auth_file,
-            auth_skew_s=auth_skew_s,
-            tls_cert=tls_cert,
-            tls_key=tls_key,
-            tls_client_ca=tls_client_ca,
-            dedup_window_s=dedup_window_s,
-            transaction_limits=CheckLimits(
-                transaction_timeout_ms, transaction_check_interval_ms, transaction_check_max
-            ),
-            cluster_seeds=seeds,
-            cluster_access_key=cluster_access_key or None,
-            cluster_secret_key=cluster_secret_key or None,
-            cluster_tls_ca=cluster_tls_ca,
-            remoting_port=remoting_port,
-            nameserver_port=nameserver_port,
-            external_addresses=external_addresses,
-            external_remoting_port=external_remoting_port,
-            tier=tier_config,
-            replication=_replication(
-                node_id,
-                peers,
-                peer_listen,
-                host,
-                peer_tls,
-                _peer_secret(peer_secret_file),
-                insecure_peers=insecure_peers,
-                join=join,
-                client_port=int(port_text),
-            ),
-        ),
-        listen,
-    )
+    broker_config = broker_options.broker_config(broker_options.BrokerOptions.of(values))
     try:
         running = serving.Broker(broker_config)
     except (auth.CredentialsError, tls.TlsFileError, ValueError) as exc:
@@ -527,123 +374,6 @@ def broker_run(
         err_console.print(f"[red]broker stopped itself[/]: {running.failure}")
         sys.exit(EXIT_STORE_UNAVAILABLE)
     console.print("broker stopped; store closed cleanly")
-
-
-def _peer_tls(
-    cert: Path | None, key: Path | None, ca: Path | None
-) -> replication_config.PeerTls | None:
-    given = [cert, key, ca]
-    if all(p is None for p in given):
-        return None
-    if cert is None or key is None or ca is None:
-        raise click.BadParameter(
-            "peer TLS needs all three of --peer-tls-cert, --peer-tls-key, --peer-tls-ca"
-        )
-    try:
-        for path, what in ((cert, "certificate"), (key, "private key"), (ca, "cluster CA")):
-            tls.read_pem(path, what)
-    except tls.TlsFileError as exc:
-        raise click.BadParameter(str(exc)) from None
-    return replication_config.PeerTls(cert, key, ca)
-
-
-def _peer_secret(path: Path | None) -> bytes | None:
-    if path is None:
-        return None
-    try:
-        return peer_auth.load_secret(path)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="--peer-secret-file") from None
-
-
-def _replication(
-    node_id: int | None,
-    peers: str | None,
-    peer_listen: str | None,
-    host: str,
-    peer_tls: replication_config.PeerTls | None = None,
-    peer_secret: bytes | None = None,
-    *,
-    insecure_peers: bool = False,
-    join: bool = False,
-    client_port: int = 8081,
-) -> replication_config.ReplicationConfig | None:
-    if join:
-        return _joining(
-            node_id, peers, peer_listen, host, peer_tls, peer_secret, insecure_peers, client_port
-        )
-    if node_id is None and peers is None:
-        if peer_listen is not None or peer_tls is not None or peer_secret is not None:
-            raise click.BadParameter(
-                "needs --node-id and --peers", param_hint="--peer-listen/--peer-tls-*"
-            )
-        return None
-    if node_id is None or peers is None:
-        raise click.BadParameter("give both --node-id and --peers (or neither)")
-    try:
-        members = replication_config.parse_peers(peers)
-        config = replication_config.ReplicationConfig(
-            node_id=node_id,
-            peers=members,
-            peer_listen=peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}",
-            peer_tls=peer_tls,
-            peer_secret=peer_secret,
-        )
-    except replication_config.ReplicationConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--peers") from None
-    if len(members) > 1 and peer_tls is None and peer_secret is None and not insecure_peers:
-        raise click.BadParameter(
-            "a group of several members needs peer authentication: --peer-secret-file (the "
-            "same secret on every member) or --peer-tls-*; --insecure-peers only on a trusted "
-            "test network",
-            param_hint="--peer-secret-file",
-        )
-    return config
-
-
-def _joining(
-    node_id: int | None,
-    peers: str | None,
-    peer_listen: str | None,
-    host: str,
-    peer_tls: replication_config.PeerTls | None,
-    peer_secret: bytes | None,
-    insecure_peers: bool,
-    client_port: int,
-) -> replication_config.ReplicationConfig:
-    """``--join``: this node alone, with its own addresses; the group comes from the log."""
-    if node_id is None:
-        raise click.BadParameter("--join needs --node-id (an id never used in the group before)")
-    listen = peer_listen or f"{host}:{replication_config.PEER_PORT_DEFAULT}"
-    try:
-        if peers is None:
-            me = replication_config.parse_peer(f"{node_id}={listen}/{client_port}")
-        else:
-            named = {p.node_id: p for p in replication_config.parse_peers(peers)}
-            if node_id not in named:
-                raise click.BadParameter(
-                    f"--peers does not name --node-id {node_id}; with --join it only needs this "
-                    "node's own id=host:peer_port/client_port",
-                    param_hint="--peers",
-                )
-            me = named[node_id]
-        config = replication_config.ReplicationConfig(
-            node_id=node_id,
-            peers=(me,),
-            peer_listen=listen,
-            peer_tls=peer_tls,
-            peer_secret=peer_secret,
-            join=True,
-        )
-    except replication_config.ReplicationConfigError as exc:
-        raise click.BadParameter(str(exc), param_hint="--peers/--peer-listen") from None
-    if peer_tls is None and peer_secret is None and not insecure_peers:
-        raise click.BadParameter(
-            "a joining member needs the group's peer authentication: --peer-secret-file or "
-            "--peer-tls-*; --insecure-peers only on a trusted test network",
-            param_hint="--peer-secret-file",
-        )
-    return config
 
 
 async def _serve(running: serving.Broker) -> None:

@@ -17,6 +17,7 @@ from gannet.node.store.tier import buckets, credentials_file, naming, planning
 from gannet.node.store.tier.offloading import TierConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
+DEFAULT_REGION = "us-east-1"
 
 _OPTIONS = (
     click.option(
@@ -42,9 +43,8 @@ _OPTIONS = (
     ),
     click.option(
         "--tier-region",
-        default="us-east-1",
-        show_default=True,
-        help="Region the requests are signed for.",
+        default=None,
+        help="Region the requests are signed for  [default: us-east-1].",
     ),
     click.option(
         "--tier-offload-after-s",
@@ -100,7 +100,7 @@ def tier_config(
     tier_bucket: str | None,
     tier_prefix: str | None,
     tier_credentials_file: Path | None,
-    tier_region: str,
+    tier_region: str | None,
     tier_offload_after_s: float,
     tier_offload_disk_ratio: float,
     tier_local_retention_bytes: int,
@@ -112,10 +112,11 @@ def tier_config(
         "--tier-bucket": tier_bucket,
         "--tier-prefix": tier_prefix,
         "--tier-credentials-file": tier_credentials_file,
+        "--tier-region": tier_region,
     }
-    if not tier_endpoint:
+    if tier_endpoint is None:
         for name, value in given.items():
-            if value:
+            if value is not None:  # an empty value too: it was given
                 raise click.BadParameter(f"{name} needs --tier-endpoint", param_hint=name)
         return None
     if not tier_bucket:
@@ -140,7 +141,7 @@ def tier_config(
             bucket=tier_bucket,
             access_key=secrets.access_key,
             secret_key=secrets.secret_key,
-            region=tier_region,
+            region=DEFAULT_REGION if tier_region is None else tier_region,
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--tier-endpoint") from None

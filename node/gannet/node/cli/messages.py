@@ -23,8 +23,9 @@ import grpc
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
-from gannet.node.cli import calls, cluster_views, exits, options, output, raft_views
+from gannet.node.cli import calls, exits, options, output, raft_views
 from gannet.node.cli.calls import CALL_TIMEOUT_S
+from gannet.node.cli.cluster import views as cluster_views
 from gannet.node.cli.options import endpoint_option
 from gannet.node.cli.output import Column, emit, output_option
 from gannet.node.protocol import headers, statuses

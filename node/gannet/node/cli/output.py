@@ -15,7 +15,7 @@ numbers are right-aligned, booleans print as yes/no, cell text is never read as 
 wrapped, one line each).
 
 Used by :mod:`gannet.node.cli`, :mod:`gannet.node.cli.admin`,
-:mod:`gannet.node.cli.messages` and :mod:`gannet.node.cli.cluster`.
+:mod:`gannet.node.cli.messages` and :mod:`gannet.node.cli.cluster.commands`.
 """
 
 from __future__ import annotations

@@ -14,9 +14,8 @@ The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`
 
 Each subcommand group has its module: ``broker`` (:mod:`broker`), ``store`` (:mod:`store`),
 ``topic``/``group``/``pop`` (:mod:`admin`), ``message``/``status`` (:mod:`messages`),
-``cluster`` (:mod:`cluster`, :mod:`members`), ``operator`` (:mod:`kube_operator`) and
-``pipeline`` (:mod:`pipeline`); option blocks are defined once in :mod:`options`, exit codes in
-:mod:`exits`.
+``cluster`` (the package :mod:`cluster`), ``operator`` (:mod:`kube_operator`) and ``pipeline``
+(:mod:`pipeline`); option blocks are defined once in :mod:`options`, exit codes in :mod:`exits`.
 
 Every command has ``--help``. Lists are rich tables (``-o json|yaml`` for scripts, never cut
 when piped: :mod:`gannet.node.cli.output`); long work shows a progress bar. gRPC's C-core logging
@@ -30,16 +29,8 @@ import logging
 import click
 
 from gannet.node import grpc_logging  # first: before grpc loads
-from gannet.node.cli import (
-    admin,
-    broker,
-    cluster,
-    kube_operator,
-    messages,
-    output,
-    pipeline,
-    store,
-)
+from gannet.node.cli import admin, broker, kube_operator, messages, output, pipeline, store
+from gannet.node.cli.cluster import commands as cluster
 from gannet.node.cli.exits import EXIT_CODES_HELP
 
 _ = grpc_logging  # imported for its effect (GRPC_VERBOSITY before grpc loads)

@@ -13,9 +13,16 @@ does not finish in time is :class:`PersistenceTimeout`. Each protocol layer maps
 (:func:`gannet.node.api.routes.commit_refusal` for gRPC v2).
 
 Called by :mod:`gannet.node.api` (messaging, receiving, transactions); built once per broker
-by the v2 servicer inside the server's event loop. ``tests/test_commit_rule.py`` keeps the rule
-here: no other module of the broker above the store proposes, waits for a commit or waits for a
-flush.
+by the v2 servicer inside the server's event loop.
+
+The flush half has a second, blocking entry point for work that runs in a worker or
+housekeeping thread rather than on the loop: :func:`blocking_flush_wait` (:func:`pop_flush_wait`:
+Pop's checkpoint and ACK appends, its buffer scan and revive passes; handed to
+:class:`~gannet.node.pop.service.PopBroker` by its builder, since Pop sits below this layer).
+On a Raft group a Pop answer still awaits :meth:`Committer.commit` on the loop.
+
+``tests/test_commit_rule.py`` keeps the rule here: no other module of the broker above the
+store proposes, waits for a commit or waits for a flush.
 """
 
 from __future__ import annotations
@@ -23,7 +30,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
+from gannet.node.pop.context import REVIVE_LOG_WRITE, DurableWait
 from gannet.node.replication.driver import ReplicationNode
+from gannet.node.store.errors import FlushTimeout
 from gannet.node.store.message_store import MessageStore
 
 
@@ -80,3 +89,28 @@ class Committer:
                 )
             except TimeoutError:
                 raise PersistenceTimeout(self._flush_timeout_s) from None
+
+
+def blocking_flush_wait(store: MessageStore, what: str) -> DurableWait:
+    """The flush half of :meth:`Committer.commit` for a thread that may block: a function that
+    waits until the commit-log offset it is given is flushed (None, or a store whose flush
+    service has not started: at once), raising :class:`FlushTimeout` naming ``what`` after
+    ``sync_flush_timeout_ms``. Call it outside any lock, so that concurrent writers share one
+    group commit. On a Raft group the caller's answer still awaits :meth:`Committer.commit`,
+    which proposes what was appended."""
+
+    def wait(durable_at: int | None) -> None:
+        flush = store.flush
+        if durable_at is None or flush is None:
+            return
+        timeout_s = store.config.sync_flush_timeout_ms / 1000
+        if not flush.wait_flushed(durable_at, timeout_s):
+            raise FlushTimeout(f"{what} up to {durable_at} not flushed within {timeout_s:.1f} s")
+
+    return wait
+
+
+def pop_flush_wait(store: MessageStore) -> DurableWait:
+    """:func:`blocking_flush_wait` for the revive-log writes of a
+    :class:`~gannet.node.pop.service.PopBroker` on ``store``."""
+    return blocking_flush_wait(store, REVIVE_LOG_WRITE)

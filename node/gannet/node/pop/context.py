@@ -7,6 +7,11 @@ checkpoints past their revive time. The broker thread calls it when :meth:`PopCo
 is due (at most every ``buffer_scan_interval_ms`` while work keeps coming); tests call it with a
 virtual ``now_ms``.
 
+Durability: every revive-log write waits, outside any lock, until the flush mode has made it
+durable, through the :data:`DurableWait` it is given — the blocking entry point of the broker's
+one commit rule (``gannet.node.domain.committing.blocking_flush_wait``, which sits above Pop and
+so is handed in by whoever builds the :class:`~gannet.node.pop.service.PopBroker`).
+
 Created by :class:`gannet.node.pop.service.PopBroker`; used by :mod:`popping`, :mod:`acking`,
 :mod:`reviving`.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
+from collections.abc import Callable
 
 from gannet.node.pop import revive_log
 from gannet.node.pop.acks import AckMsg
@@ -25,16 +31,26 @@ from gannet.node.pop.errors import InvisibleTimeIllegal
 from gannet.node.pop.locks import QueueLocks
 from gannet.node.pop.merging import Inflight, InflightBuffer
 from gannet.node.store import steady_clock
-from gannet.node.store.errors import FlushTimeout
 from gannet.node.store.message_store import MessageStore
 
 EXPIRE_INTERVAL_MS = 1_000  # how often tracked checkpoints past their revive time are dropped
 REVIVE_HORIZON_MARGIN_MS = RE_PUT_BACKOFF_S[-1] * 1000
 
+REVIVE_LOG_WRITE = "revive-log write"
+"""What a flush timeout of Pop's writes names (the ``what`` of ``blocking_flush_wait``)."""
+
+DurableWait = Callable[[int | None], None]
+"""Blocks until the commit-log offset it is given (None: nothing) is durable per the flush
+mode; raises :class:`~gannet.node.store.errors.FlushTimeout` when it is not in time."""
+
 
 class PopContext:
-    def __init__(self, store: MessageStore, config: PopConfig, rng: random.Random) -> None:
+    def __init__(
+        self, store: MessageStore, config: PopConfig, rng: random.Random, wait_durable: DurableWait
+    ) -> None:
         self.store = store
+        self.wait_durable = wait_durable
+        """Wait (outside any lock) until an offset is flushed (:data:`DurableWait`)."""
         self.config = config
         self.rng = rng
         self.buffer = InflightBuffer(config)
@@ -87,17 +103,6 @@ class PopContext:
         for _, q, d in acks_to_write:
             self._note_delivery(q, d)
         return durable_at
-
-    def wait_durable(self, durable_at: int | None) -> None:
-        """Wait (outside any lock) until ``durable_at`` is flushed; FlushTimeout otherwise."""
-        flush = self.store.flush
-        if durable_at is None or flush is None:
-            return
-        timeout_s = self.store.config.sync_flush_timeout_ms / 1000
-        if not flush.wait_flushed(durable_at, timeout_s):
-            raise FlushTimeout(
-                f"revive-log write up to {durable_at} not flushed within {timeout_s:.1f} s"
-            )
 
     def _note_delivery(self, revive_qid: int, deliver_ms: int) -> None:
         with self._flush_lock_deliveries:

@@ -40,7 +40,7 @@ from typing import TypeVar
 from gannet.node.pop import ordering, receipts, revive_log
 from gannet.node.pop.acking import CLOCK_MARGIN_MS, AckJob, AckService
 from gannet.node.pop.config import PopConfig
-from gannet.node.pop.context import PopContext
+from gannet.node.pop.context import DurableWait, PopContext
 from gannet.node.pop.errors import PopError
 from gannet.node.pop.filtering import MATCH_ALL, MessageFilter
 from gannet.node.pop.polling import PollWaiters
@@ -88,14 +88,16 @@ class PopBroker:
         store: MessageStore,
         config: PopConfig | None = None,
         *,
+        wait_durable: DurableWait,
         rng: random.Random | None = None,
         clock_ms: Callable[[], int] = _wall_ms,
         wait: Wait | None = None,
     ) -> None:
-        """``clock_ms`` and ``wait`` drive the thread (:meth:`start`); tests pass virtual ones
-        (:class:`waking.WakeSchedule`)."""
+        """``wait_durable``: how a revive-log write waits for the flush mode
+        (``gannet.node.domain.committing.blocking_flush_wait``). ``clock_ms`` and ``wait``
+        drive the thread (:meth:`start`); tests pass virtual ones (:class:`waking.WakeSchedule`)."""
         self.config = config or PopConfig()
-        self.ctx = PopContext(store, self.config, rng or random.Random())
+        self.ctx = PopContext(store, self.config, rng or random.Random(), wait_durable)
         self.popper = PopService(self.ctx)
         self.acker = AckService(self.ctx)
         self.orders = ordering.OrderService(self.ctx, self.popper)

@@ -15,6 +15,6 @@ Modules: ``messages`` (wire messages and id types), ``config`` (limits, restart 
 ``epochs`` (the log model),
 ``progress`` (per-follower replication state), ``quorum`` (majority arithmetic), ``ready``
 (the output contract), ``core`` (``RaftCore``: inputs, output, dispatch), ``node_state`` (the
-state and its invariants), ``election``, ``replication`` (appends, commit, transfer),
+state and its invariants), ``election``, ``appending`` (appends, commit, transfer),
 ``leases`` (check-quorum, leader stickiness); the crash-on-bug helper is ``gannet.node.invariants``.
 """

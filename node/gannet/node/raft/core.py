@@ -36,7 +36,7 @@ The leader sends only bytes the driver has written (``written_offset``: the end 
 entries of advanced Readies), so the driver can always read what a message names.
 
 ``RaftCore`` holds the inputs, the output and the dispatch of messages; the work is done by
-``election`` (PreVote, votes, becoming leader), ``replication`` (appends, acknowledgements,
+``election`` (PreVote, votes, becoming leader), ``appending`` (appends, acknowledgements,
 commit, transfer) and ``leases`` (check-quorum, leader stickiness), all functions over the
 state of ``node_state.NodeState``, which also holds the invariants.
 """
@@ -44,7 +44,7 @@ state of ``node_state.NodeState``, which also holds the invariants.
 from __future__ import annotations
 
 from gannet.node.invariants import invariant
-from gannet.node.raft import election, leases, replication
+from gannet.node.raft import appending, election, leases
 from gannet.node.raft.config import Status
 from gannet.node.raft.membership import Membership, MembershipEntry, change_refusal
 from gannet.node.raft.messages import (
@@ -83,7 +83,7 @@ class RaftCore(NodeState):
         """One unit of time: heartbeats, election timeouts, check-quorum, transfer expiry."""
         self.check_no_outstanding()
         if self.role is Role.LEADER:
-            replication.tick_leader(self)
+            appending.tick_leader(self)
         else:
             election.tick_election_timer(self)
 
@@ -149,7 +149,7 @@ class RaftCore(NodeState):
         invariant(start <= begin < finish <= end, "the configuration record lies in the payload")
         self.append(AppendRange(start, end, self.term, payload))
         self.members.append(MembershipEntry(begin, finish, membership))
-        replication.sync_progress(self)
+        appending.sync_progress(self)
         return Proposed(start, end, self.term)
 
     def transfer_leadership(self, target: NodeId) -> TransferStarted | NotLeader | Busy:
@@ -163,8 +163,8 @@ class RaftCore(NodeState):
         self.transferee = target
         self.transfer_elapsed_ticks = 0
         self.timeout_now_sent = False
-        replication.maybe_send_timeout_now(self)
-        replication.send_append(self, target)
+        appending.maybe_send_timeout_now(self)
+        appending.send_append(self, target)
         return TransferStarted(target)
 
     def report_durable(self, offset: ByteOffset) -> None:
@@ -176,13 +176,13 @@ class RaftCore(NodeState):
             return
         self.durable_offset = offset
         if self.role is Role.LEADER:
-            replication.maybe_commit(self)
+            appending.maybe_commit(self)
         elif (
             self.role is Role.FOLLOWER
             and self.leader_id != NO_NODE
-            and replication.follower_durable(self) > self.acked_durable_offset
+            and appending.follower_durable(self) > self.acked_durable_offset
         ):
-            replication.send_append_ack(self, self.leader_id)
+            appending.send_append_ack(self, self.leader_id)
 
     def compact_log(self, start_offset: ByteOffset) -> None:
         """Retention deleted the local bytes before ``start_offset`` (all committed): the log
@@ -197,7 +197,7 @@ class RaftCore(NodeState):
             if pr.next_offset < start:
                 pr.become_probe(start)
                 pr.reset_pending = True
-                replication.send_append(self, target)
+                appending.send_append(self, target)
 
     def step(self, message: Message) -> None:
         """Take one message from a peer (any order, duplicates and stale terms allowed)."""
@@ -282,7 +282,7 @@ class RaftCore(NodeState):
         del self.pending_entries[: len(ready.entries)]
         del self.pending_messages[: len(ready.messages)]
         if self.role is Role.LEADER:
-            replication.broadcast_appends(self)
+            appending.broadcast_appends(self)
 
     def _build_ready(self) -> Ready:
         hard = HardState(self.term, self.vote)
@@ -337,12 +337,12 @@ class RaftCore(NodeState):
             case TimeoutNow():
                 election.on_timeout_now(self, message)
             case AppendEntries():
-                replication.on_append(self, message)
+                appending.on_append(self, message)
             case Heartbeat():
-                replication.on_heartbeat(self, message)
+                appending.on_heartbeat(self, message)
             case ResetLogStart():
-                replication.on_reset_log_start(self, message)
+                appending.on_reset_log_start(self, message)
             case AppendResponse():
-                replication.on_append_response(self, message)
+                appending.on_append_response(self, message)
             case HeartbeatResponse():
-                replication.on_heartbeat_response(self, message)
+                appending.on_heartbeat_response(self, message)

@@ -10,7 +10,7 @@ messages). Pure functions over ``node_state.NodeState``.
   (``leases``) refuses pre-votes and ignores campaigns, unless the leader asked for one by
   ``TimeoutNow`` (leadership transfer: the request carries ``transfer``).
 * A new leader appends a no-op record (``Config.noop_payload``) so that the previous terms'
-  bytes commit without waiting for a producer, and starts replicating (``replication``).
+  bytes commit without waiting for a producer, and starts replicating (``appending``).
 * A node removed from the voters by an entry not yet known committed may still campaign (it
   may be needed to commit its removal) but its own vote does not count.
 """
@@ -18,7 +18,7 @@ messages). Pure functions over ``node_state.NodeState``.
 from __future__ import annotations
 
 from gannet.node.invariants import invariant
-from gannet.node.raft import leases, quorum, replication
+from gannet.node.raft import appending, leases, quorum
 from gannet.node.raft.messages import (
     NO_NODE,
     ByteOffset,
@@ -118,14 +118,14 @@ def _become_leader(node: NodeState) -> None:
     node.heartbeat_elapsed_ticks = 0
     node.election_elapsed_ticks = 0
     node.transferee = NO_NODE
-    node.progress = {target: replication.new_progress(node) for target in node.others}
+    node.progress = {target: appending.new_progress(node) for target in node.others}
     start = node.log.last_offset
     payload = node.config.noop_payload(start, node.term)
     invariant(len(payload) > 0, "the no-op record must not be empty")
     end = ByteOffset(start + len(payload))
     node.append(AppendRange(start, end, node.term, payload, noop=True))
     for target in node.others:
-        replication.send_append(node, target)
+        appending.send_append(node, target)
 
 
 def on_pre_vote_request(node: NodeState, m: PreVoteRequest) -> None:

@@ -1,7 +1,7 @@
 """Leases: who heard from whom recently, for check-quorum and leader stickiness.
 
 Called by ``core.RaftCore`` (its public ``responsive_followers`` and ``follows_live_leader``),
-by ``election`` (a node in a lease ignores disruptive campaigns) and by ``replication`` (a
+by ``election`` (a node in a lease ignores disruptive campaigns) and by ``appending`` (a
 leader's check-quorum round on its tick). Pure functions over ``node_state.NodeState``.
 
 Two leases, both bounded by one election timeout of ticks and both only with

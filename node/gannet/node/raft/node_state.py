@@ -1,6 +1,6 @@
 """``NodeState``: what one Raft node knows, and the edits every part of the core shares.
 
-The base class of ``core.RaftCore``; the functions of ``election``, ``replication`` and
+The base class of ``core.RaftCore``; the functions of ``election``, ``appending`` and
 ``leases`` take it as their first argument. Pure like the rest of the package: no IO, no clock,
 no randomness of its own (election jitter comes from ``Config.random_ticks``).
 

@@ -113,45 +113,13 @@ def read_queue(
     if early is not None:
         return early
     assert cq is not None
-    lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
     # A filter may skip units, so scan up to maxFilterMessageSize of queue; without one
     # exactly max_count units are wanted (pre-blank and removed units are rare).
     filtered = tag_filter is not None or record_filter is not None
-    scan_units_max = max(16000, max_count * 20) // 20 if filtered else max_count
-    units = cq.read_units(offset, min(scan_units_max, hi - offset))
-    if not units:
-        return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
-    result = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, lo, hi)
-    commit_min = commitlog.min_offset()
-    removed = 0
-    size_total = 0
-    for unit in units:
-        result.next_begin_offset = unit.queue_offset + 1
-        if unit.size == PRE_BLANK_SIZE or unit.commit_offset < commit_min:
-            removed += 1
-            continue
-        if tag_filter is not None and not tag_filter(unit):
-            continue
-        data = commitlog.read(unit.commit_offset, unit.size)
-        if data is None:
-            removed += 1
-            continue
-        if record_filter is not None and not record_filter(data):
-            continue
-        result.messages.append(
-            StoredMessage(unit.queue_offset, unit.commit_offset, data, unit.tags_code)
-        )
-        size_total += unit.size
-        if len(result.messages) >= max_count or size_total >= READ_BYTES_MAX:
-            break
-    if result.messages:
-        result.status = GetStatus.FOUND
-    elif removed:
-        result.status = GetStatus.MESSAGE_WAS_REMOVING
-    return result
-
-
-_UNIT = struct.Struct(">qiq")
+    units_max = max(16000, max_count * 20) // 20 if filtered else max_count
+    return _scan(
+        cq, commitlog, offset, units_max, max_count, READ_BYTES_MAX, tag_filter, record_filter
+    )
 
 
 def read_queue_records(
@@ -167,10 +135,10 @@ def read_queue_records(
     back in ``records`` (``messages`` stays empty), at most ``bytes_max`` of them (at least one
     record when any is there) and :data:`READ_BYTES_MAX`.
 
-    Same statuses, units and bounds: the consume queue's units are read as one byte string and
-    unpacked without an object per unit, and records that follow each other in the commit log
-    (a batch sent to one queue) are copied as one slice of the mapped file. A run whose bytes
-    are not all stored any more is read record by record, as :func:`read_queue` does.
+    Same statuses, units and bounds (the same loop, :func:`_scan`): records that follow each
+    other in the commit log (a batch sent to one queue) are copied as one slice of the mapped
+    file. A run whose bytes are not all stored any more is read record by record, as
+    :func:`read_queue` does.
     """
     max_count = max(1, min(max_count, READ_COUNT_MAX))
     bytes_max = max(1, min(bytes_max, READ_BYTES_MAX))
@@ -178,43 +146,97 @@ def read_queue_records(
     if early is not None:
         return early
     assert cq is not None
+    return _scan(cq, commitlog, offset, max_count, max_count, bytes_max, None, None, bulk=True)
+
+
+_UNIT = struct.Struct(">qiq")
+
+
+def _scan(
+    cq: ConsumeQueue,
+    commitlog: StoredBytes,
+    offset: int,
+    units_max: int,
+    max_count: int,
+    bytes_max: int,
+    tag_filter: Callable[[CqUnit], bool] | None,
+    record_filter: Callable[[bytes], bool] | None,
+    *,
+    bulk: bool = False,
+) -> GetResult:
+    """The one loop over a queue's units from ``offset`` (inside the queue), for both reads.
+
+    The units (at most ``units_max``) are read as one byte string and unpacked without an
+    object per unit (a :class:`CqUnit` is made only for ``tag_filter``). A unit that is a
+    pre-blank or lies below the commit log's start is removed; one ``tag_filter`` refuses is
+    skipped. Per record (``bulk`` False): each record is read at once — gone: removed;
+    refused by ``record_filter``: skipped — and the scan stops once ``max_count`` messages or
+    ``bytes_max`` bytes are taken. ``bulk``: a record that would pass ``bytes_max`` ends the
+    scan before it (unless it is the first), and the records are read afterwards, each run of
+    records back to back in the commit log as one slice (a run that is not all there: record
+    by record, gone ones removed)."""
     lo, hi = cq.min_offset_in_queue(), cq.max_offset_in_queue()
-    raw = cq.read_unit_bytes(offset, min(max_count, hi - offset))
+    raw = cq.read_unit_bytes(offset, min(units_max, hi - offset))
     if not raw:
         return GetResult(GetStatus.OFFSET_FOUND_NULL, cq.roll_next_file(offset), lo, hi)
-    units = list(_UNIT.iter_unpack(raw))
     commit_min = commitlog.min_offset()
-    runs: list[tuple[int, int]] = []  # [first, past) indexes into units, contiguous records
-    first = last = -1
-    run_end = removed = count = size_total = taken = 0
-    for i, (commit_offset, size, _) in enumerate(units):
+    messages: list[StoredMessage] = []
+    runs: list[tuple[int, int, int, int]] = []  # bulk: first, past unit index; commit offsets
+    next_begin = offset + len(raw) // _UNIT.size  # unless the scan stops early
+    removed = count = size_total = 0
+    first = last = -1  # bulk: the open run of records back to back, as unit indexes
+    run_start = run_end = 0
+    for i, (commit_offset, size, tags_code) in enumerate(_UNIT.iter_unpack(raw)):
         if size == PRE_BLANK_SIZE or commit_offset < commit_min:
             removed += 1
-            taken = i + 1
             continue
-        if count and size_total + size > bytes_max:
-            break
-        if first < 0 or commit_offset != run_end or last != i - 1:
-            if first >= 0:
-                runs.append((first, last + 1))
-            first = i
-        run_end = commit_offset + size
-        last = i
-        count += 1
+        if bulk:
+            if count and size_total + size > bytes_max:
+                next_begin = offset + i  # this one is left for the next read
+                break
+            if first < 0 or commit_offset != run_end or last != i - 1:
+                if first >= 0:
+                    runs.append((first, last + 1, run_start, run_end))
+                first, run_start = i, commit_offset
+            run_end = commit_offset + size
+            last = i
+            count += 1
+            size_total += size
+            continue
+        if tag_filter is not None and not tag_filter(
+            CqUnit(offset + i, commit_offset, size, tags_code)
+        ):
+            continue
+        data = commitlog.read(commit_offset, size)
+        if data is None:
+            removed += 1
+            continue
+        if record_filter is not None and not record_filter(data):
+            continue
+        messages.append(StoredMessage(offset + i, commit_offset, data, tags_code))
         size_total += size
-        taken = i + 1
+        if len(messages) >= max_count or size_total >= bytes_max:
+            next_begin = offset + i + 1
+            break
     if first >= 0:
-        runs.append((first, last + 1))
+        runs.append((first, last + 1, run_start, run_end))
+    if not bulk:
+        result = GetResult(GetStatus.NO_MATCHED_MESSAGE, next_begin, lo, hi, messages)
+        if messages:
+            result.status = GetStatus.FOUND
+        elif removed:
+            result.status = GetStatus.MESSAGE_WAS_REMOVING
+        return result
     parts: list[bytes] = []
     count = 0
-    for first, past in runs:
-        at = units[first][0]
-        data = commitlog.read(at, units[past - 1][0] + units[past - 1][1] - at)
+    for first, past, at, end in runs:
+        data = commitlog.read(at, end - at)
         if data is not None:
             parts.append(data)
             count += past - first
             continue
-        for commit_offset, size, _ in units[first:past]:  # as read_queue: missing = removed
+        for i in range(first, past):  # as per record: missing = removed
+            commit_offset, size, _ = _UNIT.unpack_from(raw, i * _UNIT.size)
             one = commitlog.read(commit_offset, size)
             if one is None:
                 removed += 1
@@ -224,4 +246,4 @@ def read_queue_records(
     status = GetStatus.FOUND
     if not count:
         status = GetStatus.MESSAGE_WAS_REMOVING if removed else GetStatus.NO_MATCHED_MESSAGE
-    return GetResult(status, offset + taken, lo, hi, records=b"".join(parts), records_count=count)
+    return GetResult(status, next_begin, lo, hi, records=b"".join(parts), records_count=count)

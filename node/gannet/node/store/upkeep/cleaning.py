@@ -147,19 +147,51 @@ class CleanPolicy:
                 hours.add(int(part))
         return hours
 
-    def validate(self) -> None:
+    def validate(self, name: Callable[[str], str] = str) -> None:
+        """Every rule a policy must meet, for each way in (``gannet broker run`` and the admin
+        API's ``Cleanup``); :class:`PolicyError` names the setting at fault. ``name`` words a
+        setting in the caller's terms: the admin API's field names by default, the command's
+        option names from the command line. The clamps of :func:`space_state` apply on top."""
+        for field_name in ("disk_warning_ratio", "disk_clean_forcibly_ratio"):
+            ratio = getattr(self, field_name)
+            if not 0 < ratio <= 1:
+                raise PolicyError(field_name, f"{name(field_name)} is {ratio}; use (0, 1]")
+        percent = self.disk_max_used_ratio_percent
+        if not 1 <= percent <= 100:
+            raise PolicyError(
+                "disk_max_used_ratio_percent",
+                f"{name('disk_max_used_ratio_percent')} is {percent}; use 1 to 100",
+            )
+        if self.disk_clean_forcibly_ratio > self.disk_warning_ratio:
+            raise PolicyError(
+                "disk_clean_forcibly_ratio",
+                f"{name('disk_clean_forcibly_ratio')} {self.disk_clean_forcibly_ratio} is above "
+                f"{name('disk_warning_ratio')} {self.disk_warning_ratio}; cleanup must start "
+                "before writes are refused",
+            )
         if self.file_reserved_hours <= 0:
-            raise StoreError("fileReservedHours must be positive")
+            raise PolicyError("file_reserved_hours", "fileReservedHours must be positive")
         if not self.delete_hours() and self.delete_when.strip():
-            raise StoreError(
-                f"deleteWhen {self.delete_when!r} names no hour; use ';'-separated hours 0-23"
+            raise PolicyError(
+                "delete_when",
+                f"deleteWhen {self.delete_when!r} names no hour; use ';'-separated hours 0-23",
             )
         low, high = HYSTERESIS_PERCENTAGE_POINTS_RANGE
         if not low <= self.disk_hysteresis_percentage_points <= high:
-            raise StoreError(
+            raise PolicyError(
+                "disk_hysteresis_percentage_points",
                 f"disk hysteresis of {self.disk_hysteresis_percentage_points:g} percentage "
-                f"points is outside {low:g}-{high:g}"
+                f"points is outside {low:g}-{high:g}",
             )
+
+
+class PolicyError(StoreError):
+    """A cleanup policy breaks a rule of :meth:`CleanPolicy.validate`; ``field_name`` is the
+    :class:`CleanPolicy` field to change."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(message)
+        self.field_name = field_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""The certificates of a local cluster's TLS (:mod:`cluster_tls`): made and checked with the
+"""The certificates of a local cluster's TLS (:mod:`tls`): made and checked with the
 ``cryptography`` library.
 
 Generated (``--tls``): ``DATA_ROOT/tls/`` (or ``--tls-dir``) holds a cluster CA (:data:`CA_CERT`,
@@ -21,7 +21,7 @@ Before anything starts, every file is checked (:func:`check_member`): readable P
 matching certificate, issued by the CA, valid now, SAN naming the host. A failure raises
 :class:`click.ClickException` naming the file, the problem and what to do next.
 
-Called by :func:`cluster_tls.prepare` (``cluster up``) and the tests.
+Called by :func:`tls.prepare` (``cluster up``) and the tests.
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.types import PrivateKeyTypes
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from gannet.node.cli.cluster_certs import ClusterTls, MemberFiles
+from gannet.node.cli.cluster.certs import ClusterTls, MemberFiles
 
 CA_CERT = "ca.crt"
 CA_KEY = "ca.key"
@@ -336,7 +336,7 @@ def issue_member(
 ) -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     """A new key and a certificate for member ``name`` signed by the CA, for
     :data:`MEMBER_VALID_DAYS` but never past the CA's own expiry (a certificate cannot outlive
-    the CA that vouches for it). Also the renewal of :mod:`cluster_cert_expiry`."""
+    the CA that vouches for it). Also the renewal of :mod:`cert_expiry`."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (

@@ -17,8 +17,8 @@ certificate with its own key (members and clients of the old one keep working). 
 pick the new files up at their next TLS handshake; no restart. Exit 1 when a certificate that
 was due or named could not be renewed (the reason is printed).
 
-Registered on ``gannet cluster`` by :mod:`gannet.node.cli.cluster`. The work is done by
-:mod:`cluster_cert_expiry`, imported inside the commands (``cryptography`` costs every
+Registered on ``gannet cluster`` by :mod:`gannet.node.cli.cluster.commands`. The work is done by
+:mod:`cert_expiry`, imported inside the commands (``cryptography`` costs every
 ``gannet`` command about 0.2 s at start).
 """
 
@@ -33,13 +33,14 @@ from typing import Any, TypeVar
 
 import click
 
-from gannet.node.cli import cluster_tls, exits, options, output
+from gannet.node.cli import exits, options, output
+from gannet.node.cli.cluster import tls as cluster_tls
 
 F = TypeVar("F", bound=Callable[..., Any])
 DEFAULT_DATA_ROOT = Path("gannet-cluster")
 WARN_DAYS_MAX = 36_500
 MEMBER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
-"""A member name as :func:`cluster_tls.member_name` makes it (never a path)."""
+"""A member name as :func:`tls.member_name` makes it (never a path)."""
 
 
 def _minute(iso: str | None) -> str:
@@ -118,8 +119,8 @@ def certs_list(
 
     Exit codes: 0 all usable (expiring ones are warned about); 1 one is expired, not yet valid
     or invalid, none was found, or (--strict) one expires within --warn-days."""
-    from gannet.node.cli import cluster_cert_expiry as expiry  # noqa: PLC0415 (docstring)
-    from gannet.node.cli.cluster_certs import (  # noqa: PLC0415 (docstring)
+    from gannet.node.cli.cluster import cert_expiry as expiry  # noqa: PLC0415 (docstring)
+    from gannet.node.cli.cluster.certs import (  # noqa: PLC0415 (docstring)
         ClusterTls,
         MemberFiles,
     )
@@ -177,7 +178,7 @@ def certs_renew(
     """Re-issue member certificates from the cluster CA: those expiring within --warn-days,
     the MEMBERs named (e.g. broker-a-node1), or --all. Running members pick them up at their
     next TLS handshake; no restart. Your own --tls-cert files are never touched."""
-    from gannet.node.cli import cluster_cert_expiry as expiry  # noqa: PLC0415 (docstring)
+    from gannet.node.cli.cluster import cert_expiry as expiry  # noqa: PLC0415 (docstring)
 
     for name in members:
         if not MEMBER_NAME.fullmatch(name):

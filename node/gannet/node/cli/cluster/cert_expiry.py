@@ -19,19 +19,19 @@ rewritten, only warned about.
 **Renewal** (:func:`renew_members`): a member certificate in the TLS folder that the cluster CA
 issued and that expires within the threshold (every one with ``force``) gets a new key and a
 new certificate from the same CA, with the same subject and SANs, :data:`MEMBER_VALID_DAYS`
-(:mod:`cluster_pki`, capped at the CA's expiry), written as the other files are (temporary files
+(:mod:`pki`, capped at the CA's expiry), written as the other files are (temporary files
 with their modes, 0600 for keys, then renames). Skipped, with the reason, when the CA key is
 missing or does not match, or when the CA itself expires within the threshold (a new
 certificate could not outlive it: renew the CA first). :func:`renew_ca` re-signs the CA
-certificate with its own key (:func:`cluster_pki.reissue_ca`).
+certificate with its own key (:func:`pki.reissue_ca`).
 
 Members pick renewed files up without a restart: both server ports reload certificate, key and
 CA at a TLS handshake when the files changed (checked at most every 2 s,
 :class:`gannet.node.protocol.tls.ReloadingServerCredentials`), and peer senders rebuild their
 credentials when they reconnect. ``cluster up`` renews before it starts any member.
 
-Called by :func:`cluster_tls.prepare` (``cluster up``) and :mod:`cluster_cert_commands`.
-Imports ``cryptography``: loaded only when TLS is asked for (see :mod:`cluster_tls`).
+Called by :func:`tls.prepare` (``cluster up``) and :mod:`cert_commands`.
+Imports ``cryptography``: loaded only when TLS is asked for (see :mod:`tls`).
 """
 
 from __future__ import annotations
@@ -47,8 +47,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gannet.node.cli import cluster_pki, output
-from gannet.node.cli.cluster_certs import ClusterTls, MemberFiles
+from gannet.node.cli import output
+from gannet.node.cli.cluster import pki as cluster_pki
+from gannet.node.cli.cluster.certs import ClusterTls, MemberFiles
 
 CA_MEMBER = "CA"
 """The member column of a CA certificate."""
@@ -336,13 +337,13 @@ def renew_members(
     """Re-issue the member certificates of ``tls_dir`` that the cluster CA issued and that
     expire within ``warn_days`` (all of ``members`` with ``force``; ``members`` None: every
     ``<member>.crt`` of the folder). Files that are missing, unreadable or from another CA are
-    left alone (:func:`cluster_pki.generated` refuses them with what to do)."""
+    left alone (:func:`pki.generated` refuses them with what to do)."""
     out = Renewals()
     ca_file, ca_key_file = tls_dir / cluster_pki.CA_CERT, tls_dir / cluster_pki.CA_KEY
     try:
         ca = x509.load_pem_x509_certificates(_read(ca_file))[0]
     except (OSError, ValueError):
-        return out  # first run (no CA yet) or a broken CA: cluster_pki names it
+        return out  # first run (no CA yet) or a broken CA: pki names it
     if members is None:
         members = sorted(p.stem for p in tls_dir.glob("*.crt") if p.name != ca_file.name)
     ca_key: ec.EllipticCurvePrivateKey | str | None = None
@@ -414,7 +415,7 @@ def _reissue(
 
 def renew_ca(tls_dir: Path) -> Renewal:
     """Re-sign the cluster CA certificate with its own key for :data:`CA_VALID_DAYS`
-    (:func:`cluster_pki.reissue_ca`); :class:`click.ClickException` when the CA or its key
+    (:func:`pki.reissue_ca`); :class:`click.ClickException` when the CA or its key
     cannot be used."""
     ca_file, ca_key_file = tls_dir / cluster_pki.CA_CERT, tls_dir / cluster_pki.CA_KEY
     fresh = f"delete {tls_dir} to have cluster up create a new CA and certificates"

@@ -17,7 +17,7 @@ from gannet.operator.specs import GroupSpec
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
-class BrokerGroup:
+class ObservedGroup:
     name: str
     fifo: bool
     retry_max_times: int
@@ -49,7 +49,7 @@ class GroupPlan:
 
 def plan(
     spec: GroupSpec,
-    observed: BrokerGroup | None,
+    observed: ObservedGroup | None,
     *,
     held_name: str | None,
     winner: claims.Claim | None,

@@ -10,7 +10,7 @@ the other groups with it (``--cluster-access-key``; the secret goes in the envir
 ``GANNET_CLUSTER_SECRET_KEY``, never on a command line). To rotate it, stop the cluster and
 delete the file. docs/security.md, "Broker groups", says why the groups need it.
 
-Called by :mod:`gannet.node.cli.cluster` (``cluster up`` and :func:`~cluster.start_cluster`).
+Called by :mod:`commands` (``cluster up`` and :func:`~commands.start_cluster`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 :class:`ClusterTls` maps member names to their certificate and key, and gives the
 ``gannet broker run`` options of one member.
 
-Made by :mod:`gannet.node.cli.cluster_pki` (generated or the user's own files, checked),
-chosen by :mod:`gannet.node.cli.cluster_tls`, used by :mod:`gannet.node.cli.cluster` to start
+Made by :mod:`pki` (generated or the user's own files, checked),
+chosen by :mod:`tls`, used by :mod:`commands` to start
 members.
 """
 
@@ -25,7 +25,7 @@ class ClusterTls:
 
     ca_file: Path
     members: dict[str, MemberFiles]
-    """Member name (:func:`~gannet.node.cli.cluster_tls.member_name`) → its certificate and key."""
+    """Member name (:func:`~gannet.node.cli.cluster.tls.member_name`) → its certificate and key."""
 
     def argv(self, member: str) -> list[str]:
         """The ``gannet broker run`` options of ``member``: client TLS, peer mTLS, and the CA

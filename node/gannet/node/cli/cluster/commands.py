@@ -13,11 +13,11 @@ secret), and its ports are shifted by ``g × GROUP_PORT_STRIDE`` (metrics by ``g
 every member gets the other groups' client endpoints as ``--cluster-seeds``
 (:mod:`gannet.node.broker_groups.polling`). ``--auth-file`` makes every member require signed
 requests, and with several groups gives them a cluster key to sign their polls of each other
-(:mod:`cluster_auth`). ``--tls`` (or ``--tls-dir``, or the user's own ``--tls-cert/--tls-key/
+(:mod:`auth`). ``--tls`` (or ``--tls-dir``, or the user's own ``--tls-cert/--tls-key/
 --tls-ca``) gives every member a TLS-only client port and mutual TLS between peers, with a
-cluster CA and member certificates it creates once and reuses (:mod:`cluster_tls`), warning
+cluster CA and member certificates it creates once and reuses (:mod:`tls`), warning
 about certificates that expire within ``--tls-warn-days`` and re-issuing its own members'
-(``gannet cluster certs list|renew``: :mod:`cluster_cert_commands`).
+(``gannet cluster certs list|renew``: :mod:`cert_commands`).
 ``DATA_ROOT/client.env`` (:func:`write_client_env`) holds the environment of the ``gannet``
 commands and the official clients for this cluster. The command prints the endpoints, then
 waits: on
@@ -26,7 +26,7 @@ Ctrl-C or SIGTERM it sends SIGTERM to every broker and waits for clean stops (SI
 is 1.
 
 ``cluster member list|add|remove`` changes the members through the log
-(:mod:`members`).
+(:mod:`member_commands`).
 
 ``cluster status`` asks each endpoint for ``GetRaftStatus`` and prints one row per member and
 the leader's view of its followers (match offset, lag); ``-o json|yaml`` for scripts. Without
@@ -54,19 +54,12 @@ import click
 import grpc
 from rich.table import Table
 
-from gannet.node.cli import (
-    broker,
-    calls,
-    cluster_auth,
-    cluster_cert_commands,
-    cluster_tls,
-    exits,
-    members,
-    options,
-    output,
-    raft_views,
-)
-from gannet.node.cli.cluster_certs import ClusterTls
+from gannet.node.cli import broker, calls, exits, options, output, raft_views
+from gannet.node.cli.cluster import auth as cluster_auth
+from gannet.node.cli.cluster import cert_commands as cluster_cert_commands
+from gannet.node.cli.cluster import member_commands as members
+from gannet.node.cli.cluster import tls as cluster_tls
+from gannet.node.cli.cluster.certs import ClusterTls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication.config import PeerSpec
 
@@ -374,8 +367,8 @@ def start_cluster(
 ) -> None:
     """Start every member of ``plans`` (``processes`` gets ``<group root>/node<i>`` → its
     process as each starts, so the caller can stop what did start). The library entry point
-    of ``cluster up`` (e2e tests and benchmarks). ``auth``: :func:`cluster_auth.prepare`'s
-    answer, every member's auth options and environment; ``tls``: :func:`cluster_tls.prepare`'s
+    of ``cluster up`` (e2e tests and benchmarks). ``auth``: :func:`auth.prepare`'s
+    answer, every member's auth options and environment; ``tls``: :func:`tls.prepare`'s
     answer, every member's certificates; ``file_size_mb``, ``index_hash_slots``: as
     :func:`broker_argv`."""
     env = {**os.environ, **auth.env()} if auth is not None else None

@@ -13,13 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from gannet.operator import group_manifests, manifests, members
+from gannet.operator import broker_group_manifests, manifests, member_pods
 from gannet.operator import membership_planning as mp
 
 
 def test_a_new_group_bootstraps_with_its_first_members_then_everyone_joins() -> None:
     roster = mp.bootstrap_roster(3)
-    cm = members.config_map("main", "demo", "uid-1", roster)
+    cm = member_pods.config_map("main", "demo", "uid-1", roster)
     assert cm["metadata"]["name"] == "main-members"
     assert cm["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     line = cm["data"]["main-1"]
@@ -33,7 +33,7 @@ def test_a_new_group_bootstraps_with_its_first_members_then_everyone_joins() -> 
         "3=main-2.main-peers.demo.svc:8091/8081",
     ]
     sealed = mp.apply(roster, mp.Seal())
-    data = members.config_map("main", "demo", "uid-1", sealed)["data"]
+    data = member_pods.config_map("main", "demo", "uid-1", sealed)["data"]
     assert data["main-1"] == (
         "--node-id 2 --data-dir /var/lib/gannet/node-2 --join "
         "--peers 2=main-1.main-peers.demo.svc:8091/8081"
@@ -55,7 +55,7 @@ def test_the_entrypoint_runs_the_broker_with_the_pods_key_then_the_common_argume
     """The container's command run by a real /bin/sh, as the kubelet would start it (`$$`
     unescaped as Kubernetes does), with a stand-in `gannet` that prints its arguments."""
     roster = mp.bootstrap_roster(3)
-    line = members.config_map("main", "demo", "uid-1", roster)["data"]["main-1"]
+    line = member_pods.config_map("main", "demo", "uid-1", roster)["data"]["main-1"]
     members_dir = tmp_path / "members"
     members_dir.mkdir()
     (members_dir / "main-1").write_text(line)
@@ -93,8 +93,8 @@ def test_the_roster_reads_back_as_written(
         for i, (leaving, volume) in enumerate(rows)
     )
     roster = mp.Roster(records, next_node_id=len(rows) + extra, sealed=sealed)
-    data = members.config_map("c", "ns", "u", roster)["data"]
-    assert members.decode(data) == roster
+    data = member_pods.config_map("c", "ns", "u", roster)["data"]
+    assert member_pods.decode(data) == roster
 
 
 @pytest.mark.parametrize(
@@ -114,30 +114,30 @@ def test_the_roster_reads_back_as_written(
     ],
 )
 def test_a_broken_roster_is_named(text: str, problem: str) -> None:
-    with pytest.raises(members.RosterError, match=problem):
-        members.decode({members.ROSTER_KEY: text})
-    assert members.decode({}) is None
+    with pytest.raises(member_pods.RosterError, match=problem):
+        member_pods.decode({member_pods.ROSTER_KEY: text})
+    assert member_pods.decode({}) is None
 
 
 def test_arguments_the_shell_would_expand_are_refused() -> None:
     roster = mp.bootstrap_roster(1)
     bad = dataclasses.replace(roster.records[0], data_dir="/var/lib/$(reboot)")
-    with pytest.raises(members.RosterError, match="shell would expand"):
-        members.pod_args("main", "demo", roster, bad)
+    with pytest.raises(member_pods.RosterError, match="shell would expand"):
+        member_pods.pod_args("main", "demo", roster, bad)
 
 
 def test_pods_are_found_by_roster_and_by_advertised_address() -> None:
     roster = mp.Roster((mp.Record(0, "1", "join", "/d"), mp.Record(1, "7", "join", "/d")), 8)
-    assert members.ordinal_of(roster, "7") == 1
-    assert members.ordinal_of(roster, "2") == -1
-    assert members.ordinal_of(None, "2") == 1  # before rosters: id - 1
-    assert members.pod_of_node("main", roster, "7") == "main-1"
-    assert members.pod_of_node("main", roster, "9") == "node 9"
-    assert members.ordinal_of_endpoint("main", "main-3.main-peers.demo.svc:8081") == 3
-    assert members.ordinal_of_endpoint("main", "other-3.other-peers.demo.svc:8081") == -1
-    assert members.ordinal_of_endpoint("main", "") == -1
+    assert member_pods.ordinal_of(roster, "7") == 1
+    assert member_pods.ordinal_of(roster, "2") == -1
+    assert member_pods.ordinal_of(None, "2") == 1  # before rosters: id - 1
+    assert member_pods.pod_of_node("main", roster, "7") == "main-1"
+    assert member_pods.pod_of_node("main", roster, "9") == "node 9"
+    assert member_pods.ordinal_of_endpoint("main", "main-3.main-peers.demo.svc:8081") == 3
+    assert member_pods.ordinal_of_endpoint("main", "other-3.other-peers.demo.svc:8081") == -1
+    assert member_pods.ordinal_of_endpoint("main", "") == -1
     assert (
-        json.loads(members.config_map("main", "d", "u", roster)["data"]["roster.json"])[
+        json.loads(member_pods.config_map("main", "d", "u", roster)["data"]["roster.json"])[
             "nextNodeId"
         ]
         == 8
@@ -150,12 +150,12 @@ def test_the_entrypoint_passes_its_groups_seeds_when_the_operator_wrote_them(
     """The seeds file of the pod's broker name (ConfigMap ``<cluster>-groups``) becomes
     ``--cluster-seeds``; a 1-group cluster has no such file and runs without it."""
     roster = mp.bootstrap_roster(1)
-    line = members.config_map("main-g1", "demo", "uid-1", roster)["data"]["main-g1-0"]
+    line = member_pods.config_map("main-g1", "demo", "uid-1", roster)["data"]["main-g1-0"]
     members_dir, groups_dir, bin_dir = tmp_path / "members", tmp_path / "groups", tmp_path / "bin"
     for folder in (members_dir, groups_dir, bin_dir):
         folder.mkdir()
     (members_dir / "main-g1-0").write_text(line)
-    seeds = group_manifests.groups_config_map("main", "demo", "uid-1", 2)["data"]["broker-1"]
+    seeds = broker_group_manifests.groups_config_map("main", "demo", "uid-1", 2)["data"]["broker-1"]
     (groups_dir / "broker-1").write_text(seeds)
     printed = _run_entrypoint(
         bin_dir,

@@ -1,4 +1,6 @@
-"""Log replication: the leader streams byte ranges, followers append them and acknowledge.
+"""Raft's log appending, both sides of ``AppendEntries``: the leader streams byte ranges,
+followers append them and acknowledge. (The IO around it is the replication driver,
+``gannet.node.replication``.)
 
 Called by ``core.RaftCore`` (dispatch of ``AppendEntries``, ``Heartbeat``, ``ResetLogStart``
 and their answers, the leader's tick, proposals) and by ``election`` (a new leader's first
