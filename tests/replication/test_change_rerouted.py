@@ -20,6 +20,7 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.config import FlushMode, StoreConfig
@@ -76,7 +77,7 @@ def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: P
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=h.now + 10
         )
         new = _copy(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, rng=random.Random(3))
+        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
         now = h.now + 1_100  # routed again once the new leader serves
         handle = pop.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
@@ -107,7 +108,7 @@ def test_a_change_run_twice_on_the_new_leader_is_covered_by_the_ack(tmp_path: Pa
         h.produce(1, queue_id=0)
         (m0,) = h.pop(invisible_ms=10_000).messages
         new = _copy(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, rng=random.Random(3))
+        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
         now = h.now + 1_000
         first = pop.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
