@@ -56,3 +56,16 @@ class ManifestCorrupt(TierError):
     """Manifest bytes that do not decode into a valid manifest (the message names the problem)."""
 
     retryable = False
+
+
+def bucket_reason(exc: BaseException) -> str | None:
+    """The metric ``reason`` label of a bucket's answer (``unavailable``, ``credentials``,
+    ``rejected``); None for an error that is not the bucket's. The offload loop and the reader
+    add their own reasons to these."""
+    if isinstance(exc, TierUnavailable):
+        return "unavailable"
+    if isinstance(exc, TierCredentialsRejected):
+        return "credentials"
+    if isinstance(exc, TierRequestRejected):
+        return "rejected"
+    return None

@@ -105,12 +105,9 @@ class OffloadFigures:
 
 def reason_of(exc: BaseException) -> str:
     """The failure reason label of ``exc`` (one of :data:`REASONS`)."""
-    if isinstance(exc, errors.TierUnavailable):
-        return "unavailable"
-    if isinstance(exc, errors.TierCredentialsRejected):
-        return "credentials"
-    if isinstance(exc, errors.TierRequestRejected):
-        return "rejected"
+    bucket = errors.bucket_reason(exc)
+    if bucket is not None:
+        return bucket
     if isinstance(exc, errors.UploadNotVerified):
         return "not-verified"
     if isinstance(exc, errors.ManifestConflict):

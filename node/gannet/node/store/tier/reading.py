@@ -64,13 +64,7 @@ def error_reason(exc: errors.TierError) -> str:
         return "busy"
     if isinstance(exc, ShortRead):
         return "short_read"
-    if isinstance(exc, errors.TierUnavailable):
-        return "unavailable"
-    if isinstance(exc, errors.TierCredentialsRejected):
-        return "credentials"
-    if isinstance(exc, errors.TierRequestRejected):
-        return "rejected"
-    return "other"
+    return errors.bucket_reason(exc) or "other"
 
 
 class FetchesBusy(errors.TierUnavailable):
