@@ -153,8 +153,15 @@ class SeaweedS3:
                 f"{self.binary} is missing: build it with `python -m e2e.tier.seaweedfs build`"
             )
         log = (self.workdir / "weed.log").open("ab")
+        # Its glog files go to the temporary directory: ours, removed with it (they were left
+        # in /tmp). Its local sockets do not follow TMPDIR: stop() removes them.
+        environment = {**os.environ, "TMPDIR": str(self.workdir)}
         self._process = subprocess.Popen(
-            self._command(), stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            self._command(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=environment,
         )
         log.close()
         self._wait_ready(probe_bucket)
@@ -227,6 +234,10 @@ class SeaweedS3:
         """Kill the server's process group and remove its directory."""
         self.kill()
         shutil.rmtree(self.workdir, ignore_errors=True)
+        ports = {*self._ports.values(), *self._grpc_ports.values(), self.s3_port}
+        for port in ports:  # /tmp/seaweedfs-<server>[-grpc]-<port>.sock, named by the server
+            for socket_file in Path("/tmp").glob(f"seaweedfs-*-{port}.sock"):
+                socket_file.unlink(missing_ok=True)
 
     def __enter__(self) -> SeaweedS3:
         return self.start()
