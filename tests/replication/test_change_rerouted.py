@@ -23,33 +23,11 @@ from pathlib import Path
 from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
-from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.configs.groups import SubscriptionGroupConfig
-from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
 from tests.pop.pop_harness import GROUP, TOPIC, Harness
+from tests.replication.store_copies import copy_store, settle
 
 CONFIG = PopConfig(revive_queue_count=1, buffer_merge_enabled=False)
-
-
-def _copy(old: MessageStore, root: Path) -> MessageStore:
-    """A member that followed ``old``: its bytes, its config tables, timers never run."""
-    new = MessageStore(
-        StoreConfig.for_tests(root, flush_mode=FlushMode.ASYNC_FLUSH), commit_follows_flush=False
-    ).open(start_services=False)
-    end = old.commitlog.max_offset()
-    offset = 0
-    while offset < end:
-        offset = new.append_replicated(offset, old.read_replicated(offset, end - offset))
-    new.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=4, write_queue_nums=4))
-    new.group_configs.put(SubscriptionGroupConfig(GROUP))
-    _settle(new)
-    return new
-
-
-def _settle(store: MessageStore) -> None:
-    store.dispatch.set_commit_offset(store.commitlog.max_offset())
-    store.dispatch.dispatch_available()
 
 
 def _revived_in(pop: PopBroker, store: MessageStore, now: int, seconds: int) -> int:
@@ -58,9 +36,9 @@ def _revived_in(pop: PopBroker, store: MessageStore, now: int, seconds: int) -> 
     for step in range(1, seconds + 1):
         at = now + step * 1_000
         store.timers.tick(at)
-        _settle(store)
+        settle(store)
         revived += sum(p.revived for p in pop.revive(at))
-        _settle(store)
+        settle(store)
     return revived
 
 
@@ -76,14 +54,14 @@ def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: P
         lost = h.broker.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=h.now + 10
         )
-        new = _copy(h.store, tmp_path / "new")
+        new = copy_store(h.store, tmp_path / "new")
         pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
         now = h.now + 1_100  # routed again once the new leader serves
         handle = pop.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
         )
         pop.ack(GROUP, TOPIC, handle, now_ms=now + 20)
-        _settle(new)
+        settle(new)
         assert _revived_in(pop, new, now, 40) == 0
         assert pop.statistics().revived_total == 0
         reviver = pop.reviver(0)
@@ -107,7 +85,7 @@ def test_a_change_run_twice_on_the_new_leader_is_covered_by_the_ack(tmp_path: Pa
     try:
         h.produce(1, queue_id=0)
         (m0,) = h.pop(invisible_ms=10_000).messages
-        new = _copy(h.store, tmp_path / "new")
+        new = copy_store(h.store, tmp_path / "new")
         pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
         now = h.now + 1_000
         first = pop.change_invisible_time(
@@ -117,7 +95,7 @@ def test_a_change_run_twice_on_the_new_leader_is_covered_by_the_ack(tmp_path: Pa
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now + 500
         )
         pop.ack(GROUP, TOPIC, second, now_ms=now + 520)
-        _settle(new)
+        settle(new)
         assert _revived_in(pop, new, now, 40) == 0
         assert second == first
     finally:

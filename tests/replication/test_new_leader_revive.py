@@ -21,33 +21,11 @@ from pathlib import Path
 from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
-from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.configs.groups import SubscriptionGroupConfig
-from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
 from tests.pop.pop_harness import GROUP, TOPIC, Harness
+from tests.replication.store_copies import copy_store, settle
 
 CONFIG = PopConfig(revive_queue_count=1, buffer_merge_enabled=False)
-
-
-def _copy(old: MessageStore, root: Path) -> MessageStore:
-    """A member that followed ``old``: its bytes, its config tables, timers never run."""
-    new = MessageStore(
-        StoreConfig.for_tests(root, flush_mode=FlushMode.ASYNC_FLUSH), commit_follows_flush=False
-    ).open(start_services=False)
-    end = old.commitlog.max_offset()
-    offset = 0
-    while offset < end:
-        offset = new.append_replicated(offset, old.read_replicated(offset, end - offset))
-    new.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=4, write_queue_nums=4))
-    new.group_configs.put(SubscriptionGroupConfig(GROUP))
-    _settle(new)
-    return new
-
-
-def _settle(store: MessageStore) -> None:
-    store.dispatch.set_commit_offset(store.commitlog.max_offset())
-    store.dispatch.dispatch_available()
 
 
 def test_a_new_leader_waits_for_the_parked_ack_before_reviving(tmp_path: Path) -> None:
@@ -60,15 +38,15 @@ def test_a_new_leader_waits_for_the_parked_ack_before_reviving(tmp_path: Path) -
         (m0,) = h.pop(invisible_ms=10_000).messages
         h.broker.ack(GROUP, TOPIC, m0.receipt_handle, now_ms=h.now)
         h.advance(10_000)  # the CK (due 1 s before its revive time) is delivered, its ACK not
-        new = _copy(h.store, tmp_path / "new")
+        new = copy_store(h.store, tmp_path / "new")
         pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
         now = h.now + 20_000
         revived = sum(p.revived for p in pop.revive(now))  # before the timer's first tick
-        _settle(new)
+        settle(new)
         new.timers.tick(now)  # the old leader's parked CK and ACK come due here
-        _settle(new)
+        settle(new)
         revived += sum(p.revived for p in pop.revive(now))
-        _settle(new)
+        settle(new)
         assert revived == 0
         assert pop.statistics().revived_total == 0
         # handled, as acked: the CK and its ACK, and the copies the new timer delivered again
