@@ -5,7 +5,9 @@ name is ``ILLEGAL_TOPIC`` / ``ILLEGAL_CONSUMER_GROUP`` (system names included), 
 topic is ``TOPIC_NOT_FOUND`` and an unknown group ``CONSUMER_GROUP_NOT_FOUND``, each message
 telling how to create it. With ``auto_create_topics`` an unknown topic is created as a MIXED
 topic (every message type — a route query cannot tell which type a producer will send) of
-:data:`AUTO_CREATED_QUEUE_NUMS` queues. With ``auto_create_groups`` (RocketMQ's
+:data:`AUTO_CREATED_QUEUE_NUMS` queues — a retry (``%RETRY%``) or dead-letter (``%DLQ%``) topic
+with 1 queue, as the send-back and revive paths create them (a remoting consumer asks the route
+of its group's ``%RETRY%<group>``). With ``auto_create_groups`` (RocketMQ's
 ``autoCreateSubscriptionGroup``) an unknown consumer group is created with the defaults of
 ``gannet group create`` (not FIFO, 16 retries) on its first use: a heartbeat, a receive, an
 assignment query, an offset query or a pull naming it. System and illegal names are refused
@@ -21,8 +23,10 @@ import logging
 from rocketmq.grpc_protocol import definition_pb2
 
 from gannet.node.api import sending
+from gannet.node.pop import retrying
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
+from gannet.node.store import validation
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import MessageType, TopicConfig
 from gannet.node.store.message_store import MessageStore
@@ -48,6 +52,12 @@ class Resources:
         """The topic's config, auto-created when enabled; the caller checked the name."""
         config = self.store.topic_configs.get(name)
         if config is None and self.auto_create_topics:
+            if validation.is_retry_topic(name) or validation.is_dlq_topic(name):
+                # as the send-back and revive paths create them (and RocketMQ: a retry topic
+                # has the group's retryQueueNums, 1; a DLQ DLQ_NUMS_PER_GROUP, 1)
+                retrying.ensure_system_topic(self.store, name, None)
+                log.info("auto-created topic %s (1 queue)", name)
+                return self.store.topic_configs.get(name)
             config = TopicConfig(
                 name,
                 read_queue_nums=AUTO_CREATED_QUEUE_NUMS,

@@ -45,6 +45,7 @@ with bare integer keys, which fastjson reads back into its ``HashMap<Long, Strin
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -122,6 +123,21 @@ class NameServer:
             me = replication.config.me
             return me.host, me.client_port
         return self.servicer.identity.host, self.servicer.identity.port
+
+    def store_address(self, conn: Connection) -> tuple[str, int]:
+        """The IP address and port an offset message id given to ``conn``'s client names: this
+        member's remoting address as the routes name it to that client (the external one on
+        the external listener), so that the client can dial it for VIEW_MESSAGE_BY_ID; when
+        the routes name a host (a pod's DNS name), the address the client connected to."""
+        host, port = self._own_client_endpoint()
+        address = self._remoting(f"{host}:{port}", self._book(conn))
+        route_host, _, route_port = address.rpartition(":")
+        for candidate in (route_host.strip("[]"), conn.local_host):
+            try:
+                return str(ipaddress.ip_address(candidate)), int(route_port)
+            except ValueError:
+                continue
+        return "127.0.0.1", int(route_port)
 
     def _node_ids(self) -> dict[str, int]:
         """Client endpoint → Raft node id of this group's members (empty: not replicated)."""
