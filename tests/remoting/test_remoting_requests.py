@@ -290,8 +290,8 @@ def test_a_backquoted_sql92_subscription_is_refused_and_the_rest_of_the_heartbea
     with RawClient(remoting_endpoint) as rc:
         refused = rc.call(codes.HEART_BEAT, body=json.dumps(heartbeat).encode())
         assert refused.code == codes.SUBSCRIPTION_PARSE_FAILED
-        assert "consumer group 'RemQuoteBad': topic 'RemQuoteT'" in refused.remark
-        assert "no quoted identifiers" in refused.remark
+        assert "consumer group 'RemQuoteBad': topic 'RemQuoteT'" in str(refused.remark)
+        assert "no quoted identifiers" in str(refused.remark)
         good = rc.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "RemQuoteGood"})
         assert json_body(good) == {"consumerIdList": ["q1"]}
         bad = rc.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "RemQuoteBad"})
@@ -299,14 +299,14 @@ def test_a_backquoted_sql92_subscription_is_refused_and_the_rest_of_the_heartbea
         body = json.dumps({"group": "RemQuoteBad", "subscriptionData": quoted}).encode()
         checked = rc.call(codes.CHECK_CLIENT_CONFIG, body=body)
         assert checked.code == codes.SUBSCRIPTION_PARSE_FAILED
-        assert "no quoted identifiers" in checked.remark
+        assert "no quoted identifiers" in str(checked.remark)
         pulled = rc.call(codes.PULL_MESSAGE, {
             "consumerGroup": "RemQuoteBad", "topic": "RemQuoteT", "queueId": "0",
             "queueOffset": "0", "maxMsgNums": "8", "sysFlag": "4",
             "subscription": "`num` > 1", "expressionType": "SQL92",
         })  # fmt: skip
         assert pulled.code == codes.SUBSCRIPTION_PARSE_FAILED
-        assert "no quoted identifiers" in pulled.remark
+        assert "no quoted identifiers" in str(pulled.remark)
 
 
 def test_topic_create_and_config(remoting_endpoint: str) -> None:
