@@ -118,7 +118,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.replication = replication
         self.on_received = on_received
         self.resources = Resources(
-            store, auto_create_topics=auto_create_topics, auto_create_groups=auto_create_groups
+            store,
+            auto_create_topics=auto_create_topics,
+            auto_create_groups=auto_create_groups,
+            config_writes_here=(lambda: True) if replication is None else replication.is_leader,
         )
         self.identity = identity
         self.limits = limits
