@@ -136,6 +136,22 @@ def test_send_then_pull_returns_the_stored_record(remoting_endpoint: str) -> Non
         assert (lite.code, lite.body) == (codes.SUCCESS, got.body)  # 5.x lite pull: the same
 
 
+def test_a_duplicate_send_answers_the_original_offset_message_id(remoting_endpoint: str) -> None:
+    """A retried send (same unique key, within the deduplication window) is answered from the
+    window, which keeps no commit-log offset: its msgId is looked up in the queue."""
+    topic = topic_name()
+    uniq = messages.new_message_id()
+    with RawClient(remoting_endpoint) as rc:
+        first = send(rc, topic, 2, b"once", UNIQ_KEY=uniq)
+        again = send(rc, topic, 2, b"once", UNIQ_KEY=uniq)
+        assert (first.code, again.code) == (codes.SUCCESS, codes.SUCCESS)
+        assert again.ext["queueOffset"] == first.ext["queueOffset"] == "0"
+        assert again.ext["msgId"] == first.ext["msgId"]
+        stored = msgids.decode_offset_msg_id(first.ext["msgId"])
+        viewed = rc.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(stored.commit_offset)})
+        assert _decode_record(viewed.body)["properties"]["UNIQ_KEY"] == uniq
+
+
 def test_batch_send_stores_every_message(remoting_endpoint: str) -> None:
     topic = topic_name()
     entries = b""
