@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -274,7 +274,11 @@ class BrokerRequests:
         return request.response(codes.SUCCESS, ext=answer)
 
     async def _offset_message_ids(
-        self, conn: Connection, topic: str, queue_id: int, entries: Any
+        self,
+        conn: Connection,
+        topic: str,
+        queue_id: int,
+        entries: Iterable[service_pb2.SendResultEntry],
     ) -> str:
         """The answer's ``msgId``, as RocketMQ's: each message's *offset message id* (this
         member's remoting address as the client reaches it + the commit-log offset,
@@ -590,7 +594,7 @@ class BrokerRequests:
 
     def _log_refused_subscriptions(self, client_id: str, refusals: list[str]) -> None:
         """Once per refusal text (at most :data:`LOGGED_REFUSALS_MAX`): some clients (the Go
-        client) only log a refused heartbeat at debug level and consume nothing."""
+        client) only log a refused heartbeat in their own log and consume nothing."""
         for refusal in refusals:
             if refusal not in self._refusals_logged and (
                 len(self._refusals_logged) < LOGGED_REFUSALS_MAX
