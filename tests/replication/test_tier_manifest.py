@@ -4,7 +4,8 @@ files, real sockets on 127.0.0.1).
 A change recorded on the leader (:class:`RaftManifestLog`) returns once committed and is applied
 by every member — a recorded gap (files deleted before offload) as well as objects; a member
 restarted keeps it (its applied manifest file), and a member wiped and reset below the leader's
-retention gets it, gap included, from the config snapshot the leader appends for it. A follower cannot propose; a conflicting change is refused before anything is appended.
+retention gets it, gap included, from the config snapshot the leader appends for it. A
+follower cannot propose; a conflicting change is refused before anything is appended.
 """
 
 from __future__ import annotations
