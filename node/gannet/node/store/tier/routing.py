@@ -150,9 +150,7 @@ class RecordReads:
         return data
 
     def _served(self, topic: str, store_timestamp_ms: int) -> bool:
-        return served_from_tier(
-            topic, store_timestamp_ms, self.topic_retention_s, self._clock_ms()
-        )
+        return served_from_tier(topic, store_timestamp_ms, self.topic_retention_s, self._clock_ms())
 
     def record_size_at(self, offset: int) -> int:
         """TOTALSIZE of the record at ``offset`` (−1 when stored in neither place)."""
