@@ -52,6 +52,9 @@ class TopicSpec:
     queues: int
     permission: Permission
     message_type: str
+    tier_remote_retention_s: int | None = None
+    """``spec.tier.remoteRetentionSeconds``: how long the topic's messages are served from the
+    tier (0: never); None: the tier's own retention (the topic attribute is removed)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -192,6 +195,10 @@ class ClusterSpec:
     """``spec.external``; None: reachable from inside the Kubernetes cluster only."""
 
 
+TIER_RETENTION_S_MAX = 100 * 365 * 24 * 3600
+"""A hundred years: a bound that names the unit mistake of a retention given in milliseconds."""
+
+
 def _get(spec: Mapping[str, Any], path: str, kind: type, default: Any) -> Any:
     value = spec.get(path.rpartition(".")[2], default)
     if value is None:
@@ -245,7 +252,16 @@ def topic_spec(name: str, spec: Mapping[str, Any]) -> TopicSpec:
         message_type=_one_of(
             "messageType", _get(spec, "messageType", str, "NORMAL"), MESSAGE_TYPES
         ),
+        tier_remote_retention_s=_tier_remote_retention_s(spec),
     )
+
+
+def _tier_remote_retention_s(spec: Mapping[str, Any]) -> int | None:
+    tier = _section(spec, "tier")
+    value: int | None = _get(tier, "tier.remoteRetentionSeconds", int, None)
+    if value is not None:
+        _in_range("tier.remoteRetentionSeconds", value, 0, TIER_RETENTION_S_MAX)
+    return value
 
 
 def group_spec(name: str, spec: Mapping[str, Any]) -> GroupSpec:

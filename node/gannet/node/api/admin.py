@@ -36,6 +36,7 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.protocol.statuses import abort as _abort
 from gannet.node.protocol.versions import gannet_version
 from gannet.node.store import errors, querying, validation
+from gannet.node.store.configs import topics
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
@@ -140,6 +141,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 config = dataclasses.replace(config, perm=request.perm)
             kind = conv.message_type_of(request.message_type) or conv.MessageType.NORMAL
             config = config.with_message_type(kind)
+            if request.attributes:
+                topics.check_settable(request.attributes)
+                config = dataclasses.replace(
+                    config, attributes={**config.attributes, **request.attributes}
+                )
             self.store.topic_configs.put(config)
             return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
 
@@ -164,6 +170,12 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             kind = conv.message_type_of(request.message_type)
             if kind is not None:
                 config = config.with_message_type(kind)
+            if request.attribute_changes:
+                topics.check_settable(request.attribute_changes)
+                changed = topics.apply_attribute_changes(
+                    config.attributes, request.attribute_changes
+                )
+                config = dataclasses.replace(config, attributes=changed)
             self.store.topic_configs.put(config)
             return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
 

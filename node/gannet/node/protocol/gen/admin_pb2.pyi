@@ -50,30 +50,48 @@ class Topic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "queue_nums", "message_type", "perm", "broker_groups")
+    __slots__ = ("name", "queue_nums", "message_type", "perm", "broker_groups", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_nums: int
     message_type: MessageType
     perm: int
     broker_groups: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., broker_groups: _Optional[_Iterable[str]] = ...) -> None: ...
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., broker_groups: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
-    __slots__ = ("name", "queue_nums", "message_type", "perm")
+    __slots__ = ("name", "queue_nums", "message_type", "perm", "attribute_changes")
+    class AttributeChangesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTE_CHANGES_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_nums: int
     message_type: MessageType
     perm: int
-    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ...) -> None: ...
+    attribute_changes: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., attribute_changes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TopicResponse(_message.Message):
     __slots__ = ("topic",)
