@@ -202,6 +202,13 @@ def test_tier_spec_reaches_the_brokers_and_a_failing_offload_is_one_warning(
         assert condition is not None
         assert condition["status"] == "False"
         assert "broker-0: unavailable" in condition["message"]
+        assert found is not None
+        (row,) = found["status"]["tier"]["groups"]
+        assert (row["brokerName"], row["failingReason"], row["objects"]) == (
+            "broker-0",
+            "unavailable",
+            0,
+        )
         deadline = time.monotonic() + WAIT_S
         while not _warnings(admin, "TierOffloadFailing"):
             assert time.monotonic() < deadline, "no TierOffloadFailing Event"

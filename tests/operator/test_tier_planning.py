@@ -108,3 +108,30 @@ def test_brokers_without_a_tier_yet_are_unknown() -> None:
     assert condition is not None
     assert (condition.status, condition.reason) == (None, "TierNotServed")
     assert "broker-1" in condition.message
+
+
+def test_status_rows_summarise_the_groups_that_answered() -> None:
+    views: dict[str, TierView | None] = {
+        "broker-1": failing("unavailable", "x"),
+        "broker-0": TierView(
+            enabled=True, passes_total=4, objects=3, size_bytes=3 << 20, last_success_ms=1_000
+        ),
+        "broker-2": None,
+        "broker-3": TierView(enabled=False),
+    }
+    assert tier_planning.status_rows(views) == [
+        {
+            "brokerName": "broker-0",
+            "objects": 3,
+            "bytes": 3 << 20,
+            "lastSuccessTime": "1970-01-01T00:00:01Z",
+            "failingReason": None,
+        },
+        {
+            "brokerName": "broker-1",
+            "objects": 0,
+            "bytes": 0,
+            "lastSuccessTime": None,
+            "failingReason": "unavailable",
+        },
+    ]

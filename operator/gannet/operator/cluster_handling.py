@@ -174,7 +174,7 @@ async def reconcile(
         return step
 
     # Tiered storage: each group's leader says how its offload goes (Events on changes).
-    found = await _tier(ctx, name, namespace, cluster, found, generation)
+    found = await _tier(ctx, name, namespace, cluster, found, generation, status, patch)
 
     rows, groups_condition = await broker_group_handling.reconcile(
         ctx, name, namespace, uid, cluster, membership, ready, pending, roll
@@ -278,10 +278,14 @@ async def _tier(
     cluster: specs.ClusterSpec,
     found: list[dict[str, Any]],
     generation: Any,
+    status: Mapping[str, Any],
+    patch: kopf.Patch,
 ) -> list[dict[str, Any]]:
     """``found`` with the ``TierOffload`` condition (:mod:`tier_planning`) of the leaders'
-    ``GetTierStatus`` answers; without ``spec.tier`` the condition is dropped."""
+    ``GetTierStatus`` answers, and ``status.tier``; without ``spec.tier`` both are dropped."""
     if cluster.tier is None:
+        if status.get("tier") is not None:
+            patch.status["tier"] = None  # the merge patch removes it
         return [c for c in found if c.get("type") != tier_planning.TIER_OFFLOAD]
     views: dict[str, tier_planning.TierView | None] = {}
     for group in range(cluster.broker_groups):
@@ -291,6 +295,7 @@ async def _tier(
             views[manifests.broker_name(group)] = await ctx.brokers.tier_status(endpoint)
         except BrokerError:  # unreachable, refused, or a broker from before GetTierStatus
             views[manifests.broker_name(group)] = None
+    patch.status["tier"] = {"groups": tier_planning.status_rows(views)}
     previous = conditions.find(found, tier_planning.TIER_OFFLOAD)
     condition = tier_planning.tier_condition(views, previous)
     if condition is None:

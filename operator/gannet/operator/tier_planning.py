@@ -17,9 +17,11 @@ condition's message), ``Offloading`` (True: every group's latest pass succeeded)
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 from collections.abc import Mapping
 from typing import Any
 
+from gannet.operator import conditions
 from gannet.operator.conditions import Condition
 
 TIER_OFFLOAD = "TierOffload"
@@ -91,3 +93,28 @@ def tier_condition(
             f"brokers without a tier yet: {', '.join(disabled)} (pods not rolled yet?)",
         )
     return Condition(TIER_OFFLOAD, True, OFFLOADING, "every broker group's offload pass succeeds")
+
+
+def status_rows(views: Mapping[str, TierView | None]) -> list[dict[str, Any]]:
+    """``status.tier.groups``: per broker group that answered, the tier as its leader sees it
+    (objects and bytes of the applied manifest, the last successful offload pass, the failing
+    reason); groups whose leader did not answer are left out."""
+    rows: list[dict[str, Any]] = []
+    for broker, view in sorted(views.items()):
+        if view is None or not view.enabled:
+            continue
+        success = (
+            conditions.timestamp(dt.datetime.fromtimestamp(view.last_success_ms / 1000, dt.UTC))
+            if view.last_success_ms > 0
+            else None
+        )
+        rows.append(
+            {
+                "brokerName": broker,
+                "objects": view.objects,
+                "bytes": view.size_bytes,
+                "lastSuccessTime": success,
+                "failingReason": view.failing_reason or None,
+            }
+        )
+    return rows
