@@ -93,6 +93,4 @@ def tier_status(endpoint: str) -> None:
     }
     emit(document, output.items_table("tier", items))
     if reply.failing_reason:
-        fail(
-            f"tier offload failing ({reply.failing_reason}): {reply.last_error}", EXIT_CHECK_FAILED
-        )
+        fail(f"tier offload failing: {reply.last_error}", EXIT_CHECK_FAILED)
