@@ -38,6 +38,7 @@ from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
 from gannet.operator.consumer_group_planning import ObservedGroup
 from gannet.operator.membership_planning import Group, MemberState
 from gannet.operator.specs import CleanupSpec, Permission
+from gannet.operator.tier_planning import TierView
 from gannet.operator.topic_planning import TIER_RETENTION_ATTRIBUTE, BrokerTopic, tier_retention_of
 
 CHANNELS_MAX = 64
@@ -438,6 +439,18 @@ class Brokers:
             peers=peers,
             node_id=answer.node_id,
             leader_client_endpoint=answer.leader_client_endpoint,
+        )
+
+    async def tier_status(self, endpoint: str) -> TierView:
+        answer = await self._call(endpoint, "GetTierStatus", admin_pb2.GetTierStatusRequest())
+        return TierView(
+            enabled=answer.enabled,
+            passes_total=answer.passes_total,
+            failing_reason=answer.failing_reason,
+            last_error=answer.last_error,
+            objects=answer.objects,
+            size_bytes=answer.bytes,
+            last_success_ms=answer.last_success_ms,
         )
 
     async def transfer_leadership(self, endpoint: str, *, target: str = "") -> str:

@@ -105,6 +105,11 @@ class OffloadFigures:
     failures_total: dict[str, int] = field(default_factory=dict)
     last_failure: str = ""
     """The message of the failure of the latest pass; empty after a successful one."""
+    failing_reason: str = ""
+    """The reason (one of :data:`REASONS`) of the latest pass's failure; empty after a
+    successful one (the admin ``GetTierStatus``, the operator's Events)."""
+    last_success_ms: int = 0
+    """Wall-clock end of the latest successful pass; 0: none since the broker started."""
 
 
 def reason_of(exc: BaseException) -> str:
@@ -189,6 +194,8 @@ class Offloader:
             log.warning("tier offload resumed after %s failures", self._reason)
             self._reason = ""
         self.figures.last_failure = ""
+        self.figures.failing_reason = ""
+        self.figures.last_success_ms = self._clock_ms()
         return True
 
     def _offload(self) -> None:
@@ -277,6 +284,7 @@ class Offloader:
         counts = self.figures.failures_total
         counts[reason] = counts.get(reason, 0) + 1
         self.figures.last_failure = f"{reason}: {exc}"
+        self.figures.failing_reason = reason
         if reason != self._reason:
             log.error(
                 "tier offload failed (%s): %s; writes go on, offload retries with backoff up to"
