@@ -26,6 +26,7 @@ from gannet.node.api.external_routes import ExternalAddress
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import Command
+from gannet.node.store import msgids
 from tests.remoting.client import RawClient
 
 from .conftest import Cluster
@@ -173,6 +174,14 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
     assert got.code == codes.SUCCESS, got.remark
     assert b"via a follower" in got.body
     assert got.ext["suggestWhichBrokerId"] == str(followers[1])  # stay on this follower
+    # the forwarded send's msgId is the offset message id of the follower the client called
+    # (the leader's answer carried the commit-log offset back): viewable there
+    stored = msgids.decode_offset_msg_id(sent.ext["msgId"])
+    assert f"{stored.host}:{stored.port}" == cluster.remoting(followers[0])
+    with RawClient(cluster.remoting(followers[0])) as client:
+        viewed = client.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(stored.commit_offset)})
+    assert viewed.code == codes.SUCCESS, viewed.remark
+    assert b"via a follower" in viewed.body
     with RawClient(cluster.remoting(leader)) as client:
         got = client.call(codes.PULL_MESSAGE, pull_ext)
     assert got.code == codes.SUCCESS, got.remark

@@ -57,6 +57,7 @@ from gannet.node.remoting.server import Connection
 from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import properties as props
 from gannet.node.store import querying
+from gannet.node.store.log import records
 from gannet.node.store.queues.reading import GetStatus
 
 log = logging.getLogger(__name__)
@@ -632,15 +633,25 @@ class BrokerRequests:
         return self.servicer.store.read_stored(offset, size)
 
     async def view_message(self, request: Command, conn: Connection) -> Command:
-        """The record at a commit-log offset (an offset message id's), as stored."""
+        """The record at a commit-log offset (an offset message id's), as stored. A follower
+        that has not applied that offset yet (the id came with a send answered as soon as a
+        majority held it) waits for it up to :data:`CATCH_UP_MS_MAX`."""
         offset = _int(request.ext, "offset")
-        message = await asyncio.to_thread(self.servicer.store.read_message, offset)
+        message = await asyncio.to_thread(self._read_applied, offset)
         data = None if message is None else await asyncio.to_thread(
             self._raw, offset, message.store_size
         )  # fmt: skip
         if data is None:
             return request.response(codes.SYSTEM_ERROR, f"no message at commit-log offset {offset}")
         return request.response(codes.SUCCESS, body=data)
+
+    def _read_applied(self, offset: int) -> records.Message | None:
+        store = self.servicer.store
+        message = store.read_message(offset)
+        wait_s = CATCH_UP_MS_MAX / 1000
+        if message is None and self._follower() and store.wait_dispatched(offset + 1, wait_s):
+            message = store.read_message(offset)
+        return message
 
     async def query_message(self, request: Command, conn: Connection) -> Command:
         """Messages of a topic by key (or by unique key, ``_UNIQUE_KEY_QUERY``) from the index
@@ -658,20 +669,20 @@ class BrokerRequests:
             end_ms=_int(ext, "endTimestamp", 2**63 - 1),
             unique=unique,
         )
-        records = []
+        stored = []
         for message in found.messages:
             data = await asyncio.to_thread(self._raw, message.physical_offset, message.store_size)
             if data is not None:
-                records.append(data)
+                stored.append(data)
         header = {
             "indexLastUpdateTimestamp": str(found.index_last_update_timestamp_ms),
             "indexLastUpdatePhyoffset": str(found.index_last_update_phy_offset),
         }
-        if not records:
+        if not stored:
             return request.response(
                 codes.QUERY_NOT_FOUND, f"no message of {topic!r} with key {key!r}", ext=header
             )
-        return request.response(codes.SUCCESS, ext=header, body=b"".join(records))
+        return request.response(codes.SUCCESS, ext=header, body=b"".join(stored))
 
     # ------------------------------------------------------------------ orderly locks
     def _lock_body(self, request: Command) -> tuple[str, str, list[QueueKey]]:
