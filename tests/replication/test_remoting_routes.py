@@ -163,6 +163,14 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
             followers_named[address] = name
         assert sorted(followers_named) == sorted(cluster.remoting(n) for n in followers)
         assert len(datas) == 3
+        # mqadmin clusterList's ids are the routes': the leader 0, the followers their node ids
+        with RawClient(cluster.remoting(node_id)) as client:
+            info = client.call(codes.GET_BROKER_CLUSTER_INFO, {})
+        table = json.loads(re.sub(r"([{,])(-?\d+):", r'\1"\2":', info.body.decode()))
+        assert table["brokerAddrTable"][group]["brokerAddrs"] == {
+            "0": cluster.remoting(leader),
+            **{str(n): cluster.remoting(n) for n in followers},
+        }
     sent = _send(cluster.remoting(followers[0]), "RemRaftT", b"via a follower")
     assert sent.code == codes.SUCCESS, sent.remark
     pull_ext = {
