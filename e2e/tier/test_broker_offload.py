@@ -30,6 +30,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
+import botocore.config
 import pytest
 from rocketmq import (
     ClientConfiguration,
@@ -261,3 +263,78 @@ def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
         check=False,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def _store_verify(broker: BrokerProcess, prefix: str) -> subprocess.CompletedProcess[str]:
+    """``gannet store verify --deep`` over the broker's store and tier, the manifest read from
+    the copy the broker keeps in the bucket (no ``--tier-manifest``)."""
+    args = [
+        sys.executable, "-m", "gannet.node.cli", "store", "verify", str(broker.data_dir),
+        "--deep", "--tier-bucket", seaweedfs.BUCKET,
+        "--tier-endpoint", broker.args[broker.args.index("--tier-endpoint") + 1],
+        "--tier-credentials-file", str(broker.credentials), "--tier-prefix", prefix,
+    ]  # fmt: skip
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+
+
+def test_a_live_brokers_tier_expires_and_verifies_against_its_bucket_manifest_copy(
+    broker: BrokerProcess, seaweed: seaweedfs.SeaweedS3, bucket: buckets.S3Bucket, prefix: str
+) -> None:
+    """Remote retention in a real broker: with ``--tier-remote-bytes-max`` of three files the
+    tier keeps its three newest objects, the older ones are deleted from the bucket after the
+    manifest forgot them, the manifest's copy in the bucket equals the broker's manifest, and
+    ``gannet store verify --deep`` reading that copy passes — until an object is overwritten
+    with damaged bytes (boto3), then it exits 1 naming it."""
+    broker.offload_now()
+    index = broker.args.index("--tier-pass-interval-s")
+    broker.args[index:index] = ["--tier-remote-bytes-max", str(3 * 1024 * 1024)]
+    broker.start()
+    with calls.channel(broker.endpoint) as channel:
+        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
+        stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=2), timeout=10)
+    _send(broker.endpoint, 360)  # ~6 MiB: 5 sealed 1 MiB files
+
+    def settled() -> bool:
+        manifest = _manifest(broker.data_dir)
+        return (
+            manifest is not None
+            and len(manifest.objects) == 3
+            and (manifest.start_offset or 0) > 0
+            and len(list((broker.data_dir / "commitlog").iterdir())) == 1
+        )
+
+    _await(settled, "offloaded, then the oldest expired down to three objects")
+    figures = broker.metrics()
+    broker.stop()
+    manifest = _manifest(broker.data_dir)
+    assert manifest is not None
+    assert sorted(bucket.list_keys(prefix + "/commitlog/")) == [
+        naming.commitlog_key(prefix, obj.base_offset) for obj in manifest.objects
+    ], "the expired objects were deleted, the others kept"
+    copy = bucket.get_bytes(naming.manifest_key(prefix))
+    assert copy is not None
+    assert manifests.decode(copy) == manifest, "the bucket's copy is current"
+    expired = re.search(r"gannet_tier_expired_objects_total\{[^}]*\} (\d+)", figures)
+    assert expired, figures
+    assert int(expired.group(1)) >= 2, figures
+    assert re.search(r"gannet_tier_manifest_copies_total\{[^}]*\} [1-9]", figures), figures
+
+    clean = _store_verify(broker, prefix)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    damaged = manifest.objects[1]
+    key = naming.commitlog_key(prefix, damaged.base_offset)
+    data = bytearray(bucket.get_range(key, 0, damaged.size_bytes))
+    data[len(data) // 2] ^= 0xFF
+    client = boto3.client(
+        "s3",
+        endpoint_url=seaweed.endpoint_url,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+        region_name="us-east-1",
+        config=botocore.config.Config(s3={"addressing_style": "path"}),
+    )
+    client.put_object(Bucket=seaweedfs.BUCKET, Key=key, Body=bytes(data))
+    broken = _store_verify(broker, prefix)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert naming.commitlog_file_name(damaged.base_offset) in broken.stdout, broken.stdout
