@@ -15,6 +15,13 @@ points of the offload), restarted, and left to finish. Then:
   bucket (its store's tier reader follows the broker's manifest log);
 - the broker, stopped cleanly, leaves a local store ``gannet store verify`` finds clean;
 - ``/metrics`` counted the offloaded files and no failure.
+
+Then the broker restarts with ``--tier-remote-bytes-max`` of three files: the oldest objects
+are expired through the manifest and then deleted from the bucket (exactly the manifest's
+objects stay), QueryOffset BEGINNING moves up to the tier's new start, the manifest's copy in
+the bucket equals the broker's manifest, and ``gannet store verify --deep`` without
+``--tier-manifest`` (reading that copy) passes, and exits 1 once an object is overwritten with
+damaged bytes through boto3.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from e2e.tier import seaweedfs
 from gannet.node.cli import calls
@@ -56,6 +64,7 @@ GROUP = "GTier"
 BODY_BYTES = 16 * 1024
 MESSAGES = 500  # ~8 MiB of records: 7 sealed 1 MiB files
 WAIT_S = 60.0
+CLIENT_ID = (("x-mq-client-id", "tests@1@0@tier"),)
 
 
 class BrokerProcess:
@@ -197,7 +206,7 @@ def broker(tmp_path: Path, seaweed: seaweedfs.SeaweedS3, prefix: str) -> Iterato
 
 
 def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
-    broker: BrokerProcess, bucket: buckets.S3Bucket, prefix: str
+    broker: BrokerProcess, seaweed: seaweedfs.SeaweedS3, bucket: buckets.S3Bucket, prefix: str
 ) -> None:
     broker.start()
     with calls.channel(broker.endpoint) as channel:
@@ -263,6 +272,7 @@ def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
         check=False,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    _expire_and_verify_from_the_bucket(broker, seaweed, bucket, prefix)
 
 
 def _store_verify(broker: BrokerProcess, prefix: str) -> subprocess.CompletedProcess[str]:
@@ -277,22 +287,18 @@ def _store_verify(broker: BrokerProcess, prefix: str) -> subprocess.CompletedPro
     return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
 
 
-def test_a_live_brokers_tier_expires_and_verifies_against_its_bucket_manifest_copy(
+def _expire_and_verify_from_the_bucket(
     broker: BrokerProcess, seaweed: seaweedfs.SeaweedS3, bucket: buckets.S3Bucket, prefix: str
 ) -> None:
-    """Remote retention in a real broker: with ``--tier-remote-bytes-max`` of three files the
-    tier keeps its three newest objects, the older ones are deleted from the bucket after the
-    manifest forgot them, the manifest's copy in the bucket equals the broker's manifest, and
-    ``gannet store verify --deep`` reading that copy passes — until an object is overwritten
-    with damaged bytes (boto3), then it exits 1 naming it."""
-    broker.offload_now()
+    """Remote retention in the real broker, restarted with ``--tier-remote-bytes-max`` of three
+    files: the tier keeps its three newest objects, the older ones are deleted from the bucket
+    after the manifest forgot them, QueryOffset BEGINNING moves up, the manifest's copy in the
+    bucket equals the broker's manifest, and ``gannet store verify --deep`` reading that copy
+    passes — until an object is overwritten with damaged bytes (boto3): then it exits 1 naming
+    it."""
     index = broker.args.index("--tier-pass-interval-s")
     broker.args[index:index] = ["--tier-remote-bytes-max", str(3 * 1024 * 1024)]
     broker.start()
-    with calls.channel(broker.endpoint) as channel:
-        stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
-        stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=2), timeout=10)
-    _send(broker.endpoint, 360)  # ~6 MiB: 5 sealed 1 MiB files
 
     def settled() -> bool:
         manifest = _manifest(broker.data_dir)
@@ -304,6 +310,21 @@ def test_a_live_brokers_tier_expires_and_verifies_against_its_bucket_manifest_co
         )
 
     _await(settled, "offloaded, then the oldest expired down to three objects")
+
+    def earliest(queue_id: int) -> int:
+        request = service_pb2.QueryOffsetRequest(query_offset_policy=definition_pb2.BEGINNING)
+        request.message_queue.topic.name = TOPIC
+        request.message_queue.id = queue_id
+        with calls.channel(broker.endpoint) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            reply = stub.QueryOffset(request, metadata=CLIENT_ID, timeout=10)
+        assert reply.status.code == definition_pb2.OK, reply.status.message
+        return int(reply.offset)
+
+    _await(
+        lambda: earliest(0) > 0 and earliest(1) > 0,
+        "QueryOffset BEGINNING follows the tier's start after the expiry",
+    )
     figures = broker.metrics()
     broker.stop()
     manifest = _manifest(broker.data_dir)

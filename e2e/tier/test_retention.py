@@ -149,8 +149,8 @@ def test_expiry_forgets_then_deletes_and_queue_minimums_follow_the_tier(
             )
             assert store.read_message(commit_offsets[first_kept - 1]) is None, "expired"
             too_small = store.get_messages(TOPIC, queue_id, 0, 4)
-            assert too_small.status is not GetStatus.FOUND
-            assert too_small.min_offset == first_kept
+            assert too_small.status is GetStatus.OFFSET_TOO_SMALL, too_small.status
+            assert (too_small.min_offset, too_small.next_begin_offset) == (first_kept, first_kept)
             got = store.get_messages(TOPIC, queue_id, first_kept, 4)
             assert got.status is GetStatus.FOUND, got.status
             assert [m.commit_offset for m in got.messages] == commit_offsets[

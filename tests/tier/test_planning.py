@@ -137,9 +137,12 @@ def test_remote_expiry_never_empties_the_tier() -> None:
     assert planning.plan_remote_expiry(
         old, tiny, local_start_offset=10 * SIZE, now_ms=NOW_MS
     ) == manifests.ExpireObjects(2 * SIZE)
-    assert planning.plan_remote_expiry(
-        manifest_of(0, at_ms=0), by_age, local_start_offset=None, now_ms=NOW_MS
-    ) is None, "a tier of one object keeps it"
+    assert (
+        planning.plan_remote_expiry(
+            manifest_of(0, at_ms=0), by_age, local_start_offset=None, now_ms=NOW_MS
+        )
+        is None
+    ), "a tier of one object keeps it"
 
 
 @settings(max_examples=300)

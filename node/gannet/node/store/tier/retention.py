@@ -12,7 +12,8 @@ Run by the offload loop (:mod:`.offloading`) on its thread, after the pass's upl
    change is committed and applied), the forgotten objects are deleted from the bucket,
    oldest first. So the manifest never sends a reader to a deleted object. A crash or a
    failure between the commit and the last delete leaves orphans below the tier's start,
-   which the sweep removes; the sweep is due at once after such a failure and at every start.
+   which the sweep removes; a sweep follows every expiry (in the same pass, or in the next one
+   when a delete failed) and runs at every start.
 3. **Sweep** (leader, every ``sweep_interval_s`` and at the first leader pass): the manifest is
    read, then ``<prefix>/commitlog/`` listed, and :func:`.sweeping.plan_sweep` says which
    unrecorded objects no upload can still record; those are deleted.
@@ -140,7 +141,7 @@ class RemoteRetention:
         if change is None:
             return
         forgotten = [o for o in manifest.objects if o.end_offset <= change.up_to_offset]
-        self._next_sweep_ms = None  # until the deletes below are done, a sweep is due
+        self._next_sweep_ms = None  # a sweep follows (this pass, or the next if a delete fails)
         after = self.manifest_log.propose(change)
         self.store.tier_moved()
         self._start_seen = after.start_offset
@@ -160,7 +161,6 @@ class RemoteRetention:
             self.figures.expired_objects_total += 1
             self.figures.expired_bytes_total += obj.size_bytes
             self.on_step("after-delete")
-        self._next_sweep_ms = self._clock_ms() + int(self.sweep_interval_s * 1000)
 
     def sweep(self) -> sweeping.SweepPlan:
         """List the commit-log directory against the manifest and delete the orphans no upload
