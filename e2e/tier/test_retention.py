@@ -38,7 +38,15 @@ from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.reading import GetStatus
-from gannet.node.store.tier import buckets, manifest_copy, manifests, naming, reading
+from gannet.node.store.tier import (
+    buckets,
+    errors,
+    manifest_copy,
+    manifests,
+    naming,
+    reading,
+    routing,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -156,6 +164,59 @@ def test_expiry_forgets_then_deletes_and_queue_minimums_follow_the_tier(
             assert [m.commit_offset for m in got.messages] == commit_offsets[
                 first_kept : first_kept + 4
             ], "read from the tier's new start"
+
+
+class _ExpiringDuringGet:
+    """The real bucket, but the tier's expiry lands (the reader's manifest changes) when a
+    ranged GET starts: the read located the object before it was expired and deleted."""
+
+    def __init__(self, real: buckets.S3Bucket, seen: list[manifests.Manifest]) -> None:
+        self.real = real
+        self.seen = seen
+        self.after: manifests.Manifest | None = None
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.real, name)
+
+    def get_range(self, key: str, start: int, size_bytes: int) -> bytes:
+        if self.after is not None:
+            self.seen[0] = self.after
+        return self.real.get_range(key, start, size_bytes)
+
+
+def test_a_read_racing_an_expiry_finds_the_record_gone_not_an_error(
+    seaweed: seaweedfs.SeaweedS3,
+    bucket: buckets.S3Bucket,
+    prefix: str,
+    filled: Filled,
+    clock: list[int],
+) -> None:
+    bucket_config = seaweed.bucket_config(seaweedfs.BUCKET)
+    with MessageStore(filled.config).open() as store:
+        loop = offloader(
+            store, bucket_config, prefix, remote_bytes_max=None, clock_ms=lambda: clock[0]
+        )
+        assert loop.run_pass(), loop.figures.last_failure
+        offloaded = loop.manifest_log.current()
+        loop.remote.policy = dataclasses.replace(
+            loop.config.policy, remote_bytes_max=offloaded.objects[-1].size_bytes
+        )
+        assert loop.run_pass(), loop.figures.last_failure
+        expired = loop.manifest_log.current()
+        first = filled.offsets[0][0]  # in the first object: expired, then deleted
+        assert expired.locate(first) is None
+        assert offloaded.locate(first) is not None
+
+        seen = [offloaded]  # the reader located the record before the expiry
+        racing = _ExpiringDuringGet(bucket, seen)
+        tier = reading.TierReader(racing, lambda: seen[0])  # type: ignore[arg-type]
+        reads = routing.RecordReads(store.commitlog, tier)
+        with pytest.raises(errors.TierRequestRejected, match="NoSuchKey"):
+            reads.read_message(first)  # still recorded, yet missing: damage, not "gone"
+        racing.after = expired  # the expiry lands during the GET
+        assert reads.read_message(first) is None, "gone, as any expired record"
+        seen[0] = offloaded
+        assert reads.read(first, 64) is None
 
 
 def test_the_sweep_deletes_what_no_upload_can_record_and_nothing_else(
