@@ -85,7 +85,7 @@ def test_foreign_keys_are_reported_never_deleted() -> None:
         sweeping.plan_sweep(manifest_of(0), [], next_base=0, now_ms=NOW_MS, grace_s=0)
 
 
-@settings(max_examples=300)
+@settings(max_examples=150)
 @given(
     recorded=st.integers(0, 6),
     start=st.integers(0, 3),
