@@ -22,19 +22,27 @@ A reader of the copy therefore may find objects already expired from it missing 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from gannet.node.store.tier import buckets, errors, manifests, naming, uploading
 
 log = logging.getLogger(__name__)
 
 
+def _nothing() -> None:
+    return None
+
+
 class ManifestCopy:
     """What the leader wrote to the bucket, and what it may write next (module docstring)."""
 
-    def __init__(self, bucket: buckets.Bucket, prefix: str) -> None:
+    def __init__(
+        self, bucket: buckets.Bucket, prefix: str, *, on_write: Callable[[], None] = _nothing
+    ) -> None:
         self.bucket = bucket
         self.key = naming.manifest_key(prefix)
-        self.writes_total = 0
+        self.on_write = on_write
+        """Told after each write of the copy (the loop's counter)."""
         self._committed: manifests.Manifest | None = None
         self._written: manifests.Manifest | None = None
         self._uncertain = False
@@ -66,7 +74,7 @@ class ManifestCopy:
             return False
         self.bucket.put_bytes(self.key, manifests.encode(manifest))
         self._written = manifest
-        self.writes_total += 1
+        self.on_write()
         return True
 
 

@@ -174,10 +174,10 @@ class Offloader:
     ) -> None:
         self.config = config
         self.store = store
-        self.copy = manifest_copy.ManifestCopy(bucket, config.prefix)
+        self.figures = OffloadFigures()
+        self.copy = manifest_copy.ManifestCopy(bucket, config.prefix, on_write=self._copied)
         self.manifest_log = manifest_copy.CopiedManifestLog(manifest_log, self.copy)
         self.bucket = bucket
-        self.figures = OffloadFigures()
         self.remote = retention.RemoteRetention(
             store,
             self.manifest_log,
@@ -193,6 +193,9 @@ class Offloader:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reason = ""
+
+    def _copied(self) -> None:
+        self.figures.remote.manifest_copies_total += 1
 
     # ------------------------------------------------------------------ thread
     def start(self) -> None:

@@ -67,6 +67,7 @@ class RetentionFigures:
     expired_bytes_total: int = 0
     swept_objects_total: int = 0
     manifest_copies_total: int = 0
+    """Counted by :class:`.manifest_copy.ManifestCopy` as it writes (``on_write``)."""
 
 
 def _ignore(_: str) -> None:
@@ -107,17 +108,14 @@ class RemoteRetention:
 
     def leader_pass(self) -> None:
         """Steps 1-3 (module docstring); bucket and log errors propagate to the loop."""
-        try:
-            manifest = self.manifest_log.current()
-            self.copy.lead(manifest)
-            self.copy.sync()
-            self._expire(manifest)
-            now_ms = self._clock_ms()
-            if self._next_sweep_ms is None or now_ms >= self._next_sweep_ms:
-                self.sweep()
-                self._next_sweep_ms = now_ms + int(self.sweep_interval_s * 1000)
-        finally:
-            self.figures.manifest_copies_total = self.copy.writes_total
+        manifest = self.manifest_log.current()
+        self.copy.lead(manifest)
+        self.copy.sync()
+        self._expire(manifest)
+        now_ms = self._clock_ms()
+        if self._next_sweep_ms is None or now_ms >= self._next_sweep_ms:
+            self.sweep()
+            self._next_sweep_ms = now_ms + int(self.sweep_interval_s * 1000)
 
     def follower_pass(self) -> None:
         self.copy.follow()
