@@ -282,7 +282,8 @@ s3-tools: $(STAMP)
 ## e2e-tier: tiered storage (docs/tiered-storage.md) against one real SeaweedFS S3 server: the S3
 ## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted),
 ## a MessageStore reading offloaded files (offset, pull, Pop, key/id/time; hung bucket), gannet store inspect/verify over a tier,
-## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload, GetTierStatus with refused credentials (37 tests: 106 s measured on the busy shared 2-core machine before the last)
+## a broker process SIGKILLed mid-offload, then expiring by bytes and verified from its bucket manifest copy, a 3-member group whose leader crashes mid-offload,
+## GetTierStatus with refused credentials, remote retention + orphan sweep + a process SIGKILLed between expiry and deletes (measured on the busy shared 2-core machine: 106 s before the last two, 212 s with them at load 15-20)
 e2e-tier: s3-tools
 	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
 

@@ -114,6 +114,38 @@ def test_a_follower_deletes_what_the_manifest_records_and_keeps_a_conflicting_fi
     assert first < second < third
 
 
+def test_a_follower_moves_queue_minimums_up_when_the_tier_start_moves(
+    store: MessageStore,
+) -> None:
+    """Remote expiry applied on a follower (the leader's ``expire`` reached its manifest): the
+    next pass moves the queues' minimum offsets (QueryOffset BEGINNING, GET_MIN_OFFSET) up to
+    the first message at the tier's new start; the follower never talks to the bucket."""
+    log = uploading.FileManifestLog(applied.manifest_path(store.config.root_dir), PREFIX)
+    _record_first(store, log, 3)
+
+    def tier_range() -> tuple[int, int] | None:
+        held = log.current()
+        if held.start_offset is None or held.end_offset is None:
+            return None
+        return held.start_offset, held.end_offset
+
+    store.cleaner.tier_range = tier_range
+    offloader = Offloader(_config(), _Follower(store, None), log, buckets.S3Bucket(_dead_bucket()))
+    assert offloader.run_pass()
+    assert offloader.figures.local_deleted_files_total == 3
+    assert [store.min_offset_in_queue(TOPIC, q) for q in (0, 1)] == [0, 0], "tier records kept"
+    up_to = log.current().objects[1].end_offset
+    log.propose(manifests.ExpireObjects(up_to))  # the leader's expiry, applied here
+    assert offloader.run_pass()
+    for queue_id in (0, 1):
+        cq = store.queues.get(TOPIC, queue_id)
+        assert cq is not None
+        low = store.min_offset_in_queue(TOPIC, queue_id)
+        assert low > 0
+        assert low == cq.first_offset_at_or_after(up_to), "the first unit at the new start"
+    assert offloader.figures.remote.expired_objects_total == 0, "deletes are the leader's"
+
+
 def test_no_gap_is_recorded_while_the_bucket_cannot_say_it_lacks_the_file(
     store: MessageStore,
 ) -> None:

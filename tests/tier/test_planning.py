@@ -125,6 +125,26 @@ def test_remote_expiry_by_age_and_bytes_never_reaches_local_files() -> None:
     )
 
 
+def test_remote_expiry_never_empties_the_tier() -> None:
+    """Every object past its retention, no local file: the newest object stays, so the tier's
+    end offset only grows (what the orphan sweep's rule rests on)."""
+    old = manifest_of(0, 1, 2, at_ms=NOW_MS - 10 * HOUR_MS)
+    by_age = planning.TierPolicy(remote_retention_s=3600)
+    assert planning.plan_remote_expiry(
+        old, by_age, local_start_offset=None, now_ms=NOW_MS
+    ) == manifests.ExpireObjects(2 * SIZE)
+    tiny = planning.TierPolicy(remote_bytes_max=1)
+    assert planning.plan_remote_expiry(
+        old, tiny, local_start_offset=10 * SIZE, now_ms=NOW_MS
+    ) == manifests.ExpireObjects(2 * SIZE)
+    assert (
+        planning.plan_remote_expiry(
+            manifest_of(0, at_ms=0), by_age, local_start_offset=None, now_ms=NOW_MS
+        )
+        is None
+    ), "a tier of one object keeps it"
+
+
 @settings(max_examples=300)
 @given(
     st.lists(st.tuples(st.booleans(), st.floats(0, 10)), min_size=0, max_size=12),

@@ -124,6 +124,13 @@ TIER_FILE_COLUMNS = (
 )
 
 
+ORPHANS_NOTE = (
+    "objects the manifest does not record (the broker's sweep deletes those below the tier's"
+    " end at its next sweep, others once older than --tier-orphan-grace-s, except the one at"
+    " the tier's end, which the next upload adopts)"
+)
+
+
 def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[Any]]:
     """The offloaded files of ``tier`` as a document and as table lines (one LIST for the
     objects the manifest does not record)."""
@@ -168,9 +175,7 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
     if recorded_gaps:
         lines.append(_gaps_line(manifest))
     if stray:
-        lines.append(
-            f"objects the manifest does not record (an orphan sweep removes them): {stray}"
-        )
+        lines.append(f"{ORPHANS_NOTE}: {stray}")
     return document, lines
 
 
@@ -355,9 +360,7 @@ def _verify_tier(
     if manifest.gaps:
         lines.append(_gaps_line(manifest))
     if stray:
-        lines.append(
-            f"objects the manifest does not record (an orphan sweep removes them): {stray}"
-        )
+        lines.append(f"{ORPHANS_NOTE}: {stray}")
     return document, lines, damage
 
 

@@ -7,11 +7,15 @@ its own thread, never on the append path or the event loop. Each pass:
    and the disk use go to :func:`planning.plan_offload`; each chosen file goes through
    :func:`uploading.offload` (hash, upload unless held, verify, record through the manifest
    log) without deleting it.
+   Then remote retention (:mod:`.retention`): the manifest's bucket copy, remote expiry
+   (an ``expire`` change through the manifest log, then the objects' deletes) and the orphan
+   sweep.
 2. On **every member**: :func:`planning.plan_local_deletes` over the applied manifest; each
    file to delete has its MD5 checked against the manifest here (a file the manifest records
    with other bytes is kept, a ``conflict`` failure), then the store deletes the leading run
    of them (:meth:`OffloadedStore.delete_offloaded`: the cleaner, under the append lock, which
-   is held only for the unlink, never for the read).
+   is held only for the unlink, never for the read); when the tier's start moved up, the
+   queues' minimums follow it (:meth:`.retention.RemoteRetention.member_pass`).
 
 Failures never reach writers: a pass that fails counts one failure by reason
 (``unavailable``, ``credentials``, ``rejected``, ``not-verified``, ``conflict``, ``corrupt``,
@@ -35,7 +39,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gannet.node.store.tier import buckets, errors, gaps, manifests, planning, uploading
+from gannet.node.store.tier import (
+    buckets,
+    errors,
+    gaps,
+    manifest_copy,
+    manifests,
+    planning,
+    retention,
+    uploading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +73,17 @@ class TierConfig:
     policy: planning.TierPolicy
     pass_interval_s: float = 10.0
     retry_backoff_s_max: float = 300.0
+    sweep_interval_s: float = 600.0
+    """How often the leader lists the bucket for orphans (:mod:`.retention`)."""
+    orphan_grace_s: float = 3600.0
+    """An unrecorded object at or past the tier's end is swept only when older (sweeping)."""
 
     def __post_init__(self) -> None:
+        if self.sweep_interval_s <= 0 or self.orphan_grace_s <= 0:
+            raise ValueError(
+                f"tier sweep interval {self.sweep_interval_s} s and orphan grace period"
+                f" {self.orphan_grace_s} s must be positive"
+            )
         if self.pass_interval_s <= 0:
             raise ValueError(f"tier pass interval {self.pass_interval_s} s is not positive")
         if self.retry_backoff_s_max < self.pass_interval_s:
@@ -89,6 +111,10 @@ class OffloadedStore(Protocol):
         the active one); returns how many were deleted."""
         ...
 
+    def local_start_offset(self) -> int | None: ...
+
+    def tier_moved(self) -> None: ...
+
 
 @dataclass(slots=True)
 class OffloadFigures:
@@ -110,6 +136,8 @@ class OffloadFigures:
     successful one (the admin ``GetTierStatus``, the operator's Events)."""
     last_success_ms: int = 0
     """Wall-clock end of the latest successful pass; 0: none since the broker started."""
+    remote: retention.RetentionFigures = field(default_factory=retention.RetentionFigures)
+    """Remote expiry, orphan sweep and manifest copies (:mod:`.retention`)."""
 
 
 def reason_of(exc: BaseException) -> str:
@@ -146,13 +174,28 @@ class Offloader:
     ) -> None:
         self.config = config
         self.store = store
-        self.manifest_log = manifest_log
-        self.bucket = bucket
         self.figures = OffloadFigures()
+        self.copy = manifest_copy.ManifestCopy(bucket, config.prefix, on_write=self._copied)
+        self.manifest_log = manifest_copy.CopiedManifestLog(manifest_log, self.copy)
+        self.bucket = bucket
+        self.remote = retention.RemoteRetention(
+            store,
+            self.manifest_log,
+            bucket,
+            self.copy,
+            config.policy,
+            sweep_interval_s=config.sweep_interval_s,
+            orphan_grace_s=config.orphan_grace_s,
+            clock_ms=clock_ms,
+        )
+        self.remote.figures = self.figures.remote
         self._clock_ms = clock_ms
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._reason = ""
+
+    def _copied(self) -> None:
+        self.figures.remote.manifest_copies_total += 1
 
     # ------------------------------------------------------------------ thread
     def start(self) -> None:
@@ -186,7 +229,11 @@ class Offloader:
         try:
             if self.store.is_leader():
                 self._offload()
+                self.remote.leader_pass()
+            else:
+                self.remote.follower_pass()
             self._delete_local()
+            self.remote.member_pass()
         except Exception as exc:  # every failure waits for the next pass; writes go on
             self._failed(exc)
             return False

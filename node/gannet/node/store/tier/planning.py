@@ -21,7 +21,8 @@ Rules:
   ``local_keep_bytes`` of them on disk as a hot cache for consumers near the head.
 - **Remote expiry** drops the oldest objects while the tier holds more than
   ``remote_bytes_max`` or while the oldest was uploaded more than ``remote_retention_s`` ago,
-  but never an object whose file is still on local disk (local retention is the local tier's).
+  but never an object whose file is still on local disk (local retention is the local tier's)
+  and never the newest object (the tier never empties: its end offset only grows).
 """
 
 from __future__ import annotations
@@ -175,11 +176,14 @@ def plan_remote_expiry(
     """The expiry change remote retention asks for now, or ``None``.
 
     ``local_start_offset`` is the first offset still on local disk (``None`` if the local log is
-    empty); objects at or after it are never expired by the tier's rules.
+    empty); objects at or after it are never expired by the tier's rules. The newest object is
+    never expired either: a tier that held an object never becomes empty again, so its end
+    offset only grows, which is what lets the orphan sweep (:mod:`.sweeping`) tell an object
+    that can never be recorded from an upload in flight.
     """
     total_bytes = manifest.total_bytes()
     up_to: int | None = None
-    for obj in manifest.objects:
+    for obj in manifest.objects[:-1]:  # the newest object stays: the tier never empties
         if local_start_offset is not None and obj.end_offset > local_start_offset:
             break
         too_big = policy.remote_bytes_max is not None and total_bytes > policy.remote_bytes_max

@@ -24,7 +24,10 @@ of fewer bytes than one whole record (the 4-byte size probe) is not judged.
 Tier reads run in the calling thread (never on the event loop: the protocol layers call the
 store through worker threads) and take no store lock: a reader blocked on a slow bucket holds
 nothing the append path or a read at the head needs. :class:`~errors.TierUnavailable` (the
-bucket is down or busy) propagates to the caller, who answers it as retryable.
+bucket is down or busy) propagates to the caller, who answers it as retryable. A read that
+located an object just before remote retention expired it and fetched it just after its
+delete gets the bucket's 404 (:class:`~errors.TierRequestRejected`): when the manifest no
+longer holds the offset, the record is gone, answered like any expired one.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from collections.abc import Callable
 from gannet.node.store.log import layout
 from gannet.node.store.log.commitlog import CommitLog, decode_stored
 from gannet.node.store.log.records import Message
-from gannet.node.store.tier import manifests, reading
+from gannet.node.store.tier import errors, manifests, reading
 
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
@@ -144,6 +147,10 @@ class RecordReads:
             data = tier.read(offset, size)
         except reading.OffsetNotInTier:  # expired meanwhile, or a range past the file's end
             return None
+        except errors.TierRequestRejected:
+            if self._tier_holds(offset) is None:
+                return None  # expired and deleted during the read: gone, not an error
+            raise
         first = _first_record(data)
         if first is not None and not self._served(*first):
             return None  # the topic's tier retention: removed (a bulk run falls back per record)
@@ -172,6 +179,10 @@ class RecordReads:
             data = tier.read_record(offset)
         except reading.OffsetNotInTier:
             return None
+        except errors.TierRequestRejected:
+            if self._tier_holds(offset) is None:
+                return None  # expired and deleted during the read (module docstring)
+            raise
         msg = decode_stored(data, offset)
         return msg if self._served(msg.topic, msg.store_timestamp_ms) else None
 
