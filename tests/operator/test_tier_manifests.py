@@ -44,6 +44,8 @@ def test_defaults_fill_every_broker_option() -> None:
         "--tier-local-retention-bytes": "0",
         "--tier-uploads-per-pass": "4",
         "--tier-pass-interval-s": "10",
+        "--tier-remote-retention-s": "0",
+        "--tier-remote-bytes-max": "0",
     }
 
 
@@ -56,6 +58,8 @@ def test_given_settings_reach_the_broker() -> None:
         localRetentionBytes=1 << 30,
         uploadsPerPass=2,
         passIntervalSeconds=2.5,
+        remoteRetentionSeconds=30 * 86400,
+        remoteBytesMax=1 << 40,
     )
     found = options(broker(spec)["args"])
     assert found["--tier-prefix"] == "team-a/orders/broker-0"
@@ -65,6 +69,8 @@ def test_given_settings_reach_the_broker() -> None:
     assert found["--tier-local-retention-bytes"] == str(1 << 30)
     assert found["--tier-uploads-per-pass"] == "2"
     assert found["--tier-pass-interval-s"] == "2.5"
+    assert found["--tier-remote-retention-s"] == "2592000"
+    assert found["--tier-remote-bytes-max"] == str(1 << 40)
 
 
 def test_no_tier_no_option_and_no_volume() -> None:
@@ -135,6 +141,8 @@ def test_a_tier_change_changes_the_pod_template() -> None:
         ({"uploadsPerPass": 0}, "spec.tier.uploadsPerPass"),
         ({"passIntervalSeconds": 0}, "spec.tier.passIntervalSeconds"),
         ({"localRetentionBytes": "1Gi"}, "spec.tier.localRetentionBytes"),
+        ({"remoteRetentionSeconds": -1}, "spec.tier.remoteRetentionSeconds"),
+        ({"remoteBytesMax": -5}, "spec.tier.remoteBytesMax"),
     ],
 )
 def test_bad_tier_spec_names_the_field(tier: dict[str, Any], field: str) -> None:

@@ -360,15 +360,19 @@ def tier_args(spec: ClusterSpec, cluster: str, namespace: str, group: int) -> li
         args += ["--tier-region", tier.region]
     args += [
         "--tier-offload-after-s",
-        f"{tier.offload_after_s:g}",
+        f"{tier.offload_after_s:.15g}",
         "--tier-offload-disk-ratio",
-        f"{tier.offload_disk_ratio:g}",
+        f"{tier.offload_disk_ratio:.15g}",
         "--tier-local-retention-bytes",
         str(tier.local_retention_bytes),
         "--tier-uploads-per-pass",
         str(tier.uploads_per_pass),
         "--tier-pass-interval-s",
-        f"{tier.pass_interval_s:g}",
+        f"{tier.pass_interval_s:.15g}",
+        "--tier-remote-retention-s",
+        f"{tier.remote_retention_s:.15g}",
+        "--tier-remote-bytes-max",
+        str(tier.remote_bytes_max),
     ]
     return args
 

@@ -180,6 +180,10 @@ class TierSpec:
     local_retention_bytes: int
     uploads_per_pass: int
     pass_interval_s: float
+    remote_retention_s: float
+    """Expire offloaded files from the bucket this long after upload; 0: keep forever."""
+    remote_bytes_max: int
+    """Expire the oldest offloaded files while the tier holds more; 0: no limit."""
 
 
 def tier_prefix(tier: TierSpec, cluster: str, namespace: str, broker_name: str) -> str:
@@ -545,6 +549,10 @@ def _tier(spec: Mapping[str, Any]) -> TierSpec | None:
     _in_range("tier.uploadsPerPass", uploads, 1, 64)
     interval_s = _get(section, "tier.passIntervalSeconds", float, 10.0)
     _in_range("tier.passIntervalSeconds", interval_s, 0.1, 3600)
+    remote_s = _get(section, "tier.remoteRetentionSeconds", float, 0.0)
+    _in_range("tier.remoteRetentionSeconds", remote_s, 0, 100 * 365 * 86400)
+    remote_bytes = _get(section, "tier.remoteBytesMax", int, 0)
+    _in_range("tier.remoteBytesMax", remote_bytes, 0, 2**62)
     return TierSpec(
         endpoint=endpoint,
         bucket=bucket,
@@ -557,6 +565,8 @@ def _tier(spec: Mapping[str, Any]) -> TierSpec | None:
         local_retention_bytes=keep,
         uploads_per_pass=uploads,
         pass_interval_s=interval_s,
+        remote_retention_s=remote_s,
+        remote_bytes_max=remote_bytes,
     )
 
 
