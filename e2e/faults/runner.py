@@ -9,7 +9,8 @@ the namespaces. The inner run:
    leader, creates the topics (``jq`` normal, 4 queues; ``jf`` FIFO, 2 queues) and the groups;
 2. starts the workload (:mod:`e2e.faults.workload`: two senders on ``jq``, one FIFO sender on
    ``jf`` in three message groups, transactions on ``jt`` (TRANSACTION, 2 queues), a Pop
-   consumer on each topic) and the nemesis
+   consumer on each topic; with ``--clients python,java`` also the official Java client's
+   sender and consumer in one JVM, :mod:`e2e.faults.java_workload`) and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
 3. stops the senders, heals every fault, lets the consumers drain, waits until the replicas
    converge, compares their commit logs byte for byte up to the commit offset, reads every
@@ -40,7 +41,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from e2e.faults import checker, nemesis, netns, report
+from e2e.faults import checker, java_workload, nemesis, netns, report
 from e2e.faults.cluster import FOUNDERS, NetCluster
 from e2e.faults.history import Event, History
 from e2e.faults.workload import Popper, Sender, TxSender
@@ -55,6 +56,8 @@ DRAIN_TIMEOUT_S = 40.0
 CONVERGE_TIMEOUT_S = 60.0
 RUN_MARGIN_S = 420.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+CLIENTS = ("python", "java")
+"""The workloads a run can start (python always runs)."""
 
 
 # ---------------------------------------------------------------------------- inner: one run
@@ -82,7 +85,8 @@ def inner(spec: dict[str, Any]) -> int:
             cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root,
                                  clocks="clock" in kinds, disks="disk-full" in kinds,
                                  lazy="lose-unfsynced" in kinds)  # fmt: skip
-            _one_run(cluster, history, faults, seed, duration_s, result)
+            java = "java" in spec.get("clients", ["python"])
+            _one_run(cluster, history, faults, seed, duration_s, result, out if java else None)
         except Exception:
             result["error"] = traceback.format_exc()[-3000:]
         finally:
@@ -100,8 +104,9 @@ def inner(spec: dict[str, Any]) -> int:
 
 def _one_run(
     cluster: NetCluster, history: History, faults: list[nemesis.Fault], seed: int,
-    duration_s: float, result: dict[str, Any],
+    duration_s: float, result: dict[str, Any], java_out: Path | None = None,
 ) -> None:  # fmt: skip
+    """``java_out``: run the Java workload too, its JVM's stderr in ``java_out/java.log``."""
     cluster.start()
     cluster.leader(START_TIMEOUT_S)
     cluster.create_topic("jq", 4, "NORMAL")
@@ -120,11 +125,19 @@ def _one_run(
                Popper(endpoints, "jf", "cf", "pf", history, seed + 1),
                Popper(endpoints, "jt", "ct", "pt", history, seed + 2)]  # fmt: skip
     tx = TxSender(endpoints, "jt", "t1", history, TX_RATE_PER_S, seed + 3)
+    java = None
+    if java_out is not None:
+        cluster.create_group(java_workload.GROUP, fifo=False)
+        cluster.converged(CONVERGE_TIMEOUT_S)
+        java = java_workload.JavaWorkload(endpoints, "jq", history, SEND_RATE_PER_S, seed + 4,
+                                          java_out / "java.log")  # fmt: skip
     for sender in senders:
         sender.startup()
     tx.startup()
     for popper in poppers:
         popper.startup()
+    if java is not None:
+        java.startup()
     chaos = nemesis.Nemesis(cluster, history, faults)
     chaos.start()
     threading.Event().wait(max(0.0, duration_s - history.now()))
@@ -132,6 +145,8 @@ def _one_run(
     for sender in senders:
         sender.stop()
     tx.stop()
+    if java is not None:
+        java.stop_sends()
     chaos.heal_all()
     healed = history.now()
     cluster.leader(RECOVER_TIMEOUT_S)
@@ -143,12 +158,15 @@ def _one_run(
             not checker.undelivered(events, "s", "pq")
             and not checker.undelivered(events, "f", "pf")
             and not checker.tx_undelivered(events, "t1", "pt")
+            and (java is None or not checker.undelivered(events, "s", java_workload.CONSUMER))
         )
 
     with contextlib.suppress(TimeoutError):
         wait_for(drained, DRAIN_TIMEOUT_S, "the consumers to receive every acknowledged send")
     for popper in poppers:
         popper.stop()
+    if java is not None:
+        java.stop()
     tx.shutdown()
     commit = cluster.converged(CONVERGE_TIMEOUT_S)
     topics = ("jq", "jf", "jt")
@@ -167,6 +185,10 @@ def _one_run(
     checker.check_fifo(verdict, events, "pf", stored["jf"][1])
     checker.check_transactions(verdict, events, "t1", "pt", stored["jt"])
     checker.check_pop(verdict, "tx_pop", events, "pt")
+    if java is not None:
+        checker.check_pop(verdict, "java_pop", events, java_workload.CONSUMER)
+        checker.client_figures(verdict, "jq_java", events, java_workload.SENDER)
+        result["java_malformed_lines"] = java.malformed
     started = [e for e in events if e.process == "nemesis" and e.type == "start"]
     checker.check_terms(verdict, samples, faults, started)
     result["verify"] = {str(i): cluster.store_verify(i) for i in cluster.ids}
@@ -182,6 +204,10 @@ def _one_run(
         "jf": len(checker.undelivered(events, "f", "pf")),
         "jt": len(checker.tx_undelivered(events, "t1", "pt")),
     }
+    if java is not None:
+        result["undelivered"]["jq_java"] = len(
+            checker.undelivered(events, "s", java_workload.CONSUMER)
+        )
     result["outages"] = checker.outages(events, 0.0, load_end, faults)
     result["outage_per_fault"] = checker.outage_per_fault(events, faults, load_end)
     result["send_failures"] = _count(events, "send", "info")
@@ -193,8 +219,12 @@ def _count(events: list[Event], f: str, type_: str) -> int:
 
 
 # ---------------------------------------------------------------------------- outer: many runs
-def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3) -> dict[str, Any]:
-    """Run ``seed`` in fresh namespaces; its ``result.json`` (or a harness error)."""
+def one(
+    seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3,
+    clients: tuple[str, ...] = ("python",),
+) -> dict[str, Any]:  # fmt: skip
+    """Run ``seed`` in fresh namespaces with the ``clients``' workloads; its ``result.json`` (or a
+    harness error)."""
     spaces = netns.Namespaces(size + ("membership" in kinds), prefix="gfl")
     run_out = out / str(seed)
     if run_out.exists():
@@ -204,6 +234,7 @@ def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3
         spaces.create()
         spec = {
             "seed": seed, "duration_s": duration_s, "nemeses": kinds, "out": str(run_out),
+            "clients": list(clients),
             "nodes": spaces.nodes,
             "addresses": [spaces.address(i) for i in range(1, len(spaces.nodes) + 1)],
             "ctl_address": spaces.ctl_address,
@@ -241,6 +272,7 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{fig['jf_lost']}, transactions {fig.get('tx_committed', 0)} committed + "
         f"{fig.get('tx_rolled_back', 0)} rolled back, longest outage {worst:.1f} s, faults "
         f"{', '.join(f['what'] for f in r['faults'])}"
+        + (f"; java acked {fig['jq_java_acknowledged']}" if "jq_java_acknowledged" in fig else "")
         + ("" if r["valid"] else f"; violations: {r['violations'][:3]}")
     )
 
@@ -252,6 +284,8 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=60.0)
     parser.add_argument("--nemeses", default="all", help=f"comma-separated of {nemesis.ALL}")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    workloads = f"comma-separated workloads of {CLIENTS} (python always runs)"
+    parser.add_argument("--clients", default=",".join(CLIENTS), help=workloads)
     rewrite = "rewrite <out>/report.md from the runs' result.json files"
     parser.add_argument("--report-only", action="store_true", help=rewrite)
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
@@ -272,14 +306,20 @@ def main() -> None:
     unknown = set(kinds) - set(nemesis.ALL)
     if unknown:
         parser.error(f"unknown nemeses {sorted(unknown)}")
+    clients = tuple(dict.fromkeys(["python", *args.clients.split(",")]))
+    if set(clients) - set(CLIENTS):
+        parser.error(f"unknown clients {sorted(set(clients) - set(CLIENTS))}: {CLIENTS}")
+    if "java" in clients:
+        java_workload.prepare()  # Maven needs the network: before the namespaces
     first = args.seed if args.seed is not None else random.randrange(1, 1_000_000)
     print(f"e2e-faults: {args.runs} runs of {args.duration_s:.0f} s from seed {first} "
-          f"(replay one: --seed S --runs 1); nemeses {','.join(kinds)}", flush=True)  # fmt: skip
+          f"(replay one: --seed S --runs 1); nemeses {','.join(kinds)}; clients "
+          f"{','.join(clients)}", flush=True)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in range(first, first + args.runs):
         print(f"seed {seed}: running", flush=True)
-        result = one(seed, args.duration_s, kinds, args.out)
+        result = one(seed, args.duration_s, kinds, args.out, clients=clients)
         results.append(result)
         print(summary_line(result), flush=True)
         report.write(args.out, results)
