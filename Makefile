@@ -183,13 +183,13 @@ e2e-partition-clients: $(STAMP)
 ## dropping what a killed member had not fsynced: a FUSE layer, Debian's fuse3); every
 ## run's history is checked (lost, duplicated, unexpected, offsets, replicas, store verify, Pop,
 ## FIFO, terms, outages). SEED=S replays from seed S (RUNS=1: that run alone); NEMESES=a,b picks
-## nemeses; CLIENTS=python runs without the Java workload (default python,java: the official Java
-## client's sender and consumer in one JVM beside the Python one; mvn fetches its jars once).
+## nemeses; CLIENTS=python runs the Python workload alone (default python,java,node: the official
+## Java and Node.js clients' senders and consumers too, a process each; mvn and npm fetch them once).
 ## Report and timelines in e2e/faults/results/report.md (about 2 min per run)
 RUNS ?= 100
 DURATION_S ?= 60
 NEMESES ?= all
-CLIENTS ?= python,java
+CLIENTS ?= python,java,node
 .PHONY: e2e-faults
 e2e-faults: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }

@@ -9,8 +9,9 @@ the namespaces. The inner run:
    leader, creates the topics (``jq`` normal, 4 queues; ``jf`` FIFO, 2 queues) and the groups;
 2. starts the workload (:mod:`e2e.faults.workload`: two senders on ``jq``, one FIFO sender on
    ``jf`` in three message groups, transactions on ``jt`` (TRANSACTION, 2 queues), a Pop
-   consumer on each topic; with ``--clients python,java`` also the official Java client's
-   sender and consumer in one JVM, :mod:`e2e.faults.java_workload`) and the nemesis
+   consumer on each topic; with ``--clients python,java,node`` also the official Java and
+   Node.js clients' senders and consumers, a process each, :mod:`e2e.faults.client_workload`)
+   and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
 3. stops the senders, heals every fault, lets the consumers drain, waits until the replicas
    converge, compares their commit logs byte for byte up to the commit offset, reads every
@@ -41,7 +42,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from e2e.faults import checker, java_workload, nemesis, netns, report
+from e2e.faults import checker, client_workload, nemesis, netns, report
 from e2e.faults.cluster import FOUNDERS, NetCluster
 from e2e.faults.history import Event, History
 from e2e.faults.workload import Popper, Sender, TxSender
@@ -56,7 +57,7 @@ DRAIN_TIMEOUT_S = 40.0
 CONVERGE_TIMEOUT_S = 60.0
 RUN_MARGIN_S = 420.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
-CLIENTS = ("python", "java")
+CLIENTS = ("python", "java", "node")
 """The workloads a run can start (python always runs)."""
 
 
@@ -85,8 +86,8 @@ def inner(spec: dict[str, Any]) -> int:
             cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root,
                                  clocks="clock" in kinds, disks="disk-full" in kinds,
                                  lazy="lose-unfsynced" in kinds)  # fmt: skip
-            java = "java" in spec.get("clients", ["python"])
-            _one_run(cluster, history, faults, seed, duration_s, result, out if java else None)
+            others = [c for c in spec.get("clients", ["python"]) if c != "python"]
+            _one_run(cluster, history, faults, seed, duration_s, result, out, others)
         except Exception:
             result["error"] = traceback.format_exc()[-3000:]
         finally:
@@ -104,9 +105,10 @@ def inner(spec: dict[str, Any]) -> int:
 
 def _one_run(
     cluster: NetCluster, history: History, faults: list[nemesis.Fault], seed: int,
-    duration_s: float, result: dict[str, Any], java_out: Path | None = None,
+    duration_s: float, result: dict[str, Any], out: Path, others: list[str],
 ) -> None:  # fmt: skip
-    """``java_out``: run the Java workload too, its JVM's stderr in ``java_out/java.log``."""
+    """``others``: the other clients' workloads to run too (``java``, ``node``), each program's
+    stderr in ``out/<client>.log``."""
     cluster.start()
     cluster.leader(START_TIMEOUT_S)
     cluster.create_topic("jq", 4, "NORMAL")
@@ -125,19 +127,21 @@ def _one_run(
                Popper(endpoints, "jf", "cf", "pf", history, seed + 1),
                Popper(endpoints, "jt", "ct", "pt", history, seed + 2)]  # fmt: skip
     tx = TxSender(endpoints, "jt", "t1", history, TX_RATE_PER_S, seed + 3)
-    java = None
-    if java_out is not None:
-        cluster.create_group(java_workload.GROUP, fifo=False)
+    clients = [client_workload.KNOWN[name] for name in others]
+    for client in clients:
+        cluster.create_group(client.group, fifo=False)
+    if clients:
         cluster.converged(CONVERGE_TIMEOUT_S)
-        java = java_workload.JavaWorkload(endpoints, "jq", history, SEND_RATE_PER_S, seed + 4,
-                                          java_out / "java.log")  # fmt: skip
+    workloads = [client_workload.ClientWorkload(client, endpoints, "jq", history, SEND_RATE_PER_S,
+                                                seed + 4 + n, out / f"{client.name}.log")
+                 for n, client in enumerate(clients)]  # fmt: skip
     for sender in senders:
         sender.startup()
     tx.startup()
     for popper in poppers:
         popper.startup()
-    if java is not None:
-        java.startup()
+    for workload in workloads:
+        workload.startup()
     chaos = nemesis.Nemesis(cluster, history, faults)
     chaos.start()
     threading.Event().wait(max(0.0, duration_s - history.now()))
@@ -145,8 +149,8 @@ def _one_run(
     for sender in senders:
         sender.stop()
     tx.stop()
-    if java is not None:
-        java.stop_sends()
+    for workload in workloads:
+        workload.stop_sends()
     chaos.heal_all()
     healed = history.now()
     cluster.leader(RECOVER_TIMEOUT_S)
@@ -158,15 +162,15 @@ def _one_run(
             not checker.undelivered(events, "s", "pq")
             and not checker.undelivered(events, "f", "pf")
             and not checker.tx_undelivered(events, "t1", "pt")
-            and (java is None or not checker.undelivered(events, "s", java_workload.CONSUMER))
+            and not any(checker.undelivered(events, "s", c.consumer) for c in clients)
         )
 
     with contextlib.suppress(TimeoutError):
         wait_for(drained, DRAIN_TIMEOUT_S, "the consumers to receive every acknowledged send")
     for popper in poppers:
         popper.stop()
-    if java is not None:
-        java.stop()
+    for workload in workloads:
+        workload.stop()
     tx.shutdown()
     commit = cluster.converged(CONVERGE_TIMEOUT_S)
     topics = ("jq", "jf", "jt")
@@ -185,10 +189,11 @@ def _one_run(
     checker.check_fifo(verdict, events, "pf", stored["jf"][1])
     checker.check_transactions(verdict, events, "t1", "pt", stored["jt"])
     checker.check_pop(verdict, "tx_pop", events, "pt")
-    if java is not None:
-        checker.check_pop(verdict, "java_pop", events, java_workload.CONSUMER)
-        checker.client_figures(verdict, "jq_java", events, java_workload.SENDER)
-        result["java_malformed_lines"] = java.malformed
+    for workload in workloads:
+        name = workload.client.name
+        checker.check_pop(verdict, f"{name}_pop", events, workload.client.consumer)
+        checker.client_figures(verdict, f"jq_{name}", events, workload.client.sender)
+        result[f"{name}_malformed_lines"] = workload.malformed
     started = [e for e in events if e.process == "nemesis" and e.type == "start"]
     checker.check_terms(verdict, samples, faults, started)
     result["verify"] = {str(i): cluster.store_verify(i) for i in cluster.ids}
@@ -204,9 +209,9 @@ def _one_run(
         "jf": len(checker.undelivered(events, "f", "pf")),
         "jt": len(checker.tx_undelivered(events, "t1", "pt")),
     }
-    if java is not None:
-        result["undelivered"]["jq_java"] = len(
-            checker.undelivered(events, "s", java_workload.CONSUMER)
+    for client in clients:
+        result["undelivered"][f"jq_{client.name}"] = len(
+            checker.undelivered(events, "s", client.consumer)
         )
     result["outages"] = checker.outages(events, 0.0, load_end, faults)
     result["outage_per_fault"] = checker.outage_per_fault(events, faults, load_end)
@@ -272,9 +277,14 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{fig['jf_lost']}, transactions {fig.get('tx_committed', 0)} committed + "
         f"{fig.get('tx_rolled_back', 0)} rolled back, longest outage {worst:.1f} s, faults "
         f"{', '.join(f['what'] for f in r['faults'])}"
-        + (f"; java acked {fig['jq_java_acknowledged']}" if "jq_java_acknowledged" in fig else "")
+        + _client_acks(fig)
         + ("" if r["valid"] else f"; violations: {r['violations'][:3]}")
     )
+
+
+def _client_acks(figures: dict[str, Any]) -> str:
+    shares = [(name, figures.get(f"jq_{name}_acknowledged")) for name in CLIENTS[1:]]
+    return "".join(f"; {name} acked {n}" for name, n in shares if n is not None)
 
 
 def main() -> None:
@@ -309,8 +319,8 @@ def main() -> None:
     clients = tuple(dict.fromkeys(["python", *args.clients.split(",")]))
     if set(clients) - set(CLIENTS):
         parser.error(f"unknown clients {sorted(set(clients) - set(CLIENTS))}: {CLIENTS}")
-    if "java" in clients:
-        java_workload.prepare()  # Maven needs the network: before the namespaces
+    for name in clients[1:]:
+        client_workload.prepare(name)  # Maven and npm need the network: before the namespaces
     first = args.seed if args.seed is not None else random.randrange(1, 1_000_000)
     print(f"e2e-faults: {args.runs} runs of {args.duration_s:.0f} s from seed {first} "
           f"(replay one: --seed S --runs 1); nemeses {','.join(kinds)}; clients "
