@@ -185,7 +185,7 @@ e2e-partition-clients: $(STAMP)
 ## FIFO, terms, outages). SEED=S replays from seed S (RUNS=1: that run alone); NEMESES=a,b picks
 ## nemeses; CLIENTS=python runs the Python workload alone (default python,java,node: the official
 ## Java and Node.js clients' senders and consumers too, a process each; mvn and npm fetch them once).
-## Report and timelines in e2e/faults/results/report.md (about 2 min per run)
+## Report and timelines in e2e/faults/results/report.md (about 3 min per run on a busy machine)
 RUNS ?= 100
 DURATION_S ?= 60
 NEMESES ?= all
