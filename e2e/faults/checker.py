@@ -243,6 +243,14 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
         verdict.figures[f"{label}_copies_after_ack_first"] = after_ack[:5]
 
 
+def client_figures(verdict: Verdict, label: str, events: list[Event], process: str) -> None:
+    """One client's share of the sends checked with others (``check_sends`` of their prefix):
+    its invoked and acknowledged sends (a loss among them is a loss of the whole check)."""
+    mine = [e for e in events if e.f == "send" and e.process == process]
+    verdict.figures[f"{label}_invoked"] = sum(1 for e in mine if e.type == "invoke")
+    verdict.figures[f"{label}_acknowledged"] = sum(1 for e in mine if e.type == "ok")
+
+
 def undelivered(events: list[Event], sender_prefix: str, process: str) -> list[str]:
     """Acknowledged sends' ids never received by ``process``."""
     sent = {

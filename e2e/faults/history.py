@@ -53,13 +53,22 @@ class History:
             self.events.append(event)
         return event
 
+    def add_at(self, monotonic_s: float, process: str, type_: str, f: str,
+               value: dict[str, Any]) -> Event:  # fmt: skip
+        """An event that another process timed (``monotonic_s``: its CLOCK_MONOTONIC reading)."""
+        event = Event(round(monotonic_s - self.origin, 4), process, type_, f, value)
+        with self._lock:
+            self.events.append(event)
+        return event
+
     def sample(self, sample: Sample) -> None:
         with self._lock:
             self.samples.append(sample)
 
     def snapshot(self) -> tuple[list[Event], list[Sample]]:
+        """Events in time order (another process's events arrive a little after their time)."""
         with self._lock:
-            return list(self.events), list(self.samples)
+            return sorted(self.events, key=lambda e: e.t), list(self.samples)
 
     def write(self, directory: Path) -> None:
         events, samples = self.snapshot()

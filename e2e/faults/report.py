@@ -36,7 +36,12 @@ two producers on a normal topic (4 queues) and one on a FIFO topic in three mess
 each topic receiving, changing the invisible time of a fifth, acking each; transactions on a
 TRANSACTION topic (~8/s: a half message, then commit or rollback as drawn from the seed, the
 producer's checker answering the broker's checks with the same outcome) and a SimpleConsumer on
-it.
+it. With `--clients python,java,node` (`make e2e-faults`' default) the official Java client
+(rocketmq-client-java 5.0.8, one JVM) and Node.js client (rocketmq-client-nodejs 1.0.8, through
+a Service-like proxy in front of every member: it dials one address) each add a sender on the
+normal topic (~15/s, key = body, retried twice with its key) and a SimpleConsumer in a group of
+their own (receiving every message of the topic: receive, change a fifth, ack); their sends are
+checked with the Python senders', their Pop copies as the Python consumer's.
 
 Checked after the faults heal (module docstring of `e2e/faults/checker.py`): acknowledged sends
 lost (prefix/middle/postfix), one message id stored twice, unexpected messages, gapless queue
@@ -94,7 +99,15 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         "revived again from an unacked original after an ack of another copy (at least once, "
         f"counted): {_total(done, 'pop_copies_after_ack')} + transactional "
         f"{_total(done, 'tx_pop_copies_after_ack')} + FIFO "
-        f"{_total(done, 'fifo_pop_copies_after_ack')}",
+        f"{_total(done, 'fifo_pop_copies_after_ack')} + Java "
+        f"{_total(done, 'java_pop_copies_after_ack')} + Node.js "
+        f"{_total(done, 'node_pop_copies_after_ack')}",
+        f"- of the acknowledged sends, by the Java client {_total(done, 'jq_java_acknowledged')} "
+        f"(runs with it: {sum(1 for r in done if 'jq_java_acknowledged' in r['figures'])}), by "
+        f"the Node.js client {_total(done, 'jq_node_acknowledged')} (runs with it: "
+        f"{sum(1 for r in done if 'jq_node_acknowledged' in r['figures'])}); messages acked by "
+        f"their consumers: Java {_total(done, 'java_pop_acked')}, Node.js "
+        f"{_total(done, 'node_pop_acked')}",
         "",
         "### Violations by kind (runs in which each was found)",
         "",
@@ -125,14 +138,14 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         "",
         "### Runs",
         "",
-        "| seed | valid | acked | lost | retry dup. | Pop redeliveries | undelivered | "
-        "longest outage (s) | faults | violations |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| seed | valid | acked | of them Java / Node.js | lost | retry dup. | Pop redeliveries | "
+        "undelivered | longest outage (s) | faults | violations |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         if "error" in r:
             error = runner_error_line(r["error"])
-            lines.append(f"| {r['seed']} | error | | | | | | | | {error} |")
+            lines.append(f"| {r['seed']} | error | | | | | | | | | {error} |")
             continue
         fig = r["figures"]
         worst = max((w["s"] for w in r["outages"]), default=0.0)
@@ -140,6 +153,7 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         lines.append(
             f"| {r['seed']} | {'yes' if r['valid'] else '**no**'} | "
             f"{fig['jq_acknowledged'] + fig['jf_acknowledged']} | "
+            f"{fig.get('jq_java_acknowledged', '-')} / {fig.get('jq_node_acknowledged', '-')} | "
             f"{fig['jq_lost'] + fig['jf_lost']} | "
             f"{fig['jq_retry_duplicates'] + fig['jf_retry_duplicates']} | "
             f"{fig['pop_redeliveries']} | {sum(r['undelivered'].values())} | {worst:.2f} | "

@@ -9,7 +9,9 @@ the namespaces. The inner run:
    leader, creates the topics (``jq`` normal, 4 queues; ``jf`` FIFO, 2 queues) and the groups;
 2. starts the workload (:mod:`e2e.faults.workload`: two senders on ``jq``, one FIFO sender on
    ``jf`` in three message groups, transactions on ``jt`` (TRANSACTION, 2 queues), a Pop
-   consumer on each topic) and the nemesis
+   consumer on each topic; with ``--clients python,java,node`` also the official Java and
+   Node.js clients' senders and consumers, a process each, :mod:`e2e.faults.client_workload`)
+   and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
 3. stops the senders, heals every fault, lets the consumers drain, waits until the replicas
    converge, compares their commit logs byte for byte up to the commit offset, reads every
@@ -40,7 +42,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from e2e.faults import checker, nemesis, netns, report
+from e2e.faults import checker, client_workload, nemesis, netns, report
 from e2e.faults.cluster import FOUNDERS, NetCluster
 from e2e.faults.history import Event, History
 from e2e.faults.workload import Popper, Sender, TxSender
@@ -55,6 +57,8 @@ DRAIN_TIMEOUT_S = 40.0
 CONVERGE_TIMEOUT_S = 60.0
 RUN_MARGIN_S = 420.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
+CLIENTS = ("python", "java", "node")
+"""The workloads a run can start (python always runs)."""
 
 
 # ---------------------------------------------------------------------------- inner: one run
@@ -82,7 +86,8 @@ def inner(spec: dict[str, Any]) -> int:
             cluster = NetCluster(spec["nodes"], spec["addresses"], spec["ctl_address"], root,
                                  clocks="clock" in kinds, disks="disk-full" in kinds,
                                  lazy="lose-unfsynced" in kinds)  # fmt: skip
-            _one_run(cluster, history, faults, seed, duration_s, result)
+            others = [c for c in spec.get("clients", ["python"]) if c != "python"]
+            _one_run(cluster, history, faults, seed, duration_s, result, out, others)
         except Exception:
             result["error"] = traceback.format_exc()[-3000:]
         finally:
@@ -100,8 +105,10 @@ def inner(spec: dict[str, Any]) -> int:
 
 def _one_run(
     cluster: NetCluster, history: History, faults: list[nemesis.Fault], seed: int,
-    duration_s: float, result: dict[str, Any],
+    duration_s: float, result: dict[str, Any], out: Path, others: list[str],
 ) -> None:  # fmt: skip
+    """``others``: the other clients' workloads to run too (``java``, ``node``), each program's
+    stderr in ``out/<client>.log``."""
     cluster.start()
     cluster.leader(START_TIMEOUT_S)
     cluster.create_topic("jq", 4, "NORMAL")
@@ -120,11 +127,21 @@ def _one_run(
                Popper(endpoints, "jf", "cf", "pf", history, seed + 1),
                Popper(endpoints, "jt", "ct", "pt", history, seed + 2)]  # fmt: skip
     tx = TxSender(endpoints, "jt", "t1", history, TX_RATE_PER_S, seed + 3)
+    clients = [client_workload.KNOWN[name] for name in others]
+    for client in clients:
+        cluster.create_group(client.group, fifo=False)
+    if clients:
+        cluster.converged(CONVERGE_TIMEOUT_S)
+    workloads = [client_workload.ClientWorkload(client, endpoints, "jq", history, SEND_RATE_PER_S,
+                                                seed + 4 + n, out / f"{client.name}.log")
+                 for n, client in enumerate(clients)]  # fmt: skip
     for sender in senders:
         sender.startup()
     tx.startup()
     for popper in poppers:
         popper.startup()
+    for workload in workloads:
+        workload.startup()
     chaos = nemesis.Nemesis(cluster, history, faults)
     chaos.start()
     threading.Event().wait(max(0.0, duration_s - history.now()))
@@ -132,6 +149,8 @@ def _one_run(
     for sender in senders:
         sender.stop()
     tx.stop()
+    for workload in workloads:
+        workload.stop_sends()
     chaos.heal_all()
     healed = history.now()
     cluster.leader(RECOVER_TIMEOUT_S)
@@ -143,12 +162,15 @@ def _one_run(
             not checker.undelivered(events, "s", "pq")
             and not checker.undelivered(events, "f", "pf")
             and not checker.tx_undelivered(events, "t1", "pt")
+            and not any(checker.undelivered(events, "s", c.consumer) for c in clients)
         )
 
     with contextlib.suppress(TimeoutError):
         wait_for(drained, DRAIN_TIMEOUT_S, "the consumers to receive every acknowledged send")
     for popper in poppers:
         popper.stop()
+    for workload in workloads:
+        workload.stop()
     tx.shutdown()
     commit = cluster.converged(CONVERGE_TIMEOUT_S)
     topics = ("jq", "jf", "jt")
@@ -167,6 +189,11 @@ def _one_run(
     checker.check_fifo(verdict, events, "pf", stored["jf"][1])
     checker.check_transactions(verdict, events, "t1", "pt", stored["jt"])
     checker.check_pop(verdict, "tx_pop", events, "pt")
+    for workload in workloads:
+        name = workload.client.name
+        checker.check_pop(verdict, f"{name}_pop", events, workload.client.consumer)
+        checker.client_figures(verdict, f"jq_{name}", events, workload.client.sender)
+        result[f"{name}_malformed_lines"] = workload.malformed
     started = [e for e in events if e.process == "nemesis" and e.type == "start"]
     checker.check_terms(verdict, samples, faults, started)
     result["verify"] = {str(i): cluster.store_verify(i) for i in cluster.ids}
@@ -182,6 +209,10 @@ def _one_run(
         "jf": len(checker.undelivered(events, "f", "pf")),
         "jt": len(checker.tx_undelivered(events, "t1", "pt")),
     }
+    for client in clients:
+        result["undelivered"][f"jq_{client.name}"] = len(
+            checker.undelivered(events, "s", client.consumer)
+        )
     result["outages"] = checker.outages(events, 0.0, load_end, faults)
     result["outage_per_fault"] = checker.outage_per_fault(events, faults, load_end)
     result["send_failures"] = _count(events, "send", "info")
@@ -193,8 +224,12 @@ def _count(events: list[Event], f: str, type_: str) -> int:
 
 
 # ---------------------------------------------------------------------------- outer: many runs
-def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3) -> dict[str, Any]:
-    """Run ``seed`` in fresh namespaces; its ``result.json`` (or a harness error)."""
+def one(
+    seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3,
+    clients: tuple[str, ...] = ("python",),
+) -> dict[str, Any]:  # fmt: skip
+    """Run ``seed`` in fresh namespaces with the ``clients``' workloads; its ``result.json`` (or a
+    harness error)."""
     spaces = netns.Namespaces(size + ("membership" in kinds), prefix="gfl")
     run_out = out / str(seed)
     if run_out.exists():
@@ -204,6 +239,7 @@ def one(seed: int, duration_s: float, kinds: list[str], out: Path, size: int = 3
         spaces.create()
         spec = {
             "seed": seed, "duration_s": duration_s, "nemeses": kinds, "out": str(run_out),
+            "clients": list(clients),
             "nodes": spaces.nodes,
             "addresses": [spaces.address(i) for i in range(1, len(spaces.nodes) + 1)],
             "ctl_address": spaces.ctl_address,
@@ -241,8 +277,14 @@ def summary_line(r: dict[str, Any]) -> str:
         f"{fig['jf_lost']}, transactions {fig.get('tx_committed', 0)} committed + "
         f"{fig.get('tx_rolled_back', 0)} rolled back, longest outage {worst:.1f} s, faults "
         f"{', '.join(f['what'] for f in r['faults'])}"
+        + _client_acks(fig)
         + ("" if r["valid"] else f"; violations: {r['violations'][:3]}")
     )
+
+
+def _client_acks(figures: dict[str, Any]) -> str:
+    shares = [(name, figures.get(f"jq_{name}_acknowledged")) for name in CLIENTS[1:]]
+    return "".join(f"; {name} acked {n}" for name, n in shares if n is not None)
 
 
 def main() -> None:
@@ -252,6 +294,8 @@ def main() -> None:
     parser.add_argument("--duration-s", type=float, default=60.0)
     parser.add_argument("--nemeses", default="all", help=f"comma-separated of {nemesis.ALL}")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    workloads = f"comma-separated workloads of {CLIENTS} (python always runs)"
+    parser.add_argument("--clients", default=",".join(CLIENTS), help=workloads)
     rewrite = "rewrite <out>/report.md from the runs' result.json files"
     parser.add_argument("--report-only", action="store_true", help=rewrite)
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
@@ -272,14 +316,20 @@ def main() -> None:
     unknown = set(kinds) - set(nemesis.ALL)
     if unknown:
         parser.error(f"unknown nemeses {sorted(unknown)}")
+    clients = tuple(dict.fromkeys(["python", *args.clients.split(",")]))
+    if set(clients) - set(CLIENTS):
+        parser.error(f"unknown clients {sorted(set(clients) - set(CLIENTS))}: {CLIENTS}")
+    for name in clients[1:]:
+        client_workload.prepare(name)  # Maven and npm need the network: before the namespaces
     first = args.seed if args.seed is not None else random.randrange(1, 1_000_000)
     print(f"e2e-faults: {args.runs} runs of {args.duration_s:.0f} s from seed {first} "
-          f"(replay one: --seed S --runs 1); nemeses {','.join(kinds)}", flush=True)  # fmt: skip
+          f"(replay one: --seed S --runs 1); nemeses {','.join(kinds)}; clients "
+          f"{','.join(clients)}", flush=True)  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     results = []
     for seed in range(first, first + args.runs):
         print(f"seed {seed}: running", flush=True)
-        result = one(seed, args.duration_s, kinds, args.out)
+        result = one(seed, args.duration_s, kinds, args.out, clients=clients)
         results.append(result)
         print(summary_line(result), flush=True)
         report.write(args.out, results)

@@ -34,6 +34,8 @@ CLIENTS = Path(__file__).resolve().parent.parent / "clients"
 CACHE = Path(os.environ.get("GANNET_CLIENTS_CACHE", CLIENTS / ".cache"))
 START_TIMEOUT_S = 120.0
 CHUNK_BYTES = 64 * 1024
+PROXY_CONNECT_TIMEOUT_S = 2.0
+"""A member that does not accept within this (a blackholed link drops the SYN) is skipped."""
 
 
 class ClientMissing(RuntimeError):
@@ -210,7 +212,8 @@ class ExternalLoad(threading.Thread):
 
 class ServiceProxy:
     """One listening port in front of every member, as a Kubernetes Service: each accepted
-    connection is relayed to the next member (round robin) that accepts a connection; when
+    connection is relayed to the next member (round robin) that accepts a connection within
+    ``PROXY_CONNECT_TIMEOUT_S``; when
     either side closes, so does the other. Runs on its own event-loop thread."""
 
     def __init__(self, targets: list[tuple[str, int]]) -> None:
@@ -235,8 +238,10 @@ class ServiceProxy:
         for _ in range(len(self.targets)):
             host, port = self.targets[self._next % len(self.targets)]
             self._next += 1
-            with contextlib.suppress(OSError):
-                upstream = await asyncio.open_connection(host, port)
+            with contextlib.suppress(OSError, TimeoutError):
+                upstream = await asyncio.wait_for(
+                    asyncio.open_connection(host, port), PROXY_CONNECT_TIMEOUT_S
+                )
                 break
         if upstream is None:
             writer.close()

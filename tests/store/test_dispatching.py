@@ -121,3 +121,23 @@ def test_inline_dispatch_waits_its_turn_behind_a_running_pass(tmp_path: Path) ->
             assert store.max_offset_in_queue(TOPIC, 0) == 0  # nothing dispatched yet
         assert store.wait_dispatched(results[-1].end_offset, 10)
         assert store.max_offset_in_queue(TOPIC, 0) == 4
+
+
+def test_a_failed_pass_is_retried_until_it_passes(tmp_path: Path) -> None:
+    """A dispatcher that raises (here: the topic's consume-queue directory cannot be made, a
+    file stands at its path, as a full disk refuses a new queue file) must not end dispatch:
+    once the path is free the same records are dispatched (fault-harness seed 702)."""
+    with MessageStore(_config(tmp_path)).open() as store:
+        store.topic_configs.put(TopicConfig(TOPIC, read_queue_nums=1, write_queue_nums=1))
+        blocker = store.config.consume_queue_dir / TOPIC
+        blocker.parent.mkdir(parents=True, exist_ok=True)
+        blocker.write_bytes(b"not a directory")
+        results, _ = store.put_messages_nowait(_messages(3))
+        end = results[-1].end_offset
+        assert not store.dispatch.wait_dispatched(end, 0.5)  # the pass fails, nothing moved
+        blocker.unlink()
+        assert store.dispatch.wait_dispatched(end, 10.0), "dispatch never resumed"
+        assert store.dispatch.failed_passes_total >= 1
+        assert store.max_offset_in_queue(TOPIC, 0) == 3
+        got = store.get_messages(TOPIC, 0, 0, 10)
+        assert [m.commit_offset for m in got.messages] == [r.wrote_offset for r in results]

@@ -15,8 +15,10 @@ writes:
 * **Orphan checks**: every ``CHECK_TICK_S`` the leader looks for half messages older than
   ``check_after_ms`` (RocketMQ ``transactionTimeOut``) whose last check is ``check_interval_ms``
   old (``transactionCheckInterval``), and appends one check record each. Every member, on
-  dispatching a fresh check record, pushes a ``RecoverOrphanedTransactionCommand`` to one of
-  its own producers of the topic (Telemetry stream); the producer's checker answers with
+  dispatching a check record, pushes a ``RecoverOrphanedTransactionCommand`` to one of its own
+  producers of the topic (Telemetry stream) — the replicated record relays the leader's check
+  to a producer connected to any member; at most once per half check interval per transaction
+  (:meth:`TransactionService._offer_due`) — and the producer's checker answers with
   EndTransaction (``SOURCE_SERVER_CHECK``). A check counts whether or not a producer was
   connected (as RocketMQ). After ``check_max`` checks (``transactionCheckMax``) the half
   message is **discarded** as RocketMQ's ``resolveDiscardMsg`` does: copied to

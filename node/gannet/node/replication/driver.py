@@ -103,6 +103,8 @@ from gannet.node.store.message_store import MessageStore
 log = logging.getLogger(__name__)
 
 TRANSFER_TIMEOUT_S = 5.0
+DISPATCH_WAIT_WARN_S = 10.0
+"""A new leader waiting for its dispatch to reach the election's log end warns this often."""
 
 
 class ReplicationNode:
@@ -388,15 +390,21 @@ class ReplicationNode:
             )
             if core.term != term or not self.is_leader():
                 return
-            if not await asyncio.to_thread(self.store.wait_dispatched, target, 10.0):
+            # Serve only once dispatch applied every record before the election: a leader
+            # whose dispatch lags (or failed and retries: a full disk) would hand out Pop
+            # messages whose acks it has not applied yet (seed 702).
+            while not await asyncio.to_thread(
+                self.store.wait_dispatched, target, DISPATCH_WAIT_WARN_S
+            ):
+                if core.term != term or not self.is_leader():
+                    return
                 log.warning(
-                    "raft node %d: dispatch did not reach %d; no config snapshot",
+                    "raft node %d: dispatch has not reached %d yet (at %d); not serving as "
+                    "leader until it does",
                     self.config.node_id,
                     target,
+                    self.store.dispatch.reput_from,
                 )
-                self.state.caught_up_term = term
-                self._tell_role(True)
-                return
             if core.term != term or not self.is_leader():
                 return
             self.state.caught_up_term = term

@@ -14,7 +14,9 @@ the check task), :mod:`gannet.node.remoting.transactions` (remoting producers' c
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -45,6 +47,12 @@ transaction_id_of = tr.transaction_id_of
 READ_BATCH_MESSAGES = 256
 DISPATCH_WAIT_S = 2.0
 """How long EndTransaction waits for its half message to be dispatched (just committed)."""
+OFFER_SPACING_SHARE = 0.5
+"""A member offers one open transaction to its producers at most once per this share of
+``check_interval_ms`` (its own monotonic clock): a backlog of check records applied at once
+(after a cut or a restart) makes one offer per transaction, not one per record."""
+OFFERED_REMEMBERED_MAX = 100_000
+"""Open transactions whose last offer time a member keeps (the oldest forgotten first)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +84,10 @@ def wall_ms() -> int:
 class TransactionService:
     """The book of one store, fed by dispatch; builds what the leader appends.
 
-    ``on_check`` is called (dispatch thread) with each fresh check record's half message."""
+    ``on_check`` is called (dispatch thread) with the half message of each check record this
+    member applies, at most once per half check interval per transaction (:meth:`_offer_due`).
+    Every member applies the leader's check records, so a check reaches a producer whose
+    Telemetry stream is on any member that is in step, not only on the leader."""
 
     def __init__(
         self,
@@ -90,6 +101,8 @@ class TransactionService:
         self.book = TransactionBook(limits)
         self.on_check = on_check
         self.checks_proposed_total = 0
+        self._offered_at: OrderedDict[int, float] = OrderedDict()
+        self._offered_lock = threading.Lock()
         self._listening = listen
         if listen:
             store.add_arrival_listener(self._on_dispatched)
@@ -157,9 +170,25 @@ class TransactionService:
             self.book.resolve(seen.half_offset, Resolution.ROLLBACK)
         elif seen.kind == "check":
             pending = self.book.checked(seen.half_offset, seen.checks, info.store_timestamp_ms)
-            fresh_ms = max(self.limits.check_interval_ms, 1_000)
-            if pending is not None and wall_ms() - info.store_timestamp_ms < fresh_ms:
+            if pending is not None and self._offer_due(seen.half_offset, time.monotonic()):
                 self._tell_check(pending)
+
+    def _offer_due(self, half_offset: int, now_s: float) -> bool:
+        """Whether a check of this transaction goes to this member's producers now: not if one
+        went less than half a check interval ago (by this member's monotonic clock). The
+        record's store time is the leader's wall clock: compared with this member's, a member
+        whose clock is ahead (or the leader's behind) took every check for an old one and
+        never passed it on, nor did a member applying the log a few seconds late."""
+        spacing_s = self.limits.check_interval_ms / 1000 * OFFER_SPACING_SHARE
+        with self._offered_lock:
+            last_s = self._offered_at.get(half_offset)
+            if last_s is not None and now_s - last_s < spacing_s:
+                return False
+            self._offered_at[half_offset] = now_s
+            self._offered_at.move_to_end(half_offset)
+            while len(self._offered_at) > OFFERED_REMEMBERED_MAX:
+                self._offered_at.popitem(last=False)
+            return True
 
     def _tell_check(self, pending: Pending) -> None:
         if self.on_check is None:

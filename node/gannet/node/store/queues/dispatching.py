@@ -25,6 +25,12 @@ Inline dispatch: a caller that raises the commit offset on a hot path holding no
 that many records itself when no pass is running, and wakes the thread only for what is left.
 Waking the thread for every small append cost ~90 µs of CPU per 1-message send in thread and
 GIL hand-offs, against ~15 µs for the dispatch itself (``bench/results/PROFILE.md``).
+A pass in which a dispatcher raises (a full disk refusing a new consume-queue or index file)
+moves nothing: the thread logs it, waits ``RETRY_AFTER_ERROR_S`` and takes the same batch again
+until it passes. (Before, the thread died: seed 702 of the fault harness had a member whose
+dispatch stopped at a full disk and who, elected later, served Pop from the state of 40 s
+earlier — messages acked since were handed out and acked again.)
+
 Called by :mod:`message_store`.
 """
 
@@ -46,6 +52,8 @@ log = logging.getLogger(__name__)
 
 DISPATCH_BATCH_RECORDS_MAX = 4096
 HANDOFF_RECORDS_MAX = 100_000
+RETRY_AFTER_ERROR_S = 0.5
+"""A failed dispatch pass (a dispatcher raised) is retried after this pause."""
 Dispatcher = Callable[[list[DispatchInfo]], None]
 """Takes consecutive dispatched records, in commit-log order."""
 
@@ -60,6 +68,9 @@ class DispatchService(ServiceThread):
         self.commit_offset = 0
         self.last_dispatched_store_timestamp_ms = 0
         self.error: str | None = None
+        self.pass_error: str | None = None
+        """The last failed pass's error while passes fail (None once one succeeds again)."""
+        self.failed_passes_total = 0
         # One lock, two conditions: ``_cond`` wakes the dispatch thread (work to do),
         # ``_dispatched`` wakes :meth:`wait_dispatched` callers (so an inline pass that moves
         # ``reput_from`` does not wake the idle thread as well).
@@ -132,7 +143,30 @@ class DispatchService(ServiceThread):
                 )
                 if self._stopping:
                     return
-            self.dispatch_available()
+            try:
+                self.dispatch_available()
+            except Exception as exc:  # the thread must outlive a failed pass: retry it
+                self._pass_failed(exc)
+                with self._cond:
+                    self._cond.wait_for(lambda: self._stopping, RETRY_AFTER_ERROR_S)
+                continue
+            if self.pass_error is not None:
+                log.warning(
+                    "dispatch resumed at commit-log offset %d after %d failed passes",
+                    self.reput_from,
+                    self.failed_passes_total,
+                )
+                self.pass_error = None
+
+    def _pass_failed(self, exc: Exception) -> None:
+        """A dispatcher raised (a full disk refused a new consume-queue or index file): nothing
+        of the batch counted as dispatched (``reput_from`` did not move), so the next pass
+        takes it again; units already written are skipped then (:meth:`ConsumeQueue.put` is
+        idempotent). Logged once per run of failures."""
+        self.failed_passes_total += 1
+        if self.pass_error is None:
+            log.exception("dispatch failed at commit-log offset %d; retrying", self.reput_from)
+        self.pass_error = f"{type(exc).__name__}: {exc}"
 
     def dispatch_available(self) -> int:
         """Dispatch everything up to the commit offset now; returns records dispatched."""
