@@ -75,9 +75,10 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from gannet.node.store.config import StoreConfig
-from gannet.pipeline import exporting, rebuilding, segments
+from gannet.pipeline import exporting, objects, rebuilding, segments
 from gannet.pipeline.reports import ExportReport, RebuildReport, SegmentReport, VerifyReport
 from gannet.pipeline.segments import Damage, Segment
+from gannet.pipeline.sources import Part, TieredSource, TierSegment
 
 DEFAULT_MASTER = "local[*]"
 APP_NAME = "gannet-pipeline"
@@ -110,7 +111,7 @@ def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession
     return spark
 
 
-def _segment_rdd(spark: SparkSession, found: list[Segment]) -> Any:
+def _segment_rdd(spark: SparkSession, found: Sequence[Part]) -> Any:
     """One partition per segment (the Spark boundary: RDDs are untyped)."""
     return spark.sparkContext.parallelize(found, max(1, len(found)))
 
@@ -134,19 +135,24 @@ SPLIT_BYTES_MIN = 8 * 2**20
 """Export and rebuild: a segment is cut into byte ranges of at least this many bytes (see
 :func:`task_ranges`)."""
 
-TaskRange = rebuilding.SegmentRange
+TaskRange = tuple[Part, int, int | None]
 
 
-def task_ranges(found: Sequence[Segment], parallelism: int) -> list[TaskRange]:
+def task_ranges(found: Sequence[Part], parallelism: int) -> list[TaskRange]:
     """The tasks of an export or rebuild: each segment cut into byte ranges of about the job's
     bytes ÷ ``parallelism`` (at least :data:`SPLIT_BYTES_MIN`), so that few or large segments
     still keep every task slot busy; many small segments stay one task each. A range holds the
     records that start in it (:func:`gannet.pipeline.columns.range_chunks`); the last range of
-    a segment runs to the file's end as it is when the task runs (None)."""
+    a segment runs to the file's end as it is when the task runs (None). A tier object is one
+    task, read in windows (:mod:`gannet.pipeline.objects`): finding the first record after a
+    cut needs a walk from the object's start, which is a GET per record over S3."""
     total = sum(s.size_bytes for s in found)
     target = max(SPLIT_BYTES_MIN, -(-total // max(1, parallelism)))
     ranges: list[TaskRange] = []
     for segment in found:
+        if isinstance(segment, TierSegment):
+            ranges.append((segment, 0, None))
+            continue
         parts = max(1, -(-segment.size_bytes // target))
         step = -(-segment.size_bytes // parts)
         cuts: list[int | None] = [i * step for i in range(1, parts)]
@@ -158,13 +164,16 @@ def _export_partition(
     keep: ExportFilter, output: str, parts: Iterable[TaskRange]
 ) -> Iterator[exporting.SegmentExport]:
     for segment, cut, next_cut in parts:
+        if isinstance(segment, TierSegment):
+            yield objects.export_object(segment, keep, output)
+            continue
         whole = cut == 0 and next_cut is None
         yield exporting.export_segment(segment, keep, output, None if whole else (cut, next_cut))
 
 
 def export(
     spark: SparkSession,
-    source: Path | Sequence[tuple[str, Path]],
+    source: Path | Sequence[tuple[str, Path]] | TieredSource,
     output: str,
     keep: ExportFilter = KEEP_ALL,
     *,
@@ -176,11 +185,16 @@ def export(
     one job over all their segments, each group's files under ``…/broker=<group>/``
     (:mod:`exporting`). ``mode`` is Spark's save mode: ``errorifexists`` refuses an existing
     output, ``overwrite`` deletes it first, ``append`` adds files, ``ignore`` does nothing when
-    it exists.
+    it exists. A :class:`~gannet.pipeline.sources.TieredSource` is a broker group's tier, with
+    or without its local store: its objects are read from the bucket by the executors
+    (:mod:`gannet.pipeline.objects`), then the local files after the tier's end.
     """
     started = time.monotonic()
-    if isinstance(source, Path):
-        found = _require_segments(source)
+    found: list[Part]
+    if isinstance(source, TieredSource):
+        found = source.parts()
+    elif isinstance(source, Path):
+        found = list(_require_segments(source))
     else:
         names = [name for name, _ in source]
         if not names or len(set(names)) != len(names) or not all(names):
@@ -237,19 +251,27 @@ def verify_segment(segment: Segment) -> SegmentReport:
     )
 
 
-def _verify_partition(parts: Iterable[Segment]) -> Iterator[SegmentReport]:
+def _verify_partition(parts: Iterable[Part]) -> Iterator[SegmentReport]:
     for segment in parts:
-        yield verify_segment(segment)
+        if isinstance(segment, TierSegment):
+            yield objects.verify_object(segment)
+        else:
+            yield verify_segment(segment)
 
 
-def verify(spark: SparkSession, source: Path) -> VerifyReport:
-    """Check every record of every segment of ``source``; damaged ranges in offset order."""
+def verify(spark: SparkSession, source: Path | TieredSource) -> VerifyReport:
+    """Check every record of every segment of ``source``; damaged ranges in offset order. A
+    tiered source's objects are checked from the bucket by the executors (damage named by the
+    object key); its series is contiguous by construction (:func:`sources.series`)."""
     started = time.monotonic()
-    found = _require_segments(source)
+    found: list[Part] = (
+        source.parts() if isinstance(source, TieredSource) else list(_require_segments(source))
+    )
     reports: list[SegmentReport] = (
         _segment_rdd(spark, found).mapPartitions(_verify_partition).collect()
     )
-    damage = [d for r in reports for d in r.damage] + segments.gaps(found)
+    local = [s for s in found if isinstance(s, Segment)]
+    damage = [d for r in reports for d in r.damage] + segments.gaps(local)
     damage.sort(key=lambda d: d.start_offset)
     return VerifyReport(tuple(reports), tuple(damage), time.monotonic() - started)
 
@@ -270,7 +292,7 @@ def _in_segment_order(
     """
     context = spark.sparkContext
     ranges = task_ranges(found, int(context.defaultParallelism))
-    rdd = context.parallelize(ranges, len(ranges))
+    rdd: Any = context.parallelize(ranges, len(ranges))  # local segments only: rebuild
     wave = max(1, int(context.defaultParallelism) * SEGMENTS_PER_TASK_SLOT_IN_WAVE)
     waves = [range(i, min(len(ranges), i + wave)) for i in range(0, len(ranges), wave)]
 

@@ -9,7 +9,9 @@ file a ``FileManifestLog`` keeps, or a copy). A missing or malformed one is a
 usage error naming it (exit 2). Errors of the bucket itself map to the exit codes scripts read:
 unreachable → 4, credentials or request refused → 5 (:func:`tier_exit`).
 
-Used by :mod:`gannet.node.cli.store`.
+Used by :mod:`gannet.node.cli.store` and :mod:`gannet.node.cli.pipeline` (whose jobs may also
+read the manifest from the bucket's ``<prefix>/manifest.json``: ``open_tier``'s
+``manifest_from_bucket``).
 """
 
 from __future__ import annotations
@@ -41,8 +43,12 @@ class Tier:
         return reading.TierReader(self.bucket, lambda: manifest)
 
 
-def tier_options(command: F) -> F:
-    """Add the five ``--tier-*`` options; the command receives them as keyword arguments."""
+def tier_options(
+    command: F, *, manifest_help: str = "Tier manifest file (docs/tiered-storage.md §3)."
+) -> F:
+    """Add the five ``--tier-*`` options; the command receives them as keyword arguments.
+    ``manifest_help``: the help of ``--tier-manifest`` (a command whose manifest may also come
+    from the bucket says so)."""
     decorators = (
         click.option("--tier-bucket", help="Bucket holding the offloaded commit-log files."),
         click.option("--tier-endpoint", help="S3 endpoint URL of the bucket (http or https)."),
@@ -56,7 +62,7 @@ def tier_options(command: F) -> F:
         click.option(
             "--tier-manifest",
             type=click.Path(path_type=Path, dir_okay=False),
-            help="Tier manifest file (docs/tiered-storage.md §3).",
+            help=manifest_help,
         ),
     )
     for decorate in reversed(decorators):
@@ -64,12 +70,24 @@ def tier_options(command: F) -> F:
     return command
 
 
-def open_tier(values: dict[str, Any]) -> Tier | None:
-    """The tier the options name, None when none is given; a usage error when only some are."""
+ManifestFromBucket = Callable[[buckets.S3Bucket, str], manifests.Manifest]
+"""Reads the manifest from the bucket, given the bucket and the prefix (a command that allows
+``--tier-manifest`` to be left out passes one to :func:`open_tier`)."""
+
+
+def open_tier(
+    values: dict[str, Any], *, manifest_from_bucket: ManifestFromBucket | None = None
+) -> Tier | None:
+    """The tier the options name, None when none is given; a usage error when only some are.
+    With ``manifest_from_bucket``, ``--tier-manifest`` may be left out: the manifest is then
+    what that function reads from the bucket (its errors are the caller's to report)."""
     given = {name: values.get(name) for name in NAMES}
     if all(v is None for v in given.values()):
         return None
-    missing = [f"--{n.replace('_', '-')}" for n, v in given.items() if v is None]
+    optional = {"tier_manifest"} if manifest_from_bucket is not None else set()
+    missing = [
+        f"--{n.replace('_', '-')}" for n, v in given.items() if v is None and n not in optional
+    ]
     if missing:
         raise click.UsageError(f"a tiered store needs every --tier-* option; missing {missing}")
     try:
@@ -85,13 +103,17 @@ def open_tier(values: dict[str, Any]) -> Tier | None:
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--tier-endpoint/--tier-bucket") from None
-    manifest = read_manifest(Path(str(given["tier_manifest"])))
+    bucket = buckets.S3Bucket(config)
+    if given["tier_manifest"] is None and manifest_from_bucket is not None:
+        manifest = manifest_from_bucket(bucket, str(given["tier_prefix"]))
+    else:
+        manifest = read_manifest(Path(str(given["tier_manifest"])))
     if manifest.prefix != given["tier_prefix"]:
         raise click.BadParameter(
             f"the manifest is for prefix {manifest.prefix!r}, not {given['tier_prefix']!r}",
             param_hint="--tier-prefix",
         )
-    return Tier(config, buckets.S3Bucket(config), manifest)
+    return Tier(config, bucket, manifest)
 
 
 def read_manifest(path: Path) -> manifests.Manifest:
