@@ -17,6 +17,7 @@ from gannet.pipeline import columns, objects, segments, sources
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
 from gannet.pipeline.sources import SourceError, TierBucket, TierSegment
+
 from .conftest import BrokerStore
 
 PREFIX = "gannet/t/g0"
@@ -146,8 +147,8 @@ def test_series_is_the_tier_then_the_local_files_after_it_once_each() -> None:
 
 def test_series_refuses_a_hole_or_a_straddling_file() -> None:
     tiered = _tiered((0, 100), (100, 100))
-    with pytest.raises(SourceError, match=r"tier object .*00000000000000000100 ends at 200, "
-                       r"local file 00000000000000000300 starts at 300 \(missing bytes; a local"):  # fmt: skip
+    hole = r"00100 ends at 200, local file 0{17}300 starts at 300 \(missing bytes; a local"
+    with pytest.raises(SourceError, match=hole):
         sources.series(tiered, [_local(300, 100)])
     with pytest.raises(SourceError, match="straddles"):
         sources.series(tiered, [_local(150, 100)])
