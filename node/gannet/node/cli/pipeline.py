@@ -397,11 +397,37 @@ def _mb_per_s(size_bytes: int, elapsed_s: float) -> str:
 
 @contextmanager
 def _segment_errors() -> Iterator[None]:
-    """Missing segments or a non-empty target: a one-line error and exit 1, no traceback."""
+    """Missing segments or a non-empty target: a one-line error and exit 1, no traceback. A
+    task that failed on damage or on the tier's bucket (an executor's exception): its last line
+    (the exception and its message, e.g. the object key and byte range), exit 1."""
+    from pyspark.errors import PythonException  # noqa: PLC0415 - PySpark only when a job runs
+
     try:
         yield
-    except (FileNotFoundError, FileExistsError) as exc:
+    except (FileNotFoundError, FileExistsError, sources.SourceError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except PythonException as exc:
+        line = _task_error_line(str(exc))
+        if line is None:
+            raise
+        raise click.ClickException(f"a Spark task failed: {line}") from exc
+
+
+TASK_ERRORS = (
+    "SegmentDamagedError",
+    "TierUnavailable",
+    "TierCredentialsRejected",
+    "TierRequestRejected",
+)
+
+
+def _task_error_line(text: str) -> str | None:
+    """The line of an executor's traceback naming one of :data:`TASK_ERRORS`, if any."""
+    for line in reversed(text.splitlines()):
+        name = line.split(":", 1)[0].rsplit(".", 1)[-1].strip()
+        if name in TASK_ERRORS:
+            return line.strip()
+    return None
 
 
 def _part_count(source: Path | list[tuple[str, Path]] | sources.TieredSource) -> int:
