@@ -109,7 +109,7 @@ bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
-## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, forwarding, broker groups, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
@@ -117,6 +117,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.sqlfilter --quick
 	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
 	$(BIN)/python -m bench.pipeline --quick
+	$(BIN)/python -m bench.pipeline_tier --quick  # Spark export from the tier's bucket (skips without make s3-tools)
 	$(BIN)/python -m bench.broker --quick
 	$(BIN)/python -m bench.transactions --quick
 	$(BIN)/python -m bench.metrics --quick

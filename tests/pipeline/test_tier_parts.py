@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from gannet.node.store.tier import buckets, manifests, naming
-from gannet.pipeline import columns, objects, segments, sources
+from gannet.pipeline import columns, objects, options, segments, sources
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
 from gannet.pipeline.sources import SourceError, TierBucket, TierSegment
@@ -167,3 +167,36 @@ def test_the_manifest_file_is_read_and_checked(tmp_path: Path) -> None:
     with pytest.raises(SourceError, match="No such file"):
         sources.load_manifest(sources.ManifestFile(tmp_path / "missing"))
     assert sources.manifest_key(PREFIX) == "gannet/t/g0/manifest.json"
+
+
+def test_tier_read_options_name_what_is_wrong(tmp_path: Path) -> None:
+    credentials = tmp_path / "credentials"
+    credentials.write_text("aws_access_key_id = a\naws_secret_access_key = b\n")
+    tier = {
+        "tierBucket": "bucket",
+        "tierEndpoint": "http://127.0.0.1:9",
+        "tierCredentialsFile": str(credentials),
+        "tierPrefix": PREFIX,
+    }
+    assert options.is_tier_read({"storeDir": "/x", "topic": "t"})
+    assert not options.is_tier_read({"endpoints": "h:1", "topic": "t"})
+    read = options.tier_read_options({**tier, "topic": "t", "queues": "1,0"}, streaming=False)
+    assert read.tier is not None
+    assert (read.tier.prefix, read.tier.config.access_key, read.queues) == (PREFIX, "a", (0, 1))
+    assert read.manifest is None  # the bucket's <prefix>/manifest.json
+    refusals = {
+        "startingoffsets need a broker": {**tier, "topic": "t", "startingOffsets": "earliest"},
+        "missing \\['tierPrefix'\\]": {**tier, "tierPrefix": "", "topic": "t"},
+        "option 'topic' is required": {"storeDir": "/x"},
+        "'tierManifest' needs the tier options": {
+            "storeDir": "/x",
+            "tierManifest": "m",
+            "topic": "t",
+        },
+        "tierCredentialsFile": {**tier, "tierCredentialsFile": str(tmp_path / "no"), "topic": "t"},
+    }
+    for message, given in refusals.items():
+        with pytest.raises(options.OptionError, match=message):
+            options.tier_read_options(given, streaming=False)
+    with pytest.raises(options.OptionError, match=r"spark\.readStream needs a broker"):
+        options.tier_read_options({"storeDir": "/x", "topic": "t"}, streaming=True)
