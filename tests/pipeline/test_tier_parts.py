@@ -188,6 +188,7 @@ def test_tier_read_options_name_what_is_wrong(tmp_path: Path) -> None:
         "startingoffsets need a broker": {**tier, "topic": "t", "startingOffsets": "earliest"},
         "missing \\['tierPrefix'\\]": {**tier, "tierPrefix": "", "topic": "t"},
         "option 'topic' is required": {"storeDir": "/x"},
+        "not both": {"storeDir": "/x", "endpoints": "127.0.0.1:8081", "topic": "t"},
         "'tierManifest' needs the tier options": {
             "storeDir": "/x",
             "tierManifest": "m",

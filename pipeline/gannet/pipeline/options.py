@@ -369,6 +369,11 @@ def tier_read_options(options: Mapping[str, str], *, streaming: bool) -> TierRea
             "spark.readStream needs a broker (option 'endpoints'); the tier* and storeDir "
             "options are for spark.read"
         )
+    if "endpoints" in opts:
+        raise OptionError(
+            "give either 'endpoints' (a read through a broker) or the tier* / storeDir options "
+            "(a read from the bucket and store files), not both"
+        )
     unknown = sorted(set(opts) - TIER_READ_OPTIONS - IGNORED_OPTIONS)
     if unknown:
         raise OptionError(
