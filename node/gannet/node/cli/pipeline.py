@@ -163,12 +163,12 @@ def _export_sources(
         if len(paths) not in (1, 2):
             raise click.UsageError("with --tier-* give [SOURCE] OUTPUT")
         store = Path(paths[0]) if len(paths) == 2 else None
-        if store is not None:
-            if not store.is_dir():
-                raise click.BadParameter(f"{store} is not a directory", param_hint="SOURCE")
-            _require_source(store)
-        tiered = _open_tiered(tier_values, store)
+        if store is not None and not store.is_dir():
+            raise click.BadParameter(f"{store} is not a directory", param_hint="SOURCE")
+        tiered = _open_tiered(tier_values, store)  # usage errors of --tier-* first
         assert tiered is not None
+        if store is not None:
+            _require_source(store)
         return tiered, paths[-1]
     if not groups:
         if len(paths) != 2:
@@ -330,9 +330,9 @@ def verify_command(source: Path | None, master: str | None, **tier_values: Any) 
     With the --tier-* options the tier's objects are checked from the bucket (damage named by
     object key), then SOURCE's files after the tier's end when SOURCE is given.
     """
+    tiered = _open_tiered(tier_values, source)  # usage errors of --tier-* first
     if source is not None:
         _require_source(source)
-    tiered = _open_tiered(tier_values, source)
     target: Path | sources.TieredSource
     if tiered is not None:
         target = tiered
