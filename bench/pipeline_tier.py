@@ -12,7 +12,8 @@ server on 127.0.0.1 with the tier's uploader (local copies kept), and runs on Sp
 * ``export_tier``: the same export of the bucket alone (one task per object, each read by ranged
   GETs of 32 MiB windows from the Python worker, :mod:`gannet.pipeline.objects`);
 * ``verify_tier``: :func:`gannet.pipeline.jobs.verify` of the bucket;
-* ``read_tier``: ``spark.read.format("gannet")`` with the ``tier*`` options, ``count()``.
+* ``read_tier``: ``spark.read.format("gannet")`` with the ``tier*`` options, ``count()``, after a
+  warm-up read (as ``bench.pipeline``'s data-source read).
 
 Both exports write the same Parquet rows (checked: same count). The S3 server runs on the same
 machine and shares its cores, so ``export_tier`` pays for the server's CPU too. Results are
@@ -109,6 +110,7 @@ def main() -> None:
             .option("tierManifest", str(log.path))
             .option("topic", "TierBench")
         )
+        frame.load().count()  # warm-up: the data source's planner and reader workers
         read = timed(lambda: int(frame.load().count()), size_bytes)
         spark.stop()
         shutil.rmtree(out, ignore_errors=True)
