@@ -282,7 +282,8 @@ s3-tools: $(STAMP)
 ## e2e-tier: tiered storage (docs/tiered-storage.md) against one real SeaweedFS S3 server: the S3
 ## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted),
 ## a MessageStore reading offloaded files (offset, pull, Pop, key/id/time; hung bucket), gannet store inspect/verify over a tier,
-## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload (36 tests: 106 s measured on the busy shared 2-core machine)
+## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload, Spark export/verify/data-source reads from the bucket
+## (38 tests: 106 s measured on the busy shared 2-core machine before the 2 Spark tests, which add 1-4 min with Spark's start)
 e2e-tier: s3-tools
 	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
 
