@@ -29,6 +29,11 @@ straddle files, so no task needs another's bytes.
   Files are only read; on a store a broker is writing, the report is a snapshot (a record
   being appended at that moment may show as a torn tail).
 
+Export and verify also take a broker group's tier (:class:`gannet.pipeline.sources.
+TieredSource`: its bucket and manifest, with or without its store directory): each tier object
+is one task that reads it straight from the bucket by ranged GETs (:mod:`gannet.pipeline.
+objects`), followed by the local files after the tier's end.
+
 Usage on one machine (``--master`` defaults to ``local[*]``), through the ``gannet`` command
 (:mod:`gannet.node.cli.pipeline`)::
 
