@@ -5,8 +5,10 @@ prepared records) is copied, then its oldest files are offloaded with the tier's
 deleted locally. ``gannet pipeline export`` over the tier plus the store must write exactly the
 rows the export of the copy (all files local) writes; over the bucket alone (manifest read from
 the bucket's ``<prefix>/manifest.json``) exactly the rows of the offloaded range; ``gannet
-pipeline verify`` finds both clean; ``spark.read.format("gannet")`` with the ``tier*`` and
-``storeDir`` options returns the rows it returns over the copy. An object whose bytes are damaged
+pipeline verify`` finds both clean; ``gannet pipeline rebuild`` over the tier plus the store
+writes the consume queues and index files it writes over the copy, byte for byte;
+``spark.read.format("gannet")`` with the ``tier*`` and ``storeDir`` options returns the rows it
+returns over the copy. An object whose bytes are damaged
 (same size, one body byte flipped) is named with its key and byte range by ``verify`` (exit 1),
 ``export`` and the data source. Spark runs ``local[2]`` in this process.
 """
@@ -100,6 +102,11 @@ def exported_rows(output: Path) -> list[dict[str, Any]]:
     return sorted(table.to_pylist(), key=lambda row: row["commit_offset"])
 
 
+def files_of(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` by relative path (consume queues and index files)."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
 def spark() -> Iterator[Any]:
     import gannet.pipeline  # noqa: PLC0415
@@ -145,6 +152,15 @@ def test_export_verify_and_read_from_the_bucket_equal_the_local_files(
     verified = run("verify", str(data.store), *tier_args(seaweed, data))
     assert verified.exit_code == 0, verified.output
     assert "commit log is clean" in verified.output
+
+    sizes = ["--cq-units-per-file", "100", "--index-hash-slots", "64", "--index-items-max", "256"]
+    rebuilt = run(
+        "rebuild", str(data.store), str(tmp_path / "r-tier"), *sizes, *tier_args(seaweed, data)
+    )
+    assert rebuilt.exit_code == 0, rebuilt.output
+    assert run("rebuild", str(data.copy), str(tmp_path / "r-copy"), *sizes).exit_code == 0
+    assert files_of(tmp_path / "r-tier") == files_of(tmp_path / "r-copy")
+    assert any(name.startswith("consumequeue/Orders/") for name in files_of(tmp_path / "r-tier"))
 
     def read(**options: str) -> list[Any]:
         frame = spark.read.format("gannet").option("topic", "Orders")

@@ -285,7 +285,7 @@ def verify(spark: SparkSession, source: Path | TieredSource) -> VerifyReport:
 
 
 def _in_segment_order(
-    spark: SparkSession, found: list[Segment]
+    spark: SparkSession, found: list[Part]
 ) -> Iterator[rebuilding.DispatchColumns | Damage]:
     """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
@@ -320,14 +320,18 @@ StoreLockedError = rebuilding.StoreLockedError
 store_config_for = rebuilding.store_config_for
 
 
-def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildReport:
+def rebuild(spark: SparkSession, source: Path | TieredSource, target: StoreConfig) -> RebuildReport:
     """Write the consume queues and index files of ``source``'s commit log under
-    ``target.root_dir`` (which must not hold any yet), with ``target``'s file sizes."""
+    ``target.root_dir`` (which must not hold any yet), with ``target``'s file sizes. A tiered
+    source's objects are read from the bucket by the executors, in commit-log order with the
+    local files after them (its series is contiguous by construction)."""
     started = time.monotonic()
-    found = _require_segments(source)
+    found: list[Part] = (
+        source.parts() if isinstance(source, TieredSource) else list(_require_segments(source))
+    )
     rebuilding.require_empty(target.consume_queue_dir)
     rebuilding.require_empty(target.index_dir)
-    missing = segments.gaps(found)
+    missing = segments.gaps([s for s in found if isinstance(s, Segment)])
     stop_at = missing[0] if missing else None
     dispatcher = rebuilding.Dispatcher(target)
     stopped: Damage | None = None
@@ -353,19 +357,24 @@ def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildRe
     )
 
 
-def rebuild_in_place(spark: SparkSession, config: StoreConfig) -> RebuildReport:
+def rebuild_in_place(
+    spark: SparkSession, config: StoreConfig, tier: TieredSource | None = None
+) -> RebuildReport:
     """Replace the consume queues and index files of a store that no broker has open.
 
     The store's lock file is held meanwhile; the new files are built beside the store and
     swapped in only when the whole commit log was dispatched — after damage or a missing
-    segment the store is left as it was (the report says where the rebuild stopped).
+    segment the store is left as it was (the report says where the rebuild stopped). With
+    ``tier``, the commit log is the tier's objects (read from the bucket) and the store's files
+    after the tier's end.
     """
     root = config.root_dir
     staging = root / ".rebuild"
     with rebuilding.store_lock(config):
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            report = rebuild(spark, root, dataclasses.replace(config, root_dir=staging))
+            source: Path | TieredSource = root if tier is None else tier
+            report = rebuild(spark, source, dataclasses.replace(config, root_dir=staging))
             if report.stopped_at is None:
                 _swap_in(staging, root)
         finally:

@@ -111,7 +111,7 @@ def pipeline() -> None:
     """Spark jobs over commit-log segments: export, rebuild, verify.
 
     SOURCE is a store directory (its commitlog/ is used) or a folder of segment copies. With
-    the --tier-* options, export and verify read a broker group's offloaded files from the
+    the --tier-* options, export, verify and rebuild read a broker group's offloaded files from the
     bucket (executors fetch them by ranged GETs, no broker involved), followed by SOURCE's
     files after the tier's end when SOURCE is given.
     """
@@ -268,6 +268,7 @@ def export_command(
 @click.option("--index-hash-slots", type=int, default=5_000_000, show_default=True)
 @click.option("--index-items-max", type=int, default=20_000_000, show_default=True)
 @click.option("--no-index", is_flag=True, help="Rebuild consume queues only.")
+@_tier_options
 @master_option
 def rebuild_command(
     source: Path,
@@ -278,18 +279,21 @@ def rebuild_command(
     index_items_max: int,
     no_index: bool,
     master: str | None,
+    **tier_values: Any,
 ) -> None:
     """Rebuild consume queues and index files from the commit log into TARGET.
 
     The file sizes must be the broker's (its consume-queue and index settings) for the files
-    to match what the broker writes.
+    to match what the broker writes. With the --tier-* options the commit log is the tier's
+    objects (read from the bucket) and then SOURCE's files after the tier's end.
     """
+    tiered = _open_tiered(tier_values, source)  # usage errors of --tier-* first
     _require_source(source)
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     if in_place == (target is not None):
         raise click.UsageError("give either TARGET or --in-place")
-    found = segments.find_segments(source)
+    found = tiered.parts() if tiered is not None else segments.find_segments(source)
     config = jobs.store_config_for(
         source if in_place else target or source,
         commitlog_file_size_bytes=max((s.size_bytes for s in found), default=1),
@@ -299,12 +303,12 @@ def rebuild_command(
         index_enabled=not no_index,
     )
     spark = jobs.session(master)
-    with _segment_errors(), _spark_progress(spark, "rebuilding", _part_count(source)):
+    with _segment_errors(), _spark_progress(spark, "rebuilding", len(found)):
         try:
             if in_place:
-                report = jobs.rebuild_in_place(spark, config)
+                report = jobs.rebuild_in_place(spark, config, tiered)
             else:
-                report = jobs.rebuild(spark, source, config)
+                report = jobs.rebuild(spark, tiered or source, config)
         except jobs.StoreLockedError as exc:
             err_console.print(f"[red]{exc}[/]")
             sys.exit(EXIT_STORE_UNAVAILABLE)
