@@ -260,11 +260,13 @@ def export_segment(
     try:
         with segments.mapped(segment) as buf:
             cut, next_cut = (0, None) if byte_range is None else byte_range
-            kept = write_chunks(
-                buf, columns.range_chunks(buf, segment, cut, next_cut), keep, writers
-            )
+            parts = columns.range_chunks(buf, segment, cut, next_cut)
+            kept, damage = write_chunks(buf, parts, keep, writers)
+            del parts  # no view of the mapping may outlive it
     finally:
         files = writers.close()
+    if damage is not None:  # raised once the mapping is closed
+        raise SegmentDamagedError(damage)
     return SegmentExport(segment.name, kept, files)
 
 
@@ -273,14 +275,15 @@ def write_chunks(
     parts: Iterable[Chunk | Damage],
     keep: ExportFilter,
     writers: PartitionWriters,
-) -> int:
-    """Write the kept records of ``parts`` (chunks parsed from ``buf``) to ``writers``; the
-    number kept. :class:`SegmentDamagedError` at the first damage (what was before it is
-    written). Also used for the windows of a tier object (:mod:`gannet.pipeline.objects`)."""
+) -> tuple[int, Damage | None]:
+    """Write the kept records of ``parts`` (chunks parsed from ``buf``) to ``writers`` up to the
+    first damage; the number kept and that damage (the caller raises
+    :class:`SegmentDamagedError` once the bytes are released). Also used for the windows of a
+    tier object (:mod:`gannet.pipeline.objects`)."""
     kept = 0
     for part in parts:
         if isinstance(part, Damage):
-            raise SegmentDamagedError(part)
+            return kept, part
         picked = np.flatnonzero(keep.mask(part))
         groups = partition_rows(part, picked)
         table = chunk_table(buf, part, picked) if groups else None
@@ -288,4 +291,4 @@ def write_chunks(
             assert table is not None
             writers.write(key, table if len(rows) == len(picked) else table.take(rows))
             kept += len(rows)
-    return kept
+    return kept, None

@@ -194,7 +194,10 @@ def export_object(
     kept = 0
     try:
         for data, found in chunks(bucket, part, window_bytes):
-            kept += exporting.write_chunks(data, [found], keep, writers)
+            done, damage = exporting.write_chunks(data, [found], keep, writers)
+            kept += done
+            if damage is not None:
+                raise exporting.SegmentDamagedError(damage)
     finally:
         files = writers.close()
     return exporting.SegmentExport(part.key, kept, files)
