@@ -283,7 +283,7 @@ s3-tools: $(STAMP)
 ## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted),
 ## a MessageStore reading offloaded files (offset, pull, Pop, key/id/time; hung bucket), gannet store inspect/verify over a tier,
 ## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload, Spark export/verify/data-source reads from the bucket
-## (38 tests: 106 s measured on the busy shared 2-core machine before the 2 Spark tests, which add 1-4 min with Spark's start)
+## (36 tests: 106 s measured on the busy shared 2-core machine; plus e2e/tier/test_pipeline.py's 4 Spark tests, 1.5-5 min with Spark's start)
 e2e-tier: s3-tools
 	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
 
