@@ -268,6 +268,7 @@ kube-tools: $(STAMP)
 
 ## e2e-kube: the operator against a real kube-apiserver: helm install of the chart, the operator
 ## under its ServiceAccount token, the examples applied with kubectl, brokers as local processes
+## (one with a tier at a closed port: spec.tier's StatefulSet, the TierOffload condition and Event)
 e2e-kube: kube-tools
 	$(BIN)/pytest -q e2e/kube $(PYTEST_ARGS)
 
@@ -282,8 +283,9 @@ s3-tools: $(STAMP)
 ## e2e-tier: tiered storage (docs/tiered-storage.md) against one real SeaweedFS S3 server: the S3
 ## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted),
 ## a MessageStore reading offloaded files (offset, pull, Pop, key/id/time; hung bucket), gannet store inspect/verify over a tier,
-## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload, Spark export/verify/data-source reads from the bucket
-## (36 tests: 106 s measured on the busy shared 2-core machine; plus e2e/tier/test_pipeline.py's 4 Spark tests, 1.5-5 min with Spark's start)
+## a broker process SIGKILLed mid-offload, then expiring by bytes and verified from its bucket manifest copy, a 3-member group whose leader crashes mid-offload,
+## GetTierStatus with refused credentials, remote retention + orphan sweep + a process SIGKILLed between expiry and deletes (measured on the busy shared 2-core machine: 106 s before the last two, 212 s with them at load 15-20),
+## Spark export/verify/rebuild/data-source reads from the bucket (e2e/tier/test_pipeline.py: 4 tests, 1.5-5 min more with Spark's start)
 e2e-tier: s3-tools
 	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
 

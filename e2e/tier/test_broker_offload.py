@@ -15,6 +15,13 @@ points of the offload), restarted, and left to finish. Then:
   bucket (its store's tier reader follows the broker's manifest log);
 - the broker, stopped cleanly, leaves a local store ``gannet store verify`` finds clean;
 - ``/metrics`` counted the offloaded files and no failure.
+
+Then the broker restarts with ``--tier-remote-bytes-max`` of three files: the oldest objects
+are expired through the manifest and then deleted from the bucket (exactly the manifest's
+objects stay), QueryOffset BEGINNING moves up to the tier's new start, the manifest's copy in
+the bucket equals the broker's manifest, and ``gannet store verify --deep`` without
+``--tier-manifest`` (reading that copy) passes, and exits 1 once an object is overwritten with
+damaged bytes through boto3.
 """
 
 from __future__ import annotations
@@ -30,6 +37,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
+import boto3
+import botocore.config
 import pytest
 from rocketmq import (
     ClientConfiguration,
@@ -39,6 +48,7 @@ from rocketmq import (
     Producer,
     SimpleConsumer,
 )
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from e2e.tier import seaweedfs
 from gannet.node.cli import calls
@@ -54,6 +64,7 @@ GROUP = "GTier"
 BODY_BYTES = 16 * 1024
 MESSAGES = 500  # ~8 MiB of records: 7 sealed 1 MiB files
 WAIT_S = 60.0
+CLIENT_ID = (("x-mq-client-id", "tests@1@0@tier"),)
 
 
 class BrokerProcess:
@@ -195,7 +206,7 @@ def broker(tmp_path: Path, seaweed: seaweedfs.SeaweedS3, prefix: str) -> Iterato
 
 
 def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
-    broker: BrokerProcess, bucket: buckets.S3Bucket, prefix: str
+    broker: BrokerProcess, seaweed: seaweedfs.SeaweedS3, bucket: buckets.S3Bucket, prefix: str
 ) -> None:
     broker.start()
     with calls.channel(broker.endpoint) as channel:
@@ -261,3 +272,104 @@ def test_broker_killed_mid_offload_loses_nothing_and_duplicates_nothing(
         check=False,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+    _expire_and_verify_from_the_bucket(broker, seaweed, bucket, prefix)
+
+
+def _counter(figures: str, name: str) -> float:
+    """The value of the one sample of counter ``name`` in a scrape (-1: absent)."""
+    found = re.search(rf"^{name}\{{[^}}]*\}} (\S+)$", figures, re.M)
+    return float(found.group(1)) if found else -1.0
+
+
+def _store_verify(broker: BrokerProcess, prefix: str) -> subprocess.CompletedProcess[str]:
+    """``gannet store verify --deep`` over the broker's store and tier, the manifest read from
+    the copy the broker keeps in the bucket (no ``--tier-manifest``)."""
+    args = [
+        sys.executable, "-m", "gannet.node.cli", "store", "verify", str(broker.data_dir),
+        "--deep", "--tier-bucket", seaweedfs.BUCKET,
+        "--tier-endpoint", broker.args[broker.args.index("--tier-endpoint") + 1],
+        "--tier-credentials-file", str(broker.credentials), "--tier-prefix", prefix,
+    ]  # fmt: skip
+    return subprocess.run(args, capture_output=True, text=True, timeout=120, check=False)
+
+
+def _expire_and_verify_from_the_bucket(
+    broker: BrokerProcess, seaweed: seaweedfs.SeaweedS3, bucket: buckets.S3Bucket, prefix: str
+) -> None:
+    """Remote retention in the real broker, restarted with ``--tier-remote-bytes-max`` of three
+    files: the tier keeps its three newest objects, the older ones are deleted from the bucket
+    after the manifest forgot them, QueryOffset BEGINNING moves up, the manifest's copy in the
+    bucket equals the broker's manifest, and ``gannet store verify --deep`` reading that copy
+    passes — until an object is overwritten with damaged bytes (boto3): then it exits 1 naming
+    it."""
+    index = broker.args.index("--tier-pass-interval-s")
+    broker.args[index:index] = ["--tier-remote-bytes-max", str(3 * 1024 * 1024)]
+    broker.start()
+
+    def settled() -> bool:
+        manifest = _manifest(broker.data_dir)
+        return (
+            manifest is not None
+            and len(manifest.objects) == 3
+            and (manifest.start_offset or 0) > 0
+            and len(list((broker.data_dir / "commitlog").iterdir())) == 1
+        )
+
+    _await(settled, "offloaded, then the oldest expired down to three objects")
+
+    def earliest(queue_id: int) -> int:
+        request = service_pb2.QueryOffsetRequest(query_offset_policy=definition_pb2.BEGINNING)
+        request.message_queue.topic.name = TOPIC
+        request.message_queue.id = queue_id
+        with calls.channel(broker.endpoint) as channel:
+            stub = service_pb2_grpc.MessagingServiceStub(channel)
+            reply = stub.QueryOffset(request, metadata=CLIENT_ID, timeout=10)
+        assert reply.status.code == definition_pb2.OK, reply.status.message
+        return int(reply.offset)
+
+    _await(
+        lambda: earliest(0) > 0 and earliest(1) > 0,
+        "QueryOffset BEGINNING follows the tier's start after the expiry",
+    )
+    settled_manifest = _manifest(broker.data_dir)
+    assert settled_manifest is not None
+    expired_count = (settled_manifest.start_offset or 0) // (1024 * 1024)  # 1 MiB files from 0
+
+    def counted() -> bool:  # the deletes and the copy follow the expiry's commit
+        figures = broker.metrics()
+        return (
+            _counter(figures, "gannet_tier_expired_objects_total") == expired_count
+            and _counter(figures, "gannet_tier_manifest_copies_total") >= 1
+        )
+
+    _await(counted, f"{expired_count} expired objects deleted and counted, the copy written")
+    broker.stop()
+    manifest = _manifest(broker.data_dir)
+    assert manifest == settled_manifest
+    assert sorted(bucket.list_keys(prefix + "/commitlog/")) == [
+        naming.commitlog_key(prefix, obj.base_offset) for obj in manifest.objects
+    ], "the expired objects were deleted, the others kept"
+    copy = bucket.get_bytes(naming.manifest_key(prefix))
+    assert copy is not None
+    assert manifests.decode(copy) == manifest, "the bucket's copy is current"
+    assert expired_count >= 2
+
+    clean = _store_verify(broker, prefix)
+    assert clean.returncode == 0, clean.stdout + clean.stderr
+
+    damaged = manifest.objects[1]
+    key = naming.commitlog_key(prefix, damaged.base_offset)
+    data = bytearray(bucket.get_range(key, 0, damaged.size_bytes))
+    data[len(data) // 2] ^= 0xFF
+    client = boto3.client(
+        "s3",
+        endpoint_url=seaweed.endpoint_url,
+        aws_access_key_id=seaweed.access_key,
+        aws_secret_access_key=seaweed.secret_key,
+        region_name="us-east-1",
+        config=botocore.config.Config(s3={"addressing_style": "path"}),
+    )
+    client.put_object(Bucket=seaweedfs.BUCKET, Key=key, Body=bytes(data))
+    broken = _store_verify(broker, prefix)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert naming.commitlog_file_name(damaged.base_offset) in broken.stdout, broken.stdout

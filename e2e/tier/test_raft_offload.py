@@ -4,7 +4,9 @@ The leader offloads (one file per 0.1 s pass); it is crashed as a killed process
 the manifest holds two files; the new leader resumes; the old leader restarts as a follower.
 Then every member holds the same manifest, contiguous from 0, every member has deleted what
 it records (followers free their disks without the bucket), the bucket holds exactly the
-manifest's objects with their MD5, and tier + local files hold every written body once.
+manifest's objects with their MD5, the manifest's copy in the bucket (written by the leader
+after each committed change) equals the members' manifest, and tier + local files hold every
+written body once.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import pytest
 from e2e.tier import seaweedfs
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.store.log import layout, records
-from gannet.node.store.tier import buckets, manifests, naming, planning
+from gannet.node.store.tier import buckets, manifest_copy, manifests, naming, planning
 from gannet.node.store.tier.offloading import TierConfig
 from tests.replication.conftest import Cluster
 
@@ -120,6 +122,9 @@ def test_leader_crash_mid_offload_new_leader_resumes_followers_free_their_disks(
         assert _manifest(cluster, node_id) == manifest, f"member {node_id} disagrees"
     keys = sorted(bucket.list_keys(prefix + "/commitlog/"))
     assert keys == [naming.commitlog_key(prefix, obj.base_offset) for obj in manifest.objects]
+    assert manifest_copy.read_copy(bucket, prefix) == manifest, (
+        "the new leader wrote the committed manifest to the bucket"
+    )
     found: list[bytes] = []
     for obj in manifest.objects:
         data = bucket.get_range(naming.commitlog_key(prefix, obj.base_offset), 0, obj.size_bytes)

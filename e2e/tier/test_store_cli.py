@@ -130,3 +130,14 @@ def test_bucket_errors_and_bad_options_exit_with_their_codes(
     assert partial.exit_code == 2
     assert "--tier-endpoint" in partial.output
     assert run("store", "verify", store_dir, "--deep").exit_code == 2
+    # No --tier-manifest: the bucket's copy is read; the written store's loop wrote none.
+    without = tier_args(seaweed, written, tmp_path)[:-2]
+    absent = run("store", "verify", store_dir, *without)
+    assert absent.exit_code == 2, absent.output
+    where = f"s3://{seaweedfs.BUCKET}/{naming.manifest_key(written.log.current().prefix)}"
+    assert f"no manifest in the bucket at {where}; pass --tier-manifest" in " ".join(
+        absent.output.split()
+    ), absent.output
+    alone = run("store", "inspect", store_dir, "--tier-manifest", str(written.log.path))
+    assert alone.exit_code == 2, alone.output
+    assert "--tier-manifest needs the other --tier-* options" in alone.output

@@ -166,7 +166,6 @@ def test_the_manifest_file_is_read_and_checked(tmp_path: Path) -> None:
         sources.load_manifest(sources.ManifestFile(path))
     with pytest.raises(SourceError, match="No such file"):
         sources.load_manifest(sources.ManifestFile(tmp_path / "missing"))
-    assert sources.manifest_key(PREFIX) == "gannet/t/g0/manifest.json"
 
 
 def test_tier_read_options_name_what_is_wrong(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.transactions.book import CheckLimits
 
@@ -94,8 +95,20 @@ def test_admin_creates_topics_and_lists_them(reports: dict[str, dict[str, Any]])
     assert report["queue_ids"] == [0, 1, 2]
 
 
-def test_sync_send_keeps_keys_tags_and_properties(reports: dict[str, dict[str, Any]]) -> None:
+def test_sync_send_keeps_keys_tags_and_properties(
+    reports: dict[str, dict[str, Any]], go_broker: threads.BrokerThread
+) -> None:
     report = ok(reports, "sync_send")
+    # OffsetMsgID is RocketMQ's offset message id: the broker's remoting address and where the
+    # message is stored (MsgID is the client's unique key)
+    for s in report["sent"]:
+        stored_at = msgids.decode_offset_msg_id(s["offset_msg_id"])
+        assert (stored_at.host, stored_at.port) == ("127.0.0.1", go_broker.broker.remoting_port)
+        stored = go_broker.broker.store.read_message(stored_at.commit_offset)
+        assert stored is not None
+        assert (stored.queue_id, stored.queue_offset, stored.uniq_key) == (
+            s["queue_id"], s["queue_offset"], s["msg_id"],
+        )  # fmt: skip
     assert [s["status"] for s in report["sent"]] == [0] * 4
     assert_sent_intact(report["received"], report["topic"], 4, "TagA")
     # the send result names where each message went, and the id it is received under

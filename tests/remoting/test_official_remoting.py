@@ -78,6 +78,9 @@ def produced(nameserver_endpoint: str, logs: Path) -> tuple[str, dict[str, str]]
     assert lines[-1] == "done"
     sent = [line.split(" ")[1] for line in lines if line.startswith(("sent ", "oneway "))]
     assert sorted(sent) == sorted(_expected(prefix))
+    # viewMessage(SendResult.getOffsetMsgId()) dialed the broker's remoting address in the
+    # offset message id and found the message, whose msgId is the send's unique key
+    assert f"viewed {prefix}-sync-0 {prefix}-sync-0 true" in lines
     for line in lines:
         if line.startswith("sent "):
             _, key, queue, offset = line.split(" ")

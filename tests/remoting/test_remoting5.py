@@ -16,7 +16,9 @@ from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleC
 from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
+from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.log import records
 from gannet.node.transactions.book import CheckLimits
 
@@ -53,9 +55,13 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
 def lines(broker: threads.BrokerThread, tmp_path_factory: pytest.TempPathFactory) -> list[str]:
     """Every scenario, one JVM."""
     logs = tmp_path_factory.mktemp("rocketmq5-client-logs")
+    # the orderpop scenario's group consumes orderly (FIFO)
+    orderly = SubscriptionGroupConfig(f"{PREFIX}OrdG", consume_message_orderly=True)
+    broker.broker.store.group_configs.put(orderly)
     return java5_clients.run(
-        logs, broker.broker.nameserver_endpoint, PREFIX, "send", "tx", "pop", "batchack"
-    )
+        logs, broker.broker.nameserver_endpoint, PREFIX, "send", "tx", "pop", "batchack",
+        "ids", "sqlquote", "orderpop",
+    )  # fmt: skip
 
 
 def _keys_in(broker: threads.BrokerThread, topic: str) -> list[str]:
@@ -184,3 +190,56 @@ def test_batch_ack_of_popped_messages(broker: threads.BrokerThread, lines: list[
     assert sample("gannet_remoting_pop_requests_total", {"request": "ack"}) >= 3 + 3
     assert sample("gannet_remoting_pop_messages_total", {"result": "popped"}) >= 4 + 3
     assert sample("gannet_remoting_pop_messages_total", {"result": "acked"}) >= 3 + 2 + 1
+
+
+def test_send_results_name_the_offset_message_id_and_the_unique_key(
+    broker: threads.BrokerThread, lines: list[str]
+) -> None:
+    """SendResult.getOffsetMsgId() is RocketMQ's offset message id (the broker's remoting
+    address and the commit-log offset: what viewMessage dials), getMsgId() the unique key
+    (found by queryMessageByUniqKey), for a send and each message of a batch."""
+    assert "ok ids" in lines, lines
+    keys = [f"{PREFIX}-ids-{i}" for i in range(3)]
+    ids = dict(line.split(" ")[1:] for line in lines if line.startswith("ids "))
+    remoting = f"127.0.0.1:{broker.broker.remoting_port}"
+    for key in keys:
+        decoded = msgids.decode_offset_msg_id(ids[key])
+        assert f"{decoded.host}:{decoded.port}" == remoting
+        stored = broker.broker.store.read_message(decoded.commit_offset)
+        assert stored is not None
+        assert stored.keys == [key]
+        assert f"viewed {key} {key} true" in lines
+        assert f"queried {key} {key}" in lines
+
+
+def test_a_backquoted_sql92_subscription_is_refused_at_start(lines: list[str]) -> None:
+    """RocketMQ's SQL92 has no quoted identifiers: the consumer's start() fails with the
+    broker's SUBSCRIPTION_PARSE_FAILED (23) naming the character, not a consumer that silently
+    gets nothing."""
+    assert "ok sqlquote" in lines, lines
+    refused = [line for line in lines if line.startswith("refused ")]
+    assert len(refused) == 1
+    assert refused[0].startswith("refused 23 ")
+    assert "no quoted identifiers" in refused[0]
+
+
+def test_a_retry_topic_route_is_created_with_one_queue(
+    broker: threads.BrokerThread, lines: list[str]
+) -> None:
+    """A push consumer asks the route of %RETRY%<group> at start (its retry subscription):
+    auto-created with 1 queue, RocketMQ's retryQueueNums, not an ordinary topic's 8."""
+    assert "ok sqlquote" in lines, lines
+    config = broker.broker.store.topic_configs.get(f"%RETRY%{PREFIX}QuoteG")
+    assert config is not None
+    assert (config.read_queue_nums, config.write_queue_nums) == (1, 1)
+
+
+def test_an_orderly_pop_answers_how_often_a_message_was_consumed(lines: list[str]) -> None:
+    """An orderly Pop (order=true) of a message popped before and not acked: the answer's
+    orderCountInfo makes the 5.x client show reconsumeTimes 1 (the record says 0: an orderly
+    message is popped again from its queue, not from a retry copy)."""
+    assert "ok orderpop" in lines, lines
+    popped = [line.split(" ")[1:] for line in lines if line.startswith("orderpop ")]
+    key = f"{PREFIX}-ord-0"
+    assert popped == [["1", key, "0"], ["2", key, "1"]]
+    assert "orderpop-acked OK" in lines

@@ -19,6 +19,7 @@ from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.remoting import codec, codes, messages
 from gannet.node.remoting.codec import Command
+from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
 
 from .client import RawClient, json_body, raw_frame
@@ -135,6 +136,22 @@ def test_send_then_pull_returns_the_stored_record(remoting_endpoint: str) -> Non
         assert (lite.code, lite.body) == (codes.SUCCESS, got.body)  # 5.x lite pull: the same
 
 
+def test_a_duplicate_send_answers_the_original_offset_message_id(remoting_endpoint: str) -> None:
+    """A retried send (same unique key, within the deduplication window) is answered from the
+    window, which keeps no commit-log offset: its msgId is looked up in the queue."""
+    topic = topic_name()
+    uniq = messages.new_message_id()
+    with RawClient(remoting_endpoint) as rc:
+        first = send(rc, topic, 2, b"once", UNIQ_KEY=uniq)
+        again = send(rc, topic, 2, b"once", UNIQ_KEY=uniq)
+        assert (first.code, again.code) == (codes.SUCCESS, codes.SUCCESS)
+        assert again.ext["queueOffset"] == first.ext["queueOffset"] == "0"
+        assert again.ext["msgId"] == first.ext["msgId"]
+        stored = msgids.decode_offset_msg_id(first.ext["msgId"])
+        viewed = rc.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(stored.commit_offset)})
+        assert _decode_record(viewed.body)["properties"]["UNIQ_KEY"] == uniq
+
+
 def test_batch_send_stores_every_message(remoting_endpoint: str) -> None:
     topic = topic_name()
     entries = b""
@@ -148,7 +165,15 @@ def test_batch_send_stores_every_message(remoting_endpoint: str) -> None:
     with RawClient(remoting_endpoint) as rc:
         answer = rc.call(codes.SEND_BATCH_MESSAGE, ext, entries)
         assert answer.code == codes.SUCCESS, answer.remark
-        assert answer.ext["msgId"] == "ID0,ID1,ID2"
+        # RocketMQ's msgId: the offset message ids of the batch's messages, joined by commas;
+        # each names the remoting port the client dialed and where the message is stored
+        ids = [msgids.decode_offset_msg_id(i) for i in answer.ext["msgId"].split(",")]
+        assert [f"{i.host}:{i.port}" for i in ids] == [remoting_endpoint] * 3
+        assert ids[0].commit_offset < ids[1].commit_offset < ids[2].commit_offset
+        for i, found in enumerate(ids):
+            viewed = rc.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(found.commit_offset)})
+            assert viewed.code == codes.SUCCESS, viewed.remark
+            assert _decode_record(viewed.body)["properties"]["UNIQ_KEY"] == f"ID{i}"
         got = pull(rc, topic, 1, 0, suspend_ms=WAIT_MS)
         assert got.code == codes.SUCCESS, got.remark
         assert got.ext["nextBeginOffset"] == "3"
@@ -259,6 +284,45 @@ def test_heartbeats_give_consumer_lists_and_notify_the_others(remoting_endpoint:
         body = json.dumps({"group": "RemHb", "subscriptionData": config}).encode()
         checked = one.call(codes.CHECK_CLIENT_CONFIG, body=body)
         assert checked.code == codes.SUCCESS
+
+
+def test_a_backquoted_sql92_subscription_is_refused_and_the_rest_of_the_heartbeat_counts(
+    remoting_endpoint: str,
+) -> None:
+    """RocketMQ's SQL92 grammar has no quoted identifiers: a backquoted name is refused where
+    the client subscribes (CHECK_CLIENT_CONFIG, HEART_BEAT) and by a pull carrying it, naming the
+    group, the topic and the character; the client is no consumer of that group (its rebalance
+    gives it no queue), while its other groups and producers are registered."""
+    quoted = {"topic": "RemQuoteT", "subString": "`num` > 1", "expressionType": "SQL92"}
+    plain = {"topic": "RemQuoteT", "subString": "num > 1", "expressionType": "SQL92"}
+    heartbeat = {
+        "clientID": "q1",
+        "consumerDataSet": [
+            {"groupName": "RemQuoteBad", "subscriptionDataSet": [quoted]},
+            {"groupName": "RemQuoteGood", "subscriptionDataSet": [plain]},
+        ],
+        "producerDataSet": [{"groupName": "RemQuoteP"}],
+    }
+    with RawClient(remoting_endpoint) as rc:
+        refused = rc.call(codes.HEART_BEAT, body=json.dumps(heartbeat).encode())
+        assert refused.code == codes.SUBSCRIPTION_PARSE_FAILED
+        assert "consumer group 'RemQuoteBad': topic 'RemQuoteT'" in str(refused.remark)
+        assert "no quoted identifiers" in str(refused.remark)
+        good = rc.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "RemQuoteGood"})
+        assert json_body(good) == {"consumerIdList": ["q1"]}
+        bad = rc.call(codes.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "RemQuoteBad"})
+        assert bad.code == codes.SYSTEM_ERROR  # no consumer of that group
+        body = json.dumps({"group": "RemQuoteBad", "subscriptionData": quoted}).encode()
+        checked = rc.call(codes.CHECK_CLIENT_CONFIG, body=body)
+        assert checked.code == codes.SUBSCRIPTION_PARSE_FAILED
+        assert "no quoted identifiers" in str(checked.remark)
+        pulled = rc.call(codes.PULL_MESSAGE, {
+            "consumerGroup": "RemQuoteBad", "topic": "RemQuoteT", "queueId": "0",
+            "queueOffset": "0", "maxMsgNums": "8", "sysFlag": "4",
+            "subscription": "`num` > 1", "expressionType": "SQL92",
+        })  # fmt: skip
+        assert pulled.code == codes.SUBSCRIPTION_PARSE_FAILED
+        assert "no quoted identifiers" in str(pulled.remark)
 
 
 def test_topic_create_and_config(remoting_endpoint: str) -> None:
@@ -493,6 +557,9 @@ def test_messages_by_key_unique_key_and_commit_log_offset(remoting_endpoint: str
         missing = rc.call(codes.QUERY_MESSAGE, {**query, "key": "no-such-key"})
         assert missing.code == codes.QUERY_NOT_FOUND
         offset = _physical_offset(pulled.body)
+        # the send's msgId is the offset message id (RocketMQ's), not the unique key
+        stored = msgids.decode_offset_msg_id(sent.ext["msgId"])
+        assert (f"{stored.host}:{stored.port}", stored.commit_offset) == (remoting_endpoint, offset)
         viewed = rc.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(offset)})
         assert viewed.code == codes.SUCCESS, viewed.remark
         assert viewed.body == pulled.body

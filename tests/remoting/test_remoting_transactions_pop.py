@@ -214,7 +214,8 @@ def test_the_broker_checks_back_a_connected_producer_of_the_group(
         assert check.ext["topic"] == topic
         offset = int(check.ext["commitLogOffset"])
         assert offset == int(sent.ext["transactionId"], 16)
-        assert msgids.decode_offset_msg_id(check.ext["offsetMsgId"]).commit_offset == offset
+        stored = msgids.decode_offset_msg_id(check.ext["offsetMsgId"])
+        assert (f"{stored.host}:{stored.port}", stored.commit_offset) == (remoting_endpoint, offset)
         half = records.decode(check.body)  # the half message as stored, real topic restored
         assert (half.topic, half.body, half.keys, half.tags) == (
             topic, b"checked body", ["k-check"], "TagC",

@@ -26,6 +26,7 @@ from gannet.node.api.external_routes import ExternalAddress
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import Command
+from gannet.node.store import msgids
 from tests.remoting.client import RawClient
 
 from .conftest import Cluster
@@ -162,6 +163,14 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
             followers_named[address] = name
         assert sorted(followers_named) == sorted(cluster.remoting(n) for n in followers)
         assert len(datas) == 3
+        # mqadmin clusterList's ids are the routes': the leader 0, the followers their node ids
+        with RawClient(cluster.remoting(node_id)) as client:
+            info = client.call(codes.GET_BROKER_CLUSTER_INFO, {})
+        table = json.loads(re.sub(r"([{,])(-?\d+):", r'\1"\2":', info.body.decode()))
+        assert table["brokerAddrTable"][group]["brokerAddrs"] == {
+            "0": cluster.remoting(leader),
+            **{str(n): cluster.remoting(n) for n in followers},
+        }
     sent = _send(cluster.remoting(followers[0]), "RemRaftT", b"via a follower")
     assert sent.code == codes.SUCCESS, sent.remark
     pull_ext = {
@@ -173,6 +182,14 @@ def test_routes_name_the_leader_and_followers_forward_sends(cluster: RemotingClu
     assert got.code == codes.SUCCESS, got.remark
     assert b"via a follower" in got.body
     assert got.ext["suggestWhichBrokerId"] == str(followers[1])  # stay on this follower
+    # the forwarded send's msgId is the offset message id of the follower the client called
+    # (the leader's answer carried the commit-log offset back): viewable there
+    stored = msgids.decode_offset_msg_id(sent.ext["msgId"])
+    assert f"{stored.host}:{stored.port}" == cluster.remoting(followers[0])
+    with RawClient(cluster.remoting(followers[0])) as client:
+        viewed = client.call(codes.VIEW_MESSAGE_BY_ID, {"offset": str(stored.commit_offset)})
+    assert viewed.code == codes.SUCCESS, viewed.remark
+    assert b"via a follower" in viewed.body
     with RawClient(cluster.remoting(leader)) as client:
         got = client.call(codes.PULL_MESSAGE, pull_ext)
     assert got.code == codes.SUCCESS, got.remark

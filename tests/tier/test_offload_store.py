@@ -2,7 +2,8 @@
 
 - A dead endpoint (a real refused connection): the pass fails with reason ``unavailable``,
   counted per pass and logged once, local files and writes untouched; a tier whose end is
-  below the oldest local file is a ``gap``.
+  below the oldest local file records no gap while the bucket cannot be asked (a gap recorded
+  is tested against a real bucket in ``e2e/tier/test_gap.py``).
 - Followers' side: :meth:`Offloader.run_pass` on a non-leader deletes exactly the leading files
   the manifest records with the local bytes, through the cleaner; a file recorded with other
   bytes is kept (``conflict``).
@@ -113,16 +114,51 @@ def test_a_follower_deletes_what_the_manifest_records_and_keeps_a_conflicting_fi
     assert first < second < third
 
 
-def test_a_tier_ending_below_the_oldest_local_file_is_a_gap(store: MessageStore) -> None:
+def test_a_follower_moves_queue_minimums_up_when_the_tier_start_moves(
+    store: MessageStore,
+) -> None:
+    """Remote expiry applied on a follower (the leader's ``expire`` reached its manifest): the
+    next pass moves the queues' minimum offsets (QueryOffset BEGINNING, GET_MIN_OFFSET) up to
+    the first message at the tier's new start; the follower never talks to the bucket."""
+    log = uploading.FileManifestLog(applied.manifest_path(store.config.root_dir), PREFIX)
+    _record_first(store, log, 3)
+
+    def tier_range() -> tuple[int, int] | None:
+        held = log.current()
+        if held.start_offset is None or held.end_offset is None:
+            return None
+        return held.start_offset, held.end_offset
+
+    store.cleaner.tier_range = tier_range
+    offloader = Offloader(_config(), _Follower(store, None), log, buckets.S3Bucket(_dead_bucket()))
+    assert offloader.run_pass()
+    assert offloader.figures.local_deleted_files_total == 3
+    assert [store.min_offset_in_queue(TOPIC, q) for q in (0, 1)] == [0, 0], "tier records kept"
+    up_to = log.current().objects[1].end_offset
+    log.propose(manifests.ExpireObjects(up_to))  # the leader's expiry, applied here
+    assert offloader.run_pass()
+    for queue_id in (0, 1):
+        cq = store.queues.get(TOPIC, queue_id)
+        assert cq is not None
+        low = store.min_offset_in_queue(TOPIC, queue_id)
+        assert low > 0
+        assert low == cq.first_offset_at_or_after(up_to), "the first unit at the new start"
+    assert offloader.figures.remote.expired_objects_total == 0, "deletes are the leader's"
+
+
+def test_no_gap_is_recorded_while_the_bucket_cannot_say_it_lacks_the_file(
+    store: MessageStore,
+) -> None:
     log = uploading.FileManifestLog(applied.manifest_path(store.config.root_dir), PREFIX)
     _record_first(store, log, 1)
     store.cleaner.run(manual=True, now_ms=noon_ms() + YEAR_MS)  # no tier told: deletes all
     while len(store.commitlog.files.files) < 2:  # a new sealed file, after the gap
         store.put_message(Message(topic=TOPIC, body=b"o" * 1000))
     offloader = Offloader(_config(), StoreSide(store, None), log, buckets.S3Bucket(_dead_bucket()))
-    assert not offloader.run_pass()
-    assert offloader.figures.failures_total == {"gap": 1}
-    assert "cannot continue contiguously" in offloader.figures.last_failure
+    assert not offloader.run_pass()  # the HEAD of the file after the tier's end fails
+    assert offloader.figures.failures_total == {"unavailable": 1}
+    assert log.current().gaps == ()
+    assert offloader.figures.gaps_recorded_total == 0
 
 
 def test_cleanup_with_a_tier_counts_only_files_not_offloaded(store: MessageStore) -> None:

@@ -125,6 +125,26 @@ def test_remote_expiry_by_age_and_bytes_never_reaches_local_files() -> None:
     )
 
 
+def test_remote_expiry_never_empties_the_tier() -> None:
+    """Every object past its retention, no local file: the newest object stays, so the tier's
+    end offset only grows (what the orphan sweep's rule rests on)."""
+    old = manifest_of(0, 1, 2, at_ms=NOW_MS - 10 * HOUR_MS)
+    by_age = planning.TierPolicy(remote_retention_s=3600)
+    assert planning.plan_remote_expiry(
+        old, by_age, local_start_offset=None, now_ms=NOW_MS
+    ) == manifests.ExpireObjects(2 * SIZE)
+    tiny = planning.TierPolicy(remote_bytes_max=1)
+    assert planning.plan_remote_expiry(
+        old, tiny, local_start_offset=10 * SIZE, now_ms=NOW_MS
+    ) == manifests.ExpireObjects(2 * SIZE)
+    assert (
+        planning.plan_remote_expiry(
+            manifest_of(0, at_ms=0), by_age, local_start_offset=None, now_ms=NOW_MS
+        )
+        is None
+    ), "a tier of one object keeps it"
+
+
 @settings(max_examples=300)
 @given(
     st.lists(st.tuples(st.booleans(), st.floats(0, 10)), min_size=0, max_size=12),
@@ -152,3 +172,25 @@ def test_a_plan_always_extends_the_tier_contiguously_below_the_commit_offset(
         )
     for base in planning.plan_local_deletes(files, manifest, policy):
         assert manifest.find(base) is not None
+
+
+def test_a_gap_is_planned_only_after_the_tier_end_and_below_the_commit_offset() -> None:
+    tier = manifest_of(0, 1)
+    files = [sealed(4), sealed(5)]
+    assert planning.plan_gap(files, tier, committed_offset=10**9) == manifests.RecordGap(
+        2 * SIZE, 4 * SIZE
+    )
+    assert planning.plan_gap(files, tier, committed_offset=5 * SIZE - 1) is None
+    assert planning.plan_gap([sealed(2), sealed(3)], tier, committed_offset=10**9) is None
+    assert planning.plan_gap(files, manifest_of(), committed_offset=10**9) is None
+    assert planning.plan_gap([], tier, committed_offset=10**9) is None
+    with_gap = manifests.apply(tier, manifests.RecordGap(2 * SIZE, 4 * SIZE))
+    assert planning.plan_gap(files, with_gap, committed_offset=10**9) is None
+    assert plan(files, with_gap) == [4 * SIZE, 5 * SIZE]  # offload resumes after the gap
+
+
+def test_a_members_copy_of_a_file_in_a_recorded_gap_is_skipped() -> None:
+    with_gap = manifests.apply(manifest_of(0, 1), manifests.RecordGap(2 * SIZE, 4 * SIZE))
+    files = [sealed(3), sealed(4)]  # this member still holds file 3, which the leader lost
+    assert plan(files, with_gap) == [4 * SIZE]
+    assert planning.plan_local_deletes(files, with_gap, AGE_ONLY) == []

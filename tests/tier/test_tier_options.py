@@ -75,6 +75,25 @@ def test_options_make_the_tier_config(tmp_path: Path) -> None:
     policy = config.policy
     assert (policy.offload_age_s_min, policy.local_use_ratio_max) == (60.0, 0.5)
     assert (policy.local_keep_bytes, policy.uploads_max, config.pass_interval_s) == (1024, 2, 1.0)
+    assert (policy.remote_retention_s, policy.remote_bytes_max) == (None, None)
+    assert (config.sweep_interval_s, config.orphan_grace_s) == (600.0, 3600.0)
+    remote = broker_tier.tier_config(
+        **_options(tmp_path),  # type: ignore[arg-type]
+        tier_remote_retention_s=86400.0,
+        tier_remote_bytes_max=1 << 30,
+        tier_sweep_interval_s=30.0,
+        tier_orphan_grace_s=120.0,
+    )
+    assert remote is not None
+    assert (remote.policy.remote_retention_s, remote.policy.remote_bytes_max) == (86400.0, 1 << 30)
+    assert (remote.sweep_interval_s, remote.orphan_grace_s) == (30.0, 120.0)
+    forever = broker_tier.tier_config(
+        **_options(tmp_path),  # type: ignore[arg-type]
+        tier_remote_retention_s=0.0,
+        tier_remote_bytes_max=0,
+    )
+    assert forever is not None, "0 means keep forever / no limit"
+    assert (forever.policy.remote_retention_s, forever.policy.remote_bytes_max) == (None, None)
     nothing = _options(
         tmp_path,
         tier_endpoint=None,
@@ -137,6 +156,10 @@ def test_options_make_the_tier_config(tmp_path: Path) -> None:
             "cannot read",
         ),
         (["--tier-offload-disk-ratio", "1.5"], "--tier-offload-disk-ratio"),
+        (["--tier-remote-retention-s", "60"], "--tier-remote-retention-s needs --tier-endpoint"),
+        (["--tier-remote-bytes-max", "0"], "--tier-remote-bytes-max needs --tier-endpoint"),
+        (["--tier-remote-bytes-max", "-1"], "--tier-remote-bytes-max"),
+        (["--tier-orphan-grace-s", "5"], "--tier-orphan-grace-s"),
     ],
 )
 def test_broker_run_refuses_bad_tier_options(tmp_path: Path, args: list[str], problem: str) -> None:

@@ -97,7 +97,15 @@ public class RemotingClients {
             for (int i = 0; i < count; i++) {
                 String key = prefix + "-sync-" + i;
                 String tag = i % 2 == 0 ? "TagA" : "TagB";
-                sent(key, producer.send(message(topic, tag, key, ("body of " + key).getBytes(StandardCharsets.UTF_8))));
+                SendResult r = producer.send(message(topic, tag, key, ("body of " + key).getBytes(StandardCharsets.UTF_8)));
+                sent(key, r);
+                if (i == 0) {
+                    // SendResult.offsetMsgId is the broker's offset message id: viewMessage dials
+                    // the address inside it (VIEW_MESSAGE_BY_ID); getMsgId() is the unique key
+                    MessageExt viewed = producer.viewMessage(r.getOffsetMsgId());
+                    System.out.println("viewed " + key + " " + viewed.getKeys() + " "
+                            + viewed.getMsgId().equals(r.getMsgId()));
+                }
             }
             for (int i = 0; i < count; i++) {
                 String key = prefix + "-oneway-" + i;

@@ -25,6 +25,21 @@
 //          "batch-acked <AckStatus>" and "acked-after <key> <AckStatus>" (the two batch-acked
 //          ones are gone: NO_EXIST; the third OK)
 //
+//   ids    DefaultMQProducer: a send and a batch of 2 to <prefix>Ids; SendResult.getOffsetMsgId()
+//          (the broker's offset message id) viewed through MQAdminImpl.viewMessage (dials the
+//          address inside it: VIEW_MESSAGE_BY_ID, no fallback), SendResult.getMsgId() (the
+//          unique key) found by queryMessageByUniqKey; prints "ids <key> <offsetMsgId>",
+//          "viewed <key> <keys found> <msgId found equals the unique key>" per message and
+//          "queried <key> <keys found>"
+//   sqlquote  DefaultMQPushConsumer (group <prefix>QuoteG) subscribing <prefix>Quote with
+//          MessageSelector.bySql("`num` > 1") (RocketMQ's SQL92 has no quoted identifiers):
+//          start() must fail; prints "refused <responseCode> <message>"
+//   orderpop  MQClientAPIImpl as an orderly Pop consumer: a send to <prefix>Ord, POP_MESSAGE
+//          with order=true (group <prefix>OrdG, orderly), the message's invisible time changed
+//          to 0 (consumed, not acked), popped again, acked; prints "orderpop <n> <key>
+//          <reconsumeTimes>" per pop (the second pop's reconsume times come from the answer's
+//          orderCountInfo)
+//
 // Each scenario ends with "ok <scenario>"; an error ends the JVM with exit 2.
 import java.nio.charset.StandardCharsets;
 import java.util.Map;
@@ -36,6 +51,10 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.CompletableFuture;
 import org.apache.rocketmq.client.consumer.AckCallback;
+import org.apache.rocketmq.client.consumer.MessageSelector;
+import org.apache.rocketmq.client.exception.MQClientException;
+import org.apache.rocketmq.client.impl.MQAdminImpl;
+import org.apache.rocketmq.remoting.protocol.header.ChangeInvisibleTimeRequestHeader;
 import org.apache.rocketmq.client.consumer.AckResult;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.PopCallback;
@@ -73,6 +92,9 @@ public class Remoting5Clients {
                     case "tx": transactions(namesrv, prefix); break;
                     case "pop": pop(namesrv, prefix); break;
                     case "batchack": batchAck(namesrv, prefix); break;
+                    case "ids": ids(namesrv, prefix); break;
+                    case "sqlquote": sqlQuote(namesrv, prefix); break;
+                    case "orderpop": orderPop(namesrv, prefix); break;
                     default: throw new IllegalArgumentException("unknown scenario " + args[i]);
                 }
                 System.out.println("ok " + args[i]);
@@ -284,6 +306,133 @@ public class Remoting5Clients {
                 System.out.println("acked-after " + m.getKeys() + " "
                         + single.get(WAIT_S, TimeUnit.SECONDS).getStatus());
             }
+            System.out.flush();
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    static void ids(String namesrv, String prefix) throws Exception {
+        String topic = prefix + "Ids";
+        DefaultMQProducer p = producer(new DefaultMQProducer(prefix + "IdsG"), namesrv);
+        try {
+            MQAdminImpl admin = p.getDefaultMQProducerImpl().getMqClientFactory().getMQAdminImpl();
+            String key = prefix + "-ids-0";
+            SendResult r = p.send(new Message(topic, "TagI", key, ("body " + key).getBytes(StandardCharsets.UTF_8)));
+            checkSent(key, r);
+            List<String> keys = new ArrayList<>();
+            List<String> uniq = new ArrayList<>();
+            List<String> offsetIds = new ArrayList<>();
+            keys.add(key);
+            uniq.add(r.getMsgId());
+            offsetIds.add(r.getOffsetMsgId());
+            List<Message> batch = new ArrayList<>();
+            for (int i = 1; i < 3; i++) {
+                batch.add(new Message(topic, "TagI", prefix + "-ids-" + i, ("body " + i).getBytes(StandardCharsets.UTF_8)));
+                keys.add(prefix + "-ids-" + i);
+            }
+            SendResult b = p.send(batch);
+            checkSent("batch", b);
+            uniq.addAll(java.util.Arrays.asList(b.getMsgId().split(",")));
+            offsetIds.addAll(java.util.Arrays.asList(b.getOffsetMsgId().split(",")));
+            for (int i = 0; i < keys.size(); i++) {
+                System.out.println("ids " + keys.get(i) + " " + offsetIds.get(i));
+                MessageExt viewed = admin.viewMessage(topic, offsetIds.get(i));
+                System.out.println("viewed " + keys.get(i) + " " + viewed.getKeys() + " "
+                        + viewed.getMsgId().equals(uniq.get(i)));
+                MessageExt queried = admin.queryMessageByUniqKey(topic, uniq.get(i));
+                System.out.println("queried " + keys.get(i) + " " + queried.getKeys());
+            }
+            System.out.flush();
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    static void sqlQuote(String namesrv, String prefix) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(prefix + "QuoteG");
+        c.setNamesrvAddr(namesrv);
+        c.setMqClientApiTimeout(API_TIMEOUT_MS);
+        c.subscribe(prefix + "Quote", MessageSelector.bySql("`num` > 1"));
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, context) -> ConsumeConcurrentlyStatus.CONSUME_SUCCESS);
+        try {
+            c.start();
+            throw new IllegalStateException("a backquoted SQL92 subscription was accepted");
+        } catch (MQClientException e) {
+            System.out.println("refused " + e.getResponseCode() + " " + e.getErrorMessage().replace('\n', ' '));
+            System.out.flush();
+        } finally {
+            c.shutdown();
+        }
+    }
+
+    static MessageExt popOrderly(MQClientAPIImpl api, String brokerName, String addr, String topic,
+            String group) throws Exception {
+        long deadline = System.currentTimeMillis() + WAIT_S * 1000;
+        while (System.currentTimeMillis() < deadline) {
+            PopMessageRequestHeader h = new PopMessageRequestHeader();
+            h.setConsumerGroup(group);
+            h.setTopic(topic);
+            h.setQueueId(-1);
+            h.setMaxMsgNums(1);
+            h.setInvisibleTime(60_000);
+            h.setPollTime(1_000);
+            h.setBornTime(System.currentTimeMillis());
+            h.setInitMode(0);
+            h.setExpType("TAG");
+            h.setExp("*");
+            h.setOrder(true);
+            CompletableFuture<PopResult> result = new CompletableFuture<>();
+            api.popMessageAsync(brokerName, addr, h, API_TIMEOUT_MS, new PopCallback() {
+                @Override
+                public void onSuccess(PopResult r) { result.complete(r); }
+
+                @Override
+                public void onException(Throwable e) { result.completeExceptionally(e); }
+            });
+            PopResult r = result.get(WAIT_S, TimeUnit.SECONDS);
+            if (r.getPopStatus() == PopStatus.FOUND && !r.getMsgFoundList().isEmpty()) {
+                return r.getMsgFoundList().get(0);
+            }
+        }
+        throw new IllegalStateException("nothing popped in " + WAIT_S + " s");
+    }
+
+    static void orderPop(String namesrv, String prefix) throws Exception {
+        String topic = prefix + "Ord";
+        String group = prefix + "OrdG";
+        DefaultMQProducer p = producer(new DefaultMQProducer(prefix + "OrdSendG"), namesrv);
+        try {
+            String key = prefix + "-ord-0";
+            SendResult r = p.send(new Message(topic, "TagO", key, ("body " + key).getBytes(StandardCharsets.UTF_8)));
+            checkSent(key, r);
+            String brokerName = r.getMessageQueue().getBrokerName();
+            MQClientInstance factory = p.getDefaultMQProducerImpl().getMqClientFactory();
+            MQClientAPIImpl api = factory.getMQClientAPIImpl();
+            String addr = factory.findBrokerAddressInPublish(brokerName);
+            MessageExt first = popOrderly(api, brokerName, addr, topic, group);
+            System.out.println("orderpop 1 " + first.getKeys() + " " + first.getReconsumeTimes());
+            ChangeInvisibleTimeRequestHeader change = new ChangeInvisibleTimeRequestHeader();
+            change.setConsumerGroup(group);
+            change.setTopic(topic);
+            change.setQueueId(first.getQueueId());
+            change.setExtraInfo(first.getProperty("POP_CK"));
+            change.setOffset(first.getQueueOffset());
+            change.setInvisibleTime(0L);
+            CompletableFuture<AckResult> changed = new CompletableFuture<>();
+            api.changeInvisibleTimeAsync(brokerName, addr, change, API_TIMEOUT_MS, acking(changed));
+            changed.get(WAIT_S, TimeUnit.SECONDS);
+            MessageExt second = popOrderly(api, brokerName, addr, topic, group);
+            System.out.println("orderpop 2 " + second.getKeys() + " " + second.getReconsumeTimes());
+            AckMessageRequestHeader ack = new AckMessageRequestHeader();
+            ack.setConsumerGroup(group);
+            ack.setTopic(topic);
+            ack.setQueueId(second.getQueueId());
+            ack.setExtraInfo(second.getProperty("POP_CK"));
+            ack.setOffset(second.getQueueOffset());
+            CompletableFuture<AckResult> acked = new CompletableFuture<>();
+            api.ackMessageAsync(addr, API_TIMEOUT_MS, acking(acked), ack);
+            System.out.println("orderpop-acked " + acked.get(WAIT_S, TimeUnit.SECONDS).getStatus());
             System.out.flush();
         } finally {
             p.shutdown();

@@ -17,9 +17,10 @@ object by ranged GETs, :mod:`gannet.pipeline.objects`, never through a broker).
 
 The manifest comes from one function, :func:`load_manifest`, given a :class:`ManifestFile` (the
 ``--tier-manifest`` file: ``<store>/tier/manifest.json`` on a broker or a copy) or a
-:class:`ManifestInBucket` (the copy a broker writes to ``<prefix>/manifest.json`` after each
-change, §3). The bucket's key *listing* is not used as a manifest: it says nothing about sizes
-the broker verified, and an object uploaded but not yet recorded (a crash between upload and
+:class:`ManifestInBucket` (the copy a broker's leader writes to ``<prefix>/manifest.json``
+after each change, §3, read by :func:`gannet.node.store.tier.manifest_copy.read_copy`). The
+bucket's key *listing* is not used as a manifest: it says nothing about sizes the broker
+verified, and an object uploaded but not yet recorded (a crash between upload and
 record) would be read as part of the tier.
 
 Pure apart from :func:`load_manifest` (a file read or one bucket GET). Used by
@@ -36,12 +37,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gannet.node.store.tier import buckets, errors, manifests, naming
+from gannet.node.store.tier import buckets, errors, manifest_copy, manifests, naming
 from gannet.pipeline import segments
 from gannet.pipeline.segments import Segment
-
-MANIFEST_OBJECT_NAME = "manifest.json"
-"""The bucket copy of the manifest: ``<prefix>/manifest.json`` (``docs/tiered-storage.md`` §3)."""
 
 
 class SourceError(ValueError):
@@ -103,10 +101,6 @@ class ManifestInBucket:
 ManifestSource = ManifestFile | ManifestInBucket
 
 
-def manifest_key(prefix: str) -> str:
-    return f"{naming.check_prefix(prefix)}/{MANIFEST_OBJECT_NAME}"
-
-
 def load_manifest(
     source: ManifestSource, bucket: buckets.Bucket | None = None
 ) -> manifests.Manifest:
@@ -121,15 +115,16 @@ def load_manifest(
         where = str(source.path)
     else:
         opened = bucket if bucket is not None else buckets.S3Bucket(source.tier.config)
-        key = manifest_key(source.tier.prefix)
-        head = opened.head(key)
-        if head is None:
+        where = f"{source.tier.config.bucket}/{naming.manifest_key(source.tier.prefix)}"
+        try:
+            return manifest_copy.read_copy(opened, source.tier.prefix)
+        except manifest_copy.NoManifestCopy:
             raise SourceError(
-                f"bucket {source.tier.config.bucket} holds no {key}: give the manifest file "
+                f"the manifest copy {where} does not exist: give the manifest file "
                 "(--tier-manifest / option tierManifest; <store>/tier/manifest.json on a broker)"
-            )
-        data = opened.get_range(key, 0, head.size_bytes) if head.size_bytes else b""
-        where = f"{source.tier.config.bucket}/{key}"
+            ) from None
+        except errors.ManifestCorrupt as exc:
+            raise SourceError(f"tier manifest {where}: {exc}") from None
     try:
         return manifests.decode(data)
     except errors.ManifestCorrupt as exc:

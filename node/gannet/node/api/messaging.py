@@ -68,6 +68,7 @@ from gannet.node.store import errors, steady_clock
 from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.message_store import MessageStore
+from gannet.node.transactions import records as tr
 from gannet.node.transactions.service import TransactionLimits
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.replication = replication
         self.on_received = on_received
         self.resources = Resources(
-            store, auto_create_topics=auto_create_topics, auto_create_groups=auto_create_groups
+            store,
+            auto_create_topics=auto_create_topics,
+            auto_create_groups=auto_create_groups,
+            config_writes_here=(lambda: True) if replication is None else replication.is_leader,
         )
         self.identity = identity
         self.limits = limits
@@ -319,7 +323,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             metadata = context.invocation_metadata()
             queue_id = sending.requested_queue_id(metadata)
             group = sending.requested_producer_group(metadata)
-            return await self._send(request, peer_host_of(context), queue_id, group)
+            offsets = sending.wants_commit_offsets(metadata)
+            return await self._send(request, peer_host_of(context), queue_id, group, offsets)
 
         return await self._leader_only(
             "SendMessage", request, context, service_pb2.SendMessageResponse, work
@@ -350,7 +355,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         peer_host: str,
         queue_id: int | None = None,
         producer_group: str | None = None,
+        commit_offsets: bool = False,
     ) -> service_pb2.SendMessageResponse:
+        """``commit_offsets``: answer each message's commit-log offset as its transaction id
+        (:data:`~gannet.node.api.sending.COMMIT_OFFSETS_HEADER`)."""
         self._check_leader()
         prepared = sending.prepare(
             request,
@@ -372,11 +380,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         return await self.dedup.send_once(
             prepared.topic.topic_name,
             list(prepared.message_ids),
-            lambda: self._append(prepared),
+            lambda: self._append(prepared, commit_offsets),
             born_ms=prepared.messages[0].born_timestamp_ms,
         )
 
-    async def _append(self, prepared: sending.PreparedSend) -> service_pb2.SendMessageResponse:
+    async def _append(
+        self, prepared: sending.PreparedSend, commit_offsets: bool = False
+    ) -> service_pb2.SendMessageResponse:
         """Append a prepared send, wait until it is durable (or committed), answer it."""
         queue_id = self.selector.select(prepared.topic.write_queue_nums, prepared.message_group)
         if prepared.queue_id is not None:
@@ -399,6 +409,8 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
             transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
+        elif commit_offsets:
+            transaction_ids = [tr.transaction_id_of(r.wrote_offset) for r in results]
         # One Status for the whole answer, each entry added in place: building entries apart
         # and passing them in copies every entry once more (PROFILE.md, issue 19).
         ok = statuses.ok()

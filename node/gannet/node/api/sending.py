@@ -209,6 +209,19 @@ def requested_queue_id(metadata: Iterable[tuple[str, str]] | None) -> int | None
     return None
 
 
+COMMIT_OFFSETS_HEADER = "x-gannet-commit-offsets"
+"""Call metadata (any value) asking a send's answer to name where each message was stored: each
+entry's ``transaction_id`` is then the message's commit-log offset in the transaction-id form
+(16 upper-case hex digits; a half message's transaction id already is). The remoting layer asks
+for it to answer RocketMQ's *offset message id* (store address + commit-log offset), and a
+follower's forwarding carries the header to the leader, which alone knows the offsets."""
+
+
+def wants_commit_offsets(metadata: Iterable[tuple[str, str]] | None) -> bool:
+    """Whether ``metadata`` holds :data:`COMMIT_OFFSETS_HEADER`."""
+    return any(key == COMMIT_OFFSETS_HEADER for key, _ in metadata or ())
+
+
 PRODUCER_GROUP_HEADER = "x-gannet-producer-group"
 """Call metadata naming the producer group of a transactional send (remoting clients name it;
 stored as the half message's ``PGROUP``, as RocketMQ does, so a check-back finds the group's

@@ -84,6 +84,13 @@ class StoreSide:
     def delete_offloaded(self, base_offsets: Sequence[int]) -> int:
         return self.store.cleaner.delete_offloaded(base_offsets)
 
+    def local_start_offset(self) -> int | None:
+        first = self.store.commitlog.files.first_file()
+        return first.file_from_offset if first is not None else None
+
+    def tier_moved(self) -> None:
+        self.store.cleaner.tier_moved()
+
 
 def manifest_log(
     store: MessageStore, replication: ReplicationNode | None, config: offloading.TierConfig

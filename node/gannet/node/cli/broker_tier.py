@@ -77,6 +77,39 @@ _OPTIONS = (
         help="Files uploaded at most per offload pass.",
     ),
     click.option(
+        "--tier-remote-retention-s",
+        type=click.FloatRange(0, 100 * 365 * 86400),
+        default=None,
+        help="Expire offloaded files from the tier this long after their upload: the manifest "
+        "forgets them (through the Raft log), then their objects are deleted. Never a file "
+        "still on local disk, never the tier's newest file. 0 or absent: keep forever.",
+    ),
+    click.option(
+        "--tier-remote-bytes-max",
+        type=click.IntRange(0),
+        default=None,
+        help="Expire the oldest offloaded files while the tier holds more than this many bytes "
+        "(same rules as --tier-remote-retention-s). 0 or absent: no limit.",
+    ),
+    click.option(
+        "--tier-sweep-interval-s",
+        type=click.FloatRange(1, 7 * 86400),
+        default=600.0,
+        show_default=True,
+        help="How often the leader lists <prefix>/commitlog/ and deletes objects the manifest "
+        "does not record and no upload can still record (orphans of a crash); also once at "
+        "every start.",
+    ),
+    click.option(
+        "--tier-orphan-grace-s",
+        type=click.FloatRange(60, 30 * 86400),
+        default=3600.0,
+        show_default=True,
+        help="An unrecorded object at or past the tier's end (possibly an upload in flight) "
+        "is swept only once it is this old; objects below the tier's end never can be "
+        "recorded and go at the next sweep.",
+    ),
+    click.option(
         "--tier-pass-interval-s",
         type=click.FloatRange(0.1, 3600),
         default=10.0,
@@ -106,6 +139,10 @@ def tier_config(
     tier_local_retention_bytes: int,
     tier_uploads_per_pass: int,
     tier_pass_interval_s: float,
+    tier_remote_retention_s: float | None = None,
+    tier_remote_bytes_max: int | None = None,
+    tier_sweep_interval_s: float = 600.0,
+    tier_orphan_grace_s: float = 3600.0,
 ) -> TierConfig | None:
     """The tier of the options, None without ``--tier-endpoint`` (module docstring)."""
     given = {
@@ -113,6 +150,8 @@ def tier_config(
         "--tier-prefix": tier_prefix,
         "--tier-credentials-file": tier_credentials_file,
         "--tier-region": tier_region,
+        "--tier-remote-retention-s": tier_remote_retention_s,
+        "--tier-remote-bytes-max": tier_remote_bytes_max,
     }
     if tier_endpoint is None:
         for name, value in given.items():
@@ -150,6 +189,8 @@ def tier_config(
         local_use_ratio_max=tier_offload_disk_ratio,
         uploads_max=tier_uploads_per_pass,
         local_keep_bytes=tier_local_retention_bytes,
+        remote_retention_s=tier_remote_retention_s or None,  # 0: keep forever
+        remote_bytes_max=tier_remote_bytes_max or None,  # 0: no limit
     )
     return TierConfig(
         bucket=bucket,
@@ -157,4 +198,6 @@ def tier_config(
         policy=policy,
         pass_interval_s=tier_pass_interval_s,
         retry_backoff_s_max=max(300.0, tier_pass_interval_s),
+        sweep_interval_s=tier_sweep_interval_s,
+        orphan_grace_s=tier_orphan_grace_s,
     )

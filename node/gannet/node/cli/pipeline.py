@@ -29,7 +29,7 @@ from rich.table import Table
 
 from gannet.node.cli import output, tier_options
 from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
-from gannet.node.store.tier import buckets, errors, manifests
+from gannet.node.store.tier import errors
 from gannet.pipeline import segments, sources
 from gannet.pipeline.reports import RebuildReport
 
@@ -47,29 +47,14 @@ master_option = click.option(
 source_argument = click.argument(
     "source", type=click.Path(path_type=Path, exists=True, file_okay=False), metavar="SOURCE"
 )
-TIER_MANIFEST_HELP = (
-    "Tier manifest file (docs/tiered-storage.md §3) [default: <prefix>/manifest.json in the "
-    "bucket]."
-)
-
-
-def _tier_options(command: Any) -> Any:
-    return tier_options.tier_options(command, manifest_help=TIER_MANIFEST_HELP)
-
-
-def _manifest_from_bucket(bucket: buckets.S3Bucket, prefix: str) -> manifests.Manifest:
-    tier = sources.TierBucket(bucket.config, prefix)
-    try:
-        return sources.load_manifest(sources.ManifestInBucket(tier), bucket)
-    except sources.SourceError as exc:
-        raise click.BadParameter(str(exc), param_hint="--tier-manifest") from None
+_tier_options = tier_options.tier_options
 
 
 def _open_tiered(values: dict[str, Any], store: Path | None) -> sources.TieredSource | None:
     """The tiered source the ``--tier-*`` options name (with the local store SOURCE, if
     given), None without them; bucket errors exit 4/5, a hole between tier and store 1."""
     try:
-        tier = tier_options.open_tier(values, manifest_from_bucket=_manifest_from_bucket)
+        tier = tier_options.open_tier(values)  # without --tier-manifest: the bucket's copy
     except errors.TierError as exc:
         tier_options.tier_exit(exc)
     if tier is None:
@@ -157,7 +142,7 @@ def _export_sources(
 ) -> tuple[Path | list[tuple[str, Path]] | sources.TieredSource, str]:
     """SOURCE and OUTPUT, or the groups' (name, dir) pairs and OUTPUT, or the tier (and
     SOURCE) and OUTPUT; usage errors exit 2."""
-    if any(tier_values.get(name) is not None for name in tier_options.NAMES):
+    if any(tier_values.get(name) is not None for name in (*tier_options.NAMES, "tier_manifest")):
         if groups:
             raise click.UsageError("--group and the --tier-* options do not go together")
         if len(paths) not in (1, 2):

@@ -40,7 +40,7 @@ from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
-from gannet.node.store.tier import auditing, naming, routing
+from gannet.node.store.tier import auditing, manifests, naming, routing
 from gannet.node.store.tier.errors import TierError
 from gannet.node.store.upkeep import verifying
 
@@ -124,6 +124,13 @@ TIER_FILE_COLUMNS = (
 )
 
 
+ORPHANS_NOTE = (
+    "objects the manifest does not record (the broker's sweep deletes those below the tier's"
+    " end at its next sweep, others once older than --tier-orphan-grace-s, except the one at"
+    " the tier's end, which the next upload adopts)"
+)
+
+
 def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[Any]]:
     """The offloaded files of ``tier`` as a document and as table lines (one LIST for the
     objects the manifest does not record)."""
@@ -144,6 +151,7 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
         tier_exit(exc)
     readable_from = routing.readable_min_offset(local_start, manifest)
     gap = manifest.end_offset is not None and manifest.end_offset < local_start
+    recorded_gaps = [_gap_row(g) for g in manifest.gaps]
     document = {
         "bucket": tier.config.bucket,
         "endpoint": tier.config.endpoint_url,
@@ -152,6 +160,7 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
         "end_offset": manifest.end_offset,
         "readable_from": readable_from,
         "gap_before_local": gap,
+        "recorded_gaps": recorded_gaps,
         "files": rows,
         "objects_not_in_manifest": stray,
     }
@@ -163,11 +172,24 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
         f"{readable_from:,}"
         + (" — [red]a gap: the tier ends before the first local file[/]" if gap else ""),
     ]
+    if recorded_gaps:
+        lines.append(_gaps_line(manifest))
     if stray:
-        lines.append(
-            f"objects the manifest does not record (an orphan sweep removes them): {stray}"
-        )
+        lines.append(f"{ORPHANS_NOTE}: {stray}")
     return document, lines
+
+
+def _gap_row(gap: manifests.Gap) -> dict[str, int]:
+    return {"from": gap.from_offset, "to": gap.to_offset, "size": gap.size_bytes}
+
+
+def _gaps_line(manifest: manifests.Manifest) -> str:
+    """The recorded gaps as one line (information: the group agreed these offsets are gone)."""
+    ranges = ", ".join(f"[{g.from_offset:,}, {g.to_offset:,})" for g in manifest.gaps)
+    return (
+        f"[yellow]recorded gaps[/] (deleted locally before offload; read as removed): {ranges},"
+        f" {manifest.gap_bytes():,} bytes"
+    )
 
 
 def held_by(data_dir: Path) -> str | None:
@@ -331,13 +353,14 @@ def _verify_tier(
         "prefix": manifest.prefix,
         "deep": deep,
         "objects": rows,
+        "recorded_gaps": [_gap_row(g) for g in manifest.gaps],
         "objects_not_in_manifest": stray,
     }
     lines: list[Any] = [output.table("tier objects", TIER_AUDIT_COLUMNS, rows)]
+    if manifest.gaps:
+        lines.append(_gaps_line(manifest))
     if stray:
-        lines.append(
-            f"objects the manifest does not record (an orphan sweep removes them): {stray}"
-        )
+        lines.append(f"{ORPHANS_NOTE}: {stray}")
     return document, lines, damage
 
 

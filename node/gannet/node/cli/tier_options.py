@@ -2,16 +2,17 @@
 and manifest.
 
 All or none: ``--tier-bucket``, ``--tier-endpoint``, ``--tier-credentials-file`` (read as
-``gannet broker run`` reads it: :mod:`gannet.node.store.tier.credentials_file`),
-``--tier-prefix`` (the broker group's key prefix, ``docs/tiered-storage.md`` §2) and
+``gannet broker run`` reads it: :mod:`gannet.node.store.tier.credentials_file`) and
+``--tier-prefix`` (the broker group's key prefix, ``docs/tiered-storage.md`` §2); optionally
 ``--tier-manifest`` (the manifest bytes of §3: ``<store>/tier/manifest.json`` on a broker, the
-file a ``FileManifestLog`` keeps, or a copy). A missing or malformed one is a
-usage error naming it (exit 2). Errors of the bucket itself map to the exit codes scripts read:
+file a ``FileManifestLog`` keeps, or a copy). Without it the manifest's copy in the bucket,
+``<prefix>/manifest.json`` (written by the leader after each committed change, so it may lag
+the broker's manifest but is never ahead), is read; a bucket without one is a usage error that
+says to pass ``--tier-manifest``. A missing or malformed option is a usage error naming it
+(exit 2). Errors of the bucket itself map to the exit codes scripts read:
 unreachable → 4, credentials or request refused → 5 (:func:`tier_exit`).
 
-Used by :mod:`gannet.node.cli.store` and :mod:`gannet.node.cli.pipeline` (whose jobs may also
-read the manifest from the bucket's ``<prefix>/manifest.json``: ``open_tier``'s
-``manifest_from_bucket``).
+Used by :mod:`gannet.node.cli.store`.
 """
 
 from __future__ import annotations
@@ -23,11 +24,20 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
-from gannet.node.cli.exits import EXIT_REFUSED, EXIT_UNREACHABLE, fail
-from gannet.node.store.tier import buckets, credentials_file, errors, manifests, reading
+from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_REFUSED, EXIT_UNREACHABLE, fail
+from gannet.node.store.tier import (
+    buckets,
+    credentials_file,
+    errors,
+    manifest_copy,
+    manifests,
+    naming,
+    reading,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
-NAMES = ("tier_bucket", "tier_endpoint", "tier_credentials_file", "tier_prefix", "tier_manifest")
+NAMES = ("tier_bucket", "tier_endpoint", "tier_credentials_file", "tier_prefix")
+"""The options a tiered store needs (``--tier-manifest`` is optional: module docstring)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,12 +53,8 @@ class Tier:
         return reading.TierReader(self.bucket, lambda: manifest)
 
 
-def tier_options(
-    command: F, *, manifest_help: str = "Tier manifest file (docs/tiered-storage.md §3)."
-) -> F:
-    """Add the five ``--tier-*`` options; the command receives them as keyword arguments.
-    ``manifest_help``: the help of ``--tier-manifest`` (a command whose manifest may also come
-    from the bucket says so)."""
+def tier_options(command: F) -> F:
+    """Add the five ``--tier-*`` options; the command receives them as keyword arguments."""
     decorators = (
         click.option("--tier-bucket", help="Bucket holding the offloaded commit-log files."),
         click.option("--tier-endpoint", help="S3 endpoint URL of the bucket (http or https)."),
@@ -62,7 +68,9 @@ def tier_options(
         click.option(
             "--tier-manifest",
             type=click.Path(path_type=Path, dir_okay=False),
-            help=manifest_help,
+            help="Tier manifest file (docs/tiered-storage.md §3); without it the copy the "
+            "broker's leader keeps in the bucket, <prefix>/manifest.json, is read (it may lag "
+            "the broker's manifest, never run ahead of it).",
         ),
     )
     for decorate in reversed(decorators):
@@ -70,24 +78,18 @@ def tier_options(
     return command
 
 
-ManifestFromBucket = Callable[[buckets.S3Bucket, str], manifests.Manifest]
-"""Reads the manifest from the bucket, given the bucket and the prefix (a command that allows
-``--tier-manifest`` to be left out passes one to :func:`open_tier`)."""
-
-
-def open_tier(
-    values: dict[str, Any], *, manifest_from_bucket: ManifestFromBucket | None = None
-) -> Tier | None:
-    """The tier the options name, None when none is given; a usage error when only some are.
-    With ``manifest_from_bucket``, ``--tier-manifest`` may be left out: the manifest is then
-    what that function reads from the bucket (its errors are the caller's to report)."""
+def open_tier(values: dict[str, Any]) -> Tier | None:
+    """The tier the options name, None when none is given; a usage error when only some are."""
     given = {name: values.get(name) for name in NAMES}
+    manifest_path = values.get("tier_manifest")
     if all(v is None for v in given.values()):
+        if manifest_path is not None:
+            raise click.UsageError(
+                "--tier-manifest needs the other --tier-* options (bucket, endpoint,"
+                " credentials file, prefix)"
+            )
         return None
-    optional = {"tier_manifest"} if manifest_from_bucket is not None else set()
-    missing = [
-        f"--{n.replace('_', '-')}" for n, v in given.items() if v is None and n not in optional
-    ]
+    missing = [f"--{n.replace('_', '-')}" for n, v in given.items() if v is None]
     if missing:
         raise click.UsageError(f"a tiered store needs every --tier-* option; missing {missing}")
     try:
@@ -103,17 +105,36 @@ def open_tier(
         )
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--tier-endpoint/--tier-bucket") from None
+    prefix = str(given["tier_prefix"])
+    try:
+        naming.check_prefix(prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-prefix") from None
     bucket = buckets.S3Bucket(config)
-    if given["tier_manifest"] is None and manifest_from_bucket is not None:
-        manifest = manifest_from_bucket(bucket, str(given["tier_prefix"]))
-    else:
-        manifest = read_manifest(Path(str(given["tier_manifest"])))
-    if manifest.prefix != given["tier_prefix"]:
+    if manifest_path is None:
+        return Tier(config, bucket, read_bucket_copy(bucket, prefix))
+    manifest = read_manifest(Path(str(manifest_path)))
+    if manifest.prefix != prefix:
         raise click.BadParameter(
-            f"the manifest is for prefix {manifest.prefix!r}, not {given['tier_prefix']!r}",
+            f"the manifest is for prefix {manifest.prefix!r}, not {prefix!r}",
             param_hint="--tier-prefix",
         )
     return Tier(config, bucket, manifest)
+
+
+def read_bucket_copy(bucket: buckets.S3Bucket, prefix: str) -> manifests.Manifest:
+    """The manifest's copy in the bucket (module docstring); exits when it cannot be had."""
+    where = f"s3://{bucket.config.bucket}/{naming.manifest_key(prefix)}"
+    try:
+        return manifest_copy.read_copy(bucket, prefix)
+    except manifest_copy.NoManifestCopy:
+        raise click.UsageError(
+            f"no manifest in the bucket at {where}; pass --tier-manifest"
+        ) from None
+    except errors.ManifestCorrupt as exc:
+        fail(f"[red]the manifest copy at {where} is damaged[/]: {exc}", EXIT_CHECK_FAILED)
+    except errors.TierError as exc:
+        tier_exit(exc)
 
 
 def read_manifest(path: Path) -> manifests.Manifest:

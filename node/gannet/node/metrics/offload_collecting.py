@@ -4,10 +4,17 @@ Families (a broker without a tier exports none):
 
 * ``gannet_tier_offload_failures_total{reason}`` — offload passes that failed, by reason
   (``unavailable``, ``credentials``, ``rejected``, ``not-verified``, ``conflict``, ``corrupt``,
-  ``local-io``, ``manifest-log``, ``gap``; every reason from 0 on, so a rate is defined);
+  ``local-io``, ``manifest-log``; every reason from 0 on, so a rate is defined);
 * ``gannet_tier_offloaded_files_total`` / ``gannet_tier_offloaded_bytes_total`` — commit-log
   files recorded in the tier by this member (the leader) and their bytes;
-* ``gannet_tier_local_deleted_files_total`` — offloaded files this member deleted locally.
+* ``gannet_tier_local_deleted_files_total`` — offloaded files this member deleted locally;
+* ``gannet_tier_gaps_recorded_total`` / ``gannet_tier_gap_bytes_total`` — gaps this member (the
+  leader) recorded in the manifest and the commit-log bytes lost to the tier in them (files
+  disk pressure deleted before they were offloaded);
+* ``gannet_tier_expired_objects_total`` / ``gannet_tier_expired_bytes_total`` — objects remote
+  retention expired and deleted (the leader), and their bytes;
+* ``gannet_tier_swept_objects_total`` — orphan objects the leader's sweep deleted;
+* ``gannet_tier_manifest_copies_total`` — writes of the manifest's bucket copy (the leader).
 
 Registered by the broker (:mod:`gannet.node.broker.serving`) with a callable returning the
 loop's :class:`~gannet.node.store.tier.offloading.OffloadFigures`, or None without a tier.
@@ -48,7 +55,36 @@ def families(figures: OffloadFigures) -> list[Metric]:
         "gannet_tier_local_deleted_files", "Offloaded commit-log files deleted locally."
     )
     deleted.add_metric([], figures.local_deleted_files_total)
-    return [failures, files, size, deleted]
+    gaps = CounterMetricFamily(
+        "gannet_tier_gaps_recorded",
+        "Gaps recorded in the tier manifest by this member: files deleted before offload.",
+    )
+    gaps.add_metric([], figures.gaps_recorded_total)
+    gap_bytes = CounterMetricFamily(
+        "gannet_tier_gap_bytes", "Commit-log bytes lost to the tier in the gaps recorded."
+    )
+    gap_bytes.add_metric([], figures.gap_bytes_total)
+    remote = figures.remote
+    expired = CounterMetricFamily(
+        "gannet_tier_expired_objects",
+        "Objects remote retention expired from the manifest and deleted from the bucket.",
+    )
+    expired.add_metric([], remote.expired_objects_total)
+    expired_size = CounterMetricFamily(
+        "gannet_tier_expired_bytes", "Bytes of the objects remote retention deleted."
+    )
+    expired_size.add_metric([], remote.expired_bytes_total)
+    swept = CounterMetricFamily(
+        "gannet_tier_swept_objects",
+        "Orphan objects (not in the manifest, never recordable) the sweep deleted.",
+    )
+    swept.add_metric([], remote.swept_objects_total)
+    copies = CounterMetricFamily(
+        "gannet_tier_manifest_copies",
+        "Writes of the manifest's copy to <prefix>/manifest.json in the bucket.",
+    )
+    copies.add_metric([], remote.manifest_copies_total)
+    return [failures, files, size, deleted, gaps, gap_bytes, expired, expired_size, swept, copies]
 
 
 class OffloadCollector(FiguresCollector[OffloadFigures]):

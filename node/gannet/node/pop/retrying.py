@@ -51,12 +51,15 @@ def original_topic_of(group: str, topic: str) -> str:
     return validation.original_topic(topic, group) or topic
 
 
+def system_topic_config(topic: str) -> TopicConfig:
+    """A retry/DLQ topic's config: 1 queue, perm 6."""
+    return TopicConfig(topic, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ | PERM_WRITE)
+
+
 def ensure_system_topic(store: MessageStore, topic: str, group: str | None) -> None:
     """Create a retry/DLQ topic (1 queue, perm 6); initialise the group's offset to 0."""
     if store.topic_configs.get(topic) is None:
-        store.topic_configs.put(
-            TopicConfig(topic, read_queue_nums=1, write_queue_nums=1, perm=PERM_READ | PERM_WRITE)
-        )
+        store.topic_configs.put(system_topic_config(topic))
         if group is not None and store.consumer_offsets.query(group, topic, 0) < 0:
             store.consumer_offsets.commit(group, topic, 0, 0)
 

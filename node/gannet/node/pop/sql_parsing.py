@@ -130,6 +130,14 @@ class Node:
         return self.kind == "const"
 
 
+_HINTS = {
+    "`": " (RocketMQ's SQL92 has no quoted identifiers: write a property name bare, letters, "
+    "digits, '_' and '$'; a name that needs quoting cannot be filtered on)",
+    '"': " (strings are in single quotes: 'text')",
+}
+"""What a character the grammar has no place for usually meant, said with the refusal."""
+
+
 def _const(value: object, at: int = 0) -> Node:
     return Node("const", value is None or type(value) is bool, value, at=at)
 
@@ -340,7 +348,10 @@ def parse_tree(text: str) -> Node:
         raise SqlFilterError("the SQL92 expression ends too early", text, len(text)) from None
     except lark.exceptions.UnexpectedCharacters as exc:
         at = exc.pos_in_stream or 0
-        raise SqlFilterError(f"unexpected character {text[at : at + 1]!r}", text, at) from None
+        found = text[at : at + 1]
+        raise SqlFilterError(
+            f"unexpected character {found!r}{_HINTS.get(found, '')}", text, at
+        ) from None
     except lark.exceptions.UnexpectedToken as exc:
         token = exc.token
         if token.type == "$END":

@@ -28,7 +28,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 
 import grpc
@@ -57,6 +57,7 @@ from gannet.node.remoting.server import Connection
 from gannet.node.replication.errors import ReplicationError
 from gannet.node.store import properties as props
 from gannet.node.store import querying
+from gannet.node.store.log import records
 from gannet.node.store.queues.reading import GetStatus
 
 log = logging.getLogger(__name__)
@@ -77,6 +78,7 @@ PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
 PULL_FLAG_CLASS_FILTER = 0x8
+LOGGED_REFUSALS_MAX = 256
 CATCH_UP_MS_MAX = 3_000
 """How long a follower waits for an offset a consumer is ahead of it by (:mod:`pull_steering`)
 before it sends the consumer to the leader."""
@@ -150,7 +152,10 @@ class BrokerRequests:
         self.consumers = ConsumerRegistry()
         self.locks = RebalanceLocks()
         self._unsupported_seen: set[int] = set()
-        self.transactions = remoting_transactions.RemotingTransactions(servicer)
+        self._refusals_logged: set[str] = set()
+        self.transactions = remoting_transactions.RemotingTransactions(
+            servicer, nameserver.store_address
+        )
         self.popping = popping.RemotingPop(servicer, self.consumers)
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
@@ -247,7 +252,10 @@ class BrokerRequests:
             )
             for flag, body, props in entries
         ]
-        metadata: tuple[tuple[str, str], ...] = ((sending.QUEUE_ID_HEADER, str(queue_id)),)
+        metadata: tuple[tuple[str, str], ...] = (
+            (sending.QUEUE_ID_HEADER, str(queue_id)),
+            (sending.COMMIT_OFFSETS_HEADER, "1"),
+        )
         half = not batch and messages.is_transactional(sys_flag, entries[0][2])
         if half:
             metadata += self.transactions.send_metadata(ext)
@@ -256,18 +264,52 @@ class BrokerRequests:
         if reply.status.code != statuses.OK:
             return _refusal(request, reply.status)
         first = reply.entries[0]
-        ids = ",".join(str(e.message_id) for e in reply.entries)
         answer = {
-            "msgId": ids,
+            "msgId": await self._offset_message_ids(conn, topic, queue_id, reply.entries),
             "queueId": str(queue_id),
             "queueOffset": str(first.offset),
-            "transactionId": "",
+            "transactionId": str(first.transaction_id) if half else "",
             "MSG_REGION": "DefaultRegion",
             "TRACE_ON": "true",
         }
-        if half:
-            answer.update(self.transactions.answer_ext(first))
         return request.response(codes.SUCCESS, ext=answer)
+
+    async def _offset_message_ids(
+        self,
+        conn: Connection,
+        topic: str,
+        queue_id: int,
+        entries: Iterable[service_pb2.SendResultEntry],
+    ) -> str:
+        """The answer's ``msgId``, as RocketMQ's: each message's *offset message id* (this
+        member's remoting address as the client reaches it + the commit-log offset,
+        :func:`messages.offset_message_id`), joined by commas for a batch. The client keeps it
+        as ``SendResult.offsetMsgId`` (its ``msgId`` is the unique key it set itself) and
+        ``viewMessage`` dials that address with the offset (VIEW_MESSAGE_BY_ID).
+
+        The offset comes with the v2 answer (:data:`sending.COMMIT_OFFSETS_HEADER`); a
+        duplicate send answered from the deduplication window has none, and is looked up in
+        its queue at the answered queue offset; not found there (not dispatched here yet), the
+        unique key stands in."""
+        host, port = self.nameserver.store_address(conn)
+        ids = []
+        for entry in entries:
+            offset = messages.commit_offset_of(str(entry.transaction_id))
+            if offset is None:
+                offset = await asyncio.to_thread(
+                    self._commit_offset_at, topic, queue_id, int(entry.offset)
+                )
+            if offset is None:
+                ids.append(str(entry.message_id))
+            else:
+                ids.append(messages.offset_message_id(host, port, offset))
+        return ",".join(ids)
+
+    def _commit_offset_at(self, topic: str, queue_id: int, queue_offset: int) -> int | None:
+        store = self.servicer.store
+        store.dispatch_caught_up()
+        found = store.get_messages(topic, queue_id, queue_offset, 1).messages
+        return found[0].commit_offset if found else None
 
     # ------------------------------------------------------------------ pulling
     async def pull(self, request: Command, conn: Connection) -> Command:
@@ -528,21 +570,38 @@ class BrokerRequests:
         client_id = str(data.get("clientID") or "")
         if not client_id:
             raise BadRequest("the heartbeat has no clientID")
+        refusals = []
         for consumer in data.get("consumerDataSet") or []:
             if not isinstance(consumer, dict):
                 continue
             group = str(consumer.get("groupName") or "")
             sending.check_group_name(group)
-            subscriptions: dict[str, Subscription] = {}
-            for sub in consumer.get("subscriptionDataSet") or []:
-                if isinstance(sub, dict) and sub.get("topic"):
-                    kind = str(sub.get("expressionType") or "TAG")
-                    text = str(sub.get("subString") or "*")
-                    _filter(kind, text)  # refuse what would fail every pull
-                    subscriptions[str(sub["topic"])] = Subscription(kind, text)
+            try:
+                subscriptions = _subscriptions(consumer)
+            except BadRequest as exc:
+                # A subscription every pull would refuse: the client leaves the group, so that
+                # its rebalance gives it no queue (the group's other consumers take them)
+                # rather than pulls that could deliver nothing; the rest of the heartbeat
+                # (other groups, producers) still counts.
+                self.consumers.unregister(group, client_id)
+                refusals.append(f"consumer group {group!r}: {exc}")
+                continue
             self.consumers.heartbeat(group, client_id, conn, subscriptions)
         self.transactions.producers.heartbeat(conn, remoting_transactions.producer_groups(data))
+        if refusals:
+            self._log_refused_subscriptions(client_id, refusals)
+            return request.response(codes.SUBSCRIPTION_PARSE_FAILED, "; ".join(refusals))
         return request.response(codes.SUCCESS)
+
+    def _log_refused_subscriptions(self, client_id: str, refusals: list[str]) -> None:
+        """Once per refusal text (at most :data:`LOGGED_REFUSALS_MAX`): some clients (the Go
+        client) only log a refused heartbeat in their own log and consume nothing."""
+        for refusal in refusals:
+            if refusal not in self._refusals_logged and (
+                len(self._refusals_logged) < LOGGED_REFUSALS_MAX
+            ):
+                self._refusals_logged.add(refusal)
+                log.warning("remoting: client %s refused: %s", client_id, refusal)
 
     async def unregister(self, request: Command, conn: Connection) -> Command:
         group = request.ext.get("consumerGroup")
@@ -574,15 +633,25 @@ class BrokerRequests:
         return self.servicer.store.read_stored(offset, size)
 
     async def view_message(self, request: Command, conn: Connection) -> Command:
-        """The record at a commit-log offset (an offset message id's), as stored."""
+        """The record at a commit-log offset (an offset message id's), as stored. A follower
+        that has not applied that offset yet (the id came with a send answered as soon as a
+        majority held it) waits for it up to :data:`CATCH_UP_MS_MAX`."""
         offset = _int(request.ext, "offset")
-        message = await asyncio.to_thread(self.servicer.store.read_message, offset)
+        message = await asyncio.to_thread(self._read_applied, offset)
         data = None if message is None else await asyncio.to_thread(
             self._raw, offset, message.store_size
         )  # fmt: skip
         if data is None:
             return request.response(codes.SYSTEM_ERROR, f"no message at commit-log offset {offset}")
         return request.response(codes.SUCCESS, body=data)
+
+    def _read_applied(self, offset: int) -> records.Message | None:
+        store = self.servicer.store
+        message = store.read_message(offset)
+        wait_s = CATCH_UP_MS_MAX / 1000
+        if message is None and self._follower() and store.wait_dispatched(offset + 1, wait_s):
+            message = store.read_message(offset)
+        return message
 
     async def query_message(self, request: Command, conn: Connection) -> Command:
         """Messages of a topic by key (or by unique key, ``_UNIQUE_KEY_QUERY``) from the index
@@ -600,20 +669,20 @@ class BrokerRequests:
             end_ms=_int(ext, "endTimestamp", 2**63 - 1),
             unique=unique,
         )
-        records = []
+        stored = []
         for message in found.messages:
             data = await asyncio.to_thread(self._raw, message.physical_offset, message.store_size)
             if data is not None:
-                records.append(data)
+                stored.append(data)
         header = {
             "indexLastUpdateTimestamp": str(found.index_last_update_timestamp_ms),
             "indexLastUpdatePhyoffset": str(found.index_last_update_phy_offset),
         }
-        if not records:
+        if not stored:
             return request.response(
                 codes.QUERY_NOT_FOUND, f"no message of {topic!r} with key {key!r}", ext=header
             )
-        return request.response(codes.SUCCESS, ext=header, body=b"".join(records))
+        return request.response(codes.SUCCESS, ext=header, body=b"".join(stored))
 
     # ------------------------------------------------------------------ orderly locks
     def _lock_body(self, request: Command) -> tuple[str, str, list[QueueKey]]:
@@ -681,6 +750,23 @@ class BrokerRequests:
                 code = codes.NO_PERMISSION
             return request.response(code, exc.details)
         return request.response(codes.SUCCESS)
+
+
+def _subscriptions(consumer: dict[str, Any]) -> dict[str, Subscription]:
+    """Topic → subscription of a heartbeat's consumer entry; BadRequest
+    (SUBSCRIPTION_PARSE_FAILED) naming the first that does not parse."""
+    subscriptions: dict[str, Subscription] = {}
+    for sub in consumer.get("subscriptionDataSet") or []:
+        if isinstance(sub, dict) and sub.get("topic"):
+            topic = str(sub["topic"])
+            kind = str(sub.get("expressionType") or "TAG")
+            text = str(sub.get("subString") or "*")
+            try:
+                _filter(kind, text)
+            except BadRequest as exc:
+                raise BadRequest(f"topic {topic!r}: {exc}", exc.code) from None
+            subscriptions[topic] = Subscription(kind, text)
+    return subscriptions
 
 
 def _filter(kind: str, text: str) -> definition_pb2.FilterExpression:

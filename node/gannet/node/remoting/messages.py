@@ -26,6 +26,7 @@ import time
 from google.protobuf.timestamp_pb2 import Timestamp
 from rocketmq.grpc_protocol import Encoding, definition_pb2
 
+from gannet.node.store import msgids
 from gannet.node.store import properties as props
 from gannet.node.store.validation import GANNET_RESERVED_PROPERTY_KEYS, RESERVED_PROPERTY_KEYS
 
@@ -38,6 +39,8 @@ DELAY_LEVELS_S = (
 """RocketMQ's default ``messageDelayLevel`` "1s 5s 10s 30s 1m 2m ... 1h 2h" (levels 1..18)."""
 
 BATCH_MESSAGES_MAX = 4096
+COMMIT_OFFSET_HEX_DIGITS = 16
+"""A commit-log offset in a v2 send answer's ``transaction_id`` (the transaction-id form)."""
 
 
 class BadMessage(ValueError):
@@ -186,3 +189,21 @@ def new_message_id() -> str:
         _counter = (_counter + 1) & 0xFFFFFFFF
         n = _counter
     return f"{_PREFIX}{int(time.time()) & 0xFFFFFFFF:08X}{n:08X}{os.getpid() & 0xFFFF:04X}"
+
+
+def offset_message_id(host: str, port: int, commit_offset: int) -> str:
+    """RocketMQ's offset message id of the record at ``commit_offset`` served at
+    ``host:port`` (``host`` an IP address; :func:`~gannet.node.store.msgids.create_offset_msg_id`:
+    4 or 16 address bytes, the port, the offset, in upper-case hex)."""
+    return msgids.create_offset_msg_id(host, port, commit_offset)
+
+
+def commit_offset_of(transaction_id: str) -> int | None:
+    """The commit-log offset a v2 send answer names as ``transaction_id`` when asked
+    (:data:`gannet.node.api.sending.COMMIT_OFFSETS_HEADER`); None when it is not that form."""
+    if len(transaction_id) != COMMIT_OFFSET_HEX_DIGITS:
+        return None
+    try:
+        return int(transaction_id, 16)
+    except ValueError:
+        return None

@@ -14,7 +14,9 @@ the servicer, so topics auto-create and broker groups merge the same way):
   ``TOPIC_NOT_EXIST`` for an unknown topic. Plus, for
   failover, one *write-only* entry per follower (:func:`failover_name`).
 * ``GET_BROKER_CLUSTER_INFO`` (106): every group of the cluster with its members
-  (:meth:`gannet.node.api.cluster_admin.BrokerGroups.cluster_view`).
+  (:meth:`gannet.node.api.cluster_admin.BrokerGroups.cluster_view`), the leader as brokerId 0;
+  in this member's own Raft group the followers under their node ids, as the routes name them
+  (``mqadmin clusterList`` then shows the ids the routes use).
 * ``GET_ALL_TOPIC_LIST_FROM_NAMESERVER`` (206): this group's topics.
 
 Addresses are remoting addresses: a member's client (gRPC) address with its port moved by the
@@ -45,6 +47,7 @@ with bare integer keys, which fastjson reads back into its ``HashMap<Long, Strin
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -85,14 +88,19 @@ def failover_name(group: str, index: int) -> str:
 
 
 def _broker_data(
-    cluster: str, name: str, addresses: list[str], broker_ids: list[int] | None = None
+    cluster: str,
+    name: str,
+    addresses: list[str],
+    broker_ids: list[int] | None = None,
+    numbered: list[tuple[int, str]] | None = None,
 ) -> str:
     """``brokerAddrs`` numbers ``addresses`` 0, 1, 2, ... unless ``broker_ids`` gives each
-    address its id (then the first address is also named 0: the leader)."""
-    if broker_ids is None:
+    address its id (then the first address is also named 0: the leader) or ``numbered`` gives
+    the (id, address) pairs themselves."""
+    if numbered is None and broker_ids is None:
         numbered = list(enumerate(addresses))
-    else:
-        numbered = [(0, addresses[0]), *zip(broker_ids, addresses, strict=True)]
+    elif numbered is None:
+        numbered = [(0, addresses[0]), *zip(broker_ids or [], addresses, strict=True)]
     addrs = ",".join(f"{i}:{json.dumps(a)}" for i, a in numbered)
     return (
         f'{{"brokerAddrs":{{{addrs}}},"brokerName":{json.dumps(name)},'
@@ -122,6 +130,21 @@ class NameServer:
             me = replication.config.me
             return me.host, me.client_port
         return self.servicer.identity.host, self.servicer.identity.port
+
+    def store_address(self, conn: Connection) -> tuple[str, int]:
+        """The IP address and port an offset message id given to ``conn``'s client names: this
+        member's remoting address as the routes name it to that client (the external one on
+        the external listener), so that the client can dial it for VIEW_MESSAGE_BY_ID; when
+        the routes name a host (a pod's DNS name), the address the client connected to."""
+        host, port = self._own_client_endpoint()
+        address = self._remoting(f"{host}:{port}", self._book(conn))
+        route_host, _, route_port = address.rpartition(":")
+        for candidate in (route_host.strip("[]"), conn.local_host):
+            try:
+                return str(ipaddress.ip_address(candidate)), int(route_port)
+            except ValueError:
+                continue
+        return "127.0.0.1", int(route_port)
 
     def _node_ids(self) -> dict[str, int]:
         """Client endpoint → Raft node id of this group's members (empty: not replicated)."""
@@ -224,11 +247,21 @@ class NameServer:
             for state in groups.cluster_view().groups:
                 members = list(state.group.member_endpoints)
                 entries.append((str(state.group.broker_name), members))
-        table = ",".join(
-            f"{json.dumps(name)}:"
-            + _broker_data(self.cluster, name, [self._remoting(m, book) for m in members])
-            for name, members in entries
-        )
+        node_ids = self._node_ids()
+        own = self.servicer.identity.broker_name
+        parts = []
+        for name, members in entries:
+            addresses = [self._remoting(m, book) for m in members]
+            ids = [node_ids.get(m) for m in members[1:]]
+            if name == own and addresses and None not in ids:
+                # the leader as 0, the followers under their node ids, as the routes name them
+                numbered = [(0, addresses[0])]
+                numbered += [(int(i or 0), a) for i, a in zip(ids, addresses[1:], strict=True)]
+                data = _broker_data(self.cluster, name, addresses, numbered=numbered)
+            else:
+                data = _broker_data(self.cluster, name, addresses)
+            parts.append(f"{json.dumps(name)}:{data}")
+        table = ",".join(parts)
         names = json.dumps([name for name, _ in entries])
         body = (
             f'{{"brokerAddrTable":{{{table}}},'

@@ -14,8 +14,11 @@
   *is* the gRPC receipt handle (``docs/formats/pop.md`` §4: ExtraInfoUtil's eight fields plus
   the commit-log offset) — and ``1ST_POP_TIME``. The header carries ``popTime``,
   ``invisibleTime``, ``reviveQid``, ``restNum`` (0) and ``startOffsetInfo`` /
-  ``msgOffsetInfo`` built from the handles. Nothing found: PULL_NOT_FOUND; too many waiting
-  pops: POLLING_FULL.
+  ``msgOffsetInfo`` built from the handles, and for a pop with ``order=true`` (an orderly
+  consumer) ``orderCountInfo``: how often each message was consumed before
+  (:func:`order_count_info`); each record's ``reconsumeTimes`` says the same (what the client
+  shows: it reads ``orderCountInfo`` only for records without ``POP_CK``). Nothing found:
+  PULL_NOT_FOUND; too many waiting pops: POLLING_FULL.
 * **BATCH_ACK_MESSAGE** (200151) becomes one ``AckMessage`` per entry of its body
   (:mod:`batch_acks`: the 8-field extra infos its bit sets name).
 * **ACK_MESSAGE** (200051) becomes ``AckMessage`` of ``extraInfo``; the topic is the original
@@ -124,8 +127,29 @@ def offset_infos(handles: Sequence[receipts.ReceiptHandle]) -> tuple[str, str]:
     return start_info, msg_info
 
 
-def popped_record(message: records.Message, handle: str, pop_time_ms: int) -> bytes:
-    """A popped record as stored, with ``POP_CK`` = its receipt handle (module docstring)."""
+def order_count_info(popped: Sequence[tuple[receipts.ReceiptHandle, int]]) -> str:
+    """``orderCountInfo`` of an orderly pop (RocketMQ 5.3.3's
+    ``ExtraInfoUtil.buildQueueOffsetOrderCountInfo``): per message ``<flag> qo<queueId>%<queue
+    offset> <times consumed before>``, joined by ``;``. The 5.x client sets a message's
+    ``reconsumeTimes`` from it when it popped with ``order=true``: an orderly message is popped
+    again from its queue (no retry copy), so the stored record still says 0. ``popped``: each
+    message's handle and its v2 ``delivery_attempt`` (times consumed before + 1)."""
+    seen: dict[tuple[int, int, int], int] = {}
+    for handle, attempt in popped:
+        seen.setdefault(
+            (int(handle.flag), handle.queue_id, handle.queue_offset), max(attempt - 1, 0)
+        )
+    return ";".join(f"{f} qo{q}%{o} {count}" for (f, q, o), count in seen.items())
+
+
+def popped_record(
+    message: records.Message, handle: str, pop_time_ms: int, delivery_attempt: int
+) -> bytes:
+    """A popped record as stored, with ``POP_CK`` = its receipt handle (module docstring) and
+    ``reconsumeTimes`` = the times it was consumed before (``delivery_attempt`` - 1), as the v2
+    answer counts them: an orderly message popped again keeps 0 in its record, and the 5.3.3
+    client reads ``orderCountInfo`` only for a record without ``POP_CK``."""
+    message.reconsume_times = max(message.reconsume_times, delivery_attempt - 1)
     message.properties[props.POP_CK] = handle
     message.properties.setdefault(props.FIRST_POP_TIME, str(pop_time_ms))
     return bytes(records.encode(message, body_size_max_bytes=RECORD_BYTES_MAX))
@@ -204,7 +228,7 @@ class RemotingPop:
         if not popped:
             return request.response(codes.PULL_NOT_FOUND, "no new message")
         self.popped_total += len(popped)
-        return await self._answer(request, popped)
+        return await self._answer(request, popped, ext.get("order") == "true")
 
     def _expression(self, ext: dict[str, str]) -> definition_pb2.FilterExpression:
         kind = (ext.get("expType") or "TAG").upper()
@@ -214,7 +238,9 @@ class RemotingPop:
             type=_EXPRESSION_TYPES[kind], expression=ext.get("exp") or "*"
         )
 
-    async def _answer(self, request: Command, popped: list[definition_pb2.Message]) -> Command:
+    async def _answer(
+        self, request: Command, popped: list[definition_pb2.Message], orderly: bool
+    ) -> Command:
         handles = [receipts.parse(str(m.system_properties.receipt_handle)) for m in popped]
         bodies = []
         for message, handle in zip(popped, handles, strict=True):
@@ -223,7 +249,8 @@ class RemotingPop:
                 log.warning("remoting pop: no record at commit-log offset %d", handle.commit_offset)
                 continue
             text = str(message.system_properties.receipt_handle)
-            bodies.append(popped_record(stored, text, handle.pop_time_ms))
+            attempt = int(message.system_properties.delivery_attempt)
+            bodies.append(popped_record(stored, text, handle.pop_time_ms, attempt))
         first = handles[0]
         start_info, msg_info = offset_infos(handles)
         header = {
@@ -234,6 +261,9 @@ class RemotingPop:
             "startOffsetInfo": start_info,
             "msgOffsetInfo": msg_info,
         }
+        if orderly:
+            attempts = [int(m.system_properties.delivery_attempt) for m in popped]
+            header["orderCountInfo"] = order_count_info(list(zip(handles, attempts, strict=True)))
         return request.response(codes.SUCCESS, ext=header, body=b"".join(bodies))
 
     def _read(self, commit_offset: int) -> records.Message | None:

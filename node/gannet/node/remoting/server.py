@@ -49,6 +49,8 @@ class Connection:
         self.peer_host = str(peer[0])
         self.peer_port = int(peer[1]) if len(peer) > 1 else 0
         local = writer.get_extra_info("sockname") or ("", 0)
+        self.local_host = str(local[0])
+        """The broker's address the client connected to (offset message ids: :mod:`nameserver`)."""
         self.local_port = int(local[1]) if len(local) > 1 else 0
         """The broker's port the client connected to (which listener: :mod:`nameserver`)."""
         self.closed = asyncio.Event()

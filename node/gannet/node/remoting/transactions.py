@@ -28,20 +28,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import itertools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import sending
 from gannet.node.protocol import statuses
-from gannet.node.remoting import codes
+from gannet.node.remoting import codes, messages
 from gannet.node.remoting.codec import FLAG_ONEWAY, Command
 from gannet.node.remoting.context import RemotingContext
 from gannet.node.remoting.server import Connection
-from gannet.node.store import msgids
 from gannet.node.store import properties as props
 from gannet.node.store.log import records
 from gannet.node.transactions import records as tr
@@ -110,15 +109,6 @@ def producer_groups(heartbeat: Any) -> list[str]:
     return groups
 
 
-def offset_message_id(host: str, port: int, commit_offset: int) -> str:
-    """The offset message id of a record here (``host`` when an IP literal, else 127.0.0.1)."""
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        host = "127.0.0.1"
-    return msgids.create_offset_msg_id(host, port, commit_offset)
-
-
 def end_resolution(ext: dict[str, str]) -> int | None:
     """The v2 resolution of ``commitOrRollback``; None for TRANSACTION_NOT_TYPE (unknown)."""
     raw = ext.get("commitOrRollback", "")
@@ -174,7 +164,7 @@ def check_request(check: OrphanCheck, half: records.Message, host: str, port: in
         "commitLogOffset": str(offset),
         "msgId": half.properties.get(props.UNIQ_KEY, ""),
         "transactionId": check.transaction_id,
-        "offsetMsgId": offset_message_id(host, port, offset),
+        "offsetMsgId": messages.offset_message_id(host, port, offset),
     }
     return Command(codes.CHECK_TRANSACTION_STATE, opaque=next(_opaques), flag=FLAG_ONEWAY,
                    ext=ext, body=body)  # fmt: skip
@@ -183,8 +173,13 @@ def check_request(check: OrphanCheck, half: records.Message, host: str, port: in
 class RemotingTransactions:
     """END_TRANSACTION and the check-back for one broker's remoting port."""
 
-    def __init__(self, servicer: Any) -> None:
+    def __init__(
+        self, servicer: Any, store_address: Callable[[Connection], tuple[str, int]]
+    ) -> None:
         self.servicer = servicer
+        self._store_address = store_address
+        """The address a connection's client is given in offset message ids
+        (:meth:`~gannet.node.remoting.nameserver.NameServer.store_address`)."""
         self._v2: Any = servicer
         self.producers = ProducerRegistry()
         self.checks_sent_total = 0
@@ -198,16 +193,6 @@ class RemotingTransactions:
         """Call metadata of a half message's send: its producer group (when named)."""
         group = ext.get("producerGroup")
         return ((sending.PRODUCER_GROUP_HEADER, group),) if group else ()
-
-    def answer_ext(self, entry: service_pb2.SendResultEntry) -> dict[str, str]:
-        """The response fields that differ for a half message: transactionId and msgId."""
-        transaction_id = str(entry.transaction_id)
-        identity = self.servicer.identity
-        offset = tr.parse_transaction_id(transaction_id)
-        return {
-            "transactionId": transaction_id,
-            "msgId": offset_message_id(identity.host, identity.port, offset),
-        }
 
     # --- END_TRANSACTION ---
     async def end(self, request: Command, conn: Connection) -> Command | None:
@@ -268,9 +253,8 @@ class RemotingTransactions:
         conn = self.producers.connection_of(group)
         if conn is None:
             return False
-        identity = self.servicer.identity
         try:
-            command = check_request(check, half, identity.host, identity.port)
+            command = check_request(check, half, *self._store_address(conn))
         except Exception:  # a record that cannot be re-encoded: offered to gRPC producers
             log.exception("remoting: check of transaction %s not sent", check.transaction_id)
             return False

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,6 +52,15 @@ class ObjectHead:
 
     size_bytes: int
     etag: str
+
+
+@dataclass(frozen=True, slots=True)
+class ListedObject:
+    """One key of a listing, with its size and when the bucket last wrote it."""
+
+    key: str
+    size_bytes: int
+    last_modified_ms: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +104,12 @@ class Bucket(Protocol):
     def get_range(self, key: str, start: int, size_bytes: int) -> bytes: ...
 
     def list_keys(self, prefix: str) -> list[str]: ...
+
+    def list_objects(self, prefix: str) -> list[ListedObject]: ...
+
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    def get_bytes(self, key: str) -> bytes | None: ...
 
     def delete(self, key: str) -> None: ...
 
@@ -244,6 +260,49 @@ class S3Bucket:
                 keys.extend(str(item["Key"]) for item in page.get("Contents", []))
         return keys
 
+    def list_objects(self, prefix: str) -> list[ListedObject]:
+        """Every object under ``prefix`` with its size and last-modified time, in key order."""
+        listed: list[ListedObject] = []
+        with self._translated(f"list {prefix}"):
+            paginator = self._client.get_paginator("list_objects_v2")
+            for page in paginator.paginate(Bucket=self.config.bucket, Prefix=prefix):
+                listed.extend(
+                    ListedObject(
+                        key=str(item["Key"]),
+                        size_bytes=int(item["Size"]),
+                        last_modified_ms=int(item["LastModified"].timestamp() * 1000),
+                    )
+                    for item in page.get("Contents", [])
+                )
+        return listed
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        """Write a small object (the manifest copy) in one PUT with ``Content-MD5``."""
+        digest = hashlib.md5(data, usedforsecurity=False).digest()
+        with self._translated(f"PUT {key}"):
+            self._client.put_object(
+                Bucket=self.config.bucket,
+                Key=key,
+                Body=data,
+                ContentLength=len(data),
+                ContentMD5=base64.b64encode(digest).decode(),
+            )
+
+    def get_bytes(self, key: str) -> bytes | None:
+        """The whole of a small object (the manifest copy); ``None`` if the bucket lacks it."""
+        with self._translated(f"GET {key}"):
+            try:
+                answer = self._client.get_object(Bucket=self.config.bucket, Key=key)
+            except botocore.exceptions.ClientError as exc:
+                if _code(exc) in _MISSING_CODES:
+                    return None
+                raise
+            data = answer["Body"].read()
+        if not isinstance(data, bytes):
+            raise errors.TierUnavailable(f"GET {key}: body is {type(data).__name__}, not bytes")
+        return data
+
     def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a key the bucket does not hold is not an error (S3)."""
         with self._translated(f"DELETE {key}"):
             self._client.delete_object(Bucket=self.config.bucket, Key=key)

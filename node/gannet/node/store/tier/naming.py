@@ -5,6 +5,7 @@ An offloaded commit-log file keeps its RocketMQ name (the 20-digit decimal start
 store`` sees the same names as in a store directory::
 
     <prefix>/commitlog/00000000001073741824
+    <prefix>/manifest.json          (the manifest's copy, written by the leader)
 
 ``<prefix>`` is chosen by the operator, one per broker group (for example
 ``gannet/<cluster>/<group>``); it has no leading or trailing ``/`` and no empty segment, so
@@ -17,6 +18,7 @@ from __future__ import annotations
 import re
 
 COMMITLOG_DIR = "commitlog"
+MANIFEST_NAME = "manifest.json"
 _FILE_NAME = re.compile(r"[0-9]{20}")
 _PREFIX_SEGMENT = re.compile(r"[A-Za-z0-9._=-]+")
 
@@ -53,6 +55,16 @@ def parse_commitlog_file_name(name: str) -> int:
 def commitlog_key(prefix: str, base_offset: int) -> str:
     """The object key of the commit-log file that starts at ``base_offset``."""
     return f"{check_prefix(prefix)}/{COMMITLOG_DIR}/{commitlog_file_name(base_offset)}"
+
+
+def manifest_key(prefix: str) -> str:
+    """The key of the manifest's copy in the bucket (``docs/tiered-storage.md`` §3)."""
+    return f"{check_prefix(prefix)}/{MANIFEST_NAME}"
+
+
+def commitlog_dir_key(prefix: str) -> str:
+    """The key prefix every commit-log object of ``prefix`` starts with (ends with ``/``)."""
+    return f"{check_prefix(prefix)}/{COMMITLOG_DIR}/"
 
 
 def parse_commitlog_key(prefix: str, key: str) -> int:

@@ -430,6 +430,13 @@ class CleanService:
             self._delete_derived_files(CleanResult(0, "tier", 0.0))
         return len(doomed)
 
+    def tier_moved(self) -> CleanResult:
+        """The tier's start moved up (remote expiry): delete the consume-queue and index files
+        below the new readable minimum and move the queues' minimum offsets up to it, so the
+        earliest offset users see (QueryOffset BEGINNING, GET_MIN_OFFSET) follows the tier."""
+        with self._run_lock:
+            return self._delete_derived_files(CleanResult(0, "tier", 0.0))
+
     def set_policy(self, **changes: object) -> CleanPolicy:
         policy = dataclasses.replace(self.policy, **changes)  # type: ignore[arg-type]
         policy.validate()
