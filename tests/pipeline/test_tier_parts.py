@@ -7,6 +7,7 @@ by :class:`FileRanges` (the ranged GETs against a real S3 server are in
 from __future__ import annotations
 
 import dataclasses
+import re
 import shutil
 from pathlib import Path
 
@@ -161,8 +162,8 @@ def test_the_manifest_file_is_read_and_checked(tmp_path: Path) -> None:
     path = tmp_path / "manifest.json"
     path.write_bytes(manifests.encode(manifest))
     assert sources.load_manifest(sources.ManifestFile(path)) == manifest
-    path.write_bytes(b'{"format":"gannet-tier-manifest","version":2}')
-    with pytest.raises(SourceError, match=f"tier manifest {path}: .*version"):
+    path.write_bytes(b'{"format":"gannet-tier-manifest","version":99}')
+    with pytest.raises(SourceError, match=f"tier manifest {re.escape(str(path))}: "):
         sources.load_manifest(sources.ManifestFile(path))
     with pytest.raises(SourceError, match="No such file"):
         sources.load_manifest(sources.ManifestFile(tmp_path / "missing"))
