@@ -109,7 +109,7 @@ bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
-## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline, v2 broker, replication, forwarding, broker groups, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
@@ -117,6 +117,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.sqlfilter --quick
 	command -v java >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jre-headless; }
 	$(BIN)/python -m bench.pipeline --quick
+	$(BIN)/python -m bench.pipeline_tier --quick  # Spark export from the tier's bucket (skips without make s3-tools)
 	$(BIN)/python -m bench.broker --quick
 	$(BIN)/python -m bench.transactions --quick
 	$(BIN)/python -m bench.metrics --quick
@@ -286,7 +287,8 @@ s3-tools: $(STAMP)
 ## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted),
 ## a MessageStore reading offloaded files (offset, pull, Pop, key/id/time; hung bucket), gannet store inspect/verify over a tier,
 ## a broker process SIGKILLed mid-offload, then expiring by bytes and verified from its bucket manifest copy, a 3-member group whose leader crashes mid-offload,
-## GetTierStatus with refused credentials, remote retention + orphan sweep + a process SIGKILLed between expiry and deletes (measured on the busy shared 2-core machine: 106 s before the last two, 212 s with them at load 15-20)
+## GetTierStatus with refused credentials, remote retention + orphan sweep + a process SIGKILLed between expiry and deletes (measured on the busy shared 2-core machine: 106 s before the last two, 212 s with them at load 15-20),
+## Spark export/verify/rebuild/data-source reads from the bucket (e2e/tier/test_pipeline.py: 4 tests, 1.5-5 min more with Spark's start)
 e2e-tier: s3-tools
 	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
 

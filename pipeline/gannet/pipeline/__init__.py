@@ -4,11 +4,14 @@ Bulk jobs over commit-log segments (:mod:`jobs`: export to Parquet, rebuild cons
 index files, verify), built from :mod:`segments` (finding and scanning one segment),
 :mod:`columns` (parsing one segment in bulk into columns),
 :mod:`exporting` (one segment to Parquet) and :mod:`rebuilding` (the broker's dispatch chain on
-the driver); :mod:`cli` is the ``pipeline`` click group.
+the driver); :mod:`cli` is the ``pipeline`` click group. A broker group's tier (its bucket) is a
+source too: :mod:`sources` (tier objects and local files as one contiguous series, the
+manifest) and :mod:`objects` (an object read by ranged GETs in windows on an executor).
 
 The Spark data source ``gannet`` over a broker's v2 API (:mod:`datasource`; options in
 :mod:`options`, rows in :mod:`rows`, reading in :mod:`reading`, writing in :mod:`writing`, the
-RPCs in :mod:`calling`, offset ranges in :mod:`ranges`) is registered with :func:`register`::
+RPCs in :mod:`calling`, offset ranges in :mod:`ranges`; reads from a tier or store directory
+without a broker in :mod:`tierreading`) is registered with :func:`register`::
 
     import gannet.pipeline
     gannet.pipeline.register(spark)

@@ -334,6 +334,15 @@ def _binary_column(view: memoryview, starts: Int64s, lengths: Int64s) -> pa.Bina
     return pa.BinaryArray.from_buffers(pa.binary(), len(starts), buffers)
 
 
+def walk_end(buf: Buffer) -> int:
+    """Where a walk of TOTALSIZE from the start of ``buf`` stops: the end of the last record
+    whose magic code and TOTALSIZE look right and fit in ``buf`` (one C call with the native
+    module). A window of a tier object ends its complete records there
+    (:mod:`gannet.pipeline.objects`)."""
+    _, stop, _ = _boundaries(buf, 0, len(buf), len(buf) + 1)
+    return stop
+
+
 def first_record_from(buf: Buffer, at: int) -> int | None:
     """Where the first record of segment ``buf`` starting at or after byte ``at`` lies, found
     by walking TOTALSIZE from the segment's start (one C call with the native module); None

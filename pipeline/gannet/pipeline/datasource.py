@@ -16,6 +16,15 @@ Register it once per SparkSession, then use it by name::
         .option("endpoints", "127.0.0.1:8081").option("topic", "orders-copy") \\
         .mode("append").save()
 
+Without a broker, a topic is read straight from a broker group's tier and/or its store
+directory (the ``tier*`` and ``storeDir`` options; :mod:`gannet.pipeline.tierreading`)::
+
+    df = (spark.read.format("gannet")
+          .option("tierBucket", "gannet-tier").option("tierEndpoint", "https://s3.example")
+          .option("tierCredentialsFile", "/etc/gannet/tier-credentials")
+          .option("tierPrefix", "gannet/c1/broker-0").option("storeDir", "/data/broker-0")
+          .option("topic", "orders").load())
+
 Options are listed in :mod:`gannet.pipeline.options`, the schema in :mod:`gannet.pipeline.rows`,
 reading in :mod:`gannet.pipeline.reading` (PullMessage, QueryOffset, QueryRoute) and writing in
 :mod:`gannet.pipeline.writing` (SendMessage batches). The Python code runs in Spark's Python
@@ -38,7 +47,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from gannet.pipeline import options, reading, rows, writing
+from gannet.pipeline import options, reading, rows, tierreading, writing
 from gannet.pipeline.calling import BrokerConnection, BrokerError
 from gannet.pipeline.options import OptionError
 
@@ -56,9 +65,15 @@ class GannetDataSource(DataSource):
         return rows.READ_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        if options.is_tier_read(self.options):
+            return tierreading.TierBatchReader(
+                options.tier_read_options(self.options, streaming=False)
+            )
         return reading.BatchReader(options.read_options(self.options, streaming=False))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        if options.is_tier_read(self.options):
+            options.tier_read_options(self.options, streaming=True)  # raises: needs a broker
         return reading.StreamReader(options.read_options(self.options, streaming=True))
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:

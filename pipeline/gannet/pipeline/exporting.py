@@ -40,6 +40,7 @@ import datetime as dt
 import posixpath
 import urllib.parse
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,7 +213,7 @@ def partition_rows(
     ]
 
 
-class _PartitionWriters:
+class PartitionWriters:
     """One open Parquet writer per (topic, date) met in a segment."""
 
     def __init__(self, output: str, segment: Segment) -> None:
@@ -255,21 +256,39 @@ def export_segment(
     segment's records between them without overlap; what :func:`gannet.pipeline.jobs.export`
     gives each task).
     """
-    writers = _PartitionWriters(output, segment)
-    kept = 0
+    writers = PartitionWriters(output, segment)
     try:
         with segments.mapped(segment) as buf:
             cut, next_cut = (0, None) if byte_range is None else byte_range
-            for part in columns.range_chunks(buf, segment, cut, next_cut):
-                if isinstance(part, Damage):
-                    raise SegmentDamagedError(part)
-                picked = np.flatnonzero(keep.mask(part))
-                groups = partition_rows(part, picked)
-                table = chunk_table(buf, part, picked) if groups else None
-                for key, rows in groups:
-                    assert table is not None
-                    writers.write(key, table if len(rows) == len(picked) else table.take(rows))
-                    kept += len(rows)
+            parts = columns.range_chunks(buf, segment, cut, next_cut)
+            kept, damage = write_chunks(buf, parts, keep, writers)
+            del parts  # no view of the mapping may outlive it
     finally:
         files = writers.close()
+    if damage is not None:  # raised once the mapping is closed
+        raise SegmentDamagedError(damage)
     return SegmentExport(segment.name, kept, files)
+
+
+def write_chunks(
+    buf: layout.Buffer,
+    parts: Iterable[Chunk | Damage],
+    keep: ExportFilter,
+    writers: PartitionWriters,
+) -> tuple[int, Damage | None]:
+    """Write the kept records of ``parts`` (chunks parsed from ``buf``) to ``writers`` up to the
+    first damage; the number kept and that damage (the caller raises
+    :class:`SegmentDamagedError` once the bytes are released). Also used for the windows of a
+    tier object (:mod:`gannet.pipeline.objects`)."""
+    kept = 0
+    for part in parts:
+        if isinstance(part, Damage):
+            return kept, part
+        picked = np.flatnonzero(keep.mask(part))
+        groups = partition_rows(part, picked)
+        table = chunk_table(buf, part, picked) if groups else None
+        for key, rows in groups:
+            assert table is not None
+            writers.write(key, table if len(rows) == len(picked) else table.take(rows))
+            kept += len(rows)
+    return kept, None

@@ -29,6 +29,11 @@ straddle files, so no task needs another's bytes.
   Files are only read; on a store a broker is writing, the report is a snapshot (a record
   being appended at that moment may show as a torn tail).
 
+Export and verify also take a broker group's tier (:class:`gannet.pipeline.sources.
+TieredSource`: its bucket and manifest, with or without its store directory): each tier object
+is one task that reads it straight from the bucket by ranged GETs (:mod:`gannet.pipeline.
+objects`), followed by the local files after the tier's end.
+
 Usage on one machine (``--master`` defaults to ``local[*]``), through the ``gannet`` command
 (:mod:`gannet.node.cli.pipeline`)::
 
@@ -75,9 +80,10 @@ import pyarrow.fs as pafs
 from pyspark.sql import SparkSession
 
 from gannet.node.store.config import StoreConfig
-from gannet.pipeline import exporting, rebuilding, segments
+from gannet.pipeline import exporting, objects, rebuilding, segments
 from gannet.pipeline.reports import ExportReport, RebuildReport, SegmentReport, VerifyReport
 from gannet.pipeline.segments import Damage, Segment
+from gannet.pipeline.sources import Part, TieredSource, TierSegment
 
 DEFAULT_MASTER = "local[*]"
 APP_NAME = "gannet-pipeline"
@@ -110,7 +116,7 @@ def session(master: str | None = None, app_name: str = APP_NAME) -> SparkSession
     return spark
 
 
-def _segment_rdd(spark: SparkSession, found: list[Segment]) -> Any:
+def _segment_rdd(spark: SparkSession, found: Sequence[Part]) -> Any:
     """One partition per segment (the Spark boundary: RDDs are untyped)."""
     return spark.sparkContext.parallelize(found, max(1, len(found)))
 
@@ -134,19 +140,24 @@ SPLIT_BYTES_MIN = 8 * 2**20
 """Export and rebuild: a segment is cut into byte ranges of at least this many bytes (see
 :func:`task_ranges`)."""
 
-TaskRange = rebuilding.SegmentRange
+TaskRange = tuple[Part, int, int | None]
 
 
-def task_ranges(found: Sequence[Segment], parallelism: int) -> list[TaskRange]:
+def task_ranges(found: Sequence[Part], parallelism: int) -> list[TaskRange]:
     """The tasks of an export or rebuild: each segment cut into byte ranges of about the job's
     bytes ÷ ``parallelism`` (at least :data:`SPLIT_BYTES_MIN`), so that few or large segments
     still keep every task slot busy; many small segments stay one task each. A range holds the
     records that start in it (:func:`gannet.pipeline.columns.range_chunks`); the last range of
-    a segment runs to the file's end as it is when the task runs (None)."""
+    a segment runs to the file's end as it is when the task runs (None). A tier object is one
+    task, read in windows (:mod:`gannet.pipeline.objects`): finding the first record after a
+    cut needs a walk from the object's start, which is a GET per record over S3."""
     total = sum(s.size_bytes for s in found)
     target = max(SPLIT_BYTES_MIN, -(-total // max(1, parallelism)))
     ranges: list[TaskRange] = []
     for segment in found:
+        if isinstance(segment, TierSegment):
+            ranges.append((segment, 0, None))
+            continue
         parts = max(1, -(-segment.size_bytes // target))
         step = -(-segment.size_bytes // parts)
         cuts: list[int | None] = [i * step for i in range(1, parts)]
@@ -158,13 +169,16 @@ def _export_partition(
     keep: ExportFilter, output: str, parts: Iterable[TaskRange]
 ) -> Iterator[exporting.SegmentExport]:
     for segment, cut, next_cut in parts:
+        if isinstance(segment, TierSegment):
+            yield objects.export_object(segment, keep, output)
+            continue
         whole = cut == 0 and next_cut is None
         yield exporting.export_segment(segment, keep, output, None if whole else (cut, next_cut))
 
 
 def export(
     spark: SparkSession,
-    source: Path | Sequence[tuple[str, Path]],
+    source: Path | Sequence[tuple[str, Path]] | TieredSource,
     output: str,
     keep: ExportFilter = KEEP_ALL,
     *,
@@ -176,11 +190,16 @@ def export(
     one job over all their segments, each group's files under ``…/broker=<group>/``
     (:mod:`exporting`). ``mode`` is Spark's save mode: ``errorifexists`` refuses an existing
     output, ``overwrite`` deletes it first, ``append`` adds files, ``ignore`` does nothing when
-    it exists.
+    it exists. A :class:`~gannet.pipeline.sources.TieredSource` is a broker group's tier, with
+    or without its local store: its objects are read from the bucket by the executors
+    (:mod:`gannet.pipeline.objects`), then the local files after the tier's end.
     """
     started = time.monotonic()
-    if isinstance(source, Path):
-        found = _require_segments(source)
+    found: list[Part]
+    if isinstance(source, TieredSource):
+        found = source.parts()
+    elif isinstance(source, Path):
+        found = list(_require_segments(source))
     else:
         names = [name for name, _ in source]
         if not names or len(set(names)) != len(names) or not all(names):
@@ -237,19 +256,27 @@ def verify_segment(segment: Segment) -> SegmentReport:
     )
 
 
-def _verify_partition(parts: Iterable[Segment]) -> Iterator[SegmentReport]:
+def _verify_partition(parts: Iterable[Part]) -> Iterator[SegmentReport]:
     for segment in parts:
-        yield verify_segment(segment)
+        if isinstance(segment, TierSegment):
+            yield objects.verify_object(segment)
+        else:
+            yield verify_segment(segment)
 
 
-def verify(spark: SparkSession, source: Path) -> VerifyReport:
-    """Check every record of every segment of ``source``; damaged ranges in offset order."""
+def verify(spark: SparkSession, source: Path | TieredSource) -> VerifyReport:
+    """Check every record of every segment of ``source``; damaged ranges in offset order. A
+    tiered source's objects are checked from the bucket by the executors (damage named by the
+    object key); its series is contiguous by construction (:func:`sources.series`)."""
     started = time.monotonic()
-    found = _require_segments(source)
+    found: list[Part] = (
+        source.parts() if isinstance(source, TieredSource) else list(_require_segments(source))
+    )
     reports: list[SegmentReport] = (
         _segment_rdd(spark, found).mapPartitions(_verify_partition).collect()
     )
-    damage = [d for r in reports for d in r.damage] + segments.gaps(found)
+    local = [s for s in found if isinstance(s, Segment)]
+    damage = [d for r in reports for d in r.damage] + segments.gaps(local)
     damage.sort(key=lambda d: d.start_offset)
     return VerifyReport(tuple(reports), tuple(damage), time.monotonic() - started)
 
@@ -258,7 +285,7 @@ def verify(spark: SparkSession, source: Path) -> VerifyReport:
 
 
 def _in_segment_order(
-    spark: SparkSession, found: list[Segment]
+    spark: SparkSession, found: list[Part]
 ) -> Iterator[rebuilding.DispatchColumns | Damage]:
     """Dispatch events of all segments in commit-log order, one wave of Spark tasks at a time.
 
@@ -270,7 +297,7 @@ def _in_segment_order(
     """
     context = spark.sparkContext
     ranges = task_ranges(found, int(context.defaultParallelism))
-    rdd = context.parallelize(ranges, len(ranges))
+    rdd: Any = context.parallelize(ranges, len(ranges))  # local segments only: rebuild
     wave = max(1, int(context.defaultParallelism) * SEGMENTS_PER_TASK_SLOT_IN_WAVE)
     waves = [range(i, min(len(ranges), i + wave)) for i in range(0, len(ranges), wave)]
 
@@ -293,14 +320,18 @@ StoreLockedError = rebuilding.StoreLockedError
 store_config_for = rebuilding.store_config_for
 
 
-def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildReport:
+def rebuild(spark: SparkSession, source: Path | TieredSource, target: StoreConfig) -> RebuildReport:
     """Write the consume queues and index files of ``source``'s commit log under
-    ``target.root_dir`` (which must not hold any yet), with ``target``'s file sizes."""
+    ``target.root_dir`` (which must not hold any yet), with ``target``'s file sizes. A tiered
+    source's objects are read from the bucket by the executors, in commit-log order with the
+    local files after them (its series is contiguous by construction)."""
     started = time.monotonic()
-    found = _require_segments(source)
+    found: list[Part] = (
+        source.parts() if isinstance(source, TieredSource) else list(_require_segments(source))
+    )
     rebuilding.require_empty(target.consume_queue_dir)
     rebuilding.require_empty(target.index_dir)
-    missing = segments.gaps(found)
+    missing = segments.gaps([s for s in found if isinstance(s, Segment)])
     stop_at = missing[0] if missing else None
     dispatcher = rebuilding.Dispatcher(target)
     stopped: Damage | None = None
@@ -326,19 +357,24 @@ def rebuild(spark: SparkSession, source: Path, target: StoreConfig) -> RebuildRe
     )
 
 
-def rebuild_in_place(spark: SparkSession, config: StoreConfig) -> RebuildReport:
+def rebuild_in_place(
+    spark: SparkSession, config: StoreConfig, tier: TieredSource | None = None
+) -> RebuildReport:
     """Replace the consume queues and index files of a store that no broker has open.
 
     The store's lock file is held meanwhile; the new files are built beside the store and
     swapped in only when the whole commit log was dispatched — after damage or a missing
-    segment the store is left as it was (the report says where the rebuild stopped).
+    segment the store is left as it was (the report says where the rebuild stopped). With
+    ``tier``, the commit log is the tier's objects (read from the bucket) and the store's files
+    after the tier's end.
     """
     root = config.root_dir
     staging = root / ".rebuild"
     with rebuilding.store_lock(config):
         shutil.rmtree(staging, ignore_errors=True)
         try:
-            report = rebuild(spark, root, dataclasses.replace(config, root_dir=staging))
+            source: Path | TieredSource = root if tier is None else tier
+            report = rebuild(spark, source, dataclasses.replace(config, root_dir=staging))
             if report.stopped_at is None:
                 _swap_in(staging, root)
         finally:

@@ -30,12 +30,34 @@ Option names are case-insensitive (Spark lower-cases them). Reading (``spark.rea
 ``requestTimeoutSeconds``   per-RPC deadline (default 30)
 ==========================  ===============================================================
 
+Reading without a broker, from a broker group's tier (its bucket) and/or its store directory
+(``spark.read`` only; :mod:`gannet.pipeline.tierreading`):
+
+==========================  ===============================================================
+``tierBucket``              the bucket holding the group's offloaded commit-log files; with
+``tierEndpoint``            its S3 endpoint URL (http or https),
+``tierCredentialsFile``     an AWS shared-credentials file with its access key and secret
+                            (read on the driver), and
+``tierPrefix``              the group's key prefix (``gannet/<cluster>/<group>``): all four
+                            or none
+``tierManifest``            the tier manifest file (``<store>/tier/manifest.json``); default
+                            the bucket's ``<prefix>/manifest.json``
+``storeDir``                the group's store directory (or a folder of segment copies): its
+                            files after the tier's end are read too; alone, only they are
+``topic``                   required
+``queues``                  as above
+``startingTimestamp``       store time from (inclusive), epoch ms or ISO-8601
+``endingTimestamp``         store time to (exclusive)
+``broker``                  the value of the ``broker`` column (default empty)
+==========================  ===============================================================
+
 Writing (``df.write``): ``endpoints``, ``topic``, ``requestTimeoutSeconds``, and
 ``batchSize`` (messages per SendMessage, default 64, at most 1024), ``batchBytes`` (body bytes
 per SendMessage, default 4 MiB), ``maxRetries`` (per batch on retryable codes, default 5),
 ``retryBackoffMs`` (first backoff, doubled each retry, default 100).
 
-Every problem raises :class:`OptionError` naming the option and what is allowed. Pure; used by
+Every problem raises :class:`OptionError` naming the option and what is allowed. Pure apart from
+reading the tier credentials file (on the driver); used by
 :mod:`datasource`.
 """
 
@@ -45,8 +67,11 @@ import datetime as dt
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from gannet.node.store.tier import buckets, credentials_file
 from gannet.pipeline import calling
+from gannet.pipeline.sources import TierBucket
 
 EARLIEST = -2
 LATEST = -1
@@ -82,6 +107,16 @@ WRITE_OPTIONS = frozenset(
         "requesttimeoutseconds",
     }
 )
+TIER_OPTIONS = frozenset(
+    {"tierbucket", "tierendpoint", "tiercredentialsfile", "tierprefix", "tiermanifest", "storedir"}
+)
+TIER_READ_OPTIONS = TIER_OPTIONS | {
+    "topic",
+    "queues",
+    "startingtimestamp",
+    "endingtimestamp",
+    "broker",
+}
 IGNORED_OPTIONS = frozenset({"path"})
 
 
@@ -113,6 +148,21 @@ class ReadOptions:
     pull_batch_size: int
     fail_on_data_loss: bool
     timeout_s: float
+
+
+@dataclass(frozen=True, slots=True)
+class TierReadOptions:
+    """A read from a tier and/or a store directory. ``tier`` is None without the ``tier*``
+    options; ``manifest`` None means the bucket's ``<prefix>/manifest.json``."""
+
+    tier: TierBucket | None
+    manifest: Path | None
+    store: Path | None
+    topic: str
+    queues: tuple[int, ...] | None
+    since_ms: int | None
+    until_ms: int | None
+    broker: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -303,3 +353,77 @@ def write_options(options: Mapping[str, str]) -> WriteOptions:
         backoff_ms_first=_int(opts, "retryBackoffMs", 100, 1, 60_000),
         timeout_s=_timeout(opts),
     )
+
+
+def is_tier_read(options: Mapping[str, str]) -> bool:
+    """Whether the options ask for a read without a broker (any ``tier*`` or ``storeDir``)."""
+    return bool(TIER_OPTIONS & set(_lower(options)))
+
+
+def tier_read_options(options: Mapping[str, str], *, streaming: bool) -> TierReadOptions:
+    """The options of a read from the tier and/or a store directory (module docstring); the
+    credentials file is read here, on the driver."""
+    opts = _lower(options)
+    if streaming:
+        raise OptionError(
+            "spark.readStream needs a broker (option 'endpoints'); the tier* and storeDir "
+            "options are for spark.read"
+        )
+    if "endpoints" in opts:
+        raise OptionError(
+            "give either 'endpoints' (a read through a broker) or the tier* / storeDir options "
+            "(a read from the bucket and store files), not both"
+        )
+    unknown = sorted(set(opts) - TIER_READ_OPTIONS - IGNORED_OPTIONS)
+    if unknown:
+        raise OptionError(
+            f"option(s) {', '.join(unknown)} need a broker (option 'endpoints'); a read from the "
+            f"tier or a store directory takes {', '.join(sorted(TIER_READ_OPTIONS))}"
+        )
+    names = ("tierBucket", "tierEndpoint", "tierCredentialsFile", "tierPrefix")
+    given = {name: opts.get(name.lower(), "").strip() for name in names}
+    tier: TierBucket | None = None
+    if any(given.values()):
+        missing = [name for name, value in given.items() if not value]
+        if missing:
+            raise OptionError(f"a read from the tier needs {', '.join(names)}; missing {missing}")
+        tier = _tier_bucket(given)
+    elif "tiermanifest" in opts:
+        raise OptionError(f"option 'tierManifest' needs the tier options {', '.join(names)}")
+    store = opts.get("storedir", "").strip()
+    if tier is None and not store:
+        raise OptionError("give the tier options (tierBucket, ...), option 'storeDir', or both")
+    since = opts.get("startingtimestamp")
+    until = opts.get("endingtimestamp")
+    since_ms = None if since is None else parse_timestamp_ms("startingTimestamp", since)
+    until_ms = None if until is None else parse_timestamp_ms("endingTimestamp", until)
+    if since_ms is not None and until_ms is not None and since_ms > until_ms:
+        raise OptionError("option 'startingTimestamp' is after 'endingTimestamp'")
+    manifest = opts.get("tiermanifest", "").strip()
+    return TierReadOptions(
+        tier=tier,
+        manifest=Path(manifest) if manifest else None,
+        store=Path(store).expanduser() if store else None,
+        topic=_required(opts, "topic"),
+        queues=_queues(opts),
+        since_ms=since_ms,
+        until_ms=until_ms,
+        broker=opts.get("broker", "").strip(),
+    )
+
+
+def _tier_bucket(given: Mapping[str, str]) -> TierBucket:
+    try:
+        credentials = credentials_file.load(Path(given["tierCredentialsFile"]).expanduser())
+    except ValueError as exc:
+        raise OptionError(f"option 'tierCredentialsFile': {exc}") from None
+    try:
+        config = buckets.BucketConfig(
+            endpoint_url=given["tierEndpoint"],
+            bucket=given["tierBucket"],
+            access_key=credentials.access_key,
+            secret_key=credentials.secret_key,
+        )
+        return TierBucket(config, given["tierPrefix"])
+    except ValueError as exc:
+        raise OptionError(f"tier options: {exc}") from None

@@ -43,9 +43,10 @@ from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.queues.consume_queue_store import ConsumeQueueStore
 from gannet.node.store.queues.consume_queues import CQ_UNIT_SIZE_BYTES, ConsumeQueue
 from gannet.node.store.queues.index_service import IndexService
-from gannet.pipeline import columns, segments
+from gannet.pipeline import columns, objects, segments
 from gannet.pipeline.columns import Chunk
 from gannet.pipeline.segments import Damage, Segment
+from gannet.pipeline.sources import TierSegment
 
 _NO_PROPERTIES: dict[str, str] = {}
 _UNIT = np.dtype([("commit_offset", ">i8"), ("size", ">i4"), ("tags_code", ">i8")])
@@ -140,12 +141,20 @@ the file's end; :func:`gannet.pipeline.columns.range_chunks`)."""
 
 
 def dispatch_events(
-    parts: Iterable[Segment | SegmentRange],
+    parts: Iterable[Segment | SegmentRange | tuple[TierSegment, int, None]],
 ) -> Iterator[DispatchColumns | Damage]:
-    """Executor side: the dispatch infos of each segment (or byte range of one) in chunks, up
-    to its first damage."""
+    """Executor side: the dispatch infos of each segment (or byte range of one, or tier object
+    read from the bucket, :mod:`gannet.pipeline.objects`) in chunks, up to its first damage."""
     for part_of in parts:
         segment, cut, next_cut = (part_of, 0, None) if isinstance(part_of, Segment) else part_of
+        if isinstance(segment, TierSegment):
+            bucket = objects.open_bucket(segment.tier)
+            for _, found in objects.chunks(bucket, segment):
+                if isinstance(found, Damage):
+                    yield found
+                    break
+                yield DispatchColumns.of(found)
+            continue
         with segments.mapped(segment) as buf:
             for part in columns.range_chunks(buf, segment, cut, next_cut):
                 if isinstance(part, Damage):

@@ -27,9 +27,10 @@ import click
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from gannet.node.cli import output
+from gannet.node.cli import output, tier_options
 from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
-from gannet.pipeline import segments
+from gannet.node.store.tier import errors
+from gannet.pipeline import segments, sources
 from gannet.pipeline.reports import RebuildReport
 
 console = output.console
@@ -46,6 +47,28 @@ master_option = click.option(
 source_argument = click.argument(
     "source", type=click.Path(path_type=Path, exists=True, file_okay=False), metavar="SOURCE"
 )
+_tier_options = tier_options.tier_options
+
+
+def _open_tiered(values: dict[str, Any], store: Path | None) -> sources.TieredSource | None:
+    """The tiered source the ``--tier-*`` options name (with the local store SOURCE, if
+    given), None without them; bucket errors exit 4/5, a hole between tier and store 1."""
+    try:
+        tier = tier_options.open_tier(values)  # without --tier-manifest: the bucket's copy
+    except errors.TierError as exc:
+        tier_options.tier_exit(exc)
+    if tier is None:
+        return None
+    try:
+        prefix = sources.TierBucket(tier.config, tier.manifest.prefix)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tier-prefix") from None
+    source = sources.TieredSource(prefix, tier.manifest, store)
+    try:
+        source.parts()
+    except sources.SourceError as exc:
+        raise click.ClickException(str(exc)) from None
+    return source
 
 
 class TimestampParam(click.ParamType[int]):
@@ -72,7 +95,10 @@ class TimestampParam(click.ParamType[int]):
 def pipeline() -> None:
     """Spark jobs over commit-log segments: export, rebuild, verify.
 
-    SOURCE is a store directory (its commitlog/ is used) or a folder of segment copies.
+    SOURCE is a store directory (its commitlog/ is used) or a folder of segment copies. With
+    the --tier-* options, export, verify and rebuild read a broker group's offloaded files from the
+    bucket (executors fetch them by ranged GETs, no broker involved), followed by SOURCE's
+    files after the tier's end when SOURCE is given.
     """
     output.fit_to_stdout()
 
@@ -112,9 +138,23 @@ class GroupDirParam(click.ParamType[tuple[str, Path]]):
 
 
 def _export_sources(
-    paths: tuple[str, ...], groups: tuple[tuple[str, Path], ...]
-) -> tuple[Path | list[tuple[str, Path]], str]:
-    """SOURCE and OUTPUT, or the groups' (name, dir) pairs and OUTPUT; usage errors exit 2."""
+    paths: tuple[str, ...], groups: tuple[tuple[str, Path], ...], tier_values: dict[str, Any]
+) -> tuple[Path | list[tuple[str, Path]] | sources.TieredSource, str]:
+    """SOURCE and OUTPUT, or the groups' (name, dir) pairs and OUTPUT, or the tier (and
+    SOURCE) and OUTPUT; usage errors exit 2."""
+    if any(tier_values.get(name) is not None for name in (*tier_options.NAMES, "tier_manifest")):
+        if groups:
+            raise click.UsageError("--group and the --tier-* options do not go together")
+        if len(paths) not in (1, 2):
+            raise click.UsageError("with --tier-* give [SOURCE] OUTPUT")
+        store = Path(paths[0]) if len(paths) == 2 else None
+        if store is not None and not store.is_dir():
+            raise click.BadParameter(f"{store} is not a directory", param_hint="SOURCE")
+        tiered = _open_tiered(tier_values, store)  # usage errors of --tier-* first
+        assert tiered is not None
+        if store is not None:
+            _require_source(store)
+        return tiered, paths[-1]
     if not groups:
         if len(paths) != 2:
             raise click.UsageError(
@@ -163,6 +203,7 @@ def _export_sources(
     show_default=True,
     help="What to do when OUTPUT exists.",
 )
+@_tier_options
 @master_option
 def export_command(
     paths: tuple[str, ...],
@@ -172,23 +213,29 @@ def export_command(
     until: int | None,
     mode: str,
     master: str | None,
+    **tier_values: Any,
 ) -> None:
     """Write messages to Parquet at OUTPUT, partitioned by topic and date (UTC).
 
     Either one store (SOURCE OUTPUT), or several broker groups' stores in one job
     (--group broker-0=DIR --group broker-1=DIR OUTPUT), each group's files under
-    OUTPUT/topic=.../date=.../broker=<NAME>/ (broker is then a column).
+    OUTPUT/topic=.../date=.../broker=<NAME>/ (broker is then a column), or a broker group's
+    tier (--tier-* [SOURCE] OUTPUT): its offloaded files read from the bucket, then SOURCE's
+    files after the tier's end.
     """
-    source, output = _export_sources(paths, groups)
+    source, output = _export_sources(paths, groups, tier_values)
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     keep = jobs.ExportFilter(frozenset(topics) if topics else None, since, until)
-    folders = [source] if isinstance(source, Path) else [folder for _, folder in source]
     spark = jobs.session(master)
-    with _segment_errors(), _spark_progress(spark, "exporting", *folders):
+    with _segment_errors(), _spark_progress(spark, "exporting", _part_count(source)):
         report = jobs.export(spark, source, output, keep, mode=mode)
     table = _summary("export")
-    if not isinstance(source, Path):
+    if isinstance(source, sources.TieredSource):
+        table.add_row(
+            "tier", f"{len(source.manifest.objects):,} objects under {source.tier.prefix}"
+        )
+    elif not isinstance(source, Path):
         table.add_row("groups", ", ".join(name for name, _ in source))
     table.add_row("segments", f"{report.segments:,}")
     table.add_row("messages", f"{report.messages:,}")
@@ -206,6 +253,7 @@ def export_command(
 @click.option("--index-hash-slots", type=int, default=5_000_000, show_default=True)
 @click.option("--index-items-max", type=int, default=20_000_000, show_default=True)
 @click.option("--no-index", is_flag=True, help="Rebuild consume queues only.")
+@_tier_options
 @master_option
 def rebuild_command(
     source: Path,
@@ -216,18 +264,21 @@ def rebuild_command(
     index_items_max: int,
     no_index: bool,
     master: str | None,
+    **tier_values: Any,
 ) -> None:
     """Rebuild consume queues and index files from the commit log into TARGET.
 
     The file sizes must be the broker's (its consume-queue and index settings) for the files
-    to match what the broker writes.
+    to match what the broker writes. With the --tier-* options the commit log is the tier's
+    objects (read from the bucket) and then SOURCE's files after the tier's end.
     """
+    tiered = _open_tiered(tier_values, source)  # usage errors of --tier-* first
     _require_source(source)
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     if in_place == (target is not None):
         raise click.UsageError("give either TARGET or --in-place")
-    found = segments.find_segments(source)
+    found = tiered.parts() if tiered is not None else segments.find_segments(source)
     config = jobs.store_config_for(
         source if in_place else target or source,
         commitlog_file_size_bytes=max((s.size_bytes for s in found), default=1),
@@ -237,12 +288,12 @@ def rebuild_command(
         index_enabled=not no_index,
     )
     spark = jobs.session(master)
-    with _segment_errors(), _spark_progress(spark, "rebuilding", source):
+    with _segment_errors(), _spark_progress(spark, "rebuilding", len(found)):
         try:
             if in_place:
-                report = jobs.rebuild_in_place(spark, config)
+                report = jobs.rebuild_in_place(spark, config, tiered)
             else:
-                report = jobs.rebuild(spark, source, config)
+                report = jobs.rebuild(spark, tiered or source, config)
         except jobs.StoreLockedError as exc:
             err_console.print(f"[red]{exc}[/]")
             sys.exit(EXIT_STORE_UNAVAILABLE)
@@ -254,16 +305,35 @@ def rebuild_command(
 
 
 @pipeline.command("verify")
-@source_argument
+@click.argument(
+    "source",
+    type=click.Path(path_type=Path, exists=True, file_okay=False),
+    metavar="[SOURCE]",
+    required=False,
+)
+@_tier_options
 @master_option
-def verify_command(source: Path, master: str | None) -> None:
-    """Check every record's structure and CRCs; list damaged ranges and exit 1 on damage."""
-    _require_source(source)
+def verify_command(source: Path | None, master: str | None, **tier_values: Any) -> None:
+    """Check every record's structure and CRCs; list damaged ranges and exit 1 on damage.
+
+    With the --tier-* options the tier's objects are checked from the bucket (damage named by
+    object key), then SOURCE's files after the tier's end when SOURCE is given.
+    """
+    tiered = _open_tiered(tier_values, source)  # usage errors of --tier-* first
+    if source is not None:
+        _require_source(source)
+    target: Path | sources.TieredSource
+    if tiered is not None:
+        target = tiered
+    elif source is not None:
+        target = source
+    else:
+        raise click.UsageError("give SOURCE, the --tier-* options, or both")
     from gannet.pipeline import jobs  # noqa: PLC0415 - PySpark only when a job runs
 
     spark = jobs.session(master)
-    with _segment_errors(), _spark_progress(spark, "verifying", source):
-        report = jobs.verify(spark, source)
+    with _segment_errors(), _spark_progress(spark, "verifying", _part_count(target)):
+        report = jobs.verify(spark, target)
     console.print(
         f"{report.records_ok:,} valid records in {len(report.segments):,} segments; "
         + _mb_per_s(report.commitlog_bytes, report.elapsed_s)
@@ -316,20 +386,54 @@ def _mb_per_s(size_bytes: int, elapsed_s: float) -> str:
 
 @contextmanager
 def _segment_errors() -> Iterator[None]:
-    """Missing segments or a non-empty target: a one-line error and exit 1, no traceback."""
+    """Missing segments or a non-empty target: a one-line error and exit 1, no traceback. A
+    task that failed on damage or on the tier's bucket (an executor's exception): its last line
+    (the exception and its message, e.g. the object key and byte range), exit 1."""
+    from pyspark.errors import PythonException  # noqa: PLC0415 - PySpark only when a job runs
+
     try:
         yield
-    except (FileNotFoundError, FileExistsError) as exc:
+    except (FileNotFoundError, FileExistsError, sources.SourceError) as exc:
         raise click.ClickException(str(exc)) from exc
+    except PythonException as exc:
+        line = _task_error_line(str(exc))
+        if line is None:
+            raise
+        raise click.ClickException(f"a Spark task failed: {line}") from exc
+
+
+TASK_ERRORS = (
+    "SegmentDamagedError",
+    "TierUnavailable",
+    "TierCredentialsRejected",
+    "TierRequestRejected",
+)
+
+
+def _task_error_line(text: str) -> str | None:
+    """The line of an executor's traceback naming one of :data:`TASK_ERRORS`, if any."""
+    for line in reversed(text.splitlines()):
+        name = line.split(":", 1)[0].rsplit(".", 1)[-1].strip()
+        if name in TASK_ERRORS:
+            return line.strip()
+    return None
+
+
+def _part_count(source: Path | list[tuple[str, Path]] | sources.TieredSource) -> int:
+    """Segments (and tier objects) of a job's source: the progress bar's total."""
+    if isinstance(source, sources.TieredSource):
+        return len(source.parts())
+    folders = [source] if isinstance(source, Path) else [folder for _, folder in source]
+    total = 0
+    for folder in folders:
+        with suppress(FileNotFoundError):
+            total += len(segments.find_segments(folder))
+    return total
 
 
 @contextmanager
-def _spark_progress(spark: Any, label: str, *sources: Path) -> Iterator[None]:
+def _spark_progress(spark: Any, label: str, total: int) -> Iterator[None]:
     """A progress bar of finished Spark tasks (one task per segment), polled from a thread."""
-    total = 0
-    for source in sources:
-        with suppress(FileNotFoundError):
-            total += len(segments.find_segments(source))
     columns = (TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     stop = threading.Event()
     with Progress(*columns, console=err_console, transient=True) as bar:
