@@ -58,6 +58,7 @@ HOSTILE_OPTION_VALUES: dict[str, list[tuple[str, int]]] = {
     "invisible_s": [("forever", USAGE), ("-1s", USAGE)],
     "wait_s": [("soon", USAGE)],
     "props": [("novalue", USAGE)],
+    "attributes": [("novalue", USAGE), ("=5", USAGE)],
     "delete_when": [("25", USAGE), ("x", USAGE)],
     "cluster_seeds": [("nohostport", USAGE), ("127.0.0.1:0", USAGE)],
     "cluster_access_key": [("key-without-its-secret", USAGE)],
