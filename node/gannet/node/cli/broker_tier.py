@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gannet.node.store.tier import buckets, credentials_file, naming, planning
+from gannet.node.store.tier import buckets, credentials_file, naming, planning, reading
 from gannet.node.store.tier.offloading import TierConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,6 +84,21 @@ _OPTIONS = (
         help="Time between offload passes; after a failed pass (bucket unreachable) the wait "
         "doubles up to 300 s. Writes never wait for the tier.",
     ),
+    click.option(
+        "--tier-cache-bytes",
+        type=click.IntRange(0),
+        default=reading.ReadOptions().disk_cache_bytes_max,
+        show_default=True,
+        help="Bytes of offloaded files cached on local disk under <store>/tiercache/ (kept "
+        "across restarts, least recently used deleted first; 0: no disk cache).",
+    ),
+    click.option(
+        "--tier-memory-cache-bytes",
+        type=click.IntRange(1 << 20),
+        default=reading.ReadOptions().memory_cache_bytes_max,
+        show_default=True,
+        help="Bytes of offloaded files cached in memory, in front of the disk cache.",
+    ),
 )
 
 
@@ -106,6 +121,8 @@ def tier_config(
     tier_local_retention_bytes: int,
     tier_uploads_per_pass: int,
     tier_pass_interval_s: float,
+    tier_cache_bytes: int = reading.ReadOptions().disk_cache_bytes_max,
+    tier_memory_cache_bytes: int = reading.ReadOptions().memory_cache_bytes_max,
 ) -> TierConfig | None:
     """The tier of the options, None without ``--tier-endpoint`` (module docstring)."""
     given = {
@@ -157,4 +174,7 @@ def tier_config(
         policy=policy,
         pass_interval_s=tier_pass_interval_s,
         retry_backoff_s_max=max(300.0, tier_pass_interval_s),
+        reads=reading.ReadOptions(
+            memory_cache_bytes_max=tier_memory_cache_bytes, disk_cache_bytes_max=tier_cache_bytes
+        ),
     )

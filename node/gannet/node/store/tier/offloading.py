@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gannet.node.store.tier import buckets, errors, manifests, planning, uploading
+from gannet.node.store.tier import buckets, errors, manifests, planning, reading, uploading
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,8 @@ class TierConfig:
     policy: planning.TierPolicy
     pass_interval_s: float = 10.0
     retry_backoff_s_max: float = 300.0
+    reads: reading.ReadOptions = field(default_factory=reading.ReadOptions)
+    """How the broker's store reads offloaded files (caches, read-ahead)."""
 
     def __post_init__(self) -> None:
         if self.pass_interval_s <= 0:
