@@ -80,7 +80,7 @@ def test_interleaved_sequential_readers_each_get_read_ahead_in_the_background() 
     for index in range(blocks):  # three consumers, round robin, one block each per turn
         for obj in range(3):
             assert reader.read(obj * OBJECT_BYTES + index * BLOCK_BYTES, 8) == bytes([obj]) * 8
-    assert reader.wait_readahead_idle(TIMEOUT_S)
+    assert reader.wait_idle(TIMEOUT_S)
     statistics = reader.statistics()
     assert statistics.fetched_bytes == 3 * OBJECT_BYTES  # every block once
     assert statistics.readahead_fetches > 0
@@ -101,7 +101,7 @@ def test_a_reader_never_waits_behind_queued_read_ahead() -> None:
     assert reader.read(OBJECT_BYTES + 2 * BLOCK_BYTES, 8) == b"\x01" * 8
     assert reader.statistics().readahead_dropped >= 1
     release.set()
-    assert reader.wait_readahead_idle(TIMEOUT_S)
+    assert reader.wait_idle(TIMEOUT_S)
     assert reader.read(2 * BLOCK_BYTES, 8) == b"\x00" * 8
     assert reader.statistics().readahead_fetches == 1
 

@@ -196,6 +196,9 @@ class TierReader:
         self._streams = streams.SequentialStreams(streams_max)
         self._in_flight: dict[caching.BlockKey, Future[bytes]] = {}
         self._readahead_jobs = 0  # queued or running
+        self._foreground_jobs = 0  # submitted, until their blocks are on disk too
+        self._queued: set[caching.BlockKey] = set()
+        """Blocks of queued read-ahead jobs (not yet in flight: no reader waits for them)."""
         self._errors: dict[str, int] = {}
         self._hits = self._misses = self._fetches = self._fetched_bytes = 0
         self._readahead_fetches = self._readahead_dropped = 0
@@ -319,12 +322,15 @@ class TierReader:
                 )
             future = Future()
             self._in_flight[key] = future
+            self._foreground_jobs += 1
         try:
-            self._fetchers.submit(self._fetch, obj, index, [future], prefix, readahead=False)
+            self._fetchers.submit(self._foreground_job, obj, index, future, prefix)
         except RuntimeError:  # closed
             self._fetch_slots.release()
             with self._lock:
                 self._in_flight.pop(key, None)
+                self._foreground_jobs -= 1
+                self._idle.notify_all()
             raise
         return future
 
@@ -342,7 +348,8 @@ class TierReader:
         with self._lock:
             ready = 0
             for ahead in range(index + 1, last + 1):
-                if not self._is_ready_locked((obj.base_offset, ahead)):
+                key = (obj.base_offset, ahead)
+                if key not in self._queued and not self._is_ready_locked(key):
                     break
                 ready += 1
             if ready == last - index or ready * 2 >= self.readahead_blocks:
@@ -351,14 +358,15 @@ class TierReader:
                 self._readahead_dropped += 1
                 return
             self._readahead_jobs += 1
-        first = index + 1 + ready
+            first = index + 1 + ready
+            self._queued.update((obj.base_offset, i) for i in range(first, last + 1))
         try:
             self._readaheads.submit(self._start_read_ahead, obj, first, last, prefix)
         except RuntimeError:  # closed
             with self._lock:
+                self._queued.difference_update((obj.base_offset, i) for i in range(first, last + 1))
                 self._readahead_jobs -= 1
-                if self._readahead_jobs == 0:
-                    self._idle.notify_all()
+                self._idle.notify_all()
 
     def _is_ready_locked(self, key: caching.BlockKey) -> bool:
         if key in self._in_flight or self._cache.contains(key):
@@ -371,6 +379,7 @@ class TierReader:
         """On a read-ahead thread: register the blocks still missing as in flight, fetch them."""
         try:
             with self._lock:
+                self._queued.difference_update((obj.base_offset, i) for i in range(first, last + 1))
                 while first <= last and self._is_ready_locked((obj.base_offset, first)):
                     first += 1
                 futures: list[Future[bytes]] = []
@@ -387,13 +396,25 @@ class TierReader:
         finally:
             with self._lock:
                 self._readahead_jobs -= 1
-                if self._readahead_jobs == 0:
-                    self._idle.notify_all()
+                self._idle.notify_all()
 
-    def wait_readahead_idle(self, timeout_s: float) -> bool:
-        """Wait until no read-ahead is queued or running (tests, benchmarks); False on timeout."""
+    def _foreground_job(
+        self, obj: manifests.TierObject, index: int, future: Future[bytes], prefix: str
+    ) -> None:
+        try:
+            self._fetch(obj, index, [future], prefix, readahead=False)
+        finally:
+            with self._lock:
+                self._foreground_jobs -= 1
+                self._idle.notify_all()
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no fetch is queued or running, disk-cache writes included (tests,
+        benchmarks); False on timeout."""
         with self._idle:
-            return self._idle.wait_for(lambda: self._readahead_jobs == 0, timeout_s)
+            return self._idle.wait_for(
+                lambda: self._readahead_jobs == 0 and self._foreground_jobs == 0, timeout_s
+            )
 
     def _fetch(
         self,
