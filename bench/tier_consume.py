@@ -19,7 +19,9 @@ the end with Admin ``PullRecords`` (the stored records, 1024 per call), checking
 MB/s counts the records' bytes; CPU per message is the **broker process's** CPU time (user +
 system, from ``/proc``) over the messages read, the S3 server's and the consumers' excluded.
 Figures are appended to ``bench/results/tier_consume.jsonl`` with the load average: on a
-shared machine compare runs taken side by side.
+shared machine compare runs taken side by side. ``--without-disk-cache --label before`` with
+``PYTHONPATH=<an export of an older revision>/node`` measures a broker from before the disk
+cache (its phases are skipped) for a paired comparison.
 """
 
 from __future__ import annotations
@@ -175,8 +177,18 @@ def await_offloaded(data_dir: Path, timeout_s: float = 300.0) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, default=4)
-    parser.add_argument("--messages", type=int, default=6000, help="per topic")
+    parser.add_argument("--messages", type=int, default=16000, help="per topic")
+    parser.add_argument(
+        "--label", default="", help="a name for the code measured, e.g. before/after a change"
+    )
+    parser.add_argument(
+        "--without-disk-cache",
+        action="store_true",
+        help="a broker without --tier-cache-bytes (a baseline from before the disk cache, run "
+        "with PYTHONPATH=<an export of that revision>/node): the disk-cache phases are skipped",
+    )
     args = parser.parse_args()
+    no_disk = () if args.without_disk_cache else ("--tier-cache-bytes", "0")
     topics = [f"TierConsume{i}" for i in range(args.topics)]
     figures: dict[str, object] = {}
     with (
@@ -197,14 +209,15 @@ def main() -> None:
             figures["objects"] = await_offloaded(broker.data_dir)
             figures["tier_cold"] = measure(broker, topics, args.messages)
             figures["tier_warm_memory"] = measure(broker, topics, args.messages)
+            if not args.without_disk_cache:
+                broker.stop()
+                broker.start("--tier-offload-after-s", "0")
+                figures["tier_warm_disk"] = measure(broker, topics, args.messages)
             broker.stop()
-            broker.start("--tier-offload-after-s", "0")
-            figures["tier_warm_disk"] = measure(broker, topics, args.messages)
-            broker.stop()
-            broker.start("--tier-offload-after-s", "0", "--tier-cache-bytes", "0")
+            broker.start("--tier-offload-after-s", "0", *no_disk)
             figures["tier_restart_no_disk_cache"] = measure(broker, topics, args.messages)
             broker.stop()
-            broker.start("--tier-offload-after-s", "0", "--tier-cache-bytes", "0")
+            broker.start("--tier-offload-after-s", "0", *no_disk)
             figures["tier_interleaved_cold"] = measure(
                 broker, topics, args.messages, interleaved=True
             )
@@ -212,6 +225,7 @@ def main() -> None:
             broker.stop()
     result = {
         "bench": "tier_consume",
+        "label": args.label,
         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "load": os.getloadavg()[0],
         "topics": args.topics,
