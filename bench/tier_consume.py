@@ -5,7 +5,8 @@ Run with ``python -m bench.tier_consume`` (``make s3-tools`` first: it needs Sea
 S3 server on 127.0.0.1, 4 MiB commit-log files. ``--topics`` topics (one queue each) get
 ``--messages`` messages of 1 KiB each, one topic after the other, so each topic's records are
 one contiguous range of the commit log. Every consumer reads its topic from queue offset 0 to
-the end with Admin ``PullRecords`` (the stored records, 1024 per call), checking the count:
+the end with Admin ``PullRecords`` (the stored records, 1024 per call), checking the count and
+retrying an UNAVAILABLE answer (every tier fetch slot taken) after 10 ms, as a client would:
 
 - ``local``: before anything is offloaded (``--tier-offload-after-s 3600``);
 - the broker restarted with ``--tier-offload-after-s 0``: once every sealed file is offloaded
@@ -37,6 +38,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from bench import results_log
@@ -112,14 +114,24 @@ def produce(endpoint: str, topics: list[str], messages: int) -> None:
         producer.shutdown()
 
 
-def consume(stub: admin_pb2_grpc.AdminStub, topic: str, messages: int) -> int:
-    """Every record of ``topic``'s queue 0; returns the bytes read."""
+def consume(stub: admin_pb2_grpc.AdminStub, topic: str, messages: int, retries: list[int]) -> int:
+    """Every record of ``topic``'s queue 0; returns the bytes read. An UNAVAILABLE answer (every
+    tier fetch slot taken) is retried after 10 ms, as a client retries it, and counted."""
     offset = total_bytes = count = 0
     while count < messages:
-        got = stub.PullRecords(
-            admin_pb2.PullRecordsRequest(topic=topic, queue_id=0, offset=offset, messages_max=1024),
-            timeout=60,
-        )
+        try:
+            got = stub.PullRecords(
+                admin_pb2.PullRecordsRequest(
+                    topic=topic, queue_id=0, offset=offset, messages_max=1024
+                ),
+                timeout=60,
+            )
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.UNAVAILABLE or len(retries) > 10_000:
+                raise
+            retries.append(1)
+            time.sleep(0.01)  # a client's retry backoff
+            continue
         if not got.count:
             raise AssertionError(f"{topic}: {count} of {messages} messages, then none")
         count += got.count
@@ -134,8 +146,9 @@ def measure(
     with calls.channel(broker.endpoint) as channel:
         stub = admin_pb2_grpc.AdminStub(channel)  # type: ignore[no-untyped-call]
         sizes: list[int] = []
+        retries: list[int] = []
         readers: list[Callable[[], None]] = [
-            lambda t=t: sizes.append(consume(stub, t, messages))  # type: ignore[misc]
+            lambda t=t: sizes.append(consume(stub, t, messages, retries))  # type: ignore[misc]
             for t in topics
         ]
         wall, cpu = time.perf_counter(), broker.cpu_s()
@@ -157,6 +170,7 @@ def measure(
         "broker_cpu_us_per_msg": round(cpu / count * 1e6, 1),
         "messages": count,
         "seconds": round(wall, 2),
+        "retries": len(retries),
     }
 
 

@@ -448,13 +448,13 @@ class TierReader:
                 if isinstance(exc, errors.TierError)
                 else errors.TierError(f"tier file {obj.base_offset}: {exc!r}")
             )
-            self._finish(obj.base_offset, first, futures, [], failure, time.monotonic() - began)
-            if not readahead:
+            if not readahead:  # before the waiters wake: one may fetch its next block at once
                 self._fetch_slots.release()
+            self._finish(obj.base_offset, first, futures, [], failure, time.monotonic() - began)
             return
-        self._finish(obj.base_offset, first, futures, blocks, None, time.monotonic() - began)
         if not readahead:
             self._fetch_slots.release()
+        self._finish(obj.base_offset, first, futures, blocks, None, time.monotonic() - began)
         with self._lock:
             self._fetches += 1
             self._fetched_bytes += size
