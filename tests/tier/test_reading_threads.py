@@ -150,3 +150,26 @@ def test_a_failed_fetch_reaches_the_deferred_caller_and_nothing_is_cached(tmp_pa
         asyncio.run(deferring.call(lambda: reader.read(0, 8)))
     assert reader.statistics().cached_bytes == 0
     assert reader.statistics().read_errors == {"other": 1}
+
+
+def test_closing_the_reader_fails_a_waiting_read_retryably() -> None:
+    bucket = HeldBucket(1)
+    reader = reader_of(bucket, 1)
+    release = bucket.hold(0)
+    outcome: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            reader.read(0, 8)
+        except errors.TierError as exc:
+            outcome.append(exc)
+
+    waiting = threading.Thread(target=read)
+    waiting.start()
+    assert bucket.waiting.acquire(timeout=TIMEOUT_S)
+    reader.close()
+    waiting.join(TIMEOUT_S)
+    (failure,) = outcome
+    assert isinstance(failure, errors.TierUnavailable)
+    assert "closed" in str(failure)
+    release.set()  # the GET in flight completes into a closed reader: nothing breaks

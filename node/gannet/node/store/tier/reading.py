@@ -48,7 +48,7 @@ import struct
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, InvalidStateError, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -230,9 +230,14 @@ class TierReader:
         return self._manifest()
 
     def close(self) -> None:
-        """Stop the fetch threads (fetches in flight finish within the bucket's timeouts)."""
+        """Stop the fetch threads (fetches in flight finish within the bucket's timeouts); a
+        reader still waiting for a block gets a retryable error."""
         self._fetchers.shutdown(wait=False, cancel_futures=True)
         self._readaheads.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            waiting, self._in_flight = list(self._in_flight.values()), {}
+        for future in waiting:
+            _complete(future, None, errors.TierUnavailable("the tier reader was closed"))
 
     def read(self, offset: int, size_bytes: int) -> bytes:
         """Commit-log bytes ``[offset, offset + size_bytes)``, all inside one offloaded file."""
@@ -486,10 +491,18 @@ class TierReader:
                 if self._in_flight.get(key) is future:
                     del self._in_flight[key]
         for n, future in enumerate(futures):
-            if failure is None:
-                future.set_result(blocks[n])
-            else:
-                future.set_exception(failure)
+            _complete(future, blocks[n] if failure is None else None, failure)
+
+
+def _complete(future: Future[bytes], block: bytes | None, failure: BaseException | None) -> None:
+    """Complete ``future`` unless :meth:`TierReader.close` already failed it."""
+    try:
+        if failure is not None:
+            future.set_exception(failure)
+        else:
+            future.set_result(block if block is not None else b"")
+    except InvalidStateError:
+        pass
 
 
 @dataclass(frozen=True, slots=True)
