@@ -83,7 +83,7 @@ class Broker:
             seen.append(line)
             if "broker serving" in line:
                 break
-        match = re.search(r"on (127\.0\.0\.1:\d+)", "".join(seen[-5:]))
+        match = re.search(r"broker serving.* on (127\.0\.0\.1:\d+)", seen[-1])
         if match is None:
             raise RuntimeError("".join(seen))
         self.endpoint = match.group(1)
