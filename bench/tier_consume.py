@@ -9,13 +9,14 @@ the end with Admin ``PullRecords`` (the stored records, 1024 per call), checking
 retrying an UNAVAILABLE answer (every tier fetch slot taken) after 10 ms, as a client would:
 
 - ``local``: before anything is offloaded (``--tier-offload-after-s 3600``);
-- the broker restarted with ``--tier-offload-after-s 0``: once every sealed file is offloaded
-  and deleted locally, ``tier_cold`` (topics one after the other, empty caches),
-  ``tier_warm_memory`` (again), then restarted: ``tier_warm_disk`` (the disk cache under
-  ``<store>/tiercache/`` survived, the memory cache did not);
-- restarted with ``--tier-cache-bytes 0`` (no disk cache, as before it existed):
-  ``tier_restart_no_disk_cache``, then restarted again: ``tier_interleaved_cold`` — every topic's
-  consumer at once, in its own thread (read-ahead per consumer).
+- the broker restarted with ``--tier-offload-after-s 0``; once every sealed file is offloaded
+  and deleted locally, each repetition restarts it with ``<store>/tiercache/`` deleted:
+  ``tier_cold`` (topics one after the other, empty caches), ``tier_warm_memory`` (again), then
+  restarts it: ``tier_warm_disk`` (the disk cache survived, the memory cache did not);
+- each repetition restarts it with ``--tier-cache-bytes 0``: ``tier_interleaved_cold`` — every
+  topic's consumer at once, in its own thread (read-ahead per consumer).
+
+Each phase runs ``--repetitions`` times (3); the medians are recorded.
 
 MB/s counts the records' bytes; CPU per message is the **broker process's** CPU time (user +
 system, from ``/proc``) over the messages read, the S3 server's and the consumers' excluded.
@@ -30,6 +31,8 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -174,6 +177,13 @@ def measure(
     }
 
 
+def median_of(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each figure's median over the runs of one phase (and how many runs)."""
+    return {name: statistics.median(run[name] for run in runs) for name in runs[0]} | {
+        "runs": len(runs)
+    }
+
+
 def await_offloaded(data_dir: Path, timeout_s: float = 300.0) -> int:
     """Wait until every sealed commit-log file is in the manifest and gone locally."""
     deadline = time.monotonic() + timeout_s
@@ -192,6 +202,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--topics", type=int, default=4)
     parser.add_argument("--messages", type=int, default=16000, help="per topic")
+    parser.add_argument("--repetitions", type=int, default=3, help="runs of each phase")
     parser.add_argument(
         "--label", default="", help="a name for the code measured, e.g. before/after a change"
     )
@@ -217,24 +228,33 @@ def main() -> None:
                 for topic in topics:
                     stub.CreateTopic(admin_pb2.CreateTopicRequest(name=topic, queue_nums=1))
             produce(broker.endpoint, topics, args.messages)
-            figures["local"] = measure(broker, topics, args.messages)
+            runs: dict[str, list[dict[str, float]]] = {}
+
+            def run(phase: str, *, interleaved: bool = False) -> None:
+                runs.setdefault(phase, []).append(
+                    measure(broker, topics, args.messages, interleaved=interleaved)
+                )
+
+            for _ in range(args.repetitions):
+                run("local")
             broker.stop()
             broker.start("--tier-offload-after-s", "0")
             figures["objects"] = await_offloaded(broker.data_dir)
-            figures["tier_cold"] = measure(broker, topics, args.messages)
-            figures["tier_warm_memory"] = measure(broker, topics, args.messages)
-            if not args.without_disk_cache:
+            for _ in range(args.repetitions):
                 broker.stop()
-                broker.start("--tier-offload-after-s", "0")
-                figures["tier_warm_disk"] = measure(broker, topics, args.messages)
-            broker.stop()
-            broker.start("--tier-offload-after-s", "0", *no_disk)
-            figures["tier_restart_no_disk_cache"] = measure(broker, topics, args.messages)
-            broker.stop()
-            broker.start("--tier-offload-after-s", "0", *no_disk)
-            figures["tier_interleaved_cold"] = measure(
-                broker, topics, args.messages, interleaved=True
-            )
+                shutil.rmtree(broker.data_dir / "tiercache", ignore_errors=True)
+                broker.start("--tier-offload-after-s", "0")  # empty caches
+                run("tier_cold")
+                run("tier_warm_memory")
+                if not args.without_disk_cache:
+                    broker.stop()
+                    broker.start("--tier-offload-after-s", "0")
+                    run("tier_warm_disk")
+            for _ in range(args.repetitions):
+                broker.stop()
+                broker.start("--tier-offload-after-s", "0", *no_disk)
+                run("tier_interleaved_cold", interleaved=True)
+            figures.update({phase: median_of(measured) for phase, measured in runs.items()})
         finally:
             broker.stop()
     result = {
@@ -245,6 +265,7 @@ def main() -> None:
         "topics": args.topics,
         "messages_per_topic": args.messages,
         "body_bytes": len(BODY),
+        "repetitions": args.repetitions,
         **figures,
     }
     results_log.append("tier_consume", result)
