@@ -288,13 +288,13 @@ class TierReader:
     def _block(self, obj: manifests.TierObject, index: int, prefix: str) -> bytes:
         key = (obj.base_offset, index)
         with self._lock:
-            run = self._streams.observe(key)
+            run, moved = self._streams.observe(key)
             cached = self._cache.get(key)
             if cached is not None:
                 self._hits += 1
             else:
                 self._misses += 1
-        if run > 0 and self.readahead_blocks > 0:
+        if run > 0 and moved and self.readahead_blocks > 0:  # once per block of a stream
             self._read_ahead(obj, index, prefix)
         if cached is not None:
             return cached

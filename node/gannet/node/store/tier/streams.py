@@ -7,8 +7,9 @@ read different objects, or different offsets of one object. Like a file system's
 the last block one sequential reader read: a read of block ``i`` of object ``b`` continues the
 stream at ``(b, i - 1)`` (it moves to ``(b, i)``) or re-reads the stream at ``(b, i)`` (another
 record of the same block); any other read starts a new stream. A read that continues a stream
-is sequential, and only sequential reads trigger read-ahead, so a random reader (a query by
-key) costs no extra GETs, while each of several interleaved consumers keeps its own stream.
+is sequential, and only a sequential read that moves its stream to a new block triggers
+read-ahead (once per block, not once per record), so a random reader (a query by key) costs no
+extra GETs, while each of several interleaved consumers keeps its own stream.
 
 The table is bounded (``streams_max``); the least recently used stream is forgotten first, so
 a consumer that went away stops occupying a slot.
@@ -36,23 +37,24 @@ class SequentialStreams:
     def __len__(self) -> int:
         return len(self._streams)
 
-    def observe(self, key: BlockKey) -> int:
+    def observe(self, key: BlockKey) -> tuple[int, bool]:
         """Record a read of block ``key``; answer how many blocks in a row its stream has read
-        before this one (0: not sequential, a new stream)."""
+        before this one (0: not sequential, a new stream), and whether the stream moved to
+        ``key`` with this read (False: another read of the block it was on)."""
         base, index = key
         run = self._streams.pop(key, None)
         if run is not None:  # another read of the stream's current block
             self._streams[key] = run
-            return run
+            return run, False
         run = self._streams.pop((base, index - 1), None)
         if run is not None:
             self._streams[key] = run + 1
-            return run + 1
+            return run + 1, True
         self._streams[key] = 0
         while len(self._streams) > self.streams_max:
             self._streams.popitem(last=False)
         invariant(len(self._streams) <= self.streams_max, "more streams than streams_max")
-        return 0
+        return 0, True
 
     def forget_object(self, base_offset: int) -> None:
         """Drop the streams of an object the tier expired."""
