@@ -18,8 +18,11 @@ retrying an UNAVAILABLE answer (every tier fetch slot taken) after 10 ms, as a c
 
 Each phase runs ``--repetitions`` times (3); the medians are recorded.
 
-MB/s counts the records' bytes; CPU per message is the **broker process's** CPU time (user +
-system, from ``/proc``) over the messages read, the S3 server's and the consumers' excluded.
+The reader's counters the broker exports (GETs, bytes fetched, disk-cache hits, read-ahead
+GETs) are recorded per phase from its ``/metrics``: unlike the rates, they do not depend on the
+machine's load. MB/s counts the records' bytes; CPU per message is the **broker process's** CPU
+time (user + system, from ``/proc``) over the messages read, the S3 server's and the consumers'
+excluded.
 Figures are appended to ``bench/results/tier_consume.jsonl`` with the load average: on a
 shared machine compare runs taken side by side. ``--without-disk-cache --label before`` with
 ``PYTHONPATH=<an export of an older revision>/node`` measures a broker from before the disk
@@ -38,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,13 +56,18 @@ from gannet.node.store.tier import applied, manifests
 from gannet.node.testing import small_stores
 
 BODY = b"t" * 1024
+COUNTERS = ("fetches", "fetched_bytes", "disk_cache_hits", "readahead_fetches", "readahead_dropped")
+"""Reader counters recorded per phase (a broker from before the disk cache has only the first
+two)."""
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 class Broker:
     """``gannet broker run`` with a tier, restarted with other options between phases."""
 
-    def __init__(self, data_dir: Path, server: seaweedfs.SeaweedS3) -> None:
+    def __init__(
+        self, data_dir: Path, server: seaweedfs.SeaweedS3, options: tuple[str, ...] = ()
+    ) -> None:
         self.data_dir = data_dir
         credentials = data_dir.parent / "credentials"
         credentials.write_text(
@@ -71,14 +80,20 @@ class Broker:
             *small_stores.INDEX_ARGS, "--flush", "async", "--event-loop", "asyncio",
             "--tier-endpoint", server.endpoint_url, "--tier-bucket", seaweedfs.BUCKET,
             "--tier-prefix", "bench/consume/g0", "--tier-credentials-file", str(credentials),
-            "--tier-pass-interval-s", "0.2", "--tier-uploads-per-pass", "8",
+            "--tier-pass-interval-s", "0.2", "--tier-uploads-per-pass", "8", *options,
         ]  # fmt: skip
+        self.metrics_port = 0
         self.proc: subprocess.Popen[str] | None = None
         self.endpoint = ""
 
     def start(self, *options: str) -> None:
+        self.metrics_port = seaweedfs.free_port()
+        metrics = ("--metrics-listen", f"127.0.0.1:{self.metrics_port}")
         self.proc = subprocess.Popen(
-            [*self.base, *options], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            [*self.base, *metrics, *options],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         assert self.proc.stdout is not None
         seen: list[str] = []
@@ -96,6 +111,17 @@ class Broker:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=60)
+
+    def tier_counters(self) -> dict[str, float]:
+        """The tier reader's counters (``gannet_tier_*_total``) the broker exports now."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        return {
+            name: float(value)
+            for name, value in re.findall(r"^gannet_tier_(\w+)_total (\S+)$", text, re.MULTILINE)
+            if name in COUNTERS
+        }
 
     def cpu_s(self) -> float:
         assert self.proc is not None
@@ -154,6 +180,7 @@ def measure(
             lambda t=t: sizes.append(consume(stub, t, messages, retries))  # type: ignore[misc]
             for t in topics
         ]
+        counters = broker.tier_counters()
         wall, cpu = time.perf_counter(), broker.cpu_s()
         if interleaved:
             threads = [threading.Thread(target=reader) for reader in readers]
@@ -165,6 +192,7 @@ def measure(
             for reader in readers:
                 reader()
         wall, cpu = time.perf_counter() - wall, broker.cpu_s() - cpu
+        after = broker.tier_counters()
     if len(sizes) != len(topics):
         raise AssertionError("a consumer failed")
     count = messages * len(topics)
@@ -174,6 +202,7 @@ def measure(
         "messages": count,
         "seconds": round(wall, 2),
         "retries": len(retries),
+        **{name: after[name] - counters.get(name, 0.0) for name in after},
     }
 
 
@@ -212,15 +241,24 @@ def main() -> None:
         help="a broker without --tier-cache-bytes (a baseline from before the disk cache, run "
         "with PYTHONPATH=<an export of that revision>/node): the disk-cache phases are skipped",
     )
+    parser.add_argument(
+        "--memory-cache-mib",
+        type=int,
+        default=256,
+        help="--tier-memory-cache-bytes of the broker (256: the memory cache's size before the "
+        "disk cache, so the phases compare like for like; not passed with --without-disk-cache)",
+    )
     args = parser.parse_args()
     no_disk = () if args.without_disk_cache else ("--tier-cache-bytes", "0")
+    memory_bytes = str(args.memory_cache_mib << 20)
+    memory = () if args.without_disk_cache else ("--tier-memory-cache-bytes", memory_bytes)
     topics = [f"TierConsume{i}" for i in range(args.topics)]
     figures: dict[str, object] = {}
     with (
         tempfile.TemporaryDirectory(prefix="gannet-tier-consume-") as tmp,
         seaweedfs.SeaweedS3() as server,
     ):
-        broker = Broker(Path(tmp) / "store", server)
+        broker = Broker(Path(tmp) / "store", server, memory)
         try:
             broker.start("--tier-offload-after-s", "3600")
             with calls.channel(broker.endpoint) as channel:
