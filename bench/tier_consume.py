@@ -59,6 +59,7 @@ BODY = b"t" * 1024
 COUNTERS = ("fetches", "fetched_bytes", "disk_cache_hits", "readahead_fetches", "readahead_dropped")
 """Reader counters recorded per phase (a broker from before the disk cache has only the first
 two)."""
+_COUNTER_LINE = r"^gannet_tier_(\w+)_total(?:\{[^}]*\})? (\S+)$"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -119,7 +120,7 @@ class Broker:
             text = answer.read().decode()
         return {
             name: float(value)
-            for name, value in re.findall(r"^gannet_tier_(\w+)_total (\S+)$", text, re.MULTILINE)
+            for name, value in re.findall(_COUNTER_LINE, text, re.MULTILINE)
             if name in COUNTERS
         }
 
