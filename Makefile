@@ -269,6 +269,7 @@ kube-tools: $(STAMP)
 
 ## e2e-kube: the operator against a real kube-apiserver: helm install of the chart, the operator
 ## under its ServiceAccount token, the examples applied with kubectl, brokers as local processes
+## (one with a tier at a closed port: spec.tier's StatefulSet, the TierOffload condition and Event)
 e2e-kube: kube-tools
 	$(BIN)/pytest -q e2e/kube $(PYTEST_ARGS)
 
@@ -283,7 +284,7 @@ s3-tools: $(STAMP)
 ## e2e-tier: tiered storage (docs/tiered-storage.md) against one real SeaweedFS S3 server: the S3
 ## edge, offloads SIGKILLed at every step of the upload protocol and resumed, ranged reads, a bucket outage (server killed and restarted),
 ## a MessageStore reading offloaded files (offset, pull, Pop, key/id/time; hung bucket), gannet store inspect/verify over a tier,
-## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload (36 tests: 106 s measured on the busy shared 2-core machine)
+## a broker process SIGKILLed mid-offload and a 3-member group whose leader crashes mid-offload, GetTierStatus with refused credentials (37 tests: 106 s measured on the busy shared 2-core machine before the last)
 e2e-tier: s3-tools
 	$(BIN)/pytest -q -p no:randomly e2e/tier $(PYTEST_ARGS)
 

@@ -9,10 +9,14 @@ after each scenario so that an interrupted run keeps what it measured).
 from __future__ import annotations
 
 import json
+import os
+import platform
+import sys
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -79,3 +83,37 @@ def recorded_run(name: str, label: str) -> tuple[dict[str, dict[str, float]], st
     if not runs:
         raise SystemExit(f"no run labelled {label!r} in {log_path(name)}")
     return runs[max(runs)], load
+
+
+class Recorded(NamedTuple):
+    """What :func:`record` wrote and found: the run's ``meta`` fields, and the figures and load
+    of the run labelled ``before`` (empty and ``"?"`` without one)."""
+
+    meta: dict[str, Any]
+    earlier: dict[str, dict[str, float]]
+    earlier_load: str
+
+
+def record(
+    name: str,
+    results: Mapping[str, Mapping[str, float]],
+    *,
+    label: str,
+    load: str,
+    before: str | None,
+) -> Recorded:
+    """Append one line per scenario of ``results`` to log ``name`` with the run's time, Python,
+    machine, CPUs, ``label`` and 1-minute ``load``; with ``before``, first look up that run."""
+    meta: dict[str, Any] = {
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        "python": sys.version.split()[0],
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "label": label,
+        "load1": load,
+    }
+    earlier, earlier_load = recorded_run(name, before) if before else ({}, "?")
+    append(
+        name, *({"scenario": scenario, **figures, **meta} for scenario, figures in results.items())
+    )
+    return Recorded(meta, earlier, earlier_load)

@@ -16,10 +16,8 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -258,18 +256,8 @@ def run_all(args: argparse.Namespace, base: Path) -> None:
 
 
 def report(results: dict[str, dict[str, float]], label: str, load: str, before: str | None) -> None:
-    RESULTS.mkdir(exist_ok=True)
-    meta = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "label": label,
-        "load1": load,
-    }
-    earlier, earlier_load = results_log.recorded_run("storage", before) if before else ({}, "?")
-    results_log.append(
-        "storage", *({"scenario": name, **figures, **meta} for name, figures in results.items())
+    meta, earlier, earlier_load = results_log.record(
+        "storage", results, label=label, load=load, before=before
     )
     lines = [
         "# Storage benchmark",

@@ -21,9 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -184,17 +182,8 @@ def main() -> None:
 
 
 def report(results: dict[str, dict[str, float]], label: str, load: str, before: str | None) -> None:
-    meta = {
-        "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
-        "python": sys.version.split()[0],
-        "machine": platform.machine(),
-        "cpus": os.cpu_count(),
-        "label": label,
-        "load1": load,
-    }
-    earlier, earlier_load = results_log.recorded_run("timer_open", before) if before else ({}, "?")
-    results_log.append(
-        "timer_open", *({"scenario": name, **figures, **meta} for name, figures in results.items())
+    meta, earlier, earlier_load = results_log.record(
+        "timer_open", results, label=label, load=load, before=before
     )
     lines = [
         "# Store open with a timer backlog",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from grafana_foundation_sdk.models import dashboard as models
 
-from deploy.dashboards.kit import MSGS, MSGS_COUNT, OPS, dashboard, p, row, t
+from deploy.dashboards.kit import MSGS, MSGS_COUNT, OPS, Row, dashboard, p, row, t
 from deploy.dashboards.traffic import RI, C, quantile
 
 
@@ -270,8 +270,83 @@ def storage() -> models.Dashboard:
     return dashboard(
         "gannet-storage",
         "Gannet / Storage and cleanup",
-        "Commit-log size and growth, disk thresholds, flush/dispatch lag, timer store and cleanup.",
-        (main, cleanup),
+        "Commit-log size and growth, disk thresholds, flush/dispatch lag, timer store, cleanup "
+        "and tiered storage.",
+        (main, cleanup, _tier()),
+    )
+
+
+def _tier() -> Row:
+    """Tiered storage (docs/tiered-storage.md): offload on the leaders, local deletes on every
+    member, reads of offloaded files through the block cache. Empty without ``--tier-*``."""
+    hits = f"sum(rate(gannet_tier_cache_hits_total{{{C}}}[{RI}]))"
+    misses = f"sum(rate(gannet_tier_cache_misses_total{{{C}}}[{RI}]))"
+    return row(
+        "Tiered storage",
+        (
+            p(
+                "Offload failures",
+                "Failed offload passes per second by reason (unavailable, credentials, gap, ...). "
+                "Writes never wait for them; the GannetCluster gets a TierOffload condition and "
+                "an Event.",
+                OPS,
+                t(
+                    f"sum by (reason) (rate(gannet_tier_offload_failures_total{{{C}}}[{RI}]))",
+                    "{{reason}}",
+                ),
+            ),
+            p(
+                "Offloaded",
+                "Commit-log bytes recorded in the tier per second (uploaded by the leaders).",
+                "Bps",
+                t(
+                    f"sum by (instance) (rate(gannet_tier_offloaded_bytes_total{{{C}}}[{RI}]))",
+                    "{{instance}}",
+                ),
+            ),
+            p(
+                "Files offloaded and deleted locally",
+                "Files recorded in the tier, and offloaded files deleted from local disk, per "
+                "hour.",
+                "none",
+                t(f"sum(increase(gannet_tier_offloaded_files_total{{{C}}}[1h]))", "offloaded"),
+                t(
+                    f"sum(increase(gannet_tier_local_deleted_files_total{{{C}}}[1h]))",
+                    "deleted locally",
+                ),
+            ),
+            p(
+                "Tier cache hit ratio",
+                "Blocks of offloaded files served from the block cache, of all blocks read.",
+                "percentunit",
+                t(f"{hits} / ({hits} + {misses})", "hit ratio"),
+            ),
+            p(
+                "Tier fetches",
+                "Bytes fetched from the bucket per second (ranged GETs, read-ahead included).",
+                "Bps",
+                t(
+                    f"sum by (instance) (rate(gannet_tier_fetched_bytes_total{{{C}}}[{RI}]))",
+                    "{{instance}}",
+                ),
+            ),
+            p(
+                "Tier read errors",
+                "Reads of offloaded offsets that failed per second, by reason (the client gets "
+                "a retryable error).",
+                OPS,
+                t(
+                    f"sum by (reason) (rate(gannet_tier_read_errors_total{{{C}}}[{RI}]))",
+                    "{{reason}}",
+                ),
+            ),
+            p(
+                "Tier cache size",
+                "Bytes of offloaded files held by each broker's block cache.",
+                "bytes",
+                t(f"max by (instance) (gannet_tier_cache_bytes{{{C}}})", "{{instance}}"),
+            ),
+        ),
     )
 
 

@@ -205,10 +205,12 @@ def unit(panel: models.Panel) -> str:
 
 def requires(panel: models.Panel) -> str:
     """What must run for ``panel`` to have data: ``raft`` (replication wired), ``operator``
-    (the operator scraped) or ``""`` (any broker)."""
+    (the operator scraped), ``tier`` (a broker with tiered storage) or ``""`` (any broker)."""
     joined = " ".join(expressions(panel))
     if "gannet_raft_" in joined:
         return "raft"
+    if "gannet_tier_" in joined:
+        return "tier"
     if "gannet_operator_" in joined:
         return "operator"
     return ""

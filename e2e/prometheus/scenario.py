@@ -292,6 +292,7 @@ def check_dashboards(prometheus: harness.Prometheus, report: Report, broker: str
     """Every panel expression, the broker-group variable set to ``broker`` (a name)."""
     raft = _has_data(prometheus, "gannet_raft_role")
     operator = _has_data(prometheus, "gannet_operator_resources")
+    tier = _has_data(prometheus, "gannet_tier_offloaded_files_total")
     for dashboard in build.dashboards():
         for panel in build.panels(dashboard):
             requires = build.requires(panel)
@@ -299,7 +300,11 @@ def check_dashboards(prometheus: harness.Prometheus, report: Report, broker: str
                 where = f"{dashboard.uid}/{panel.title}#{i}"
                 if _has_data(prometheus, expr, broker):
                     report.panels_checked.append(where)
-                elif (requires == "raft" and not raft) or (requires == "operator" and not operator):
+                elif (
+                    (requires == "raft" and not raft)
+                    or (requires == "operator" and not operator)
+                    or (requires == "tier" and not tier)
+                ):
                     report.panels_not_checked.append(where)
                 else:
                     report.panels_empty.append(where)

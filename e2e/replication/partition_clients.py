@@ -322,9 +322,7 @@ def inner(spec: dict[str, object]) -> int:
             group.heal()
             group.stop()
             if not ok:
-                for i in group.ids:
-                    tail = (root / f"node{i}.log").read_text(errors="replace").splitlines()[-15:]
-                    print(f"--- node{i}.log (tail)", *tail, sep="\n", file=sys.stderr)
+                group.print_log_tails()
     return 0 if ok else 1
 
 

@@ -90,6 +90,12 @@ class Group:
     def ids(self) -> list[int]:
         return list(range(1, len(self.nodes) + 1))
 
+    def print_log_tails(self, lines: int = 15) -> None:
+        """The last ``lines`` of every member's log, on stderr (for a failed run)."""
+        for i in self.ids:
+            tail = (self.root / f"node{i}.log").read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- node{i}.log (tail)", *tail, sep="\n", file=sys.stderr)
+
     def start(self) -> None:
         secret = self.root / "peer-secret"
         secret.write_text(secrets.token_urlsafe(32) + "\n")
@@ -273,9 +279,7 @@ def inner(spec: dict[str, object]) -> int:
             group.heal()
             group.stop()
             if not ok:
-                for i in group.ids:
-                    tail = (root / f"node{i}.log").read_text(errors="replace").splitlines()[-15:]
-                    print(f"--- node{i}.log (tail)", *tail, sep="\n", file=sys.stderr)
+                group.print_log_tails()
     return 0 if ok else 1
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from gannet.node.api import receiving
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
@@ -25,6 +29,20 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerT
     running = threads.start(BrokerConfig(store=store, listen_port=0))
     yield running
     running.stop()
+
+
+@contextlib.contextmanager
+def pop_broker(root: Path, *pop_args: Any) -> Iterator[threads.BrokerThread]:
+    """An in-process broker (sync flush, store under ``root``) serving Pop built by
+    ``receiving.factory(*pop_args)``; stopped on exit."""
+    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
+    running = threads.start(
+        BrokerConfig(store=store, listen_port=0), pop=receiving.factory(*pop_args)
+    )
+    try:
+        yield running
+    finally:
+        running.stop()
 
 
 CLIENT_ID = (("x-mq-client-id", "tests@1@0@api"),)

@@ -51,6 +51,28 @@ def test_topic_crud(admin) -> None:
     assert _status(lambda: admin.DescribeTopic(gone)) == grpc.StatusCode.NOT_FOUND
 
 
+def test_topic_tier_retention_attribute_is_set_changed_and_removed(admin) -> None:
+    name = unique("TierRetention")
+    attribute = "gannet.tier.remote.retention.s"
+    created = admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=name, attributes={attribute: "0"})
+    ).topic
+    assert created.attributes[attribute] == "0"
+    changed = admin.UpdateTopic(
+        admin_pb2.UpdateTopicRequest(name=name, attribute_changes={f"+{attribute}": "3600"})
+    ).topic
+    assert changed.attributes[attribute] == "3600"
+    assert changed.attributes["message.type"] == "NORMAL"
+    bad = admin_pb2.UpdateTopicRequest(name=name, attribute_changes={f"+{attribute}": "1h"})
+    assert _status(lambda: admin.UpdateTopic(bad)) == grpc.StatusCode.INVALID_ARGUMENT
+    other = admin_pb2.UpdateTopicRequest(name=name, attribute_changes={"+message.type": "FIFO"})
+    assert _status(lambda: admin.UpdateTopic(other)) == grpc.StatusCode.INVALID_ARGUMENT
+    removed = admin.UpdateTopic(
+        admin_pb2.UpdateTopicRequest(name=name, attribute_changes={f"-{attribute}": ""})
+    ).topic
+    assert attribute not in removed.attributes
+
+
 def test_read_only_topic_refuses_sends(admin, messaging) -> None:
     name = unique("ReadOnly")
     admin.CreateTopic(admin_pb2.CreateTopicRequest(name=name, perm=4))

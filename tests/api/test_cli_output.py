@@ -114,6 +114,21 @@ def test_message_send_prints_the_queue_and_create_prints_one_line(gannet, broker
     assert re.search(r"│ 01[0-9A-F]{32} │\s+\d │\s+1 │", table), table
 
 
+def test_topic_attributes_are_set_changed_and_removed_by_the_cli(gannet) -> None:
+    topic = unique("CliTierRetention")
+    attribute = "gannet.tier.remote.retention.s"
+    created = gannet("topic", "create", topic, "--queues", "1", "--attribute", f"{attribute}=0")
+    assert created == f"created topic {topic}: 1 queues, NORMAL, perm rw, {attribute}=0\n"
+    changed = gannet("topic", "update", topic, "--attribute", f"+{attribute}=60")
+    assert changed.endswith(f"{attribute}=60\n")
+    removed = gannet("topic", "update", topic, f"--attribute=-{attribute}")
+    assert removed == f"updated topic {topic}: 1 queues, NORMAL, perm rw\n"
+    assert "is not NAME=VALUE" in gannet("topic", "create", topic, "--attribute", "x", code=2)
+    assert "use +NAME=VALUE to set" in gannet("topic", "update", topic, "--attribute", "y", code=2)
+    refused = gannet("topic", "update", topic, "--attribute", "+message.type=FIFO", code=5)
+    assert "cannot be set here" in refused
+
+
 def test_group_table_right_aligns_numbers_and_says_yes_no(gannet) -> None:
     group = unique("CliGroupTable")
     assert gannet("group", "create", group, "--fifo") == (

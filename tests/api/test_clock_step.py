@@ -26,12 +26,10 @@ from rocketmq import (
 
 from gannet.node.api import receiving
 from gannet.node.broker import threads
-from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.store import steady_clock
-from gannet.node.store.config import FlushMode, StoreConfig
 
-from .conftest import settle, unique
+from .conftest import pop_broker, settle, unique
 
 QUICK = receiving.ReceiveLimits(polling_ms_min=0, polling_ms_max=200, receive_invisible_ms_min=1000)
 INVISIBLE_S = 4
@@ -41,11 +39,8 @@ RETURN_TIMEOUT_S = 20.0
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
-    root = tmp_path_factory.mktemp("clock-step-broker")
-    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
-    running = threads.start(BrokerConfig(store=store, listen_port=0), pop=receiving.factory(QUICK))
-    yield running
-    running.stop()
+    with pop_broker(tmp_path_factory.mktemp("clock-step-broker"), QUICK) as running:
+        yield running
 
 
 def _step_wall_clock(monkeypatch: pytest.MonkeyPatch, step_s: int) -> None:

@@ -31,18 +31,15 @@ from gannet.node.cli import calls
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.store.config import FlushMode, StoreConfig
 
-from .conftest import CLIENT_ID, settle, unique
+from .conftest import CLIENT_ID, pop_broker, settle, unique
 
 QUICK = receiving.ReceiveLimits(polling_ms_min=0, polling_ms_max=200)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
-    root = tmp_path_factory.mktemp("consumer-broker")
-    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
-    running = threads.start(BrokerConfig(store=store, listen_port=0), pop=receiving.factory(QUICK))
-    yield running
-    running.stop()
+    with pop_broker(tmp_path_factory.mktemp("consumer-broker"), QUICK) as running:
+        yield running
 
 
 @pytest.fixture

@@ -30,13 +30,11 @@ from rocketmq import (
 
 from gannet.node.api import receiving
 from gannet.node.broker import threads
-from gannet.node.broker.serving import BrokerConfig
 from gannet.node.pop.config import PopConfig
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.configs.groups import CustomizedRetryPolicy, GroupRetryPolicy
 
-from .conftest import settle, unique
+from .conftest import pop_broker, settle, unique
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -46,13 +44,8 @@ REVIVE_OFTEN = PopConfig(revive_interval_ms=100)
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
-    root = tmp_path_factory.mktemp("delivery-broker")
-    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
-    running = threads.start(
-        BrokerConfig(store=store, listen_port=0), pop=receiving.factory(FAST, REVIVE_OFTEN)
-    )
-    yield running
-    running.stop()
+    with pop_broker(tmp_path_factory.mktemp("delivery-broker"), FAST, REVIVE_OFTEN) as running:
+        yield running
 
 
 @pytest.fixture

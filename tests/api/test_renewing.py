@@ -24,13 +24,11 @@ from rocketmq import (
 from gannet.node.api import receiving
 from gannet.node.api.renewing import RenewalLimits, RenewalTable
 from gannet.node.broker import threads
-from gannet.node.broker.serving import BrokerConfig
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.receipts import ReceiptHandle, TopicFlag
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.store.config import FlushMode, StoreConfig
 
-from .conftest import settle, unique
+from .conftest import pop_broker, settle, unique
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -94,11 +92,8 @@ RENEW = RenewalLimits(renew_ahead_ms=1_000, check_interval_ms=100)
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
     root = tmp_path_factory.mktemp("renew-broker")
-    store = StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
-    pop = receiving.factory(FAST, PopConfig(revive_interval_ms=100), RENEW)
-    running = threads.start(BrokerConfig(store=store, listen_port=0), pop=pop)
-    yield running
-    running.stop()
+    with pop_broker(root, FAST, PopConfig(revive_interval_ms=100), RENEW) as running:
+        yield running
 
 
 def test_slow_push_listener_keeps_its_message_and_acks_the_original_handle(

@@ -14,14 +14,12 @@ from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2, service_pb
 
 from gannet.node.api import receiving
 from gannet.node.broker import threads
-from gannet.node.broker.serving import BrokerConfig
 from gannet.node.cli import calls
 from gannet.node.cli.root import main
 from gannet.node.pop.config import PopConfig
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
-from gannet.node.store.config import FlushMode, StoreConfig
 
-from .conftest import CLIENT_ID, settle
+from .conftest import CLIENT_ID, pop_broker, settle
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -34,11 +32,8 @@ POP = PopConfig(buffer_merge_enabled=False, revive_interval_ms=100)
 
 @pytest.fixture
 def broker(tmp_path) -> Iterator[threads.BrokerThread]:
-    store = StoreConfig.for_tests(tmp_path, flush_mode=FlushMode.SYNC_FLUSH)
-    pop = receiving.factory(LIMITS, POP)
-    running = threads.start(BrokerConfig(store=store, listen_port=0), pop=pop)
-    yield running
-    running.stop()
+    with pop_broker(tmp_path, LIMITS, POP) as running:
+        yield running
 
 
 @pytest.fixture

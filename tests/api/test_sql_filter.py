@@ -22,22 +22,18 @@ from rocketmq.grpc_protocol import Code, FilterType, definition_pb2, service_pb2
 
 from gannet.node.api import client_settings, receiving
 from gannet.node.broker import threads
-from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.store.config import FlushMode, StoreConfig
 
-from .conftest import settle, unique
+from .conftest import pop_broker, settle, unique
 
 QUICK = receiving.ReceiveLimits(polling_ms_min=0, polling_ms_max=200)
 
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[threads.BrokerThread]:
-    store = StoreConfig.for_tests(tmp_path_factory.mktemp("sql"), flush_mode=FlushMode.SYNC_FLUSH)
-    running = threads.start(BrokerConfig(store=store, listen_port=0), pop=receiving.factory(QUICK))
-    yield running
-    running.stop()
+    with pop_broker(tmp_path_factory.mktemp("sql"), QUICK) as running:
+        yield running
 
 
 @pytest.fixture

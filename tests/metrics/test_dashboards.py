@@ -15,8 +15,10 @@ import yaml
 from rocketmq.grpc_protocol import Code
 
 from deploy.dashboards import build
-from gannet.node.metrics import raft_collecting
+from gannet.node.metrics import offload_collecting, raft_collecting, tier_collecting
 from gannet.node.protocol.gen import admin_pb2
+from gannet.node.store.tier.offloading import OffloadFigures
+from gannet.node.store.tier.reading import ReadStatistics
 from gannet.operator import metrics as operator_metrics
 
 from .conftest import REPO, RPC_TIMEOUT_S, create_topic, metrics_port, run_promtool, samples, scrape
@@ -163,6 +165,10 @@ def _known_metric_names(port: int) -> set[str]:
     names = {name for name, _ in samples(scrape(port))}
     status = Status(peers=[Peer("n2", 1)])
     names |= {s.name for f in raft_collecting.families(status) for s in f.samples}
+    # A broker with tiered storage exports these too (the scraped one has no tier).
+    names |= {s.name for f in offload_collecting.families(OffloadFigures()) for s in f.samples}
+    reads = ReadStatistics(cache_hits=0, cache_misses=0, fetches=0, fetched_bytes=0, cached_bytes=0)
+    names |= {s.name for f in tier_collecting.families_of(reads) for s in f.samples}
     return names | _operator_metric_names() | build.FOREIGN_METRICS
 
 

@@ -220,6 +220,10 @@ def test_dashboards_become_labelled_config_maps() -> None:
             {"security": {"peerTls": {"certManager": {"issuerRef": {"kind": "Vault"}}}}},
             "/security/peerTls/certManager/issuerRef/kind",
         ),
+        (
+            {"cluster": {"spec": {"tier": {"endpoint": "http://s3:8333", "bucket": "b1"}}}},
+            "credentialsSecret",
+        ),
     ],
 )
 def test_values_schema_rejects_bad_values(values: dict[str, Any], message: str) -> None:
@@ -301,6 +305,23 @@ def test_tls_with_cert_manager_reaches_the_cluster_spec() -> None:
     )
     names = sorted(o["metadata"]["name"] for o in objects if o["kind"] == "Certificate")
     assert names == ["gannet-client-tls", "gannet-peer-tls"]
+
+
+def test_tier_values_reach_the_brokers_of_the_chart_cluster() -> None:
+    tier = {
+        "endpoint": "http://seaweedfs.storage.svc:8333",
+        "bucket": "gannet-tier",
+        "credentialsSecret": {"name": "gannet-s3"},
+        "offloadAfterSeconds": 600,
+    }
+    values = {"cluster": {"enabled": True, "spec": {"tier": tier}}}
+    cluster = by_kind(rendered(values), "GannetCluster")
+    spec = specs.cluster_spec(cluster["spec"])
+    assert spec.tier is not None
+    assert (spec.tier.bucket, spec.tier.offload_after_s) == ("gannet-tier", 600.0)
+    sts = manifests.stateful_set("gannet", "gannet", "uid", spec, replicas=3)
+    args = sts["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--tier-prefix") + 1] == "gannet/gannet/gannet/broker-0"
 
 
 def test_cluster_spec_security_wins_over_the_chart_values() -> None:

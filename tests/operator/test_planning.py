@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 
 from hypothesis import given
@@ -63,6 +64,34 @@ def test_lite_and_priority_topics_are_created_and_left_alone_once_equal() -> Non
             resource="orders",
         )
         assert same.action is None
+
+
+def test_the_tier_retention_is_created_set_changed_and_removed() -> None:
+    def plan_for(
+        spec: specs.TopicSpec, broker: topic_planning.BrokerTopic | None
+    ) -> topic_planning.TopicPlan:
+        held = None if broker is None else "orders"
+        return topic_planning.plan(spec, broker, held_name=held, winner=None, resource="orders")
+
+    week = topic(tier={"remoteRetentionSeconds": 604800})
+    assert week.tier_remote_retention_s == 604800
+    created = plan_for(topic(tier={"remoteRetentionSeconds": 0}), None)
+    assert created.action == topic_planning.CreateTopic(
+        "orders", 8, Permission.ReadWrite, "NORMAL", 0
+    )
+    changed = plan_for(week, dataclasses.replace(observed(), tier_remote_retention_s=0))
+    assert changed.action == topic_planning.UpdateTopic("orders", None, None, None, 604800)
+    removed = plan_for(topic(), dataclasses.replace(observed(), tier_remote_retention_s=60))
+    assert removed.action == topic_planning.UpdateTopic("orders", None, None, None, None, True)
+    same = plan_for(week, dataclasses.replace(observed(), tier_remote_retention_s=604800))
+    assert same.action is None
+    # While a group drains, the retention still goes to every group.
+    update = topic_planning.UpdateTopic("orders", None, Permission.ReadOnly, None, 60)
+    scoped = topic_planning.scope_to_serving(update, [0, 1], [1])
+    assert isinstance(scoped, topic_planning.ScopedUpdate)
+    assert scoped.fanned_out == topic_planning.UpdateTopic("orders", None, None, None, 60)
+    assert topic_planning.tier_retention_of({"gannet.tier.remote.retention.s": "60"}) == 60
+    assert topic_planning.tier_retention_of({}) is None
 
 
 @given(st.integers(1, 1024), st.integers(1, 1024))

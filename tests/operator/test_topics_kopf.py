@@ -39,7 +39,8 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
     async def scenario() -> None:
         async with operator_env(broker.endpoint) as env:
             await env.apply("GannetCluster", "main", {"replicas": 1})
-            await env.apply("Topic", "orders", {"cluster": "main", "queues": 4})
+            tier_never = {"remoteRetentionSeconds": 0}
+            await env.apply("Topic", "orders", {"cluster": "main", "queues": 4, "tier": tier_never})
             obj = await env.wait_for("Topic", "orders", ready)
             assert obj is not None
             assert obj["status"]["topicName"] == "orders"
@@ -50,6 +51,7 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             assert found is not None
             assert found.topic.write_queue_nums == 4
             assert found.topic.message_type == admin_pb2.NORMAL
+            assert found.topic.attributes["gannet.tier.remote.retention.s"] == "0"
             # `kubectl describe` shows the step and the Ready transition as Events.
             created = await env.wait_for_event("Topic", "orders", "Normal", "Created")
             assert "created topic orders on the brokers (queues=4" in created["message"]
@@ -57,11 +59,17 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             assert created["source"] == {"component": "gannet-operator"}
             await env.wait_for_event("Topic", "orders", "Normal", "Reconciled")
 
-            # Update: more queues, read-only, FIFO.
+            # Update: more queues, read-only, FIFO, served from the tier for an hour.
             await env.apply(
                 "Topic",
                 "orders",
-                {"cluster": "main", "queues": 6, "permission": "ReadOnly", "messageType": "FIFO"},
+                {
+                    "cluster": "main",
+                    "queues": 6,
+                    "permission": "ReadOnly",
+                    "messageType": "FIFO",
+                    "tier": {"remoteRetentionSeconds": 3600},
+                },
             )
             obj = await env.wait_for(
                 "Topic",
@@ -75,6 +83,7 @@ def test_topic_lifecycle(broker: threads.BrokerThread) -> None:
             assert found is not None
             assert (found.topic.write_queue_nums, found.topic.perm) == (6, 4)
             assert found.topic.message_type == admin_pb2.FIFO
+            assert found.topic.attributes["gannet.tier.remote.retention.s"] == "3600"
             await env.wait_for_event("Topic", "orders", "Normal", "Updated", contains="queues=6")
 
             # Shrink is refused and changes nothing on the broker.

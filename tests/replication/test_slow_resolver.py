@@ -18,7 +18,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import threading
@@ -32,6 +31,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
+from e2e import processes
 from gannet.node.cli.cluster.commands import broker_argv, ensure_secret
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.replication import peer_resolving
@@ -162,15 +162,7 @@ class NamedGroup:
             return str(reply.read().decode())
 
     def stop(self) -> None:
-        for process in self.processes.values():
-            if process.poll() is None:
-                process.send_signal(signal.SIGTERM)
-        for process in self.processes.values():
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        processes.stop_all(self.processes.values(), timeout_s=30)
 
 
 @pytest.fixture

@@ -2,9 +2,10 @@
 files, real sockets on 127.0.0.1).
 
 A change recorded on the leader (:class:`RaftManifestLog`) returns once committed and is applied
-by every member; a member restarted keeps it (its applied manifest file), and a member wiped
-and reset below the leader's retention gets it from the config snapshot the leader appends for
-it. A follower cannot propose; a conflicting change is refused before anything is appended.
+by every member — a recorded gap (files deleted before offload) as well as objects; a member
+restarted keeps it (its applied manifest file), and a member wiped and reset below the leader's
+retention gets it, gap included, from the config snapshot the leader appends for it. A
+follower cannot propose; a conflicting change is refused before anything is appended.
 """
 
 from __future__ import annotations
@@ -52,15 +53,19 @@ def test_a_change_on_the_leader_is_applied_on_every_member_and_survives_reset(
     assert again == first
     with pytest.raises(errors.ManifestConflict, match="does not continue the tier"):
         log.propose(manifests.RecordObject(_object(5000, 10, "b")))
-    second = log.propose(manifests.RecordObject(_object(1000, 500, "c")))
-    assert second.end_offset == 1500
+    log.propose(manifests.RecordObject(_object(1000, 500, "c")))
+    log.propose(manifests.RecordGap(1500, 3000))
+    assert log.propose(manifests.RecordGap(1500, 3000)).gaps == (manifests.Gap(1500, 3000),)
+    second = log.propose(manifests.RecordObject(_object(3000, 500, "e")))
+    assert second.end_offset == 3500
+    assert second.gap_bytes() == 1500
     for node_id in cluster.nodes:
         cluster.wait(node_id, functools.partial(_has, cluster, node_id, second))
 
     follower, wiped = (i for i in cluster.nodes if i != leader)
     with pytest.raises(NotLeaderError):
         RaftManifestLog(cluster.raft(follower), PREFIX, commit_timeout_s=1).propose(
-            manifests.RecordObject(_object(1500, 1, "d"))
+            manifests.RecordObject(_object(3500, 1, "d"))
         )
 
     # A restarted member starts from its applied manifest file.

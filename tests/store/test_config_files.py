@@ -30,6 +30,7 @@ from gannet.node.store.configs.topics import (
     TopicConfig,
     TopicConfigManager,
     apply_attribute_changes,
+    check_settable,
 )
 from gannet.node.store.errors import (
     CorruptionError,
@@ -126,6 +127,19 @@ def test_admin_attribute_changes():
     assert changed == {"b": "2", "message.type": "DELAY"}
     with pytest.raises(MessageIllegal, match="must start with"):
         apply_attribute_changes({}, {"message.type": "FIFO"})
+
+
+def test_the_tier_retention_attribute_is_whole_seconds_and_settable_by_name():
+    attribute = "gannet.tier.remote.retention.s"
+    assert TopicConfig("t").tier_remote_retention_s is None
+    assert TopicConfig("t", attributes={attribute: "0"}).tier_remote_retention_s == 0
+    assert TopicConfig("t", attributes={attribute: "86400"}).tier_remote_retention_s == 86400
+    for bad in ("-1", "1.5", "", "1d", "٣"):
+        with pytest.raises(MessageIllegal, match="use whole seconds, 0 or more"):
+            TopicConfig("t", attributes={attribute: bad}).check()
+    check_settable({f"+{attribute}": "60", f"-{attribute}": ""})
+    with pytest.raises(MessageIllegal, match=r"'message\.type' cannot be set here; settable"):
+        check_settable({"+message.type": "FIFO"})
 
 
 def test_topic_manager_writes_rocketmq_shape_and_bumps_version(tmp_path):

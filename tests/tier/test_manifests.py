@@ -98,7 +98,22 @@ def test_bad_objects_are_named(item: manifests.TierObject, problem: str) -> None
         (b"\xff", "not UTF-8 JSON"),
         (b"[]", "top level is list"),
         (b'{"format":"other","version":1}', "format is 'other'"),
-        (b'{"format":"gannet-tier-manifest","version":2}', "version 2 is not 1"),
+        (b'{"format":"gannet-tier-manifest","version":3}', "version 3 is not 1 or 2"),
+        (
+            b'{"format":"gannet-tier-manifest","version":1,"prefix":"p","objects":[],'
+            b'"gaps":[{"from":1,"to":2}]}',
+            "gaps need version 2, the manifest says 1",
+        ),
+        (
+            b'{"format":"gannet-tier-manifest","version":2,"prefix":"p","objects":[],'
+            b'"gaps":[{"from":1,"to":2}]}',
+            "starts with a gap at 1",
+        ),
+        (
+            b'{"format":"gannet-tier-manifest","version":2,"prefix":"p","objects":[],'
+            b'"gaps":[{"from":1}]}',
+            "field 'to' is None",
+        ),
         (
             b'{"format":"gannet-tier-manifest","version":1,"prefix":"a//b","objects":[]}',
             "segment ''",
@@ -127,8 +142,15 @@ def test_corrupt_manifest_bytes_are_named(data: bytes, problem: str) -> None:
 
 
 def test_corrupt_change_bytes_are_named() -> None:
-    with pytest.raises(errors.ManifestCorrupt, match="kind 'drop' is neither"):
+    with pytest.raises(
+        errors.ManifestCorrupt,
+        match=r"kind 'drop' is not one of record, expire, gap \(written by a newer Gannet\?\)",
+    ):
         manifests.decode_change(b'{"format":"gannet-tier-change","version":1,"kind":"drop"}')
+    with pytest.raises(errors.ManifestCorrupt, match="field 'toOffset' is None"):
+        manifests.decode_change(
+            b'{"format":"gannet-tier-change","version":1,"kind":"gap","fromOffset":1}'
+        )
     with pytest.raises(errors.ManifestCorrupt, match="size_bytes -1"):
         manifests.decode_change(
             b'{"format":"gannet-tier-change","version":1,"kind":"record","object":'
@@ -141,6 +163,88 @@ def test_the_manifest_format_is_stable() -> None:
     assert manifests.encode(manifest) == (
         b'{"format":"gannet-tier-manifest","objects":[{"base":1024,"md5":"' + MD5.encode() + b'",'
         b'"size":1024,"uploadedAtMs":7}],"prefix":"gannet/c1/g0","version":1}'
+    )
+
+
+def test_a_gap_continues_the_tier_and_reads_in_it_find_no_object() -> None:
+    manifest = manifests.apply(manifests.Manifest(PREFIX), manifests.RecordObject(obj(0)))
+    gap = manifests.RecordGap(100, 300)
+    assert manifests.decode_change(manifests.encode_change(gap)) == gap
+    assert manifests.encode_change(gap) == (
+        b'{"format":"gannet-tier-change","fromOffset":100,"kind":"gap","toOffset":300,"version":1}'
+    )
+    with_gap = manifests.apply(manifest, gap)
+    assert with_gap.gaps == (manifests.Gap(100, 300),)
+    assert (with_gap.start_offset, with_gap.end_offset) == (0, 300)
+    assert manifests.apply(with_gap, gap) == with_gap  # a retried proposal is a no-op
+    assert manifests.apply(with_gap, manifests.RecordGap(150, 300)) == with_gap
+    # A trailing gap grows instead of a second gap next to it.
+    grown = manifests.apply(with_gap, manifests.RecordGap(300, 400))
+    assert grown.gaps == (manifests.Gap(100, 400),)
+    continued = manifests.apply(grown, manifests.RecordObject(obj(400)))
+    assert continued.end_offset == 500
+    assert continued.gap_bytes() == 300
+    assert continued.locate(99) == obj(0)
+    assert continued.locate(400) == obj(400)
+    assert continued.locate(100) is None
+    assert continued.locate(399) is None
+    assert continued.gap_at(250) == manifests.Gap(100, 400)
+    assert continued.gap_at(99) is None
+    assert manifests.decode(manifests.encode(continued)) == continued
+    assert continued.total_bytes() == 200  # a gap holds no bytes in the bucket
+
+
+def test_bad_gaps_are_refused_named() -> None:
+    empty = manifests.Manifest(PREFIX)
+    with pytest.raises(errors.ManifestConflict, match="an empty tier has no gap"):
+        manifests.apply(empty, manifests.RecordGap(0, 100))
+    manifest = manifests.apply(empty, manifests.RecordObject(obj(0)))
+    with pytest.raises(errors.ManifestConflict, match="does not start at the tier's end 100"):
+        manifests.apply(manifest, manifests.RecordGap(150, 300))
+    with pytest.raises(errors.ManifestConflict, match="empty or reversed"):
+        manifests.apply(manifest, manifests.RecordGap(100, 100))
+    with_gap = manifests.apply(manifest, manifests.RecordGap(100, 300))
+    with pytest.raises(
+        errors.ManifestConflict, match="does not continue the tier, which ends at 300"
+    ):
+        manifests.apply(with_gap, manifests.RecordObject(obj(100)))
+    with pytest.raises(errors.ManifestConflict, match="not contiguous"):
+        manifests.check(manifests.Manifest(PREFIX, (obj(0), obj(300)), (manifests.Gap(100, 250),)))
+    with pytest.raises(errors.ManifestConflict, match="not merged"):
+        manifests.check(
+            manifests.Manifest(
+                PREFIX, (obj(0),), (manifests.Gap(100, 200), manifests.Gap(200, 300))
+            )
+        )
+
+
+def test_expiry_drops_the_gaps_before_the_new_start() -> None:
+    manifest = manifests.Manifest(PREFIX)
+    for change in (
+        manifests.RecordObject(obj(0)),
+        manifests.RecordGap(100, 200),
+        manifests.RecordObject(obj(200)),
+        manifests.RecordGap(300, 400),
+        manifests.RecordObject(obj(400)),
+    ):
+        manifest = manifests.apply(manifest, change)
+    after_first = manifests.apply(manifest, manifests.ExpireObjects(100))
+    assert after_first.start_offset == 200
+    assert after_first.gaps == (manifests.Gap(300, 400),)
+    assert manifests.apply(manifest, manifests.ExpireObjects(500)) == manifests.Manifest(PREFIX)
+    trailing = manifests.apply(
+        manifests.apply(manifests.Manifest(PREFIX), manifests.RecordObject(obj(0))),
+        manifests.RecordGap(100, 200),
+    )
+    assert manifests.apply(trailing, manifests.ExpireObjects(100)) == manifests.Manifest(PREFIX)
+
+
+def test_a_manifest_with_gaps_is_version_2_and_one_without_stays_version_1() -> None:
+    manifest = manifests.Manifest(PREFIX, (obj(0, 100, MD5, 7),), (manifests.Gap(100, 200),))
+    assert manifests.encode(manifest) == (
+        b'{"format":"gannet-tier-manifest","gaps":[{"from":100,"to":200}],"objects":[{"base":0,'
+        b'"md5":"' + MD5.encode() + b'","size":100,"uploadedAtMs":7}],"prefix":"gannet/c1/g0",'
+        b'"version":2}'
     )
 
 

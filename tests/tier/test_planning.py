@@ -152,3 +152,25 @@ def test_a_plan_always_extends_the_tier_contiguously_below_the_commit_offset(
         )
     for base in planning.plan_local_deletes(files, manifest, policy):
         assert manifest.find(base) is not None
+
+
+def test_a_gap_is_planned_only_after_the_tier_end_and_below_the_commit_offset() -> None:
+    tier = manifest_of(0, 1)
+    files = [sealed(4), sealed(5)]
+    assert planning.plan_gap(files, tier, committed_offset=10**9) == manifests.RecordGap(
+        2 * SIZE, 4 * SIZE
+    )
+    assert planning.plan_gap(files, tier, committed_offset=5 * SIZE - 1) is None
+    assert planning.plan_gap([sealed(2), sealed(3)], tier, committed_offset=10**9) is None
+    assert planning.plan_gap(files, manifest_of(), committed_offset=10**9) is None
+    assert planning.plan_gap([], tier, committed_offset=10**9) is None
+    with_gap = manifests.apply(tier, manifests.RecordGap(2 * SIZE, 4 * SIZE))
+    assert planning.plan_gap(files, with_gap, committed_offset=10**9) is None
+    assert plan(files, with_gap) == [4 * SIZE, 5 * SIZE]  # offload resumes after the gap
+
+
+def test_a_members_copy_of_a_file_in_a_recorded_gap_is_skipped() -> None:
+    with_gap = manifests.apply(manifest_of(0, 1), manifests.RecordGap(2 * SIZE, 4 * SIZE))
+    files = [sealed(3), sealed(4)]  # this member still holds file 3, which the leader lost
+    assert plan(files, with_gap) == [4 * SIZE]
+    assert planning.plan_local_deletes(files, with_gap, AGE_ONLY) == []

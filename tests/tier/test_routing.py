@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from gannet.node.api import store_statuses
 from gannet.node.metrics import tier_collecting
+from gannet.node.store.log import records
 from gannet.node.store.tier import errors, manifests, reading, routing
 
 PREFIX = "gannet/c1/g0"
@@ -41,6 +42,31 @@ def test_one_place_answers_for_every_offset(
     assert routing.where(offset, local_min, None) is (
         routing.Where.LOCAL if offset >= local_min else routing.Where.GONE
     )
+
+
+def test_a_recorded_gap_reads_as_gone_and_keeps_the_tier_reaching_disk() -> None:
+    with_gap = manifests.apply(tier(0, 2), manifests.RecordGap(2 * FILE, 4 * FILE))
+    assert routing.where(FILE, 4 * FILE, with_gap) is routing.Where.TIER
+    assert routing.where(2 * FILE, 4 * FILE, with_gap) is routing.Where.GONE
+    assert routing.where(4 * FILE - 1, 4 * FILE, with_gap) is routing.Where.GONE
+    assert routing.readable_min_offset(4 * FILE, with_gap) == 0  # consume queues keep units
+
+
+def test_a_topics_tier_retention_is_judged_on_the_record_read() -> None:
+    hour_ms = 3_600_000
+    retention = {"Kept": None, "Never": 0, "Hour": 3600}.get
+    for topic, stored_ms, served in (
+        ("Kept", 0, True),
+        ("Other", 0, True),
+        ("Never", 10 * hour_ms, False),
+        ("Hour", 10 * hour_ms - hour_ms + 1, True),
+        ("Hour", 10 * hour_ms - hour_ms, False),
+    ):
+        assert routing.served_from_tier(topic, stored_ms, retention, 10 * hour_ms) is served
+    msg = records.Message("Hour", b"body", store_timestamp_ms=123)
+    data = bytes(records.encode(msg, body_size_max_bytes=1024))
+    assert routing._first_record(data) == ("Hour", 123)
+    assert routing._first_record(data[:4]) is None  # a size probe is not judged
 
 
 def test_the_lowest_readable_offset_is_the_tier_start_only_when_the_tier_reaches_disk() -> None:

@@ -56,6 +56,7 @@ class TopicDef:
     queues: int
     permission: Permission
     message_type: str
+    tier_remote_retention_s: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

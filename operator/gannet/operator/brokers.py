@@ -38,7 +38,8 @@ from gannet.operator.cluster_planning import PeerView, RaftView, ReviveView
 from gannet.operator.consumer_group_planning import ObservedGroup
 from gannet.operator.membership_planning import Group, MemberState
 from gannet.operator.specs import CleanupSpec, Permission
-from gannet.operator.topic_planning import BrokerTopic
+from gannet.operator.tier_planning import TierView
+from gannet.operator.topic_planning import TIER_RETENTION_ATTRIBUTE, BrokerTopic, tier_retention_of
 
 CHANNELS_MAX = 64
 SCOPE_HEADER, SCOPE_GROUP = "gannet-scope", "group"
@@ -271,6 +272,7 @@ class Brokers:
             queues=queues,
             permission=Permission.of_perm(topic.perm),
             message_type=_TYPE_NAMES.get(topic.message_type, "NORMAL"),
+            tier_remote_retention_s=tier_retention_of(topic.attributes),
         )
         return observed, figures
 
@@ -283,6 +285,7 @@ class Brokers:
         permission: Permission,
         message_type: str,
         broker_groups: Iterable[str] = (),
+        tier_remote_retention_s: int | None = None,
     ) -> None:
         """CreateTopic in every broker group, or in the ``broker_groups`` named."""
         await self._call(
@@ -294,6 +297,7 @@ class Brokers:
                 message_type=_TYPE_VALUES[message_type],
                 perm=permission.value,
                 broker_groups=list(broker_groups),
+                attributes=_retention_attributes(tier_remote_retention_s),
             ),
         )
 
@@ -305,8 +309,14 @@ class Brokers:
         queues: int | None,
         permission: Permission | None,
         message_type: str | None,
+        tier_remote_retention_s: int | None = None,
+        tier_remote_retention_removed: bool | None = None,
     ) -> None:
         request = admin_pb2.UpdateTopicRequest(name=name)
+        if tier_remote_retention_s is not None:
+            request.attribute_changes[f"+{TIER_RETENTION_ATTRIBUTE}"] = str(tier_remote_retention_s)
+        elif tier_remote_retention_removed:
+            request.attribute_changes[f"-{TIER_RETENTION_ATTRIBUTE}"] = ""
         if queues is not None:
             request.queue_nums = queues
         if permission is not None:
@@ -431,6 +441,18 @@ class Brokers:
             leader_client_endpoint=answer.leader_client_endpoint,
         )
 
+    async def tier_status(self, endpoint: str) -> TierView:
+        answer = await self._call(endpoint, "GetTierStatus", admin_pb2.GetTierStatusRequest())
+        return TierView(
+            enabled=answer.enabled,
+            passes_total=answer.passes_total,
+            failing_reason=answer.failing_reason,
+            last_error=answer.last_error,
+            objects=answer.objects,
+            size_bytes=answer.bytes,
+            last_success_ms=answer.last_success_ms,
+        )
+
     async def transfer_leadership(self, endpoint: str, *, target: str = "") -> str:
         answer = await self._call(
             endpoint,
@@ -506,6 +528,7 @@ class Brokers:
                     queues=max(t.read_queue_nums, t.write_queue_nums),
                     permission=Permission.of_perm(t.perm),
                     message_type=_TYPE_NAMES.get(t.message_type, "NORMAL"),
+                    tier_remote_retention_s=tier_retention_of(t.attributes),
                 )
                 for t in topics.topics
             ),
@@ -586,6 +609,7 @@ class Brokers:
             queue_nums=topic.queues,
             message_type=_TYPE_VALUES[topic.message_type],
             perm=topic.permission.value,
+            attributes=_retention_attributes(topic.tier_remote_retention_s),
         )
         with contextlib.suppress(AlreadyExists):
             await self._call(endpoint, "CreateTopic", request, scoped=True)
@@ -635,3 +659,10 @@ class Consumption:
 def _revive_view(answer: Any) -> ReviveView:
     draining = tuple(sorted(q.queue_id for q in answer.queues if q.draining))
     return ReviveView(active_count=answer.active_count, draining=draining)
+
+
+def _retention_attributes(tier_remote_retention_s: int | None) -> dict[str, str]:
+    """The CreateTopic attributes carrying a topic's tier retention (none when unset)."""
+    if tier_remote_retention_s is None:
+        return {}
+    return {TIER_RETENTION_ATTRIBUTE: str(tier_remote_retention_s)}

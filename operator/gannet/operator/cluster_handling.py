@@ -29,8 +29,9 @@ from gannet.operator import (
     membership_handling,
     schedules,
     specs,
+    tier_planning,
 )
-from gannet.operator.brokers import BrokerRefused, BrokerUnavailable, Unauthorized
+from gannet.operator.brokers import BrokerError, BrokerRefused, BrokerUnavailable, Unauthorized
 from gannet.operator.conditions import Condition
 from gannet.operator.contexts import Context
 from gannet.operator.kube import KubeError
@@ -172,6 +173,9 @@ async def reconcile(
             )
         return step
 
+    # Tiered storage: each group's leader says how its offload goes (Events on changes).
+    found = await _tier(ctx, name, namespace, cluster, found, generation, status, patch)
+
     rows, groups_condition = await broker_group_handling.reconcile(
         ctx, name, namespace, uid, cluster, membership, ready, pending, roll
     )
@@ -265,6 +269,38 @@ def _pod_view(pod: Mapping[str, Any]) -> cluster_planning.PodView:
         ready=ready,
         terminating=bool(meta.get("deletionTimestamp")),
     )
+
+
+async def _tier(
+    ctx: Context,
+    name: str,
+    namespace: str,
+    cluster: specs.ClusterSpec,
+    found: list[dict[str, Any]],
+    generation: Any,
+    status: Mapping[str, Any],
+    patch: kopf.Patch,
+) -> list[dict[str, Any]]:
+    """``found`` with the ``TierOffload`` condition (:mod:`tier_planning`) of the leaders'
+    ``GetTierStatus`` answers, and ``status.tier``; without ``spec.tier`` both are dropped."""
+    if cluster.tier is None:
+        if status.get("tier") is not None:
+            patch.status["tier"] = None  # the merge patch removes it
+        return [c for c in found if c.get("type") != tier_planning.TIER_OFFLOAD]
+    views: dict[str, tier_planning.TierView | None] = {}
+    for group in range(cluster.broker_groups):
+        base = manifests.group_base(name, group)
+        try:
+            endpoint = await contexts.leader_endpoint(ctx, namespace, base)
+            views[manifests.broker_name(group)] = await ctx.brokers.tier_status(endpoint)
+        except BrokerError:  # unreachable, refused, or a broker from before GetTierStatus
+            views[manifests.broker_name(group)] = None
+    patch.status["tier"] = {"groups": tier_planning.status_rows(views)}
+    previous = conditions.find(found, tier_planning.TIER_OFFLOAD)
+    condition = tier_planning.tier_condition(views, previous)
+    if condition is None:
+        return found
+    return conditions.merge(found, condition, generation=generation, now=ctx.clock())
 
 
 async def _broker_settings(

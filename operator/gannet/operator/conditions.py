@@ -10,7 +10,8 @@ rename, or a field the admin API cannot change), ``ResourceConflict`` (another r
 the same topic or group), ``BrokerUnavailable``, ``BrokerRefused``, ``InvalidSpec``,
 ``Paused``; on GannetCluster also ``ScaleDownBlocked``, ``MemberChangeBlocked``,
 ``MemberChangeRefused`` (type ``Scaling``; :mod:`gannet.operator.membership_handling`),
-``RollingUpdate``.
+``RollingUpdate``; type ``TierOffload`` (``spec.tier``): ``Offloading``, ``TierOffloadFailing``,
+``TierCredentialsRejected``, ``TierNotServed`` (:mod:`gannet.operator.tier_planning`).
 """
 
 from __future__ import annotations

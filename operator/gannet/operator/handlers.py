@@ -482,6 +482,7 @@ async def _apply_topic(ctx: Context, endpoint: str, action: Any, where: tuple[st
                 permission=create.permission,
                 message_type=create.message_type,
                 broker_groups=[manifests.broker_name(g) for g in groups],
+                tier_remote_retention_s=create.tier_remote_retention_s,
             )
         return
     update = scoped if isinstance(scoped, topic_planning.UpdateTopic) else scoped.fanned_out
@@ -492,6 +493,8 @@ async def _apply_topic(ctx: Context, endpoint: str, action: Any, where: tuple[st
             queues=update.queues,
             permission=update.permission,
             message_type=update.message_type,
+            tier_remote_retention_s=update.tier_remote_retention_s,
+            tier_remote_retention_removed=update.tier_remote_retention_removed,
         )
     if isinstance(scoped, topic_planning.ScopedUpdate) and scoped.permission is not None:
         for group in scoped.groups:  # each serving group alone: the draining ones stay read-only

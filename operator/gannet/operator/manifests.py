@@ -28,6 +28,11 @@ of the directory); the client TLS Secret at :data:`TLS_DIR` (``--tls-cert``/``--
 the peer TLS Secret at :data:`PEER_TLS_DIR` (``--peer-tls-cert``/``--peer-tls-key``/
 ``--peer-tls-ca``, the cluster CA being the Secret's ``ca.crt``).
 
+Tiered storage (``spec.tier``): the one key of the user's Secret that holds an AWS
+shared-credentials file is projected to :data:`TIER_DIR`/``credentials``
+(``--tier-credentials-file``); every ``--tier-*`` setting is an argument, with the group's own
+prefix, so a change rolls the pods like any other template change.
+
 Every object carries the cluster as controlling ownerReference, so deleting the GannetCluster
 garbage-collects them. The broker command line is ``gannet broker run <the pod's roster line>
 --peer-listen 0.0.0.0:8091 --listen 0.0.0.0:8081 --metrics-listen 0.0.0.0:5557 ...``, the roster
@@ -41,7 +46,7 @@ import hashlib
 import json
 from typing import Any
 
-from gannet.operator import cluster_key, external_access, resources
+from gannet.operator import cluster_key, external_access, resources, specs
 from gannet.operator.resources import (
     CLIENT_PORT,
     EXTERNAL_REMOTING_PORT,
@@ -58,6 +63,9 @@ TLS_DIR = "/etc/gannet/tls"
 PEER_TLS_DIR = "/etc/gannet/peer-tls"
 PEER_SECRET_DIR = "/etc/gannet/peer-secret"
 MEMBERS_DIR = "/etc/gannet/members"
+TIER_DIR = "/etc/gannet/tier"
+TIER_CREDENTIALS_FILE = "credentials"
+"""The file (in :data:`TIER_DIR`) the tier Secret's key is projected to."""
 GROUPS_DIR = "/etc/gannet/groups"
 CLUSTER_LABEL = "gannet.io/cluster"
 GROUP_LABEL = "gannet.io/broker-group"
@@ -332,6 +340,54 @@ def _args(spec: ClusterSpec) -> list[str]:
     return args
 
 
+def tier_args(spec: ClusterSpec, cluster: str, namespace: str, group: int) -> list[str]:
+    """The ``--tier-*`` arguments of broker group ``group`` (none without ``spec.tier``): every
+    setting given explicitly, and the group's own prefix (:func:`specs.tier_prefix`)."""
+    tier = spec.tier
+    if tier is None:
+        return []
+    args = [
+        "--tier-endpoint",
+        tier.endpoint,
+        "--tier-bucket",
+        tier.bucket,
+        "--tier-prefix",
+        specs.tier_prefix(tier, cluster, namespace, broker_name(group)),
+        "--tier-credentials-file",
+        f"{TIER_DIR}/{TIER_CREDENTIALS_FILE}",
+    ]
+    if tier.region is not None:
+        args += ["--tier-region", tier.region]
+    args += [
+        "--tier-offload-after-s",
+        f"{tier.offload_after_s:g}",
+        "--tier-offload-disk-ratio",
+        f"{tier.offload_disk_ratio:g}",
+        "--tier-local-retention-bytes",
+        str(tier.local_retention_bytes),
+        "--tier-uploads-per-pass",
+        str(tier.uploads_per_pass),
+        "--tier-pass-interval-s",
+        f"{tier.pass_interval_s:g}",
+    ]
+    return args
+
+
+def tier_volume(spec: ClusterSpec) -> dict[str, Any] | None:
+    """The Secret volume holding the tier's credentials file: only the named key, projected to
+    :data:`TIER_CREDENTIALS_FILE` (the Secret may hold other keys; they stay out of the pod)."""
+    if spec.tier is None:
+        return None
+    return {
+        "name": "tier-credentials",
+        "secret": {
+            "secretName": spec.tier.credentials_secret,
+            "defaultMode": SECRET_MODE,
+            "items": [{"key": spec.tier.credentials_key, "path": TIER_CREDENTIALS_FILE}],
+        },
+    }
+
+
 def _secret_volumes(cluster: str, spec: ClusterSpec) -> list[tuple[str, str, str]]:
     """``(volume name, Secret name, mount path)`` of every Secret the brokers read."""
     found: list[tuple[str, str, str]] = []
@@ -426,6 +482,12 @@ def stateful_set(
     container["volumeMounts"] += [
         {"name": volume, "mountPath": path, "readOnly": True} for volume, _, path in secrets
     ]
+    container["args"] += tier_args(spec, owner, namespace, group)
+    tier = tier_volume(spec)
+    if tier is not None:
+        container["volumeMounts"].append(
+            {"name": tier["name"], "mountPath": TIER_DIR, "readOnly": True}
+        )
     pod_spec: dict[str, Any] = {
         "containers": [container],
         "terminationGracePeriodSeconds": 30,
@@ -470,6 +532,8 @@ def stateful_set(
         else {"name": volume, "secret": {"secretName": secret, "defaultMode": SECRET_MODE}}
         for volume, secret, _ in secrets
     ]
+    if tier is not None:
+        pod_spec["volumes"].append(tier)
     if storage.type == "ephemeral":
         pod_spec["volumes"].append({"name": "data", "emptyDir": {}})
     else:

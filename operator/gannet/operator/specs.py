@@ -52,6 +52,9 @@ class TopicSpec:
     queues: int
     permission: Permission
     message_type: str
+    tier_remote_retention_s: int | None = None
+    """``spec.tier.remoteRetentionSeconds``: how long the topic's messages are served from the
+    tier (0: never); None: the tier's own retention (the topic attribute is removed)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,6 +161,34 @@ class ExternalSpec:
         return self.host
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class TierSpec:
+    """Tiered storage (``spec.tier``, docs/tiered-storage.md §10): sealed commit-log files are
+    offloaded to ``bucket`` at ``endpoint``; each broker group under its own key prefix
+    (:func:`tier_prefix`), never shared. The credentials are an AWS shared-credentials file held
+    in one key of a Secret, mounted into the brokers (``--tier-credentials-file``)."""
+
+    endpoint: str
+    bucket: str
+    prefix: str | None
+    """The base of every group's prefix; None: ``gannet/<namespace>/<cluster>``."""
+    region: str | None
+    credentials_secret: str
+    credentials_key: str
+    offload_after_s: float
+    offload_disk_ratio: float
+    local_retention_bytes: int
+    uploads_per_pass: int
+    pass_interval_s: float
+
+
+def tier_prefix(tier: TierSpec, cluster: str, namespace: str, broker_name: str) -> str:
+    """Broker group ``broker_name``'s key prefix: ``<base>/<broker_name>``, so groups of one
+    cluster never share a prefix (two groups writing one prefix would corrupt the tier)."""
+    base = tier.prefix if tier.prefix is not None else f"gannet/{namespace}/{cluster}"
+    return f"{base}/{broker_name}"
+
+
 NO_TLS = TlsSpec(enabled=False, secret_name=None, issuer=None)
 NO_SECURITY = SecuritySpec(AuthSpec(False, None, None), NO_TLS, NO_TLS)
 ISSUER_KINDS = ("Issuer", "ClusterIssuer")
@@ -190,6 +221,12 @@ class ClusterSpec:
     server (9876), and the client Service exposes both."""
     external: ExternalSpec | None = None
     """``spec.external``; None: reachable from inside the Kubernetes cluster only."""
+    tier: TierSpec | None = None
+    """``spec.tier``; None: every commit-log file stays on the brokers' volumes."""
+
+
+TIER_RETENTION_S_MAX = 100 * 365 * 24 * 3600
+"""A hundred years: a bound that names the unit mistake of a retention given in milliseconds."""
 
 
 def _get(spec: Mapping[str, Any], path: str, kind: type, default: Any) -> Any:
@@ -245,7 +282,16 @@ def topic_spec(name: str, spec: Mapping[str, Any]) -> TopicSpec:
         message_type=_one_of(
             "messageType", _get(spec, "messageType", str, "NORMAL"), MESSAGE_TYPES
         ),
+        tier_remote_retention_s=_tier_remote_retention_s(spec),
     )
+
+
+def _tier_remote_retention_s(spec: Mapping[str, Any]) -> int | None:
+    tier = _section(spec, "tier")
+    value: int | None = _get(tier, "tier.remoteRetentionSeconds", int, None)
+    if value is not None:
+        _in_range("tier.remoteRetentionSeconds", value, 0, TIER_RETENTION_S_MAX)
+    return value
 
 
 def group_spec(name: str, spec: Mapping[str, Any]) -> GroupSpec:
@@ -445,6 +491,75 @@ def _external(
     return ExternalSpec(kind, host, hosts, client, remoting_port if remoting else None)
 
 
+# The brokers' --tier-prefix rule (gannet.node.store.tier.naming): '/'-separated non-empty
+# segments of letters, digits and . _ = -; the CRD schema has the same pattern.
+_TIER_PREFIX = re.compile(r"^[A-Za-z0-9._=-]+(/[A-Za-z0-9._=-]+)*$")
+# An S3 bucket name (lowercase letters, digits, '.', '-'; 3-63 characters).
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_ENDPOINT = re.compile(r"^https?://[^\s/]+(/[^\s]*)?$")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+TIER_PREFIX_CHARS_MAX = 200
+
+
+def _tier(spec: Mapping[str, Any]) -> TierSpec | None:
+    if spec.get("tier") is None:
+        return None
+    section = _section(spec, "tier")
+    endpoint = _get(section, "tier.endpoint", str, "")
+    if not _ENDPOINT.match(endpoint):
+        raise SpecError(
+            f"spec.tier.endpoint is {endpoint!r}; give the S3 endpoint as http(s)://host[:port]"
+        )
+    bucket = _get(section, "tier.bucket", str, "")
+    if not _BUCKET.match(bucket):
+        raise SpecError(
+            f"spec.tier.bucket is {bucket!r}; give an S3 bucket name (3-63 lowercase letters, "
+            "digits, '.', '-')"
+        )
+    prefix = _get(section, "tier.prefix", str, "") or None
+    if prefix is not None and (
+        not _TIER_PREFIX.match(prefix) or len(prefix) > TIER_PREFIX_CHARS_MAX
+    ):
+        raise SpecError(
+            f"spec.tier.prefix is {prefix!r}; use '/'-separated segments of letters, digits and "
+            f". _ = - (at most {TIER_PREFIX_CHARS_MAX} characters; each broker group adds "
+            "/broker-<g>)"
+        )
+    credentials = _section(section, "credentialsSecret")
+    secret = _secret_name(credentials, "tier.credentialsSecret.name")
+    if secret is None:
+        raise SpecError(
+            "spec.tier.credentialsSecret.name is missing; name the Secret holding the bucket's "
+            "AWS shared-credentials file"
+        )
+    key = _get(credentials, "tier.credentialsSecret.key", str, "credentials")
+    if not _SECRET_KEY.match(key):
+        raise SpecError(f"spec.tier.credentialsSecret.key is {key!r}; use a Secret key name")
+    after_s = _get(section, "tier.offloadAfterSeconds", float, 3600.0)
+    _in_range("tier.offloadAfterSeconds", after_s, 0, 10 * 365 * 86400)
+    ratio = _get(section, "tier.offloadDiskRatio", float, 0.7)
+    _in_range("tier.offloadDiskRatio", ratio, 0.01, 1)
+    keep = _get(section, "tier.localRetentionBytes", int, 0)
+    _in_range("tier.localRetentionBytes", keep, 0, 2**62)
+    uploads = _get(section, "tier.uploadsPerPass", int, 4)
+    _in_range("tier.uploadsPerPass", uploads, 1, 64)
+    interval_s = _get(section, "tier.passIntervalSeconds", float, 10.0)
+    _in_range("tier.passIntervalSeconds", interval_s, 0.1, 3600)
+    return TierSpec(
+        endpoint=endpoint,
+        bucket=bucket,
+        prefix=prefix,
+        region=_get(section, "tier.region", str, "") or None,
+        credentials_secret=secret,
+        credentials_key=key,
+        offload_after_s=after_s,
+        offload_disk_ratio=ratio,
+        local_retention_bytes=keep,
+        uploads_per_pass=uploads,
+        pass_interval_s=interval_s,
+    )
+
+
 def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
     """A GannetCluster's spec with defaults filled in."""
     replicas = _get(spec, "replicas", int, 3)
@@ -494,4 +609,5 @@ def cluster_spec(spec: Mapping[str, Any]) -> ClusterSpec:
         broker_groups=groups,
         remoting=remoting,
         external=_external(spec, replicas, groups, remoting),
+        tier=_tier(spec),
     )

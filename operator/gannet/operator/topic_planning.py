@@ -6,7 +6,9 @@ condition written to ``status``. Rules, as Strimzi's KafkaTopic:
 
 - the topic is missing → create it with the spec's queues, permission and message type;
 - queues may grow (UpdateTopic), never shrink → ``Ready=False reason=NotSupported``;
-- permission and message type changes are applied;
+- permission and message type changes are applied, and so is the topic's tier retention
+  (``spec.tier.remoteRetentionSeconds`` → the topic attribute ``gannet.tier.remote.retention.s``,
+  set, changed, or removed when the spec drops it);
 - the topic name is fixed once created (``status.topicName``); a changed ``spec.topicName``
   (rename) → ``NotSupported`` and the old topic stays as it is;
 - another resource owning the same topic → ``ResourceConflict`` (see :mod:`claims`);
@@ -21,11 +23,20 @@ message type still go everywhere (a drain undone finds the same queues).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from gannet.operator import claims, conditions
 from gannet.operator.conditions import Condition
 from gannet.operator.specs import Permission, TopicSpec
+
+TIER_RETENTION_ATTRIBUTE = "gannet.tier.remote.retention.s"
+"""The broker's topic attribute for ``spec.tier.remoteRetentionSeconds`` (whole seconds)."""
+
+
+def tier_retention_of(attributes: Mapping[str, str]) -> int | None:
+    """The tier retention a broker's topic attributes carry (None: none, or not a number)."""
+    value = attributes.get(TIER_RETENTION_ATTRIBUTE)
+    return int(value) if value is not None and value.isascii() and value.isdigit() else None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -36,6 +47,7 @@ class BrokerTopic:
     queues: int
     permission: Permission
     message_type: str
+    tier_remote_retention_s: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -44,6 +56,7 @@ class CreateTopic:
     queues: int
     permission: Permission
     message_type: str
+    tier_remote_retention_s: int | None = None
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -52,6 +65,20 @@ class UpdateTopic:
     queues: int | None
     permission: Permission | None
     message_type: str | None
+    tier_remote_retention_s: int | None = None
+    """A retention to set (None: unchanged, or removed with ``tier_remote_retention_removed``)."""
+    tier_remote_retention_removed: bool | None = None
+    """True: remove the topic's tier retention (None, never False, so events list only what
+    changes)."""
+
+    def changes(self) -> bool:
+        return (
+            self.queues,
+            self.permission,
+            self.message_type,
+            self.tier_remote_retention_s,
+            self.tier_remote_retention_removed,
+        ) != (None, None, None, None, None)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -87,7 +114,13 @@ def plan(
         return TopicPlan(None, refused, None)
     if observed is None:
         return TopicPlan(
-            CreateTopic(spec.topic_name, spec.queues, spec.permission, spec.message_type),
+            CreateTopic(
+                spec.topic_name,
+                spec.queues,
+                spec.permission,
+                spec.message_type,
+                spec.tier_remote_retention_s,
+            ),
             _ready(spec),
             spec.topic_name,
         )
@@ -100,14 +133,17 @@ def plan(
             ),
             spec.topic_name,
         )
+    retention = spec.tier_remote_retention_s
+    retention_changed = retention != observed.tier_remote_retention_s
     update = UpdateTopic(
         spec.topic_name,
         spec.queues if spec.queues != observed.queues else None,
         spec.permission if spec.permission != observed.permission else None,
         spec.message_type if spec.message_type != observed.message_type else None,
+        retention if retention_changed else None,
+        True if retention_changed and retention is None else None,
     )
-    changed = (update.queues, update.permission, update.message_type) != (None, None, None)
-    return TopicPlan(update if changed else None, _ready(spec), spec.topic_name)
+    return TopicPlan(update if update.changes() else None, _ready(spec), spec.topic_name)
 
 
 def _ready(spec: TopicSpec) -> Condition:
@@ -134,9 +170,9 @@ class ScopedCreate:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class ScopedUpdate:
-    """An UpdateTopic while groups drain: ``fanned_out`` (queues and message type, no
-    permission; None when neither changes) goes to every group as usual; ``permission`` is
-    written to each of ``groups`` (the serving ones) alone."""
+    """An UpdateTopic while groups drain: ``fanned_out`` (queues, message type and tier
+    retention, no permission; None when none changes) goes to every group as usual;
+    ``permission`` is written to each of ``groups`` (the serving ones) alone."""
 
     name: str
     fanned_out: UpdateTopic | None
@@ -156,5 +192,5 @@ def scope_to_serving(
     if isinstance(action, CreateTopic):
         return ScopedCreate(action, groups)
     rest = dataclasses.replace(action, permission=None)
-    fanned_out = rest if (rest.queues, rest.message_type) != (None, None) else None
+    fanned_out = rest if rest.changes() else None
     return ScopedUpdate(action.name, fanned_out, action.permission, groups)

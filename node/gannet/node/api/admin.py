@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 import grpc
 
 from gannet.node.api import admin_converting as conv
-from gannet.node.api import admin_querying, receiving, record_pulling
+from gannet.node.api import admin_querying, receiving, record_pulling, tier_status
 from gannet.node.api.admin_raft import RaftAdmin
 from gannet.node.api.client_settings import ClientRegistry
 from gannet.node.api.routes import BrokerIdentity
@@ -35,6 +35,7 @@ from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 from gannet.node.protocol.statuses import abort as _abort
 from gannet.node.protocol.versions import gannet_version
 from gannet.node.store import errors, querying, validation
+from gannet.node.store.configs import topics
 from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
@@ -69,6 +70,8 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
     """Set by the broker; None answers the Raft RPCs as a group of one."""
     messaging: MessagingServicer | None = None
     """Set by the broker: the v2 servicer whose pull handler serves PullRecords."""
+    tier: tier_status.TierSide | None = None
+    """Set by a broker with a tier (``--tier-*``); None answers GetTierStatus ``enabled=False``."""
 
     def __init__(
         self, store: MessageStore, identity: BrokerIdentity, clients: ClientRegistry
@@ -140,6 +143,11 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 config = dataclasses.replace(config, perm=request.perm)
             kind = conv.message_type_of(request.message_type) or conv.MessageType.NORMAL
             config = config.with_message_type(kind)
+            if request.attributes:
+                topics.check_settable(request.attributes)
+                config = dataclasses.replace(
+                    config, attributes={**config.attributes, **request.attributes}
+                )
             self.store.topic_configs.put(config)
             return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
 
@@ -164,6 +172,12 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
             kind = conv.message_type_of(request.message_type)
             if kind is not None:
                 config = config.with_message_type(kind)
+            if request.attribute_changes:
+                topics.check_settable(request.attribute_changes)
+                changed = topics.apply_attribute_changes(
+                    config.attributes, request.attribute_changes
+                )
+                config = dataclasses.replace(config, attributes=changed)
             self.store.topic_configs.put(config)
             return admin_pb2.TopicResponse(topic=conv.topic_pb(config))
 
@@ -381,6 +395,22 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
                 groups=len(self.store.group_configs.list()),
                 clients=self.clients.count(),
                 store=conv.statistics_pb(self.store.statistics()),
+            )
+
+        return await self._run(context, work)
+
+    async def GetTierStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        def work() -> admin_pb2.TierStatus:
+            side = self.tier
+            if side is None:
+                return tier_status.status_pb(None, None, None, local_start_offset=0, leader=False)
+            offloader = side.offloader()
+            return tier_status.status_pb(
+                side.config,
+                side.manifest.current(),
+                offloader.figures if offloader is not None else None,
+                local_start_offset=self.store.commitlog.min_offset(),
+                leader=offloader is not None and offloader.store.is_leader(),
             )
 
         return await self._run(context, work)

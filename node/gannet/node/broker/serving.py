@@ -68,6 +68,7 @@ from gannet.node.api import (
     plugs,
     receiving,
     routes,
+    tier_status,
     wire,
 )
 from gannet.node.api.admin_raft import RaftAdmin
@@ -487,6 +488,10 @@ class Broker:
         admin_servicer = admin.AdminServicer(self.store, identity, self.messaging.clients)
         admin_servicer.raft = RaftAdmin(self.store, identity, self.replication)
         admin_servicer.messaging = self.messaging
+        if self.config.tier is not None and self.tier_source is not None:
+            admin_servicer.tier = tier_status.TierSide(
+                self.config.tier, self.tier_source, lambda: self.offloader
+            )
         if self.metrics is not None:
             self.metrics.registry.register(
                 failover_collecting.DuplicatesCollector(

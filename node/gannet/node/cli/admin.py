@@ -54,9 +54,44 @@ def _perm_text(perm: int) -> str:
 
 def _topic_summary(t: admin_pb2.Topic) -> str:
     row = topic_row(t)
+    own = {k: v for k, v in sorted(t.attributes.items()) if k != "message.type"}
     return (
         f"topic {t.name}: {row['write_queues']} queues, {row['message_type']}, perm {row['perm']}"
+        + "".join(f", {k}={v}" for k, v in own.items())
     )
+
+
+_ATTRIBUTE_HELP = (
+    "Topic attribute; settable: gannet.tier.remote.retention.s (whole seconds, 0 or more: how"
+    " long the topic's messages are served from the tier, 0 never). Repeatable."
+)
+
+
+def _attributes(values: tuple[str, ...]) -> dict[str, str]:
+    """``NAME=VALUE`` options as a map; a value without ``=`` is a usage error naming it."""
+    parsed: dict[str, str] = {}
+    for value in values:
+        name, sep, text = value.partition("=")
+        if not sep or not name:
+            raise click.BadParameter(f"{value!r} is not NAME=VALUE", param_hint="--attribute")
+        parsed[name] = text
+    return parsed
+
+
+def _attribute_changes(values: tuple[str, ...]) -> dict[str, str]:
+    """``+NAME=VALUE`` (set) and ``-NAME`` (remove) options as the admin API's changes."""
+    changes: dict[str, str] = {}
+    for value in values:
+        if value.startswith("-") and len(value) > 1 and "=" not in value:
+            changes[value] = ""
+        elif value.startswith("+"):
+            changes.update({f"+{k.removeprefix('+')}": v for k, v in _attributes((value,)).items()})
+        else:
+            raise click.BadParameter(
+                f"{value!r}: use +NAME=VALUE to set or -NAME to remove",
+                param_hint="--attribute",
+            )
+    return changes
 
 
 # ---------------------------------------------------------------------------- topic
@@ -70,15 +105,24 @@ def topic() -> None:
 @click.option("--queues", type=click.IntRange(1, 1024), default=8, show_default=True)
 @click.option("--type", "kind", type=click.Choice(_TYPES), default="normal", show_default=True)
 @click.option("--perm", type=click.Choice(list(_PERMS)), default="rw", show_default=True)
+@click.option(
+    "--attribute", "attributes", multiple=True, metavar="NAME=VALUE", help=_ATTRIBUTE_HELP
+)
 @endpoint_option
-def topic_create(name: str, queues: int, kind: str, perm: str, endpoint: str) -> None:
+def topic_create(
+    name: str, queues: int, kind: str, perm: str, attributes: tuple[str, ...], endpoint: str
+) -> None:
     """Create topic NAME (producers get TOPIC_NOT_FOUND until it exists).
 
     Reserved names are refused: system topics, the %RETRY% and %DLQ% prefixes, the cluster and
     broker names.
     """
     request = admin_pb2.CreateTopicRequest(
-        name=name, queue_nums=queues, message_type=_type_value(kind), perm=_PERMS[perm]
+        name=name,
+        queue_nums=queues,
+        message_type=_type_value(kind),
+        perm=_PERMS[perm],
+        attributes=_attributes(attributes),
     )
     reply = admin_call(endpoint, lambda s: s.CreateTopic(request, timeout=CALL_TIMEOUT_S))
     console.print(f"[green]created[/] {_topic_summary(reply.topic)}", highlight=False)
@@ -89,12 +133,26 @@ def topic_create(name: str, queues: int, kind: str, perm: str, endpoint: str) ->
 @click.option("--queues", type=click.IntRange(1, 1024), help="New queue count (only grows).")
 @click.option("--type", "kind", type=click.Choice(_TYPES))
 @click.option("--perm", type=click.Choice(list(_PERMS)))
+@click.option(
+    "--attribute",
+    "attributes",
+    multiple=True,
+    metavar="+NAME=VALUE|-NAME",
+    help=_ATTRIBUTE_HELP + " +NAME=VALUE sets, -NAME removes (write --attribute=-NAME).",
+)
 @endpoint_option
 def topic_update(
-    name: str, queues: int | None, kind: str | None, perm: str | None, endpoint: str
+    name: str,
+    queues: int | None,
+    kind: str | None,
+    perm: str | None,
+    attributes: tuple[str, ...],
+    endpoint: str,
 ) -> None:
-    """Change queues, message type or permission of topic NAME."""
-    request = admin_pb2.UpdateTopicRequest(name=name, message_type=_type_value(kind))
+    """Change queues, message type, permission or attributes of topic NAME."""
+    request = admin_pb2.UpdateTopicRequest(
+        name=name, message_type=_type_value(kind), attribute_changes=_attribute_changes(attributes)
+    )
     if queues is not None:
         request.queue_nums = queues
     if perm is not None:

@@ -14,8 +14,9 @@ The broker commands take ``--access-key/--secret-key`` (env ``GANNET_ACCESS_KEY`
 
 Each subcommand group has its module: ``broker`` (:mod:`broker`), ``store`` (:mod:`store`),
 ``topic``/``group``/``pop`` (:mod:`admin`), ``message``/``status`` (:mod:`messages`),
-``cluster`` (the package :mod:`cluster`), ``operator`` (:mod:`kube_operator`) and ``pipeline``
-(:mod:`pipeline`); option blocks are defined once in :mod:`options`, exit codes in :mod:`exits`.
+``tier`` (:mod:`tier`), ``cluster`` (the package :mod:`cluster`), ``operator``
+(:mod:`kube_operator`) and ``pipeline`` (:mod:`pipeline`); option blocks are defined once in
+:mod:`options`, exit codes in :mod:`exits`.
 
 Every command has ``--help``. Lists are rich tables (``-o json|yaml`` for scripts, never cut
 when piped: :mod:`gannet.node.cli.output`); long work shows a progress bar. gRPC's C-core logging
@@ -29,7 +30,7 @@ import logging
 import click
 
 from gannet.node import grpc_logging  # first: before grpc loads
-from gannet.node.cli import admin, broker, kube_operator, messages, output, pipeline, store
+from gannet.node.cli import admin, broker, kube_operator, messages, output, pipeline, store, tier
 from gannet.node.cli.cluster import commands as cluster
 from gannet.node.cli.exits import EXIT_CODES_HELP
 
@@ -50,7 +51,7 @@ def main(verbose: bool) -> None:
     )
 
 
-for _command in (broker.broker, store.store, *admin.COMMANDS, *messages.COMMANDS):
+for _command in (broker.broker, store.store, tier.tier, *admin.COMMANDS, *messages.COMMANDS):
     main.add_command(_command)
 main.add_command(pipeline.pipeline)  # PySpark loads only when a job runs
 main.add_command(kube_operator.operator)  # kopf loads only when the operator runs

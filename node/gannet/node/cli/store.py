@@ -40,7 +40,7 @@ from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
 from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
-from gannet.node.store.tier import auditing, naming, routing
+from gannet.node.store.tier import auditing, manifests, naming, routing
 from gannet.node.store.tier.errors import TierError
 from gannet.node.store.upkeep import verifying
 
@@ -144,6 +144,7 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
         tier_exit(exc)
     readable_from = routing.readable_min_offset(local_start, manifest)
     gap = manifest.end_offset is not None and manifest.end_offset < local_start
+    recorded_gaps = [_gap_row(g) for g in manifest.gaps]
     document = {
         "bucket": tier.config.bucket,
         "endpoint": tier.config.endpoint_url,
@@ -152,6 +153,7 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
         "end_offset": manifest.end_offset,
         "readable_from": readable_from,
         "gap_before_local": gap,
+        "recorded_gaps": recorded_gaps,
         "files": rows,
         "objects_not_in_manifest": stray,
     }
@@ -163,11 +165,26 @@ def _tier_listing(tier: Tier, local_start: int) -> tuple[dict[str, Any], list[An
         f"{readable_from:,}"
         + (" — [red]a gap: the tier ends before the first local file[/]" if gap else ""),
     ]
+    if recorded_gaps:
+        lines.append(_gaps_line(manifest))
     if stray:
         lines.append(
             f"objects the manifest does not record (an orphan sweep removes them): {stray}"
         )
     return document, lines
+
+
+def _gap_row(gap: manifests.Gap) -> dict[str, int]:
+    return {"from": gap.from_offset, "to": gap.to_offset, "size": gap.size_bytes}
+
+
+def _gaps_line(manifest: manifests.Manifest) -> str:
+    """The recorded gaps as one line (information: the group agreed these offsets are gone)."""
+    ranges = ", ".join(f"[{g.from_offset:,}, {g.to_offset:,})" for g in manifest.gaps)
+    return (
+        f"[yellow]recorded gaps[/] (deleted locally before offload; read as removed): {ranges},"
+        f" {manifest.gap_bytes():,} bytes"
+    )
 
 
 def held_by(data_dir: Path) -> str | None:
@@ -331,9 +348,12 @@ def _verify_tier(
         "prefix": manifest.prefix,
         "deep": deep,
         "objects": rows,
+        "recorded_gaps": [_gap_row(g) for g in manifest.gaps],
         "objects_not_in_manifest": stray,
     }
     lines: list[Any] = [output.table("tier objects", TIER_AUDIT_COLUMNS, rows)]
+    if manifest.gaps:
+        lines.append(_gaps_line(manifest))
     if stray:
         lines.append(
             f"objects the manifest does not record (an orphan sweep removes them): {stray}"

@@ -115,7 +115,7 @@ class MessageStore:
     ) -> None:
         self.config = config
         self.commitlog = CommitLog(config)
-        self.reads = RecordReads(self.commitlog, tier)
+        self.reads = RecordReads(self.commitlog, tier, topic_retention_s=self._tier_retention_s)
         """Every read by commit-log offset: the local file, or the tier below the local start
         (``tier``: a reader of the offloaded files, :func:`tier.reading.reader_of`; None: local
         files only)."""
@@ -530,6 +530,11 @@ class MessageStore:
         return read_queue_records(
             self.queues, self.reads, topic, queue_id, offset, max_count, bytes_max
         )
+
+    def _tier_retention_s(self, topic: str) -> int | None:
+        """The topic's tier retention (``gannet.tier.remote.retention.s``), for tier reads."""
+        config = self.topic_configs.get(topic)
+        return None if config is None else config.tier_remote_retention_s
 
     def read_message(self, commit_offset: int) -> Message | None:
         """The record at ``commit_offset``, local or tiered; None when stored in neither."""

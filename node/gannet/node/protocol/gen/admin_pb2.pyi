@@ -50,30 +50,48 @@ class Topic(_message.Message):
     def __init__(self, name: _Optional[str] = ..., read_queue_nums: _Optional[int] = ..., write_queue_nums: _Optional[int] = ..., perm: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTopicRequest(_message.Message):
-    __slots__ = ("name", "queue_nums", "message_type", "perm", "broker_groups")
+    __slots__ = ("name", "queue_nums", "message_type", "perm", "broker_groups", "attributes")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
     BROKER_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_nums: int
     message_type: MessageType
     perm: int
     broker_groups: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., broker_groups: _Optional[_Iterable[str]] = ...) -> None: ...
+    attributes: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., broker_groups: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class UpdateTopicRequest(_message.Message):
-    __slots__ = ("name", "queue_nums", "message_type", "perm")
+    __slots__ = ("name", "queue_nums", "message_type", "perm", "attribute_changes")
+    class AttributeChangesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     NAME_FIELD_NUMBER: _ClassVar[int]
     QUEUE_NUMS_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_TYPE_FIELD_NUMBER: _ClassVar[int]
     PERM_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTE_CHANGES_FIELD_NUMBER: _ClassVar[int]
     name: str
     queue_nums: int
     message_type: MessageType
     perm: int
-    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ...) -> None: ...
+    attribute_changes: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., queue_nums: _Optional[int] = ..., message_type: _Optional[_Union[MessageType, str]] = ..., perm: _Optional[int] = ..., attribute_changes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class TopicResponse(_message.Message):
     __slots__ = ("topic",)
@@ -445,6 +463,63 @@ class GetStatusResponse(_message.Message):
     clients: int
     store: StoreStatistics
     def __init__(self, broker_name: _Optional[str] = ..., cluster_name: _Optional[str] = ..., endpoint: _Optional[str] = ..., version: _Optional[str] = ..., data_dir: _Optional[str] = ..., flush_mode: _Optional[str] = ..., topics: _Optional[int] = ..., groups: _Optional[int] = ..., clients: _Optional[int] = ..., store: _Optional[_Union[StoreStatistics, _Mapping]] = ...) -> None: ...
+
+class GetTierStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class TierStatus(_message.Message):
+    __slots__ = ("enabled", "endpoint", "bucket", "prefix", "objects", "bytes", "has_objects", "start_offset", "end_offset", "local_start_offset", "leader", "passes_total", "last_success_ms", "failing_reason", "last_error", "failures_total", "gap", "credentials_rejected", "offloaded_files_total", "offloaded_bytes_total", "local_deleted_files_total")
+    class FailuresTotalEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    ENDPOINT_FIELD_NUMBER: _ClassVar[int]
+    BUCKET_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    HAS_OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    END_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_START_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    PASSES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LAST_SUCCESS_MS_FIELD_NUMBER: _ClassVar[int]
+    FAILING_REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILURES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    GAP_FIELD_NUMBER: _ClassVar[int]
+    CREDENTIALS_REJECTED_FIELD_NUMBER: _ClassVar[int]
+    OFFLOADED_FILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    OFFLOADED_BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    LOCAL_DELETED_FILES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    endpoint: str
+    bucket: str
+    prefix: str
+    objects: int
+    bytes: int
+    has_objects: bool
+    start_offset: int
+    end_offset: int
+    local_start_offset: int
+    leader: bool
+    passes_total: int
+    last_success_ms: int
+    failing_reason: str
+    last_error: str
+    failures_total: _containers.ScalarMap[str, int]
+    gap: bool
+    credentials_rejected: bool
+    offloaded_files_total: int
+    offloaded_bytes_total: int
+    local_deleted_files_total: int
+    def __init__(self, enabled: bool = ..., endpoint: _Optional[str] = ..., bucket: _Optional[str] = ..., prefix: _Optional[str] = ..., objects: _Optional[int] = ..., bytes: _Optional[int] = ..., has_objects: bool = ..., start_offset: _Optional[int] = ..., end_offset: _Optional[int] = ..., local_start_offset: _Optional[int] = ..., leader: bool = ..., passes_total: _Optional[int] = ..., last_success_ms: _Optional[int] = ..., failing_reason: _Optional[str] = ..., last_error: _Optional[str] = ..., failures_total: _Optional[_Mapping[str, int]] = ..., gap: bool = ..., credentials_rejected: bool = ..., offloaded_files_total: _Optional[int] = ..., offloaded_bytes_total: _Optional[int] = ..., local_deleted_files_total: _Optional[int] = ...) -> None: ...
 
 class GetReviveQueuesRequest(_message.Message):
     __slots__ = ()

@@ -159,6 +159,11 @@ class AdminStub(object):
                 request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsRequest.SerializeToString,
                 response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsResponse.FromString,
                 _registered_method=True)
+        self.GetTierStatus = channel.unary_unary(
+                '/gannet.admin.v1.Admin/GetTierStatus',
+                request_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetTierStatusRequest.SerializeToString,
+                response_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TierStatus.FromString,
+                _registered_method=True)
 
 
 class AdminServicer(object):
@@ -317,6 +322,14 @@ class AdminServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetTierStatus(self, request, context):
+        """Tiered storage of the member called: its applied manifest and its offload loop's state
+        (docs/tiered-storage.md §10). A read: never forwarded.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -444,6 +457,11 @@ def add_AdminServicer_to_server(servicer, server):
                     servicer.PullRecords,
                     request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsRequest.FromString,
                     response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsResponse.SerializeToString,
+            ),
+            'GetTierStatus': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetTierStatus,
+                    request_deserializer=gannet_dot_admin_dot_v1_dot_admin__pb2.GetTierStatusRequest.FromString,
+                    response_serializer=gannet_dot_admin_dot_v1_dot_admin__pb2.TierStatus.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1121,6 +1139,33 @@ class Admin(object):
             '/gannet.admin.v1.Admin/PullRecords',
             gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsRequest.SerializeToString,
             gannet_dot_admin_dot_v1_dot_admin__pb2.PullRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTierStatus(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gannet.admin.v1.Admin/GetTierStatus',
+            gannet_dot_admin_dot_v1_dot_admin__pb2.GetTierStatusRequest.SerializeToString,
+            gannet_dot_admin_dot_v1_dot_admin__pb2.TierStatus.FromString,
             options,
             channel_credentials,
             insecure,

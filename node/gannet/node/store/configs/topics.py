@@ -28,6 +28,12 @@ The message type of a topic is the attribute ``message.type`` (RocketMQ 5 ``Topi
 NORMAL, FIFO, DELAY, TRANSACTION or MIXED; a missing attribute means NORMAL. Admin requests name
 attributes with a ``+`` (set) or ``-`` (remove) prefix: :func:`apply_attribute_changes`.
 
+Gannet's own attribute ``gannet.tier.remote.retention.s`` (:data:`TIER_REMOTE_RETENTION_ATTRIBUTE`,
+whole seconds, ``0`` or more) bounds how long the topic's messages are served from the tier
+(``docs/tiered-storage.md`` §6): a record read from the bucket is answered as removed once its
+store time is older than that; ``0`` means never served from the tier. Missing: the tier's own
+retention only. Local files are not affected.
+
 Called by the broker (auto-create, system topics), the admin service and the replication apply
 path. Thread-safe.
 """
@@ -63,6 +69,9 @@ QUEUE_NUMS_MAX = 65_535
 FILTER_SINGLE_TAG = "SINGLE_TAG"
 FILTER_MULTI_TAG = "MULTI_TAG"
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
+TIER_REMOTE_RETENTION_ATTRIBUTE = "gannet.tier.remote.retention.s"
+SETTABLE_ATTRIBUTES = (TIER_REMOTE_RETENTION_ATTRIBUTE,)
+"""Attributes the admin API sets by name (``message.type`` has its own field)."""
 
 
 class MessageType(enum.Enum):
@@ -106,6 +115,13 @@ class TopicConfig:
         if value is None:
             return MessageType.NORMAL
         return _parse_message_type(value, self.topic_name)
+
+    @property
+    def tier_remote_retention_s(self) -> int | None:
+        """How long the topic's records are served from the tier (module docstring); None: no
+        limit of the topic's own."""
+        value = self.attributes.get(TIER_REMOTE_RETENTION_ATTRIBUTE)
+        return None if value is None else _parse_retention(value, self.topic_name)
 
     @property
     def accepted_message_types(self) -> frozenset[MessageType]:
@@ -178,6 +194,8 @@ class TopicConfig:
             )
         if MESSAGE_TYPE_ATTRIBUTE in self.attributes:
             _parse_message_type(self.attributes[MESSAGE_TYPE_ATTRIBUTE], self.topic_name)
+        if TIER_REMOTE_RETENTION_ATTRIBUTE in self.attributes:
+            _parse_retention(self.attributes[TIER_REMOTE_RETENTION_ATTRIBUTE], self.topic_name)
 
 
 _TOPIC_KEYS = frozenset(TopicConfig("-").to_json())
@@ -191,6 +209,27 @@ def _parse_message_type(value: str, topic: str) -> MessageType:
         raise MessageIllegal(
             f"topic {topic!r}: {MESSAGE_TYPE_ATTRIBUTE} is {value!r}; use one of {allowed}"
         ) from None
+
+
+def _parse_retention(value: str, topic: str) -> int:
+    if not value.isascii() or not value.isdigit():
+        raise MessageIllegal(
+            f"topic {topic!r}: {TIER_REMOTE_RETENTION_ATTRIBUTE} is {value!r}; use whole seconds,"
+            " 0 or more (0: never served from the tier)"
+        )
+    return int(value)
+
+
+def check_settable(changes: Mapping[str, str]) -> None:
+    """Refuse an attribute the admin API does not set by name, naming it and the ones it sets
+    (``changes`` keys may carry the ``+``/``-`` prefix of :func:`apply_attribute_changes`)."""
+    for key in changes:
+        name = key[1:] if key[:1] in ("+", "-") else key
+        if name not in SETTABLE_ATTRIBUTES:
+            raise MessageIllegal(
+                f"topic attribute {name!r} cannot be set here; settable: "
+                f"{', '.join(SETTABLE_ATTRIBUTES)} (the message type has its own field)"
+            )
 
 
 def apply_attribute_changes(

@@ -15,13 +15,14 @@ its own thread, never on the append path or the event loop. Each pass:
 
 Failures never reach writers: a pass that fails counts one failure by reason
 (``unavailable``, ``credentials``, ``rejected``, ``not-verified``, ``conflict``, ``corrupt``,
-``local-io``, ``manifest-log``, ``gap``), logs once per change of reason, and the next pass
+``local-io``, ``manifest-log``), logs once per change of reason, and the next pass
 waits twice as long as the last (from ``pass_interval_s`` up to ``retry_backoff_s_max``); a
 successful pass resets the wait and logs that offload resumed.
 
-``gap``: the oldest local file starts after the tier's end, so the tier cannot continue (a
-file was deleted locally before it was offloaded, by disk pressure). Offload stops and says so;
-the operator decides (documented in ``docs/tiered-storage.md`` §7).
+A gap (the oldest local file starts after the tier's end: disk pressure deleted files before
+they were offloaded) is recovered before planning by :func:`gaps.recover`: the missing range is
+recorded in the manifest once no copy is left, with one warning per gap, and offload continues
+after it (``docs/tiered-storage.md`` §7).
 """
 
 from __future__ import annotations
@@ -34,7 +35,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from gannet.node.store.tier import buckets, errors, manifests, planning, reading, uploading
+from gannet.node.store.tier import (
+    buckets,
+    errors,
+    gaps,
+    manifests,
+    planning,
+    reading,
+    uploading,
+)
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +56,6 @@ REASONS = (
     "corrupt",
     "local-io",
     "manifest-log",
-    "gap",
 )
 
 
@@ -100,9 +108,18 @@ class OffloadFigures:
     offloaded_files_total: int = 0
     offloaded_bytes_total: int = 0
     local_deleted_files_total: int = 0
+    gaps_recorded_total: int = 0
+    """Gaps this member (as leader) recorded in the manifest."""
+    gap_bytes_total: int = 0
+    """Commit-log bytes lost to the tier in those gaps."""
     failures_total: dict[str, int] = field(default_factory=dict)
     last_failure: str = ""
     """The message of the failure of the latest pass; empty after a successful one."""
+    failing_reason: str = ""
+    """The reason (one of :data:`REASONS`) of the latest pass's failure; empty after a
+    successful one (the admin ``GetTierStatus``, the operator's Events)."""
+    last_success_ms: int = 0
+    """Wall-clock end of the latest successful pass; 0: none since the broker started."""
 
 
 def reason_of(exc: BaseException) -> str:
@@ -119,12 +136,6 @@ def reason_of(exc: BaseException) -> str:
     if isinstance(exc, OSError):
         return "local-io"
     return "manifest-log"
-
-
-class TierGap(errors.TierError):
-    """The oldest local file starts after the tier's end: the tier cannot stay contiguous."""
-
-    retryable = False
 
 
 def _now_ms() -> int:
@@ -193,23 +204,19 @@ class Offloader:
             log.warning("tier offload resumed after %s failures", self._reason)
             self._reason = ""
         self.figures.last_failure = ""
+        self.figures.failing_reason = ""
+        self.figures.last_success_ms = self._clock_ms()
         return True
 
     def _offload(self) -> None:
         files = self.store.sealed_files()
-        manifest = self.manifest_log.current()
-        end = manifest.end_offset
-        if end is not None and files and files[0].base_offset > end:
-            raise TierGap(
-                f"the oldest local commit-log file starts at {files[0].base_offset}, after the"
-                f" tier's end {end}: it was deleted locally before it was offloaded, so the"
-                " tier cannot continue contiguously; offload stops (docs/tiered-storage.md §7)"
-            )
+        committed_offset = self.store.committed_offset()
+        self._recover_gap(files, committed_offset)
         chosen = planning.plan_offload(
             files,
-            manifest,
+            self.manifest_log.current(),
             self.config.policy,
-            committed_offset=self.store.committed_offset(),
+            committed_offset=committed_offset,
             disk=self.store.disk_use(),
             now_ms=self._clock_ms(),
         )
@@ -233,6 +240,38 @@ class Offloader:
                 "" if done.uploaded else ", already in the bucket",
             )
 
+    def _recover_gap(self, files: list[planning.SealedFile], committed_offset: int) -> None:
+        recovery = gaps.recover(
+            files,
+            log=self.manifest_log,
+            bucket=self.bucket,
+            committed_offset=committed_offset,
+            now_ms=self._clock_ms(),
+        )
+        for obj in recovery.adopted:
+            self.figures.offloaded_files_total += 1
+            self.figures.offloaded_bytes_total += obj.size_bytes
+            log.warning(
+                "tier: recorded commit-log file %020d (%d bytes) that the bucket held without a"
+                " record, before recording a gap after it",
+                obj.base_offset,
+                obj.size_bytes,
+            )
+        gap = recovery.gap
+        if gap is not None:
+            size_bytes = gap.to_offset - gap.from_offset
+            self.figures.gaps_recorded_total += 1
+            self.figures.gap_bytes_total += size_bytes
+            log.warning(
+                "tier: recorded a gap [%d, %d) (%d bytes): those commit-log files were deleted"
+                " locally (disk pressure) before they were offloaded and no copy is left; their"
+                " messages read as removed, offload continues at %d (docs/tiered-storage.md §7)",
+                gap.from_offset,
+                gap.to_offset,
+                size_bytes,
+                gap.to_offset,
+            )
+
     def _delete_local(self) -> None:
         files = self.store.sealed_files()
         manifest = self.manifest_log.current()
@@ -251,10 +290,11 @@ class Offloader:
             self.figures.local_deleted_files_total += deleted
 
     def _failed(self, exc: Exception) -> None:
-        reason = reason_of(exc) if not isinstance(exc, TierGap) else "gap"
+        reason = reason_of(exc)
         counts = self.figures.failures_total
         counts[reason] = counts.get(reason, 0) + 1
         self.figures.last_failure = f"{reason}: {exc}"
+        self.figures.failing_reason = reason
         if reason != self._reason:
             log.error(
                 "tier offload failed (%s): %s; writes go on, offload retries with backoff up to"

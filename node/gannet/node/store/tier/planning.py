@@ -12,7 +12,11 @@ Rules:
   without gaps: the candidate list stops at the first file that is not eligible, since the tier
   must stay contiguous (:mod:`.manifests`). A file is due when it is older than
   ``offload_age_s_min`` or while the local disk use is above ``local_use_ratio_max`` (counting the
-  files already chosen as gone). At most ``uploads_max`` per plan.
+  files already chosen as gone). At most ``uploads_max`` per plan. A file wholly inside a recorded
+  gap (a member that kept a copy the leader lost) is skipped: the group agreed it is not tiered.
+- **Gap**: when the oldest sealed file starts after the tier's end and is below the commit
+  offset, the range between is gone from the leader's disk; :func:`plan_gap` names it, and the
+  offload loop records it once the bucket does not hold it either.
 - **Local delete** only files the manifest records with the same size, keeping the newest
   ``local_keep_bytes`` of them on disk as a hot cache for consumers near the head.
 - **Remote expiry** drops the oldest objects while the tier holds more than
@@ -99,6 +103,9 @@ def plan_offload(
     for sealed in _ordered(files):
         if manifest.find(sealed.base_offset) is not None:
             continue
+        gap = manifest.gap_at(sealed.base_offset)
+        if gap is not None and sealed.end_offset <= gap.to_offset:
+            continue  # a copy of a file the group recorded as a gap: never tiered
         if end is not None and sealed.base_offset != end:
             break  # a gap after the tier's end, or a file the tier already passed: not contiguous
         if sealed.end_offset > committed_offset:
@@ -119,6 +126,22 @@ def plan_offload(
         chosen.append(sealed.base_offset)
         used_bytes -= sealed.size_bytes
     return chosen
+
+
+def plan_gap(
+    files: Sequence[SealedFile], manifest: manifests.Manifest, *, committed_offset: int
+) -> manifests.RecordGap | None:
+    """The gap between the tier's end and the oldest sealed file, when that file starts after
+    the tier's end and wholly below the commit offset (so nothing before it can change); None
+    otherwise. The caller records it only after checking the bucket holds no object there."""
+    end = manifest.end_offset
+    ordered = _ordered(files)
+    if end is None or not ordered:
+        return None
+    oldest = ordered[0]
+    if oldest.base_offset <= end or oldest.end_offset > committed_offset:
+        return None
+    return manifests.RecordGap(end, oldest.base_offset)
 
 
 def plan_local_deletes(

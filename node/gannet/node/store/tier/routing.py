@@ -14,6 +14,13 @@ tier too. :meth:`RecordReads.min_offset` is the lowest readable offset: the tier
 the tier reaches up to the local files, so consume queues keep their units for offloaded
 records (recovery and cleanup correct queue minimums with it).
 
+A topic may bound how long its records are served from the tier (the topic attribute
+``gannet.tier.remote.retention.s``, ``docs/tiered-storage.md`` §6): ``topic_retention_s(topic)``
+gives it, and a record read from the tier whose store time is older (``0``: any record) is
+answered as removed, exactly as a record the tier no longer holds (:func:`served_from_tier`).
+Local reads are never affected: a file still on disk serves the topic as without a tier. A read
+of fewer bytes than one whole record (the 4-byte size probe) is not judged.
+
 Tier reads run in the calling thread (never on the event loop: the protocol layers call the
 store through worker threads) and take no store lock: a reader blocked on a slow bucket holds
 nothing the append path or a read at the head needs. :class:`~errors.TierUnavailable` (the
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import enum
 import struct
+import time
 from collections.abc import Callable
 
 from gannet.node.store.log import layout
@@ -59,12 +67,51 @@ def readable_min_offset(local_min_offset: int, manifest: manifests.Manifest | No
     return min(manifest.start_offset, local_min_offset)
 
 
+TopicRetention = Callable[[str], int | None]
+"""A topic's tier retention in seconds (None: the tier's own retention only)."""
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _no_topic_retention(_: str) -> int | None:
+    return None
+
+
+def served_from_tier(
+    topic: str, store_timestamp_ms: int, retention_of: TopicRetention, now_ms: int
+) -> bool:
+    """Whether a record of ``topic`` stored at ``store_timestamp_ms`` may be served from the tier
+    at ``now_ms``: always without a topic retention, else while younger than it."""
+    retention_s = retention_of(topic)
+    return retention_s is None or now_ms - store_timestamp_ms < retention_s * 1000
+
+
+def _first_record(data: bytes) -> tuple[str, int] | None:
+    """Topic and store time of the whole record at the start of ``data`` (None: not one)."""
+    span, _, _ = layout.walk(data, 0, len(data), check_crc=False)
+    if span is None:
+        return None
+    topic = data[span.topic_at : span.topic_at + span.topic_length].decode(errors="replace")
+    return topic, span.store_timestamp_ms
+
+
 class RecordReads:
     """Reads of the commit log by physical offset, local or tiered (module docstring)."""
 
-    def __init__(self, commitlog: CommitLog, tier: reading.TierReader | None = None) -> None:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        tier: reading.TierReader | None = None,
+        *,
+        topic_retention_s: TopicRetention = _no_topic_retention,
+        clock_ms: Callable[[], int] = _now_ms,
+    ) -> None:
         self.commitlog = commitlog
         self.tier = tier
+        self.topic_retention_s = topic_retention_s
+        self._clock_ms = clock_ms
         self.read: Callable[[int, int], bytes | None] = (
             commitlog.read if tier is None else self._read_either
         )
@@ -94,9 +141,16 @@ class RecordReads:
         if tier is None:
             return None
         try:
-            return tier.read(offset, size)
+            data = tier.read(offset, size)
         except reading.OffsetNotInTier:  # expired meanwhile, or a range past the file's end
             return None
+        first = _first_record(data)
+        if first is not None and not self._served(*first):
+            return None  # the topic's tier retention: removed (a bulk run falls back per record)
+        return data
+
+    def _served(self, topic: str, store_timestamp_ms: int) -> bool:
+        return served_from_tier(topic, store_timestamp_ms, self.topic_retention_s, self._clock_ms())
 
     def record_size_at(self, offset: int) -> int:
         """TOTALSIZE of the record at ``offset`` (−1 when stored in neither place)."""
@@ -118,7 +172,8 @@ class RecordReads:
             data = tier.read_record(offset)
         except reading.OffsetNotInTier:
             return None
-        return decode_stored(data, offset)
+        msg = decode_stored(data, offset)
+        return msg if self._served(msg.topic, msg.store_timestamp_ms) else None
 
     def store_timestamp_at(self, offset: int, size: int) -> int:
         """Store time of the record of ``size`` at ``offset``, −1 when absent (time search)."""
