@@ -27,3 +27,11 @@ def test_random_reads_are_not_sequential_and_the_table_is_bounded() -> None:
     assert len(table) == 0
     with pytest.raises(ValueError, match="streams_max"):
         streams.SequentialStreams(0)
+
+
+def test_a_stream_continues_into_the_next_object() -> None:
+    table = streams.SequentialStreams(4)
+    assert table.observe((0, 3)) == (0, True)
+    assert table.observe((4096, 0), previous=(0, 3)) == (1, True)  # the file's end crossed
+    assert table.observe((4096, 1)) == (2, True)
+    assert table.observe((8192, 0), previous=(4096, 2)) == (0, True)  # not where it stood

@@ -258,7 +258,7 @@ class TierReader:
         start = offset - obj.base_offset
         first, last = start // self.block_bytes, (start + size_bytes - 1) // self.block_bytes
         try:
-            parts = [self._block(obj, index, manifest.prefix) for index in range(first, last + 1)]
+            parts = [self._block(manifest, obj, index) for index in range(first, last + 1)]
         except BlockPending:
             raise
         except errors.TierUnavailable as exc:  # the same kind, naming the offset asked for
@@ -285,10 +285,16 @@ class TierReader:
             self.disk_cache.discard_object(base_offset)
 
     # ------------------------------------------------------------------ blocks
-    def _block(self, obj: manifests.TierObject, index: int, prefix: str) -> bytes:
+    def _block(self, manifest: manifests.Manifest, obj: manifests.TierObject, index: int) -> bytes:
         key = (obj.base_offset, index)
+        prefix = manifest.prefix
+        previous = None
+        if index == 0:  # a consumer crossing from the object before continues its stream
+            before = manifest.locate(obj.base_offset - 1) if obj.base_offset > 0 else None
+            if before is not None:
+                previous = (before.base_offset, (before.size_bytes - 1) // self.block_bytes)
         with self._lock:
-            run, moved = self._streams.observe(key)
+            run, moved = self._streams.observe(key, previous)
             cached = self._cache.get(key)
             if cached is not None:
                 self._hits += 1

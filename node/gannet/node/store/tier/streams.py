@@ -37,16 +37,18 @@ class SequentialStreams:
     def __len__(self) -> int:
         return len(self._streams)
 
-    def observe(self, key: BlockKey) -> tuple[int, bool]:
+    def observe(self, key: BlockKey, previous: BlockKey | None = None) -> tuple[int, bool]:
         """Record a read of block ``key``; answer how many blocks in a row its stream has read
         before this one (0: not sequential, a new stream), and whether the stream moved to
-        ``key`` with this read (False: another read of the block it was on)."""
+        ``key`` with this read (False: another read of the block it was on). ``previous`` is
+        the block before ``key`` in the commit log: ``(base, index - 1)`` by default, the last
+        block of the object before for a first block (a consumer crossing a file's end)."""
         base, index = key
         run = self._streams.pop(key, None)
         if run is not None:  # another read of the stream's current block
             self._streams[key] = run
             return run, False
-        run = self._streams.pop((base, index - 1), None)
+        run = self._streams.pop(previous if previous is not None else (base, index - 1), None)
         if run is not None:
             self._streams[key] = run + 1
             return run + 1, True
