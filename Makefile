@@ -109,7 +109,7 @@ bench-standard: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
 	  --scale 0.2 --repetitions 3
 
-## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, Gannet vs Redis S1+S3); figures go to bench/results/
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, consuming from the tier, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
@@ -127,6 +127,8 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.groups --quick --per-group
 	$(BIN)/python -m bench.group_metadata --quick
 	$(BIN)/python -m bench.timer_open --quick
+	$(MAKE) s3-tools
+	$(BIN)/python -m bench.tier_consume
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
 
 ## e2e: replication faults on a local 3-node group of broker processes under official-client load

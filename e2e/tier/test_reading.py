@@ -13,7 +13,7 @@ import pytest
 
 from e2e.tier import seaweedfs
 from gannet.node.store.log import records
-from gannet.node.store.tier import buckets, errors, naming, reading, uploading
+from gannet.node.store.tier import buckets, disk_caching, errors, naming, reading, uploading
 
 FILE_BYTES = 64 * 1024
 BLOCK_BYTES = 4096
@@ -66,22 +66,87 @@ def test_every_record_reads_back_from_the_tier_with_read_ahead(
     for offset, body in written:
         msg = records.decode(reader.read_record(offset))
         assert (msg.physical_offset, msg.body, msg.topic) == (offset, body, "TierTopic")
+    assert reader.wait_idle(10.0)
     first = reader.statistics()
     last_record_end = written[-1][0] + len(reader.read_record(written[-1][0]))
     blocks_read = sum(
         -(-min(FILE_BYTES, last_record_end - i * FILE_BYTES) // BLOCK_BYTES) for i in range(3)
     )
-    # Each block was fetched once, and read-ahead fetched several per GET.
+    # Each block was fetched once, read-ahead fetched some of them in the background (how many
+    # depends on how fast the GETs are against the decoding here), several per GET.
     assert first.fetched_bytes <= 3 * FILE_BYTES
-    assert first.cache_misses < blocks_read
-    assert first.fetches == first.cache_misses
-    assert first.fetches <= -(-blocks_read // 4) + 3  # about one GET per 4 blocks (+1 per file)
+    assert first.readahead_fetches > 0
+    assert first.fetches < blocks_read  # some GETs brought several blocks
+    assert sum(first.fetch_seconds_counts) == first.fetches
     # A second pass is served from the cache alone.
     for offset, body in written:
         assert records.decode(reader.read_record(offset)).body == body
     second = reader.statistics()
     assert (second.fetches, second.fetched_bytes) == (first.fetches, first.fetched_bytes)
     assert second.cache_hits > first.cache_hits
+
+
+def test_interleaved_consumers_each_get_read_ahead(
+    bucket: buckets.S3Bucket, offloaded: tuple[uploading.FileManifestLog, list[tuple[int, bytes]]]
+) -> None:
+    """Three consumers, one per file, read in turns: each keeps its own stream (the reader used
+    to remember one last block, so this pattern fetched every block by itself)."""
+    log, written = offloaded
+    by_file = [[o for o, _ in written if o // FILE_BYTES == i] for i in range(3)]
+    bodies = dict(written)
+    reader = reading.TierReader(
+        bucket, log.current, block_bytes=BLOCK_BYTES, cache_bytes_max=1 << 20, readahead_blocks=4
+    )
+    for turn in range(max(len(offsets) for offsets in by_file)):
+        for offsets in by_file:
+            if turn < len(offsets):
+                offset = offsets[turn]
+                assert records.decode(reader.read_record(offset)).body == bodies[offset]
+    assert reader.wait_idle(10.0)
+    statistics = reader.statistics()
+    blocks = 3 * FILE_BYTES // BLOCK_BYTES
+    assert statistics.fetched_bytes <= 3 * FILE_BYTES
+    assert statistics.readahead_fetches > 0
+    assert statistics.fetches < blocks
+
+
+def test_the_disk_cache_survives_a_restart_and_refetches_a_damaged_block(
+    bucket: buckets.S3Bucket,
+    offloaded: tuple[uploading.FileManifestLog, list[tuple[int, bytes]]],
+    tmp_path: Path,
+) -> None:
+    log, written = offloaded
+    directory = tmp_path / "store" / disk_caching.DIR_NAME
+
+    def started() -> reading.TierReader:  # a broker's reader after a (re)start
+        return reading.TierReader(
+            bucket,
+            log.current,
+            block_bytes=BLOCK_BYTES,
+            cache_bytes_max=1 << 20,
+            disk_cache=disk_caching.DiskBlockCache(directory, 1 << 20),
+        )
+
+    reader = started()
+    for offset, body in written:
+        assert records.decode(reader.read_record(offset)).body == body
+    assert reader.wait_idle(10.0)
+    cold = reader.statistics()
+    assert cold.disk_cached_bytes > 0
+    reader.close()
+    damaged = directory / disk_caching.file_name((0, 0))
+    data = bytearray(damaged.read_bytes())
+    data[100] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    warm_reader = started()
+    for offset, body in written:
+        assert records.decode(warm_reader.read_record(offset)).body == body
+    assert warm_reader.wait_idle(10.0)
+    warm = warm_reader.statistics()
+    assert warm.disk_cache_discarded == 1
+    assert (warm.fetches, warm.fetched_bytes) == (1, BLOCK_BYTES)  # the damaged block only
+    assert warm.disk_cache_hits > 0
+    assert records.decode(warm_reader.read_record(written[0][0])).body == written[0][1]
 
 
 def test_a_small_cache_stays_within_its_bound(

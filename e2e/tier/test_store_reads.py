@@ -10,9 +10,12 @@ the head go on; a dead endpoint (nothing listening) fails them retryably too.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -26,7 +29,7 @@ from gannet.node.store.log.records import Message
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
 from gannet.node.store.queues.reading import GetStatus
-from gannet.node.store.tier import buckets, errors, reading, routing, uploading
+from gannet.node.store.tier import buckets, deferring, errors, reading, routing, uploading
 
 
 def tier_reader(
@@ -171,6 +174,62 @@ def test_a_hung_bucket_fails_tier_reads_retryably_and_never_stalls_the_head(
         stored = store.read_message(below[0])
         assert stored is not None
         assert store.read_stored(below[0], stored.store_size) == (written.raw[below[0]])
+
+
+def test_concurrent_tier_readers_of_a_hung_bucket_hold_no_thread_of_the_head(
+    seaweed: seaweedfs.SeaweedS3, written: Written
+) -> None:
+    """Several consumers far behind (deferred store calls, as the protocol layers make them)
+    while the bucket hangs, on a loop whose default pool has two threads: writes and reads at
+    the head through that pool still complete in well under a second."""
+    reader = tier_reader(seaweed, written.log, attempts_max=1, timeout_s=2.0)
+    below = tier_offsets(written)
+    far_apart = below[:: max(1, len(below) // reader.fetches_max)][: reader.fetches_max]
+    head_queue_offset = len(written.by_queue[0]) - 1
+
+    async def scenario(store: MessageStore) -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(2))
+        tier_reads = [
+            asyncio.ensure_future(deferring.call(functools.partial(store.read_message, offset)))
+            for offset in far_apart
+        ]
+        await _await_async(
+            lambda: reader.statistics().cache_misses >= len(far_apart), "the tier reads to start"
+        )
+        began = time.monotonic()
+        for n in range(3):
+            await asyncio.to_thread(store.put_message, Message(TOPIC, b"head %d" % n, queue_id=0))
+            assert await asyncio.to_thread(store.dispatch_caught_up)
+            got = await asyncio.to_thread(store.get_messages, TOPIC, 0, head_queue_offset, 8)
+            assert got.status is GetStatus.FOUND
+        head_s = time.monotonic() - began
+        assert not any(read.done() for read in tier_reads), "the bucket should still hang"
+        assert head_s < 1.0
+        seaweed.resume()
+        outcomes = await asyncio.gather(*tier_reads, return_exceptions=True)
+        for outcome in outcomes:  # each failed retryably (read timeout) or read after resume
+            assert isinstance(outcome, (Message, errors.TierUnavailable)), outcome
+            if isinstance(outcome, errors.TierUnavailable):
+                assert outcome.retryable
+
+    with MessageStore(written.config, tier=reader).open() as store:
+        seaweed.pause()
+        try:
+            asyncio.run(scenario(store))
+        finally:
+            seaweed.resume()
+        for offset in far_apart:  # after the bucket is back, every read succeeds
+            stored = store.read_message(offset)
+            assert stored is not None
+            assert stored.physical_offset == offset
+
+
+async def _await_async(condition: object, what: str, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.01)
 
 
 def test_a_dead_endpoint_fails_tier_reads_retryably(written: Written) -> None:

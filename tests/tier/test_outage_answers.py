@@ -9,6 +9,9 @@ from __future__ import annotations
 import asyncio
 import socket
 
+import grpc
+
+from gannet.node.api import record_pulling, store_statuses
 from gannet.node.remoting import codes
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.server import Connection, RemotingServer
@@ -54,3 +57,9 @@ def test_remoting_answers_a_tier_outage_with_system_busy() -> None:
     assert answer.code == codes.SYSTEM_BUSY
     assert "commit-log offset 100" in (answer.remark or "")
     assert reader.statistics().read_errors == {"unavailable": 1}
+
+
+def test_admin_pull_records_answers_a_tier_outage_with_unavailable() -> None:
+    """PullRecords answered a retryable tier outage as INVALID_ARGUMENT (bad input) before."""
+    outage = store_statuses.from_store_error(reading.FetchesBusy("4 tier fetches in flight"))
+    assert record_pulling.grpc_code(outage.code) is grpc.StatusCode.UNAVAILABLE

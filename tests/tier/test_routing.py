@@ -97,7 +97,24 @@ def test_read_errors_are_counted_by_reason() -> None:
 
 
 def test_statistics_become_prometheus_families() -> None:
-    statistics = reading.ReadStatistics(7, 3, 2, 8192, 4096, {"unavailable": 1})
+    counts = [0] * (len(reading.FETCH_SECONDS_BOUNDS) + 1)
+    counts[0], counts[3], counts[-1] = 1, 2, 1  # <= 5 ms, <= 50 ms, > 30 s
+    statistics = reading.ReadStatistics(
+        7,
+        3,
+        2,
+        8192,
+        4096,
+        {"unavailable": 1},
+        disk_cache_hits=5,
+        disk_cache_misses=2,
+        disk_cached_bytes=1 << 20,
+        disk_cache_discarded=1,
+        readahead_fetches=4,
+        readahead_dropped=6,
+        fetch_seconds_counts=tuple(counts),
+        fetch_seconds_sum=31.5,
+    )
     registry = CollectorRegistry()
 
     class Fixed:
@@ -114,6 +131,18 @@ def test_statistics_become_prometheus_families() -> None:
         "gannet_tier_cache_bytes 4096.0",
         'gannet_tier_read_errors_total{reason="unavailable"} 1.0',
         'gannet_tier_read_errors_total{reason="busy"} 0.0',
+        "gannet_tier_disk_cache_hits_total 5.0",
+        "gannet_tier_disk_cache_misses_total 2.0",
+        "gannet_tier_disk_cache_discarded_total 1.0",
+        "gannet_tier_disk_cache_bytes 1.048576e+06",
+        "gannet_tier_readahead_fetches_total 4.0",
+        "gannet_tier_readahead_dropped_total 6.0",
+        'gannet_tier_fetch_seconds_bucket{le="0.005"} 1.0',
+        'gannet_tier_fetch_seconds_bucket{le="0.05"} 3.0',
+        'gannet_tier_fetch_seconds_bucket{le="30.0"} 3.0',
+        'gannet_tier_fetch_seconds_bucket{le="+Inf"} 4.0',
+        "gannet_tier_fetch_seconds_count 4.0",
+        "gannet_tier_fetch_seconds_sum 31.5",
     ):
         assert line in text.splitlines(), line
     empty = CollectorRegistry()

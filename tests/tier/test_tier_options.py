@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
+from gannet.node.broker import tiering
 from gannet.node.cli import broker_tier
 from gannet.node.cli import root as cli
-from gannet.node.store.tier import credentials_file
+from gannet.node.store.tier import credentials_file, reading
 
 GOOD = "aws_access_key_id = AK\naws_secret_access_key = SK\n"
 
@@ -94,6 +96,12 @@ def test_options_make_the_tier_config(tmp_path: Path) -> None:
     )
     assert forever is not None, "0 means keep forever / no limit"
     assert (forever.policy.remote_retention_s, forever.policy.remote_bytes_max) == (None, None)
+    assert config.reads == reading.ReadOptions()  # 64 MiB in memory, 1 GiB on disk
+    sized = broker_tier.tier_config(
+        **_options(tmp_path, tier_cache_bytes=0, tier_memory_cache_bytes=8 << 20)  # type: ignore[arg-type]
+    )
+    assert sized is not None
+    assert (sized.reads.disk_cache_bytes_max, sized.reads.memory_cache_bytes_max) == (0, 8 << 20)
     nothing = _options(
         tmp_path,
         tier_endpoint=None,
@@ -160,6 +168,8 @@ def test_options_make_the_tier_config(tmp_path: Path) -> None:
         (["--tier-remote-bytes-max", "0"], "--tier-remote-bytes-max needs --tier-endpoint"),
         (["--tier-remote-bytes-max", "-1"], "--tier-remote-bytes-max"),
         (["--tier-orphan-grace-s", "5"], "--tier-orphan-grace-s"),
+        (["--tier-cache-bytes", "-1"], "--tier-cache-bytes"),
+        (["--tier-memory-cache-bytes", "4096"], "--tier-memory-cache-bytes"),
     ],
 )
 def test_broker_run_refuses_bad_tier_options(tmp_path: Path, args: list[str], problem: str) -> None:
@@ -173,3 +183,24 @@ def test_broker_run_refuses_bad_tier_options(tmp_path: Path, args: list[str], pr
     assert problem in " ".join(result.output.split()), result.output
     assert "Traceback" not in result.output
     assert not (tmp_path / "store").exists(), "refused before the store was opened"
+
+
+def test_the_broker_reader_caches_on_disk_under_the_store_unless_sized_zero(
+    tmp_path: Path,
+) -> None:
+    config = broker_tier.tier_config(**_options(tmp_path, tier_cache_bytes=1 << 20))  # type: ignore[arg-type]
+    assert config is not None
+    source = tiering.ManifestSource(tmp_path / "store", config.prefix)
+    reader = tiering.reader(config, source, tmp_path / "store")
+    assert reader.disk_cache is not None
+    assert reader.disk_cache.directory == tmp_path / "store" / "tiercache"
+    assert reader.disk_cache.bytes_max == 1 << 20
+    assert (tmp_path / "store" / "tiercache").is_dir()
+    reader.close()
+    memory_only = dataclasses.replace(
+        config, reads=dataclasses.replace(config.reads, disk_cache_bytes_max=0)
+    )
+    reader = tiering.reader(memory_only, source, tmp_path / "other")
+    assert reader.disk_cache is None
+    assert not (tmp_path / "other").exists()
+    reader.close()

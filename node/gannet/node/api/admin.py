@@ -16,7 +16,6 @@ Created by :mod:`gannet.node.broker.serving`; called by the CLI and the operator
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -41,6 +40,7 @@ from gannet.node.store.configs.groups import SubscriptionGroupConfig
 from gannet.node.store.configs.topics import TopicConfig
 from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
+from gannet.node.store.tier import deferring
 from gannet.node.store.tier.errors import TierUnavailable
 
 if TYPE_CHECKING:
@@ -82,7 +82,7 @@ class AdminServicer(admin_pb2_grpc.AdminServicer):
 
     async def _run(self, context: grpc.aio.ServicerContext, work: Callable[[], T]) -> T:
         try:
-            return await asyncio.to_thread(work)
+            return await deferring.call(work)
         except AdminError as exc:
             await _abort(context, exc.code, exc.message)
         except errors.MessageIllegal as exc:

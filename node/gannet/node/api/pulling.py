@@ -61,6 +61,7 @@ from gannet.node.store import errors
 from gannet.node.store.log import records
 from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.queues.reading import GetResult, GetStatus
+from gannet.node.store.tier import deferring
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +205,11 @@ class PullHandler:
         read = functools.partial(
             self._read, topic, queue_id, offset, wanted, tag_filter, records_bytes_max
         )
-        got = await asyncio.to_thread(read)
+        got = await deferring.call(read)
         while got.status is GetStatus.OFFSET_OVERFLOW_ONE and time.monotonic() < deadline:
             arrived = self._arrivals.register(topic, queue_id)
             try:
-                got = await asyncio.to_thread(read)  # again: a message may have come meanwhile
+                got = await deferring.call(read)  # again: a message may have come meanwhile
                 left_s = deadline - time.monotonic()
                 if got.status is not GetStatus.OFFSET_OVERFLOW_ONE or left_s <= 0:
                     break
@@ -216,7 +217,7 @@ class PullHandler:
                     break
             finally:
                 self._arrivals.forget(topic, queue_id, arrived)
-            got = await asyncio.to_thread(read)
+            got = await deferring.call(read)
         return got
 
     def polling_ms(self, request: service_pb2.PullMessageRequest, remaining_s: float | None) -> int:

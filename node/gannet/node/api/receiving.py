@@ -82,6 +82,7 @@ from gannet.node.store import properties as props
 from gannet.node.store.configs.topics import MessageType
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
+from gannet.node.store.tier import deferring
 
 log = logging.getLogger(__name__)
 
@@ -539,10 +540,7 @@ class PopHandler:
         """A pop runs at once on the loop when nothing would make it wait (no other thread
         holds a Pop lock it takes, no SYNC_FLUSH wait: :meth:`PopBroker.now_or_none`); otherwise
         in a worker thread. Like an ack, a pop of a few messages costs less CPU than the hop."""
-        result = self.pop.now_or_none(work)
-        if result is not None:
-            return result
-        return await asyncio.to_thread(work)
+        return await deferring.call_now(lambda: self.pop.now_or_none(work), work)
 
     async def _drop_mismatched(
         self, group: str, tag_filter: MessageFilter, result: PopResult

@@ -21,7 +21,8 @@ concatenated as stored, in one message; the reader parses them into Arrow column
 * Errors are gRPC status codes (the admin API's model): NOT_FOUND (topic, group),
   PERMISSION_DENIED (not readable), INVALID_ARGUMENT (queue id, limits, filter), OUT_OF_RANGE
   (offset outside the queue; the message names the range), RESOURCE_EXHAUSTED (waiting pulls
-  at their limit).
+  at their limit), UNAVAILABLE (an offloaded offset while the bucket is down or every tier
+  fetch slot is taken: retry, as the admin API answers it elsewhere).
 
 Called by :meth:`gannet.node.api.admin.AdminServicer.PullRecords` with the broker's v2 servicer
 (whose :class:`~gannet.node.api.pulling.PullHandler` wakes waiting pulls).
@@ -51,6 +52,7 @@ _GRPC_CODES = {
     Code.ILLEGAL_OFFSET: grpc.StatusCode.OUT_OF_RANGE,
     Code.TOO_MANY_REQUESTS: grpc.StatusCode.RESOURCE_EXHAUSTED,
     Code.INTERNAL_SERVER_ERROR: grpc.StatusCode.INTERNAL,
+    Code.HA_NOT_AVAILABLE: grpc.StatusCode.UNAVAILABLE,
 }
 
 

@@ -230,7 +230,7 @@ class Broker:
             config.store,
             commit_follows_flush=config.replication is None,
             tier=(
-                tiering.reader(config.tier, self.tier_source)
+                tiering.reader(config.tier, self.tier_source, config.store.root_dir)
                 if config.tier is not None and self.tier_source is not None
                 else None
             ),

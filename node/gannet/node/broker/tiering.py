@@ -22,6 +22,7 @@ from gannet.node.store.message_store import MessageStore
 from gannet.node.store.tier import (
     applied,
     buckets,
+    disk_caching,
     manifests,
     naming,
     offloading,
@@ -49,9 +50,26 @@ class ManifestSource:
         return log.current() if log is not None else self._before.for_prefix(self._prefix)
 
 
-def reader(config: offloading.TierConfig, source: ManifestSource) -> reading.TierReader:
-    """The reader the broker's store reads offloaded files with."""
-    return reading.reader_of(config.bucket, source)
+def reader(
+    config: offloading.TierConfig, source: ManifestSource, store_root: Path
+) -> reading.TierReader:
+    """The reader the broker's store reads offloaded files with: memory cache in front of the
+    disk cache under ``<store>/tiercache/`` (none when its size is 0)."""
+    reads = config.reads
+    disk = (
+        disk_caching.DiskBlockCache(store_root / disk_caching.DIR_NAME, reads.disk_cache_bytes_max)
+        if reads.disk_cache_bytes_max > 0
+        else None
+    )
+    return reading.reader_of(
+        config.bucket,
+        source,
+        block_bytes=reads.block_bytes,
+        cache_bytes_max=reads.memory_cache_bytes_max,
+        readahead_blocks=reads.readahead_blocks,
+        fetches_max=reads.fetches_max,
+        disk_cache=disk,
+    )
 
 
 class StoreSide:

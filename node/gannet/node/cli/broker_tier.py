@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 import click
 
-from gannet.node.store.tier import buckets, credentials_file, naming, planning
+from gannet.node.store.tier import buckets, credentials_file, naming, planning, reading
 from gannet.node.store.tier.offloading import TierConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -117,6 +117,21 @@ _OPTIONS = (
         help="Time between offload passes; after a failed pass (bucket unreachable) the wait "
         "doubles up to 300 s. Writes never wait for the tier.",
     ),
+    click.option(
+        "--tier-cache-bytes",
+        type=click.IntRange(0),
+        default=reading.ReadOptions().disk_cache_bytes_max,
+        show_default=True,
+        help="Bytes of offloaded files cached on local disk under <store>/tiercache/ (kept "
+        "across restarts, least recently used deleted first; 0: no disk cache).",
+    ),
+    click.option(
+        "--tier-memory-cache-bytes",
+        type=click.IntRange(1 << 20),
+        default=reading.ReadOptions().memory_cache_bytes_max,
+        show_default=True,
+        help="Bytes of offloaded files cached in memory, in front of the disk cache.",
+    ),
 )
 
 
@@ -143,6 +158,8 @@ def tier_config(
     tier_remote_bytes_max: int | None = None,
     tier_sweep_interval_s: float = 600.0,
     tier_orphan_grace_s: float = 3600.0,
+    tier_cache_bytes: int = reading.ReadOptions().disk_cache_bytes_max,
+    tier_memory_cache_bytes: int = reading.ReadOptions().memory_cache_bytes_max,
 ) -> TierConfig | None:
     """The tier of the options, None without ``--tier-endpoint`` (module docstring)."""
     given = {
@@ -200,4 +217,7 @@ def tier_config(
         retry_backoff_s_max=max(300.0, tier_pass_interval_s),
         sweep_interval_s=tier_sweep_interval_s,
         orphan_grace_s=tier_orphan_grace_s,
+        reads=reading.ReadOptions(
+            memory_cache_bytes_max=tier_memory_cache_bytes, disk_cache_bytes_max=tier_cache_bytes
+        ),
     )

@@ -4,7 +4,9 @@
 configured — exports nothing) and turns one :class:`~gannet.node.store.tier.reading.ReadStatistics`
 snapshot into families (:func:`families_of`, pure): cache hits and misses, ranged GETs and the
 bytes they fetched, failed reads by ``reason`` (every reason exported, zeros included, so a rate
-over it never starts from an absent series), and the bytes the block cache holds. Counters are
+over it never starts from an absent series), the bytes the memory and disk block caches hold,
+disk-cache hits, misses and discarded files, read-ahead GETs and dropped read-aheads, and the
+``gannet_tier_fetch_seconds`` histogram. Counters are
 the reader's own running totals since it was made (the broker's start).
 
 Created by :class:`~gannet.node.metrics.broker_metrics.BrokerMetrics`; the families are listed in
@@ -14,12 +16,18 @@ Created by :class:`~gannet.node.metrics.broker_metrics.BrokerMetrics`; the famil
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
-from gannet.node.store.tier.reading import ERROR_REASONS, ReadStatistics
+from gannet.node.store.tier.reading import ERROR_REASONS, FETCH_SECONDS_BOUNDS, ReadStatistics
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +42,31 @@ def families_of(statistics: ReadStatistics) -> list[Metric]:
             "gannet_tier_fetched_bytes",
             "Bytes fetched from the bucket by ranged GETs.",
             "fetched_bytes",
+        ),
+        (
+            "gannet_tier_disk_cache_hits",
+            "Tier blocks served from the disk cache (<store>/tiercache/).",
+            "disk_cache_hits",
+        ),
+        (
+            "gannet_tier_disk_cache_misses",
+            "Tier blocks in neither cache (fetched, or waited for in flight).",
+            "disk_cache_misses",
+        ),
+        (
+            "gannet_tier_disk_cache_discarded",
+            "Disk-cache files found partial or damaged, deleted and fetched again.",
+            "disk_cache_discarded",
+        ),
+        (
+            "gannet_tier_readahead_fetches",
+            "Ranged GETs made in the background for sequential readers (read-ahead).",
+            "readahead_fetches",
+        ),
+        (
+            "gannet_tier_readahead_dropped",
+            "Read-ahead GETs not made because the read-ahead queue was full.",
+            "readahead_dropped",
         ),
     )
     families: list[Metric] = [
@@ -56,7 +89,31 @@ def families_of(statistics: ReadStatistics) -> list[Metric]:
             value=float(statistics.cached_bytes),
         )
     )
+    families.append(
+        GaugeMetricFamily(
+            "gannet_tier_disk_cache_bytes",
+            "Bytes of offloaded files the tier disk cache holds (<store>/tiercache/).",
+            value=float(statistics.disk_cached_bytes),
+        )
+    )
+    families.append(fetch_seconds(statistics))
     return families
+
+
+def fetch_seconds(statistics: ReadStatistics) -> HistogramMetricFamily:
+    """``gannet_tier_fetch_seconds``: the time of each ranged GET, failed ones included."""
+    counts = statistics.fetch_seconds_counts or (0,) * (len(FETCH_SECONDS_BOUNDS) + 1)
+    buckets: list[tuple[str, float]] = []
+    total = 0
+    for bound, count in zip((*FETCH_SECONDS_BOUNDS, math.inf), counts, strict=True):
+        total += count
+        buckets.append(("+Inf" if bound == math.inf else repr(bound), float(total)))
+    return HistogramMetricFamily(
+        "gannet_tier_fetch_seconds",
+        "Time of the ranged GETs of offloaded commit-log files (read-ahead included).",
+        buckets=buckets,
+        sum_value=statistics.fetch_seconds_sum,
+    )
 
 
 class CountingReader(Protocol):

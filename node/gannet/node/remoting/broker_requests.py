@@ -25,6 +25,7 @@ added to :attr:`BrokerRequests.handlers` by the broker that assembles the port
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -59,6 +60,7 @@ from gannet.node.store import properties as props
 from gannet.node.store import querying
 from gannet.node.store.log import records
 from gannet.node.store.queues.reading import GetStatus
+from gannet.node.store.tier import deferring
 
 log = logging.getLogger(__name__)
 
@@ -637,9 +639,9 @@ class BrokerRequests:
         that has not applied that offset yet (the id came with a send answered as soon as a
         majority held it) waits for it up to :data:`CATCH_UP_MS_MAX`."""
         offset = _int(request.ext, "offset")
-        message = await asyncio.to_thread(self._read_applied, offset)
-        data = None if message is None else await asyncio.to_thread(
-            self._raw, offset, message.store_size
+        message = await deferring.call(functools.partial(self._read_applied, offset))
+        data = None if message is None else await deferring.call(
+            functools.partial(self._raw, offset, message.store_size)
         )  # fmt: skip
         if data is None:
             return request.response(codes.SYSTEM_ERROR, f"no message at commit-log offset {offset}")
@@ -659,7 +661,7 @@ class BrokerRequests:
         ext = request.ext
         topic, key = _text(ext, "topic"), _text(ext, "key")
         unique = ext.get("_UNIQUE_KEY_QUERY") == "true"
-        found = await asyncio.to_thread(
+        found = await deferring.call(functools.partial(
             querying.by_key,
             self.servicer.store,
             topic,
@@ -668,10 +670,12 @@ class BrokerRequests:
             begin_ms=max(_int(ext, "beginTimestamp", 0), 0),
             end_ms=_int(ext, "endTimestamp", 2**63 - 1),
             unique=unique,
-        )
+        ))  # fmt: skip
         stored = []
         for message in found.messages:
-            data = await asyncio.to_thread(self._raw, message.physical_offset, message.store_size)
+            data = await deferring.call(
+                functools.partial(self._raw, message.physical_offset, message.store_size)
+            )
             if data is not None:
                 stored.append(data)
         header = {

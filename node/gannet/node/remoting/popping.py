@@ -37,7 +37,7 @@
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import json
 import logging
 from collections.abc import Sequence
@@ -58,6 +58,7 @@ from gannet.node.remoting.server import Connection
 from gannet.node.store import properties as props
 from gannet.node.store import validation
 from gannet.node.store.log import records
+from gannet.node.store.tier import deferring
 
 log = logging.getLogger(__name__)
 
@@ -244,7 +245,7 @@ class RemotingPop:
         handles = [receipts.parse(str(m.system_properties.receipt_handle)) for m in popped]
         bodies = []
         for message, handle in zip(popped, handles, strict=True):
-            stored = await asyncio.to_thread(self._read, handle.commit_offset)
+            stored = await deferring.call(functools.partial(self._read, handle.commit_offset))
             if stored is None:
                 log.warning("remoting pop: no record at commit-log offset %d", handle.commit_offset)
                 continue

@@ -124,6 +124,13 @@ def move_aside(path: Path, target: Path) -> None:
     sync_directory(path.parent)
 
 
+def publish_unsynced(temp: Path, path: Path) -> None:
+    """Rename a complete ``temp`` file to ``path`` without any fsync: for files that may be
+    lost in a crash and are checked when read back (the tier's disk cache,
+    :mod:`gannet.node.store.tier.disk_caching`). A reader sees the whole file or none."""
+    os.replace(temp, path)
+
+
 _FALLOC_FL_KEEP_SIZE = 0x01
 _FALLOC_FL_ZERO_RANGE = 0x10
 _ZERO_CHUNK_BYTES = 1024 * 1024

@@ -29,6 +29,10 @@ class BlockCache:
     def __len__(self) -> int:
         return len(self._blocks)
 
+    def contains(self, key: BlockKey) -> bool:
+        """Whether the block is cached (its recency unchanged)."""
+        return key in self._blocks
+
     def get(self, key: BlockKey) -> bytes | None:
         """The block, marked as just used; ``None`` if not cached."""
         block = self._blocks.get(key)

@@ -46,6 +46,7 @@ from gannet.node.store.tier import (
     manifest_copy,
     manifests,
     planning,
+    reading,
     retention,
     uploading,
 )
@@ -77,6 +78,8 @@ class TierConfig:
     """How often the leader lists the bucket for orphans (:mod:`.retention`)."""
     orphan_grace_s: float = 3600.0
     """An unrecorded object at or past the tier's end is swept only when older (sweeping)."""
+    reads: reading.ReadOptions = field(default_factory=reading.ReadOptions)
+    """How the broker's store reads offloaded files (caches, read-ahead)."""
 
     def __post_init__(self) -> None:
         if self.sweep_interval_s <= 0 or self.orphan_grace_s <= 0:
