@@ -63,6 +63,37 @@ def test_ck_is_not_expired_until_two_seconds_after_revive_time(tmp_path: Path) -
         h.close()
 
 
+def test_a_revive_pass_between_timer_ticks_is_not_held_back_by_the_wheel_cursor(
+    tmp_path: Path,
+) -> None:
+    """The timer wheel is read once per tick, so between ticks its cursor lags ``now`` by up to
+    a slot. Revive asked "delivered until now?", which is false in that lag; revive passes that
+    kept landing there (both threads tick about once a second) held an expired lease back for
+    up to 30 s (tests/api/test_clock_step.py failed that way). Revive now counts up to the time
+    the wheel has delivered everything due."""
+    h = _single_revive_queue(tmp_path)
+    try:
+        h.produce(1, queue_id=0)
+        pop_time = h.now
+        h.pop(1)
+        h.now = pop_time + INVISIBLE_MS + 2_500
+        h.broker.ctx.flush_buffer(h.now)
+        h.settle()
+        h.store.timers.tick(h.now)  # fires the checkpoint into the revive queue
+        h.settle()
+        through = h.store.timers.delivered_through_ms()
+        assert through is not None
+        assert through - (pop_time + INVISIBLE_MS) > 2_000
+        h.now += h.store.config.timer_precision_ms + 300  # a revive pass before the next tick
+        assert not h.store.timers.delivered_until(h.now)
+        h.broker.tick(h.now)
+        h.settle()
+        assert h.broker.reviver(0).progress() == 0, "the expired checkpoint was held back"
+        assert len(h.pop().messages) == 1
+    finally:
+        h.close()
+
+
 def test_failed_retry_write_re_puts_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

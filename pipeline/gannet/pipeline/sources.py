@@ -18,7 +18,8 @@ object by ranged GETs, :mod:`gannet.pipeline.objects`, never through a broker).
 The manifest comes from one function, :func:`load_manifest`, given a :class:`ManifestFile` (the
 ``--tier-manifest`` file: ``<store>/tier/manifest.json`` on a broker or a copy) or a
 :class:`ManifestInBucket` (the copy a broker's leader writes to ``<prefix>/manifest.json``
-after each change, §3, read by :func:`gannet.node.store.tier.manifest_copy.read_copy`). The
+after each change, ``docs/tiered-storage.md`` §3, read by
+:func:`gannet.node.store.tier.manifest_copy.read_copy`). The
 bucket's key *listing* is not used as a manifest: it says nothing about sizes the broker
 verified, and an object uploaded but not yet recorded (a crash between upload and
 record) would be read as part of the tier.

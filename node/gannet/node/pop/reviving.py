@@ -9,8 +9,9 @@ A pass reads the revive queue from the stored progress + 1, at most
    at-least-once timer may deliver after a crash, is ignored; distinct CKs sharing a key are
    all kept); ACK and batch-ACK messages set bits in the CKs with the same key (unmatched acks
    are ignored: their CK was handled already).
-   ``endTime`` = the largest ``TIMER_DELIVER_MS`` seen, raised to ``now`` when the queue was
-   read to its end and the timer has nothing due — everything due by ``now`` has been delivered.
+   ``endTime`` = the largest ``TIMER_DELIVER_MS`` seen, raised, when the queue was read to its
+   end, to the time by which the timer has delivered everything due (``now``, or the slot its
+   wheel's cursor lags behind by between ticks: ``TimerService.delivered_through_ms``).
 2. **Revive.** In revive-queue order, a CK is expired when ``endTime − reviveTime > 2000 ms``;
    the first one that is not ends the pass. For an expired CK every message without its bit is
    read back and written to the retry topic (reconsume times + 1) or, past the group's
@@ -154,8 +155,9 @@ class ReviveService:
             scan.read += len(got.messages)
             scan.next_offset = got.next_begin_offset
         at_end = scan.next_offset >= store.max_offset_in_queue(self.topic, self.revive_qid)
-        if at_end and store.timers.delivered_until(now_ms):
-            scan.end_time_ms = max(scan.end_time_ms, now_ms)
+        through_ms = store.timers.delivered_through_ms() if at_end else None
+        if through_ms is not None:
+            scan.end_time_ms = max(scan.end_time_ms, min(now_ms, through_ms))
         return scan
 
     def _take(self, scan: _Scan, offset: int, msg: records.Message) -> None:

@@ -404,17 +404,24 @@ class TimerService:
         still parked must not let its checkpoint be revived. A wheel not read since the store
         opened (a Raft member that has not led yet, a new leader before its first tick) is
         not: the previous leader's parked records may be due in it."""
+        through = self.delivered_through_ms()
+        return through is not None and through >= now_ms
+
+    def delivered_through_ms(self) -> int | None:
+        """The last time by which every parked message due has been re-put and is readable
+        (:meth:`delivered_until` for any ``now_ms`` up to it); None when that is not known:
+        parked records not yet in the wheel, a wheel not read since the store opened, or
+        dispatch behind the last re-put. Revive uses it rather than ``now``: the wheel is read
+        once per tick, so between ticks its cursor may lag ``now`` by a slot, and a revive pass
+        that asked only "delivered until now?" could keep landing in that lag."""
         ts = self.timer_store
         if ts is None:
-            return True
+            return 2**63 - 1
         cq = self.store.queues.get(TIMER_TOPIC, 0)
         parked_end = cq.max_offset_in_queue() if cq is not None else 0
-        return (
-            ts.timer_queue_offset >= parked_end
-            and ts.read_time_ms is not None
-            and ts.is_caught_up(now_ms)
-            and self.store.dispatched_to() >= self._fired_end
-        )
+        if ts.timer_queue_offset < parked_end or self.store.dispatched_to() < self._fired_end:
+            return None
+        return ts.complete_through_ms()
 
     # --- figures ---
     def pending_of(self, topic: str) -> TopicTimers:

@@ -462,6 +462,14 @@ class TimerStore:
         with self._lock:
             return self._read_ms is None or self._read_ms + self._precision_ms > now_ms
 
+    def complete_through_ms(self) -> int | None:
+        """The last time at which no slot is due that was not returned: every slot before the
+        read cursor was returned, and the cursor's own slot is due only at ``cursor +
+        precision`` (None: the cursor never started). ``is_caught_up(t)`` holds exactly for
+        ``t`` up to this time."""
+        with self._lock:
+            return None if self._read_ms is None else self._read_ms + self._precision_ms - 1
+
     @property
     def read_time_ms(self) -> int | None:
         """The read cursor: the next slot to read; every slot before it has been returned."""
