@@ -51,6 +51,12 @@ FIELD = {
     "tls-no-source": "spec.security.tls",
     "tls-two-sources": "spec.security.peerTls",
     "no-groups": "spec.brokerGroups",
+    "negative-retention": "spec.tier.remoteRetentionSeconds",
+    "tier-no-secret": "spec.tier.credentialsSecret",
+    "tier-bad-bucket": "spec.tier.bucket",
+    "tier-bad-prefix": "spec.tier.prefix",
+    "tier-bad-ratio": "spec.tier.offloadDiskRatio",
+    "tier-bad-endpoint": "spec.tier.endpoint",
 }
 
 
