@@ -43,48 +43,38 @@ def families(figures: OffloadFigures) -> list[Metric]:
         "reason",
         counts,
     )
-    files = CounterMetricFamily(
-        "gannet_tier_offloaded_files", "Commit-log files recorded in the tier by this member."
-    )
-    files.add_metric([], figures.offloaded_files_total)
-    size = CounterMetricFamily(
-        "gannet_tier_offloaded_bytes", "Bytes of the commit-log files recorded in the tier."
-    )
-    size.add_metric([], figures.offloaded_bytes_total)
-    deleted = CounterMetricFamily(
-        "gannet_tier_local_deleted_files", "Offloaded commit-log files deleted locally."
-    )
-    deleted.add_metric([], figures.local_deleted_files_total)
-    gaps = CounterMetricFamily(
-        "gannet_tier_gaps_recorded",
-        "Gaps recorded in the tier manifest by this member: files deleted before offload.",
-    )
-    gaps.add_metric([], figures.gaps_recorded_total)
-    gap_bytes = CounterMetricFamily(
-        "gannet_tier_gap_bytes", "Commit-log bytes lost to the tier in the gaps recorded."
-    )
-    gap_bytes.add_metric([], figures.gap_bytes_total)
     remote = figures.remote
-    expired = CounterMetricFamily(
-        "gannet_tier_expired_objects",
-        "Objects remote retention expired from the manifest and deleted from the bucket.",
-    )
-    expired.add_metric([], remote.expired_objects_total)
-    expired_size = CounterMetricFamily(
-        "gannet_tier_expired_bytes", "Bytes of the objects remote retention deleted."
-    )
-    expired_size.add_metric([], remote.expired_bytes_total)
-    swept = CounterMetricFamily(
-        "gannet_tier_swept_objects",
-        "Orphan objects (not in the manifest, never recordable) the sweep deleted.",
-    )
-    swept.add_metric([], remote.swept_objects_total)
-    copies = CounterMetricFamily(
-        "gannet_tier_manifest_copies",
-        "Writes of the manifest's copy to <prefix>/manifest.json in the bucket.",
-    )
-    copies.add_metric([], remote.manifest_copies_total)
-    return [failures, files, size, deleted, gaps, gap_bytes, expired, expired_size, swept, copies]
+    counters = [
+        ("gannet_tier_offloaded_files", "Commit-log files recorded in the tier by this member.",
+         figures.offloaded_files_total),
+        ("gannet_tier_offloaded_bytes", "Bytes of the commit-log files recorded in the tier.",
+         figures.offloaded_bytes_total),
+        ("gannet_tier_local_deleted_files", "Offloaded commit-log files deleted locally.",
+         figures.local_deleted_files_total),
+        ("gannet_tier_gaps_recorded",
+         "Gaps recorded in the tier manifest by this member: files deleted before offload.",
+         figures.gaps_recorded_total),
+        ("gannet_tier_gap_bytes", "Commit-log bytes lost to the tier in the gaps recorded.",
+         figures.gap_bytes_total),
+        ("gannet_tier_expired_objects",
+         "Objects remote retention expired from the manifest and deleted from the bucket.",
+         remote.expired_objects_total),
+        ("gannet_tier_expired_bytes", "Bytes of the objects remote retention deleted.",
+         remote.expired_bytes_total),
+        ("gannet_tier_swept_objects",
+         "Orphan objects (not in the manifest, never recordable) the sweep deleted.",
+         remote.swept_objects_total),
+        ("gannet_tier_manifest_copies",
+         "Writes of the manifest's copy to <prefix>/manifest.json in the bucket.",
+         remote.manifest_copies_total),
+    ]  # fmt: skip
+    return [failures, *(_counter(name, text, value) for name, text, value in counters)]
+
+
+def _counter(name: str, documentation: str, value: int) -> Metric:
+    family = CounterMetricFamily(name, documentation)
+    family.add_metric([], value)
+    return family
 
 
 class OffloadCollector(FiguresCollector[OffloadFigures]):
