@@ -81,11 +81,19 @@ class WorkerResult:
     payload_bytes: int = 0
     latencies_s: list[float] = field(default_factory=list)
     first_error: str = ""
+    cpu_start_s: float = 0.0  # time.process_time() at measurement start
+    cpu_s: float = 0.0  # this worker process's CPU (all its threads) from start to its last message
+
+    def begin(self) -> None:
+        """Start of the measured part: wall clock and this process's CPU clock."""
+        self.start_s = time.monotonic()
+        self.cpu_start_s = time.process_time()
 
     def record(self, latency_s: float, count: int, size_bytes: int) -> None:
         self.done += count
         self.payload_bytes += count * size_bytes
         self.end_s = time.monotonic()
+        self.cpu_s = time.process_time() - self.cpu_start_s
         if len(self.latencies_s) < LATENCY_SAMPLE_LIMIT:
             self.latencies_s.append(latency_s)
 
@@ -184,7 +192,7 @@ def rmq_stock_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> W
     size = spec.scenario.message_size_bytes
     try:
         barrier.wait(timeout=120)
-        result.start_s = time.monotonic()
+        result.begin()
 
         def receive() -> int:
             t0 = time.monotonic()
@@ -303,7 +311,7 @@ def rmq_raw_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
             send(i, scenario.batch, measured=False)
         _drain(window, scenario.in_flight)
         barrier.wait(timeout=120)
-        result.start_s = time.monotonic()
+        result.begin()
         sent = 0
         i = 0
         while sent < spec.messages and time.monotonic() - result.start_s < spec.deadline_s:
@@ -434,7 +442,7 @@ def rmq_raw_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> Wor
 
     try:
         barrier.wait(timeout=120)
-        result.start_s = time.monotonic()
+        result.begin()
         _consume_loop(spec, counter, result, receive)
     finally:
         close_settings()
@@ -513,7 +521,7 @@ async def _async_load(
 
     await run(spec.warmup_messages, measured=False)
     await asyncio.get_running_loop().run_in_executor(None, lambda: barrier.wait(timeout=120))
-    result.start_s = time.monotonic()
+    result.begin()
     await run(spec.messages, measured=True)
 
 
@@ -535,7 +543,7 @@ async def _nats_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) ->
     turn = spec.worker
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, lambda: barrier.wait(timeout=120))
-    result.start_s = time.monotonic()
+    result.begin()
     last_message = time.monotonic()
     try:
         while time.monotonic() - result.start_s < spec.deadline_s:
@@ -614,7 +622,7 @@ async def _redis_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -
     turn = spec.worker
     loop = asyncio.get_running_loop()
     await loop.run_in_executor(None, lambda: barrier.wait(timeout=120))
-    result.start_s = time.monotonic()
+    result.begin()
     last_message = time.monotonic()
     try:
         while time.monotonic() - result.start_s < spec.deadline_s:
@@ -730,7 +738,7 @@ def kafka_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
     drain()
     barrier.wait(timeout=120)
     measuring = True
-    result.start_s = time.monotonic()
+    result.begin()
     for i in range(spec.messages):
         if time.monotonic() - result.start_s > spec.deadline_s:
             break
@@ -776,7 +784,7 @@ def kafka_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> Worke
         _kafka_wait_assignment(spec, consumer)
         barrier.wait(timeout=120)
         started = True
-        result.start_s = time.monotonic()
+        result.begin()
         assigned = consumer.assignment()
         if assigned:
             consumer.resume(assigned)

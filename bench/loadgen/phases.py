@@ -45,6 +45,11 @@ class PhaseResult:
     latency_ms: dict[str, float]
     usage: processes.Usage
     first_error: str
+    client_cpu_s: float = 0.0  # the workers' own CPU over their measured parts, summed
+
+    @property
+    def client_cpu_us_per_msg(self) -> float:
+        return self.client_cpu_s / self.done * 1e6 if self.done else 0.0
 
     @property
     def msgs_per_s(self) -> float:
@@ -80,6 +85,7 @@ def combine(results: list[drivers.WorkerResult], usage: processes.Usage) -> Phas
         latency_ms=stats.latency_summary(latencies),
         usage=usage,
         first_error=next((r.first_error for r in results if r.first_error), ""),
+        client_cpu_s=sum(r.cpu_s for r in results),
     )
 
 

@@ -126,6 +126,9 @@ def record(
     """One JSON line. Rates are msgs/s over the measured part; ``broker_cpu_us_per_msg`` is
     broker CPU (user+system of every broker process) during the produce phase per message
     produced, ``consume_cpu_us_per_msg`` the same for the consume phase;
+    ``produce_client_cpu_us_per_msg`` / ``consume_client_cpu_us_per_msg`` are the load
+    generator's own CPU per message (every worker process, all threads, over its measured part:
+    the workers share :data:`LOADGEN_CPUS`, so 1e6 ÷ that figure is the client side's ceiling);
     ``write_amplification`` = bytes the broker processes wrote to storage during both phases
     (``/proc/<pid>/io`` write_bytes) ÷ payload bytes produced; ``other_busy_before`` is the share
     of all CPUs that processes other than the system under test kept busy during 1 s before
@@ -167,6 +170,7 @@ def record(
             produce_mb_per_s=round(produce.payload_bytes / max(produce.elapsed_s, 1e-9) / 1e6, 3),
             send_latency_ms={k: round(v, 3) for k, v in produce.latency_ms.items()},
             broker_cpu_us_per_msg=round(produce.usage.cpu_s / max(produce.done, 1) * 1e6, 2),
+            produce_client_cpu_us_per_msg=round(produce.client_cpu_us_per_msg, 2),
             broker_peak_rss_bytes=produce.usage.peak_rss_bytes,
             produce_write_bytes=produce.usage.write_bytes,
         )
@@ -180,6 +184,7 @@ def record(
             consume_msgs_per_s=round(consume.msgs_per_s, 1),
             receive_ack_latency_ms={k: round(v, 3) for k, v in consume.latency_ms.items()},
             consume_cpu_us_per_msg=round(consume.usage.cpu_s / max(consume.done, 1) * 1e6, 2),
+            consume_client_cpu_us_per_msg=round(consume.client_cpu_us_per_msg, 2),
             consume_write_bytes=consume.usage.write_bytes,
         )
         if consume.first_error:

@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -186,8 +187,12 @@ def test_report_names_the_line_that_is_not_json(tmp_path: Path) -> None:
 
 
 def test_combining_workers_spans_first_start_to_last_message() -> None:
-    a = WorkerResult(done=100, start_s=10.0, end_s=12.0, payload_bytes=100, latencies_s=[0.001])
-    b = WorkerResult(done=300, start_s=10.5, end_s=14.0, payload_bytes=300, latencies_s=[0.003])
+    a = WorkerResult(
+        done=100, start_s=10.0, end_s=12.0, payload_bytes=100, latencies_s=[0.001], cpu_s=0.01
+    )
+    b = WorkerResult(
+        done=300, start_s=10.5, end_s=14.0, payload_bytes=300, latencies_s=[0.003], cpu_s=0.03
+    )
     idle = WorkerResult(errors=2, first_error="refused")
     usage = processes.Usage(cpu_s=0.2, write_bytes=800, peak_rss_bytes=1)
     result = phases.combine([a, b, idle], usage)
@@ -197,6 +202,18 @@ def test_combining_workers_spans_first_start_to_last_message() -> None:
     assert result.errors == 2
     assert result.first_error == "refused"
     assert result.latency_ms["max"] == pytest.approx(3.0)
+    assert result.client_cpu_us_per_msg == pytest.approx(100.0)
+
+
+def test_a_worker_counts_its_own_cpu_from_begin_to_its_last_message() -> None:
+    result = WorkerResult()
+    result.begin()
+    deadline = time.process_time() + 0.02
+    while time.process_time() < deadline:
+        pass
+    result.record(0.001, 32, 100)
+    assert result.done == 32
+    assert result.cpu_s >= 0.02
 
 
 def test_rocketmq_topics_json_and_broker_conf() -> None:
