@@ -6,7 +6,12 @@ client). Three ``gannet broker run`` processes, each in its own network namespac
 the client runs in the bridge's namespace and reaches every member all the time: only peer
 links are cut. The client is given every member's address; the official Python client dials the
 route's addresses sorted as strings with gRPC's ``pick_first``, so its channel sits on node 1
-(the lowest address); the Java client dials them in the route's order, the leader first.
+(the lowest address); the Java client dials them in the route's order, the leader first. The
+Node.js client dials one address (:mod:`e2e.replication.clients`): it runs as the fault
+harness's Node.js workload (:mod:`e2e.faults.client_workload`: a paced sender and a
+SimpleConsumer in one process) behind that harness's Service-like proxy, whose first connection
+goes to node 1; the proxy tells which members hold the client's connections at the cut
+(``channel_members_at_cut``).
 Scenarios (node 1 is the member the Python client's channel is on):
 
 * ``leader-cut`` — node 1 leads and is cut from both followers (clients still reach it);
@@ -46,7 +51,8 @@ from pathlib import Path
 import grpc
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
-from e2e.faults import netns
+from e2e.faults import client_workload, netns
+from e2e.faults.history import History
 from e2e.faults.netns import Namespaces
 from e2e.replication.clients import ExternalLoad
 from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group
@@ -59,6 +65,9 @@ POLL_S = 0.1
 CUT_MEMBER = 1
 """The member cut off in every scenario: the Python client's channel sits on it."""
 TOPIC = "PartitionClients"
+NODE_CLIENT = client_workload.KNOWN["node"]
+NODE_SEND_RATE_PER_S = 50.0
+"""The Node.js workload's paced sends (one at a time; 20 ms apart bounds the outage's grain)."""
 SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
     "leader-cut": (1, [(1, 2), (1, 3)]),
     "follower-cut": (2, [(1, 2), (1, 3)]),
@@ -72,6 +81,9 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
     if os.geteuid() != 0:
         print("e2e-partition-clients needs root (network namespaces, iptables)", file=sys.stderr)
         return 2
+    for client in clients:
+        if client != "python":
+            client_workload.prepare(client)  # the registries need the network: before the cut
     spaces = Namespaces(3)
     try:
         spaces.create()
@@ -173,6 +185,55 @@ class JavaLoad:
         self.load.stop()
 
 
+class NodeLoad:
+    """The official Node.js client: the fault harness's workload program behind its proxy
+    (:class:`~e2e.faults.client_workload.ClientWorkload`), its sends read from its history."""
+
+    def __init__(self, endpoints: str, log_path: Path) -> None:
+        self.history = History()
+        self.workload = client_workload.ClientWorkload(
+            NODE_CLIENT, endpoints, TOPIC, self.history, NODE_SEND_RATE_PER_S, 0, log_path
+        )
+
+    @property
+    def sends(self) -> Sends:
+        """Its sends so far: ``ok`` ones at their answer time (monotonic); ``info`` ones (a send
+        that raised after the client's own attempts) by error name."""
+        events, _ = self.history.snapshot()
+        sends = Sends()
+        for event in events:
+            if event.process != NODE_CLIENT.sender or event.f != "send":
+                continue
+            if event.type == "ok":
+                sends.acked_at_s.append(self.history.origin + event.t)
+            elif event.type == "info":
+                sends.failed(str(event.value.get("error", "?")).split(":", 1)[0])
+        return sends
+
+    def channel_members(self, group: Group) -> list[int]:
+        """The members its proxy relays open connections to now."""
+        assert self.workload.proxy is not None
+        live = self.workload.proxy.live_targets()
+        return sorted(group.addresses.index(host) + 1 for host, _ in live)
+
+    def startup(self) -> None:
+        self.workload.startup()
+
+    def stop(self) -> None:
+        self.workload.stop()
+
+
+Load = PythonLoad | JavaLoad | NodeLoad
+
+
+def _load(client: str, endpoints: str, root: Path) -> Load:
+    if client == "python":
+        return PythonLoad(endpoints)
+    if client == "java":
+        return JavaLoad(endpoints, root / "java.log")
+    return NodeLoad(endpoints, root / "node.log")
+
+
 def _admin(group: Group, node_id: int) -> tuple[grpc.Channel, admin_pb2_grpc.AdminStub]:
     channel = grpc.insecure_channel(
         f"{group.addresses[node_id - 1]}:{CLIENT_PORT}", options=[("grpc.enable_http_proxy", 0)]
@@ -259,12 +320,13 @@ def one_scenario(
     leader, links = SCENARIOS[name]
     place_leader(group, leader)
     endpoints = ";".join(f"{a}:{CLIENT_PORT}" for a in group.addresses)
-    load: PythonLoad | JavaLoad = (
-        PythonLoad(endpoints) if client == "python" else JavaLoad(endpoints, root / "java.log")
-    )
+    load = _load(client, endpoints, root)
     load.startup()
+    channel: list[int] | None = None
     try:
         _until(lambda: len(load.sends.snapshot()[0]) >= 5, SETTLE_TIMEOUT_S, "5 acks")
+        if isinstance(load, NodeLoad):
+            channel = load.channel_members(group)
         cut_s = time.monotonic()
         for a, b in links:
             group.cut(a, b)
@@ -291,6 +353,8 @@ def one_scenario(
         "cut_member_port_refused_after_s": refused_s,
         "failed_sends": failures,
         "target_met": worst <= OUTAGE_TARGET_S,
+        **({} if channel is None else {"channel_members_at_cut": channel}),
+        "load_average_1m": round(os.getloadavg()[0], 1),
     }
 
 
@@ -313,6 +377,9 @@ def inner(spec: dict[str, object]) -> int:
             channel, stub = _admin(group, leader)
             with channel:
                 stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=4), timeout=10)
+                if "node" in clients:  # its workload's SimpleConsumer receives in a group
+                    request = admin_pb2.CreateGroupRequest(name=NODE_CLIENT.group, fifo=False)
+                    stub.CreateGroup(request, timeout=10)
             for client in clients:
                 for name in scenarios:
                     figures = one_scenario(group, name, client, partition_s, root)
@@ -328,7 +395,9 @@ def inner(spec: dict[str, object]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--client", action="append", choices=("python", "java"), default=None)
+    parser.add_argument(
+        "--client", action="append", choices=("python", "java", "node"), default=None
+    )
     parser.add_argument("--scenario", action="append", choices=tuple(SCENARIOS), default=None)
     parser.add_argument("--partition-s", type=float, default=PARTITION_S)
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
