@@ -18,6 +18,10 @@ it is given a :class:`~e2e.replication.clients.ServiceProxy` in the client's nam
 of every member, as a Kubernetes Service would be: each new connection goes to the next member
 that accepts one within ``CONNECT_TIMEOUT_S``.
 
+Given ``proxied=False``, the Node.js client dials ``endpoints`` itself: one address or a DNS name
+(a name resolving to every member, as a headless Service's is, is what
+:mod:`e2e.replication.partition_clients` measures as ``node-dns``).
+
 Jars and ``node_modules`` come from :mod:`e2e.replication.clients` (Maven and npm, once,
 outside the namespaces: :func:`prepare`).
 """
@@ -82,7 +86,7 @@ class ClientWorkload(threading.Thread):
 
     def __init__(
         self, client: Client, endpoints: str, topic: str, history: History, rate_per_s: float,
-        seed: int, log_path: Path,
+        seed: int, log_path: Path, *, proxied: bool = True,
     ) -> None:  # fmt: skip
         super().__init__(name=f"{client.name}-workload", daemon=True)
         self.client = client
@@ -98,10 +102,14 @@ class ClientWorkload(threading.Thread):
             source = CLIENTS / "java" / "FaultsWorkload.java"
             argv = ["java", "-Xmx256m", "-cp", f"{java_lib()}/*", str(source), endpoints, *args]
         else:
-            self.proxy = ServiceProxy(_targets(endpoints))
+            if proxied:
+                self.proxy = ServiceProxy(_targets(endpoints))
+            elif ";" in endpoints:
+                raise ValueError(f"the Node.js client dials one address or name, not {endpoints!r}")
             env = {**os.environ, "NODE_PATH": str(node_modules())}
             script = CLIENTS / "node" / "faults_workload.js"
-            argv = ["node", str(script), self.proxy.endpoint, *args]
+            target = self.proxy.endpoint if self.proxy is not None else endpoints
+            argv = ["node", str(script), target, *args]
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env
         )

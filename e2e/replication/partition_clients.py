@@ -37,8 +37,10 @@ import contextlib
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -68,6 +70,9 @@ TOPIC = "PartitionClients"
 NODE_CLIENT = client_workload.KNOWN["node"]
 NODE_SEND_RATE_PER_S = 50.0
 """The Node.js workload's paced sends (one at a time; 20 ms apart bounds the outage's grain)."""
+DNS_NAME = "gannet-members"
+"""``node-dns``: a name resolving to every member, node 1 first (as a headless Service's name
+resolves to its pods), in the client namespace's ``/etc/hosts``."""
 SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
     "leader-cut": (1, [(1, 2), (1, 3)]),
     "follower-cut": (2, [(1, 2), (1, 3)]),
@@ -83,9 +88,14 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
         return 2
     for client in clients:
         if client != "python":
-            client_workload.prepare(client)  # the registries need the network: before the cut
+            client_workload.prepare(client.split("-")[0])  # the registries need the network
     spaces = Namespaces(3)
+    hosts = Path("/etc/netns") / spaces.ctl
     try:
+        if "node-dns" in clients:  # ip netns exec mounts it as the namespace's /etc/hosts
+            hosts.mkdir(parents=True)
+            lines = ["127.0.0.1 localhost", *(f"{spaces.address(i)} {DNS_NAME}" for i in (1, 2, 3))]
+            (hosts / "hosts").write_text("\n".join(lines) + "\n")
         spaces.create()
         spec = {
             "nodes": spaces.nodes,
@@ -98,6 +108,7 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
             return inner.wait()
     finally:
         spaces.delete()
+        shutil.rmtree(hosts, ignore_errors=True)
 
 
 # ---------------------------------------------------------------------------- inner
@@ -186,14 +197,16 @@ class JavaLoad:
 
 
 class NodeLoad:
-    """The official Node.js client: the fault harness's workload program behind its proxy
-    (:class:`~e2e.faults.client_workload.ClientWorkload`), its sends read from its history."""
+    """The official Node.js client: the fault harness's workload program
+    (:class:`~e2e.faults.client_workload.ClientWorkload`) behind its Service-like proxy, or
+    (``dns``) dialing :data:`DNS_NAME` itself; its sends are read from its history."""
 
-    def __init__(self, endpoints: str, log_path: Path) -> None:
+    def __init__(self, endpoints: str, log_path: Path, *, dns: bool = False) -> None:
         self.history = History()
         self.workload = client_workload.ClientWorkload(
-            NODE_CLIENT, endpoints, TOPIC, self.history, NODE_SEND_RATE_PER_S, 0, log_path
-        )
+            NODE_CLIENT, f"{DNS_NAME}:{CLIENT_PORT}" if dns else endpoints, TOPIC, self.history,
+            NODE_SEND_RATE_PER_S, 0, log_path, proxied=not dns,
+        )  # fmt: skip
 
     @property
     def sends(self) -> Sends:
@@ -211,16 +224,31 @@ class NodeLoad:
         return sends
 
     def channel_members(self, group: Group) -> list[int]:
-        """The members its proxy relays open connections to now."""
-        assert self.workload.proxy is not None
-        live = self.workload.proxy.live_targets()
-        return sorted(group.addresses.index(host) + 1 for host, _ in live)
+        """The members it holds connections to now: its proxy's relays, or its own sockets."""
+        proxy = self.workload.proxy
+        if proxy is not None:
+            return sorted(group.addresses.index(host) + 1 for host, _ in proxy.live_targets())
+        return _connected_members(group, self.workload.process.pid)
 
     def startup(self) -> None:
         self.workload.startup()
 
     def stop(self) -> None:
         self.workload.stop()
+
+
+def _connected_members(group: Group, pid: int) -> list[int]:
+    """The members process ``pid`` has established TCP connections to (``ss``)."""
+    argv = ["ss", "-tnpH", "state", "established", "dport", "=", f":{CLIENT_PORT}"]
+    lines = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=10).stdout
+    found = set()
+    for line in lines.splitlines():
+        fields = line.split()
+        if f"pid={pid}," in line and len(fields) >= 4:
+            host = fields[3].rsplit(":", 1)[0]
+            if host in group.addresses:
+                found.add(group.addresses.index(host) + 1)
+    return sorted(found)
 
 
 Load = PythonLoad | JavaLoad | NodeLoad
@@ -231,7 +259,7 @@ def _load(client: str, endpoints: str, root: Path) -> Load:
         return PythonLoad(endpoints)
     if client == "java":
         return JavaLoad(endpoints, root / "java.log")
-    return NodeLoad(endpoints, root / "node.log")
+    return NodeLoad(endpoints, root / "node.log", dns=client == "node-dns")
 
 
 def _admin(group: Group, node_id: int) -> tuple[grpc.Channel, admin_pb2_grpc.AdminStub]:
@@ -377,7 +405,7 @@ def inner(spec: dict[str, object]) -> int:
             channel, stub = _admin(group, leader)
             with channel:
                 stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=4), timeout=10)
-                if "node" in clients:  # its workload's SimpleConsumer receives in a group
+                if {"node", "node-dns"} & set(clients):  # its SimpleConsumer's group
                     request = admin_pb2.CreateGroupRequest(name=NODE_CLIENT.group, fifo=False)
                     stub.CreateGroup(request, timeout=10)
             for client in clients:
@@ -396,7 +424,7 @@ def inner(spec: dict[str, object]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--client", action="append", choices=("python", "java", "node"), default=None
+        "--client", action="append", choices=("python", "java", "node", "node-dns"), default=None
     )
     parser.add_argument("--scenario", action="append", choices=tuple(SCENARIOS), default=None)
     parser.add_argument("--partition-s", type=float, default=PARTITION_S)
