@@ -37,6 +37,7 @@ import contextlib
 import itertools
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -56,7 +57,7 @@ from rocketmq import ClientConfiguration, Credentials, Message, Producer
 from e2e.faults import client_workload, netns
 from e2e.faults.history import History
 from e2e.faults.netns import Namespaces
-from e2e.replication.clients import ExternalLoad
+from e2e.replication.clients import ExternalLoad, ServiceProxy
 from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
 
@@ -70,6 +71,11 @@ TOPIC = "PartitionClients"
 NODE_CLIENT = client_workload.KNOWN["node"]
 NODE_SEND_RATE_PER_S = 50.0
 """The Node.js workload's paced sends (one at a time; 20 ms apart bounds the outage's grain)."""
+PROBE_PERIOD_S = 5.0
+PROBE_FAILURES_MAX = 3
+"""``node-service``: the operator's readinessProbe on ``/readyz`` (``periodSeconds``,
+``failureThreshold``: ``gannet.operator.manifests``)."""
+CLIENT_NAMES = ("python", "java", "node", "node-dns", "node-service")
 DNS_NAME = "gannet-members"
 """``node-dns``: a name resolving to every member, node 1 first (as a headless Service's name
 resolves to its pods), in the client namespace's ``/etc/hosts``."""
@@ -82,7 +88,7 @@ SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
 
 
 # ---------------------------------------------------------------------------- outer
-def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
+def outer(clients: list[str], scenarios: list[str], partition_s: float, seed: int) -> int:
     if os.geteuid() != 0:
         print("e2e-partition-clients needs root (network namespaces, iptables)", file=sys.stderr)
         return 2
@@ -103,6 +109,7 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float) -> int:
             "clients": clients,
             "scenarios": scenarios,
             "partition_s": partition_s,
+            "seed": seed,
         }
         with netns.inner_process(spaces, "e2e.replication.partition_clients", spec) as inner:
             return inner.wait()
@@ -196,17 +203,68 @@ class JavaLoad:
         self.load.stop()
 
 
+class EndpointSlice(threading.Thread):
+    """What Kubernetes lists behind the client Service: a member drops out once its ``/readyz``
+    failed :data:`PROBE_FAILURES_MAX` probes in a row, :data:`PROBE_PERIOD_S` apart, and comes
+    back after one success (the operator's readinessProbe). kube-proxy's own sync delay is
+    left out: the view changes the moment a probe decides."""
+
+    def __init__(self, group: Group) -> None:
+        super().__init__(name="endpoint-slice", daemon=True)
+        self.group = group
+        self.listed = set(group.ids)
+        self.failures = dict.fromkeys(group.ids, 0)
+        self.delisted_at_s: dict[int, float] = {}
+        """When each member last dropped out (monotonic)."""
+        self.done = threading.Event()
+        self.lock = threading.Lock()
+
+    def ready(self) -> list[tuple[str, int]]:
+        with self.lock:
+            return [(self.group.addresses[i - 1], CLIENT_PORT) for i in sorted(self.listed)]
+
+    def run(self) -> None:
+        while not self.done.wait(PROBE_PERIOD_S):
+            for i in self.group.ids:
+                ok = _ready(self.group, i)
+                with self.lock:
+                    self.failures[i] = 0 if ok else self.failures[i] + 1
+                    if ok:
+                        self.listed.add(i)
+                    elif self.failures[i] >= PROBE_FAILURES_MAX and i in self.listed:
+                        self.listed.discard(i)
+                        self.delisted_at_s[i] = time.monotonic()
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(PROBE_PERIOD_S + 5)
+
+
 class NodeLoad:
     """The official Node.js client: the fault harness's workload program
-    (:class:`~e2e.faults.client_workload.ClientWorkload`) behind its Service-like proxy, or
-    (``dns``) dialing :data:`DNS_NAME` itself; its sends are read from its history."""
+    (:class:`~e2e.faults.client_workload.ClientWorkload`) dialing one address (``via``):
+    ``proxy``, the harness's Service-like proxy (the next member that accepts); ``dns``,
+    :data:`DNS_NAME` itself; ``service``, a proxy that does what kube-proxy does for a
+    ClusterIP Service (a member at random from an :class:`EndpointSlice`, a refusal not
+    retried). Its sends are read from its history."""
 
-    def __init__(self, endpoints: str, log_path: Path, *, dns: bool = False) -> None:
+    def __init__(self, group: Group, endpoints: str, log_path: Path, via: str, seed: int) -> None:
         self.history = History()
+        self.slice: EndpointSlice | None = None
+        self.proxy: ServiceProxy | None = None
+        dial = None
+        if via == "dns":
+            dial = f"{DNS_NAME}:{CLIENT_PORT}"
+        elif via == "service":
+            self.slice = EndpointSlice(group)
+            targets = [(a, CLIENT_PORT) for a in group.addresses]
+            self.proxy = ServiceProxy(targets, ready=self.slice.ready, seed=seed)
+            dial = self.proxy.endpoint
         self.workload = client_workload.ClientWorkload(
-            NODE_CLIENT, f"{DNS_NAME}:{CLIENT_PORT}" if dns else endpoints, TOPIC, self.history,
-            NODE_SEND_RATE_PER_S, 0, log_path, proxied=not dns,
+            NODE_CLIENT, endpoints, TOPIC, self.history, NODE_SEND_RATE_PER_S, 0, log_path,
+            dial=dial,
         )  # fmt: skip
+        self.proxy = self.proxy or self.workload.proxy
 
     @property
     def sends(self) -> Sends:
@@ -225,16 +283,21 @@ class NodeLoad:
 
     def channel_members(self, group: Group) -> list[int]:
         """The members it holds connections to now: its proxy's relays, or its own sockets."""
-        proxy = self.workload.proxy
-        if proxy is not None:
-            return sorted(group.addresses.index(host) + 1 for host, _ in proxy.live_targets())
+        if self.proxy is not None:
+            return sorted(group.addresses.index(h) + 1 for h, _ in self.proxy.live_targets())
         return _connected_members(group, self.workload.process.pid)
 
     def startup(self) -> None:
+        if self.slice is not None:
+            self.slice.start()
         self.workload.startup()
 
     def stop(self) -> None:
         self.workload.stop()
+        if self.slice is not None:
+            self.slice.stop()
+            assert self.proxy is not None
+            self.proxy.close()
 
 
 def _connected_members(group: Group, pid: int) -> list[int]:
@@ -254,12 +317,13 @@ def _connected_members(group: Group, pid: int) -> list[int]:
 Load = PythonLoad | JavaLoad | NodeLoad
 
 
-def _load(client: str, endpoints: str, root: Path) -> Load:
+def _load(client: str, group: Group, endpoints: str, root: Path, seed: int) -> Load:
     if client == "python":
         return PythonLoad(endpoints)
     if client == "java":
         return JavaLoad(endpoints, root / "java.log")
-    return NodeLoad(endpoints, root / "node.log", dns=client == "node-dns")
+    via = client.removeprefix("node-") if client != "node" else "proxy"
+    return NodeLoad(group, endpoints, root / "node.log", via, seed)
 
 
 def _admin(group: Group, node_id: int) -> tuple[grpc.Channel, admin_pb2_grpc.AdminStub]:
@@ -343,12 +407,13 @@ def _first(condition: Callable[[], bool], since_s: float, limit_s: float) -> flo
 
 
 def one_scenario(
-    group: Group, name: str, client: str, partition_s: float, root: Path
+    group: Group, name: str, client: str, partition_s: float, root: Path, seed: int
 ) -> dict[str, object]:
+    """One cut and heal; ``seed`` draws ``node-service``'s members (printed with the figures)."""
     leader, links = SCENARIOS[name]
     place_leader(group, leader)
     endpoints = ";".join(f"{a}:{CLIENT_PORT}" for a in group.addresses)
-    load = _load(client, endpoints, root)
+    load = _load(client, group, endpoints, root, seed)
     load.startup()
     channel: list[int] | None = None
     try:
@@ -382,8 +447,19 @@ def one_scenario(
         "failed_sends": failures,
         "target_met": worst <= OUTAGE_TARGET_S,
         **({} if channel is None else {"channel_members_at_cut": channel}),
+        **_service_figures(load, cut_s, healed_s),
         "load_average_1m": round(os.getloadavg()[0], 1),
     }
+
+
+def _service_figures(load: Load, cut_s: float, healed_s: float) -> dict[str, object]:
+    """``node-service``: when the cut member left the Service's endpoints (None: it stayed)."""
+    if not isinstance(load, NodeLoad) or load.slice is None:
+        return {}
+    at_s = load.slice.delisted_at_s.get(CUT_MEMBER)
+    left = round(at_s - cut_s, 2) if at_s is not None and cut_s < at_s < healed_s else None
+    assert load.proxy is not None
+    return {"service_delisted_after_s": left, "service_refused": load.proxy.refused_total}
 
 
 def inner(spec: dict[str, object]) -> int:
@@ -405,12 +481,15 @@ def inner(spec: dict[str, object]) -> int:
             channel, stub = _admin(group, leader)
             with channel:
                 stub.CreateTopic(admin_pb2.CreateTopicRequest(name=TOPIC, queue_nums=4), timeout=10)
-                if {"node", "node-dns"} & set(clients):  # its SimpleConsumer's group
+                if any(c.startswith("node") for c in clients):  # its SimpleConsumer's group
                     request = admin_pb2.CreateGroupRequest(name=NODE_CLIENT.group, fifo=False)
                     stub.CreateGroup(request, timeout=10)
+            runs = itertools.count(int(spec["seed"]))  # type: ignore[call-overload]
             for client in clients:
                 for name in scenarios:
-                    figures = one_scenario(group, name, client, partition_s, root)
+                    seed = next(runs)
+                    figures = one_scenario(group, name, client, partition_s, root, seed)
+                    figures["seed"] = seed
                     ok = ok and bool(figures["target_met"])
                     print(json.dumps(figures), flush=True)
         finally:
@@ -423,16 +502,19 @@ def inner(spec: dict[str, object]) -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--client", action="append", choices=("python", "java", "node", "node-dns"), default=None
-    )
+    parser.add_argument("--client", action="append", choices=CLIENT_NAMES, default=None)
     parser.add_argument("--scenario", action="append", choices=tuple(SCENARIOS), default=None)
     parser.add_argument("--partition-s", type=float, default=PARTITION_S)
+    parser.add_argument(
+        "--seed", type=int, default=None, help="the first scenario's seed (each next one: +1)"
+    )
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner is not None:
         sys.exit(inner(json.loads(args.inner)))
-    sys.exit(outer(args.client or ["python"], args.scenario or list(SCENARIOS), args.partition_s))
+    seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
+    clients, scenarios = args.client or ["python"], args.scenario or list(SCENARIOS)
+    sys.exit(outer(clients, scenarios, args.partition_s, seed))
 
 
 if __name__ == "__main__":
