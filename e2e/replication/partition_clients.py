@@ -60,6 +60,7 @@ from e2e.faults.netns import Namespaces
 from e2e.replication.clients import ExternalLoad, ServiceProxy
 from e2e.replication.silent_link import CLIENT_PORT, METRICS_PORT, Group
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+from gannet.operator import manifests
 
 OUTAGE_TARGET_S = 3.0
 PARTITION_S = 15.0
@@ -71,10 +72,10 @@ TOPIC = "PartitionClients"
 NODE_CLIENT = client_workload.KNOWN["node"]
 NODE_SEND_RATE_PER_S = 50.0
 """The Node.js workload's paced sends (one at a time; 20 ms apart bounds the outage's grain)."""
-PROBE_PERIOD_S = 5.0
-PROBE_FAILURES_MAX = 3
-"""``node-service``: the operator's readinessProbe on ``/readyz`` (``periodSeconds``,
-``failureThreshold``: ``gannet.operator.manifests``)."""
+PROBE_PERIOD_S = float(manifests.READINESS_PERIOD_S)
+PROBE_FAILURES_MAX = manifests.READINESS_FAILURES_MAX
+"""``node-service``: the operator's readinessProbe on ``/readyz`` (``--probe-period-s`` and
+``--probe-failures`` replay other settings)."""
 CLIENT_NAMES = ("python", "java", "node", "node-dns", "node-service")
 DNS_NAME = "gannet-members"
 """``node-dns``: a name resolving to every member, node 1 first (as a headless Service's name
@@ -88,7 +89,9 @@ SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
 
 
 # ---------------------------------------------------------------------------- outer
-def outer(clients: list[str], scenarios: list[str], partition_s: float, seed: int) -> int:
+def outer(
+    clients: list[str], scenarios: list[str], partition_s: float, seed: int, probe: Probe
+) -> int:
     if os.geteuid() != 0:
         print("e2e-partition-clients needs root (network namespaces, iptables)", file=sys.stderr)
         return 2
@@ -110,6 +113,8 @@ def outer(clients: list[str], scenarios: list[str], partition_s: float, seed: in
             "scenarios": scenarios,
             "partition_s": partition_s,
             "seed": seed,
+            "probe_period_s": probe.period_s,
+            "probe_failures": probe.failures_max,
         }
         with netns.inner_process(spaces, "e2e.replication.partition_clients", spec) as inner:
             return inner.wait()
@@ -203,15 +208,24 @@ class JavaLoad:
         self.load.stop()
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A readinessProbe's timing: ``periodSeconds`` and ``failureThreshold``."""
+
+    period_s: float = PROBE_PERIOD_S
+    failures_max: int = PROBE_FAILURES_MAX
+
+
 class EndpointSlice(threading.Thread):
     """What Kubernetes lists behind the client Service: a member drops out once its ``/readyz``
-    failed :data:`PROBE_FAILURES_MAX` probes in a row, :data:`PROBE_PERIOD_S` apart, and comes
+    failed ``probe.failures_max`` probes in a row, ``probe.period_s`` apart, and comes
     back after one success (the operator's readinessProbe). kube-proxy's own sync delay is
     left out: the view changes the moment a probe decides."""
 
-    def __init__(self, group: Group) -> None:
+    def __init__(self, group: Group, probe: Probe) -> None:
         super().__init__(name="endpoint-slice", daemon=True)
         self.group = group
+        self.probe = probe
         self.listed = set(group.ids)
         self.failures = dict.fromkeys(group.ids, 0)
         self.delisted_at_s: dict[int, float] = {}
@@ -224,20 +238,20 @@ class EndpointSlice(threading.Thread):
             return [(self.group.addresses[i - 1], CLIENT_PORT) for i in sorted(self.listed)]
 
     def run(self) -> None:
-        while not self.done.wait(PROBE_PERIOD_S):
+        while not self.done.wait(self.probe.period_s):
             for i in self.group.ids:
                 ok = _ready(self.group, i)
                 with self.lock:
                     self.failures[i] = 0 if ok else self.failures[i] + 1
                     if ok:
                         self.listed.add(i)
-                    elif self.failures[i] >= PROBE_FAILURES_MAX and i in self.listed:
+                    elif self.failures[i] >= self.probe.failures_max and i in self.listed:
                         self.listed.discard(i)
                         self.delisted_at_s[i] = time.monotonic()
 
     def stop(self) -> None:
         self.done.set()
-        self.join(PROBE_PERIOD_S + 5)
+        self.join(self.probe.period_s + 5)
 
 
 class NodeLoad:
@@ -248,7 +262,9 @@ class NodeLoad:
     ClusterIP Service (a member at random from an :class:`EndpointSlice`, a refusal not
     retried). Its sends are read from its history."""
 
-    def __init__(self, group: Group, endpoints: str, log_path: Path, via: str, seed: int) -> None:
+    def __init__(
+        self, group: Group, endpoints: str, log_path: Path, via: str, seed: int, probe: Probe
+    ) -> None:
         self.history = History()
         self.slice: EndpointSlice | None = None
         self.proxy: ServiceProxy | None = None
@@ -256,7 +272,7 @@ class NodeLoad:
         if via == "dns":
             dial = f"{DNS_NAME}:{CLIENT_PORT}"
         elif via == "service":
-            self.slice = EndpointSlice(group)
+            self.slice = EndpointSlice(group, probe)
             targets = [(a, CLIENT_PORT) for a in group.addresses]
             self.proxy = ServiceProxy(targets, ready=self.slice.ready, seed=seed)
             dial = self.proxy.endpoint
@@ -278,13 +294,14 @@ class NodeLoad:
             if event.type == "ok":
                 sends.acked_at_s.append(self.history.origin + event.t)
             elif event.type == "info":
-                sends.failed(str(event.value.get("error", "?")).split(":", 1)[0])
+                sends.failed(":".join(str(event.value.get("error", "?")).split(":")[:2]))
         return sends
 
     def channel_members(self, group: Group) -> list[int]:
-        """The members it holds connections to now: its proxy's relays, or its own sockets."""
+        """The member of each connection it holds now: its proxy's relays, or its own sockets."""
         if self.proxy is not None:
-            return sorted(group.addresses.index(h) + 1 for h, _ in self.proxy.live_targets())
+            live = self.proxy.live_targets().items()
+            return sorted(group.addresses.index(h) + 1 for (h, _), n in live for _ in range(n))
         return _connected_members(group, self.workload.process.pid)
 
     def startup(self) -> None:
@@ -301,29 +318,29 @@ class NodeLoad:
 
 
 def _connected_members(group: Group, pid: int) -> list[int]:
-    """The members process ``pid`` has established TCP connections to (``ss``)."""
+    """The member of each established TCP connection of process ``pid`` (``ss``)."""
     argv = ["ss", "-tnpH", "state", "established", "dport", "=", f":{CLIENT_PORT}"]
     lines = subprocess.run(argv, capture_output=True, text=True, check=True, timeout=10).stdout
-    found = set()
+    found = []
     for line in lines.splitlines():
         fields = line.split()
         if f"pid={pid}," in line and len(fields) >= 4:
             host = fields[3].rsplit(":", 1)[0]
             if host in group.addresses:
-                found.add(group.addresses.index(host) + 1)
+                found.append(group.addresses.index(host) + 1)
     return sorted(found)
 
 
 Load = PythonLoad | JavaLoad | NodeLoad
 
 
-def _load(client: str, group: Group, endpoints: str, root: Path, seed: int) -> Load:
+def _load(client: str, group: Group, endpoints: str, root: Path, seed: int, probe: Probe) -> Load:
     if client == "python":
         return PythonLoad(endpoints)
     if client == "java":
         return JavaLoad(endpoints, root / "java.log")
     via = client.removeprefix("node-") if client != "node" else "proxy"
-    return NodeLoad(group, endpoints, root / "node.log", via, seed)
+    return NodeLoad(group, endpoints, root / "node.log", via, seed, probe)
 
 
 def _admin(group: Group, node_id: int) -> tuple[grpc.Channel, admin_pb2_grpc.AdminStub]:
@@ -407,13 +424,14 @@ def _first(condition: Callable[[], bool], since_s: float, limit_s: float) -> flo
 
 
 def one_scenario(
-    group: Group, name: str, client: str, partition_s: float, root: Path, seed: int
-) -> dict[str, object]:
+    group: Group, name: str, client: str, partition_s: float, root: Path, seed: int,
+    probe: Probe,
+) -> dict[str, object]:  # fmt: skip
     """One cut and heal; ``seed`` draws ``node-service``'s members (printed with the figures)."""
     leader, links = SCENARIOS[name]
     place_leader(group, leader)
     endpoints = ";".join(f"{a}:{CLIENT_PORT}" for a in group.addresses)
-    load = _load(client, group, endpoints, root, seed)
+    load = _load(client, group, endpoints, root, seed, probe)
     load.startup()
     channel: list[int] | None = None
     try:
@@ -459,7 +477,12 @@ def _service_figures(load: Load, cut_s: float, healed_s: float) -> dict[str, obj
     at_s = load.slice.delisted_at_s.get(CUT_MEMBER)
     left = round(at_s - cut_s, 2) if at_s is not None and cut_s < at_s < healed_s else None
     assert load.proxy is not None
-    return {"service_delisted_after_s": left, "service_refused": load.proxy.refused_total}
+    return {
+        "service_probe": [load.slice.probe.period_s, load.slice.probe.failures_max],
+        "service_delisted_after_s": left,
+        "service_connections": load.proxy.accepted_total,
+        "service_refused": load.proxy.refused_total,
+    }
 
 
 def inner(spec: dict[str, object]) -> int:
@@ -485,10 +508,11 @@ def inner(spec: dict[str, object]) -> int:
                     request = admin_pb2.CreateGroupRequest(name=NODE_CLIENT.group, fifo=False)
                     stub.CreateGroup(request, timeout=10)
             runs = itertools.count(int(spec["seed"]))  # type: ignore[call-overload]
+            probe = Probe(float(spec["probe_period_s"]), int(spec["probe_failures"]))  # type: ignore[arg-type, call-overload]
             for client in clients:
                 for name in scenarios:
                     seed = next(runs)
-                    figures = one_scenario(group, name, client, partition_s, root, seed)
+                    figures = one_scenario(group, name, client, partition_s, root, seed, probe)
                     figures["seed"] = seed
                     ok = ok and bool(figures["target_met"])
                     print(json.dumps(figures), flush=True)
@@ -505,6 +529,8 @@ def main() -> None:
     parser.add_argument("--client", action="append", choices=CLIENT_NAMES, default=None)
     parser.add_argument("--scenario", action="append", choices=tuple(SCENARIOS), default=None)
     parser.add_argument("--partition-s", type=float, default=PARTITION_S)
+    parser.add_argument("--probe-period-s", type=float, default=PROBE_PERIOD_S)
+    parser.add_argument("--probe-failures", type=int, default=PROBE_FAILURES_MAX)
     parser.add_argument(
         "--seed", type=int, default=None, help="the first scenario's seed (each next one: +1)"
     )
@@ -514,7 +540,8 @@ def main() -> None:
         sys.exit(inner(json.loads(args.inner)))
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     clients, scenarios = args.client or ["python"], args.scenario or list(SCENARIOS)
-    sys.exit(outer(clients, scenarios, args.partition_s, seed))
+    probe = Probe(args.probe_period_s, args.probe_failures)
+    sys.exit(outer(clients, scenarios, args.partition_s, seed, probe))
 
 
 if __name__ == "__main__":
