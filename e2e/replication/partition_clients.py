@@ -1,7 +1,7 @@
 """Official clients against a member cut off from the majority: iptables cuts between network
 namespaces (:mod:`e2e.replication.silent_link`'s namespaces and brokers), no proxy.
 
-``make e2e-partition-clients`` (root only; needs ``ip`` and ``iptables``; about 2 min per
+``make e2e-partition-clients`` (root only; needs ``ip`` and ``iptables``; 1-1.5 min per
 client). Three ``gannet broker run`` processes, each in its own network namespace on a bridge;
 the client runs in the bridge's namespace and reaches every member all the time: only peer
 links are cut. The client is given every member's address; the official Python client dials the
@@ -9,9 +9,12 @@ route's addresses sorted as strings with gRPC's ``pick_first``, so its channel s
 (the lowest address); the Java client dials them in the route's order, the leader first. The
 Node.js client dials one address (:mod:`e2e.replication.clients`): it runs as the fault
 harness's Node.js workload (:mod:`e2e.faults.client_workload`: a paced sender and a
-SimpleConsumer in one process) behind that harness's Service-like proxy, whose first connection
-goes to node 1; the proxy tells which members hold the client's connections at the cut
-(``channel_members_at_cut``).
+SimpleConsumer in one process), its first connection on node 1, three ways (:class:`NodeLoad`):
+``node`` behind that harness's Service-like proxy (a refusing member is skipped), ``node-dns``
+dialing :data:`DNS_NAME` (every member, node 1 first), ``node-service`` behind a kube-proxy-like
+proxy (a member drawn at random, from a seed, among those the operator's readiness probe lists:
+:class:`EndpointSlice`; a refusal passed on). ``channel_members_at_cut`` names the member of
+each of its connections at the cut.
 Scenarios (node 1 is the member the Python client's channel is on):
 
 * ``leader-cut`` — node 1 leads and is cut from both followers (clients still reach it);
@@ -22,7 +25,8 @@ Each cut lasts ``--partition-s`` (15 s by default), then heals. Measured per sce
 **outage** — the longest stretch from the cut to the heal without a successful send (the cut and
 the heal bound it; a client that never succeeded meanwhile scores the whole partition), the
 sends that failed after the client's own retries, by error, and when the cut-off member's
-``/readyz`` said not ready and its client port refused connections (seconds after the cut).
+``/readyz`` said not ready and its client port refused connections (seconds after the cut);
+for ``node-service`` also when it left the Service and how many connections were refused.
 Target: outage <= :data:`OUTAGE_TARGET_S` (a majority serves all along). One JSON line per
 scenario; exit status 0 when every target is met, 1 otherwise, 2 without root.
 
@@ -507,8 +511,8 @@ def inner(spec: dict[str, object]) -> int:
                 if any(c.startswith("node") for c in clients):  # its SimpleConsumer's group
                     request = admin_pb2.CreateGroupRequest(name=NODE_CLIENT.group, fifo=False)
                     stub.CreateGroup(request, timeout=10)
-            runs = itertools.count(int(spec["seed"]))  # type: ignore[call-overload]
-            probe = Probe(float(spec["probe_period_s"]), int(spec["probe_failures"]))  # type: ignore[arg-type, call-overload]
+            runs = itertools.count(int(str(spec["seed"])))
+            probe = Probe(float(str(spec["probe_period_s"])), int(str(spec["probe_failures"])))
             for client in clients:
                 for name in scenarios:
                     seed = next(runs)
@@ -516,12 +520,24 @@ def inner(spec: dict[str, object]) -> int:
                     figures["seed"] = seed
                     ok = ok and bool(figures["target_met"])
                     print(json.dumps(figures), flush=True)
+        except BaseException:
+            ok = False
+            raise
         finally:
             group.heal()
             group.stop()
             if not ok:
                 group.print_log_tails()
+                _print_client_logs(root)
     return 0 if ok else 1
+
+
+def _print_client_logs(root: Path, lines: int = 20) -> None:
+    """The last ``lines`` of each client program's stderr (the directory goes with the run)."""
+    for path in sorted(root.glob("*.log")):
+        if not path.name.startswith("node") or path.name == "node.log":
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- {path.name} (tail)", *tail, sep="\n", file=sys.stderr)
 
 
 def main() -> None:
