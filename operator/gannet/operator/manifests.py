@@ -681,14 +681,17 @@ def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -
 
 def tls_dns_names(cluster: str, namespace: str, replicas: int) -> list[str]:
     """Names a broker certificate covers: every pod of the headless Service (and a wildcard over
-    it, so a scale-up needs no new certificate) and the client Service; then, for every broker
+    it, so a scale-up needs no new certificate), the headless Service's own name (it resolves to
+    every pod: the one address a Node.js client should dial, docs/architecture.md) and the
+    client Service; then, for every broker
     group a cluster may have, the names other groups dial it at (its pods through the wildcard
     over its headless Service, its client Service), so growing or draining groups never needs
     a new certificate."""
     peers = f"{peers_service_name(cluster)}.{namespace}.svc"
     client = f"{client_service_name(cluster)}.{namespace}.svc"
     names = [pod_host(cluster, namespace, i) for i in range(replicas)]
-    names += [f"*.{peers}", f"*.{peers}.cluster.local", client, f"{client}.cluster.local"]
+    names += [f"*.{peers}", f"*.{peers}.cluster.local", peers, f"{peers}.cluster.local"]
+    names += [client, f"{client}.cluster.local"]
     names += [client_service_name(cluster), f"{client_service_name(cluster)}.{namespace}"]
     for group in range(1, BROKER_GROUPS_MAX):
         base = group_base(cluster, group)
