@@ -554,6 +554,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.inner is not None:
         sys.exit(inner(json.loads(args.inner)))
+    if args.probe_period_s <= 0:
+        parser.error(f"--probe-period-s must be positive, not {args.probe_period_s}")
+    if args.probe_failures < 1:
+        parser.error(f"--probe-failures must be at least 1, not {args.probe_failures}")
     seed = args.seed if args.seed is not None else secrets.randbelow(1_000_000)
     clients, scenarios = args.client or ["python"], args.scenario or list(SCENARIOS)
     probe = Probe(args.probe_period_s, args.probe_failures)
