@@ -171,14 +171,17 @@ e2e-silent-link: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
 	$(BIN)/python -m e2e.replication.silent_link --partition-s 20 --partition-s 60
 
-## e2e-partition-clients: root only (ip netns, iptables): the official Python and Java producers
-## with their channel on a member cut off from the majority (leader cut from its followers,
-## follower cut from its peers, bridge), 15 s each: the longest time without a successful send
-## (target <= 3 s); every namespace and process is removed afterwards (about 2 min per client)
+## e2e-partition-clients: root only (ip netns, iptables): the official Python, Java and Node.js
+## producers with their channel on a member cut off from the majority (leader cut from its
+## followers, follower cut from its peers, bridge), 15 s each: the longest time without a
+## successful send (target <= 3 s). Node.js three ways: behind a proxy that skips refusing
+## members, dialing one DNS name of every member (node-dns), behind a kube-proxy-like Service
+## (node-service); every namespace and process is removed afterwards (1-1.5 min per client)
 .PHONY: e2e-partition-clients
 e2e-partition-clients: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
-	$(BIN)/python -m e2e.replication.partition_clients --client python --client java
+	$(BIN)/python -m e2e.replication.partition_clients --client python --client java \
+	  --client node --client node-dns --client node-service
 
 ## e2e-faults: root only (ip netns, iptables): RUNS (default 100) seeded runs of DURATION_S
 ## (default 60) s each: 3 broker processes in network namespaces under official-client sends and

@@ -18,6 +18,10 @@ it is given a :class:`~e2e.replication.clients.ServiceProxy` in the client's nam
 of every member, as a Kubernetes Service would be: each new connection goes to the next member
 that accepts one within ``CONNECT_TIMEOUT_S``.
 
+Given ``dial``, the Node.js client dials that address itself instead: a DNS name resolving to
+every member (as a headless Service's does) or a proxy of the caller's
+(:mod:`e2e.replication.partition_clients` measures both).
+
 Jars and ``node_modules`` come from :mod:`e2e.replication.clients` (Maven and npm, once,
 outside the namespaces: :func:`prepare`).
 """
@@ -82,7 +86,7 @@ class ClientWorkload(threading.Thread):
 
     def __init__(
         self, client: Client, endpoints: str, topic: str, history: History, rate_per_s: float,
-        seed: int, log_path: Path,
+        seed: int, log_path: Path, *, dial: str | None = None,
     ) -> None:  # fmt: skip
         super().__init__(name=f"{client.name}-workload", daemon=True)
         self.client = client
@@ -98,10 +102,14 @@ class ClientWorkload(threading.Thread):
             source = CLIENTS / "java" / "FaultsWorkload.java"
             argv = ["java", "-Xmx256m", "-cp", f"{java_lib()}/*", str(source), endpoints, *args]
         else:
-            self.proxy = ServiceProxy(_targets(endpoints))
+            if dial is None:
+                self.proxy = ServiceProxy(_targets(endpoints))
+                dial = self.proxy.endpoint
+            elif ";" in dial:
+                raise ValueError(f"the Node.js client dials one address or name, not {dial!r}")
             env = {**os.environ, "NODE_PATH": str(node_modules())}
             script = CLIENTS / "node" / "faults_workload.js"
-            argv = ["node", str(script), self.proxy.endpoint, *args]
+            argv = ["node", str(script), dial, *args]
         self.process = subprocess.Popen(
             argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, env=env
         )

@@ -23,9 +23,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import shutil
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from e2e.replication.harness import Receipt
@@ -214,11 +216,22 @@ class ServiceProxy:
     """One listening port in front of every member, as a Kubernetes Service: each accepted
     connection is relayed to the next member (round robin) that accepts a connection within
     ``PROXY_CONNECT_TIMEOUT_S``; when
-    either side closes, so does the other. Runs on its own event-loop thread."""
+    either side closes, so does the other. Runs on its own event-loop thread.
+    :meth:`live_targets` tells which members hold the client's connections now.
 
-    def __init__(self, targets: list[tuple[str, int]]) -> None:
+    Given ``ready`` (kube-proxy's view: the members its EndpointSlice lists now), it does what
+    kube-proxy's iptables rules do instead: each connection goes to one member drawn at random
+    (``seed``) from ``ready()``, the first to ``targets[0]``, and is closed at once when that
+    member refuses it (no second member is tried)."""
+
+    def __init__(
+        self, targets: list[tuple[str, int]],
+        ready: Callable[[], list[tuple[str, int]]] | None = None, seed: int = 0,
+    ) -> None:  # fmt: skip
         self.targets = targets
         self._next = 0
+        self._ready = ready
+        self._rng = random.Random(seed)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
         self._thread.start()
@@ -227,29 +240,61 @@ class ServiceProxy:
         ).result(10)
         self.port = int(self._server.sockets[0].getsockname()[1])
         self.accepted_total = 0
+        self.refused_total = 0
+        """Connections closed because no member tried accepted them."""
+        self._live: dict[tuple[str, int], int] = {}
+        """Relayed connections open now, by member (written on the loop thread)."""
+        self._live_lock = threading.Lock()
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.port}"
 
+    def live_targets(self) -> dict[tuple[str, int], int]:
+        """How many relayed connections are open now to each member (those with none left out)."""
+        with self._live_lock:
+            return {target: count for target, count in self._live.items() if count}
+
+    def _count(self, target: tuple[str, int], change: int) -> None:
+        with self._live_lock:
+            self._live[target] = self._live.get(target, 0) + change
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.accepted_total += 1
         upstream: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        for _ in range(len(self.targets)):
-            host, port = self.targets[self._next % len(self.targets)]
-            self._next += 1
+        for target in self._candidates():
             with contextlib.suppress(OSError, TimeoutError):
                 upstream = await asyncio.wait_for(
-                    asyncio.open_connection(host, port), PROXY_CONNECT_TIMEOUT_S
+                    asyncio.open_connection(*target), PROXY_CONNECT_TIMEOUT_S
                 )
                 break
         if upstream is None:
+            self.refused_total += 1
             writer.close()
             return
         up_reader, up_writer = upstream
-        await asyncio.gather(
-            self._relay(reader, up_writer), self._relay(up_reader, writer), return_exceptions=True
-        )
+        self._count(target, 1)
+        try:
+            await asyncio.gather(
+                self._relay(reader, up_writer), self._relay(up_reader, writer),
+                return_exceptions=True,
+            )  # fmt: skip
+        finally:
+            self._count(target, -1)
+
+    def _candidates(self) -> Iterator[tuple[str, int]]:
+        """The members to try for one connection, in order (class docstring)."""
+        if self._ready is None:
+            for _ in range(len(self.targets)):
+                target = self.targets[self._next % len(self.targets)]
+                self._next += 1
+                yield target
+            return
+        first = self._next == 0
+        self._next += 1
+        ready = [self.targets[0]] if first else self._ready()
+        if ready:
+            yield self._rng.choice(ready)
 
     @staticmethod
     async def _relay(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

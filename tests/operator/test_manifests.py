@@ -87,6 +87,23 @@ def test_ephemeral_storage_and_no_metrics() -> None:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
 
+@pytest.mark.parametrize("metrics", [True, False])
+def test_a_member_that_knows_no_leader_leaves_the_client_service_at_its_first_failed_probe(
+    metrics: bool,
+) -> None:
+    """Issue 34: kube-proxy draws a pod for each new connection and passes a refusal on, so a
+    cut-off member (``/readyz`` 503, its client port closed) must leave the Service within a
+    second, before a one-address client (the Node.js client) reconnects a second time."""
+    objects = build(metrics={"enabled": metrics})
+    container = by_kind(objects, "StatefulSet")["spec"]["template"]["spec"]["containers"][0]
+    ready = container["readinessProbe"]
+    assert (ready["periodSeconds"], ready["failureThreshold"]) == (1, 1)
+    if metrics:
+        assert ready["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    else:  # the closed client port fails it
+        assert ready["tcpSocket"] == {"port": "client"}
+
+
 @pytest.mark.parametrize(
     ("spec", "flags"),
     [

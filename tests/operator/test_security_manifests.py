@@ -93,6 +93,7 @@ def test_cert_manager_certificates_cover_every_pod_of_the_headless_service() -> 
         for ordinal in range(3):
             assert f"main-{ordinal}.main-peers.demo.svc" in spec["dnsNames"]
         assert "*.main-peers.demo.svc" in spec["dnsNames"]
+        assert "main-peers.demo.svc" in spec["dnsNames"]  # every pod: a one-address client's
         assert "main-client.demo.svc" in spec["dnsNames"]
         assert certificate["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     # Client certificates dial other groups' mutual-TLS client ports too.

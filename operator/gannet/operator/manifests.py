@@ -410,6 +410,19 @@ def _secret_volumes(cluster: str, spec: ClusterSpec) -> list[tuple[str, str, str
     return found
 
 
+READINESS_PERIOD_S = 1
+READINESS_FAILURES_MAX = 1
+"""The broker's readinessProbe: a member that knows no Raft leader (cut off from the majority)
+says not ready on ``/readyz`` and closes its client port 0.5 s later (tcpSocket probes see
+that); the client Service must stop drawing it for new connections before a client reconnects
+a second time. kube-proxy sends each new connection to a ready pod at random and passes a
+refusal on: the official Node.js client (one address: the Service) then fails its sends for
+grpc-js's reconnect backoff (1 s, then 1.6 s, ...) and draws again. With 5 s x 3 the cut
+member stayed listed 12-14 s after a cut and a Node.js client went 5.9 s without a successful
+send (``make e2e-partition-clients``, ``node-service``; docs/architecture.md). A healthy member
+knows a leader all along but for the gap of an election, so one failed probe is enough."""
+
+
 def _probes(spec: ClusterSpec) -> dict[str, Any]:
     if spec.metrics_enabled:
         live: dict[str, Any] = {"httpGet": {"path": "/healthz", "port": "metrics"}}
@@ -418,7 +431,11 @@ def _probes(spec: ClusterSpec) -> dict[str, Any]:
         live = ready = {"tcpSocket": {"port": "client"}}
     return {
         "livenessProbe": {**live, "periodSeconds": 10, "failureThreshold": 6},
-        "readinessProbe": {**ready, "periodSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {
+            **ready,
+            "periodSeconds": READINESS_PERIOD_S,
+            "failureThreshold": READINESS_FAILURES_MAX,
+        },
         "startupProbe": {**live, "periodSeconds": 5, "failureThreshold": 120},
     }
 
@@ -664,14 +681,17 @@ def service_monitor(cluster: str, namespace: str, uid: str, spec: ClusterSpec) -
 
 def tls_dns_names(cluster: str, namespace: str, replicas: int) -> list[str]:
     """Names a broker certificate covers: every pod of the headless Service (and a wildcard over
-    it, so a scale-up needs no new certificate) and the client Service; then, for every broker
+    it, so a scale-up needs no new certificate), the headless Service's own name (it resolves to
+    every pod: the one address a Node.js client should dial, docs/architecture.md) and the
+    client Service; then, for every broker
     group a cluster may have, the names other groups dial it at (its pods through the wildcard
     over its headless Service, its client Service), so growing or draining groups never needs
     a new certificate."""
     peers = f"{peers_service_name(cluster)}.{namespace}.svc"
     client = f"{client_service_name(cluster)}.{namespace}.svc"
     names = [pod_host(cluster, namespace, i) for i in range(replicas)]
-    names += [f"*.{peers}", f"*.{peers}.cluster.local", client, f"{client}.cluster.local"]
+    names += [f"*.{peers}", f"*.{peers}.cluster.local", peers, f"{peers}.cluster.local"]
+    names += [client, f"{client}.cluster.local"]
     names += [client_service_name(cluster), f"{client_service_name(cluster)}.{namespace}"]
     for group in range(1, BROKER_GROUPS_MAX):
         base = group_base(cluster, group)
