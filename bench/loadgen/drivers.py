@@ -70,6 +70,7 @@ class WorkerSpec:
     expected_total: int  # consumers: stop once the group has received this many
     deadline_s: float  # seconds the measured part may take
     cpus: tuple[int, ...] = ()
+    run_token: int = 0  # open-loop runs: stamped in every body (bench.loadgen.fixed_rate)
 
 
 @dataclass
@@ -88,6 +89,18 @@ class WorkerResult:
         """Start of the measured part: wall clock and this process's CPU clock."""
         self.start_s = time.monotonic()
         self.cpu_start_s = time.process_time()
+
+    # Open-loop runs (bench.loadgen.open_loop): (scheduled, event) times of measured messages,
+    # each list bounded by LATENCY_SAMPLE_LIMIT: issued and answered (producers), received
+    # (consumers, first delivery only).
+    sends: list[tuple[float, float]] = field(default_factory=list)
+    acks: list[tuple[float, float]] = field(default_factory=list)
+    receives: list[tuple[float, float]] = field(default_factory=list)
+
+    def note(self, timings: list[tuple[float, float]], scheduled_s: float, at_s: float) -> None:
+        """Append one (scheduled, event) pair to ``timings`` (one of the lists above)."""
+        if len(timings) < LATENCY_SAMPLE_LIMIT:
+            timings.append((scheduled_s, at_s))
 
     def record(self, latency_s: float, count: int, size_bytes: int) -> None:
         self.done += count

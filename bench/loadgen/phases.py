@@ -15,7 +15,7 @@ import traceback
 from dataclasses import dataclass
 from typing import Any
 
-from bench.loadgen import drivers, stats
+from bench.loadgen import drivers, open_loop, stats
 from bench.peers import processes
 
 # Recorded tracebacks are committed with the results: no paths of the machine that ran them.
@@ -64,12 +64,16 @@ def _worker(
     try:
         if role == "produce":
             result = drivers.PRODUCERS[spec.client](spec, barrier)
-        else:
+        elif role == "consume":
             result = drivers.CONSUMERS[spec.client](spec, barrier, counter)
-        out.put((spec.worker, result, ""))
+        elif role == "open_produce":
+            result = open_loop.PRODUCERS[spec.client](spec, barrier)
+        else:
+            result = open_loop.CONSUMERS[spec.client](spec, barrier, counter)
+        out.put((role, result, ""))
     except BaseException:
         barrier.abort()
-        out.put((spec.worker, None, portable_traceback(traceback.format_exc())[-3000:]))
+        out.put((role, None, portable_traceback(traceback.format_exc())[-3000:]))
 
 
 def combine(results: list[drivers.WorkerResult], usage: processes.Usage) -> PhaseResult:
@@ -91,34 +95,67 @@ def combine(results: list[drivers.WorkerResult], usage: processes.Usage) -> Phas
 
 def run(role: str, specs: list[drivers.WorkerSpec], meter_pids: list[int]) -> PhaseResult:
     """Run ``specs`` (all of one role: "produce" or "consume") and meter ``meter_pids``."""
+    results, usage = _run_workers([(role, spec) for spec in specs], meter_pids)
+    return combine(results[role], usage)
+
+
+@dataclass
+class OpenLoopResult:
+    """What the workers of one open-loop phase returned, and the broker's usage meanwhile."""
+
+    producers: list[drivers.WorkerResult]
+    consumers: list[drivers.WorkerResult]
+    usage: processes.Usage
+
+
+def run_open_loop(
+    produce: list[drivers.WorkerSpec], consume: list[drivers.WorkerSpec], meter_pids: list[int]
+) -> OpenLoopResult:
+    """Producers and consumers of a fixed-rate scenario together, released by one barrier
+    (consumers subscribed and, for Kafka, assigned before it)."""
+    jobs = [("open_consume", s) for s in consume] + [("open_produce", s) for s in produce]
+    results, usage = _run_workers(jobs, meter_pids)
+    return OpenLoopResult(results["open_produce"], results["open_consume"], usage)
+
+
+def _run_workers(
+    jobs: list[tuple[str, drivers.WorkerSpec]], meter_pids: list[int]
+) -> tuple[dict[str, list[drivers.WorkerResult]], processes.Usage]:
+    """Start one worker process per (role, spec), release them together, meter ``meter_pids``
+    until every worker has reported; the results by role."""
     ctx = multiprocessing.get_context("spawn")
-    barrier = ctx.Barrier(len(specs) + 1)
+    barrier = ctx.Barrier(len(jobs) + 1)
     counter = ctx.Value("q", 0)
-    out = ctx.Queue(maxsize=len(specs) * 2)
+    out = ctx.Queue(maxsize=len(jobs) * 2)
     workers = [
         ctx.Process(target=_worker, args=(role, spec, barrier, counter, out), daemon=True)
-        for spec in specs
+        for role, spec in jobs
     ]
     for worker in workers:
         worker.start()
+    roles = sorted({role for role, _ in jobs})
     try:
         try:
             barrier.wait(timeout=READY_TIMEOUT_S)
         except threading.BrokenBarrierError as exc:
-            raise PhaseError(f"{role} workers failed to get ready: {_errors(out)}") from exc
-        timeout_s = max(s.deadline_s for s in specs) + RESULT_GRACE_S
-        results: list[drivers.WorkerResult] = []
+            raise PhaseError(
+                f"{'/'.join(roles)} workers failed to get ready: {_errors(out)}"
+            ) from exc
+        timeout_s = max(s.deadline_s for _, s in jobs) + RESULT_GRACE_S
+        results: dict[str, list[drivers.WorkerResult]] = {role: [] for role in roles}
         with processes.Meter(meter_pids) as meter:
-            for _ in specs:
+            for _ in jobs:
                 try:
-                    _, result, error = out.get(timeout=timeout_s)
+                    role, result, error = out.get(timeout=timeout_s)
                 except queue.Empty as exc:
-                    raise PhaseError(f"{role} workers silent for {timeout_s:.0f} s") from exc
+                    raise PhaseError(
+                        f"{'/'.join(roles)} workers silent for {timeout_s:.0f} s"
+                    ) from exc
                 if result is None:
                     raise PhaseError(f"{role} worker failed:\n{error}")
-                results.append(result)
+                results[role].append(result)
         assert meter.usage is not None
-        return combine(results, meter.usage)
+        return results, meter.usage
     finally:
         for worker in workers:
             worker.join(timeout=10)

@@ -12,9 +12,11 @@ on CPU 0 (``docs/benchmarks.md`` §1). JSON line fields are documented in :func:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import os
 import platform
+import random
 import sys
 import tempfile
 import time
@@ -27,7 +29,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from bench.loadgen import drivers, phases
+from bench.loadgen import drivers, fixed_rate, open_loop, phases
 from bench.loadgen.scenarios import Mode, Scenario, select
 from bench.peers import gannet, kafka, natsjs, processes, redisstreams, rocketmq
 from bench.peers.base import Layout, Running
@@ -60,11 +62,17 @@ console = Console(stderr=True)
 
 
 def specs_for(
-    role: str, running: Running, client: str, scenario: Scenario, layout: Layout
+    role: str,
+    running: Running,
+    client: str,
+    scenario: Scenario,
+    layout: Layout,
+    run_token: int = 0,
 ) -> list[drivers.WorkerSpec]:
-    """Worker specs of one phase: producers split the messages; consumers share the group."""
+    """Worker specs of one phase: producers split the messages; consumers share the group
+    (in an open-loop run they stop once the group has every measured message)."""
     workers = scenario.producers if role == "produce" else max(1, scenario.consumers)
-    total = scenario.messages + scenario.warmup_messages
+    total = scenario.messages + (0 if scenario.open_loop else scenario.warmup_messages)
     return [
         drivers.WorkerSpec(
             system=running.system,
@@ -80,6 +88,7 @@ def specs_for(
             expected_total=total,
             deadline_s=scenario.max_duration_s,
             cpus=LOADGEN_CPUS,
+            run_token=run_token,
         )
         for i in range(workers)
     ]
@@ -94,10 +103,38 @@ def _version_or_none(distribution: str) -> str | None:
         return None
 
 
+@functools.cache
+def commit() -> str:
+    """The repository's HEAD commit, with ``+dirty`` when tracked files differ from it (the
+    code that ran), or ``unknown`` outside a git checkout. Read once per run."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")  # fmt: skip
+
+
 def environment() -> dict[str, Any]:
     from importlib.metadata import version
 
     return {
+        "commit": commit(),
         "python": platform.python_version(),
         "grpcio": version("grpcio"),
         "protobuf": version("protobuf"),
@@ -122,6 +159,7 @@ def record(
     load_before: tuple[float, float, float],
     error: str = "",
     cpu_busy_before: float | None = None,
+    fixed_rate_summary: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One JSON line. Rates are msgs/s over the measured part; ``broker_cpu_us_per_msg`` is
     broker CPU (user+system of every broker process) during the produce phase per message
@@ -134,7 +172,12 @@ def record(
     of all CPUs that processes other than the system under test kept busy during 1 s before
     the repetition, and
     ``preliminary`` is true when it exceeded :data:`BUSY_PRELIMINARY_MIN` (other work on the
-    machine); without it (older lines), when the 1-minute load average exceeded 0.5."""
+    machine); without it (older lines), when the 1-minute load average exceeded 0.5.
+
+    Open-loop scenarios run producers and consumers together: ``broker_cpu_us_per_msg`` is
+    then the broker CPU of the whole phase (send, receive and ack) per message sent, and
+    ``fixed_rate`` holds :func:`bench.loadgen.fixed_rate.summarize` of the run (latencies
+    from each message's scheduled send time)."""
     rec: dict[str, Any] = {
         "run_id": run_id,
         "ts": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
@@ -161,6 +204,8 @@ def record(
     }
     if error:
         rec["error"] = error[-2000:]
+    if fixed_rate_summary is not None:
+        rec["fixed_rate"] = fixed_rate_summary
     if produce is not None:
         rec.update(
             messages_sent=produce.done,
@@ -212,11 +257,46 @@ def skipped(run_id: str, scenario: Scenario, system: str, reason: str) -> dict[s
     }
 
 
+def run_open_loop(
+    running: Running, client: str, scenario: Scenario, layout: Layout
+) -> tuple[phases.PhaseResult, phases.PhaseResult, dict[str, Any]]:
+    """One repetition of a fixed-rate scenario: producers and consumers together. The broker's
+    usage of the phase goes with the produce side (the consume side gets none, so that it is
+    not counted twice); the summary is :func:`bench.loadgen.fixed_rate.summarize`."""
+    token = random.randrange(1, 1 << 16)
+    done = phases.run_open_loop(
+        specs_for("produce", running, client, scenario, layout, token),
+        specs_for("consume", running, client, scenario, layout, token),
+        running.pids,
+    )
+    assert scenario.rate_msgs_per_s is not None
+    summary = fixed_rate.summarize(
+        rate_msgs_per_s=scenario.rate_msgs_per_s,
+        messages=scenario.messages,
+        sends=[x for r in done.producers for x in r.sends],
+        acks=[x for r in done.producers for x in r.acks],
+        receives=[x for r in done.consumers for x in r.receives],
+        send_errors=sum(r.errors for r in done.producers),
+    )
+    idle = processes.Usage(cpu_s=0.0, write_bytes=0, peak_rss_bytes=done.usage.peak_rss_bytes)
+    return (
+        phases.combine(done.producers, done.usage),
+        phases.combine(done.consumers, idle),
+        summary,
+    )
+
+
 def run_system(run_id: str, scenario: Scenario, system: str, workdir: Path) -> list[dict[str, Any]]:
     """Every repetition of ``scenario`` against ``system`` (started once, stopped after)."""
+    name = system if scenario.replicas == 1 else f"{system}-r{scenario.replicas}"
+    if scenario.open_loop and CLIENTS[(system, scenario.mode)] not in open_loop.PRODUCERS:
+        reason = (
+            f"no open-loop latency driver for {system} (fixed-rate runs: gannet, rocketmq, kafka)"
+        )
+        console.print(f"[yellow]{scenario.id} {name}: skipped: {reason}")
+        return [skipped(run_id, scenario, name, reason)]
     tag = uuid.uuid4().hex[:6]
     layout = Layout(tuple(scenario.topic_names(tag)), scenario.queues_per_topic, f"g-{tag}")
-    name = system if scenario.replicas == 1 else f"{system}-r{scenario.replicas}"
     try:
         running = SYSTEMS[system](workdir, scenario.flush.value, scenario.replicas, layout)
     except processes.PeerError as exc:
@@ -229,12 +309,18 @@ def run_system(run_id: str, scenario: Scenario, system: str, workdir: Path) -> l
             load_before = processes.loadavg()
             busy_before = processes.cpu_busy_fraction(exclude_roots=running.pids)
             produce = consume = None
+            summary = None
             error = ""
             try:
-                produce = phases.run(
-                    "produce", specs_for("produce", running, client, scenario, layout), running.pids
-                )
-                if scenario.consume and scenario.consumers:
+                if scenario.open_loop:
+                    produce, consume, summary = run_open_loop(running, client, scenario, layout)
+                else:
+                    produce = phases.run(
+                        "produce",
+                        specs_for("produce", running, client, scenario, layout),
+                        running.pids,
+                    )
+                if scenario.consume and scenario.consumers and not scenario.open_loop:
                     consume = phases.run(
                         "consume",
                         specs_for("consume", running, client, scenario, layout),
@@ -244,7 +330,7 @@ def run_system(run_id: str, scenario: Scenario, system: str, workdir: Path) -> l
                 error = str(exc)
             rec = record(
                 run_id, scenario, running, client, repetition, produce, consume, load_before,
-                error, busy_before,
+                error, busy_before, summary,
             )  # fmt: skip
             lines.append(rec)
             _print(rec)

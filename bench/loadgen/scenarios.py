@@ -12,6 +12,12 @@ Two send modes per system:
   ``batch`` × in-flight async publishes; for Kafka, librdkafka batches of up to ``batch``
   messages per partition, ``linger.ms=5``).
 
+Open-loop scenarios (``open_loop=True``, ids ``L1K`` and ``L5K``) measure latency at a fixed
+rate instead of throughput: producers and consumers run together, each producer sends on a
+schedule, and every message's send→ack and send→receive latency runs from its scheduled time
+(:mod:`bench.loadgen.fixed_rate`, :mod:`bench.loadgen.open_loop`). Their warm-up messages are
+sent on the same schedule just before the measured ones.
+
 ``scale`` (``--scale`` of :mod:`bench.loadgen.run`) multiplies the message and warm-up counts;
 the effective counts, repetitions and scale travel with every result line.
 """
@@ -57,6 +63,7 @@ class Scenario:
     repetitions: int = 3
     consume: bool = True
     purpose: str = ""
+    open_loop: bool = False  # producers and consumers together, latency from scheduled sends
     scale: float = 1.0  # factor applied to the defined message and warm-up counts (recorded)
 
     def __post_init__(self) -> None:
@@ -73,12 +80,26 @@ class Scenario:
             problems.append(f"messages={self.messages} < producers={self.producers}")
         if self.rate_msgs_per_s is not None and self.rate_msgs_per_s <= 0:
             problems.append(f"rate_msgs_per_s={self.rate_msgs_per_s} (must be > 0)")
+        if self.open_loop and (self.rate_msgs_per_s is None or not self.consumers):
+            problems.append("an open-loop scenario needs rate_msgs_per_s and consumers")
+        elif self.open_loop and self.schedule_s > self.max_duration_s:
+            problems.append(
+                f"{self.messages + self.warmup_messages} messages at {self.rate_msgs_per_s:g}/s "
+                f"take {self.schedule_s:.0f} s, over max_duration_s={self.max_duration_s:g}"
+            )
         if self.max_duration_s <= 0 or self.repetitions < 1:
             problems.append("max_duration_s > 0 and repetitions >= 1 are required")
         if not 0 < self.scale <= MAX_SCALE:
             problems.append(f"scale={self.scale} (must be > 0 and <= {MAX_SCALE:g})")
         if problems:
             raise ValueError(f"scenario {self.id}: " + "; ".join(problems))
+
+    @property
+    def schedule_s(self) -> float:
+        """How long a fixed-rate run's schedule lasts, warm-up included (0 at max rate)."""
+        if self.rate_msgs_per_s is None:
+            return 0.0
+        return (self.messages + self.warmup_messages) / self.rate_msgs_per_s
 
     @property
     def payload_bytes(self) -> int:
@@ -264,10 +285,51 @@ SCENARIOS: dict[str, Scenario] = {
             warmup_messages=100,
             purpose="MB/s and per-message cost of large bodies",
         ),
+        Scenario(
+            "L1K",
+            "fixed 1,000 msgs/s open loop, send→receive latency, 1 KiB, 4p/4c",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.STOCK,
+            in_flight=64,
+            rate_msgs_per_s=1_000,
+            messages=20_000,
+            warmup_messages=2_000,
+            max_duration_s=60,
+            open_loop=True,
+            purpose="the latency users compare brokers by, at a rate every system sustains",
+        ),
+        Scenario(
+            "L5K",
+            "fixed 5,000 msgs/s open loop, send→receive latency, 1 KiB, 4p/4c",
+            KIB,
+            1,
+            16,
+            4,
+            4,
+            Mode.STOCK,
+            in_flight=64,
+            rate_msgs_per_s=5_000,
+            messages=50_000,
+            warmup_messages=10_000,
+            max_duration_s=60,
+            open_loop=True,
+            purpose="the same latency at five times the rate: where the tail grows first",
+        ),
     ]
 }
 
 QUICK_IDS = ("S1", "S3")
+
+
+def order(scenario_id: str) -> int:
+    """Where ``scenario_id`` sorts in reports: the order of :data:`SCENARIOS` (unknown ids,
+    from older result lines, last)."""
+    ids = list(SCENARIOS)
+    return ids.index(scenario_id) if scenario_id in ids else len(ids)
 
 
 def select(
