@@ -13,7 +13,7 @@ NOT_IN_TEST = --ignore=tests/remoting/test_go_client.py
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test test-random test-load test-docs-spark lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers
+.PHONY: run test test-random test-load test-docs-spark lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers bench-latency bench-report
 
 # _native.c: the store's native batch encoder, built by the editable install (pyproject.toml).
 # Building it needs a C compiler, Python's headers and zlib's: Debian's packages when missing.
@@ -100,14 +100,28 @@ bench-peers: $(BENCH_STAMP) bench-debs
 	$(BIN)/python -c 'from bench.peers import rocketmq; print(rocketmq.fetch())'
 	$(BIN)/python -c 'from bench.peers import kafka; print(kafka.fetch())'
 
-## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams, Kafka
+## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams, Kafka, and the fixed-rate latency runs L1K, L5K (Gannet, RocketMQ, Kafka)
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka
 
-## bench-standard: bench-full at a fifth of the messages, medians of 3 (about 45 min on 2 cores: 40 min of runs, plus installing and starting the peers)
+## bench-standard: S1-S9 of bench-full at a fifth of the messages, medians of 3, then bench-latency (about 55 min on 2 cores: 40 + 10 min of runs, plus installing and starting the peers)
+# A failed throughput run (exit 1, its line holds the error) still lets the latency runs and
+# the report follow; the target fails afterwards.
 bench-standard: bench-peers
-	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka \
-	  --scale 0.2 --repetitions 3
+	$(BIN)/python -m bench.loadgen.run --scenarios $(THROUGHPUT_SCENARIOS) \
+	  --systems gannet,rocketmq,nats,redis,kafka --scale 0.2 --repetitions 3 --no-report \
+	  || failed=1; $(MAKE) bench-latency && exit $${failed:-0}
+
+THROUGHPUT_SCENARIOS := S1,S2,S3,S4,S5,S6,S7,S8,S9
+
+## bench-latency: send→receive latency at fixed 1,000 and 5,000 msgs/s, open loop (L1K, L5K at full size, medians of 3) for Gannet, RocketMQ and Kafka, then REPORT.md (about 10 min on 2 cores)
+bench-latency: bench-peers
+	$(BIN)/python -m bench.loadgen.run --scenarios L1K,L5K --systems gannet,rocketmq,kafka \
+	  --repetitions 3
+
+## bench-report: regenerate bench/results/REPORT.md and its plots from bench/results/peers.jsonl (no runs)
+bench-report: $(BENCH_STAMP)
+	$(BIN)/python -m bench.loadgen.report
 
 ## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, consuming from the tier, Gannet vs Redis S1+S3); figures go to bench/results/
 bench: $(STAMP) $(BENCH_STAMP) bench-debs
