@@ -21,7 +21,8 @@ A worker gets a :class:`WorkerSpec`, gets ready (connects, warms up), waits on t
 barrier so that the measurement starts for every worker at once, runs, and returns a
 :class:`WorkerResult`. Latencies are send→answer per request; for fixed-rate scenarios they are
 measured from the actual send (not the scheduled time), which hides queueing if the generator
-falls behind — the report says so.
+falls behind — the report says so. The open-loop latency scenarios (L1K, L5K) have their own
+drivers, :mod:`bench.loadgen.open_loop`, which measure from the scheduled time.
 """
 
 from __future__ import annotations
