@@ -343,6 +343,17 @@ def _print(rec: dict[str, Any]) -> None:
     if rec.get("error"):
         console.print(f"[red]{rec['scenario']} {rec['system']}: {rec['error'][:400]}")
         return
+    if rec.get("fixed_rate"):
+        fr = rec["fixed_rate"]
+        e2e = fr.get("send_receive_ms") or {}
+        console.print(
+            f"{rec['scenario']} {rec['system']:>9} rep {rec['repetition']}: target "
+            f"{fr['target_msgs_per_s']:,.0f}/s, "
+            f"achieved {fr.get('achieved_msgs_per_s', 0):,.0f}/s, "
+            f"send→receive p50/p99/p99.9 {e2e.get('p50', 0):.1f}/{e2e.get('p99', 0):.1f}/"
+            f"{e2e.get('p99.9', 0):.1f} ms, {fr['verdict']}"
+        )
+        return
     console.print(
         f"{rec['scenario']} {rec['system']:>9} {rec['mode']:>7} rep {rec['repetition']}: "
         f"produce {rec.get('produce_msgs_per_s', 0):>9,.0f}/s "
