@@ -104,7 +104,7 @@ bench-peers: $(BENCH_STAMP) bench-debs
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka
 
-## bench-standard: S1-S9 of bench-full at a fifth of the messages, medians of 3, then bench-latency (about 55 min on 2 cores: 40 + 10 min of runs, plus installing and starting the peers)
+## bench-standard: S1-S9 of bench-full at a fifth of the messages, medians of 3, then bench-latency (about 60 min on 2 cores: 40 + 15 min of runs, plus installing and starting the peers)
 # A failed throughput run (exit 1, its line holds the error) still lets the latency runs and
 # the report follow; the target fails afterwards.
 bench-standard: bench-peers
@@ -114,7 +114,7 @@ bench-standard: bench-peers
 
 THROUGHPUT_SCENARIOS := S1,S2,S3,S4,S5,S6,S7,S8,S9
 
-## bench-latency: send→receive latency at fixed 1,000 and 5,000 msgs/s, open loop (L1K, L5K at full size, medians of 3) for Gannet, RocketMQ and Kafka, then REPORT.md (about 10 min on 2 cores)
+## bench-latency: send→receive latency at fixed 1,000 and 5,000 msgs/s, open loop (L1K, L5K at full size, medians of 3) for Gannet, RocketMQ and Kafka, then REPORT.md (about 15 min on 2 cores)
 bench-latency: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios L1K,L5K --systems gannet,rocketmq,kafka \
 	  --repetitions 3
