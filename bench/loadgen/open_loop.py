@@ -17,7 +17,8 @@ answering cannot grow the client's queue without limit; the wait is charged to t
 since their latency runs from their scheduled time). Each body carries a
 :func:`bench.loadgen.fixed_rate.stamp`; a consumer records (scheduled, received) for every
 measured message of this run (the first delivery of each) and stops once the group has all of
-them, after ``deadline_s``, or when nothing arrived for :data:`IDLE_STOP_S`.
+them, after ``deadline_s``, or when nothing arrived for :data:`IDLE_STOP_S` after the schedule
+ended.
 """
 
 from __future__ import annotations
@@ -101,7 +102,10 @@ def _consume_loop(
     spec: WorkerSpec, counter: Counter, result: WorkerResult, receive: Callable[[], tuple[int, int]]
 ) -> None:
     """Call ``receive`` (→ messages received, of which new measured ones) until the group has
-    every measured message, the deadline passes, or nothing came for IDLE_STOP_S."""
+    every measured message, the deadline passes, or nothing came for IDLE_STOP_S once the
+    producers' schedule is over (a rebalance or a slow broker may pause deliveries for longer
+    while messages are still being sent)."""
+    schedule_end_s = result.start_s + spec.scenario.schedule_s
     last_message = time.monotonic()
     while time.monotonic() - result.start_s < spec.deadline_s:
         if counter.value >= spec.expected_total:
@@ -117,7 +121,7 @@ def _consume_loop(
                 counter.value += measured
         if got:
             last_message = now
-        elif now - last_message > IDLE_STOP_S:
+        elif now - max(last_message, schedule_end_s) > IDLE_STOP_S:
             return
 
 
