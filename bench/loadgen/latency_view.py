@@ -38,6 +38,7 @@ class Row:
     achieved_msgs_per_s: float | None = None  # median over every run
     backlog_at_end: int | None = None  # largest over every run
     cpu_us_per_msg: float | None = None
+    start_lag_p99_ms: float | None = None  # how late sends left their schedule (median of p99s)
     verdicts: tuple[str, ...] = ()  # what went wrong in the runs that did not keep up
 
     @property
@@ -103,6 +104,9 @@ def rows(records: Iterable[Mapping[str, Any]]) -> list[Row]:
                 achieved_msgs_per_s=_median(s.get("achieved_msgs_per_s") for s in summaries),
                 backlog_at_end=max(backlogs) if backlogs else None,
                 cpu_us_per_msg=_median(r.get("broker_cpu_us_per_msg") for r in runs),
+                start_lag_p99_ms=_median(
+                    (s.get("start_lag_ms") or {}).get("p99") for s in summaries
+                ),
                 verdicts=tuple(dict.fromkeys(verdicts)),
             )
         )
@@ -159,6 +163,11 @@ def section(latency_rows: list[Row], image: str | None) -> list[str]:
                 f"achieved {achieved}/s of {row.rate_msgs_per_s:,.0f}/s, backlog {backlog} "
                 f"messages at the last scheduled send; " + "; ".join(row.verdicts)
             )
+            if row.start_lag_p99_ms is not None:
+                note += (
+                    f"; sends left up to {row.start_lag_p99_ms / 1e3:,.1f} s late (p99): the "
+                    "producers' window of sends in flight was full or the client fell behind"
+                )
         out.append(
             f"| {row.rate_msgs_per_s:,.0f} | {row.system} | {row.client} | {receive} | {ack} | "
             f"{achieved} | {cpu} | {row.runs} | {note} |"

@@ -147,6 +147,7 @@ def _line(system: str, rep: int, p99_ms: float, *, sustained: bool = True,
         "send_ack_ms": {"p50": 1.0, "p99": 3.0, "p99.9": 6.0},
         "achieved_msgs_per_s": rate if sustained else rate * 0.6,
         "backlog_at_end": 5 if sustained else 8_000,
+        "start_lag_ms": {"p50": 0.1, "p99": 0.5 if sustained else 2_500.0},
     }  # fmt: skip
     return {
         "run_id": "r9", "ts": f"2026-12-05T15:0{rep}:00+00:00", "scenario": scenario,
@@ -187,6 +188,7 @@ def test_latency_rows_take_medians_and_say_when_a_system_did_not_keep_up() -> No
     assert "| 1,000 | rocketmq | rocketmq-python-client 5.1.2 | not sustained | not sustained |" \
         in text  # fmt: skip
     assert "1 of 2 run(s) did not keep up: achieved 800/s of 1,000/s, backlog 8,000" in text
+    assert "sends left up to 1.3 s late (p99)" in text  # median of 0.5 ms and 2,500 ms
     assert "coordinated omission is corrected" in text
     assert f"(img/{latency_view.IMAGE})" in text
     series = latency_view.plot_series(rows)
