@@ -208,6 +208,7 @@ def plot(latency_rows: list[Row], img_dir: Path) -> str | None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     img_dir.mkdir(parents=True, exist_ok=True)
     systems = sorted({s for per_rate in series.values() for s in per_rate})
@@ -226,6 +227,9 @@ def plot(latency_rows: list[Row], img_dir: Path) -> str | None:
         ax.set_xticks([x + width * (len(systems) - 1) / 2 for x in range(len(PERCENTILES))],
                       list(PERCENTILES))  # fmt: skip
         ax.set_yscale("log")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))  # 20, not 2×10¹
+        ax.yaxis.set_minor_formatter(NullFormatter())
         ax.set_ylabel("send→receive latency (ms)")
         ax.set_title(f"{rate:,.0f} msgs/s")
         if behind:
