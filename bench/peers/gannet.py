@@ -58,7 +58,7 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
         try:
             processes.wait_port(child, "127.0.0.1", port, START_TIMEOUT_S)
             _create_on(endpoint, list(layout.topics), layout.queues, layout.group)
-        except Exception:
+        except BaseException:  # also an interrupt while starting: nothing left running
             processes.stop(child)
             raise
         return Running(
@@ -87,7 +87,7 @@ def _start_cluster(workdir: Path, flush: str, replicas: int, layout: Layout) -> 
             processes.wait_port(child, "127.0.0.1", base + i, START_TIMEOUT_S)
         endpoint = _leader(child, [f"127.0.0.1:{base + i}" for i in range(replicas)])
         _create_on(endpoint, list(layout.topics), layout.queues, layout.group)
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         processes.stop(child)
         raise
     return Running(

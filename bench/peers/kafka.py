@@ -192,7 +192,7 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
     try:
         processes.wait_log(child, STARTED_LINE, START_TIMEOUT_S)
         create_topics(endpoint, layout, config)
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         processes.stop(child)
         raise
     return Running(

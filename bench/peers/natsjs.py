@@ -58,7 +58,7 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
     try:
         processes.wait_port(child, "127.0.0.1", port, START_TIMEOUT_S)
         asyncio.run(_create(url, list(layout.topics), layout.group, replicas=1))
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         processes.stop(child)
         raise
 
@@ -94,7 +94,7 @@ def _start_cluster(workdir: Path, layout: Layout) -> Running:
             processes.wait_port(child, "127.0.0.1", port, START_TIMEOUT_S)
         url = f"nats://127.0.0.1:{client_ports[0]}"
         asyncio.run(_create(url, list(layout.topics), layout.group, replicas=3))
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         for child in reversed(children):
             processes.stop(child)
         raise

@@ -44,7 +44,7 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
     try:
         processes.wait_port(child, "127.0.0.1", port, 30)
         _create(port, layout)
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         processes.stop(child)
         raise
 

@@ -175,7 +175,7 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
         children.append(broker)
         processes.wait_port(broker, "127.0.0.1", proxy_port, START_TIMEOUT_S)
         _wait_route(broker, f"127.0.0.1:{proxy_port}", layout.topics[0])
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         for child in reversed(children):
             processes.stop(child)
         raise
