@@ -116,8 +116,7 @@ def java_lib() -> Path:
 
 
 def remoting_lib() -> Path:
-    """A directory with the official remoting (4.x) Java client's jars, copied once by Maven
-    (the folder ``tests/remoting/java_clients.py`` uses too)."""
+    """A directory with the official remoting (4.x) Java client's jars, copied once by Maven."""
     lib = CACHE / "remoting-lib"
     if not (lib / "rocketmq-acl-4.9.8.jar").exists():
         lib.mkdir(parents=True, exist_ok=True)

@@ -478,6 +478,25 @@ def test_a_write_while_a_seed_never_answered_says_so(tmp_path: Path) -> None:
         lone.stop()
 
 
+def test_no_seeds_answers_at_once(tmp_path: Path) -> None:
+    """``SetClusterSeeds`` with no seeds on a member polling no one has no poll round to wait
+    for: it answers at once (with a long poll interval here, waiting for a round would run
+    past the call's deadline)."""
+    store = dataclasses.replace(
+        StoreConfig.for_tests(tmp_path / "broker-0", flush_mode=FlushMode.SYNC_FLUSH),
+        broker_name="broker-0",
+    )
+    lone = threads.start(BrokerConfig(store=store, listen_port=0, group_poll_interval_s=600.0))
+    try:
+        view = _admin(lone.endpoint).SetClusterSeeds(
+            admin_pb2.SetClusterSeedsRequest(seeds=[]), timeout=30
+        )
+        assert [g.group.broker_name for g in view.groups] == ["broker-0"]
+        assert list(view.seeds) == []
+    finally:
+        lone.stop()
+
+
 def test_reset_offset_names_each_queues_group(pair: Pair) -> None:
     """``group reset-offset`` on a cluster of groups: queue ids repeat across groups, so each
     row names its group (JSON ``broker``, a ``broker`` column in the table)."""

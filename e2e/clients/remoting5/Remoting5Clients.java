@@ -1,6 +1,9 @@
 // The official RocketMQ 5.x remoting client (rocketmq-client 5.3.3, unchanged) against Gannet's
 // remoting and name-server ports, for tests/remoting/test_remoting5.py. One JVM runs every
-// scenario named on the command line, in order, and prints one line per event:
+// scenario named on the command line, in order, but the two that wait on a timer ("pop": the
+// client's fixed 10 s retry delay, "tx": the broker's check-back) each on a thread of its own
+// beside the others (every scenario has its own topics and groups), and prints one line per
+// event:
 //
 //   Remoting5Clients <namesrv> <prefix> <scenario>...
 //
@@ -80,17 +83,40 @@ import org.apache.rocketmq.common.message.MessageExt;
 public class Remoting5Clients {
     static final long WAIT_S = 60;
     static final int API_TIMEOUT_MS = 20_000;
-    static final java.util.List<DefaultMQProducer> open = new java.util.ArrayList<>();
+    static final java.util.List<DefaultMQProducer> open =
+            java.util.Collections.synchronizedList(new java.util.ArrayList<>());
+
+    interface Scenario {
+        void run() throws Exception;
+    }
+
+    /** Runs a scenario on a thread of its own; "ok <name>" once it ends, exit 2 if it fails. */
+    static Thread beside(String name, Scenario scenario) {
+        Thread thread = new Thread(() -> {
+            try {
+                scenario.run();
+                System.out.println("ok " + name);
+                System.out.flush();
+            } catch (Throwable e) {
+                e.printStackTrace();
+                System.out.flush();
+                System.exit(2);
+            }
+        }, name);
+        thread.start();
+        return thread;
+    }
 
     public static void main(String[] args) {
         try {
             String namesrv = args[0];
             String prefix = args[1];
+            List<Thread> besides = new ArrayList<>();
             for (int i = 2; i < args.length; i++) {
                 switch (args[i]) {
                     case "send": send(namesrv, prefix); break;
-                    case "tx": transactions(namesrv, prefix); break;
-                    case "pop": pop(namesrv, prefix); break;
+                    case "tx": besides.add(beside("tx", () -> transactions(namesrv, prefix))); continue;
+                    case "pop": besides.add(beside("pop", () -> pop(namesrv, prefix))); continue;
                     case "batchack": batchAck(namesrv, prefix); break;
                     case "ids": ids(namesrv, prefix); break;
                     case "sqlquote": sqlQuote(namesrv, prefix); break;
@@ -100,6 +126,7 @@ public class Remoting5Clients {
                 System.out.println("ok " + args[i]);
                 System.out.flush();
             }
+            for (Thread thread : besides) thread.join();
             for (DefaultMQProducer p : open) p.shutdown();
         } catch (Throwable e) {
             // the client's threads would keep the JVM alive: end it, failed

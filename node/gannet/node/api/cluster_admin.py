@@ -470,6 +470,8 @@ class ClusterAdminServicer:
                 statuses.bounded("; ".join(refused) + " (the seeds are unchanged)"),
             )
         poller.set_seeds(seeds)
+        if not seeds:  # no seed left: nothing to ask, and no poll round would come to wait for
+            return self.groups.cluster_view()
         # One round shows what the new seeds answered; a seed that cannot be resolved or
         # reached must not hold the caller past its deadline: after a bounded wait the view
         # answers as it stands (its groups' last errors say who has not answered yet).
