@@ -477,6 +477,7 @@ class ClusterAdminServicer:
         # answers as it stands (its groups' last errors say who has not answered yet).
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(
-                poller.wait_rounds(1), poller.interval_s + SEEDS_ROUND_WAIT_CALLS * poller.timeout_s
+                poller.wait_round_of_current_seeds(),
+                poller.interval_s + SEEDS_ROUND_WAIT_CALLS * poller.timeout_s,
             )
         return self.groups.cluster_view()

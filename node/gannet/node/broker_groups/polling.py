@@ -148,6 +148,10 @@ class GroupPoller:
         self.timeout_s = timeout_s
         self._clock_s = clock_s
         self.views: dict[str, GroupView] = {}
+        self._seeds_generation = 0
+        """Counts :meth:`set_seeds` calls: an answer asked for under older seeds is not taken."""
+        self._round_generation = -1
+        """The seeds generation the last finished round started under."""
         self._seed_errors: dict[str, str] = {}
         self._seed_owner: dict[str, str] = {}
         """Seed → the broker name it answered with (the local name for our own members)."""
@@ -189,6 +193,13 @@ class GroupPoller:
         async with self._round_done:
             await self._round_done.wait_for(lambda: self.rounds_total >= target)
 
+    async def wait_round_of_current_seeds(self) -> None:
+        """Until a round that started under the current seeds finished (``SetClusterSeeds``:
+        a round already under way when the seeds changed does not count)."""
+        generation = self._seeds_generation
+        async with self._round_done:
+            await self._round_done.wait_for(lambda: self._round_generation >= generation)
+
     def set_seeds(self, seeds: Iterable[str]) -> None:
         """Replace the seeds (module docstring); raises ValueError on a malformed one."""
         new = parse_seeds(seeds)
@@ -201,6 +212,7 @@ class GroupPoller:
         self._seed_owner = {s: n for s, n in self._seed_owner.items() if s in kept}
         self._seed_errors = {s: e for s, e in self._seed_errors.items() if s in kept}
         self.seeds = new
+        self._seeds_generation += 1
         if self._task is None:
             self.start()
         self.wake()
@@ -238,6 +250,7 @@ class GroupPoller:
 
     async def poll_once(self) -> None:
         """One round: every known group, and every seed not known to belong to one."""
+        generation = self._seeds_generation
         self._claim_own_seeds()
         work = [self._poll_group(name) for name in list(self.views)]
         work += [self._poll_seed(s) for s in self.seeds if s not in self._seed_owner]
@@ -245,6 +258,7 @@ class GroupPoller:
         self._drop_idle_channels()
         async with self._round_done:
             self.rounds_total += 1
+            self._round_generation = generation
             self._round_done.notify_all()
 
     def candidates(self, name: str) -> list[str]:
@@ -263,11 +277,14 @@ class GroupPoller:
             view = self.views.get(name)
             if view is None:
                 return  # forgotten meanwhile (new seeds)
+            generation = self._seeds_generation
             try:
                 reply = await self._ask(endpoint, view.topics_version)
             except grpc.RpcError as exc:
                 errors.append(f"{endpoint}: {poll_error(exc)}")
                 continue
+            if generation != self._seeds_generation:
+                return  # the seeds changed while it was asked: the woken round asks again
             if refused := self._refusal(endpoint, reply):
                 errors.append(refused)
                 continue
@@ -294,11 +311,15 @@ class GroupPoller:
                 self._seed_errors.pop(seed, None)
 
     async def _poll_seed(self, seed: str) -> None:
+        generation = self._seeds_generation
         try:
             reply = await self._ask(seed, "")
         except grpc.RpcError as exc:
-            self._seed_errors[seed] = poll_error(exc)
+            if generation == self._seeds_generation:
+                self._seed_errors[seed] = poll_error(exc)
             return
+        if generation != self._seeds_generation:
+            return  # the seeds changed while it was asked: the woken round asks again
         if refused := self._refusal(seed, reply):
             self._seed_errors[seed] = refused
             return
