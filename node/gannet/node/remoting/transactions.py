@@ -148,6 +148,21 @@ def transaction_id_of(ext: dict[str, str]) -> str:
     return tr.transaction_id_of(offset)
 
 
+def from_check(ext: dict[str, str]) -> bool:
+    """Whether an END_TRANSACTION answers the broker's check: ``fromTransactionCheck`` is a
+    boolean, written ``true`` by the Java clients and ``1`` by the C++ client."""
+    return ext.get("fromTransactionCheck", "").strip().lower() in ("true", "1")
+
+
+def end_message_id(ext: dict[str, str], transaction_id: str) -> str:
+    """The unique key an END_TRANSACTION names, for the v2 check that it is the half
+    message's; "" when it names none. RocketMQ finds the half message by ``commitLogOffset``
+    alone and only logs ``msgId``, and the C++ client's answer to a check names the
+    transaction id there: a ``msgId`` equal to the transaction id is not a unique key."""
+    given = ext.get("msgId") or ""
+    return "" if given.upper() == transaction_id.upper() else given
+
+
 def check_request(check: OrphanCheck, half: records.Message, host: str, port: int) -> Command:
     """The oneway CHECK_TRANSACTION_STATE a producer gets for ``half`` (module docstring)."""
     offset = tr.parse_transaction_id(check.transaction_id)
@@ -212,13 +227,16 @@ class RemotingTransactions:
             return request.response(
                 codes.SYSTEM_ERROR, f"transaction {transaction_id} names no half message"
             )
-        checked = ext.get("fromTransactionCheck") == "true"
         end = service_pb2.EndTransactionRequest(
             topic=definition_pb2.Resource(name=topic),
-            message_id=ext.get("msgId") or "",
+            message_id=end_message_id(ext, transaction_id),
             transaction_id=transaction_id,
             resolution=resolution,
-            source=definition_pb2.SOURCE_SERVER_CHECK if checked else definition_pb2.SOURCE_CLIENT,
+            source=(
+                definition_pb2.SOURCE_SERVER_CHECK
+                if from_check(ext)
+                else definition_pb2.SOURCE_CLIENT
+            ),
         )
         reply = await self._v2.EndTransaction(end, RemotingContext(conn))
         if reply.status.code != statuses.OK:
