@@ -43,7 +43,7 @@ from gannet.node.pop.filtering import MessageFilter
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import acl, codes, messages, popping, pull_steering
+from gannet.node.remoting import acl, codec, codes, messages, popping, pull_steering
 from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
@@ -237,7 +237,7 @@ class BrokerRequests:
         sys_flag = _int(ext, "sysFlag", 0)
         born_ms = _int(ext, "bornTimestamp", 0)
         now_ms = _now_ms()
-        batch = request.code == codes.SEND_BATCH_MESSAGE or ext.get("batch") == "true"
+        batch = request.code == codes.SEND_BATCH_MESSAGE or codec.true_field(ext, "batch")
         if batch:
             entries = messages.decode_batch(request.body)
         else:
@@ -660,7 +660,7 @@ class BrokerRequests:
         (:func:`gannet.node.store.querying.by_key`), the records as stored."""
         ext = request.ext
         topic, key = _text(ext, "topic"), _text(ext, "key")
-        unique = ext.get("_UNIQUE_KEY_QUERY") == "true"
+        unique = codec.true_field(ext, "_UNIQUE_KEY_QUERY")
         found = await deferring.call(functools.partial(
             querying.by_key,
             self.servicer.store,

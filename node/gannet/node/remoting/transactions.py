@@ -37,7 +37,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import sending
 from gannet.node.protocol import statuses
-from gannet.node.remoting import codes, messages
+from gannet.node.remoting import codec, codes, messages
 from gannet.node.remoting.codec import FLAG_ONEWAY, Command
 from gannet.node.remoting.context import RemotingContext
 from gannet.node.remoting.server import Connection
@@ -151,7 +151,7 @@ def transaction_id_of(ext: dict[str, str]) -> str:
 def from_check(ext: dict[str, str]) -> bool:
     """Whether an END_TRANSACTION answers the broker's check: ``fromTransactionCheck`` is a
     boolean, written ``true`` by the Java clients and ``1`` by the C++ client."""
-    return ext.get("fromTransactionCheck", "").strip().lower() in ("true", "1")
+    return codec.true_field(ext, "fromTransactionCheck")
 
 
 def end_message_id(ext: dict[str, str], transaction_id: str) -> str:

@@ -1,13 +1,13 @@
-"""END_TRANSACTION's header fields as the clients write them (pure rules of
-:mod:`gannet.node.remoting.transactions`): the C++ client (rocketmq-client-cpp, through
-rocketmq-client-python 0.5.0rc2) writes ``fromTransactionCheck`` as ``1`` and, answering a
-check, names the transaction id as ``msgId``."""
+"""Header fields as the C++ client writes them (rocketmq-client-cpp, through
+rocketmq-client-python 0.5.0rc2), pure rules of :mod:`gannet.node.remoting.codec` and
+:mod:`gannet.node.remoting.transactions`: booleans as ``1``, and in the answer to a check the
+transaction id as ``msgId``."""
 
 from __future__ import annotations
 
 import pytest
 
-from gannet.node.remoting import transactions
+from gannet.node.remoting import codec, transactions
 
 TX = "00000000000001FE"
 
@@ -39,3 +39,13 @@ def test_a_msg_id_naming_the_transaction_id_is_no_unique_key(written: str) -> No
 
 def test_no_msg_id_names_no_unique_key() -> None:
     assert transactions.end_message_id({}, TX) == ""
+
+
+@pytest.mark.parametrize(
+    ("written", "true"),
+    [("true", True), ("1", True), ("True", True), ("false", False), ("0", False), ("yes", False)],
+)
+def test_boolean_header_fields_in_java_and_cpp_spellings(written: str, true: bool) -> None:
+    # the C++ client's SEND_MESSAGE of a batch carries batch=1 (the Java client's V2 m=true)
+    assert codec.true_field({"batch": written}, "batch") is true
+    assert codec.true_field({}, "batch") is False
