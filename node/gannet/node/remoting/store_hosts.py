@@ -1,6 +1,6 @@
 """The store host of the records a remoting pull answers: this member's remoting address.
 
-A record's STOREHOST field (``reference/store-format.md``) holds the storing member's gRPC client
+A record's STOREHOST field (``docs/formats/commitlog.md``) holds the storing member's gRPC client
 address, the store format's field that gRPC shares. A remoting client reads it as RocketMQ's
 broker address: the C++ client (rocketmq-client-cpp) sends ``CONSUMER_SEND_MSG_BACK`` for a
 failed message to the store host of that message, and the Java and Go clients decode a
