@@ -242,6 +242,8 @@ def test_pop_ack_and_change_invisible_time(remoting_endpoint: str) -> None:
         assert got.code == codes.SUCCESS, got.remark
         [message] = popped(got)
         assert (message.topic, message.body, message.tags) == (topic, b"one", "TagA")
+        # its store host is the remoting address, as a pull's records name it (store_hosts)
+        assert f"{message.store_host[0]}:{message.store_host[1]}" == remoting_endpoint
         extra = message.properties["POP_CK"]  # the receipt handle: ExtraInfoUtil's fields
         fields = extra.split(" ")
         assert len(fields) == 9

@@ -158,7 +158,7 @@ class BrokerRequests:
         self.transactions = remoting_transactions.RemotingTransactions(
             servicer, nameserver.store_address
         )
-        self.popping = popping.RemotingPop(servicer, self.consumers)
+        self.popping = popping.RemotingPop(servicer, self.consumers, nameserver.store_address)
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
             codes.SEND_MESSAGE_V2: self.send,
