@@ -265,6 +265,8 @@ class BrokerRequests:
         reply = await self._v2.SendMessage(service_pb2.SendMessageRequest(messages=v2), context)
         if reply.status.code != statuses.OK:
             return _refusal(request, reply.status)
+        if half:
+            self.transactions.sent_half(conn, ext, entries[0][2])
         first = reply.entries[0]
         answer = {
             "msgId": await self._offset_message_ids(conn, topic, queue_id, reply.entries),

@@ -209,6 +209,15 @@ class RemotingTransactions:
         group = ext.get("producerGroup")
         return ((sending.PRODUCER_GROUP_HEADER, group),) if group else ()
 
+    def sent_half(self, conn: Connection, ext: dict[str, str], properties: dict[str, str]) -> None:
+        """A half message was sent on ``conn``: its producer group's checks may go there.
+        RocketMQ learns a producer's connection from its heartbeats only, but the C++ client
+        heartbeats a producer first 30 s after its start (its heartbeat at start knows no
+        broker yet), so a check due sooner would find no producer."""
+        group = properties.get(props.PRODUCER_GROUP) or ext.get("producerGroup")
+        if group:
+            self.producers.heartbeat(conn, [group])
+
     # --- END_TRANSACTION ---
     async def end(self, request: Command, conn: Connection) -> Command | None:
         ext = request.ext
