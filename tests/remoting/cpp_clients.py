@@ -92,6 +92,9 @@ def run(
             f"the harness reported {sorted(by_name)} of {sorted(scenarios)} "
             f"(exit {done.returncode}): {done.stderr[-4000:]}"
         )
+    # shown with a failure (or -s): where the run's time went
+    seen = {name: (r["seconds"], r.get("client_retries", 0)) for name, r in by_name.items()}
+    print("C++ client scenarios (seconds, sends retried after the client's connect race):", seen)
     return by_name
 
 
