@@ -69,7 +69,7 @@ java:
 	command -v java >/dev/null && command -v javac >/dev/null && command -v mvn >/dev/null || \
 	  { $(SUDO) apt-get update -q && $(APT_INSTALL) openjdk-17-jdk-headless maven; }
 
-unit: $(STAMP) $(PROMTOOL) java
+unit: $(STAMP) $(PROMTOOL) java cpp-clients
 	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
 	$(BIN)/pytest -q --durations=25 $(NOT_IN_TEST) $(PYTEST_ARGS)
 
@@ -236,6 +236,19 @@ go-clients: $(STAMP)
 ## restart, admin (about 15 s once built; tests/remoting/test_go_client.py)
 e2e-remoting-go: go-clients
 	$(BIN)/pytest -q -p no:randomly tests/remoting/test_go_client.py $(PYTEST_ARGS)
+
+## cpp-clients: the official C++ RocketMQ client (rocketmq-client-cpp, in rocketmq-client-python
+## 0.5.0rc2's wheel from PyPI, pinned by sha256) into ~/.cache/gannet-cpp-clients (1.3 MB, once)
+.PHONY: cpp-clients e2e-remoting-cpp
+cpp-clients: $(STAMP)
+	$(BIN)/python tests/remoting/cpp_clients.py install
+
+## e2e-remoting-cpp: the C++ client against a broker, one process: make test's scenarios (sends,
+## push, orderly, compression, transactions, batch and pull, ACL, gRPC both ways) plus
+## RECONSUME_LATER through %RETRY% to the DLQ and a 5 s delay level (about 40 s;
+## tests/remoting/test_cpp_client.py)
+e2e-remoting-cpp: cpp-clients
+	GANNET_CPP_CLIENT_FULL=1 $(BIN)/pytest -q -p no:randomly tests/remoting/test_cpp_client.py $(PYTEST_ARGS)
 
 ## e2e-groups: 2 broker groups x 3 replicas (cluster up --groups 2): SIGKILL of group 0's leader
 ## under the official producer; group 1 keeps serving (gap <= 1 s), 0 acknowledged lost (about 1 min)

@@ -21,6 +21,7 @@ from gannet.node.remoting import codec, codes, messages
 from gannet.node.remoting.codec import Command
 from gannet.node.store import msgids
 from gannet.node.store.config import FlushMode, StoreConfig
+from gannet.node.store.log import records
 
 from .client import RawClient, json_body, raw_frame
 
@@ -546,6 +547,10 @@ def test_messages_by_key_unique_key_and_commit_log_offset(remoting_endpoint: str
         assert sent.code == codes.SUCCESS, sent.remark
         pulled = pull(rc, topic, 0, 0, suspend_ms=WAIT_MS)  # dispatched (and indexed) by now
         assert pulled.code == codes.SUCCESS, pulled.remark
+        # served records name the remoting address as their store host (store_hosts), so a
+        # consumer's offset message id names where VIEW_MESSAGE_BY_ID serves it
+        host, port = records.decode(pulled.body).store_host
+        assert f"{host}:{port}" == remoting_endpoint
         query = {"topic": topic, "key": "order-7", "maxNum": "32", "beginTimestamp": "0",
                  "endTimestamp": str(2**62)}  # fmt: skip
         by_key = rc.call(codes.QUERY_MESSAGE, query)

@@ -232,6 +232,29 @@ def test_the_broker_checks_back_a_connected_producer_of_the_group(
     assert keys_in(broker, topic, ["k-check"]) == ["k-check"]
 
 
+def test_a_check_reaches_the_connection_that_sent_the_half_message_before_any_heartbeat(
+    broker: threads.BrokerThread, remoting_endpoint: str, quick_checks: None
+) -> None:
+    """The C++ client heartbeats a producer first 30 s after its start: the half message's
+    send tells the broker where the group's checks go."""
+    topic, group = name("H"), name("PGH")
+    with RawClient(remoting_endpoint) as rc:
+        sent = send(rc, topic, b"unheard", half=True, group=group, KEYS="k-unheard")
+        assert sent.code == codes.SUCCESS, sent.remark
+        assert end(rc, topic, sent, 0).code == codes.SUCCESS  # UNKNOW
+        deadline = time.monotonic() + 30
+        while True:  # the next frame the broker sends is its check
+            check = rc.read()
+            if not check.is_response:
+                break
+            assert time.monotonic() < deadline
+        assert check.code == codes.CHECK_TRANSACTION_STATE
+        assert check.ext["transactionId"] == sent.ext["transactionId"]
+        assert records.decode(check.body).properties["PGROUP"] == group
+        rolled = end(rc, topic, sent, 12, fromTransactionCheck="1")  # as the C++ client writes
+        assert rolled.code == codes.SUCCESS, rolled.remark
+
+
 # ---------------------------------------------------------------------- pop
 def test_pop_ack_and_change_invisible_time(remoting_endpoint: str) -> None:
     topic, group = name("P"), name("PopG")
@@ -242,6 +265,8 @@ def test_pop_ack_and_change_invisible_time(remoting_endpoint: str) -> None:
         assert got.code == codes.SUCCESS, got.remark
         [message] = popped(got)
         assert (message.topic, message.body, message.tags) == (topic, b"one", "TagA")
+        # its store host is the remoting address, as a pull's records name it (store_hosts)
+        assert f"{message.store_host[0]}:{message.store_host[1]}" == remoting_endpoint
         extra = message.properties["POP_CK"]  # the receipt handle: ExtraInfoUtil's fields
         fields = extra.split(" ")
         assert len(fields) == 9

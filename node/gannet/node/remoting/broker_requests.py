@@ -43,7 +43,7 @@ from gannet.node.pop.filtering import MessageFilter
 from gannet.node.protocol import statuses
 from gannet.node.protocol.gen import admin_pb2
 from gannet.node.protocol.statuses import ApiError
-from gannet.node.remoting import acl, codes, messages, popping, pull_steering
+from gannet.node.remoting import acl, codec, codes, messages, popping, pull_steering, store_hosts
 from gannet.node.remoting import transactions as remoting_transactions
 from gannet.node.remoting.codec import Command
 from gannet.node.remoting.consumers import (
@@ -158,7 +158,7 @@ class BrokerRequests:
         self.transactions = remoting_transactions.RemotingTransactions(
             servicer, nameserver.store_address
         )
-        self.popping = popping.RemotingPop(servicer, self.consumers)
+        self.popping = popping.RemotingPop(servicer, self.consumers, nameserver.store_address)
         self.handlers: dict[int, Handler] = {
             codes.SEND_MESSAGE: self.send,
             codes.SEND_MESSAGE_V2: self.send,
@@ -237,7 +237,7 @@ class BrokerRequests:
         sys_flag = _int(ext, "sysFlag", 0)
         born_ms = _int(ext, "bornTimestamp", 0)
         now_ms = _now_ms()
-        batch = request.code == codes.SEND_BATCH_MESSAGE or ext.get("batch") == "true"
+        batch = request.code == codes.SEND_BATCH_MESSAGE or codec.true_field(ext, "batch")
         if batch:
             entries = messages.decode_batch(request.body)
         else:
@@ -265,6 +265,8 @@ class BrokerRequests:
         reply = await self._v2.SendMessage(service_pb2.SendMessageRequest(messages=v2), context)
         if reply.status.code != statuses.OK:
             return _refusal(request, reply.status)
+        if half:
+            self.transactions.sent_half(conn, ext, entries[0][2])
         first = reply.entries[0]
         answer = {
             "msgId": await self._offset_message_ids(conn, topic, queue_id, reply.entries),
@@ -375,7 +377,8 @@ class BrokerRequests:
         high = store.max_offset_in_queue(topic, queue_id)
         pull_ext = self._pull_ext(got.next_begin_offset, low, high, self._suggestion(queue_id))
         if got.messages:
-            body = b"".join(m.data for m in got.messages)
+            # the records name this member's remoting address as their store host
+            body = store_hosts.served((m.data for m in got.messages), self._host(conn))
             return request.response(codes.SUCCESS, ext=pull_ext, body=body)
         if got.status is GetStatus.OFFSET_OVERFLOW_ONE:
             return request.response(codes.PULL_NOT_FOUND, "no new message", ext=pull_ext)
@@ -635,7 +638,8 @@ class BrokerRequests:
         return self.servicer.store.read_stored(offset, size)
 
     async def view_message(self, request: Command, conn: Connection) -> Command:
-        """The record at a commit-log offset (an offset message id's), as stored. A follower
+        """The record at a commit-log offset (an offset message id's), as stored but for its
+        store host (:mod:`store_hosts`, as every record served here). A follower
         that has not applied that offset yet (the id came with a send answered as soon as a
         majority held it) waits for it up to :data:`CATCH_UP_MS_MAX`."""
         offset = _int(request.ext, "offset")
@@ -645,7 +649,11 @@ class BrokerRequests:
         )  # fmt: skip
         if data is None:
             return request.response(codes.SYSTEM_ERROR, f"no message at commit-log offset {offset}")
-        return request.response(codes.SUCCESS, body=data)
+        return request.response(codes.SUCCESS, body=store_hosts.served((data,), self._host(conn)))
+
+    def _host(self, conn: Connection) -> bytes:
+        """The store host the records served to ``conn`` name (:mod:`store_hosts`)."""
+        return store_hosts.encoded_host(*self.nameserver.store_address(conn))
 
     def _read_applied(self, offset: int) -> records.Message | None:
         store = self.servicer.store
@@ -657,10 +665,10 @@ class BrokerRequests:
 
     async def query_message(self, request: Command, conn: Connection) -> Command:
         """Messages of a topic by key (or by unique key, ``_UNIQUE_KEY_QUERY``) from the index
-        (:func:`gannet.node.store.querying.by_key`), the records as stored."""
+        (:func:`gannet.node.store.querying.by_key`), the records as a pull serves them."""
         ext = request.ext
         topic, key = _text(ext, "topic"), _text(ext, "key")
-        unique = ext.get("_UNIQUE_KEY_QUERY") == "true"
+        unique = codec.true_field(ext, "_UNIQUE_KEY_QUERY")
         found = await deferring.call(functools.partial(
             querying.by_key,
             self.servicer.store,
@@ -686,7 +694,8 @@ class BrokerRequests:
             return request.response(
                 codes.QUERY_NOT_FOUND, f"no message of {topic!r} with key {key!r}", ext=header
             )
-        return request.response(codes.SUCCESS, ext=header, body=b"".join(stored))
+        body = store_hosts.served(stored, self._host(conn))
+        return request.response(codes.SUCCESS, ext=header, body=body)
 
     # ------------------------------------------------------------------ orderly locks
     def _lock_body(self, request: Command) -> tuple[str, str, list[QueueKey]]:

@@ -190,6 +190,13 @@ def _json_header(header: bytes) -> Command:
     )
 
 
+def true_field(ext: dict[str, str], name: str) -> bool:
+    """A boolean header field as the clients write it: ``true`` (Java, Go; a JSON ``true`` is
+    read as that) or ``1`` (the C++ client prints its booleans as numbers); anything else,
+    and no field, is false."""
+    return ext.get(name, "").strip().lower() in ("true", "1")
+
+
 def _scalar_text(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"

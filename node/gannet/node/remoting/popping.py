@@ -9,8 +9,10 @@
   forwarding carries to the leader; a queue the topic lacks is refused); the retry topic is
   popped too either way. The
   answer's body is each popped record as stored (read at the commit-log offset its receipt
-  handle names) with ``POP_CK`` set to the receipt handle — the 5.x client keeps a ``POP_CK``
-  it finds instead of building one from the header lists, and acks with it, so its extraInfo
+  handle names), naming this member's remoting address as its store host
+  (:mod:`gannet.node.remoting.store_hosts`), with ``POP_CK`` set to the receipt handle — the
+  5.x client keeps a ``POP_CK`` it finds instead of building one from the header lists, and
+  acks with it, so its extraInfo
   *is* the gRPC receipt handle (``docs/formats/pop.md`` §4: ExtraInfoUtil's eight fields plus
   the commit-log offset) — and ``1ST_POP_TIME``. The header carries ``popTime``,
   ``invisibleTime``, ``reviveQid``, ``restNum`` (0) and ``startOffsetInfo`` /
@@ -40,7 +42,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from google.protobuf.duration_pb2 import Duration
@@ -170,8 +172,16 @@ class RemotingPop:
     """POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME, QUERY_ASSIGNMENT and
     SET_MESSAGE_REQUEST_MODE for one broker's remoting port."""
 
-    def __init__(self, servicer: Any, consumers: ConsumerRegistry) -> None:
+    def __init__(
+        self,
+        servicer: Any,
+        consumers: ConsumerRegistry,
+        store_address: Callable[[Connection], tuple[str, int]] | None = None,
+    ) -> None:
         self.servicer = servicer
+        self._store_address = store_address
+        """The store host popped records name to a connection (:mod:`store_hosts`); None:
+        as stored."""
         self._v2: Any = servicer
         self.consumers = consumers
         self.modes: dict[tuple[str, str], str] = {}
@@ -229,7 +239,8 @@ class RemotingPop:
         if not popped:
             return request.response(codes.PULL_NOT_FOUND, "no new message")
         self.popped_total += len(popped)
-        return await self._answer(request, popped, ext.get("order") == "true")
+        host = self._store_address(conn) if self._store_address is not None else None
+        return await self._answer(request, popped, ext.get("order") == "true", host)
 
     def _expression(self, ext: dict[str, str]) -> definition_pb2.FilterExpression:
         kind = (ext.get("expType") or "TAG").upper()
@@ -240,7 +251,11 @@ class RemotingPop:
         )
 
     async def _answer(
-        self, request: Command, popped: list[definition_pb2.Message], orderly: bool
+        self,
+        request: Command,
+        popped: list[definition_pb2.Message],
+        orderly: bool,
+        store_host: tuple[str, int] | None,
     ) -> Command:
         handles = [receipts.parse(str(m.system_properties.receipt_handle)) for m in popped]
         bodies = []
@@ -251,6 +266,8 @@ class RemotingPop:
                 continue
             text = str(message.system_properties.receipt_handle)
             attempt = int(message.system_properties.delivery_attempt)
+            if store_host is not None:  # as every record served over remoting (store_hosts)
+                stored.store_host = store_host
             bodies.append(popped_record(stored, text, handle.pop_time_ms, attempt))
         first = handles[0]
         start_info, msg_info = offset_infos(handles)

@@ -37,7 +37,7 @@ from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import sending
 from gannet.node.protocol import statuses
-from gannet.node.remoting import codes, messages
+from gannet.node.remoting import codec, codes, messages
 from gannet.node.remoting.codec import FLAG_ONEWAY, Command
 from gannet.node.remoting.context import RemotingContext
 from gannet.node.remoting.server import Connection
@@ -148,6 +148,21 @@ def transaction_id_of(ext: dict[str, str]) -> str:
     return tr.transaction_id_of(offset)
 
 
+def from_check(ext: dict[str, str]) -> bool:
+    """Whether an END_TRANSACTION answers the broker's check: ``fromTransactionCheck`` is a
+    boolean, written ``true`` by the Java clients and ``1`` by the C++ client."""
+    return codec.true_field(ext, "fromTransactionCheck")
+
+
+def end_message_id(ext: dict[str, str], transaction_id: str) -> str:
+    """The unique key an END_TRANSACTION names, for the v2 check that it is the half
+    message's; "" when it names none. RocketMQ finds the half message by ``commitLogOffset``
+    alone and only logs ``msgId``, and the C++ client's answer to a check names the
+    transaction id there: a ``msgId`` equal to the transaction id is not a unique key."""
+    given = ext.get("msgId") or ""
+    return "" if given.upper() == transaction_id.upper() else given
+
+
 def check_request(check: OrphanCheck, half: records.Message, host: str, port: int) -> Command:
     """The oneway CHECK_TRANSACTION_STATE a producer gets for ``half`` (module docstring)."""
     offset = tr.parse_transaction_id(check.transaction_id)
@@ -194,6 +209,15 @@ class RemotingTransactions:
         group = ext.get("producerGroup")
         return ((sending.PRODUCER_GROUP_HEADER, group),) if group else ()
 
+    def sent_half(self, conn: Connection, ext: dict[str, str], properties: dict[str, str]) -> None:
+        """A half message was sent on ``conn``: its producer group's checks may go there.
+        RocketMQ learns a producer's connection from its heartbeats only, but the C++ client
+        heartbeats a producer first 30 s after its start (its heartbeat at start knows no
+        broker yet), so a check due sooner would find no producer."""
+        group = properties.get(props.PRODUCER_GROUP) or ext.get("producerGroup")
+        if group:
+            self.producers.heartbeat(conn, [group])
+
     # --- END_TRANSACTION ---
     async def end(self, request: Command, conn: Connection) -> Command | None:
         ext = request.ext
@@ -212,13 +236,16 @@ class RemotingTransactions:
             return request.response(
                 codes.SYSTEM_ERROR, f"transaction {transaction_id} names no half message"
             )
-        checked = ext.get("fromTransactionCheck") == "true"
         end = service_pb2.EndTransactionRequest(
             topic=definition_pb2.Resource(name=topic),
-            message_id=ext.get("msgId") or "",
+            message_id=end_message_id(ext, transaction_id),
             transaction_id=transaction_id,
             resolution=resolution,
-            source=definition_pb2.SOURCE_SERVER_CHECK if checked else definition_pb2.SOURCE_CLIENT,
+            source=(
+                definition_pb2.SOURCE_SERVER_CHECK
+                if from_check(ext)
+                else definition_pb2.SOURCE_CLIENT
+            ),
         )
         reply = await self._v2.EndTransaction(end, RemotingContext(conn))
         if reply.status.code != statuses.OK:
