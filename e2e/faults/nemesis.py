@@ -341,7 +341,9 @@ class Nemesis(threading.Thread):
 
     def _replace_begin(self, fault: Fault) -> int:
         """Start replacing the fault's target (the node in its slot, or the leader); the node
-        replaced."""
+        replaced. The steps run in order with every other membership step (:meth:`_in_order`),
+        as the operator makes one change at a time: a disk is lost only once the previous
+        replacement finished, never while the group is one member short."""
         c = self.cluster
         old = self._resolve(fault)
         if old not in c.ids:  # the leader is the membership nemesis' spare: take a slot's
@@ -350,71 +352,97 @@ class Nemesis(threading.Thread):
             raise RuntimeError(f"no spare namespace left for a replacement of {old}")
         new = c.size + 2 + self._replaced_total
         self._replaced_total += 1
-        self._replacing[old] = (new, bool(fault.params["lost_disk"]))
-        if fault.params["lost_disk"]:
-            if old in c.alive():
-                c.kill(old)
-            c.retire(old)  # the disk is gone with the process
-            c.slots[c.slot_of(old)] = new
-            self.history.add("nemesis", "info", "fault", kind="replace", node=old, new=new,
-                             lost_disk=True)  # fmt: skip
-            self._member_op("remove", str(old), retry=True)
+        lost_disk = bool(fault.params["lost_disk"])
+        self._replacing[old] = (new, lost_disk)
+        if lost_disk:
+
+            def lose_disk() -> None:
+                if old in c.alive():
+                    c.kill(old)
+                c.retire(old)  # the disk is gone with the process
+                c.slots[c.slot_of(old)] = new
+                self.history.add("member", "info", "lost-disk", node=old, new=new)
+                self._cli_until_done("remove", str(old))
+
+            self._in_order("lose-disk", lose_disk)
         else:
-            c.start_joining(new, own_store=True)
-            self._member_op("add", c.spec(new), "--timeout-s", "60", retry=True)
+
+            def add() -> None:
+                c.start_joining(new, own_store=True)
+                self._cli_until_done("add", c.spec(new), "--timeout-s", "60")
+
+            self._in_order("add", add)
         return old
 
     def _replace_end(self, old: int) -> None:
-        """Finish replacing ``old``: add the new node (lost disk) or remove ``old`` and retire
-        it (add first)."""
+        """Finish replacing ``old``: start and add the new node (lost disk), or remove ``old``
+        and retire it (add first)."""
         c = self.cluster
         if old not in self._replacing:
             return
         new, lost_disk = self._replacing.pop(old)
         if lost_disk:
-            c.start_joining(new, own_store=True)
-            self._member_op("add", c.spec(new), "--timeout-s", "60", retry=True)
+
+            def add() -> None:
+                c.start_joining(new, own_store=True)
+                self._cli_until_done("add", c.spec(new), "--timeout-s", "60")
+
+            self._in_order("add", add)
             return
 
-        def retire() -> None:
-            c.slots[c.slot_of(old)] = new
-            c.retire(old)
-            self._killed.discard(old)
-            self._paused.discard(old)
-            self._full.discard(old)
+        def remove() -> None:
+            if self._cli_until_done("remove", str(old)):
+                c.slots[c.slot_of(old)] = new
+                c.retire(old)
+                self.history.add("member", "info", "retired", node=old, new=new)
 
-        self._member_op("remove", str(old), retry=True, then=retire)
+        self._in_order("remove", remove)
 
-    def _member_op(self, *args: str, stop: int = 0, retry: bool = False,
-                   then: Callable[[], None] | None = None) -> None:  # fmt: skip
-        """``gannet cluster member <args>`` on a thread of its own, after the previous one;
-        ``retry``: again every ``MEMBER_RETRY_S`` until it succeeds (up to
-        ``MEMBER_OP_WAIT_S``); ``then``: called once it succeeded; ``stop``: then stop that
-        member's process."""
+    def _cli_until_done(self, *args: str) -> bool:
+        """``gannet cluster member <args>`` again every ``MEMBER_RETRY_S`` until it succeeds
+        (up to ``MEMBER_OP_WAIT_S``), as the operator retries a step every pass; whether it
+        did."""
+        deadline = time.monotonic() + MEMBER_OP_WAIT_S
+        while True:
+            self.history.add("member", "invoke", args[0], args=list(args[1:]))
+            ok, text = self.cluster.member_cli(*args)
+            self.history.add("member", "ok" if ok else "info", args[0], output=text)
+            if ok:
+                return True
+            if time.monotonic() > deadline:
+                self.errors.append(f"member {' '.join(args)}: gave up after "
+                                   f"{MEMBER_OP_WAIT_S:.0f} s: {text}")  # fmt: skip
+                return False
+            threading.Event().wait(MEMBER_RETRY_S)
+
+    def _in_order(self, name: str, work: Callable[[], None]) -> None:
+        """``work`` on a thread of its own, after every membership step before it."""
         previous = self._members[-1] if self._members else None
 
         def run() -> None:
             if previous is not None:
                 previous.join()
-            deadline = time.monotonic() + MEMBER_OP_WAIT_S
-            while True:
-                self.history.add("member", "invoke", args[0], args=list(args[1:]))
-                ok, text = self.cluster.member_cli(*args)
-                self.history.add("member", "ok" if ok else "info", args[0], output=text)
-                if ok or not retry or time.monotonic() > deadline:
-                    break
-                threading.Event().wait(MEMBER_RETRY_S)
-            if ok and then is not None:
-                then()
-            elif not ok and retry:
-                self.errors.append(f"member {' '.join(args)}: gave up after "
-                                   f"{MEMBER_OP_WAIT_S:.0f} s: {text}")  # fmt: skip
+            try:
+                work()
+            except Exception as exc:
+                self.errors.append(f"member {name}: {type(exc).__name__}: {exc}")
+
+        thread = threading.Thread(target=run, name=f"member-{name}", daemon=True)
+        thread.start()
+        self._members.append(thread)
+
+    def _member_op(self, *args: str, stop: int = 0) -> None:
+        """``gannet cluster member <args>`` once, after every membership step before it;
+        ``stop``: then stop that member's process."""
+
+        def run() -> None:
+            self.history.add("member", "invoke", args[0], args=list(args[1:]))
+            ok, text = self.cluster.member_cli(*args)
+            self.history.add("member", "ok" if ok else "info", args[0], output=text)
             if stop:
                 self.cluster.stop_member(stop)
 
-        thread = threading.Thread(target=run, name=f"member-{args[0]}", daemon=True)
-        thread.start()
-        self._members.append(thread)
+        self._in_order(args[0], run)
 
     def heal_all(self) -> None:
         """Stop the schedule and undo whatever is still in force (network first: a
