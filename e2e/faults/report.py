@@ -53,8 +53,10 @@ stored copy of a message (a revive writes a new copy, same id, to the retry topi
 delivered after its ack was answered (or a copy revived from an acked one), delivered during a
 live lease, FIFO order within a group; transactions: committed ones stored exactly once,
 rolled-back ones never stored or delivered; terms: one leader per term, terms never down, no
-term rise on a member cut off from every peer (pre-vote). Availability (reported, not failed):
-windows over 1 s without a successful send.
+term rise on a member cut off from every peer (pre-vote); after a `replace`, the group the
+leader lists is exactly the members kept (the replaced ones gone with their stores, their
+successors checked like every member; commit logs compared from the latest log start).
+Availability (reported, not failed): windows over 1 s without a successful send.
 """
 
 
