@@ -491,6 +491,12 @@ class NetCluster:
         subprocess.run(["tar", "czf", str(target), "-C", str(self.root), *names],
                        capture_output=True, timeout=300, check=False)  # fmt: skip
 
+    def keep_logs(self, target: Path) -> None:
+        """Copy every member's log (``node<i>.log``, small) into ``target``."""
+        target.mkdir(parents=True, exist_ok=True)
+        for path in self.root.glob("node*.log"):
+            shutil.copyfile(path, target / path.name)
+
     def store_verify(self, node_id: int) -> tuple[bool, str]:
         """``gannet store verify`` of a stopped member's directory: clean, and its output."""
         argv = [sys.executable, "-m", "gannet.node.cli", "store", "verify",

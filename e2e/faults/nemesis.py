@@ -171,6 +171,19 @@ def _params(rng: random.Random, kind: str, size: int, length: float) -> dict[str
     return {}
 
 
+def replaced_node(resolved: int, members: list[int], leaving: set[int]) -> int:
+    """The node a ``replace`` fault replaces: ``resolved`` (its target's node) unless that is
+    not a slot's holder (the ``membership`` nemesis' spare leading) or its replacement already
+    began (its removal waits in line: seed 904 replaced such a node twice, and the group ended
+    with the second successor in it as well); then the first holder not being replaced."""
+    if resolved in members and resolved not in leaving:
+        return resolved
+    for node in members:
+        if node not in leaving:
+            return node
+    raise RuntimeError(f"every member of {members} is being replaced already")
+
+
 class Nemesis(threading.Thread):
     """Runs a schedule against a cluster, logging every start and stop in the history."""
 
@@ -185,6 +198,8 @@ class Nemesis(threading.Thread):
         self._paused: set[int] = set()
         self._full: set[int] = set()
         self._members: list[threading.Thread] = []
+        self._leaving: set[int] = set()
+        """Nodes whose replacement began (they may hold their slot until their removal)."""
         self._replacing: dict[int, tuple[int, bool]] = {}
         """A node being replaced -> the node taking its slot, and whether its disk was lost."""
         self._replaced_total = 0
@@ -345,15 +360,14 @@ class Nemesis(threading.Thread):
         as the operator makes one change at a time: a disk is lost only once the previous
         replacement finished, never while the group is one member short."""
         c = self.cluster
-        old = self._resolve(fault)
-        if old not in c.ids:  # the leader is the membership nemesis' spare: take a slot's
-            old = c.ids[0]
+        old = replaced_node(self._resolve(fault), c.ids, self._leaving)
         if self._replaced_total >= REPLACE_MAX:
             raise RuntimeError(f"no spare namespace left for a replacement of {old}")
         new = c.size + 2 + self._replaced_total
         self._replaced_total += 1
         lost_disk = bool(fault.params["lost_disk"])
         self._replacing[old] = (new, lost_disk)
+        self._leaving.add(old)
         if lost_disk:
 
             def lose_disk() -> None:

@@ -101,6 +101,8 @@ def inner(spec: dict[str, Any]) -> int:
             if cluster is not None:
                 if not result.get("valid", False):
                     cluster.archive(out / "stores.tgz")
+                elif cluster.retired:  # a replacement's steps are read from the members' logs
+                    cluster.keep_logs(out / "logs")
                 cluster.unmount()
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0 if result.get("valid") else 1

@@ -62,3 +62,12 @@ def test_the_group_at_the_end_must_be_exactly_the_members_kept() -> None:
     assert "lists [1, 2, 3, 5], expected [1, 3, 5]" in stale.violations[0]
     assert "in flight" in stale.violations[1]
     assert "stores still on disk: [2]" in stale.violations[2]
+
+
+def test_a_member_already_being_replaced_is_not_replaced_again() -> None:
+    """Seed 904: the leader, whose replacement waited for its removal, was drawn again; the
+    group ended with both successors. Another slot's holder is taken instead."""
+    assert nemesis.replaced_node(3, [1, 2, 3], set()) == 3
+    assert nemesis.replaced_node(3, [1, 2, 3], {3}) == 1
+    assert nemesis.replaced_node(1, [1, 2, 3], {1, 3}) == 2
+    assert nemesis.replaced_node(4, [1, 2, 3], set()) == 1  # the membership spare leads
