@@ -205,7 +205,7 @@ e2e-partition-clients: $(STAMP)
 ## FIFO, terms, outages). SEED=S replays from seed S (RUNS=1: that run alone); NEMESES=a,b picks
 ## nemeses; CLIENTS=python runs the Python workload alone (default python,java,node: the official
 ## Java and Node.js clients' senders and consumers too, a process each; mvn and npm fetch them once).
-## Report and timelines in e2e/faults/results/report.md (about 3 min per run on a busy machine)
+## Report and timelines in e2e/faults/results/report.md, or OUT=dir (about 3 min per run on a busy machine)
 RUNS ?= 100
 DURATION_S ?= 60
 NEMESES ?= all
@@ -215,7 +215,7 @@ e2e-faults: $(STAMP)
 	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
 	command -v fusermount3 >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) fuse3; }
 	$(BIN)/python -m e2e.faults.runner --runs $(RUNS) --duration-s $(DURATION_S) \
-	  --nemeses $(NEMESES) --clients $(CLIENTS) $(if $(SEED),--seed $(SEED))
+	  --nemeses $(NEMESES) --clients $(CLIENTS) $(if $(SEED),--seed $(SEED)) $(if $(OUT),--out $(OUT))
 
 ## e2e-remoting-admin: a Spring Boot application with rocketmq-spring-boot-starter 2.3.3 (syncSend
 ## and a @RocketMQMessageListener) against a broker's name-server port: every message back once

@@ -22,7 +22,10 @@ Safety (a run fails on any of them):
   before the half message is sent; the producer's checker answers the broker's checks with it
   (:class:`e2e.faults.workload.TxSender`);
 * **terms**: two leaders in one term; a member's term going down; a member cut off from every
-  peer whose term rose during the cut (pre-vote must keep it).
+  peer whose term rose during the cut (pre-vote must keep it);
+* **members**: the group the leader lists at the end is not exactly the members that should
+  be there (a replaced member still listed, its successor missing), a change still in flight,
+  or a replaced member's store still on disk.
 
 Liveness (reported, never failed): every window longer than ``OUTAGE_S`` with no successful send,
 with the faults it overlaps; acknowledged sends never delivered to the Pop consumer.
@@ -376,6 +379,23 @@ def check_fifo(
     if inversions:
         verdict.violations.append(f"fifo: {len(inversions)} out of order: {inversions[:3]}")
     verdict.figures["fifo_groups"] = len(last)
+
+
+def check_members(
+    verdict: Verdict, members: list[int], listed: list[int], in_flight: bool,
+    store_gone: dict[int, bool],
+) -> None:  # fmt: skip
+    """``members``: the nodes that should form the group at the end (the replaced ones'
+    successors included); ``listed``: the leader's ``ListMembers``; ``store_gone``: each
+    replaced node -> whether its store is gone."""
+    if listed != sorted(members):
+        verdict.violations.append(f"members: the leader lists {listed}, expected {members}")
+    if in_flight:
+        verdict.violations.append("members: a membership change still in flight at the end")
+    kept = sorted(i for i, gone in store_gone.items() if not gone)
+    if kept:
+        verdict.violations.append(f"members: replaced members' stores still on disk: {kept}")
+    verdict.figures["members_replaced"] = len(store_gone)
 
 
 def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],

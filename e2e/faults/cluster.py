@@ -5,6 +5,14 @@ Each member ``i`` runs ``gannet broker run --flush sync`` with small store files
 bridge. Faults are applied here: signals to the processes, iptables rules inside the members'
 namespaces (:mod:`e2e.faults.netns`). A monitor thread samples every member's ``GetRaftStatus``
 into the :class:`~e2e.faults.history.History`.
+
+Slots: the group has ``size`` places (1..size), each held by one node id. The founders hold
+them first (node ``i`` in slot ``i``); the ``replace`` nemesis gives a slot to a brand-new node
+(its own namespace, address, empty store, started with ``--join``) and retires the node that
+held it: removed from the group, its process stopped and its store deleted
+(:meth:`NetCluster.retire`). :attr:`NetCluster.ids` are the nodes holding the slots — the
+group's members once a replacement finished — and every check after the run reads those.
+Node ids ``size+2 ..`` are the replacements' (``size+1`` is the ``membership`` nemesis' spare).
 """
 
 from __future__ import annotations
@@ -68,6 +76,14 @@ class NetCluster:
         self.root = root
         self.size = FOUNDERS if len(nodes) > FOUNDERS else len(nodes)
         """Founding members 1..size; a namespace beyond them is a spare for ``--join``."""
+        self.slots: dict[int, int] = {i: i for i in range(1, self.size + 1)}
+        """Slot -> the node id holding it (founders first; a replacement takes its slot)."""
+        self.joined: set[int] = set()
+        """Nodes started with ``--join``: they restart with ``--join`` too."""
+        self.retired: set[int] = set()
+        """Nodes replaced: removed from the group, stopped, their stores deleted."""
+        self._disks = disks
+        self._lazy = lazy
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
         self.history: History | None = None
@@ -77,23 +93,44 @@ class NetCluster:
         self.disks: dict[int, SmallDisk] = {}
         self.lazy: dict[int, LazyMount] = {}
         for i in self.ids:
-            store = root / (f"node{i}.backing" if lazy else f"node{i}")
-            if disks:
-                self.disks[i] = SmallDisk(store, DISK_SIZE_MB)
-            if lazy:
-                self.lazy[i] = LazyMount(store, root / f"node{i}", root / f"lazyfs{i}.log")
-                self.lazy[i].start()
+            self._prepare_store(i)
+
+    def _prepare_store(self, node_id: int) -> None:
+        """Member ``node_id``'s store on its own tmpfs (``disks``) and lazy filesystem
+        (``lazy``), as the founders' are."""
+        store = self.root / (f"node{node_id}.backing" if self._lazy else f"node{node_id}")
+        if self._disks:
+            self.disks[node_id] = SmallDisk(store, DISK_SIZE_MB)
+        if self._lazy:
+            self.lazy[node_id] = LazyMount(store, self.root / f"node{node_id}",
+                                           self.root / f"lazyfs{node_id}.log")  # fmt: skip
+            self.lazy[node_id].start()
 
     @property
     def ids(self) -> list[int]:
+        """The nodes holding the group's slots (the founders until a replacement)."""
+        return sorted(self.slots.values())
+
+    @property
+    def founders(self) -> list[int]:
         return list(range(1, self.size + 1))
+
+    def node_of(self, slot: int) -> int:
+        return self.slots[slot]
+
+    def slot_of(self, node_id: int) -> int:
+        return next(slot for slot, node in self.slots.items() if node == node_id)
 
     def endpoint(self, node_id: int) -> str:
         return f"{self.addresses[node_id - 1]}:{CLIENT_PORT}"
 
     @property
     def endpoints(self) -> str:
-        return ";".join(self.endpoint(i) for i in self.ids)
+        """The clients' endpoints: every founder's and every replacement's address (a client
+        is configured with the addresses the group's members may have, as with a Service;
+        routes name the members in force)."""
+        spares = range(self.size + 2, len(self.addresses) + 1)
+        return ";".join(self.endpoint(i) for i in [*self.founders, *spares])
 
     # ------------------------------------------------------------------ processes
     def start(self, node_id: int | None = None) -> None:
@@ -101,49 +138,79 @@ class NetCluster:
         if not secret.exists():
             secret.write_text(secrets.token_urlsafe(32) + "\n")
             secret.chmod(0o600)
-        peers = ",".join(f"{i}={self.addresses[i - 1]}:{PEER_PORT}/{CLIENT_PORT}" for i in self.ids)
-        for i in [node_id] if node_id is not None else self.ids:
-            env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-            if self.clocks:
-                path = os.pathsep.join(filter(None, [str(CLOCK_SHIM), env.get("PYTHONPATH")]))
-                env.update(PYTHONPATH=path, GANNET_FAULTS_CLOCK_FILE=str(self._clock_file(i)))
-            address = self.addresses[i - 1]
-            argv = ["ip", "netns", "exec", self.nodes[i - 1], sys.executable, "-m",
-                    "gannet.node.cli", "broker", "run",
-                    "--data-dir", str(self.root / f"node{i}"), "--flush", "sync",
-                    "--file-size-mb", str(FILE_SIZE_MB), *small_stores.INDEX_ARGS,
-                    "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
-                    "--node-id", str(i), "--peers", peers,
-                    "--peer-listen", f"{address}:{PEER_PORT}",
-                    "--peer-secret-file", str(secret), *TX_CHECK_ARGS]  # fmt: skip
-            with (self.root / f"node{i}.log").open("ab") as log:
-                self.processes[i] = subprocess.Popen(
-                    argv, stdout=log, stderr=subprocess.STDOUT, env=env
-                )
-            self.paused.discard(i)
+        peers = ",".join(f"{i}={self.addresses[i - 1]}:{PEER_PORT}/{CLIENT_PORT}"
+                         for i in self.founders)  # fmt: skip
+        for i in [node_id] if node_id is not None else self.founders:
+            if i in self.retired:
+                continue  # replaced: its store is gone, it never comes back
+            if i in self.joined:
+                self._spawn(i, "--join")
+            else:
+                self._spawn(i, "--peers", peers)
 
-    def spec(self, node_id: int) -> str:
-        return f"{node_id}={self.addresses[node_id - 1]}:{PEER_PORT}/{CLIENT_PORT}"
-
-    def start_joining(self, node_id: int) -> None:
-        """Start member ``node_id`` (a spare namespace) with ``--join`` and an empty store."""
+    def _spawn(self, node_id: int, *membership: str) -> None:
+        """Run member ``node_id`` in its namespace; ``membership``: ``--peers ...`` or
+        ``--join``."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        if self.clocks:
+            path = os.pathsep.join(filter(None, [str(CLOCK_SHIM), env.get("PYTHONPATH")]))
+            env.update(PYTHONPATH=path, GANNET_FAULTS_CLOCK_FILE=str(self._clock_file(node_id)))
         address = self.addresses[node_id - 1]
-        data = self.root / f"node{node_id}"
-        if data.exists() and node_id not in self.disks:
-            shutil.rmtree(data)
         argv = ["ip", "netns", "exec", self.nodes[node_id - 1], sys.executable, "-m",
                 "gannet.node.cli", "broker", "run",
-                "--data-dir", str(data), "--flush", "sync",
+                "--data-dir", str(self.root / f"node{node_id}"), "--flush", "sync",
                 "--file-size-mb", str(FILE_SIZE_MB), *small_stores.INDEX_ARGS,
                 "--listen", f"{address}:{CLIENT_PORT}", "--metrics-listen", "",
-                "--node-id", str(node_id), "--join",
+                "--node-id", str(node_id), *membership,
                 "--peer-listen", f"{address}:{PEER_PORT}",
                 "--peer-secret-file", str(self.root / "peer-secret"), *TX_CHECK_ARGS]  # fmt: skip
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         with (self.root / f"node{node_id}.log").open("ab") as log:
             self.processes[node_id] = subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, env=env
             )
+        self.paused.discard(node_id)
+
+    def spec(self, node_id: int) -> str:
+        return f"{node_id}={self.addresses[node_id - 1]}:{PEER_PORT}/{CLIENT_PORT}"
+
+    def start_joining(self, node_id: int, *, own_store: bool = False) -> None:
+        """Start member ``node_id`` (a spare namespace) with ``--join`` and an empty store;
+        ``own_store``: on a tmpfs and lazy filesystem of its own as the founders' (a
+        replacement, which later faults may fill or crash)."""
+        data = self.root / f"node{node_id}"
+        if own_store and node_id not in self.disks and node_id not in self.lazy:
+            self._prepare_store(node_id)
+        elif data.exists() and node_id not in self.disks and node_id not in self.lazy:
+            shutil.rmtree(data)
+        self.joined.add(node_id)
+        self._spawn(node_id, "--join")
+
+    def retire(self, node_id: int) -> None:
+        """Member ``node_id`` is gone for good (removed from the group, or its disk lost):
+        stop its process and delete its store (its tmpfs and lazy filesystem too)."""
+        self.retired.add(node_id)
+        self.stop_member(node_id)
+        self.paused.discard(node_id)
+        mount = self.lazy.pop(node_id, None)
+        if mount is not None:
+            mount.stop()
+        disk = self.disks.pop(node_id, None)
+        if disk is not None:
+            disk.free_ballast()
+            disk.close()
+        for name in (f"node{node_id}", f"node{node_id}.backing"):
+            shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def store_gone(self, node_id: int) -> bool:
+        return not any((self.root / name).exists()
+                       for name in (f"node{node_id}", f"node{node_id}.backing"))  # fmt: skip
+
+    def listed(self) -> tuple[list[int], bool]:
+        """The group's members as the leader lists them (``ListMembers``, voters and learners)
+        and whether a change is still in flight."""
+        with self.stub(self.leader()) as stub:
+            reply = stub.ListMembers(admin_pb2.ListMembersRequest(), timeout=10)
+        return sorted(int(m.node_id) for m in reply.members), bool(reply.change_in_flight)
 
     def member_cli(self, *args: str) -> tuple[bool, str]:
         """``gannet cluster member ...`` through the first founder that answers (the CLI finds
@@ -201,7 +268,9 @@ class NetCluster:
         self.paused.add(node_id)
 
     def resume(self, node_id: int) -> None:
-        self.processes[node_id].send_signal(signal.SIGCONT)
+        process = self.processes.get(node_id)  # None: retired meanwhile (replaced)
+        if process is not None:
+            process.send_signal(signal.SIGCONT)
         self.paused.discard(node_id)
 
     def _clock_file(self, node_id: int) -> Path:
@@ -386,15 +455,33 @@ class NetCluster:
                 out[int(q.queue_id)] = messages
         return out
 
-    def commitlog_bytes(self, node_id: int, upto: int) -> bytes:
+    def _commitlog_files(self, node_id: int) -> list[Path]:
         directory = self.root / f"node{node_id}" / "commitlog"
+        return sorted(p for p in directory.iterdir() if p.name.isdigit())
+
+    def log_start(self, node_id: int) -> int:
+        """The commit-log offset member ``node_id``'s first file starts at (0 unless a new
+        member was reset to the leader's log start)."""
+        files = self._commitlog_files(node_id)
+        return int(files[0].name) if files else 0
+
+    def commitlog_bytes(self, node_id: int, upto: int, start: int = 0) -> bytes:
+        """Member ``node_id``'s commit-log bytes at offsets ``start`` to ``upto`` (files are
+        named by the offset they start at)."""
         out = bytearray()
-        for path in sorted(directory.iterdir()):
-            if len(out) >= upto:
-                break
+        for path in self._commitlog_files(node_id):
+            begin, size, at = int(path.name), path.stat().st_size, start + len(out)
+            if at >= upto or begin > at:
+                break  # done, or a gap (reported below)
+            if begin + size <= at:
+                continue
             with path.open("rb") as f:
-                out += f.read(upto - len(out))
-        return bytes(out[:upto])
+                f.seek(at - begin)
+                out += f.read(min(upto, begin + size) - at)
+        if len(out) != upto - start:
+            raise RuntimeError(f"member {node_id}'s commit log holds {len(out)} of the "
+                               f"{upto - start} bytes from {start} to {upto}")  # fmt: skip
+        return bytes(out)
 
     def archive(self, target: Path) -> None:
         """The members' stores and logs as ``target`` (a gzipped tar; preallocated files
@@ -403,6 +490,12 @@ class NetCluster:
                  if p.name.startswith("node") and not p.name.endswith(".backing")]  # fmt: skip
         subprocess.run(["tar", "czf", str(target), "-C", str(self.root), *names],
                        capture_output=True, timeout=300, check=False)  # fmt: skip
+
+    def keep_logs(self, target: Path) -> None:
+        """Copy every member's log (``node<i>.log``, small) into ``target``."""
+        target.mkdir(parents=True, exist_ok=True)
+        for path in self.root.glob("node*.log"):
+            shutil.copyfile(path, target / path.name)
 
     def store_verify(self, node_id: int) -> tuple[bool, str]:
         """``gannet store verify`` of a stopped member's directory: clean, and its output."""

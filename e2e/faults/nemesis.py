@@ -29,13 +29,28 @@ way, or strobed (the skew on and off every 0.3-1.5 s), through the clock shim
 ``membership``: a fourth member (a spare namespace) started with ``--join`` and added with
 ``gannet cluster member add`` when it starts, removed with ``gannet cluster member remove`` and
 stopped when it ends, the CLI calls in the background (operations of process ``member`` in the
-history) while the other stream's faults go on.
+history) while the other stream's faults go on;
+``replace``: a member (the leader or a random slot's) replaced under a new node id — a
+brand-new node in a namespace of its own (new address, empty store, ``--join``) takes its slot
+(:class:`~e2e.faults.cluster.NetCluster`), as the operator replaces a member whose volume was
+lost (``gannet.operator.membership_planning``). Two ways, drawn from the seed: *lost disk*
+(the operator's case) — the member is SIGKILLed and its store deleted when the fault starts,
+removed with ``gannet cluster member remove`` (the group runs on the others), and the new node
+is started and added (learner, caught up, voter) when it ends; *add first* — the new node is
+started and added when the fault starts, and the old member removed, stopped and its store
+deleted when it ends. Each CLI call is retried (every ``MEMBER_RETRY_S``, up to
+``MEMBER_OP_WAIT_S``) until it succeeds, as the operator retries a step every pass: a removal is
+refused while the remaining voters have no reachable majority. At most ``REPLACE_MAX`` per run
+(one spare namespace each). Later faults naming a member by number name its slot, so they reach
+the new node once it holds the slot.
 """
 
 from __future__ import annotations
 
 import random
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +70,7 @@ NETWORK = (
 )
 PROCESS = (
     "pause", "kill", "clock", "disk-full", "pause-follower", "kill-follower", "membership",
-    "lose-unfsynced",
+    "lose-unfsynced", "replace",
 )  # fmt: skip
 """Appended to, never reordered: a seed's schedule draws from these tuples. Runs before
 ``lose-unfsynced`` was added replay with ``--nemeses`` naming the kinds of then."""
@@ -66,6 +81,9 @@ QUIET_END_S = 6.0
 GAP_S = (2.0, 6.0)
 DURATION_S = (3.0, 14.0)
 MEMBER_OP_WAIT_S = 150.0
+MEMBER_RETRY_S = 1.0
+REPLACE_MAX = 2
+"""Replacements per run: each takes a spare namespace (node ids ``size+2 ..``)."""
 
 
 @dataclass(frozen=True)
@@ -90,13 +108,15 @@ def schedule(seed: int, duration_s: float, size: int, kinds: tuple[str, ...]) ->
         if not choices:
             continue
         t = QUIET_START_S + rng.uniform(0, GAP_S[1])
-        while True:
+        while choices:
             length = rng.uniform(*DURATION_S)
             if t + length > duration_s - QUIET_END_S:
                 break
             kind = rng.choice(choices)
             if kind == "membership":  # one spare namespace: one add and remove per run
                 choices = [k for k in choices if k != kind] or choices
+            if kind == "replace" and sum(f.kind == kind for f in faults) + 1 >= REPLACE_MAX:
+                choices = [k for k in choices if k != kind]  # a spare namespace each
             faults.append(Fault(round(t, 2), round(t + length, 2), kind,
                                 _params(rng, kind, size, length)))  # fmt: skip
             t += length + rng.uniform(*GAP_S)
@@ -145,7 +165,23 @@ def _params(rng: random.Random, kind: str, size: int, length: float) -> dict[str
     if kind in ("pause", "kill", "disk-full", "lose-unfsynced"):
         target: int | str = "leader" if rng.random() < 0.5 else rng.choice(members)
         return {"target": target}
+    if kind == "replace":
+        target = "leader" if rng.random() < 0.5 else rng.choice(members)
+        return {"target": target, "lost_disk": rng.random() < 0.5}
     return {}
+
+
+def replaced_node(resolved: int, members: list[int], leaving: set[int]) -> int:
+    """The node a ``replace`` fault replaces: ``resolved`` (its target's node) unless that is
+    not a slot's holder (the ``membership`` nemesis' spare leading) or its replacement already
+    began (its removal waits in line: seed 904 replaced such a node twice, and the group ended
+    with the second successor in it as well); then the first holder not being replaced."""
+    if resolved in members and resolved not in leaving:
+        return resolved
+    for node in members:
+        if node not in leaving:
+            return node
+    raise RuntimeError(f"every member of {members} is being replaced already")
 
 
 class Nemesis(threading.Thread):
@@ -162,6 +198,11 @@ class Nemesis(threading.Thread):
         self._paused: set[int] = set()
         self._full: set[int] = set()
         self._members: list[threading.Thread] = []
+        self._leaving: set[int] = set()
+        """Nodes whose replacement began (they may hold their slot until their removal)."""
+        self._replacing: dict[int, tuple[int, bool]] = {}
+        """A node being replaced -> the node taking its slot, and whether its disk was lost."""
+        self._replaced_total = 0
 
     def run(self) -> None:
         steps: list[tuple[float, int, str, Fault]] = []
@@ -192,31 +233,35 @@ class Nemesis(threading.Thread):
     def _toggle(self, fault: Fault, on: bool) -> None:
         if fault.kind == "flap":
             if on:
-                self.cluster.cut(*fault.params["link"])
+                self.cluster.cut(*(self.cluster.node_of(s) for s in fault.params["link"]))
             else:
                 self.cluster.heal()
         else:
-            member, offset = fault.params["member"], fault.params["offset_s"]
-            self.cluster.set_clock(member, offset if on else 0.0)
+            member = self.cluster.node_of(fault.params["member"])
+            self.cluster.set_clock(member, fault.params["offset_s"] if on else 0.0)
         self.history.add("nemesis", "info", "fault", kind=fault.kind, on=on)
 
     def _follower(self) -> int:
         leader = self.cluster.newest_leader()
-        return next(i for i in self.cluster.ids if i != leader)
+        alive = self.cluster.alive()
+        return next(i for i in sorted(self.cluster.ids, key=lambda i: i not in alive)
+                    if i != leader)  # fmt: skip
 
     def _resolve(self, fault: Fault) -> int:
+        """The node a process fault acts on: the leader, or the node holding the slot the
+        schedule drew."""
         if fault.kind in FOLLOWER:
             return self._follower()
         target = fault.params.get("target", "leader")
         if target == "leader":
-            return self.cluster.newest_leader() or 1
-        return int(target)
+            return self.cluster.newest_leader() or self.cluster.ids[0]
+        return self.cluster.node_of(int(target))
 
     def _begin(self, fault: Fault) -> int:
         kind, p, c = fault.kind, fault.params, self.cluster
         chosen = 0
         if kind == "halves":
-            small = set(p["small"])
+            small = {c.node_of(slot) for slot in p["small"]}
             large = [i for i in c.ids if i not in small]
             for a in small:
                 for b in large:
@@ -231,21 +276,21 @@ class Nemesis(threading.Thread):
             if kind == "leader-isolated":
                 c.cut(0, chosen)
         elif kind == "bridge":
-            a, b = p["members"][1:3]
+            a, b = (c.node_of(slot) for slot in p["members"][1:3])
             c.cut(a, b)
-            chosen = p["members"][0]
+            chosen = c.node_of(p["members"][0])
         elif kind == "follower-cut":
             chosen = self._follower()
             for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
         elif kind == "minority":
-            chosen = p["members"][0]
+            chosen = c.node_of(p["members"][0])
             for other in c.members():
                 if other != chosen:
                     c.cut(chosen, other)
         elif kind == "ring":
-            order = p["order"]
+            order = [c.node_of(slot) for slot in p["order"]]
             near = {(order[i], order[(i + 1) % len(order)]) for i in range(len(order))}
             for a in c.ids:
                 for b in c.ids:
@@ -254,7 +299,7 @@ class Nemesis(threading.Thread):
         elif kind == "loss":
             c.lose(p["probability"])
         elif kind == "flap":
-            c.cut(*p["link"])
+            c.cut(*(c.node_of(slot) for slot in p["link"]))
         elif kind in ("pause", "pause-follower"):
             chosen = self._resolve(fault)
             c.pause(chosen)
@@ -272,7 +317,7 @@ class Nemesis(threading.Thread):
                              lost_files=lost["files"],
                              lost_bytes=lost["restored_bytes"])  # fmt: skip
         elif kind == "clock":
-            chosen = p["member"]
+            chosen = c.node_of(p["member"])
             c.set_clock(chosen, p["offset_s"])
         elif kind == "disk-full":
             chosen = self._resolve(fault)
@@ -282,6 +327,8 @@ class Nemesis(threading.Thread):
             chosen = c.size + 1
             c.start_joining(chosen)
             self._member_op("add", c.spec(chosen), "--timeout-s", "60")
+        elif kind == "replace":
+            chosen = self._replace_begin(fault)
         self.history.add("nemesis", "start", "fault", kind=kind, fault=fault.describe(),
                          node=chosen)  # fmt: skip
         return chosen
@@ -302,37 +349,120 @@ class Nemesis(threading.Thread):
             self._full.discard(chosen)
         elif fault.kind == "membership":
             self._member_op("remove", str(chosen), stop=chosen)
+        elif fault.kind == "replace":
+            self._replace_end(chosen)
         self.history.add("nemesis", "stop", "fault", kind=fault.kind, fault=fault.describe(),
                          node=chosen)  # fmt: skip
 
-    def _member_op(self, *args: str, stop: int = 0) -> None:
-        """``gannet cluster member <args>`` on a thread of its own, after the previous one;
-        ``stop``: then stop that member's process."""
+    def _replace_begin(self, fault: Fault) -> int:
+        """Start replacing the fault's target (the node in its slot, or the leader); the node
+        replaced. The steps run in order with every other membership step (:meth:`_in_order`),
+        as the operator makes one change at a time: a disk is lost only once the previous
+        replacement finished, never while the group is one member short."""
+        c = self.cluster
+        old = replaced_node(self._resolve(fault), c.ids, self._leaving)
+        if self._replaced_total >= REPLACE_MAX:
+            raise RuntimeError(f"no spare namespace left for a replacement of {old}")
+        new = c.size + 2 + self._replaced_total
+        self._replaced_total += 1
+        lost_disk = bool(fault.params["lost_disk"])
+        self._replacing[old] = (new, lost_disk)
+        self._leaving.add(old)
+        if lost_disk:
+
+            def lose_disk() -> None:
+                if old in c.alive():
+                    c.kill(old)
+                c.retire(old)  # the disk is gone with the process
+                c.slots[c.slot_of(old)] = new
+                self.history.add("member", "info", "lost-disk", node=old, new=new)
+                self._cli_until_done("remove", str(old))
+
+            self._in_order("lose-disk", lose_disk)
+        else:
+
+            def add() -> None:
+                c.start_joining(new, own_store=True)
+                self._cli_until_done("add", c.spec(new), "--timeout-s", "60")
+
+            self._in_order("add", add)
+        return old
+
+    def _replace_end(self, old: int) -> None:
+        """Finish replacing ``old``: start and add the new node (lost disk), or remove ``old``
+        and retire it (add first)."""
+        c = self.cluster
+        if old not in self._replacing:
+            return
+        new, lost_disk = self._replacing.pop(old)
+        if lost_disk:
+
+            def add() -> None:
+                c.start_joining(new, own_store=True)
+                self._cli_until_done("add", c.spec(new), "--timeout-s", "60")
+
+            self._in_order("add", add)
+            return
+
+        def remove() -> None:
+            if self._cli_until_done("remove", str(old)):
+                c.slots[c.slot_of(old)] = new
+                c.retire(old)
+                self.history.add("member", "info", "retired", node=old, new=new)
+
+        self._in_order("remove", remove)
+
+    def _cli_until_done(self, *args: str) -> bool:
+        """``gannet cluster member <args>`` again every ``MEMBER_RETRY_S`` until it succeeds
+        (up to ``MEMBER_OP_WAIT_S``), as the operator retries a step every pass; whether it
+        did."""
+        deadline = time.monotonic() + MEMBER_OP_WAIT_S
+        while True:
+            self.history.add("member", "invoke", args[0], args=list(args[1:]))
+            ok, text = self.cluster.member_cli(*args)
+            self.history.add("member", "ok" if ok else "info", args[0], output=text)
+            if ok:
+                return True
+            if time.monotonic() > deadline:
+                self.errors.append(f"member {' '.join(args)}: gave up after "
+                                   f"{MEMBER_OP_WAIT_S:.0f} s: {text}")  # fmt: skip
+                return False
+            threading.Event().wait(MEMBER_RETRY_S)
+
+    def _in_order(self, name: str, work: Callable[[], None]) -> None:
+        """``work`` on a thread of its own, after every membership step before it."""
         previous = self._members[-1] if self._members else None
 
         def run() -> None:
             if previous is not None:
                 previous.join()
+            try:
+                work()
+            except Exception as exc:
+                self.errors.append(f"member {name}: {type(exc).__name__}: {exc}")
+
+        thread = threading.Thread(target=run, name=f"member-{name}", daemon=True)
+        thread.start()
+        self._members.append(thread)
+
+    def _member_op(self, *args: str, stop: int = 0) -> None:
+        """``gannet cluster member <args>`` once, after every membership step before it;
+        ``stop``: then stop that member's process."""
+
+        def run() -> None:
             self.history.add("member", "invoke", args[0], args=list(args[1:]))
             ok, text = self.cluster.member_cli(*args)
             self.history.add("member", "ok" if ok else "info", args[0], output=text)
             if stop:
                 self.cluster.stop_member(stop)
 
-        thread = threading.Thread(target=run, name=f"member-{args[0]}", daemon=True)
-        thread.start()
-        self._members.append(thread)
+        self._in_order(args[0], run)
 
     def heal_all(self) -> None:
-        """Stop the schedule and undo whatever is still in force."""
+        """Stop the schedule and undo whatever is still in force (network first: a
+        membership change waiting for a reachable majority then goes through)."""
         self.done.set()
         self.join(30)
-        for thread in self._members:
-            thread.join(MEMBER_OP_WAIT_S)
-        spare = self.cluster.size + 1
-        if spare in self.cluster.processes:  # added and never removed: remove it now
-            self._member_op("remove", str(spare), stop=spare)
-            self._members[-1].join(MEMBER_OP_WAIT_S)
         self.cluster.heal()
         for member in list(self._paused):
             self.cluster.resume(member)
@@ -346,4 +476,12 @@ class Nemesis(threading.Thread):
         self._paused.clear()
         self._killed.clear()
         self._full.clear()
+        for old in list(self._replacing):  # a replacement begun, never ended: finish it
+            self._replace_end(old)
+        for thread in self._members:
+            thread.join(MEMBER_OP_WAIT_S)
+        spare = self.cluster.size + 1
+        if spare in self.cluster.processes:  # added and never removed: remove it now
+            self._member_op("remove", str(spare), stop=spare)
+            self._members[-1].join(MEMBER_OP_WAIT_S)
         self.history.add("nemesis", "info", "fault", healed="all")

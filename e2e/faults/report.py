@@ -24,9 +24,11 @@ seeded schedule (replay one run: `python -m e2e.faults.runner --seed S`): partit
 links by iptables in the members' namespaces, `follower-cut`; `pause` (SIGSTOP/SIGCONT) and
 `kill` (SIGKILL, restart) of the leader, a random member or a follower, `disk-full` (a
 member's tmpfs filled to 95 %), `clock` (a member's wall clock skewed or strobed),
-`membership` (a fourth member added and removed) and `lose-unfsynced` (SIGKILL, then every
-change the member had not fsynced dropped by a FUSE layer, restart), overlapping the network
-faults. Nemeses are
+`membership` (a fourth member added and removed), `lose-unfsynced` (SIGKILL, then every
+change the member had not fsynced dropped by a FUSE layer, restart) and `replace` (a member
+replaced under a new node id by a brand-new node in a namespace of its own: its disk lost —
+killed, store deleted, removed, then the new node added — or the new node added first and the
+old one removed and deleted), overlapping the network faults. Nemeses are
 described in `e2e/faults/nemesis.py`; what the runs found, with the seeds, in
 docs/architecture.md (section "Faults as Jepsen injects them").
 
@@ -51,8 +53,10 @@ stored copy of a message (a revive writes a new copy, same id, to the retry topi
 delivered after its ack was answered (or a copy revived from an acked one), delivered during a
 live lease, FIFO order within a group; transactions: committed ones stored exactly once,
 rolled-back ones never stored or delivered; terms: one leader per term, terms never down, no
-term rise on a member cut off from every peer (pre-vote). Availability (reported, not failed):
-windows over 1 s without a successful send.
+term rise on a member cut off from every peer (pre-vote); after a `replace`, the group the
+leader lists is exactly the members kept (the replaced ones gone with their stores, their
+successors checked like every member; commit logs compared from the latest log start).
+Availability (reported, not failed): windows over 1 s without a successful send.
 """
 
 
@@ -69,6 +73,7 @@ CATEGORIES = (
     ("FIFO order within a group", "out of order"),
     ("transactions (committed not once, rolled back seen)", "tx:"),
     ("terms (two leaders, term down, cut-off term rose)", "terms:"),
+    ("members at the end (after a replacement)", "members:"),
 )
 
 

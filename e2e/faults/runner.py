@@ -13,9 +13,12 @@ the namespaces. The inner run:
    Node.js clients' senders and consumers, a process each, :mod:`e2e.faults.client_workload`)
    and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
-3. stops the senders, heals every fault, lets the consumers drain, waits until the replicas
-   converge, compares their commit logs byte for byte up to the commit offset, reads every
-   queue on every member, stops the members and runs ``gannet store verify`` on each store;
+3. stops the senders, heals every fault (and finishes a replacement under way), lets the
+   consumers drain, waits until the replicas converge, compares their commit logs byte for byte
+   up to the commit offset, reads every queue on every member, stops the members and runs
+   ``gannet store verify`` on each store — "every member" being the group at the end: a member
+   replaced under a new id (nemesis ``replace``) is gone with its store, its successor checked
+   like the others, and the group the leader lists must be exactly those;
 4. checks the history (:mod:`e2e.faults.checker`) and writes ``result.json``, ``history.jsonl``
    and ``samples.jsonl`` into ``<out>/<seed>/``.
 
@@ -98,6 +101,8 @@ def inner(spec: dict[str, Any]) -> int:
             if cluster is not None:
                 if not result.get("valid", False):
                     cluster.archive(out / "stores.tgz")
+                elif cluster.retired:  # a replacement's steps are read from the members' logs
+                    cluster.keep_logs(out / "logs")
                 cluster.unmount()
     (out / "result.json").write_text(json.dumps(result, indent=1) + "\n")
     return 0 if result.get("valid") else 1
@@ -173,20 +178,29 @@ def _one_run(
         workload.stop()
     tx.shutdown()
     commit = cluster.converged(CONVERGE_TIMEOUT_S)
+    members = cluster.ids  # the slots' nodes: the replaced members' stores are gone
+    listed, in_flight = cluster.listed()
     topics = ("jq", "jf", "jt")
-    stored = {topic: {i: cluster.stored(i, topic) for i in cluster.ids} for topic in topics}
-    reference = cluster.commitlog_bytes(1, commit)
-    differ = [i for i in cluster.ids[1:] if cluster.commitlog_bytes(i, commit) != reference]
+    stored = {topic: {i: cluster.stored(i, topic) for i in members} for topic in topics}
+    start = max(cluster.log_start(i) for i in members)
+    reference = cluster.commitlog_bytes(members[0], commit, start)
+    differ = [i for i in members[1:] if cluster.commitlog_bytes(i, commit, start) != reference]
     cluster.stop()
     events, samples = history.snapshot()
     verdict = checker.Verdict()
     if differ:
-        verdict.violations.append(f"commit logs differ from member 1's below {commit}: {differ}")
+        verdict.violations.append(f"commit logs differ from member {members[0]}'s from {start} "
+                                  f"to {commit}: {differ}")  # fmt: skip
+    result["members"] = members
+    result["replaced"] = sorted(cluster.retired)
+    result["compared_from"] = start
+    checker.check_members(verdict, members, listed, in_flight,
+                          {i: cluster.store_gone(i) for i in cluster.retired})  # fmt: skip
     checker.check_sends(verdict, "jq", events, "s", stored["jq"])
     checker.check_sends(verdict, "jf", events, "f", stored["jf"])
     checker.check_pop(verdict, "pop", events, "pq")
     checker.check_pop(verdict, "fifo_pop", events, "pf")
-    checker.check_fifo(verdict, events, "pf", stored["jf"][1])
+    checker.check_fifo(verdict, events, "pf", stored["jf"][members[0]])
     checker.check_transactions(verdict, events, "t1", "pt", stored["jt"])
     checker.check_pop(verdict, "tx_pop", events, "pt")
     for workload in workloads:
@@ -196,7 +210,7 @@ def _one_run(
         result[f"{name}_malformed_lines"] = workload.malformed
     started = [e for e in events if e.process == "nemesis" and e.type == "start"]
     checker.check_terms(verdict, samples, faults, started)
-    result["verify"] = {str(i): cluster.store_verify(i) for i in cluster.ids}
+    result["verify"] = {str(i): cluster.store_verify(i) for i in members}
     for member, (clean, text) in result["verify"].items():
         if not clean:
             verdict.violations.append(f"store verify of member {member}: {text[-300:]}")
@@ -230,7 +244,8 @@ def one(
 ) -> dict[str, Any]:  # fmt: skip
     """Run ``seed`` in fresh namespaces with the ``clients``' workloads; its ``result.json`` (or a
     harness error)."""
-    spaces = netns.Namespaces(size + ("membership" in kinds), prefix="gfl")
+    spares = 1 + nemesis.REPLACE_MAX if "replace" in kinds else int("membership" in kinds)
+    spaces = netns.Namespaces(size + spares, prefix="gfl")
     run_out = out / str(seed)
     if run_out.exists():
         shutil.rmtree(run_out)
