@@ -18,8 +18,9 @@ LAZY_MODULES = (
     "gannet.node.store.message_store",
     "gannet.node.store.querying",
     "gannet.node.api",
+    "boto3",
 )
-"""Loaded only by the commands that run a broker or open a store."""
+"""Loaded only by the commands that run a broker, open a store or a bucket."""
 
 HELP_ARGS = (
     ["--help"],
