@@ -19,8 +19,11 @@ LAZY_MODULES = (
     "gannet.node.store.querying",
     "gannet.node.api",
     "boto3",
+    "rocketmq",
+    "gannet.node.protocol.signing",
 )
-"""Loaded only by the commands that run a broker, open a store or a bucket."""
+"""Loaded only by the commands that run a broker, open a store or a bucket, or call a broker
+(request signing and the RocketMQ protocol package)."""
 
 HELP_ARGS = (
     ["--help"],
