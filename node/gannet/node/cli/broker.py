@@ -15,19 +15,18 @@ import asyncio
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
-import uvloop
 from rich.table import Table
 
-from gannet.node.broker import serving
-from gannet.node.cli import broker_options, broker_tier, options, output
+from gannet.node.cli import broker_tier, options, output
 from gannet.node.cli.exits import EXIT_STORE_UNAVAILABLE
-from gannet.node.protocol import auth, tls
-from gannet.node.store.errors import StoreError
-from gannet.node.store.message_store import MessageStore
 from gannet.node.store.upkeep import cleaning
+
+if TYPE_CHECKING:
+    from gannet.node.broker import serving
+    from gannet.node.store.message_store import MessageStore
 
 console = output.console
 err_console = output.err_console
@@ -355,6 +354,14 @@ def broker_run(event_loop: str, **values: Any) -> None:
     manifest, then deleted locally; the disk rules above then count only files not yet
     offloaded. An unreachable bucket never blocks writes.
     """
+    # The broker's modules load only when it runs: other commands start fast (test_cli_imports)
+    import uvloop  # noqa: PLC0415
+
+    from gannet.node.broker import serving  # noqa: PLC0415
+    from gannet.node.cli import broker_options  # noqa: PLC0415
+    from gannet.node.protocol import auth, tls  # noqa: PLC0415
+    from gannet.node.store.errors import StoreError  # noqa: PLC0415
+
     broker_config = broker_options.broker_config(broker_options.BrokerOptions.of(values))
     try:
         running = serving.Broker(broker_config)

@@ -30,7 +30,6 @@ from gannet.node.cli.exits import (
     fail,
 )
 from gannet.node.cli.options import client_security
-from gannet.node.protocol import auth, tls
 from gannet.node.protocol.gen import admin_pb2_grpc
 
 T = TypeVar("T")
@@ -56,6 +55,8 @@ def channel(endpoint: str) -> Iterator[grpc.Channel]:
         ("grpc.max_receive_message_length", MESSAGE_BYTES_MAX),
         ("grpc.max_send_message_length", MESSAGE_BYTES_MAX),
     ]
+    from gannet.node.protocol import auth, tls  # noqa: PLC0415 - only a call loads the signing
+
     try:
         opened, raw = auth.client_channel(endpoint, client_security(), options)
     except tls.TlsFileError as exc:

@@ -16,20 +16,23 @@ from __future__ import annotations
 import os
 import socket
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import grpc
-from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
-from rocketmq.v5.util.message_id_codec import MessageIdCodec
 
 from gannet.node.cli import calls, exits, options, output, raft_views
 from gannet.node.cli.calls import CALL_TIMEOUT_S
 from gannet.node.cli.cluster import views as cluster_views
 from gannet.node.cli.options import endpoint_option
 from gannet.node.cli.output import Column, emit, output_option
-from gannet.node.protocol import headers, statuses
+from gannet.node.protocol import headers
 from gannet.node.protocol.gen import admin_pb2, admin_pb2_grpc
+
+# The RocketMQ client package (protobufs, message ids, status codes) loads in the functions
+# that send or receive, not with every gannet command (tests/test_cli_imports.py).
+if TYPE_CHECKING:
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2_grpc
 
 SEND_COUNT_MAX = 100_000
 SEND_QUEUE_LOOKUP_MAX = 64  # sent messages whose queue the CLI looks up
@@ -85,6 +88,9 @@ def _build_message(
     message_group: str | None,
     deliver_at_ms: int | None,
 ) -> definition_pb2.Message:
+    from rocketmq.grpc_protocol import definition_pb2  # noqa: PLC0415
+    from rocketmq.v5.util.message_id_codec import MessageIdCodec  # noqa: PLC0415
+
     msg = definition_pb2.Message(body=body, user_properties=properties)
     msg.topic.name = topic
     sp = msg.system_properties
@@ -137,6 +143,8 @@ def message_send(
     endpoint: str,
 ) -> None:
     """Send BODY to TOPIC (COUNT times); prints message ids, queues and queue offsets."""
+    from rocketmq.grpc_protocol import service_pb2, service_pb2_grpc  # noqa: PLC0415
+
     properties = _parse_properties(props)
     rows: list[dict[str, Any]] = []
     with calls.channel(endpoint) as channel:
@@ -196,6 +204,8 @@ def _metadata() -> tuple[tuple[str, str], ...]:
 
 
 def _check_status(status: definition_pb2.Status) -> None:
+    from gannet.node.protocol import statuses  # noqa: PLC0415
+
     if status.code == statuses.OK:
         return
     name = statuses.code_name(status.code)
@@ -255,6 +265,8 @@ def message_receive(
     Exit 0 when something came; 1 when nothing came within --wait or the group or topic does
     not exist; 4 broker unreachable; 5 refused (bad filter or invisible time, ack refused).
     """
+    from rocketmq.grpc_protocol import service_pb2_grpc  # noqa: PLC0415
+
     received: list[definition_pb2.Message] = []
     acked: dict[str, str] = {}
     with calls.channel(endpoint) as channel:
@@ -301,6 +313,10 @@ def _receive_batch(
     wait_s: float,
 ) -> list[definition_pb2.Message]:
     """One ReceiveMessage call: the messages it delivered (exits on a refusal)."""
+    from rocketmq.grpc_protocol import definition_pb2, service_pb2  # noqa: PLC0415
+
+    from gannet.node.protocol import statuses  # noqa: PLC0415
+
     request = service_pb2.ReceiveMessageRequest(batch_size=batch_size, auto_renew=False)
     request.group.name = group_name
     request.message_queue.topic.name = topic_name
@@ -335,6 +351,10 @@ def _ack_all(
     messages: list[definition_pb2.Message],
 ) -> dict[str, str]:
     """Ack ``messages`` in batches; the code name per receipt handle."""
+    from rocketmq.grpc_protocol import service_pb2  # noqa: PLC0415
+
+    from gannet.node.protocol import statuses  # noqa: PLC0415
+
     result: dict[str, str] = {}
     for start in range(0, len(messages), RECEIVE_BATCH_MAX):
         chunk = messages[start : start + RECEIVE_BATCH_MAX]

@@ -16,11 +16,12 @@ from __future__ import annotations
 import datetime as dt
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from gannet.node.protocol import auth
+if TYPE_CHECKING:
+    from gannet.node.protocol import auth
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -158,6 +159,9 @@ def endpoint_option(command: F) -> F:
 
 def client_security() -> auth.ClientSecurity:
     """The security options of the running command (env variables included)."""
+    # Signing loads the RocketMQ client package: only a command that calls a broker needs it.
+    from gannet.node.protocol import auth  # noqa: PLC0415
+
     ctx = click.get_current_context(silent=True)
     given: dict[str, Any] = ctx.meta.get(_SECURITY_META, {}) if ctx is not None else {}
     try:

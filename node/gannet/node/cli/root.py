@@ -16,7 +16,9 @@ Each subcommand group has its module: ``broker`` (:mod:`broker`), ``store`` (:mo
 ``topic``/``group``/``pop`` (:mod:`admin`), ``message``/``status`` (:mod:`messages`),
 ``tier`` (:mod:`tier`), ``cluster`` (the package :mod:`cluster`), ``operator``
 (:mod:`kube_operator`) and ``pipeline`` (:mod:`pipeline`); option blocks are defined once in
-:mod:`options`, exit codes in :mod:`exits`.
+:mod:`options`, exit codes in :mod:`exits`. Importing them is cheap: the broker, the store
+engine, boto3, request signing and the RocketMQ client package load inside the commands that
+use them, so ``--help`` and the client commands start fast (``tests/test_cli_imports.py``).
 
 Every command has ``--help``. Lists are rich tables (``-o json|yaml`` for scripts, never cut
 when piped: :mod:`gannet.node.cli.output`); long work shows a progress bar. gRPC's C-core logging

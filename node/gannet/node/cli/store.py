@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
@@ -34,15 +34,17 @@ from gannet.node.cli.exits import EXIT_CHECK_FAILED, EXIT_STORE_UNAVAILABLE
 from gannet.node.cli.options import data_dir_argument
 from gannet.node.cli.output import Column, emit, output_option
 from gannet.node.cli.tier_options import Tier, open_tier, tier_exit, tier_options
-from gannet.node.store import msgids, querying
+from gannet.node.store import msgids
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.errors import MessageIllegal, StoreError, StoreLocked
 from gannet.node.store.log.records import Message
-from gannet.node.store.message_store import MessageStore
 from gannet.node.store.queues.consume_queues import Boundary
 from gannet.node.store.tier import auditing, manifests, naming, routing
 from gannet.node.store.tier.errors import TierError
 from gannet.node.store.upkeep import verifying
+
+if TYPE_CHECKING:
+    from gannet.node.store.message_store import MessageStore
 
 console = output.console
 err_console = output.err_console
@@ -388,6 +390,8 @@ def store_get(
     **tier_values: Any,
 ) -> None:
     """Print one message, by commit-log offset, message id or queue offset."""
+    from gannet.node.store import querying  # noqa: PLC0415 - the engine loads only when used
+
     chosen = [offset is not None, msg_id is not None, queue_offset is not None]
     if sum(chosen) != 1:
         raise click.UsageError("give exactly one of --offset, --msg-id, --topic/--queue-offset")
@@ -423,6 +427,8 @@ def by_message_id(st: MessageStore, msg_id: str, topic: str | None) -> list[Mess
     """Messages with this id: an offset message id decodes to a commit-log offset; otherwise
     (or when nothing valid is there) the id is looked up as the client's unique key in the
     index, in ``topic`` or in every topic of the store."""
+    from gannet.node.store import querying  # noqa: PLC0415 - the engine loads only when used
+
     try:
         decoded = msgids.decode_offset_msg_id(msg_id)
     except MessageIllegal:
@@ -471,6 +477,8 @@ def store_query(
     **tier_values: Any,
 ) -> None:
     """Find messages by key or unique key, or the queue offset for a store time."""
+    from gannet.node.store import querying  # noqa: PLC0415 - the engine loads only when used
+
     if sum(x is not None for x in (key, uniq_key, time_text)) != 1:
         raise click.UsageError("give exactly one of --key, --uniq-key, --time")
     ts = options.parse_time_ms(time_text, "--time") if time_text is not None else None
@@ -566,6 +574,8 @@ def _offline_config(data_dir: Path) -> StoreConfig:
 def _opened(
     config: StoreConfig, *, start_services: bool, tier: Tier | None = None
 ) -> Iterator[MessageStore]:
+    from gannet.node.store.message_store import MessageStore  # noqa: PLC0415 - only when used
+
     st = MessageStore(config, tier=tier.reader() if tier is not None else None)
     try:
         st.open(start_services=start_services)

@@ -24,9 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-import boto3
-import botocore.config
-import botocore.exceptions
+import botocore.exceptions  # light; boto3 and botocore.config load with the first S3Bucket
 
 from gannet.node.store.tier import errors
 
@@ -146,6 +144,11 @@ class S3Bucket:
     """:class:`Bucket` over boto3's S3 client."""
 
     def __init__(self, config: BucketConfig) -> None:
+        # Loaded here, not at import: boto3 costs ~0.3 s, and every `gannet` command imports
+        # this module (its options), most never open a bucket (tests/test_cli_imports.py).
+        import boto3  # noqa: PLC0415
+        import botocore.config  # noqa: PLC0415
+
         self.config = config
         self._client = boto3.client(
             "s3",
