@@ -34,12 +34,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import io
 import os
+import pstats
 import queue
-import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -68,8 +68,8 @@ PHASE_TIMEOUT_S = 360.0
 IDLE_WINDOW_S = 3.0
 WARM_MESSAGES = 2_000
 WARM_FIRST_MESSAGES = 10_000
-PROFILE_RATE_HZ = 250
-PROFILE_TOP = 30
+PROFILE_TOP = 40
+PROFILE_WRITE_TIMEOUT_S = 30.0
 LINES_MAX = 1000
 
 PROGRAM = java_programs.Program(
@@ -198,28 +198,34 @@ def client(
         process.wait(timeout=30)
 
 
+PROFILING_HOOK = Path(__file__).parent / "profiling"
+"""Holds the ``sitecustomize`` that profiles a broker between SIGUSR1 and SIGUSR2."""
+
+
 @contextlib.contextmanager
-def sampling(pid: int, out: Path | None) -> Iterator[None]:
-    """py-spy samples ``pid`` (a Python broker) into ``out`` (raw collapsed stacks, one per
-    function, the GIL holder only) while the block runs; nothing when ``out`` is None."""
-    if out is None:
+def profiling(pid: int, folder: Path | None, out: Path | None) -> Iterator[None]:
+    """cProfile the event loop of the broker ``pid`` (started with :data:`PROFILING_HOOK`
+    writing into ``folder``) while the block runs; its top functions go to ``out``. Nothing
+    when ``out`` is None."""
+    if folder is None or out is None:
         yield
         return
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    argv = [spy, "record", "--pid", str(pid), "--format", "raw", "--rate", str(PROFILE_RATE_HZ),
-            "--function", "--gil", "--nonblocking", "--output", str(out)]  # fmt: skip
-    sampler = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    before = set(folder.glob("*.prof"))
+    os.kill(pid, signal.SIGUSR1)
     try:
-        assert sampler.stderr is not None
-        sampler.stderr.readline()  # "py-spy> Sampling process ..." once it is attached
         yield
     finally:
-        sampler.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
-        try:
-            sampler.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            sampler.kill()
-            sampler.wait()
+        os.kill(pid, signal.SIGUSR2)
+    deadline = time.monotonic() + PROFILE_WRITE_TIMEOUT_S
+    while not (written := set(folder.glob("*.prof")) - before):
+        if time.monotonic() > deadline:
+            raise processes.PeerError(f"the broker wrote no profile into {folder}")
+        time.sleep(0.1)  # the broker writes it from its signal handler: no event to await
+    text = io.StringIO()
+    stats = pstats.Stats(str(written.pop()), stream=text)
+    stats.sort_stats("tottime").print_stats(PROFILE_TOP)
+    stats.sort_stats("cumulative").print_stats(PROFILE_TOP)
+    out.write_text(text.getvalue())
 
 
 def run_phases(
@@ -232,22 +238,22 @@ def run_phases(
     profile_dir: Path | None = None,
 ) -> dict[str, dict[str, float]]:
     """One client JVM through every phase against ``running`` (which spends
-    ``idle_cpu_ms_per_s`` without load): phase -> figures. With ``profile_dir``, a Python
-    broker is sampled by py-spy in each phase (one file a phase)."""
+    ``idle_cpu_ms_per_s`` without load): phase -> figures. With ``profile_dir``, Gannet's event
+    loop is profiled in each phase (:func:`profiling`, one file a phase)."""
     figures: dict[str, dict[str, float]] = {}
     python = running.system.startswith("gannet")
     with client(workdir, running.endpoint, repetition, messages, threads) as jvm:
         jvm.expect("ready", READY_TIMEOUT_S)
         for phase in PHASES:
-            name = f"{running.system.replace('/', '_')}-{phase}-{repetition}.txt"
-            out = profile_dir / name if profile_dir is not None and python else None
-            with sampling(running.pids[0], out):
+            folder = profile_folder(profile_dir, running.system) if python else None
+            out = folder / f"{phase}-{repetition}.txt" if folder is not None else None
+            with profiling(running.pids[0], folder, out):
                 cpu_before = broker_cpu_s(running.pids)
                 jvm.say(f"go {phase}")
                 line = jvm.expect(f"done {phase}", PHASE_TIMEOUT_S)
                 cpu_s = broker_cpu_s(running.pids) - cpu_before
             if out is not None:
-                print(remoting_report.profile_summary(out.read_text(), PROFILE_TOP), flush=True)
+                print(f"  profile: {out}", flush=True)
             done = remoting_report.parse_done(line)
             figures[phase] = remoting_report.phase_figures(done, cpu_s, idle_cpu_ms_per_s)
             print(f"  {running.system} {phase}: {figures[phase]}", flush=True)
@@ -265,14 +271,28 @@ def idle_cpu_ms_per_s(running: Running) -> float:
     return round((broker_cpu_s(running.pids) - before) * 1000 / IDLE_WINDOW_S, 2)
 
 
-def start(system: str, workdir: Path, repetitions: int) -> Running:
-    """``gannet``, ``rocketmq`` or ``gannet@<tree>`` (Gannet from another checkout)."""
+def profile_folder(profile_dir: Path | None, system: str) -> Path | None:
+    if profile_dir is None:
+        return None
+    return profile_dir / system.replace("/", "_").replace("@", "-")
+
+
+def start(system: str, workdir: Path, repetitions: int, profile_dir: Path | None = None) -> Running:
+    """``gannet``, ``rocketmq`` or ``gannet@<tree>`` (Gannet from another checkout); with
+    ``profile_dir``, Gannet loads the profiling hook (:func:`profiling`)."""
     base, _, tree = system.partition("@")
     if base == "rocketmq" and not tree:
         return rocketmq.start_remoting(workdir, "async", layout(repetitions))
     if base == "gannet":
         source = Path(tree).resolve() if tree else None
-        running = gannet.start_remoting(workdir, "async", layout(repetitions), source_tree=source)
+        env: dict[str, str] = {}
+        folder = profile_folder(profile_dir, system)
+        if folder is not None:
+            folder.mkdir(parents=True, exist_ok=True)
+            env = {"PYTHONPATH": str(PROFILING_HOOK), "GANNET_BENCH_PROFILE_DIR": str(folder)}
+        running = gannet.start_remoting(
+            workdir, "async", layout(repetitions), source_tree=source, env=env
+        )
         running.system = system
         return running
     raise SystemExit(f"unknown system {system!r}: gannet, rocketmq or gannet@<tree>")
@@ -312,7 +332,7 @@ def run(
         started: dict[str, Running] = {}
         try:
             for index, system in enumerate(systems):
-                started[system] = start(system, root / f"s{index}", repetitions)
+                started[system] = start(system, root / f"s{index}", repetitions, profile_dir)
                 meta["versions"][system] = version(system, started[system])
                 print(f"{system}: {meta['versions'][system]}", flush=True)
             for system, running in started.items():
@@ -375,7 +395,7 @@ def main() -> None:
     parser.add_argument("--no-record", action="store_true", help="print only")
     parser.add_argument("--report-only", action="store_true", help="render REMOTING.md and end")
     parser.add_argument(
-        "--profile", type=Path, help="py-spy Gannet in each phase; raw stacks into this folder"
+        "--profile", type=Path, help="cProfile Gannet's event loop in each phase, into this folder"
     )
     args = parser.parse_args()
     if args.report_only:

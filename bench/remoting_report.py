@@ -250,29 +250,3 @@ def markdown(all_runs: Sequence[Run], intro: str) -> str:
         lines += [f"## {title}: latest run", "", *_describe(run), "", *run_table(run), ""]
     lines += ["## Every recorded run", "", *history_rows(all_runs), ""]
     return "\n".join(lines)
-
-
-def profile_summary(raw: str, top: int) -> str:
-    """The ``top`` functions by own samples and by samples under them, from py-spy's raw
-    output (one ``frame;frame;...;leaf count`` line per stack)."""
-    own: dict[str, int] = {}
-    under: dict[str, int] = {}
-    total = 0
-    for line in raw.splitlines():
-        stack, _, count_text = line.rpartition(" ")
-        if not stack or not count_text.isdigit():
-            continue
-        count = int(count_text)
-        frames = stack.split(";")
-        total += count
-        own[frames[-1]] = own.get(frames[-1], 0) + count
-        for frame in set(frames):
-            under[frame] = under.get(frame, 0) + count
-    if total == 0:
-        return "no samples"
-
-    def rows(table: dict[str, int]) -> list[str]:
-        ranked = sorted(table.items(), key=lambda item: -item[1])[:top]
-        return [f"{count / total * 100:5.1f}%  {frame}" for frame, count in ranked]
-
-    return "\n".join([f"{total} samples; own:", *rows(own), "under (inclusive):", *rows(under)])

@@ -71,12 +71,18 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
 
 
 def start_remoting(
-    workdir: Path, flush: str, layout: Layout, *, source_tree: Path | None = None
+    workdir: Path,
+    flush: str,
+    layout: Layout,
+    *,
+    source_tree: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> Running:
     """One ``gannet broker run`` serving the remoting protocol and the name-server requests
     (``--remoting-port``, ``--nameserver-port``) beside gRPC. The endpoint is the name server's
     address, which is what a remoting client (``DefaultMQProducer``) is given. ``source_tree``:
-    run the broker of another checkout (its ``node/`` first on PYTHONPATH), to compare two."""
+    run the broker of another checkout (its ``node/`` first on PYTHONPATH), to compare two;
+    ``env``: more environment (a PYTHONPATH there goes before the source tree's)."""
     port, remoting_port, namesrv_port = (processes.free_port() for _ in range(3))
     argv = [
         _gannet(), "broker", "run", "--data-dir", str(workdir / "store"),
@@ -84,7 +90,10 @@ def start_remoting(
         "--file-size-mb", "256", "--remoting-port", str(remoting_port),
         "--nameserver-port", str(namesrv_port),
     ]  # fmt: skip
-    env = {"PYTHONPATH": str(source_tree / "node")} if source_tree else None
+    env = dict(env or {})
+    if source_tree is not None:
+        paths = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+        env["PYTHONPATH"] = os.pathsep.join([*paths, str(source_tree / "node")])
     child = processes.spawn("gannet", argv, workdir / "gannet.log", env=env, cpus=BROKER_CPUS)
     endpoint = f"127.0.0.1:{namesrv_port}"
     try:

@@ -110,14 +110,3 @@ def test_a_before_after_pair_names_the_other_tree() -> None:
     text = remoting_report.markdown(remoting_report.runs(records), "# T")
     assert "## Gannet vs Gannet (/work/base): latest run" in text
     assert "| pull | msgs/s | 1,200 | 1,000 | 1.20× |" in text
-
-
-def test_a_profile_summary_ranks_functions_by_own_and_inclusive_samples() -> None:
-    raw = "main;serve;encode 30\nmain;serve;decode 50\nmain;idle 20\nnot a stack line\n"
-    text = remoting_report.profile_summary(raw, top=2)
-    lines = text.splitlines()
-    assert lines[0] == "100 samples; own:"
-    assert lines[1:3] == [" 50.0%  decode", " 30.0%  encode"]
-    assert lines[3] == "under (inclusive):"
-    assert lines[4:6] == ["100.0%  main", " 80.0%  serve"]
-    assert remoting_report.profile_summary("", top=5) == "no samples"
