@@ -57,6 +57,8 @@ from tests.remoting import java_programs
 
 LOG = "remoting"
 REPORT = results_log.RESULTS / "REMOTING.md"
+NOTES = results_log.RESULTS / "remoting-notes.md"
+"""Written by hand (profiles, changes and their paired runs); REMOTING.md includes it."""
 QUEUES = 8
 THREADS = 4
 GROUP = "RemotingBenchPull"
@@ -374,7 +376,8 @@ def write_report() -> Path:
 
     path = results_log.log_path(LOG)
     records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
-    REPORT.write_text(remoting_report.markdown(remoting_report.runs(records), INTRO))
+    notes = NOTES.read_text() if NOTES.exists() else ""
+    REPORT.write_text(remoting_report.markdown(remoting_report.runs(records), INTRO, notes))
     return REPORT
 
 

@@ -151,10 +151,17 @@ class Run:
     meta: dict[str, Any]
     systems: tuple[str, ...]
     figures: dict[tuple[str, str], dict[str, float]]
+    series: dict[tuple[str, str], dict[str, list[float]]]
+    """Per system and phase, a figure's value in each repetition (``<figure>_runs``)."""
 
     def value(self, system: str, phase: str, figure: str) -> float | None:
         found = self.figures.get((system, phase), {}).get(figure)
         return None if found is None else float(found)
+
+    def each(self, system: str, phase: str, figure: str) -> str:
+        """The figure in each repetition, in order ("–" when not recorded)."""
+        values = self.series.get((system, phase), {}).get(figure)
+        return ", ".join(_number(v) for v in values) if values else "–"
 
 
 def runs(records: Iterable[Mapping[str, Any]]) -> list[Run]:
@@ -176,7 +183,15 @@ def runs(records: Iterable[Mapping[str, Any]]) -> list[Run]:
             }
             for line in lines
         }
-        found.append(Run(time, dict(lines[0]), systems, figures))
+        series = {
+            (str(line["system"]), str(line["phase"])): {
+                k.removesuffix("_runs"): [float(x) for x in v]
+                for k, v in line.items()
+                if k.endswith("_runs") and isinstance(v, list)
+            }
+            for line in lines
+        }
+        found.append(Run(time, dict(lines[0]), systems, figures, series))
     return found
 
 
@@ -184,16 +199,19 @@ def run_table(run: Run) -> list[str]:
     """The table of one run: each phase's figures for its first two systems and their ratio."""
     first, second = run.systems[0], run.systems[1]
     lines = [
-        f"| phase | figure | {_system_name(first)} | {_system_name(second)} | ratio |",
-        "| --- | --- | ---: | ---: | ---: |",
+        f"| phase | figure | {_system_name(first)} | {_system_name(second)} | ratio "
+        "| each repetition (first; second) |",
+        "| --- | --- | ---: | ---: | ---: | --- |",
     ]
     for phase in PHASES:
         for figure, label in FIGURES[phase]:
             a, b = run.value(first, phase, figure), run.value(second, phase, figure)
             if a is None and b is None:
                 continue
+            each = f"{run.each(first, phase, figure)}; {run.each(second, phase, figure)}"
             lines.append(
-                f"| {phase} | {label} | {_number(a)} | {_number(b)} | {ratio_text(a, b)} |"
+                f"| {phase} | {label} | {_number(a)} | {_number(b)} | {ratio_text(a, b)} "
+                f"| {each if each != '–; –' else ''} |"
             )
     return lines
 
@@ -238,8 +256,9 @@ def _describe(run: Run) -> list[str]:
     ]
 
 
-def markdown(all_runs: Sequence[Run], intro: str) -> str:
-    """``REMOTING.md``: ``intro``, the latest run of each pair of systems, then the history."""
+def markdown(all_runs: Sequence[Run], intro: str, notes: str = "") -> str:
+    """``REMOTING.md``: ``intro``, the latest run of each pair of systems, ``notes`` (written by
+    hand: profiles, changes and their paired figures), then the history."""
     lines = [intro.rstrip(), ""]
     latest: dict[tuple[str, ...], Run] = {}
     for run in all_runs:
@@ -248,5 +267,7 @@ def markdown(all_runs: Sequence[Run], intro: str) -> str:
     for systems, run in sorted(latest.items(), key=lambda item: item[1].time, reverse=True):
         title = " vs ".join(_system_name(s) for s in systems)
         lines += [f"## {title}: latest run", "", *_describe(run), "", *run_table(run), ""]
+    if notes.strip():
+        lines += [notes.strip(), ""]
     lines += ["## Every recorded run", "", *history_rows(all_runs), ""]
     return "\n".join(lines)

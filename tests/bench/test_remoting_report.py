@@ -88,12 +88,14 @@ def test_the_report_shows_each_pair_of_systems_latest_run_with_ratios() -> None:
     runs = remoting_report.runs(records)
     assert [run.time for run in runs] == ["2026-12-01T10:00:00", "2026-12-02T10:00:00"]
     assert runs[1].systems == ("gannet", "rocketmq")
-    text = remoting_report.markdown(runs, "# Title\n")
+    text = remoting_report.markdown(runs, "# Title\n", "## Notes\n\nby hand\n")
     assert text.startswith("# Title\n")
+    assert text.index("latest run") < text.index("## Notes\n\nby hand\n")
+    assert text.index("## Notes") < text.index("## Every recorded run")
     assert "## Gannet vs RocketMQ: latest run" in text
     assert text.count("latest run") == 1  # one pair of systems: its latest run only
-    assert "| send | msgs/s | 1,000 | 4,000 | 0.25× |" in text
-    assert "| pull | broker CPU µs/msg | 300 | 100 | 3.00× |" in text
+    assert "| send | msgs/s | 1,000 | 4,000 | 0.25× | 1.00, 2.00, 3.00; 1.00, 2.00, 3.00 |" in text
+    assert "| pull | broker CPU µs/msg | 300 | 100 | 3.00× |  |" in text
     assert "| pull | send p50 ms" not in text  # no latency rows for the drain
     assert "load average (1 min) 3.5 before, 9.0 after" in text
     history = text.split("## Every recorded run")[1]
