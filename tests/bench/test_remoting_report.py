@@ -107,8 +107,8 @@ def test_the_report_shows_each_pair_of_systems_latest_run_with_ratios() -> None:
 def test_a_before_after_pair_names_the_other_tree() -> None:
     records = [
         _record("2026-12-03T10:00:00", "gannet", "pull", msgs_per_s=1200.0),
-        _record("2026-12-03T10:00:00", "gannet@/work/base", "pull", msgs_per_s=1000.0),
+        _record("2026-12-03T10:00:00", "gannet@4560c5a", "pull", msgs_per_s=1000.0),
     ]
     text = remoting_report.markdown(remoting_report.runs(records), "# T")
-    assert "## Gannet vs Gannet (/work/base): latest run" in text
+    assert "## Gannet vs Gannet (4560c5a): latest run" in text
     assert "| pull | msgs/s | 1,200 | 1,000 | 1.20× |" in text
