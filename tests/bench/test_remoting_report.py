@@ -4,6 +4,7 @@ Pure: no JVM, no broker."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -112,3 +113,15 @@ def test_a_before_after_pair_names_the_other_tree() -> None:
     text = remoting_report.markdown(remoting_report.runs(records), "# T")
     assert "## Gannet vs Gannet (4560c5a): latest run" in text
     assert "| pull | msgs/s | 1,200 | 1,000 | 1.20× |" in text
+
+
+def test_the_committed_report_is_what_the_generator_renders() -> None:
+    from bench import remoting, results_log
+
+    records = [
+        json.loads(line) for line in results_log.log_path(remoting.LOG).read_text().splitlines()
+    ]
+    rendered = remoting_report.markdown(
+        remoting_report.runs(records), remoting.INTRO, remoting.NOTES.read_text()
+    )
+    assert remoting.REPORT.read_text() == rendered, "run python -m bench.remoting --report-only"
