@@ -133,7 +133,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs java
 	$(BIN)/python -m bench.groups --quick --per-group
 	$(BIN)/python -m bench.group_metadata --quick
 	$(BIN)/python -m bench.timer_open --quick
-	$(BIN)/python -m bench.remoting --quick  # remoting vs Apache RocketMQ 5.3.3 (about 5 min)
+	$(BIN)/python -m bench.remoting --quick  # remoting vs Apache RocketMQ 5.3.3 (about 3 min)
 	$(MAKE) s3-tools
 	$(BIN)/python -m bench.tier_consume
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis
