@@ -13,7 +13,7 @@ NOT_IN_TEST = --ignore=tests/remoting/test_go_client.py
 # promtool (Debian's prometheus package) checks /metrics and the alert rules in tests/metrics.
 PROMTOOL := $(shell command -v promtool 2>/dev/null || echo /usr/bin/promtool)
 
-.PHONY: run test test-random test-load test-docs-spark lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers bench-latency bench-report
+.PHONY: run test test-random test-load test-docs-spark lint unit java bench install clean dashboards e2e e2e-failover e2e-groups e2e-prometheus bench-full bench-standard bench-debs bench-peers bench-latency bench-report bench-remoting
 
 # _native.c: the store's native batch encoder, built by the editable install (pyproject.toml).
 # Building it needs a C compiler, Python's headers and zlib's: Debian's packages when missing.
@@ -100,6 +100,12 @@ bench-peers: $(BENCH_STAMP) bench-debs
 	$(BIN)/python -c 'from bench.peers import rocketmq; print(rocketmq.fetch())'
 	$(BIN)/python -c 'from bench.peers import kafka; print(kafka.fetch())'
 
+## bench-remoting: remoting send, batch send and pull with the official 4.9.8 Java client, Gannet
+## beside Apache RocketMQ 5.3.3 (namesrv + broker), 20,000 messages a phase, 3 alternated
+## repetitions (about 7 min on a busy machine); bench/results/REMOTING.md
+bench-remoting: $(BENCH_STAMP) java
+	$(BIN)/python -m bench.remoting
+
 ## bench-full: every scenario S1-S9 against Gannet, RocketMQ 5, NATS JetStream, Redis Streams, Kafka, and the fixed-rate latency runs L1K, L5K (Gannet, RocketMQ, Kafka)
 bench-full: bench-peers
 	$(BIN)/python -m bench.loadgen.run --scenarios all --systems gannet,rocketmq,nats,redis,kafka
@@ -123,8 +129,8 @@ bench-latency: bench-peers
 bench-report: $(BENCH_STAMP)
 	$(BIN)/python -m bench.loadgen.report
 
-## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, consuming from the tier, Gannet vs Redis S1+S3); figures go to bench/results/
-bench: $(STAMP) $(BENCH_STAMP) bench-debs
+## bench: quick benchmarks (storage engine, Pop, SQL92 filters, Spark pipeline (also from the tier's bucket), v2 broker, replication, forwarding, broker groups, consuming from the tier, remoting vs RocketMQ 5, Gannet vs Redis S1+S3); figures go to bench/results/
+bench: $(STAMP) $(BENCH_STAMP) bench-debs java
 	$(BIN)/python -m bench.storage --quick
 	$(BIN)/python -m bench.pop --quick
 	$(BIN)/python -m bench.pop_path --rounds 100
@@ -141,6 +147,7 @@ bench: $(STAMP) $(BENCH_STAMP) bench-debs
 	$(BIN)/python -m bench.groups --quick --per-group
 	$(BIN)/python -m bench.group_metadata --quick
 	$(BIN)/python -m bench.timer_open --quick
+	$(BIN)/python -m bench.remoting --quick  # remoting vs Apache RocketMQ 5.3.3 (about 3 min)
 	$(MAKE) s3-tools
 	$(BIN)/python -m bench.tier_consume
 	$(BIN)/python -m bench.loadgen.run --quick --scenarios S1,S3 --systems gannet,redis

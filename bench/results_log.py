@@ -101,9 +101,11 @@ def record(
     label: str,
     load: str,
     before: str | None,
+    extra: Mapping[str, Any] | None = None,
 ) -> Recorded:
     """Append one line per scenario of ``results`` to log ``name`` with the run's time, Python,
-    machine, CPUs, ``label`` and 1-minute ``load``; with ``before``, first look up that run."""
+    machine, CPUs, ``label`` and 1-minute ``load`` (and the fields of ``extra``: commit,
+    versions, ...); with ``before``, first look up that run."""
     meta: dict[str, Any] = {
         "time": time.strftime("%Y-%m-%dT%H:%M:%S"),
         "python": sys.version.split()[0],
@@ -111,6 +113,7 @@ def record(
         "cpus": os.cpu_count(),
         "label": label,
         "load1": load,
+        **(extra or {}),
     }
     earlier, earlier_load = recorded_run(name, before) if before else ({}, "?")
     append(

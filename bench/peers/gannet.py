@@ -1,6 +1,7 @@
 """Gannet as a benchmark subject: ``gannet broker run`` (one node) or ``gannet cluster up
 --nodes 3`` (a local Raft group), started as a child process group pinned to CPU 0; topics and
-groups are created through the admin API (``gannet.admin.v1.Admin``)."""
+groups are created through the admin API (``gannet.admin.v1.Admin``). :func:`start_remoting`
+adds the remoting and name-server ports for remoting clients (``bench/remoting.py``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import grpc
 
+from bench.peers import namesrv as namesrv_probe
 from bench.peers import processes
 from bench.peers.base import Layout, Running, durability_text
 
@@ -66,6 +68,46 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
             settings={"flush": flush, "file_size_mb": 256, "cpus": BROKER_CPUS},
         )  # fmt: skip
     return _start_cluster(workdir, flush, replicas, layout)
+
+
+def start_remoting(
+    workdir: Path,
+    flush: str,
+    layout: Layout,
+    *,
+    source_tree: Path | None = None,
+    env: dict[str, str] | None = None,
+) -> Running:
+    """One ``gannet broker run`` serving the remoting protocol and the name-server requests
+    (``--remoting-port``, ``--nameserver-port``) beside gRPC. The endpoint is the name server's
+    address, which is what a remoting client (``DefaultMQProducer``) is given. ``source_tree``:
+    run the broker of another checkout (its ``node/`` first on PYTHONPATH), to compare two;
+    ``env``: more environment (a PYTHONPATH there goes before the source tree's)."""
+    port, remoting_port, namesrv_port = (processes.free_port() for _ in range(3))
+    argv = [
+        _gannet(), "broker", "run", "--data-dir", str(workdir / "store"),
+        "--listen", f"127.0.0.1:{port}", "--metrics-listen", "", "--flush", flush,
+        "--file-size-mb", "256", "--remoting-port", str(remoting_port),
+        "--nameserver-port", str(namesrv_port),
+    ]  # fmt: skip
+    env = dict(env or {})
+    if source_tree is not None:
+        paths = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
+        env["PYTHONPATH"] = os.pathsep.join([*paths, str(source_tree / "node")])
+    child = processes.spawn("gannet", argv, workdir / "gannet.log", env=env, cpus=BROKER_CPUS)
+    endpoint = f"127.0.0.1:{namesrv_port}"
+    try:
+        processes.wait_port(child, "127.0.0.1", namesrv_port, START_TIMEOUT_S)
+        _create_on(f"127.0.0.1:{port}", list(layout.topics), layout.queues, layout.group)
+        for topic in layout.topics:
+            namesrv_probe.wait_route(child, endpoint, topic)
+    except Exception:
+        processes.stop(child)
+        raise
+    return Running(
+        "gannet", version(), endpoint, [child], durability_text(flush, 1),
+        settings={"flush": flush, "file_size_mb": 256, "cpus": BROKER_CPUS},
+    )  # fmt: skip
 
 
 def _start_cluster(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:

@@ -5,6 +5,10 @@ run with ``java -cp '<lib>/*'``, both pinned to CPU 0. The proxy's gRPC port spe
 ``apache.rocketmq.v2``, so the same official Python client (and the same raw-stub generator)
 drives it as drives Gannet.
 
+For remoting clients (:func:`start_remoting`, ``bench/remoting.py``) the broker runs without
+the proxy (``BrokerStartup``): a 4.x client asks the name server for routes and then talks to the
+broker's own port.
+
 Topics are written into the broker's ``config/topics.json`` before it starts (the RocketMQ
 store-config format, ``docs/formats/configs.md`` §3); the broker registers them with the
 name server at boot. Consumer groups are auto-created (``autoCreateSubscriptionGroup=true``).
@@ -22,6 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from bench.peers import namesrv as namesrv_probe
 from bench.peers import processes
 from bench.peers.base import Layout, Running, durability_text
 
@@ -134,19 +139,47 @@ def _free(port: int) -> bool:
         return True
 
 
-def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
-    if replicas != 1:
-        raise processes.PeerError("RocketMQ R3 (DLedger) is not run on this 2-core machine")
+def _namesrv(workdir: Path, layout: Layout, flush: str) -> tuple[Path, processes.Child, int, int]:
+    """Write the broker's config (topics, broker.conf) and start the name server: the home
+    folder, the name server, its port and the broker's port."""
     lib = fetch()
     home = workdir / "rmq"
     store = home / "store"
     (store / "config").mkdir(parents=True, exist_ok=True)
     (home / "conf").mkdir(parents=True, exist_ok=True)
-    namesrv_port, proxy_port = processes.free_port(), processes.free_port()
-    remoting_port, broker_port = processes.free_port(), _free_broker_port()
+    namesrv_port, broker_port = processes.free_port(), _free_broker_port()
     (store / "config" / "topics.json").write_text(topics_json(layout))
     (home / "conf" / "namesrv.conf").write_text(f"listenPort={namesrv_port}\n")
     (home / "conf" / "broker.conf").write_text(broker_conf(store, namesrv_port, broker_port, flush))
+    namesrv = processes.spawn(
+        "rocketmq-namesrv",
+        _java("512m", home, lib, "org.apache.rocketmq.namesrv.NamesrvStartup",
+              "-c", str(home / "conf" / "namesrv.conf")),
+        workdir / "namesrv.log", cpus=BROKER_CPUS,
+    )  # fmt: skip
+    try:
+        processes.wait_port(namesrv, "127.0.0.1", namesrv_port, START_TIMEOUT_S)
+    except Exception:
+        processes.stop(namesrv)
+        raise
+    return home, namesrv, namesrv_port, broker_port
+
+
+def _settings(flush: str) -> dict[str, object]:
+    return {
+        "flushDiskType": "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH",
+        "brokerRole": "ASYNC_MASTER (no slave)",
+        "mappedFileSizeCommitLog": "256 MiB",
+        "cpus": BROKER_CPUS,
+    }
+
+
+def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
+    if replicas != 1:
+        raise processes.PeerError("RocketMQ R3 (DLedger) is not run on this 2-core machine")
+    home, namesrv, namesrv_port, _ = _namesrv(workdir, layout, flush)
+    lib = lib_dir()
+    proxy_port, remoting_port = processes.free_port(), processes.free_port()
     proxy = {
         "rocketMQClusterName": "DefaultCluster",
         "grpcServerPort": proxy_port,
@@ -155,15 +188,8 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
         "proxyMode": "local",
     }
     (home / "conf" / "rmq-proxy.json").write_text(json.dumps(proxy))
-    namesrv = processes.spawn(
-        "rocketmq-namesrv",
-        _java("512m", home, lib, "org.apache.rocketmq.namesrv.NamesrvStartup",
-              "-c", str(home / "conf" / "namesrv.conf")),
-        workdir / "namesrv.log", cpus=BROKER_CPUS,
-    )  # fmt: skip
     children = [namesrv]
     try:
-        processes.wait_port(namesrv, "127.0.0.1", namesrv_port, START_TIMEOUT_S)
         broker = processes.spawn(
             "rocketmq-broker-proxy",
             _java("1g", home, lib, "org.apache.rocketmq.proxy.ProxyStartup",
@@ -182,9 +208,35 @@ def start(workdir: Path, flush: str, replicas: int, layout: Layout) -> Running:
     return Running(
         "rocketmq", f"Apache RocketMQ {VERSION} (proxy Local mode; {java_version()})",
         f"127.0.0.1:{proxy_port}", children, durability_text(flush, 1),
-        settings={"flushDiskType": "SYNC_FLUSH" if flush == "sync" else "ASYNC_FLUSH",
-                  "brokerRole": "ASYNC_MASTER (no slave)", "heap": "1g broker+proxy, 512m namesrv",
-                  "mappedFileSizeCommitLog": "256 MiB", "cpus": BROKER_CPUS},
+        settings={**_settings(flush), "heap": "1g broker+proxy, 512m namesrv"},
+    )  # fmt: skip
+
+
+def start_remoting(workdir: Path, flush: str, layout: Layout) -> Running:
+    """The name server and a broker without the proxy (``BrokerStartup``): what a remoting
+    client (``DefaultMQProducer``, 4.x) talks to. The endpoint is the name server's address."""
+    home, namesrv, namesrv_port, broker_port = _namesrv(workdir, layout, flush)
+    endpoint = f"127.0.0.1:{namesrv_port}"
+    children = [namesrv]
+    try:
+        broker = processes.spawn(
+            "rocketmq-broker",
+            _java("1g", home, lib_dir(), "org.apache.rocketmq.broker.BrokerStartup",
+                  "-c", str(home / "conf" / "broker.conf"), "-n", endpoint),
+            workdir / "broker.log", cpus=BROKER_CPUS,
+        )  # fmt: skip
+        children.append(broker)
+        processes.wait_port(broker, "127.0.0.1", broker_port, START_TIMEOUT_S)
+        for topic in layout.topics:
+            namesrv_probe.wait_route(broker, endpoint, topic)
+    except Exception:
+        for child in reversed(children):
+            processes.stop(child)
+        raise
+    return Running(
+        "rocketmq", f"Apache RocketMQ {VERSION} (namesrv + broker; {java_version()})",
+        endpoint, children, durability_text(flush, 1),
+        settings={**_settings(flush), "heap": "1g broker, 512m namesrv"},
     )  # fmt: skip
 
 

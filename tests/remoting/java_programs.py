@@ -39,10 +39,17 @@ class Program:
     marker_jars: tuple[str, ...]
     """Jars that are in the lib folder once Maven copied everything (a folder copied before
     the pom named one of them is copied again)."""
+    source_folder: Path | None = None
+    """Where ``source`` is when not beside the pom (a benchmark's client under ``bench/`` that
+    runs on the jars of one of the tests' poms)."""
 
     @property
     def folder(self) -> Path:
         return CLIENTS / self.name
+
+    @property
+    def source_path(self) -> Path:
+        return (self.source_folder or self.folder) / self.source
 
 
 MQADMIN = Program("mqadmin", "MqAdminChecks.java", "MqAdminChecks", ("rocketmq-tools-5.3.3.jar",))
@@ -103,7 +110,7 @@ def lib(program: Program) -> Path:
 
 def classes(program: Program) -> Path:
     jars = lib(program)
-    source = program.folder / program.source
+    source = program.source_path
     target = CACHE / f"{program.name}-classes-{_digest(source, program.folder / 'pom.xml')}"
     if (target / program.source.replace(".java", ".class")).exists():
         return target

@@ -47,6 +47,7 @@ with bare integer keys, which fastjson reads back into its ``HashMap<Long, Strin
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 from dataclasses import dataclass
@@ -80,6 +81,18 @@ class PortMap:
 
 
 FAILOVER_SEPARATOR = "@"
+ADDRESSES_CACHED_MAX = 64
+
+
+@functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)
+def _ip_text(host: str) -> str | None:
+    """``host`` as an IP address in canonical text, None when it is a name. Cached: every send's
+    answer asks it of the same few hosts (:meth:`NameServer.store_address`), and parsing with
+    :mod:`ipaddress` cost ~40 µs a send (bench/results/REMOTING.md)."""
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return None
 
 
 def failover_name(group: str, index: int) -> str:
@@ -140,10 +153,9 @@ class NameServer:
         address = self._remoting(f"{host}:{port}", self._book(conn))
         route_host, _, route_port = address.rpartition(":")
         for candidate in (route_host.strip("[]"), conn.local_host):
-            try:
-                return str(ipaddress.ip_address(candidate)), int(route_port)
-            except ValueError:
-                continue
+            ip = _ip_text(candidate)
+            if ip is not None:
+                return ip, int(route_port)
         return "127.0.0.1", int(route_port)
 
     def _node_ids(self) -> dict[str, int]:

@@ -17,6 +17,7 @@ message whose producer sent none), queries by id.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import ipaddress
 import struct
 import threading
@@ -25,13 +26,21 @@ from dataclasses import dataclass
 from gannet.node.store.errors import MessageIllegal
 
 _OFFSET_ID_TAIL = struct.Struct(">iq")
+ADDRESSES_CACHED_MAX = 64
 _UNIQ_TAIL = struct.Struct(">iH")
 
 
 def create_offset_msg_id(store_host: str, store_port: int, commit_offset: int) -> str:
     """The offset message id of the record at ``commit_offset`` on ``store_host:store_port``."""
-    addr = ipaddress.ip_address(store_host).packed
+    addr = _packed_address(store_host)
     return (addr + _OFFSET_ID_TAIL.pack(store_port, commit_offset)).hex().upper()
+
+
+@functools.lru_cache(maxsize=ADDRESSES_CACHED_MAX)
+def _packed_address(host: str) -> bytes:
+    """``host``'s address bytes. Cached: a broker names the same few addresses in every send's
+    answer, and parsing one with :mod:`ipaddress` cost ~40 µs a send (bench/results/REMOTING.md)."""
+    return ipaddress.ip_address(host).packed
 
 
 @dataclass(frozen=True, slots=True)
