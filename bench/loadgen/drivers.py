@@ -195,14 +195,20 @@ def _drain(window: threading.BoundedSemaphore, size: int, timeout_s: float = 60)
         window.release()
 
 
-def rmq_stock_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> WorkerResult:
+def stock_simple_consumer(spec: WorkerSpec) -> Any:
+    """The official client's SimpleConsumer of ``spec``'s group on its topics, started."""
     from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
 
-    result = WorkerResult()
     config = ClientConfiguration(spec.endpoint, Credentials(), request_timeout=10)
     subscriptions = {t: FilterExpression("*") for t in spec.topics}
     consumer = SimpleConsumer(config, spec.group, subscriptions, await_duration=1)
     consumer.startup()
+    return consumer
+
+
+def rmq_stock_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> WorkerResult:
+    result = WorkerResult()
+    consumer = stock_simple_consumer(spec)
     size = spec.scenario.message_size_bytes
     try:
         barrier.wait(timeout=120)

@@ -183,13 +183,8 @@ def rmq_stock_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
 
 
 def rmq_stock_consume(spec: WorkerSpec, barrier: Barrier, counter: Counter) -> WorkerResult:
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
-
     result = WorkerResult()
-    config = ClientConfiguration(spec.endpoint, Credentials(), request_timeout=10)
-    subscriptions = {t: FilterExpression("*") for t in spec.topics}
-    consumer = SimpleConsumer(config, spec.group, subscriptions, await_duration=1)
-    consumer.startup()
+    consumer = drivers.stock_simple_consumer(spec)
     receipts = _Receipts(spec, result)
 
     def receive() -> tuple[int, int]:

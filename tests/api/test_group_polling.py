@@ -41,6 +41,23 @@ def _poller(monkeypatch: pytest.MonkeyPatch, seeds: list[str]) -> tuple[GroupPol
     return poller, answers
 
 
+async def _seeds_changed_mid_round(
+    poller: GroupPoller, answers: HeldAnswers, seeds: list[str]
+) -> asyncio.Task[None]:
+    """A round started, its first question held while ``seeds`` replace the seeds, then
+    answered; the waiter for the new seeds' round is returned (started before the answer)."""
+    answers.release.clear()
+    answers.asking.clear()
+    round_ = asyncio.create_task(poller.poll_once())
+    await answers.asking.wait()
+    poller.set_seeds(seeds)
+    waiting = asyncio.create_task(poller.wait_round_of_current_seeds())
+    answers.release.set()
+    await round_
+    await asyncio.sleep(0)
+    return waiting
+
+
 def test_a_group_dropped_from_the_seeds_mid_round_is_not_put_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -49,14 +66,9 @@ def test_a_group_dropped_from_the_seeds_mid_round_is_not_put_back(
         answers.release.set()
         await poller.poll_once()
         assert set(poller.views) == {"broker-1"}
-        answers.release.clear()
-        answers.asking.clear()
-        round_ = asyncio.create_task(poller.poll_once())
-        await answers.asking.wait()  # broker-1 is being asked
-        poller.set_seeds([])  # the operator drained that group meanwhile
-        answers.release.set()
-        await round_
+        waiting = await _seeds_changed_mid_round(poller, answers, [])  # the group was drained
         assert poller.views == {}, "the answer of a dropped group came back into the view"
+        waiting.cancel()
         await poller.stop()
 
     asyncio.run(run())
@@ -67,13 +79,10 @@ def test_an_unowned_seed_dropped_mid_round_is_neither_learned_nor_blamed(
 ) -> None:
     async def run() -> None:
         poller, answers = _poller(monkeypatch, [OTHER])
-        round_ = asyncio.create_task(poller.poll_once())
-        await answers.asking.wait()
-        poller.set_seeds([THIRD])
-        answers.release.set()
-        await round_
+        waiting = await _seeds_changed_mid_round(poller, answers, [THIRD])
         assert "broker-1" not in poller.views
         assert poller.unowned_seeds() == {THIRD: ""}  # not asked yet, and OTHER blamed for nothing
+        waiting.cancel()
         await poller.stop()
 
     asyncio.run(run())
@@ -84,15 +93,9 @@ def test_waiting_for_the_new_seeds_does_not_count_the_round_under_way(
 ) -> None:
     async def run() -> None:
         poller, answers = _poller(monkeypatch, [OTHER])
-        round_ = asyncio.create_task(poller.poll_once())
-        await answers.asking.wait()
-        poller.set_seeds([THIRD])
-        waiting = asyncio.create_task(poller.wait_round_of_current_seeds())
-        answers.release.set()
-        await round_  # the round that asked the old seed ends ...
-        await asyncio.sleep(0)
+        waiting = await _seeds_changed_mid_round(poller, answers, [THIRD])
         assert not waiting.done(), "a round of the old seeds answered for the new ones"
-        await poller.poll_once()  # ... and only a round of the new seeds ends the wait
+        await poller.poll_once()  # only a round of the new seeds ends the wait
         await asyncio.wait_for(waiting, 5)
         assert set(poller.views) == {"broker-2"}
         assert answers.asked == [OTHER, THIRD]
