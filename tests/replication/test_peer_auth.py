@@ -235,25 +235,25 @@ class _StrangerPeer(peer_pb2_grpc.PeerServicer):
 
 
 @pytest.fixture
-def stranger() -> Iterator[tuple[_StrangerPeer, str]]:
+def stranger() -> Iterator[tuple[_StrangerPeer, str, grpc.Server]]:
     peer_port, client_port = free_ports(2)
     servicer = _StrangerPeer(9)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     peer_pb2_grpc.add_PeerServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     server.add_insecure_port(f"127.0.0.1:{peer_port}")
     server.start()
-    yield servicer, f"9=127.0.0.1:{peer_port}/{client_port}"
+    yield servicer, f"9=127.0.0.1:{peer_port}/{client_port}", server
     server.stop(0)
 
 
 def test_a_proven_stranger_is_answered_at_its_contact_and_never_made_a_member(
-    tmp_path: Path, stranger: tuple[_StrangerPeer, str]
+    tmp_path: Path, stranger: tuple[_StrangerPeer, str, grpc.Server]
 ) -> None:
     """Issue 34 (seed 912): a member whose configuration is behind must answer a node added
     since. A sender outside the configuration that proves the secret and names its contact is
     admitted and answered there; it is not a member (no status row, not streamed to as one);
     a bad hello, a contact naming another id, or none at all is still refused."""
-    peer, contact = stranger
+    peer, contact, server = stranger
     cluster = Cluster(tmp_path, 3, peer_secret=SECRET)
     try:
         cluster.start_all()
@@ -298,5 +298,8 @@ def test_a_proven_stranger_is_answered_at_its_contact_and_never_made_a_member(
         # A pre-vote moves no term, and the stranger did not disturb the leader.
         assert _terms(cluster) == before
         assert cluster.leader() == leader
+        # A stranger gone for good is forgotten after a few failed dials (no endless redials).
+        server.stop(0)
+        cluster.wait(follower, lambda: node.transport.contacts() == frozenset(), 30)
     finally:
         cluster.stop_all()

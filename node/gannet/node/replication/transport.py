@@ -47,7 +47,8 @@ by certificates like the founders; a removed one is not. Every outbound call nam
 sender's own ``id=host:peer/client`` in the :data:`CONTACT_HEADER` metadata. A proven sender
 outside the configuration (a *stranger*: this node's configuration is behind, or it was started
 with ``--join`` and has none yet) is admitted and answered there, at most
-:data:`CONTACTS_MAX` of them, never as a member (no replication, no reachability row); a node
+:data:`CONTACTS_MAX` of them (one is forgotten after :data:`CONTACT_FAILED_DIALS_MAX` failed
+dials), never as a member (no replication, no reachability row); a node
 whose configuration is behind learns the group from the leader's log (issue 34, seed 912).
 
 With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
@@ -79,6 +80,9 @@ log = logging.getLogger(__name__)
 GRPC_MESSAGE_BYTES_MAX = 64 << 20
 CONTACT_HEADER = "x-gannet-peer"
 CONTACTS_MAX = 16
+CONTACT_FAILED_DIALS_MAX = 2
+"""A stranger's contact is forgotten after this many failed dials in a row (it is only ever
+answered, so its next call teaches it again)."""
 CONNECT_TIMEOUT_S = 2.0
 KEEPALIVE_TIME_MS = 1000
 """HTTP/2 PING on every peer connection after this long without a frame from the other side."""
@@ -345,6 +349,15 @@ class PeerTransport:
         self._start_sender(peer)
         return True
 
+    def _forget_contact(self, node_id: int) -> None:
+        """Called by the contact's own sender task, which then ends."""
+        log.info("stranger node %d unreachable at its contact: forgotten", node_id)
+        del self._contacts[node_id]
+        self._senders.pop(node_id, None)
+        self._outboxes.pop(node_id, None)
+        self._connected.pop(node_id, None)
+        self.liveness.forget(node_id)
+
     def contacts(self) -> frozenset[int]:
         """The strangers this node answers (not members: no metrics, no status rows)."""
         return frozenset(self._contacts)
@@ -568,6 +581,12 @@ class PeerTransport:
                     self._connected[peer.node_id] = False
                 await channel.close(None)
             outbox.clear()  # stale after a gap; the core re-sends what matters
+            if (
+                failed_dials >= CONTACT_FAILED_DIALS_MAX
+                and self._contacts.get(peer.node_id) == peer
+            ):
+                self._forget_contact(peer.node_id)
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._stopping.wait(), liveness.redial_backoff_s(failed_dials)
