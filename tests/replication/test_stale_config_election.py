@@ -7,6 +7,9 @@ C comes back with the configuration {1, 2, 3} from before node 5 existed; C and 
 the three voters of the latest configuration {L, C, 5} and 5 holds every committed entry. C
 must answer 5's (pre-)votes and take its appends although 5 is not in C's configuration: a
 leader is elected among {C, 5}, C learns {L, C, 5} from its log, and a write commits on both.
+The other side of the rule: a removed member that keeps running with a configuration that still
+names it is answered as a stranger, and pre-vote with the leader's lease keeps it from moving
+the term or the leader.
 """
 
 from __future__ import annotations
@@ -80,3 +83,44 @@ def test_member_behind_the_configuration_elects_with_the_added_node(
         assert transport.contacts() == frozenset()  # 5 became a member of C's table
     status = growing.raft(cut).status()
     assert {p.node_id for p in status.peers} == {leader, 5}  # no stranger, no removed member
+
+
+def test_removed_member_that_keeps_running_does_not_disturb_the_leader(
+    growing: GrowingCluster,
+) -> None:
+    """R misses its own removal (partitioned meanwhile), so its configuration still makes it a
+    voter and it campaigns; the members now answer it as a stranger, and pre-vote with the
+    leader's lease keeps the term and the leader where they are."""
+    growing.start_all()
+    leader = growing.leader()
+    removed = next(i for i in (1, 2, 3) if i != leader)
+    kept = next(i for i in (1, 2, 3) if i not in (leader, removed))
+    growing.raft(removed).transport.partitioned = True
+    remove = admin_pb2.RemoveMemberRequest(node_id=str(removed))
+    growing.admin(leader, lambda s: s.RemoveMember(remove, timeout=60))
+    assert _voters(growing, leader) == {leader, kept}
+    assert removed in _voters(growing, removed)  # it never heard
+    term = growing.raft(leader).status().term
+    stale = growing.raft(removed)
+    growing.wait(removed, lambda: stale.leader() is None)  # its lease ran out: it campaigns
+    elections = stale.status().elections_total
+    stale.transport.partitioned = False
+    refused_before = growing.raft(leader).transport.refusals.by_reason.get("not_a_member", 0)
+    # Its pre-votes now reach the members, which answer it as a stranger at its contact.
+    growing.wait(leader, lambda: removed in growing.raft(leader).transport.contacts())
+    growing.wait(kept, lambda: removed in growing.raft(kept).transport.contacts())
+    # Removed, it is sent nothing but answers to its own pre-votes: several rounds of them.
+    answers = stale.transport.received_total
+    growing.wait(removed, lambda: stale.transport.received_total >= answers + 6)
+    assert stale.status().elections_total == elections  # pre-vote never let it campaign
+    for node_id in (leader, kept):
+        status = growing.raft(node_id).status()
+        assert status.term == term
+        assert status.leader_id == leader
+        assert removed not in {p.node_id for p in status.peers}
+    assert growing.raft(leader).transport.refusals.by_reason.get("not_a_member", 0) == (
+        refused_before
+    )
+    growing.create_topic_on(leader, "StillLeading")  # the group still commits
+    end = growing.last_offset(leader)
+    growing.wait(kept, lambda: growing.commit_offset(kept) >= end)
