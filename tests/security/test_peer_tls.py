@@ -16,9 +16,10 @@ import pytest
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import admin_pb2, peer_pb2, peer_pb2_grpc
-from gannet.node.replication import peer_resolving
+from gannet.node.raft.messages import ByteOffset, NodeId, PreVoteRequest, Term
+from gannet.node.replication import peer_resolving, peer_wire, transport
 from gannet.node.replication.config import PeerTls
-from tests.replication.conftest import Cluster
+from tests.replication.conftest import Cluster, free_ports
 
 from . import certs
 
@@ -66,7 +67,12 @@ def _create_topic(cluster: Cluster, node_id: int, name: str, timeout_s: float = 
     cluster.admin(node_id, lambda stub: stub.CreateTopic(request, timeout=timeout_s))
 
 
-def _deliver_with(endpoint: str, credentials: grpc.ChannelCredentials | None) -> grpc.StatusCode:
+def _deliver_with(
+    endpoint: str,
+    credentials: grpc.ChannelCredentials | None,
+    message: peer_pb2.RaftMessage | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> grpc.StatusCode:
     """Open a Deliver stream to a member's peer port; the status it ends with."""
     if credentials is None:
         channel = grpc.insecure_channel(endpoint)
@@ -74,9 +80,10 @@ def _deliver_with(endpoint: str, credentials: grpc.ChannelCredentials | None) ->
         channel = grpc.secure_channel(endpoint, credentials)
     with channel:
         stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
-        message = peer_pb2.RaftMessage(group="gannet", sender=9, target=1)
+        if message is None:
+            message = peer_pb2.RaftMessage(group="gannet", sender=9, target=1)
         try:
-            stub.Deliver(iter([message]), timeout=HANDSHAKE_TIMEOUT_S)
+            stub.Deliver(iter([message]), metadata=metadata, timeout=HANDSHAKE_TIMEOUT_S)
         except grpc.RpcError as exc:
             return exc.code()
     return grpc.StatusCode.OK
@@ -115,6 +122,25 @@ def test_peer_mtls_group_elects_and_replicates(tls_cluster: TlsCluster) -> None:
     assert _deliver_with(endpoint, stranger_of_ours) == grpc.StatusCode.UNAUTHENTICATED
     refusals = tls_cluster.raft(leader).transport.refusals.by_reason
     assert refusals.get("certificate_names_no_member", 0) >= 1, refusals
+    assert {tls_cluster.raft(i).status().term for i in tls_cluster.nodes} == terms
+    # A node outside the configuration (issue 34: a member added while this one was cut off)
+    # is proven by a cluster certificate naming the host of the contact its call names: it is
+    # answered there, never made a member. A contact whose host the certificate does not name
+    # proves nothing.
+    (term,) = terms
+    ask = PreVoteRequest(NodeId(9), NodeId(leader), Term(term + 1), Term(0), ByteOffset(0))
+    raw = peer_wire.to_proto(ask, "gannet")
+    (port,) = free_ports(1)
+    unnamed = ((transport.CONTACT_HEADER, f"9=127.0.0.1:{port}/{port}"),)
+    refused = refusals["certificate_names_no_member"]
+    assert (
+        _deliver_with(endpoint, stranger_of_ours, raw, unnamed) == grpc.StatusCode.UNAUTHENTICATED
+    )
+    assert refusals["certificate_names_no_member"] == refused + 1
+    named = ((transport.CONTACT_HEADER, f"9=intruder.example:{port}/{port}"),)
+    assert _deliver_with(endpoint, stranger_of_ours, raw, named) == grpc.StatusCode.OK
+    assert tls_cluster.raft(leader).transport.contacts() == {9}
+    assert 9 not in {p.node_id for p in tls_cluster.raft(leader).status().peers}
     assert {tls_cluster.raft(i).status().term for i in tls_cluster.nodes} == terms
 
 

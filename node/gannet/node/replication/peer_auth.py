@@ -1,4 +1,4 @@
-"""Who may talk on the peer port: a shared cluster secret, or a certificate naming a member.
+"""Who may talk on the peer port: a shared cluster secret, or a certificate naming the sender.
 
 Used by :mod:`transport` on both ends of every ``gannet.raft.v1.Peer`` call.
 
@@ -9,23 +9,28 @@ under ``x-gannet-peer-auth``::
     <sender>.<target>.<unix_ms>.<nonce>.<mac>
 
 ``mac`` is hex HMAC-SHA256 under the secret of ``group \\n sender \\n target \\n unix_ms \\n
-nonce``; ``nonce`` is 16 random bytes in hex. The receiver accepts a hello whose sender is
-another member, whose target is itself, whose time is within :data:`HELLO_WINDOW_S` of its
-clock, whose nonce it has not seen in that window (a bounded memory of :data:`NONCES_MAX`
-nonces) and whose MAC matches; the call's messages must then all name that sender. The secret
+nonce``; ``nonce`` is 16 random bytes in hex. The receiver accepts a hello whose MAC matches,
+whose sender is another node (not its own id), whose target is itself, whose time is within
+:data:`HELLO_WINDOW_S` of its clock and whose nonce it has not seen in that window (a bounded
+memory of :data:`NONCES_MAX` nonces); the call's messages must then all name that sender. The
+sender need not be in the receiver's configuration (below). The secret
 itself never crosses the network. A secret file holds at least :data:`SECRET_MIN_BYTES` bytes
 (surrounding whitespace ignored), e.g. ``head -c 32 /dev/urandom | base64``.
 
 **Peer TLS**: the handshake already proves the CA signed the certificate; in addition a
-certificate must *name a member*: one of its subject alternative names (or its common name)
-is the host of a member in ``--peers`` (or the ``server_name`` the members share), and the
-call's messages may only name the members it names.
+certificate must *name its sender*: one of its subject alternative names (or its common name)
+is the host of a member of the live configuration, or the host of the contact the call names
+(``x-gannet-peer: id=host:peer/client``, for a sender outside the configuration), or the
+``server_name`` the members share; the call's messages may only name the nodes it names.
 
-"Member" means the *live* configuration, the one in force in the log (members added later
-included, removed ones excluded): the transport updates both checks on every change
-(:meth:`HelloChecker.set_members`). A node started with ``--join`` has no configuration yet and
-accepts any sender that proves the secret or presents a CA-signed certificate, until the
-leader's log names the group.
+A proven sender outside the receiver's configuration — a *stranger* — is admitted and answered
+at its contact (:meth:`transport.PeerTransport.admits_sender`): the receiver's configuration
+may be behind (a member cut off while the leader added node 5 must still answer node 5's votes
+and take its appends, and learns the new configuration from its log: issue 34, seed 912), and a
+node started with ``--join`` has none yet. Whether a stranger's vote request or append is
+granted is the Raft core's decision, by logs and terms; pre-vote and leader leases keep a
+removed member that keeps running from disrupting a healthy leader. Strangers are never members:
+not replicated to, not in ``gannet_raft_peer_reachable`` or the status rows.
 
 Everything refused is counted by reason (:class:`PeerRefusals`), exported as
 ``gannet_raft_peer_messages_dropped_total{reason}``.
@@ -105,7 +110,6 @@ class HelloChecker:
         secret: bytes,
         group: str,
         node_id: int,
-        members: Iterable[int],
         *,
         window_s: float = HELLO_WINDOW_S,
         nonces_max: int = NONCES_MAX,
@@ -113,14 +117,9 @@ class HelloChecker:
         self._secret = secret
         self._group = group
         self._me = node_id
-        self._members: frozenset[int] | None = frozenset(members)
         self._window_ms = int(window_s * 1000)
         self._nonces: collections.OrderedDict[str, int] = collections.OrderedDict()
         self._nonces_max = nonces_max
-
-    def set_members(self, members: frozenset[int] | None) -> None:
-        """The live configuration's members (None: any sender, a joining node)."""
-        self._members = members
 
     def nonces_held(self) -> int:
         """How many nonces are remembered (at most ``nonces_max``)."""
@@ -140,8 +139,8 @@ class HelloChecker:
         expected = _mac(self._secret, self._group, sender, target, at, nonce)
         if not hmac.compare_digest(mac, expected):
             raise PeerAuthError("unauthenticated", "hello MAC does not match the peer secret")
-        if sender == self._me or (self._members is not None and sender not in self._members):
-            raise PeerAuthError("not_a_member", f"node {sender} is not another member")
+        if sender == self._me:
+            raise PeerAuthError("not_a_member", f"hello claims this node's own id {sender}")
         if target != self._me:
             raise PeerAuthError("unauthenticated", f"hello for node {target} reached {self._me}")
         now = time.time_ns() // 1_000_000 if now_ms is None else now_ms

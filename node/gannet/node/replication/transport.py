@@ -36,16 +36,20 @@ driver. gRPC messages up to :data:`GRPC_MESSAGE_BYTES_MAX` pass (an AppendEntrie
 
 Authentication (:mod:`peer_auth`): with ``config.peer_secret`` every call carries an HMAC
 hello (:meth:`PeerTransport.hello_metadata`) checked before any message is taken
-(:meth:`PeerTransport.authenticate`); with peer TLS the caller's certificate must name a member;
-in every mode a message must name another member as its sender, and one the call did not prove
-is dropped (:meth:`PeerTransport.admits_sender`). Refusals are counted in ``refusals``.
+(:meth:`PeerTransport.authenticate`); with peer TLS the caller's certificate must name a member
+or the host of the call's contact; in every mode a message must name as its sender another
+node the call proved, else it is dropped (:meth:`PeerTransport.admits_sender`). Refusals are
+counted in ``refusals``.
 
 Members are the *live* configuration (:meth:`PeerTransport.set_members`, called by the driver
-whenever the configuration in the log changes): a member added later is admitted, streamed to
-and named by certificates like the founders; a removed one is not. Every outbound call names
-its sender's own ``id=host:peer/client`` in the :data:`CONTACT_HEADER` metadata: a node started
-with ``--join`` (no configuration yet) admits any authenticated sender and answers it there,
-until the leader's log tells it the group.
+whenever the configuration in the log changes): a member added later is streamed to and named
+by certificates like the founders; a removed one is not. Every outbound call names its
+sender's own ``id=host:peer/client`` in the :data:`CONTACT_HEADER` metadata. A proven sender
+outside the configuration (a *stranger*: this node's configuration is behind, or it was started
+with ``--join`` and has none yet) is admitted and answered there, at most
+:data:`CONTACTS_MAX` of them (one is forgotten after :data:`CONTACT_FAILED_DIALS_MAX` failed
+dials), never as a member (no replication, no reachability row); a node
+whose configuration is behind learns the group from the leader's log (issue 34, seed 912).
 
 With ``config.peer_tls`` the server port requires a client certificate signed by the cluster CA
 and every outbound stream presents this node's certificate and trusts only that CA
@@ -76,6 +80,9 @@ log = logging.getLogger(__name__)
 GRPC_MESSAGE_BYTES_MAX = 64 << 20
 CONTACT_HEADER = "x-gannet-peer"
 CONTACTS_MAX = 16
+CONTACT_FAILED_DIALS_MAX = 2
+"""A stranger's contact is forgotten after this many failed dials in a row (it is only ever
+answered, so its next call teaches it again)."""
 CONNECT_TIMEOUT_S = 2.0
 KEEPALIVE_TIME_MS = 1000
 """HTTP/2 PING on every peer connection after this long without a frame from the other side."""
@@ -152,11 +159,8 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
     async def Deliver(self, request_iterator, context):  # type: ignore[no-untyped-def]  # noqa: N802
         transport = self._transport
         received = 0
-        senders = await transport.authenticate(context)
-        contact = ""
-        for key, item in context.invocation_metadata() or ():
-            if key == CONTACT_HEADER:
-                contact = str(item)
+        contact = _contact(context)
+        senders = await transport.authenticate(context, contact)
         async for raw in request_iterator:
             error = transport.refusal(raw)
             if error is not None:
@@ -175,7 +179,7 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
 
     async def Forward(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         transport = self._transport
-        senders = await transport.authenticate(context)
+        senders = await transport.authenticate(context, _contact(context))
         handler = transport.forward_handler
         if request.group != transport.config.group:
             await context.abort(
@@ -217,6 +221,9 @@ class PeerTransport:
         """The live members (this node included), see :meth:`set_members`."""
         self.accept_strangers = False
         """A joining node without configuration: any authenticated sender is admitted."""
+        self._contacts: dict[int, PeerSpec] = {}
+        """Authenticated senders outside the configuration, answered at their contact (at most
+        :data:`CONTACTS_MAX`): never members, never listed as peers, never replicated to."""
         self._outboxes = {
             p.node_id: _Outbox(config.outbound_messages_max, config.outbound_bytes_max)
             for p in config.others()
@@ -243,9 +250,7 @@ class PeerTransport:
         self.refusals = peer_auth.PeerRefusals()
         """Peer calls and messages refused (``gannet_raft_peer_messages_dropped_total``)."""
         self._hellos = (
-            peer_auth.HelloChecker(
-                config.peer_secret, config.group, config.node_id, (p.node_id for p in config.peers)
-            )
+            peer_auth.HelloChecker(config.peer_secret, config.group, config.node_id)
             if config.peer_secret is not None
             else None
         )
@@ -306,33 +311,56 @@ class PeerTransport:
         self.accept_strangers = accept_strangers
         fresh = {p.node_id: p for p in peers}
         fresh.setdefault(self.config.node_id, self.config.me)
+        # a contact that became a member is streamed to as one (its stream restarted once)
+        for node_id in [n for n in self._contacts if n in fresh]:
+            self._stop_sender(node_id)
+            del self._contacts[node_id]
         for node_id in [n for n in self._peers if n not in fresh or fresh[n] != self._peers[n]]:
-            task = self._senders.pop(node_id, None)
-            if task is not None:
-                task.cancel()
-            self._outboxes.pop(node_id, None)
-            self._connected.pop(node_id, None)
-            self.liveness.forget(node_id)
-            kept = self._forward_channels.pop(node_id, None)
-            if kept is not None:
-                asyncio.get_running_loop().create_task(kept[1].close(None))
+            self._stop_sender(node_id)
         added = [p for n, p in fresh.items() if self._peers.get(n) != p]
         self._peers = fresh
         self._member_ids = frozenset(fresh)
-        if self._hellos is not None:
-            self._hellos.set_members(None if accept_strangers else self._member_ids)
         for peer in added:
             self._start_sender(peer)
 
-    def learn_contact(self, peer: PeerSpec) -> None:
-        """A joining node heard from ``peer`` before knowing the group: answer it."""
-        if not self.accept_strangers or peer.node_id in self._peers:
-            return
-        if len(self._peers) > CONTACTS_MAX:
-            return
-        self._peers[peer.node_id] = peer
-        self._member_ids = frozenset(self._peers)
+    def _stop_sender(self, node_id: int) -> None:
+        task = self._senders.pop(node_id, None)
+        if task is not None:
+            task.cancel()
+        self._outboxes.pop(node_id, None)
+        self._connected.pop(node_id, None)
+        self.liveness.forget(node_id)
+        kept = self._forward_channels.pop(node_id, None)
+        if kept is not None:
+            asyncio.get_running_loop().create_task(kept[1].close(None))
+
+    def learn_contact(self, peer: PeerSpec) -> bool:
+        """An authenticated sender outside the configuration (a joining node's group, or a
+        member added after this node's configuration): answer it at ``peer``. False when
+        :data:`CONTACTS_MAX` strangers are already answered."""
+        if peer.node_id in self._member_ids or peer.node_id == self.config.node_id:
+            return False
+        if self._contacts.get(peer.node_id) == peer:
+            return True
+        if peer.node_id not in self._contacts and len(self._contacts) >= CONTACTS_MAX:
+            return False
+        self._stop_sender(peer.node_id)  # it moved: answer it at its new contact
+        self._contacts[peer.node_id] = peer
         self._start_sender(peer)
+        return True
+
+    def _forget_contact(self, node_id: int) -> None:
+        """Called by the contact's own sender task, which then ends."""
+        log.info("stranger node %d unreachable at its contact: forgotten", node_id)
+        del self._contacts[node_id]
+        self._senders.pop(node_id, None)
+        self._outboxes.pop(node_id, None)
+        self._connected.pop(node_id, None)
+        self.liveness.forget(node_id)
+
+    def contacts(self) -> frozenset[int]:
+        """The strangers this node answers (not members: no metrics, no status rows)."""
+        return frozenset(self._contacts)
 
     async def stop(self) -> None:
         self._stopping.set()
@@ -344,6 +372,10 @@ class PeerTransport:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks = []
         self._senders = {}
+        for node_id in self._contacts:  # learned again from their next call
+            self._outboxes.pop(node_id, None)
+            self._connected.pop(node_id, None)
+        self._contacts = {}
         channels, self._forward_channels = self._forward_channels, {}
         for _, channel in channels.values():
             await channel.close(None)
@@ -353,9 +385,13 @@ class PeerTransport:
             await server.stop(0.5)
 
     # ------------------------------------------------------------------ in
-    async def authenticate(self, context: grpc.aio.ServicerContext) -> frozenset[int] | None:
-        """The members a peer call may speak for (None: any member, no authentication
-        configured); aborts the call ``UNAUTHENTICATED`` (counted) otherwise."""
+    async def authenticate(
+        self, context: grpc.aio.ServicerContext, contact: str = ""
+    ) -> frozenset[int] | None:
+        """The nodes a peer call may speak for (None: any, no authentication configured);
+        aborts the call ``UNAUTHENTICATED`` (counted) otherwise. ``contact`` is the call's
+        :data:`CONTACT_HEADER`: with peer TLS, a sender outside the configuration is proven by
+        a certificate naming the host of its contact."""
         allowed: frozenset[int] | None = None
         try:
             if self._hellos is not None:
@@ -366,15 +402,18 @@ class PeerTransport:
                 allowed = frozenset({self._hellos.check(value)})
             peer_tls = self.config.peer_tls
             if peer_tls is not None:
+                hosts = {p.node_id: p.host for p in self._peers.values()}
+                stranger = members.parse_contact(contact)
+                if stranger is not None and stranger.node_id not in hosts:
+                    hosts[stranger.node_id] = stranger.host
                 named = peer_auth.members_named(
-                    _certificate_names(context),
-                    {p.node_id: p.host for p in self._peers.values()},
-                    peer_tls.server_name,
+                    _certificate_names(context), hosts, peer_tls.server_name
                 )
                 if not named and not self.accept_strangers:
                     raise peer_auth.PeerAuthError(
                         "certificate_names_no_member",
-                        "the peer certificate names no member of this group",
+                        "the peer certificate names no member of this group, nor the host of "
+                        "the caller's contact",
                     )
                 if named:  # else: a joining node; the cluster CA signed it, group unknown yet
                     allowed = named if allowed is None else allowed & named
@@ -387,17 +426,26 @@ class PeerTransport:
 
     def admits_sender(self, sender: int, allowed: frozenset[int] | None, contact: str = "") -> bool:
         """Whether a message naming ``sender`` may be taken on a call that proved
-        ``allowed``; counts the refusal otherwise. A joining node admits strangers and
-        answers them at ``contact`` (the call's :data:`CONTACT_HEADER`)."""
-        if sender != self.config.node_id and sender not in self._member_ids:
-            spec = members.parse_contact(contact)
-            if self.accept_strangers and spec is not None and spec.node_id == sender:
-                self.learn_contact(spec)
-        if sender == self.config.node_id or sender not in self._member_ids:
+        ``allowed``; counts the refusal otherwise.
+
+        A member is admitted. So is a stranger — a node outside this node's configuration,
+        which may be behind: a member added since, or a joining node's group — that the call
+        proved (its hello, or a certificate naming its contact's host) and that names itself
+        in ``contact`` (the call's :data:`CONTACT_HEADER`): it is answered there
+        (:meth:`learn_contact`). Raft's votes and appends are decided by logs, not by the
+        receiver's configuration; a removed member that keeps running is kept from disrupting
+        a healthy leader by pre-vote and leases (:mod:`gannet.node.raft.election`), not here."""
+        if sender == self.config.node_id:
             self.refusals.count("not_a_member")
             return False
         if allowed is not None and sender not in allowed:
             self.refusals.count("sender_mismatch")
+            return False
+        if sender in self._member_ids:
+            return True
+        spec = members.parse_contact(contact)
+        if spec is None or spec.node_id != sender or not self.learn_contact(spec):
+            self.refusals.count("not_a_member")
             return False
         return True
 
@@ -469,7 +517,7 @@ class PeerTransport:
         per member, closed by :meth:`stop`; gRPC reconnects it by itself). It dials the
         member's resolved address once the resolver has one (the host name until then, left to
         gRPC), and is replaced when that address changes."""
-        peer = self._peers.get(node_id) or self.config.peer(node_id)
+        peer = self._peers.get(node_id) or self._contacts.get(node_id) or self.config.peer(node_id)
         target = self.resolver.cached_target(peer)
         uri = target.uri if target is not None else peer.peer_endpoint
         kept = self._forward_channels.get(node_id)
@@ -533,6 +581,12 @@ class PeerTransport:
                     self._connected[peer.node_id] = False
                 await channel.close(None)
             outbox.clear()  # stale after a gap; the core re-sends what matters
+            if (
+                failed_dials >= CONTACT_FAILED_DIALS_MAX
+                and self._contacts.get(peer.node_id) == peer
+            ):
+                self._forget_contact(peer.node_id)
+                return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(
                     self._stopping.wait(), liveness.redial_backoff_s(failed_dials)
@@ -592,6 +646,15 @@ class PeerTransport:
             message = await outbox.get()
             self.liveness.sent(node_id)
             yield peer_wire.to_proto(message, group)
+
+
+def _contact(context: grpc.aio.ServicerContext) -> str:
+    """The call's :data:`CONTACT_HEADER` (empty: none)."""
+    contact = ""
+    for key, item in context.invocation_metadata() or ():
+        if key == CONTACT_HEADER:
+            contact = str(item)
+    return contact
 
 
 def _certificate_names(context: grpc.aio.ServicerContext) -> list[str]:
