@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gannet.node.invariants import invariant
+from gannet.node.raft.config import UnreadablePayload
 from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication.config import (
@@ -56,8 +57,9 @@ _TOPIC_BYTES = MEMBERS_TOPIC.encode()
 BODY_VERSION = 1
 
 
-class MembershipRecordError(ValueError):
-    """A configuration record or membership file that does not parse."""
+class MembershipRecordError(UnreadablePayload):
+    """A configuration record or membership file that does not parse (a ``ValueError``; the
+    Raft core refuses an ``AppendEntries`` whose payload raised it)."""
 
 
 @dataclass(frozen=True, slots=True)
