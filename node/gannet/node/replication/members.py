@@ -16,8 +16,9 @@ whole configuration::
                           "voter": true}, ...]}
 
 A follower finds these records in what it appends (:func:`memberships_in`, given to the core
-as ``Config.memberships_in``); the leader appends one through the store and proposes it with
-``RaftCore.propose_membership``.
+as ``Config.memberships_in``, called before the range is appended; the leader cuts every range
+at a record boundary, ``CommitLog.record_end``); the leader appends one through the store and
+proposes it with ``RaftCore.propose_membership``.
 
 **Persistence.** ``<store>/raft/membership`` holds the core's configuration entries
 (``Ready.memberships``) as JSON, replaced durably (write, fsync, rename) *before* the entries of
