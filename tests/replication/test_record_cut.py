@@ -37,7 +37,7 @@ from gannet.node.raft.ready import HardState, Role
 from gannet.node.replication import driver_state, members, noop
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.store.config import FlushMode, StoreConfig
-from gannet.node.store.log import records
+from gannet.node.store.log import native, records
 from gannet.node.store.message_store import MessageStore
 
 N1, N2, N3 = NodeId(1), NodeId(2), NodeId(3)
@@ -45,6 +45,17 @@ SPECS = tuple(PeerSpec(n, f"10.0.0.{n}", 8091, 8081) for n in (N1, N2, N3))
 FILE_BYTES = 4096
 APPEND_BYTES_MAX = 1000
 """Smaller than a file and not a multiple of any record size here: byte cuts fall mid-record."""
+
+
+@pytest.fixture(params=["native", "python"])
+def walk(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """``CommitLog.record_end`` walks with the native codec when built, else in Python."""
+    if request.param == "native":
+        if native.codec is None:
+            pytest.skip("the native codec is not built")
+    else:
+        monkeypatch.setattr(native, "codec", None)
+    return str(request.param)
 
 
 @pytest.fixture
@@ -144,7 +155,7 @@ def _run(
 
 
 def test_a_follower_catching_up_takes_the_configuration_record_in_whole_ranges(
-    stores: dict[NodeId, MessageStore],
+    stores: dict[NodeId, MessageStore], walk: str
 ) -> None:
     entry = _write_leader_log(stores[N1])
     last = ByteOffset(stores[N1].commitlog.max_offset())
@@ -217,7 +228,7 @@ def test_a_payload_that_is_not_whole_records_is_refused_not_half_taken(
 
 
 def test_record_end_steps_over_records_and_blanks_and_refuses_a_mid_record_start(
-    stores: dict[NodeId, MessageStore],
+    stores: dict[NodeId, MessageStore], walk: str
 ) -> None:
     entry = _write_leader_log(stores[N1])
     commitlog = stores[N1].commitlog

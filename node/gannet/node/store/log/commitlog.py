@@ -290,14 +290,25 @@ class CommitLog:
         record begins at ``start`` (or at a boundary stepped to), or no byte is stored there.
 
         Steps by TOTALSIZE with MAGICCODE checked, like the segment parser's fast path
-        (``layout.record_starts``): the bytes below the leader's written end are whole
+        (``layout.record_starts``; the native one when built: a 1 MiB range of 230-byte
+        records takes ~5 ms in Python): the bytes below the leader's written end are whole
         records of its own log."""
+        codec = native.codec
         offset = start
         while offset < cap:
             f = self.files.find_file(offset)
             if f is None:
                 return None
             pos = offset - f.file_from_offset
+            if codec is not None:  # over the whole records that end by cap, in this file
+                limit = min(f.wrote_position, cap - f.file_from_offset)
+                if limit - pos >= layout.BLANK.size:
+                    _, stop, _ = codec.record_starts(
+                        f.buffer, pos, limit, limit - pos, layout.RECORD_LENGTH_MIN
+                    )
+                    offset, pos = f.file_from_offset + stop, stop
+                    if offset >= cap:
+                        break
             readable = f.wrote_position - pos
             if readable < layout.BLANK.size:
                 return None
