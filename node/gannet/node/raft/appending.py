@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from gannet.node.invariants import invariant
 from gannet.node.raft import leases, quorum
+from gannet.node.raft.config import UnreadablePayload
+from gannet.node.raft.membership import MembershipEntry
 from gannet.node.raft.messages import (
     NO_NODE,
     AppendEntries,
@@ -313,14 +315,34 @@ def on_append(node: NodeState, m: AppendEntries) -> None:
     if appended:
         start = node.log.last_offset
         payload = m.payload[start - m.prev_offset :] if m.payload else b""
+        memberships = _memberships_in(node, start, payload)
+        if memberships is None:
+            return  # neither the range nor its configuration records; the leader resends
         node.append(AppendRange(start, m.end_offset, m.entries_term, payload))
-        if payload and node.config.memberships_in is not None:
-            for entry in node.config.memberships_in(start, payload):
-                node.members.append(entry)
+        for entry in memberships:
+            node.members.append(entry)
     node.matched_offset = ByteOffset(max(node.matched_offset, m.end_offset))
     _follower_commit(node, m.leader_commit)
     if not appended:
         send_append_ack(node, m.sender)
+
+
+def _memberships_in(
+    node: NodeState, start: ByteOffset, payload: bytes
+) -> tuple[MembershipEntry, ...] | None:
+    """The configuration records of ``payload`` (appended at ``start``), read before it is
+    appended so that a range never enters the log without its configuration entries; None
+    when they cannot be read (``refused_payload`` says why)."""
+    if not payload or node.config.memberships_in is None:
+        return ()
+    try:
+        return node.config.memberships_in(start, payload)
+    except UnreadablePayload as exc:
+        node.refused_payload = (
+            f"AppendEntries [{start}, {start + len(payload)}) refused, nothing of it appended: "
+            f"{exc}"
+        )
+        return None
 
 
 def on_reset_log_start(node: NodeState, m: ResetLogStart) -> None:

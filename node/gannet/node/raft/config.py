@@ -30,7 +30,14 @@ Lets the leader cut ``AppendEntries`` at record boundaries without holding the r
 
 MembershipsIn = Callable[[ByteOffset, bytes], tuple[MembershipEntry, ...]]
 """``memberships_in(start, payload)``: the configuration records among the whole records of
-``payload`` (written at ``start``), decoded; a follower calls it on what it appends."""
+``payload`` (written at ``start``), decoded; a follower calls it on what it is about to append.
+Raises ``UnreadablePayload`` when it cannot tell (the payload is not whole records, or a
+configuration record does not decode): the follower then appends nothing of the message."""
+
+
+class UnreadablePayload(ValueError):
+    """``memberships_in`` could not read a payload: appending it could lose a configuration
+    record, so the follower refuses the message (``NodeState.refused_payload`` says why)."""
 
 
 @dataclass(frozen=True, slots=True)

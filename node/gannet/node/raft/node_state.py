@@ -67,6 +67,9 @@ class NodeState:
         self.matched_offset = ByteOffset(0)
         self.acked_durable_offset = ByteOffset(0)
         """The last durable offset this follower told its leader."""
+        self.refused_payload: str | None = None
+        """Why this follower last refused an ``AppendEntries`` whose payload ``memberships_in``
+        could not read (``config.UnreadablePayload``); the driver logs it and clears it."""
         self.election_elapsed_ticks = 0
         self.election_timeout_ticks = self.randomized_timeout()
         self.heartbeat_elapsed_ticks = 0

@@ -157,7 +157,9 @@ class ReplicationNode:
             self._initial_state(),
             memberships=members.load_or_bootstrap(self.membership_file, self.config),
         )
-        core_config = driver_state.core_config(self.config, rng.randrange, self._noop_payload)
+        core_config = driver_state.core_config(
+            self.config, rng.randrange, self._noop_payload, self._record_end
+        )
         self.core = RaftCore(core_config, initial)
         self._apply_membership()
         current = members.members_of(self.core.members.current, {})
@@ -229,6 +231,23 @@ class ReplicationNode:
     def _noop_payload(self, offset: ByteOffset, term: Term) -> bytes:
         return noop.encode_noop(self.store, offset, term, self.config.node_id)
 
+    def _record_end(self, start: ByteOffset, cap: ByteOffset) -> ByteOffset:
+        """``raft.config.RecordEnd`` over the commit log. No record at ``start`` (a bug of
+        the core's bookkeeping): the range is cut at ``cap`` as bytes, logged; a follower
+        refuses such a range when it holds a configuration record it cannot read whole."""
+        end = self.store.commitlog.record_end(start, cap)
+        if end is None:
+            log.error(
+                "raft node %d: no record begins at %d in the commit log; shipping [%d, %d) "
+                "without cutting it at a record boundary",
+                self.config.node_id,
+                start,
+                start,
+                cap,
+            )
+            return cap
+        return ByteOffset(end)
+
     # ------------------------------------------------------------------ inputs
     async def _tick_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -268,6 +287,9 @@ class ReplicationNode:
             )
             return
         core.step(message)
+        if core.refused_payload is not None:
+            log.error("raft node %d: %s", self.config.node_id, core.refused_payload)
+            core.refused_payload = None
         self._process()
 
     def _report_durable(self, offset: int) -> None:

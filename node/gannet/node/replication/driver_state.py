@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from gannet.node.invariants import invariant
-from gannet.node.raft.config import Config, InitialState, NoopPayload, Status
+from gannet.node.raft.config import Config, InitialState, NoopPayload, RecordEnd, Status
 from gannet.node.raft.core import RaftCore
 from gannet.node.raft.epochs import Epoch
 from gannet.node.raft.messages import (
@@ -112,14 +112,20 @@ def initial_state(
 
 
 def core_config(
-    config: ReplicationConfig, random_ticks: Callable[[int], int], noop_payload: NoopPayload
+    config: ReplicationConfig,
+    random_ticks: Callable[[int], int],
+    noop_payload: NoopPayload,
+    record_end: RecordEnd,
 ) -> Config:
-    """The core's configuration for this node: bootstrap voters and limits from ``config``."""
+    """The core's configuration for this node: bootstrap voters and limits from ``config``;
+    ``record_end`` finds record boundaries in the commit log, so that every ``AppendEntries``
+    carries whole records (what ``members.memberships_in`` reads on the follower)."""
     return Config(
         node_id=NodeId(config.node_id),
         voters=tuple(NodeId(p.node_id) for p in config.peers),
         random_ticks=random_ticks,
         noop_payload=noop_payload,
+        record_end=record_end,
         memberships_in=members.memberships_in,
         election_timeout_ticks=config.election_timeout_ticks,
         heartbeat_interval_ticks=config.heartbeat_interval_ticks,

@@ -16,8 +16,9 @@ whole configuration::
                           "voter": true}, ...]}
 
 A follower finds these records in what it appends (:func:`memberships_in`, given to the core
-as ``Config.memberships_in``); the leader appends one through the store and proposes it with
-``RaftCore.propose_membership``.
+as ``Config.memberships_in``, called before the range is appended; the leader cuts every range
+at a record boundary, ``CommitLog.record_end``); the leader appends one through the store and
+proposes it with ``RaftCore.propose_membership``.
 
 **Persistence.** ``<store>/raft/membership`` holds the core's configuration entries
 (``Ready.memberships``) as JSON, replaced durably (write, fsync, rename) *before* the entries of
@@ -37,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gannet.node.invariants import invariant
+from gannet.node.raft.config import UnreadablePayload
 from gannet.node.raft.membership import Membership, MembershipEntry, MembershipLog
 from gannet.node.raft.messages import ByteOffset, NodeId
 from gannet.node.replication.config import (
@@ -56,8 +58,9 @@ _TOPIC_BYTES = MEMBERS_TOPIC.encode()
 BODY_VERSION = 1
 
 
-class MembershipRecordError(ValueError):
-    """A configuration record or membership file that does not parse."""
+class MembershipRecordError(UnreadablePayload):
+    """A configuration record or membership file that does not parse (a ``ValueError``; the
+    Raft core refuses an ``AppendEntries`` whose payload raised it)."""
 
 
 @dataclass(frozen=True, slots=True)

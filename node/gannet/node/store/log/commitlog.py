@@ -283,6 +283,49 @@ class CommitLog:
         except ValueError:
             return b""
 
+    def record_end(self, start: int, cap: int) -> int | None:
+        """Where a leader may end the range it ships from ``start`` (a record boundary): the
+        last boundary ``b`` with ``start < b <= cap``, or the end of the record at ``start``
+        when it alone passes ``cap``. A BLANK ends at the next file's start. None when no
+        record begins at ``start`` (or at a boundary stepped to), or no byte is stored there.
+
+        Steps by TOTALSIZE with MAGICCODE checked, like the segment parser's fast path
+        (``layout.record_starts``; the native one when built: a 1 MiB range of 230-byte
+        records takes ~5 ms in Python): the bytes below the leader's written end are whole
+        records of its own log."""
+        codec = native.codec
+        offset = start
+        while offset < cap:
+            f = self.files.find_file(offset)
+            if f is None:
+                return None
+            pos = offset - f.file_from_offset
+            if codec is not None:  # over the whole records that end by cap, in this file
+                limit = min(f.wrote_position, cap - f.file_from_offset)
+                if limit - pos >= layout.BLANK.size:
+                    _, stop, _ = codec.record_starts(
+                        f.buffer, pos, limit, limit - pos, layout.RECORD_LENGTH_MIN
+                    )
+                    offset, pos = f.file_from_offset + stop, stop
+                    if offset >= cap:
+                        break
+            readable = f.wrote_position - pos
+            if readable < layout.BLANK.size:
+                return None
+            total, magic = layout.BLANK.unpack_from(f.buffer, pos)
+            if magic == layout.MAGIC_BLANK:
+                end = self.files.roll_next_file(offset)
+            elif magic in (layout.MAGIC_V1, layout.MAGIC_V2) and (
+                layout.RECORD_LENGTH_MIN <= total <= readable
+            ):
+                end = offset + total
+            else:
+                return None
+            if end > cap:
+                return end if offset == start else offset
+            offset = end
+        return offset if offset > start else None
+
     def append_raw(self, offset: int, data: bytes) -> int:
         """Write a leader's bytes at ``offset``, which must be this log's end; returns the new
         end. Records may be split across calls. Queue offsets are not assigned here: the
