@@ -28,6 +28,13 @@ def config_for(root: Path) -> StoreConfig:
     return StoreConfig.for_tests(root, flush_mode=FlushMode.SYNC_FLUSH)
 
 
+def _say(kind: str, body: str) -> None:
+    """One whole line in one write: print() writes its parts one by one when stdout is
+    unbuffered (PYTHONUNBUFFERED), and a SIGKILL between them left the parent a bare "POP"."""
+    sys.stdout.write(f"{kind} {body}\n")
+    sys.stdout.flush()
+
+
 def main() -> None:
     root = Path(sys.argv[1])
     rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 1)
@@ -38,11 +45,11 @@ def main() -> None:
         now = time.time_ns() // 1_000_000
         got = broker.pop(GROUP, TOPIC, max_msgs=8, invisible_time_ms=INVISIBLE_MS, now_ms=now)
         for m in got.messages:
-            print("POP", m.message.body.decode(), flush=True)
+            _say("POP", m.message.body.decode())
         for m in got.messages:
             if rng.random() < 0.66:
                 broker.ack(GROUP, TOPIC, m.receipt_handle, now_ms=time.time_ns() // 1_000_000)
-                print("ACK", m.message.body.decode(), flush=True)
+                _say("ACK", m.message.body.decode())
         if not got.messages:
             time.sleep(0.01)
 
