@@ -714,6 +714,19 @@ def kafka_in_flight(scenario: Scenario) -> int:
     return scenario.in_flight * (scenario.batch if scenario.mode is Mode.BATCHED else 1)
 
 
+def kafka_produce_one(
+    producer: Any, topic: str, body: bytes, done: Callable[..., None], wait_s: float
+) -> None:
+    """``producer.produce`` once, serving delivery reports for ``wait_s`` while its local queue
+    is full (BufferError)."""
+    while True:
+        try:
+            producer.produce(topic, body, on_delivery=done)
+            return
+        except BufferError:
+            producer.poll(wait_s)
+
+
 def kafka_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
     from confluent_kafka import Producer  # type: ignore[import-not-found,unused-ignore]
 
@@ -739,12 +752,7 @@ def kafka_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
             elif measured:
                 result.record(time.monotonic() - t0, 1, scenario.message_size_bytes)
 
-        while True:
-            try:
-                producer.produce(spec.topics[i % len(spec.topics)], body, on_delivery=done)
-                break
-            except BufferError:
-                producer.poll(0.1)
+        kafka_produce_one(producer, spec.topics[i % len(spec.topics)], body, done, 0.1)
         outstanding += 1
         producer.poll(0)
 

@@ -234,12 +234,9 @@ def kafka_produce(spec: WorkerSpec, barrier: Barrier) -> WorkerResult:
 
         if measured:
             result.note(result.sends, due, time.monotonic())
-        while True:
-            try:
-                producer.produce(spec.topics[sequence % len(spec.topics)], body, on_delivery=done)
-                break
-            except BufferError:
-                producer.poll(0.01)
+        drivers.kafka_produce_one(
+            producer, spec.topics[sequence % len(spec.topics)], body, done, 0.01
+        )
         outstanding += 1
         producer.poll(0)
 

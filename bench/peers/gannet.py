@@ -101,7 +101,7 @@ def start_remoting(
         _create_on(f"127.0.0.1:{port}", list(layout.topics), layout.queues, layout.group)
         for topic in layout.topics:
             namesrv_probe.wait_route(child, endpoint, topic)
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         processes.stop(child)
         raise
     return Running(

@@ -229,7 +229,7 @@ def start_remoting(workdir: Path, flush: str, layout: Layout) -> Running:
         processes.wait_port(broker, "127.0.0.1", broker_port, START_TIMEOUT_S)
         for topic in layout.topics:
             namesrv_probe.wait_route(broker, endpoint, topic)
-    except Exception:
+    except BaseException:  # also an interrupt while starting: nothing left running
         for child in reversed(children):
             processes.stop(child)
         raise
