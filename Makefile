@@ -120,9 +120,9 @@ bench-standard: bench-peers
 
 THROUGHPUT_SCENARIOS := S1,S2,S3,S4,S5,S6,S7,S8,S9
 
-## bench-latency: send→receive latency at fixed 1,000 and 5,000 msgs/s, open loop (L1K, L5K at full size, medians of 3) for Gannet, RocketMQ and Kafka, then REPORT.md (about 15 min on 2 cores)
+## bench-latency: send→receive latency at fixed 500, 1,000 and 5,000 msgs/s, open loop (L500, L1K, L5K, medians of 3) for Gannet, RocketMQ and Kafka, then REPORT.md (about 22 min on 2 cores)
 bench-latency: bench-peers
-	$(BIN)/python -m bench.loadgen.run --scenarios L1K,L5K --systems gannet,rocketmq,kafka \
+	$(BIN)/python -m bench.loadgen.run --scenarios L500,L1K,L5K --systems gannet,rocketmq,kafka \
 	  --repetitions 3
 
 ## bench-report: regenerate bench/results/REPORT.md and its plots from bench/results/peers.jsonl (no runs)

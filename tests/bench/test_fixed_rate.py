@@ -123,13 +123,18 @@ def test_backlog_counts_due_and_not_yet_received() -> None:
 
 
 def test_the_fixed_rate_scenarios_are_open_loop_with_enough_messages_for_p99_9() -> None:
-    for scenario_id, rate in (("L1K", 1_000), ("L5K", 5_000)):
+    for scenario_id, rate in (("L500", 500), ("L1K", 1_000), ("L5K", 5_000)):
         s = scenarios.SCENARIOS[scenario_id]
         assert s.open_loop
         assert s.rate_msgs_per_s == rate
         assert s.messages >= 10_000  # p99.9 rests on at least 10 messages
         assert s.schedule_s <= s.max_duration_s
-    assert scenarios.order("S9") < scenarios.order("L1K") < scenarios.order("L5K")
+    assert (
+        scenarios.order("S9")
+        < scenarios.order("L500")
+        < scenarios.order("L1K")
+        < scenarios.order("L5K")
+    )
     assert scenarios.order("S42") == len(scenarios.SCENARIOS)
     with pytest.raises(ValueError, match="needs rate_msgs_per_s and consumers"):
         scenarios.Scenario("Lx", "x", 100, 1, 1, 1, 1, scenarios.Mode.STOCK, open_loop=True)

@@ -50,7 +50,7 @@ def test_io_status_loadavg_children() -> None:
 
 
 def test_every_scenario_of_performance_md_is_defined_and_bounded() -> None:
-    assert list(scenarios.SCENARIOS) == [*(f"S{i}" for i in range(1, 10)), "L1K", "L5K"]
+    assert list(scenarios.SCENARIOS) == [*(f"S{i}" for i in range(1, 10)), "L500", "L1K", "L5K"]
     for s in scenarios.SCENARIOS.values():
         assert s.messages > 0
         assert s.max_duration_s <= 60
