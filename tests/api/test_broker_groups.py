@@ -43,9 +43,15 @@ from .conftest import unique
 CLIENT_ID = (("x-mq-client-id", "tests@1@0@groups"),)
 POLL_S = 0.2
 WAIT_S = 20.0
-INVISIBLE_S = 5
-"""Below ``WAIT_S``: a receive whose answer the client gave up on (its 5 s request timeout on a
-loaded machine) leaves its messages invisible this long, then they come back."""
+INVISIBLE_S = 10
+"""The shortest lease a broker grants: a receive whose answer the client gave up on (its request
+timeout on a loaded machine) leaves its messages invisible this long, then they come back."""
+RECEIVES_MAX = 40
+"""The official Python client (5.1.2) picks a queue at random for every receive (it builds a new
+selector with a random start each time), so after one group is drained a receive lands on it
+again with probability 1/2 and waits out the broker's 5 s minimum long poll with nothing to
+give. The number of such misses is unbounded in time but not in probability: 40 receives
+leave the other group unvisited with probability 2^-39."""
 BOX_RULES = str.maketrans("│┃", "  ")
 
 
@@ -179,8 +185,9 @@ def test_official_clients_produce_and_consume_across_both_groups(pair: Pair) -> 
     consumer.startup()
     got: set[str] = set()
     try:
-        deadline = time.monotonic() + WAIT_S
-        while got != set(sent) and time.monotonic() < deadline:
+        for _ in range(RECEIVES_MAX):
+            if got == set(sent):
+                break
             for message in consumer.receive(16, INVISIBLE_S):
                 consumer.ack(message)  # goes to the group the message came from
                 got.add(bytes(message.body).decode())
