@@ -20,6 +20,10 @@ the admin servicer); a forwarded request names its service and method:
   an ordinary election, the broker closes its client port (``broker.port_gate``) and the held
   requests are answered at once (:meth:`Forwarder.release_held`): a retry on the same
   connection would only reach the same member, a closed connection moves the client;
+- the leader refuses this member as not a member (``PERMISSION_DENIED``, marked
+  ``NOT_A_MEMBER``: it was removed): the member takes it as no leader for it
+  (:mod:`gannet.node.replication.removal`), the request is held, and the broker closes the
+  client port at once (``broker.port_gate``), answering it;
 - the leader it forwarded to refuses (it lost leadership: ``FAILED_PRECONDITION``) or cannot be
   reached (``UNAVAILABLE``: killed), or the leader changes while the forwarded call is still
   running (the old leader stopped, not dead: its call would only time out): the request is
@@ -66,6 +70,7 @@ from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.protocol.statuses import ApiError
 from gannet.node.replication.config import PeerSpec
 from gannet.node.replication.driver import ReplicationNode
+from gannet.node.replication.transport import NOT_A_MEMBER, REFUSAL_HEADER
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +137,12 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 def _status_code(number: int) -> grpc.StatusCode:
     return _STATUS_CODES.get(number, grpc.StatusCode.UNKNOWN)
+
+
+def _not_a_member(exc: grpc.aio.AioRpcError) -> bool:
+    """Whether a refused ``Forward`` says this member is not a member of the group there."""
+    trailing = exc.trailing_metadata() or ()
+    return any(key == REFUSAL_HEADER and value == NOT_A_MEMBER for key, value in trailing)
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +222,8 @@ class ForwardStats:
     """Requests that waited for a leader (none known, or this one not ready yet)."""
     unanswered_total: int = 0
     """Requests answered with a retryable refusal because no leader served them in time."""
+    refused_not_member_total: int = 0
+    """Forwarded calls the member forwarded to refused as from a non-member (removed)."""
 
 
 class Forwarder:
@@ -541,6 +554,12 @@ class Forwarder:
     def _raise_unless_retry(self, target: PeerSpec, method: str, exc: grpc.aio.AioRpcError) -> None:
         """Return when the request can be routed again; raise its refusal otherwise."""
         code = exc.code()
+        if code == grpc.StatusCode.PERMISSION_DENIED and _not_a_member(exc):
+            # The leader no longer counts this member (removed): no leader for it; routed
+            # again, the request is held and answered when the port gate lets clients go.
+            self.stats.refused_not_member_total += 1
+            self.replication.leader_refused_me(target.node_id)
+            return
         if code in (grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.UNAVAILABLE):
             log.debug("forward of %s to node %d: %s; routing again", method, target.node_id, exc)
             return

@@ -21,6 +21,12 @@ is known. A starting member keeps it open until it has known a leader once: its 
 is no lost leader. Closing answers the requests held for a leader at once (retryable), then
 stops the server; ``/readyz`` says not ready meanwhile, so a Kubernetes Service stops sending
 new connections too.
+
+A member that **knows it is removed** (:mod:`gannet.node.replication.removal`: its leader
+refused it as not a member, or it knows no leader and its committed configuration no longer
+names it) closes the port **at once**: no election will give it a leader, so there is no gap to
+wait out (seed 906: a removed follower held its clients about one election timeout, answering
+``HA_NOT_AVAILABLE``). It opens again once a leader counts it (a member added again).
 """
 
 from __future__ import annotations
@@ -39,8 +45,13 @@ class PortGate:
         self._leaderless_since_s: float | None = None
         self._ever_known = False
 
-    def open(self, now_s: float, leader_known: bool) -> bool:
-        """Record what this member knows at ``now_s``; whether the port should be open."""
+    def open(self, now_s: float, leader_known: bool, removed: bool = False) -> bool:
+        """Record what this member knows at ``now_s`` (``removed``: it knows its group no
+        longer counts it); whether the port should be open."""
+        if removed:
+            self._ever_known = True  # not a starting member's first election
+            self._leaderless_since_s = now_s - self.close_after_s
+            return False
         if leader_known:
             self._ever_known = True
             self._leaderless_since_s = None

@@ -326,6 +326,8 @@ class Broker:
     def not_ready_reason(self) -> str | None:
         """None when clients can be served; otherwise why not (``/readyz`` answers it)."""
         if self.phase == "serving":
+            if self.replication is not None and self.replication.knows_removed():
+                return "removed from the Raft group (no leader counts this member)"
             if self.replication is not None and self.replication.leader() is None:
                 return "no Raft leader known (an election is running or no majority is up)"
             return None
@@ -556,10 +558,11 @@ class Broker:
         one (:mod:`port_gate`); ends when the broker stops serving."""
         loop = asyncio.get_running_loop()
         while self.phase in ("starting", "serving") and not self._gate_stopped:
-            known = repl.leader() is not None
-            should_open = gate.open(loop.time(), known)
+            seen = _gate_inputs(repl)
+            known, removed = seen
+            should_open = gate.open(loop.time(), known, removed)
             if not should_open and self.server is not None:
-                await self._close_port()
+                await self._close_port(removed)
             elif should_open and self.server is None and self.phase == "serving":
                 await self._reopen_port()
             elif should_open and self.phase == "serving":
@@ -567,19 +570,26 @@ class Broker:
             closes_in = gate.closes_in_s(loop.time())
             wait_s = PORT_GATE_RECHECK_S if closes_in is None or closes_in == 0 else closes_in
             with contextlib.suppress(TimeoutError):
-                await repl.wait_until(functools.partial(_leader_known_is, repl, not known), wait_s)
+                await repl.wait_until(functools.partial(_gate_inputs_differ, repl, seen), wait_s)
 
-    async def _close_port(self) -> None:
+    async def _close_port(self, removed: bool = False) -> None:
         server, self.server = self.server, None
         if server is None:
             return
         self.port_closes_total += 1
-        log.warning(
-            "no Raft leader known for %.1f s: client port %d closed until one is (clients move "
-            "to another member)",
-            self.config.leaderless_close_after_s or 0.0,
-            self.port,
-        )
+        if removed:
+            log.warning(
+                "removed from the Raft group (no leader counts this member): client port %d "
+                "closed at once until a leader does (clients move to another member)",
+                self.port,
+            )
+        else:
+            log.warning(
+                "no Raft leader known for %.1f s: client port %d closed until one is (clients "
+                "move to another member)",
+                self.config.leaderless_close_after_s or 0.0,
+                self.port,
+            )
         if self.messaging is not None and self.messaging.forwarder is not None:
             self.messaging.forwarder.release_held()
         await _bounded(server.stop(PORT_CLOSE_GRACE_S), STOP_STEP_SLACK_S, "closing the port")
@@ -795,8 +805,13 @@ class Broker:
             await self.stop()
 
 
-def _leader_known_is(repl: ReplicationNode, known: bool) -> bool:
-    return (repl.leader() is not None) is known
+def _gate_inputs(repl: ReplicationNode) -> tuple[bool, bool]:
+    """What the port gate decides with: a leader is known, this member knows it is removed."""
+    return repl.leader() is not None, repl.knows_removed()
+
+
+def _gate_inputs_differ(repl: ReplicationNode, seen: tuple[bool, bool]) -> bool:
+    return _gate_inputs(repl) != seen
 
 
 async def _bounded(step: Coroutine[object, object, None], limit_s: float, what: str) -> None:

@@ -74,6 +74,7 @@ from gannet.node.raft.messages import (
     AppendEntries,
     Busy,
     ByteOffset,
+    Heartbeat,
     Message,
     NodeId,
     NotLeader,
@@ -82,7 +83,7 @@ from gannet.node.raft.messages import (
     Term,
 )
 from gannet.node.raft.ready import Ready, Role
-from gannet.node.replication import driver_state, members, noop
+from gannet.node.replication import driver_state, members, noop, removal
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.config_log import ConfigLog
 from gannet.node.replication.driver_state import CommitWaiters, DriverState, NodeStatus, RoleChange
@@ -117,6 +118,8 @@ class ReplicationNode:
         self.files = RaftStateFiles(store.config.root_dir / "raft")
         self.membership_file = members.MembershipFile(self.files.directory / "membership")
         self.member_table = members.MemberTable(config.peers)
+        self.standing = removal.Standing(NodeId(config.node_id))
+        """Whether the group still counts this member (:mod:`removal`)."""
         self.transport = PeerTransport(config, self._on_message)
         self.core: RaftCore | None = None
         self.state = DriverState(
@@ -287,6 +290,11 @@ class ReplicationNode:
             )
             return
         core.step(message)
+        if (
+            isinstance(message, AppendEntries | Heartbeat | ResetLogStart)
+            and core.leader_id == message.sender
+        ):
+            self.standing.heard_from_leader()
         if core.refused_payload is not None:
             log.error("raft node %d: %s", self.config.node_id, core.refused_payload)
             core.refused_payload = None
@@ -493,10 +501,43 @@ class ReplicationNode:
         return self._usable() and self._core().role is Role.LEADER
 
     def leader(self) -> PeerSpec | None:
-        """The member this node believes leads (itself included), or None."""
-        if self.core is None or self.core.leader_id == NO_NODE:
+        """The member this node believes leads (itself included), or None — also while it
+        knows it is removed (:meth:`knows_removed`: no leader counts it)."""
+        if self.core is None or self.core.leader_id == NO_NODE or self.knows_removed():
             return None
         return self.member_table.spec(self.core.leader_id)
+
+    def knows_removed(self) -> bool:
+        """Whether this member knows its group no longer counts it (:mod:`removal`): its
+        leader refused it as not a member, or it knows no leader and its committed
+        configuration no longer names it."""
+        core = self.core
+        if core is None:
+            return False
+        latest = core.members.latest()
+        return self.standing.knows_removed(
+            followed=core.leader_id,
+            term=core.term,
+            committed=core.members.committed(core.committed_offset).membership,
+            settled=latest.end_offset <= core.committed_offset,
+        )
+
+    def leader_refused_me(self, leader_id: int) -> None:
+        """Member ``leader_id`` refused this member's forwarded call as from a non-member
+        (:mod:`gannet.node.api.forwarding`): if it is the leader this member follows, take it
+        as no leader for this member until a leader streams to it again (:mod:`removal`)."""
+        core = self.core
+        if core is None:
+            return
+        if self.standing.leader_refused(NodeId(leader_id), followed=core.leader_id, term=core.term):
+            log.warning(
+                "raft node %d: the leader, node %d, refused it as not a member of the group "
+                "(removed): no leader for this member in term %d; clients are let go",
+                self.config.node_id,
+                leader_id,
+                core.term,
+            )
+            self.wake_waiters()
 
     def route_members(self) -> list[PeerSpec]:
         """The voters of the configuration in force (learners are still catching up: clients

@@ -27,7 +27,9 @@ deadline of their own: ``CONNECT_TIMEOUT_S`` covers only the connection to the a
 ``Forward`` carries a client request a follower took to the leader: the server hands it to
 ``forward_handler`` (set by the broker: :mod:`gannet.node.api.forwarding`), and
 :meth:`PeerTransport.forward_channel` keeps one channel per member for sending them (same
-credentials as the streams).
+credentials as the streams). A ``Forward`` from a node outside the configuration is refused
+``PERMISSION_DENIED`` with :data:`REFUSAL_HEADER` ``=`` :data:`NOT_A_MEMBER` in its trailing
+metadata: the forwarding member was removed and lets its clients go (:mod:`removal`).
 
 Limits: each outbound queue holds at most ``outbound_messages_max`` messages and
 ``outbound_bytes_max`` bytes; a message past either is dropped and counted, never blocking the
@@ -79,6 +81,11 @@ log = logging.getLogger(__name__)
 
 GRPC_MESSAGE_BYTES_MAX = 64 << 20
 CONTACT_HEADER = "x-gannet-peer"
+REFUSAL_HEADER = "x-gannet-refusal"
+"""Trailing metadata of a refused ``Forward``: why, for the forwarding member to act on."""
+NOT_A_MEMBER = "not-a-member"
+"""The :data:`REFUSAL_HEADER` value of a ``Forward`` from a node outside the configuration:
+the forwarding member was removed (:mod:`removal`)."""
 CONTACTS_MAX = 16
 CONTACT_FAILED_DIALS_MAX = 2
 """A stranger's contact is forgotten after this many failed dials in a row (it is only ever
@@ -188,7 +195,18 @@ class _PeerServicer(peer_pb2_grpc.PeerServicer):
                 f"this node in {transport.config.group!r}",
             )
             return
-        if not transport.admits_sender(request.sender, senders):
+        reason = transport.sender_refusal(request.sender, senders)
+        if reason is not None:
+            transport.refusals.count(reason)
+            if reason == "not_a_member":  # removed: the member takes it as no leader for it
+                await context.abort(
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    f"node {request.sender} is not a member of group {transport.config.group!r} "
+                    f"as node {transport.config.node_id} knows it (removed?); it may not forward "
+                    "here",
+                    ((REFUSAL_HEADER, NOT_A_MEMBER),),
+                )
+                return
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED, f"node {request.sender} may not forward here"
             )
@@ -435,19 +453,26 @@ class PeerTransport:
         (:meth:`learn_contact`). Raft's votes and appends are decided by logs, not by the
         receiver's configuration; a removed member that keeps running is kept from disrupting
         a healthy leader by pre-vote and leases (:mod:`gannet.node.raft.election`), not here."""
+        reason = self.sender_refusal(sender, allowed, contact)
+        if reason is not None:
+            self.refusals.count(reason)
+        return reason is None
+
+    def sender_refusal(
+        self, sender: int, allowed: frozenset[int] | None, contact: str = ""
+    ) -> str | None:
+        """Why :meth:`admits_sender` refuses ``sender`` (``not_a_member``,
+        ``sender_mismatch``), not counted; None: admitted (a stranger's contact learnt)."""
         if sender == self.config.node_id:
-            self.refusals.count("not_a_member")
-            return False
+            return "not_a_member"
         if allowed is not None and sender not in allowed:
-            self.refusals.count("sender_mismatch")
-            return False
+            return "sender_mismatch"
         if sender in self._member_ids:
-            return True
+            return None
         spec = members.parse_contact(contact)
         if spec is None or spec.node_id != sender or not self.learn_contact(spec):
-            self.refusals.count("not_a_member")
-            return False
-        return True
+            return "not_a_member"
+        return None
 
     def refusal(self, raw: peer_pb2.RaftMessage) -> str | None:
         if raw.group != self.config.group:
