@@ -41,3 +41,18 @@ def test_a_starting_member_keeps_it_open_until_it_has_known_a_leader() -> None:
 def test_a_negative_grace_is_refused() -> None:
     with pytest.raises(ValueError, match="negative"):
         PortGate(close_after_s=-1.0)
+
+
+def test_a_removed_member_closes_at_once_and_opens_once_a_leader_counts_it() -> None:
+    gate = PortGate(close_after_s=0.5)
+    assert gate.open(0.0, leader_known=True)
+    assert not gate.open(1.0, leader_known=False, removed=True)  # no grace: no election to wait
+    assert gate.closes_in_s(1.0) == 0.0
+    assert not gate.open(30.0, leader_known=False, removed=True)
+    assert not gate.open(30.1, leader_known=False)  # no longer removed, still no leader
+    assert gate.open(30.2, leader_known=True)  # added again: its leader streams to it
+
+
+def test_a_member_that_starts_removed_closes_at_once() -> None:
+    gate = PortGate(close_after_s=0.5)
+    assert not gate.open(0.0, leader_known=False, removed=True)
