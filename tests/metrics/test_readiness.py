@@ -98,13 +98,17 @@ def test_bad_metrics_listen_values_are_refused(listen: str) -> None:
 
 
 class _Replication:
-    """Stands in for a ReplicationNode: only ``leader()`` is asked."""
+    """Stands in for a ReplicationNode: only ``leader()`` and ``knows_removed()`` are asked."""
 
     def __init__(self) -> None:
         self.known_leader: object | None = None
+        self.removed = False
 
     def leader(self) -> object | None:
         return self.known_leader
+
+    def knows_removed(self) -> bool:
+        return self.removed
 
 
 def test_readyz_needs_a_known_raft_leader_when_replicating(tmp_path: Path) -> None:
@@ -118,3 +122,7 @@ def test_readyz_needs_a_known_raft_leader_when_replicating(tmp_path: Path) -> No
     assert "no Raft leader" in reason
     replication.known_leader = "node 2"
     assert broker.not_ready_reason() is None
+    replication.known_leader, replication.removed = None, True  # its leader refused it
+    removed = broker.not_ready_reason()
+    assert removed is not None
+    assert "removed from the Raft group" in removed

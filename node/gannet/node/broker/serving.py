@@ -296,7 +296,8 @@ class Broker:
         self._gating: asyncio.Future[None] | None = None
         self._gate_stopped = False
         self.port_closes_total = 0
-        """Times the client port closed because no leader was known (:mod:`port_gate`)."""
+        """Times the client port closed because no leader was known, or this member knows it is
+        removed (:mod:`port_gate`)."""
         """v2 calls in flight per client id (refusals in ``inflight.refused_total``)."""
         if config.metrics_listen:
             self.metrics = broker_metrics.BrokerMetrics()
