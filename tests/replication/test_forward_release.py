@@ -38,6 +38,9 @@ class _Leaderless:
     def is_serving_leader(self) -> bool:
         return False
 
+    def knows_removed(self) -> bool:
+        return False
+
     def wake_waiters(self) -> None:
         self.woken.set()
 

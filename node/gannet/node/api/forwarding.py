@@ -305,6 +305,11 @@ class Forwarder:
     def _no_leader_message(self) -> str:
         repl = self.replication
         leader = repl.leader()
+        if leader is None and repl.knows_removed():
+            return (
+                f"node {repl.config.node_id} was removed from the Raft group (its leader no "
+                "longer counts it); retry on another member"
+            )
         if leader is None:
             return (
                 f"node {repl.config.node_id}: no Raft leader is known (an election is running "
