@@ -11,8 +11,9 @@ Now the leader's first refusal tells the member it is removed
 (:mod:`gannet.node.replication.removal`): its port closes at once, the client moves to another
 member, and no further call is forwarded and refused. The election timeout is set to 3–6 s so
 that the two behaviours are far apart. The member is then added again (a learner under the
-same node id, promoted): it serves again. Every wait awaits a Raft condition or a client
-answer; nothing sleeps.
+same node id, promoted): it serves again. A leader that removes itself closes its port at
+once too, once it stepped down (before the fix: after the leaderless grace). Every wait awaits
+a Raft condition or a client answer; nothing sleeps.
 """
 
 from __future__ import annotations
@@ -41,6 +42,8 @@ the fix: at least the election timeout, 3 s, plus the port gate's 0.5 s)."""
 SENT_WITHIN_S = 2.5
 """The client's next successful send after the removal committed comes this soon."""
 CALL_S = 10.0
+GRACE_S = 30.0
+"""The leaderless grace of the second test: far above its waits."""
 TOPIC = "Removed"
 
 
@@ -182,3 +185,22 @@ def test_a_removed_member_closes_its_client_port_at_once_and_can_be_added_again(
     finally:
         sender.stop()
         producer.shutdown()
+
+
+def test_a_leader_that_removed_itself_closes_its_client_port_at_once(cluster: Cluster) -> None:
+    """Once its removal commits a leader hands over and steps down: it knows no leader and its
+    committed configuration no longer names it, so it closes its port without the leaderless
+    grace (set to 30 s here, so that only the removal can close it within the wait)."""
+    cluster.leaderless_close_after_s = GRACE_S
+    cluster.start_all()
+    leader = cluster.leader()
+    broker = cluster.nodes[leader].broker
+    remove = admin_pb2.RemoveMemberRequest(node_id=str(leader))
+    cluster.admin(leader, lambda a: a.RemoveMember(remove, timeout=CALL_S))
+    others = [i for i in cluster.nodes if i != leader]
+    assert cluster.leader(among=others) != leader
+    cluster.wait(leader, lambda: broker.server is None, timeout_s=CALL_S)  # not GRACE_S
+    raft = cluster.raft(leader)
+    assert raft.knows_removed()
+    assert raft.leader() is None
+    assert broker.port_closes_total == 1
