@@ -247,7 +247,8 @@ class PopService:
     def pop_offset(
         self, req: PopRequest, topic: str, queue_id: int, key: str, *, init: bool
     ) -> int:
-        """``getPopOffset``: committed (or initial) offset, raised by in-flight pops."""
+        """``getPopOffset``: committed (or initial) offset, raised by the CKs in the log and
+        by in-flight pops."""
         offsets = self.ctx.store.consumer_offsets
         with self.ctx.buffer.lock:
             offset = offsets.query(req.group, topic, queue_id)
@@ -256,6 +257,8 @@ class PopService:
                 if init:
                     offsets.commit(req.group, topic, queue_id, offset)
             latest = self.ctx.buffer.latest_next_begin(key)
+        # Never behind a CK in the log, even one whose pop was withdrawn (:mod:`ck_floors`).
+        offset = max(offset, self.ctx.ck_floors.floor(key))
         return offset if latest is None else max(offset, latest)
 
     def _init_offset(self, req: PopRequest, topic: str, queue_id: int) -> int:
