@@ -18,7 +18,8 @@ when the request has read every queue: one append and one durability wait (one R
 per request, not one per queue. Until then each such queue stays locked and its checkpoint is
 tracked as *storing* (its offset is not committed, :mod:`merging`); if the append or the wait
 fails, or reading a later queue does, they are withdrawn from the buffer, so the queues are read
-again from the same offsets.
+again from the same offsets — unless a CK of theirs reaches the committed log after all (a Raft
+leader that lost its leadership mid-write): no pop starts behind a CK there (:mod:`ck_floors`).
 
 Messages popped from a retry topic are returned under the original topic; every returned
 message carries its ``POP_CK`` extra info and a receipt handle (:mod:`receipts`).
