@@ -26,6 +26,7 @@ from collections.abc import Callable
 from gannet.node.pop import revive_log
 from gannet.node.pop.acks import AckMsg
 from gannet.node.pop.checkpoints import PopCheckPoint
+from gannet.node.pop.ck_floors import CheckpointFloors
 from gannet.node.pop.config import CK_DELIVER_LEAD_MS, RE_PUT_BACKOFF_S, PopConfig
 from gannet.node.pop.errors import InvisibleTimeIllegal
 from gannet.node.pop.locks import QueueLocks
@@ -61,6 +62,9 @@ class PopContext:
         existed = store.topic_configs.get(revive_log.revive_topic(store)) is not None
         revive = revive_log.ensure_revive_topic(store, config.revive_queue_count)
         self.revive_write_queues = revive.write_queue_nums
+        self.ck_floors = CheckpointFloors(store, revive.topic_name)
+        """Where the CKs in the log put each queue's pop offset (:mod:`ck_floors`)."""
+        self.ck_floors.attach()
         self._flush_lock_deliveries = threading.Lock()
         self._last_delivery_ms: dict[int, int] = {}
         # CKs parked by an earlier process may reach any revive queue until this horizon.
@@ -138,6 +142,7 @@ class PopContext:
         with self._flush_lock:
             self._store_entries(self.buffer.due_for_store(now_ms))
             self.commit_offsets()
+            self.commit_ck_floors()
             if now_ms - self._last_expire_ms >= EXPIRE_INTERVAL_MS or now_ms < self._last_expire_ms:
                 self._last_expire_ms = now_ms
                 self.buffer.expire(now_ms)
@@ -172,6 +177,23 @@ class PopContext:
         self.wait_durable(durable_at)
         for e in doing:
             self.buffer.mark_stored(e)
+
+    def commit_ck_floors(self) -> None:
+        """Commit the offset past a CK in the log over a consumer offset still behind it
+        (:mod:`ck_floors`); a queue with pops in flight waits for them (they start at or past
+        the floor and commit their own offsets), and a floor reached is forgotten."""
+        if not len(self.ck_floors):
+            return
+        offsets = self.store.consumer_offsets
+        with self.buffer.lock:
+            for key, floor in self.ck_floors.pending():
+                if self.buffer.latest_next_begin(key) is not None:
+                    continue
+                topic, group, queue = key.rsplit("@", 2)
+                queue_id = int(queue)
+                if offsets.query(group, topic, queue_id) < floor:
+                    offsets.commit(group, topic, queue_id, floor)
+                self.ck_floors.drop(key, floor)
 
     def commit_offsets(self) -> None:
         offsets = self.store.consumer_offsets

@@ -18,7 +18,8 @@ when the request has read every queue: one append and one durability wait (one R
 per request, not one per queue. Until then each such queue stays locked and its checkpoint is
 tracked as *storing* (its offset is not committed, :mod:`merging`); if the append or the wait
 fails, or reading a later queue does, they are withdrawn from the buffer, so the queues are read
-again from the same offsets.
+again from the same offsets — unless a CK of theirs reaches the committed log after all (a Raft
+leader that lost its leadership mid-write): no pop starts behind a CK there (:mod:`ck_floors`).
 
 Messages popped from a retry topic are returned under the original topic; every returned
 message carries its ``POP_CK`` extra info and a receipt handle (:mod:`receipts`).
@@ -247,7 +248,8 @@ class PopService:
     def pop_offset(
         self, req: PopRequest, topic: str, queue_id: int, key: str, *, init: bool
     ) -> int:
-        """``getPopOffset``: committed (or initial) offset, raised by in-flight pops."""
+        """``getPopOffset``: committed (or initial) offset, raised by the CKs in the log and
+        by in-flight pops."""
         offsets = self.ctx.store.consumer_offsets
         with self.ctx.buffer.lock:
             offset = offsets.query(req.group, topic, queue_id)
@@ -256,6 +258,8 @@ class PopService:
                 if init:
                     offsets.commit(req.group, topic, queue_id, offset)
             latest = self.ctx.buffer.latest_next_begin(key)
+        # Never behind a CK in the log, even one whose pop was withdrawn (:mod:`ck_floors`).
+        offset = max(offset, self.ctx.ck_floors.floor(key))
         return offset if latest is None else max(offset, latest)
 
     def _init_offset(self, req: PopRequest, topic: str, queue_id: int) -> int:

@@ -447,4 +447,5 @@ class PopBroker:
                 self.ctx.flush_all()
             except NotLeading:  # replication stopped first: nothing here reaches the log now
                 log.warning("pop: buffered checkpoints not written (this member does not lead)")
+        self.ctx.ck_floors.detach()
         self.orders.persist()
