@@ -88,9 +88,7 @@ def test_an_ack_after_a_change_of_unknown_outcome_does_not_cover_a_revived_copy(
     answered = [e if e.type != "info" else _ev(e.t, "ok", "change", **e.value) for e in unknown]
     verdict = checker.Verdict()
     checker.check_pop(verdict, "pop", answered, "pq")
-    assert verdict.violations == [
-        "pop: 1 copies delivered after its ack was answered: ['m@1/0/2']"
-    ]
+    assert verdict.violations == ["pop: 1 copies delivered after its ack was answered: ['m@1/0/2']"]
 
 
 def test_a_copy_delivered_during_its_lease_fails() -> None:
