@@ -179,7 +179,15 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
     copy with one attempt less, and revive is at least once across a leader change
     (docs/architecture.md). It fails when every known copy with one attempt less had an
     answered ack and no receive of the consumer failed since the id's first delivery (a pop
-    whose answer was lost makes a copy the history does not show)."""
+    whose answer was lost makes a copy the history does not show).
+
+    An ack that follows a change of invisible time of the same copy answered ``info`` (its
+    outcome unknown) names the old receipt handle: if the change took effect, the copy's lease
+    lives on under a new checkpoint the ack does not reach (RocketMQ's rule: a changed handle
+    is replaced), and the copy is revived when that lease ends (fault seed 1002's replay: the
+    change's records are in the log, its answer was lost). Such an ack does not make a new
+    copy's source acked (counted as ``<label>_acks_after_unknown_change``); an ack after a
+    change answered OK still does."""
     invoke_at: dict[str, float] = {}
     acks_ok: dict[str, list[float]] = defaultdict(list)
     id_acks: dict[str, list[tuple[float, int]]] = defaultdict(list)  # id -> (ack answered, attempt)
@@ -189,6 +197,8 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
     leases: dict[str, float] = {}
     delivered: dict[str, int] = defaultdict(int)
     copies: dict[str, set[str]] = defaultdict(set)
+    change_unknown: set[str] = set()  # copies whose last change was answered ``info``
+    acks_after_unknown: set[str] = set()  # copies acked with a handle such a change may replace
     bad_redelivered: list[str] = []
     bad_live: list[str] = []
     after_ack: list[str] = []
@@ -205,6 +215,8 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
         if e.type != "ok":
             if e.f == "receive":
                 receive_failed.append(e.t)
+            elif e.f == "change" and e.type == "info":
+                change_unknown.add(copy)
             continue
         if e.f == "receive":
             begun = invoke_at["receive"]
@@ -217,7 +229,8 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
                     sources = [c for c in copies[m["id"]] if attempts[c] == attempts[one] - 1]
                     unseen = any(first_seen[m["id"]] <= t < begun for t in receive_failed)
                     from_acked = sources and all(
-                        acks_ok[c] and acks_ok[c][0] < begun for c in sources
+                        acks_ok[c] and acks_ok[c][0] < begun and c not in acks_after_unknown
+                        for c in sources
                     )
                     (bad_redelivered if from_acked and not unseen else after_ack).append(one)
                 first_seen.setdefault(m["id"], begun)
@@ -229,8 +242,11 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
                 leases[one] = begun + INVISIBLE_S
         elif e.f == "ack":
             acks_ok[copy].append(e.t)
+            if copy in change_unknown:
+                acks_after_unknown.add(copy)
             id_acks[str(e.value["id"])].append((e.t, attempts.get(copy, 0)))
         elif e.f == "change":
+            change_unknown.discard(copy)
             leases[copy] = max(leases.get(copy, 0.0), invoke_at[key] + CHANGED_INVISIBLE_S)
     twice = [i for i, times in acks_ok.items() if len(times) > 1]
     for what, found in (("acked twice", twice), ("delivered after its ack was answered",
@@ -242,6 +258,7 @@ def check_pop(verdict: Verdict, label: str, events: list[Event], process: str) -
     verdict.figures[f"{label}_acked"] = len({i.split("@")[0] for i in acks_ok})
     verdict.figures[f"{label}_copies"] = sum(len(c) for c in copies.values())
     verdict.figures[f"{label}_copies_after_ack"] = len(after_ack)
+    verdict.figures[f"{label}_acks_after_unknown_change"] = len(acks_after_unknown)
     if after_ack:
         verdict.figures[f"{label}_copies_after_ack_first"] = after_ack[:5]
 

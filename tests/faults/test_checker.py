@@ -68,6 +68,29 @@ def test_an_acked_copy_delivered_again_or_revived_from_fails() -> None:
         assert "delivered after its ack was answered" in verdict.violations[0]
 
 
+def test_an_ack_after_a_change_of_unknown_outcome_does_not_cover_a_revived_copy() -> None:
+    """Fault seed 1002's replay: a change answered ``info`` had taken effect (a new checkpoint,
+    its answer lost); the client acked the old handle, and the copy came back when the
+    changed lease ended. After a change answered OK the same history still fails."""
+    unknown = [
+        *_receive(1.0, ("m", "0/3/81", 1)),
+        _ev(7.0, "invoke", "change", id="m", copy="0/3/81"),
+        _ev(7.1, "info", "change", id="m", copy="0/3/81"),
+        *_ack(7.2, "m", "0/3/81"),
+        *_receive(38.0, ("m", "1/0/2", 2)),
+        *_ack(38.1, "m", "1/0/2"),
+    ]
+    verdict = checker.Verdict()
+    checker.check_pop(verdict, "pop", unknown, "pq")
+    assert verdict.violations == []
+    assert verdict.figures["pop_acks_after_unknown_change"] == 1
+    assert verdict.figures["pop_copies_after_ack"] == 1
+    answered = [e if e.type != "info" else _ev(e.t, "ok", "change", **e.value) for e in unknown]
+    verdict = checker.Verdict()
+    checker.check_pop(verdict, "pop", answered, "pq")
+    assert verdict.violations == ["pop: 1 copies delivered after its ack was answered: ['m@1/0/2']"]
+
+
 def test_a_copy_delivered_during_its_lease_fails() -> None:
     events = [*_receive(1.0, ("m", "0/0/5", 1)), *_receive(3.0, ("m", "0/0/5", 1))]
     verdict = checker.Verdict()

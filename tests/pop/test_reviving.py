@@ -94,6 +94,51 @@ def test_a_revive_pass_between_timer_ticks_is_not_held_back_by_the_wheel_cursor(
         h.close()
 
 
+def test_a_revive_pass_while_the_timer_re_puts_an_ack_does_not_revive_its_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seed 1002 (docs/architecture.md, Faults): a new leader's first timer tick had seconds
+    of parked records to re-put, among them the ACKs of three checkpoints already in the
+    revive queue. ``due_entries`` moves the wheel's read cursor past the slots it returns
+    before their re-put (a Raft proposal and commit) returns; the revive thread, passing in
+    between, took the cursor as "delivered through" and revived the three acked messages.
+    Revive now counts only slots whose re-put returned (the committed read time)."""
+    h = _single_revive_queue(tmp_path)
+    try:
+        h.produce(1, queue_id=0)
+        h.now += 500 - h.now % 1_000  # the ACK's slot is due half a second after the CK's
+        pop_time = h.now
+        (m0,) = h.pop(1).messages
+        h.broker.ack(GROUP, TOPIC, m0.receipt_handle, now_ms=h.now)
+        h.settle()
+        reviver = h.broker.reviver(0)
+        passes = h.advance(INVISIBLE_MS)  # the CK is fired into the revive queue, the ACK not
+        assert h.store.max_offset_in_queue(REVIVE, 0) == 1
+        assert passes[0].revived == 0
+        during_fire: list[int] = []
+        real_put = MessageStore.put_messages
+
+        def slow_put(self: MessageStore, msgs: list[Message], **kw: object) -> object:
+            if any(m.topic == REVIVE and m.tags == checkpoints.ACK_TAG for m in msgs):
+                # the revive thread's pass while the ACK's re-put waits for its commit
+                during_fire.extend(p.revived for p in h.broker.tick(h.now))
+                h.settle()
+            return real_put(self, msgs, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(MessageStore, "put_messages", slow_put)
+        h.now = pop_time + INVISIBLE_MS + 5_000
+        h.store.timers.tick(h.now)
+        monkeypatch.setattr(MessageStore, "put_messages", real_put)
+        h.settle()
+        assert during_fire == [0], "the CK was revived while its ACK was being re-put"
+        h.advance(INVISIBLE_MS)
+        assert reviver.progress() == 1  # CK and ACK handled
+        assert h.store.max_offset_in_queue(RETRY, 0) == 0
+        assert h.pop().messages == []
+    finally:
+        h.close()
+
+
 def test_failed_retry_write_re_puts_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

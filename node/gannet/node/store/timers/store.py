@@ -470,6 +470,17 @@ class TimerStore:
         with self._lock:
             return None if self._read_ms is None else self._read_ms + self._precision_ms - 1
 
+    def handled_through_ms(self) -> int | None:
+        """The last time at which no slot is due that was not handled: every slot before the
+        committed read time was returned and declared handled (:meth:`commit_read`), and the
+        committed slot is due only at ``committed + precision`` (None: the cursor never
+        started). Unlike :meth:`complete_through_ms` it does not count slots returned by a
+        :meth:`due_entries` whose entries are still being re-put."""
+        with self._lock:
+            if self._read_ms is None or self._committed_ms is None:
+                return None
+            return self._committed_ms + self._precision_ms - 1
+
     @property
     def read_time_ms(self) -> int | None:
         """The read cursor: the next slot to read; every slot before it has been returned."""
