@@ -57,6 +57,12 @@ term rise on a member cut off from every peer (pre-vote); after a `replace`, the
 leader lists is exactly the members kept (the replaced ones gone with their stores, their
 successors checked like every member; commit logs compared from the latest log start).
 Availability (reported, not failed): windows over 1 s without a successful send.
+
+Drain (`e2e/faults/drain.py`): after the heal the consumers get as long as they progress (a
+consumer that received none of what it misses for 30 s is stuck; at most 240 s); "undelivered"
+counts the acknowledged sends a consumer had not received by the drain's end, with each such
+consumer, how many it missed, `slow` (still receiving them) or `stuck`, and its last receive
+(seconds since the run's start). `result.json`'s `drain` has every consumer's figures.
 """
 
 
