@@ -14,9 +14,10 @@ the namespaces. The inner run:
    and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
 3. stops the senders, heals every fault (and finishes a replacement under way), lets the
-   consumers drain, waits until the replicas converge, compares their commit logs byte for byte
-   up to the commit offset, reads every queue on every member, stops the members and runs
-   ``gannet store verify`` on each store — "every member" being the group at the end: a member
+   consumers drain (as long as they progress: :mod:`e2e.faults.drain`), waits until the
+   replicas converge, compares their commit logs byte for byte up to the commit offset, reads
+   every queue on every member, stops the members and runs ``gannet store verify`` on each
+   store — "every member" being the group at the end: a member
    replaced under a new id (nemesis ``replace``) is gone with its store, its successor checked
    like the others, and the group the leader lists must be exactly those;
 4. checks the history (:mod:`e2e.faults.checker`) and writes ``result.json``, ``history.jsonl``
