@@ -13,7 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from e2e.faults import history
+from e2e.faults import drain, history
 
 HEADER = """# Gannet under faults: `make e2e-faults`
 
@@ -57,6 +57,12 @@ term rise on a member cut off from every peer (pre-vote); after a `replace`, the
 leader lists is exactly the members kept (the replaced ones gone with their stores, their
 successors checked like every member; commit logs compared from the latest log start).
 Availability (reported, not failed): windows over 1 s without a successful send.
+
+Drain (`e2e/faults/drain.py`): after the heal the consumers get as long as they progress (a
+consumer that received none of what it misses for 30 s is stuck; at most 240 s); "undelivered"
+counts the acknowledged sends a consumer had not received by the drain's end, with each such
+consumer, how many it missed, `slow` (still receiving them) or `stuck`, and its last receive
+(seconds since the run's start). `result.json`'s `drain` has every consumer's figures.
 """
 
 
@@ -161,7 +167,7 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
             f"{fig.get('jq_java_acknowledged', '-')} / {fig.get('jq_node_acknowledged', '-')} | "
             f"{fig['jq_lost'] + fig['jf_lost']} | "
             f"{fig['jq_retry_duplicates'] + fig['jf_retry_duplicates']} | "
-            f"{fig['pop_redeliveries']} | {sum(r['undelivered'].values())} | {worst:.2f} | "
+            f"{fig['pop_redeliveries']} | {_undelivered(r)} | {worst:.2f} | "
             f"{faults} | {'<br>'.join(r['violations'])[:600]} |"
         )
     lines += ["", "### Outage windows over 1 s", ""]
@@ -176,6 +182,16 @@ def write(out: Path, results: list[dict[str, Any]]) -> None:
         if with_picture is not None:
             lines += ["", f"![seed {r['seed']}]({with_picture.relative_to(out)})"]
     (out / "report.md").write_text("\n".join(lines) + "\n")
+
+
+def _undelivered(r: dict[str, Any]) -> str:
+    """The run's undelivered sends, and which consumers missed them (slow or stuck, when its
+    last receive was: :mod:`e2e.faults.drain`) with how long the drain lasted."""
+    total = sum(r["undelivered"].values())
+    if "drain" not in r:  # runs before the drain was measured
+        return str(total)
+    late = drain.describe(r["drain"])
+    return f"{total} ({late}; drain {r['drain']['s']:.0f} s)" if late else str(total)
 
 
 def _total(results: list[dict[str, Any]], figure: str) -> int:

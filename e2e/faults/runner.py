@@ -14,9 +14,10 @@ the namespaces. The inner run:
    and the nemesis
    (:mod:`e2e.faults.nemesis`) on the seed's schedule, for ``duration_s``;
 3. stops the senders, heals every fault (and finishes a replacement under way), lets the
-   consumers drain, waits until the replicas converge, compares their commit logs byte for byte
-   up to the commit offset, reads every queue on every member, stops the members and runs
-   ``gannet store verify`` on each store — "every member" being the group at the end: a member
+   consumers drain (as long as they progress: :mod:`e2e.faults.drain`), waits until the
+   replicas converge, compares their commit logs byte for byte up to the commit offset, reads
+   every queue on every member, stops the members and runs ``gannet store verify`` on each
+   store — "every member" being the group at the end: a member
    replaced under a new id (nemesis ``replace``) is gone with its store, its successor checked
    like the others, and the group the leader lists must be exactly those;
 4. checks the history (:mod:`e2e.faults.checker`) and writes ``result.json``, ``history.jsonl``
@@ -45,20 +46,18 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from e2e.faults import checker, client_workload, nemesis, netns, report
+from e2e.faults import checker, client_workload, drain, nemesis, netns, report
 from e2e.faults.cluster import FOUNDERS, NetCluster
 from e2e.faults.history import Event, History
 from e2e.faults.workload import Popper, Sender, TxSender
-from e2e.processes import wait_for
 
 SEND_RATE_PER_S = 15.0
 TX_RATE_PER_S = 8.0
 FIFO_GROUPS = 3
 START_TIMEOUT_S = 90.0
 RECOVER_TIMEOUT_S = 90.0
-DRAIN_TIMEOUT_S = 40.0
 CONVERGE_TIMEOUT_S = 60.0
-RUN_MARGIN_S = 420.0
+RUN_MARGIN_S = 620.0
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 CLIENTS = ("python", "java", "node")
 """The workloads a run can start (python always runs)."""
@@ -161,17 +160,14 @@ def _one_run(
     cluster.leader(RECOVER_TIMEOUT_S)
     result["leader_after_heal_s"] = round(history.now() - healed, 2)
 
-    def drained() -> bool:
-        events, _ = history.snapshot()
-        return (
-            not checker.undelivered(events, "s", "pq")
-            and not checker.undelivered(events, "f", "pf")
-            and not checker.tx_undelivered(events, "t1", "pt")
-            and not any(checker.undelivered(events, "s", c.consumer) for c in clients)
-        )
-
-    with contextlib.suppress(TimeoutError):
-        wait_for(drained, DRAIN_TIMEOUT_S, "the consumers to receive every acknowledged send")
+    consumers: dict[str, tuple[str, drain.Missing]] = {
+        "jq": ("pq", lambda events: checker.undelivered(events, "s", "pq")),
+        "jf": ("pf", lambda events: checker.undelivered(events, "f", "pf")),
+        "jt": ("pt", lambda events: checker.tx_undelivered(events, "t1", "pt")),
+    }
+    for client in clients:
+        consumers[f"jq_{client.name}"] = (client.consumer, _missed_by(client.consumer))
+    drained = drain.wait(history, consumers)
     for popper in poppers:
         popper.stop()
     for workload in workloads:
@@ -219,18 +215,23 @@ def _one_run(
     result["violations"] = verdict.violations
     result["nemesis_errors"] = chaos.errors
     result["undelivered"] = {
-        "jq": len(checker.undelivered(events, "s", "pq")),
-        "jf": len(checker.undelivered(events, "f", "pf")),
-        "jt": len(checker.tx_undelivered(events, "t1", "pt")),
+        name: figures["undelivered"] for name, figures in drained["consumers"].items()
     }
-    for client in clients:
-        result["undelivered"][f"jq_{client.name}"] = len(
-            checker.undelivered(events, "s", client.consumer)
-        )
+    for name, (process, _) in consumers.items():
+        drained["consumers"][name]["load_receive_per_s"] = drain.load_rate(events, process,
+                                                                           load_end)  # fmt: skip
+    drained["load_send_per_s"] = {"jq": drain.send_rate(events, "s", load_end),
+                                  "jf": drain.send_rate(events, "f", load_end)}  # fmt: skip
+    result["drain"] = drained
     result["outages"] = checker.outages(events, 0.0, load_end, faults)
     result["outage_per_fault"] = checker.outage_per_fault(events, faults, load_end)
     result["send_failures"] = _count(events, "send", "info")
     result["valid"] = verdict.valid
+
+
+def _missed_by(process: str) -> drain.Missing:
+    """The acknowledged sends of the ``s`` senders that ``process`` has not received."""
+    return lambda events: checker.undelivered(events, "s", process)
 
 
 def _count(events: list[Event], f: str, type_: str) -> int:

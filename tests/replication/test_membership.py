@@ -142,6 +142,35 @@ def test_grow_to_four_then_remove_the_leader_with_a_producer_writing(
         producer.shutdown()
 
 
+def test_a_joining_member_keeps_its_client_port_closed_until_it_is_added(
+    growing: GrowingCluster,
+) -> None:
+    """A ``--join`` member knows no leader until it is added: its client port must not take
+    clients it cannot serve meanwhile (issue 34: a Node.js consumer, one address in front of
+    every member, sat on such a member and got each receive held to its deadline for 75 s).
+    Closed 0.5 s after its start, open once it is a member and follows the leader."""
+    growing.start_all()
+    leader = growing.leader()
+    new = growing.spares[0]
+    growing.start(new.node_id)
+    broker = growing.nodes[new.node_id].broker
+    growing.wait(new.node_id, lambda: broker.server is None)
+    assert broker.port_closes_total == 1
+    with pytest.raises(grpc.RpcError) as refused:  # a new connection is refused
+        growing.admin(new.node_id, lambda s: s.ListMembers(admin_pb2.ListMembersRequest(),
+                                                           timeout=2))  # fmt: skip
+    assert refused.value.code() == grpc.StatusCode.UNAVAILABLE, refused.value
+    add = admin_pb2.AddMemberRequest(
+        node_id=str(new.node_id),
+        peer_endpoint=new.peer_endpoint,
+        client_endpoint=new.client_endpoint,
+    )
+    growing.admin(leader, lambda s: s.AddMember(add, timeout=60))
+    growing.wait(new.node_id, lambda: broker.server is not None)
+    listed = _members(growing, new.node_id)
+    assert listed.leader_id == str(leader)
+
+
 def test_refusals_say_why_and_what_to_do(growing: GrowingCluster) -> None:
     growing.start_all()
     leader = growing.leader()

@@ -56,3 +56,16 @@ def test_a_removed_member_closes_at_once_and_opens_once_a_leader_counts_it() -> 
 def test_a_member_that_starts_removed_closes_at_once() -> None:
     gate = PortGate(close_after_s=0.5)
     assert not gate.open(0.0, leader_known=False, removed=True)
+
+
+def test_a_joining_member_closes_it_until_it_knows_a_leader() -> None:
+    """A member started with ``--join`` knows no leader until it has been added: it must not
+    hold clients meanwhile (issue 34: a Node.js consumer behind a proxy sat on one for 75 s)."""
+    gate = PortGate(close_after_s=0.5, joining=True)
+    assert gate.open(0.0, leader_known=False)  # the grace of any leaderless member
+    assert gate.closes_in_s(0.2) == pytest.approx(0.3)
+    assert not gate.open(0.5, leader_known=False)
+    assert not gate.open(75.0, leader_known=False)  # waiting to be added, catching up
+    assert gate.open(75.1, leader_known=True)  # added: it follows the leader
+    assert gate.open(80.0, leader_known=False)  # from then on as any member
+    assert not gate.open(80.5, leader_known=False)

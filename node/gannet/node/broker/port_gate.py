@@ -18,9 +18,15 @@ steps down, check-quorum), and **closed once no leader has been known for** ``cl
 — longer than the brief gap of an ordinary election, in which the member holds requests until
 the new leader is known (:mod:`gannet.node.api.forwarding`). It opens again as soon as a leader
 is known. A starting member keeps it open until it has known a leader once: its first election
-is no lost leader. Closing answers the requests held for a leader at once (retryable), then
-stops the server; ``/readyz`` says not ready meanwhile, so a Kubernetes Service stops sending
-new connections too.
+is no lost leader — but not a *joining* one (``--join``): until it has been added and heard
+from the leader it knows none, for as long as the addition and its catching up take (75 s in
+a fault run, issue 34), and it can serve nothing meanwhile; a client that reached it (one
+address in front of every member: a Service, a DNS name, a proxy) had each call held until
+its deadline and answered "no Raft leader is known", on the same connection, again and again.
+A joining member's port closes ``close_after_s`` after its start as a leaderless member's
+does and opens once it knows a leader. Closing answers the requests held for a leader at once
+(retryable), then stops the server; ``/readyz`` says not ready meanwhile, so a Kubernetes
+Service stops sending new connections too.
 
 A member that **knows it is removed** (:mod:`gannet.node.replication.removal`: its leader
 refused it as not a member, or it knows no leader and its committed configuration no longer
@@ -38,10 +44,13 @@ CLOSE_AFTER_S = 0.5
 class PortGate:
     """Whether the client port should be open now, from when a leader was last known."""
 
-    def __init__(self, close_after_s: float) -> None:
+    def __init__(self, close_after_s: float, *, joining: bool = False) -> None:
+        """``joining``: the member started with ``--join`` (module docstring): no grace for a
+        first election."""
         if close_after_s < 0:
             raise ValueError("close_after_s must not be negative")
         self.close_after_s = close_after_s
+        self.joining = joining
         self._leaderless_since_s: float | None = None
         self._ever_known = False
 
@@ -56,7 +65,7 @@ class PortGate:
             self._ever_known = True
             self._leaderless_since_s = None
             return True
-        if not self._ever_known:
+        if not self._ever_known and not self.joining:
             return True  # starting: the first election is not a lost leader
         if self._leaderless_since_s is None:
             self._leaderless_since_s = now_s

@@ -551,7 +551,8 @@ class Broker:
             raise
         log.info("broker %s serving on %s", identity.broker_name, self.endpoint)
         if self.replication is not None and cfg.leaderless_close_after_s is not None:
-            gate = port_gate.PortGate(cfg.leaderless_close_after_s)
+            joining = self.replication.config.join
+            gate = port_gate.PortGate(cfg.leaderless_close_after_s, joining=joining)
             self._gating = asyncio.ensure_future(self._gate_port(self.replication, gate))
 
     async def _gate_port(self, repl: ReplicationNode, gate: port_gate.PortGate) -> None:
