@@ -194,8 +194,8 @@ e2e-silent-link: $(STAMP)
 
 ## e2e-lossy-links: root only (ip netns, iptables): 3 broker processes in network namespaces under
 ## official Python client sends (50/s), every peer link losing packets at random (iptables
-## statistic) for 60 s: 30 % three times (no leader change, no term rise, no failed or lost
-## send), then 20 % and 40 % once (context); leader/term time line, the longest stretch without
+## statistic) for 60 s: 30 % three times (no leader change, no term rise, no acknowledged send
+## lost), then 20 % and 40 % once (context); leader/term time line, the longest stretch without
 ## an acknowledged send, reachability flaps; seed printed (about 8 min)
 .PHONY: e2e-lossy-links
 e2e-lossy-links: $(STAMP)

@@ -1,11 +1,14 @@
-"""Raft messages over gRPC: the ``gannet.raft.v1.Peer`` server and one outbound stream per peer.
+"""Raft messages over gRPC: the ``gannet.raft.v1.Peer`` server and outbound streams per peer.
 
 Used by :mod:`driver`. The server (its own port, 8091 by default) steps every message that
 arrives on a ``Deliver`` stream into the driver's ``on_message`` callback, on the event loop.
-For each other member a sender task keeps one ``Deliver`` client stream open and writes that
-member's messages to it in order; when the stream fails it reconnects after a back-off and the
-messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
-go-back-N).
+For each other member :data:`lanes.LANES` sender tasks (one per lane, each with a channel and
+so a TCP connection of its own) keep a ``Deliver`` client stream open each; lane 0 carries
+every message to that member in order, the others a copy of the small ones whose order does
+not matter (:func:`lanes.lanes_for`: heartbeats, answers, votes), so one connection stalled by
+packet loss does not silence the peer. When a stream fails its lane reconnects after a
+back-off and the messages queued on it meanwhile are dropped (Raft re-sends what matters:
+heartbeats, probes, go-back-N). A stranger (:meth:`PeerTransport.learn_contact`) gets one lane.
 
 Liveness (a silent link — packets dropped, no connection closed — must not look healthy):
 every peer channel and the server run HTTP/2 keepalive (:data:`KEEPALIVE_CLIENT_OPTIONS`,
@@ -17,8 +20,8 @@ when the peer owes an answer past the silence bound (:mod:`liveness`). Either wa
 closed, the peer's resolved address marked stale
 (:meth:`peer_resolving.PeerResolver.connection_failed`) and the peer redialed with a back-off
 capped at 1 s (:func:`liveness.redial_backoff_s`).
-:meth:`PeerTransport.reachable` is true only while the stream is open *and* the peer answered
-within the silence bound.
+:meth:`PeerTransport.reachable` is true only while a lane's stream is open *and* the peer
+answered within the silence bound.
 
 Members named by host name are resolved by :mod:`peer_resolving` before the dial, with a
 deadline of their own: ``CONNECT_TIMEOUT_S`` covers only the connection to the address found
