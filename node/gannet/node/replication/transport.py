@@ -148,13 +148,23 @@ class _Outbox:
         self._bytes += size
         self._ready.set()
 
-    async def get(self) -> Message:
-        while not self._items:
+    async def get(self, over: asyncio.Event) -> Message | None:
+        """The next message, or None once ``over`` is set (the stream it fed has ended: its
+        request iterator must end too, not wait on and take the next stream's messages)."""
+        while not over.is_set():
+            if self._items:
+                break
             self._ready.clear()
             await self._ready.wait()
+        else:
+            return None
         message, size = self._items.popleft()
         self._bytes -= size
         return message
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`get` look again (at its ``over`` event)."""
+        self._ready.set()
 
     def clear(self) -> None:
         self.dropped_total += len(self._items)
@@ -574,6 +584,7 @@ class PeerTransport:
                     )
                 continue
             channel = self._channel(target.uri, self._channel_options(target))
+            over = asyncio.Event()  # set when this stream ends (its request iterator ends too)
             try:
                 try:
                     await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
@@ -585,7 +596,7 @@ class PeerTransport:
                 self.liveness.restarted(peer.node_id)
                 stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
                 call = stub.Deliver(
-                    self._stream(peer.node_id, outbox),
+                    self._stream(peer.node_id, outbox, over),
                     metadata=self.hello_metadata(peer.node_id),
                 )
                 if await self._until_done_or_stalled(peer.node_id, call):
@@ -606,6 +617,8 @@ class PeerTransport:
                 log.debug("peer %s stream ended: %s", peer, exc)
             finally:
                 connected[lane] = False
+                over.set()
+                outbox.wake()
                 await channel.close(None)
             outbox.clear()  # stale after a gap; the core re-sends what matters
             if (
@@ -667,10 +680,14 @@ class PeerTransport:
         self._channel_fingerprint = seen
         return fresh
 
-    async def _stream(self, node_id: int, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
+    async def _stream(
+        self, node_id: int, outbox: _Outbox, over: asyncio.Event
+    ) -> AsyncIterator[peer_pb2.RaftMessage]:
         group = self.config.group
         while True:
-            message = await outbox.get()
+            message = await outbox.get(over)
+            if message is None:
+                return
             self.liveness.sent(node_id)
             yield peer_wire.to_proto(message, group)
 
