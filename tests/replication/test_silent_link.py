@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from gannet.node.raft.ids import ByteOffset
 from gannet.node.raft.messages import Heartbeat, HeartbeatResponse, Message, NodeId, Term
+from gannet.node.replication import lanes
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.transport import (
     KEEPALIVE_TIME_MS,
@@ -130,6 +131,10 @@ async def _keepalive_scenario() -> None:
         for transport in (pair.leader, pair.follower):
             transport.liveness.bound_s = 3600.0  # no stall check: keepalive alone
         await _until(lambda: pair.leader.reachable(2), "follower reachable at first")
+        await _until(
+            lambda: pair.leader.lanes_open(2) == pair.follower.lanes_open(1) == lanes.LANES,
+            "every lane connected",
+        )
         pair.beating.clear()
         # idle links keep their connections: the servers accept PINGs without data (no GOAWAY
         # too_many_pings, which would close them and make the senders redial)

@@ -1,11 +1,14 @@
-"""Raft messages over gRPC: the ``gannet.raft.v1.Peer`` server and one outbound stream per peer.
+"""Raft messages over gRPC: the ``gannet.raft.v1.Peer`` server and outbound streams per peer.
 
 Used by :mod:`driver`. The server (its own port, 8091 by default) steps every message that
 arrives on a ``Deliver`` stream into the driver's ``on_message`` callback, on the event loop.
-For each other member a sender task keeps one ``Deliver`` client stream open and writes that
-member's messages to it in order; when the stream fails it reconnects after a back-off and the
-messages queued meanwhile are dropped (Raft re-sends what matters: heartbeats, probes,
-go-back-N).
+For each other member :data:`lanes.LANES` sender tasks (one per lane, each with a channel and
+so a TCP connection of its own) keep a ``Deliver`` client stream open each; lane 0 carries
+every message to that member in order, the others a copy of the small ones whose order does
+not matter (:func:`lanes.lanes_for`: heartbeats, answers, votes), so one connection stalled by
+packet loss does not silence the peer. When a stream fails its lane reconnects after a
+back-off and the messages queued on it meanwhile are dropped (Raft re-sends what matters:
+heartbeats, probes, go-back-N). A stranger (:meth:`PeerTransport.learn_contact`) gets one lane.
 
 Liveness (a silent link — packets dropped, no connection closed — must not look healthy):
 every peer channel and the server run HTTP/2 keepalive (:data:`KEEPALIVE_CLIENT_OPTIONS`,
@@ -17,8 +20,8 @@ when the peer owes an answer past the silence bound (:mod:`liveness`). Either wa
 closed, the peer's resolved address marked stale
 (:meth:`peer_resolving.PeerResolver.connection_failed`) and the peer redialed with a back-off
 capped at 1 s (:func:`liveness.redial_backoff_s`).
-:meth:`PeerTransport.reachable` is true only while the stream is open *and* the peer answered
-within the silence bound.
+:meth:`PeerTransport.reachable` is true only while a lane's stream is open *and* the peer
+answered within the silence bound.
 
 Members named by host name are resolved by :mod:`peer_resolving` before the dial, with a
 deadline of their own: ``CONNECT_TIMEOUT_S`` covers only the connection to the address found
@@ -74,7 +77,14 @@ import grpc
 from gannet.node.protocol import tls
 from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.raft.messages import Message
-from gannet.node.replication import liveness, members, peer_auth, peer_resolving, peer_wire
+from gannet.node.replication import (
+    lanes,
+    liveness,
+    members,
+    peer_auth,
+    peer_resolving,
+    peer_wire,
+)
 from gannet.node.replication.config import PeerSpec, ReplicationConfig
 
 log = logging.getLogger(__name__)
@@ -145,13 +155,23 @@ class _Outbox:
         self._bytes += size
         self._ready.set()
 
-    async def get(self) -> Message:
-        while not self._items:
+    async def get(self, over: asyncio.Event) -> Message | None:
+        """The next message, or None once ``over`` is set (the stream it fed has ended: its
+        request iterator must end too, not wait on and take the next stream's messages)."""
+        while not over.is_set():
+            if self._items:
+                break
             self._ready.clear()
             await self._ready.wait()
+        else:
+            return None
         message, size = self._items.popleft()
         self._bytes -= size
         return message
+
+    def wake(self) -> None:
+        """Make a waiting :meth:`get` look again (at its ``over`` event)."""
+        self._ready.set()
 
     def clear(self) -> None:
         self.dropped_total += len(self._items)
@@ -242,13 +262,14 @@ class PeerTransport:
         self._contacts: dict[int, PeerSpec] = {}
         """Authenticated senders outside the configuration, answered at their contact (at most
         :data:`CONTACTS_MAX`): never members, never listed as peers, never replicated to."""
-        self._outboxes = {
-            p.node_id: _Outbox(config.outbound_messages_max, config.outbound_bytes_max)
-            for p in config.others()
-        }
-        self._connected: dict[int, bool] = {p.node_id: False for p in config.others()}
+        self._outboxes: dict[int, tuple[_Outbox, ...]] = {}
+        """One outbox per lane (:mod:`lanes`) of each peer streamed to."""
+        self._connected: dict[int, list[bool]] = {}
+        """Whether each lane's stream to the peer is open."""
+        for p in config.others():
+            self._new_lanes(p.node_id, lanes.LANES)
         self._member_ids = frozenset(p.node_id for p in config.peers)
-        self._senders: dict[int, asyncio.Task[None]] = {}
+        self._senders: dict[int, list[asyncio.Task[None]]] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = asyncio.Event()
         self._server_credentials: grpc.ServerCredentials | None = None
@@ -312,16 +333,26 @@ class PeerTransport:
         for peer in self._peers.values():
             self._start_sender(peer)
 
+    def _new_lanes(self, node_id: int, count: int) -> None:
+        self._outboxes[node_id] = tuple(
+            _Outbox(self.config.outbound_messages_max, self.config.outbound_bytes_max)
+            for _ in range(count)
+        )
+        self._connected[node_id] = [False] * count
+
     def _start_sender(self, peer: PeerSpec) -> None:
+        """One sender task per lane; a stranger (:meth:`learn_contact`) gets one lane."""
         if peer.node_id == self.config.node_id or self._server is None:
             return
-        outbox = self._outboxes.get(peer.node_id)
-        if outbox is None:
-            outbox = _Outbox(self.config.outbound_messages_max, self.config.outbound_bytes_max)
-            self._outboxes[peer.node_id] = outbox
-            self._connected[peer.node_id] = False
-        task = asyncio.create_task(self._send_loop(peer), name=f"raft-peer-{peer.node_id}")
-        self._senders[peer.node_id] = task
+        if peer.node_id not in self._outboxes:
+            member = self._peers.get(peer.node_id) == peer
+            self._new_lanes(peer.node_id, lanes.LANES if member else 1)
+        self._senders[peer.node_id] = [
+            asyncio.create_task(
+                self._send_loop(peer, lane), name=f"raft-peer-{peer.node_id}-{lane}"
+            )
+            for lane in range(len(self._outboxes[peer.node_id]))
+        ]
 
     def set_members(self, peers: tuple[PeerSpec, ...], *, accept_strangers: bool) -> None:
         """The configuration in force changed: admit, stream to and name these members (this
@@ -342,8 +373,7 @@ class PeerTransport:
             self._start_sender(peer)
 
     def _stop_sender(self, node_id: int) -> None:
-        task = self._senders.pop(node_id, None)
-        if task is not None:
+        for task in self._senders.pop(node_id, []):
             task.cancel()
         self._outboxes.pop(node_id, None)
         self._connected.pop(node_id, None)
@@ -382,9 +412,10 @@ class PeerTransport:
 
     async def stop(self) -> None:
         self._stopping.set()
-        for outbox in self._outboxes.values():
-            outbox.clear()
-        tasks = self._tasks + list(self._senders.values())
+        for outboxes in self._outboxes.values():
+            for outbox in outboxes:
+                outbox.clear()
+        tasks = self._tasks + [task for each in self._senders.values() for task in each]
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -492,17 +523,22 @@ class PeerTransport:
 
     # ------------------------------------------------------------------ out
     def send(self, message: Message) -> None:
-        outbox = self._outboxes.get(message.target)
-        if outbox is not None and not self._stopping.is_set() and not self.partitioned:
-            outbox.put(message)
+        outboxes = self._outboxes.get(message.target)
+        if outboxes is not None and not self._stopping.is_set() and not self.partitioned:
+            for lane in lanes.lanes_for(message, len(outboxes)):
+                outboxes[lane].put(message)
 
     def reachable(self, node_id: int) -> bool:
-        """Whether the stream to ``node_id`` is open and ``node_id`` answered lately (within
+        """Whether a stream to ``node_id`` is open and ``node_id`` answered lately (within
         the silence bound of :mod:`liveness`)."""
-        return self.liveness.reachable(node_id, self._connected.get(node_id, False))
+        return self.liveness.reachable(node_id, any(self._connected.get(node_id, [])))
+
+    def lanes_open(self, node_id: int) -> int:
+        """How many of the lanes (:mod:`lanes`) to ``node_id`` have their stream open."""
+        return sum(self._connected.get(node_id, []))
 
     def dropped_total(self) -> int:
-        return sum(o.dropped_total for o in self._outboxes.values())
+        return sum(o.dropped_total for each in self._outboxes.values() for o in each)
 
     def _channel_options(
         self, target: peer_resolving.DialTarget | None = None
@@ -554,10 +590,12 @@ class PeerTransport:
         self._forward_channels[node_id] = (uri, channel)
         return channel
 
-    async def _send_loop(self, peer: PeerSpec) -> None:
-        outbox = self._outboxes.get(peer.node_id)
-        if outbox is None:
+    async def _send_loop(self, peer: PeerSpec, lane: int) -> None:
+        outboxes = self._outboxes.get(peer.node_id)
+        if outboxes is None:
             return
+        outbox = outboxes[lane]
+        connected = self._connected[peer.node_id]
         failed_dials = 0
         while not self._stopping.is_set():
             try:
@@ -571,6 +609,7 @@ class PeerTransport:
                     )
                 continue
             channel = self._channel(target.uri, self._channel_options(target))
+            over = asyncio.Event()  # set when this stream ends (its request iterator ends too)
             try:
                 try:
                     await asyncio.wait_for(channel.channel_ready(), CONNECT_TIMEOUT_S)
@@ -578,11 +617,11 @@ class PeerTransport:
                     self.resolver.connection_failed(peer)  # it may have moved: look again
                     raise
                 failed_dials = 0
-                self._connected[peer.node_id] = True
+                connected[lane] = True
                 self.liveness.restarted(peer.node_id)
                 stub = peer_pb2_grpc.PeerStub(channel)  # type: ignore[no-untyped-call]
                 call = stub.Deliver(
-                    self._stream(peer.node_id, outbox),
+                    self._stream(peer.node_id, outbox, over),
                     metadata=self.hello_metadata(peer.node_id),
                 )
                 if await self._until_done_or_stalled(peer.node_id, call):
@@ -602,8 +641,9 @@ class PeerTransport:
                 failed_dials += 1
                 log.debug("peer %s stream ended: %s", peer, exc)
             finally:
-                if peer.node_id in self._connected:
-                    self._connected[peer.node_id] = False
+                connected[lane] = False
+                over.set()
+                outbox.wake()
                 await channel.close(None)
             outbox.clear()  # stale after a gap; the core re-sends what matters
             if (
@@ -665,10 +705,14 @@ class PeerTransport:
         self._channel_fingerprint = seen
         return fresh
 
-    async def _stream(self, node_id: int, outbox: _Outbox) -> AsyncIterator[peer_pb2.RaftMessage]:
+    async def _stream(
+        self, node_id: int, outbox: _Outbox, over: asyncio.Event
+    ) -> AsyncIterator[peer_pb2.RaftMessage]:
         group = self.config.group
         while True:
-            message = await outbox.get()
+            message = await outbox.get(over)
+            if message is None:
+                return
             self.liveness.sent(node_id)
             yield peer_wire.to_proto(message, group)
 

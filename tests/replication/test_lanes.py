@@ -1,0 +1,190 @@
+"""Lanes (:mod:`gannet.node.replication.lanes`): the small messages travel on several
+connections per peer, so one stalled TCP connection does not silence a peer (issue 34: random
+packet loss alone deposed the leader).
+
+The pure rule, then two peer transports in process joined by a relay that stops forwarding the
+bytes of one connection (its first) without closing it, as a TCP connection does while it
+retransmits with back-off: the heartbeats must keep arriving on the other lanes, no gap as long
+as the keepalive needs to close the stalled connection (one lane: a gap of at least
+``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS`` and a redial).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import time
+
+from gannet.node.raft.ids import ByteOffset
+from gannet.node.raft.messages import (
+    AppendEntries,
+    AppendResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    NodeId,
+    PreVoteRequest,
+    PreVoteResponse,
+    ResetLogStart,
+    Term,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
+from gannet.node.replication import lanes
+from gannet.node.replication.config import PeerSpec, ReplicationConfig
+from gannet.node.replication.transport import KEEPALIVE_TIME_MS, PeerTransport
+
+from .conftest import free_ports
+
+TICK_S = 0.05
+WAIT_S = 30.0
+POLL_S = 0.02
+HEARTBEATS_AFTER_STALL = 40
+GAP_MAX_S = KEEPALIVE_TIME_MS / 1000
+"""Below what the keepalive takes to notice the stalled connection (and a redial)."""
+
+ONE, TWO = NodeId(1), NodeId(2)
+ZERO = ByteOffset(0)
+
+
+def test_small_messages_go_on_every_lane_log_bytes_on_lane_zero_only() -> None:
+    every: list[Message] = [
+        Heartbeat(ONE, TWO, Term(3), ZERO),
+        HeartbeatResponse(TWO, ONE, Term(3), ZERO, ZERO),
+        AppendResponse(TWO, ONE, Term(3), True, match_offset=ZERO, durable_offset=ZERO),
+        PreVoteRequest(ONE, TWO, Term(4), Term(3), ZERO),
+        PreVoteResponse(TWO, ONE, Term(4), True),
+        VoteRequest(ONE, TWO, Term(4), Term(3), ZERO, False),
+        VoteResponse(TWO, ONE, Term(4), True),
+        TimeoutNow(ONE, TWO, Term(3)),
+    ]
+    for message in every:
+        assert lanes.lanes_for(message) == range(lanes.LANES), message
+    ordered: list[Message] = [
+        AppendEntries(ONE, TWO, Term(3), ZERO, Term(0), ByteOffset(3), Term(3), ZERO, b"abc"),
+        ResetLogStart(ONE, TWO, Term(3), ByteOffset(10), Term(2), ByteOffset(10)),
+    ]
+    for message in ordered:
+        assert lanes.lanes_for(message) == range(1), message
+    assert lanes.LANES >= 2
+
+
+class StallingRelay:
+    """Forwards every connection to ``target_port``; :meth:`stall_first` stops forwarding the
+    first connection's bytes (both ways) without closing it."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.accepted = 0
+        self.stalled: set[int] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        port: int = self._server.sockets[0].getsockname()[1]
+        return port
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
+
+    async def stop(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def stall_first(self) -> None:
+        self.stalled.add(0)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        index = self.accepted
+        self.accepted += 1
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        tasks = {
+            asyncio.create_task(self._relay(index, reader, up_writer)),
+            asyncio.create_task(self._relay(index, up_reader, writer)),
+        }
+        self._tasks |= tasks
+        try:
+            await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in tasks:
+                task.cancel()
+            for w in (writer, up_writer):
+                w.close()
+
+    async def _relay(
+        self, index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        with contextlib.suppress(ConnectionError, OSError):
+            while data := await reader.read(65536):
+                if index in self.stalled:
+                    continue  # held by a retransmitting TCP: nothing gets through
+                writer.write(data)
+                await writer.drain()
+
+
+async def _until(condition: object, what: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while not condition():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WAIT_S} s: {what}")
+        await asyncio.sleep(POLL_S)
+
+
+async def _one_stalled_connection() -> list[float]:
+    port1, port2, client1, client2 = free_ports(4)
+    relay = StallingRelay(port2)
+    await relay.start()
+
+    def config(node_id: int, peers: tuple[PeerSpec, ...], listen: int) -> ReplicationConfig:
+        return ReplicationConfig(
+            node_id=node_id, peers=peers, peer_listen=f"127.0.0.1:{listen}", tick_interval_s=TICK_S
+        )
+
+    me1, me2 = PeerSpec(1, "127.0.0.1", port1, client1), PeerSpec(2, "127.0.0.1", port2, client2)
+    arrivals: list[float] = []
+    heard: set[int] = set()
+
+    def on_message(message: Message) -> None:
+        if isinstance(message, Heartbeat) and message.leader_commit not in heard:
+            heard.add(message.leader_commit)  # the first copy of each heartbeat counts
+            arrivals.append(time.monotonic())
+
+    leader = PeerTransport(config(1, (me1, PeerSpec(2, "127.0.0.1", relay.port, client2)), port1),
+                           lambda _m: None)  # fmt: skip
+    follower = PeerTransport(config(2, (me1, me2), port2), on_message)
+    await follower.start()
+    await leader.start()
+
+    async def heartbeats() -> None:
+        for number in itertools.count(1):
+            leader.send(Heartbeat(ONE, TWO, Term(1), ByteOffset(number)))
+            await asyncio.sleep(TICK_S)
+
+    ticking = asyncio.create_task(heartbeats())
+    try:
+        await _until(lambda: leader.lanes_open(2) == lanes.LANES and arrivals, "lanes open")
+        relay.stall_first()
+        stalled_at = time.monotonic()
+        start = len(arrivals)
+        await _until(lambda: len(arrivals) >= start + HEARTBEATS_AFTER_STALL, "heartbeats")
+        return [stalled_at, *arrivals[start:]]
+    finally:
+        ticking.cancel()
+        await asyncio.gather(ticking, return_exceptions=True)
+        await leader.stop()
+        await follower.stop()
+        await relay.stop()
+
+
+def test_heartbeats_keep_arriving_while_one_connection_stalls() -> None:
+    marks = asyncio.run(_one_stalled_connection())
+    gaps = [b - a for a, b in itertools.pairwise(marks)]
+    print(f"one connection stalled: longest gap between heartbeats {max(gaps):.2f} s")
+    assert max(gaps) < GAP_MAX_S
