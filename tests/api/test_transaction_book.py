@@ -95,7 +95,8 @@ def test_a_retried_send_finds_its_half_message_open_or_committed() -> None:
     assert book.sent_half("Other", "M1") is None
     book.resolve(100, Resolution.COMMIT)
     committed = book.sent_half("T", "M1")  # issue 34: a resend after the commit
-    assert committed is not None and committed.half_offset == 100
+    assert committed is not None
+    assert committed.half_offset == 100
     book.half(200, "T", stored_ms=0, message_id="M2")
     book.resolve(200, Resolution.ROLLBACK)
     assert book.sent_half("T", "M2") is None  # rolled back: a resend is a new transaction

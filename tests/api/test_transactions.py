@@ -5,6 +5,7 @@ EndTransaction requests are answered with INVALID_TRANSACTION_ID / BAD_REQUEST."
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 import time
@@ -24,12 +25,12 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import receiving
+from gannet.node.api import receiving, transactions
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
-from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store import properties as props
+from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
 from gannet.node.transactions import records as transaction_records
 from gannet.node.transactions import service as transaction_service
@@ -360,3 +361,42 @@ def test_checks_committing_two_halves_of_one_id_store_it_once(broker, admin, cli
     assert _stored(broker, topic) == 1
     got = _receive(consumer, 5)
     assert [m.body for m in got] == [b"once"]
+
+
+def test_a_resend_while_its_half_is_in_flight_waits_for_it(broker) -> None:
+    """The original half message is appended but not committed yet, and its caller went away
+    (its client's deadline): the resend of the same id waits for that append's outcome and
+    gets its answer; nothing is appended twice."""
+    answer = service_pb2.SendMessageResponse(status=definition_pb2.Status(code=Code.OK))
+    answer.entries.add(message_id="M-inflight", transaction_id="00000000000000AB", offset=3)
+
+    async def scenario() -> None:
+        async def commit(_: object) -> None:
+            return None
+
+        handler = transactions.TransactionHandler(
+            broker.broker.store, str, commit, is_leader=lambda: False
+        )
+        started, release = asyncio.Event(), asyncio.Event()
+        appends: list[int] = []
+
+        async def append() -> service_pb2.SendMessageResponse:
+            appends.append(1)
+            started.set()
+            await release.wait()  # in flight: appended, the commit not reached yet
+            return answer
+
+        try:
+            original = asyncio.ensure_future(handler.send_once("TxF", ("M-inflight",), append))
+            await started.wait()
+            original.cancel()  # the original's caller went away
+            resend = asyncio.ensure_future(handler.send_once("TxF", ("M-inflight",), append))
+            await asyncio.sleep(0)  # the resend runs up to its first wait
+            release.set()
+            assert await resend == answer
+            assert appends == [1]
+        finally:
+            handler.begin_shutdown()
+            handler.service.close()
+
+    asyncio.run(scenario())
