@@ -154,10 +154,11 @@ class TransactionBook:
         message committed (e.g. across a failover), or after its transaction committed, is
         answered with it instead of a second half."""
         with self._lock:
+            committed = self._committed.get((topic, message_id))
+            if committed is not None:  # the first commit, before any later half of the id
+                return committed
             offset = self._by_message.get((topic, message_id))
-            if offset is not None and offset in self._pending:
-                return self._pending[offset]
-            return self._committed.get((topic, message_id))
+            return self._pending.get(offset) if offset is not None else None
 
     def stored_by_another(self, half_offset: int) -> bool:
         """Whether the message of the open half message at ``half_offset`` is committed
