@@ -8,10 +8,13 @@ group it is proposed and committed like any send. Every replica applies the reco
 dispatch reaches to its :class:`~gannet.node.transactions.book.TransactionBook`; only the leader
 writes:
 
+* **Half messages**: a send of a message id already sent on its topic (a client's retry) is
+  answered as the first was, not stored again (:meth:`TransactionHandler.send_once`).
 * **EndTransaction** (followers forward it, :mod:`forwarding`): the leader waits until the half
   message is dispatched, reserves the resolution in its book (a second request for the same
   transaction meanwhile is refused, a retried identical one is answered OK without a write),
-  appends the commit copy and/or op record and answers once they are committed.
+  appends the commit copy and/or op record and answers once they are committed (the op record
+  only when the message id is committed through another half message already).
 * **Orphan checks**: every ``CHECK_TICK_S`` the leader looks for half messages older than
   ``check_after_ms`` (RocketMQ ``transactionTimeOut``) whose last check is ``check_interval_ms``
   old (``transactionCheckInterval``), and appends one check record each. Every member, on
