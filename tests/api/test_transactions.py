@@ -400,3 +400,23 @@ def test_a_resend_while_its_half_is_in_flight_waits_for_it(broker) -> None:
             handler.service.close()
 
     asyncio.run(scenario())
+
+
+def test_after_a_restart_a_committed_id_is_found_in_the_index(broker, messaging, admin) -> None:
+    """The book of a restarted member does not know the ids committed before: committing a
+    second half message of such an id writes its op record only (the index has the copy)."""
+    topic = unique("TxI")
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=2, message_type=admin_pb2.TRANSACTION)
+    )
+    message_id = "0102FC000000013E000B13F97D000000C3"
+    first = _half(messaging, topic, message_id)
+    second = _second_half(broker, first)
+    assert _end(messaging, topic, message_id, first).code == Code.OK
+    settle(broker)
+    fresh = transaction_service.TransactionService(broker.broker.store, listen=False)  # a restart
+    prepared = fresh.prepare_end(topic, message_id, second, transaction_service.Resolution.COMMIT)
+    assert prepared is not None
+    offset, writes = prepared
+    fresh.book.end_failed(offset)
+    assert [w.topic for w in writes] == [transaction_records.OP_TOPIC]
