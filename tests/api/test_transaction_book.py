@@ -121,6 +121,19 @@ def test_a_second_half_of_a_committed_id_is_ended_without_a_copy() -> None:
     assert book.begin_end(200, Resolution.COMMIT) is False  # a retried end: answered
 
 
+def test_a_commit_applied_before_its_end_is_done_releases_the_id() -> None:
+    """Dispatch may apply the commit copy before the leader's end_done: the id is not left
+    reserved (a later end of its other half message would be refused for ever)."""
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0, message_id="M1")
+    book.half(200, "T", stored_ms=0, message_id="M1")
+    assert book.begin_end(100, Resolution.COMMIT) is True
+    book.resolve(100, Resolution.COMMIT)  # dispatch of the commit copy
+    book.end_done(100)
+    assert book.begin_end(200, Resolution.COMMIT) is True
+    assert book.stored_by_another(200)
+
+
 def test_the_op_record_of_a_second_half_counts_as_its_commit() -> None:
     """What a follower applies: the first half's commit copy, then the second's op record."""
     book = TransactionBook(LIMITS)

@@ -125,6 +125,8 @@ class TransactionBook:
             key = (pending.topic, pending.message_id)
             if self._by_message.get(key) == half_offset:
                 del self._by_message[key]
+            if self._committing.get(key) == half_offset:  # dispatch may come before end_done
+                del self._committing[key]
 
     def resolve(self, half_offset: int, resolution: Resolution) -> None:
         """A commit copy (COMMIT) or an op record (ROLLBACK) applied. The op record of a half
