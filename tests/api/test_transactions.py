@@ -34,6 +34,7 @@ from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
 from gannet.node.transactions import records as transaction_records
 from gannet.node.transactions import service as transaction_service
+from gannet.node.transactions.book import Resolution
 
 from .conftest import settle, unique
 
@@ -415,7 +416,7 @@ def test_after_a_restart_a_committed_id_is_found_in_the_index(broker, messaging,
     assert _end(messaging, topic, message_id, first).code == Code.OK
     settle(broker)
     fresh = transaction_service.TransactionService(broker.broker.store, listen=False)  # a restart
-    prepared = fresh.prepare_end(topic, message_id, second, transaction_service.Resolution.COMMIT)
+    prepared = fresh.prepare_end(topic, message_id, second, Resolution.COMMIT)
     assert prepared is not None
     offset, writes = prepared
     fresh.book.end_failed(offset)
