@@ -86,12 +86,61 @@ def test_metrics_families_name_every_figure() -> None:
     assert (commits.labels, commits.value) == ({"resolution": "commit"}, 5)
 
 
-def test_a_retried_send_finds_its_open_half_message_until_it_is_resolved() -> None:
+def test_a_retried_send_finds_its_half_message_open_or_committed() -> None:
     book = TransactionBook(LIMITS)
     book.half(100, "T", stored_ms=0, message_id="M1", queue_offset=7)
-    found = book.open_half("T", "M1")
+    found = book.sent_half("T", "M1")
     assert found is not None
     assert (found.half_offset, found.queue_offset) == (100, 7)
-    assert book.open_half("Other", "M1") is None
+    assert book.sent_half("Other", "M1") is None
     book.resolve(100, Resolution.COMMIT)
-    assert book.open_half("T", "M1") is None
+    committed = book.sent_half("T", "M1")  # issue 34: a resend after the commit
+    assert committed is not None
+    assert committed.half_offset == 100
+    book.half(200, "T", stored_ms=0, message_id="M2")
+    book.resolve(200, Resolution.ROLLBACK)
+    assert book.sent_half("T", "M2") is None  # rolled back: a resend is a new transaction
+
+
+def test_a_second_half_of_a_committed_id_is_ended_without_a_copy() -> None:
+    """Two half messages of one id (a resend stored twice, fault seed 1002): once one is
+    committed, the other's commit writes its op record only; while one is being committed,
+    a commit of the other is refused."""
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0, message_id="M1")
+    book.half(200, "T", stored_ms=0, message_id="M1")
+    assert book.begin_end(100, Resolution.COMMIT) is True
+    with pytest.raises(EndRefused, match="other half message is being committed"):
+        book.begin_end(200, Resolution.COMMIT)
+    assert not book.stored_by_another(200)
+    book.end_done(100)
+    assert book.stored_by_another(200)
+    assert not book.stored_by_another(100)
+    assert book.begin_end(200, Resolution.COMMIT) is True
+    book.end_done(200)
+    assert book.begin_end(200, Resolution.COMMIT) is False  # a retried end: answered
+
+
+def test_a_commit_applied_before_its_end_is_done_releases_the_id() -> None:
+    """Dispatch may apply the commit copy before the leader's end_done: the id is not left
+    reserved (a later end of its other half message would be refused for ever)."""
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0, message_id="M1")
+    book.half(200, "T", stored_ms=0, message_id="M1")
+    assert book.begin_end(100, Resolution.COMMIT) is True
+    book.resolve(100, Resolution.COMMIT)  # dispatch of the commit copy
+    book.end_done(100)
+    assert book.begin_end(200, Resolution.COMMIT) is True
+    assert book.stored_by_another(200)
+
+
+def test_the_op_record_of_a_second_half_counts_as_its_commit() -> None:
+    """What a follower applies: the first half's commit copy, then the second's op record."""
+    book = TransactionBook(LIMITS)
+    book.half(100, "T", stored_ms=0, message_id="M1")
+    book.half(200, "T", stored_ms=0, message_id="M1")
+    book.resolve(100, Resolution.COMMIT)
+    assert book.stored_by_another(200)
+    book.resolve(200, Resolution.ROLLBACK)  # its op record
+    assert book.pending_count() == 0
+    assert book.begin_end(200, Resolution.COMMIT) is False  # a new leader answers a retry OK

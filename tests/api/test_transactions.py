@@ -5,6 +5,7 @@ EndTransaction requests are answered with INVALID_TRANSACTION_ID / BAD_REQUEST."
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import threading
 import time
@@ -24,14 +25,16 @@ from rocketmq import (
 )
 from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
-from gannet.node.api import receiving
+from gannet.node.api import receiving, transactions
 from gannet.node.broker import threads
 from gannet.node.broker.serving import BrokerConfig
 from gannet.node.protocol.gen import admin_pb2
+from gannet.node.store import properties as props
 from gannet.node.store.config import FlushMode, StoreConfig
 from gannet.node.store.log import records
 from gannet.node.transactions import records as transaction_records
 from gannet.node.transactions import service as transaction_service
+from gannet.node.transactions.book import Resolution
 
 from .conftest import settle, unique
 
@@ -274,3 +277,147 @@ def test_too_many_open_transactions_are_refused(broker, messaging, admin) -> Non
         assert "transactions are open" in reply.status.message
     finally:
         service.limits = saved
+
+
+def _end(messaging, topic: str, message_id: str, transaction_id: str) -> definition_pb2.Status:
+    request = service_pb2.EndTransactionRequest(
+        transaction_id=transaction_id, message_id=message_id, resolution=definition_pb2.COMMIT
+    )
+    request.topic.name = topic
+    return messaging.EndTransaction(request, timeout=5).status
+
+
+def _stored(broker, topic: str) -> int:
+    """Messages in ``topic``'s consume queues (after dispatch)."""
+    settle(broker)
+    store = broker.broker.store
+    return sum(store.max_offset_in_queue(topic, q) for q in range(2))
+
+
+def test_a_send_retried_after_its_commit_is_not_stored_twice(broker, messaging, admin) -> None:
+    """Issue 34, seed 1002: the client's resend of a half message whose transaction is
+    committed gets the original answer, and its commit writes nothing more."""
+    topic = unique("TxC")
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=2, message_type=admin_pb2.TRANSACTION)
+    )
+    message_id = "0102FC000000013E000B13F97D000000C1"
+    first = _half(messaging, topic, message_id)
+    assert _end(messaging, topic, message_id, first).code == Code.OK
+    settle(broker)
+    again = _half(messaging, topic, message_id)
+    assert again == first
+    assert _end(messaging, topic, message_id, again).code == Code.OK
+    assert _stored(broker, topic) == 1
+
+
+def _second_half(broker, transaction_id: str) -> str:
+    """Store the half message of ``transaction_id`` again (the other real queue), as a resend
+    answered with an error but committed would: the send path's dedup is not asked."""
+    store = broker.broker.store
+    half = store.read_message(transaction_service.parse_transaction_id(transaction_id))
+    assert half is not None
+    half.properties[props.REAL_QUEUE_ID] = str(1 - int(half.properties[props.REAL_QUEUE_ID]))
+    [result], _ = store.put_messages_nowait([half])
+    settle(broker)
+    return transaction_records.transaction_id_of(result.wrote_offset)
+
+
+def test_two_halves_of_one_id_commit_one_message(broker, messaging, admin) -> None:
+    """Both half messages of one id ended COMMIT (the client's END, then a check answer for
+    the other): the topic holds the message once; the second end writes its op record only."""
+    topic = unique("TxH")
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=2, message_type=admin_pb2.TRANSACTION)
+    )
+    message_id = "0102FC000000013E000B13F97D000000C2"
+    first = _half(messaging, topic, message_id)
+    second = _second_half(broker, first)
+    assert second != first
+    assert _end(messaging, topic, message_id, first).code == Code.OK
+    assert _end(messaging, topic, message_id, second).code == Code.OK
+    assert _end(messaging, topic, message_id, second).code == Code.OK  # a retry: OK, no write
+    assert _stored(broker, topic) == 1
+    book = broker.broker.messaging.transactions.service.book
+    pending = book.pending_offsets()
+    assert transaction_service.parse_transaction_id(second) not in pending
+
+
+def test_checks_committing_two_halves_of_one_id_store_it_once(broker, admin, clients) -> None:
+    """The seed-1002 shape: two half messages of one id, neither ended by the client, both
+    committed by the producer's TransactionChecker: the topic holds the message once."""
+    checker = Checker(TransactionResolution.COMMIT)
+    topic, producer, consumer = _setup(broker, admin, clients, checker)
+    transaction = producer.begin_transaction()
+    sent = producer.send(_message(topic, b"once"), transaction)
+    first = str(sent.transaction_id)
+    second = _second_half(broker, first)
+    service = broker.broker.messaging.transactions.service
+    halves = {transaction_service.parse_transaction_id(t) for t in (first, second)}
+    deadline = time.monotonic() + 20
+    while halves & service.book.pending_offsets():
+        assert time.monotonic() < deadline, "the checks did not end both transactions"
+        checker.called.wait(0.1)  # a condition polled to its deadline: the check answers
+    assert len(checker.checked) >= 2
+    assert _stored(broker, topic) == 1
+    got = _receive(consumer, 5)
+    assert [m.body for m in got] == [b"once"]
+
+
+def test_a_resend_while_its_half_is_in_flight_waits_for_it(broker) -> None:
+    """The original half message is appended but not committed yet, and its caller went away
+    (its client's deadline): the resend of the same id waits for that append's outcome and
+    gets its answer; nothing is appended twice."""
+    answer = service_pb2.SendMessageResponse(status=definition_pb2.Status(code=Code.OK))
+    answer.entries.add(message_id="M-inflight", transaction_id="00000000000000AB", offset=3)
+
+    async def scenario() -> None:
+        async def commit(_: object) -> None:
+            return None
+
+        handler = transactions.TransactionHandler(
+            broker.broker.store, str, commit, is_leader=lambda: False
+        )
+        started, release = asyncio.Event(), asyncio.Event()
+        appends: list[int] = []
+
+        async def append() -> service_pb2.SendMessageResponse:
+            appends.append(1)
+            started.set()
+            await release.wait()  # in flight: appended, the commit not reached yet
+            return answer
+
+        try:
+            original = asyncio.ensure_future(handler.send_once("TxF", ("M-inflight",), append))
+            await started.wait()
+            original.cancel()  # the original's caller went away
+            resend = asyncio.ensure_future(handler.send_once("TxF", ("M-inflight",), append))
+            await asyncio.sleep(0)  # the resend runs up to its first wait
+            release.set()
+            assert await resend == answer
+            assert appends == [1]
+        finally:
+            handler.begin_shutdown()
+            handler.service.close()
+
+    asyncio.run(scenario())
+
+
+def test_after_a_restart_a_committed_id_is_found_in_the_index(broker, messaging, admin) -> None:
+    """The book of a restarted member does not know the ids committed before: committing a
+    second half message of such an id writes its op record only (the index has the copy)."""
+    topic = unique("TxI")
+    admin.CreateTopic(
+        admin_pb2.CreateTopicRequest(name=topic, queue_nums=2, message_type=admin_pb2.TRANSACTION)
+    )
+    message_id = "0102FC000000013E000B13F97D000000C3"
+    first = _half(messaging, topic, message_id)
+    second = _second_half(broker, first)
+    assert _end(messaging, topic, message_id, first).code == Code.OK
+    settle(broker)
+    fresh = transaction_service.TransactionService(broker.broker.store, listen=False)  # a restart
+    prepared = fresh.prepare_end(topic, message_id, second, Resolution.COMMIT)
+    assert prepared is not None
+    offset, writes = prepared
+    fresh.book.end_failed(offset)
+    assert [w.topic for w in writes] == [transaction_records.OP_TOPIC]

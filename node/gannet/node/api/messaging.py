@@ -373,9 +373,11 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                 for message in prepared.messages:
                     message.properties[props.PRODUCER_GROUP] = producer_group
             if self.transactions is not None:
-                retried = self.transactions.retried(prepared.topic.topic_name, prepared.message_ids)
-                if retried is not None:
-                    return retried
+                return await self.transactions.send_once(
+                    prepared.topic.topic_name,
+                    prepared.message_ids,
+                    lambda: self._append(prepared),
+                )
             return await self._append(prepared)
         return await self.dedup.send_once(
             prepared.topic.topic_name,
@@ -408,7 +410,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             raise routes.commit_refusal(exc) from None
         transaction_ids = list(prepared.message_ids)
         if prepared.transactional and self.transactions is not None:
-            transaction_ids = self.transactions.sent(prepared.topic.topic_name, results)
+            transaction_ids = self.transactions.sent(
+                prepared.topic.topic_name, prepared.message_ids, results
+            )
         elif commit_offsets:
             transaction_ids = [tr.transaction_id_of(r.wrote_offset) for r in results]
         # One Status for the whole answer, each entry added in place: building entries apart

@@ -8,10 +8,13 @@ group it is proposed and committed like any send. Every replica applies the reco
 dispatch reaches to its :class:`~gannet.node.transactions.book.TransactionBook`; only the leader
 writes:
 
+* **Half messages**: a send of a message id already sent on its topic (a client's retry) is
+  answered as the first was, not stored again (:meth:`TransactionHandler.send_once`).
 * **EndTransaction** (followers forward it, :mod:`forwarding`): the leader waits until the half
   message is dispatched, reserves the resolution in its book (a second request for the same
   transaction meanwhile is refused, a retried identical one is answered OK without a write),
-  appends the commit copy and/or op record and answers once they are committed.
+  appends the commit copy and/or op record and answers once they are committed (the op record
+  only when the message id is committed through another half message already).
 * **Orphan checks**: every ``CHECK_TICK_S`` the leader looks for half messages older than
   ``check_after_ms`` (RocketMQ ``transactionTimeOut``) whose last check is ``check_interval_ms``
   old (``transactionCheckInterval``), and appends one check record each. Every member, on
@@ -41,8 +44,9 @@ producer Telemetry stream (merged into the stream by :func:`with_outbox`, at mos
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -68,6 +72,12 @@ from gannet.node.transactions.service import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _retrieve(task: asyncio.Task[service_pb2.SendMessageResponse]) -> None:
+    """Mark an original's outcome retrieved: its caller may have gone (no "never retrieved")."""
+    if not task.cancelled():
+        task.exception()
 
 
 # ---------------------------------------------------------------------- serving
@@ -132,6 +142,8 @@ class TransactionHandler:
         self._is_leader = is_leader
         self._streams: dict[str, tuple[set[str], asyncio.Queue[Outgoing]]] = {}
         self._closing = asyncio.Event()
+        self._sending: dict[tuple[str, str], asyncio.Future[service_pb2.SendMessageResponse]] = {}
+        """(topic, message id) → the answer of its half message in flight (:meth:`send_once`)."""
         self.checks_sent_total = 0
         """RecoverOrphanedTransactionCommands this node pushed to a producer."""
         self.check_listeners: list[Callable[[OrphanCheck], bool]] = []
@@ -170,14 +182,62 @@ class TransactionHandler:
         ensure_topics(self.service.store)
         return tr.to_half(messages)
 
+    async def send_once(
+        self,
+        topic: str,
+        message_ids: tuple[str, ...],
+        append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+    ) -> service_pb2.SendMessageResponse:
+        """``append()``'s answer (a new half message), or the original answer to a send of the
+        same message id: one in flight on this node (waited for; its append runs to its
+        outcome even when its caller went away), or one the book holds, open or committed
+        (:meth:`TransactionBook.sent_half`). The rule and reasons of
+        :meth:`gannet.node.api.dedup.SendDeduplicator.send_once`, with the book as the window:
+        a half message sent twice is checked, and may be committed, twice (fault seed 1002)."""
+        if len(message_ids) != 1 or not message_ids[0]:
+            return await append()
+        key = (topic, message_ids[0])
+        pending = self._sending.get(key)
+        if pending is not None:
+            with contextlib.suppress(Exception):
+                return await asyncio.shield(pending)
+            # The original failed: if its half message committed after all, the book has it.
+        retried = self.retried(topic, message_ids)
+        if retried is not None:
+            return retried
+        future: asyncio.Future[service_pb2.SendMessageResponse] = self._loop.create_future()
+        self._sending[key] = future
+        task = asyncio.ensure_future(self._append_pending(key, future, append))
+        task.add_done_callback(_retrieve)
+        return await asyncio.shield(task)
+
+    async def _append_pending(
+        self,
+        key: tuple[str, str],
+        future: asyncio.Future[service_pb2.SendMessageResponse],
+        append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+    ) -> service_pb2.SendMessageResponse:
+        try:
+            answer = await append()
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a failed original is not an error of a retry
+            raise
+        finally:
+            if self._sending.get(key) is future:
+                del self._sending[key]
+        future.set_result(answer)
+        return answer
+
     def retried(
         self, topic: str, message_ids: tuple[str, ...]
     ) -> service_pb2.SendMessageResponse | None:
-        """The original answer to a transactional send whose half message is already open
-        (the client retried it, e.g. across a failover); None for a new one."""
+        """The original answer to a transactional send whose half message is in the book,
+        open or committed (the client retried it, e.g. across a failover); None for a new
+        one."""
         if len(message_ids) != 1 or not message_ids[0]:
             return None
-        found = self.service.book.open_half(topic, message_ids[0])
+        found = self.service.book.sent_half(topic, message_ids[0])
         if found is None:
             return None
         entry = service_pb2.SendResultEntry(
@@ -188,8 +248,20 @@ class TransactionHandler:
         )
         return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
 
-    def sent(self, topic: str, results: list[AppendResult]) -> list[str]:
-        """The transaction ids of appended half messages (dispatch books them)."""
+    def sent(
+        self, topic: str, message_ids: tuple[str, ...], results: list[AppendResult]
+    ) -> list[str]:
+        """The transaction ids of committed half messages, booked now (dispatch books them
+        again, harmlessly): a retry right after the answer finds them."""
+        now_ms = wall_ms()
+        for message_id, result in zip(message_ids, results, strict=True):
+            self.service.book.half(
+                result.wrote_offset,
+                topic,
+                now_ms,
+                message_id=message_id,
+                queue_offset=result.queue_offset,
+            )
         return [tr.transaction_id_of(r.wrote_offset) for r in results]
 
     # --- orphan checks ---

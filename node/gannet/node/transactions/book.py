@@ -11,6 +11,15 @@ The leader adds what is not in the log yet: resolutions it is writing (``_ending
 EndTransaction for the same half message meanwhile is refused, never appended twice) and the
 time before which it will not propose another check of a half message (``next_check_ms``).
 
+One message id, one real message (issue 34, fault seed 1002): a producer's retry of a half
+message may be stored as a second half message of the same id (its original was answered with
+an error but committed). The book keeps, per (topic, message id), the half message whose commit
+copy is in the log (``_committed``, the newest :data:`COMMITTED_REMEMBERED_MAX`) and the one
+whose commit is being written (``_committing``): ending another half of that id as COMMIT
+writes its op record only (:meth:`stored_by_another`), or is refused while the first commit is
+in flight; a retried send of a committed id is answered with its half message
+(:meth:`sent_half`).
+
 Called from the dispatch thread, worker threads and the event loop: one lock.
 """
 
@@ -23,6 +32,12 @@ from enum import Enum
 
 RESOLVED_REMEMBERED_MAX = 65_536
 """Resolutions remembered so that a retried EndTransaction gets OK (oldest forgotten first)."""
+COMMITTED_REMEMBERED_MAX = 65_536
+"""Committed message ids remembered for retried sends and second halves (oldest first out; the
+index files answer for older ones: :meth:`TransactionService.prepare_end`)."""
+
+Key = tuple[str, str]
+"""(real topic, message id)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +86,12 @@ class TransactionBook:
         self.limits = limits or CheckLimits()
         self._lock = threading.Lock()
         self._pending: dict[int, Pending] = {}
-        self._by_message: dict[tuple[str, str], int] = {}
+        self._by_message: dict[Key, int] = {}
         """(topic, message id) → half offset of the open transactions: a retried send."""
+        self._committed: OrderedDict[Key, Pending] = OrderedDict()
+        """(topic, message id) → the half message whose commit copy is in the log."""
+        self._committing: dict[Key, int] = {}
+        """(topic, message id) → half offset whose commit copy the leader is writing."""
         self._resolved: OrderedDict[int, Resolution] = OrderedDict()
         self._ending: dict[int, Resolution] = {}
         self.ended_total: dict[Resolution, int] = dict.fromkeys(Resolution, 0)
@@ -106,18 +125,52 @@ class TransactionBook:
             key = (pending.topic, pending.message_id)
             if self._by_message.get(key) == half_offset:
                 del self._by_message[key]
+            if self._committing.get(key) == half_offset:  # dispatch may come before end_done
+                del self._committing[key]
 
     def resolve(self, half_offset: int, resolution: Resolution) -> None:
+        """A commit copy (COMMIT) or an op record (ROLLBACK) applied. The op record of a half
+        message whose id is committed through another half counts as COMMIT: that is what
+        became of the message (:meth:`stored_by_another`)."""
         with self._lock:
+            pending = self._pending.get(half_offset)
+            if pending is not None and pending.message_id:
+                key = (pending.topic, pending.message_id)
+                first = self._committed.get(key)
+                if resolution is Resolution.COMMIT:
+                    self._committed_add(key, pending)
+                elif first is not None and first.half_offset != half_offset:
+                    resolution = Resolution.COMMIT
             self._drop(half_offset)
             self._remember(half_offset, resolution)
 
-    def open_half(self, topic: str, message_id: str) -> Pending | None:
-        """The open transaction of a message id: a send retried after its half message
-        committed (e.g. across a failover) is answered with it instead of a second half."""
+    def _committed_add(self, key: Key, pending: Pending) -> None:
+        if key in self._committed:
+            return  # the first commit stays
+        self._committed[key] = pending
+        while len(self._committed) > COMMITTED_REMEMBERED_MAX:
+            self._committed.popitem(last=False)
+
+    def sent_half(self, topic: str, message_id: str) -> Pending | None:
+        """The half message of a message id, open or committed: a send retried after its half
+        message committed (e.g. across a failover), or after its transaction committed, is
+        answered with it instead of a second half."""
         with self._lock:
+            committed = self._committed.get((topic, message_id))
+            if committed is not None:  # the first commit, before any later half of the id
+                return committed
             offset = self._by_message.get((topic, message_id))
             return self._pending.get(offset) if offset is not None else None
+
+    def stored_by_another(self, half_offset: int) -> bool:
+        """Whether the message of the open half message at ``half_offset`` is committed
+        through another half message of its id (its commit writes the op record only)."""
+        with self._lock:
+            pending = self._pending.get(half_offset)
+            if pending is None or not pending.message_id:
+                return False
+            first = self._committed.get((pending.topic, pending.message_id))
+            return first is not None and first.half_offset != half_offset
 
     def checked(self, half_offset: int, checks: int, stored_ms: int) -> Pending | None:
         """A check record: the pending transaction it updated, or None when resolved."""
@@ -156,10 +209,19 @@ class TransactionBook:
     def begin_end(self, half_offset: int, resolution: Resolution) -> bool:
         """Reserve the resolution of ``half_offset``: True to write it, False when the same
         resolution is already in the log (answer OK, write nothing). Raises
-        :class:`EndRefused` for another resolution, one in flight, or an unknown half."""
+        :class:`EndRefused` for another resolution, one in flight, an unknown half, or a
+        COMMIT while another half message of the same id is being committed."""
         with self._lock:
             if half_offset in self._ending:
                 raise EndRefused("is being committed or rolled back by another request")
+            pending = self._pending.get(half_offset)
+            key = (pending.topic, pending.message_id) if pending and pending.message_id else None
+            if resolution is Resolution.COMMIT and key is not None:
+                other = self._committing.get(key)
+                if other is not None and other != half_offset:
+                    raise EndRefused(
+                        f"has message id {key[1]!r}, whose other half message is being committed"
+                    )
             done = self._resolved.get(half_offset)
             if done is not None and half_offset not in self._pending:
                 if done is resolution:
@@ -168,20 +230,35 @@ class TransactionBook:
             if half_offset not in self._pending:
                 raise EndRefused("names no open transaction (already committed or rolled back)")
             self._ending[half_offset] = resolution
+            if resolution is Resolution.COMMIT and key is not None:
+                self._committing[key] = half_offset
             return True
+
+    def _end_settled(self, half_offset: int) -> Resolution | None:
+        """Release the reservation of ``half_offset`` (``_lock`` held)."""
+        resolution = self._ending.pop(half_offset, None)
+        pending = self._pending.get(half_offset)
+        if pending is not None and pending.message_id:
+            key = (pending.topic, pending.message_id)
+            if self._committing.get(key) == half_offset:
+                del self._committing[key]
+        return resolution
 
     def end_failed(self, half_offset: int) -> None:
         """The write failed or its commit is uncertain: the log decides (dispatch applies it
         if it committed after all)."""
         with self._lock:
-            self._ending.pop(half_offset, None)
+            self._end_settled(half_offset)
 
     def end_done(self, half_offset: int) -> None:
         """The resolution committed: apply it now (dispatch applies it again, harmlessly)."""
         with self._lock:
-            resolution = self._ending.pop(half_offset, None)
+            resolution = self._end_settled(half_offset)
             if resolution is None:
                 return
+            pending = self._pending.get(half_offset)
+            if resolution is Resolution.COMMIT and pending is not None and pending.message_id:
+                self._committed_add((pending.topic, pending.message_id), pending)
             self._drop(half_offset)
             self._remember(half_offset, resolution)
             self.ended_total[resolution] += 1

@@ -2,7 +2,8 @@
 
 The book of one store (:class:`~gannet.node.transactions.book.TransactionBook`), fed by
 dispatch on every replica and read back from the op, check and half topics on start; and what
-the leader appends: EndTransaction's commit copy and op record (:meth:`prepare_end`), the
+the leader appends: EndTransaction's commit copy and op record (:meth:`prepare_end`; only the
+op record when the message id is committed through another half message already), the
 orphan checks and discards that are due (:meth:`due_writes`). Runs in worker and dispatch
 threads; knows no protocol beyond the v2 ``Message`` an orphan check carries to a producer.
 
@@ -257,16 +258,28 @@ class TransactionService:
     def _commit_copy_exists(self, half: records.Message, half_offset: int) -> bool:
         """The commit copy is written before the op record: one may be cut by a crash or a
         failover while the other committed; the index finds the copy by unique key."""
+        return half_offset in self._commit_copies_of(half)
+
+    def _commit_copies_of(self, half: records.Message) -> set[int]:
+        """The half offsets of the commit copies of ``half``'s message id in the index."""
         uniq = half.properties.get(props.UNIQ_KEY)
         topic = half.properties.get(props.REAL_TOPIC)
         if not uniq or not topic or self.store.index is None:
-            return False
+            return set()
         found = querying.by_key(self.store, topic, uniq, unique=True)
-        return any(
-            records.transaction_type(m.sys_flag) == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
-            and m.prepared_transaction_offset == half_offset
+        return {
+            m.prepared_transaction_offset
             for m in found.messages
-        )
+            if records.transaction_type(m.sys_flag) == records.SYSFLAG_TRANSACTION_COMMIT_TYPE
+        }
+
+    def _stored_by_another(self, half: records.Message, half_offset: int) -> bool:
+        """Whether the message of ``half`` is committed through another half message of its
+        id (a producer's resend stored twice): the book knows recent ones, the index the rest
+        (ids committed before a restart, or forgotten for room)."""
+        if self.book.stored_by_another(half_offset):
+            return True
+        return bool(self._commit_copies_of(half) - {half_offset})
 
     # ------------------------------------------------------------------ the leader's writes
     def prepare_end(
@@ -295,6 +308,19 @@ class TransactionService:
             raise ApiError(
                 Code.INVALID_TRANSACTION_ID, f"transaction_id {transaction_id} {exc}"
             ) from None
+        try:
+            by_another = resolution is Resolution.COMMIT and self._stored_by_another(half, offset)
+        except BaseException:
+            self.book.end_failed(offset)
+            raise
+        if by_another:
+            # Its message is in the topic already: a second copy would store it twice.
+            log.info(
+                "transaction %s of topic %r committed without a copy: message id %r is "
+                "committed through another half message",
+                transaction_id, topic, half.properties.get(props.UNIQ_KEY),
+            )  # fmt: skip
+            return offset, [tr.op_record(offset)]
         return offset, tr.resolution_records(half, offset, resolution)
 
     def _half_at(self, offset: int, transaction_id: str) -> records.Message:
