@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from e2e.faults.history import Event, History
+from e2e.faults.history import DECIMALS, Event, History
 
 STALL_S = 30.0
 """No missing message reached a consumer for this long: it is stuck (module docstring)."""
@@ -39,7 +39,7 @@ def wait(
     history, what it misses). Returns the drain's figures: ``start_s`` (since the run's start),
     ``s`` (how long), ``end``
     (``drained``, ``stuck`` or ``limit``) and per consumer :func:`figures`."""
-    start = history.now()
+    start = _stamp(history)
     events, _ = history.snapshot()
     first = {name: len(missing(events)) for name, (_, missing) in consumers.items()}
     count = dict(first)
@@ -61,7 +61,7 @@ def wait(
             if left < count[name]:
                 progress[name] = history.now()
             count[name] = left
-    stop = history.now()
+    stop = _stamp(history)
     events, _ = history.snapshot()
     each = {}
     for name, (process, _) in consumers.items():
@@ -69,6 +69,13 @@ def wait(
                              progress[name], stall_s)  # fmt: skip
     return {"start_s": round(start, 1), "s": round(stop - start, 1), "end": end,
             "consumers": each}  # fmt: skip
+
+
+def _stamp(history: History) -> float:
+    """Now, rounded as the history rounds its events' times: rounding keeps order, so an event
+    recorded between two stamps lies between them (unrounded, the last receive of a drain,
+    rounded up, could fall after its end)."""
+    return round(history.now(), DECIMALS)
 
 
 def figures(

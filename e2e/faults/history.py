@@ -15,6 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+DECIMALS = 4
+"""Event times are seconds since the run's start rounded to this many decimals."""
+
 
 @dataclass(frozen=True)
 class Event:
@@ -48,7 +51,7 @@ class History:
         return time.monotonic() - self.origin
 
     def add(self, process: str, type_: str, f: str, **value: Any) -> Event:
-        event = Event(round(self.now(), 4), process, type_, f, value)
+        event = Event(round(self.now(), DECIMALS), process, type_, f, value)
         with self._lock:
             self.events.append(event)
         return event
@@ -56,7 +59,7 @@ class History:
     def add_at(self, monotonic_s: float, process: str, type_: str, f: str,
                value: dict[str, Any]) -> Event:  # fmt: skip
         """An event that another process timed (``monotonic_s``: its CLOCK_MONOTONIC reading)."""
-        event = Event(round(monotonic_s - self.origin, 4), process, type_, f, value)
+        event = Event(round(monotonic_s - self.origin, DECIMALS), process, type_, f, value)
         with self._lock:
             self.events.append(event)
         return event

@@ -28,6 +28,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
+from rocketmq.grpc_protocol import definition_pb2, service_pb2, service_pb2_grpc
 
 from e2e.groups.harness import free_base_port
 from e2e.processes import wait_for
@@ -112,6 +113,21 @@ def _served(endpoint: str, ca_file: Path) -> x509.Certificate:
 def _admin(endpoint: str, ca_file: Path) -> admin_pb2_grpc.AdminStub:
     channel = grpc.secure_channel(endpoint, tls.channel_credentials(ca_file))
     return admin_pb2_grpc.AdminStub(grpc.intercept_channel(channel, Signed(*ADMIN)))  # type: ignore[no-untyped-call]
+
+
+def _route_groups(endpoint: str, ca_file: Path, topic: str) -> set[str]:
+    """The broker groups whose queues ``endpoint``'s route of ``topic`` lists (what a client
+    that asks it sends to); empty while it does not know the topic."""
+    channel = grpc.secure_channel(endpoint, tls.channel_credentials(ca_file))
+    stub = service_pb2_grpc.MessagingServiceStub(grpc.intercept_channel(channel, Signed(*ADMIN)))
+    request = service_pb2.QueryRouteRequest(topic=definition_pb2.Resource(name=topic))
+    try:
+        reply = stub.QueryRoute(request, timeout=5)
+    except grpc.RpcError:
+        return set()
+    finally:
+        channel.close()
+    return {q.broker.name for q in reply.message_queues}
 
 
 def _status(endpoint: str, ca_file: Path) -> admin_pb2.RaftStatus | None:
@@ -213,6 +229,11 @@ def test_two_groups_of_two_run_secured_end_to_end(tmp_path: Path, started: list[
     assert described["broker_groups"]["broker-1"]["error"] is None  # the write reached broker-1
     assert len(described["broker_groups"]["broker-1"]["queues"]) == 2
 
+    # The client asks this member for the route: it lists broker-1's queues once this member's
+    # poller has seen the topic there (within a poll interval of the create, 2 s).
+    asked = plans[0].client_endpoints()[0]
+    wait_for(lambda: _route_groups(asked, ca_file, TOPIC) == {"broker-0", "broker-1"}, 30,
+             f"{asked}'s route of {TOPIC} to list both groups", 0.1)  # fmt: skip
     before = {e: _status(e, ca_file) for g in plans for e in g.client_endpoints()}
     client = subprocess.run(
         [
