@@ -10,7 +10,13 @@ Where the original is found, in order:
 
 1. *in flight* on this node (appended, waiting for its commit): the retry waits for the same
    outcome and gets the same answer — also when the original's own caller went away (its
-   client's deadline cancelled the call): the original's append runs on to its outcome;
+   client's deadline cancelled the call): the original's append runs on to its outcome.
+   An original that ended *uncertain* (``MASTER_PERSISTENCE_TIMEOUT``: its commit or flush was
+   not confirmed in time, its bytes are in the log and may still commit) is *held* for
+   :data:`UNCERTAIN_HOLD_S`: a retry meanwhile gets the same uncertain answer instead of a
+   second append, and once the original commits, dispatch puts it in the map (2.) and the next
+   retry gets its receipt. Fault seed 1210: the leader's commit stalled, the original's 5 s
+   commit wait ran out, and the retry that waited for it was appended as new; both committed;
 2. *in the window map*: every replica adds each record's ``UNIQ_KEY`` (topic, queue offset,
    store time) when dispatch reaches it — dispatch follows the Raft commit point, so the map
    is recorded through the replicated log, and a new leader knows what the old one accepted;
@@ -72,6 +78,11 @@ from gannet.node.store.message_store import MessageStore
 
 WINDOW_S = 120.0
 ENTRIES_MAX = 400_000
+UNCERTAIN_HOLD_S = WINDOW_S
+"""How long an uncertain original holds its id against a new append (module docstring): its
+bytes commit or are cut at a leader change well within the window; a new leader serves only
+once it applied the earlier terms, so what committed is in its map."""
+UNCERTAIN_MAX = 65_536
 BORN_MARGIN_S = 20.0
 """How much earlier than a send's born time its original may have been stored: the client's
 retry span plus clock skew (module docstring)."""
@@ -126,6 +137,8 @@ class SendDeduplicator:
         self._lock = threading.Lock()
         self._recent: collections.OrderedDict[Key, _Receipt] = collections.OrderedDict()
         self._pending: dict[Key, asyncio.Future[service_pb2.SendMessageResponse]] = {}
+        self._uncertain: collections.OrderedDict[Key, tuple[float, str]] = collections.OrderedDict()
+        """Ids whose original ended uncertain: (hold end on the monotonic clock, its error)."""
         self._complete_since_ms = 0
         """The map holds every id recorded after this store time (module docstring)."""
         self._log_lookups_until_ms = 0
@@ -216,7 +229,17 @@ class SendDeduplicator:
                 answer = await asyncio.shield(pending)
                 self.duplicates_total += 1
                 return answer
-            # The original failed (refused, or not known committed): take this one as new.
+            known = self._known(key)  # committed meanwhile after all
+            if known is not None:
+                return self._duplicate(key, known)
+        held = self._held_uncertain(key)
+        if held is not None:
+            raise statuses.ApiError(
+                statuses.MASTER_PERSISTENCE_TIMEOUT,
+                f"an earlier send of message id {key[1]} to {key[0]} may still commit ({held}); "
+                "retry: once it commits, a retry gets its receipt",
+            )
+        # The original was refused (or there was none): take this one as new.
         if self._needs_lookup(born_ms):
             found = await asyncio.to_thread(self._in_log, key)
             if found is not None:
@@ -234,6 +257,24 @@ class SendDeduplicator:
         task.add_done_callback(_retrieve)
         return await asyncio.shield(task)
 
+    def _hold_uncertain(self, key: Key, why: str) -> None:
+        """An original of ``key`` ended uncertain: hold the id (module docstring, 1.)."""
+        self._uncertain[key] = (time.monotonic() + UNCERTAIN_HOLD_S, why)
+        self._uncertain.move_to_end(key)
+        while len(self._uncertain) > UNCERTAIN_MAX:
+            self._uncertain.popitem(last=False)
+
+    def _held_uncertain(self, key: Key) -> str | None:
+        """Why ``key`` is held (its original's error), or None when it is not (any more)."""
+        held = self._uncertain.get(key)
+        if held is None:
+            return None
+        until, why = held
+        if time.monotonic() >= until:
+            del self._uncertain[key]
+            return None
+        return why
+
     async def _append_pending(
         self,
         key: Key,
@@ -245,6 +286,11 @@ class SendDeduplicator:
         try:
             answer = await append()
         except BaseException as exc:
+            if (
+                isinstance(exc, statuses.ApiError)
+                and exc.code == statuses.MASTER_PERSISTENCE_TIMEOUT
+            ):
+                self._hold_uncertain(key, exc.message)
             future.set_exception(exc)
             future.exception()  # retrieved: a failed original is not an error of the retry
             raise
