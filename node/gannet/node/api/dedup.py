@@ -109,6 +109,49 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+InFlight = dict[Key, "asyncio.Future[service_pb2.SendMessageResponse]"]
+"""Originals appending on this node, by key: a retry awaits the future for the same outcome."""
+
+
+def start_original(
+    in_flight: InFlight,
+    key: Key,
+    append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+) -> asyncio.Task[service_pb2.SendMessageResponse]:
+    """Start ``append()`` as the in-flight original of ``key`` (also for
+    :mod:`gannet.node.api.transactions`). It runs to its outcome even when its caller is
+    cancelled (its client's deadline passed): its bytes may be proposed already and commit
+    later, and until then a retry must wait for it, not append the message again (fault seed
+    104 replay: an id stored twice in one term after the original's deadline). The outcome goes
+    to the key's future; the key leaves ``in_flight`` then."""
+    future: asyncio.Future[service_pb2.SendMessageResponse] = (
+        asyncio.get_running_loop().create_future()
+    )
+    in_flight[key] = future
+    task = asyncio.ensure_future(_run_original(in_flight, key, future, append))
+    task.add_done_callback(_retrieve)
+    return task
+
+
+async def _run_original(
+    in_flight: InFlight,
+    key: Key,
+    future: asyncio.Future[service_pb2.SendMessageResponse],
+    append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+) -> service_pb2.SendMessageResponse:
+    try:
+        answer = await append()
+    except BaseException as exc:
+        future.set_exception(exc)
+        future.exception()  # retrieved: a failed original is not an error of a retry
+        raise
+    finally:
+        if in_flight.get(key) is future:
+            del in_flight[key]
+    future.set_result(answer)
+    return answer
+
+
 def _retrieve(task: asyncio.Task[service_pb2.SendMessageResponse]) -> None:
     """Mark an original's outcome retrieved: its caller may have gone (no "never retrieved")."""
     if not task.cancelled():
@@ -136,7 +179,7 @@ class SendDeduplicator:
         self._born_margin_ms = int(born_margin_s * 1000)
         self._lock = threading.Lock()
         self._recent: collections.OrderedDict[Key, _Receipt] = collections.OrderedDict()
-        self._pending: dict[Key, asyncio.Future[service_pb2.SendMessageResponse]] = {}
+        self._pending: InFlight = {}
         self._uncertain: collections.OrderedDict[Key, tuple[float, str]] = collections.OrderedDict()
         """Ids whose original ended uncertain: (hold end on the monotonic clock, its error)."""
         self._complete_since_ms = 0
@@ -245,16 +288,7 @@ class SendDeduplicator:
             if found is not None:
                 self._remember(key, found)
                 return self._duplicate(key, found)
-        future: asyncio.Future[service_pb2.SendMessageResponse] = (
-            asyncio.get_running_loop().create_future()
-        )
-        self._pending[key] = future
-        # The append runs to its outcome even when this caller is cancelled (its client's
-        # deadline passed): its bytes may be proposed already and commit later, and until then
-        # a retry must wait for it here, not append the message again (fault seed 104 replay:
-        # an id stored twice in one term after the original's deadline).
-        task = asyncio.ensure_future(self._append_pending(key, future, append))
-        task.add_done_callback(_retrieve)
+        task = start_original(self._pending, key, lambda: self._append_noted(key, append))
         return await asyncio.shield(task)
 
     def _hold_uncertain(self, key: Key, why: str) -> None:
@@ -275,29 +309,17 @@ class SendDeduplicator:
             return None
         return why
 
-    async def _append_pending(
-        self,
-        key: Key,
-        future: asyncio.Future[service_pb2.SendMessageResponse],
-        append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+    async def _append_noted(
+        self, key: Key, append: Callable[[], Awaitable[service_pb2.SendMessageResponse]]
     ) -> service_pb2.SendMessageResponse:
-        """``append()`` as the in-flight original of ``key``: its outcome goes to ``future``
-        (retries wait for it); the key stays pending until then."""
+        """``append()``, its outcome noted for ``key``: an uncertain one holds the id (before a
+        waiting retry wakes), an accepted one joins the map at once."""
         try:
             answer = await append()
-        except BaseException as exc:
-            if (
-                isinstance(exc, statuses.ApiError)
-                and exc.code == statuses.MASTER_PERSISTENCE_TIMEOUT
-            ):
+        except statuses.ApiError as exc:
+            if exc.code == statuses.MASTER_PERSISTENCE_TIMEOUT:
                 self._hold_uncertain(key, exc.message)
-            future.set_exception(exc)
-            future.exception()  # retrieved: a failed original is not an error of the retry
             raise
-        finally:
-            if self._pending.get(key) is future:
-                del self._pending[key]
-        future.set_result(answer)
         entries = list(answer.entries)
         if answer.status.code == statuses.ok().code and len(entries) == 1:
             # Dispatch adds it too, maybe a moment later: no gap for a quick retry.

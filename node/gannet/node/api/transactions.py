@@ -52,7 +52,7 @@ from typing import TypeVar
 
 from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
-from gannet.node.api import routes
+from gannet.node.api import dedup, routes
 from gannet.node.domain.committing import PersistenceTimeout
 from gannet.node.protocol import statuses
 from gannet.node.protocol.statuses import ApiError
@@ -72,12 +72,6 @@ from gannet.node.transactions.service import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
-
-
-def _retrieve(task: asyncio.Task[service_pb2.SendMessageResponse]) -> None:
-    """Mark an original's outcome retrieved: its caller may have gone (no "never retrieved")."""
-    if not task.cancelled():
-        task.exception()
 
 
 # ---------------------------------------------------------------------- serving
@@ -142,7 +136,7 @@ class TransactionHandler:
         self._is_leader = is_leader
         self._streams: dict[str, tuple[set[str], asyncio.Queue[Outgoing]]] = {}
         self._closing = asyncio.Event()
-        self._sending: dict[tuple[str, str], asyncio.Future[service_pb2.SendMessageResponse]] = {}
+        self._sending: dedup.InFlight = {}
         """(topic, message id) → the answer of its half message in flight (:meth:`send_once`)."""
         self.checks_sent_total = 0
         """RecoverOrphanedTransactionCommands this node pushed to a producer."""
@@ -205,29 +199,7 @@ class TransactionHandler:
         retried = self.retried(topic, message_ids)
         if retried is not None:
             return retried
-        future: asyncio.Future[service_pb2.SendMessageResponse] = self._loop.create_future()
-        self._sending[key] = future
-        task = asyncio.ensure_future(self._append_pending(key, future, append))
-        task.add_done_callback(_retrieve)
-        return await asyncio.shield(task)
-
-    async def _append_pending(
-        self,
-        key: tuple[str, str],
-        future: asyncio.Future[service_pb2.SendMessageResponse],
-        append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
-    ) -> service_pb2.SendMessageResponse:
-        try:
-            answer = await append()
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: a failed original is not an error of a retry
-            raise
-        finally:
-            if self._sending.get(key) is future:
-                del self._sending[key]
-        future.set_result(answer)
-        return answer
+        return await asyncio.shield(dedup.start_original(self._sending, key, append))
 
     def retried(
         self, topic: str, message_ids: tuple[str, ...]
