@@ -15,8 +15,9 @@ Where the original is found, in order:
    not confirmed in time, its bytes are in the log and may still commit) is *held* for
    :data:`UNCERTAIN_HOLD_S`: a retry meanwhile gets the same uncertain answer instead of a
    second append, and once the original commits, dispatch puts it in the map (2.) and the next
-   retry gets its receipt. Fault seed 1210: the leader's commit stalled, the original's 5 s
-   commit wait ran out, and the retry that waited for it was appended as new; both committed;
+   retry gets its receipt (:class:`UncertainHolds`, which transactional half messages share).
+   Fault seed 1210: the leader's commit stalled, the original's 5 s commit wait ran out, and
+   the retry that waited for it was appended as new; both committed;
 2. *in the window map*: every replica adds each record's ``UNIQ_KEY`` (topic, queue offset,
    store time) when dispatch reaches it — dispatch follows the Raft commit point, so the map
    is recorded through the replicated log, and a new leader knows what the old one accepted;
@@ -158,6 +159,46 @@ def _retrieve(task: asyncio.Task[service_pb2.SendMessageResponse]) -> None:
         task.exception()
 
 
+class UncertainHolds:
+    """Ids whose original ended uncertain, held against a new append (module docstring, 1.):
+    the one rule for :class:`SendDeduplicator` and the transactional sends of
+    :mod:`gannet.node.api.transactions`. Event loop only."""
+
+    def __init__(self) -> None:
+        self._held: collections.OrderedDict[Key, tuple[float, str]] = collections.OrderedDict()
+        """(hold end on the monotonic clock, the original's error), oldest first."""
+
+    async def noting(
+        self, key: Key, append: Callable[[], Awaitable[service_pb2.SendMessageResponse]]
+    ) -> service_pb2.SendMessageResponse:
+        """``append()``; an uncertain outcome holds ``key`` (before a retry waiting for this
+        original wakes) and goes on to the caller."""
+        try:
+            return await append()
+        except statuses.ApiError as exc:
+            if exc.code == statuses.MASTER_PERSISTENCE_TIMEOUT:
+                self._held[key] = (time.monotonic() + UNCERTAIN_HOLD_S, exc.message)
+                self._held.move_to_end(key)
+                while len(self._held) > UNCERTAIN_MAX:
+                    self._held.popitem(last=False)
+            raise
+
+    def refuse_held(self, key: Key) -> None:
+        """Raise the uncertain answer while ``key`` is held (a retry must not append)."""
+        held = self._held.get(key)
+        if held is None:
+            return
+        until, why = held
+        if time.monotonic() >= until:
+            del self._held[key]
+            return
+        raise statuses.ApiError(
+            statuses.MASTER_PERSISTENCE_TIMEOUT,
+            f"an earlier send of message id {key[1]} to {key[0]} may still commit ({why}); "
+            "retry: once it commits, a retry gets its receipt",
+        )
+
+
 class SendDeduplicator:
     """One per broker. The map is filled by the store's dispatch thread (every replica) and
     read on the event loop, under a lock."""
@@ -180,8 +221,7 @@ class SendDeduplicator:
         self._lock = threading.Lock()
         self._recent: collections.OrderedDict[Key, _Receipt] = collections.OrderedDict()
         self._pending: InFlight = {}
-        self._uncertain: collections.OrderedDict[Key, tuple[float, str]] = collections.OrderedDict()
-        """Ids whose original ended uncertain: (hold end on the monotonic clock, its error)."""
+        self._holds = UncertainHolds()
         self._complete_since_ms = 0
         """The map holds every id recorded after this store time (module docstring)."""
         self._log_lookups_until_ms = 0
@@ -275,13 +315,7 @@ class SendDeduplicator:
             known = self._known(key)  # committed meanwhile after all
             if known is not None:
                 return self._duplicate(key, known)
-        held = self._held_uncertain(key)
-        if held is not None:
-            raise statuses.ApiError(
-                statuses.MASTER_PERSISTENCE_TIMEOUT,
-                f"an earlier send of message id {key[1]} to {key[0]} may still commit ({held}); "
-                "retry: once it commits, a retry gets its receipt",
-            )
+        self._holds.refuse_held(key)
         # The original was refused (or there was none): take this one as new.
         if self._needs_lookup(born_ms):
             found = await asyncio.to_thread(self._in_log, key)
@@ -291,35 +325,12 @@ class SendDeduplicator:
         task = start_original(self._pending, key, lambda: self._append_noted(key, append))
         return await asyncio.shield(task)
 
-    def _hold_uncertain(self, key: Key, why: str) -> None:
-        """An original of ``key`` ended uncertain: hold the id (module docstring, 1.)."""
-        self._uncertain[key] = (time.monotonic() + UNCERTAIN_HOLD_S, why)
-        self._uncertain.move_to_end(key)
-        while len(self._uncertain) > UNCERTAIN_MAX:
-            self._uncertain.popitem(last=False)
-
-    def _held_uncertain(self, key: Key) -> str | None:
-        """Why ``key`` is held (its original's error), or None when it is not (any more)."""
-        held = self._uncertain.get(key)
-        if held is None:
-            return None
-        until, why = held
-        if time.monotonic() >= until:
-            del self._uncertain[key]
-            return None
-        return why
-
     async def _append_noted(
         self, key: Key, append: Callable[[], Awaitable[service_pb2.SendMessageResponse]]
     ) -> service_pb2.SendMessageResponse:
         """``append()``, its outcome noted for ``key``: an uncertain one holds the id (before a
         waiting retry wakes), an accepted one joins the map at once."""
-        try:
-            answer = await append()
-        except statuses.ApiError as exc:
-            if exc.code == statuses.MASTER_PERSISTENCE_TIMEOUT:
-                self._hold_uncertain(key, exc.message)
-            raise
+        answer = await self._holds.noting(key, append)
         entries = list(answer.entries)
         if answer.status.code == statuses.ok().code and len(entries) == 1:
             # Dispatch adds it too, maybe a moment later: no gap for a quick retry.
