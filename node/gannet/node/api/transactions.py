@@ -138,6 +138,8 @@ class TransactionHandler:
         self._closing = asyncio.Event()
         self._sending: dedup.InFlight = {}
         """(topic, message id) → the answer of its half message in flight (:meth:`send_once`)."""
+        self._holds = dedup.UncertainHolds()
+        """Ids whose half message ended uncertain (:meth:`send_once`)."""
         self.checks_sent_total = 0
         """RecoverOrphanedTransactionCommands this node pushed to a producer."""
         self.check_listeners: list[Callable[[OrphanCheck], bool]] = []
@@ -185,9 +187,12 @@ class TransactionHandler:
         """``append()``'s answer (a new half message), or the original answer to a send of the
         same message id: one in flight on this node (waited for; its append runs to its
         outcome even when its caller went away), or one the book holds, open or committed
-        (:meth:`TransactionBook.sent_half`). The rule and reasons of
+        (:meth:`TransactionBook.sent_half`); while one that ended uncertain is held, the same
+        uncertain answer. The rule and reasons of
         :meth:`gannet.node.api.dedup.SendDeduplicator.send_once`, with the book as the window:
-        a half message sent twice is checked, and may be committed, twice (fault seed 1002)."""
+        a half message sent twice is checked, and may be committed, twice (fault seed 1002);
+        the book does not absorb a second half in every order (its commit copy may be written
+        while the other's commit is uncertain: ``tests/api/test_dedup_uncertain.py``)."""
         if len(message_ids) != 1 or not message_ids[0]:
             return await append()
         key = (topic, message_ids[0])
@@ -199,7 +204,9 @@ class TransactionHandler:
         retried = self.retried(topic, message_ids)
         if retried is not None:
             return retried
-        return await asyncio.shield(dedup.start_original(self._sending, key, append))
+        self._holds.refuse_held(key)
+        noted = dedup.start_original(self._sending, key, lambda: self._holds.noting(key, append))
+        return await asyncio.shield(noted)
 
     def retried(
         self, topic: str, message_ids: tuple[str, ...]
