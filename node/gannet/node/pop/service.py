@@ -126,8 +126,7 @@ class PopBroker:
         if leading:
             if not self._leading.is_set():
                 # The former leader's pops are not tracked here; its clock may run a little
-                # ahead of this one.
-                steady_clock.CLOCK.anchor()  # this term's clock (steady_clock)
+                # ahead of this one. (The term's clock was taken at the election: the driver.)
                 now = steady_clock.now_ms()
                 self.ctx.buffer.tracking_since_ms = now + CLOCK_MARGIN_MS
             self._leading.set()

@@ -105,6 +105,8 @@ class AppendEntries:
     entries_term: Term
     leader_commit: ByteOffset
     payload: bytes = b""
+    leader_clock_ms: int = 0
+    """The leader's lease clock when sent (the driver stamps it; 0: not stamped)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,8 @@ class Heartbeat:
     target: NodeId
     term: Term
     leader_commit: ByteOffset
+    leader_clock_ms: int = 0
+    """The leader's lease clock when sent (the driver stamps it; 0: not stamped)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -97,6 +97,7 @@ from gannet.node.replication.errors import (
 from gannet.node.replication.log_io import StoreLog
 from gannet.node.replication.state_files import RaftStateFiles
 from gannet.node.replication.transport import PeerTransport
+from gannet.node.store import steady_clock
 from gannet.node.store.config import FlushMode
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
@@ -140,6 +141,12 @@ class ReplicationNode:
         """Called on the loop with True once this node leads and has applied the previous
         terms' log (:meth:`is_serving_leader`), False when it stops leading."""
         self._snapshot_task: asyncio.Task[None] | None = None
+        self.lease_clock = steady_clock.CLOCK
+        """The clock this node stamps on what it sends as leader, sets from what its leaders
+        send and takes at its elections (the process's; tests give each in-process member its
+        own)."""
+        self._clock_term = 0
+        """The last term whose lease clock this node took as its leader (:meth:`_lead_clock`)."""
         self._reset_snapshot_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -295,6 +302,8 @@ class ReplicationNode:
             and core.leader_id == message.sender
         ):
             self.standing.heard_from_leader()
+            if not isinstance(message, ResetLogStart) and message.leader_clock_ms > 0:
+                self.lease_clock.observe(message.term, message.leader_clock_ms)
         if core.refused_payload is not None:
             log.error("raft node %d: %s", self.config.node_id, core.refused_payload)
             core.refused_payload = None
@@ -372,18 +381,39 @@ class ReplicationNode:
     def _send(self, message: Message) -> None:
         if isinstance(message, ResetLogStart):
             self._snapshot_for_reset(message.start_offset)
-        if (
-            isinstance(message, AppendEntries)
-            and message.end_offset > message.prev_offset
-            and not message.payload
-        ):
-            try:
-                payload = self.store_log.read(message.prev_offset, message.end_offset)
-            except ReplicationError as exc:
-                log.warning("raft node %d: %s", self.config.node_id, exc)
-                return
-            message = dataclasses.replace(message, payload=payload)
+        if isinstance(message, AppendEntries):
+            payload = message.payload
+            if message.end_offset > message.prev_offset and not payload:
+                try:
+                    payload = self.store_log.read(message.prev_offset, message.end_offset)
+                except ReplicationError as exc:
+                    log.warning("raft node %d: %s", self.config.node_id, exc)
+                    return
+            self._lead_clock(message.term)
+            message = dataclasses.replace(
+                message, payload=payload, leader_clock_ms=self.lease_clock.now_ms()
+            )
+        elif isinstance(message, Heartbeat):
+            self._lead_clock(message.term)
+            message = dataclasses.replace(message, leader_clock_ms=self.lease_clock.now_ms())
         self.transport.send(message)
+
+    def _lead_clock(self, term: int) -> None:
+        """Take ``term``'s lease clock (:mod:`steady_clock`) before this node, its leader, sends
+        or stamps anything with it: the wall clock, kept from running ahead of the former
+        leader's (fault seed 1210)."""
+        if term == self._clock_term:
+            return
+        self._clock_term = term
+        behind_ms = self.lease_clock.anchor(term)
+        if behind_ms > steady_clock.AHEAD_OF_FORMER_LEADER_MAX_MS:
+            log.warning(
+                "raft node %d: term %d's lease clock starts %d ms behind this member's wall "
+                "clock, at the former leader's clock: is the wall clock stepped ahead?",
+                self.config.node_id,
+                term,
+                behind_ms,
+            )
 
     def _on_soft_state(self, role: Role) -> None:
         change = self.state.role_changed(role, self._core().term)
@@ -391,6 +421,7 @@ class ReplicationNode:
         self._leader_changed = asyncio.Event()
         if change is RoleChange.GAINED:
             log.info("raft node %d leads term %d", self.config.node_id, self._core().term)
+            self._lead_clock(self._core().term)  # before the timers read it
             self.store.timers.start()
             self._snapshot_task = asyncio.get_running_loop().create_task(
                 self._snapshot_when_caught_up(self._core().term)

@@ -54,6 +54,7 @@ def to_proto(message: Message, group: str) -> peer_pb2.RaftMessage:
             a.entries_term = message.entries_term
             a.leader_commit = message.leader_commit
             a.payload = message.payload
+            a.leader_clock_ms = message.leader_clock_ms
         case AppendResponse():
             r = out.append_response
             r.success = message.success
@@ -64,6 +65,7 @@ def to_proto(message: Message, group: str) -> peer_pb2.RaftMessage:
             r.hint_offset = message.hint_offset
         case Heartbeat():
             out.heartbeat.leader_commit = message.leader_commit
+            out.heartbeat.leader_clock_ms = message.leader_clock_ms
         case HeartbeatResponse():
             out.heartbeat_response.match_offset = message.match_offset
             out.heartbeat_response.durable_offset = message.durable_offset
@@ -131,6 +133,7 @@ def _decode(m: peer_pb2.RaftMessage) -> Message:
             Term(a.entries_term),
             ByteOffset(a.leader_commit),
             bytes(a.payload),
+            a.leader_clock_ms,
         )
     if kind == "append_response":
         r = m.append_response
@@ -146,7 +149,8 @@ def _decode(m: peer_pb2.RaftMessage) -> Message:
             ByteOffset(r.hint_offset),
         )
     if kind == "heartbeat":
-        return Heartbeat(sender, target, term, ByteOffset(m.heartbeat.leader_commit))
+        h = m.heartbeat
+        return Heartbeat(sender, target, term, ByteOffset(h.leader_commit), h.leader_clock_ms)
     if kind == "heartbeat_response":
         h = m.heartbeat_response
         return HeartbeatResponse(

@@ -105,20 +105,22 @@ class VoteResponse(_message.Message):
     def __init__(self, granted: bool = ...) -> None: ...
 
 class AppendEntries(_message.Message):
-    __slots__ = ("prev_offset", "prev_term", "end_offset", "entries_term", "leader_commit", "payload")
+    __slots__ = ("prev_offset", "prev_term", "end_offset", "entries_term", "leader_commit", "payload", "leader_clock_ms")
     PREV_OFFSET_FIELD_NUMBER: _ClassVar[int]
     PREV_TERM_FIELD_NUMBER: _ClassVar[int]
     END_OFFSET_FIELD_NUMBER: _ClassVar[int]
     ENTRIES_TERM_FIELD_NUMBER: _ClassVar[int]
     LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
     PAYLOAD_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     prev_offset: int
     prev_term: int
     end_offset: int
     entries_term: int
     leader_commit: int
     payload: bytes
-    def __init__(self, prev_offset: _Optional[int] = ..., prev_term: _Optional[int] = ..., end_offset: _Optional[int] = ..., entries_term: _Optional[int] = ..., leader_commit: _Optional[int] = ..., payload: _Optional[bytes] = ...) -> None: ...
+    leader_clock_ms: int
+    def __init__(self, prev_offset: _Optional[int] = ..., prev_term: _Optional[int] = ..., end_offset: _Optional[int] = ..., entries_term: _Optional[int] = ..., leader_commit: _Optional[int] = ..., payload: _Optional[bytes] = ..., leader_clock_ms: _Optional[int] = ...) -> None: ...
 
 class AppendResponse(_message.Message):
     __slots__ = ("success", "match_offset", "durable_offset", "rejected_prev_offset", "hint_term", "hint_offset")
@@ -137,10 +139,12 @@ class AppendResponse(_message.Message):
     def __init__(self, success: bool = ..., match_offset: _Optional[int] = ..., durable_offset: _Optional[int] = ..., rejected_prev_offset: _Optional[int] = ..., hint_term: _Optional[int] = ..., hint_offset: _Optional[int] = ...) -> None: ...
 
 class Heartbeat(_message.Message):
-    __slots__ = ("leader_commit",)
+    __slots__ = ("leader_commit", "leader_clock_ms")
     LEADER_COMMIT_FIELD_NUMBER: _ClassVar[int]
+    LEADER_CLOCK_MS_FIELD_NUMBER: _ClassVar[int]
     leader_commit: int
-    def __init__(self, leader_commit: _Optional[int] = ...) -> None: ...
+    leader_clock_ms: int
+    def __init__(self, leader_commit: _Optional[int] = ..., leader_clock_ms: _Optional[int] = ...) -> None: ...
 
 class HeartbeatResponse(_message.Message):
     __slots__ = ("match_offset", "durable_offset")
