@@ -1,12 +1,13 @@
-"""Lanes (:mod:`gannet.node.replication.lanes`): the small messages travel on several
-connections per peer, so one stalled TCP connection does not silence a peer (issue 34: random
-packet loss alone deposed the leader).
+"""Lanes (:mod:`gannet.node.replication.lanes`): what leader liveness and elections need
+travels on several connections per peer, so one stalled TCP connection does not silence a peer
+(issue 34: random packet loss alone deposed the leader); the data path (appends and their
+answers) on one.
 
-The pure rule, then two peer transports in process joined by a relay that stops forwarding the
-bytes of one connection (its first) without closing it, as a TCP connection does while it
-retransmits with back-off: the heartbeats must keep arriving on the other lanes, no gap as long
-as the keepalive needs to close the stalled connection (one lane: a gap of at least
-``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS`` and a redial).
+The pure rule (which kinds are copied, which not), then two peer transports in process joined
+by a relay that stops forwarding the bytes of one connection (its first) without closing it,
+as a TCP connection does while it retransmits with back-off: the heartbeats must keep arriving
+on the other lanes, no gap as long as the keepalive needs to close the stalled connection (one
+lane: a gap of at least ``KEEPALIVE_TIME_MS + KEEPALIVE_TIMEOUT_MS`` and a redial).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import asyncio
 import contextlib
 import itertools
 import time
+from typing import get_args
 
 from gannet.node.raft.ids import ByteOffset
 from gannet.node.raft.messages import (
@@ -49,25 +51,33 @@ ONE, TWO = NodeId(1), NodeId(2)
 ZERO = ByteOffset(0)
 
 
-def test_small_messages_go_on_every_lane_log_bytes_on_lane_zero_only() -> None:
-    every: list[Message] = [
+def test_liveness_and_election_kinds_go_on_every_lane_data_on_lane_zero_only() -> None:
+    copied: list[Message] = [
         Heartbeat(ONE, TWO, Term(3), ZERO),
-        HeartbeatResponse(TWO, ONE, Term(3), ZERO, ZERO),
-        AppendResponse(TWO, ONE, Term(3), True, match_offset=ZERO, durable_offset=ZERO),
+        HeartbeatResponse(TWO, ONE, Term(3), ByteOffset(7), ByteOffset(5)),
         PreVoteRequest(ONE, TWO, Term(4), Term(3), ZERO),
         PreVoteResponse(TWO, ONE, Term(4), True),
         VoteRequest(ONE, TWO, Term(4), Term(3), ZERO, False),
         VoteResponse(TWO, ONE, Term(4), True),
         TimeoutNow(ONE, TWO, Term(3)),
     ]
-    for message in every:
+    for message in copied:
         assert lanes.lanes_for(message) == range(lanes.LANES), message
-    ordered: list[Message] = [
+    lane_zero_only: list[Message] = [
         AppendEntries(ONE, TWO, Term(3), ZERO, Term(0), ByteOffset(3), Term(3), ZERO, b"abc"),
+        AppendEntries(ONE, TWO, Term(3), ByteOffset(3), Term(3), ByteOffset(3), Term(3), ZERO),
         ResetLogStart(ONE, TWO, Term(3), ByteOffset(10), Term(2), ByteOffset(10)),
+        AppendResponse(TWO, ONE, Term(3), True, match_offset=ByteOffset(3), durable_offset=ZERO),
+        AppendResponse(
+            TWO, ONE, Term(3), True, match_offset=ByteOffset(3), durable_offset=ByteOffset(3)
+        ),
+        AppendResponse(TWO, ONE, Term(3), False, rejected_prev_offset=ByteOffset(3)),
     ]
-    for message in ordered:
+    for message in lane_zero_only:
         assert lanes.lanes_for(message) == range(1), message
+    kinds = {type(m) for m in copied} | {type(m) for m in lane_zero_only}
+    assert kinds == set(get_args(Message)), "every kind of message is decided here"
+    assert set(lanes.COPIED_KINDS) == {type(m) for m in copied}
     assert lanes.LANES >= 2
 
 

@@ -1,4 +1,4 @@
-"""Lanes: several connections per ordered pair of members, the small messages on each.
+"""Lanes: several connections per ordered pair of members, copies of what liveness needs on each.
 
 Pure; used by :mod:`transport`. A member's messages to another travel on one gRPC stream, so
 on one TCP connection; when the link loses packets at random, that connection stalls for
@@ -13,27 +13,68 @@ on the lanes of :func:`lanes_for`:
 
 * lane 0 carries every message, in order (AppendEntries must arrive in order: a range whose
   start is past the follower's end is refused and the leader probes back);
-* the other lanes carry a copy of every message that holds no log bytes and whose order does
-  not matter: heartbeats and their answers, append answers, (pre-)votes and their answers,
-  TimeoutNow. The first copy to arrive counts; Raft takes a duplicate as it takes a resent
-  message (an answer moves nothing backwards, a vote is granted once per term).
+* the other lanes carry a copy of the kinds in :data:`COPIED_KINDS` only: what keeps a leader
+  in place and an election moving. The first copy to arrive counts; Raft takes a duplicate as
+  it takes a resent message (an answer moves nothing backwards, a vote is granted once per
+  term).
 
 A follower then hears its leader, and a leader its followers, unless every lane stalls at
-once; the leader's commit still moves on lane 0's appends, but the answers come back on the
-first lane that delivers.
+once. The data path (AppendEntries, ResetLogStart and their answers, AppendResponse) stays on
+lane 0: copying every answer cost throughput and commit latency without loss (issue 34,
+docs/architecture.md), and the leader's commit still moves while lane 0 stalls in the
+followers' direction, on the matched and durable offsets each HeartbeatResponse carries.
 """
 
 from __future__ import annotations
 
-from gannet.node.raft.messages import AppendEntries, Message, ResetLogStart
+from gannet.node.raft.messages import (
+    Heartbeat,
+    HeartbeatResponse,
+    Message,
+    PreVoteRequest,
+    PreVoteResponse,
+    TimeoutNow,
+    VoteRequest,
+    VoteResponse,
+)
 
 LANES = 3
 """Streams (and connections) per peer."""
 
+COPIED_KINDS: tuple[type[Message], ...] = (
+    Heartbeat,
+    HeartbeatResponse,
+    PreVoteRequest,
+    PreVoteResponse,
+    VoteRequest,
+    VoteResponse,
+    TimeoutNow,
+)
+"""The kinds copied to every lane; every other kind goes on lane 0 only. Each is here because:
+
+* ``Heartbeat``: a follower restarts its election timer on it (``appending.on_heartbeat``) and
+  its leader lease rests on it (``leases.in_lease``), and the leader sends one to every
+  follower each heartbeat interval whatever else it sends, so followers need no copy of the
+  appends to keep their leader;
+* ``HeartbeatResponse``: the leader's check-quorum counts a follower as heard from
+  (``Progress.recent_active``) on its answers, and every heartbeat is answered by one, so this
+  is the answer that keeps the leader in place (``AppendResponse`` counts too, but the
+  heartbeats' answers suffice: an election timeout spans several heartbeat intervals); it is
+  also how a member of a later term tells a deposed leader (``RaftCore._answer_stale``);
+* ``PreVoteRequest``, ``PreVoteResponse``, ``VoteRequest``, ``VoteResponse``: an election
+  that needs a majority of answers within an election timeout, or the candidates time out
+  and campaign again with a higher term;
+* ``TimeoutNow``: a leadership transfer; the writes are fenced until its target campaigns or
+  an election timeout passes.
+
+Not here: ``AppendEntries`` and ``ResetLogStart`` (log bytes, order matters), and
+``AppendResponse`` (acknowledges or refuses data; it travels with the appends on lane 0).
+"""
+
 
 def lanes_for(message: Message, lanes: int = LANES) -> range:
-    """The lanes ``message`` is written to: every lane for a message without log bytes whose
-    order does not matter, lane 0 only for AppendEntries and ResetLogStart."""
-    if isinstance(message, AppendEntries | ResetLogStart):
-        return range(1)
-    return range(lanes)
+    """The lanes ``message`` is written to: every lane for a kind of :data:`COPIED_KINDS`,
+    lane 0 only for the others."""
+    if isinstance(message, COPIED_KINDS):
+        return range(lanes)
+    return range(1)

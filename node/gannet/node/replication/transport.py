@@ -4,11 +4,12 @@ Used by :mod:`driver`. The server (its own port, 8091 by default) steps every me
 arrives on a ``Deliver`` stream into the driver's ``on_message`` callback, on the event loop.
 For each other member :data:`lanes.LANES` sender tasks (one per lane, each with a channel and
 so a TCP connection of its own) keep a ``Deliver`` client stream open each; lane 0 carries
-every message to that member in order, the others a copy of the small ones whose order does
-not matter (:func:`lanes.lanes_for`: heartbeats, answers, votes), so one connection stalled by
-packet loss does not silence the peer. When a stream fails its lane reconnects after a
-back-off and the messages queued on it meanwhile are dropped (Raft re-sends what matters:
-heartbeats, probes, go-back-N). A stranger (:meth:`PeerTransport.learn_contact`) gets one lane.
+every message to that member in order, the others a copy of what leader liveness and
+elections need (:data:`lanes.COPIED_KINDS`: heartbeats and their answers, (pre-)votes and
+their answers, TimeoutNow), so one connection stalled by packet loss does not silence the
+peer. When a stream fails its lane reconnects after a back-off and the messages queued on it
+meanwhile are dropped (Raft re-sends what matters: heartbeats, probes, go-back-N). A stranger
+(:meth:`PeerTransport.learn_contact`) gets one lane.
 
 Liveness (a silent link — packets dropped, no connection closed — must not look healthy):
 every peer channel and the server run HTTP/2 keepalive (:data:`KEEPALIVE_CLIENT_OPTIONS`,
