@@ -23,11 +23,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq.grpc_protocol import service_pb2
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import dedup, transactions
 from gannet.node.api.dedup import SendDeduplicator
 from gannet.node.protocol import statuses
+from gannet.node.replication.errors import CommitUncertain
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
@@ -209,3 +210,57 @@ def test_a_hold_ends_after_its_time(
         return await _refused_then_sent(path_type(store), statuses.MASTER_PERSISTENCE_TIMEOUT)
 
     assert asyncio.run(scenario()).status.code == statuses.ok().code
+
+
+END_SOURCES = pytest.mark.parametrize(
+    "source",
+    [definition_pb2.SOURCE_CLIENT, definition_pb2.SOURCE_SERVER_CHECK],
+    ids=["client-retry", "checker"],
+)
+
+
+@END_SOURCES
+def test_a_retried_end_of_an_uncertain_commit_writes_no_second_copy(
+    monkeypatch: pytest.MonkeyPatch, store: MessageStore, source: int
+) -> None:
+    """An EndTransaction COMMIT whose commit wait ran out (its commit copy in the log, not
+    known committed) holds the half message: the client's retried COMMIT, or the producer's
+    checker answering COMMIT, gets the same uncertain answer and writes nothing; once the
+    first commit copy is dispatched, the retry is answered OK. One commit copy in all."""
+    written: list[list[records.Message]] = []
+
+    def append(writes: list[records.Message]) -> tuple[list[object], None]:
+        written.append(writes)  # in the log, not dispatched (the commit stalls)
+        if len(written) == 1:
+            raise CommitUncertain("written at the leader but not committed by a majority")
+        return [], None
+
+    async def scenario() -> tuple[list[statuses.ApiError], list[records.Message]]:
+        path = _Halves(store)
+        monkeypatch.setattr(path.handler.service, "append", append)
+        request = service_pb2.EndTransactionRequest(
+            topic=definition_pb2.Resource(name=TOPIC),
+            message_id=MESSAGE_ID,
+            transaction_id=path.store_copy(),
+            resolution=definition_pb2.COMMIT,
+        )
+        retry = service_pb2.EndTransactionRequest()
+        retry.CopyFrom(request)
+        retry.source = source  # type: ignore[assignment]
+        errors: list[statuses.ApiError] = []
+        try:
+            for end in (request, retry):
+                with pytest.raises(statuses.ApiError) as uncertain:
+                    await path.handler.end(end)
+                errors.append(uncertain.value)
+            [first] = written[:1]
+            store.put_messages_nowait(first, dispatch_inline=True)  # it committed after all
+            await path.handler.end(retry)  # the book knows it committed: OK, nothing written
+            return errors, [m for w in written for m in w if m.topic == TOPIC]
+        finally:
+            path.close()
+
+    errors, copies = asyncio.run(scenario())
+    assert [e.code for e in errors] == [statuses.MASTER_PERSISTENCE_TIMEOUT] * 2
+    assert "may still commit" in str(errors[1])
+    assert len(copies) == 1  # the retry wrote no second commit copy
