@@ -14,7 +14,8 @@ writes:
   message is dispatched, reserves the resolution in its book (a second request for the same
   transaction meanwhile is refused, a retried identical one is answered OK without a write),
   appends the commit copy and/or op record and answers once they are committed (the op record
-  only when the message id is committed through another half message already).
+  only when the message id is committed through another half message already); one that ended
+  uncertain holds the message id against a second commit copy (:meth:`TransactionHandler.end`).
 * **Orphan checks**: every ``CHECK_TICK_S`` the leader looks for half messages older than
   ``check_after_ms`` (RocketMQ ``transactionTimeOut``) whose last check is ``check_interval_ms``
   old (``transactionCheckInterval``), and appends one check record each. Every member, on
