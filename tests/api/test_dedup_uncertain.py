@@ -14,6 +14,12 @@ Here the original's bytes go to a real store (inline dispatch held back until it
 its append raises the uncertain answer; the retry that waited for it and a later one get the
 same answer and append nothing; once the original is dispatched, a retry gets its receipt (a
 half message: its transaction, the one to end).
+
+EndTransaction holds the same way (``TransactionHandler.end``): a COMMIT whose commit wait ran
+out released the book's reservation, and its retry (the client's, or the producer's checker
+answering COMMIT) before the first commit copy was dispatched wrote a second commit copy of
+the same half. Here the first end's append raises ``CommitUncertain`` with its records kept
+back until :meth:`_Ends.dispatch`.
 """
 
 from __future__ import annotations
@@ -23,11 +29,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from rocketmq.grpc_protocol import service_pb2
+from rocketmq.grpc_protocol import definition_pb2, service_pb2
 
 from gannet.node.api import dedup, transactions
 from gannet.node.api.dedup import SendDeduplicator
 from gannet.node.protocol import statuses
+from gannet.node.replication.errors import CommitUncertain
 from gannet.node.store.config import StoreConfig
 from gannet.node.store.log import records
 from gannet.node.store.message_store import MessageStore
@@ -209,3 +216,146 @@ def test_a_hold_ends_after_its_time(
         return await _refused_then_sent(path_type(store), statuses.MASTER_PERSISTENCE_TIMEOUT)
 
     assert asyncio.run(scenario()).status.code == statuses.ok().code
+
+
+class _Ends(_Halves):
+    """EndTransactions of half messages; the first end's append ends uncertain (its records
+    in the log, the commit stalled), the others are taken; nothing is dispatched until
+    :meth:`dispatch` (the first end committed after all)."""
+
+    def __init__(self, store: MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        super().__init__(store)
+        self.written: list[list[records.Message]] = []
+        monkeypatch.setattr(self.handler.service, "append", self._append)
+
+    def _append(self, writes: list[records.Message]) -> tuple[list[object], None]:
+        self.written.append(writes)
+        if len(self.written) == 1:
+            raise CommitUncertain("written at the leader but not committed by a majority")
+        return [], None
+
+    async def end(
+        self,
+        transaction_id: str,
+        resolution: int = definition_pb2.COMMIT,
+        source: int = definition_pb2.SOURCE_CLIENT,
+    ) -> None:
+        request = service_pb2.EndTransactionRequest(
+            topic=definition_pb2.Resource(name=TOPIC),
+            message_id=MESSAGE_ID,
+            transaction_id=transaction_id,
+            resolution=resolution,
+            source=source,
+        )
+        await self.handler.end(request)
+
+    async def uncertain(self, transaction_id: str, **fields: int) -> statuses.ApiError:
+        with pytest.raises(statuses.ApiError) as refused:
+            await self.end(transaction_id, **fields)
+        assert refused.value.code == statuses.MASTER_PERSISTENCE_TIMEOUT
+        return refused.value
+
+    def dispatch(self) -> None:
+        self.store.put_messages_nowait(self.written[0], dispatch_inline=True)
+
+    def copies(self) -> int:
+        """Commit copies written (records of the real topic)."""
+        return sum(m.topic == TOPIC for writes in self.written for m in writes)
+
+
+END_SOURCES = pytest.mark.parametrize(
+    "source",
+    [definition_pb2.SOURCE_CLIENT, definition_pb2.SOURCE_SERVER_CHECK],
+    ids=["client-retry", "checker"],
+)
+
+
+@END_SOURCES
+def test_a_retried_end_of_an_uncertain_commit_writes_no_second_copy(
+    monkeypatch: pytest.MonkeyPatch, store: MessageStore, source: int
+) -> None:
+    """An EndTransaction COMMIT whose commit wait ran out (its commit copy in the log, not
+    known committed) holds the half message's id: the client's retried COMMIT, or the
+    producer's checker answering COMMIT, gets the same uncertain answer and writes nothing;
+    once the first commit copy is dispatched, the retry is answered OK. One commit copy."""
+
+    async def scenario() -> tuple[statuses.ApiError, int]:
+        ends = _Ends(store, monkeypatch)
+        try:
+            transaction_id = ends.store_copy()
+            await ends.uncertain(transaction_id)
+            held = await ends.uncertain(transaction_id, source=source)
+            ends.dispatch()  # the first commit copy committed after all
+            await ends.end(transaction_id, source=source)  # the book knows: OK, no write
+            return held, ends.copies()
+        finally:
+            ends.close()
+
+    held, copies = asyncio.run(scenario())
+    assert "EndTransaction of message id" in str(held)
+    assert "may still commit" in str(held)
+    assert copies == 1  # the retry wrote no second commit copy
+
+
+def test_a_commit_of_another_half_waits_for_the_uncertain_commit(
+    monkeypatch: pytest.MonkeyPatch, store: MessageStore
+) -> None:
+    """Two half messages of one id (a resend stored twice): while the first one's COMMIT is
+    uncertain, a COMMIT of the second is held too; once the first copy is dispatched, it
+    writes its op record only."""
+
+    async def scenario() -> int:
+        ends = _Ends(store, monkeypatch)
+        try:
+            first, second = ends.store_copy(), ends.store_copy()
+            await ends.uncertain(first)
+            await ends.uncertain(second)
+            ends.dispatch()
+            await ends.end(second)
+            assert [m.topic for m in ends.written[-1]] == [tr.OP_TOPIC]
+            return ends.copies()
+        finally:
+            ends.close()
+
+    assert asyncio.run(scenario()) == 1
+
+
+def test_an_uncertain_rollback_holds_off_a_commit_not_its_retry(
+    monkeypatch: pytest.MonkeyPatch, store: MessageStore
+) -> None:
+    """A ROLLBACK that ended uncertain: a COMMIT of the half meanwhile (it may be rolled
+    back) gets the uncertain answer; a retried ROLLBACK writes its op record again, which
+    changes nothing."""
+
+    async def scenario() -> list[list[str]]:
+        ends = _Ends(store, monkeypatch)
+        try:
+            transaction_id = ends.store_copy()
+            await ends.uncertain(transaction_id, resolution=definition_pb2.ROLLBACK)
+            await ends.uncertain(transaction_id)
+            await ends.end(transaction_id, resolution=definition_pb2.ROLLBACK)
+            return [[m.topic for m in writes] for writes in ends.written]
+        finally:
+            ends.close()
+
+    assert asyncio.run(scenario()) == [[tr.OP_TOPIC], [tr.OP_TOPIC]]
+
+
+def test_an_uncertain_end_is_held_no_longer_than_the_hold(
+    monkeypatch: pytest.MonkeyPatch, store: MessageStore
+) -> None:
+    """Records that never commit (cut at a leader change) hold the id no longer than the
+    hold: then a retried COMMIT writes the commit copy."""
+    monkeypatch.setattr(dedup, "UNCERTAIN_HOLD_S", 0.0)
+
+    async def scenario() -> int:
+        ends = _Ends(store, monkeypatch)
+        try:
+            transaction_id = ends.store_copy()
+            await ends.uncertain(transaction_id)
+            await ends.end(transaction_id)
+            return ends.copies()
+        finally:
+            ends.close()
+
+    assert asyncio.run(scenario()) == 2  # the first one's records were cut

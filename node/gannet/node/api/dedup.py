@@ -15,7 +15,8 @@ Where the original is found, in order:
    not confirmed in time, its bytes are in the log and may still commit) is *held* for
    :data:`UNCERTAIN_HOLD_S`: a retry meanwhile gets the same uncertain answer instead of a
    second append, and once the original commits, dispatch puts it in the map (2.) and the next
-   retry gets its receipt (:class:`UncertainHolds`, which transactional half messages share).
+   retry gets its receipt (:class:`UncertainHolds`, which transactional half messages and
+   EndTransactions share).
    Fault seed 1210: the leader's commit stalled, the original's 5 s commit wait ran out, and
    the retry that waited for it was appended as new; both committed;
 2. *in the window map*: every replica adds each record's ``UNIQ_KEY`` (topic, queue offset,
@@ -68,7 +69,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from sys import intern
-from typing import Final
+from typing import Final, TypeVar
 
 from rocketmq.grpc_protocol import service_pb2
 
@@ -76,6 +77,8 @@ from gannet.node.protocol import statuses
 from gannet.node.store import querying
 from gannet.node.store.log.records import DispatchInfo
 from gannet.node.store.message_store import MessageStore
+
+T = TypeVar("T")
 
 WINDOW_S = 120.0
 ENTRIES_MAX = 400_000
@@ -161,16 +164,16 @@ def _retrieve(task: asyncio.Task[service_pb2.SendMessageResponse]) -> None:
 
 class UncertainHolds:
     """Ids whose original ended uncertain, held against a new append (module docstring, 1.):
-    the one rule for :class:`SendDeduplicator` and the transactional sends of
-    :mod:`gannet.node.api.transactions`. Event loop only."""
+    the one rule for :class:`SendDeduplicator` and the transactional sends and
+    EndTransactions of :mod:`gannet.node.api.transactions`. ``request`` names the held
+    request in the answer to a retry. Event loop only."""
 
-    def __init__(self) -> None:
+    def __init__(self, request: str = "send") -> None:
+        self._request = request
         self._held: collections.OrderedDict[Key, tuple[float, str]] = collections.OrderedDict()
         """(hold end on the monotonic clock, the original's error), oldest first."""
 
-    async def noting(
-        self, key: Key, append: Callable[[], Awaitable[service_pb2.SendMessageResponse]]
-    ) -> service_pb2.SendMessageResponse:
+    async def noting(self, key: Key, append: Callable[[], Awaitable[T]]) -> T:
         """``append()``; an uncertain outcome holds ``key`` (before a retry waiting for this
         original wakes) and goes on to the caller."""
         try:
@@ -194,8 +197,8 @@ class UncertainHolds:
             return
         raise statuses.ApiError(
             statuses.MASTER_PERSISTENCE_TIMEOUT,
-            f"an earlier send of message id {key[1]} to {key[0]} may still commit ({why}); "
-            "retry: once it commits, a retry gets its receipt",
+            f"an earlier {self._request} of message id {key[1]} to {key[0]} may still commit "
+            f"({why}); retry: once it commits, a retry gets its answer",
         )
 
 

@@ -14,7 +14,8 @@ writes:
   message is dispatched, reserves the resolution in its book (a second request for the same
   transaction meanwhile is refused, a retried identical one is answered OK without a write),
   appends the commit copy and/or op record and answers once they are committed (the op record
-  only when the message id is committed through another half message already).
+  only when the message id is committed through another half message already); one that ended
+  uncertain holds the message id against a second commit copy (:meth:`TransactionHandler.end`).
 * **Orphan checks**: every ``CHECK_TICK_S`` the leader looks for half messages older than
   ``check_after_ms`` (RocketMQ ``transactionTimeOut``) whose last check is ``check_interval_ms``
   old (``transactionCheckInterval``), and appends one check record each. Every member, on
@@ -140,6 +141,8 @@ class TransactionHandler:
         """(topic, message id) → the answer of its half message in flight (:meth:`send_once`)."""
         self._holds = dedup.UncertainHolds()
         """Ids whose half message ended uncertain (:meth:`send_once`)."""
+        self._ending_holds = dedup.UncertainHolds("EndTransaction")
+        """Ids whose EndTransaction ended uncertain (:meth:`end`)."""
         self.checks_sent_total = 0
         """RecoverOrphanedTransactionCommands this node pushed to a producer."""
         self.check_listeners: list[Callable[[OrphanCheck], bool]] = []
@@ -291,7 +294,16 @@ class TransactionHandler:
 
     # --- EndTransaction ---
     async def end(self, request: service_pb2.EndTransactionRequest) -> None:
-        """Apply an EndTransaction on the leader; raises ApiError naming the problem."""
+        """Apply an EndTransaction on the leader; raises ApiError naming the problem.
+
+        An end that ended uncertain (``MASTER_PERSISTENCE_TIMEOUT``: its records are in the
+        log, not known committed; the book's reservation is released) holds the half
+        message's id (:class:`dedup.UncertainHolds`): until the log decides, an end that
+        would write a commit copy of that id (a retried COMMIT, the checker's COMMIT, a COMMIT
+        of another half of the id) gets the same uncertain answer instead of a second copy.
+        Once the first copy is dispatched the book answers (OK; the other half: its op record
+        only); if the records were cut, the hold ends after ``UNCERTAIN_HOLD_S``. An op record
+        alone (a ROLLBACK) is written again: a second one changes nothing."""
         topic = self._topic_name(str(request.topic.name))
         if request.resolution == definition_pb2.COMMIT:
             resolution = Resolution.COMMIT
@@ -312,7 +324,15 @@ class TransactionHandler:
         if prepared is None:
             return  # a retry: the same resolution is already in the log
         offset, writes = prepared
-        await self._append_ending(writes, (offset,))
+        pending = self.service.book.get(offset)
+        key = (topic, pending.message_id if pending and pending.message_id else str(offset))
+        if any(w.topic == topic for w in writes):  # a commit copy: the message itself
+            try:
+                self._ending_holds.refuse_held(key)
+            except ApiError:
+                self.service.book.end_failed(offset)
+                raise
+        await self._ending_holds.noting(key, lambda: self._append_ending(writes, (offset,)))
 
     async def _append_ending(self, writes: list[records.Message], ending: Iterable[int]) -> None:
         """:func:`gannet.node.transactions.ending.append_ending`, its commit errors as v2
