@@ -17,15 +17,13 @@ bytes (``append_replicated``), the old leader's answer is dropped.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
-from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.message_store import MessageStore
-from tests.pop.pop_harness import GROUP, TOPIC, Harness
-from tests.replication.store_copies import copy_store, settle
+from tests.pop.pop_harness import GROUP, TOPIC
+from tests.replication.store_copies import Takeover, settle
 
 CONFIG = PopConfig(revive_queue_count=1, buffer_merge_enabled=False)
 
@@ -43,19 +41,15 @@ def _revived_in(pop: PopBroker, store: MessageStore, now: int, seconds: int) -> 
 
 
 def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "old", CONFIG)
-    h.setup()
-    new: MessageStore | None = None
-    pop: PopBroker | None = None
-    try:
+    with Takeover(tmp_path, CONFIG) as t:
+        h = t.old
         h.produce(1, queue_id=0)
         (m0,) = h.pop(invisible_ms=10_000).messages
         # The first run, on the leader that stops before it answers.
         lost = h.broker.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=h.now + 10
         )
-        new = copy_store(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
+        new, pop = t.take_over()
         now = h.now + 1_100  # routed again once the new leader serves
         handle = pop.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
@@ -67,26 +61,16 @@ def test_a_change_run_again_by_the_next_leader_is_covered_by_the_ack(tmp_path: P
         reviver = pop.reviver(0)
         assert reviver.progress() + 1 == new.max_offset_in_queue(reviver.topic, 0)
         assert handle == lost  # answered with the first run's checkpoint, not a second one
-    finally:
-        if pop is not None:
-            pop.close()
-        if new is not None:
-            new.close()
-        h.close()
 
 
 def test_a_change_run_twice_on_the_new_leader_is_covered_by_the_ack(tmp_path: Path) -> None:
     """Both runs on the new leader (a client's retry after a lost answer), for a handle the
     old leader made: the second finds the checkpoint the first one tracks."""
-    h = Harness(tmp_path / "old", CONFIG)
-    h.setup()
-    new: MessageStore | None = None
-    pop: PopBroker | None = None
-    try:
+    with Takeover(tmp_path, CONFIG) as t:
+        h = t.old
         h.produce(1, queue_id=0)
         (m0,) = h.pop(invisible_ms=10_000).messages
-        new = copy_store(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
+        new, pop = t.take_over()
         now = h.now + 1_000
         first = pop.change_invisible_time(
             GROUP, TOPIC, m0.receipt_handle, invisible_time_ms=12_000, now_ms=now
@@ -98,9 +82,3 @@ def test_a_change_run_twice_on_the_new_leader_is_covered_by_the_ack(tmp_path: Pa
         settle(new)
         assert _revived_in(pop, new, now, 40) == 0
         assert second == first
-    finally:
-        if pop is not None:
-            pop.close()
-        if new is not None:
-            new.close()
-        h.close()

@@ -15,31 +15,23 @@ whose timers never ran.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
-from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
-from gannet.node.pop.service import PopBroker
-from gannet.node.store.message_store import MessageStore
-from tests.pop.pop_harness import GROUP, TOPIC, Harness
-from tests.replication.store_copies import copy_store, settle
+from tests.pop.pop_harness import GROUP, TOPIC
+from tests.replication.store_copies import Takeover, settle
 
 CONFIG = PopConfig(revive_queue_count=1, buffer_merge_enabled=False)
 
 
 def test_a_new_leader_waits_for_the_parked_ack_before_reviving(tmp_path: Path) -> None:
-    h = Harness(tmp_path / "old", CONFIG)
-    h.setup()
-    new: MessageStore | None = None
-    pop: PopBroker | None = None
-    try:
+    with Takeover(tmp_path, CONFIG) as t:
+        h = t.old
         h.produce(1, queue_id=0)
         (m0,) = h.pop(invisible_ms=10_000).messages
         h.broker.ack(GROUP, TOPIC, m0.receipt_handle, now_ms=h.now)
         h.advance(10_000)  # the CK (due 1 s before its revive time) is delivered, its ACK not
-        new = copy_store(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
+        new, pop = t.take_over()
         now = h.now + 20_000
         revived = sum(p.revived for p in pop.revive(now))  # before the timer's first tick
         settle(new)
@@ -51,9 +43,3 @@ def test_a_new_leader_waits_for_the_parked_ack_before_reviving(tmp_path: Path) -
         assert pop.statistics().revived_total == 0
         # handled, as acked: the CK and its ACK, and the copies the new timer delivered again
         assert pop.reviver(0).progress() + 1 == new.max_offset_in_queue(pop.reviver(0).topic, 0)
-    finally:
-        if pop is not None:
-            pop.close()
-        if new is not None:
-            new.close()
-        h.close()

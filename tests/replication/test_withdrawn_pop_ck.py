@@ -18,18 +18,16 @@ leader's durability wait fails as a lost leadership does.
 
 from __future__ import annotations
 
-import random
 from pathlib import Path
 
 import pytest
 
-from gannet.node.domain.committing import pop_flush_wait
 from gannet.node.pop.config import PopConfig
 from gannet.node.pop.service import PopBroker
 from gannet.node.store.errors import NotLeading
 from gannet.node.store.message_store import MessageStore
-from tests.pop.pop_harness import GROUP, TOPIC, Harness
-from tests.replication.store_copies import copy_store, settle
+from tests.pop.pop_harness import GROUP, TOPIC
+from tests.replication.store_copies import Takeover, settle
 
 CONFIG = PopConfig(revive_queue_count=1, buffer_merge_enabled=False)
 INVISIBLE_MS = 10_000
@@ -56,14 +54,10 @@ def _bodies(pop: PopBroker, now_ms: int) -> list[tuple[str, int]]:
 def test_a_new_leader_does_not_pop_again_what_a_withdrawn_pop_checkpointed(
     tmp_path: Path,
 ) -> None:
-    h = Harness(tmp_path / "old", CONFIG)
-    h.setup()
-    new: MessageStore | None = None
-    pop: PopBroker | None = None
-    try:
+    with Takeover(tmp_path, CONFIG) as t:
+        h = t.old
         h.produce(1, queue_id=1)
-        new = copy_store(h.store, tmp_path / "new")
-        pop = PopBroker(new, CONFIG, wait_durable=pop_flush_wait(new), rng=random.Random(3))
+        new, pop = t.take_over()
         pop.set_leading(False)  # a follower while the old leader pops
 
         h.broker.ctx.wait_durable = _leadership_lost
@@ -105,9 +99,3 @@ def test_a_new_leader_does_not_pop_again_what_a_withdrawn_pop_checkpointed(
                 settle(new)
                 acked.add(body)
         assert delivered == [("m0", 2)]  # the retry copy of CK1, the only lease
-    finally:
-        if pop is not None:
-            pop.close()
-        if new is not None:
-            new.close()
-        h.close()
