@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from e2e.faults import checker
-from e2e.faults.history import Event
+from e2e.faults.history import Event, Sample
+from e2e.faults.nemesis import Fault
 from gannet.node.store.log.records import Message
 
 
@@ -132,3 +133,40 @@ def test_transactions_committed_once_and_rolled_back_never() -> None:
         checker.check_transactions(verdict, events, "t1", "pt", stored)
         assert len(verdict.violations) == 1, verdict.violations
         assert what in verdict.violations[0]
+
+
+def _sample(t: float, node: int, term: int, role: str = "follower") -> Sample:
+    return Sample(t, node, role, term, 0, 0)
+
+
+def _cut(start: float, stop: float, node: int) -> tuple[list[Fault], list[Event]]:
+    fault = Fault(start, stop, "halves", {"small": [node], "client_with_small": True})
+    return [fault], [_ev(start, "start", "fault", "nemesis", kind="halves",
+                         fault=fault.describe(), node=0)]  # fmt: skip
+
+
+def test_a_cut_off_members_term_rising_during_the_cut_fails() -> None:
+    faults, started = _cut(41.0, 50.0, 1)
+    samples = [_sample(40.5, 1, 5), _sample(42.0, 1, 5), _sample(44.0, 1, 6, "candidate")]
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, samples, faults, started)
+    assert verdict.violations == [
+        "terms: a cut-off member's term rose: ['member 1 term 5->6 in halves']"
+    ]
+    rose_at_once = [_sample(40.5, 1, 5), _sample(42.0, 1, 6)]  # fresh sample before, then higher
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, rose_at_once, faults, started)
+    assert not verdict.valid
+
+
+def test_a_term_won_while_no_sample_was_taken_is_not_counted_as_the_cuts() -> None:
+    """Seed 1301: the last sample of member 1 (term 4) was 10.7 s before the cut; meanwhile it
+    won term 5 on the majority side, was killed, and restarted into the cut with term 5, which
+    stayed there (pre-vote held)."""
+    faults, started = _cut(41.2, 49.7, 1)
+    samples = [_sample(30.55, 1, 4), _sample(45.8, 1, 5, "pre-candidate"),
+               _sample(48.0, 1, 5, "pre-candidate")]  # fmt: skip
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, samples, faults, started)
+    assert verdict.valid, verdict.violations
+    assert verdict.figures["cuts_without_a_fresh_sample"] == 1
