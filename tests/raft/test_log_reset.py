@@ -271,3 +271,53 @@ def test_reset_log_start_round_trips_on_the_peer_wire() -> None:
     )
     with_config = ResetLogStart(N1, N2, Term(4), ByteOffset(200), Term(3), ByteOffset(200), entry)
     assert peer_wire.from_proto(peer_wire.to_proto(with_config, "g")) == with_config
+
+
+def test_an_append_sent_before_the_compaction_catches_the_follower_up_without_a_reset() -> None:
+    """The leader compacts while its append to a far-behind follower is still on the way: the
+    append (valid bytes of the leader's log) arrives first, so the ResetLogStart behind it
+    finds the start held and resets nothing. The follower keeps its older bytes; both logs are
+    the same from the leader's start on. (``tests/replication/test_log_reset.py`` heals its
+    partitioned member only after such appends are gone, so that it must be reset.)"""
+    leader = _leader_with_retention(start=0, last=1000)
+    follower = _core(
+        N2,
+        InitialState(
+            hard_state=HardState(Term(1), N1),
+            epochs=(Epoch(Term(1), ByteOffset(0)),),
+            last_offset=ByteOffset(100),
+        ),
+    )
+    held: list[Message] = []  # the leader's messages to node 2, in the order sent
+    for _ in range(10):  # probe down to where node 2 matches; stop at the first range sent
+        while leader.has_ready():
+            ready = leader.ready()
+            held.extend(m for m in ready.messages if m.target == N2)
+            leader.advance(ready)
+            leader.report_durable(leader.log.last_offset)
+        ranges = [m for m in held if isinstance(m, AppendEntries) and m.prev_offset == 100]
+        if ranges:
+            break
+        for message in held:
+            follower.step(message)
+        held.clear()
+        while follower.has_ready():
+            ready = follower.ready()
+            follower.advance(ready)
+            for message in ready.messages:
+                leader.step(message)
+    assert [(m.prev_offset, m.end_offset) for m in ranges] == [(100, 1000)]  # term 1's bytes
+    leader.compact_log(ByteOffset(600))
+    while leader.has_ready():
+        ready = leader.ready()
+        held.extend(m for m in ready.messages if m.target == N2)
+        leader.advance(ready)
+    assert isinstance(held[-1], ResetLogStart)
+    assert held[-1].start_offset == 600
+    for message in held:  # in order, as lane 0 delivers them
+        follower.step(message)
+    seen: list[Message] = []
+    assert _run({N1: leader, N2: follower}, seen) == []  # no reset, then the no-op streamed
+    assert (follower.log.start_offset, follower.log.last_offset) == (0, 1008)
+    assert follower.log.term_at(ByteOffset(600)) == leader.log.start_term
+    assert follower.log.epochs[-1] == leader.log.epochs[-1]

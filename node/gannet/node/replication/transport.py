@@ -303,6 +303,9 @@ class PeerTransport:
         self.received_total = 0
         self.partitioned = False
         """Fault injection (tests, drills): while True every message in or out is dropped."""
+        self.dropped_while_partitioned: collections.Counter[str] = collections.Counter()
+        """Messages that arrived while :attr:`partitioned`, by kind (``ResetLogStart``...): a
+        test that heals waits on it to know what a peer sent before the heal has arrived."""
 
     async def start(self) -> None:
         """Serve peers and connect to them (again, after :meth:`stop`)."""
@@ -517,6 +520,7 @@ class PeerTransport:
 
     def deliver(self, message: Message) -> None:
         if self.partitioned:
+            self.dropped_while_partitioned[type(message).__name__] += 1
             return
         self.received_total += 1
         self.liveness.heard(message.sender)
