@@ -11,7 +11,16 @@ the admin servicer); a forwarded request names its service and method:
 - another member leads: the request goes to it over the peer port
   (``gannet.raft.v1.Peer/Forward``, one extra hop on a gRPC channel kept open per member), with
   the client's own deadline, its metadata (client id, ...) and its address; the leader serves it
-  as if the client had called it and the answer comes back unchanged;
+  as if the client had called it and the answer comes back unchanged. A send the leader
+  answers once however often it arrives (:func:`hedgeable`: one message with a message id, not
+  transactional, deduplication on) is *hedged*: each member keeps :data:`FORWARD_LANES`
+  channels (connections) to the leader, and a copy goes out on the next one after
+  :data:`HEDGE_AFTER_S` without an answer, or at once when a connection is down; the first
+  answer counts and the other copies are cancelled. A link losing packets at random stalls one
+  TCP connection for seconds while it retransmits (issue 34: at 30 % loss, 69 % of a forwarded
+  send's time was its ``Forward`` call on one connection, docs/architecture.md); the leader's
+  deduplication (:mod:`gannet.node.api.dedup`) makes the copy that arrives second wait for the
+  first one's outcome, or answers it with the first one's receipt;
 - no leader is known (an election is running), or this node was just elected and still applies
   the log: the request is *held* until one is, at most until shortly before the caller's
   deadline (:data:`HOLD_MAX_S` without one), then answered ``HA_NOT_AVAILABLE`` — a code every
