@@ -284,6 +284,8 @@ class PeerTransport:
                 peer_tls.cert_file, peer_tls.key_file, peer_tls.ca_file
             ).credentials
             self._channel_credentials = self._peer_channel_credentials()
+        self._resends = lanes.AppendResends()
+        """AppendEntries that resend bytes go on every lane (:mod:`lanes`)."""
         self._forward_channels: dict[tuple[int, int], tuple[str, grpc.aio.Channel]] = {}
         """By (member, lane): the address dialed and the channel."""
         self.resolver = peer_resolving.PeerResolver()
@@ -382,6 +384,7 @@ class PeerTransport:
         self._outboxes.pop(node_id, None)
         self._connected.pop(node_id, None)
         self.liveness.forget(node_id)
+        self._resends.forget(node_id)
         for key in [k for k in self._forward_channels if k[0] == node_id]:
             kept = self._forward_channels.pop(key)
             asyncio.get_running_loop().create_task(kept[1].close(None))
@@ -529,7 +532,8 @@ class PeerTransport:
     def send(self, message: Message) -> None:
         outboxes = self._outboxes.get(message.target)
         if outboxes is not None and not self._stopping.is_set() and not self.partitioned:
-            for lane in lanes.lanes_for(message, len(outboxes)):
+            resend = self._resends.resend(message)
+            for lane in lanes.lanes_for(message, len(outboxes), resend=resend):
                 outboxes[lane].put(message)
 
     def reachable(self, node_id: int) -> bool:
