@@ -214,6 +214,9 @@ def test_an_append_that_resends_bytes_goes_on_every_lane() -> None:
     assert resends.resend(_append(3, 5))  # go-back-N after a stall
     assert resends.resend(_append(0, 7))  # a probe from the follower's match
     assert not resends.resend(_append(7, 9))
+    big = lanes.RESEND_COPY_BYTES_MAX + 1
+    assert not resends.resend(_append(9, 9 + big))
+    assert not resends.resend(_append(9, 9 + big))  # too big to copy: lane 0 only
     assert not resends.resend(Heartbeat(ONE, TWO, Term(1), ZERO))  # copied anyway (its kind)
     assert lanes.lanes_for(_append(3, 5), resend=True) == range(lanes.LANES)
     assert lanes.lanes_for(_append(9, 11), resend=False) == range(1)

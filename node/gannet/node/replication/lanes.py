@@ -89,9 +89,15 @@ def lanes_for(message: Message, lanes: int = LANES, *, resend: bool = False) -> 
     return range(1)
 
 
+RESEND_COPY_BYTES_MAX = 64 * 1024
+"""A resend with more payload than this stays on lane 0: its copies would hold the heartbeats
+queued behind them on the other lanes (a far-behind follower is streamed 1 MiB ranges)."""
+
+
 class AppendResends:
     """Per peer, the end of the ``AppendEntries`` ranges sent to it so far: a range that starts
-    before it resends bytes (go-back-N or a probe after a stall) and goes on every lane."""
+    before it resends bytes (go-back-N or a probe after a stall) and goes on every lane, unless
+    it carries more than :data:`RESEND_COPY_BYTES_MAX`."""
 
     def __init__(self) -> None:
         self._sent_end: dict[int, int] = {}
@@ -102,7 +108,8 @@ class AppendResends:
             return False
         sent_end = self._sent_end.get(message.target)
         self._sent_end[message.target] = max(sent_end or 0, message.end_offset)
-        return sent_end is not None and message.prev_offset < sent_end
+        resent = sent_end is not None and message.prev_offset < sent_end
+        return resent and message.end_offset - message.prev_offset <= RESEND_COPY_BYTES_MAX
 
     def forget(self, node_id: int) -> None:
         self._sent_end.pop(node_id, None)
