@@ -220,3 +220,51 @@ def test_a_retry_waits_for_an_original_whose_caller_went_away(tmp_path: Path) ->
         asyncio.run(scenario())
     finally:
         store.close()
+
+
+def test_two_copies_arriving_during_the_lookup_are_appended_once(
+    tmp_path: Path, clock: Clock
+) -> None:
+    """Two copies of a send (a hedged forward's, ``api/forwarding.py``) arriving while the
+    first one's index lookup runs: the second waits for the first, one append, one receipt.
+    Before, each copy looked up on its own, neither found the other, and both were appended."""
+    store = _open(tmp_path)
+    try:
+        checker = _deduplicator(store)
+        _sustained(store, checker, clock, 60)  # ids dropped for room: a send without a born
+        assert checker.looks_in_log()  # time is looked up
+        appended: list[int] = []
+        looking = asyncio.Event()
+
+        async def append() -> service_pb2.SendMessageResponse:
+            appended.append(1)
+            message = records.Message(
+                topic=TOPIC, body=b"x", properties={"UNIQ_KEY": "TWICE"}, born_timestamp_ms=0
+            )
+            results, _ = store.put_messages_nowait([message], dispatch_inline=True)
+            entry = service_pb2.SendResultEntry(
+                status=statuses.ok(), message_id="TWICE", offset=results[0].queue_offset
+            )
+            return service_pb2.SendMessageResponse(status=statuses.ok(), entries=[entry])
+
+        async def both() -> list[service_pb2.SendMessageResponse]:
+            loop = asyncio.get_running_loop()
+            in_log = checker._in_log
+
+            def slow_lookup(key: dedup.Key) -> object:
+                loop.call_soon_threadsafe(looking.set)
+                time.sleep(0.2)  # the lookup's worker thread, still searching
+                return in_log(key)
+
+            checker._in_log = slow_lookup  # type: ignore[method-assign, assignment]
+            first = asyncio.ensure_future(checker.send_once(TOPIC, ["TWICE"], append, born_ms=0))
+            await looking.wait()  # the first copy is in its lookup
+            second = await checker.send_once(TOPIC, ["TWICE"], append, born_ms=0)
+            return [await first, second]
+
+        answers = asyncio.run(both())
+        assert appended == [1]
+        assert [a.entries[0].offset for a in answers] == [60, 60]
+        assert _stored(store) == 61
+    finally:
+        store.close()

@@ -198,3 +198,74 @@ def test_heartbeats_keep_arriving_while_one_connection_stalls() -> None:
     gaps = [b - a for a, b in itertools.pairwise(marks)]
     print(f"one connection stalled: longest gap between heartbeats {max(gaps):.2f} s")
     assert max(gaps) < GAP_MAX_S
+
+
+def _append(prev: int, end: int) -> AppendEntries:
+    payload = b"x" * (end - prev)
+    return AppendEntries(
+        ONE, TWO, Term(1), ByteOffset(prev), Term(1), ByteOffset(end), Term(1), ZERO, payload
+    )
+
+
+def test_an_append_that_resends_bytes_goes_on_every_lane() -> None:
+    resends = lanes.AppendResends()
+    assert not resends.resend(_append(0, 3))  # fresh ranges: lane 0 only
+    assert not resends.resend(_append(3, 5))
+    assert resends.resend(_append(3, 5))  # go-back-N after a stall
+    assert resends.resend(_append(0, 7))  # a probe from the follower's match
+    assert not resends.resend(_append(7, 9))
+    big = lanes.RESEND_COPY_BYTES_MAX + 1
+    assert not resends.resend(_append(9, 9 + big))
+    assert not resends.resend(_append(9, 9 + big))  # too big to copy: lane 0 only
+    assert not resends.resend(Heartbeat(ONE, TWO, Term(1), ZERO))  # copied anyway (its kind)
+    assert lanes.lanes_for(_append(3, 5), resend=True) == range(lanes.LANES)
+    assert lanes.lanes_for(_append(9, 11), resend=False) == range(1)
+    other = AppendEntries(ONE, NodeId(3), Term(1), ZERO, Term(0), ByteOffset(3), Term(1), ZERO)
+    assert not resends.resend(other)  # per peer
+    resends.forget(2)
+    assert not resends.resend(_append(0, 3))
+
+
+async def _resend_with_lane_zero_blackholed() -> float:
+    """The leader's lane 0 to node 2 takes messages and never delivers them (a connection that
+    retransmits); the seconds until a resent range reaches node 2."""
+    port1, port2, client1, client2 = free_ports(4)
+
+    def config(node_id: int, listen: int) -> ReplicationConfig:
+        peers = (PeerSpec(1, "127.0.0.1", port1, client1), PeerSpec(2, "127.0.0.1", port2, client2))
+        return ReplicationConfig(
+            node_id=node_id, peers=peers, peer_listen=f"127.0.0.1:{listen}", tick_interval_s=TICK_S
+        )
+
+    ranges: list[tuple[int, int]] = []
+    arrived = asyncio.Event()
+
+    def on_message(message: Message) -> None:
+        if isinstance(message, AppendEntries):
+            ranges.append((message.prev_offset, message.end_offset))
+            arrived.set()
+
+    leader = PeerTransport(config(1, port1), lambda _m: None)
+    follower = PeerTransport(config(2, port2), on_message)
+    await follower.start()
+    await leader.start()
+    try:
+        await _until(lambda: leader.lanes_open(2) == lanes.LANES, "lanes open")
+        leader._outboxes[2][0].put = lambda _m: None  # type: ignore[method-assign, assignment]
+        leader.send(_append(0, 3))  # lost on lane 0
+        await asyncio.sleep(TICK_S)
+        assert ranges == []
+        resent_at = time.monotonic()
+        leader.send(_append(0, 3))  # the leader's go-back-N: the same range again
+        await asyncio.wait_for(arrived.wait(), WAIT_S)
+        assert ranges[0] == (0, 3)
+        return time.monotonic() - resent_at
+    finally:
+        await leader.stop()
+        await follower.stop()
+
+
+def test_a_resent_range_reaches_the_follower_while_lane_zero_stalls() -> None:
+    took_s = asyncio.run(_resend_with_lane_zero_blackholed())
+    print(f"lane 0 blackholed: resent range arrived after {took_s:.3f} s")
+    assert took_s < GAP_MAX_S

@@ -201,6 +201,7 @@ def test_refusals_and_forwarding_are_exported_as_counters() -> None:
         held_total=3,
         unanswered_total=1,
         peer_drops_by_reason={"term_jump": 4, "unauthenticated": 5},
+        hedged_total=6,
     )
     registry = CollectorRegistry()
     registry.register(failover_collecting.FailoverCollector(lambda: figures))
@@ -210,6 +211,7 @@ def test_refusals_and_forwarding_are_exported_as_counters() -> None:
     assert sample("gannet_forwarded_requests_total", {"method": "SendMessage"}) == 7
     assert sample("gannet_forward_rerouted_total") == 2
     assert sample("gannet_forward_unanswered_total") == 1
+    assert sample("gannet_forward_hedged_total") == 6
     silent = CollectorRegistry()
     silent.register(failover_collecting.FailoverCollector(lambda: None))
     assert sample("gannet_forward_held_total") == 3

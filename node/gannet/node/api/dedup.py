@@ -320,13 +320,27 @@ class SendDeduplicator:
                 return self._duplicate(key, known)
         self._holds.refuse_held(key)
         # The original was refused (or there was none): take this one as new.
+        task = start_original(
+            self._pending, key, lambda: self._found_or_appended(key, append, born_ms)
+        )
+        return await asyncio.shield(task)
+
+    async def _found_or_appended(
+        self,
+        key: Key,
+        append: Callable[[], Awaitable[service_pb2.SendMessageResponse]],
+        born_ms: int,
+    ) -> service_pb2.SendMessageResponse:
+        """The original's receipt when the index files hold ``key`` (asked only when the map
+        may miss it), else ``append()`` noted. Runs as the in-flight original: a copy that
+        arrives during the lookup (a hedged forward's, :mod:`gannet.node.api.forwarding`, can
+        come within the same millisecond) waits for it instead of looking up and appending too."""
         if self._needs_lookup(born_ms):
             found = await asyncio.to_thread(self._in_log, key)
             if found is not None:
                 self._remember(key, found)
                 return self._duplicate(key, found)
-        task = start_original(self._pending, key, lambda: self._append_noted(key, append))
-        return await asyncio.shield(task)
+        return await self._append_noted(key, append)
 
     async def _append_noted(
         self, key: Key, append: Callable[[], Awaitable[service_pb2.SendMessageResponse]]

@@ -11,7 +11,16 @@ the admin servicer); a forwarded request names its service and method:
 - another member leads: the request goes to it over the peer port
   (``gannet.raft.v1.Peer/Forward``, one extra hop on a gRPC channel kept open per member), with
   the client's own deadline, its metadata (client id, ...) and its address; the leader serves it
-  as if the client had called it and the answer comes back unchanged;
+  as if the client had called it and the answer comes back unchanged. A send the leader
+  answers once however often it arrives (:func:`hedgeable`: one message with a message id, not
+  transactional, deduplication on) is *hedged*: each member keeps :data:`FORWARD_LANES`
+  channels (connections) to the leader, and a copy goes out on the next one after
+  :data:`HEDGE_AFTER_S` without an answer, or at once when a connection is down; the first
+  answer counts and the other copies are cancelled. A link losing packets at random stalls one
+  TCP connection for seconds while it retransmits (issue 34: at 30 % loss, 69 % of a forwarded
+  send's time was its ``Forward`` call on one connection, docs/architecture.md); the leader's
+  deduplication (:mod:`gannet.node.api.dedup`) makes the copy that arrives second wait for the
+  first one's outcome, or answers it with the first one's receipt;
 - no leader is known (an election is running), or this node was just elected and still applies
   the log: the request is *held* until one is, at most until shortly before the caller's
   deadline (:data:`HOLD_MAX_S` without one), then answered ``HA_NOT_AVAILABLE`` — a code every
@@ -64,7 +73,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 import grpc
 from google.protobuf.message import DecodeError
 from google.protobuf.message import Message as ProtoMessage
-from rocketmq.grpc_protocol import Code, service_pb2
+from rocketmq.grpc_protocol import Code, definition_pb2, service_pb2
 
 from gannet.node.protocol.gen import peer_pb2, peer_pb2_grpc
 from gannet.node.protocol.statuses import ApiError
@@ -81,6 +90,11 @@ DEADLINE_MARGIN_S = 0.2
 INFLIGHT_MAX = 1024
 RETRY_PAUSE_S = 0.05
 """Pause before routing again after the leader refused or could not be reached."""
+HEDGE_AFTER_S = 0.3
+"""A forwarded one-message send not answered this long after its last copy went out is sent
+again on the member's next forward lane (:data:`FORWARD_LANES`)."""
+FORWARD_LANES = 3
+"""Forward channels (connections) per member: a hedged send goes out on at most this many."""
 WATCH_SLICE_S = 1.0
 """A leader watcher with no forwarded call left ends within this long."""
 
@@ -137,6 +151,24 @@ _STATUS_CODES = {code.value[0]: code for code in grpc.StatusCode}
 
 def _status_code(number: int) -> grpc.StatusCode:
     return _STATUS_CODES.get(number, grpc.StatusCode.UNKNOWN)
+
+
+async def _collect(call: Any) -> list[peer_pb2.ForwardReply]:
+    return [reply async for reply in call]
+
+
+def hedgeable(method: str, request: ProtoMessage) -> bool:
+    """Whether a forwarded request may reach the leader twice: a send of one message with a
+    message id, not transactional. The leader answers a second copy with the first one's
+    outcome (:mod:`gannet.node.api.dedup`: while the first is in flight it waits for it, after
+    that it answers its receipt), so it is appended once; a transactional half message is
+    left out (its book does not absorb a second copy in every order)."""
+    if method != "SendMessage" or not isinstance(request, service_pb2.SendMessageRequest):
+        return False
+    if len(request.messages) != 1:
+        return False
+    properties = request.messages[0].system_properties
+    return bool(properties.message_id) and properties.message_type != definition_pb2.TRANSACTION
 
 
 def _not_a_member(exc: grpc.aio.AioRpcError) -> bool:
@@ -224,6 +256,8 @@ class ForwardStats:
     """Requests answered with a retryable refusal because no leader served them in time."""
     refused_not_member_total: int = 0
     """Forwarded calls the member forwarded to refused as from a non-member (removed)."""
+    hedged_total: int = 0
+    """Copies of a forwarded send sent on another forward lane (:data:`HEDGE_AFTER_S`)."""
 
 
 class Forwarder:
@@ -235,11 +269,17 @@ class Forwarder:
         *,
         inflight_max: int = INFLIGHT_MAX,
         hold_max_s: float = HOLD_MAX_S,
+        hedge_after_s: float | None = HEDGE_AFTER_S,
     ) -> None:
+        """``hedge_after_s``: None sends every forwarded request once (the leader would append
+        a second copy of a send: deduplication off)."""
         if inflight_max <= 0:
             raise ValueError("inflight_max must be positive")
+        if hedge_after_s is not None and hedge_after_s <= 0:
+            raise ValueError("hedge_after_s must be positive (or None)")
         self.replication = replication
         self.hold_max_s = hold_max_s
+        self.hedge_after_s = hedge_after_s
         self._slots = asyncio.Semaphore(inflight_max)
         self.stats = ForwardStats()
         self.services: dict[str, ForwardedService] = {}
@@ -378,7 +418,9 @@ class Forwarder:
                     continue
             forward = self._request(service, method, request, context)
             try:
-                replies = await self._forward_once(target, forward, deadline, follows_leader)
+                replies = await self._forward_once(
+                    target, forward, deadline, follows_leader, hedgeable(method, request)
+                )
             except _Retry:
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
@@ -450,21 +492,23 @@ class Forwarder:
         finally:
             self._slots.release()
 
-    def _channel(self, target: PeerSpec) -> grpc.aio.Channel:
+    def _channel(self, target: PeerSpec, lane: int = 0) -> grpc.aio.Channel:
         transport = self.replication.transport
         if transport.partitioned:  # fault injection: nothing leaves this node
             raise _Retry
-        return transport.forward_channel(target.node_id)
+        return transport.forward_channel(target.node_id, lane)
 
     def _start_forward(
-        self, target: PeerSpec, forward: peer_pb2.ForwardRequest, deadline: float
+        self, target: PeerSpec, forward: peer_pb2.ForwardRequest, deadline: float, lane: int = 0
     ) -> tuple[Any, float]:
-        """Count the method and start the leader's ``Forward`` stream of ``forward`` (the caller
-        holds a slot); the call and its timeout in seconds (the deadline plus a margin)."""
+        """Count the method and start the leader's ``Forward`` stream of ``forward`` on
+        ``lane``'s channel (the caller holds a slot); the call and its timeout in seconds (the
+        deadline plus a margin)."""
         loop = asyncio.get_running_loop()
-        self._count(forward.method)
+        if lane == 0:  # a request, however many copies
+            self._count(forward.method)
         timeout = max(0.001, deadline - loop.time() + DEADLINE_MARGIN_S)
-        stub = peer_pb2_grpc.PeerStub(self._channel(target))  # type: ignore[no-untyped-call]
+        stub = peer_pb2_grpc.PeerStub(self._channel(target, lane))  # type: ignore[no-untyped-call]
         call = stub.Forward(
             forward,
             timeout=timeout,
@@ -478,42 +522,81 @@ class Forwarder:
         forward: peer_pb2.ForwardRequest,
         deadline: float,
         follows_leader: bool = True,
+        hedged: bool = False,
     ) -> list[peer_pb2.ForwardReply]:
         """The leader's replies, or :class:`_Retry` when the request must be routed again;
         races the call against a leader change (a stopped leader never answers) unless
-        ``follows_leader`` is False."""
+        ``follows_leader`` is False. ``hedged``: the request may reach the leader more than
+        once (:func:`hedgeable`); a copy goes out on the next forward lane each time
+        :attr:`hedge_after_s` passes without an answer, or at once when a lane's connection is
+        down (``UNAVAILABLE``), and the first answer counts."""
         loop = asyncio.get_running_loop()
         method = forward.method
+        lanes = FORWARD_LANES if hedged and self.hedge_after_s is not None else 1
         async with self._slot(deadline):
-            call, timeout = self._start_forward(target, forward, deadline)
+            calls: list[Any] = []
+            answers: list[asyncio.Future[list[peer_pb2.ForwardReply]]] = []
 
-            async def collect() -> list[peer_pb2.ForwardReply]:
-                return [reply async for reply in call]
+            def start(lane: int) -> float:
+                call, timeout = self._start_forward(target, forward, deadline, lane)
+                calls.append(call)
+                answers.append(asyncio.ensure_future(_collect(call)))
+                return timeout
 
-            answer = asyncio.ensure_future(collect())
-            waited: set[asyncio.Future[Any]] = {answer}
+            timeout_at = loop.time() + start(0)
+            copied_at = loop.time()
+            moved = self._leader_moved(target.node_id) if follows_leader else None
             if follows_leader:
-                waited.add(self._leader_moved(target.node_id))
                 self._watching[target.node_id] = self._watching.get(target.node_id, 0) + 1
+            failure: grpc.aio.AioRpcError | None = None
             try:
-                await asyncio.wait(waited, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+                while True:
+                    pending = {a for a in answers if not a.done()}
+                    hedge_at = copied_at + (self.hedge_after_s or 0.0)
+                    wait_until = min(timeout_at, hedge_at) if len(answers) < lanes else timeout_at
+                    if pending and wait_until > loop.time():
+                        waited: set[asyncio.Future[Any]] = set(pending)
+                        if moved is not None:
+                            waited.add(moved)
+                        await asyncio.wait(
+                            waited,
+                            timeout=wait_until - loop.time(),
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                    done = [a for a in answers if a.done() and not a.cancelled()]
+                    for answer in done:
+                        if answer.exception() is None:
+                            return answer.result()
+                    for answer in done:
+                        error = answer.exception()
+                        if not isinstance(error, grpc.aio.AioRpcError):
+                            raise error  # type: ignore[misc]
+                        failure = error
+                    lost = failure is not None and failure.code() != grpc.StatusCode.UNAVAILABLE
+                    pending = {a for a in answers if not a.done()}
+                    if (moved is not None and moved.done()) or loop.time() >= timeout_at or lost:
+                        break
+                    if len(answers) < lanes and (not pending or loop.time() >= hedge_at):
+                        self.stats.hedged_total += 1
+                        start(len(answers))
+                        copied_at = loop.time()
+                    elif not pending:
+                        break
             finally:
                 if follows_leader:
                     self._watching[target.node_id] -= 1
-                if not answer.done():
-                    call.cancel()
-                    answer.cancel()
-            if answer.cancelled() or not answer.done():
+                for call, answer in zip(calls, answers, strict=True):
+                    if not answer.done():
+                        call.cancel()
+                        answer.cancel()
+            if failure is not None and not pending:  # every copy failed: the last failure
+                self._raise_unless_retry(target, method, failure)
                 self.stats.rerouted_total += 1
-                if loop.time() >= deadline:
-                    raise ApiError(Code.PROXY_TIMEOUT, self._timeout_message(target, method))
                 raise _Retry
-            try:
-                return answer.result()
-            except grpc.aio.AioRpcError as exc:
-                self._raise_unless_retry(target, method, exc)
-        self.stats.rerouted_total += 1
-        raise _Retry
+            self.stats.rerouted_total += 1
+            if loop.time() >= deadline:
+                raise ApiError(Code.PROXY_TIMEOUT, self._timeout_message(target, method))
+            raise _Retry
 
     def _leader_moved(self, node_id: int) -> asyncio.Future[None]:
         """Resolved once ``node_id`` no longer leads (as this member knows): one watcher per

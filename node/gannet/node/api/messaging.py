@@ -132,7 +132,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
         self.sender = Sender(store, replication, self.committer, on_sent)
         """Leader check, append and commit of every send (:mod:`gannet.node.domain.sending`)."""
         self.closing = asyncio.Event()
-        self.forwarder = forwarding.Forwarder(replication) if replication is not None else None
+        self.forwarder = (
+            forwarding.Forwarder(
+                replication,
+                # A hedged send reaches the leader twice: only when sends are deduplicated
+                # (the members of a group run with the same settings).
+                hedge_after_s=forwarding.HEDGE_AFTER_S if dedup_window_s > 0 else None,
+            )
+            if replication is not None
+            else None
+        )
         """Followers forward leader-only requests (:mod:`forwarding`); None: single node."""
         if self.forwarder is not None:
             self.forwarder.register(forwarding.V2_SERVICE, forwarding.v2_service(self))

@@ -712,6 +712,7 @@ class Broker:
             held_total=stats.held_total,
             unanswered_total=stats.unanswered_total,
             peer_drops_by_reason=dict(replication.transport.refusals.by_reason),
+            hedged_total=stats.hedged_total,
         )
 
     def _resolve_figures(self) -> ResolveFigures | None:

@@ -8,7 +8,8 @@ Families (a group of one exports none of them):
 * ``gannet_forward_rerouted_total`` — forwarded calls routed again (leader refused, died or
   changed); ``gannet_forward_held_total`` — requests that waited for a leader;
   ``gannet_forward_unanswered_total`` — requests answered with a retryable refusal because no
-  leader served them in time;
+  leader served them in time; ``gannet_forward_hedged_total`` — copies of a forwarded send sent
+  on another connection to the leader because the first gave no answer in time;
 * ``gannet_raft_peer_messages_dropped_total{reason}`` — peer calls and messages refused
   (:mod:`gannet.node.replication.peer_auth`: ``unauthenticated``, ``not_a_member``,
   ``sender_mismatch``, ``replayed``, ``certificate_names_no_member``, ``term_jump``,
@@ -43,6 +44,7 @@ class FailoverFigures:
     held_total: int
     unanswered_total: int
     peer_drops_by_reason: dict[str, int]
+    hedged_total: int = 0
 
 
 FailoverSource = Callable[[], FailoverFigures | None]
@@ -77,6 +79,11 @@ def families(figures: FailoverFigures) -> list[Metric]:
             "gannet_forward_unanswered",
             "Leader-only requests refused with a retryable code: no leader in time.",
             value=figures.unanswered_total,
+        ),
+        CounterMetricFamily(
+            "gannet_forward_hedged",
+            "Copies of a forwarded send sent on another connection to the leader (no answer).",
+            value=figures.hedged_total,
         ),
         dropped,
     ]

@@ -18,16 +18,25 @@ on the lanes of :func:`lanes_for`:
   it takes a resent message (an answer moves nothing backwards, a vote is granted once per
   term).
 
-A follower then hears its leader, and a leader its followers, unless every lane stalls at
-once. The data path (AppendEntries, ResetLogStart and their answers, AppendResponse) stays on
-lane 0: copying every answer cost throughput and commit latency without loss (issue 34,
-docs/architecture.md), and the leader's commit still moves while lane 0 stalls in the
+A follower then hears its leader, and a leader its followers, unless every lane stalls at once.
+The data path (AppendEntries, ResetLogStart and their answers, AppendResponse) stays on lane 0,
+except an ``AppendEntries`` that *resends* bytes (:class:`AppendResends`: its range starts
+before the end of what was already sent to that peer): the leader resends when nothing was
+acknowledged for two heartbeats (go-back-N) and then probes once a heartbeat, which is what a
+stalled lane 0 leads to, and a resend on lane 0 alone waited behind the stall (issue 34: a
+quarter of a send's time at 30 % loss was its commit). It goes on every lane; the follower takes
+the first copy, and a later one as any resent range (a range it holds is acknowledged, nothing
+truncated: same leader, same term, same bytes; one past its end is refused and at most makes the
+leader probe again). Without loss the leader resends nothing, so this costs nothing there.
+Otherwise lane 0 only: copying every answer cost throughput and commit latency without loss
+(issue 34, docs/architecture.md), and the leader's commit still moves while lane 0 stalls in the
 followers' direction, on the matched and durable offsets each HeartbeatResponse carries.
 """
 
 from __future__ import annotations
 
 from gannet.node.raft.messages import (
+    AppendEntries,
     Heartbeat,
     HeartbeatResponse,
     Message,
@@ -72,9 +81,35 @@ Not here: ``AppendEntries`` and ``ResetLogStart`` (log bytes, order matters), an
 """
 
 
-def lanes_for(message: Message, lanes: int = LANES) -> range:
-    """The lanes ``message`` is written to: every lane for a kind of :data:`COPIED_KINDS`,
-    lane 0 only for the others."""
-    if isinstance(message, COPIED_KINDS):
+def lanes_for(message: Message, lanes: int = LANES, *, resend: bool = False) -> range:
+    """The lanes ``message`` is written to: every lane for a kind of :data:`COPIED_KINDS` and
+    for a ``resend`` (:class:`AppendResends`), lane 0 only for the others."""
+    if resend or isinstance(message, COPIED_KINDS):
         return range(lanes)
     return range(1)
+
+
+RESEND_COPY_BYTES_MAX = 64 * 1024
+"""A resend with more payload than this stays on lane 0: its copies would hold the heartbeats
+queued behind them on the other lanes (a far-behind follower is streamed 1 MiB ranges)."""
+
+
+class AppendResends:
+    """Per peer, the end of the ``AppendEntries`` ranges sent to it so far: a range that starts
+    before it resends bytes (go-back-N or a probe after a stall) and goes on every lane, unless
+    it carries more than :data:`RESEND_COPY_BYTES_MAX`."""
+
+    def __init__(self) -> None:
+        self._sent_end: dict[int, int] = {}
+
+    def resend(self, message: Message) -> bool:
+        """Whether ``message`` (about to be sent) resends bytes; notes the end it sends."""
+        if not isinstance(message, AppendEntries):
+            return False
+        sent_end = self._sent_end.get(message.target)
+        self._sent_end[message.target] = max(sent_end or 0, message.end_offset)
+        resent = sent_end is not None and message.prev_offset < sent_end
+        return resent and message.end_offset - message.prev_offset <= RESEND_COPY_BYTES_MAX
+
+    def forget(self, node_id: int) -> None:
+        self._sent_end.pop(node_id, None)

@@ -30,10 +30,12 @@ deadline of their own: ``CONNECT_TIMEOUT_S`` covers only the connection to the a
 
 ``Forward`` carries a client request a follower took to the leader: the server hands it to
 ``forward_handler`` (set by the broker: :mod:`gannet.node.api.forwarding`), and
-:meth:`PeerTransport.forward_channel` keeps one channel per member for sending them (same
-credentials as the streams). A ``Forward`` from a node outside the configuration is refused
-``PERMISSION_DENIED`` with :data:`REFUSAL_HEADER` ``=`` :data:`NOT_A_MEMBER` in its trailing
-metadata: the forwarding member was removed and lets its clients go (:mod:`removal`).
+:meth:`PeerTransport.forward_channel` keeps one channel per member and lane for sending them
+(same credentials as the streams; a channel, and so a TCP connection, per lane: a forwarded send
+not answered on one is sent again on the next, see :mod:`gannet.node.api.forwarding`). A
+``Forward`` from a node outside the configuration is refused ``PERMISSION_DENIED`` with
+:data:`REFUSAL_HEADER` ``=`` :data:`NOT_A_MEMBER` in its trailing metadata: the forwarding
+member was removed and lets its clients go (:mod:`removal`).
 
 Limits: each outbound queue holds at most ``outbound_messages_max`` messages and
 ``outbound_bytes_max`` bytes; a message past either is dropped and counted, never blocking the
@@ -282,7 +284,10 @@ class PeerTransport:
                 peer_tls.cert_file, peer_tls.key_file, peer_tls.ca_file
             ).credentials
             self._channel_credentials = self._peer_channel_credentials()
-        self._forward_channels: dict[int, tuple[str, grpc.aio.Channel]] = {}
+        self._resends = lanes.AppendResends()
+        """AppendEntries that resend bytes go on every lane (:mod:`lanes`)."""
+        self._forward_channels: dict[tuple[int, int], tuple[str, grpc.aio.Channel]] = {}
+        """By (member, lane): the address dialed and the channel."""
         self.resolver = peer_resolving.PeerResolver()
         """Members' host names to addresses, apart from the connect deadline."""
         self.forward_handler: ForwardHandler | None = None
@@ -382,8 +387,9 @@ class PeerTransport:
         self._outboxes.pop(node_id, None)
         self._connected.pop(node_id, None)
         self.liveness.forget(node_id)
-        kept = self._forward_channels.pop(node_id, None)
-        if kept is not None:
+        self._resends.forget(node_id)
+        for key in [k for k in self._forward_channels if k[0] == node_id]:
+            kept = self._forward_channels.pop(key)
             asyncio.get_running_loop().create_task(kept[1].close(None))
 
     def learn_contact(self, peer: PeerSpec) -> bool:
@@ -530,7 +536,8 @@ class PeerTransport:
     def send(self, message: Message) -> None:
         outboxes = self._outboxes.get(message.target)
         if outboxes is not None and not self._stopping.is_set() and not self.partitioned:
-            for lane in lanes.lanes_for(message, len(outboxes)):
+            resend = self._resends.resend(message)
+            for lane in lanes.lanes_for(message, len(outboxes), resend=resend):
                 outboxes[lane].put(message)
 
     def reachable(self, node_id: int) -> bool:
@@ -578,21 +585,22 @@ class PeerTransport:
         hello = peer_auth.hello(secret, self.config.group, self.config.node_id, target)
         return ((peer_auth.HEADER, hello), *contact)
 
-    def forward_channel(self, node_id: int) -> grpc.aio.Channel:
-        """The channel client requests are forwarded on to member ``node_id`` (kept open, one
-        per member, closed by :meth:`stop`; gRPC reconnects it by itself). It dials the
-        member's resolved address once the resolver has one (the host name until then, left to
-        gRPC), and is replaced when that address changes."""
+    def forward_channel(self, node_id: int, lane: int = 0) -> grpc.aio.Channel:
+        """The channel client requests are forwarded on to member ``node_id`` on ``lane`` (kept
+        open, one per member and lane, each its own connection, closed by :meth:`stop`; gRPC
+        reconnects it by itself). It dials the member's resolved address once the resolver has
+        one (the host name until then, left to gRPC), and is replaced when that address
+        changes."""
         peer = self._peers.get(node_id) or self._contacts.get(node_id) or self.config.peer(node_id)
         target = self.resolver.cached_target(peer)
         uri = target.uri if target is not None else peer.peer_endpoint
-        kept = self._forward_channels.get(node_id)
+        kept = self._forward_channels.get((node_id, lane))
         if kept is not None and kept[0] == uri:
             return kept[1]
         if kept is not None:
             asyncio.get_running_loop().create_task(kept[1].close(None))
         channel = self._channel(uri, self._channel_options(target))
-        self._forward_channels[node_id] = (uri, channel)
+        self._forward_channels[(node_id, lane)] = (uri, channel)
         return channel
 
     async def _send_loop(self, peer: PeerSpec, lane: int) -> None:
