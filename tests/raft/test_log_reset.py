@@ -41,6 +41,16 @@ def _core(node: NodeId, initial: InitialState | None = None) -> RaftCore:
     return RaftCore(config, initial)
 
 
+def _follower_of_term_1(last: int) -> RaftCore:
+    """Node 2, following node 1 in term 1, its log ``[0, last)`` all of term 1."""
+    initial = InitialState(
+        hard_state=HardState(Term(1), N1),
+        epochs=(Epoch(Term(1), ByteOffset(0)),),
+        last_offset=ByteOffset(last),
+    )
+    return _core(N2, initial)
+
+
 def _leader_with_retention(start: int, last: int) -> RaftCore:
     """Node 1 holding term-1 bytes [start, last) (retention deleted [0, start)), elected in
     term 2 with node 2's vote; its no-op ends at last + 8."""
@@ -117,14 +127,7 @@ def test_an_empty_follower_is_reset_to_the_leaders_log_start_then_streamed() -> 
 
 def test_a_follower_holding_the_start_is_not_reset() -> None:
     leader = _leader_with_retention(start=512, last=1000)
-    follower = _core(
-        N2,
-        InitialState(
-            hard_state=HardState(Term(1), N1),
-            epochs=(Epoch(Term(1), ByteOffset(0)),),
-            last_offset=ByteOffset(700),
-        ),
-    )
+    follower = _follower_of_term_1(last=700)
     seen: list[Message] = []
     assert _run({N1: leader, N2: follower}, seen) == []
     assert not any(isinstance(m, ResetLogStart) for m in seen)
@@ -134,14 +137,7 @@ def test_a_follower_holding_the_start_is_not_reset() -> None:
 
 def test_after_compact_log_a_far_behind_follower_is_reset() -> None:
     leader = _leader_with_retention(start=0, last=1000)
-    follower = _core(
-        N2,
-        InitialState(
-            hard_state=HardState(Term(1), N1),
-            epochs=(Epoch(Term(1), ByteOffset(0)),),
-            last_offset=ByteOffset(100),
-        ),
-    )
+    follower = _follower_of_term_1(last=100)
     # The follower's answers are held back: the leader has only its probe out.
     while leader.has_ready():
         leader.advance(leader.ready())
@@ -280,14 +276,7 @@ def test_an_append_sent_before_the_compaction_catches_the_follower_up_without_a_
     the same from the leader's start on. (``tests/replication/test_log_reset.py`` heals its
     partitioned member only after such appends are gone, so that it must be reset.)"""
     leader = _leader_with_retention(start=0, last=1000)
-    follower = _core(
-        N2,
-        InitialState(
-            hard_state=HardState(Term(1), N1),
-            epochs=(Epoch(Term(1), ByteOffset(0)),),
-            last_offset=ByteOffset(100),
-        ),
-    )
+    follower = _follower_of_term_1(last=100)
     held: list[Message] = []  # the leader's messages to node 2, in the order sent
     for _ in range(10):  # probe down to where node 2 matches; stop at the first range sent
         while leader.has_ready():
