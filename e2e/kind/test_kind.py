@@ -124,10 +124,23 @@ def wait_replaced(kube: Kubectl, old: dict[str, str]) -> None:
         time.sleep(0.5)
 
 
+LEADER_REPORTED_S = 30.0
+"""How long the operator may take to report the leader: a pass whose raft query met no leader
+(an election, or the client Service sending it to a member whose port is still closed)
+reports none, the next pass (``refreshIntervalSeconds``: 2 here, or a change) does."""
+
+
 def leader(kube: Kubectl) -> str:
-    found = get(kube, "gannetcluster", "main")["status"].get("leader")
-    assert found, "the GannetCluster reports no leader"
-    return str(found)
+    """The leader pod the GannetCluster reports, once it reports one."""
+    deadline = time.monotonic() + LEADER_REPORTED_S
+    while True:
+        found = get(kube, "gannetcluster", "main")["status"].get("leader")
+        if found:
+            return str(found)
+        assert time.monotonic() < deadline, (
+            f"the GannetCluster reports no leader after {LEADER_REPORTED_S:.0f} s"
+        )
+        time.sleep(0.5)
 
 
 def check_all_back(kube: Kubectl, acks: list[cluster.Ack], what: str) -> dict[str, Any]:
@@ -164,7 +177,7 @@ def test_operator_and_examples_ready(kube: Kubectl, release: float, examples: fl
     main = get(kube, "gannetcluster", "main")
     assert main["status"]["replicas"] == 3
     assert main["status"]["readyReplicas"] == 3
-    assert main["status"].get("leader", "").startswith("main-")
+    assert leader(kube).startswith("main-")
     seen = events(kube, "GannetCluster", "main")
     say("GannetCluster events: " + "; ".join(f"{e['reason']}: {e['message']}" for e in seen[:8]))
     assert seen, "no Events about the GannetCluster"
