@@ -135,8 +135,8 @@ def test_transactions_committed_once_and_rolled_back_never() -> None:
         assert what in verdict.violations[0]
 
 
-def _sample(t: float, node: int, term: int, role: str = "follower") -> Sample:
-    return Sample(t, node, role, term, 0, 0)
+def _sample(t: float, node: int, term: int, role: str = "follower", leader: int = 0) -> Sample:
+    return Sample(t, node, role, term, leader, 0)
 
 
 def _cut(start: float, stop: float, node: int) -> tuple[list[Fault], list[Event]]:
@@ -170,3 +170,17 @@ def test_a_term_won_while_no_sample_was_taken_is_not_counted_as_the_cuts() -> No
     checker.check_terms(verdict, samples, faults, started)
     assert verdict.valid, verdict.violations
     assert verdict.figures["cuts_without_a_fresh_sample"] == 1
+
+
+def test_a_term_taken_from_a_leader_the_member_follows_is_not_inflation() -> None:
+    """Seed 1439: member 2 cut from members 1 and 3, but not from member 4 (added by the
+    `membership` nemesis before the cut): it followed member 4's term 3."""
+    faults, started = _cut(38.3, 51.1, 2)
+    samples = [_sample(38.05, 2, 2, "leader", 2), _sample(41.6, 2, 3, "follower", 4)]
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, samples, faults, started)
+    assert verdict.valid, verdict.violations
+    inflated = [_sample(38.05, 2, 2, "leader", 2), _sample(41.6, 2, 3, "candidate")]
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, inflated, faults, started)
+    assert not verdict.valid
