@@ -321,9 +321,11 @@ class NetCluster:
         netns.drop_between(self.nodes[b - 1], self.addresses[a - 1])
 
     def lose(self, probability: float) -> None:
-        """Drop each packet between members at random (the client's links are spared)."""
-        for i in self.ids:
-            for j in self.ids:
+        """Drop each packet between members at random (the client's links are spared; a
+        spare added during the run is a member too)."""
+        members = self.members()
+        for i in members:
+            for j in members:
                 if i != j:
                     netns.drop_incoming_at_random(self.nodes[i - 1], self.addresses[j - 1],
                                                   probability)  # fmt: skip

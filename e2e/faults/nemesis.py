@@ -19,6 +19,10 @@ Network nemeses (iptables in the members' namespaces; member 0 is the client, ``
 * ``follower-cut``: a follower (the lowest-numbered member that does not lead when it starts)
   cut from its peers, the client still reaching it: no election needed.
 
+A member added during the run (``membership``'s fourth, ``replace``'s new node) is a peer like
+the others: cut from a member cut from its peers, on the larger side of ``halves``, after the
+slots in a ``ring``, and its links lossy under ``loss`` (:func:`links_cut`).
+
 Process nemeses: ``pause`` (SIGSTOP, SIGCONT at the end), ``kill`` (SIGKILL, restart at the end),
 ``disk-full`` (its store's filesystem filled to 95 %, freed at the end), each on the leader or a
 random member; ``lose-unfsynced``: SIGKILL of the leader or a random member, then every change
@@ -184,6 +188,54 @@ def replaced_node(resolved: int, members: list[int], leaving: set[int]) -> int:
     raise RuntimeError(f"every member of {members} is being replaced already")
 
 
+PARTITIONS = ("halves", "leader-isolated", "leader-peers", "bridge", "follower-cut", "minority",
+              "ring")  # fmt: skip
+
+
+def links_cut(
+    kind: str, params: dict[str, Any], slots: dict[int, int], members: list[int], chosen: int
+) -> set[tuple[int, int]]:
+    """The links a partition cuts, each ``(a, b)`` with ``a < b`` (0 is the client): pure.
+
+    ``slots`` maps the schedule's member numbers to the nodes holding them, ``members`` is
+    every member with a process (a spare added by ``membership`` or ``replace`` included: it
+    sides with the larger half and joins the ring after the slots, so a cut-off member is cut
+    from it too — seed 1439, where member 2 cut from 1 and 3 still heard member 4), ``chosen``
+    the node the fault resolved to (the leader, a follower, the bridge or the minority)."""
+    assert kind in PARTITIONS, kind
+    assert set(slots.values()) <= set(members), (slots, members)
+    cut: set[tuple[int, int]] = set()
+
+    def add(a: int, b: int) -> None:
+        cut.add((min(a, b), max(a, b)))
+
+    if kind == "halves":
+        small = {slots[slot] for slot in params["small"]}
+        large = [i for i in members if i not in small]
+        for a in small:
+            for b in large:
+                add(a, b)
+        for member in large if params["client_with_small"] else small:
+            add(0, member)
+    elif kind in ("leader-isolated", "leader-peers", "follower-cut", "minority"):
+        for other in members:
+            if other != chosen:
+                add(chosen, other)
+        if kind == "leader-isolated":
+            add(0, chosen)
+    elif kind == "bridge":
+        add(slots[params["members"][1]], slots[params["members"][2]])
+    else:  # ring
+        order = [slots[slot] for slot in params["order"]]
+        order += [i for i in members if i not in order]
+        near = {frozenset((order[i], order[(i + 1) % len(order)])) for i in range(len(order))}
+        for a in members:
+            for b in members:
+                if a < b and frozenset((a, b)) not in near:
+                    add(a, b)
+    return cut
+
+
 class Nemesis(threading.Thread):
     """Runs a schedule against a cluster, logging every start and stop in the history."""
 
@@ -260,42 +312,15 @@ class Nemesis(threading.Thread):
     def _begin(self, fault: Fault) -> int:
         kind, p, c = fault.kind, fault.params, self.cluster
         chosen = 0
-        if kind == "halves":
-            small = {c.node_of(slot) for slot in p["small"]}
-            large = [i for i in c.ids if i not in small]
-            for a in small:
-                for b in large:
-                    c.cut(a, b)
-            for member in large if p["client_with_small"] else small:
-                c.cut(0, member)
-        elif kind in ("leader-isolated", "leader-peers"):
-            chosen = c.newest_leader() or 1
-            for other in c.members():
-                if other != chosen:
-                    c.cut(chosen, other)
-            if kind == "leader-isolated":
-                c.cut(0, chosen)
-        elif kind == "bridge":
-            a, b = (c.node_of(slot) for slot in p["members"][1:3])
-            c.cut(a, b)
-            chosen = c.node_of(p["members"][0])
-        elif kind == "follower-cut":
-            chosen = self._follower()
-            for other in c.members():
-                if other != chosen:
-                    c.cut(chosen, other)
-        elif kind == "minority":
-            chosen = c.node_of(p["members"][0])
-            for other in c.members():
-                if other != chosen:
-                    c.cut(chosen, other)
-        elif kind == "ring":
-            order = [c.node_of(slot) for slot in p["order"]]
-            near = {(order[i], order[(i + 1) % len(order)]) for i in range(len(order))}
-            for a in c.ids:
-                for b in c.ids:
-                    if a < b and (a, b) not in near and (b, a) not in near:
-                        c.cut(a, b)
+        if kind in PARTITIONS:
+            if kind in ("leader-isolated", "leader-peers"):
+                chosen = c.newest_leader() or 1
+            elif kind == "follower-cut":
+                chosen = self._follower()
+            elif kind in ("bridge", "minority"):
+                chosen = c.node_of(p["members"][0])
+            for a, b in sorted(links_cut(kind, p, c.slots, c.members(), chosen)):
+                c.cut(a, b)
         elif kind == "loss":
             c.lose(p["probability"])
         elif kind == "flap":
