@@ -462,6 +462,13 @@ def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],
         at_cut = before[-1] if before else within[0].term
         if not before:
             unsampled += 1
+        # A term it is seen leading it won, with a majority's votes it cannot reach from
+        # its side of the cut: it held that term when the cut began (seed 1503: member 3 won
+        # term 2 in the 0.19 s between its last sample and the cut, the nemesis cut it as
+        # the leader it then was, and it stepped down in term 2).
+        led = [s.term for s in samples if s.node == lonely and s.role == "leader"
+               and s.leader == s.node and start.t <= s.t <= fault.stop]  # fmt: skip
+        at_cut = max([at_cut, *led])
         # A term it took from a leader it follows came from that leader's messages: the cut
         # did not cover that member (seed 1439: a fourth member added by `membership` before
         # the cut was left outside it), which is no inflation.

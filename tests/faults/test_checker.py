@@ -184,3 +184,22 @@ def test_a_term_taken_from_a_leader_the_member_follows_is_not_inflation() -> Non
     verdict = checker.Verdict()
     checker.check_terms(verdict, inflated, faults, started)
     assert not verdict.valid
+
+
+def test_a_term_the_member_is_seen_leading_was_won_before_the_cut() -> None:
+    """Seed 1503: member 3 won term 2 in the 0.19 s between its last sample (term 1) and the
+    cut; `leader-peers` cut it as the leader it was, and it stepped down in term 2."""
+    fault = Fault(8.78, 13.21, "leader-peers")
+    started = [_ev(8.8176, "start", "fault", "nemesis", kind="leader-peers",
+                   fault=fault.describe(), node=3)]  # fmt: skip
+    samples = [_sample(8.627, 3, 1, "follower", 2), _sample(8.883, 3, 2, "leader", 3),
+               _sample(10.924, 3, 2), _sample(11.178, 3, 2)]  # fmt: skip
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, samples, [fault], started)
+    assert verdict.valid, verdict.violations
+    inflated = [*samples, _sample(12.0, 3, 3, "pre-candidate", 0)]  # above the term it won
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, inflated, [fault], started)
+    assert verdict.violations == [
+        "terms: a cut-off member's term rose: ['member 3 term 2->3 in leader-peers']"
+    ]
