@@ -106,6 +106,15 @@ def drop_incoming_at_random(ns: str, other: str, probability: float) -> None:
         "-j", "DROP")  # fmt: skip
 
 
+def set_sysctl(ns: str, setting: str) -> None:
+    """Set ``name=value`` (a network-namespaced sysctl, e.g. ``net.ipv4.tcp_rto_max_ms=1000``)
+    in ``ns`` only; a name that is not per namespace or not in this kernel fails here."""
+    name, sep, value = setting.partition("=")
+    if not sep or not name.startswith("net."):
+        raise ValueError(f"not a network sysctl NAME=VALUE: {setting!r}")
+    run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{name}={value}")
+
+
 def flush(ns: str) -> None:
     """Remove every rule of ``ns``'s filter table."""
     run("ip", "netns", "exec", ns, "iptables", "-F")

@@ -74,6 +74,9 @@ def outer(spec: dict[str, object]) -> int:
     spaces = Namespaces(3, prefix="gll")
     try:
         spaces.create()
+        for ns in spaces.nodes:
+            for setting in spec["sysctls"]:  # type: ignore[attr-defined]
+                netns.set_sysctl(ns, str(setting))
         full = {
             **spec,
             "nodes": spaces.nodes,
@@ -382,6 +385,7 @@ def inner(spec: dict[str, object]) -> int:
     loss_s = float(str(spec["loss_s"]))
     rate = float(str(spec["rate"]))
     target = float(str(spec["target_loss"]))
+    sysctls = [str(s) for s in spec["sysctls"]]  # type: ignore[attr-defined]
     seeds = itertools.count(int(str(spec["seed"])))
     ok = True
     with tempfile.TemporaryDirectory(prefix="gannet-lossy-links-") as root_name:
@@ -391,6 +395,7 @@ def inner(spec: dict[str, object]) -> int:
             group.start()
             for round_no, probability in enumerate(losses):
                 figures = one_round(group, round_no, probability, loss_s, rate, next(seeds))
+                figures["sysctls"] = sysctls
                 if probability <= target:
                     ok = ok and bool(figures["target_met"])
                 print(json.dumps(figures), flush=True)
@@ -415,6 +420,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=SEND_RATE_PER_S)
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--target-loss", type=float, default=TARGET_LOSS)
+    parser.add_argument("--sysctl", action="append", default=[], metavar="NAME=VALUE",
+                        help="a network sysctl set in every member's namespace (repeatable), "
+                        "e.g. net.ipv4.tcp_thin_linear_timeouts=1")  # fmt: skip
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner is not None:
@@ -427,6 +435,7 @@ def main() -> None:
         "rate": args.rate,
         "seed": seed,
         "target_loss": args.target_loss,
+        "sysctls": args.sysctl,
     }
     sys.exit(outer(spec))
 
