@@ -462,18 +462,19 @@ def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],
         at_cut = before[-1] if before else within[0].term
         if not before:
             unsampled += 1
-        # A term it is seen leading it won, with a majority's votes it cannot reach from
-        # its side of the cut: it held that term when the cut began (seed 1503: member 3 won
-        # term 2 in the 0.19 s between its last sample and the cut, the nemesis cut it as
-        # the leader it then was, and it stepped down in term 2).
-        led = [s.term for s in samples if s.node == lonely and s.role == "leader"
-               and s.leader == s.node and start.t <= s.t <= fault.stop]  # fmt: skip
-        at_cut = max([at_cut, *led])
-        # A term it took from a leader it follows came from that leader's messages: the cut
-        # did not cover that member (seed 1439: a fourth member added by `membership` before
-        # the cut was left outside it), which is no inflation.
-        raised = [s.term for s in within if s.term > at_cut
-                  and not (s.role == "follower" and s.leader not in (0, s.node))]  # fmt: skip
+        # A term it is seen in with a known leader (itself or another) is no inflation, and
+        # nothing up to it is: a term it leads it won with a majority's votes, which it cannot
+        # gather from its side of the cut, so it held that term when the cut began (seed 1503:
+        # member 3 won term 2 in the 0.19 s between its last sample and the `leader-peers`
+        # cut); a term it follows came from that leader's messages, sent before the cut (seed
+        # 1550: member 2 voted member 1 into term 3 and acknowledged its first append in the
+        # 0.1 s between its last sample and the `minority` cut, then went pre-candidate in term
+        # 3) or by a member the cut left out (seed 1439: a fourth member added by `membership`
+        # before the cut). A rise counts only above every such term: its own campaigns.
+        known = [s.term for s in samples if s.node == lonely and s.leader != 0
+                 and s.role in ("leader", "follower") and start.t <= s.t <= fault.stop]  # fmt: skip
+        at_cut = max([at_cut, *known])
+        raised = [s.term for s in within if s.term > at_cut]
         if raised:
             inflated.append(f"member {lonely} term {at_cut}->{max(raised)} in {fault.kind}")
     verdict.figures["cuts_without_a_fresh_sample"] = unsampled

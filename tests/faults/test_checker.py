@@ -203,3 +203,27 @@ def test_a_term_the_member_is_seen_leading_was_won_before_the_cut() -> None:
     assert verdict.violations == [
         "terms: a cut-off member's term rose: ['member 3 term 2->3 in leader-peers']"
     ]
+
+
+def test_a_term_the_member_follows_from_the_cuts_start_is_no_inflation() -> None:
+    """Seed 1550: leader 3 paused; member 2 voted member 1 into term 3 and acknowledged its
+    first append in the 0.1 s between its last sample (term 2) and the `minority` cut, then,
+    cut off, went pre-candidate in term 3 (pre-vote held: the term stayed 3)."""
+    fault = Fault(25.51, 35.5, "minority", {"members": [2, 3, 1]})
+    started = [_ev(25.5462, "start", "fault", "nemesis", kind="minority",
+                   fault=fault.describe(), node=2)]  # fmt: skip
+    samples = [
+        _sample(25.446, 2, 2, "follower", 3),
+        _sample(25.701, 2, 3, "follower", 1),
+        _sample(26.976, 2, 3, "pre-candidate"),
+        _sample(27.231, 2, 3, "pre-candidate"),
+    ]
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, samples, [fault], started)
+    assert verdict.valid, verdict.violations
+    inflated = [*samples, _sample(30.0, 2, 4, "candidate")]  # its own campaign
+    verdict = checker.Verdict()
+    checker.check_terms(verdict, inflated, [fault], started)
+    assert verdict.violations == [
+        "terms: a cut-off member's term rose: ['member 2 term 3->4 in minority']"
+    ]
