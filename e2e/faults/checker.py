@@ -453,13 +453,13 @@ def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],
             continue
         before = [s.term for s in samples if s.node == lonely
                   and start.t - FRESH_SAMPLE_S <= s.t <= start.t]  # fmt: skip
-        within = [s for s in samples if s.node == lonely
+        during = [s.term for s in samples if s.node == lonely
                   and start.t + SAMPLE_SETTLE_S <= s.t <= fault.stop]  # fmt: skip
-        if not within:
+        if not during:
             continue
         # Its term at the cut: a fresh sample, else the first one within the cut (then only a
         # rise during the cut counts).
-        at_cut = before[-1] if before else within[0].term
+        at_cut = before[-1] if before else during[0]
         if not before:
             unsampled += 1
         # A term it is seen in with a known leader (itself or another) is no inflation, and
@@ -474,9 +474,8 @@ def check_terms(verdict: Verdict, samples: list[Sample], faults: list[Fault],
         known = [s.term for s in samples if s.node == lonely and s.leader != 0
                  and s.role in ("leader", "follower") and start.t <= s.t <= fault.stop]  # fmt: skip
         at_cut = max([at_cut, *known])
-        raised = [s.term for s in within if s.term > at_cut]
-        if raised:
-            inflated.append(f"member {lonely} term {at_cut}->{max(raised)} in {fault.kind}")
+        if max(during) > at_cut:
+            inflated.append(f"member {lonely} term {at_cut}->{max(during)} in {fault.kind}")
     verdict.figures["cuts_without_a_fresh_sample"] = unsampled
     if inflated:
         verdict.violations.append(f"terms: a cut-off member's term rose: {inflated}")

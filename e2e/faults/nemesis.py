@@ -188,8 +188,8 @@ def replaced_node(resolved: int, members: list[int], leaving: set[int]) -> int:
     raise RuntimeError(f"every member of {members} is being replaced already")
 
 
-PARTITIONS = ("halves", "leader-isolated", "leader-peers", "bridge", "follower-cut", "minority",
-              "ring")  # fmt: skip
+PARTITIONS = tuple(kind for kind in NETWORK if kind not in ("loss", "flap"))
+"""The network nemeses that cut links for their whole length (:func:`links_cut`)."""
 
 
 def links_cut(

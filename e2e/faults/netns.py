@@ -106,13 +106,23 @@ def drop_incoming_at_random(ns: str, other: str, probability: float) -> None:
         "-j", "DROP")  # fmt: skip
 
 
+def sysctl_setting(text: str) -> str:
+    """``text`` if it is ``NAME=VALUE`` with a network sysctl name (``net.``), else ValueError."""
+    name, sep, value = text.partition("=")
+    if not sep or not name.startswith("net.") or not value:
+        raise ValueError(f"not a network sysctl NAME=VALUE (net.ipv4.x=1): {text!r}")
+    return text
+
+
 def set_sysctl(ns: str, setting: str) -> None:
-    """Set ``name=value`` (a network-namespaced sysctl, e.g. ``net.ipv4.tcp_rto_max_ms=1000``)
-    in ``ns`` only; a name that is not per namespace or not in this kernel fails here."""
-    name, sep, value = setting.partition("=")
-    if not sep or not name.startswith("net."):
-        raise ValueError(f"not a network sysctl NAME=VALUE: {setting!r}")
-    run("ip", "netns", "exec", ns, "sysctl", "-q", "-w", f"{name}={value}")
+    """Set ``setting`` (:func:`sysctl_setting`, e.g. ``net.ipv4.tcp_rto_max_ms=1000``) in
+    ``ns`` only; a name this kernel lacks or does not keep per namespace fails here, with
+    sysctl's words."""
+    argv = ("ip", "netns", "exec", ns, "sysctl", "-q", "-w", sysctl_setting(setting))
+    done = subprocess.run(argv, check=False, capture_output=True, text=True,
+                          timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"{setting} in {ns}: {done.stderr.strip() or done.returncode}")
 
 
 def flush(ns: str) -> None:

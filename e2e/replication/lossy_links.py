@@ -411,6 +411,13 @@ def inner(spec: dict[str, object]) -> int:
     return 0 if ok else 1
 
 
+def _sysctl_argument(text: str) -> str:
+    try:
+        return netns.sysctl_setting(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--loss", type=float, action="append", default=None,
@@ -421,6 +428,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=None)
     parser.add_argument("--target-loss", type=float, default=TARGET_LOSS)
     parser.add_argument("--sysctl", action="append", default=[], metavar="NAME=VALUE",
+                        type=_sysctl_argument,
                         help="a network sysctl set in every member's namespace (repeatable), "
                         "e.g. net.ipv4.tcp_thin_linear_timeouts=1")  # fmt: skip
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
