@@ -13,10 +13,15 @@ peer link loses that share in each direction, the client's traffic none. After `
 Recorded per round, from every member's ``GetRaftStatus`` and ``/metrics`` sampled every
 ``SAMPLE_INTERVAL_S``: the leader and term over time (leader changes and term rises during the
 loss), the longest stretch without a successful send (loss start to heal), sends acknowledged
-and failed, acknowledged messages missing afterwards (each acknowledged message id looked up on
+and failed (by error name, with the first failure's words and every failure's time from the
+loss start), acknowledged messages missing afterwards (each acknowledged message id looked up on
 the final leader, and each member's queue counts), and the flaps of
 ``gannet_raft_peer_reachable`` (1 → 0 transitions, per member and peer). The kernel's drops
 cannot be seeded; the round's seed draws the message body sizes (``BODY_BYTES``) and is printed.
+
+The Python client's channel is on the first address (member 1): with ``--leader 2`` (or 3) the
+leadership is moved there before each round, so every send is forwarded by a follower; with
+``--leader 1`` none is; by default the round takes whoever leads.
 
 Target (issue 34): no leader change and no term rise from the loss alone, 0 acknowledged
 messages lost (sends that failed after the client's retries are counted, not part of the
@@ -91,19 +96,24 @@ def outer(spec: dict[str, object]) -> int:
 # ---------------------------------------------------------------------------- inner
 @dataclass
 class Sends:
-    """Acknowledged sends (answer time, message id) and failures by error name."""
+    """Acknowledged sends (answer time, message id), failures by error name and the first
+    failure's words of each name."""
 
     acked: list[tuple[float, str]] = field(default_factory=list)
     failures: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, str] = field(default_factory=dict)
+    failed_at_s: list[float] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def ack(self, at_s: float, message_id: str) -> None:
         with self.lock:
             self.acked.append((at_s, message_id))
 
-    def fail(self, kind: str) -> None:
+    def fail(self, kind: str, words: str = "") -> None:
         with self.lock:
             self.failures[kind] = self.failures.get(kind, 0) + 1
+            self.examples.setdefault(kind, words[:300])
+            self.failed_at_s.append(time.monotonic())
 
     def snapshot(self) -> tuple[list[tuple[float, str]], dict[str, int]]:
         with self.lock:
@@ -136,7 +146,7 @@ class PacedProducer(threading.Thread):
                 receipt = self.producer.send(message)
                 self.sends.ack(time.monotonic(), str(receipt.message_id))
             except Exception as exc:  # the client's failure after its retries: counted
-                self.sends.fail(type(exc).__name__)
+                self.sends.fail(type(exc).__name__, str(exc))
             next_s = max(next_s + self.interval_s, time.monotonic() - self.interval_s)
             self.done.wait(max(0.0, next_s - time.monotonic()))
 
@@ -316,10 +326,31 @@ def missing(
     return figures
 
 
+def lead_with(group: Group, wanted: int) -> None:
+    """Make member ``wanted`` the leader (a leadership transfer) unless it leads already."""
+    leader = agreed_leader(group)
+    if leader == wanted:
+        return
+    channel, stub = _admin(group, wanted)
+    with channel:
+        stub.TransferLeadership(
+            admin_pb2.TransferLeadershipRequest(target_node_id=str(wanted)), timeout=10
+        )
+    _until(lambda: agreed_leader(group) == wanted, START_TIMEOUT_S, f"member {wanted} leading")
+
+
 def one_round(
-    group: Group, round_no: int, probability: float, loss_s: float, rate: float, seed: int
+    group: Group,
+    round_no: int,
+    probability: float,
+    loss_s: float,
+    rate: float,
+    seed: int,
+    wanted_leader: int | None = None,
 ) -> dict[str, object]:
     _until(lambda: agreed_leader(group) is not None, START_TIMEOUT_S, "an agreed leader")
+    if wanted_leader is not None:
+        lead_with(group, wanted_leader)
     leader = agreed_leader(group)
     assert leader is not None
     topic = f"Lossy{round_no}"
@@ -369,6 +400,8 @@ def one_round(
         "acked_during_loss": len(during),
         "acked_per_s_during_loss": round(len(during) / loss_s, 1),
         "failed": failures,
+        "failed_examples": dict(producer.sends.examples),
+        "failed_at_s": [round(t - loss_at, 1) for t in producer.sends.failed_at_s],
         "lost": lost,
     }
     figures["target_met"] = (
@@ -387,6 +420,8 @@ def inner(spec: dict[str, object]) -> int:
     target = float(str(spec["target_loss"]))
     sysctls = [str(s) for s in spec["sysctls"]]  # type: ignore[attr-defined]
     seeds = itertools.count(int(str(spec["seed"])))
+    wanted = spec.get("leader")
+    wanted_leader = None if wanted is None else int(str(wanted))
     ok = True
     with tempfile.TemporaryDirectory(prefix="gannet-lossy-links-") as root_name:
         root = Path(root_name)
@@ -394,8 +429,11 @@ def inner(spec: dict[str, object]) -> int:
         try:
             group.start()
             for round_no, probability in enumerate(losses):
-                figures = one_round(group, round_no, probability, loss_s, rate, next(seeds))
+                figures = one_round(
+                    group, round_no, probability, loss_s, rate, next(seeds), wanted_leader
+                )
                 figures["sysctls"] = sysctls
+                figures["leader_wanted"] = wanted_leader
                 if probability <= target:
                     ok = ok and bool(figures["target_met"])
                 print(json.dumps(figures), flush=True)
@@ -431,6 +469,10 @@ def main() -> None:
                         type=_sysctl_argument,
                         help="a network sysctl set in every member's namespace (repeatable), "
                         "e.g. net.ipv4.tcp_thin_linear_timeouts=1")  # fmt: skip
+    parser.add_argument("--leader", type=int, choices=(1, 2, 3), default=None,
+                        help="before each round, move the leadership to this member (the "
+                        "Python client's channel is on member 1: 2 or 3 sends through a "
+                        "follower); default: whoever leads")  # fmt: skip
     parser.add_argument("--inner", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner is not None:
@@ -444,6 +486,7 @@ def main() -> None:
         "seed": seed,
         "target_loss": args.target_loss,
         "sysctls": args.sysctl,
+        "leader": args.leader,
     }
     sys.exit(outer(spec))
 

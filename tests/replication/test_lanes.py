@@ -269,3 +269,67 @@ def test_a_resent_range_reaches_the_follower_while_lane_zero_stalls() -> None:
     took_s = asyncio.run(_resend_with_lane_zero_blackholed())
     print(f"lane 0 blackholed: resent range arrived after {took_s:.3f} s")
     assert took_s < GAP_MAX_S
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.now_s = 100.0
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def test_a_lane_copy_taken_just_before_is_dropped_once_per_message() -> None:
+    clock = _Clock()
+    copies = lanes.LaneCopies(0.05, clock)
+    beat = Heartbeat(ONE, TWO, Term(3), ByteOffset(9), 1000)
+    assert not copies.is_copy(beat)  # the first copy is taken
+    clock.now_s += 0.01
+    assert copies.is_copy(Heartbeat(ONE, TWO, Term(3), ByteOffset(9), 1000))  # equal: dropped
+    assert not copies.is_copy(Heartbeat(ONE, TWO, Term(3), ByteOffset(10), 1000))  # differs
+    assert not copies.is_copy(Heartbeat(NodeId(3), TWO, Term(3), ByteOffset(9), 1000))  # sender
+    answer = HeartbeatResponse(TWO, ONE, Term(3), ByteOffset(7), ByteOffset(5))
+    assert not copies.is_copy(answer)  # another kind
+    assert copies.is_copy(answer)
+    clock.now_s += 0.1  # a tick later
+    assert not copies.is_copy(answer)  # the next heartbeat's equal answer, a tick later: taken
+    append = _append(0, 3)
+    assert not copies.is_copy(append)
+    assert not copies.is_copy(append)  # data is never dropped here (resends: the core decides)
+
+
+def test_lane_copies_remember_a_bounded_number_of_senders() -> None:
+    copies = lanes.LaneCopies(1.0, _Clock())
+    for sender in range(1, lanes.COPIES_REMEMBERED_MAX + 2):
+        assert not copies.is_copy(Heartbeat(NodeId(sender), TWO, Term(1), ZERO))
+    assert len(copies._taken) <= lanes.COPIES_REMEMBERED_MAX
+
+
+async def _one_heartbeat_on_every_lane() -> tuple[list[Message], int]:
+    port1, port2, client1, client2 = free_ports(4)
+    peers = (PeerSpec(1, "127.0.0.1", port1, client1), PeerSpec(2, "127.0.0.1", port2, client2))
+
+    def config(node_id: int, listen: int) -> ReplicationConfig:
+        return ReplicationConfig(
+            node_id=node_id, peers=peers, peer_listen=f"127.0.0.1:{listen}", tick_interval_s=10.0
+        )
+
+    stepped: list[Message] = []
+    leader = PeerTransport(config(1, port1), lambda _m: None)
+    follower = PeerTransport(config(2, port2), stepped.append)
+    await follower.start()
+    await leader.start()
+    try:
+        await _until(lambda: leader.lanes_open(2) == lanes.LANES, "lanes open")
+        leader.send(Heartbeat(ONE, TWO, Term(1), ByteOffset(5)))
+        await _until(lambda: follower.received_total == lanes.LANES, "every lane's copy")
+        return stepped, follower.lane_copies_dropped_total
+    finally:
+        await leader.stop()
+        await follower.stop()
+
+
+def test_the_copies_of_one_heartbeat_reach_the_core_once() -> None:
+    stepped, dropped = asyncio.run(_one_heartbeat_on_every_lane())
+    assert stepped == [Heartbeat(ONE, TWO, Term(1), ByteOffset(5))]
+    assert dropped == lanes.LANES - 1

@@ -93,7 +93,7 @@ RETRY_PAUSE_S = 0.05
 HEDGE_AFTER_S = 0.3
 """A forwarded one-message send not answered this long after its last copy went out is sent
 again on the member's next forward lane (:data:`FORWARD_LANES`)."""
-FORWARD_LANES = 3
+FORWARD_LANES = 5
 """Forward channels (connections) per member: a hedged send goes out on at most this many."""
 WATCH_SLICE_S = 1.0
 """A leader watcher with no forwarded call left ends within this long."""
@@ -121,8 +121,13 @@ REQUESTS: dict[str, tuple[type[ProtoMessage], type[ProtoMessage]]] = {
         service_pb2.SyncLiteSubscriptionRequest,
         service_pb2.SyncLiteSubscriptionResponse,
     ),
+    "QueryRoute": (service_pb2.QueryRouteRequest, service_pb2.QueryRouteResponse),
+    "QueryAssignment": (service_pb2.QueryAssignmentRequest, service_pb2.QueryAssignmentResponse),
 }
-"""The leader-only v2 methods: request and response types (``ReceiveMessage`` streams)."""
+"""The v2 methods a member forwards to the leader: request and response types
+(``ReceiveMessage`` streams). The leader-only ones, and ``QueryRoute`` / ``QueryAssignment``,
+which a follower asks of the leader only for a topic or group it does not know (it may lag the
+leader's log: ``messaging._here_or_leader``)."""
 STREAMING = frozenset({"ReceiveMessage"})
 
 
@@ -422,6 +427,7 @@ class Forwarder:
                     target, forward, deadline, follows_leader, hedgeable(method, request)
                 )
             except _Retry:
+                self._unless_past(deadline, target, method)
                 await asyncio.sleep(RETRY_PAUSE_S)
                 continue
             if len(replies) != 1:
@@ -471,6 +477,7 @@ class Forwarder:
             except _Retry:
                 pass
             self.stats.rerouted_total += 1
+            self._unless_past(deadline, target, method)
             await asyncio.sleep(RETRY_PAUSE_S)
 
     def _count(self, method: str) -> None:
@@ -478,9 +485,15 @@ class Forwarder:
 
     @contextlib.asynccontextmanager
     async def _slot(self, deadline: float) -> AsyncIterator[None]:
+        """One of the ``inflight_max`` forwarding slots, waited for until ``deadline``:
+        ``TOO_MANY_REQUESTS`` only when every slot stayed taken (a free slot is taken at once,
+        even at the deadline: the caller decides what a passed deadline means)."""
         remaining = deadline - asyncio.get_running_loop().time()
         try:
-            await asyncio.wait_for(self._slots.acquire(), max(0.0, remaining))
+            if self._slots.locked():
+                await asyncio.wait_for(self._slots.acquire(), max(0.0, remaining))
+            else:
+                await self._slots.acquire()
         except TimeoutError:
             raise ApiError(
                 Code.TOO_MANY_REQUESTS,
@@ -632,6 +645,13 @@ class Forwarder:
                 del self._moved[node_id]
             if not moved.done():
                 moved.cancel()
+
+    def _unless_past(self, deadline: float, target: PeerSpec, method: str) -> None:
+        """Before routing a request again: ``PROXY_TIMEOUT`` once its deadline passed (a
+        forwarded call that may have reached the leader; retried by the official clients)."""
+        if asyncio.get_running_loop().time() >= deadline:
+            self.stats.unanswered_total += 1
+            raise ApiError(Code.PROXY_TIMEOUT, self._timeout_message(target, method))
 
     def _timeout_message(self, target: PeerSpec, method: str) -> str:
         return (

@@ -15,7 +15,8 @@ its ``status``.
 On a Raft group, what only the leader may do (sends, Pop and its acks, invisibility changes,
 DLQ forwarding, offset updates, EndTransaction) is served by any member: a follower forwards it
 to the leader, or holds it while no leader is known (:mod:`forwarding`); everything else is
-answered locally.
+answered locally, except a route or assignment query for a topic or group the follower does not
+know: that one is asked of the leader, which may have committed it already.
 
 Names are checked and looked up by :class:`~gannet.node.api.resources.Resources` (unknown
 topics are ``TOPIC_NOT_FOUND`` unless the broker auto-creates them); the offset RPCs live in
@@ -74,6 +75,11 @@ from gannet.node.transactions.service import TransactionLimits
 log = logging.getLogger(__name__)
 
 Response = TypeVar("Response")
+UNKNOWN_HERE = frozenset({statuses.TOPIC_NOT_FOUND, statuses.CONSUMER_GROUP_NOT_FOUND})
+"""Refusals a follower checks with its leader before answering them (``_here_or_leader``)."""
+LEADER_CHECK_MAX_S = 2.0
+"""How long a follower waits for its leader's answer about a topic or group it does not know;
+past it (the leader cut off, an election), it answers what it knows."""
 T = TypeVar("T")
 
 
@@ -186,7 +192,9 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
             queues = self._cluster_route(request.topic, request.endpoints, context)
             return service_pb2.QueryRouteResponse(status=statuses.ok(), message_queues=queues)
 
-        return await self._answer(service_pb2.QueryRouteResponse, work, "QueryRoute")
+        return await self._here_or_leader(
+            "QueryRoute", request, context, service_pb2.QueryRouteResponse, work
+        )
 
     async def QueryAssignment(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         async def work() -> service_pb2.QueryAssignmentResponse:
@@ -199,7 +207,50 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):  # type: ign
                 )
             return service_pb2.QueryAssignmentResponse(status=statuses.ok(), assignments=found)
 
-        return await self._answer(service_pb2.QueryAssignmentResponse, work, "QueryAssignment")
+        return await self._here_or_leader(
+            "QueryAssignment", request, context, service_pb2.QueryAssignmentResponse, work
+        )
+
+    async def _here_or_leader(
+        self,
+        method: str,
+        request: object,
+        context: grpc.aio.ServicerContext,
+        make: Callable[..., Response],
+        work: Callable[[], Awaitable[Response]],
+    ) -> Response:
+        """Answer ``work`` here; a topic (or group) this follower does not know is asked of the
+        leader (:mod:`forwarding`): it may be committed there and not yet applied here (a topic
+        created on the leader and queried on a follower at once: the official Python client
+        failed its first sends with "failed to fetch topic route", issue 34). Not when no leader
+        is known or this request was itself forwarded, and not for longer than
+        :data:`LEADER_CHECK_MAX_S`: then the local answer stands."""
+        forwarder = self.forwarder
+
+        async def routed() -> Response:
+            try:
+                return await work()
+            except ApiError as exc:
+                if forwarder is None or exc.code not in UNKNOWN_HERE:
+                    raise
+                if getattr(context, "forwarded", False) or not self._follows_a_leader():
+                    raise
+                unknown = exc
+            asked = forwarder.unary(method, request, context, work, make)  # type: ignore[arg-type]
+            try:
+                return await asyncio.wait_for(asked, LEADER_CHECK_MAX_S)
+            except (TimeoutError, ApiError):  # the leader did not answer: the local answer
+                raise unknown from None
+
+        return await self._answer(make, routed, method)
+
+    def _follows_a_leader(self) -> bool:
+        """This member knows a leader other than itself (a follower that may lag it)."""
+        replication = self.replication
+        if replication is None:
+            return False
+        leader = replication.leader()
+        return leader is not None and leader.node_id != replication.config.node_id
 
     def _cluster_route(
         self,

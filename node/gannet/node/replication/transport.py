@@ -7,7 +7,7 @@ so a TCP connection of its own) keep a ``Deliver`` client stream open each; lane
 every message to that member in order, the others a copy of what leader liveness and
 elections need (:data:`lanes.COPIED_KINDS`: heartbeats and their answers, (pre-)votes and
 their answers, TimeoutNow), so one connection stalled by packet loss does not silence the
-peer. When a stream fails its lane reconnects after a back-off and the messages queued on it
+peer; arriving copies of one message reach ``on_message`` once (:class:`lanes.LaneCopies`). When a stream fails its lane reconnects after a back-off and the messages queued on it
 meanwhile are dropped (Raft re-sends what matters: heartbeats, probes, go-back-N). A stranger
 (:meth:`PeerTransport.learn_contact`) gets one lane.
 
@@ -286,6 +286,9 @@ class PeerTransport:
             self._channel_credentials = self._peer_channel_credentials()
         self._resends = lanes.AppendResends()
         """AppendEntries that resend bytes go on every lane (:mod:`lanes`)."""
+        self._copies = lanes.LaneCopies(config.tick_interval_s / 2)
+        """Arriving lane copies of a message taken half a tick before are dropped."""
+        self.lane_copies_dropped_total = 0
         self._forward_channels: dict[tuple[int, int], tuple[str, grpc.aio.Channel]] = {}
         """By (member, lane): the address dialed and the channel."""
         self.resolver = peer_resolving.PeerResolver()
@@ -530,6 +533,9 @@ class PeerTransport:
             return
         self.received_total += 1
         self.liveness.heard(message.sender)
+        if self._copies.is_copy(message):
+            self.lane_copies_dropped_total += 1
+            return
         self._on_message(message)
 
     # ------------------------------------------------------------------ out
