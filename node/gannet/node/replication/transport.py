@@ -7,7 +7,8 @@ so a TCP connection of its own) keep a ``Deliver`` client stream open each; lane
 every message to that member in order, the others a copy of what leader liveness and
 elections need (:data:`lanes.COPIED_KINDS`: heartbeats and their answers, (pre-)votes and
 their answers, TimeoutNow), so one connection stalled by packet loss does not silence the
-peer; arriving copies of one message reach ``on_message`` once (:class:`lanes.LaneCopies`). When a stream fails its lane reconnects after a back-off and the messages queued on it
+peer; arriving copies of one message reach ``on_message`` once (:class:`lanes.LaneCopies`).
+When a stream fails its lane reconnects after a back-off and the messages queued on it
 meanwhile are dropped (Raft re-sends what matters: heartbeats, probes, go-back-N). A stranger
 (:meth:`PeerTransport.learn_contact`) gets one lane.
 
