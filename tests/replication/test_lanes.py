@@ -39,6 +39,7 @@ from gannet.node.replication.config import PeerSpec, ReplicationConfig
 from gannet.node.replication.transport import KEEPALIVE_TIME_MS, PeerTransport
 
 from .conftest import free_ports
+from .test_liveness import Clock
 
 TICK_S = 0.05
 WAIT_S = 30.0
@@ -271,16 +272,8 @@ def test_a_resent_range_reaches_the_follower_while_lane_zero_stalls() -> None:
     assert took_s < GAP_MAX_S
 
 
-class _Clock:
-    def __init__(self) -> None:
-        self.now_s = 100.0
-
-    def __call__(self) -> float:
-        return self.now_s
-
-
 def test_a_lane_copy_taken_just_before_is_dropped_once_per_message() -> None:
-    clock = _Clock()
+    clock = Clock()
     copies = lanes.LaneCopies(0.05, clock)
     beat = Heartbeat(ONE, TWO, Term(3), ByteOffset(9), 1000)
     assert not copies.is_copy(beat)  # the first copy is taken
@@ -299,7 +292,7 @@ def test_a_lane_copy_taken_just_before_is_dropped_once_per_message() -> None:
 
 
 def test_lane_copies_remember_a_bounded_number_of_senders() -> None:
-    copies = lanes.LaneCopies(1.0, _Clock())
+    copies = lanes.LaneCopies(1.0, Clock())
     for sender in range(1, lanes.COPIES_REMEMBERED_MAX + 2):
         assert not copies.is_copy(Heartbeat(NodeId(sender), TWO, Term(1), ZERO))
     assert len(copies._taken) <= lanes.COPIES_REMEMBERED_MAX
