@@ -214,6 +214,17 @@ e2e-partition-clients: $(STAMP)
 	$(BIN)/python -m e2e.replication.partition_clients --client python --client java \
 	  --client node --client node-dns --client node-service
 
+## e2e-blackholed-clients: root only: the same clients with their channel on a member cut off
+## from its peers *and* from the client (packets dropped, nothing refused): measured, not judged
+## (the official clients have no keepalive; python-keepalive adds one to the Python client's
+## channels: docs/architecture.md, "A blackholed channel")
+.PHONY: e2e-blackholed-clients
+e2e-blackholed-clients: $(STAMP)
+	command -v iptables >/dev/null || { $(SUDO) apt-get update -q && $(APT_INSTALL) iptables; }
+	$(BIN)/python -m e2e.replication.partition_clients --scenario blackholed \
+	  --scenario blackholed-follower --client python --client python-keepalive --client java \
+	  --client node --client node-dns
+
 ## e2e-faults: root only (ip netns, iptables): RUNS (default 100) seeded runs of DURATION_S
 ## (default 60) s each: 3 broker processes in network namespaces under official-client sends and
 ## Pop consumers while a nemesis partitions, drops packets, flaps links, pauses and kills (also

@@ -19,7 +19,14 @@ Scenarios (node 1 is the member the Python client's channel is on):
 
 * ``leader-cut`` — node 1 leads and is cut from both followers (clients still reach it);
 * ``follower-cut`` — node 2 leads; node 1, a follower, is cut from both peers;
-* ``bridge`` — node 2 leads; node 1 is cut from node 2 only: both still see node 3.
+* ``bridge`` — node 2 leads; node 1 is cut from node 2 only: both still see node 3;
+* ``blackholed`` — node 1 leads and is cut from both followers *and from the client* (every
+  packet dropped, nothing refused): the client still reaches nodes 2 and 3, but its channel's
+  connection to node 1 neither answers nor breaks; ``blackholed-follower`` — the same with
+  node 2 leading. Not one of :data:`SCENARIOS` (its outage is
+  the client library's, not a target: :data:`BLACKHOLED`); run it with ``--scenario
+  blackholed``. ``python-keepalive`` is the official Python client with HTTP/2 keepalive added
+  to its channels (:data:`KEEPALIVE_OPTIONS`), which the client itself does not offer.
 
 Each cut lasts ``--partition-s`` (15 s by default), then heals. Measured per scenario: the
 **outage** — the longest stretch from the cut to the heal without a successful send (the cut and
@@ -27,7 +34,8 @@ the heal bound it; a client that never succeeded meanwhile scores the whole part
 sends that failed after the client's own retries, by error, and when the cut-off member's
 ``/readyz`` said not ready and its client port refused connections (seconds after the cut);
 for ``node-service`` also when it left the Service and how many connections were refused.
-Target: outage <= :data:`OUTAGE_TARGET_S` (a majority serves all along). One JSON line per
+Target: outage <= :data:`OUTAGE_TARGET_S` (a majority serves all along), but for
+``blackholed`` (``target_met`` is None: measured, not judged). One JSON line per
 scenario; exit status 0 when every target is met, 1 otherwise, 2 without root.
 
 Two processes, as in :mod:`silent_link`: the outer one makes the namespaces and always deletes
@@ -54,8 +62,10 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
+from grpc import aio
 from rocketmq import ClientConfiguration, Credentials, Message, Producer
 
 from e2e.faults import client_workload, netns
@@ -80,7 +90,7 @@ PROBE_PERIOD_S = float(manifests.READINESS_PERIOD_S)
 PROBE_FAILURES_MAX = manifests.READINESS_FAILURES_MAX
 """``node-service``: the operator's readinessProbe on ``/readyz`` (``--probe-period-s`` and
 ``--probe-failures`` replay other settings)."""
-CLIENT_NAMES = ("python", "java", "node", "node-dns", "node-service")
+CLIENT_NAMES = ("python", "java", "node", "node-dns", "node-service", "python-keepalive")
 DNS_NAME = "gannet-members"
 """``node-dns``: a name resolving to every member, node 1 first (as a headless Service's name
 resolves to its pods), in the client namespace's ``/etc/hosts``."""
@@ -90,6 +100,17 @@ SCENARIOS: dict[str, tuple[int, list[tuple[int, int]]]] = {
     "bridge": (2, [(1, 2)]),
 }
 """Scenario name → (the leader to place before the cut, the links to cut)."""
+BLACKHOLED: dict[str, tuple[int, list[tuple[int, int]]]] = {
+    "blackholed": (1, [(1, 2), (1, 3)]),
+    "blackholed-follower": (2, [(1, 2), (1, 3)]),
+}
+"""Scenarios that also drop every packet between the client and :data:`CUT_MEMBER`."""
+KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
+    ("grpc.keepalive_time_ms", 1000),
+    ("grpc.keepalive_timeout_ms", 1000),
+)
+"""Added to the Python client's channel options by ``python-keepalive``: a PING after 1 s without
+a frame, the connection closed when it is unanswered for 1 s."""
 
 
 # ---------------------------------------------------------------------------- outer
@@ -100,7 +121,7 @@ def outer(
         print("e2e-partition-clients needs root (network namespaces, iptables)", file=sys.stderr)
         return 2
     for client in clients:
-        if client != "python":
+        if not client.startswith("python"):
             client_workload.prepare(client.split("-")[0])  # the registries need the network
     spaces = Namespaces(3)
     hosts = Path("/etc/netns") / spaces.ctl
@@ -113,6 +134,7 @@ def outer(
         spec = {
             "nodes": spaces.nodes,
             "addresses": [spaces.address(i) for i in (1, 2, 3)],
+            "client_address": spaces.ctl_address,
             "clients": clients,
             "scenarios": scenarios,
             "partition_s": partition_s,
@@ -159,8 +181,10 @@ class PythonLoad(threading.Thread):
     """The official Python Producer sending one message at a time (request timeout 3 s, its
     default 3 attempts)."""
 
-    def __init__(self, endpoints: str) -> None:
+    def __init__(self, endpoints: str, keepalive: bool = False) -> None:
         super().__init__(name="python-producer", daemon=True)
+        self.keepalive = keepalive
+        self.unpatch: Callable[[], None] = lambda: None
         config = ClientConfiguration(endpoints, Credentials(), request_timeout=3)
         self.producer = Producer(config, (TOPIC,))
         self.sends = Sends()
@@ -181,6 +205,8 @@ class PythonLoad(threading.Thread):
                 self.sends.failed(type(exc).__name__)
 
     def startup(self) -> None:
+        if self.keepalive:
+            self.unpatch = _with_keepalive()
         self.producer.startup()
         self.start()
 
@@ -189,6 +215,23 @@ class PythonLoad(threading.Thread):
         self.join(30)
         with contextlib.suppress(Exception):
             self.producer.shutdown()
+        self.unpatch()
+
+
+def _with_keepalive() -> Callable[[], None]:
+    """Make ``grpc.aio.insecure_channel`` (which the Python client calls with its own options
+    and no way to add any) append :data:`KEEPALIVE_OPTIONS`; returns the undo."""
+    original = aio.insecure_channel
+
+    def insecure_channel(target: str, options: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return original(target, [*(options or ()), *KEEPALIVE_OPTIONS], *args, **kwargs)
+
+    aio.insecure_channel = insecure_channel
+
+    def undo() -> None:
+        aio.insecure_channel = original
+
+    return undo
 
 
 class JavaLoad:
@@ -339,8 +382,8 @@ Load = PythonLoad | JavaLoad | NodeLoad
 
 
 def _load(client: str, group: Group, endpoints: str, root: Path, seed: int, probe: Probe) -> Load:
-    if client == "python":
-        return PythonLoad(endpoints)
+    if client in ("python", "python-keepalive"):
+        return PythonLoad(endpoints, keepalive=client == "python-keepalive")
     if client == "java":
         return JavaLoad(endpoints, root / "java.log")
     via = client.removeprefix("node-") if client != "node" else "proxy"
@@ -429,10 +472,11 @@ def _first(condition: Callable[[], bool], since_s: float, limit_s: float) -> flo
 
 def one_scenario(
     group: Group, name: str, client: str, partition_s: float, root: Path, seed: int,
-    probe: Probe,
+    probe: Probe, client_address: str,
 ) -> dict[str, object]:  # fmt: skip
     """One cut and heal; ``seed`` draws ``node-service``'s members (printed with the figures)."""
-    leader, links = SCENARIOS[name]
+    leader, links = {**SCENARIOS, **BLACKHOLED}[name]
+    blackholed = name in BLACKHOLED
     place_leader(group, leader)
     endpoints = ";".join(f"{a}:{CLIENT_PORT}" for a in group.addresses)
     load = _load(client, group, endpoints, root, seed, probe)
@@ -445,16 +489,25 @@ def one_scenario(
         cut_s = time.monotonic()
         for a, b in links:
             group.cut(a, b)
-        unready_s = _first(lambda: not _ready(group, CUT_MEMBER), cut_s, partition_s)
-        refused_s = _first(lambda: _refuses(group, CUT_MEMBER), cut_s, partition_s)
+        unready_s = refused_s = None
+        if blackholed:  # its /readyz and port are out of the client's reach too
+            netns.drop_between(group.nodes[CUT_MEMBER - 1], client_address)
+        else:
+            unready_s = _first(lambda: not _ready(group, CUT_MEMBER), cut_s, partition_s)
+            refused_s = _first(lambda: _refuses(group, CUT_MEMBER), cut_s, partition_s)
         time.sleep(max(0.0, cut_s + partition_s - time.monotonic()))  # the partition's length
         group.heal()
+        if blackholed:
+            netns.undrop_between(group.nodes[CUT_MEMBER - 1], client_address)
         healed_s = time.monotonic()
         before = len(load.sends.snapshot()[0])
         _until(lambda: len(load.sends.snapshot()[0]) > before, SETTLE_TIMEOUT_S, "acks again")
         acked, failures = load.sends.snapshot()
     finally:
         group.heal()
+        if blackholed:
+            with contextlib.suppress(subprocess.CalledProcessError):  # already undone
+                netns.undrop_between(group.nodes[CUT_MEMBER - 1], client_address)
         load.stop()
     _until(lambda: agreed_leader(group) is not None, SETTLE_TIMEOUT_S, "an agreed leader")
     worst = outage_s(acked, cut_s, healed_s)
@@ -467,7 +520,7 @@ def one_scenario(
         "cut_member_unready_after_s": unready_s,
         "cut_member_port_refused_after_s": refused_s,
         "failed_sends": failures,
-        "target_met": worst <= OUTAGE_TARGET_S,
+        "target_met": None if blackholed else worst <= OUTAGE_TARGET_S,
         **({} if channel is None else {"channel_members_at_cut": channel}),
         **_service_figures(load, cut_s, healed_s),
         "load_average_1m": round(os.getloadavg()[0], 1),
@@ -496,6 +549,7 @@ def inner(spec: dict[str, object]) -> int:
     clients = [str(c) for c in spec["clients"]]  # type: ignore[attr-defined]
     scenarios = [str(s) for s in spec["scenarios"]]  # type: ignore[attr-defined]
     partition_s = float(spec["partition_s"])  # type: ignore[arg-type]
+    client_address = str(spec["client_address"])
     ok = True
     with tempfile.TemporaryDirectory(prefix="gannet-partition-clients-") as root_name:
         root = Path(root_name)
@@ -516,9 +570,11 @@ def inner(spec: dict[str, object]) -> int:
             for client in clients:
                 for name in scenarios:
                     seed = next(runs)
-                    figures = one_scenario(group, name, client, partition_s, root, seed, probe)
+                    figures = one_scenario(
+                        group, name, client, partition_s, root, seed, probe, client_address
+                    )
                     figures["seed"] = seed
-                    ok = ok and bool(figures["target_met"])
+                    ok = ok and figures["target_met"] is not False
                     print(json.dumps(figures), flush=True)
         except BaseException:
             ok = False
@@ -543,7 +599,8 @@ def _print_client_logs(root: Path, lines: int = 20) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", action="append", choices=CLIENT_NAMES, default=None)
-    parser.add_argument("--scenario", action="append", choices=tuple(SCENARIOS), default=None)
+    choices = (*SCENARIOS, *BLACKHOLED)
+    parser.add_argument("--scenario", action="append", choices=choices, default=None)
     parser.add_argument("--partition-s", type=float, default=PARTITION_S)
     parser.add_argument("--probe-period-s", type=float, default=PROBE_PERIOD_S)
     parser.add_argument("--probe-failures", type=int, default=PROBE_FAILURES_MAX)
