@@ -23,10 +23,10 @@ Scenarios (node 1 is the member the Python client's channel is on):
 * ``blackholed`` — node 1 leads and is cut from both followers *and from the client* (every
   packet dropped, nothing refused): the client still reaches nodes 2 and 3, but its channel's
   connection to node 1 neither answers nor breaks; ``blackholed-follower`` — the same with
-  node 2 leading. Not one of :data:`SCENARIOS` (its outage is
-  the client library's, not a target: :data:`BLACKHOLED`); run it with ``--scenario
-  blackholed``. ``python-keepalive`` is the official Python client with HTTP/2 keepalive added
-  to its channels (:data:`KEEPALIVE_OPTIONS`), which the client itself does not offer.
+  node 2 leading. Not among :data:`SCENARIOS` (the outage is the client library's, not a
+  target: :data:`BLACKHOLED`); run them with ``--scenario``. ``python-keepalive`` is the
+  official Python client with HTTP/2 keepalive added to its channels
+  (:data:`KEEPALIVE_OPTIONS`), which the client itself does not offer.
 
 Each cut lasts ``--partition-s`` (15 s by default), then heals. Measured per scenario: the
 **outage** — the longest stretch from the cut to the heal without a successful send (the cut and
@@ -105,6 +105,7 @@ BLACKHOLED: dict[str, tuple[int, list[tuple[int, int]]]] = {
     "blackholed-follower": (2, [(1, 2), (1, 3)]),
 }
 """Scenarios that also drop every packet between the client and :data:`CUT_MEMBER`."""
+ALL_SCENARIOS = {**SCENARIOS, **BLACKHOLED}
 KEEPALIVE_OPTIONS: tuple[tuple[str, int], ...] = (
     ("grpc.keepalive_time_ms", 1000),
     ("grpc.keepalive_timeout_ms", 1000),
@@ -475,7 +476,7 @@ def one_scenario(
     probe: Probe, client_address: str,
 ) -> dict[str, object]:  # fmt: skip
     """One cut and heal; ``seed`` draws ``node-service``'s members (printed with the figures)."""
-    leader, links = {**SCENARIOS, **BLACKHOLED}[name]
+    leader, links = ALL_SCENARIOS[name]
     blackholed = name in BLACKHOLED
     place_leader(group, leader)
     endpoints = ";".join(f"{a}:{CLIENT_PORT}" for a in group.addresses)
@@ -491,23 +492,18 @@ def one_scenario(
             group.cut(a, b)
         unready_s = refused_s = None
         if blackholed:  # its /readyz and port are out of the client's reach too
-            netns.drop_between(group.nodes[CUT_MEMBER - 1], client_address)
+            group.cut_from(CUT_MEMBER, client_address)
         else:
             unready_s = _first(lambda: not _ready(group, CUT_MEMBER), cut_s, partition_s)
             refused_s = _first(lambda: _refuses(group, CUT_MEMBER), cut_s, partition_s)
         time.sleep(max(0.0, cut_s + partition_s - time.monotonic()))  # the partition's length
         group.heal()
-        if blackholed:
-            netns.undrop_between(group.nodes[CUT_MEMBER - 1], client_address)
         healed_s = time.monotonic()
         before = len(load.sends.snapshot()[0])
         _until(lambda: len(load.sends.snapshot()[0]) > before, SETTLE_TIMEOUT_S, "acks again")
         acked, failures = load.sends.snapshot()
     finally:
         group.heal()
-        if blackholed:
-            with contextlib.suppress(subprocess.CalledProcessError):  # already undone
-                netns.undrop_between(group.nodes[CUT_MEMBER - 1], client_address)
         load.stop()
     _until(lambda: agreed_leader(group) is not None, SETTLE_TIMEOUT_S, "an agreed leader")
     worst = outage_s(acked, cut_s, healed_s)
@@ -599,8 +595,7 @@ def _print_client_logs(root: Path, lines: int = 20) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--client", action="append", choices=CLIENT_NAMES, default=None)
-    choices = (*SCENARIOS, *BLACKHOLED)
-    parser.add_argument("--scenario", action="append", choices=choices, default=None)
+    parser.add_argument("--scenario", action="append", choices=tuple(ALL_SCENARIOS), default=None)
     parser.add_argument("--partition-s", type=float, default=PARTITION_S)
     parser.add_argument("--probe-period-s", type=float, default=PROBE_PERIOD_S)
     parser.add_argument("--probe-failures", type=int, default=PROBE_FAILURES_MAX)

@@ -84,6 +84,8 @@ class Group:
         self.root = root
         self.processes: dict[int, subprocess.Popen[bytes]] = {}
         self.cuts: list[tuple[int, int]] = []
+        self.cut_away: list[tuple[int, str]] = []
+        """Members cut from an address outside the group (the client's), undone by :meth:`heal`."""
         self._opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
     @property
@@ -172,11 +174,19 @@ class Group:
         netns.drop_between(self.nodes[b - 1], self.addresses[a - 1])
         self.cuts.append((a, b))
 
+    def cut_from(self, a: int, address: str) -> None:
+        """Drop every packet between member ``a`` and ``address`` (not a member's), both ways."""
+        netns.drop_between(self.nodes[a - 1], address)
+        self.cut_away.append((a, address))
+
     def heal(self) -> None:
         for a, b in self.cuts:
             netns.undrop_between(self.nodes[a - 1], self.addresses[b - 1])
             netns.undrop_between(self.nodes[b - 1], self.addresses[a - 1])
+        for a, address in self.cut_away:
+            netns.undrop_between(self.nodes[a - 1], address)
         self.cuts = []
+        self.cut_away = []
 
     def goaways(self) -> list[str]:
         found = []
